@@ -1,0 +1,115 @@
+//! Conversions between protobuf messages and domain types.
+
+use prost_types::value::Kind;
+use prost_types::{ListValue, Struct, Timestamp};
+
+use crate::error::{Error, Reason, Result};
+use crate::memory::{Entry, ScopeType};
+use crate::proto;
+
+/// Integers survive a round trip as integers (`42`, not `42.0`) as long as
+/// an f64 holds them exactly.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// A protobuf `Value` as JSON. NaN and infinities have no JSON form, and a
+/// `Value` with no kind set is not a value.
+pub fn json_from_proto(value: prost_types::Value) -> Result<serde_json::Value> {
+    let invalid = |why: &str| Error::invalid(Reason::InvalidValue, "value", why.to_owned());
+    Ok(
+        match value
+            .kind
+            .ok_or_else(|| invalid("contains a Value with no kind set"))?
+        {
+            Kind::NullValue(_) => serde_json::Value::Null,
+            Kind::BoolValue(b) => serde_json::Value::Bool(b),
+            Kind::NumberValue(n) if !n.is_finite() => {
+                return Err(invalid(
+                    "numbers must be finite (JSON has no NaN or Infinity)",
+                ));
+            }
+            Kind::NumberValue(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER => {
+                serde_json::Value::from(n as i64)
+            }
+            Kind::NumberValue(n) => serde_json::Number::from_f64(n)
+                .map(serde_json::Value::Number)
+                .ok_or_else(|| invalid("numbers must be finite"))?,
+            Kind::StringValue(s) => serde_json::Value::String(s),
+            Kind::ListValue(list) => serde_json::Value::Array(
+                list.values
+                    .into_iter()
+                    .map(json_from_proto)
+                    .collect::<Result<_>>()?,
+            ),
+            Kind::StructValue(object) => serde_json::Value::Object(
+                object
+                    .fields
+                    .into_iter()
+                    .map(|(k, v)| Ok((k, json_from_proto(v)?)))
+                    .collect::<Result<_>>()?,
+            ),
+        },
+    )
+}
+
+pub fn json_to_proto(value: &serde_json::Value) -> prost_types::Value {
+    let kind = match value {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(json_to_proto).collect(),
+        }),
+        serde_json::Value::Object(fields) => Kind::StructValue(Struct {
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.clone(), json_to_proto(v)))
+                .collect(),
+        }),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+pub fn scope_type_to_proto(scope_type: ScopeType) -> proto::ScopeType {
+    match scope_type {
+        ScopeType::Namespace => proto::ScopeType::Namespace,
+        ScopeType::Flow => proto::ScopeType::Flow,
+        ScopeType::Execution => proto::ScopeType::Execution,
+    }
+}
+
+/// `None` for `SCOPE_TYPE_UNSPECIFIED`; unknown numbers are refused.
+pub fn scope_type_from_proto(field: &str, n: i32) -> Result<Option<ScopeType>> {
+    if n == proto::ScopeType::Unspecified as i32 {
+        return Ok(None);
+    }
+    ScopeType::from_i32(n).map(Some).ok_or_else(|| {
+        Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            format!("unknown scope type {n}"),
+        )
+    })
+}
+
+pub fn timestamp(time: chrono::DateTime<chrono::Utc>) -> Timestamp {
+    Timestamp {
+        seconds: time.timestamp(),
+        nanos: time.timestamp_subsec_nanos() as i32,
+    }
+}
+
+pub fn entry_to_proto(entry: Entry) -> proto::MemoryEntry {
+    proto::MemoryEntry {
+        scope_type: scope_type_to_proto(entry.scope.scope_type) as i32,
+        scope: entry.scope.name.as_str().to_owned(),
+        key: entry.key.as_str().to_owned(),
+        version: entry.version,
+        value: entry.value.as_ref().map(|v| json_to_proto(v.json())),
+        deleted: entry.deleted,
+        execution_id: entry.provenance.execution_id,
+        flow_id: entry.provenance.flow_id,
+        flow_name: entry.provenance.flow_name,
+        create_time: Some(timestamp(entry.create_time)),
+    }
+}

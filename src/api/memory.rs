@@ -1,0 +1,246 @@
+//! The `MemoryService` adapter: turns requests into domain types, calls
+//! `Memory`, and turns the results back into messages.
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+use super::context::caller_context;
+use super::convert::{entry_to_proto, json_from_proto, scope_type_from_proto, scope_type_to_proto};
+use super::error::to_status;
+use crate::error::{Error, Reason, Result};
+use crate::memory::{Key, KeyPrefix, Memory, ScopeName, ScopeSelector, WriteRequest};
+use crate::proto;
+use crate::proto::memory_service_server::MemoryService;
+use crate::store::Store;
+
+const MAX_REQUEST_ID_LEN: usize = 128;
+
+pub struct MemoryApi<S> {
+    memory: Memory<S>,
+}
+
+impl<S: Store> MemoryApi<S> {
+    pub fn new(memory: Memory<S>) -> Self {
+        MemoryApi { memory }
+    }
+}
+
+fn selector(scope_type: i32, scope: String) -> Result<ScopeSelector> {
+    Ok(ScopeSelector {
+        scope_type: scope_type_from_proto("scope_type", scope_type)?,
+        scope: if scope.is_empty() {
+            None
+        } else {
+            Some(ScopeName::parse("scope", scope)?)
+        },
+    })
+}
+
+fn version(field: &str, n: i64) -> Result<Option<i64>> {
+    match n {
+        n if n < 0 => Err(Error::invalid(
+            Reason::InvalidVersion,
+            field,
+            format!("must not be negative, got {n}"),
+        )),
+        0 => Ok(None),
+        n => Ok(Some(n)),
+    }
+}
+
+fn expected_version(n: Option<i64>) -> Result<Option<i64>> {
+    match n {
+        Some(n) if n < 0 => Err(Error::invalid(
+            Reason::InvalidVersion,
+            "expected_version",
+            format!("must not be negative, got {n}"),
+        )),
+        other => Ok(other),
+    }
+}
+
+fn request_id(id: String) -> Result<Option<String>> {
+    if id.is_empty() {
+        return Ok(None);
+    }
+    if id.len() > MAX_REQUEST_ID_LEN || !id.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(Error::invalid(
+            Reason::InvalidRequestId,
+            "request_id",
+            format!("must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters without spaces"),
+        ));
+    }
+    Ok(Some(id))
+}
+
+type HistoryStream = Pin<Box<dyn Stream<Item = Result<proto::HistoryResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<S: Store> MemoryService for MemoryApi<S> {
+    async fn set(
+        &self,
+        request: Request<proto::SetRequest>,
+    ) -> Result<Response<proto::SetResponse>, Status> {
+        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            let value = req.value.ok_or_else(|| {
+                Error::invalid(
+                    Reason::InvalidValue,
+                    "value",
+                    "is required (store a JSON null explicitly if that is what you mean)",
+                )
+            })?;
+            let write = WriteRequest {
+                selector: selector(req.scope_type, req.scope)?,
+                key: Key::parse("key", req.key)?,
+                expected_version: expected_version(req.expected_version)?,
+                request_id: request_id(req.request_id)?,
+            };
+            Ok::<_, Error>((write, json_from_proto(value)?))
+        })();
+        let (write, value) = parsed.map_err(to_status)?;
+        let entry = self
+            .memory
+            .set(&ctx, write, value)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::SetResponse {
+            entry: Some(entry_to_proto(entry)),
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<proto::GetRequest>,
+    ) -> Result<Response<proto::GetResponse>, Status> {
+        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            Ok::<_, Error>((
+                selector(req.scope_type, req.scope)?,
+                Key::parse("key", req.key)?,
+                version("version", req.version)?,
+            ))
+        })();
+        let (selector, key, version) = parsed.map_err(to_status)?;
+        let entry = self
+            .memory
+            .get(&ctx, selector, &key, version)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::GetResponse {
+            entry: Some(entry_to_proto(entry)),
+        }))
+    }
+
+    async fn list(
+        &self,
+        request: Request<proto::ListRequest>,
+    ) -> Result<Response<proto::ListResponse>, Status> {
+        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            Ok::<_, Error>((
+                selector(req.scope_type, req.scope)?,
+                KeyPrefix::parse("key_prefix", req.key_prefix)?,
+            ))
+        })();
+        let (selector, prefix) = parsed.map_err(to_status)?;
+        let page = self
+            .memory
+            .list(
+                &ctx,
+                selector,
+                &prefix,
+                req.include_reserved,
+                req.page_size,
+                &req.page_token,
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::ListResponse {
+            entries: page.items.into_iter().map(entry_to_proto).collect(),
+            next_page_token: page.next_page_token,
+        }))
+    }
+
+    type HistoryStream = HistoryStream;
+
+    async fn history(
+        &self,
+        request: Request<proto::HistoryRequest>,
+    ) -> Result<Response<Self::HistoryStream>, Status> {
+        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            Ok::<_, Error>((
+                selector(req.scope_type, req.scope)?,
+                Key::parse("key", req.key)?,
+                version("from_version", req.from_version)?.unwrap_or(1),
+            ))
+        })();
+        let (selector, key, from_version) = parsed.map_err(to_status)?;
+        let cursor = self
+            .memory
+            .history(&ctx, selector, key, from_version)
+            .await
+            .map_err(to_status)?;
+        let stream = self.memory.history_stream(&ctx, cursor).map(|item| {
+            item.map(|entry| proto::HistoryResponse {
+                entry: Some(entry_to_proto(entry)),
+            })
+            .map_err(to_status)
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<proto::DeleteRequest>,
+    ) -> Result<Response<proto::DeleteResponse>, Status> {
+        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            Ok::<_, Error>(WriteRequest {
+                selector: selector(req.scope_type, req.scope)?,
+                key: Key::parse("key", req.key)?,
+                expected_version: expected_version(req.expected_version)?,
+                request_id: request_id(req.request_id)?,
+            })
+        })();
+        let write = parsed.map_err(to_status)?;
+        let entry = self.memory.delete(&ctx, write).await.map_err(to_status)?;
+        Ok(Response::new(proto::DeleteResponse {
+            entry: Some(entry_to_proto(entry)),
+        }))
+    }
+
+    async fn list_scopes(
+        &self,
+        request: Request<proto::ListScopesRequest>,
+    ) -> Result<Response<proto::ListScopesResponse>, Status> {
+        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let req = request.into_inner();
+        let scope_type = scope_type_from_proto("scope_type", req.scope_type).map_err(to_status)?;
+        let page = self
+            .memory
+            .list_scopes(&ctx, scope_type, req.page_size, &req.page_token)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::ListScopesResponse {
+            scopes: page
+                .items
+                .into_iter()
+                .map(|summary| proto::ScopeSummary {
+                    scope_type: scope_type_to_proto(summary.scope.scope_type) as i32,
+                    scope: summary.scope.name.as_str().to_owned(),
+                    entry_count: summary.entry_count,
+                })
+                .collect(),
+            next_page_token: page.next_page_token,
+        }))
+    }
+}

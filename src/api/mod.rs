@@ -1,0 +1,9 @@
+//! The gRPC layer: one thin adapter per service, plus the conversions and
+//! the error mapping they share. No SQL and no business rules here.
+
+pub mod context;
+pub mod convert;
+pub mod error;
+pub mod memory;
+
+pub use memory::MemoryApi;

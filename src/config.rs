@@ -1,0 +1,316 @@
+//! Configuration: one typed struct, filled from flags, then `ENGRAM_*`
+//! environment variables, then an optional TOML file, then defaults (first
+//! one wins). The same `Settings` struct is the clap arguments and the file
+//! format, so a setting cannot exist in one and not the other.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use crate::memory::MemoryLimits;
+use crate::store::{SqliteSynchronous, StoreOptions};
+
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://engram.db";
+pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:50051";
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:9090";
+
+/// Whether `engram serve` applies pending migrations at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum MigrateMode {
+    /// Apply pending migrations, then serve.
+    #[default]
+    Auto,
+    /// Refuse to start while migrations are pending (run `engram migrate`).
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors in containers.
+    Json,
+}
+
+/// Every setting, each optional so that sources can be layered.
+#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Database URL: sqlite://PATH (created on first start) or
+    /// postgres://USER:PASSWORD@HOST/DB [default: sqlite://engram.db]
+    #[arg(long, env = "ENGRAM_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Address of the gRPC server; port 0 picks a free port
+    /// [default: 127.0.0.1:50051]
+    #[arg(long, env = "ENGRAM_GRPC_ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+
+    /// Address of the HTTP server (/healthz, /readyz); port 0 picks a free port
+    /// [default: 127.0.0.1:9090]
+    #[arg(long, env = "ENGRAM_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
+
+    /// Apply pending migrations at start (auto) or refuse to start while any
+    /// are pending (off) [default: auto]
+    #[arg(long, env = "ENGRAM_MIGRATE", value_enum)]
+    pub migrate: Option<MigrateMode>,
+
+    /// Largest memory value accepted, in bytes of JSON [default: 1048576]
+    #[arg(long, env = "ENGRAM_MAX_VALUE_BYTES")]
+    pub max_value_bytes: Option<usize>,
+
+    /// Most database connections per pool [default: 16]
+    #[arg(long, env = "ENGRAM_DB_MAX_CONNECTIONS")]
+    pub db_max_connections: Option<u32>,
+
+    /// How long a call waits for a database connection before it fails
+    /// with UNAVAILABLE, in milliseconds [default: 5000]
+    #[arg(long, env = "ENGRAM_DB_ACQUIRE_TIMEOUT_MS")]
+    pub db_acquire_timeout_ms: Option<u64>,
+
+    /// SQLite durability: full syncs every commit to disk, normal may lose
+    /// the last commits on power loss [default: full]
+    #[arg(long, env = "ENGRAM_SQLITE_SYNCHRONOUS", value_enum)]
+    pub sqlite_synchronous: Option<SqliteSynchronous>,
+
+    /// How often the database is checked for the health service, in
+    /// milliseconds [default: 1000]
+    #[arg(long, env = "ENGRAM_HEALTH_CHECK_INTERVAL_MS")]
+    pub health_check_interval_ms: Option<u64>,
+
+    /// How long a request_id is remembered for idempotent retries, in
+    /// seconds [default: 86400]
+    #[arg(long, env = "ENGRAM_REQUEST_ID_TTL_SECS")]
+    pub request_id_ttl_secs: Option<u64>,
+
+    /// How long a shutdown waits for in-flight calls and open streams before
+    /// closing them, in seconds [default: 10]
+    #[arg(long, env = "ENGRAM_SHUTDOWN_GRACE_SECS")]
+    pub shutdown_grace_secs: Option<u64>,
+
+    /// Log format [default: text]
+    #[arg(long, env = "ENGRAM_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+impl Settings {
+    /// Fills every unset setting from `other`.
+    fn or(self, other: Settings) -> Settings {
+        Settings {
+            database_url: self.database_url.or(other.database_url),
+            grpc_addr: self.grpc_addr.or(other.grpc_addr),
+            http_addr: self.http_addr.or(other.http_addr),
+            migrate: self.migrate.or(other.migrate),
+            max_value_bytes: self.max_value_bytes.or(other.max_value_bytes),
+            db_max_connections: self.db_max_connections.or(other.db_max_connections),
+            db_acquire_timeout_ms: self.db_acquire_timeout_ms.or(other.db_acquire_timeout_ms),
+            sqlite_synchronous: self.sqlite_synchronous.or(other.sqlite_synchronous),
+            health_check_interval_ms: self
+                .health_check_interval_ms
+                .or(other.health_check_interval_ms),
+            request_id_ttl_secs: self.request_id_ttl_secs.or(other.request_id_ttl_secs),
+            shutdown_grace_secs: self.shutdown_grace_secs.or(other.shutdown_grace_secs),
+            log_format: self.log_format.or(other.log_format),
+        }
+    }
+}
+
+/// Arguments of `engram serve` and `engram migrate`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConfigArgs {
+    /// A TOML file with any of the settings below (snake_case names, e.g.
+    /// database_url = "postgres://..."); flags and environment win over it
+    #[arg(long, env = "ENGRAM_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// A database URL whose password never reaches `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn new(url: impl Into<String>) -> Self {
+        DatabaseUrl(url.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        let url = &self.0;
+        let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+            return url.clone();
+        };
+        let rest = &url[scheme_end..];
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        match rest[..authority_end].rfind('@') {
+            Some(at) => match rest[..at].find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end],
+                    &rest[..colon],
+                    &rest[at..]
+                ),
+                None => url.clone(),
+            },
+            None => url.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// The resolved configuration of a server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database_url: DatabaseUrl,
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub migrate: MigrateMode,
+    pub limits: MemoryLimits,
+    pub store: StoreOptions,
+    pub health_check_interval: Duration,
+    pub request_id_ttl: Duration,
+    pub shutdown_grace: Duration,
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// Layers flags and environment (already merged by clap) over the file.
+    pub fn load(args: ConfigArgs) -> anyhow::Result<Config> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                toml::from_str::<Settings>(&text)
+                    .with_context(|| format!("invalid config file {}", path.display()))?
+            }
+            None => Settings::default(),
+        };
+        Config::resolve(args.settings.or(file))
+    }
+
+    /// Fills defaults and checks values.
+    pub fn resolve(settings: Settings) -> anyhow::Result<Config> {
+        let defaults = StoreOptions::default();
+        let config = Config {
+            database_url: DatabaseUrl::new(
+                settings
+                    .database_url
+                    .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+            ),
+            grpc_addr: settings
+                .grpc_addr
+                .unwrap_or_else(|| DEFAULT_GRPC_ADDR.parse().expect("valid default address")),
+            http_addr: settings
+                .http_addr
+                .unwrap_or_else(|| DEFAULT_HTTP_ADDR.parse().expect("valid default address")),
+            migrate: settings.migrate.unwrap_or_default(),
+            limits: MemoryLimits {
+                max_value_bytes: settings
+                    .max_value_bytes
+                    .unwrap_or(MemoryLimits::default().max_value_bytes),
+            },
+            store: StoreOptions {
+                max_connections: settings
+                    .db_max_connections
+                    .unwrap_or(defaults.max_connections),
+                acquire_timeout: settings
+                    .db_acquire_timeout_ms
+                    .map_or(defaults.acquire_timeout, Duration::from_millis),
+                sqlite_synchronous: settings.sqlite_synchronous.unwrap_or_default(),
+            },
+            health_check_interval: Duration::from_millis(
+                settings.health_check_interval_ms.unwrap_or(1000),
+            ),
+            request_id_ttl: Duration::from_secs(settings.request_id_ttl_secs.unwrap_or(86_400)),
+            shutdown_grace: Duration::from_secs(settings.shutdown_grace_secs.unwrap_or(10)),
+            log_format: settings.log_format.unwrap_or_default(),
+        };
+        anyhow::ensure!(
+            config.limits.max_value_bytes > 0,
+            "max_value_bytes must be positive"
+        );
+        anyhow::ensure!(
+            config.store.max_connections > 0,
+            "db_max_connections must be positive"
+        );
+        anyhow::ensure!(
+            !config.health_check_interval.is_zero(),
+            "health_check_interval_ms must be positive"
+        );
+        crate::store::Backend::of(config.database_url.expose()).map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        let url = DatabaseUrl::new("postgres://engram:s3cret@db:5432/engram?sslmode=require");
+        assert_eq!(
+            format!("{url:?}"),
+            "postgres://engram:***@db:5432/engram?sslmode=require"
+        );
+        assert_eq!(
+            DatabaseUrl::new("sqlite://engram.db").redacted(),
+            "sqlite://engram.db"
+        );
+        assert_eq!(
+            DatabaseUrl::new("postgres://engram@db/x").redacted(),
+            "postgres://engram@db/x"
+        );
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_defaults_fill_the_rest() {
+        let file: Settings =
+            toml::from_str("database_url = \"sqlite://from-file.db\"\nmax_value_bytes = 10")
+                .expect("valid toml");
+        let flags = Settings {
+            max_value_bytes: Some(20),
+            ..Settings::default()
+        };
+        let config = Config::resolve(flags.or(file)).expect("valid config");
+        assert_eq!(config.database_url.expose(), "sqlite://from-file.db");
+        assert_eq!(config.limits.max_value_bytes, 20);
+        assert_eq!(config.grpc_addr.to_string(), DEFAULT_GRPC_ADDR);
+        assert_eq!(config.migrate, MigrateMode::Auto);
+    }
+
+    #[test]
+    fn unknown_file_settings_and_bad_urls_are_refused() {
+        assert!(toml::from_str::<Settings>("databse_url = \"x\"").is_err());
+        let bad = Settings {
+            database_url: Some("mysql://x".to_owned()),
+            ..Settings::default()
+        };
+        assert!(Config::resolve(bad).is_err());
+    }
+}

@@ -1,0 +1,132 @@
+//! The one error type of the domain and the stores. It knows nothing of gRPC:
+//! `api::error` maps each variant to a status code in a single `match`.
+
+use std::fmt;
+
+/// A stable, machine-readable reason, sent to clients as `ErrorInfo.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    InvalidArgument,
+    InvalidIdentifier,
+    InvalidValue,
+    ReservedKey,
+    ValueTooLarge,
+    ScopeNotConfigured,
+    InvalidPageToken,
+    InvalidPageSize,
+    InvalidVersion,
+    InvalidRequestId,
+    RequestIdReused,
+    KeyNotFound,
+    KeyDeleted,
+    VersionNotFound,
+    VersionMismatch,
+    MemoryInCheckpoint,
+    DatabaseUnavailable,
+    Internal,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidArgument => "INVALID_ARGUMENT",
+            Reason::InvalidIdentifier => "INVALID_IDENTIFIER",
+            Reason::InvalidValue => "INVALID_VALUE",
+            Reason::ReservedKey => "RESERVED_KEY",
+            Reason::ValueTooLarge => "VALUE_TOO_LARGE",
+            Reason::ScopeNotConfigured => "SCOPE_NOT_CONFIGURED",
+            Reason::InvalidPageToken => "INVALID_PAGE_TOKEN",
+            Reason::InvalidPageSize => "INVALID_PAGE_SIZE",
+            Reason::InvalidVersion => "INVALID_VERSION",
+            Reason::InvalidRequestId => "INVALID_REQUEST_ID",
+            Reason::RequestIdReused => "REQUEST_ID_REUSED",
+            Reason::KeyNotFound => "KEY_NOT_FOUND",
+            Reason::KeyDeleted => "KEY_DELETED",
+            Reason::VersionNotFound => "VERSION_NOT_FOUND",
+            Reason::VersionMismatch => "VERSION_MISMATCH",
+            Reason::MemoryInCheckpoint => "MEMORY_IN_CHECKPOINT",
+            Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
+            Reason::Internal => "INTERNAL",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A boxed source error kept for the log, never shown to a client.
+pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field is malformed; `field` names it the way the client
+    /// spelled it (a proto field path or a metadata key).
+    #[error("{field}: {description}")]
+    InvalidArgument {
+        reason: Reason,
+        field: String,
+        description: String,
+    },
+    /// The thing asked for does not exist (or no longer has a live value).
+    #[error("{message}")]
+    NotFound {
+        reason: Reason,
+        message: String,
+        metadata: Vec<(&'static str, String)>,
+    },
+    /// A compare-and-set lost: the key's newest version is not the expected one.
+    #[error("expected version {expected}, but the current version is {current}")]
+    VersionMismatch { expected: i64, current: i64 },
+    /// The call is not allowed in the caller's current state.
+    #[error("{message}")]
+    FailedPrecondition { reason: Reason, message: String },
+    /// The database cannot be reached; the call may be retried.
+    #[error("database unavailable")]
+    Unavailable {
+        #[source]
+        source: Source,
+    },
+    /// Anything else: a bug or an unexpected database answer.
+    #[error("internal error")]
+    Internal {
+        #[source]
+        source: Source,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn invalid(
+        reason: Reason,
+        field: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        Error::InvalidArgument {
+            reason,
+            field: field.into(),
+            description: description.into(),
+        }
+    }
+
+    pub fn internal(source: impl Into<Source>) -> Self {
+        Error::Internal {
+            source: source.into(),
+        }
+    }
+
+    /// The stable reason a client sees for this error.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Error::InvalidArgument { reason, .. }
+            | Error::NotFound { reason, .. }
+            | Error::FailedPrecondition { reason, .. } => *reason,
+            Error::VersionMismatch { .. } => Reason::VersionMismatch,
+            Error::Unavailable { .. } => Reason::DatabaseUnavailable,
+            Error::Internal { .. } => Reason::Internal,
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Engram: durable memory for AI agents, served over gRPC.
+//!
+//! `api` is the gRPC edge, `memory` the domain, `store` the Postgres and
+//! SQLite backends behind one interface, `server` start-up and shutdown.
+
+pub mod api;
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod memory;
+pub mod paging;
+pub mod server;
+pub mod store;
+
+/// Code generated from `proto/engram/v1`.
+pub mod proto {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("engram.v1");
+
+    /// The encoded descriptor set of every Engram proto, for reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/engram_descriptor.bin"));
+}

@@ -1,0 +1,110 @@
+//! The `engram` binary: the server and its maintenance commands.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use engram::config::{Config, ConfigArgs, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "engram",
+    version,
+    about = "Durable memory for AI agents, served over gRPC"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server (gRPC and HTTP) until SIGTERM or Ctrl-C
+    Serve(ConfigArgs),
+    /// Apply pending database migrations and exit
+    Migrate(ConfigArgs),
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("ENGRAM_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Migrate(args) => migrate(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            eprintln!("engram: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
+    let config = Config::load(args)?;
+    init_logging(config.log_format);
+    let mut signal = ShutdownSignal::install()?;
+    let server = engram::server::start(config).await?;
+    signal.recv().await;
+    tracing::info!("shutting down");
+    server.shutdown();
+    server.wait().await
+}
+
+async fn migrate(args: ConfigArgs) -> anyhow::Result<()> {
+    let config = Config::load(args)?;
+    init_logging(config.log_format);
+    engram::server::migrate(&config).await?;
+    tracing::info!(database = %config.database_url, "migrations applied");
+    Ok(())
+}
+
+/// Listens for SIGTERM (how Kubernetes stops a pod) and Ctrl-C. The
+/// handlers are installed when this is created, before the server starts,
+/// so a signal that arrives early is not lost to the default action.
+struct ShutdownSignal {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(ShutdownSignal {
+                terminate: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(ShutdownSignal {})
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.terminate.recv() => {},
+            _ = self.interrupt.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

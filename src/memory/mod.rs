@@ -1,0 +1,10 @@
+//! Scoped, versioned key-value memory: the types, and the rules that sit
+//! between a request and the store (caller context, default scope, limits,
+//! idempotency fingerprints).
+
+mod service;
+mod types;
+
+pub(crate) use service::key_not_found_error;
+pub use service::{HistoryCursor, ListPage, Memory, MemoryLimits, ScopeSelector, WriteRequest};
+pub use types::*;

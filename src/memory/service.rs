@@ -1,0 +1,433 @@
+//! The rules of scoped memory that sit between a request and the store:
+//! refusing calls made inside a checkpoint, resolving the default scope,
+//! stamping provenance, the value size limit, idempotency fingerprints and
+//! pagination.
+
+use chrono::Utc;
+use futures::{Stream, TryStreamExt};
+use sha2::{Digest, Sha256};
+
+use super::types::{
+    Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary, ScopeType, Value,
+};
+use crate::context::CallerContext;
+use crate::error::{Error, Reason, Result};
+use crate::paging;
+use crate::store::{ListQuery, Mutation, RequestStamp, Store, Write};
+
+/// How many versions `History` reads from the store at a time: enough to
+/// amortise the round trip, few enough that memory stays flat.
+const HISTORY_BATCH: i64 = 500;
+
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryLimits {
+    /// The largest value accepted, in bytes of serialised JSON.
+    pub max_value_bytes: usize,
+}
+
+impl Default for MemoryLimits {
+    fn default() -> Self {
+        MemoryLimits {
+            max_value_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// What a request said about its scope; the caller context fills the gaps.
+#[derive(Debug, Clone, Default)]
+pub struct ScopeSelector {
+    pub scope_type: Option<ScopeType>,
+    pub scope: Option<ScopeName>,
+}
+
+impl ScopeSelector {
+    pub fn explicit(scope: Scope) -> Self {
+        ScopeSelector {
+            scope_type: Some(scope.scope_type),
+            scope: Some(scope.name),
+        }
+    }
+
+    /// The scope a call addresses. With no scope named, a flow caller gets its
+    /// `FLOW` scope (and an execution asking for `EXECUTION` gets its own).
+    fn resolve(self, ctx: &CallerContext) -> Result<Scope> {
+        match (self.scope_type, self.scope) {
+            (Some(scope_type), Some(name)) => Ok(Scope { scope_type, name }),
+            (None, Some(_)) => Err(Error::invalid(
+                Reason::InvalidArgument,
+                "scope_type",
+                "must be set when scope is given",
+            )),
+            (None | Some(ScopeType::Flow), None) => match &ctx.flow_name {
+                Some(flow) => Ok(Scope {
+                    scope_type: ScopeType::Flow,
+                    name: flow.clone(),
+                }),
+                None => Err(scope_not_configured()),
+            },
+            (Some(ScopeType::Execution), None) => match &ctx.execution_id {
+                Some(execution) => Ok(Scope {
+                    scope_type: ScopeType::Execution,
+                    name: execution.clone(),
+                }),
+                None => Err(scope_not_configured()),
+            },
+            (Some(ScopeType::Namespace), None) => Err(scope_not_configured()),
+        }
+    }
+}
+
+fn scope_not_configured() -> Error {
+    Error::invalid(
+        Reason::ScopeNotConfigured,
+        "scope",
+        "no scope given and no flow in the caller context (set scope and scope_type, \
+         or the engram-flow-name metadata)",
+    )
+}
+
+/// A write as the client asked for it.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    pub selector: ScopeSelector,
+    pub key: Key,
+    pub expected_version: Option<i64>,
+    pub request_id: Option<String>,
+}
+
+/// One page of a list.
+#[derive(Debug, Clone)]
+pub struct ListPage<T> {
+    pub items: Vec<T>,
+    pub next_page_token: String,
+}
+
+/// Where a `History` stream is: the key and the next version to read.
+#[derive(Debug, Clone)]
+pub struct HistoryCursor {
+    pub scope: Scope,
+    pub key: Key,
+    pub next_version: i64,
+}
+
+/// Scoped memory over a store.
+#[derive(Debug, Clone)]
+pub struct Memory<S> {
+    store: S,
+    limits: MemoryLimits,
+}
+
+impl<S: Store> Memory<S> {
+    pub fn new(store: S, limits: MemoryLimits) -> Self {
+        Memory { store, limits }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub async fn set(
+        &self,
+        ctx: &CallerContext,
+        request: WriteRequest,
+        value: serde_json::Value,
+    ) -> Result<Entry> {
+        refuse_in_checkpoint(ctx)?;
+        let value = Value::new(value, self.limits.max_value_bytes)?;
+        self.write(ctx, request, Mutation::Set(&value)).await
+    }
+
+    pub async fn delete(&self, ctx: &CallerContext, request: WriteRequest) -> Result<Entry> {
+        refuse_in_checkpoint(ctx)?;
+        self.write(ctx, request, Mutation::Delete).await
+    }
+
+    async fn write(
+        &self,
+        ctx: &CallerContext,
+        request: WriteRequest,
+        mutation: Mutation<'_>,
+    ) -> Result<Entry> {
+        let scope = request.selector.resolve(ctx)?;
+        if request.key.is_reserved() {
+            return Err(Error::invalid(
+                Reason::ReservedKey,
+                "key",
+                format!(
+                    "keys under {:?} are reserved for the audit trail",
+                    super::RESERVED_PREFIX
+                ),
+            ));
+        }
+        let provenance = provenance(ctx, &scope);
+        let fingerprint = request
+            .request_id
+            .as_ref()
+            .map(|_| fingerprint(&scope, &request.key, &mutation, request.expected_version));
+        let write = Write {
+            scope: &scope,
+            key: &request.key,
+            mutation,
+            expected_version: request.expected_version,
+            request: request
+                .request_id
+                .as_deref()
+                .zip(fingerprint)
+                .map(|(id, fingerprint)| RequestStamp { id, fingerprint }),
+            provenance: &provenance,
+            now: now_micros(),
+        };
+        self.store.write(&ctx.tenant, &write).await
+    }
+
+    pub async fn get(
+        &self,
+        ctx: &CallerContext,
+        selector: ScopeSelector,
+        key: &Key,
+        version: Option<i64>,
+    ) -> Result<Entry> {
+        refuse_in_checkpoint(ctx)?;
+        let scope = selector.resolve(ctx)?;
+        self.store.get(&ctx.tenant, &scope, key, version).await
+    }
+
+    pub async fn list(
+        &self,
+        ctx: &CallerContext,
+        selector: ScopeSelector,
+        prefix: &KeyPrefix,
+        include_reserved: bool,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<Entry>> {
+        refuse_in_checkpoint(ctx)?;
+        let scope = selector.resolve(ctx)?;
+        let limit = paging::page_size(page_size)?;
+        let query = paging::query_digest(&[
+            "list",
+            scope.scope_type.as_str(),
+            scope.name.as_str(),
+            prefix.as_str(),
+            if include_reserved { "reserved" } else { "" },
+        ]);
+        let after: Option<String> = paging::decode_token(&query, page_token)?;
+        let mut items = self
+            .store
+            .list(
+                &ctx.tenant,
+                &ListQuery {
+                    scope: &scope,
+                    prefix,
+                    after: after.as_deref(),
+                    limit: limit + 1,
+                    include_reserved,
+                },
+            )
+            .await?;
+        let next_page_token = next_token(&mut items, limit, |last| {
+            paging::encode_token(&query, last.key.as_str())
+        });
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
+    }
+
+    /// Checks that the key exists and returns where its history starts.
+    pub async fn history(
+        &self,
+        ctx: &CallerContext,
+        selector: ScopeSelector,
+        key: Key,
+        from_version: i64,
+    ) -> Result<HistoryCursor> {
+        refuse_in_checkpoint(ctx)?;
+        let scope = selector.resolve(ctx)?;
+        if self.store.head(&ctx.tenant, &scope, &key).await?.is_none() {
+            return Err(key_not_found_error(&key));
+        }
+        Ok(HistoryCursor {
+            scope,
+            key,
+            next_version: from_version.max(1),
+        })
+    }
+
+    /// Streams a key's versions from the cursor on, oldest first, reading
+    /// the store a batch at a time so memory stays flat however long the
+    /// history is. The stream only reads ahead as fast as it is consumed.
+    pub fn history_stream(
+        &self,
+        ctx: &CallerContext,
+        cursor: HistoryCursor,
+    ) -> impl Stream<Item = Result<Entry>> + Send + 'static {
+        let store = self.store.clone();
+        let tenant = ctx.tenant.clone();
+        futures::stream::try_unfold(Some(cursor), move |cursor| {
+            let store = store.clone();
+            let tenant = tenant.clone();
+            async move {
+                let Some(mut cursor) = cursor else {
+                    return Ok::<_, Error>(None);
+                };
+                let batch = store
+                    .history(
+                        &tenant,
+                        &cursor.scope,
+                        &cursor.key,
+                        cursor.next_version,
+                        HISTORY_BATCH,
+                    )
+                    .await?;
+                let more = batch.len() as i64 == HISTORY_BATCH;
+                let Some(last) = batch.last() else {
+                    return Ok(None);
+                };
+                cursor.next_version = last.version + 1;
+                let next = more.then_some(cursor);
+                Ok(Some((
+                    futures::stream::iter(batch.into_iter().map(Ok)),
+                    next,
+                )))
+            }
+        })
+        .try_flatten()
+    }
+
+    pub async fn list_scopes(
+        &self,
+        ctx: &CallerContext,
+        scope_type: Option<ScopeType>,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<ScopeSummary>> {
+        refuse_in_checkpoint(ctx)?;
+        let limit = paging::page_size(page_size)?;
+        let query = paging::query_digest(&["scopes", scope_type.map_or("", ScopeType::as_str)]);
+        let after: Option<(i16, String)> = paging::decode_token(&query, page_token)?;
+        let after = after
+            .map(|(scope_type, name)| {
+                let scope_type = ScopeType::from_i32(scope_type.into());
+                let name = ScopeName::parse("page_token", name).ok();
+                scope_type
+                    .zip(name)
+                    .map(|(scope_type, name)| Scope { scope_type, name })
+            })
+            .map(|scope| {
+                scope.ok_or_else(|| {
+                    Error::invalid(
+                        Reason::InvalidPageToken,
+                        "page_token",
+                        "is not a token this server issued",
+                    )
+                })
+            })
+            .transpose()?;
+        let mut items = self
+            .store
+            .list_scopes(&ctx.tenant, scope_type, after.as_ref(), limit + 1)
+            .await?;
+        let next_page_token = next_token(&mut items, limit, |last| {
+            paging::encode_token(
+                &query,
+                (last.scope.scope_type.as_i16(), last.scope.name.as_str()),
+            )
+        });
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
+    }
+}
+
+/// Trims a page fetched with one extra item and returns the token for the
+/// next page, or an empty token when the extra item was not there.
+fn next_token<T>(items: &mut Vec<T>, limit: i64, token: impl Fn(&T) -> String) -> String {
+    if items.len() as i64 <= limit {
+        return String::new();
+    }
+    items.truncate(limit as usize);
+    items.last().map(token).unwrap_or_default()
+}
+
+pub(crate) fn key_not_found_error(key: &Key) -> Error {
+    Error::NotFound {
+        reason: Reason::KeyNotFound,
+        message: format!("key {:?} not found", key.as_str()),
+        metadata: vec![("key", key.as_str().to_owned())],
+    }
+}
+
+/// Memory inside a checkpoint is refused: a cached or replayed checkpoint
+/// skips its body, so a read would go stale and a write would be lost.
+fn refuse_in_checkpoint(ctx: &CallerContext) -> Result<()> {
+    match &ctx.checkpoint_id {
+        Some(checkpoint) => Err(Error::FailedPrecondition {
+            reason: Reason::MemoryInCheckpoint,
+            message: format!(
+                "memory calls are not allowed inside a checkpoint ({checkpoint}): a cached or \
+                 replayed checkpoint would skip them; read or write memory in the flow body and \
+                 pass the values in"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The execution that writes, and the flow discovery tags when an execution
+/// writes into its own execution scope (the flow of any other execution is
+/// not known from this call).
+fn provenance(ctx: &CallerContext, scope: &Scope) -> Provenance {
+    let execution_id = ctx
+        .execution_id
+        .as_ref()
+        .map(ScopeName::as_str)
+        .unwrap_or_default();
+    let own_execution =
+        scope.scope_type == ScopeType::Execution && scope.name.as_str() == execution_id;
+    let tag = |name: &Option<ScopeName>| match name {
+        Some(name) if own_execution => name.as_str().to_owned(),
+        _ => String::new(),
+    };
+    Provenance {
+        execution_id: execution_id.to_owned(),
+        flow_id: tag(&ctx.flow_id),
+        flow_name: tag(&ctx.flow_name),
+    }
+}
+
+/// What a request asked for, so a reused `request_id` can be told apart from
+/// a retry of the same request.
+fn fingerprint(
+    scope: &Scope,
+    key: &Key,
+    mutation: &Mutation<'_>,
+    expected: Option<i64>,
+) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    let (op, value) = match mutation {
+        Mutation::Set(value) => ("set", value.encoded()),
+        Mutation::Delete => ("delete", ""),
+    };
+    let expected = expected.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    for part in [
+        op,
+        scope.scope_type.as_str(),
+        scope.name.as_str(),
+        key.as_str(),
+        &expected,
+        value,
+    ] {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    hasher.finalize().into()
+}
+
+/// The current time at the precision the stores keep (microseconds), so a
+/// write's response says exactly what a later read will.
+fn now_micros() -> chrono::DateTime<Utc> {
+    let now = Utc::now();
+    chrono::DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
+}

@@ -1,0 +1,287 @@
+//! Start-up and shutdown: open the store, migrate, bind both listeners
+//! (before anything is served, so port 0 works and the real addresses can
+//! be logged and returned), then serve gRPC and HTTP until told to stop.
+//! A background task keeps the health service honest about the database.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::server::NamedService;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::api::MemoryApi;
+use crate::config::{Config, MigrateMode};
+use crate::memory::Memory;
+use crate::proto;
+use crate::proto::memory_service_server::MemoryServiceServer;
+use crate::store::{Backend, PgStore, SqliteStore, Store};
+
+/// How often expired idempotency records are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// The services the health service reports on, besides the server as a
+/// whole (`""`). All of them depend on the database.
+fn health_services() -> [&'static str; 2] {
+    [
+        "",
+        <MemoryServiceServer<MemoryApi<SqliteStore>> as NamedService>::NAME,
+    ]
+}
+
+/// A server that is listening. Dropping it does not stop it; call
+/// [`RunningServer::shutdown`] and [`RunningServer::wait`].
+pub struct RunningServer {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Starts a graceful shutdown: health turns NOT_SERVING, the listeners
+    /// stop accepting, in-flight calls finish.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("server task panicked")?
+    }
+}
+
+/// Opens the store the URL names and runs the migrations.
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    match backend(config)? {
+        Backend::Postgres => open::<PgStore>(config).await?.migrate().await?,
+        Backend::Sqlite => open::<SqliteStore>(config).await?.migrate().await?,
+    }
+    Ok(())
+}
+
+fn backend(config: &Config) -> anyhow::Result<Backend> {
+    Backend::of(config.database_url.expose()).map_err(anyhow::Error::msg)
+}
+
+trait Open: Store + Sized {
+    async fn open(config: &Config) -> crate::error::Result<Self>;
+}
+
+impl Open for PgStore {
+    async fn open(config: &Config) -> crate::error::Result<Self> {
+        PgStore::connect(config.database_url.expose(), &config.store).await
+    }
+}
+
+impl Open for SqliteStore {
+    async fn open(config: &Config) -> crate::error::Result<Self> {
+        SqliteStore::connect(config.database_url.expose(), &config.store).await
+    }
+}
+
+async fn open<S: Open>(config: &Config) -> anyhow::Result<S> {
+    S::open(config).await.map_err(|err| {
+        let detail =
+            std::error::Error::source(&err).map_or_else(|| err.to_string(), |s| s.to_string());
+        anyhow::anyhow!("cannot open database {}: {detail}", config.database_url)
+    })
+}
+
+/// Starts a server and returns once it is listening.
+pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
+    match backend(&config)? {
+        Backend::Postgres => start_with(open::<PgStore>(&config).await?, config).await,
+        Backend::Sqlite => start_with(open::<SqliteStore>(&config).await?, config).await,
+    }
+}
+
+async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<RunningServer> {
+    match config.migrate {
+        MigrateMode::Auto => store.migrate().await.context("cannot apply migrations")?,
+        MigrateMode::Off => store
+            .check_schema()
+            .await
+            .map_err(|err| anyhow::anyhow!("{err}"))?,
+    }
+
+    let grpc_listener = TcpListener::bind(config.grpc_addr)
+        .await
+        .with_context(|| format!("cannot bind the gRPC address {}", config.grpc_addr))?;
+    let http_listener = TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("cannot bind the HTTP address {}", config.http_addr))?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+
+    let shutdown = CancellationToken::new();
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    for service in health_services() {
+        health_reporter
+            .set_service_status(service, ServingStatus::Serving)
+            .await;
+    }
+    let ready = Arc::new(AtomicBool::new(true));
+    tokio::spawn(watch_database(
+        store.clone(),
+        health_reporter,
+        ready.clone(),
+        config.clone(),
+        shutdown.clone(),
+    ));
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    // A value at the limit must fit in a message; leave room for the rest.
+    let max_message = config.limits.max_value_bytes.saturating_mul(2).max(4 << 20);
+    let memory = MemoryServiceServer::new(MemoryApi::new(Memory::new(store, config.limits)))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
+
+    let grpc = tonic::transport::Server::builder()
+        .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(memory)
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(grpc_listener),
+            shutdown.clone().cancelled_owned(),
+        );
+    let http = axum::serve(http_listener, http_router(ready))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+
+    tracing::info!(
+        %grpc_addr,
+        %http_addr,
+        database = %config.database_url,
+        "engram listening"
+    );
+    let grace = config.shutdown_grace;
+    let deadline = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let serve = async {
+            let (grpc, http) = tokio::join!(grpc, async { http.await });
+            grpc.context("gRPC server failed")?;
+            http.context("HTTP server failed")
+        };
+        // Streams such as health watches never end on their own: once the
+        // grace period is over, dropping the servers closes what is left.
+        let forced = async {
+            deadline.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            served = serve => served?,
+            () = forced => tracing::warn!(?grace, "grace period over, closing open calls and streams"),
+        }
+        tracing::info!("engram stopped");
+        Ok(())
+    });
+    Ok(RunningServer {
+        grpc_addr,
+        http_addr,
+        shutdown,
+        task,
+    })
+}
+
+/// `/healthz` answers while the process runs; `/readyz` only while the
+/// database is reachable.
+fn http_router(ready: Arc<AtomicBool>) -> axum::Router {
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.load(Ordering::Relaxed);
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n")
+                    }
+                }
+            }),
+        )
+}
+
+/// Pings the database on an interval and reports the result to the health
+/// service: NOT_SERVING while it is unreachable, SERVING again when it comes
+/// back, NOT_SERVING for good once shutdown starts. Also prunes expired
+/// idempotency records now and then.
+async fn watch_database<S: Store>(
+    store: S,
+    reporter: HealthReporter,
+    ready: Arc<AtomicBool>,
+    config: Config,
+    shutdown: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(config.health_check_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ping_timeout = config.health_check_interval.max(Duration::from_secs(1));
+    let mut serving = true;
+    let mut last_prune: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let ping = tokio::time::timeout(ping_timeout, store.ping()).await;
+        let healthy = matches!(ping, Ok(Ok(())));
+        if healthy != serving {
+            serving = healthy;
+            ready.store(healthy, Ordering::Relaxed);
+            let status = if healthy {
+                tracing::info!("database reachable again, serving");
+                ServingStatus::Serving
+            } else {
+                let error = match ping {
+                    Ok(Err(err)) => std::error::Error::source(&err)
+                        .map_or_else(|| err.to_string(), |s| s.to_string()),
+                    _ => "ping timed out".to_owned(),
+                };
+                tracing::warn!(%error, "database unreachable, not serving");
+                ServingStatus::NotServing
+            };
+            for service in health_services() {
+                reporter.set_service_status(service, status).await;
+            }
+        }
+        if healthy && last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+            last_prune = Some(Instant::now());
+            let before = chrono::Utc::now()
+                - chrono::Duration::from_std(config.request_id_ttl)
+                    .unwrap_or(chrono::Duration::MAX);
+            match store.prune_request_ids(before).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned expired request ids"),
+                Err(err) => tracing::warn!(error = %err, "cannot prune expired request ids"),
+            }
+        }
+    }
+    ready.store(false, Ordering::Relaxed);
+    for service in health_services() {
+        reporter
+            .set_service_status(service, ServingStatus::NotServing)
+            .await;
+    }
+}

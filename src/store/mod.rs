@@ -1,0 +1,407 @@
+//! Storage behind one interface, with a Postgres backend (production) and a
+//! SQLite backend (the embedded default), each with its own migrations. The
+//! URL scheme chooses one at start-up. Nothing here knows about gRPC.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::context::Tenant;
+use crate::error::{Error, Reason, Result};
+use crate::memory::{Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType, Value};
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::PgStore;
+pub use sqlite::{SqliteStore, SqliteSynchronous};
+
+/// Settings shared by both backends.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    /// How long a call waits for a connection before it fails with
+    /// `UNAVAILABLE`: the bound on how long a call hangs when the database
+    /// is gone.
+    pub acquire_timeout: Duration,
+    pub sqlite_synchronous: SqliteSynchronous,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+            sqlite_synchronous: SqliteSynchronous::Full,
+        }
+    }
+}
+
+/// Which backend a database URL selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn of(url: &str) -> Result<Self, String> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else {
+            Err("the database URL must start with sqlite:// or postgres://".to_owned())
+        }
+    }
+}
+
+/// What a write does to a key.
+#[derive(Debug, Clone, Copy)]
+pub enum Mutation<'a> {
+    Set(&'a Value),
+    Delete,
+}
+
+/// Marks a write as idempotent: a repeat with the same id and fingerprint
+/// returns the first result.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestStamp<'a> {
+    pub id: &'a str,
+    pub fingerprint: [u8; 32],
+}
+
+/// One write of a key: a new version, or a tombstone.
+#[derive(Debug, Clone)]
+pub struct Write<'a> {
+    pub scope: &'a Scope,
+    pub key: &'a Key,
+    pub mutation: Mutation<'a>,
+    /// Compare-and-set: the newest version must be this one; 0 means the key
+    /// must have no live value.
+    pub expected_version: Option<i64>,
+    pub request: Option<RequestStamp<'a>>,
+    pub provenance: &'a Provenance,
+    pub now: DateTime<Utc>,
+}
+
+/// The newest version of a key and whether it is a tombstone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub version: i64,
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListQuery<'a> {
+    pub scope: &'a Scope,
+    pub prefix: &'a KeyPrefix,
+    /// Only keys after this one (the last key of the previous page).
+    pub after: Option<&'a str>,
+    pub limit: i64,
+    pub include_reserved: bool,
+}
+
+/// The storage interface. Every method is scoped to one tenant, and every
+/// write is one short transaction.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// Applies the pending migrations.
+    fn migrate(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Fails when migrations are pending (for `--migrate=off`).
+    fn check_schema(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// A cheap round trip to the database, for health checks.
+    fn ping(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Writes a new version of a key (or a tombstone) and returns it. Versions
+    /// are dense under concurrent writers.
+    fn write(
+        &self,
+        tenant: &Tenant,
+        write: &Write<'_>,
+    ) -> impl Future<Output = Result<Entry>> + Send;
+
+    /// The newest version of a key, or a given one.
+    fn get(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        version: Option<i64>,
+    ) -> impl Future<Output = Result<Entry>> + Send;
+
+    /// The newest version number of a key, if it has any version.
+    fn head(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+    ) -> impl Future<Output = Result<Option<Head>>> + Send;
+
+    /// Live entries of a scope in key order.
+    fn list(
+        &self,
+        tenant: &Tenant,
+        query: &ListQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<Entry>>> + Send;
+
+    /// Up to `limit` versions of a key from `from_version` on, oldest first.
+    fn history(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        from_version: i64,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<Entry>>> + Send;
+
+    /// Scopes ordered by type then name, after the given one.
+    fn list_scopes(
+        &self,
+        tenant: &Tenant,
+        scope_type: Option<ScopeType>,
+        after: Option<&Scope>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<ScopeSummary>>> + Send;
+
+    /// Forgets idempotency records written before `before`; returns how many.
+    fn prune_request_ids(&self, before: DateTime<Utc>) -> impl Future<Output = Result<u64>> + Send;
+}
+
+/// Why a conditional write changed nothing, told from the key's head.
+fn write_refused(write: &Write<'_>, head: Option<Head>) -> Error {
+    let live = head.filter(|head| !head.deleted);
+    match (write.mutation, write.expected_version) {
+        (Mutation::Delete, _) if live.is_none() => match head {
+            Some(head) => key_deleted(write.key, head.version),
+            None => crate::memory::key_not_found_error(write.key),
+        },
+        (_, Some(expected)) => Error::VersionMismatch {
+            expected,
+            current: live.map_or(0, |head| head.version),
+        },
+        // An unconditional set always writes; reaching here means the head
+        // changed under us in a way the statement did not expect.
+        (_, None) => Error::internal("conditional write refused without a condition"),
+    }
+}
+
+pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
+    Error::NotFound {
+        reason: Reason::KeyDeleted,
+        message: format!("key {:?} was deleted at version {version}", key.as_str()),
+        metadata: vec![
+            ("key", key.as_str().to_owned()),
+            ("version", version.to_string()),
+        ],
+    }
+}
+
+fn version_not_found(key: &Key, version: i64) -> Error {
+    Error::NotFound {
+        reason: Reason::VersionNotFound,
+        message: format!("key {:?} has no version {version}", key.as_str()),
+        metadata: vec![
+            ("key", key.as_str().to_owned()),
+            ("version", version.to_string()),
+        ],
+    }
+}
+
+/// Checks a replayed request against the first one with the same id.
+fn check_replay(stamp: &RequestStamp<'_>, stored_fingerprint: &[u8]) -> Result<()> {
+    if stored_fingerprint == stamp.fingerprint {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            Reason::RequestIdReused,
+            "request_id",
+            format!(
+                "{:?} was already used for a different request; use a new id for a new request",
+                stamp.id
+            ),
+        ))
+    }
+}
+
+/// Builds an entry of a replayed request whose version has since been purged.
+fn ensure_found(entry: Option<Entry>, key: &Key, version: i64) -> Result<Entry> {
+    entry.ok_or_else(|| version_not_found(key, version))
+}
+
+/// Database errors are classified once: connection trouble is `Unavailable`
+/// (retryable), everything else `Internal`. Neither shows SQL to a client.
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        let unavailable = match &err {
+            // A protocol error is a connection that broke mid-conversation
+            // (a restart during the handshake, a reset): retryable too.
+            sqlx::Error::Io(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                // Postgres: connection exceptions (08), insufficient resources
+                // (53), operator intervention such as a shutdown (57P).
+                // SQLite: SQLITE_BUSY / SQLITE_LOCKED past the busy timeout.
+                code.starts_with("08")
+                    || code.starts_with("53")
+                    || code.starts_with("57P")
+                    || code == "5"
+                    || code == "6"
+            }),
+            _ => false,
+        };
+        if unavailable {
+            Error::Unavailable { source: err.into() }
+        } else {
+            Error::internal(err)
+        }
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(err: sqlx::migrate::MigrateError) -> Self {
+        match err {
+            sqlx::migrate::MigrateError::Execute(err) => err.into(),
+            other => Error::internal(other),
+        }
+    }
+}
+
+/// Microseconds since the epoch, as SQLite stores timestamps.
+fn to_micros(time: DateTime<Utc>) -> i64 {
+    time.timestamp_micros()
+}
+
+fn from_micros(micros: i64) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_micros(micros)
+        .ok_or_else(|| Error::internal(format!("timestamp out of range: {micros}")))
+}
+
+/// A row of the versions table as both backends read it.
+struct VersionRow {
+    key: String,
+    version: i64,
+    value: Option<String>,
+    deleted: bool,
+    execution_id: String,
+    flow_id: String,
+    flow_name: String,
+    create_time: DateTime<Utc>,
+}
+
+impl VersionRow {
+    fn into_entry(self, scope: &Scope) -> Result<Entry> {
+        Ok(Entry {
+            scope: scope.clone(),
+            key: Key::from_store(self.key),
+            version: self.version,
+            value: self.value.map(Value::from_store).transpose()?,
+            deleted: self.deleted,
+            provenance: Provenance {
+                execution_id: self.execution_id,
+                flow_id: self.flow_id,
+                flow_name: self.flow_name,
+            },
+            create_time: self.create_time,
+        })
+    }
+}
+
+/// Checks the applied migrations of a database against the embedded ones.
+fn schema_is_current(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Result<()> {
+    let missing: Vec<String> = migrator
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration() && !applied.contains(&m.version))
+        .map(|m| format!("{} ({})", m.version, m.description))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::FailedPrecondition {
+            reason: Reason::Internal,
+            message: format!(
+                "the database schema is behind: migrations {} are not applied; run `engram migrate` \
+                 or start with --migrate=auto",
+                missing.join(", ")
+            ),
+        })
+    }
+}
+
+/// The shape of the head update a write needs: unconditional, "no live
+/// value" (expected version 0) or "newest version is n".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeadUpdate {
+    SetAny,
+    SetIfAbsent,
+    SetIfVersion(i64),
+    DeleteAny,
+    DeleteIfVersion(i64),
+}
+
+impl HeadUpdate {
+    fn of(write: &Write<'_>) -> Self {
+        match (write.mutation, write.expected_version) {
+            (Mutation::Set(_), None) => HeadUpdate::SetAny,
+            (Mutation::Set(_), Some(0)) => HeadUpdate::SetIfAbsent,
+            (Mutation::Set(_), Some(n)) => HeadUpdate::SetIfVersion(n),
+            (Mutation::Delete, None) => HeadUpdate::DeleteAny,
+            (Mutation::Delete, Some(n)) => HeadUpdate::DeleteIfVersion(n),
+        }
+    }
+
+    /// The version the statement compares against (unused by the others).
+    fn expected(self) -> i64 {
+        match self {
+            HeadUpdate::SetIfVersion(n) | HeadUpdate::DeleteIfVersion(n) => n,
+            HeadUpdate::SetAny | HeadUpdate::SetIfAbsent | HeadUpdate::DeleteAny => 0,
+        }
+    }
+}
+
+impl Mutation<'_> {
+    fn value(&self) -> Option<&str> {
+        match self {
+            Mutation::Set(value) => Some(value.encoded()),
+            Mutation::Delete => None,
+        }
+    }
+
+    fn is_delete(&self) -> bool {
+        matches!(self, Mutation::Delete)
+    }
+}
+
+impl Write<'_> {
+    /// The entry this write creates once the store has assigned `version`.
+    fn entry(&self, version: i64) -> Entry {
+        Entry {
+            scope: self.scope.clone(),
+            key: self.key.clone(),
+            version,
+            value: match self.mutation {
+                Mutation::Set(value) => Some(value.clone()),
+                Mutation::Delete => None,
+            },
+            deleted: self.mutation.is_delete(),
+            provenance: self.provenance.clone(),
+            create_time: self.now,
+        }
+    }
+}
+
+/// Turns a version row read for `Get` into the answer: a tombstone is
+/// `NOT_FOUND` (reason `KEY_DELETED`).
+fn live_entry(entry: Entry) -> Result<Entry> {
+    if entry.deleted {
+        Err(key_deleted(&entry.key, entry.version))
+    } else {
+        Ok(entry)
+    }
+}

@@ -1,0 +1,414 @@
+//! The SQLite store: the embedded default, one file, one process.
+//!
+//! All writes go through a single connection (SQLite admits one writer at a
+//! time anyway; queueing in the pool instead of on the file lock keeps
+//! `SQLITE_BUSY` away), each in a `BEGIN IMMEDIATE` transaction so another
+//! process sharing the file waits its turn. Reads use a separate pool and
+//! run beside the writer thanks to WAL.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+};
+use sqlx::{Executor, Row, Sqlite};
+
+use super::{
+    Head, HeadUpdate, ListQuery, StoreOptions, VersionRow, Write, check_replay, ensure_found,
+    from_micros, live_entry, schema_is_current, to_micros, version_not_found, write_refused,
+};
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+use crate::memory::{Entry, Key, Scope, ScopeName, ScopeSummary, ScopeType, key_not_found_error};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+/// How hard SQLite syncs to disk. `Full` (the default) makes every commit
+/// durable across power loss; `Normal` may lose the last commits then, but
+/// never corrupts the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSynchronous {
+    Normal,
+    #[default]
+    Full,
+}
+
+// Parameters of the head statements: ?1 tenant, ?2 scope_type, ?3 scope,
+// ?4 key, ?5 now, and ?6 the expected version where there is one.
+const SET_ANY: &str = "INSERT INTO memory_heads (tenant, scope_type, scope, key, version, deleted, update_time) \
+     VALUES (?1, ?2, ?3, ?4, 1, 0, ?5) \
+     ON CONFLICT (tenant, scope_type, scope, key) \
+     DO UPDATE SET version = version + 1, deleted = 0, update_time = excluded.update_time \
+     RETURNING version";
+
+const SET_IF_ABSENT: &str = "INSERT INTO memory_heads (tenant, scope_type, scope, key, version, deleted, update_time) \
+     VALUES (?1, ?2, ?3, ?4, 1, 0, ?5) \
+     ON CONFLICT (tenant, scope_type, scope, key) \
+     DO UPDATE SET version = version + 1, deleted = 0, update_time = excluded.update_time \
+     WHERE deleted = 1 \
+     RETURNING version";
+
+const SET_IF_VERSION: &str = "UPDATE memory_heads SET version = version + 1, deleted = 0, update_time = ?5 \
+     WHERE tenant = ?1 AND scope_type = ?2 AND scope = ?3 AND key = ?4 AND version = ?6 \
+     RETURNING version";
+
+const DELETE_ANY: &str = "UPDATE memory_heads SET version = version + 1, deleted = 1, update_time = ?5 \
+     WHERE tenant = ?1 AND scope_type = ?2 AND scope = ?3 AND key = ?4 AND deleted = 0 \
+     RETURNING version";
+
+const DELETE_IF_VERSION: &str = "UPDATE memory_heads SET version = version + 1, deleted = 1, update_time = ?5 \
+     WHERE tenant = ?1 AND scope_type = ?2 AND scope = ?3 AND key = ?4 AND deleted = 0 \
+     AND version = ?6 \
+     RETURNING version";
+
+const VERSION_COLUMNS: &str = "v.key, v.version, v.value, v.deleted, v.execution_id, v.flow_id, \
+                               v.flow_name, v.create_time";
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+impl SqliteStore {
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(|err| Error::internal(format!("invalid sqlite URL: {err}")))?;
+        if connect.get_filename().as_os_str() == ":memory:" || url.contains("mode=memory") {
+            return Err(Error::internal(
+                "in-memory SQLite is not supported (each connection would see its own database); \
+                 use a file such as sqlite://engram.db",
+            ));
+        }
+        let connect = connect
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match options.sqlite_synchronous {
+                SqliteSynchronous::Normal => sqlx::sqlite::SqliteSynchronous::Normal,
+                SqliteSynchronous::Full => sqlx::sqlite::SqliteSynchronous::Full,
+            })
+            .busy_timeout(options.acquire_timeout)
+            .foreign_keys(true);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(SqliteStore { writer, reader })
+    }
+
+    async fn head_in<'e, E>(
+        executor: E,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+    ) -> Result<Option<Head>>
+    where
+        E: Executor<'e, Database = Sqlite>,
+    {
+        let row = sqlx::query(
+            "SELECT version, deleted FROM memory_heads \
+             WHERE tenant = ?1 AND scope_type = ?2 AND scope = ?3 AND key = ?4",
+        )
+        .bind(tenant.as_str())
+        .bind(scope.scope_type.as_i16())
+        .bind(scope.name.as_str())
+        .bind(key.as_str())
+        .fetch_optional(executor)
+        .await?;
+        row.map(|row| {
+            Ok(Head {
+                version: row.try_get(0)?,
+                deleted: row.try_get(1)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn version_in<'e, E>(
+        executor: E,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        version: i64,
+    ) -> Result<Option<Entry>>
+    where
+        E: Executor<'e, Database = Sqlite>,
+    {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {VERSION_COLUMNS} FROM memory_versions v \
+             WHERE v.tenant = ?1 AND v.scope_type = ?2 AND v.scope = ?3 AND v.key = ?4 \
+             AND v.version = ?5"
+        )))
+        .bind(tenant.as_str())
+        .bind(scope.scope_type.as_i16())
+        .bind(scope.name.as_str())
+        .bind(key.as_str())
+        .bind(version)
+        .fetch_optional(executor)
+        .await?;
+        row.map(|row| version_row(&row)?.into_entry(scope))
+            .transpose()
+    }
+}
+
+fn version_row(row: &SqliteRow) -> Result<VersionRow> {
+    Ok(VersionRow {
+        key: row.try_get(0)?,
+        version: row.try_get(1)?,
+        value: row.try_get(2)?,
+        deleted: row.try_get(3)?,
+        execution_id: row.try_get(4)?,
+        flow_id: row.try_get(5)?,
+        flow_name: row.try_get(6)?,
+        create_time: from_micros(row.try_get(7)?)?,
+    })
+}
+
+impl super::Store for SqliteStore {
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.writer).await?;
+        Ok(())
+    }
+
+    async fn check_schema(&self) -> Result<()> {
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&self.reader)
+                .await
+                .unwrap_or_default();
+        schema_is_current(&MIGRATOR, &applied)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Entry> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        if let Some(stamp) = write.request {
+            let existing = sqlx::query(
+                "SELECT fingerprint, version FROM memory_request_ids \
+                 WHERE tenant = ?1 AND request_id = ?2",
+            )
+            .bind(tenant.as_str())
+            .bind(stamp.id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = existing {
+                let fingerprint: Vec<u8> = row.try_get(0)?;
+                check_replay(&stamp, &fingerprint)?;
+                let version: Option<i64> = row.try_get(1)?;
+                let version =
+                    version.ok_or_else(|| Error::internal("request record without a version"))?;
+                let entry =
+                    Self::version_in(&mut *tx, tenant, write.scope, write.key, version).await?;
+                return ensure_found(entry, write.key, version);
+            }
+        }
+
+        let update = HeadUpdate::of(write);
+        let statement = match update {
+            HeadUpdate::SetAny => SET_ANY,
+            HeadUpdate::SetIfAbsent => SET_IF_ABSENT,
+            HeadUpdate::SetIfVersion(_) => SET_IF_VERSION,
+            HeadUpdate::DeleteAny => DELETE_ANY,
+            HeadUpdate::DeleteIfVersion(_) => DELETE_IF_VERSION,
+        };
+        let mut head = sqlx::query_scalar(statement)
+            .bind(tenant.as_str())
+            .bind(write.scope.scope_type.as_i16())
+            .bind(write.scope.name.as_str())
+            .bind(write.key.as_str())
+            .bind(to_micros(write.now));
+        if let HeadUpdate::SetIfVersion(expected) | HeadUpdate::DeleteIfVersion(expected) = update {
+            head = head.bind(expected);
+        }
+        let version: Option<i64> = head.fetch_optional(&mut *tx).await?;
+        let Some(version) = version else {
+            let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
+            return Err(write_refused(write, head));
+        };
+
+        sqlx::query(
+            "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
+             execution_id, flow_id, flow_name, create_time) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .bind(tenant.as_str())
+        .bind(write.scope.scope_type.as_i16())
+        .bind(write.scope.name.as_str())
+        .bind(write.key.as_str())
+        .bind(version)
+        .bind(write.mutation.value())
+        .bind(write.mutation.is_delete())
+        .bind(write.provenance.execution_id.as_str())
+        .bind(write.provenance.flow_id.as_str())
+        .bind(write.provenance.flow_name.as_str())
+        .bind(to_micros(write.now))
+        .execute(&mut *tx)
+        .await?;
+
+        if let Some(stamp) = write.request {
+            sqlx::query(
+                "INSERT INTO memory_request_ids \
+                 (tenant, request_id, fingerprint, scope_type, scope, key, version, create_time) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .bind(tenant.as_str())
+            .bind(stamp.id)
+            .bind(&stamp.fingerprint[..])
+            .bind(write.scope.scope_type.as_i16())
+            .bind(write.scope.name.as_str())
+            .bind(write.key.as_str())
+            .bind(version)
+            .bind(to_micros(write.now))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(write.entry(version))
+    }
+
+    async fn get(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        version: Option<i64>,
+    ) -> Result<Entry> {
+        if let Some(version) = version {
+            return match Self::version_in(&self.reader, tenant, scope, key, version).await? {
+                Some(entry) => live_entry(entry),
+                None => match Self::head_in(&self.reader, tenant, scope, key).await? {
+                    Some(_) => Err(version_not_found(key, version)),
+                    None => Err(key_not_found_error(key)),
+                },
+            };
+        }
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
+             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+             WHERE h.tenant = ?1 AND h.scope_type = ?2 AND h.scope = ?3 AND h.key = ?4"
+        )))
+        .bind(tenant.as_str())
+        .bind(scope.scope_type.as_i16())
+        .bind(scope.name.as_str())
+        .bind(key.as_str())
+        .fetch_optional(&self.reader)
+        .await?;
+        match row {
+            Some(row) => live_entry(version_row(&row)?.into_entry(scope)?),
+            None => Err(key_not_found_error(key)),
+        }
+    }
+
+    async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
+        Self::head_in(&self.reader, tenant, scope, key).await
+    }
+
+    async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
+        let (low, high) = query.prefix.range();
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
+             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+             WHERE h.tenant = ?1 AND h.scope_type = ?2 AND h.scope = ?3 AND h.deleted = 0 \
+             AND h.key >= ?4 AND h.key < ?5 AND h.key > ?6 \
+             AND (?7 OR substr(h.key, 1, 12) <> '_compaction/') \
+             ORDER BY h.key LIMIT ?8"
+        )))
+        .bind(tenant.as_str())
+        .bind(query.scope.scope_type.as_i16())
+        .bind(query.scope.name.as_str())
+        .bind(low)
+        .bind(high)
+        .bind(query.after.unwrap_or(""))
+        .bind(query.include_reserved)
+        .bind(query.limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| version_row(row)?.into_entry(query.scope))
+            .collect()
+    }
+
+    async fn history(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        from_version: i64,
+        limit: i64,
+    ) -> Result<Vec<Entry>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {VERSION_COLUMNS} FROM memory_versions v \
+             WHERE v.tenant = ?1 AND v.scope_type = ?2 AND v.scope = ?3 AND v.key = ?4 \
+             AND v.version >= ?5 ORDER BY v.version LIMIT ?6"
+        )))
+        .bind(tenant.as_str())
+        .bind(scope.scope_type.as_i16())
+        .bind(scope.name.as_str())
+        .bind(key.as_str())
+        .bind(from_version)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| version_row(row)?.into_entry(scope))
+            .collect()
+    }
+
+    async fn list_scopes(
+        &self,
+        tenant: &Tenant,
+        scope_type: Option<ScopeType>,
+        after: Option<&Scope>,
+        limit: i64,
+    ) -> Result<Vec<ScopeSummary>> {
+        let rows = sqlx::query(
+            "SELECT scope_type, scope, \
+             count(*) FILTER (WHERE deleted = 0 AND substr(key, 1, 12) <> '_compaction/') \
+             FROM memory_heads \
+             WHERE tenant = ?1 AND (?2 = 0 OR scope_type = ?2) AND (scope_type, scope) > (?3, ?4) \
+             GROUP BY scope_type, scope ORDER BY scope_type, scope LIMIT ?5",
+        )
+        .bind(tenant.as_str())
+        .bind(scope_type.map_or(0, ScopeType::as_i16))
+        .bind(after.map_or(0, |scope| scope.scope_type.as_i16()))
+        .bind(after.map_or("", |scope| scope.name.as_str()))
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(scope_summary).collect()
+    }
+
+    async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM memory_request_ids WHERE create_time < ?1")
+            .bind(to_micros(before))
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn scope_summary(row: &SqliteRow) -> Result<ScopeSummary> {
+    let scope_type: i16 = row.try_get(0)?;
+    let name: String = row.try_get(1)?;
+    Ok(ScopeSummary {
+        scope: Scope {
+            scope_type: ScopeType::from_i32(scope_type.into()).ok_or_else(|| {
+                Error::internal(format!("unknown scope type {scope_type} in store"))
+            })?,
+            name: ScopeName::parse("scope", name).map_err(Error::internal)?,
+        },
+        entry_count: row.try_get(2)?,
+    })
+}

@@ -1,0 +1,131 @@
+//! The `engram` binary as a user runs it: the embedded default store made
+//! on first start, `engram migrate`, `--migrate=off`, a config file, and a
+//! graceful exit on SIGTERM.
+
+use engram::api::convert::json_to_proto;
+use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::{GetRequest, ScopeType, SetRequest};
+use serde_json::json;
+
+use crate::helpers::{Backend, ChildServer, TestDb, connect};
+use crate::on_both_stores;
+
+fn engram(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(args)
+        .env_remove("ENGRAM_DATABASE_URL")
+        .output()
+        .expect("run engram")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = ChildServer::spawn(&[], &[], Some(dir.path())).await;
+    assert!(
+        dir.path().join("engram.db").exists(),
+        "sqlite://engram.db is the default"
+    );
+    let mut client = MemoryServiceClient::new(connect(server.grpc_addr).await);
+    let request = SetRequest {
+        scope_type: ScopeType::Namespace as i32,
+        scope: "first".to_owned(),
+        key: "run".to_owned(),
+        value: Some(json_to_proto(&json!("works"))),
+        ..SetRequest::default()
+    };
+    client.set(request).await.expect("set");
+    let lines = server.stderr.clone();
+    let status = server.terminate().await;
+    assert!(status.success(), "exit status {status}");
+    let lines = lines.lock().expect("lines").join("\n");
+    assert!(
+        lines.contains("engram stopped"),
+        "logs say it stopped: {lines}"
+    );
+
+    // The data is still there for the next start.
+    let again = ChildServer::spawn(&[], &[], Some(dir.path())).await;
+    let mut client = MemoryServiceClient::new(connect(again.grpc_addr).await);
+    let read = client
+        .get(GetRequest {
+            scope_type: ScopeType::Namespace as i32,
+            scope: "first".to_owned(),
+            key: "run".to_owned(),
+            version: 0,
+        })
+        .await
+        .expect("get after restart")
+        .into_inner();
+    assert_eq!(read.entry.expect("entry").version, 1);
+    assert!(again.terminate().await.success());
+}
+
+async fn migrate_then_serve_with_migrations_off(backend: Backend) {
+    let fresh = TestDb::new(backend).await;
+    // A server that may not migrate refuses an empty database, saying why.
+    let refused = engram(&["serve", "--migrate", "off", "--database-url", &fresh.url]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("engram migrate"),
+        "tells the user what to run: {stderr}"
+    );
+    assert!(!stderr.contains("password"), "{stderr}");
+
+    let migrated = engram(&["migrate", "--database-url", &fresh.url]);
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    // Running it again is a no-op.
+    assert!(
+        engram(&["migrate", "--database-url", &fresh.url])
+            .status
+            .success()
+    );
+
+    // The same settings from a config file.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("engram.toml");
+    std::fs::write(
+        &config,
+        format!("database_url = \"{}\"\nmigrate = \"off\"\n", fresh.url),
+    )
+    .expect("write config");
+    let server = ChildServer::spawn(
+        &["--config", config.to_str().expect("utf-8 path")],
+        &[],
+        None,
+    )
+    .await;
+    assert!(server.terminate().await.success());
+}
+
+#[test]
+fn bad_configuration_is_refused_with_a_clear_message() {
+    let out = engram(&["serve", "--database-url", "mysql://nope"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sqlite:// or postgres://"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("engram.toml");
+    std::fs::write(&config, "databse_url = \"typo\"\n").expect("write config");
+    let out = engram(&["serve", "--config", config.to_str().expect("utf-8 path")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field"));
+    let help = engram(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--database-url",
+        "--grpc-addr",
+        "--http-addr",
+        "--migrate",
+        "--max-value-bytes",
+        "ENGRAM_DATABASE_URL",
+    ] {
+        assert!(help.contains(flag), "serve --help documents {flag}");
+    }
+}
+
+on_both_stores!(migrate_then_serve_with_migrations_off);

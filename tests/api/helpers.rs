@@ -1,0 +1,492 @@
+//! Shared test fixtures: a fresh database per test (a temp SQLite file, or a
+//! new Postgres database dropped afterwards), a real server on port 0, typed
+//! clients, and a TCP proxy that can cut the server off from Postgres.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engram::config::{Config, Settings};
+use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::server::RunningServer;
+use engram::store::{PgStore, SqliteStore, StoreOptions};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The Postgres server tests run against. `scripts/test` starts a throwaway
+/// cluster and sets this; Postgres tests fail loudly without it rather than
+/// pass without running.
+pub fn pg_admin_url() -> String {
+    std::env::var("ENGRAM_TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "ENGRAM_TEST_DATABASE_URL is not set: run the tests with scripts/test, which starts \
+             a throwaway Postgres, or point it at a Postgres server (postgres://user@host:port/db)"
+        )
+    })
+}
+
+/// Replaces the database name of a Postgres URL.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{base}/{database}?{query}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+/// A fresh, empty database that is removed when dropped.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+    pg_name: Option<String>,
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("engram.db").display());
+                TestDb {
+                    backend,
+                    url,
+                    _dir: Some(dir),
+                    pg_name: None,
+                }
+            }
+            Backend::Postgres => {
+                let admin = pg_admin_url();
+                let name = format!("engram_test_{}", uuid::Uuid::new_v4().simple());
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+                    .await
+                    .expect("connect to the test Postgres");
+                sqlx::Executor::execute(
+                    &mut conn,
+                    sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")),
+                )
+                .await
+                .expect("create test database");
+                TestDb {
+                    backend,
+                    url: with_database(&admin, &name),
+                    _dir: None,
+                    pg_name: Some(name),
+                }
+            }
+        }
+    }
+
+    pub async fn sqlite_store(&self) -> SqliteStore {
+        SqliteStore::connect(&self.url, &StoreOptions::default())
+            .await
+            .expect("open sqlite store")
+    }
+
+    pub async fn pg_store(&self) -> PgStore {
+        PgStore::connect(&self.url, &StoreOptions::default())
+            .await
+            .expect("open postgres store")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(name) = self.pg_name.take() else {
+            return;
+        };
+        // Drop runs outside any runtime we could await on; use a short-lived one.
+        let admin = pg_admin_url();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(async {
+                    if let Ok(mut conn) =
+                        <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await
+                    {
+                        let _ = sqlx::Executor::execute(
+                            &mut conn,
+                            sqlx::AssertSqlSafe(format!(
+                                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                            )),
+                        )
+                        .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// Settings for a test server on port 0 against `url`.
+pub fn test_settings(url: &str) -> Settings {
+    Settings {
+        database_url: Some(url.to_owned()),
+        grpc_addr: Some("127.0.0.1:0".parse().expect("addr")),
+        http_addr: Some("127.0.0.1:0".parse().expect("addr")),
+        db_max_connections: Some(8),
+        shutdown_grace_secs: Some(5),
+        ..Settings::default()
+    }
+}
+
+/// A real server on an ephemeral port, with clients connected to it.
+pub struct TestServer {
+    pub db: TestDb,
+    pub server: Option<RunningServer>,
+    pub channel: Channel,
+}
+
+impl TestServer {
+    pub async fn spawn(backend: Backend) -> TestServer {
+        Self::spawn_with(backend, |_| {}).await
+    }
+
+    pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestServer {
+        Self::start(TestDb::new(backend).await, tweak).await
+    }
+
+    /// Starts a server on an existing database.
+    pub async fn start(db: TestDb, tweak: impl FnOnce(&mut Settings)) -> TestServer {
+        let mut settings = test_settings(&db.url);
+        tweak(&mut settings);
+        let server = engram::server::start(Config::resolve(settings).expect("config"))
+            .await
+            .expect("server starts");
+        let channel = connect(server.grpc_addr).await;
+        TestServer {
+            db,
+            server: Some(server),
+            channel,
+        }
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.server.as_ref().expect("running").http_addr
+    }
+
+    pub fn memory(&self) -> MemoryServiceClient<Channel> {
+        MemoryServiceClient::new(self.channel.clone())
+    }
+
+    /// A client that sends the given caller-context metadata on every call.
+    pub fn memory_as(
+        &self,
+        metadata: &[(&'static str, &str)],
+    ) -> MemoryServiceClient<InterceptedService<Channel, Metadata>> {
+        MemoryServiceClient::with_interceptor(self.channel.clone(), Metadata::new(metadata))
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown();
+            server.wait().await.expect("server stops cleanly");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(server) = &self.server {
+            server.shutdown();
+        }
+    }
+}
+
+pub async fn connect(addr: SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect to the server")
+}
+
+/// Adds fixed metadata to every request.
+#[derive(Clone)]
+pub struct Metadata(
+    Vec<(
+        &'static str,
+        tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+    )>,
+);
+
+impl Metadata {
+    pub fn new(pairs: &[(&'static str, &str)]) -> Self {
+        Metadata(
+            pairs
+                .iter()
+                .map(|(k, v)| (*k, v.parse().expect("ascii metadata")))
+                .collect(),
+        )
+    }
+}
+
+impl Interceptor for Metadata {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        for (key, value) in &self.0 {
+            request.metadata_mut().insert(*key, value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The `ErrorInfo.reason` of a status, or "" without one.
+pub fn reason(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    status
+        .get_details_error_info()
+        .map(|info| info.reason)
+        .unwrap_or_default()
+}
+
+/// The `ErrorInfo.metadata` entry `key` of a status.
+pub fn error_metadata(status: &tonic::Status, key: &str) -> Option<String> {
+    use tonic_types::StatusExt;
+    status
+        .get_details_error_info()
+        .and_then(|info| info.metadata.get(key).cloned())
+}
+
+/// The fields named by the `BadRequest` violations of a status.
+pub fn bad_fields(status: &tonic::Status) -> Vec<String> {
+    use tonic_types::StatusExt;
+    status
+        .get_details_bad_request()
+        .map(|bad| bad.field_violations.into_iter().map(|v| v.field).collect())
+        .unwrap_or_default()
+}
+
+/// A TCP proxy in front of Postgres. `cut` closes its listener and every
+/// connection through it, so the server sees what it would see if Postgres
+/// stopped (resets, then refused connections); `restore` listens again on
+/// the same port.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    upstream: SocketAddr,
+    running: Mutex<CancellationToken>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let running = Self::serve(listener, upstream);
+        Proxy {
+            addr,
+            upstream,
+            running: Mutex::new(running),
+        }
+    }
+
+    fn serve(listener: TcpListener, upstream: SocketAddr) -> CancellationToken {
+        let running = CancellationToken::new();
+        let stop = running.clone();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    _ = stop.cancelled() => return, // drops the listener
+                    accepted = listener.accept() => accepted,
+                };
+                let Ok((mut client, _)) = accepted else {
+                    continue;
+                };
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    }
+                });
+            }
+        });
+        running
+    }
+
+    pub fn cut(&self) {
+        self.running.lock().expect("proxy").cancel();
+    }
+
+    pub async fn restore(&self) {
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .expect("listen again on the proxy port");
+        *self.running.lock().expect("proxy") = Self::serve(listener, self.upstream);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
+
+/// The host and port of a Postgres URL.
+pub fn pg_socket_addr(url: &str) -> SocketAddr {
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("postgres url");
+    let host = options.get_host();
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    format!("{host}:{}", options.get_port())
+        .parse()
+        .expect("postgres host must be an IP address")
+}
+
+/// Rewrites a Postgres URL to go through `addr`.
+pub fn pg_url_via(url: &str, addr: SocketAddr) -> String {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let userinfo = authority.rfind('@').map_or("", |at| &authority[..=at]);
+    format!(
+        "{}{userinfo}{addr}{}",
+        &url[..scheme_end],
+        &rest[authority_end..]
+    )
+}
+
+/// Declares one test per backend for each named `async fn(Backend)`.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+/// The `engram` binary running as a child process, for what only a real
+/// process shows: its memory, its exit on a signal, its command line.
+pub struct ChildServer {
+    pub child: tokio::process::Child,
+    pub grpc_addr: SocketAddr,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl ChildServer {
+    /// Runs `engram serve` with JSON logs and waits for the line saying
+    /// where it listens.
+    pub async fn spawn(
+        args: &[&str],
+        envs: &[(&str, &str)],
+        cwd: Option<&std::path::Path>,
+    ) -> ChildServer {
+        use tokio::io::AsyncBufReadExt;
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+        command
+            .arg("serve")
+            .args(args)
+            .env("ENGRAM_GRPC_ADDR", "127.0.0.1:0")
+            .env("ENGRAM_HTTP_ADDR", "127.0.0.1:0")
+            .env("ENGRAM_LOG_FORMAT", "json")
+            .env_remove("ENGRAM_DATABASE_URL")
+            .envs(envs.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(cwd) = cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command.spawn().expect("spawn engram");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let grpc_addr = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.expect("read stderr") {
+                seen.lock().expect("lines").push(line.clone());
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    continue;
+                };
+                if let Some(addr) = event.get("grpc_addr").and_then(|a| a.as_str()) {
+                    return addr.parse::<SocketAddr>().expect("grpc_addr");
+                }
+            }
+            panic!(
+                "engram exited before listening: {:?}",
+                seen.lock().expect("lines")
+            );
+        })
+        .await
+        .expect("engram starts listening");
+        let keep = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                keep.lock().expect("lines").push(line);
+            }
+        });
+        ChildServer {
+            child,
+            grpc_addr,
+            stderr: seen,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running child")
+    }
+
+    /// A field of /proc/PID/status in KiB (VmRSS, VmHWM).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("proc status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("memory field")
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(killed.success());
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("engram exits after SIGTERM")
+            .expect("wait for engram")
+    }
+}

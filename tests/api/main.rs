@@ -1,0 +1,11 @@
+//! Engram's integration tests, one binary so they link once. Each test gets
+//! a fresh database (a temp SQLite file, or a new Postgres database when
+//! ENGRAM_TEST_DATABASE_URL points at a server) and a real server on port 0.
+
+mod binary;
+mod helpers;
+mod history_memory;
+mod memory_api;
+mod outage;
+mod races;
+mod store_conformance;

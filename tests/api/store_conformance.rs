@@ -1,0 +1,476 @@
+//! The store interface, case by case, on every backend: what one store
+//! does, the other must do too.
+
+use chrono::Utc;
+use engram::context::Tenant;
+use engram::error::{Error, Reason};
+use engram::memory::{Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeType, Value};
+use engram::store::{Head, ListQuery, Mutation, RequestStamp, Store, Write};
+use serde_json::json;
+
+fn scope(scope_type: ScopeType, name: &str) -> Scope {
+    Scope {
+        scope_type,
+        name: ScopeName::parse("scope", name).expect("valid scope"),
+    }
+}
+
+fn key(name: &str) -> Key {
+    Key::parse("key", name).expect("valid key")
+}
+
+fn value(json: serde_json::Value) -> Value {
+    Value::new(json, 1 << 20).expect("valid value")
+}
+
+struct Writer<'a, S> {
+    store: &'a S,
+    tenant: Tenant,
+    scope: Scope,
+}
+
+impl<S: Store> Writer<'_, S> {
+    async fn write(
+        &self,
+        key_name: &str,
+        mutation: Mutation<'_>,
+        expected_version: Option<i64>,
+        request: Option<RequestStamp<'_>>,
+    ) -> Result<Entry, Error> {
+        let key = key(key_name);
+        let provenance = Provenance {
+            execution_id: "exec-1".to_owned(),
+            ..Provenance::default()
+        };
+        self.store
+            .write(
+                &self.tenant,
+                &Write {
+                    scope: &self.scope,
+                    key: &key,
+                    mutation,
+                    expected_version,
+                    request,
+                    provenance: &provenance,
+                    now: Utc::now(),
+                },
+            )
+            .await
+    }
+
+    async fn set(&self, key_name: &str, json: serde_json::Value) -> Entry {
+        let value = value(json);
+        self.write(key_name, Mutation::Set(&value), None, None)
+            .await
+            .expect("set")
+    }
+}
+
+fn writer<'a, S>(store: &'a S, tenant: &str) -> Writer<'a, S> {
+    Writer {
+        store,
+        tenant: Tenant::new(tenant),
+        scope: scope(ScopeType::Namespace, "ns"),
+    }
+}
+
+async fn versions_tombstones_and_point_in_time<S: Store>(store: S) {
+    let w = writer(&store, "t1");
+    assert_eq!(w.set("k", json!("one")).await.version, 1);
+    let second = w.set("k", json!({"n": 2})).await;
+    assert_eq!(second.version, 2);
+    assert_eq!(second.provenance.execution_id, "exec-1");
+    let tombstone = w
+        .write("k", Mutation::Delete, None, None)
+        .await
+        .expect("delete");
+    assert_eq!(
+        (
+            tombstone.version,
+            tombstone.deleted,
+            tombstone.value.is_none()
+        ),
+        (3, true, true)
+    );
+
+    let k = key("k");
+    let latest = store.get(&w.tenant, &w.scope, &k, None).await;
+    assert_eq!(latest.err().map(|e| e.reason()), Some(Reason::KeyDeleted));
+    let v2 = store
+        .get(&w.tenant, &w.scope, &k, Some(2))
+        .await
+        .expect("version 2");
+    assert_eq!(v2.value.map(|v| v.json().clone()), Some(json!({"n": 2})));
+    let v3 = store.get(&w.tenant, &w.scope, &k, Some(3)).await;
+    assert_eq!(v3.err().map(|e| e.reason()), Some(Reason::KeyDeleted));
+    let v9 = store.get(&w.tenant, &w.scope, &k, Some(9)).await;
+    assert_eq!(v9.err().map(|e| e.reason()), Some(Reason::VersionNotFound));
+    let missing = store.get(&w.tenant, &w.scope, &key("nope"), None).await;
+    assert_eq!(missing.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
+    assert_eq!(
+        store.head(&w.tenant, &w.scope, &k).await.expect("head"),
+        Some(Head {
+            version: 3,
+            deleted: true
+        })
+    );
+
+    let history = store
+        .history(&w.tenant, &w.scope, &k, 1, 100)
+        .await
+        .expect("history");
+    let shape: Vec<(i64, bool)> = history.iter().map(|e| (e.version, e.deleted)).collect();
+    assert_eq!(shape, vec![(1, false), (2, false), (3, true)]);
+    let tail = store
+        .history(&w.tenant, &w.scope, &k, 2, 1)
+        .await
+        .expect("history");
+    assert_eq!(tail.iter().map(|e| e.version).collect::<Vec<_>>(), vec![2]);
+
+    // Deleting again finds nothing live; writing again resumes numbering.
+    let again = w.write("k", Mutation::Delete, None, None).await;
+    assert_eq!(again.err().map(|e| e.reason()), Some(Reason::KeyDeleted));
+    assert_eq!(w.set("k", json!(null)).await.version, 4);
+    let revived = store
+        .get(&w.tenant, &w.scope, &k, None)
+        .await
+        .expect("revived");
+    assert_eq!(revived.value.map(|v| v.json().clone()), Some(json!(null)));
+}
+
+async fn tenants_never_see_each_other<S: Store>(store: S) {
+    let a = writer(&store, "tenant-a");
+    let b = writer(&store, "tenant-b");
+    a.set("shared/key", json!("a's")).await;
+    a.set("shared/key", json!("a's again")).await;
+    // The same address in another tenant is a different key with its own versions.
+    assert_eq!(b.set("other", json!("b's")).await.version, 1);
+
+    let k = key("shared/key");
+    let read = store.get(&b.tenant, &b.scope, &k, None).await;
+    assert_eq!(read.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
+    let read = store.get(&b.tenant, &b.scope, &k, Some(1)).await;
+    assert_eq!(read.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
+    assert_eq!(
+        store.head(&b.tenant, &b.scope, &k).await.expect("head"),
+        None
+    );
+    assert!(
+        store
+            .history(&b.tenant, &b.scope, &k, 1, 10)
+            .await
+            .expect("history")
+            .is_empty()
+    );
+    let prefix = KeyPrefix::default();
+    let listed = store
+        .list(
+            &b.tenant,
+            &ListQuery {
+                scope: &b.scope,
+                prefix: &prefix,
+                after: None,
+                limit: 10,
+                include_reserved: true,
+            },
+        )
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        vec!["other"]
+    );
+    let scopes = store
+        .list_scopes(&b.tenant, None, None, 10)
+        .await
+        .expect("scopes");
+    assert_eq!(scopes.len(), 1);
+    assert_eq!(scopes[0].entry_count, 1);
+    let stranger = store
+        .list_scopes(&Tenant::new("tenant-c"), None, None, 10)
+        .await
+        .expect("scopes");
+    assert!(stranger.is_empty());
+    // A deleted key in one tenant is untouched in the other.
+    let gone = b.write("shared/key", Mutation::Delete, None, None).await;
+    assert_eq!(gone.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
+    assert!(store.get(&a.tenant, &a.scope, &k, None).await.is_ok());
+}
+
+async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
+    let w = writer(&store, "t1");
+    for name in ["a/b", "a/bc", "a/b/c", "ab", "a", "_compaction/1"] {
+        w.set(name, json!(name)).await;
+    }
+    w.set("dead", json!(1)).await;
+    w.write("dead", Mutation::Delete, None, None)
+        .await
+        .expect("delete");
+
+    let list = |prefix: &str, after: Option<&str>, limit: i64, include_reserved: bool| {
+        let prefix = KeyPrefix::parse("key_prefix", prefix).expect("prefix");
+        let after = after.map(str::to_owned);
+        let store = &store;
+        let tenant = w.tenant.clone();
+        let scope = w.scope.clone();
+        async move {
+            store
+                .list(
+                    &tenant,
+                    &ListQuery {
+                        scope: &scope,
+                        prefix: &prefix,
+                        after: after.as_deref(),
+                        limit,
+                        include_reserved,
+                    },
+                )
+                .await
+                .expect("list")
+                .into_iter()
+                .map(|e| e.key.as_str().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        list("", None, 100, false).await,
+        vec!["a", "a/b", "a/b/c", "a/bc", "ab"]
+    );
+    assert_eq!(
+        list("", None, 100, true).await,
+        vec!["_compaction/1", "a", "a/b", "a/b/c", "a/bc", "ab"]
+    );
+    assert_eq!(
+        list("a/b", None, 100, false).await,
+        vec!["a/b", "a/b/c", "a/bc"]
+    );
+    assert_eq!(list("a/b/", None, 100, false).await, vec!["a/b/c"]);
+    assert_eq!(
+        list("a/b", Some("a/b"), 100, false).await,
+        vec!["a/b/c", "a/bc"]
+    );
+    assert_eq!(list("", Some("a/b"), 2, false).await, vec!["a/b/c", "a/bc"]);
+    assert!(list("zzz", None, 100, false).await.is_empty());
+}
+
+async fn conditional_writes<S: Store>(store: S) {
+    let w = writer(&store, "t1");
+    let one = value(json!(1));
+    let set = |expected| w.write("k", Mutation::Set(&one), expected, None);
+    // Expected version 0: only when the key has no live value.
+    assert_eq!(set(Some(0)).await.expect("create").version, 1);
+    match set(Some(0)).await {
+        Err(Error::VersionMismatch {
+            expected: 0,
+            current: 1,
+        }) => {}
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    assert_eq!(set(Some(1)).await.expect("cas").version, 2);
+    match set(Some(1)).await {
+        Err(Error::VersionMismatch {
+            expected: 1,
+            current: 2,
+        }) => {}
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    match w.write("k", Mutation::Delete, Some(1), None).await {
+        Err(Error::VersionMismatch {
+            expected: 1,
+            current: 2,
+        }) => {}
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    assert_eq!(
+        w.write("k", Mutation::Delete, Some(2), None)
+            .await
+            .expect("delete")
+            .version,
+        3
+    );
+    // After a delete, "must not exist" holds again.
+    assert_eq!(set(Some(0)).await.expect("recreate").version, 4);
+    // A positive expectation on a key that was never written fails.
+    match w.write("fresh", Mutation::Set(&one), Some(3), None).await {
+        Err(Error::VersionMismatch {
+            expected: 3,
+            current: 0,
+        }) => {}
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .head(&w.tenant, &w.scope, &key("fresh"))
+            .await
+            .expect("head"),
+        None
+    );
+}
+
+async fn request_ids_replay_and_expire<S: Store>(store: S) {
+    let w = writer(&store, "t1");
+    let one = value(json!(1));
+    let stamp = RequestStamp {
+        id: "req-1",
+        fingerprint: [7; 32],
+    };
+    let first = w
+        .write("k", Mutation::Set(&one), Some(0), Some(stamp))
+        .await
+        .expect("first");
+    // The retry of a compare-and-set that already won returns the first
+    // result instead of a mismatch.
+    let retry = w
+        .write("k", Mutation::Set(&one), Some(0), Some(stamp))
+        .await
+        .expect("retry");
+    assert_eq!(retry.version, first.version);
+    assert_eq!(retry.value, first.value);
+    let history = store
+        .history(&w.tenant, &w.scope, &key("k"), 1, 10)
+        .await
+        .expect("history");
+    assert_eq!(history.len(), 1);
+
+    let reused = RequestStamp {
+        id: "req-1",
+        fingerprint: [8; 32],
+    };
+    let err = w.write("k", Mutation::Set(&one), None, Some(reused)).await;
+    assert_eq!(err.err().map(|e| e.reason()), Some(Reason::RequestIdReused));
+
+    // The same id in another tenant is another request.
+    let other = writer(&store, "t2");
+    assert_eq!(
+        other
+            .write("k", Mutation::Set(&one), None, Some(stamp))
+            .await
+            .expect("t2")
+            .version,
+        1
+    );
+
+    // A failed write records nothing, so its retry runs again.
+    let failing = RequestStamp {
+        id: "req-2",
+        fingerprint: [9; 32],
+    };
+    assert!(
+        w.write("k", Mutation::Set(&one), Some(5), Some(failing))
+            .await
+            .is_err()
+    );
+    assert!(
+        w.write("k", Mutation::Set(&one), Some(1), Some(failing))
+            .await
+            .is_ok()
+    );
+
+    let pruned = store
+        .prune_request_ids(Utc::now() + chrono::Duration::seconds(1))
+        .await
+        .expect("prune");
+    assert_eq!(pruned, 3);
+    // Once forgotten, the id is free again.
+    let again = w
+        .write("k", Mutation::Set(&one), None, Some(reused))
+        .await
+        .expect("fresh");
+    assert_eq!(again.version, 3);
+}
+
+async fn scopes_with_live_counts<S: Store>(store: S) {
+    let tenant = Tenant::new("t1");
+    for (scope_type, name, keys) in [
+        (ScopeType::Flow, "flow-b", 1),
+        (ScopeType::Namespace, "ns-a", 3),
+        (ScopeType::Flow, "flow-a", 2),
+        (ScopeType::Execution, "exec-1", 1),
+    ] {
+        let w = Writer {
+            store: &store,
+            tenant: tenant.clone(),
+            scope: scope(scope_type, name),
+        };
+        for i in 0..keys {
+            w.set(&format!("k{i}"), json!(i)).await;
+        }
+        if name == "ns-a" {
+            w.write("k0", Mutation::Delete, None, None)
+                .await
+                .expect("delete");
+            w.set("_compaction/audit", json!("audit")).await;
+        }
+    }
+    let all = store
+        .list_scopes(&tenant, None, None, 100)
+        .await
+        .expect("scopes");
+    let shape: Vec<(ScopeType, &str, i64)> = all
+        .iter()
+        .map(|s| (s.scope.scope_type, s.scope.name.as_str(), s.entry_count))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (ScopeType::Namespace, "ns-a", 2),
+            (ScopeType::Flow, "flow-a", 2),
+            (ScopeType::Flow, "flow-b", 1),
+            (ScopeType::Execution, "exec-1", 1),
+        ]
+    );
+    let flows = store
+        .list_scopes(&tenant, Some(ScopeType::Flow), None, 100)
+        .await
+        .expect("flows");
+    assert_eq!(flows.len(), 2);
+    let after = store
+        .list_scopes(&tenant, None, Some(&all[1].scope), 100)
+        .await
+        .expect("after");
+    assert_eq!(
+        after
+            .iter()
+            .map(|s| s.scope.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["flow-b", "exec-1"]
+    );
+}
+
+macro_rules! store_suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            use engram::store::Store;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = crate::helpers::TestDb::new(crate::helpers::Backend::Sqlite).await;
+                    let store = db.sqlite_store().await;
+                    store.migrate().await.expect("migrate");
+                    super::$name(store).await
+                }
+            )*
+        }
+        mod postgres {
+            use engram::store::Store;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = crate::helpers::TestDb::new(crate::helpers::Backend::Postgres).await;
+                    let store = db.pg_store().await;
+                    store.migrate().await.expect("migrate");
+                    super::$name(store).await
+                }
+            )*
+        }
+    };
+}
+
+store_suite!(
+    versions_tombstones_and_point_in_time,
+    tenants_never_see_each_other,
+    list_ranges_and_reserved_keys,
+    conditional_writes,
+    request_ids_replay_and_expire,
+    scopes_with_live_counts,
+);
