@@ -48,8 +48,11 @@ pub fn to_status(err: Error) -> Status {
                     ("current_version".to_owned(), current.to_string()),
                 ],
             );
-            let message =
-                format!("expected version {expected}, but the current version is {current}");
+            let message = if current == 0 {
+                format!("expected version {expected}, but the key has no live value")
+            } else {
+                format!("expected version {expected}, but the current version is {current}")
+            };
             Status::with_error_details(Code::Aborted, message, details)
         }
         Error::FailedPrecondition { message, .. } => {
