@@ -22,6 +22,8 @@ pub enum Reason {
     VersionNotFound,
     VersionMismatch,
     MemoryInCheckpoint,
+    SourceChanged,
+    SummarizerUnavailable,
     DatabaseUnavailable,
     Internal,
 }
@@ -45,6 +47,8 @@ impl Reason {
             Reason::VersionNotFound => "VERSION_NOT_FOUND",
             Reason::VersionMismatch => "VERSION_MISMATCH",
             Reason::MemoryInCheckpoint => "MEMORY_IN_CHECKPOINT",
+            Reason::SourceChanged => "SOURCE_CHANGED",
+            Reason::SummarizerUnavailable => "SUMMARIZER_UNAVAILABLE",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
             Reason::Internal => "INTERNAL",
         }
@@ -83,6 +87,13 @@ pub enum Error {
     /// The call is not allowed in the caller's current state.
     #[error("{message}")]
     FailedPrecondition { reason: Reason, message: String },
+    /// Another writer got there first; re-read and retry.
+    #[error("{message}")]
+    Conflict { reason: Reason, message: String },
+    /// A service Engram depends on (other than the database) failed; the
+    /// call changed nothing and may be retried.
+    #[error("{message}")]
+    DependencyUnavailable { reason: Reason, message: String },
     /// The database cannot be reached; the call may be retried.
     #[error("database unavailable")]
     Unavailable {
@@ -123,7 +134,9 @@ impl Error {
         match self {
             Error::InvalidArgument { reason, .. }
             | Error::NotFound { reason, .. }
-            | Error::FailedPrecondition { reason, .. } => *reason,
+            | Error::FailedPrecondition { reason, .. }
+            | Error::Conflict { reason, .. }
+            | Error::DependencyUnavailable { reason, .. } => *reason,
             Error::VersionMismatch { .. } => Reason::VersionMismatch,
             Error::Unavailable { .. } => Reason::DatabaseUnavailable,
             Error::Internal { .. } => Reason::Internal,

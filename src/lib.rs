@@ -11,6 +11,7 @@ pub mod memory;
 pub mod paging;
 pub mod server;
 pub mod store;
+pub mod summarizer;
 
 /// Code generated from `proto/engram/v1`.
 pub mod proto {

@@ -17,12 +17,15 @@ use tonic::server::NamedService;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::api::MemoryApi;
+use crate::api::{MemoryAdminApi, MemoryApi};
 use crate::config::{Config, MigrateMode};
 use crate::memory::Memory;
+use crate::memory::admin::MemoryAdmin;
 use crate::proto;
+use crate::proto::memory_admin_service_server::MemoryAdminServiceServer;
 use crate::proto::memory_service_server::MemoryServiceServer;
 use crate::store::{Backend, PgStore, SqliteStore, Store};
+use crate::summarizer::Extractive;
 
 /// How often expired idempotency records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
@@ -150,6 +153,13 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
 
     // A value at the limit must fit in a message; leave room for the rest.
     let max_message = config.limits.max_value_bytes.saturating_mul(2).max(4 << 20);
+    let admin = MemoryAdminServiceServer::new(MemoryAdminApi::new(MemoryAdmin::new(
+        store.clone(),
+        config.limits,
+        Arc::new(Extractive),
+    )))
+    .max_decoding_message_size(max_message)
+    .max_encoding_message_size(max_message);
     let memory = MemoryServiceServer::new(MemoryApi::new(Memory::new(store, config.limits)))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
@@ -160,6 +170,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(memory)
+        .add_service(admin)
         .serve_with_incoming_shutdown(
             TcpListenerStream::new(grpc_listener),
             shutdown.clone().cancelled_owned(),

@@ -59,6 +59,16 @@ pub fn to_status(err: Error) -> Status {
             let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
             Status::with_error_details(Code::FailedPrecondition, message, details)
         }
+        Error::Conflict { message, .. } => {
+            let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
+            Status::with_error_details(Code::Aborted, message, details)
+        }
+        Error::DependencyUnavailable { message, .. } => {
+            tracing::warn!(%message, "dependency unavailable");
+            let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
+            details.set_retry_info(Some(std::time::Duration::from_secs(1)));
+            Status::with_error_details(Code::Unavailable, message, details)
+        }
         Error::Unavailable { source } => {
             tracing::warn!(error = %source, "database unavailable");
             let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);

@@ -13,7 +13,7 @@ use crate::error::{Error, Reason, Result};
 use crate::memory::{Key, KeyPrefix, Memory, ScopeName, ScopeSelector, WriteRequest};
 use crate::proto;
 use crate::proto::memory_service_server::MemoryService;
-use crate::store::Store;
+use crate::store::{ScopeFilter, Store};
 
 const MAX_REQUEST_ID_LEN: usize = 128;
 
@@ -225,9 +225,27 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         let ctx = caller_context(request.metadata()).map_err(to_status)?;
         let req = request.into_inner();
         let scope_type = scope_type_from_proto("scope_type", req.scope_type).map_err(to_status)?;
+        let flow = |field: &str, value: &str| -> Result<Option<()>> {
+            if value.is_empty() {
+                return Ok(None);
+            }
+            ScopeName::parse(field, value)?;
+            Ok(Some(()))
+        };
+        let flow_id = flow("flow_id", &req.flow_id)
+            .map_err(to_status)?
+            .map(|()| req.flow_id.as_str());
+        let flow_name = flow("flow_name", &req.flow_name)
+            .map_err(to_status)?
+            .map(|()| req.flow_name.as_str());
+        let filter = ScopeFilter {
+            scope_type,
+            flow_id,
+            flow_name,
+        };
         let page = self
             .memory
-            .list_scopes(&ctx, scope_type, req.page_size, &req.page_token)
+            .list_scopes(&ctx, filter, req.page_size, &req.page_token)
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::ListScopesResponse {

@@ -5,5 +5,7 @@ pub mod context;
 pub mod convert;
 pub mod error;
 pub mod memory;
+pub mod memory_admin;
 
 pub use memory::MemoryApi;
+pub use memory_admin::MemoryAdminApi;

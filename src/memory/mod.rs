@@ -2,6 +2,8 @@
 //! between a request and the store (caller context, default scope, limits,
 //! idempotency fingerprints).
 
+pub mod admin;
+pub mod audit;
 mod service;
 mod types;
 

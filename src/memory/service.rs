@@ -3,6 +3,9 @@
 //! stamping provenance, the value size limit, idempotency fingerprints and
 //! pagination.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use chrono::Utc;
 use futures::{Stream, TryStreamExt};
 use sha2::{Digest, Sha256};
@@ -13,7 +16,7 @@ use super::types::{
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::paging;
-use crate::store::{ListQuery, Mutation, RequestStamp, Store, Write};
+use crate::store::{ListQuery, Mutation, RequestStamp, ScopeFilter, Store, Write};
 
 /// How many versions `History` reads from the store at a time: enough to
 /// amortise the round trip, few enough that memory stays flat.
@@ -110,16 +113,112 @@ pub struct HistoryCursor {
     pub next_version: i64,
 }
 
+/// How many execution -> flow mappings a server keeps in memory.
+const KNOWN_EXECUTIONS: usize = 100_000;
+
+/// What this process knows of the execution registry: `(tenant, execution)`
+/// to `(flow_id, flow_name)`. An execution never changes flow, so entries
+/// never go stale; the map is only emptied when it grows too big.
+type ExecutionCache = Arc<Mutex<HashMap<(String, String), (String, String)>>>;
+
 /// Scoped memory over a store.
 #[derive(Debug, Clone)]
 pub struct Memory<S> {
     store: S,
     limits: MemoryLimits,
+    executions: ExecutionCache,
 }
 
 impl<S: Store> Memory<S> {
     pub fn new(store: S, limits: MemoryLimits) -> Self {
-        Memory { store, limits }
+        Memory {
+            store,
+            limits,
+            executions: ExecutionCache::default(),
+        }
+    }
+
+    pub fn limits(&self) -> MemoryLimits {
+        self.limits
+    }
+
+    fn cached_flow(&self, ctx: &CallerContext, execution: &str) -> Option<(String, String)> {
+        let key = (ctx.tenant.as_str().to_owned(), execution.to_owned());
+        self.executions.lock().ok()?.get(&key).cloned()
+    }
+
+    fn cache_flow(&self, ctx: &CallerContext, execution: &str, flow: (String, String)) {
+        if let Ok(mut cache) = self.executions.lock() {
+            if cache.len() >= KNOWN_EXECUTIONS {
+                cache.clear();
+            }
+            cache.insert((ctx.tenant.as_str().to_owned(), execution.to_owned()), flow);
+        }
+    }
+
+    /// Learns execution -> flow from an in-flow caller (once per process
+    /// per execution), so later detached writes into that execution and
+    /// `Reindex` can be tagged with its flow.
+    async fn learn_execution(&self, ctx: &CallerContext) -> Result<()> {
+        let Some(execution) = &ctx.execution_id else {
+            return Ok(());
+        };
+        if ctx.flow_id.is_none() && ctx.flow_name.is_none() {
+            return Ok(());
+        }
+        let flow = (
+            ctx.flow_id
+                .as_ref()
+                .map(|f| f.as_str().to_owned())
+                .unwrap_or_default(),
+            ctx.flow_name
+                .as_ref()
+                .map(|f| f.as_str().to_owned())
+                .unwrap_or_default(),
+        );
+        if self.cached_flow(ctx, execution.as_str()).as_ref() == Some(&flow) {
+            return Ok(());
+        }
+        self.store
+            .register_execution(
+                &ctx.tenant,
+                execution.as_str(),
+                &flow.0,
+                &flow.1,
+                Utc::now(),
+            )
+            .await?;
+        self.cache_flow(ctx, execution.as_str(), flow);
+        Ok(())
+    }
+
+    /// Who writes, and for execution scopes the flow discovery tags: from
+    /// the caller context when an execution writes its own scope, else from
+    /// the registry when the execution is known there.
+    async fn provenance(&self, ctx: &CallerContext, scope: &Scope) -> Result<Provenance> {
+        self.learn_execution(ctx).await?;
+        let mut provenance = own_provenance(ctx, scope);
+        if scope.scope_type == ScopeType::Execution
+            && provenance.flow_id.is_empty()
+            && provenance.flow_name.is_empty()
+        {
+            let execution = scope.name.as_str();
+            let flow = match self.cached_flow(ctx, execution) {
+                Some(flow) => Some(flow),
+                None => {
+                    let flow = self.store.execution_flow(&ctx.tenant, execution).await?;
+                    if let Some(flow) = &flow {
+                        self.cache_flow(ctx, execution, flow.clone());
+                    }
+                    flow
+                }
+            };
+            if let Some((flow_id, flow_name)) = flow {
+                provenance.flow_id = flow_id;
+                provenance.flow_name = flow_name;
+            }
+        }
+        Ok(provenance)
     }
 
     pub fn store(&self) -> &S {
@@ -159,7 +258,7 @@ impl<S: Store> Memory<S> {
                 ),
             ));
         }
-        let provenance = provenance(ctx, &scope);
+        let provenance = self.provenance(ctx, &scope).await?;
         let fingerprint = request
             .request_id
             .as_ref()
@@ -222,6 +321,7 @@ impl<S: Store> Memory<S> {
                     after: after.as_deref(),
                     limit: limit + 1,
                     include_reserved,
+                    descending: false,
                 },
             )
             .await?;
@@ -298,13 +398,18 @@ impl<S: Store> Memory<S> {
     pub async fn list_scopes(
         &self,
         ctx: &CallerContext,
-        scope_type: Option<ScopeType>,
+        filter: ScopeFilter<'_>,
         page_size: i32,
         page_token: &str,
     ) -> Result<ListPage<ScopeSummary>> {
         refuse_in_checkpoint(ctx)?;
         let limit = paging::page_size(page_size)?;
-        let query = paging::query_digest(&["scopes", scope_type.map_or("", ScopeType::as_str)]);
+        let query = paging::query_digest(&[
+            "scopes",
+            filter.scope_type.map_or("", ScopeType::as_str),
+            filter.flow_id.unwrap_or(""),
+            filter.flow_name.unwrap_or(""),
+        ]);
         let after: Option<(i16, String)> = paging::decode_token(&query, page_token)?;
         let after = after
             .map(|(scope_type, name)| {
@@ -326,7 +431,7 @@ impl<S: Store> Memory<S> {
             .transpose()?;
         let mut items = self
             .store
-            .list_scopes(&ctx.tenant, scope_type, after.as_ref(), limit + 1)
+            .list_scopes(&ctx.tenant, filter, after.as_ref(), limit + 1)
             .await?;
         let next_page_token = next_token(&mut items, limit, |last| {
             paging::encode_token(
@@ -343,7 +448,11 @@ impl<S: Store> Memory<S> {
 
 /// Trims a page fetched with one extra item and returns the token for the
 /// next page, or an empty token when the extra item was not there.
-fn next_token<T>(items: &mut Vec<T>, limit: i64, token: impl Fn(&T) -> String) -> String {
+pub(crate) fn next_token<T>(
+    items: &mut Vec<T>,
+    limit: i64,
+    token: impl Fn(&T) -> String,
+) -> String {
     if items.len() as i64 <= limit {
         return String::new();
     }
@@ -361,7 +470,7 @@ pub(crate) fn key_not_found_error(key: &Key) -> Error {
 
 /// Memory inside a checkpoint is refused: a cached or replayed checkpoint
 /// skips its body, so a read would go stale and a write would be lost.
-fn refuse_in_checkpoint(ctx: &CallerContext) -> Result<()> {
+pub(crate) fn refuse_in_checkpoint(ctx: &CallerContext) -> Result<()> {
     match &ctx.checkpoint_id {
         Some(checkpoint) => Err(Error::FailedPrecondition {
             reason: Reason::MemoryInCheckpoint,
@@ -376,9 +485,9 @@ fn refuse_in_checkpoint(ctx: &CallerContext) -> Result<()> {
 }
 
 /// The execution that writes, and the flow discovery tags when an execution
-/// writes into its own execution scope (the flow of any other execution is
-/// not known from this call).
-fn provenance(ctx: &CallerContext, scope: &Scope) -> Provenance {
+/// writes into its own execution scope (for any other execution scope they
+/// come from the registry).
+fn own_provenance(ctx: &CallerContext, scope: &Scope) -> Provenance {
     let execution_id = ctx
         .execution_id
         .as_ref()
@@ -427,7 +536,7 @@ fn fingerprint(
 
 /// The current time at the precision the stores keep (microseconds), so a
 /// write's response says exactly what a later read will.
-fn now_micros() -> chrono::DateTime<Utc> {
+pub(crate) fn now_micros() -> chrono::DateTime<Utc> {
     let now = Utc::now();
     chrono::DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
 }

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::context::Tenant;
 use crate::error::{Error, Reason, Result};
+use crate::memory::audit::{AuditRecord, MAX_RECORDED_KEYS};
 use crate::memory::{Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType, Value};
 
 mod postgres;
@@ -101,6 +102,55 @@ pub struct ListQuery<'a> {
     pub after: Option<&'a str>,
     pub limit: i64,
     pub include_reserved: bool,
+    /// Newest key first (the audit trail); `after` then means "before".
+    pub descending: bool,
+}
+
+/// Which scopes `list_scopes` returns.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScopeFilter<'a> {
+    pub scope_type: Option<ScopeType>,
+    /// Only execution scopes holding a version tagged with this flow id.
+    pub flow_id: Option<&'a str>,
+    /// Only execution scopes holding a version tagged with this flow name.
+    pub flow_name: Option<&'a str>,
+}
+
+/// A purge of one key, or of every key of a scope.
+#[derive(Debug, Clone)]
+pub struct Purge<'a> {
+    pub scope: &'a Scope,
+    /// One key, or every key of the scope (audit keys never).
+    pub key: Option<&'a Key>,
+    /// Versions to keep per key; `None` deletes them all.
+    pub keep: Option<i64>,
+    /// Also purge keys whose newest version is a tombstone.
+    pub include_deleted: bool,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PurgeOutcome {
+    pub versions_deleted: i64,
+    pub keys_affected: i64,
+    /// The audit record written, when anything was deleted for real.
+    pub record: Option<AuditRecord>,
+}
+
+/// A source of a compaction and the head version it had when it was read;
+/// the summary is only written if every source still has that version.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    pub key: &'a Key,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReindexOutcome {
+    pub versions_scanned: i64,
+    pub tags_added: i64,
+    /// Execution scopes whose flow is unknown, with their untagged versions.
+    pub unknown: Vec<(String, i64)>,
 }
 
 /// The storage interface. Every method is scoped to one tenant, and every
@@ -161,10 +211,57 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn list_scopes(
         &self,
         tenant: &Tenant,
-        scope_type: Option<ScopeType>,
+        filter: ScopeFilter<'_>,
         after: Option<&Scope>,
         limit: i64,
     ) -> impl Future<Output = Result<Vec<ScopeSummary>>> + Send;
+
+    /// Hard-deletes old versions (see [`Purge`]) and, unless it is a dry run
+    /// or nothing was deleted, writes `record` (completed with the counts) in
+    /// the same transaction.
+    fn purge(
+        &self,
+        tenant: &Tenant,
+        purge: &Purge<'_>,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<PurgeOutcome>> + Send;
+
+    /// Writes a compaction summary and its audit record in one transaction,
+    /// only if every fenced source still has the version it was read at
+    /// (else `Conflict`, reason `SOURCE_CHANGED`).
+    fn compact(
+        &self,
+        tenant: &Tenant,
+        fences: &[Fence<'_>],
+        write: &Write<'_>,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<(Entry, AuditRecord)>> + Send;
+
+    /// Records which flow an execution belongs to (first one wins; blanks
+    /// are filled in later).
+    fn register_execution(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+        flow_id: &str,
+        flow_name: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The `(flow_id, flow_name)` of a known execution.
+    fn execution_flow(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+    ) -> impl Future<Output = Result<Option<(String, String)>>> + Send;
+
+    /// Backfills missing flow tags of execution-scoped versions from the
+    /// registry (or only counts them when `apply` is false).
+    fn reindex(
+        &self,
+        tenant: &Tenant,
+        apply: bool,
+    ) -> impl Future<Output = Result<ReindexOutcome>> + Send;
 
     /// Forgets idempotency records written before `before`; returns how many.
     fn prune_request_ids(&self, before: DateTime<Utc>) -> impl Future<Output = Result<u64>> + Send;
@@ -188,7 +285,7 @@ fn write_refused(write: &Write<'_>, head: Option<Head>) -> Error {
     }
 }
 
-pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
+pub fn key_deleted(key: &Key, version: i64) -> Error {
     Error::NotFound {
         reason: Reason::KeyDeleted,
         message: format!("key {:?} was deleted at version {version}", key.as_str()),
@@ -403,5 +500,64 @@ fn live_entry(entry: Entry) -> Result<Entry> {
         Err(key_deleted(&entry.key, entry.version))
     } else {
         Ok(entry)
+    }
+}
+
+/// Completes a purge record from the per-key counts of deleted versions.
+fn purge_outcome(
+    purge: &Purge<'_>,
+    deleted: &[(String, i64)],
+    mut record: AuditRecord,
+) -> PurgeOutcome {
+    let versions_deleted = deleted.iter().map(|(_, n)| n).sum();
+    let keys_affected = deleted.len() as i64;
+    let wrote = !purge.dry_run && versions_deleted > 0;
+    record.versions_deleted = versions_deleted;
+    record.keys_affected = keys_affected;
+    record.keep = purge.keep;
+    record.source_keys = deleted
+        .iter()
+        .take(MAX_RECORDED_KEYS)
+        .map(|(k, _)| k.clone())
+        .collect();
+    PurgeOutcome {
+        versions_deleted,
+        keys_affected,
+        record: wrote.then_some(record),
+    }
+}
+
+/// The write that stores an audit record.
+fn audit_write<'a>(
+    scope: &'a Scope,
+    key: &'a Key,
+    value: &'a Value,
+    provenance: &'a Provenance,
+    now: DateTime<Utc>,
+) -> Write<'a> {
+    Write {
+        scope,
+        key,
+        mutation: Mutation::Set(value),
+        expected_version: None,
+        request: None,
+        provenance,
+        now,
+    }
+}
+
+fn source_changed(key: &Key, read: i64, now: Option<i64>) -> Error {
+    Error::Conflict {
+        reason: Reason::SourceChanged,
+        message: match now {
+            Some(now) => format!(
+                "{:?} changed while it was being summarised (read at version {read}, now {now}); nothing was written, compact again",
+                key.as_str()
+            ),
+            None => format!(
+                "{:?} was purged while it was being summarised; nothing was written",
+                key.as_str()
+            ),
+        },
     }
 }

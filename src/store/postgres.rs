@@ -12,11 +12,14 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
 
 use super::{
-    Head, HeadUpdate, ListQuery, StoreOptions, VersionRow, Write, check_replay, ensure_found,
-    live_entry, schema_is_current, version_not_found, write_refused,
+    Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome, ScopeFilter,
+    StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found, live_entry,
+    purge_outcome, schema_is_current, source_changed, version_not_found, write_refused,
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::memory::Provenance;
+use crate::memory::audit::AuditRecord;
 use crate::memory::{Entry, Key, Scope, ScopeName, ScopeSummary, ScopeType, key_not_found_error};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -320,20 +323,31 @@ impl super::Store for PgStore {
 
     async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
         let (low, high) = query.prefix.range();
+        let (bound, order) = if query.descending {
+            (
+                query.after.map_or(high.clone(), str::to_owned),
+                "h.key < $6 ORDER BY h.key DESC",
+            )
+        } else {
+            (
+                query.after.unwrap_or("").to_owned(),
+                "h.key > $6 ORDER BY h.key",
+            )
+        };
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {VERSION_COLUMNS} FROM memory_heads h \
              JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
              WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND NOT h.deleted \
-             AND h.key >= $4 AND h.key < $5 AND h.key > $6 \
+             AND h.key >= $4 AND h.key < $5 \
              AND ($7 OR substr(h.key, 1, 12) <> '_compaction/') \
-             ORDER BY h.key LIMIT $8"
+             AND {order} LIMIT $8"
         )))
         .bind(tenant.as_str())
         .bind(query.scope.scope_type.as_i16())
         .bind(query.scope.name.as_str())
         .bind(low)
         .bind(high)
-        .bind(query.after.unwrap_or(""))
+        .bind(bound)
         .bind(query.include_reserved)
         .bind(query.limit)
         .fetch_all(&self.pool)
@@ -372,7 +386,7 @@ impl super::Store for PgStore {
     async fn list_scopes(
         &self,
         tenant: &Tenant,
-        scope_type: Option<ScopeType>,
+        filter: ScopeFilter<'_>,
         after: Option<&Scope>,
         limit: i64,
     ) -> Result<Vec<ScopeSummary>> {
@@ -381,16 +395,214 @@ impl super::Store for PgStore {
              count(*) FILTER (WHERE NOT deleted AND substr(key, 1, 12) <> '_compaction/') \
              FROM memory_heads \
              WHERE tenant = $1 AND ($2 = 0 OR scope_type = $2) AND (scope_type, scope) > ($3, $4) \
+             AND ($6 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
+                 WHERE tenant = $1 AND scope_type = 3 AND flow_id <> '' AND flow_id = $6))) \
+             AND ($7 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
+                 WHERE tenant = $1 AND scope_type = 3 AND flow_name <> '' AND flow_name = $7))) \
              GROUP BY scope_type, scope ORDER BY scope_type, scope LIMIT $5",
         )
         .bind(tenant.as_str())
-        .bind(scope_type.map_or(0, ScopeType::as_i16))
+        .bind(filter.scope_type.map_or(0, ScopeType::as_i16))
         .bind(after.map_or(0, |scope| scope.scope_type.as_i16()))
         .bind(after.map_or("", |scope| scope.name.as_str()))
         .bind(limit)
+        .bind(filter.flow_id.unwrap_or(""))
+        .bind(filter.flow_name.unwrap_or(""))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(scope_summary).collect()
+    }
+
+    async fn purge(
+        &self,
+        tenant: &Tenant,
+        purge: &Purge<'_>,
+        record: AuditRecord,
+    ) -> Result<PurgeOutcome> {
+        // The versions to go: all but the newest `keep` of each target key.
+        // Versions of a key are always a contiguous range ending at the head
+        // (purges remove the oldest), so "newest keep" is a version bound.
+        const TARGETS: &str = "h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
+             AND ($4::text IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
+             AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6";
+        let keep = purge.keep.unwrap_or(0);
+        let mut tx = self.pool.begin().await?;
+        let rows = if purge.dry_run {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT v.key, count(*) FROM memory_versions v \
+                 JOIN memory_heads h USING (tenant, scope_type, scope, key) \
+                 WHERE {TARGETS} GROUP BY v.key ORDER BY v.key"
+            )))
+        } else {
+            // Keys left with no version lose their head too, unless a write
+            // moved the head meanwhile (then its new version stays).
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "WITH victims AS ( \
+                   DELETE FROM memory_versions v USING memory_heads h \
+                   WHERE v.tenant = h.tenant AND v.scope_type = h.scope_type AND v.scope = h.scope \
+                   AND v.key = h.key AND {TARGETS} \
+                   RETURNING v.key, h.version AS head_version \
+                 ), emptied AS ( \
+                   DELETE FROM memory_heads h USING (SELECT DISTINCT key, head_version FROM victims) e \
+                   WHERE $6 = 0 AND h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
+                   AND h.key = e.key AND h.version = e.head_version \
+                 ) \
+                 SELECT key, count(*) FROM victims GROUP BY key ORDER BY key"
+            )))
+        }
+        .bind(tenant.as_str())
+        .bind(purge.scope.scope_type.as_i16())
+        .bind(purge.scope.name.as_str())
+        .bind(purge.key.map(Key::as_str))
+        .bind(purge.include_deleted || purge.key.is_some())
+        .bind(keep)
+        .fetch_all(&mut *tx)
+        .await?;
+        let deleted = rows
+            .iter()
+            .map(|row| Ok((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let outcome = purge_outcome(purge, &deleted, record);
+        if let Some(record) = &outcome.record {
+            let value = record.to_value()?;
+            let key = record.key();
+            let provenance = Provenance::default();
+            let write = audit_write(purge.scope, &key, &value, &provenance, record.timestamp);
+            Self::write_in(&mut *tx, tenant, &write).await?;
+        }
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn compact(
+        &self,
+        tenant: &Tenant,
+        fences: &[Fence<'_>],
+        write: &Write<'_>,
+        mut record: AuditRecord,
+    ) -> Result<(Entry, AuditRecord)> {
+        let mut tx = self.pool.begin().await?;
+        for fence in fences {
+            // Lock each source's head so no write slips in before commit.
+            let now: Option<i64> = sqlx::query_scalar(
+                "SELECT version FROM memory_heads \
+                 WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4 FOR UPDATE",
+            )
+            .bind(tenant.as_str())
+            .bind(write.scope.scope_type.as_i16())
+            .bind(write.scope.name.as_str())
+            .bind(fence.key.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+            if now != Some(fence.version) {
+                return Err(source_changed(fence.key, fence.version, now));
+            }
+        }
+        let version = Self::write_in(&mut *tx, tenant, write)
+            .await?
+            .ok_or_else(|| Error::internal("unconditional write refused"))?;
+        record.target_version = version;
+        let value = record.to_value()?;
+        let key = record.key();
+        let provenance = Provenance::default();
+        Self::write_in(
+            &mut *tx,
+            tenant,
+            &audit_write(write.scope, &key, &value, &provenance, record.timestamp),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((write.entry(version), record))
+    }
+
+    async fn register_execution(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+        flow_id: &str,
+        flow_name: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO memory_executions AS e (tenant, execution_id, flow_id, flow_name, create_time) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (tenant, execution_id) DO UPDATE SET \
+               flow_id = CASE WHEN e.flow_id = '' THEN EXCLUDED.flow_id ELSE e.flow_id END, \
+               flow_name = CASE WHEN e.flow_name = '' THEN EXCLUDED.flow_name ELSE e.flow_name END \
+             WHERE (e.flow_id = '' AND EXCLUDED.flow_id <> '') OR (e.flow_name = '' AND EXCLUDED.flow_name <> '')",
+        )
+        .bind(tenant.as_str())
+        .bind(execution_id)
+        .bind(flow_id)
+        .bind(flow_name)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn execution_flow(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+    ) -> Result<Option<(String, String)>> {
+        let row = sqlx::query("SELECT flow_id, flow_name FROM memory_executions WHERE tenant = $1 AND execution_id = $2")
+            .bind(tenant.as_str())
+            .bind(execution_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .transpose()
+    }
+
+    async fn reindex(&self, tenant: &Tenant, apply: bool) -> Result<ReindexOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let versions_scanned: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM memory_versions \
+             WHERE tenant = $1 AND scope_type = 3 AND flow_id = '' AND flow_name = ''",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        const FIXABLE: &str = "e.tenant = v.tenant AND e.execution_id = v.scope \
+             AND v.tenant = $1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = '' \
+             AND (e.flow_id <> '' OR e.flow_name <> '')";
+        let tags_added = if apply {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE memory_versions v SET flow_id = e.flow_id, flow_name = e.flow_name \
+                 FROM memory_executions e WHERE {FIXABLE}"
+            )))
+            .bind(tenant.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected() as i64
+        } else {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM memory_versions v JOIN memory_executions e ON {FIXABLE}"
+            )))
+            .bind(tenant.as_str())
+            .fetch_one(&mut *tx)
+            .await?
+        };
+        let unknown = sqlx::query(
+            "SELECT v.scope, count(*) FROM memory_versions v \
+             WHERE v.tenant = $1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = '' \
+             AND NOT EXISTS (SELECT 1 FROM memory_executions e WHERE e.tenant = v.tenant \
+                 AND e.execution_id = v.scope AND (e.flow_id <> '' OR e.flow_name <> '')) \
+             GROUP BY v.scope ORDER BY v.scope LIMIT 100",
+        )
+        .bind(tenant.as_str())
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect::<Result<Vec<_>>>()?;
+        tx.commit().await?;
+        Ok(ReindexOutcome {
+            versions_scanned,
+            tags_added,
+            unknown,
+        })
     }
 
     async fn prune_request_ids(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {

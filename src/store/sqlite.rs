@@ -12,14 +12,18 @@ use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
 };
-use sqlx::{Executor, Row, Sqlite};
+use sqlx::{Executor, Row, Sqlite, SqliteConnection};
 
 use super::{
-    Head, HeadUpdate, ListQuery, StoreOptions, VersionRow, Write, check_replay, ensure_found,
-    from_micros, live_entry, schema_is_current, to_micros, version_not_found, write_refused,
+    Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome, ScopeFilter,
+    StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found, from_micros,
+    live_entry, purge_outcome, schema_is_current, source_changed, to_micros, version_not_found,
+    write_refused,
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::memory::Provenance;
+use crate::memory::audit::AuditRecord;
 use crate::memory::{Entry, Key, Scope, ScopeName, ScopeSummary, ScopeType, key_not_found_error};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -157,6 +161,57 @@ impl SqliteStore {
         row.map(|row| version_row(&row)?.into_entry(scope))
             .transpose()
     }
+
+    /// Bumps the head and inserts the version; `None` when the write's
+    /// condition refused it. Runs inside the caller's transaction.
+    async fn write_in(
+        conn: &mut SqliteConnection,
+        tenant: &Tenant,
+        write: &Write<'_>,
+    ) -> Result<Option<i64>> {
+        let update = HeadUpdate::of(write);
+        let statement = match update {
+            HeadUpdate::SetAny => SET_ANY,
+            HeadUpdate::SetIfAbsent => SET_IF_ABSENT,
+            HeadUpdate::SetIfVersion(_) => SET_IF_VERSION,
+            HeadUpdate::DeleteAny => DELETE_ANY,
+            HeadUpdate::DeleteIfVersion(_) => DELETE_IF_VERSION,
+        };
+        let mut head = sqlx::query_scalar(statement)
+            .bind(tenant.as_str())
+            .bind(write.scope.scope_type.as_i16())
+            .bind(write.scope.name.as_str())
+            .bind(write.key.as_str())
+            .bind(to_micros(write.now));
+        if let HeadUpdate::SetIfVersion(expected) | HeadUpdate::DeleteIfVersion(expected) = update {
+            head = head.bind(expected);
+        }
+        let version: Option<i64> = head.fetch_optional(&mut *conn).await?;
+        let Some(version) = version else {
+            return Ok(None);
+        };
+
+        sqlx::query(
+            "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
+             execution_id, flow_id, flow_name, create_time) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .bind(tenant.as_str())
+        .bind(write.scope.scope_type.as_i16())
+        .bind(write.scope.name.as_str())
+        .bind(write.key.as_str())
+        .bind(version)
+        .bind(write.mutation.value())
+        .bind(write.mutation.is_delete())
+        .bind(write.provenance.execution_id.as_str())
+        .bind(write.provenance.flow_id.as_str())
+        .bind(write.provenance.flow_name.as_str())
+        .bind(to_micros(write.now))
+        .execute(&mut *conn)
+        .await?;
+
+        Ok(Some(version))
+    }
 }
 
 fn version_row(row: &SqliteRow) -> Result<VersionRow> {
@@ -215,47 +270,10 @@ impl super::Store for SqliteStore {
             }
         }
 
-        let update = HeadUpdate::of(write);
-        let statement = match update {
-            HeadUpdate::SetAny => SET_ANY,
-            HeadUpdate::SetIfAbsent => SET_IF_ABSENT,
-            HeadUpdate::SetIfVersion(_) => SET_IF_VERSION,
-            HeadUpdate::DeleteAny => DELETE_ANY,
-            HeadUpdate::DeleteIfVersion(_) => DELETE_IF_VERSION,
-        };
-        let mut head = sqlx::query_scalar(statement)
-            .bind(tenant.as_str())
-            .bind(write.scope.scope_type.as_i16())
-            .bind(write.scope.name.as_str())
-            .bind(write.key.as_str())
-            .bind(to_micros(write.now));
-        if let HeadUpdate::SetIfVersion(expected) | HeadUpdate::DeleteIfVersion(expected) = update {
-            head = head.bind(expected);
-        }
-        let version: Option<i64> = head.fetch_optional(&mut *tx).await?;
-        let Some(version) = version else {
+        let Some(version) = Self::write_in(&mut tx, tenant, write).await? else {
             let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
             return Err(write_refused(write, head));
         };
-
-        sqlx::query(
-            "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
-             execution_id, flow_id, flow_name, create_time) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )
-        .bind(tenant.as_str())
-        .bind(write.scope.scope_type.as_i16())
-        .bind(write.scope.name.as_str())
-        .bind(write.key.as_str())
-        .bind(version)
-        .bind(write.mutation.value())
-        .bind(write.mutation.is_delete())
-        .bind(write.provenance.execution_id.as_str())
-        .bind(write.provenance.flow_id.as_str())
-        .bind(write.provenance.flow_name.as_str())
-        .bind(to_micros(write.now))
-        .execute(&mut *tx)
-        .await?;
 
         if let Some(stamp) = write.request {
             sqlx::query(
@@ -317,20 +335,31 @@ impl super::Store for SqliteStore {
 
     async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
         let (low, high) = query.prefix.range();
+        let (bound, order) = if query.descending {
+            (
+                query.after.map_or(high.clone(), str::to_owned),
+                "h.key < ?6 ORDER BY h.key DESC",
+            )
+        } else {
+            (
+                query.after.unwrap_or("").to_owned(),
+                "h.key > ?6 ORDER BY h.key",
+            )
+        };
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {VERSION_COLUMNS} FROM memory_heads h \
              JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
              WHERE h.tenant = ?1 AND h.scope_type = ?2 AND h.scope = ?3 AND h.deleted = 0 \
-             AND h.key >= ?4 AND h.key < ?5 AND h.key > ?6 \
+             AND h.key >= ?4 AND h.key < ?5 \
              AND (?7 OR substr(h.key, 1, 12) <> '_compaction/') \
-             ORDER BY h.key LIMIT ?8"
+             AND {order} LIMIT ?8"
         )))
         .bind(tenant.as_str())
         .bind(query.scope.scope_type.as_i16())
         .bind(query.scope.name.as_str())
         .bind(low)
         .bind(high)
-        .bind(query.after.unwrap_or(""))
+        .bind(bound)
         .bind(query.include_reserved)
         .bind(query.limit)
         .fetch_all(&self.reader)
@@ -369,7 +398,7 @@ impl super::Store for SqliteStore {
     async fn list_scopes(
         &self,
         tenant: &Tenant,
-        scope_type: Option<ScopeType>,
+        filter: ScopeFilter<'_>,
         after: Option<&Scope>,
         limit: i64,
     ) -> Result<Vec<ScopeSummary>> {
@@ -378,16 +407,217 @@ impl super::Store for SqliteStore {
              count(*) FILTER (WHERE deleted = 0 AND substr(key, 1, 12) <> '_compaction/') \
              FROM memory_heads \
              WHERE tenant = ?1 AND (?2 = 0 OR scope_type = ?2) AND (scope_type, scope) > (?3, ?4) \
+             AND (?6 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
+                 WHERE tenant = ?1 AND scope_type = 3 AND flow_id <> '' AND flow_id = ?6))) \
+             AND (?7 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
+                 WHERE tenant = ?1 AND scope_type = 3 AND flow_name <> '' AND flow_name = ?7))) \
              GROUP BY scope_type, scope ORDER BY scope_type, scope LIMIT ?5",
         )
         .bind(tenant.as_str())
-        .bind(scope_type.map_or(0, ScopeType::as_i16))
+        .bind(filter.scope_type.map_or(0, ScopeType::as_i16))
         .bind(after.map_or(0, |scope| scope.scope_type.as_i16()))
         .bind(after.map_or("", |scope| scope.name.as_str()))
         .bind(limit)
+        .bind(filter.flow_id.unwrap_or(""))
+        .bind(filter.flow_name.unwrap_or(""))
         .fetch_all(&self.reader)
         .await?;
         rows.iter().map(scope_summary).collect()
+    }
+
+    async fn purge(
+        &self,
+        tenant: &Tenant,
+        purge: &Purge<'_>,
+        record: AuditRecord,
+    ) -> Result<PurgeOutcome> {
+        // See the Postgres store: all but the newest `keep` versions of each
+        // target key. The writer transaction is exclusive, so the count and
+        // the deletes see the same data.
+        const TARGETS: &str = "h.tenant = ?1 AND h.scope_type = ?2 AND h.scope = ?3 \
+             AND (?4 IS NULL OR h.key = ?4) AND substr(h.key, 1, 12) <> '_compaction/' \
+             AND (?5 OR h.deleted = 0)";
+        let keep = purge.keep.unwrap_or(0);
+        let include_deleted = purge.include_deleted || purge.key.is_some();
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT v.key, count(*) FROM memory_versions v \
+             JOIN memory_heads h USING (tenant, scope_type, scope, key) \
+             WHERE {TARGETS} AND v.version <= h.version - ?6 GROUP BY v.key ORDER BY v.key"
+        )))
+        .bind(tenant.as_str())
+        .bind(purge.scope.scope_type.as_i16())
+        .bind(purge.scope.name.as_str())
+        .bind(purge.key.map(Key::as_str))
+        .bind(include_deleted)
+        .bind(keep)
+        .fetch_all(&mut *tx)
+        .await?;
+        let deleted = rows
+            .iter()
+            .map(|row| Ok((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let outcome = purge_outcome(purge, &deleted, record);
+        if let Some(record) = &outcome.record {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM memory_versions AS v WHERE v.tenant = ?1 AND v.scope_type = ?2 \
+                 AND v.scope = ?3 AND EXISTS (SELECT 1 FROM memory_heads h \
+                   WHERE h.tenant = v.tenant AND h.scope_type = v.scope_type AND h.scope = v.scope \
+                   AND h.key = v.key AND {TARGETS} AND v.version <= h.version - ?6)"
+            )))
+            .bind(tenant.as_str())
+            .bind(purge.scope.scope_type.as_i16())
+            .bind(purge.scope.name.as_str())
+            .bind(purge.key.map(Key::as_str))
+            .bind(include_deleted)
+            .bind(keep)
+            .execute(&mut *tx)
+            .await?;
+            if keep == 0 {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DELETE FROM memory_heads AS h WHERE {TARGETS} AND NOT EXISTS ( \
+                       SELECT 1 FROM memory_versions v WHERE v.tenant = h.tenant \
+                       AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)"
+                )))
+                .bind(tenant.as_str())
+                .bind(purge.scope.scope_type.as_i16())
+                .bind(purge.scope.name.as_str())
+                .bind(purge.key.map(Key::as_str))
+                .bind(include_deleted)
+                .execute(&mut *tx)
+                .await?;
+            }
+            let value = record.to_value()?;
+            let key = record.key();
+            let provenance = Provenance::default();
+            let write = audit_write(purge.scope, &key, &value, &provenance, record.timestamp);
+            Self::write_in(&mut tx, tenant, &write).await?;
+        }
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn compact(
+        &self,
+        tenant: &Tenant,
+        fences: &[Fence<'_>],
+        write: &Write<'_>,
+        mut record: AuditRecord,
+    ) -> Result<(Entry, AuditRecord)> {
+        // The writer transaction is exclusive: no write can slip in between
+        // the fence check and the commit.
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        for fence in fences {
+            let now = Self::head_in(&mut *tx, tenant, write.scope, fence.key)
+                .await?
+                .map(|head| head.version);
+            if now != Some(fence.version) {
+                return Err(source_changed(fence.key, fence.version, now));
+            }
+        }
+        let version = Self::write_in(&mut tx, tenant, write)
+            .await?
+            .ok_or_else(|| Error::internal("unconditional write refused"))?;
+        record.target_version = version;
+        let value = record.to_value()?;
+        let key = record.key();
+        let provenance = Provenance::default();
+        Self::write_in(
+            &mut tx,
+            tenant,
+            &audit_write(write.scope, &key, &value, &provenance, record.timestamp),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((write.entry(version), record))
+    }
+
+    async fn register_execution(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+        flow_id: &str,
+        flow_name: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO memory_executions (tenant, execution_id, flow_id, flow_name, create_time) \
+             VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (tenant, execution_id) DO UPDATE SET \
+               flow_id = CASE WHEN flow_id = '' THEN excluded.flow_id ELSE flow_id END, \
+               flow_name = CASE WHEN flow_name = '' THEN excluded.flow_name ELSE flow_name END \
+             WHERE (flow_id = '' AND excluded.flow_id <> '') OR (flow_name = '' AND excluded.flow_name <> '')",
+        )
+        .bind(tenant.as_str())
+        .bind(execution_id)
+        .bind(flow_id)
+        .bind(flow_name)
+        .bind(to_micros(now))
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    async fn execution_flow(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+    ) -> Result<Option<(String, String)>> {
+        let row = sqlx::query("SELECT flow_id, flow_name FROM memory_executions WHERE tenant = ?1 AND execution_id = ?2")
+            .bind(tenant.as_str())
+            .bind(execution_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .transpose()
+    }
+
+    async fn reindex(&self, tenant: &Tenant, apply: bool) -> Result<ReindexOutcome> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let versions_scanned: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM memory_versions \
+             WHERE tenant = ?1 AND scope_type = 3 AND flow_id = '' AND flow_name = ''",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+        const KNOWN: &str = "SELECT e.flow_id, e.flow_name FROM memory_executions e \
+             WHERE e.tenant = v.tenant AND e.execution_id = v.scope AND (e.flow_id <> '' OR e.flow_name <> '')";
+        const UNTAGGED: &str =
+            "v.tenant = ?1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = ''";
+        let tags_added = if apply {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE memory_versions AS v SET (flow_id, flow_name) = ({KNOWN}) \
+                 WHERE {UNTAGGED} AND EXISTS ({KNOWN})"
+            )))
+            .bind(tenant.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected() as i64
+        } else {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM memory_versions v WHERE {UNTAGGED} AND EXISTS ({KNOWN})"
+            )))
+            .bind(tenant.as_str())
+            .fetch_one(&mut *tx)
+            .await?
+        };
+        let unknown = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT v.scope, count(*) FROM memory_versions v WHERE {UNTAGGED} AND NOT EXISTS ({KNOWN}) \
+             GROUP BY v.scope ORDER BY v.scope LIMIT 100"
+        )))
+        .bind(tenant.as_str())
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect::<Result<Vec<_>>>()?;
+        tx.commit().await?;
+        Ok(ReindexOutcome {
+            versions_scanned,
+            tags_added,
+            unknown,
+        })
     }
 
     async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {

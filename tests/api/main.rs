@@ -5,6 +5,7 @@
 mod binary;
 mod helpers;
 mod history_memory;
+mod memory_admin;
 mod memory_api;
 mod outage;
 mod races;

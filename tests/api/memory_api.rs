@@ -1041,6 +1041,7 @@ async fn scopes_listing(backend: Backend) {
             scope_type: NS,
             page_size: 1,
             page_token: first.next_page_token,
+            ..ListScopesRequest::default()
         })
         .await
         .expect_err("token of another filter");

@@ -5,7 +5,7 @@ use chrono::Utc;
 use engram::context::Tenant;
 use engram::error::{Error, Reason};
 use engram::memory::{Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeType, Value};
-use engram::store::{Head, ListQuery, Mutation, RequestStamp, Store, Write};
+use engram::store::{Head, ListQuery, Mutation, RequestStamp, ScopeFilter, Store, Write};
 use serde_json::json;
 
 fn scope(scope_type: ScopeType, name: &str) -> Scope {
@@ -172,6 +172,7 @@ async fn tenants_never_see_each_other<S: Store>(store: S) {
                 after: None,
                 limit: 10,
                 include_reserved: true,
+                descending: false,
             },
         )
         .await
@@ -181,13 +182,13 @@ async fn tenants_never_see_each_other<S: Store>(store: S) {
         vec!["other"]
     );
     let scopes = store
-        .list_scopes(&b.tenant, None, None, 10)
+        .list_scopes(&b.tenant, ScopeFilter::default(), None, 10)
         .await
         .expect("scopes");
     assert_eq!(scopes.len(), 1);
     assert_eq!(scopes[0].entry_count, 1);
     let stranger = store
-        .list_scopes(&Tenant::new("tenant-c"), None, None, 10)
+        .list_scopes(&Tenant::new("tenant-c"), ScopeFilter::default(), None, 10)
         .await
         .expect("scopes");
     assert!(stranger.is_empty());
@@ -207,7 +208,11 @@ async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
         .await
         .expect("delete");
 
-    let list = |prefix: &str, after: Option<&str>, limit: i64, include_reserved: bool| {
+    let list_in = |prefix: &str,
+                   after: Option<&str>,
+                   limit: i64,
+                   include_reserved: bool,
+                   descending: bool| {
         let prefix = KeyPrefix::parse("key_prefix", prefix).expect("prefix");
         let after = after.map(str::to_owned);
         let store = &store;
@@ -223,6 +228,7 @@ async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
                         after: after.as_deref(),
                         limit,
                         include_reserved,
+                        descending,
                     },
                 )
                 .await
@@ -231,6 +237,9 @@ async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
                 .map(|e| e.key.as_str().to_owned())
                 .collect::<Vec<_>>()
         }
+    };
+    let list = |prefix, after, limit, include_reserved| {
+        list_in(prefix, after, limit, include_reserved, false)
     };
     assert_eq!(
         list("", None, 100, false).await,
@@ -251,6 +260,19 @@ async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
     );
     assert_eq!(list("", Some("a/b"), 2, false).await, vec!["a/b/c", "a/bc"]);
     assert!(list("zzz", None, 100, false).await.is_empty());
+    // Newest-first listing (the audit trail) pages backwards.
+    assert_eq!(
+        list_in("a/b", None, 100, false, true).await,
+        vec!["a/bc", "a/b/c", "a/b"]
+    );
+    assert_eq!(
+        list_in("a/b", Some("a/bc"), 1, false, true).await,
+        vec!["a/b/c"]
+    );
+    assert_eq!(
+        list_in("_compaction/", None, 10, true, true).await,
+        vec!["_compaction/1"]
+    );
 }
 
 async fn conditional_writes<S: Store>(store: S) {
@@ -403,7 +425,7 @@ async fn scopes_with_live_counts<S: Store>(store: S) {
         }
     }
     let all = store
-        .list_scopes(&tenant, None, None, 100)
+        .list_scopes(&tenant, ScopeFilter::default(), None, 100)
         .await
         .expect("scopes");
     let shape: Vec<(ScopeType, &str, i64)> = all
@@ -420,12 +442,20 @@ async fn scopes_with_live_counts<S: Store>(store: S) {
         ]
     );
     let flows = store
-        .list_scopes(&tenant, Some(ScopeType::Flow), None, 100)
+        .list_scopes(
+            &tenant,
+            ScopeFilter {
+                scope_type: Some(ScopeType::Flow),
+                ..ScopeFilter::default()
+            },
+            None,
+            100,
+        )
         .await
         .expect("flows");
     assert_eq!(flows.len(), 2);
     let after = store
-        .list_scopes(&tenant, None, Some(&all[1].scope), 100)
+        .list_scopes(&tenant, ScopeFilter::default(), Some(&all[1].scope), 100)
         .await
         .expect("after");
     assert_eq!(

@@ -1,0 +1,347 @@
+//! Memory maintenance: purge, compaction, the audit trail and reindexing.
+//! Every operation that changes data writes its audit record in the same
+//! transaction, so the trail has no gaps.
+
+use std::sync::Arc;
+
+use super::audit::{AuditRecord, Operation, SourceMode};
+use super::service::{next_token, now_micros, refuse_in_checkpoint};
+use super::types::{Entry, Key, KeyPrefix, Provenance, RESERVED_PREFIX, Scope, Value};
+use super::{ListPage, MemoryLimits};
+use crate::context::CallerContext;
+use crate::error::{Error, Reason, Result};
+use crate::paging;
+use crate::store::{Fence, ListQuery, Mutation, Purge, PurgeOutcome, ReindexOutcome, Store, Write};
+use crate::summarizer::{Source, Summarizer, SummaryRequest};
+
+/// The summary budget when the request names none.
+pub const DEFAULT_MAX_TOKENS: u32 = 512;
+/// The most keys one compaction may read.
+pub const MAX_COMPACT_KEYS: usize = 100;
+/// The most versions a HISTORY compaction reads; purge first beyond that.
+pub const MAX_HISTORY_VERSIONS: usize = 10_000;
+
+/// What a compaction reads.
+#[derive(Debug, Clone)]
+pub enum Sources {
+    /// One key: its current value, or with `history` every non-deleted version.
+    One { key: Key, history: bool },
+    /// Several keys' current values.
+    Many(Vec<Key>),
+}
+
+#[derive(Debug, Clone)]
+pub struct CompactCommand {
+    pub scope: Scope,
+    pub sources: Sources,
+    pub target_key: Option<Key>,
+    pub instruction: String,
+    pub model: String,
+    pub max_tokens: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Compaction {
+    pub entry: Entry,
+    pub sources: Vec<Entry>,
+    pub record: AuditRecord,
+}
+
+/// An issue Reindex found, for humans.
+pub fn describe_unknown(scope: &str, versions: i64) -> String {
+    format!(
+        "execution scope {scope}: {versions} versions without flow tags, and its execution's flow is unknown"
+    )
+}
+
+pub struct MemoryAdmin<S> {
+    store: S,
+    limits: MemoryLimits,
+    summarizer: Arc<dyn Summarizer>,
+}
+
+impl<S: Store> MemoryAdmin<S> {
+    pub fn new(store: S, limits: MemoryLimits, summarizer: Arc<dyn Summarizer>) -> Self {
+        MemoryAdmin {
+            store,
+            limits,
+            summarizer,
+        }
+    }
+
+    pub async fn purge(
+        &self,
+        ctx: &CallerContext,
+        scope: &Scope,
+        key: &Key,
+        keep: Option<i64>,
+        dry_run: bool,
+    ) -> Result<PurgeOutcome> {
+        refuse_in_checkpoint(ctx)?;
+        if key.is_reserved() {
+            return Err(Error::invalid(
+                Reason::ReservedKey,
+                "key",
+                "the audit trail under \"_compaction/\" cannot be purged",
+            ));
+        }
+        let purge = Purge {
+            scope,
+            key: Some(key),
+            keep,
+            include_deleted: true,
+            dry_run,
+        };
+        let record = AuditRecord::new(Operation::Purge, scope, now_micros());
+        self.store.purge(&ctx.tenant, &purge, record).await
+    }
+
+    pub async fn purge_scope(
+        &self,
+        ctx: &CallerContext,
+        scope: &Scope,
+        keep: Option<i64>,
+        include_deleted: bool,
+        dry_run: bool,
+    ) -> Result<PurgeOutcome> {
+        refuse_in_checkpoint(ctx)?;
+        let purge = Purge {
+            scope,
+            key: None,
+            keep,
+            include_deleted,
+            dry_run,
+        };
+        let record = AuditRecord::new(Operation::Purge, scope, now_micros());
+        self.store.purge(&ctx.tenant, &purge, record).await
+    }
+
+    /// Reads the sources, asks the summarizer (outside any transaction: it
+    /// may be slow), then writes the summary and the audit record only if
+    /// no source changed meanwhile.
+    pub async fn compact(
+        &self,
+        ctx: &CallerContext,
+        command: CompactCommand,
+    ) -> Result<Compaction> {
+        refuse_in_checkpoint(ctx)?;
+        let scope = &command.scope;
+        let (target, source_mode) = match &command.sources {
+            Sources::One { key, history } => (
+                command.target_key.clone().unwrap_or_else(|| key.clone()),
+                if *history {
+                    SourceMode::History
+                } else {
+                    SourceMode::Current
+                },
+            ),
+            Sources::Many(_) => (
+                command.target_key.clone().ok_or_else(|| {
+                    Error::invalid(
+                        Reason::InvalidArgument,
+                        "target_key",
+                        "is required when compacting several keys",
+                    )
+                })?,
+                SourceMode::Current,
+            ),
+        };
+        if target.is_reserved() {
+            return Err(Error::invalid(
+                Reason::ReservedKey,
+                "target_key",
+                format!("keys under {RESERVED_PREFIX:?} are reserved for the audit trail"),
+            ));
+        }
+
+        let mut sources = Vec::new();
+        let mut fences = Vec::new();
+        match &command.sources {
+            Sources::One { key, history: true } => {
+                let head = self
+                    .store
+                    .head(&ctx.tenant, scope, key)
+                    .await?
+                    .ok_or_else(|| super::key_not_found_error(key))?;
+                let mut next = 1;
+                loop {
+                    let batch = self
+                        .store
+                        .history(&ctx.tenant, scope, key, next, 500)
+                        .await?;
+                    let Some(last) = batch.last() else { break };
+                    next = last.version + 1;
+                    let full = batch.len() == 500;
+                    sources.extend(
+                        batch
+                            .into_iter()
+                            .filter(|e| !e.deleted && e.version <= head.version),
+                    );
+                    if sources.len() > MAX_HISTORY_VERSIONS {
+                        return Err(Error::FailedPrecondition {
+                            reason: Reason::InvalidArgument,
+                            message: format!(
+                                "{key} has more than {MAX_HISTORY_VERSIONS} versions to summarise; purge old versions first"
+                            ),
+                        });
+                    }
+                    if !full || next > head.version {
+                        break;
+                    }
+                }
+                if sources.is_empty() {
+                    return Err(crate::store::key_deleted(key, head.version));
+                }
+                fences.push((key.clone(), head.version));
+            }
+            Sources::One {
+                key,
+                history: false,
+            } => {
+                let entry = self.store.get(&ctx.tenant, scope, key, None).await?;
+                fences.push((key.clone(), entry.version));
+                sources.push(entry);
+            }
+            Sources::Many(keys) => {
+                for key in keys {
+                    let entry = self.store.get(&ctx.tenant, scope, key, None).await?;
+                    fences.push((key.clone(), entry.version));
+                    sources.push(entry);
+                }
+            }
+        }
+
+        let request = SummaryRequest {
+            sources: sources
+                .iter()
+                .map(|entry| Source {
+                    key: entry.key.as_str().to_owned(),
+                    version: entry.version,
+                    text: entry.value.as_ref().map(text_of).unwrap_or_default(),
+                })
+                .collect(),
+            instruction: command.instruction.clone(),
+            model: command.model.clone(),
+            max_tokens: if command.max_tokens == 0 {
+                DEFAULT_MAX_TOKENS
+            } else {
+                command.max_tokens
+            },
+        };
+        let summary = self.summarizer.summarize(request).await.map_err(|err| {
+            Error::DependencyUnavailable {
+                reason: Reason::SummarizerUnavailable,
+                message: format!("the summarizer failed, nothing was written: {err}"),
+            }
+        })?;
+
+        let now = now_micros();
+        let mut record = AuditRecord::new(Operation::Compact, scope, now);
+        record.source_keys = match &command.sources {
+            Sources::One { key, .. } => vec![key.as_str().to_owned()],
+            Sources::Many(keys) => keys.iter().map(|k| k.as_str().to_owned()).collect(),
+        };
+        record.source_versions = sources.iter().map(|e| e.version).collect();
+        record.target_key = target.as_str().to_owned();
+        record.instruction = command.instruction;
+        record.model = summary.model;
+        record.source_mode = Some(source_mode);
+
+        let value = Value::new(
+            serde_json::Value::String(summary.text),
+            self.limits.max_value_bytes,
+        )?;
+        let provenance = Provenance {
+            execution_id: ctx
+                .execution_id
+                .as_ref()
+                .map(|e| e.as_str().to_owned())
+                .unwrap_or_default(),
+            ..Provenance::default()
+        };
+        let write = Write {
+            scope,
+            key: &target,
+            mutation: Mutation::Set(&value),
+            expected_version: None,
+            request: None,
+            provenance: &provenance,
+            now,
+        };
+        let fences: Vec<Fence<'_>> = fences
+            .iter()
+            .map(|(key, version)| Fence {
+                key,
+                version: *version,
+            })
+            .collect();
+        let (entry, record) = self
+            .store
+            .compact(&ctx.tenant, &fences, &write, record)
+            .await?;
+        Ok(Compaction {
+            entry,
+            sources,
+            record,
+        })
+    }
+
+    /// The audit trail of a scope, newest first.
+    pub async fn compaction_log(
+        &self,
+        ctx: &CallerContext,
+        scope: &Scope,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<AuditRecord>> {
+        refuse_in_checkpoint(ctx)?;
+        let limit = paging::page_size(page_size)?;
+        let query = paging::query_digest(&["log", scope.scope_type.as_str(), scope.name.as_str()]);
+        let before: Option<String> = paging::decode_token(&query, page_token)?;
+        let prefix = KeyPrefix::parse("key_prefix", RESERVED_PREFIX)?;
+        let mut entries = self
+            .store
+            .list(
+                &ctx.tenant,
+                &ListQuery {
+                    scope,
+                    prefix: &prefix,
+                    after: before.as_deref(),
+                    limit: limit + 1,
+                    include_reserved: true,
+                    descending: true,
+                },
+            )
+            .await?;
+        let next_page_token = next_token(&mut entries, limit, |last| {
+            paging::encode_token(&query, last.key.as_str())
+        });
+        let items = entries
+            .iter()
+            .filter_map(|entry| {
+                entry
+                    .value
+                    .as_ref()
+                    .map(|value| AuditRecord::from_entry(&entry.key, value))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
+    }
+
+    pub async fn reindex(&self, ctx: &CallerContext, apply: bool) -> Result<ReindexOutcome> {
+        refuse_in_checkpoint(ctx)?;
+        self.store.reindex(&ctx.tenant, apply).await
+    }
+}
+
+/// The text a summarizer sees for a value: strings as they are, anything
+/// else as compact JSON.
+fn text_of(value: &Value) -> String {
+    match value.json() {
+        serde_json::Value::String(text) => text.clone(),
+        _ => value.encoded().to_owned(),
+    }
+}

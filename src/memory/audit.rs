@@ -1,0 +1,116 @@
+//! The maintenance audit trail: one record per purge or compaction, stored
+//! as a memory entry under the reserved `_compaction/` prefix of the scope
+//! it concerns, so it lives and dies with the scope's data but survives
+//! `PurgeScope`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::types::{Key, RESERVED_PREFIX, Scope, ScopeType, Value};
+use crate::error::{Error, Result};
+
+/// A purge record lists at most this many keys; `keys_affected` has the
+/// full count.
+pub const MAX_RECORDED_KEYS: usize = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Compact,
+    Purge,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceMode {
+    #[default]
+    Current,
+    History,
+}
+
+/// One audit record, as stored (JSON) and as returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub operation: Operation,
+    pub scope_type: String,
+    pub scope: String,
+    pub timestamp: DateTime<Utc>,
+    #[serde(default)]
+    pub source_keys: Vec<String>,
+    #[serde(default)]
+    pub source_versions: Vec<i64>,
+    #[serde(default)]
+    pub target_key: String,
+    #[serde(default)]
+    pub target_version: i64,
+    #[serde(default)]
+    pub instruction: String,
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub source_mode: Option<SourceMode>,
+    #[serde(default)]
+    pub keys_affected: i64,
+    #[serde(default)]
+    pub versions_deleted: i64,
+    #[serde(default)]
+    pub keep: Option<i64>,
+    /// The reserved key the record is stored under (not part of the value).
+    #[serde(skip)]
+    pub audit_key: String,
+}
+
+impl AuditRecord {
+    /// A blank record of an operation on a scope, keyed by its time so the
+    /// trail sorts oldest to newest.
+    pub fn new(operation: Operation, scope: &Scope, now: DateTime<Utc>) -> Self {
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        AuditRecord {
+            operation,
+            scope_type: scope.scope_type.as_str().to_owned(),
+            scope: scope.name.as_str().to_owned(),
+            timestamp: now,
+            source_keys: Vec::new(),
+            source_versions: Vec::new(),
+            target_key: String::new(),
+            target_version: 0,
+            instruction: String::new(),
+            model: String::new(),
+            source_mode: None,
+            keys_affected: 0,
+            versions_deleted: 0,
+            keep: None,
+            audit_key: format!(
+                "{RESERVED_PREFIX}{:016}-{}",
+                now.timestamp_micros().max(0),
+                &unique[..8]
+            ),
+        }
+    }
+
+    pub fn key(&self) -> Key {
+        Key::from_store(self.audit_key.clone())
+    }
+
+    pub fn to_value(&self) -> Result<Value> {
+        let json = serde_json::to_value(self).map_err(Error::internal)?;
+        // Records are small by construction (bounded key lists); no limit.
+        Value::new(json, usize::MAX)
+    }
+
+    pub fn from_entry(key: &Key, value: &Value) -> Result<Self> {
+        let mut record: AuditRecord = serde_json::from_value(value.json().clone())
+            .map_err(|err| Error::internal(format!("malformed audit record {key}: {err}")))?;
+        record.audit_key = key.as_str().to_owned();
+        Ok(record)
+    }
+
+    pub fn scope_type(&self) -> Option<ScopeType> {
+        match self.scope_type.as_str() {
+            "namespace" => Some(ScopeType::Namespace),
+            "flow" => Some(ScopeType::Flow),
+            "execution" => Some(ScopeType::Execution),
+            _ => None,
+        }
+    }
+}
