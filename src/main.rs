@@ -23,6 +23,10 @@ enum Command {
     Serve(ConfigArgs),
     /// Apply pending database migrations and exit
     Migrate(ConfigArgs),
+    /// Scoped memory on a running server: scopes, list, get, set, delete,
+    /// history, purge, purge-scope, compact, log, reindex. Exit codes: 0 ok,
+    /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable
+    Memory(engram::cli::memory::MemoryCommand),
 }
 
 fn init_logging(format: LogFormat) {
@@ -44,6 +48,12 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Migrate(args) => migrate(args).await,
+        Command::Memory(command) => {
+            return command
+                .run()
+                .await
+                .map_or_else(|err| err.report(), |()| ExitCode::SUCCESS);
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 //! ENGRAM_TEST_DATABASE_URL points at a server) and a real server on port 0.
 
 mod binary;
+mod cli;
 mod helpers;
 mod history_memory;
 mod memory_admin;

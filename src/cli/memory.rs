@@ -1,0 +1,653 @@
+//! `engram memory ...`: scoped memory and its maintenance from a shell.
+
+use serde_json::json;
+use tonic::transport::Channel;
+
+use super::{CliError, CliResult, ClientArgs, Output, Progress, connect, print_json};
+use crate::api::convert::{json_from_proto, json_to_proto};
+use crate::proto;
+use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use crate::proto::memory_service_client::MemoryServiceClient;
+
+#[derive(Debug, clap::Args)]
+pub struct MemoryCommand {
+    #[command(flatten)]
+    client: ClientArgs,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScopeTypeArg {
+    Namespace,
+    Flow,
+    Execution,
+}
+
+impl ScopeTypeArg {
+    fn to_proto(self) -> proto::ScopeType {
+        match self {
+            ScopeTypeArg::Namespace => proto::ScopeType::Namespace,
+            ScopeTypeArg::Flow => proto::ScopeType::Flow,
+            ScopeTypeArg::Execution => proto::ScopeType::Execution,
+        }
+    }
+}
+
+/// The typed scope a command works in.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScopeArgs {
+    /// The scope, e.g. customer_profiles
+    #[arg(long, env = "ENGRAM_SCOPE")]
+    scope: String,
+
+    /// The scope type
+    #[arg(long, value_enum, env = "ENGRAM_SCOPE_TYPE", default_value_t = ScopeTypeArg::Namespace)]
+    scope_type: ScopeTypeArg,
+}
+
+impl ScopeArgs {
+    fn proto(&self) -> (i32, String) {
+        (self.scope_type.to_proto() as i32, self.scope.clone())
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// List scopes with their live entry counts
+    Scopes {
+        /// Only scopes of this type
+        #[arg(long, value_enum)]
+        scope_type: Option<ScopeTypeArg>,
+        /// Only execution scopes of this flow (by name)
+        #[arg(long)]
+        flow: Option<String>,
+    },
+    /// List the live entries of a scope, in key order (every page)
+    List {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Only keys starting with this prefix
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Include the reserved _compaction/ audit keys
+        #[arg(long)]
+        include_reserved: bool,
+    },
+    /// Print a key's current value (or the value at --version)
+    Get {
+        key: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Read this version instead of the newest
+        #[arg(long)]
+        version: Option<i64>,
+    },
+    /// Write a new version; VALUE is parsed as JSON when it can be, else stored as a string
+    Set {
+        key: String,
+        value: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Only write if the newest version is this one (0: the key has no live value)
+        #[arg(long)]
+        expected_version: Option<i64>,
+        /// Makes retrying this command safe
+        #[arg(long)]
+        request_id: Option<String>,
+    },
+    /// Tombstone a key
+    Delete {
+        key: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Only delete if the newest version is this one
+        #[arg(long)]
+        expected_version: Option<i64>,
+    },
+    /// Print every version of a key, oldest first, tombstones included
+    History {
+        key: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Start at this version
+        #[arg(long, default_value_t = 0)]
+        from_version: i64,
+    },
+    /// Hard-delete all but the newest --keep versions of a key (all without --keep)
+    Purge {
+        key: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[arg(long)]
+        keep: Option<i64>,
+        /// Report what would be deleted, delete nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Purge every key of a scope (audit records are never touched)
+    PurgeScope {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        #[arg(long)]
+        keep: Option<i64>,
+        /// Also purge keys whose newest version is a tombstone
+        #[arg(long)]
+        include_deleted: bool,
+        /// Report what would be deleted, delete nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Summarise entries into a new version of a target key
+    Compact {
+        /// The key to summarise (or use --keys)
+        key: Option<String>,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Several keys, comma-separated, summarised into --target
+        #[arg(long, value_delimiter = ',')]
+        keys: Vec<String>,
+        /// Where the summary goes (defaults to KEY)
+        #[arg(long)]
+        target: Option<String>,
+        /// Summarise the key's whole non-deleted history instead of its current value
+        #[arg(long)]
+        history: bool,
+        #[arg(long, default_value = "")]
+        instruction: String,
+        #[arg(long, default_value = "")]
+        model: String,
+        #[arg(long, default_value_t = 0)]
+        max_tokens: i32,
+    },
+    /// Print the maintenance audit trail of a scope, newest first
+    Log {
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Backfill flow tags on execution-scoped versions (a dry run unless --apply)
+    Reindex {
+        #[arg(long)]
+        apply: bool,
+    },
+}
+
+/// A value from the command line: JSON when it parses, else a string.
+pub fn parse_value(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
+}
+
+fn scope_type_name(n: i32) -> &'static str {
+    match proto::ScopeType::try_from(n) {
+        Ok(proto::ScopeType::Namespace) => "namespace",
+        Ok(proto::ScopeType::Flow) => "flow",
+        Ok(proto::ScopeType::Execution) => "execution",
+        _ => "unspecified",
+    }
+}
+
+fn time(ts: Option<&prost_types::Timestamp>) -> String {
+    ts.and_then(|ts| chrono::DateTime::from_timestamp(ts.seconds, ts.nanos.max(0) as u32))
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .unwrap_or_default()
+}
+
+fn value_json(value: Option<prost_types::Value>) -> serde_json::Value {
+    value
+        .and_then(|v| json_from_proto(v).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+pub fn entry_json(entry: &proto::MemoryEntry) -> serde_json::Value {
+    json!({
+        "scope_type": scope_type_name(entry.scope_type),
+        "scope": entry.scope,
+        "key": entry.key,
+        "version": entry.version,
+        "value": if entry.deleted { serde_json::Value::Null } else { value_json(entry.value.clone()) },
+        "deleted": entry.deleted,
+        "execution_id": entry.execution_id,
+        "flow_id": entry.flow_id,
+        "flow_name": entry.flow_name,
+        "create_time": time(entry.create_time.as_ref()),
+    })
+}
+
+fn entry_line(entry: &proto::MemoryEntry) -> String {
+    let value = if entry.deleted {
+        "(deleted)".to_owned()
+    } else {
+        value_json(entry.value.clone()).to_string()
+    };
+    let by = if entry.execution_id.is_empty() {
+        String::new()
+    } else {
+        format!("  by {}", entry.execution_id)
+    };
+    format!(
+        "{}  v{}  {}{by}  {value}",
+        entry.key,
+        entry.version,
+        time(entry.create_time.as_ref())
+    )
+}
+
+fn record_json(record: &proto::CompactionRecord) -> serde_json::Value {
+    json!({
+        "operation": record.operation,
+        "scope_type": scope_type_name(record.scope_type),
+        "scope": record.scope,
+        "timestamp": time(record.create_time.as_ref()),
+        "source_keys": record.source_keys,
+        "source_versions": record.source_versions,
+        "target_key": record.target_key,
+        "target_version": record.target_version,
+        "instruction": record.instruction,
+        "model": record.model,
+        "source_mode": match proto::SourceMode::try_from(record.source_mode) {
+            Ok(proto::SourceMode::Current) => "current",
+            Ok(proto::SourceMode::History) => "history",
+            _ => "",
+        },
+        "keys_affected": record.keys_affected,
+        "versions_deleted": record.versions_deleted,
+        "keep": record.keep,
+        "audit_key": record.audit_key,
+    })
+}
+
+fn record_line(record: &proto::CompactionRecord) -> String {
+    let when = time(record.create_time.as_ref());
+    match record.operation.as_str() {
+        "compact" => format!(
+            "{when}  compact  {} -> {} v{}  ({})",
+            record.source_keys.join(","),
+            record.target_key,
+            record.target_version,
+            record.model
+        ),
+        _ => format!(
+            "{when}  purge    {} versions of {} keys (keep {})",
+            record.versions_deleted,
+            record.keys_affected,
+            record
+                .keep
+                .map_or_else(|| "none".to_owned(), |k| k.to_string())
+        ),
+    }
+}
+
+fn purge_report(
+    output: Output,
+    versions_deleted: i64,
+    keys_affected: i64,
+    dry_run: bool,
+    record: Option<&proto::CompactionRecord>,
+) {
+    match output {
+        Output::Json => print_json(&json!({
+            "versions_deleted": versions_deleted,
+            "keys_affected": keys_affected,
+            "dry_run": dry_run,
+            "record": record.map(record_json),
+        })),
+        Output::Text => {
+            let verb = if dry_run { "would delete" } else { "deleted" };
+            println!("{verb} {versions_deleted} versions of {keys_affected} keys");
+        }
+    }
+}
+
+impl MemoryCommand {
+    pub async fn run(self) -> CliResult {
+        let channel = connect(&self.client.server).await?;
+        let output = self.client.output;
+        run(channel, output, self.command).await
+    }
+}
+
+async fn run(channel: Channel, output: Output, command: Command) -> CliResult {
+    let mut memory = MemoryServiceClient::new(channel.clone());
+    let mut admin = MemoryAdminServiceClient::new(channel);
+    match command {
+        Command::Scopes { scope_type, flow } => {
+            let mut token = String::new();
+            let mut all = Vec::new();
+            loop {
+                let page = memory
+                    .list_scopes(proto::ListScopesRequest {
+                        scope_type: scope_type.map_or(0, |t| t.to_proto() as i32),
+                        page_size: 1000,
+                        page_token: token,
+                        flow_name: flow.clone().unwrap_or_default(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                all.extend(page.scopes);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                token = page.next_page_token;
+            }
+            match output {
+                Output::Json => print_json(&json!(
+                    all.iter()
+                        .map(|s| json!({
+                            "scope_type": scope_type_name(s.scope_type),
+                            "scope": s.scope,
+                            "entry_count": s.entry_count,
+                        }))
+                        .collect::<Vec<_>>()
+                )),
+                Output::Text => {
+                    for s in &all {
+                        println!(
+                            "{:<10} {}  ({} entries)",
+                            scope_type_name(s.scope_type),
+                            s.scope,
+                            s.entry_count
+                        );
+                    }
+                }
+            }
+        }
+        Command::List {
+            scope,
+            prefix,
+            include_reserved,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let mut token = String::new();
+            let mut entries = Vec::new();
+            loop {
+                let page = memory
+                    .list(proto::ListRequest {
+                        scope_type,
+                        scope: scope.clone(),
+                        key_prefix: prefix.clone(),
+                        page_size: 1000,
+                        page_token: token,
+                        include_reserved,
+                    })
+                    .await?
+                    .into_inner();
+                entries.extend(page.entries);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                token = page.next_page_token;
+            }
+            match output {
+                Output::Json => {
+                    print_json(&json!(entries.iter().map(entry_json).collect::<Vec<_>>()))
+                }
+                Output::Text => entries.iter().for_each(|e| println!("{}", entry_line(e))),
+            }
+        }
+        Command::Get {
+            key,
+            scope,
+            version,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let entry = memory
+                .get(proto::GetRequest {
+                    scope_type,
+                    scope,
+                    key,
+                    version: version.unwrap_or(0),
+                })
+                .await?
+                .into_inner()
+                .entry
+                .unwrap_or_default();
+            match output {
+                Output::Json => print_json(&entry_json(&entry)),
+                Output::Text => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&value_json(entry.value)).unwrap_or_default()
+                ),
+            }
+        }
+        Command::Set {
+            key,
+            value,
+            scope,
+            expected_version,
+            request_id,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let entry = memory
+                .set(proto::SetRequest {
+                    scope_type,
+                    scope,
+                    key,
+                    value: Some(json_to_proto(&parse_value(&value))),
+                    expected_version,
+                    request_id: request_id.unwrap_or_default(),
+                })
+                .await?
+                .into_inner()
+                .entry
+                .unwrap_or_default();
+            match output {
+                Output::Json => print_json(&entry_json(&entry)),
+                Output::Text => println!("{} v{}", entry.key, entry.version),
+            }
+        }
+        Command::Delete {
+            key,
+            scope,
+            expected_version,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let entry = memory
+                .delete(proto::DeleteRequest {
+                    scope_type,
+                    scope,
+                    key,
+                    expected_version,
+                    request_id: String::new(),
+                })
+                .await?
+                .into_inner()
+                .entry
+                .unwrap_or_default();
+            match output {
+                Output::Json => print_json(&entry_json(&entry)),
+                Output::Text => println!("{} deleted (tombstone v{})", entry.key, entry.version),
+            }
+        }
+        Command::History {
+            key,
+            scope,
+            from_version,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let mut stream = memory
+                .history(proto::HistoryRequest {
+                    scope_type,
+                    scope,
+                    key,
+                    from_version,
+                })
+                .await?
+                .into_inner();
+            // Streamed as it arrives: JSON Lines in json mode, so a long
+            // history never has to fit in memory.
+            while let Some(item) = stream.message().await? {
+                let entry = item.entry.unwrap_or_default();
+                match output {
+                    Output::Json => println!("{}", entry_json(&entry)),
+                    Output::Text => println!("{}", entry_line(&entry)),
+                }
+            }
+        }
+        Command::Purge {
+            key,
+            scope,
+            keep,
+            dry_run,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let progress = Progress::start("purging");
+            let done = admin
+                .purge(proto::PurgeRequest {
+                    scope_type,
+                    scope,
+                    key,
+                    keep,
+                    dry_run,
+                })
+                .await?
+                .into_inner();
+            progress.finish();
+            purge_report(
+                output,
+                done.versions_deleted,
+                done.keys_affected,
+                dry_run,
+                done.record.as_ref(),
+            );
+        }
+        Command::PurgeScope {
+            scope,
+            keep,
+            include_deleted,
+            dry_run,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let progress = Progress::start("purging the scope");
+            let done = admin
+                .purge_scope(proto::PurgeScopeRequest {
+                    scope_type,
+                    scope,
+                    keep,
+                    include_deleted,
+                    dry_run,
+                })
+                .await?
+                .into_inner();
+            progress.finish();
+            purge_report(
+                output,
+                done.versions_deleted,
+                done.keys_affected,
+                dry_run,
+                done.record.as_ref(),
+            );
+        }
+        Command::Compact {
+            key,
+            scope,
+            keys,
+            target,
+            history,
+            instruction,
+            model,
+            max_tokens,
+        } => {
+            if key.is_some() != keys.is_empty() {
+                return Err(CliError::usage("give either KEY or --keys"));
+            }
+            let (scope_type, scope) = scope.proto();
+            let progress = Progress::start("summarising");
+            let done = admin
+                .compact(proto::CompactRequest {
+                    scope_type,
+                    scope,
+                    key: key.unwrap_or_default(),
+                    keys,
+                    source_mode: if history {
+                        proto::SourceMode::History
+                    } else {
+                        proto::SourceMode::Current
+                    } as i32,
+                    target_key: target.unwrap_or_default(),
+                    instruction,
+                    model,
+                    max_tokens,
+                })
+                .await?
+                .into_inner();
+            progress.finish();
+            let entry = done.entry.unwrap_or_default();
+            match output {
+                Output::Json => print_json(&json!({
+                    "entry": entry_json(&entry),
+                    "sources": done.sources.iter().map(entry_json).collect::<Vec<_>>(),
+                    "record": done.record.as_ref().map(record_json),
+                })),
+                Output::Text => {
+                    println!(
+                        "{} v{} ← {} sources",
+                        entry.key,
+                        entry.version,
+                        done.sources.len()
+                    );
+                    println!("{}", value_json(entry.value).as_str().unwrap_or_default());
+                }
+            }
+        }
+        Command::Log { scope } => {
+            let (scope_type, scope) = scope.proto();
+            let mut token = String::new();
+            let mut records = Vec::new();
+            loop {
+                let page = admin
+                    .get_compaction_log(proto::GetCompactionLogRequest {
+                        scope_type,
+                        scope: scope.clone(),
+                        page_size: 1000,
+                        page_token: token,
+                    })
+                    .await?
+                    .into_inner();
+                records.extend(page.records);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                token = page.next_page_token;
+            }
+            match output {
+                Output::Json => {
+                    print_json(&json!(records.iter().map(record_json).collect::<Vec<_>>()))
+                }
+                Output::Text => records.iter().for_each(|r| println!("{}", record_line(r))),
+            }
+        }
+        Command::Reindex { apply } => {
+            let progress = Progress::start("reindexing");
+            let done = admin
+                .reindex(proto::ReindexRequest { apply })
+                .await?
+                .into_inner();
+            progress.finish();
+            match output {
+                Output::Json => print_json(&json!({
+                    "versions_scanned": done.versions_scanned,
+                    "tags_added": done.tags_added,
+                    "issues": done.issues,
+                    "applied": done.applied,
+                })),
+                Output::Text => {
+                    let verb = if done.applied {
+                        "added"
+                    } else {
+                        "would add (dry run; --apply to write)"
+                    };
+                    println!(
+                        "scanned {} untagged versions; {verb} {} flow tags",
+                        done.versions_scanned, done.tags_added
+                    );
+                    done.issues
+                        .iter()
+                        .for_each(|issue| println!("issue: {issue}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}

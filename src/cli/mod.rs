@@ -1,0 +1,137 @@
+//! Client subcommands: the `engram` binary talking gRPC to a server, for
+//! people at a shell and for scripts (`--output json`, stable exit codes).
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+
+pub mod memory;
+
+/// Where the server is and how to print.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The server to talk to
+    #[arg(
+        long,
+        env = "ENGRAM_SERVER",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub server: String,
+
+    /// Output format: text for people, json (one document per result) for scripts
+    #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// Exit codes a script can rely on.
+pub mod exit {
+    /// Something failed that has no more specific code.
+    pub const FAILURE: u8 = 1;
+    /// The command line was wrong (clap uses 2 too).
+    pub const USAGE: u8 = 2;
+    /// The thing asked for does not exist.
+    pub const NOT_FOUND: u8 = 3;
+    /// A conflict: a compare-and-set lost, a source changed, an id is taken.
+    pub const CONFLICT: u8 = 4;
+    /// The server or its database is unreachable; retry later.
+    pub const UNAVAILABLE: u8 = 5;
+}
+
+/// A failed command: a one-line message and its exit code.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: u8,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            message: message.into(),
+            code: exit::USAGE,
+        }
+    }
+}
+
+impl From<Status> for CliError {
+    fn from(status: Status) -> Self {
+        let code = match status.code() {
+            Code::NotFound => exit::NOT_FOUND,
+            Code::Aborted | Code::AlreadyExists => exit::CONFLICT,
+            Code::Unavailable | Code::DeadlineExceeded => exit::UNAVAILABLE,
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => exit::USAGE,
+            _ => exit::FAILURE,
+        };
+        let reason = status
+            .get_details_error_info()
+            .map(|info| format!(" ({})", info.reason))
+            .unwrap_or_default();
+        CliError {
+            message: format!("{:?}{reason}: {}", status.code(), status.message()),
+            code,
+        }
+    }
+}
+
+impl CliError {
+    pub fn report(self) -> ExitCode {
+        eprintln!("engram: {}", self.message);
+        ExitCode::from(self.code)
+    }
+}
+
+pub type CliResult<T = ()> = Result<T, CliError>;
+
+pub async fn connect(server: &str) -> CliResult<Channel> {
+    let endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
+        .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;
+    endpoint.connect().await.map_err(|err| CliError {
+        message: format!("cannot reach the server at {server}: {err}"),
+        code: exit::UNAVAILABLE,
+    })
+}
+
+/// A progress line on stderr for long operations, only when a person is
+/// watching (stderr is a terminal); scripts get clean output.
+pub struct Progress {
+    enabled: bool,
+}
+
+impl Progress {
+    pub fn start(what: &str) -> Self {
+        let enabled = std::io::stderr().is_terminal();
+        if enabled {
+            eprint!("{what}…");
+        }
+        Progress { enabled }
+    }
+
+    pub fn update(&self, what: &str) {
+        if self.enabled {
+            eprint!("\r\x1b[2K{what}");
+        }
+    }
+
+    pub fn finish(self) {
+        if self.enabled {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+pub fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}

@@ -1,0 +1,183 @@
+//! `engram memory ...` against a real server: JSON output parsed and
+//! checked, exit codes, and one-line errors with the reason.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Backend, TestServer};
+
+struct Cli {
+    server: String,
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Cli {
+    fn run(&self, args: &[&str]) -> Run {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .arg("memory")
+            .args(["--server", &self.server, "--output", "json"])
+            .args(args)
+            .env_remove("ENGRAM_SCOPE")
+            .env_remove("ENGRAM_SCOPE_TYPE")
+            .output()
+            .expect("run engram memory");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs a command that must succeed and parses its JSON output.
+    fn json(&self, args: &[&str]) -> Value {
+        let run = self.run(args);
+        assert_eq!(run.code, 0, "engram memory {args:?} failed: {}", run.stderr);
+        serde_json::from_str(&run.stdout).unwrap_or_else(|err| panic!("{err}: {}", run.stdout))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_commands_against_a_server() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let cli = Cli {
+        server: format!(
+            "http://{}",
+            server.server.as_ref().expect("running").grpc_addr
+        ),
+    };
+    let scope = ["--scope", "prefs", "--scope-type", "namespace"];
+    let with = |args: &[&'static str]| [args, &scope[..]].concat();
+
+    // set parses JSON when it can, else stores a string.
+    let first = cli.json(&with(&["set", "user/theme", r#"{"mode": "dark", "n": 2}"#]));
+    assert_eq!(
+        (first["version"].as_i64(), &first["value"]),
+        (Some(1), &json!({"mode": "dark", "n": 2}))
+    );
+    let second = cli.json(&with(&["set", "user/theme", "just words"]));
+    assert_eq!(second["value"], json!("just words"));
+    cli.json(&with(&["set", "user/lang", "42"]));
+    assert_eq!(cli.json(&with(&["get", "user/lang"]))["value"], json!(42));
+    assert_eq!(
+        cli.json(&with(&["get", "user/theme", "--version", "1"]))["value"]["mode"],
+        json!("dark")
+    );
+
+    let listed = cli.json(&with(&["list", "--prefix", "user/"]));
+    let keys: Vec<&str> = listed
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|e| e["key"].as_str())
+        .collect();
+    assert_eq!(keys, vec!["user/lang", "user/theme"]);
+
+    // A lost compare-and-set exits with the conflict code and the reason.
+    let conflict = cli.run(&with(&[
+        "set",
+        "user/theme",
+        "x",
+        "--expected-version",
+        "1",
+    ]));
+    assert_eq!(conflict.code, 4);
+    assert!(
+        conflict.stderr.contains("VERSION_MISMATCH"),
+        "{}",
+        conflict.stderr
+    );
+    assert_eq!(
+        conflict.stderr.lines().count(),
+        1,
+        "one line: {}",
+        conflict.stderr
+    );
+
+    let tombstone = cli.json(&with(&["delete", "user/lang"]));
+    assert_eq!(
+        (
+            tombstone["deleted"].as_bool(),
+            tombstone["version"].as_i64()
+        ),
+        (Some(true), Some(2))
+    );
+    let missing = cli.run(&with(&["get", "user/lang"]));
+    assert_eq!(missing.code, 3);
+    assert!(missing.stderr.contains("KEY_DELETED"), "{}", missing.stderr);
+    let invalid = cli.run(&with(&["set", "bad:key", "1"]));
+    assert_eq!(invalid.code, 2);
+    assert!(
+        invalid.stderr.contains("INVALID_IDENTIFIER"),
+        "{}",
+        invalid.stderr
+    );
+
+    // History streams JSON Lines, oldest first.
+    let history = cli.run(&with(&["history", "user/theme"]));
+    assert_eq!(history.code, 0, "{}", history.stderr);
+    let versions: Vec<i64> = history
+        .stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).expect("json line")["version"]
+                .as_i64()
+                .expect("version")
+        })
+        .collect();
+    assert_eq!(versions, vec![1, 2]);
+
+    // Maintenance: compact, dry-run purge, purge, the log.
+    let compacted = cli.json(&with(&[
+        "compact",
+        "user/theme",
+        "--history",
+        "--target",
+        "user/summary",
+    ]));
+    assert_eq!(compacted["entry"]["key"], json!("user/summary"));
+    assert_eq!(compacted["record"]["source_versions"], json!([1, 2]));
+    let dry = cli.json(&with(&["purge", "user/theme", "--keep", "1", "--dry-run"]));
+    assert_eq!(
+        (dry["versions_deleted"].as_i64(), dry["dry_run"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert!(dry["record"].is_null());
+    let purged = cli.json(&with(&["purge-scope", "--keep", "1", "--include-deleted"]));
+    assert_eq!(
+        purged["versions_deleted"].as_i64(),
+        Some(2),
+        "theme v1 and lang v1"
+    );
+    let log = cli.json(&with(&["log"]));
+    let operations: Vec<&str> = log
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|r| r["operation"].as_str())
+        .collect();
+    assert_eq!(operations, vec!["purge", "compact"]);
+
+    let scopes = cli.json(&["scopes"]);
+    assert_eq!(
+        scopes,
+        json!([{"scope_type": "namespace", "scope": "prefs", "entry_count": 2}])
+    );
+    let reindex = cli.json(&["reindex"]);
+    assert_eq!(
+        (reindex["applied"].as_bool(), reindex["tags_added"].as_i64()),
+        (Some(false), Some(0))
+    );
+
+    // Usage errors and an unreachable server have their own exit codes.
+    let usage = cli.run(&with(&["compact"]));
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+    let down = Cli {
+        server: "http://127.0.0.1:1".to_owned(),
+    }
+    .run(&["scopes"]);
+    assert_eq!(down.code, 5, "{}", down.stderr);
+}
