@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::memory::MemoryLimits;
 use crate::store::{SqliteSynchronous, StoreOptions};
+use crate::summarizer::OpenAiConfig;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://engram.db";
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:50051";
@@ -96,6 +97,29 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_SHUTDOWN_GRACE_SECS")]
     pub shutdown_grace_secs: Option<u64>,
 
+    /// Base URL of an OpenAI-compatible API used by Compact, e.g.
+    /// https://api.openai.com/v1; unset uses the built-in extractive summarizer
+    #[arg(long, env = "ENGRAM_SUMMARIZER_URL")]
+    pub summarizer_url: Option<String>,
+
+    /// The model Compact asks when a request names none (required with
+    /// --summarizer-url)
+    #[arg(long, env = "ENGRAM_SUMMARIZER_MODEL")]
+    pub summarizer_model: Option<String>,
+
+    /// API key sent as a bearer token to the summarizer
+    #[arg(long, env = "ENGRAM_SUMMARIZER_API_KEY", hide_env_values = true)]
+    pub summarizer_api_key: Option<String>,
+
+    /// Timeout of one summarizer call, in milliseconds [default: 60000]
+    #[arg(long, env = "ENGRAM_SUMMARIZER_TIMEOUT_MS")]
+    pub summarizer_timeout_ms: Option<u64>,
+
+    /// Retries of a summarizer call on 429, 5xx and connection errors
+    /// [default: 3]
+    #[arg(long, env = "ENGRAM_SUMMARIZER_RETRIES")]
+    pub summarizer_retries: Option<u32>,
+
     /// Log format [default: text]
     #[arg(long, env = "ENGRAM_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -118,6 +142,11 @@ impl Settings {
                 .or(other.health_check_interval_ms),
             request_id_ttl_secs: self.request_id_ttl_secs.or(other.request_id_ttl_secs),
             shutdown_grace_secs: self.shutdown_grace_secs.or(other.shutdown_grace_secs),
+            summarizer_url: self.summarizer_url.or(other.summarizer_url),
+            summarizer_model: self.summarizer_model.or(other.summarizer_model),
+            summarizer_api_key: self.summarizer_api_key.or(other.summarizer_api_key),
+            summarizer_timeout_ms: self.summarizer_timeout_ms.or(other.summarizer_timeout_ms),
+            summarizer_retries: self.summarizer_retries.or(other.summarizer_retries),
             log_format: self.log_format.or(other.log_format),
         }
     }
@@ -195,6 +224,8 @@ pub struct Config {
     pub health_check_interval: Duration,
     pub request_id_ttl: Duration,
     pub shutdown_grace: Duration,
+    /// The HTTP summarizer; `None` uses the built-in extractive one.
+    pub summarizer: Option<OpenAiConfig>,
     pub log_format: LogFormat,
 }
 
@@ -248,6 +279,18 @@ impl Config {
             ),
             request_id_ttl: Duration::from_secs(settings.request_id_ttl_secs.unwrap_or(86_400)),
             shutdown_grace: Duration::from_secs(settings.shutdown_grace_secs.unwrap_or(10)),
+            summarizer: match settings.summarizer_url {
+                None => None,
+                Some(url) => Some(OpenAiConfig {
+                    url,
+                    model: settings.summarizer_model.clone().ok_or_else(|| {
+                        anyhow::anyhow!("summarizer_model (ENGRAM_SUMMARIZER_MODEL) is required with summarizer_url")
+                    })?,
+                    api_key: settings.summarizer_api_key,
+                    timeout: Duration::from_millis(settings.summarizer_timeout_ms.unwrap_or(60_000)),
+                    retries: settings.summarizer_retries.unwrap_or(3),
+                }),
+            },
             log_format: settings.log_format.unwrap_or_default(),
         };
         anyhow::ensure!(
@@ -312,5 +355,11 @@ mod tests {
             ..Settings::default()
         };
         assert!(Config::resolve(bad).is_err());
+        let no_model = Settings {
+            summarizer_url: Some("http://localhost:8000/v1".to_owned()),
+            ..Settings::default()
+        };
+        let err = Config::resolve(no_model).expect_err("a URL needs a model");
+        assert!(err.to_string().contains("ENGRAM_SUMMARIZER_MODEL"));
     }
 }

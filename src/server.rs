@@ -25,7 +25,7 @@ use crate::proto;
 use crate::proto::memory_admin_service_server::MemoryAdminServiceServer;
 use crate::proto::memory_service_server::MemoryServiceServer;
 use crate::store::{Backend, PgStore, SqliteStore, Store};
-use crate::summarizer::Extractive;
+use crate::summarizer::{Extractive, OpenAi, Summarizer};
 
 /// How often expired idempotency records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
@@ -153,10 +153,14 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
 
     // A value at the limit must fit in a message; leave room for the rest.
     let max_message = config.limits.max_value_bytes.saturating_mul(2).max(4 << 20);
+    let summarizer: Arc<dyn Summarizer> = match &config.summarizer {
+        Some(http) => Arc::new(OpenAi::new(http.clone()).map_err(anyhow::Error::msg)?),
+        None => Arc::new(Extractive),
+    };
     let admin = MemoryAdminServiceServer::new(MemoryAdminApi::new(MemoryAdmin::new(
         store.clone(),
         config.limits,
-        Arc::new(Extractive),
+        summarizer,
     )))
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);

@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use futures::future::BoxFuture;
 
 mod extractive;
+mod openai;
 
 pub use extractive::Extractive;
+pub use openai::{OpenAi, OpenAiConfig};
 
 /// One piece of text to summarise, with where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

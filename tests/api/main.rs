@@ -11,3 +11,4 @@ mod memory_api;
 mod outage;
 mod races;
 mod store_conformance;
+mod summarizer_http;
