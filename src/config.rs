@@ -120,6 +120,21 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_SUMMARIZER_RETRIES")]
     pub summarizer_retries: Option<u32>,
 
+    /// How long a Watch waits for a client that does not read before it
+    /// ends the stream with CONSUMER_TOO_SLOW, in milliseconds [default: 30000]
+    #[arg(long, env = "ENGRAM_WATCH_STALL_TIMEOUT_MS")]
+    pub watch_stall_timeout_ms: Option<u64>,
+
+    /// Changes buffered per Watch stream before the stall timeout starts
+    /// [default: 256]
+    #[arg(long, env = "ENGRAM_WATCH_BUFFER")]
+    pub watch_buffer: Option<usize>,
+
+    /// How long the change feed behind Watch is kept, in seconds
+    /// [default: 604800, a week]
+    #[arg(long, env = "ENGRAM_CHANGE_RETENTION_SECS")]
+    pub change_retention_secs: Option<u64>,
+
     /// Log format [default: text]
     #[arg(long, env = "ENGRAM_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -142,6 +157,9 @@ impl Settings {
                 .or(other.health_check_interval_ms),
             request_id_ttl_secs: self.request_id_ttl_secs.or(other.request_id_ttl_secs),
             shutdown_grace_secs: self.shutdown_grace_secs.or(other.shutdown_grace_secs),
+            watch_stall_timeout_ms: self.watch_stall_timeout_ms.or(other.watch_stall_timeout_ms),
+            change_retention_secs: self.change_retention_secs.or(other.change_retention_secs),
+            watch_buffer: self.watch_buffer.or(other.watch_buffer),
             summarizer_url: self.summarizer_url.or(other.summarizer_url),
             summarizer_model: self.summarizer_model.or(other.summarizer_model),
             summarizer_api_key: self.summarizer_api_key.or(other.summarizer_api_key),
@@ -224,6 +242,9 @@ pub struct Config {
     pub health_check_interval: Duration,
     pub request_id_ttl: Duration,
     pub shutdown_grace: Duration,
+    pub watch_stall_timeout: Duration,
+    pub watch_buffer: usize,
+    pub change_retention: Duration,
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,
     pub log_format: LogFormat,
@@ -279,6 +300,9 @@ impl Config {
             ),
             request_id_ttl: Duration::from_secs(settings.request_id_ttl_secs.unwrap_or(86_400)),
             shutdown_grace: Duration::from_secs(settings.shutdown_grace_secs.unwrap_or(10)),
+            watch_stall_timeout: Duration::from_millis(settings.watch_stall_timeout_ms.unwrap_or(30_000)),
+            watch_buffer: settings.watch_buffer.unwrap_or(256).max(1),
+            change_retention: Duration::from_secs(settings.change_retention_secs.unwrap_or(7 * 86_400)),
             summarizer: match settings.summarizer_url {
                 None => None,
                 Some(url) => Some(OpenAiConfig {

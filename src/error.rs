@@ -24,6 +24,9 @@ pub enum Reason {
     MemoryInCheckpoint,
     SourceChanged,
     SummarizerUnavailable,
+    RevisionPruned,
+    ConsumerTooSlow,
+    ShuttingDown,
     DatabaseUnavailable,
     Internal,
 }
@@ -49,6 +52,9 @@ impl Reason {
             Reason::MemoryInCheckpoint => "MEMORY_IN_CHECKPOINT",
             Reason::SourceChanged => "SOURCE_CHANGED",
             Reason::SummarizerUnavailable => "SUMMARIZER_UNAVAILABLE",
+            Reason::RevisionPruned => "REVISION_PRUNED",
+            Reason::ConsumerTooSlow => "CONSUMER_TOO_SLOW",
+            Reason::ShuttingDown => "SHUTTING_DOWN",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
             Reason::Internal => "INTERNAL",
         }
@@ -87,6 +93,9 @@ pub enum Error {
     /// The call is not allowed in the caller's current state.
     #[error("{message}")]
     FailedPrecondition { reason: Reason, message: String },
+    /// A position (revision) outside what is kept.
+    #[error("{message}")]
+    OutOfRange { reason: Reason, message: String },
     /// Another writer got there first; re-read and retry.
     #[error("{message}")]
     Conflict { reason: Reason, message: String },
@@ -136,6 +145,7 @@ impl Error {
             | Error::NotFound { reason, .. }
             | Error::FailedPrecondition { reason, .. }
             | Error::Conflict { reason, .. }
+            | Error::OutOfRange { reason, .. }
             | Error::DependencyUnavailable { reason, .. } => *reason,
             Error::VersionMismatch { .. } => Reason::VersionMismatch,
             Error::Unavailable { .. } => Reason::DatabaseUnavailable,

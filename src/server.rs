@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -164,9 +164,14 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     )))
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);
-    let memory = MemoryServiceServer::new(MemoryApi::new(Memory::new(store, config.limits)))
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(max_message);
+    let memory = MemoryServiceServer::new(MemoryApi::new(
+        Memory::new(store, config.limits),
+        shutdown.clone(),
+        config.watch_stall_timeout,
+        config.watch_buffer,
+    ))
+    .max_decoding_message_size(max_message)
+    .max_encoding_message_size(max_message);
 
     let grpc = tonic::transport::Server::builder()
         .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
@@ -175,8 +180,13 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .add_service(reflection_v1alpha)
         .add_service(memory)
         .add_service(admin)
+        // Without TCP_NODELAY a response written as several segments waits
+        // for the client's delayed ACK (~40 ms) between them. Keepalive
+        // finds clients that vanished without closing.
         .serve_with_incoming_shutdown(
-            TcpListenerStream::new(grpc_listener),
+            TcpIncoming::from(grpc_listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(Duration::from_secs(60))),
             shutdown.clone().cancelled_owned(),
         );
     let http = axum::serve(http_listener, http_router(ready))
@@ -290,6 +300,14 @@ async fn watch_database<S: Store>(
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned expired request ids"),
                 Err(err) => tracing::warn!(error = %err, "cannot prune expired request ids"),
+            }
+            let before = chrono::Utc::now()
+                - chrono::Duration::from_std(config.change_retention)
+                    .unwrap_or(chrono::Duration::MAX);
+            match store.prune_changes(before).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned old changes"),
+                Err(err) => tracing::warn!(error = %err, "cannot prune old changes"),
             }
         }
     }

@@ -2,8 +2,10 @@
 //! `Memory`, and turns the results back into messages.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
@@ -19,11 +21,27 @@ const MAX_REQUEST_ID_LEN: usize = 128;
 
 pub struct MemoryApi<S> {
     memory: Memory<S>,
+    /// Cancelled when the server starts shutting down; ends watches.
+    shutdown: CancellationToken,
+    /// How long a watch waits for a client that does not read.
+    watch_stall: Duration,
+    /// Changes buffered per watch.
+    watch_buffer: usize,
 }
 
 impl<S: Store> MemoryApi<S> {
-    pub fn new(memory: Memory<S>) -> Self {
-        MemoryApi { memory }
+    pub fn new(
+        memory: Memory<S>,
+        shutdown: CancellationToken,
+        watch_stall: Duration,
+        watch_buffer: usize,
+    ) -> Self {
+        MemoryApi {
+            memory,
+            shutdown,
+            watch_stall,
+            watch_buffer,
+        }
     }
 }
 
@@ -216,6 +234,47 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         Ok(Response::new(proto::DeleteResponse {
             entry: Some(entry_to_proto(entry)),
         }))
+    }
+
+    type WatchStream = super::watch::WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<proto::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            let from_revision = match req.from_revision {
+                Some(n) if n < 0 => {
+                    return Err(Error::invalid(
+                        Reason::InvalidArgument,
+                        "from_revision",
+                        format!("must not be negative, got {n}"),
+                    ));
+                }
+                other => other,
+            };
+            Ok::<_, Error>((
+                selector(req.scope_type, req.scope)?,
+                KeyPrefix::parse("key_prefix", req.key_prefix)?,
+                from_revision,
+            ))
+        })();
+        let (selector, prefix, from_revision) = parsed.map_err(to_status)?;
+        let start = self
+            .memory
+            .watch(&ctx, selector, prefix, from_revision)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(super::watch::spawn(
+            self.memory.clone(),
+            ctx,
+            start,
+            self.shutdown.clone(),
+            self.watch_stall,
+            self.watch_buffer,
+        )))
     }
 
     async fn list_scopes(

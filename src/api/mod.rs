@@ -6,6 +6,7 @@ pub mod convert;
 pub mod error;
 pub mod memory;
 pub mod memory_admin;
+pub mod watch;
 
 pub use memory::MemoryApi;
 pub use memory_admin::MemoryAdminApi;

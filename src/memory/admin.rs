@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::audit::{AuditRecord, Operation, SourceMode};
 use super::service::{next_token, now_micros, refuse_in_checkpoint};
-use super::types::{Entry, Key, KeyPrefix, Provenance, RESERVED_PREFIX, Scope, Value};
+use super::types::{ChangeKind, Entry, Key, KeyPrefix, Provenance, RESERVED_PREFIX, Scope, Value};
 use super::{ListPage, MemoryLimits};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
@@ -267,6 +267,7 @@ impl<S: Store> MemoryAdmin<S> {
             request: None,
             provenance: &provenance,
             now,
+            change: ChangeKind::Compact,
         };
         let fences: Vec<Fence<'_>> = fences
             .iter()

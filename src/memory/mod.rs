@@ -8,5 +8,8 @@ mod service;
 mod types;
 
 pub(crate) use service::key_not_found_error;
-pub use service::{HistoryCursor, ListPage, Memory, MemoryLimits, ScopeSelector, WriteRequest};
+pub use service::{
+    HistoryCursor, ListPage, Memory, MemoryLimits, ScopeSelector, WATCH_BATCH, WatchStart,
+    WriteRequest,
+};
 pub use types::*;

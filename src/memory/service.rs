@@ -11,7 +11,8 @@ use futures::{Stream, TryStreamExt};
 use sha2::{Digest, Sha256};
 
 use super::types::{
-    Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary, ScopeType, Value,
+    Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
+    ScopeType, Value,
 };
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
@@ -120,6 +121,19 @@ const KNOWN_EXECUTIONS: usize = 100_000;
 /// to `(flow_id, flow_name)`. An execution never changes flow, so entries
 /// never go stale; the map is only emptied when it grows too big.
 type ExecutionCache = Arc<Mutex<HashMap<(String, String), (String, String)>>>;
+
+/// Where a watch starts: the scope, the key prefix, the revision after
+/// which changes are sent, and the settled horizon to follow.
+#[derive(Debug)]
+pub struct WatchStart {
+    pub scope: Scope,
+    pub prefix: KeyPrefix,
+    pub after: i64,
+    pub horizon: tokio::sync::watch::Receiver<i64>,
+}
+
+/// How many changes a watch reads from the store at a time.
+pub const WATCH_BATCH: i64 = 500;
 
 /// Scoped memory over a store.
 #[derive(Debug, Clone)]
@@ -275,6 +289,10 @@ impl<S: Store> Memory<S> {
                 .map(|(id, fingerprint)| RequestStamp { id, fingerprint }),
             provenance: &provenance,
             now: now_micros(),
+            change: match mutation {
+                Mutation::Set(_) => ChangeKind::Set,
+                Mutation::Delete => ChangeKind::Delete,
+            },
         };
         self.store.write(&ctx.tenant, &write).await
     }
@@ -393,6 +411,63 @@ impl<S: Store> Memory<S> {
             }
         })
         .try_flatten()
+    }
+
+    /// Opens a change feed: checks the scope and the revision to resume
+    /// from (it must still be retained), or starts at the current horizon.
+    pub async fn watch(
+        &self,
+        ctx: &CallerContext,
+        selector: ScopeSelector,
+        prefix: KeyPrefix,
+        from_revision: Option<i64>,
+    ) -> Result<WatchStart> {
+        refuse_in_checkpoint(ctx)?;
+        let scope = selector.resolve(ctx)?;
+        let horizon = self.store.horizon().await?;
+        let after = match from_revision {
+            None => *horizon.borrow(),
+            Some(revision) => {
+                if let Some(oldest) = self.store.oldest_revision().await?
+                    && revision + 1 < oldest
+                {
+                    return Err(Error::OutOfRange {
+                        reason: Reason::RevisionPruned,
+                        message: format!(
+                            "revision {revision} is older than the retained change feed (oldest {oldest}); \
+                             re-read the scope with List, then watch from now"
+                        ),
+                    });
+                }
+                revision
+            }
+        };
+        Ok(WatchStart {
+            scope,
+            prefix,
+            after,
+            horizon,
+        })
+    }
+
+    /// Changes of a watched scope after `after`, up to the settled `up_to`.
+    pub async fn changes(
+        &self,
+        ctx: &CallerContext,
+        start: &WatchStart,
+        after: i64,
+        up_to: i64,
+    ) -> Result<Vec<Change>> {
+        self.store
+            .changes(
+                &ctx.tenant,
+                &start.scope,
+                &start.prefix,
+                after,
+                up_to,
+                WATCH_BATCH,
+            )
+            .await
     }
 
     pub async fn list_scopes(

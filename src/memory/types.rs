@@ -234,3 +234,44 @@ pub struct ScopeSummary {
     pub scope: Scope,
     pub entry_count: i64,
 }
+
+/// What a change in the feed did to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Set = 1,
+    Delete = 2,
+    Purge = 3,
+    Compact = 4,
+}
+
+impl ChangeKind {
+    pub fn as_i16(self) -> i16 {
+        self as i16
+    }
+
+    pub fn from_i16(n: i16) -> Option<Self> {
+        match n {
+            1 => Some(ChangeKind::Set),
+            2 => Some(ChangeKind::Delete),
+            3 => Some(ChangeKind::Purge),
+            4 => Some(ChangeKind::Compact),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of a scope's change feed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// Global, increasing in commit order of what a watcher is shown.
+    pub revision: i64,
+    pub kind: ChangeKind,
+    pub key: Key,
+    /// The version written, or for a purge the newest version deleted.
+    pub version: i64,
+    /// For a purge, how many versions went.
+    pub versions_deleted: i64,
+    /// The value written, while that version still exists.
+    pub value: Option<Value>,
+    pub create_time: DateTime<Utc>,
+}

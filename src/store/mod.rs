@@ -10,7 +10,9 @@ use chrono::{DateTime, Utc};
 use crate::context::Tenant;
 use crate::error::{Error, Reason, Result};
 use crate::memory::audit::{AuditRecord, MAX_RECORDED_KEYS};
-use crate::memory::{Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType, Value};
+use crate::memory::{
+    Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType, Value,
+};
 
 mod postgres;
 mod sqlite;
@@ -85,6 +87,8 @@ pub struct Write<'a> {
     pub request: Option<RequestStamp<'a>>,
     pub provenance: &'a Provenance,
     pub now: DateTime<Utc>,
+    /// How the change feed reports this write.
+    pub change: ChangeKind,
 }
 
 /// The newest version of a key and whether it is a tombstone.
@@ -262,6 +266,28 @@ pub trait Store: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         apply: bool,
     ) -> impl Future<Output = Result<ReindexOutcome>> + Send;
+
+    /// Changes of a scope with `after < revision <= up_to`, oldest first.
+    fn changes(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        prefix: &KeyPrefix,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<Change>>> + Send;
+
+    /// The settled horizon of the change feed: every revision at or below
+    /// it is final (committed or never to appear), so watchers may read up
+    /// to it without missing a late commit. Updated as writes commit.
+    fn horizon(&self) -> impl Future<Output = Result<tokio::sync::watch::Receiver<i64>>> + Send;
+
+    /// The oldest revision still kept (older ones were pruned), if any.
+    fn oldest_revision(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
+
+    /// Forgets changes written before `before`; returns how many.
+    fn prune_changes(&self, before: DateTime<Utc>) -> impl Future<Output = Result<u64>> + Send;
 
     /// Forgets idempotency records written before `before`; returns how many.
     fn prune_request_ids(&self, before: DateTime<Utc>) -> impl Future<Output = Result<u64>> + Send;
@@ -506,10 +532,10 @@ fn live_entry(entry: Entry) -> Result<Entry> {
 /// Completes a purge record from the per-key counts of deleted versions.
 fn purge_outcome(
     purge: &Purge<'_>,
-    deleted: &[(String, i64)],
+    deleted: &[(String, i64, i64)],
     mut record: AuditRecord,
 ) -> PurgeOutcome {
-    let versions_deleted = deleted.iter().map(|(_, n)| n).sum();
+    let versions_deleted = deleted.iter().map(|(_, n, _)| n).sum();
     let keys_affected = deleted.len() as i64;
     let wrote = !purge.dry_run && versions_deleted > 0;
     record.versions_deleted = versions_deleted;
@@ -518,7 +544,7 @@ fn purge_outcome(
     record.source_keys = deleted
         .iter()
         .take(MAX_RECORDED_KEYS)
-        .map(|(k, _)| k.clone())
+        .map(|(k, _, _)| k.clone())
         .collect();
     PurgeOutcome {
         versions_deleted,
@@ -543,6 +569,7 @@ fn audit_write<'a>(
         request: None,
         provenance,
         now,
+        change: ChangeKind::Set,
     }
 }
 
@@ -559,5 +586,31 @@ fn source_changed(key: &Key, read: i64, now: Option<i64>) -> Error {
                 key.as_str()
             ),
         },
+    }
+}
+
+/// A row of the change feed as both backends read it.
+struct ChangeRow {
+    revision: i64,
+    kind: i16,
+    key: String,
+    version: i64,
+    versions_deleted: i64,
+    value: Option<String>,
+    create_time: DateTime<Utc>,
+}
+
+impl ChangeRow {
+    fn into_change(self) -> Result<Change> {
+        Ok(Change {
+            revision: self.revision,
+            kind: ChangeKind::from_i16(self.kind)
+                .ok_or_else(|| Error::internal(format!("unknown change kind {}", self.kind)))?,
+            key: Key::from_store(self.key),
+            version: self.version,
+            versions_deleted: self.versions_deleted,
+            value: self.value.map(Value::from_store).transpose()?,
+            create_time: self.create_time,
+        })
     }
 }

@@ -7,20 +7,25 @@
 //! same transaction.
 
 use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
+use tokio::sync::{OnceCell, watch};
 
 use super::{
-    Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome, ScopeFilter,
-    StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found, live_entry,
-    purge_outcome, schema_is_current, source_changed, version_not_found, write_refused,
+    ChangeRow, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
+    ScopeFilter, StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found,
+    live_entry, purge_outcome, schema_is_current, source_changed, version_not_found, write_refused,
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::Provenance;
 use crate::memory::audit::AuditRecord;
-use crate::memory::{Entry, Key, Scope, ScopeName, ScopeSummary, ScopeType, key_not_found_error};
+use crate::memory::{
+    Change, Entry, Key, KeyPrefix, Scope, ScopeName, ScopeSummary, ScopeType, key_not_found_error,
+};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -28,14 +33,19 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres")
 /// $1 tenant, $2 scope_type, $3 scope, $4 key, $5 now, $6 expected version,
 /// $7 value (NULL for a tombstone), $8 deleted, $9 execution_id, $10 flow_id,
 /// $11 flow_name.
+/// $12 change kind. The change row's revision is taken after the head
+/// update has given the transaction its id (see migration 0003).
 macro_rules! write_statement {
     ($head:literal) => {
         concat!(
             "WITH head AS (",
             $head,
-            ") INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, \
+            "), written AS (INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, \
              deleted, execution_id, flow_id, flow_name, create_time) \
              SELECT $1, $2, $3, $4, head.version, $7::jsonb, $8, $9, $10, $11, $5 FROM head \
+             RETURNING version) \
+             INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, create_time) \
+             SELECT $1, $2, $3, $4, $12, written.version, $5 FROM written \
              RETURNING version"
         )
     };
@@ -83,7 +93,14 @@ const VERSION_COLUMNS: &str = "v.key, v.version, v.value::text, v.deleted, v.exe
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// The settled horizon of the change feed, computed by one background
+    /// task per store, started by the first watcher.
+    horizon: Arc<OnceCell<watch::Receiver<i64>>>,
 }
+
+/// How often the horizon is re-read without a notification (a missed
+/// NOTIFY, a dropped listener): the bound on delivery delay then.
+const HORIZON_POLL: Duration = Duration::from_millis(500);
 
 impl PgStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
@@ -95,7 +112,10 @@ impl PgStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(PgStore { pool })
+        Ok(PgStore {
+            pool,
+            horizon: Arc::default(),
+        })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -181,10 +201,100 @@ impl PgStore {
             .bind(write.provenance.execution_id.as_str())
             .bind(write.provenance.flow_id.as_str())
             .bind(write.provenance.flow_name.as_str())
+            .bind(write.change.as_i16())
             .fetch_optional(executor)
             .await?;
         Ok(version)
     }
+}
+
+/// The newest revision and the snapshot's xmax, read together: once no
+/// transaction older than that xmax is running, every revision up to that
+/// newest one is settled.
+async fn horizon_candidate(pool: &PgPool) -> Result<(i64, String)> {
+    let row = sqlx::query(
+        "SELECT coalesce((SELECT max(revision) FROM memory_changes), 0), \
+         pg_snapshot_xmax(pg_current_snapshot())::text",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// Waits until every transaction that had a transaction id when `xmax` was
+/// read has finished.
+async fn wait_settled(pool: &PgPool, xmax: &str) -> Result<()> {
+    loop {
+        let settled: bool =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8")
+                .bind(xmax)
+                .fetch_one(pool)
+                .await?;
+        if settled {
+            return Ok(());
+        }
+        // Writers' transactions are one short statement; this is a few ms.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Keeps the horizon current: woken by NOTIFY from any replica, and by a
+/// poll in case a notification was missed.
+async fn run_horizon(pool: PgPool, mut horizon: i64, sender: watch::Sender<i64>) {
+    let mut listener: Option<PgListener> = None;
+    loop {
+        if sender.is_closed() {
+            return;
+        }
+        if listener.is_none() {
+            match PgListener::connect_with(&pool).await {
+                Ok(mut fresh) => match fresh.listen("engram_changes").await {
+                    Ok(()) => listener = Some(fresh),
+                    Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
+                },
+                Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
+            }
+        }
+        match &mut listener {
+            Some(active) => {
+                tokio::select! {
+                    received = active.try_recv() => if let Err(err) = received {
+                        tracing::warn!(error = %err, "change listener lost, reconnecting");
+                        listener = None;
+                    },
+                    () = tokio::time::sleep(HORIZON_POLL) => {}
+                }
+            }
+            None => tokio::time::sleep(HORIZON_POLL).await,
+        }
+        let advanced = async {
+            let (newest, xmax) = horizon_candidate(&pool).await?;
+            if newest > horizon {
+                wait_settled(&pool, &xmax).await?;
+            }
+            Ok::<_, crate::error::Error>(newest)
+        };
+        match advanced.await {
+            Ok(newest) if newest > horizon => {
+                horizon = newest;
+                sender.send_replace(horizon);
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "cannot advance the change horizon"),
+        }
+    }
+}
+
+fn change_row(row: &PgRow) -> Result<ChangeRow> {
+    Ok(ChangeRow {
+        revision: row.try_get(0)?,
+        kind: row.try_get(1)?,
+        key: row.try_get(2)?,
+        version: row.try_get(3)?,
+        versions_deleted: row.try_get(4)?,
+        value: row.try_get(5)?,
+        create_time: row.try_get(6)?,
+    })
 }
 
 fn version_row(row: &PgRow) -> Result<VersionRow> {
@@ -429,7 +539,7 @@ impl super::Store for PgStore {
         let mut tx = self.pool.begin().await?;
         let rows = if purge.dry_run {
             sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT v.key, count(*) FROM memory_versions v \
+                "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
                  JOIN memory_heads h USING (tenant, scope_type, scope, key) \
                  WHERE {TARGETS} GROUP BY v.key ORDER BY v.key"
             )))
@@ -441,13 +551,18 @@ impl super::Store for PgStore {
                    DELETE FROM memory_versions v USING memory_heads h \
                    WHERE v.tenant = h.tenant AND v.scope_type = h.scope_type AND v.scope = h.scope \
                    AND v.key = h.key AND {TARGETS} \
-                   RETURNING v.key, h.version AS head_version \
+                   RETURNING v.key, v.version, h.version AS head_version \
                  ), emptied AS ( \
                    DELETE FROM memory_heads h USING (SELECT DISTINCT key, head_version FROM victims) e \
                    WHERE $6 = 0 AND h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
                    AND h.key = e.key AND h.version = e.head_version \
+                 ), counted AS ( \
+                   SELECT key, count(*) AS n, max(version) AS newest FROM victims GROUP BY key \
+                 ), changed AS ( \
+                   INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, versions_deleted, create_time) \
+                   SELECT $1, $2, $3, key, 3, newest, n, $7 FROM counted ORDER BY key \
                  ) \
-                 SELECT key, count(*) FROM victims GROUP BY key ORDER BY key"
+                 SELECT key, n, newest FROM counted ORDER BY key"
             )))
         }
         .bind(tenant.as_str())
@@ -456,11 +571,18 @@ impl super::Store for PgStore {
         .bind(purge.key.map(Key::as_str))
         .bind(purge.include_deleted || purge.key.is_some())
         .bind(keep)
+        .bind(record.timestamp)
         .fetch_all(&mut *tx)
         .await?;
         let deleted = rows
             .iter()
-            .map(|row| Ok((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?)))
+            .map(|row| {
+                Ok((
+                    row.try_get::<String, _>(0)?,
+                    row.try_get::<i64, _>(1)?,
+                    row.try_get::<i64, _>(2)?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         let outcome = purge_outcome(purge, &deleted, record);
         if let Some(record) = &outcome.record {
@@ -603,6 +725,71 @@ impl super::Store for PgStore {
             tags_added,
             unknown,
         })
+    }
+
+    async fn changes(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        prefix: &KeyPrefix,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> Result<Vec<Change>> {
+        let (low, high) = prefix.range();
+        let rows = sqlx::query(
+            "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
+             CASE WHEN c.kind IN (1, 4) THEN v.value::text END, c.create_time \
+             FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
+               AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key AND v.version = c.version \
+             WHERE c.tenant = $1 AND c.scope_type = $2 AND c.scope = $3 \
+             AND c.revision > $4 AND c.revision <= $5 AND c.key >= $6 AND c.key < $7 \
+             ORDER BY c.revision LIMIT $8",
+        )
+        .bind(tenant.as_str())
+        .bind(scope.scope_type.as_i16())
+        .bind(scope.name.as_str())
+        .bind(after)
+        .bind(up_to)
+        .bind(low)
+        .bind(high)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| change_row(row)?.into_change())
+            .collect()
+    }
+
+    async fn horizon(&self) -> Result<watch::Receiver<i64>> {
+        let pool = self.pool.clone();
+        let receiver = self
+            .horizon
+            .get_or_try_init(|| async move {
+                let (newest, xmax) = horizon_candidate(&pool).await?;
+                wait_settled(&pool, &xmax).await?;
+                let (sender, receiver) = watch::channel(newest);
+                tokio::spawn(run_horizon(pool, newest, sender));
+                Ok::<_, crate::error::Error>(receiver)
+            })
+            .await?;
+        Ok(receiver.clone())
+    }
+
+    async fn oldest_revision(&self) -> Result<Option<i64>> {
+        Ok(
+            sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn prune_changes(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM memory_changes WHERE create_time < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn prune_request_ids(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {

@@ -7,24 +7,29 @@
 //! run beside the writer thanks to WAL.
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
 };
 use sqlx::{Executor, Row, Sqlite, SqliteConnection};
+use tokio::sync::watch;
 
 use super::{
-    Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome, ScopeFilter,
-    StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found, from_micros,
-    live_entry, purge_outcome, schema_is_current, source_changed, to_micros, version_not_found,
-    write_refused,
+    ChangeRow, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
+    ScopeFilter, StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found,
+    from_micros, live_entry, purge_outcome, schema_is_current, source_changed, to_micros,
+    version_not_found, write_refused,
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::Provenance;
 use crate::memory::audit::AuditRecord;
-use crate::memory::{Entry, Key, Scope, ScopeName, ScopeSummary, ScopeType, key_not_found_error};
+use crate::memory::{
+    Change, ChangeKind, Entry, Key, KeyPrefix, Scope, ScopeName, ScopeSummary, ScopeType,
+    key_not_found_error,
+};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -74,6 +79,9 @@ const VERSION_COLUMNS: &str = "v.key, v.version, v.value, v.deleted, v.execution
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
+    /// The newest committed revision. With a single writer connection
+    /// revisions commit in order, so the newest is always settled.
+    horizon: Arc<watch::Sender<i64>>,
 }
 
 impl SqliteStore {
@@ -105,7 +113,11 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(SqliteStore { writer, reader })
+        Ok(SqliteStore {
+            writer,
+            reader,
+            horizon: Arc::new(watch::channel(0).0),
+        })
     }
 
     async fn head_in<'e, E>(
@@ -168,7 +180,7 @@ impl SqliteStore {
         conn: &mut SqliteConnection,
         tenant: &Tenant,
         write: &Write<'_>,
-    ) -> Result<Option<i64>> {
+    ) -> Result<Option<(i64, i64)>> {
         let update = HeadUpdate::of(write);
         let statement = match update {
             HeadUpdate::SetAny => SET_ANY,
@@ -210,7 +222,58 @@ impl SqliteStore {
         .execute(&mut *conn)
         .await?;
 
-        Ok(Some(version))
+        let revision = Self::record_change(
+            conn,
+            tenant,
+            write.scope,
+            write.key.as_str(),
+            write.change,
+            version,
+            0,
+            write.now,
+        )
+        .await?;
+        Ok(Some((version, revision)))
+    }
+
+    /// Appends to the change feed; returns the revision.
+    #[allow(clippy::too_many_arguments)]
+    async fn record_change(
+        conn: &mut SqliteConnection,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &str,
+        kind: ChangeKind,
+        version: i64,
+        versions_deleted: i64,
+        now: DateTime<Utc>,
+    ) -> Result<i64> {
+        let revision = sqlx::query_scalar(
+            "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, versions_deleted, create_time) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING revision",
+        )
+        .bind(tenant.as_str())
+        .bind(scope.scope_type.as_i16())
+        .bind(scope.name.as_str())
+        .bind(key)
+        .bind(kind.as_i16())
+        .bind(version)
+        .bind(versions_deleted)
+        .bind(to_micros(now))
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(revision)
+    }
+
+    /// Tells watchers a revision has committed.
+    fn committed(&self, revision: i64) {
+        self.horizon.send_if_modified(|horizon| {
+            let newer = revision > *horizon;
+            if newer {
+                *horizon = revision;
+            }
+            newer
+        });
     }
 }
 
@@ -270,7 +333,7 @@ impl super::Store for SqliteStore {
             }
         }
 
-        let Some(version) = Self::write_in(&mut tx, tenant, write).await? else {
+        let Some((version, revision)) = Self::write_in(&mut tx, tenant, write).await? else {
             let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
             return Err(write_refused(write, head));
         };
@@ -293,6 +356,7 @@ impl super::Store for SqliteStore {
             .await?;
         }
         tx.commit().await?;
+        self.committed(revision);
         Ok(write.entry(version))
     }
 
@@ -441,7 +505,7 @@ impl super::Store for SqliteStore {
         let include_deleted = purge.include_deleted || purge.key.is_some();
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT v.key, count(*) FROM memory_versions v \
+            "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
              JOIN memory_heads h USING (tenant, scope_type, scope, key) \
              WHERE {TARGETS} AND v.version <= h.version - ?6 GROUP BY v.key ORDER BY v.key"
         )))
@@ -455,10 +519,30 @@ impl super::Store for SqliteStore {
         .await?;
         let deleted = rows
             .iter()
-            .map(|row| Ok((row.try_get::<String, _>(0)?, row.try_get::<i64, _>(1)?)))
+            .map(|row| {
+                Ok((
+                    row.try_get::<String, _>(0)?,
+                    row.try_get::<i64, _>(1)?,
+                    row.try_get::<i64, _>(2)?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         let outcome = purge_outcome(purge, &deleted, record);
+        let mut newest_revision = 0;
         if let Some(record) = &outcome.record {
+            for (key, count, newest) in &deleted {
+                newest_revision = Self::record_change(
+                    &mut tx,
+                    tenant,
+                    purge.scope,
+                    key,
+                    ChangeKind::Purge,
+                    *newest,
+                    *count,
+                    record.timestamp,
+                )
+                .await?;
+            }
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM memory_versions AS v WHERE v.tenant = ?1 AND v.scope_type = ?2 \
                  AND v.scope = ?3 AND EXISTS (SELECT 1 FROM memory_heads h \
@@ -491,9 +575,12 @@ impl super::Store for SqliteStore {
             let key = record.key();
             let provenance = Provenance::default();
             let write = audit_write(purge.scope, &key, &value, &provenance, record.timestamp);
-            Self::write_in(&mut tx, tenant, &write).await?;
+            if let Some((_, revision)) = Self::write_in(&mut tx, tenant, &write).await? {
+                newest_revision = revision;
+            }
         }
         tx.commit().await?;
+        self.committed(newest_revision);
         Ok(outcome)
     }
 
@@ -515,20 +602,19 @@ impl super::Store for SqliteStore {
                 return Err(source_changed(fence.key, fence.version, now));
             }
         }
-        let version = Self::write_in(&mut tx, tenant, write)
+        let (version, _) = Self::write_in(&mut tx, tenant, write)
             .await?
             .ok_or_else(|| Error::internal("unconditional write refused"))?;
         record.target_version = version;
         let value = record.to_value()?;
         let key = record.key();
         let provenance = Provenance::default();
-        Self::write_in(
-            &mut tx,
-            tenant,
-            &audit_write(write.scope, &key, &value, &provenance, record.timestamp),
-        )
-        .await?;
+        let audit = audit_write(write.scope, &key, &value, &provenance, record.timestamp);
+        let revision = Self::write_in(&mut tx, tenant, &audit)
+            .await?
+            .map_or(0, |(_, revision)| revision);
         tx.commit().await?;
+        self.committed(revision);
         Ok((write.entry(version), record))
     }
 
@@ -618,6 +704,76 @@ impl super::Store for SqliteStore {
             tags_added,
             unknown,
         })
+    }
+
+    async fn changes(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        prefix: &KeyPrefix,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> Result<Vec<Change>> {
+        let (low, high) = prefix.range();
+        let rows = sqlx::query(
+            "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
+             CASE WHEN c.kind IN (1, 4) THEN v.value END, c.create_time \
+             FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
+               AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key AND v.version = c.version \
+             WHERE c.tenant = ?1 AND c.scope_type = ?2 AND c.scope = ?3 \
+             AND c.revision > ?4 AND c.revision <= ?5 AND c.key >= ?6 AND c.key < ?7 \
+             ORDER BY c.revision LIMIT ?8",
+        )
+        .bind(tenant.as_str())
+        .bind(scope.scope_type.as_i16())
+        .bind(scope.name.as_str())
+        .bind(after)
+        .bind(up_to)
+        .bind(low)
+        .bind(high)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                ChangeRow {
+                    revision: row.try_get(0)?,
+                    kind: row.try_get(1)?,
+                    key: row.try_get(2)?,
+                    version: row.try_get(3)?,
+                    versions_deleted: row.try_get(4)?,
+                    value: row.try_get(5)?,
+                    create_time: from_micros(row.try_get(6)?)?,
+                }
+                .into_change()
+            })
+            .collect()
+    }
+
+    async fn horizon(&self) -> Result<watch::Receiver<i64>> {
+        let newest: i64 =
+            sqlx::query_scalar("SELECT coalesce(max(revision), 0) FROM memory_changes")
+                .fetch_one(&self.reader)
+                .await?;
+        self.committed(newest);
+        Ok(self.horizon.subscribe())
+    }
+
+    async fn oldest_revision(&self) -> Result<Option<i64>> {
+        Ok(
+            sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
+                .fetch_one(&self.reader)
+                .await?,
+        )
+    }
+
+    async fn prune_changes(&self, before: DateTime<Utc>) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM memory_changes WHERE create_time < ?1")
+            .bind(to_micros(before))
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {

@@ -180,6 +180,10 @@ impl TestServer {
         }
     }
 
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.server.as_ref().expect("running").grpc_addr
+    }
+
     pub fn http_addr(&self) -> SocketAddr {
         self.server.as_ref().expect("running").http_addr
     }

@@ -12,3 +12,4 @@ mod outage;
 mod races;
 mod store_conformance;
 mod summarizer_http;
+mod watch;

@@ -593,6 +593,7 @@ async fn write_audit_record(server: &TestServer, scope: &str) {
         request: None,
         provenance: &Provenance::default(),
         now: chrono::Utc::now(),
+        change: engram::memory::ChangeKind::Set,
     };
     match server.db.backend {
         Backend::Sqlite => {

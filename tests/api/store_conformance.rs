@@ -4,7 +4,9 @@
 use chrono::Utc;
 use engram::context::Tenant;
 use engram::error::{Error, Reason};
-use engram::memory::{Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeType, Value};
+use engram::memory::{
+    ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeType, Value,
+};
 use engram::store::{Head, ListQuery, Mutation, RequestStamp, ScopeFilter, Store, Write};
 use serde_json::json;
 
@@ -53,6 +55,10 @@ impl<S: Store> Writer<'_, S> {
                     request,
                     provenance: &provenance,
                     now: Utc::now(),
+                    change: match mutation {
+                        Mutation::Set(_) => ChangeKind::Set,
+                        Mutation::Delete => ChangeKind::Delete,
+                    },
                 },
             )
             .await

@@ -1,0 +1,450 @@
+//! `MemoryService.Watch`: every change exactly once, in order, across
+//! reconnects and replicas; slow consumers and shutdown end the stream with
+//! the revision to resume after.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use engram::api::convert::json_to_proto;
+use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::{
+    ChangeKind, CompactRequest, DeleteRequest, PurgeRequest, ScopeType, SetRequest, WatchRequest,
+    WatchResponse,
+};
+use engram::store::Store;
+use serde_json::json;
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::helpers::{Backend, TestServer, connect, error_metadata, reason};
+use crate::on_both_stores;
+
+const NS: i32 = ScopeType::Namespace as i32;
+
+fn set(scope: &str, key: &str, value: serde_json::Value) -> SetRequest {
+    SetRequest {
+        scope_type: NS,
+        scope: scope.to_owned(),
+        key: key.to_owned(),
+        value: Some(json_to_proto(&value)),
+        ..SetRequest::default()
+    }
+}
+
+fn watch(scope: &str, prefix: &str, from_revision: Option<i64>) -> WatchRequest {
+    WatchRequest {
+        scope_type: NS,
+        scope: scope.to_owned(),
+        key_prefix: prefix.to_owned(),
+        from_revision,
+    }
+}
+
+async fn next(
+    stream: &mut tonic::Streaming<WatchResponse>,
+) -> Result<WatchResponse, tonic::Status> {
+    tokio::time::timeout(Duration::from_secs(30), stream.message())
+        .await
+        .expect("a change arrives")
+        .and_then(|item| item.ok_or_else(|| tonic::Status::internal("stream ended")))
+}
+
+/// Reads until the change of `key` at `version` (the end marker).
+async fn read_until(
+    client: &mut MemoryServiceClient<Channel>,
+    mut stream: tonic::Streaming<WatchResponse>,
+    request: WatchRequest,
+    key: &str,
+    version: i64,
+    reconnect_after: Option<usize>,
+) -> Vec<WatchResponse> {
+    let mut seen = Vec::new();
+    loop {
+        let change = next(&mut stream).await.expect("change");
+        let done = change.key == key && change.version == version;
+        seen.push(change);
+        if done {
+            return seen;
+        }
+        if reconnect_after == Some(seen.len()) {
+            // Drop the stream and resume after the last revision seen.
+            let last = seen.last().map(|c| c.revision);
+            stream = client
+                .watch(WatchRequest {
+                    from_revision: last,
+                    ..request.clone()
+                })
+                .await
+                .expect("resume")
+                .into_inner();
+        }
+    }
+}
+
+fn check_exactly_once_in_order(seen: &[WatchResponse]) {
+    let revisions: Vec<i64> = seen.iter().map(|c| c.revision).collect();
+    assert!(
+        revisions.windows(2).all(|w| w[0] < w[1]),
+        "revisions strictly increase"
+    );
+    let mut per_key: HashMap<&str, i64> = HashMap::new();
+    for change in seen {
+        if change.kind == ChangeKind::Purge as i32 {
+            continue;
+        }
+        let last = per_key
+            .insert(change.key.as_str(), change.version)
+            .unwrap_or(0);
+        assert_eq!(
+            change.version,
+            last + 1,
+            "{} versions in order, none missing",
+            change.key
+        );
+    }
+}
+
+async fn every_change_once_in_order(backend: Backend) {
+    const WRITERS: usize = 8;
+    const EACH: usize = 1250;
+    let server = TestServer::spawn_with(backend, |s| {
+        s.db_max_connections = Some(16);
+        s.sqlite_synchronous = Some(engram::store::SqliteSynchronous::Normal);
+    })
+    .await;
+    let mut memory = server.memory();
+    memory
+        .set(set("feed", "before", json!(0)))
+        .await
+        .expect("seed");
+
+    // Three watchers from now (the seed is not theirs), each on its own
+    // connection as separate processes would be, all open before any write:
+    // one reads to the end, one drops its stream mid-way and resumes from
+    // the last revision it saw, one watches a key prefix.
+    let watcher = || async { MemoryServiceClient::new(connect(server.grpc_addr()).await) };
+    let mut first_client = watcher().await;
+    let first = first_client
+        .watch(watch("feed", "", None))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut second_client = watcher().await;
+    let second = second_client
+        .watch(watch("feed", "", None))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut third_client = watcher().await;
+    let mut third = third_client
+        .watch(watch("feed", "w3/", None))
+        .await
+        .expect("watch")
+        .into_inner();
+    let reconnecting = tokio::spawn(async move {
+        read_until(
+            &mut second_client,
+            second,
+            watch("feed", "", None),
+            "w0/k0",
+            126,
+            Some(3000),
+        )
+        .await
+    });
+    let prefixed = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while seen.len() < EACH {
+            seen.push(next(&mut third).await.expect("change"));
+        }
+        seen
+    });
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let mut client = server.memory();
+        writers.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                let key = format!("w{writer}/k{}", i % 10);
+                client.set(set("feed", &key, json!(i))).await.expect("set");
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    // Every other kind of change, then an end marker.
+    memory
+        .delete(DeleteRequest {
+            scope_type: NS,
+            scope: "feed".to_owned(),
+            key: "w1/k1".to_owned(),
+            ..DeleteRequest::default()
+        })
+        .await
+        .expect("delete");
+    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+    admin
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "feed".to_owned(),
+            key: "w2/k2".to_owned(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge");
+    admin
+        .compact(CompactRequest {
+            scope_type: NS,
+            scope: "feed".to_owned(),
+            key: "w4/k4".to_owned(),
+            ..CompactRequest::default()
+        })
+        .await
+        .expect("compact");
+    memory
+        .set(set("feed", "w0/k0", json!("end")))
+        .await
+        .expect("end marker");
+
+    let seen = read_until(
+        &mut first_client,
+        first,
+        watch("feed", "", None),
+        "w0/k0",
+        126,
+        None,
+    )
+    .await;
+    check_exactly_once_in_order(&seen);
+    let sets = seen
+        .iter()
+        .filter(|c| c.kind == ChangeKind::Set as i32 && !c.key.starts_with("_compaction/"))
+        .count();
+    assert_eq!(
+        sets,
+        WRITERS * EACH + 1,
+        "every write once (plus the end marker)"
+    );
+    let kinds: HashSet<i32> = seen.iter().map(|c| c.kind).collect();
+    assert_eq!(kinds.len(), 4, "set, delete, purge and compact all appear");
+    let purge = seen
+        .iter()
+        .find(|c| c.kind == ChangeKind::Purge as i32)
+        .expect("purge change");
+    assert_eq!(
+        (purge.key.as_str(), purge.versions_deleted, purge.version),
+        ("w2/k2", 124, 124)
+    );
+    let compaction = seen
+        .iter()
+        .find(|c| c.kind == ChangeKind::Compact as i32)
+        .expect("compact change");
+    assert_eq!(
+        (compaction.key.as_str(), compaction.version),
+        ("w4/k4", 126)
+    );
+    assert!(
+        compaction.value.is_some(),
+        "the summary travels with the change"
+    );
+    assert!(
+        !seen.iter().any(|c| c.key == "before"),
+        "a watch from now starts after the current state"
+    );
+
+    let resumed = reconnecting.await.expect("reconnecting watcher");
+    check_exactly_once_in_order(&resumed);
+    assert_eq!(
+        resumed.iter().map(|c| c.revision).collect::<Vec<_>>(),
+        seen.iter().map(|c| c.revision).collect::<Vec<_>>(),
+        "the reconnecting watcher saw exactly the same changes"
+    );
+    let prefixed = prefixed.await.expect("prefix watcher");
+    assert!(prefixed.iter().all(|c| c.key.starts_with("w3/")));
+    check_exactly_once_in_order(&prefixed);
+}
+
+async fn slow_consumers_and_shutdown_say_where_to_resume(backend: Backend) {
+    let server = TestServer::spawn_with(backend, |s| {
+        s.watch_stall_timeout_ms = Some(100);
+        s.watch_buffer = Some(4);
+        s.sqlite_synchronous = Some(engram::store::SqliteSynchronous::Normal);
+    })
+    .await;
+    let mut memory = server.memory();
+    // The stalled reader has its own connection: a stream nobody reads
+    // fills its connection's HTTP/2 window, and would slow everything else
+    // sharing that connection (a client-side fact, not a server one).
+    let mut stalled_client = MemoryServiceClient::new(connect(server.grpc_addr()).await);
+    let mut stalled = stalled_client
+        .watch(watch("slow", "", None))
+        .await
+        .expect("watch")
+        .into_inner();
+    // 16 KiB changes: a few MB in all, far beyond the tiny buffer plus the
+    // HTTP/2 buffers (about 1 MB), so the producer must block and stall.
+    let big = "x".repeat(16 * 1024);
+    const WRITES: i64 = 300;
+    for i in 0..WRITES {
+        memory
+            .set(set(
+                "slow",
+                &format!("k{}", i % 7),
+                json!({"i": i, "pad": big}),
+            ))
+            .await
+            .expect("set");
+    }
+    // Only now read: what was buffered, then the verdict.
+    let mut received = Vec::new();
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(30), stalled.message()).await {
+            Err(_) => panic!(
+                "no verdict after {} changes: the consumer was never cut off",
+                received.len()
+            ),
+            Ok(Ok(Some(change))) => received.push(change.revision),
+            Ok(Ok(None)) => panic!("the stream ended without a status"),
+            Ok(Err(status)) => break status,
+        }
+    };
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::ResourceExhausted, "CONSUMER_TOO_SLOW")
+    );
+    assert!((received.len() as i64) < WRITES, "cut off before the end");
+    let resume: i64 = error_metadata(&status, "resume_revision")
+        .expect("resume_revision")
+        .parse()
+        .expect("number");
+    assert_eq!(
+        Some(&resume),
+        received.last(),
+        "resume after the last change received"
+    );
+    // Resuming there delivers the rest, exactly once.
+    let mut rest = memory
+        .watch(watch("slow", "", Some(resume)))
+        .await
+        .expect("resume")
+        .into_inner();
+    while (received.len() as i64) < WRITES {
+        received.push(next(&mut rest).await.expect("change").revision);
+    }
+    assert!(received.windows(2).all(|w| w[0] < w[1]));
+    // Shutdown ends an open watch with UNAVAILABLE and the resume point.
+    let status = {
+        let stop = async {
+            let server = server;
+            server.stop().await;
+        };
+        let (_, status) = tokio::join!(stop, async {
+            loop {
+                match tokio::time::timeout(Duration::from_secs(30), rest.message()).await {
+                    Err(_) => panic!("the watch did not end on shutdown"),
+                    Ok(Ok(Some(_))) => continue,
+                    Ok(Ok(None)) => panic!("ended without a status"),
+                    Ok(Err(status)) => break status,
+                }
+            }
+        });
+        status
+    };
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::Unavailable, "SHUTTING_DOWN")
+    );
+    assert_eq!(
+        error_metadata(&status, "resume_revision"),
+        received.last().map(|r| r.to_string())
+    );
+}
+
+async fn pruned_revisions_are_out_of_range(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut memory = server.memory();
+    for i in 0..3 {
+        memory.set(set("old", "k", json!(i))).await.expect("set");
+    }
+    let pruned = match backend {
+        Backend::Sqlite => {
+            server
+                .db
+                .sqlite_store()
+                .await
+                .prune_changes(chrono::Utc::now())
+                .await
+        }
+        Backend::Postgres => {
+            server
+                .db
+                .pg_store()
+                .await
+                .prune_changes(chrono::Utc::now())
+                .await
+        }
+    }
+    .expect("prune");
+    assert_eq!(pruned, 3);
+    let latest = memory
+        .set(set("old", "k", json!("new")))
+        .await
+        .expect("set");
+    assert_eq!(latest.into_inner().entry.expect("entry").version, 4);
+    let err = memory
+        .watch(watch("old", "", Some(1)))
+        .await
+        .expect_err("pruned");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::OutOfRange, "REVISION_PRUNED")
+    );
+    // From the last pruned revision is still fine: nothing after it is gone.
+    let mut stream = memory
+        .watch(watch("old", "", Some(3)))
+        .await
+        .expect("watch")
+        .into_inner();
+    assert_eq!(next(&mut stream).await.expect("change").version, 4);
+    let err = memory
+        .watch(watch("old", "", Some(-1)))
+        .await
+        .expect_err("negative");
+    assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+on_both_stores!(
+    every_change_once_in_order,
+    slow_consumers_and_shutdown_say_where_to_resume,
+    pruned_revisions_are_out_of_range,
+);
+
+/// Two servers on one Postgres: a write through one reaches a watcher on
+/// the other (LISTEN/NOTIFY wakes it, the table is the truth).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_cross_replicas() {
+    let one = TestServer::spawn(Backend::Postgres).await;
+    let mut settings = crate::helpers::test_settings(&one.db.url);
+    settings.migrate = Some(engram::config::MigrateMode::Off);
+    let two = engram::server::start(engram::config::Config::resolve(settings).expect("config"))
+        .await
+        .expect("second replica");
+    let mut on_two = MemoryServiceClient::new(connect(two.grpc_addr).await);
+    let mut stream = on_two
+        .watch(watch("shared", "", None))
+        .await
+        .expect("watch")
+        .into_inner();
+    for i in 1..=20 {
+        one.memory()
+            .set(set("shared", "k", json!(i)))
+            .await
+            .expect("set on one");
+        let change = next(&mut stream).await.expect("seen on two");
+        assert_eq!((change.key.as_str(), change.version), ("k", i));
+    }
+    two.shutdown();
+    two.wait().await.expect("second replica stops");
+}
