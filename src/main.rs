@@ -24,7 +24,7 @@ enum Command {
     /// Apply pending database migrations and exit
     Migrate(ConfigArgs),
     /// Scoped memory on a running server: scopes, list, get, set, delete,
-    /// history, purge, purge-scope, compact, log, reindex. Exit codes: 0 ok,
+    /// history, purge, purge-scope, compact, log, reindex, watch. Exit codes: 0 ok,
     /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable
     Memory(engram::cli::memory::MemoryCommand),
 }

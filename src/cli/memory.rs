@@ -166,6 +166,21 @@ enum Command {
         #[command(flatten)]
         scope: ScopeArgs,
     },
+    /// Follow a scope's changes until Ctrl-C (or --limit changes); prints
+    /// the revision to resume from when it stops
+    Watch {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Only keys starting with this prefix
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Resume after this revision instead of starting now
+        #[arg(long)]
+        from_revision: Option<i64>,
+        /// Stop after this many changes
+        #[arg(long)]
+        limit: Option<usize>,
+    },
     /// Backfill flow tags on execution-scoped versions (a dry run unless --apply)
     Reindex {
         #[arg(long)]
@@ -230,6 +245,43 @@ fn entry_line(entry: &proto::MemoryEntry) -> String {
         entry.key,
         entry.version,
         time(entry.create_time.as_ref())
+    )
+}
+
+fn change_kind_name(kind: i32) -> &'static str {
+    match proto::ChangeKind::try_from(kind) {
+        Ok(proto::ChangeKind::Set) => "set",
+        Ok(proto::ChangeKind::Delete) => "delete",
+        Ok(proto::ChangeKind::Purge) => "purge",
+        Ok(proto::ChangeKind::Compact) => "compact",
+        _ => "unknown",
+    }
+}
+
+fn change_json(change: &proto::WatchResponse) -> serde_json::Value {
+    json!({
+        "revision": change.revision,
+        "kind": change_kind_name(change.kind),
+        "key": change.key,
+        "version": change.version,
+        "value": value_json(change.value.clone()),
+        "versions_deleted": change.versions_deleted,
+        "create_time": time(change.create_time.as_ref()),
+    })
+}
+
+fn change_line(change: &proto::WatchResponse) -> String {
+    let detail = match proto::ChangeKind::try_from(change.kind) {
+        Ok(proto::ChangeKind::Purge) => format!("{} versions purged", change.versions_deleted),
+        Ok(proto::ChangeKind::Delete) => "(deleted)".to_owned(),
+        _ => value_json(change.value.clone()).to_string(),
+    };
+    format!(
+        "#{}  {:<7}  {}  v{}  {detail}",
+        change.revision,
+        change_kind_name(change.kind),
+        change.key,
+        change.version
     )
 }
 
@@ -617,6 +669,51 @@ async fn run(channel: Channel, output: Output, command: Command) -> CliResult {
                 }
                 Output::Text => records.iter().for_each(|r| println!("{}", record_line(r))),
             }
+        }
+        Command::Watch {
+            scope,
+            prefix,
+            from_revision,
+            limit,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let mut stream = memory
+                .watch(proto::WatchRequest {
+                    scope_type,
+                    scope,
+                    key_prefix: prefix,
+                    from_revision,
+                })
+                .await?
+                .into_inner();
+            let mut last = from_revision;
+            let mut seen = 0;
+            let resume = |last: Option<i64>| {
+                if let Some(revision) = last {
+                    eprintln!("resume with --from-revision {revision}");
+                }
+            };
+            while limit.is_none_or(|limit| seen < limit) {
+                let next = tokio::select! {
+                    next = stream.message() => next,
+                    _ = tokio::signal::ctrl_c() => break,
+                };
+                let change = match next {
+                    Ok(Some(change)) => change,
+                    Ok(None) => break,
+                    Err(status) => {
+                        resume(last);
+                        return Err(status.into());
+                    }
+                };
+                last = Some(change.revision);
+                seen += 1;
+                match output {
+                    Output::Json => println!("{}", change_json(&change)),
+                    Output::Text => println!("{}", change_line(&change)),
+                }
+            }
+            resume(last);
         }
         Command::Reindex { apply } => {
             let progress = Progress::start("reindexing");

@@ -172,6 +172,39 @@ async fn memory_commands_against_a_server() {
         (Some(false), Some(0))
     );
 
+    // watch replays from a revision (JSON Lines) and stops at --limit.
+    let watched = cli.run(&with(&["watch", "--from-revision", "0", "--limit", "3"]));
+    assert_eq!(watched.code, 0, "{}", watched.stderr);
+    let changes: Vec<Value> = watched
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    let shape: Vec<(&str, &str, i64)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap_or(""),
+                c["key"].as_str().unwrap_or(""),
+                c["version"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("set", "user/theme", 1),
+            ("set", "user/theme", 2),
+            ("set", "user/lang", 1)
+        ]
+    );
+    let last = changes[2]["revision"].as_i64().expect("revision");
+    assert!(
+        watched.stderr.contains(&format!("--from-revision {last}")),
+        "{}",
+        watched.stderr
+    );
+
     // Usage errors and an unreachable server have their own exit codes.
     let usage = cli.run(&with(&["compact"]));
     assert_eq!(usage.code, 2, "{}", usage.stderr);

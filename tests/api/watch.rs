@@ -421,16 +421,17 @@ on_both_stores!(
     pruned_revisions_are_out_of_range,
 );
 
-/// Two servers on one Postgres: a write through one reaches a watcher on
-/// the other (LISTEN/NOTIFY wakes it, the table is the truth).
+/// Two server processes on one Postgres: a write through one reaches a
+/// watcher on the other (LISTEN/NOTIFY wakes it, the table is the truth).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_cross_replicas() {
     let one = TestServer::spawn(Backend::Postgres).await;
-    let mut settings = crate::helpers::test_settings(&one.db.url);
-    settings.migrate = Some(engram::config::MigrateMode::Off);
-    let two = engram::server::start(engram::config::Config::resolve(settings).expect("config"))
-        .await
-        .expect("second replica");
+    let two = crate::helpers::ChildServer::spawn(
+        &["--migrate", "off"],
+        &[("ENGRAM_DATABASE_URL", &one.db.url)],
+        None,
+    )
+    .await;
     let mut on_two = MemoryServiceClient::new(connect(two.grpc_addr).await);
     let mut stream = on_two
         .watch(watch("shared", "", None))
@@ -445,6 +446,19 @@ async fn changes_cross_replicas() {
         let change = next(&mut stream).await.expect("seen on two");
         assert_eq!((change.key.as_str(), change.version), ("k", i));
     }
-    two.shutdown();
-    two.wait().await.expect("second replica stops");
+    // And the other way round: a write through the second process.
+    let mut on_one = one
+        .memory()
+        .watch(watch("shared", "", None))
+        .await
+        .expect("watch")
+        .into_inner();
+    on_two
+        .set(set("shared", "k", json!("from two")))
+        .await
+        .expect("set on two");
+    let change = next(&mut on_one).await.expect("seen on one");
+    assert_eq!(change.version, 21);
+    drop(stream);
+    assert!(two.terminate().await.success());
 }
