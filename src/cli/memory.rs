@@ -188,6 +188,25 @@ enum Command {
     },
 }
 
+/// Fetches every page of a list: `fetch` gets a page token and returns the
+/// page's items and the next token (empty at the end).
+async fn all_pages<T, F, Fut>(mut fetch: F) -> CliResult<Vec<T>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, String), tonic::Status>>,
+{
+    let mut items = Vec::new();
+    let mut token = String::new();
+    loop {
+        let (page, next) = fetch(token).await?;
+        items.extend(page);
+        if next.is_empty() {
+            return Ok(items);
+        }
+        token = next;
+    }
+}
+
 /// A value from the command line: JSON when it parses, else a string.
 pub fn parse_value(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
@@ -364,25 +383,21 @@ async fn run(channel: Channel, output: Output, command: Command) -> CliResult {
     let mut admin = MemoryAdminServiceClient::new(channel);
     match command {
         Command::Scopes { scope_type, flow } => {
-            let mut token = String::new();
-            let mut all = Vec::new();
-            loop {
-                let page = memory
-                    .list_scopes(proto::ListScopesRequest {
-                        scope_type: scope_type.map_or(0, |t| t.to_proto() as i32),
-                        page_size: 1000,
-                        page_token: token,
-                        flow_name: flow.clone().unwrap_or_default(),
-                        ..Default::default()
-                    })
-                    .await?
-                    .into_inner();
-                all.extend(page.scopes);
-                if page.next_page_token.is_empty() {
-                    break;
+            let all = all_pages(|page_token| {
+                let mut memory = memory.clone();
+                let request = proto::ListScopesRequest {
+                    scope_type: scope_type.map_or(0, |t| t.to_proto() as i32),
+                    page_size: 1000,
+                    page_token,
+                    flow_name: flow.clone().unwrap_or_default(),
+                    ..Default::default()
+                };
+                async move {
+                    let page = memory.list_scopes(request).await?.into_inner();
+                    Ok((page.scopes, page.next_page_token))
                 }
-                token = page.next_page_token;
-            }
+            })
+            .await?;
             match output {
                 Output::Json => print_json(&json!(
                     all.iter()
@@ -411,26 +426,22 @@ async fn run(channel: Channel, output: Output, command: Command) -> CliResult {
             include_reserved,
         } => {
             let (scope_type, scope) = scope.proto();
-            let mut token = String::new();
-            let mut entries = Vec::new();
-            loop {
-                let page = memory
-                    .list(proto::ListRequest {
-                        scope_type,
-                        scope: scope.clone(),
-                        key_prefix: prefix.clone(),
-                        page_size: 1000,
-                        page_token: token,
-                        include_reserved,
-                    })
-                    .await?
-                    .into_inner();
-                entries.extend(page.entries);
-                if page.next_page_token.is_empty() {
-                    break;
+            let entries = all_pages(|page_token| {
+                let mut memory = memory.clone();
+                let request = proto::ListRequest {
+                    scope_type,
+                    scope: scope.clone(),
+                    key_prefix: prefix.clone(),
+                    page_size: 1000,
+                    page_token,
+                    include_reserved,
+                };
+                async move {
+                    let page = memory.list(request).await?.into_inner();
+                    Ok((page.entries, page.next_page_token))
                 }
-                token = page.next_page_token;
-            }
+            })
+            .await?;
             match output {
                 Output::Json => {
                     print_json(&json!(entries.iter().map(entry_json).collect::<Vec<_>>()))
@@ -645,24 +656,20 @@ async fn run(channel: Channel, output: Output, command: Command) -> CliResult {
         }
         Command::Log { scope } => {
             let (scope_type, scope) = scope.proto();
-            let mut token = String::new();
-            let mut records = Vec::new();
-            loop {
-                let page = admin
-                    .get_compaction_log(proto::GetCompactionLogRequest {
-                        scope_type,
-                        scope: scope.clone(),
-                        page_size: 1000,
-                        page_token: token,
-                    })
-                    .await?
-                    .into_inner();
-                records.extend(page.records);
-                if page.next_page_token.is_empty() {
-                    break;
+            let records = all_pages(|page_token| {
+                let mut admin = admin.clone();
+                let request = proto::GetCompactionLogRequest {
+                    scope_type,
+                    scope: scope.clone(),
+                    page_size: 1000,
+                    page_token,
+                };
+                async move {
+                    let page = admin.get_compaction_log(request).await?.into_inner();
+                    Ok((page.records, page.next_page_token))
                 }
-                token = page.next_page_token;
-            }
+            })
+            .await?;
             match output {
                 Output::Json => {
                     print_json(&json!(records.iter().map(record_json).collect::<Vec<_>>()))
