@@ -93,6 +93,22 @@ fn request_id(id: String) -> Result<Option<String>> {
     Ok(Some(id))
 }
 
+/// The fields Set and Delete share, parsed.
+fn write_request(
+    scope_type: i32,
+    scope: String,
+    key: String,
+    expected: Option<i64>,
+    id: String,
+) -> Result<WriteRequest> {
+    Ok(WriteRequest {
+        selector: selector(scope_type, scope)?,
+        key: Key::parse("key", key)?,
+        expected_version: expected_version(expected)?,
+        request_id: request_id(id)?,
+    })
+}
+
 type HistoryStream = Pin<Box<dyn Stream<Item = Result<proto::HistoryResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -111,12 +127,13 @@ impl<S: Store> MemoryService for MemoryApi<S> {
                     "is required (store a JSON null explicitly if that is what you mean)",
                 )
             })?;
-            let write = WriteRequest {
-                selector: selector(req.scope_type, req.scope)?,
-                key: Key::parse("key", req.key)?,
-                expected_version: expected_version(req.expected_version)?,
-                request_id: request_id(req.request_id)?,
-            };
+            let write = write_request(
+                req.scope_type,
+                req.scope,
+                req.key,
+                req.expected_version,
+                req.request_id,
+            )?;
             Ok::<_, Error>((write, json_from_proto(value)?))
         })();
         let (write, value) = parsed.map_err(to_status)?;
@@ -221,15 +238,14 @@ impl<S: Store> MemoryService for MemoryApi<S> {
     ) -> Result<Response<proto::DeleteResponse>, Status> {
         let ctx = caller_context(request.metadata()).map_err(to_status)?;
         let req = request.into_inner();
-        let parsed = (|| {
-            Ok::<_, Error>(WriteRequest {
-                selector: selector(req.scope_type, req.scope)?,
-                key: Key::parse("key", req.key)?,
-                expected_version: expected_version(req.expected_version)?,
-                request_id: request_id(req.request_id)?,
-            })
-        })();
-        let write = parsed.map_err(to_status)?;
+        let write = write_request(
+            req.scope_type,
+            req.scope,
+            req.key,
+            req.expected_version,
+            req.request_id,
+        )
+        .map_err(to_status)?;
         let entry = self.memory.delete(&ctx, write).await.map_err(to_status)?;
         Ok(Response::new(proto::DeleteResponse {
             entry: Some(entry_to_proto(entry)),

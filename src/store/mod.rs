@@ -614,3 +614,16 @@ impl ChangeRow {
         })
     }
 }
+
+/// A row of `list_scopes` as both backends read it.
+fn scope_summary(scope_type: i16, name: String, entry_count: i64) -> Result<ScopeSummary> {
+    Ok(ScopeSummary {
+        scope: Scope {
+            scope_type: ScopeType::from_i32(scope_type.into()).ok_or_else(|| {
+                Error::internal(format!("unknown scope type {scope_type} in store"))
+            })?,
+            name: crate::memory::ScopeName::parse("scope", name).map_err(Error::internal)?,
+        },
+        entry_count,
+    })
+}

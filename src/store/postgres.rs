@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::memory::Provenance;
 use crate::memory::audit::AuditRecord;
 use crate::memory::{
-    Change, Entry, Key, KeyPrefix, Scope, ScopeName, ScopeSummary, ScopeType, key_not_found_error,
+    Change, Entry, Key, KeyPrefix, Scope, ScopeSummary, ScopeType, key_not_found_error,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -802,15 +802,5 @@ impl super::Store for PgStore {
 }
 
 fn scope_summary(row: &PgRow) -> Result<ScopeSummary> {
-    let scope_type: i16 = row.try_get(0)?;
-    let name: String = row.try_get(1)?;
-    Ok(ScopeSummary {
-        scope: Scope {
-            scope_type: ScopeType::from_i32(scope_type.into()).ok_or_else(|| {
-                Error::internal(format!("unknown scope type {scope_type} in store"))
-            })?,
-            name: ScopeName::parse("scope", name).map_err(Error::internal)?,
-        },
-        entry_count: row.try_get(2)?,
-    })
+    super::scope_summary(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)
 }

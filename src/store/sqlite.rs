@@ -27,8 +27,7 @@ use crate::error::{Error, Result};
 use crate::memory::Provenance;
 use crate::memory::audit::AuditRecord;
 use crate::memory::{
-    Change, ChangeKind, Entry, Key, KeyPrefix, Scope, ScopeName, ScopeSummary, ScopeType,
-    key_not_found_error,
+    Change, ChangeKind, Entry, Key, KeyPrefix, Scope, ScopeSummary, ScopeType, key_not_found_error,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -222,47 +221,21 @@ impl SqliteStore {
         .execute(&mut *conn)
         .await?;
 
-        let revision = Self::record_change(
-            conn,
-            tenant,
-            write.scope,
-            write.key.as_str(),
-            write.change,
-            version,
-            0,
-            write.now,
-        )
-        .await?;
-        Ok(Some((version, revision)))
-    }
-
-    /// Appends to the change feed; returns the revision.
-    #[allow(clippy::too_many_arguments)]
-    async fn record_change(
-        conn: &mut SqliteConnection,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &str,
-        kind: ChangeKind,
-        version: i64,
-        versions_deleted: i64,
-        now: DateTime<Utc>,
-    ) -> Result<i64> {
+        // The change feed entry; with one writer, revisions commit in order.
         let revision = sqlx::query_scalar(
-            "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, versions_deleted, create_time) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING revision",
+            "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, create_time) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING revision",
         )
         .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key)
-        .bind(kind.as_i16())
+        .bind(write.scope.scope_type.as_i16())
+        .bind(write.scope.name.as_str())
+        .bind(write.key.as_str())
+        .bind(write.change.as_i16())
         .bind(version)
-        .bind(versions_deleted)
-        .bind(to_micros(now))
+        .bind(to_micros(write.now))
         .fetch_one(&mut *conn)
         .await?;
-        Ok(revision)
+        Ok(Some((version, revision)))
     }
 
     /// Tells watchers a revision has committed.
@@ -530,19 +503,25 @@ impl super::Store for SqliteStore {
         let outcome = purge_outcome(purge, &deleted, record);
         let mut newest_revision = 0;
         if let Some(record) = &outcome.record {
-            for (key, count, newest) in &deleted {
-                newest_revision = Self::record_change(
-                    &mut tx,
-                    tenant,
-                    purge.scope,
-                    key,
-                    ChangeKind::Purge,
-                    *newest,
-                    *count,
-                    record.timestamp,
-                )
-                .await?;
-            }
+            // One change per purged key, in one statement; revisions are
+            // rowids, so the last one inserted is the newest.
+            newest_revision = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, versions_deleted, create_time) \
+                 SELECT ?1, ?2, ?3, v.key, ?7, max(v.version), count(*), ?8 FROM memory_versions v \
+                 JOIN memory_heads h USING (tenant, scope_type, scope, key) \
+                 WHERE {TARGETS} AND v.version <= h.version - ?6 GROUP BY v.key ORDER BY v.key"
+            )))
+            .bind(tenant.as_str())
+            .bind(purge.scope.scope_type.as_i16())
+            .bind(purge.scope.name.as_str())
+            .bind(purge.key.map(Key::as_str))
+            .bind(include_deleted)
+            .bind(keep)
+            .bind(ChangeKind::Purge.as_i16())
+            .bind(to_micros(record.timestamp))
+            .execute(&mut *tx)
+            .await?
+            .last_insert_rowid();
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DELETE FROM memory_versions AS v WHERE v.tenant = ?1 AND v.scope_type = ?2 \
                  AND v.scope = ?3 AND EXISTS (SELECT 1 FROM memory_heads h \
@@ -786,15 +765,5 @@ impl super::Store for SqliteStore {
 }
 
 fn scope_summary(row: &SqliteRow) -> Result<ScopeSummary> {
-    let scope_type: i16 = row.try_get(0)?;
-    let name: String = row.try_get(1)?;
-    Ok(ScopeSummary {
-        scope: Scope {
-            scope_type: ScopeType::from_i32(scope_type.into()).ok_or_else(|| {
-                Error::internal(format!("unknown scope type {scope_type} in store"))
-            })?,
-            name: ScopeName::parse("scope", name).map_err(Error::internal)?,
-        },
-        entry_count: row.try_get(2)?,
-    })
+    super::scope_summary(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)
 }
