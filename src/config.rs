@@ -12,6 +12,12 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use crate::memory::MemoryLimits;
+use crate::sessions::SessionLimits;
+
+/// A limit where 0 means unlimited, as the stores take it.
+fn count(name: &str, value: Option<u64>) -> anyhow::Result<i64> {
+    i64::try_from(value.unwrap_or(0)).with_context(|| format!("{name} is too large"))
+}
 use crate::store::{SqliteSynchronous, StoreOptions};
 use crate::summarizer::OpenAiConfig;
 
@@ -68,6 +74,16 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_MAX_VALUE_BYTES")]
     pub max_value_bytes: Option<usize>,
 
+    /// Most sessions per tenant; creating one more evicts the oldest 10%
+    /// (0: unlimited) [default: 0]
+    #[arg(long, env = "ENGRAM_MAX_SESSIONS")]
+    pub max_sessions: Option<u64>,
+
+    /// Most episodes kept per session; appending past it evicts the oldest
+    /// (0: unlimited) [default: 0]
+    #[arg(long, env = "ENGRAM_MAX_EVENTS_PER_SESSION")]
+    pub max_events_per_session: Option<u64>,
+
     /// Most database connections per pool [default: 16]
     #[arg(long, env = "ENGRAM_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
@@ -120,13 +136,14 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_SUMMARIZER_RETRIES")]
     pub summarizer_retries: Option<u32>,
 
-    /// How long a Watch waits for a client that does not read before it
-    /// ends the stream with CONSUMER_TOO_SLOW, in milliseconds [default: 30000]
+    /// How long a Watch or TailEpisodes stream waits for a client that does
+    /// not read before it ends the stream with CONSUMER_TOO_SLOW, in
+    /// milliseconds [default: 30000]
     #[arg(long, env = "ENGRAM_WATCH_STALL_TIMEOUT_MS")]
     pub watch_stall_timeout_ms: Option<u64>,
 
-    /// Changes buffered per Watch stream before the stall timeout starts
-    /// [default: 256]
+    /// Items buffered per Watch or TailEpisodes stream before the stall
+    /// timeout starts [default: 256]
     #[arg(long, env = "ENGRAM_WATCH_BUFFER")]
     pub watch_buffer: Option<usize>,
 
@@ -149,6 +166,8 @@ impl Settings {
             http_addr: self.http_addr.or(other.http_addr),
             migrate: self.migrate.or(other.migrate),
             max_value_bytes: self.max_value_bytes.or(other.max_value_bytes),
+            max_sessions: self.max_sessions.or(other.max_sessions),
+            max_events_per_session: self.max_events_per_session.or(other.max_events_per_session),
             db_max_connections: self.db_max_connections.or(other.db_max_connections),
             db_acquire_timeout_ms: self.db_acquire_timeout_ms.or(other.db_acquire_timeout_ms),
             sqlite_synchronous: self.sqlite_synchronous.or(other.sqlite_synchronous),
@@ -238,6 +257,7 @@ pub struct Config {
     pub http_addr: SocketAddr,
     pub migrate: MigrateMode,
     pub limits: MemoryLimits,
+    pub sessions: SessionLimits,
     pub store: StoreOptions,
     pub health_check_interval: Duration,
     pub request_id_ttl: Duration,
@@ -283,6 +303,16 @@ impl Config {
             migrate: settings.migrate.unwrap_or_default(),
             limits: MemoryLimits {
                 max_value_bytes: settings
+                    .max_value_bytes
+                    .unwrap_or(MemoryLimits::default().max_value_bytes),
+            },
+            sessions: SessionLimits {
+                max_sessions: count("max_sessions", settings.max_sessions)?,
+                max_events_per_session: count(
+                    "max_events_per_session",
+                    settings.max_events_per_session,
+                )?,
+                max_episode_bytes: settings
                     .max_value_bytes
                     .unwrap_or(MemoryLimits::default().max_value_bytes),
             },

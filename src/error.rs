@@ -27,6 +27,11 @@ pub enum Reason {
     RevisionPruned,
     ConsumerTooSlow,
     ShuttingDown,
+    SessionNotFound,
+    SessionExists,
+    SessionOwnerMismatch,
+    SessionEnded,
+    EpisodeExists,
     DatabaseUnavailable,
     Internal,
 }
@@ -55,6 +60,11 @@ impl Reason {
             Reason::RevisionPruned => "REVISION_PRUNED",
             Reason::ConsumerTooSlow => "CONSUMER_TOO_SLOW",
             Reason::ShuttingDown => "SHUTTING_DOWN",
+            Reason::SessionNotFound => "SESSION_NOT_FOUND",
+            Reason::SessionExists => "SESSION_EXISTS",
+            Reason::SessionOwnerMismatch => "SESSION_OWNER_MISMATCH",
+            Reason::SessionEnded => "SESSION_ENDED",
+            Reason::EpisodeExists => "EPISODE_EXISTS",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
             Reason::Internal => "INTERNAL",
         }
@@ -93,6 +103,9 @@ pub enum Error {
     /// The call is not allowed in the caller's current state.
     #[error("{message}")]
     FailedPrecondition { reason: Reason, message: String },
+    /// The thing to create exists already (and differs from the request).
+    #[error("{message}")]
+    AlreadyExists { reason: Reason, message: String },
     /// A position (revision) outside what is kept.
     #[error("{message}")]
     OutOfRange { reason: Reason, message: String },
@@ -145,6 +158,7 @@ impl Error {
             | Error::NotFound { reason, .. }
             | Error::FailedPrecondition { reason, .. }
             | Error::Conflict { reason, .. }
+            | Error::AlreadyExists { reason, .. }
             | Error::OutOfRange { reason, .. }
             | Error::DependencyUnavailable { reason, .. } => *reason,
             Error::VersionMismatch { .. } => Reason::VersionMismatch,

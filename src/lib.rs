@@ -11,6 +11,7 @@ pub mod error;
 pub mod memory;
 pub mod paging;
 pub mod server;
+pub mod sessions;
 pub mod store;
 pub mod summarizer;
 

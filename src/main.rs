@@ -27,6 +27,12 @@ enum Command {
     /// history, purge, purge-scope, compact, log, reindex, watch. Exit codes: 0 ok,
     /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable
     Memory(engram::cli::memory::MemoryCommand),
+    /// Sessions on a running server: create, get, list, delete, end,
+    /// cleanup, stats. Exit codes as for `memory`
+    Sessions(engram::cli::sessions::SessionsCommand),
+    /// Session event logs on a running server: append, list, recent,
+    /// context, tail. Exit codes as for `memory`
+    Episodes(engram::cli::sessions::EpisodesCommand),
 }
 
 fn init_logging(format: LogFormat) {
@@ -48,12 +54,9 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Migrate(args) => migrate(args).await,
-        Command::Memory(command) => {
-            return command
-                .run()
-                .await
-                .map_or_else(|err| err.report(), |()| ExitCode::SUCCESS);
-        }
+        Command::Memory(command) => return client_exit(command.run().await),
+        Command::Sessions(command) => return client_exit(command.run().await),
+        Command::Episodes(command) => return client_exit(command.run().await),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -63,6 +66,10 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn client_exit(result: engram::cli::CliResult) -> ExitCode {
+    result.map_or_else(|err| err.report(), |()| ExitCode::SUCCESS)
 }
 
 async fn serve(args: ConfigArgs) -> anyhow::Result<()> {

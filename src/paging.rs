@@ -74,6 +74,25 @@ pub fn decode_token<C: DeserializeOwned>(query: &str, token: &str) -> Result<Opt
     Ok(Some(token.c))
 }
 
+/// One page of a listing and the token for the next one.
+#[derive(Debug, Clone)]
+pub struct ListPage<T> {
+    pub items: Vec<T>,
+    /// Empty on the last page.
+    pub next_page_token: String,
+}
+
+/// Cuts a page fetched with one item too many (`limit + 1`) down to
+/// `limit`, and returns the token for the next page (empty when the extra
+/// item was not there, i.e. this is the last page).
+pub fn next_token<T>(items: &mut Vec<T>, limit: i64, token: impl Fn(&T) -> String) -> String {
+    if items.len() as i64 <= limit {
+        return String::new();
+    }
+    items.truncate(limit as usize);
+    items.last().map(token).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

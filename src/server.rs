@@ -17,13 +17,17 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::api::{MemoryAdminApi, MemoryApi};
+use crate::api::feed::FeedOptions;
+use crate::api::{EpisodeApi, MemoryAdminApi, MemoryApi, SessionApi};
 use crate::config::{Config, MigrateMode};
 use crate::memory::Memory;
 use crate::memory::admin::MemoryAdmin;
 use crate::proto;
+use crate::proto::episode_service_server::EpisodeServiceServer;
 use crate::proto::memory_admin_service_server::MemoryAdminServiceServer;
 use crate::proto::memory_service_server::MemoryServiceServer;
+use crate::proto::session_service_server::SessionServiceServer;
+use crate::sessions::Sessions;
 use crate::store::{Backend, PgStore, SqliteStore, Store};
 use crate::summarizer::{Extractive, OpenAi, Summarizer};
 
@@ -32,10 +36,13 @@ const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 /// The services the health service reports on, besides the server as a
 /// whole (`""`). All of them depend on the database.
-fn health_services() -> [&'static str; 2] {
+fn health_services() -> [&'static str; 5] {
     [
         "",
         <MemoryServiceServer<MemoryApi<SqliteStore>> as NamedService>::NAME,
+        <MemoryAdminServiceServer<MemoryAdminApi<SqliteStore>> as NamedService>::NAME,
+        <SessionServiceServer<SessionApi<SqliteStore>> as NamedService>::NAME,
+        <EpisodeServiceServer<EpisodeApi<SqliteStore>> as NamedService>::NAME,
     ]
 }
 
@@ -164,14 +171,26 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     )))
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);
+    let feed = FeedOptions {
+        shutdown: shutdown.clone(),
+        stall: config.watch_stall_timeout,
+        buffer: config.watch_buffer,
+    };
     let memory = MemoryServiceServer::new(MemoryApi::new(
-        Memory::new(store, config.limits),
-        shutdown.clone(),
-        config.watch_stall_timeout,
-        config.watch_buffer,
+        Memory::new(store.clone(), config.limits),
+        feed.clone(),
     ))
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);
+    let sessions = Sessions::new(store, config.sessions);
+    let http_sessions = sessions.clone();
+    let session_service = SessionServiceServer::new(SessionApi::new(sessions.clone()))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
+    // A batch may carry many episodes at the size limit.
+    let episode_service = EpisodeServiceServer::new(EpisodeApi::new(sessions, feed))
+        .max_decoding_message_size(max_message.saturating_mul(8))
+        .max_encoding_message_size(max_message.saturating_mul(8));
 
     let grpc = tonic::transport::Server::builder()
         .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
@@ -180,6 +199,8 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .add_service(reflection_v1alpha)
         .add_service(memory)
         .add_service(admin)
+        .add_service(session_service)
+        .add_service(episode_service)
         // Without TCP_NODELAY a response written as several segments waits
         // for the client's delayed ACK (~40 ms) between them. Keepalive
         // finds clients that vanished without closing.
@@ -189,8 +210,11 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
                 .with_keepalive(Some(Duration::from_secs(60))),
             shutdown.clone().cancelled_owned(),
         );
-    let http = axum::serve(http_listener, http_router(ready))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let http = axum::serve(
+        http_listener,
+        http_router(ready).merge(crate::api::http::router(http_sessions)),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
     tracing::info!(
         %grpc_addr,

@@ -6,6 +6,7 @@ use prost_types::{ListValue, Struct, Timestamp};
 use crate::error::{Error, Reason, Result};
 use crate::memory::{Entry, ScopeType};
 use crate::proto;
+use crate::sessions::{Episode, Session};
 
 /// Integers survive a round trip as integers (`42`, not `42.0`) as long as
 /// an f64 holds them exactly.
@@ -111,5 +112,91 @@ pub fn entry_to_proto(entry: Entry) -> proto::MemoryEntry {
         flow_id: entry.provenance.flow_id,
         flow_name: entry.provenance.flow_name,
         create_time: Some(timestamp(entry.create_time)),
+    }
+}
+
+/// A protobuf `Struct` as a JSON object; unset is the empty object.
+pub fn object_from_proto(
+    field: &str,
+    value: Option<Struct>,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let Some(value) = value else {
+        return Ok(serde_json::Map::new());
+    };
+    value
+        .fields
+        .into_iter()
+        .map(|(k, v)| {
+            let json = json_from_proto(v).map_err(|err| match err {
+                Error::InvalidArgument {
+                    reason,
+                    description,
+                    ..
+                } => Error::invalid(reason, format!("{field}.{k}"), description),
+                other => other,
+            })?;
+            Ok((k, json))
+        })
+        .collect()
+}
+
+pub fn object_to_proto(object: &serde_json::Map<String, serde_json::Value>) -> Struct {
+    Struct {
+        fields: object
+            .iter()
+            .map(|(k, v)| (k.clone(), json_to_proto(v)))
+            .collect(),
+    }
+}
+
+pub fn optional_timestamp(
+    field: &str,
+    time: Option<Timestamp>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+    let Some(time) = time else {
+        return Ok(None);
+    };
+    let parsed = u32::try_from(time.nanos)
+        .ok()
+        .and_then(|nanos| chrono::DateTime::from_timestamp(time.seconds, nanos))
+        .ok_or_else(|| {
+            Error::invalid(Reason::InvalidArgument, field, "is not a valid timestamp")
+        })?;
+    // Stores keep microseconds; truncate so what is returned is what is kept.
+    Ok(chrono::DateTime::from_timestamp_micros(
+        parsed.timestamp_micros(),
+    ))
+}
+
+pub fn session_to_proto(session: Session) -> proto::Session {
+    proto::Session {
+        id: session.id,
+        app: session.app,
+        user: session.user,
+        metadata: Some(object_to_proto(&session.metadata)),
+        create_time: Some(timestamp(session.create_time)),
+        update_time: Some(timestamp(session.update_time)),
+        end_time: session.end_time.map(timestamp),
+        episode_count: session.episode_count,
+        last_seq: session.last_seq,
+        episodes_evicted: session.episodes_evicted,
+    }
+}
+
+pub fn episode_to_proto(episode: Episode) -> proto::Episode {
+    proto::Episode {
+        id: episode.id,
+        session_id: episode.session_id,
+        seq: episode.seq,
+        cursor: episode.cursor,
+        app: episode.app,
+        user: episode.user,
+        agent: episode.agent,
+        r#type: episode.kind,
+        content: Some(json_to_proto(&episode.content)),
+        metadata: Some(object_to_proto(&episode.metadata)),
+        source_node: episode.source_node,
+        timestamp: Some(timestamp(episode.timestamp)),
+        create_time: Some(timestamp(episode.create_time)),
     }
 }

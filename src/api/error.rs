@@ -59,6 +59,10 @@ pub fn to_status(err: Error) -> Status {
             let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
             Status::with_error_details(Code::FailedPrecondition, message, details)
         }
+        Error::AlreadyExists { message, .. } => {
+            let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
+            Status::with_error_details(Code::AlreadyExists, message, details)
+        }
         Error::OutOfRange { message, .. } => {
             let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
             Status::with_error_details(Code::OutOfRange, message, details)

@@ -2,15 +2,15 @@
 //! `Memory`, and turns the results back into messages.
 
 use std::pin::Pin;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
 use super::convert::{entry_to_proto, json_from_proto, scope_type_from_proto, scope_type_to_proto};
 use super::error::to_status;
+use super::feed::{self, FeedOptions, FeedStream};
+use super::watch::Changes;
 use crate::error::{Error, Reason, Result};
 use crate::memory::{Key, KeyPrefix, Memory, ScopeName, ScopeSelector, WriteRequest};
 use crate::proto;
@@ -21,27 +21,13 @@ const MAX_REQUEST_ID_LEN: usize = 128;
 
 pub struct MemoryApi<S> {
     memory: Memory<S>,
-    /// Cancelled when the server starts shutting down; ends watches.
-    shutdown: CancellationToken,
-    /// How long a watch waits for a client that does not read.
-    watch_stall: Duration,
-    /// Changes buffered per watch.
-    watch_buffer: usize,
+    /// How watches are bounded and ended.
+    feed: FeedOptions,
 }
 
 impl<S: Store> MemoryApi<S> {
-    pub fn new(
-        memory: Memory<S>,
-        shutdown: CancellationToken,
-        watch_stall: Duration,
-        watch_buffer: usize,
-    ) -> Self {
-        MemoryApi {
-            memory,
-            shutdown,
-            watch_stall,
-            watch_buffer,
-        }
+    pub fn new(memory: Memory<S>, feed: FeedOptions) -> Self {
+        MemoryApi { memory, feed }
     }
 }
 
@@ -252,7 +238,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         }))
     }
 
-    type WatchStream = super::watch::WatchStream;
+    type WatchStream = FeedStream<Changes<S>>;
 
     async fn watch(
         &self,
@@ -283,13 +269,18 @@ impl<S: Store> MemoryService for MemoryApi<S> {
             .watch(&ctx, selector, prefix, from_revision)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(super::watch::spawn(
-            self.memory.clone(),
+        let after = start.after;
+        let horizon = start.horizon.clone();
+        let changes = Changes {
+            memory: self.memory.clone(),
             ctx,
             start,
-            self.shutdown.clone(),
-            self.watch_stall,
-            self.watch_buffer,
+        };
+        Ok(Response::new(feed::spawn(
+            changes,
+            after,
+            horizon,
+            self.feed.clone(),
         )))
     }
 

@@ -1,12 +1,18 @@
-//! The gRPC layer: one thin adapter per service, plus the conversions and
-//! the error mapping they share. No SQL and no business rules here.
+//! The network edge: one thin gRPC adapter per service, the JSON endpoints
+//! of the HTTP port, and the conversions and error mapping they share. No SQL and no business rules here.
 
 pub mod context;
 pub mod convert;
+pub mod episodes;
 pub mod error;
+pub mod feed;
+pub mod http;
 pub mod memory;
 pub mod memory_admin;
+pub mod sessions;
 pub mod watch;
 
+pub use episodes::EpisodeApi;
 pub use memory::MemoryApi;
 pub use memory_admin::MemoryAdminApi;
+pub use sessions::SessionApi;

@@ -3,8 +3,11 @@
 use serde_json::json;
 use tonic::transport::Channel;
 
-use super::{CliError, CliResult, ClientArgs, Output, Progress, connect, print_json};
-use crate::api::convert::{json_from_proto, json_to_proto};
+use super::{
+    CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, parse_value, print_json,
+    time, value_json,
+};
+use crate::api::convert::json_to_proto;
 use crate::proto;
 use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use crate::proto::memory_service_client::MemoryServiceClient;
@@ -188,30 +191,6 @@ enum Command {
     },
 }
 
-/// Fetches every page of a list: `fetch` gets a page token and returns the
-/// page's items and the next token (empty at the end).
-async fn all_pages<T, F, Fut>(mut fetch: F) -> CliResult<Vec<T>>
-where
-    F: FnMut(String) -> Fut,
-    Fut: std::future::Future<Output = Result<(Vec<T>, String), tonic::Status>>,
-{
-    let mut items = Vec::new();
-    let mut token = String::new();
-    loop {
-        let (page, next) = fetch(token).await?;
-        items.extend(page);
-        if next.is_empty() {
-            return Ok(items);
-        }
-        token = next;
-    }
-}
-
-/// A value from the command line: JSON when it parses, else a string.
-pub fn parse_value(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
-}
-
 fn scope_type_name(n: i32) -> &'static str {
     match proto::ScopeType::try_from(n) {
         Ok(proto::ScopeType::Namespace) => "namespace",
@@ -219,18 +198,6 @@ fn scope_type_name(n: i32) -> &'static str {
         Ok(proto::ScopeType::Execution) => "execution",
         _ => "unspecified",
     }
-}
-
-fn time(ts: Option<&prost_types::Timestamp>) -> String {
-    ts.and_then(|ts| chrono::DateTime::from_timestamp(ts.seconds, ts.nanos.max(0) as u32))
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
-        .unwrap_or_default()
-}
-
-fn value_json(value: Option<prost_types::Value>) -> serde_json::Value {
-    value
-        .and_then(|v| json_from_proto(v).ok())
-        .unwrap_or(serde_json::Value::Null)
 }
 
 pub fn entry_json(entry: &proto::MemoryEntry) -> serde_json::Value {

@@ -8,7 +8,10 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
+use crate::api::convert::json_from_proto;
+
 pub mod memory;
+pub mod sessions;
 
 /// Where the server is and how to print.
 #[derive(Debug, Clone, clap::Args)]
@@ -134,4 +137,42 @@ pub fn print_json(value: &serde_json::Value) {
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
     );
+}
+
+/// Fetches every page of a list: `fetch` gets a page token and returns the
+/// page's items and the next token (empty at the end).
+pub async fn all_pages<T, F, Fut>(mut fetch: F) -> CliResult<Vec<T>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, String), tonic::Status>>,
+{
+    let mut items = Vec::new();
+    let mut token = String::new();
+    loop {
+        let (page, next) = fetch(token).await?;
+        items.extend(page);
+        if next.is_empty() {
+            return Ok(items);
+        }
+        token = next;
+    }
+}
+
+/// A value from the command line: JSON when it parses, else a string.
+pub fn parse_value(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
+}
+
+/// A timestamp as RFC 3339 with microseconds; empty when unset.
+pub fn time(ts: Option<&prost_types::Timestamp>) -> String {
+    ts.and_then(|ts| chrono::DateTime::from_timestamp(ts.seconds, ts.nanos.max(0) as u32))
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .unwrap_or_default()
+}
+
+/// A protobuf value as JSON (null when unset).
+pub fn value_json(value: Option<prost_types::Value>) -> serde_json::Value {
+    value
+        .and_then(|v| json_from_proto(v).ok())
+        .unwrap_or(serde_json::Value::Null)
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::audit::{AuditRecord, Operation, SourceMode};
-use super::service::{next_token, now_micros, refuse_in_checkpoint};
+use super::service::{now_micros, refuse_in_checkpoint};
 use super::types::{ChangeKind, Entry, Key, KeyPrefix, Provenance, RESERVED_PREFIX, Scope, Value};
 use super::{ListPage, MemoryLimits};
 use crate::context::CallerContext;
@@ -314,7 +314,7 @@ impl<S: Store> MemoryAdmin<S> {
                 },
             )
             .await?;
-        let next_page_token = next_token(&mut entries, limit, |last| {
+        let next_page_token = paging::next_token(&mut entries, limit, |last| {
             paging::encode_token(&query, last.key.as_str())
         });
         let items = entries

@@ -7,9 +7,9 @@ pub mod audit;
 mod service;
 mod types;
 
-pub(crate) use service::key_not_found_error;
+pub use crate::paging::ListPage;
 pub use service::{
-    HistoryCursor, ListPage, Memory, MemoryLimits, ScopeSelector, WATCH_BATCH, WatchStart,
-    WriteRequest,
+    HistoryCursor, Memory, MemoryLimits, ScopeSelector, WATCH_BATCH, WatchStart, WriteRequest,
 };
+pub(crate) use service::{key_not_found_error, now_micros};
 pub use types::*;

@@ -16,7 +16,7 @@ use super::types::{
 };
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
-use crate::paging;
+use crate::paging::{self, ListPage};
 use crate::store::{ListQuery, Mutation, RequestStamp, ScopeFilter, Store, Write};
 
 /// How many versions `History` reads from the store at a time: enough to
@@ -97,13 +97,6 @@ pub struct WriteRequest {
     pub key: Key,
     pub expected_version: Option<i64>,
     pub request_id: Option<String>,
-}
-
-/// One page of a list.
-#[derive(Debug, Clone)]
-pub struct ListPage<T> {
-    pub items: Vec<T>,
-    pub next_page_token: String,
 }
 
 /// Where a `History` stream is: the key and the next version to read.
@@ -343,7 +336,7 @@ impl<S: Store> Memory<S> {
                 },
             )
             .await?;
-        let next_page_token = next_token(&mut items, limit, |last| {
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
             paging::encode_token(&query, last.key.as_str())
         });
         Ok(ListPage {
@@ -424,7 +417,7 @@ impl<S: Store> Memory<S> {
     ) -> Result<WatchStart> {
         refuse_in_checkpoint(ctx)?;
         let scope = selector.resolve(ctx)?;
-        let horizon = self.store.horizon().await?;
+        let horizon = self.store.horizon(crate::store::Feed::Changes).await?;
         let after = match from_revision {
             None => *horizon.borrow(),
             Some(revision) => {
@@ -508,7 +501,7 @@ impl<S: Store> Memory<S> {
             .store
             .list_scopes(&ctx.tenant, filter, after.as_ref(), limit + 1)
             .await?;
-        let next_page_token = next_token(&mut items, limit, |last| {
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
             paging::encode_token(
                 &query,
                 (last.scope.scope_type.as_i16(), last.scope.name.as_str()),
@@ -523,18 +516,6 @@ impl<S: Store> Memory<S> {
 
 /// Trims a page fetched with one extra item and returns the token for the
 /// next page, or an empty token when the extra item was not there.
-pub(crate) fn next_token<T>(
-    items: &mut Vec<T>,
-    limit: i64,
-    token: impl Fn(&T) -> String,
-) -> String {
-    if items.len() as i64 <= limit {
-        return String::new();
-    }
-    items.truncate(limit as usize);
-    items.last().map(token).unwrap_or_default()
-}
-
 pub(crate) fn key_not_found_error(key: &Key) -> Error {
     Error::NotFound {
         reason: Reason::KeyNotFound,

@@ -15,10 +15,22 @@ use crate::memory::{
 };
 
 mod postgres;
+mod sessions;
 mod sqlite;
 
 pub use postgres::PgStore;
+pub use sessions::{Append, CreateMode, EpisodeQuery, NewSession, SessionStore};
 pub use sqlite::{SqliteStore, SqliteSynchronous};
+
+/// The ordered feeds readers follow: each position is final once it is at
+/// or below the feed's settled horizon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// Memory changes, by revision (`MemoryService.Watch`).
+    Changes = 0,
+    /// Episodes, by cursor (`EpisodeService.TailEpisodes`).
+    Episodes = 1,
+}
 
 /// Settings shared by both backends.
 #[derive(Debug, Clone)]
@@ -159,7 +171,7 @@ pub struct ReindexOutcome {
 
 /// The storage interface. Every method is scoped to one tenant, and every
 /// write is one short transaction.
-pub trait Store: Clone + Send + Sync + 'static {
+pub trait Store: SessionStore {
     /// Applies the pending migrations.
     fn migrate(&self) -> impl Future<Output = Result<()>> + Send;
 
@@ -278,10 +290,13 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: i64,
     ) -> impl Future<Output = Result<Vec<Change>>> + Send;
 
-    /// The settled horizon of the change feed: every revision at or below
-    /// it is final (committed or never to appear), so watchers may read up
-    /// to it without missing a late commit. Updated as writes commit.
-    fn horizon(&self) -> impl Future<Output = Result<tokio::sync::watch::Receiver<i64>>> + Send;
+    /// The settled horizon of a feed: every position at or below it is
+    /// final (committed or never to appear), so readers may read up to it
+    /// without missing a late commit. Updated as writes commit.
+    fn horizon(
+        &self,
+        feed: Feed,
+    ) -> impl Future<Output = Result<tokio::sync::watch::Receiver<i64>>> + Send;
 
     /// The oldest revision still kept (older ones were pruned), if any.
     fn oldest_revision(&self) -> impl Future<Output = Result<Option<i64>>> + Send;

@@ -1,4 +1,4 @@
-//! `engram memory ...` against a real server: JSON output parsed and
+//! `engram memory|sessions|episodes ...` against a real server: JSON output parsed and
 //! checked, exit codes, and one-line errors with the reason.
 
 use serde_json::{Value, json};
@@ -7,6 +7,8 @@ use crate::helpers::{Backend, TestServer};
 
 struct Cli {
     server: String,
+    /// The command group: memory, sessions, episodes.
+    group: &'static str,
 }
 
 struct Run {
@@ -18,7 +20,7 @@ struct Run {
 impl Cli {
     fn run(&self, args: &[&str]) -> Run {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
-            .arg("memory")
+            .arg(self.group)
             .args(["--server", &self.server, "--output", "json"])
             .args(args)
             .env_remove("ENGRAM_SCOPE")
@@ -35,7 +37,11 @@ impl Cli {
     /// Runs a command that must succeed and parses its JSON output.
     fn json(&self, args: &[&str]) -> Value {
         let run = self.run(args);
-        assert_eq!(run.code, 0, "engram memory {args:?} failed: {}", run.stderr);
+        assert_eq!(
+            run.code, 0,
+            "engram {} {args:?} failed: {}",
+            self.group, run.stderr
+        );
         serde_json::from_str(&run.stdout).unwrap_or_else(|err| panic!("{err}: {}", run.stdout))
     }
 }
@@ -48,6 +54,7 @@ async fn memory_commands_against_a_server() {
             "http://{}",
             server.server.as_ref().expect("running").grpc_addr
         ),
+        group: "memory",
     };
     let scope = ["--scope", "prefs", "--scope-type", "namespace"];
     let with = |args: &[&'static str]| [args, &scope[..]].concat();
@@ -210,7 +217,147 @@ async fn memory_commands_against_a_server() {
     assert_eq!(usage.code, 2, "{}", usage.stderr);
     let down = Cli {
         server: "http://127.0.0.1:1".to_owned(),
+        group: "memory",
     }
     .run(&["scopes"]);
     assert_eq!(down.code, 5, "{}", down.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_and_episode_commands_against_a_server() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let address = format!("http://{}", server.grpc_addr());
+    let sessions = Cli {
+        server: address.clone(),
+        group: "sessions",
+    };
+    let episodes = Cli {
+        server: address,
+        group: "episodes",
+    };
+
+    let created = sessions.json(&[
+        "create",
+        "--app",
+        "agent",
+        "--user",
+        "u1",
+        "--id",
+        "chat",
+        "--metadata",
+        r#"{"k": 1}"#,
+    ]);
+    assert_eq!(
+        (&created["id"], &created["user"], &created["metadata"]),
+        (&json!("chat"), &json!("u1"), &json!({"k": 1}))
+    );
+    let taken = sessions.run(&["create", "--app", "agent", "--user", "u1", "--id", "chat"]);
+    assert_eq!(taken.code, 4, "a taken id is a conflict");
+    assert!(taken.stderr.contains("SESSION_EXISTS"), "{}", taken.stderr);
+    let again = sessions.json(&[
+        "create",
+        "--app",
+        "agent",
+        "--user",
+        "u1",
+        "--id",
+        "chat",
+        "--if-missing",
+    ]);
+    assert_eq!(again["create_time"], created["create_time"]);
+
+    let hello = episodes.json(&[
+        "append",
+        "chat",
+        "Hello!",
+        "--type",
+        "user_message",
+        "--id",
+        "e1",
+    ]);
+    assert_eq!(
+        (&hello["seq"], &hello["replayed"]),
+        (&json!(1), &json!(false))
+    );
+    let retry = episodes.json(&[
+        "append",
+        "chat",
+        "Hello!",
+        "--type",
+        "user_message",
+        "--id",
+        "e1",
+    ]);
+    assert_eq!(retry["replayed"], json!(true));
+    episodes.json(&[
+        "append",
+        "chat",
+        r#"{"tool": "calc"}"#,
+        "--type",
+        "tool_call",
+    ]);
+    episodes.json(&["append", "chat", "Hi there!", "--type", "agent_response"]);
+    // A new session in one call, with its owner.
+    episodes.json(&["append", "other", "x", "--app", "agent", "--user", "u2"]);
+
+    let listed = episodes.json(&["list", "chat"]);
+    let seqs: Vec<i64> = listed["episodes"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|e| e["seq"].as_i64())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    let tools = episodes.json(&["list", "chat", "--type", "tool_call"]);
+    assert_eq!(tools["episodes"][0]["content"], json!({"tool": "calc"}));
+    let recent = episodes.json(&["recent", "--user", "u1", "--limit", "1"]);
+    assert_eq!(recent["episodes"][0]["content"], json!("Hi there!"));
+    let context = episodes.json(&["context", "chat"]);
+    assert_eq!(
+        context["context"],
+        json!("User: Hello!\nAssistant: Hi there!")
+    );
+
+    // Tail replays from a cursor and says where to resume.
+    let tail = episodes.run(&["tail", "--cursor", "0", "--limit", "4"]);
+    assert_eq!(tail.code, 0, "{}", tail.stderr);
+    let lines: Vec<Value> = tail
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON episode per line"))
+        .collect();
+    assert_eq!(lines.len(), 4);
+    let last = lines[3]["cursor"].as_i64().expect("cursor");
+    assert!(
+        tail.stderr
+            .contains(&format!("resume with --cursor {last}")),
+        "{}",
+        tail.stderr
+    );
+
+    let stats = sessions.json(&["stats"]);
+    assert_eq!(
+        (&stats["total_sessions"], &stats["total_episodes"]),
+        (&json!(2), &json!(4))
+    );
+    let all = sessions.json(&["list", "--user", "u1"]);
+    assert_eq!(all["sessions"].as_array().map(Vec::len), Some(1));
+    let ended = sessions.json(&["end", "chat"]);
+    assert!(ended["session"]["end_time"].is_string());
+    let refused = episodes.run(&["append", "chat", "late"]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("SESSION_ENDED"),
+        "{}",
+        refused.stderr
+    );
+    let dry = sessions.json(&["cleanup", "--max-age", "1h", "--dry-run"]);
+    assert_eq!(dry["sessions_deleted"], json!(0));
+    let bad_age = sessions.run(&["cleanup", "--max-age", "1w"]);
+    assert_eq!(bad_age.code, 2);
+    let deleted = sessions.json(&["delete", "chat"]);
+    assert_eq!(deleted["episodes_deleted"], json!(3));
+    let gone = sessions.run(&["get", "chat"]);
+    assert_eq!(gone.code, 3);
+    assert!(gone.stderr.contains("SESSION_NOT_FOUND"), "{}", gone.stderr);
 }

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use engram::config::{Config, Settings};
+use engram::proto::episode_service_client::EpisodeServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::session_service_client::SessionServiceClient;
 use engram::server::RunningServer;
 use engram::store::{PgStore, SqliteStore, StoreOptions};
 use tokio::net::{TcpListener, TcpStream};
@@ -192,6 +194,14 @@ impl TestServer {
         MemoryServiceClient::new(self.channel.clone())
     }
 
+    pub fn sessions(&self) -> SessionServiceClient<Channel> {
+        SessionServiceClient::new(self.channel.clone())
+    }
+
+    pub fn episodes(&self) -> EpisodeServiceClient<Channel> {
+        EpisodeServiceClient::new(self.channel.clone())
+    }
+
     /// A client that sends the given caller-context metadata on every call.
     pub fn memory_as(
         &self,
@@ -214,6 +224,40 @@ impl Drop for TestServer {
             server.shutdown();
         }
     }
+}
+
+/// A GET with a real HTTP/1.1 client; the status and the JSON body.
+pub async fn http_get_json(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    use http_body_util::{BodyExt, Empty};
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect http");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("http handshake");
+    tokio::spawn(connection);
+    let request = hyper::Request::get(path)
+        .header("host", "localhost")
+        .body(Empty::<hyper::body::Bytes>::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("http response");
+    let status = response.status().as_u16();
+    assert_eq!(
+        response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/json"),
+        "{path} answers JSON"
+    );
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("http body")
+        .to_bytes();
+    (status, serde_json::from_slice(&body).expect("a JSON body"))
 }
 
 pub async fn connect(addr: SocketAddr) -> Channel {

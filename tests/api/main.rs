@@ -10,6 +10,8 @@ mod memory_admin;
 mod memory_api;
 mod outage;
 mod races;
+mod sessions_api;
 mod store_conformance;
 mod summarizer_http;
+mod tail;
 mod watch;

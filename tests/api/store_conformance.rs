@@ -473,6 +473,151 @@ async fn scopes_with_live_counts<S: Store>(store: S) {
     );
 }
 
+/// Sessions idle past the cutoff go (with their episodes), an append counts
+/// as activity, and nothing of one tenant is visible to another.
+async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S) {
+    use engram::sessions::{
+        EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery, SessionFilter, TailFilter,
+    };
+    use engram::store::{Append, CreateMode, Feed, NewSession};
+
+    let now = chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
+    let hours_ago = |h: i64| now - chrono::Duration::hours(h);
+    let (app, user) = (
+        Name::parse("app", "app").expect("app"),
+        Name::parse("user", "u").expect("user"),
+    );
+    let (t1, t2) = (Tenant::new("t1"), Tenant::new("t2"));
+    let create = async |tenant: &Tenant, id: &str, at| {
+        let id = Id::parse("id", id).expect("id");
+        let session = NewSession {
+            id: &id,
+            app: &app,
+            user: &user,
+            metadata: "{}",
+            now: at,
+            max_sessions: 0,
+        };
+        store
+            .create_session(tenant, &session, CreateMode::Create)
+            .await
+            .expect("create")
+            .0
+    };
+    let idle = create(&t1, "idle", hours_ago(2)).await;
+    assert_eq!(idle.create_time, hours_ago(2));
+    create(&t1, "active", hours_ago(2)).await;
+    create(&t1, "new", now).await;
+    create(&t2, "idle", hours_ago(3)).await;
+
+    let active = Id::parse("id", "active").expect("id");
+    let episode = NewEpisode::new(
+        "episode",
+        &active,
+        EpisodeInput {
+            id: None,
+            agent: None,
+            kind: None,
+            content: json!("ping"),
+            metadata: serde_json::Map::new(),
+            source_node: String::new(),
+            timestamp: None,
+        },
+        1 << 20,
+    )
+    .expect("episode");
+    let owner = Owner::default();
+    let appended = store
+        .append(
+            &t1,
+            &Append {
+                session_id: &active,
+                owner: &owner,
+                episodes: std::slice::from_ref(&episode),
+                now,
+                max_sessions: 0,
+                max_events: 0,
+            },
+        )
+        .await
+        .expect("append");
+    assert_eq!(appended[0].0.seq, 1);
+    assert_eq!(appended[0].0.timestamp, now);
+
+    let cutoff = hours_ago(1);
+    assert_eq!(
+        store
+            .cleanup_sessions(&t1, cutoff, true)
+            .await
+            .expect("dry run"),
+        1
+    );
+    assert_eq!(
+        store
+            .cleanup_sessions(&t1, cutoff, false)
+            .await
+            .expect("cleanup"),
+        1
+    );
+    let idle_id = Id::parse("id", "idle").expect("id");
+    assert!(
+        store
+            .get_session(&t1, &idle_id)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let survivor = store.get_session(&t2, &idle_id).await.expect("get");
+    assert!(survivor.is_some(), "another tenant's session is untouched");
+    let listed = store
+        .list_sessions(&t1, &SessionFilter::default(), None, 10)
+        .await
+        .expect("list");
+    let ids: Vec<&str> = listed.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["new", "active"]);
+
+    // Tenant t2 sees none of t1's episodes, by any read.
+    let recent = store
+        .recent(
+            &t2,
+            &RecentQuery {
+                user: user.clone(),
+                session_id: None,
+                agent: None,
+                types: Vec::new(),
+                limit: 10,
+            },
+        )
+        .await
+        .expect("recent");
+    assert!(recent.is_empty());
+    let horizon = *store
+        .horizon(Feed::Episodes)
+        .await
+        .expect("horizon")
+        .borrow();
+    assert!(horizon >= appended[0].0.cursor);
+    let tail = store
+        .episodes_after(&t2, &TailFilter::default(), 0, horizon, 10)
+        .await
+        .expect("tail");
+    assert!(tail.is_empty());
+    assert!(
+        store
+            .latest_episodes(&t2, 10)
+            .await
+            .expect("latest")
+            .is_empty()
+    );
+    let own = store
+        .episodes_after(&t1, &TailFilter::default(), 0, horizon, 10)
+        .await
+        .expect("tail");
+    assert_eq!(own.len(), 1);
+    let stats = store.session_stats(&t2).await.expect("stats");
+    assert_eq!((stats.total_sessions, stats.total_episodes), (1, 0));
+}
+
 macro_rules! store_suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -509,4 +654,5 @@ store_suite!(
     conditional_writes,
     request_ids_replay_and_expire,
     scopes_with_live_counts,
+    sessions_cleanup_by_idle_time_and_tenants,
 );

@@ -16,8 +16,10 @@ use sqlx::sqlite::{
 use sqlx::{Executor, Row, Sqlite, SqliteConnection};
 use tokio::sync::watch;
 
+mod sessions;
+
 use super::{
-    ChangeRow, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
+    ChangeRow, Feed, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
     ScopeFilter, StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found,
     from_micros, live_entry, purge_outcome, schema_is_current, source_changed, to_micros,
     version_not_found, write_refused,
@@ -78,9 +80,9 @@ const VERSION_COLUMNS: &str = "v.key, v.version, v.value, v.deleted, v.execution
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
-    /// The newest committed revision. With a single writer connection
-    /// revisions commit in order, so the newest is always settled.
-    horizon: Arc<watch::Sender<i64>>,
+    /// The newest committed position of each feed. With a single writer
+    /// connection positions commit in order, so the newest is settled.
+    horizons: Arc<[watch::Sender<i64>; 2]>,
 }
 
 impl SqliteStore {
@@ -115,7 +117,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             writer,
             reader,
-            horizon: Arc::new(watch::channel(0).0),
+            horizons: Arc::new([watch::channel(0).0, watch::channel(0).0]),
         })
     }
 
@@ -240,10 +242,15 @@ impl SqliteStore {
 
     /// Tells watchers a revision has committed.
     fn committed(&self, revision: i64) {
-        self.horizon.send_if_modified(|horizon| {
-            let newer = revision > *horizon;
+        self.advance(Feed::Changes, revision);
+    }
+
+    /// Tells the readers of a feed a position has committed.
+    fn advance(&self, feed: Feed, position: i64) {
+        self.horizons[feed as usize].send_if_modified(|horizon| {
+            let newer = position > *horizon;
             if newer {
-                *horizon = revision;
+                *horizon = position;
             }
             newer
         });
@@ -730,13 +737,14 @@ impl super::Store for SqliteStore {
             .collect()
     }
 
-    async fn horizon(&self) -> Result<watch::Receiver<i64>> {
-        let newest: i64 =
-            sqlx::query_scalar("SELECT coalesce(max(revision), 0) FROM memory_changes")
-                .fetch_one(&self.reader)
-                .await?;
-        self.committed(newest);
-        Ok(self.horizon.subscribe())
+    async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
+        let sql = match feed {
+            Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
+            Feed::Episodes => "SELECT coalesce(max(cursor), 0) FROM episodes",
+        };
+        let newest: i64 = sqlx::query_scalar(sql).fetch_one(&self.reader).await?;
+        self.advance(feed, newest);
+        Ok(self.horizons[feed as usize].subscribe())
     }
 
     async fn oldest_revision(&self) -> Result<Option<i64>> {

@@ -14,8 +14,10 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow}
 use sqlx::{Executor, Postgres, Row};
 use tokio::sync::{OnceCell, watch};
 
+mod sessions;
+
 use super::{
-    ChangeRow, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
+    ChangeRow, Feed, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
     ScopeFilter, StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found,
     live_entry, purge_outcome, schema_is_current, source_changed, version_not_found, write_refused,
 };
@@ -93,9 +95,9 @@ const VERSION_COLUMNS: &str = "v.key, v.version, v.value::text, v.deleted, v.exe
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
-    /// The settled horizon of the change feed, computed by one background
-    /// task per store, started by the first watcher.
-    horizon: Arc<OnceCell<watch::Receiver<i64>>>,
+    /// The settled horizon of each feed, computed by one background task
+    /// per feed and store, started by the first reader.
+    horizons: Arc<[OnceCell<watch::Receiver<i64>>; 2]>,
 }
 
 /// How often the horizon is re-read without a notification (a missed
@@ -114,7 +116,7 @@ impl PgStore {
             .await?;
         Ok(PgStore {
             pool,
-            horizon: Arc::default(),
+            horizons: Arc::default(),
         })
     }
 
@@ -208,16 +210,21 @@ impl PgStore {
     }
 }
 
-/// The newest revision and the snapshot's xmax, read together: once no
-/// transaction older than that xmax is running, every revision up to that
-/// newest one is settled.
-async fn horizon_candidate(pool: &PgPool) -> Result<(i64, String)> {
-    let row = sqlx::query(
-        "SELECT coalesce((SELECT max(revision) FROM memory_changes), 0), \
-         pg_snapshot_xmax(pg_current_snapshot())::text",
-    )
-    .fetch_one(pool)
-    .await?;
+/// The newest position of a feed and the snapshot's xmax, read together:
+/// once no transaction older than that xmax is running, every position up
+/// to that newest one is settled.
+async fn horizon_candidate(pool: &PgPool, feed: Feed) -> Result<(i64, String)> {
+    let sql = match feed {
+        Feed::Changes => {
+            "SELECT coalesce((SELECT max(revision) FROM memory_changes), 0), \
+             pg_snapshot_xmax(pg_current_snapshot())::text"
+        }
+        Feed::Episodes => {
+            "SELECT coalesce((SELECT max(cursor) FROM episodes), 0), \
+             pg_snapshot_xmax(pg_current_snapshot())::text"
+        }
+    };
+    let row = sqlx::query(sql).fetch_one(pool).await?;
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
@@ -240,7 +247,11 @@ async fn wait_settled(pool: &PgPool, xmax: &str) -> Result<()> {
 
 /// Keeps the horizon current: woken by NOTIFY from any replica, and by a
 /// poll in case a notification was missed.
-async fn run_horizon(pool: PgPool, mut horizon: i64, sender: watch::Sender<i64>) {
+async fn run_horizon(pool: PgPool, feed: Feed, mut horizon: i64, sender: watch::Sender<i64>) {
+    let channel = match feed {
+        Feed::Changes => "engram_changes",
+        Feed::Episodes => "engram_episodes",
+    };
     let mut listener: Option<PgListener> = None;
     loop {
         if sender.is_closed() {
@@ -248,7 +259,7 @@ async fn run_horizon(pool: PgPool, mut horizon: i64, sender: watch::Sender<i64>)
         }
         if listener.is_none() {
             match PgListener::connect_with(&pool).await {
-                Ok(mut fresh) => match fresh.listen("engram_changes").await {
+                Ok(mut fresh) => match fresh.listen(channel).await {
                     Ok(()) => listener = Some(fresh),
                     Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
                 },
@@ -268,7 +279,7 @@ async fn run_horizon(pool: PgPool, mut horizon: i64, sender: watch::Sender<i64>)
             None => tokio::time::sleep(HORIZON_POLL).await,
         }
         let advanced = async {
-            let (newest, xmax) = horizon_candidate(&pool).await?;
+            let (newest, xmax) = horizon_candidate(&pool, feed).await?;
             if newest > horizon {
                 wait_settled(&pool, &xmax).await?;
             }
@@ -761,15 +772,14 @@ impl super::Store for PgStore {
             .collect()
     }
 
-    async fn horizon(&self) -> Result<watch::Receiver<i64>> {
+    async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
         let pool = self.pool.clone();
-        let receiver = self
-            .horizon
+        let receiver = self.horizons[feed as usize]
             .get_or_try_init(|| async move {
-                let (newest, xmax) = horizon_candidate(&pool).await?;
+                let (newest, xmax) = horizon_candidate(&pool, feed).await?;
                 wait_settled(&pool, &xmax).await?;
                 let (sender, receiver) = watch::channel(newest);
-                tokio::spawn(run_horizon(pool, newest, sender));
+                tokio::spawn(run_horizon(pool, feed, newest, sender));
                 Ok::<_, crate::error::Error>(receiver)
             })
             .await?;

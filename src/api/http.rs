@@ -1,0 +1,139 @@
+//! The JSON endpoints of the HTTP port, shaped like the KAOS memory
+//! endpoints so its debugging UI and scripts work unchanged:
+//!
+//! - `GET /memory/events?session_id=&limit=`: the newest events (default
+//!   100, at most 1000), of one session or of the whole tenant, oldest first.
+//! - `GET /memory/sessions?app=&user=&limit=`: session ids, newest first.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use crate::context::CallerContext;
+use crate::error::Error;
+use crate::sessions::{Episode, Id, Name, SessionFilter, Sessions};
+use crate::store::Store;
+
+pub const DEFAULT_LIMIT: i64 = 100;
+pub const MAX_LIMIT: i64 = 1000;
+
+/// What the `agent` field says when no session narrows the answer.
+const SERVER_AGENT: &str = "engram";
+
+pub fn router<S: Store>(sessions: Sessions<S>) -> axum::Router {
+    axum::Router::new()
+        .route("/memory/events", get(events::<S>))
+        .route("/memory/sessions", get(session_ids::<S>))
+        .with_state(sessions)
+}
+
+/// An error as JSON with the status a REST client expects; internal detail
+/// stays in the log.
+fn error_response(err: Error) -> Response {
+    let status = match &err {
+        Error::InvalidArgument { .. } => StatusCode::BAD_REQUEST,
+        Error::NotFound { .. } => StatusCode::NOT_FOUND,
+        Error::Unavailable { .. } | Error::DependencyUnavailable { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        Error::FailedPrecondition { .. }
+        | Error::VersionMismatch { .. }
+        | Error::Conflict { .. }
+        | Error::AlreadyExists { .. } => StatusCode::CONFLICT,
+        Error::OutOfRange { .. } => StatusCode::BAD_REQUEST,
+        Error::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let reason = err.reason().as_str();
+    // to_status logs what must be logged and hides what must be hidden.
+    let message = super::error::to_status(err).message().to_owned();
+    (status, Json(json!({ "error": message, "reason": reason }))).into_response()
+}
+
+fn limit(params: &HashMap<String, String>) -> Result<i64, Error> {
+    match params.get("limit").filter(|v| !v.is_empty()) {
+        None => Ok(DEFAULT_LIMIT),
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if n > 0 => Ok(n.min(MAX_LIMIT)),
+            _ => Err(Error::invalid(
+                crate::error::Reason::InvalidArgument,
+                "limit",
+                format!("must be a positive integer (at most {MAX_LIMIT}), got {text:?}"),
+            )),
+        },
+    }
+}
+
+fn param<T>(
+    params: &HashMap<String, String>,
+    name: &str,
+    parse: fn(&str, String) -> Result<Option<T>, Error>,
+) -> Result<Option<T>, Error> {
+    parse(name, params.get(name).cloned().unwrap_or_default())
+}
+
+fn event_json(episode: Episode) -> serde_json::Value {
+    json!({
+        "event_id": episode.id,
+        "timestamp": episode.timestamp.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        "event_type": episode.kind,
+        "content": episode.content,
+        "metadata": episode.metadata,
+        "session_id": episode.session_id,
+        "agent": episode.agent,
+        "seq": episode.seq,
+        "cursor": episode.cursor,
+    })
+}
+
+async fn events<S: Store>(
+    State(sessions): State<Sessions<S>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let answer = async {
+        let ctx = CallerContext::default();
+        let limit = limit(&params)?;
+        let session_id = param(&params, "session_id", Id::parse_optional)?;
+        let (agent, events) = sessions.latest_events(&ctx, session_id, limit).await?;
+        let events: Vec<_> = events.into_iter().map(event_json).collect();
+        Ok::<_, Error>(json!({
+            "agent": agent.unwrap_or_else(|| SERVER_AGENT.to_owned()),
+            "total": events.len(),
+            "events": events,
+        }))
+    };
+    match answer.await {
+        Ok(body) => Json(body).into_response(),
+        Err(err) => error_response(err),
+    }
+}
+
+async fn session_ids<S: Store>(
+    State(sessions): State<Sessions<S>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let answer = async {
+        let ctx = CallerContext::default();
+        let limit = limit(&params)?;
+        let filter = SessionFilter {
+            app: param(&params, "app", Name::parse_optional)?,
+            user: param(&params, "user", Name::parse_optional)?,
+        };
+        let agent = filter
+            .app
+            .as_ref()
+            .map_or(SERVER_AGENT, Name::as_str)
+            .to_owned();
+        let page = sessions.list(&ctx, &filter, limit as i32, "").await?;
+        let ids: Vec<String> = page.items.into_iter().map(|s| s.id).collect();
+        Ok::<_, Error>(json!({ "agent": agent, "total": ids.len(), "sessions": ids }))
+    };
+    match answer.await {
+        Ok(body) => Json(body).into_response(),
+        Err(err) => error_response(err),
+    }
+}

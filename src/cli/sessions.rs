@@ -1,0 +1,637 @@
+//! `engram sessions ...` and `engram episodes ...`: sessions and their event
+//! logs from a shell.
+
+use serde_json::json;
+
+use super::{
+    CliError, CliResult, ClientArgs, Output, all_pages, connect, parse_value, print_json, time,
+    value_json,
+};
+use crate::api::convert::{json_to_proto, object_to_proto};
+use crate::proto;
+use crate::proto::episode_service_client::EpisodeServiceClient;
+use crate::proto::session_service_client::SessionServiceClient;
+
+#[derive(Debug, clap::Args)]
+pub struct SessionsCommand {
+    #[command(flatten)]
+    client: ClientArgs,
+
+    #[command(subcommand)]
+    command: SessionCommand,
+}
+
+/// The owner a command names next to a session id (checked by the server).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OwnerArgs {
+    /// The session's app
+    #[arg(long, default_value = "")]
+    app: String,
+    /// The session's user
+    #[arg(long, default_value = "")]
+    user: String,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SessionCommand {
+    /// Create a session (prints it); --id is optional, a UUIDv7 otherwise
+    Create {
+        #[arg(long)]
+        app: String,
+        #[arg(long)]
+        user: String,
+        /// The id to give the session
+        #[arg(long, default_value = "")]
+        id: String,
+        /// A JSON object of attributes to keep with the session
+        #[arg(long)]
+        metadata: Option<String>,
+        /// Return the session if it exists already (for this app and user)
+        #[arg(long)]
+        if_missing: bool,
+    },
+    /// Print a session
+    Get {
+        id: String,
+        #[command(flatten)]
+        owner: OwnerArgs,
+    },
+    /// List sessions, newest first (every page)
+    List {
+        #[command(flatten)]
+        owner: OwnerArgs,
+    },
+    /// Delete a session with its episodes
+    Delete {
+        id: String,
+        #[command(flatten)]
+        owner: OwnerArgs,
+    },
+    /// End a session: later appends are refused
+    End {
+        id: String,
+        #[command(flatten)]
+        owner: OwnerArgs,
+        /// Also delete its episodes
+        #[arg(long)]
+        delete_episodes: bool,
+    },
+    /// Delete the sessions idle for longer than --max-age (e.g. 24h, 30m, 7d)
+    Cleanup {
+        #[arg(long, value_parser = parse_age)]
+        max_age: std::time::Duration,
+        /// Count what would go, delete nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Count sessions and episodes
+    Stats,
+}
+
+/// `90s`, `30m`, `24h`, `7d`, or plain seconds.
+fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s, 30m, 24h or 7d"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86_400),
+        _ => return Err(format!("unknown unit {unit:?}; use s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs(seconds))
+}
+
+fn session_json(session: &proto::Session) -> serde_json::Value {
+    json!({
+        "id": session.id,
+        "app": session.app,
+        "user": session.user,
+        "metadata": session.metadata.clone().map(|m| value_json(Some(prost_types::Value {
+            kind: Some(prost_types::value::Kind::StructValue(m)),
+        }))).unwrap_or_else(|| json!({})),
+        "create_time": time(session.create_time.as_ref()),
+        "update_time": time(session.update_time.as_ref()),
+        "end_time": session.end_time.as_ref().map(|t| time(Some(t))),
+        "episode_count": session.episode_count,
+        "last_seq": session.last_seq,
+        "episodes_evicted": session.episodes_evicted,
+    })
+}
+
+fn session_line(session: &proto::Session) -> String {
+    let ended = if session.end_time.is_some() {
+        "  (ended)"
+    } else {
+        ""
+    };
+    format!(
+        "{}  app={}  user={}  episodes={}  created {}{ended}",
+        session.id,
+        session.app,
+        session.user,
+        session.episode_count,
+        time(session.create_time.as_ref())
+    )
+}
+
+fn print_session(output: Output, session: Option<proto::Session>) {
+    if let Some(session) = session {
+        match output {
+            Output::Json => print_json(&session_json(&session)),
+            Output::Text => println!("{}", session_line(&session)),
+        }
+    }
+}
+
+impl SessionsCommand {
+    pub async fn run(self) -> CliResult {
+        let channel = connect(&self.client.server).await?;
+        let output = self.client.output;
+        let mut sessions = SessionServiceClient::new(channel);
+        match self.command {
+            SessionCommand::Create {
+                app,
+                user,
+                id,
+                metadata,
+                if_missing,
+            } => {
+                let metadata = match metadata {
+                    None => None,
+                    Some(text) => match parse_value(&text) {
+                        serde_json::Value::Object(map) => Some(object_to_proto(&map)),
+                        _ => return Err(CliError::usage("--metadata must be a JSON object")),
+                    },
+                };
+                let session = if if_missing {
+                    sessions
+                        .get_or_create_session(proto::GetOrCreateSessionRequest {
+                            app,
+                            user,
+                            session_id: id,
+                            metadata,
+                        })
+                        .await?
+                        .into_inner()
+                        .session
+                } else {
+                    sessions
+                        .create_session(proto::CreateSessionRequest {
+                            app,
+                            user,
+                            session_id: id,
+                            metadata,
+                        })
+                        .await?
+                        .into_inner()
+                        .session
+                };
+                print_session(output, session);
+            }
+            SessionCommand::Get { id, owner } => {
+                let session = sessions
+                    .get_session(proto::GetSessionRequest {
+                        session_id: id,
+                        app: owner.app,
+                        user: owner.user,
+                    })
+                    .await?
+                    .into_inner()
+                    .session;
+                print_session(output, session);
+            }
+            SessionCommand::List { owner } => {
+                let all = all_pages(|page_token| {
+                    let mut sessions = sessions.clone();
+                    let request = proto::ListSessionsRequest {
+                        app: owner.app.clone(),
+                        user: owner.user.clone(),
+                        page_size: 1000,
+                        page_token,
+                    };
+                    async move {
+                        let page = sessions.list_sessions(request).await?.into_inner();
+                        Ok((page.sessions, page.next_page_token))
+                    }
+                })
+                .await?;
+                match output {
+                    Output::Json => print_json(&json!({
+                        "sessions": all.iter().map(session_json).collect::<Vec<_>>(),
+                    })),
+                    Output::Text => {
+                        for session in &all {
+                            println!("{}", session_line(session));
+                        }
+                    }
+                }
+            }
+            SessionCommand::Delete { id, owner } => {
+                let done = sessions
+                    .delete_session(proto::DeleteSessionRequest {
+                        session_id: id.clone(),
+                        app: owner.app,
+                        user: owner.user,
+                    })
+                    .await?
+                    .into_inner();
+                match output {
+                    Output::Json => print_json(&json!({
+                        "session_id": id,
+                        "episodes_deleted": done.episodes_deleted,
+                    })),
+                    Output::Text => println!(
+                        "deleted session {id} and {} episodes",
+                        done.episodes_deleted
+                    ),
+                }
+            }
+            SessionCommand::End {
+                id,
+                owner,
+                delete_episodes,
+            } => {
+                let done = sessions
+                    .end_session(proto::EndSessionRequest {
+                        session_id: id,
+                        app: owner.app,
+                        user: owner.user,
+                        delete_episodes,
+                    })
+                    .await?
+                    .into_inner();
+                match output {
+                    Output::Json => print_json(&json!({
+                        "session": done.session.as_ref().map(session_json),
+                        "episodes_deleted": done.episodes_deleted,
+                    })),
+                    Output::Text => {
+                        print_session(output, done.session);
+                        if delete_episodes {
+                            println!("deleted {} episodes", done.episodes_deleted);
+                        }
+                    }
+                }
+            }
+            SessionCommand::Cleanup { max_age, dry_run } => {
+                let max_age = prost_types::Duration::try_from(max_age)
+                    .map_err(|_| CliError::usage("--max-age is too large"))?;
+                let done = sessions
+                    .cleanup_sessions(proto::CleanupSessionsRequest {
+                        max_age: Some(max_age),
+                        dry_run,
+                    })
+                    .await?
+                    .into_inner();
+                match output {
+                    Output::Json => print_json(&json!({
+                        "sessions_deleted": done.sessions_deleted,
+                        "dry_run": dry_run,
+                    })),
+                    Output::Text if dry_run => {
+                        println!("would delete {} sessions", done.sessions_deleted)
+                    }
+                    Output::Text => println!("deleted {} sessions", done.sessions_deleted),
+                }
+            }
+            SessionCommand::Stats => {
+                let stats = sessions
+                    .get_stats(proto::GetStatsRequest {})
+                    .await?
+                    .into_inner();
+                match output {
+                    Output::Json => print_json(&json!({
+                        "total_sessions": stats.total_sessions,
+                        "total_episodes": stats.total_episodes,
+                        "avg_episodes_per_session": stats.avg_episodes_per_session,
+                        "sessions_evicted": stats.sessions_evicted,
+                        "episodes_evicted": stats.episodes_evicted,
+                    })),
+                    Output::Text => println!(
+                        "{} sessions, {} episodes ({:.1} per session); evicted: {} sessions, {} episodes",
+                        stats.total_sessions,
+                        stats.total_episodes,
+                        stats.avg_episodes_per_session,
+                        stats.sessions_evicted,
+                        stats.episodes_evicted
+                    ),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EpisodesCommand {
+    #[command(flatten)]
+    client: ClientArgs,
+
+    #[command(subcommand)]
+    command: EpisodeCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum EpisodeCommand {
+    /// Append an episode; CONTENT is parsed as JSON when it can be, else a
+    /// string. With --app and --user a missing session is created.
+    Append {
+        session_id: String,
+        content: String,
+        /// The event type (user_message, agent_response, tool_call, ...)
+        #[arg(long = "type", default_value = "observation")]
+        kind: String,
+        #[command(flatten)]
+        owner: OwnerArgs,
+        /// An id that makes retrying this command safe
+        #[arg(long, default_value = "")]
+        id: String,
+        /// The agent that produced it (default: the session's app)
+        #[arg(long, default_value = "")]
+        agent: String,
+        /// A JSON object of attributes
+        #[arg(long)]
+        metadata: Option<String>,
+    },
+    /// Print a session's log in seq order (every page)
+    List {
+        session_id: String,
+        /// Only these types (repeatable)
+        #[arg(long = "type")]
+        types: Vec<String>,
+        /// Only episodes after this seq
+        #[arg(long, default_value_t = 0)]
+        after_seq: i64,
+    },
+    /// Print a user's newest episodes, newest first
+    Recent {
+        #[arg(long)]
+        user: String,
+        #[arg(long, default_value = "")]
+        session_id: String,
+        #[arg(long, default_value = "")]
+        agent: String,
+        #[arg(long, default_value_t = 20)]
+        limit: i32,
+        /// Only these types (repeatable)
+        #[arg(long = "type")]
+        types: Vec<String>,
+    },
+    /// Print a session's conversation as "User: ... / Assistant: ..." text
+    Context {
+        session_id: String,
+        /// How many of the newest messages
+        #[arg(long, default_value_t = 20)]
+        max_events: i32,
+    },
+    /// Follow appended episodes until Ctrl-C, then print the cursor to
+    /// resume from
+    Tail {
+        #[arg(long, default_value = "")]
+        session_id: String,
+        #[arg(long, default_value = "")]
+        user: String,
+        #[arg(long, default_value = "")]
+        app: String,
+        /// Only these types (repeatable)
+        #[arg(long = "type")]
+        types: Vec<String>,
+        /// Replay everything after this cursor first (0: from the start);
+        /// without it the tail starts now
+        #[arg(long)]
+        cursor: Option<i64>,
+        /// Stop after this many episodes
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+fn episode_json(episode: &proto::Episode) -> serde_json::Value {
+    json!({
+        "id": episode.id,
+        "session_id": episode.session_id,
+        "seq": episode.seq,
+        "cursor": episode.cursor,
+        "app": episode.app,
+        "user": episode.user,
+        "agent": episode.agent,
+        "type": episode.r#type,
+        "content": value_json(episode.content.clone()),
+        "metadata": value_json(episode.metadata.clone().map(|m| prost_types::Value {
+            kind: Some(prost_types::value::Kind::StructValue(m)),
+        })),
+        "source_node": episode.source_node,
+        "timestamp": time(episode.timestamp.as_ref()),
+        "create_time": time(episode.create_time.as_ref()),
+    })
+}
+
+fn episode_line(episode: &proto::Episode) -> String {
+    format!(
+        "#{}  {}/{}  {}  {}  {}  {}",
+        episode.cursor,
+        episode.session_id,
+        episode.seq,
+        time(episode.timestamp.as_ref()),
+        episode.agent,
+        episode.r#type,
+        value_json(episode.content.clone())
+    )
+}
+
+fn print_episodes(output: Output, episodes: &[proto::Episode]) {
+    match output {
+        Output::Json => print_json(&json!({
+            "episodes": episodes.iter().map(episode_json).collect::<Vec<_>>(),
+        })),
+        Output::Text => {
+            for episode in episodes {
+                println!("{}", episode_line(episode));
+            }
+        }
+    }
+}
+
+impl EpisodesCommand {
+    pub async fn run(self) -> CliResult {
+        let channel = connect(&self.client.server).await?;
+        let output = self.client.output;
+        let mut episodes = EpisodeServiceClient::new(channel);
+        match self.command {
+            EpisodeCommand::Append {
+                session_id,
+                content,
+                kind,
+                owner,
+                id,
+                agent,
+                metadata,
+            } => {
+                let metadata = match metadata {
+                    None => None,
+                    Some(text) => match parse_value(&text) {
+                        serde_json::Value::Object(map) => Some(object_to_proto(&map)),
+                        _ => return Err(CliError::usage("--metadata must be a JSON object")),
+                    },
+                };
+                let done = episodes
+                    .append_episode(proto::AppendEpisodeRequest {
+                        session_id,
+                        app: owner.app,
+                        user: owner.user,
+                        episode: Some(proto::NewEpisode {
+                            id,
+                            agent,
+                            r#type: kind,
+                            content: Some(json_to_proto(&parse_value(&content))),
+                            metadata,
+                            ..proto::NewEpisode::default()
+                        }),
+                    })
+                    .await?
+                    .into_inner();
+                if let Some(episode) = done.episode {
+                    match output {
+                        Output::Json => {
+                            let mut value = episode_json(&episode);
+                            value["replayed"] = json!(done.replayed);
+                            print_json(&value);
+                        }
+                        Output::Text => println!("{}", episode_line(&episode)),
+                    }
+                }
+            }
+            EpisodeCommand::List {
+                session_id,
+                types,
+                after_seq,
+            } => {
+                let all = all_pages(|page_token| {
+                    let mut episodes = episodes.clone();
+                    let request = proto::ListEpisodesRequest {
+                        session_id: session_id.clone(),
+                        types: types.clone(),
+                        after_seq,
+                        page_size: 1000,
+                        page_token,
+                    };
+                    async move {
+                        let page = episodes.list_episodes(request).await?.into_inner();
+                        Ok((page.episodes, page.next_page_token))
+                    }
+                })
+                .await?;
+                print_episodes(output, &all);
+            }
+            EpisodeCommand::Recent {
+                user,
+                session_id,
+                agent,
+                limit,
+                types,
+            } => {
+                let recent = episodes
+                    .recent(proto::RecentRequest {
+                        user,
+                        session_id,
+                        agent,
+                        limit,
+                        types,
+                    })
+                    .await?
+                    .into_inner();
+                print_episodes(output, &recent.episodes);
+            }
+            EpisodeCommand::Context {
+                session_id,
+                max_events,
+            } => {
+                let context = episodes
+                    .build_context(proto::BuildContextRequest {
+                        session_id,
+                        max_events,
+                    })
+                    .await?
+                    .into_inner();
+                match output {
+                    Output::Json => print_json(&json!({
+                        "context": context.context,
+                        "events_used": context.events_used,
+                    })),
+                    Output::Text => println!("{}", context.context),
+                }
+            }
+            EpisodeCommand::Tail {
+                session_id,
+                user,
+                app,
+                types,
+                cursor,
+                limit,
+            } => {
+                let mut stream = episodes
+                    .tail_episodes(proto::TailEpisodesRequest {
+                        session_id,
+                        user,
+                        app,
+                        types,
+                        cursor,
+                    })
+                    .await?
+                    .into_inner();
+                let mut last = cursor;
+                let mut seen = 0;
+                let resume = |last: Option<i64>| {
+                    if let Some(cursor) = last {
+                        eprintln!("resume with --cursor {cursor}");
+                    }
+                };
+                while limit.is_none_or(|limit| seen < limit) {
+                    let next = tokio::select! {
+                        next = stream.message() => next,
+                        _ = tokio::signal::ctrl_c() => break,
+                    };
+                    let episode = match next {
+                        Ok(Some(response)) => match response.episode {
+                            Some(episode) => episode,
+                            None => continue,
+                        },
+                        Ok(None) => break,
+                        Err(status) => {
+                            resume(last);
+                            return Err(status.into());
+                        }
+                    };
+                    last = Some(episode.cursor);
+                    seen += 1;
+                    match output {
+                        Output::Json => println!("{}", episode_json(&episode)),
+                        Output::Text => println!("{}", episode_line(&episode)),
+                    }
+                }
+                resume(last);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_age;
+
+    #[test]
+    fn ages_take_units() {
+        assert_eq!(parse_age("90").ok().map(|d| d.as_secs()), Some(90));
+        assert_eq!(parse_age("30m").ok().map(|d| d.as_secs()), Some(1800));
+        assert_eq!(parse_age("24h").ok().map(|d| d.as_secs()), Some(86_400));
+        assert_eq!(parse_age("7d").ok().map(|d| d.as_secs()), Some(604_800));
+        assert!(parse_age("1w").is_err());
+        assert!(parse_age("h").is_err());
+    }
+}

@@ -1,0 +1,451 @@
+//! The rules between a request and the store for sessions and episodes.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use super::conversation::{AGENT_RESPONSE, USER_MESSAGE, render_conversation};
+use super::types::{
+    Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery, Session,
+    SessionFilter, SessionLimits, SessionStats, TailFilter, owner_mismatch, session_not_found,
+};
+use crate::context::CallerContext;
+use crate::error::{Error, Reason, Result};
+use crate::memory::now_micros;
+use crate::paging::{self, ListPage};
+use crate::store::{Append, CreateMode, EpisodeQuery, Feed, NewSession, Store};
+
+/// The most episodes one `AppendEpisodes` call may carry.
+pub const MAX_BATCH: usize = 1000;
+/// `Recent` and `BuildContext` without a limit.
+pub const DEFAULT_RECENT: i64 = 20;
+pub const MAX_RECENT: i64 = 1000;
+/// How many episodes a tail reads from the store at a time.
+pub const TAIL_BATCH: i64 = 500;
+
+/// A session to create.
+#[derive(Debug, Clone)]
+pub struct CreateRequest {
+    pub app: Name,
+    pub user: Name,
+    /// `None`: a UUIDv7.
+    pub id: Option<Id>,
+    pub metadata: Map<String, Value>,
+}
+
+/// Where a tail starts: its filter, the cursor after which episodes are
+/// sent, and the settled horizon to follow.
+#[derive(Debug)]
+pub struct TailStart {
+    pub filter: TailFilter,
+    pub after: i64,
+    pub horizon: tokio::sync::watch::Receiver<i64>,
+}
+
+/// Sessions and episodes over a store.
+#[derive(Debug, Clone)]
+pub struct Sessions<S> {
+    store: S,
+    limits: SessionLimits,
+}
+
+/// A count given by a client: 0 means the default, over the maximum is
+/// lowered, negative is refused.
+fn bounded(field: &str, n: i32, default: i64, max: i64) -> Result<i64> {
+    match i64::from(n) {
+        n if n < 0 => Err(Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            format!("must not be negative, got {n}"),
+        )),
+        0 => Ok(default),
+        n => Ok(n.min(max)),
+    }
+}
+
+impl<S: Store> Sessions<S> {
+    pub fn new(store: S, limits: SessionLimits) -> Self {
+        Sessions { store, limits }
+    }
+
+    pub fn limits(&self) -> SessionLimits {
+        self.limits
+    }
+
+    pub async fn create(
+        &self,
+        ctx: &CallerContext,
+        request: CreateRequest,
+        mode: CreateMode,
+    ) -> Result<(Session, bool)> {
+        let id = request.id.unwrap_or_else(Id::generate);
+        let metadata = Value::Object(request.metadata).to_string();
+        if metadata.len() > self.limits.max_episode_bytes {
+            return Err(Error::invalid(
+                Reason::ValueTooLarge,
+                "metadata",
+                format!(
+                    "is {} bytes as JSON, over the limit of {} bytes",
+                    metadata.len(),
+                    self.limits.max_episode_bytes
+                ),
+            ));
+        }
+        let session = NewSession {
+            id: &id,
+            app: &request.app,
+            user: &request.user,
+            metadata: &metadata,
+            now: now_micros(),
+            max_sessions: self.limits.max_sessions,
+        };
+        self.store.create_session(&ctx.tenant, &session, mode).await
+    }
+
+    /// A session, as long as the owner given (if any) matches.
+    pub async fn get(&self, ctx: &CallerContext, id: &Id, owner: &Owner) -> Result<Session> {
+        let session = self
+            .store
+            .get_session(&ctx.tenant, id)
+            .await?
+            .ok_or_else(|| session_not_found(id.as_str()))?;
+        if owner.admits(&session) {
+            Ok(session)
+        } else {
+            Err(owner_mismatch(id.as_str()))
+        }
+    }
+
+    /// Tells "no such session" from "not yours" after a conditional write
+    /// matched nothing.
+    async fn missing(&self, ctx: &CallerContext, id: &Id) -> Error {
+        match self.store.get_session(&ctx.tenant, id).await {
+            Ok(Some(_)) => owner_mismatch(id.as_str()),
+            Ok(None) => session_not_found(id.as_str()),
+            Err(err) => err,
+        }
+    }
+
+    pub async fn list(
+        &self,
+        ctx: &CallerContext,
+        filter: &SessionFilter,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<Session>> {
+        let limit = paging::page_size(page_size)?;
+        let query = paging::query_digest(&[
+            "sessions",
+            filter.app.as_ref().map_or("", Name::as_str),
+            filter.user.as_ref().map_or("", Name::as_str),
+        ]);
+        let before: Option<(i64, String)> = paging::decode_token(&query, page_token)?;
+        let before = match before {
+            Some((micros, id)) => Some((
+                DateTime::<Utc>::from_timestamp_micros(micros).ok_or_else(|| {
+                    Error::invalid(
+                        Reason::InvalidPageToken,
+                        "page_token",
+                        "is not a token this server issued",
+                    )
+                })?,
+                id,
+            )),
+            None => None,
+        };
+        let mut items = self
+            .store
+            .list_sessions(
+                &ctx.tenant,
+                filter,
+                before.as_ref().map(|(time, id)| (*time, id.as_str())),
+                limit + 1,
+            )
+            .await?;
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
+            paging::encode_token(&query, (last.create_time.timestamp_micros(), &last.id))
+        });
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
+    }
+
+    /// Deletes a session with its episodes; returns how many episodes went.
+    pub async fn delete(&self, ctx: &CallerContext, id: &Id, owner: &Owner) -> Result<i64> {
+        match self.store.delete_session(&ctx.tenant, id, owner).await? {
+            Some(episodes) => Ok(episodes),
+            None => Err(self.missing(ctx, id).await),
+        }
+    }
+
+    pub async fn end(
+        &self,
+        ctx: &CallerContext,
+        id: &Id,
+        owner: &Owner,
+        delete_episodes: bool,
+    ) -> Result<(Session, i64)> {
+        match self
+            .store
+            .end_session(&ctx.tenant, id, owner, now_micros(), delete_episodes)
+            .await?
+        {
+            Some(ended) => Ok(ended),
+            None => Err(self.missing(ctx, id).await),
+        }
+    }
+
+    pub async fn cleanup(
+        &self,
+        ctx: &CallerContext,
+        max_age: Duration,
+        dry_run: bool,
+    ) -> Result<i64> {
+        if max_age.is_zero() {
+            return Err(Error::invalid(
+                Reason::InvalidArgument,
+                "max_age",
+                "must be positive",
+            ));
+        }
+        let max_age = chrono::Duration::from_std(max_age)
+            .map_err(|_| Error::invalid(Reason::InvalidArgument, "max_age", "is too large"))?;
+        let before = now_micros()
+            .checked_sub_signed(max_age)
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        self.store
+            .cleanup_sessions(&ctx.tenant, before, dry_run)
+            .await
+    }
+
+    pub async fn stats(&self, ctx: &CallerContext) -> Result<SessionStats> {
+        self.store.session_stats(&ctx.tenant).await
+    }
+
+    /// Appends episodes to a session atomically. `field` names the request
+    /// field holding them, for error paths (`episode`, `episodes`).
+    pub async fn append(
+        &self,
+        ctx: &CallerContext,
+        session_id: &Id,
+        owner: &Owner,
+        inputs: Vec<EpisodeInput>,
+        field: &str,
+        batch: bool,
+    ) -> Result<Vec<(Episode, bool)>> {
+        if inputs.is_empty() {
+            return Err(Error::invalid(
+                Reason::InvalidArgument,
+                field,
+                "must hold at least one episode",
+            ));
+        }
+        if inputs.len() > MAX_BATCH {
+            return Err(Error::invalid(
+                Reason::InvalidArgument,
+                field,
+                format!(
+                    "holds {} episodes, over the limit of {MAX_BATCH}",
+                    inputs.len()
+                ),
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut episodes = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.into_iter().enumerate() {
+            let path = if batch {
+                format!("{field}[{i}]")
+            } else {
+                field.to_owned()
+            };
+            if let Some(id) = &input.id
+                && !seen.insert(id.as_str().to_owned())
+            {
+                return Err(Error::invalid(
+                    Reason::InvalidArgument,
+                    format!("{path}.id"),
+                    format!("{:?} appears twice in one batch", id.as_str()),
+                ));
+            }
+            episodes.push(NewEpisode::new(
+                &path,
+                session_id,
+                input,
+                self.limits.max_episode_bytes,
+            )?);
+        }
+        let append = Append {
+            session_id,
+            owner,
+            episodes: &episodes,
+            now: now_micros(),
+            max_sessions: self.limits.max_sessions,
+            max_events: self.limits.max_events_per_session,
+        };
+        self.store.append(&ctx.tenant, &append).await
+    }
+
+    pub async fn list_episodes(
+        &self,
+        ctx: &CallerContext,
+        session_id: &Id,
+        types: &[EpisodeType],
+        after_seq: i64,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<Episode>> {
+        if after_seq < 0 {
+            return Err(Error::invalid(
+                Reason::InvalidArgument,
+                "after_seq",
+                format!("must not be negative, got {after_seq}"),
+            ));
+        }
+        let limit = paging::page_size(page_size)?;
+        let type_list = types.iter().map(EpisodeType::as_str).collect::<Vec<_>>();
+        let query = paging::query_digest(&[
+            "episodes",
+            session_id.as_str(),
+            &type_list.join(","),
+            &after_seq.to_string(),
+        ]);
+        let after: Option<i64> = paging::decode_token(&query, page_token)?;
+        let mut items = self
+            .store
+            .list_episodes(
+                &ctx.tenant,
+                &EpisodeQuery {
+                    session_id,
+                    types,
+                    after_seq: after.unwrap_or(after_seq),
+                    limit: limit + 1,
+                },
+            )
+            .await?;
+        if items.is_empty() && after.is_none() {
+            // An empty first page: say so if the session does not exist.
+            self.get(ctx, session_id, &Owner::default()).await?;
+        }
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
+            paging::encode_token(&query, last.seq)
+        });
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
+    }
+
+    pub async fn recent(
+        &self,
+        ctx: &CallerContext,
+        user: Name,
+        session_id: Option<Id>,
+        agent: Option<Name>,
+        types: Vec<EpisodeType>,
+        limit: i32,
+    ) -> Result<Vec<Episode>> {
+        let query = RecentQuery {
+            user,
+            session_id,
+            agent,
+            types,
+            limit: bounded("limit", limit, DEFAULT_RECENT, MAX_RECENT)?,
+        };
+        self.store.recent(&ctx.tenant, &query).await
+    }
+
+    /// The newest user and agent messages of a session as conversation
+    /// text, oldest first.
+    pub async fn build_context(
+        &self,
+        ctx: &CallerContext,
+        session_id: Id,
+        max_events: i32,
+    ) -> Result<(String, i32)> {
+        let limit = bounded("max_events", max_events, DEFAULT_RECENT, MAX_RECENT)?;
+        let session = self.get(ctx, &session_id, &Owner::default()).await?;
+        let query = RecentQuery {
+            user: Name::parse("user", session.user)?,
+            session_id: Some(session_id),
+            agent: None,
+            types: vec![
+                EpisodeType::parse("types", USER_MESSAGE)?,
+                EpisodeType::parse("types", AGENT_RESPONSE)?,
+            ],
+            limit,
+        };
+        let newest_first = self.store.recent(&ctx.tenant, &query).await?;
+        Ok(render_conversation(newest_first.iter().rev()))
+    }
+
+    /// The newest `limit` events, oldest first: of one session (with its app,
+    /// for the `agent` field of the HTTP endpoint) or of the whole tenant.
+    pub async fn latest_events(
+        &self,
+        ctx: &CallerContext,
+        session_id: Option<Id>,
+        limit: i64,
+    ) -> Result<(Option<String>, Vec<Episode>)> {
+        let (app, mut episodes) = match session_id {
+            Some(id) => {
+                let session = self.get(ctx, &id, &Owner::default()).await?;
+                let query = RecentQuery {
+                    user: Name::parse("user", session.user)?,
+                    session_id: Some(id),
+                    agent: None,
+                    types: Vec::new(),
+                    limit,
+                };
+                (
+                    Some(session.app),
+                    self.store.recent(&ctx.tenant, &query).await?,
+                )
+            }
+            None => (None, self.store.latest_episodes(&ctx.tenant, limit).await?),
+        };
+        episodes.reverse();
+        Ok((app, episodes))
+    }
+
+    /// Opens a tail: after the given cursor, or at the current horizon.
+    pub async fn tail(
+        &self,
+        _ctx: &CallerContext,
+        filter: TailFilter,
+        cursor: Option<i64>,
+    ) -> Result<TailStart> {
+        let horizon = self.store.horizon(Feed::Episodes).await?;
+        let after = match cursor {
+            Some(cursor) if cursor < 0 => {
+                return Err(Error::invalid(
+                    Reason::InvalidArgument,
+                    "cursor",
+                    format!("must not be negative, got {cursor}"),
+                ));
+            }
+            Some(cursor) => cursor,
+            None => *horizon.borrow(),
+        };
+        Ok(TailStart {
+            filter,
+            after,
+            horizon,
+        })
+    }
+
+    /// Episodes of a tail after `after`, up to the settled `up_to`.
+    pub async fn tail_page(
+        &self,
+        ctx: &CallerContext,
+        filter: &TailFilter,
+        after: i64,
+        up_to: i64,
+    ) -> Result<Vec<Episode>> {
+        self.store
+            .episodes_after(&ctx.tenant, filter, after, up_to, TAIL_BATCH)
+            .await
+    }
+}

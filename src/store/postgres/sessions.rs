@@ -1,0 +1,564 @@
+//! Sessions and episodes on Postgres.
+//!
+//! An append locks the session row first (which gives the transaction its
+//! id), takes its `seq` values from the row's counter, and only then inserts
+//! the episodes, whose cursors come from an identity. So every cursor is
+//! taken by a transaction that already has an id, which is what the settled
+//! horizon of the tail needs (see `horizon_candidate`).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+
+use super::PgStore;
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+use crate::sessions::{
+    Episode, Id, Owner, RecentQuery, Session, SessionFilter, SessionStats, TailFilter,
+    session_not_found,
+};
+use crate::store::sessions::{
+    Append, CreateMode, EpisodeQuery, NewSession, SessionStore, check_append_target,
+    check_episode_replay, existing_session, sessions_to_evict, types_vec,
+};
+
+const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
+                               end_time, episode_count, last_seq, episodes_evicted";
+
+const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
+                               content::text, metadata::text, source_node, timestamp, create_time";
+
+/// How often an append is retried when a concurrent append to another
+/// session took one of its episode ids first (the retry then sees it).
+const APPEND_ATTEMPTS: usize = 3;
+
+fn json_object(text: String) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(&text).map_err(Error::internal)? {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Err(Error::internal("stored metadata is not a JSON object")),
+    }
+}
+
+fn session_row(row: &PgRow) -> Result<Session> {
+    Ok(Session {
+        id: row.try_get(0)?,
+        app: row.try_get(1)?,
+        user: row.try_get(2)?,
+        metadata: json_object(row.try_get(3)?)?,
+        create_time: row.try_get(4)?,
+        update_time: row.try_get(5)?,
+        end_time: row.try_get(6)?,
+        episode_count: row.try_get(7)?,
+        last_seq: row.try_get(8)?,
+        episodes_evicted: row.try_get(9)?,
+    })
+}
+
+fn episode_row(row: &PgRow) -> Result<Episode> {
+    let content: String = row.try_get(8)?;
+    Ok(Episode {
+        id: row.try_get(0)?,
+        session_id: row.try_get(1)?,
+        seq: row.try_get(2)?,
+        cursor: row.try_get(3)?,
+        app: row.try_get(4)?,
+        user: row.try_get(5)?,
+        agent: row.try_get(6)?,
+        kind: row.try_get(7)?,
+        content: serde_json::from_str(&content).map_err(Error::internal)?,
+        metadata: json_object(row.try_get(9)?)?,
+        source_node: row.try_get(10)?,
+        timestamp: row.try_get(11)?,
+        create_time: row.try_get(12)?,
+    })
+}
+
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}
+
+async fn session_in(
+    conn: &mut PgConnection,
+    tenant: &Tenant,
+    id: &str,
+    lock: bool,
+) -> Result<Option<Session>> {
+    let sql = format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = $1 AND id = $2{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(tenant.as_str())
+        .bind(id)
+        .fetch_optional(conn)
+        .await?;
+    row.as_ref().map(session_row).transpose()
+}
+
+/// Inserts a session, evicting the tenant's oldest first when it is at its
+/// limit. `None` when the id was taken meanwhile.
+async fn insert_session_in(
+    conn: &mut PgConnection,
+    tenant: &Tenant,
+    session: &NewSession<'_>,
+) -> Result<Option<Session>> {
+    if session.max_sessions > 0 {
+        // One creator per tenant at a time while a limit is set, so the
+        // count is exact and two creators never both evict.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('engram.sessions/' || $1, 0))")
+            .bind(tenant.as_str())
+            .execute(&mut *conn)
+            .await?;
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sessions WHERE tenant = $1")
+            .bind(tenant.as_str())
+            .fetch_one(&mut *conn)
+            .await?;
+        let evict = sessions_to_evict(count, session.max_sessions);
+        if evict > 0 {
+            let evicted = sqlx::query(
+                "DELETE FROM sessions WHERE tenant = $1 AND id IN \
+                 (SELECT id FROM sessions WHERE tenant = $1 ORDER BY create_time, id LIMIT $2)",
+            )
+            .bind(tenant.as_str())
+            .bind(evict)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected() as i64;
+            sqlx::query(
+                "INSERT INTO session_evictions AS e (tenant, sessions) VALUES ($1, $2) \
+                 ON CONFLICT (tenant) DO UPDATE SET sessions = e.sessions + EXCLUDED.sessions",
+            )
+            .bind(tenant.as_str())
+            .bind(evicted)
+            .execute(&mut *conn)
+            .await?;
+            tracing::info!(
+                tenant = tenant.as_str(),
+                evicted,
+                "session limit reached, evicted the oldest sessions"
+            );
+        }
+    }
+    let sql = format!(
+        "INSERT INTO sessions (tenant, id, app, user_id, metadata, create_time, update_time) \
+         VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6) ON CONFLICT (tenant, id) DO NOTHING \
+         RETURNING {SESSION_COLUMNS}"
+    );
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(tenant.as_str())
+        .bind(session.id.as_str())
+        .bind(session.app.as_str())
+        .bind(session.user.as_str())
+        .bind(session.metadata)
+        .bind(session.now)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.as_ref().map(session_row).transpose()
+}
+
+impl PgStore {
+    /// One attempt at an append; `None` when a concurrent writer took one of
+    /// the ids (or the session id) first and the whole append should rerun.
+    async fn try_append(
+        &self,
+        tenant: &Tenant,
+        append: &Append<'_>,
+    ) -> Result<Option<Vec<(Episode, bool)>>> {
+        let mut tx = self.pool.begin().await?;
+        let session = match session_in(&mut tx, tenant, append.session_id.as_str(), true).await? {
+            Some(session) => session,
+            None => {
+                let Some((app, user)) = append.owner.complete() else {
+                    return Err(session_not_found(append.session_id.as_str()));
+                };
+                let new = NewSession {
+                    id: append.session_id,
+                    app,
+                    user,
+                    metadata: "{}",
+                    now: append.now,
+                    max_sessions: append.max_sessions,
+                };
+                match insert_session_in(&mut tx, tenant, &new).await? {
+                    Some(session) => session,
+                    None => return Ok(None),
+                }
+            }
+        };
+        check_append_target(&session, append.owner)?;
+
+        let ids: Vec<&str> = append.episodes.iter().map(|e| e.id.as_str()).collect();
+        let sql = format!(
+            "SELECT {EPISODE_COLUMNS}, fingerprint FROM episodes WHERE tenant = $1 AND id = ANY($2)"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut stored: HashMap<String, (Episode, Vec<u8>)> = HashMap::new();
+        for row in &rows {
+            let episode = episode_row(row)?;
+            stored.insert(episode.id.clone(), (episode, row.try_get(13)?));
+        }
+        let mut results: Vec<Option<(Episode, bool)>> = Vec::with_capacity(append.episodes.len());
+        let mut fresh = Vec::new();
+        for new in append.episodes {
+            match stored.remove(new.id.as_str()) {
+                Some((episode, fingerprint)) => {
+                    results.push(Some(check_episode_replay(episode, &fingerprint, new)?));
+                }
+                None => {
+                    results.push(None);
+                    fresh.push(new);
+                }
+            }
+        }
+
+        if !fresh.is_empty() {
+            let n = fresh.len() as i64;
+            let last_seq: i64 = sqlx::query_scalar(
+                "UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
+                 update_time = $4 WHERE tenant = $1 AND id = $2 RETURNING last_seq",
+            )
+            .bind(tenant.as_str())
+            .bind(&session.id)
+            .bind(n)
+            .bind(append.now)
+            .fetch_one(&mut *tx)
+            .await?;
+            let base = last_seq - n;
+            let column = |f: fn(&crate::sessions::NewEpisode) -> String| -> Vec<String> {
+                fresh.iter().map(|e| f(e)).collect()
+            };
+            let inserted = sqlx::query(
+                "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
+                 content, metadata, source_node, timestamp, create_time, fingerprint) \
+                 SELECT $1, $2, $3 + u.ord, u.id, $4, $5, u.agent, u.type, u.content::jsonb, \
+                 u.metadata::jsonb, u.source_node, u.ts, $6, u.fp \
+                 FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
+                 $12::text[], $13::timestamptz[], $14::bytea[]) \
+                 WITH ORDINALITY AS u(id, agent, type, content, metadata, source_node, ts, fp, ord) \
+                 RETURNING seq, cursor",
+            )
+            .bind(tenant.as_str())
+            .bind(&session.id)
+            .bind(base)
+            .bind(&session.app)
+            .bind(&session.user)
+            .bind(append.now)
+            .bind(column(|e| e.id.as_str().to_owned()))
+            .bind(fresh.iter().map(|e| e.agent.as_ref().map_or(session.app.clone(), |a| a.as_str().to_owned())).collect::<Vec<_>>())
+            .bind(column(|e| e.kind.as_str().to_owned()))
+            .bind(column(|e| e.content_json.clone()))
+            .bind(column(|e| e.metadata_json.clone()))
+            .bind(column(|e| e.source_node.clone()))
+            .bind(fresh.iter().map(|e| e.timestamp.unwrap_or(append.now)).collect::<Vec<DateTime<Utc>>>())
+            .bind(fresh.iter().map(|e| e.fingerprint.to_vec()).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await;
+            let inserted = match inserted {
+                Ok(rows) => rows,
+                Err(err) if is_unique_violation(&err) => return Ok(None),
+                Err(err) => return Err(err.into()),
+            };
+            let mut cursors = HashMap::with_capacity(inserted.len());
+            for row in &inserted {
+                cursors.insert(row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?);
+            }
+            let mut seq = base;
+            for (slot, new) in results.iter_mut().zip(append.episodes) {
+                if slot.is_some() {
+                    continue;
+                }
+                seq += 1;
+                let cursor = *cursors
+                    .get(&seq)
+                    .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
+                *slot = Some((
+                    crate::sessions::stored_episode(new, &session, seq, cursor, append.now),
+                    false,
+                ));
+            }
+
+            let present = session.episode_count + n;
+            if append.max_events > 0 && present > append.max_events {
+                let evicted = sqlx::query(
+                    "DELETE FROM episodes WHERE tenant = $1 AND session_id = $2 AND seq <= $3",
+                )
+                .bind(tenant.as_str())
+                .bind(&session.id)
+                .bind(last_seq - append.max_events)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected() as i64;
+                sqlx::query(
+                    "UPDATE sessions SET episode_count = episode_count - $3, \
+                     episodes_evicted = episodes_evicted + $3 WHERE tenant = $1 AND id = $2",
+                )
+                .bind(tenant.as_str())
+                .bind(&session.id)
+                .bind(evicted)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        results
+            .into_iter()
+            .map(|r| r.ok_or_else(|| Error::internal("an appended episode has no result")))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
+
+impl SessionStore for PgStore {
+    async fn create_session(
+        &self,
+        tenant: &Tenant,
+        session: &NewSession<'_>,
+        mode: CreateMode,
+    ) -> Result<(Session, bool)> {
+        for _ in 0..APPEND_ATTEMPTS {
+            let mut tx = self.pool.begin().await?;
+            if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str(), false).await? {
+                return existing_session(existing, session, mode);
+            }
+            if let Some(created) = insert_session_in(&mut tx, tenant, session).await? {
+                tx.commit().await?;
+                return Ok((created, true));
+            }
+            // Taken between the read and the insert: read it again.
+        }
+        Err(Error::internal("session creation kept racing"))
+    }
+
+    async fn get_session(&self, tenant: &Tenant, id: &Id) -> Result<Option<Session>> {
+        let mut conn = self.pool.acquire().await?;
+        session_in(&mut conn, tenant, id.as_str(), false).await
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant: &Tenant,
+        filter: &SessionFilter,
+        before: Option<(DateTime<Utc>, &str)>,
+        limit: i64,
+    ) -> Result<Vec<Session>> {
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = $1 \
+             AND ($2::text IS NULL OR app = $2) AND ($3::text IS NULL OR user_id = $3) \
+             AND ($4::timestamptz IS NULL OR (create_time, id) < ($4, $5)) \
+             ORDER BY create_time DESC, id DESC LIMIT $6"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(filter.app.as_ref().map(|a| a.as_str()))
+            .bind(filter.user.as_ref().map(|u| u.as_str()))
+            .bind(before.map(|(time, _)| time))
+            .bind(before.map_or("", |(_, id)| id))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(session_row).collect()
+    }
+
+    async fn delete_session(&self, tenant: &Tenant, id: &Id, owner: &Owner) -> Result<Option<i64>> {
+        // The episodes go with it (ON DELETE CASCADE), in this statement.
+        Ok(sqlx::query_scalar(
+            "DELETE FROM sessions WHERE tenant = $1 AND id = $2 \
+             AND ($3::text IS NULL OR app = $3) AND ($4::text IS NULL OR user_id = $4) \
+             RETURNING episode_count",
+        )
+        .bind(tenant.as_str())
+        .bind(id.as_str())
+        .bind(owner.app.as_ref().map(|a| a.as_str()))
+        .bind(owner.user.as_ref().map(|u| u.as_str()))
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn end_session(
+        &self,
+        tenant: &Tenant,
+        id: &Id,
+        owner: &Owner,
+        now: DateTime<Utc>,
+        delete_episodes: bool,
+    ) -> Result<Option<(Session, i64)>> {
+        let mut tx = self.pool.begin().await?;
+        let sql = format!(
+            "UPDATE sessions SET end_time = coalesce(end_time, $5), \
+             episode_count = CASE WHEN $6 THEN 0 ELSE episode_count END \
+             WHERE tenant = $1 AND id = $2 \
+             AND ($3::text IS NULL OR app = $3) AND ($4::text IS NULL OR user_id = $4) \
+             RETURNING {SESSION_COLUMNS}"
+        );
+        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(id.as_str())
+            .bind(owner.app.as_ref().map(|a| a.as_str()))
+            .bind(owner.user.as_ref().map(|u| u.as_str()))
+            .bind(now)
+            .bind(delete_episodes)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let session = session_row(&row)?;
+        let deleted = if delete_episodes {
+            sqlx::query("DELETE FROM episodes WHERE tenant = $1 AND session_id = $2")
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected() as i64
+        } else {
+            0
+        };
+        tx.commit().await?;
+        Ok(Some((session, deleted)))
+    }
+
+    async fn cleanup_sessions(
+        &self,
+        tenant: &Tenant,
+        before: DateTime<Utc>,
+        dry_run: bool,
+    ) -> Result<i64> {
+        if dry_run {
+            return Ok(sqlx::query_scalar(
+                "SELECT count(*) FROM sessions WHERE tenant = $1 AND update_time < $2",
+            )
+            .bind(tenant.as_str())
+            .bind(before)
+            .fetch_one(&self.pool)
+            .await?);
+        }
+        let done = sqlx::query("DELETE FROM sessions WHERE tenant = $1 AND update_time < $2")
+            .bind(tenant.as_str())
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() as i64)
+    }
+
+    async fn session_stats(&self, tenant: &Tenant) -> Result<SessionStats> {
+        let row = sqlx::query(
+            "SELECT count(*), coalesce(sum(episode_count), 0)::bigint, \
+             coalesce(sum(episodes_evicted), 0)::bigint, \
+             coalesce((SELECT sessions FROM session_evictions WHERE tenant = $1), 0) \
+             FROM sessions WHERE tenant = $1",
+        )
+        .bind(tenant.as_str())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(SessionStats {
+            total_sessions: row.try_get(0)?,
+            total_episodes: row.try_get(1)?,
+            episodes_evicted: row.try_get(2)?,
+            sessions_evicted: row.try_get(3)?,
+        })
+    }
+
+    async fn append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Vec<(Episode, bool)>> {
+        for _ in 0..APPEND_ATTEMPTS {
+            if let Some(done) = self.try_append(tenant, append).await? {
+                return Ok(done);
+            }
+        }
+        Err(Error::internal(
+            "append kept racing with appends of the same ids",
+        ))
+    }
+
+    async fn list_episodes(
+        &self,
+        tenant: &Tenant,
+        query: &EpisodeQuery<'_>,
+    ) -> Result<Vec<Episode>> {
+        let sql = format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 AND session_id = $2 \
+             AND seq > $3 AND (cardinality($4::text[]) = 0 OR type = ANY($4)) \
+             ORDER BY seq LIMIT $5"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(query.session_id.as_str())
+            .bind(query.after_seq)
+            .bind(types_vec(query.types))
+            .bind(query.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(episode_row).collect()
+    }
+
+    async fn recent(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
+        // One statement per level, each matching its own index exactly.
+        let level = match (&query.session_id, &query.agent) {
+            (Some(_), Some(_)) => "session_id = $3 AND user_id = $2 AND agent = $4",
+            (Some(_), None) => "session_id = $3 AND user_id = $2",
+            (None, Some(_)) => "user_id = $2 AND agent = $4",
+            (None, None) => "user_id = $2",
+        };
+        let sql = format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 AND {level} \
+             AND (cardinality($5::text[]) = 0 OR type = ANY($5)) \
+             ORDER BY timestamp DESC, cursor DESC LIMIT $6"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(query.user.as_str())
+            .bind(query.session_id.as_ref().map_or("", |s| s.as_str()))
+            .bind(query.agent.as_ref().map_or("", |a| a.as_str()))
+            .bind(types_vec(&query.types))
+            .bind(query.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(episode_row).collect()
+    }
+
+    async fn latest_episodes(&self, tenant: &Tenant, limit: i64) -> Result<Vec<Episode>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 ORDER BY cursor DESC LIMIT $2"
+        )))
+        .bind(tenant.as_str())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(episode_row).collect()
+    }
+
+    async fn episodes_after(
+        &self,
+        tenant: &Tenant,
+        filter: &TailFilter,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> Result<Vec<Episode>> {
+        let sql = format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 \
+             AND cursor > $2 AND cursor <= $3 \
+             AND ($4::text IS NULL OR session_id = $4) AND ($5::text IS NULL OR user_id = $5) \
+             AND ($6::text IS NULL OR app = $6) \
+             AND (cardinality($7::text[]) = 0 OR type = ANY($7)) \
+             ORDER BY cursor LIMIT $8"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(after)
+            .bind(up_to)
+            .bind(filter.session_id.as_ref().map(|s| s.as_str()))
+            .bind(filter.user.as_ref().map(|u| u.as_str()))
+            .bind(filter.app.as_ref().map(|a| a.as_str()))
+            .bind(types_vec(&filter.types))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(episode_row).collect()
+    }
+}
