@@ -54,6 +54,13 @@ fn error_response(err: Error) -> Response {
     (status, Json(json!({ "error": message, "reason": reason }))).into_response()
 }
 
+fn respond(answer: Result<serde_json::Value, Error>) -> Response {
+    match answer {
+        Ok(body) => Json(body).into_response(),
+        Err(err) => error_response(err),
+    }
+}
+
 fn limit(params: &HashMap<String, String>) -> Result<i64, Error> {
     match params.get("limit").filter(|v| !v.is_empty()) {
         None => Ok(DEFAULT_LIMIT),
@@ -106,10 +113,7 @@ async fn events<S: Store>(
             "events": events,
         }))
     };
-    match answer.await {
-        Ok(body) => Json(body).into_response(),
-        Err(err) => error_response(err),
-    }
+    respond(answer.await)
 }
 
 async fn session_ids<S: Store>(
@@ -132,8 +136,5 @@ async fn session_ids<S: Store>(
         let ids: Vec<String> = page.items.into_iter().map(|s| s.id).collect();
         Ok::<_, Error>(json!({ "agent": agent, "total": ids.len(), "sessions": ids }))
     };
-    match answer.await {
-        Ok(body) => Json(body).into_response(),
-        Err(err) => error_response(err),
-    }
+    respond(answer.await)
 }

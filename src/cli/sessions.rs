@@ -106,6 +106,15 @@ fn parse_age(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs(seconds))
 }
 
+/// `--metadata`: a JSON object, when given.
+fn metadata_arg(text: Option<String>) -> CliResult<Option<prost_types::Struct>> {
+    match text.as_deref().map(parse_value) {
+        None => Ok(None),
+        Some(serde_json::Value::Object(map)) => Ok(Some(object_to_proto(&map))),
+        Some(_) => Err(CliError::usage("--metadata must be a JSON object")),
+    }
+}
+
 fn session_json(session: &proto::Session) -> serde_json::Value {
     json!({
         "id": session.id,
@@ -161,13 +170,7 @@ impl SessionsCommand {
                 metadata,
                 if_missing,
             } => {
-                let metadata = match metadata {
-                    None => None,
-                    Some(text) => match parse_value(&text) {
-                        serde_json::Value::Object(map) => Some(object_to_proto(&map)),
-                        _ => return Err(CliError::usage("--metadata must be a JSON object")),
-                    },
-                };
+                let metadata = metadata_arg(metadata)?;
                 let session = if if_missing {
                     sessions
                         .get_or_create_session(proto::GetOrCreateSessionRequest {
@@ -472,13 +475,7 @@ impl EpisodesCommand {
                 agent,
                 metadata,
             } => {
-                let metadata = match metadata {
-                    None => None,
-                    Some(text) => match parse_value(&text) {
-                        serde_json::Value::Object(map) => Some(object_to_proto(&map)),
-                        _ => return Err(CliError::usage("--metadata must be a JSON object")),
-                    },
-                };
+                let metadata = metadata_arg(metadata)?;
                 let done = episodes
                     .append_episode(proto::AppendEpisodeRequest {
                         session_id,

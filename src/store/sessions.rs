@@ -221,6 +221,14 @@ pub(super) fn check_append_target(session: &Session, owner: &Owner) -> Result<()
     Ok(())
 }
 
+/// A JSON object read back from the store.
+pub(super) fn json_object(text: String) -> Result<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(&text).map_err(Error::internal)? {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Err(Error::internal("stored metadata is not a JSON object")),
+    }
+}
+
 /// The types filter as JSON text (SQLite) — an empty list matches all.
 pub(super) fn types_json(types: &[EpisodeType]) -> String {
     serde_json::Value::Array(

@@ -21,7 +21,7 @@ use crate::sessions::{
 };
 use crate::store::sessions::{
     Append, CreateMode, EpisodeQuery, NewSession, SessionStore, check_append_target,
-    check_episode_replay, existing_session, sessions_to_evict, types_vec,
+    check_episode_replay, existing_session, json_object, sessions_to_evict, types_vec,
 };
 
 const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
@@ -33,13 +33,6 @@ const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent,
 /// How often an append is retried when a concurrent append to another
 /// session took one of its episode ids first (the retry then sees it).
 const APPEND_ATTEMPTS: usize = 3;
-
-fn json_object(text: String) -> Result<serde_json::Map<String, serde_json::Value>> {
-    match serde_json::from_str(&text).map_err(Error::internal)? {
-        serde_json::Value::Object(map) => Ok(map),
-        _ => Err(Error::internal("stored metadata is not a JSON object")),
-    }
-}
 
 fn session_row(row: &PgRow) -> Result<Session> {
     Ok(Session {

@@ -16,7 +16,7 @@ use crate::sessions::{
 };
 use crate::store::sessions::{
     Append, CreateMode, EpisodeQuery, NewSession, SessionStore, check_append_target,
-    check_episode_replay, existing_session, sessions_to_evict, types_json,
+    check_episode_replay, existing_session, json_object, sessions_to_evict, types_json,
 };
 use crate::store::{Feed, from_micros, to_micros};
 
@@ -37,13 +37,6 @@ macro_rules! types_match {
             ")))"
         )
     };
-}
-
-fn json_object(text: String) -> Result<serde_json::Map<String, serde_json::Value>> {
-    match serde_json::from_str(&text).map_err(Error::internal)? {
-        serde_json::Value::Object(map) => Ok(map),
-        _ => Err(Error::internal("stored metadata is not a JSON object")),
-    }
 }
 
 fn session_row(row: &SqliteRow) -> Result<Session> {
