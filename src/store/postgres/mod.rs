@@ -210,31 +210,37 @@ impl PgStore {
     }
 }
 
-/// The newest position of a feed and the snapshot's xmax, read together:
-/// once no transaction older than that xmax is running, every position up
-/// to that newest one is settled.
+/// The newest position of a feed, and a fence: a transaction id taken
+/// *after* that position was read. Every position at or below the newest
+/// was taken by a transaction that already had its id then (writers take
+/// their id before their position), so that id is below the fence; once
+/// every transaction up to the fence has finished, nothing at or below the
+/// newest position can still appear.
+///
+/// The fence must be a freshly assigned id, not the snapshot's xmax: xmax is
+/// only "newest completed id + 1", and a transaction with a higher id may be
+/// running (holding a lower position) while not being listed in the
+/// snapshot at all.
 async fn horizon_candidate(pool: &PgPool, feed: Feed) -> Result<(i64, String)> {
     let sql = match feed {
-        Feed::Changes => {
-            "SELECT coalesce((SELECT max(revision) FROM memory_changes), 0), \
-             pg_snapshot_xmax(pg_current_snapshot())::text"
-        }
-        Feed::Episodes => {
-            "SELECT coalesce((SELECT max(cursor) FROM episodes), 0), \
-             pg_snapshot_xmax(pg_current_snapshot())::text"
-        }
+        Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
+        Feed::Episodes => "SELECT coalesce(max(cursor), 0) FROM episodes",
     };
-    let row = sqlx::query(sql).fetch_one(pool).await?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
+    let mut tx = pool.begin().await?;
+    let newest: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
+    let fence: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok((newest, fence))
 }
 
-/// Waits until every transaction that had a transaction id when `xmax` was
-/// read has finished.
-async fn wait_settled(pool: &PgPool, xmax: &str) -> Result<()> {
+/// Waits until every transaction with an id up to `fence` has finished.
+async fn wait_settled(pool: &PgPool, fence: &str) -> Result<()> {
     loop {
         let settled: bool =
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8")
-                .bind(xmax)
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
+                .bind(fence)
                 .fetch_one(pool)
                 .await?;
         if settled {
@@ -279,9 +285,9 @@ async fn run_horizon(pool: PgPool, feed: Feed, mut horizon: i64, sender: watch::
             None => tokio::time::sleep(HORIZON_POLL).await,
         }
         let advanced = async {
-            let (newest, xmax) = horizon_candidate(&pool, feed).await?;
+            let (newest, fence) = horizon_candidate(&pool, feed).await?;
             if newest > horizon {
-                wait_settled(&pool, &xmax).await?;
+                wait_settled(&pool, &fence).await?;
             }
             Ok::<_, crate::error::Error>(newest)
         };
@@ -776,8 +782,8 @@ impl super::Store for PgStore {
         let pool = self.pool.clone();
         let receiver = self.horizons[feed as usize]
             .get_or_try_init(|| async move {
-                let (newest, xmax) = horizon_candidate(&pool, feed).await?;
-                wait_settled(&pool, &xmax).await?;
+                let (newest, fence) = horizon_candidate(&pool, feed).await?;
+                wait_settled(&pool, &fence).await?;
                 let (sender, receiver) = watch::channel(newest);
                 tokio::spawn(run_horizon(pool, feed, newest, sender));
                 Ok::<_, crate::error::Error>(receiver)
