@@ -152,6 +152,12 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_CHANGE_RETENTION_SECS")]
     pub change_retention_secs: Option<u64>,
 
+    /// How often the consolidation scheduler looks for due rules, in
+    /// milliseconds; 0 turns the scheduler off on this replica (RunRule
+    /// still works) [default: 1000]
+    #[arg(long, env = "ENGRAM_SCHEDULER_INTERVAL_MS")]
+    pub scheduler_interval_ms: Option<u64>,
+
     /// Log format [default: text]
     #[arg(long, env = "ENGRAM_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -184,6 +190,7 @@ impl Settings {
             summarizer_api_key: self.summarizer_api_key.or(other.summarizer_api_key),
             summarizer_timeout_ms: self.summarizer_timeout_ms.or(other.summarizer_timeout_ms),
             summarizer_retries: self.summarizer_retries.or(other.summarizer_retries),
+            scheduler_interval_ms: self.scheduler_interval_ms.or(other.scheduler_interval_ms),
             log_format: self.log_format.or(other.log_format),
         }
     }
@@ -265,6 +272,8 @@ pub struct Config {
     pub watch_stall_timeout: Duration,
     pub watch_buffer: usize,
     pub change_retention: Duration,
+    /// How often the consolidation scheduler runs; `None`: off.
+    pub scheduler_interval: Option<Duration>,
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,
     pub log_format: LogFormat,
@@ -344,6 +353,10 @@ impl Config {
                     timeout: Duration::from_millis(settings.summarizer_timeout_ms.unwrap_or(60_000)),
                     retries: settings.summarizer_retries.unwrap_or(3),
                 }),
+            },
+            scheduler_interval: match settings.scheduler_interval_ms.unwrap_or(1000) {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
             },
             log_format: settings.log_format.unwrap_or_default(),
         };

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod consolidation;
 pub mod context;
 pub mod error;
 pub mod memory;

@@ -33,6 +33,12 @@ enum Command {
     /// Session event logs on a running server: append, list, recent,
     /// context, tail. Exit codes as for `memory`
     Episodes(engram::cli::sessions::EpisodesCommand),
+    /// Consolidation rules on a running server: create, list, get, delete,
+    /// run (--dry-run prints the deltas). Exit codes as for `memory`
+    Rules(engram::cli::consolidation::RulesCommand),
+    /// Facts on a running server: list, get (with versions and lineage),
+    /// delete. Exit codes as for `memory`
+    Facts(engram::cli::consolidation::FactsCommand),
 }
 
 fn init_logging(format: LogFormat) {
@@ -57,6 +63,8 @@ async fn main() -> ExitCode {
         Command::Memory(command) => return client_exit(command.run().await),
         Command::Sessions(command) => return client_exit(command.run().await),
         Command::Episodes(command) => return client_exit(command.run().await),
+        Command::Rules(command) => return client_exit(command.run().await),
+        Command::Facts(command) => return client_exit(command.run().await),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,11 +18,13 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::feed::FeedOptions;
-use crate::api::{EpisodeApi, MemoryAdminApi, MemoryApi, SessionApi};
+use crate::api::{ConsolidationApi, EpisodeApi, MemoryAdminApi, MemoryApi, SessionApi};
 use crate::config::{Config, MigrateMode};
+use crate::consolidation::Consolidation;
 use crate::memory::Memory;
 use crate::memory::admin::MemoryAdmin;
 use crate::proto;
+use crate::proto::consolidation_service_server::ConsolidationServiceServer;
 use crate::proto::episode_service_server::EpisodeServiceServer;
 use crate::proto::memory_admin_service_server::MemoryAdminServiceServer;
 use crate::proto::memory_service_server::MemoryServiceServer;
@@ -36,13 +38,14 @@ const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 /// The services the health service reports on, besides the server as a
 /// whole (`""`). All of them depend on the database.
-fn health_services() -> [&'static str; 5] {
+fn health_services() -> [&'static str; 6] {
     [
         "",
         <MemoryServiceServer<MemoryApi<SqliteStore>> as NamedService>::NAME,
         <MemoryAdminServiceServer<MemoryAdminApi<SqliteStore>> as NamedService>::NAME,
         <SessionServiceServer<SessionApi<SqliteStore>> as NamedService>::NAME,
         <EpisodeServiceServer<EpisodeApi<SqliteStore>> as NamedService>::NAME,
+        <ConsolidationServiceServer<ConsolidationApi<SqliteStore>> as NamedService>::NAME,
     ]
 }
 
@@ -182,6 +185,18 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     ))
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);
+    let consolidation = Consolidation::new(store.clone());
+    if let Some(interval) = config.scheduler_interval {
+        tokio::spawn(crate::consolidation::scheduler::run(
+            consolidation.clone(),
+            interval,
+            shutdown.clone(),
+        ));
+    }
+    let consolidation_service =
+        ConsolidationServiceServer::new(ConsolidationApi::new(consolidation))
+            .max_decoding_message_size(max_message.saturating_mul(8))
+            .max_encoding_message_size(max_message.saturating_mul(8));
     let sessions = Sessions::new(store, config.sessions);
     let http_sessions = sessions.clone();
     let session_service = SessionServiceServer::new(SessionApi::new(sessions.clone()))
@@ -201,6 +216,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .add_service(admin)
         .add_service(session_service)
         .add_service(episode_service)
+        .add_service(consolidation_service)
         // Without TCP_NODELAY a response written as several segments waits
         // for the client's delayed ACK (~40 ms) between them. Keepalive
         // finds clients that vanished without closing.

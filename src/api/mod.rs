@@ -1,6 +1,7 @@
 //! The network edge: one thin gRPC adapter per service, the JSON endpoints
 //! of the HTTP port, and the conversions and error mapping they share. No SQL and no business rules here.
 
+pub mod consolidation;
 pub mod context;
 pub mod convert;
 pub mod episodes;
@@ -12,6 +13,7 @@ pub mod memory_admin;
 pub mod sessions;
 pub mod watch;
 
+pub use consolidation::ConsolidationApi;
 pub use episodes::EpisodeApi;
 pub use memory::MemoryApi;
 pub use memory_admin::MemoryAdminApi;

@@ -10,6 +10,7 @@ use tonic_types::StatusExt;
 
 use crate::api::convert::json_from_proto;
 
+pub mod consolidation;
 pub mod memory;
 pub mod sessions;
 

@@ -14,10 +14,12 @@ use crate::memory::{
     Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType, Value,
 };
 
+pub mod consolidation;
 mod postgres;
 mod sessions;
 mod sqlite;
 
+pub use consolidation::{ConsolidationStore, FactFilter, RunLock, RunRequest};
 pub use postgres::PgStore;
 pub use sessions::{Append, CreateMode, EpisodeQuery, NewSession, SessionStore};
 pub use sqlite::{SqliteStore, SqliteSynchronous};
@@ -171,7 +173,7 @@ pub struct ReindexOutcome {
 
 /// The storage interface. Every method is scoped to one tenant, and every
 /// write is one short transaction.
-pub trait Store: SessionStore {
+pub trait Store: SessionStore + ConsolidationStore {
     /// Applies the pending migrations.
     fn migrate(&self) -> impl Future<Output = Result<()>> + Send;
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use engram::config::{Config, Settings};
+use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::episode_service_client::EpisodeServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::session_service_client::SessionServiceClient;
@@ -200,6 +201,10 @@ impl TestServer {
 
     pub fn episodes(&self) -> EpisodeServiceClient<Channel> {
         EpisodeServiceClient::new(self.channel.clone())
+    }
+
+    pub fn consolidation(&self) -> ConsolidationServiceClient<Channel> {
+        ConsolidationServiceClient::new(self.channel.clone())
     }
 
     /// A client that sends the given caller-context metadata on every call.
@@ -523,6 +528,12 @@ impl ChildServer {
             .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("memory field")
+    }
+
+    /// Kills the process outright (SIGKILL): a crash, with no shutdown.
+    pub async fn kill(mut self) {
+        self.child.start_kill().expect("kill engram");
+        self.child.wait().await.expect("wait for engram");
     }
 
     /// Sends SIGTERM and waits for the exit status.

@@ -4,6 +4,7 @@
 
 mod binary;
 mod cli;
+mod consolidation;
 mod helpers;
 mod history_memory;
 mod memory_admin;

@@ -14,6 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow}
 use sqlx::{Executor, Postgres, Row};
 use tokio::sync::{OnceCell, watch};
 
+mod consolidation;
 mod sessions;
 
 use super::{

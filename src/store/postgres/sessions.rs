@@ -27,7 +27,7 @@ use crate::store::sessions::{
 const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
                                end_time, episode_count, last_seq, episodes_evicted";
 
-const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
+pub(super) const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
                                content::text, metadata::text, source_node, timestamp, create_time";
 
 /// How often an append is retried when a concurrent append to another
@@ -49,7 +49,7 @@ fn session_row(row: &PgRow) -> Result<Session> {
     })
 }
 
-fn episode_row(row: &PgRow) -> Result<Episode> {
+pub(super) fn episode_row(row: &PgRow) -> Result<Episode> {
     let content: String = row.try_get(8)?;
     Ok(Episode {
         id: row.try_get(0)?,

@@ -16,6 +16,7 @@ use sqlx::sqlite::{
 use sqlx::{Executor, Row, Sqlite, SqliteConnection};
 use tokio::sync::watch;
 
+mod consolidation;
 mod sessions;
 
 use super::{

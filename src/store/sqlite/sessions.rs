@@ -23,7 +23,7 @@ use crate::store::{Feed, from_micros, to_micros};
 const SESSION_COLUMNS: &str = "id, app, user_id, metadata, create_time, update_time, \
                                end_time, episode_count, last_seq, episodes_evicted";
 
-const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
+pub(super) const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
                                content, metadata, source_node, timestamp, create_time";
 
 /// The types filter: `?N` is a JSON array; an empty one matches every type.
@@ -57,7 +57,7 @@ fn session_row(row: &SqliteRow) -> Result<Session> {
     })
 }
 
-fn episode_row(row: &SqliteRow) -> Result<Episode> {
+pub(super) fn episode_row(row: &SqliteRow) -> Result<Episode> {
     let content: String = row.try_get(8)?;
     Ok(Episode {
         id: row.try_get(0)?,

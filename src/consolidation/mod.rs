@@ -1,0 +1,15 @@
+//! Consolidation: rules that promote episodes into facts, exactly once.
+//! `filter` is the rule filter language, `cron` the schedules, `classify`
+//! the delta table, `service` the rules between requests and the store, and
+//! `scheduler` the background runner.
+
+mod classify;
+pub mod cron;
+pub mod filter;
+pub mod scheduler;
+mod service;
+mod types;
+
+pub use classify::{FactKey, classify, fact_key};
+pub use service::{Consolidation, DEFAULT_RUN_EPISODES, MAX_RUN_EPISODES, NewRule};
+pub use types::*;

@@ -1,0 +1,362 @@
+//! The rules between requests and the store for rules, runs and facts.
+
+use super::cron::Schedule;
+use super::filter;
+use super::types::{
+    Applied, Cadence, Delta, Fact, FactKind, FactVersion, Provenance, Rule, RunOutcome,
+};
+use crate::context::CallerContext;
+use crate::error::{Error, Reason, Result};
+use crate::memory::now_micros;
+use crate::paging::{self, ListPage};
+use crate::sessions::{Id, Name};
+use crate::store::{FactFilter, Feed, RunLock, RunRequest, Store};
+
+/// Episodes one `RunRule` reads when the request names no limit.
+pub const DEFAULT_RUN_EPISODES: i64 = 1000;
+pub const MAX_RUN_EPISODES: i64 = 10_000;
+/// The most deltas one `ApplyDeltas` call may carry.
+pub const MAX_DELTAS: usize = 1000;
+
+/// A rule as a client defines it, before validation.
+#[derive(Debug, Clone)]
+pub struct NewRule {
+    pub id: String,
+    pub filter: String,
+    pub cadence: Option<Cadence>,
+    pub then_emits: Vec<String>,
+    pub kind: Option<FactKind>,
+    /// 0 means 1.0.
+    pub confidence: f64,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Consolidation<S> {
+    store: S,
+}
+
+fn invalid(reason: Reason, field: impl Into<String>, why: impl Into<String>) -> Error {
+    Error::invalid(reason, field, why)
+}
+
+fn fact_not_found(id: &str) -> Error {
+    Error::NotFound {
+        reason: Reason::FactNotFound,
+        message: format!("fact {id:?} does not exist"),
+        metadata: vec![("fact_id", id.to_owned())],
+    }
+}
+
+/// Checks a rule definition and fills its defaults.
+pub fn validate_rule(new: NewRule, now: chrono::DateTime<chrono::Utc>) -> Result<Rule> {
+    let id = Id::parse("rule.id", new.id)?;
+    filter::parse(&new.filter).map_err(|err| {
+        invalid(
+            Reason::InvalidFilter,
+            "rule.filter",
+            format!("{err} (in {:?})", new.filter),
+        )
+    })?;
+    let cadence = match new.cadence {
+        None => {
+            return Err(invalid(
+                Reason::InvalidCadence,
+                "rule.cadence",
+                "set every_n_episodes or cron",
+            ));
+        }
+        Some(Cadence::EveryNEpisodes(n)) if n <= 0 => {
+            return Err(invalid(
+                Reason::InvalidCadence,
+                "rule.every_n_episodes",
+                format!("must be positive, got {n}"),
+            ));
+        }
+        Some(Cadence::Cron(text)) => {
+            Schedule::parse(&text)
+                .map_err(|why| invalid(Reason::InvalidCadence, "rule.cron", why))?;
+            Cadence::Cron(text.trim().to_owned())
+        }
+        Some(every) => every,
+    };
+    for (i, channel) in new.then_emits.iter().enumerate() {
+        Name::parse(&format!("rule.then_emits[{i}]"), channel.as_str())?;
+    }
+    let confidence = if new.confidence == 0.0 {
+        1.0
+    } else {
+        new.confidence
+    };
+    if !(confidence > 0.0 && confidence <= 1.0) {
+        return Err(invalid(
+            Reason::InvalidArgument,
+            "rule.confidence",
+            "must be above 0 and at most 1",
+        ));
+    }
+    Ok(Rule {
+        id: id.as_str().to_owned(),
+        filter: new.filter,
+        cadence,
+        then_emits: new.then_emits,
+        kind: new.kind.unwrap_or(FactKind::Semantic),
+        confidence,
+        enabled: new.enabled,
+        watermark: 0,
+        episodes_promoted: 0,
+        create_time: now,
+        last_run_time: None,
+    })
+}
+
+/// Checks a delta a client proposes: its provenance is complete, and what
+/// it writes is well formed. `field` is its path in the request.
+pub fn validate_delta(field: &str, delta: &Delta) -> Result<()> {
+    let field = format!("{field}.{}", delta.name());
+    delta.provenance().check(&format!("{field}.provenance"))?;
+    let payload_field = match delta {
+        Delta::Add { .. } | Delta::Update { .. } => format!("{field}.fact_payload"),
+        _ => field.clone(),
+    };
+    let check_owner = |app: &str, user: &str, kind: Option<FactKind>| -> Result<()> {
+        Name::parse(&format!("{payload_field}.app"), app)?;
+        match kind {
+            Some(FactKind::Procedural) if !user.is_empty() => Err(invalid(
+                Reason::InvalidArgument,
+                format!("{payload_field}.user"),
+                "must be empty for a procedural (app-wide) fact",
+            )),
+            Some(FactKind::Procedural) => Ok(()),
+            _ => Name::parse(&format!("{payload_field}.user"), user).map(|_| ()),
+        }
+    };
+    let check_replaces = |replaces: &[String]| -> Result<()> {
+        if replaces.is_empty() {
+            return Err(invalid(
+                Reason::InvalidArgument,
+                format!("{field}.replaces"),
+                "must name at least one fact or episode id",
+            ));
+        }
+        Ok(())
+    };
+    match delta {
+        Delta::Add { payload, .. } => check_owner(&payload.app, &payload.user, Some(payload.kind)),
+        Delta::Update {
+            payload, replaces, ..
+        } => {
+            check_owner(&payload.app, &payload.user, Some(payload.kind))?;
+            check_replaces(replaces)
+        }
+        Delta::Delete {
+            app,
+            user,
+            replaces,
+            ..
+        } => {
+            Name::parse(&format!("{field}.app"), app.as_str())?;
+            if !user.is_empty() {
+                check_owner(app, user, None)?;
+            }
+            check_replaces(replaces)
+        }
+        Delta::Noop { .. } => Ok(()),
+    }
+}
+
+impl<S: Store> Consolidation<S> {
+    pub fn new(store: S) -> Self {
+        Consolidation { store }
+    }
+
+    pub async fn create_rule(&self, ctx: &CallerContext, new: NewRule) -> Result<Rule> {
+        let rule = validate_rule(new, now_micros())?;
+        self.store.create_rule(&ctx.tenant, &rule).await?;
+        Ok(rule)
+    }
+
+    pub async fn get_rule(&self, ctx: &CallerContext, id: &str) -> Result<Rule> {
+        self.store
+            .get_rule(&ctx.tenant, id)
+            .await?
+            .ok_or_else(|| super::rule_not_found(id))
+    }
+
+    pub async fn list_rules(
+        &self,
+        ctx: &CallerContext,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<Rule>> {
+        let limit = paging::page_size(page_size)?;
+        let query = paging::query_digest(&["rules"]);
+        let after: Option<String> = paging::decode_token(&query, page_token)?;
+        let mut items = self
+            .store
+            .list_rules(&ctx.tenant, after.as_deref(), limit + 1)
+            .await?;
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
+            paging::encode_token(&query, &last.id)
+        });
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
+    }
+
+    pub async fn delete_rule(&self, ctx: &CallerContext, id: &str) -> Result<()> {
+        if self.store.delete_rule(&ctx.tenant, id).await? {
+            Ok(())
+        } else {
+            Err(super::rule_not_found(id))
+        }
+    }
+
+    /// One run of a rule over the episodes after its watermark (at most
+    /// `max_episodes` of them), waiting for any run of it in progress.
+    pub async fn run_rule(
+        &self,
+        ctx: &CallerContext,
+        id: &str,
+        dry_run: bool,
+        max_episodes: i64,
+    ) -> Result<RunOutcome> {
+        self.run(ctx, id, dry_run, max_episodes, RunLock::Wait)
+            .await?
+            .ok_or_else(|| Error::internal("a waiting run came back without running"))
+    }
+
+    /// A run for the scheduler: `None` when another run holds the rule.
+    pub async fn try_run(&self, ctx: &CallerContext, id: &str) -> Result<Option<RunOutcome>> {
+        self.run(ctx, id, false, DEFAULT_RUN_EPISODES, RunLock::Try)
+            .await
+    }
+
+    async fn run(
+        &self,
+        ctx: &CallerContext,
+        id: &str,
+        dry_run: bool,
+        max_episodes: i64,
+        lock: RunLock,
+    ) -> Result<Option<RunOutcome>> {
+        // Never past the settled horizon: an append that commits late below
+        // it would otherwise be skipped for good.
+        let up_to = *self.store.horizon(Feed::Episodes).await?.borrow();
+        self.store
+            .run_rule(
+                &ctx.tenant,
+                &RunRequest {
+                    rule_id: id,
+                    up_to,
+                    limit: max_episodes.clamp(1, MAX_RUN_EPISODES),
+                    dry_run,
+                    now: now_micros(),
+                    lock,
+                },
+            )
+            .await
+    }
+
+    pub async fn apply_deltas(&self, ctx: &CallerContext, deltas: Vec<Delta>) -> Result<Applied> {
+        if deltas.is_empty() || deltas.len() > MAX_DELTAS {
+            return Err(invalid(
+                Reason::InvalidArgument,
+                "deltas",
+                format!("must hold 1 to {MAX_DELTAS} deltas, got {}", deltas.len()),
+            ));
+        }
+        for (i, delta) in deltas.iter().enumerate() {
+            validate_delta(&format!("deltas[{i}]"), delta)?;
+        }
+        self.store
+            .apply_deltas(&ctx.tenant, &deltas, now_micros())
+            .await
+    }
+
+    pub async fn list_facts(
+        &self,
+        ctx: &CallerContext,
+        filter: FactFilter,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<Fact>> {
+        let limit = paging::page_size(page_size)?;
+        let kind = filter.kind.map_or(0, FactKind::as_i16).to_string();
+        let query = paging::query_digest(&[
+            "facts",
+            filter.app.as_deref().unwrap_or(""),
+            filter.user.as_deref().unwrap_or("\u{0}"),
+            &kind,
+        ]);
+        let after: Option<String> = paging::decode_token(&query, page_token)?;
+        let mut items = self
+            .store
+            .list_facts(&ctx.tenant, &filter, after.as_deref(), limit + 1)
+            .await?;
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
+            paging::encode_token(&query, &last.id)
+        });
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
+    }
+
+    pub async fn get_fact(
+        &self,
+        ctx: &CallerContext,
+        id: &str,
+    ) -> Result<(Fact, Vec<FactVersion>)> {
+        self.store
+            .get_fact(&ctx.tenant, id)
+            .await?
+            .ok_or_else(|| fact_not_found(id))
+    }
+
+    /// Tombstones a fact; its versions stay readable through `GetFact`.
+    pub async fn delete_fact(&self, ctx: &CallerContext, id: &str) -> Result<Fact> {
+        let provenance = Provenance {
+            source_episode_ids: Vec::new(),
+            promotion_ts: now_micros(),
+            rule_id: "delete".to_owned(),
+            confidence: 1.0,
+        };
+        match self
+            .store
+            .delete_fact(&ctx.tenant, id, &provenance, provenance.promotion_ts)
+            .await?
+        {
+            Some(fact) => Ok(fact),
+            None => Err(match self.store.get_fact(&ctx.tenant, id).await? {
+                Some(_) => Error::NotFound {
+                    reason: Reason::FactNotFound,
+                    message: format!("fact {id:?} is already deleted"),
+                    metadata: vec![("fact_id", id.to_owned())],
+                },
+                None => fact_not_found(id),
+            }),
+        }
+    }
+
+    /// Every enabled rule of every tenant, for the scheduler.
+    pub(crate) async fn enabled_rules(&self) -> Result<Vec<(crate::context::Tenant, Rule)>> {
+        self.store.enabled_rules().await
+    }
+
+    /// Whether at least `n` episodes wait after a rule's watermark.
+    pub(crate) async fn has_pending(
+        &self,
+        tenant: &crate::context::Tenant,
+        rule: &Rule,
+        n: i64,
+    ) -> Result<bool> {
+        let up_to = *self.store.horizon(Feed::Episodes).await?.borrow();
+        Ok(self
+            .store
+            .pending_episodes(tenant, rule.watermark, up_to, n)
+            .await?
+            >= n)
+    }
+}

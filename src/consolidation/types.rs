@@ -1,0 +1,219 @@
+//! Rules, deltas and facts.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::error::{Error, Reason, Result};
+
+/// What kind of knowledge a fact is. Stored as these numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FactKind {
+    /// About a user: preferences, facts of their world.
+    Semantic = 1,
+    /// How an app does things; app-wide (no user).
+    Procedural = 2,
+}
+
+impl FactKind {
+    pub fn from_i16(n: i16) -> Option<Self> {
+        match n {
+            1 => Some(FactKind::Semantic),
+            2 => Some(FactKind::Procedural),
+            _ => None,
+        }
+    }
+
+    pub fn as_i16(self) -> i16 {
+        self as i16
+    }
+}
+
+/// When the scheduler runs a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cadence {
+    /// Once at least this many episodes arrived after the watermark.
+    EveryNEpisodes(i64),
+    /// A five-field cron schedule in UTC.
+    Cron(String),
+}
+
+/// A consolidation rule as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub id: String,
+    pub filter: String,
+    pub cadence: Cadence,
+    pub then_emits: Vec<String>,
+    pub kind: FactKind,
+    pub confidence: f64,
+    pub enabled: bool,
+    /// The cursor of the last episode a run has seen.
+    pub watermark: i64,
+    pub episodes_promoted: i64,
+    pub create_time: DateTime<Utc>,
+    pub last_run_time: Option<DateTime<Utc>>,
+}
+
+/// What a fact says, and whose it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactPayload {
+    pub app: String,
+    /// Empty for app-wide (procedural) facts.
+    pub user: String,
+    pub kind: FactKind,
+    pub subject: String,
+    pub predicate: String,
+    pub object: String,
+    pub content: Value,
+    pub channels: Vec<String>,
+}
+
+/// Where a delta comes from; every delta must carry all of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provenance {
+    pub source_episode_ids: Vec<String>,
+    pub promotion_ts: DateTime<Utc>,
+    /// The rule, or `remember` for facts stated directly.
+    pub rule_id: String,
+    pub confidence: f64,
+}
+
+impl Provenance {
+    /// Refuses a provenance with a part missing.
+    pub fn check(&self, field: &str) -> Result<()> {
+        if self.source_episode_ids.is_empty() {
+            return Err(Error::invalid(
+                Reason::MissingProvenance,
+                format!("{field}.source_episode_ids"),
+                "must name at least one source episode",
+            ));
+        }
+        if self.rule_id.is_empty() {
+            return Err(Error::invalid(
+                Reason::MissingProvenance,
+                format!("{field}.rule_id"),
+                "is required",
+            ));
+        }
+        if !(self.confidence > 0.0 && self.confidence <= 1.0) {
+            return Err(Error::invalid(
+                Reason::MissingProvenance,
+                format!("{field}.confidence"),
+                "must be above 0 and at most 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A typed change to the facts, as a rule run or a client proposes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    Add {
+        payload: FactPayload,
+        provenance: Provenance,
+    },
+    /// Supersedes the facts named by `replaces` (fact ids, or ids of the
+    /// episodes they came from) with a new version.
+    Update {
+        payload: FactPayload,
+        replaces: Vec<String>,
+        provenance: Provenance,
+    },
+    /// Tombstones the facts named by `replaces`.
+    Delete {
+        app: String,
+        user: String,
+        replaces: Vec<String>,
+        provenance: Provenance,
+    },
+    /// Audit only: the episode was seen and deliberately not promoted.
+    Noop { provenance: Provenance },
+}
+
+impl Delta {
+    /// The variant's name, as the proto oneof spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Delta::Add { .. } => "add",
+            Delta::Update { .. } => "update",
+            Delta::Delete { .. } => "delete",
+            Delta::Noop { .. } => "noop",
+        }
+    }
+
+    pub fn provenance(&self) -> &Provenance {
+        match self {
+            Delta::Add { provenance, .. }
+            | Delta::Update { provenance, .. }
+            | Delta::Delete { provenance, .. }
+            | Delta::Noop { provenance } => provenance,
+        }
+    }
+}
+
+/// One version of a fact.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactVersion {
+    pub version: i64,
+    pub deleted: bool,
+    pub subject: String,
+    pub predicate: String,
+    pub object: String,
+    pub content: Value,
+    pub confidence: f64,
+    /// `remember` or the rule id.
+    pub source: String,
+    pub source_episode_ids: Vec<String>,
+    pub channels: Vec<String>,
+    pub create_time: DateTime<Utc>,
+}
+
+/// A fact at its newest version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fact {
+    pub id: String,
+    pub app: String,
+    pub user: String,
+    pub kind: FactKind,
+    pub current: FactVersion,
+    pub create_time: DateTime<Utc>,
+}
+
+/// What applying deltas did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub facts_added: i64,
+    pub facts_updated: i64,
+    pub facts_deleted: i64,
+    /// The facts written, in delta order.
+    pub fact_ids: Vec<String>,
+}
+
+/// What a rule run saw and did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub deltas: Vec<Delta>,
+    pub episodes_scanned: i64,
+    pub episodes_matched: i64,
+    /// The watermark after the run (unchanged on a dry run).
+    pub watermark: i64,
+    /// More episodes wait beyond this batch.
+    pub more: bool,
+    pub applied: Applied,
+}
+
+pub fn rule_not_found(id: &str) -> Error {
+    Error::NotFound {
+        reason: Reason::RuleNotFound,
+        message: format!("rule {id:?} does not exist"),
+        metadata: vec![("rule_id", id.to_owned())],
+    }
+}
+
+pub fn rule_exists(id: &str) -> Error {
+    Error::AlreadyExists {
+        reason: Reason::RuleExists,
+        message: format!("rule {id:?} already exists"),
+    }
+}
