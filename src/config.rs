@@ -12,7 +12,9 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use crate::memory::MemoryLimits;
+use crate::redact::Redactor;
 use crate::sessions::SessionLimits;
+use crate::working::WorkingLimits;
 
 /// A limit where 0 means unlimited, as the stores take it.
 fn count(name: &str, value: Option<u64>) -> anyhow::Result<i64> {
@@ -83,6 +85,38 @@ pub struct Settings {
     /// (0: unlimited) [default: 0]
     #[arg(long, env = "ENGRAM_MAX_EVENTS_PER_SESSION")]
     pub max_events_per_session: Option<u64>,
+
+    /// Most tasks a session's todo list may hold [default: 100]
+    #[arg(long, env = "ENGRAM_MAX_TASKS_PER_SESSION")]
+    pub max_tasks_per_session: Option<u64>,
+
+    /// Most live facts (remembered or procedures) per user and app
+    /// [default: 1000]
+    #[arg(long, env = "ENGRAM_MAX_FACTS_PER_USER")]
+    pub max_facts_per_user: Option<u64>,
+
+    /// Most files in a session's content cache; the least recently cached
+    /// go first [default: 32]
+    #[arg(long, env = "ENGRAM_MAX_CACHED_FILES")]
+    pub max_cached_files: Option<u64>,
+
+    /// Most bytes in a session's content cache [default: 1048576]
+    #[arg(long, env = "ENGRAM_MAX_CACHE_BYTES")]
+    pub max_cache_bytes: Option<u64>,
+
+    /// Replace secrets with [REDACTED] in working memory and remembered
+    /// facts before they are stored [default: true]
+    #[arg(long, env = "ENGRAM_REDACT_SECRETS")]
+    pub redact_secrets: Option<bool>,
+
+    /// Extra words that make a key sensitive, comma-separated (e.g.
+    /// api_key,slack_webhook); the defaults always apply
+    #[arg(long, env = "ENGRAM_SENSITIVE_PATTERNS")]
+    pub sensitive_patterns: Option<String>,
+
+    /// Also redact episode content and metadata on append [default: false]
+    #[arg(long, env = "ENGRAM_REDACT_EPISODES")]
+    pub redact_episodes: Option<bool>,
 
     /// Most database connections per pool [default: 16]
     #[arg(long, env = "ENGRAM_DB_MAX_CONNECTIONS")]
@@ -174,6 +208,13 @@ impl Settings {
             max_value_bytes: self.max_value_bytes.or(other.max_value_bytes),
             max_sessions: self.max_sessions.or(other.max_sessions),
             max_events_per_session: self.max_events_per_session.or(other.max_events_per_session),
+            max_tasks_per_session: self.max_tasks_per_session.or(other.max_tasks_per_session),
+            max_facts_per_user: self.max_facts_per_user.or(other.max_facts_per_user),
+            max_cached_files: self.max_cached_files.or(other.max_cached_files),
+            max_cache_bytes: self.max_cache_bytes.or(other.max_cache_bytes),
+            redact_secrets: self.redact_secrets.or(other.redact_secrets),
+            sensitive_patterns: self.sensitive_patterns.or(other.sensitive_patterns),
+            redact_episodes: self.redact_episodes.or(other.redact_episodes),
             db_max_connections: self.db_max_connections.or(other.db_max_connections),
             db_acquire_timeout_ms: self.db_acquire_timeout_ms.or(other.db_acquire_timeout_ms),
             sqlite_synchronous: self.sqlite_synchronous.or(other.sqlite_synchronous),
@@ -265,6 +306,11 @@ pub struct Config {
     pub migrate: MigrateMode,
     pub limits: MemoryLimits,
     pub sessions: SessionLimits,
+    pub working: WorkingLimits,
+    /// `None` when redaction is off.
+    pub redactor: Option<Redactor>,
+    /// Redact episode content and metadata too.
+    pub redact_episodes: bool,
     pub store: StoreOptions,
     pub health_check_interval: Duration,
     pub request_id_ttl: Duration,
@@ -325,6 +371,47 @@ impl Config {
                     .max_value_bytes
                     .unwrap_or(MemoryLimits::default().max_value_bytes),
             },
+            working: {
+                let defaults = WorkingLimits::default();
+                let or = |name, value: Option<u64>, default: i64| -> anyhow::Result<i64> {
+                    value.map_or(Ok(default), |v| count(name, Some(v)))
+                };
+                WorkingLimits {
+                    max_tasks_per_session: or(
+                        "max_tasks_per_session",
+                        settings.max_tasks_per_session,
+                        defaults.max_tasks_per_session,
+                    )?,
+                    max_facts_per_user: or(
+                        "max_facts_per_user",
+                        settings.max_facts_per_user,
+                        defaults.max_facts_per_user,
+                    )?,
+                    max_cached_files: or(
+                        "max_cached_files",
+                        settings.max_cached_files,
+                        defaults.max_cached_files,
+                    )?,
+                    max_cache_bytes: or(
+                        "max_cache_bytes",
+                        settings.max_cache_bytes,
+                        defaults.max_cache_bytes,
+                    )?,
+                }
+            },
+            redactor: settings.redact_secrets.unwrap_or(true).then(|| {
+                let extra: Vec<String> = settings
+                    .sensitive_patterns
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|w| !w.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                Redactor::new(&extra)
+            }),
+            redact_episodes: settings.redact_episodes.unwrap_or(false),
             store: StoreOptions {
                 max_connections: settings
                     .db_max_connections

@@ -38,6 +38,8 @@ pub enum Reason {
     RuleExists,
     FactNotFound,
     MissingProvenance,
+    TaskNotFound,
+    LimitExceeded,
     DatabaseUnavailable,
     Internal,
 }
@@ -77,6 +79,8 @@ impl Reason {
             Reason::RuleExists => "RULE_EXISTS",
             Reason::FactNotFound => "FACT_NOT_FOUND",
             Reason::MissingProvenance => "MISSING_PROVENANCE",
+            Reason::TaskNotFound => "TASK_NOT_FOUND",
+            Reason::LimitExceeded => "LIMIT_EXCEEDED",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
             Reason::Internal => "INTERNAL",
         }
@@ -115,6 +119,14 @@ pub enum Error {
     /// The call is not allowed in the caller's current state.
     #[error("{message}")]
     FailedPrecondition { reason: Reason, message: String },
+    /// A configured limit would be exceeded; `limit` names the setting.
+    #[error("{message}")]
+    ResourceExhausted {
+        reason: Reason,
+        message: String,
+        limit: &'static str,
+        value: i64,
+    },
     /// The thing to create exists already (and differs from the request).
     #[error("{message}")]
     AlreadyExists { reason: Reason, message: String },
@@ -171,6 +183,7 @@ impl Error {
             | Error::FailedPrecondition { reason, .. }
             | Error::Conflict { reason, .. }
             | Error::AlreadyExists { reason, .. }
+            | Error::ResourceExhausted { reason, .. }
             | Error::OutOfRange { reason, .. }
             | Error::DependencyUnavailable { reason, .. } => *reason,
             Error::VersionMismatch { .. } => Reason::VersionMismatch,

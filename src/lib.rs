@@ -11,10 +11,12 @@ pub mod context;
 pub mod error;
 pub mod memory;
 pub mod paging;
+pub mod redact;
 pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod summarizer;
+pub mod working;
 
 /// Code generated from `proto/engram/v1`.
 pub mod proto {

@@ -18,7 +18,9 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::feed::FeedOptions;
-use crate::api::{ConsolidationApi, EpisodeApi, MemoryAdminApi, MemoryApi, SessionApi};
+use crate::api::{
+    ConsolidationApi, EpisodeApi, MemoryAdminApi, MemoryApi, SessionApi, WorkingMemoryApi,
+};
 use crate::config::{Config, MigrateMode};
 use crate::consolidation::Consolidation;
 use crate::memory::Memory;
@@ -29,16 +31,18 @@ use crate::proto::episode_service_server::EpisodeServiceServer;
 use crate::proto::memory_admin_service_server::MemoryAdminServiceServer;
 use crate::proto::memory_service_server::MemoryServiceServer;
 use crate::proto::session_service_server::SessionServiceServer;
+use crate::proto::working_memory_service_server::WorkingMemoryServiceServer;
 use crate::sessions::Sessions;
 use crate::store::{Backend, PgStore, SqliteStore, Store};
 use crate::summarizer::{Extractive, OpenAi, Summarizer};
+use crate::working::WorkingMemory;
 
 /// How often expired idempotency records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 /// The services the health service reports on, besides the server as a
 /// whole (`""`). All of them depend on the database.
-fn health_services() -> [&'static str; 6] {
+fn health_services() -> [&'static str; 7] {
     [
         "",
         <MemoryServiceServer<MemoryApi<SqliteStore>> as NamedService>::NAME,
@@ -46,6 +50,7 @@ fn health_services() -> [&'static str; 6] {
         <SessionServiceServer<SessionApi<SqliteStore>> as NamedService>::NAME,
         <EpisodeServiceServer<EpisodeApi<SqliteStore>> as NamedService>::NAME,
         <ConsolidationServiceServer<ConsolidationApi<SqliteStore>> as NamedService>::NAME,
+        <WorkingMemoryServiceServer<WorkingMemoryApi<SqliteStore>> as NamedService>::NAME,
     ]
 }
 
@@ -197,7 +202,21 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         ConsolidationServiceServer::new(ConsolidationApi::new(consolidation))
             .max_decoding_message_size(max_message.saturating_mul(8))
             .max_encoding_message_size(max_message.saturating_mul(8));
-    let sessions = Sessions::new(store, config.sessions);
+    let sessions = Sessions::new(store.clone(), config.sessions).redacting(
+        config
+            .redact_episodes
+            .then(|| config.redactor.clone())
+            .flatten(),
+    );
+    let working_service =
+        WorkingMemoryServiceServer::new(WorkingMemoryApi::new(WorkingMemory::new(
+            store,
+            sessions.clone(),
+            config.working,
+            config.redactor.clone(),
+        )))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
     let http_sessions = sessions.clone();
     let session_service = SessionServiceServer::new(SessionApi::new(sessions.clone()))
         .max_decoding_message_size(max_message)
@@ -217,6 +236,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .add_service(session_service)
         .add_service(episode_service)
         .add_service(consolidation_service)
+        .add_service(working_service)
         // Without TCP_NODELAY a response written as several segments waits
         // for the client's delayed ACK (~40 ms) between them. Keepalive
         // finds clients that vanished without closing.

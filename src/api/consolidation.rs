@@ -394,6 +394,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
                 app: (!req.app.is_empty()).then_some(req.app),
                 user: (!req.user.is_empty()).then_some(req.user),
                 kind,
+                newest_first: false,
             })
             .map_err(to_status)?;
         let page = self

@@ -59,6 +59,22 @@ pub fn to_status(err: Error) -> Status {
             let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
             Status::with_error_details(Code::FailedPrecondition, message, details)
         }
+        Error::ResourceExhausted {
+            message,
+            limit,
+            value,
+            ..
+        } => {
+            let details = ErrorDetails::with_error_info(
+                reason,
+                ERROR_DOMAIN,
+                [
+                    ("limit".to_owned(), limit.to_owned()),
+                    ("value".to_owned(), value.to_string()),
+                ],
+            );
+            Status::with_error_details(Code::ResourceExhausted, message, details)
+        }
         Error::AlreadyExists { message, .. } => {
             let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
             Status::with_error_details(Code::AlreadyExists, message, details)

@@ -46,6 +46,7 @@ fn error_response(err: Error) -> Response {
         | Error::Conflict { .. }
         | Error::AlreadyExists { .. } => StatusCode::CONFLICT,
         Error::OutOfRange { .. } => StatusCode::BAD_REQUEST,
+        Error::ResourceExhausted { .. } => StatusCode::TOO_MANY_REQUESTS,
         Error::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let reason = err.reason().as_str();

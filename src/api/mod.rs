@@ -12,9 +12,11 @@ pub mod memory;
 pub mod memory_admin;
 pub mod sessions;
 pub mod watch;
+pub mod working;
 
 pub use consolidation::ConsolidationApi;
 pub use episodes::EpisodeApi;
 pub use memory::MemoryApi;
 pub use memory_admin::MemoryAdminApi;
 pub use sessions::SessionApi;
+pub use working::WorkingMemoryApi;

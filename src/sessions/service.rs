@@ -49,6 +49,8 @@ pub struct TailStart {
 pub struct Sessions<S> {
     store: S,
     limits: SessionLimits,
+    /// Redacts episode content and metadata before storage, when set.
+    redactor: Option<crate::redact::Redactor>,
 }
 
 /// A count given by a client: 0 means the default, over the maximum is
@@ -67,7 +69,17 @@ fn bounded(field: &str, n: i32, default: i64, max: i64) -> Result<i64> {
 
 impl<S: Store> Sessions<S> {
     pub fn new(store: S, limits: SessionLimits) -> Self {
-        Sessions { store, limits }
+        Sessions {
+            store,
+            limits,
+            redactor: None,
+        }
+    }
+
+    /// Redacts secrets in appended episodes (content and metadata).
+    pub fn redacting(mut self, redactor: Option<crate::redact::Redactor>) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     pub fn limits(&self) -> SessionLimits {
@@ -255,7 +267,14 @@ impl<S: Store> Sessions<S> {
         }
         let mut seen = HashSet::new();
         let mut episodes = Vec::with_capacity(inputs.len());
-        for (i, input) in inputs.into_iter().enumerate() {
+        for (i, mut input) in inputs.into_iter().enumerate() {
+            if let Some(redactor) = &self.redactor {
+                input.content = redactor.json(&input.content);
+                let metadata = std::mem::take(&mut input.metadata);
+                if let Value::Object(metadata) = redactor.json(&Value::Object(metadata)) {
+                    input.metadata = metadata;
+                }
+            }
             let path = if batch {
                 format!("{field}[{i}]")
             } else {

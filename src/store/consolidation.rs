@@ -24,6 +24,8 @@ pub struct FactFilter {
     pub app: Option<String>,
     pub user: Option<String>,
     pub kind: Option<FactKind>,
+    /// Newest first (`after` then means "before").
+    pub newest_first: bool,
 }
 
 /// How a run waits for another run of the same rule.

@@ -18,11 +18,13 @@ pub mod consolidation;
 mod postgres;
 mod sessions;
 mod sqlite;
+pub mod working;
 
 pub use consolidation::{ConsolidationStore, FactFilter, RunLock, RunRequest};
 pub use postgres::PgStore;
 pub use sessions::{Append, CreateMode, EpisodeQuery, NewSession, SessionStore};
 pub use sqlite::{SqliteStore, SqliteSynchronous};
+pub use working::{CachePut, WorkingStore};
 
 /// The ordered feeds readers follow: each position is final once it is at
 /// or below the feed's settled horizon.
@@ -173,7 +175,7 @@ pub struct ReindexOutcome {
 
 /// The storage interface. Every method is scoped to one tenant, and every
 /// write is one short transaction.
-pub trait Store: SessionStore + ConsolidationStore {
+pub trait Store: SessionStore + ConsolidationStore + WorkingStore {
     /// Applies the pending migrations.
     fn migrate(&self) -> impl Future<Output = Result<()>> + Send;
 

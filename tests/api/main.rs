@@ -16,3 +16,4 @@ mod store_conformance;
 mod summarizer_http;
 mod tail;
 mod watch;
+mod working_memory;

@@ -16,6 +16,7 @@ use tokio::sync::{OnceCell, watch};
 
 mod consolidation;
 mod sessions;
+mod working;
 
 use super::{
     ChangeRow, Feed, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,

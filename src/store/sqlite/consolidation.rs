@@ -444,19 +444,29 @@ impl ConsolidationStore for SqliteStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Fact>> {
+        let (order, compare) = if filter.newest_first {
+            ("DESC", "<")
+        } else {
+            ("", ">")
+        };
+        let after = after.unwrap_or(if filter.newest_first {
+            "\u{10ffff}"
+        } else {
+            ""
+        });
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {FACT_COLUMNS} FROM facts f JOIN fact_versions v \
              ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
              WHERE f.tenant = ?1 AND f.deleted = 0 \
              AND (?2 IS NULL OR f.app = ?2) AND (?3 IS NULL OR f.user_id = ?3) \
-             AND (?4 IS NULL OR f.kind = ?4) AND f.id > ?5 \
-             ORDER BY f.id LIMIT ?6"
+             AND (?4 IS NULL OR f.kind = ?4) AND f.id {compare} ?5 \
+             ORDER BY f.id {order} LIMIT ?6"
         )))
         .bind(tenant.as_str())
         .bind(filter.app.as_deref())
         .bind(filter.user.as_deref())
         .bind(filter.kind.map(|k| k.as_i16()))
-        .bind(after.unwrap_or(""))
+        .bind(after)
         .bind(limit)
         .fetch_all(&self.reader)
         .await?;

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 mod consolidation;
 mod sessions;
+mod working;
 
 use super::{
     ChangeRow, Feed, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,

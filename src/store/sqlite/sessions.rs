@@ -232,6 +232,16 @@ impl SessionStore for SqliteStore {
             return Ok(None);
         };
         let session = session_row(&row)?;
+        // The goal, tasks and cache end with the session; facts persist.
+        for table in ["working_tasks", "working_cache", "working_memory"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE tenant = ?1 AND session_id = ?2"
+            )))
+            .bind(tenant.as_str())
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
         let deleted = if delete_episodes {
             sqlx::query("DELETE FROM episodes WHERE tenant = ?1 AND session_id = ?2")
                 .bind(tenant.as_str())

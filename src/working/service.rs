@@ -1,0 +1,401 @@
+//! The rules between requests and the store for working memory: session
+//! ownership, redaction before storage, limits.
+
+use serde_json::Value;
+
+use super::types::{
+    CachedFile, Task, TaskChange, WorkingLimits, limit_exceeded, task_not_found, task_number,
+};
+use crate::consolidation::{Delta, Fact, FactKind, FactPayload, Provenance};
+use crate::context::CallerContext;
+use crate::error::{Error, Reason, Result};
+use crate::memory::now_micros;
+use crate::redact::Redactor;
+use crate::sessions::{
+    CreateRequest, Episode, Id, Name, Owner, Session, Sessions, session_ended, session_not_found,
+};
+use crate::store::{CachePut, CreateMode, FactFilter, Store};
+
+/// The lineage source of facts stated directly.
+pub const REMEMBER: &str = "remember";
+/// Longest goal, task subject or description, remembered fact, in bytes.
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+/// `GetSnapshot` and `RenderMemoryBlock` without limits.
+pub const DEFAULT_FACTS: i64 = 20;
+pub const DEFAULT_EVENTS: i64 = 10;
+pub const MAX_LISTED: i64 = 1000;
+
+/// Everything the MEMORY block is made of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub goal: String,
+    pub tasks: Vec<Task>,
+    /// Oldest first.
+    pub facts: Vec<Fact>,
+    pub procedures: Vec<Fact>,
+    /// Oldest first.
+    pub recent: Vec<Episode>,
+    pub cache: Vec<CachedFile>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkingMemory<S> {
+    store: S,
+    sessions: Sessions<S>,
+    limits: WorkingLimits,
+    /// `None` when redaction is turned off.
+    redactor: Option<Redactor>,
+}
+
+fn text(field: &str, value: &str, required: bool) -> Result<()> {
+    if required && value.trim().is_empty() {
+        return Err(Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            "must not be empty",
+        ));
+    }
+    if value.len() > MAX_TEXT_BYTES {
+        return Err(Error::invalid(
+            Reason::ValueTooLarge,
+            field,
+            format!(
+                "must be at most {MAX_TEXT_BYTES} bytes, got {}",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn bounded(field: &str, n: i32, default: i64) -> Result<i64> {
+    match i64::from(n) {
+        n if n < 0 => Err(Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            format!("must not be negative, got {n}"),
+        )),
+        0 => Ok(default),
+        n => Ok(n.min(MAX_LISTED)),
+    }
+}
+
+impl<S: Store> WorkingMemory<S> {
+    pub fn new(
+        store: S,
+        sessions: Sessions<S>,
+        limits: WorkingLimits,
+        redactor: Option<Redactor>,
+    ) -> Self {
+        WorkingMemory {
+            store,
+            sessions,
+            limits,
+            redactor,
+        }
+    }
+
+    /// Text as it may be stored: redacted when redaction is on.
+    pub fn redact(&self, text: &str) -> String {
+        match &self.redactor {
+            Some(redactor) => redactor.text(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// The session a request acts on: it must belong to the owner given,
+    /// and is created when missing and both app and user are given.
+    /// Writes (`open`) need a session that has not ended.
+    pub async fn session(
+        &self,
+        ctx: &CallerContext,
+        id: &Id,
+        owner: &Owner,
+        open: bool,
+    ) -> Result<Session> {
+        let session = match self.sessions.get(ctx, id, owner).await {
+            Err(Error::NotFound {
+                reason: Reason::SessionNotFound,
+                ..
+            }) if owner.complete().is_some() => {
+                let (app, user) = owner
+                    .complete()
+                    .ok_or_else(|| session_not_found(id.as_str()))?;
+                let request = CreateRequest {
+                    app: app.clone(),
+                    user: user.clone(),
+                    id: Some(id.clone()),
+                    metadata: serde_json::Map::new(),
+                };
+                self.sessions
+                    .create(ctx, request, CreateMode::GetOrCreate)
+                    .await?
+                    .0
+            }
+            other => other?,
+        };
+        if open && session.end_time.is_some() {
+            return Err(session_ended(&session.id));
+        }
+        Ok(session)
+    }
+
+    pub async fn set_goal(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        goal: &str,
+    ) -> Result<String> {
+        text("goal", goal, false)?;
+        let goal = self.redact(goal.trim());
+        self.store
+            .set_goal(&ctx.tenant, &session.id, &goal, now_micros())
+            .await?;
+        Ok(goal)
+    }
+
+    pub async fn create_task(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        subject: &str,
+        description: &str,
+    ) -> Result<Task> {
+        text("subject", subject, true)?;
+        text("description", description, false)?;
+        self.store
+            .create_task(
+                &ctx.tenant,
+                &session.id,
+                &self.redact(subject.trim()),
+                &self.redact(description),
+                now_micros(),
+                self.limits.max_tasks_per_session,
+            )
+            .await
+    }
+
+    pub async fn update_task(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        task_id: &str,
+        mut change: TaskChange,
+    ) -> Result<Task> {
+        let number = task_number(task_id).ok_or_else(|| task_not_found(task_id))?;
+        if let Some(subject) = &change.subject {
+            text("subject", subject, true)?;
+            change.subject = Some(self.redact(subject.trim()));
+        }
+        if let Some(description) = &change.description {
+            text("description", description, false)?;
+            change.description = Some(self.redact(description));
+        }
+        self.store
+            .update_task(&ctx.tenant, &session.id, number, &change, now_micros())
+            .await?
+            .ok_or_else(|| task_not_found(task_id))
+    }
+
+    pub async fn list_tasks(&self, ctx: &CallerContext, session: &Session) -> Result<Vec<Task>> {
+        self.store.list_tasks(&ctx.tenant, &session.id).await
+    }
+
+    /// Stores a fact (after redaction) through the facts store, with the
+    /// lineage source `remember`.
+    async fn store_fact(
+        &self,
+        ctx: &CallerContext,
+        payload: FactPayload,
+        limit: (&'static str, i64),
+    ) -> Result<Fact> {
+        text(
+            "content",
+            payload.content.as_str().unwrap_or_default(),
+            true,
+        )?;
+        let count = self
+            .store
+            .count_facts(&ctx.tenant, &payload.app, &payload.user, payload.kind)
+            .await?;
+        if limit.1 > 0 && count >= limit.1 {
+            return Err(limit_exceeded(
+                limit.0,
+                limit.1,
+                "no room for another fact of this owner",
+            ));
+        }
+        let now = now_micros();
+        let delta = Delta::Add {
+            payload,
+            provenance: Provenance {
+                source_episode_ids: Vec::new(),
+                promotion_ts: now,
+                rule_id: REMEMBER.to_owned(),
+                confidence: 1.0,
+            },
+        };
+        let applied = self.store.apply_deltas(&ctx.tenant, &[delta], now).await?;
+        let id = applied
+            .fact_ids
+            .first()
+            .ok_or_else(|| Error::internal("a remembered fact was not written"))?;
+        self.store
+            .get_fact(&ctx.tenant, id)
+            .await?
+            .map(|(fact, _)| fact)
+            .ok_or_else(|| Error::internal("a remembered fact vanished"))
+    }
+
+    /// A semantic fact for the session's app and user.
+    pub async fn remember(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        content: &str,
+        key: (String, String, String),
+    ) -> Result<Fact> {
+        text("content", content, true)?;
+        let payload = FactPayload {
+            app: session.app.clone(),
+            user: session.user.clone(),
+            kind: FactKind::Semantic,
+            subject: self.redact(&key.0),
+            predicate: self.redact(&key.1),
+            object: self.redact(&key.2),
+            content: Value::String(self.redact(content.trim())),
+            channels: vec!["semantic".to_owned()],
+        };
+        self.store_fact(
+            ctx,
+            payload,
+            ("max_facts_per_user", self.limits.max_facts_per_user),
+        )
+        .await
+    }
+
+    /// A procedural fact for an app.
+    pub async fn record_procedure(
+        &self,
+        ctx: &CallerContext,
+        app: &Name,
+        content: &str,
+        key: (String, String),
+    ) -> Result<Fact> {
+        text("content", content, true)?;
+        let payload = FactPayload {
+            app: app.as_str().to_owned(),
+            user: String::new(),
+            kind: FactKind::Procedural,
+            subject: self.redact(&key.0),
+            predicate: self.redact(&key.1),
+            object: String::new(),
+            content: Value::String(self.redact(content.trim())),
+            channels: vec!["procedural".to_owned()],
+        };
+        self.store_fact(
+            ctx,
+            payload,
+            ("max_facts_per_user", self.limits.max_facts_per_user),
+        )
+        .await
+    }
+
+    pub async fn cache_content(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        path: &str,
+        content: &str,
+    ) -> Result<(CachedFile, Vec<String>)> {
+        text("path", path, true)?;
+        if path.len() > 1024 {
+            return Err(Error::invalid(
+                Reason::InvalidArgument,
+                "path",
+                "must be at most 1024 bytes",
+            ));
+        }
+        let content = self.redact(content);
+        if content.len() as i64 > self.limits.max_cache_bytes {
+            return Err(limit_exceeded(
+                "max_cache_bytes",
+                self.limits.max_cache_bytes,
+                &format!("{} bytes do not fit in the session cache", content.len()),
+            ));
+        }
+        let put = CachePut {
+            session_id: &session.id,
+            path,
+            content: &content,
+            now: now_micros(),
+            max_files: self.limits.max_cached_files.max(1),
+            max_bytes: self.limits.max_cache_bytes,
+        };
+        self.store.cache_content(&ctx.tenant, &put).await
+    }
+
+    async fn newest_facts(
+        &self,
+        ctx: &CallerContext,
+        app: &str,
+        user: &str,
+        kind: FactKind,
+        limit: i64,
+    ) -> Result<Vec<Fact>> {
+        let filter = FactFilter {
+            app: Some(app.to_owned()),
+            user: Some(user.to_owned()),
+            kind: Some(kind),
+            newest_first: true,
+        };
+        let mut facts = self
+            .store
+            .list_facts(&ctx.tenant, &filter, None, limit)
+            .await?;
+        facts.reverse();
+        Ok(facts)
+    }
+
+    pub async fn snapshot(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        max_facts: i32,
+        max_events: i32,
+    ) -> Result<Snapshot> {
+        let max_facts = bounded("max_facts", max_facts, DEFAULT_FACTS)?;
+        let max_events = bounded("max_events", max_events, DEFAULT_EVENTS)?;
+        let goal = self.store.goal(&ctx.tenant, &session.id).await?;
+        let tasks = self.store.list_tasks(&ctx.tenant, &session.id).await?;
+        let facts = self
+            .newest_facts(
+                ctx,
+                &session.app,
+                &session.user,
+                FactKind::Semantic,
+                max_facts,
+            )
+            .await?;
+        let procedures = self
+            .newest_facts(ctx, &session.app, "", FactKind::Procedural, max_facts)
+            .await?;
+        let (_, recent) = self
+            .sessions
+            .latest_events(
+                ctx,
+                Some(Id::parse("session_id", session.id.as_str())?),
+                max_events,
+            )
+            .await?;
+        let cache = self.store.list_cache(&ctx.tenant, &session.id).await?;
+        Ok(Snapshot {
+            goal,
+            tasks,
+            facts,
+            procedures,
+            recent,
+            cache,
+        })
+    }
+}
