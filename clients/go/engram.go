@@ -1,0 +1,302 @@
+// Package engram is a thin Go client for Engram, durable memory for AI
+// agents served over gRPC.
+//
+// The generated stubs for every service live in the engramv1 package and
+// are fields of Client. This package adds what every caller needs: bearer
+// tokens and caller context on every call, errors that carry the server's
+// stable reason (see AsError), and a tail iterator that resumes from the
+// last cursor after a disconnect (see Client.Tail).
+package engram
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"engram.dev/engram/clients/go/engramv1"
+)
+
+// CallerContext travels as metadata with every call: the run and flow making
+// it.
+type CallerContext struct {
+	ExecutionID string
+	FlowID      string
+	FlowName    string
+}
+
+type options struct {
+	token   string
+	tls     *tls.Config
+	caller  CallerContext
+	dialing []grpc.DialOption
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithToken sends a bearer token with every call.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithTLS connects with TLS (plaintext otherwise).
+func WithTLS(config *tls.Config) Option { return func(o *options) { o.tls = config } }
+
+// WithCallerContext sets the execution and flow sent with every call.
+func WithCallerContext(caller CallerContext) Option {
+	return func(o *options) { o.caller = caller }
+}
+
+// WithDialOptions passes options through to grpc.NewClient.
+func WithDialOptions(dialing ...grpc.DialOption) Option {
+	return func(o *options) { o.dialing = append(o.dialing, dialing...) }
+}
+
+// Client is a connection to an Engram server with a stub per service.
+type Client struct {
+	conn          *grpc.ClientConn
+	Memory        engramv1.MemoryServiceClient
+	MemoryAdmin   engramv1.MemoryAdminServiceClient
+	Sessions      engramv1.SessionServiceClient
+	Episodes      engramv1.EpisodeServiceClient
+	Consolidation engramv1.ConsolidationServiceClient
+	WorkingMemory engramv1.WorkingMemoryServiceClient
+}
+
+// New connects to target ("host:port"); the connection is made lazily.
+func New(target string, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = credentials.NewTLS(o.tls)
+	}
+	pairs := []string{}
+	for key, value := range map[string]string{
+		"engram-execution-id": o.caller.ExecutionID,
+		"engram-flow-id":      o.caller.FlowID,
+		"engram-flow-name":    o.caller.FlowName,
+	} {
+		if value != "" {
+			pairs = append(pairs, key, value)
+		}
+	}
+	if o.token != "" {
+		pairs = append(pairs, "authorization", "Bearer "+o.token)
+	}
+	withMetadata := func(ctx context.Context) context.Context {
+		if len(pairs) == 0 {
+			return ctx
+		}
+		return metadata.AppendToOutgoingContext(ctx, pairs...)
+	}
+	dialing := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+			cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+			return invoker(withMetadata(ctx), method, req, reply, cc, callOpts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc,
+			cc *grpc.ClientConn, method string, streamer grpc.Streamer,
+			callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(withMetadata(ctx), desc, cc, method, callOpts...)
+		}),
+	}, o.dialing...)
+	conn, err := grpc.NewClient(target, dialing...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{
+		conn:          conn,
+		Memory:        engramv1.NewMemoryServiceClient(conn),
+		MemoryAdmin:   engramv1.NewMemoryAdminServiceClient(conn),
+		Sessions:      engramv1.NewSessionServiceClient(conn),
+		Episodes:      engramv1.NewEpisodeServiceClient(conn),
+		Consolidation: engramv1.NewConsolidationServiceClient(conn),
+		WorkingMemory: engramv1.NewWorkingMemoryServiceClient(conn),
+	}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Error is a failed call with the details the server attached: the stable
+// Reason (VERSION_MISMATCH, KEY_NOT_FOUND, ...), the ErrorInfo metadata and
+// the invalid request fields.
+type Error struct {
+	Code     codes.Code
+	Message  string
+	Reason   string
+	Metadata map[string]string
+	Fields   map[string]string
+}
+
+func (e *Error) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("%s: %s", e.Code, e.Message)
+	}
+	return fmt.Sprintf("%s: %s (%s)", e.Code, e.Message, e.Reason)
+}
+
+// AsError decodes a gRPC error into an *Error; false for other errors.
+func AsError(err error) (*Error, bool) {
+	if err == nil {
+		return nil, false
+	}
+	var engramErr *Error
+	if errors.As(err, &engramErr) {
+		return engramErr, true
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil, false
+	}
+	out := &Error{Code: st.Code(), Message: st.Message(), Metadata: map[string]string{}, Fields: map[string]string{}}
+	for _, detail := range st.Details() {
+		switch d := detail.(type) {
+		case *errdetails.ErrorInfo:
+			out.Reason = d.GetReason()
+			for k, v := range d.GetMetadata() {
+				out.Metadata[k] = v
+			}
+		case *errdetails.BadRequest:
+			for _, violation := range d.GetFieldViolations() {
+				out.Fields[violation.GetField()] = violation.GetDescription()
+			}
+		}
+	}
+	return out, true
+}
+
+// Reason is the stable reason of an error from Engram, or "".
+func Reason(err error) string {
+	if e, ok := AsError(err); ok {
+		return e.Reason
+	}
+	return ""
+}
+
+// Tail follows appended episodes and resumes after a disconnect from the
+// last cursor it returned, so the caller sees every episode once, in cursor
+// order. Use it like bufio.Scanner:
+//
+//	tail := client.Tail(ctx, &engramv1.TailEpisodesRequest{App: "bot", Cursor: proto.Int64(0)})
+//	for tail.Next() {
+//		use(tail.Episode())
+//	}
+//	err := tail.Err()
+type Tail struct {
+	client  *Client
+	ctx     context.Context
+	request *engramv1.TailEpisodesRequest
+	stream  grpc.ServerStreamingClient[engramv1.TailEpisodesResponse]
+	current *engramv1.Episode
+	err     error
+	// MaxReconnects bounds consecutive failed reconnects; 0 means no bound.
+	MaxReconnects int
+}
+
+// Tail opens a tail; it connects on the first Next.
+func (c *Client) Tail(ctx context.Context, request *engramv1.TailEpisodesRequest) *Tail {
+	return &Tail{client: c, ctx: ctx, request: request}
+}
+
+func retryable(err error) bool {
+	e, ok := AsError(err)
+	if !ok {
+		return false
+	}
+	return e.Code == codes.Unavailable ||
+		(e.Code == codes.ResourceExhausted && e.Reason == "CONSUMER_TOO_SLOW")
+}
+
+// Next waits for the next episode; false when the context ends or an error
+// that reconnecting cannot fix occurs (see Err).
+func (t *Tail) Next() bool {
+	failures := 0
+	delay := 50 * time.Millisecond
+	for {
+		if t.stream == nil {
+			// After a failure, wait for the server to be reachable again.
+			stream, err := t.client.Episodes.TailEpisodes(t.ctx, t.request, grpc.WaitForReady(failures > 0))
+			if err != nil {
+				if t.ctx.Err() == nil && retryable(err) && (t.MaxReconnects == 0 || failures < t.MaxReconnects) {
+					failures++
+					if !t.sleep(&delay) {
+						return false
+					}
+					continue
+				}
+				t.err = err
+				return false
+			}
+			t.stream = stream
+		}
+		response, err := t.stream.Recv()
+		if err == nil {
+			t.current = response.GetEpisode()
+			cursor := t.current.GetCursor()
+			t.request.Cursor = &cursor
+			return true
+		}
+		t.stream = nil
+		if e, ok := AsError(err); ok && t.request.Cursor == nil {
+			// Started "now" and saw nothing yet: resume where the server
+			// says the stream stood.
+			var resume int64
+			if _, scanErr := fmt.Sscan(e.Metadata["resume_cursor"], &resume); scanErr == nil {
+				t.request.Cursor = &resume
+			}
+		}
+		if t.ctx.Err() != nil {
+			t.err = t.ctx.Err()
+			return false
+		}
+		if !retryable(err) || (t.MaxReconnects > 0 && failures >= t.MaxReconnects) {
+			t.err = err
+			return false
+		}
+		failures++
+		if !t.sleep(&delay) {
+			return false
+		}
+	}
+}
+
+func (t *Tail) sleep(delay *time.Duration) bool {
+	select {
+	case <-time.After(*delay):
+		if *delay < 2*time.Second {
+			*delay *= 2
+		}
+		return true
+	case <-t.ctx.Done():
+		t.err = t.ctx.Err()
+		return false
+	}
+}
+
+// Episode is the episode the last successful Next returned.
+func (t *Tail) Episode() *engramv1.Episode { return t.current }
+
+// Cursor is where to resume: the cursor of the last episode returned (or
+// the starting cursor).
+func (t *Tail) Cursor() int64 { return t.request.GetCursor() }
+
+// Err is why Next returned false (nil when the stream ended cleanly).
+func (t *Tail) Err() error {
+	if errors.Is(t.err, context.Canceled) {
+		return nil
+	}
+	return t.err
+}

@@ -1,0 +1,279 @@
+package engram_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	engram "engram.dev/engram/clients/go"
+	"engram.dev/engram/clients/go/engramv1"
+)
+
+// server runs the real engram binary (ENGRAM_BIN, or the repository's debug
+// build) on an ephemeral port with a SQLite file in dir.
+type server struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+func binary() string {
+	if bin := os.Getenv("ENGRAM_BIN"); bin != "" {
+		return bin
+	}
+	return filepath.Join("..", "..", "target", "debug", "engram")
+}
+
+func start(t *testing.T, dir, addr string) *server {
+	t.Helper()
+	cmd := exec.Command(binary(), "serve", "--grpc-addr", addr, "--http-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(),
+		"ENGRAM_DATABASE_URL=sqlite://"+filepath.Join(dir, "engram.db"),
+		"ENGRAM_LOG_FORMAT=json",
+		"ENGRAM_SHUTDOWN_GRACE_SECS=2")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start engram: %v", err)
+	}
+	lines := bufio.NewScanner(stderr)
+	for lines.Scan() {
+		var event map[string]any
+		if json.Unmarshal(lines.Bytes(), &event) != nil {
+			continue
+		}
+		if bound, ok := event["grpc_addr"].(string); ok {
+			go func() {
+				for lines.Scan() {
+				}
+			}()
+			s := &server{cmd: cmd, addr: bound}
+			t.Cleanup(s.stop)
+			return s
+		}
+	}
+	t.Fatalf("engram exited before listening: %v", cmd.Wait())
+	return nil
+}
+
+func (s *server) stop() {
+	if s.cmd.ProcessState == nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		_ = s.cmd.Wait()
+	}
+}
+
+func connect(t *testing.T, addr string, opts ...engram.Option) *engram.Client {
+	t.Helper()
+	client, err := engram.New(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+func value(t *testing.T, v any) *structpb.Value {
+	t.Helper()
+	out, err := structpb.NewValue(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+const ns = engramv1.ScopeType_SCOPE_TYPE_NAMESPACE
+
+func TestMemory(t *testing.T) {
+	srv := start(t, t.TempDir(), "127.0.0.1:0")
+	client := connect(t, srv.addr)
+	ctx := context.Background()
+
+	set := func(key string, v any, expected *int64) (*engramv1.MemoryEntry, error) {
+		response, err := client.Memory.Set(ctx, &engramv1.SetRequest{
+			ScopeType: ns, Scope: "prefs", Key: key, Value: value(t, v), ExpectedVersion: expected,
+		})
+		return response.GetEntry(), err
+	}
+	first, err := set("user/theme", map[string]any{"mode": "dark"}, nil)
+	if err != nil || first.GetVersion() != 1 {
+		t.Fatalf("set: %v %v", first, err)
+	}
+	if _, err := set("user/theme", "light", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.Memory.Get(ctx, &engramv1.GetRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme"})
+	if err != nil || got.GetEntry().GetValue().GetStringValue() != "light" {
+		t.Fatalf("get: %v %v", got, err)
+	}
+	list, err := client.Memory.List(ctx, &engramv1.ListRequest{ScopeType: ns, Scope: "prefs", KeyPrefix: "user/"})
+	if err != nil || len(list.GetEntries()) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	if _, err := client.Memory.Delete(ctx, &engramv1.DeleteRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme"}); err != nil {
+		t.Fatal(err)
+	}
+	history, err := client.Memory.History(ctx, &engramv1.HistoryRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var versions []int64
+	for {
+		response, err := history.Recv()
+		if err != nil {
+			break
+		}
+		versions = append(versions, response.GetEntry().GetVersion())
+	}
+	if len(versions) != 3 || versions[2] != 3 {
+		t.Fatalf("history versions %v", versions)
+	}
+
+	// A lost compare-and-set and an invalid key carry their reasons.
+	_, err = set("k", 1, proto.Int64(7))
+	e, ok := engram.AsError(err)
+	if !ok || e.Code != codes.Aborted || e.Reason != "VERSION_MISMATCH" || e.Metadata["current_version"] != "0" {
+		t.Fatalf("CAS: %#v", e)
+	}
+	_, err = set("has space", 1, nil)
+	if e, ok := engram.AsError(err); !ok || e.Reason != "INVALID_IDENTIFIER" || e.Fields["key"] == "" {
+		t.Fatalf("invalid key: %#v", e)
+	}
+	_, err = client.Memory.Get(ctx, &engramv1.GetRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme"})
+	if engram.Reason(err) != "KEY_DELETED" {
+		t.Fatalf("deleted key: %v", err)
+	}
+}
+
+func TestCallerContextAndAdmin(t *testing.T) {
+	srv := start(t, t.TempDir(), "127.0.0.1:0")
+	client := connect(t, srv.addr, engram.WithCallerContext(engram.CallerContext{
+		ExecutionID: "run-1", FlowName: "research_agent",
+	}))
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		response, err := client.Memory.Set(ctx, &engramv1.SetRequest{Key: "notes", Value: value(t, i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if entry := response.GetEntry(); entry.GetScope() != "research_agent" || entry.GetExecutionId() != "run-1" {
+			t.Fatalf("entry %v", entry)
+		}
+	}
+	purged, err := client.MemoryAdmin.Purge(ctx, &engramv1.PurgeRequest{
+		ScopeType: engramv1.ScopeType_SCOPE_TYPE_FLOW, Scope: "research_agent", Key: "notes", Keep: proto.Int64(1),
+	})
+	if err != nil || purged.GetVersionsDeleted() != 1 {
+		t.Fatalf("purge: %v %v", purged, err)
+	}
+}
+
+func TestSessionsEpisodesAndTheRest(t *testing.T) {
+	srv := start(t, t.TempDir(), "127.0.0.1:0")
+	client := connect(t, srv.addr)
+	ctx := context.Background()
+	if _, err := client.Sessions.CreateSession(ctx, &engramv1.CreateSessionRequest{App: "bot", User: "alice", SessionId: "chat-1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := client.Sessions.GetOrCreateSession(ctx, &engramv1.GetOrCreateSessionRequest{App: "bot", User: "mallory", SessionId: "chat-1"})
+	if engram.Reason(err) != "SESSION_OWNER_MISMATCH" {
+		t.Fatalf("owner mismatch: %v", err)
+	}
+	for i, text := range []string{"Hello!", "Hi there!"} {
+		kind := []string{"user_message", "agent_response"}[i]
+		response, err := client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+			SessionId: "chat-1", Episode: &engramv1.NewEpisode{Type: kind, Content: value(t, text)},
+		})
+		if err != nil || response.GetEpisode().GetSeq() != int64(i+1) {
+			t.Fatalf("append: %v %v", response, err)
+		}
+	}
+	built, err := client.Episodes.BuildContext(ctx, &engramv1.BuildContextRequest{SessionId: "chat-1"})
+	if err != nil || built.GetContext() != "User: Hello!\nAssistant: Hi there!" {
+		t.Fatalf("context: %q %v", built.GetContext(), err)
+	}
+	rule := &engramv1.ConsolidationRule{Id: "all", Cadence: &engramv1.ConsolidationRule_EveryNEpisodes{EveryNEpisodes: 1}}
+	if _, err := client.Consolidation.CreateRule(ctx, &engramv1.CreateRuleRequest{Rule: rule}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := client.Consolidation.RunRule(ctx, &engramv1.RunRuleRequest{RuleId: "all", DryRun: true})
+	if err != nil || len(run.GetDeltas()) != 2 {
+		t.Fatalf("run: %v %v", run, err)
+	}
+	call, err := client.WorkingMemory.CallTool(ctx, &engramv1.CallToolRequest{
+		SessionId: "chat-1", Name: "TaskCreate", Arguments: value(t, `{"subject": "Reply"}`),
+	})
+	if err != nil || call.GetResult().GetFields()["taskId"].GetStringValue() != "t1" {
+		t.Fatalf("call tool: %v %v", call, err)
+	}
+	block, err := client.WorkingMemory.RenderMemoryBlock(ctx, &engramv1.RenderMemoryBlockRequest{SessionId: "chat-1"})
+	if err != nil || !strings.Contains(block.GetMemoryBlock(), "- [pending] t1: Reply") {
+		t.Fatalf("block: %v %v", block, err)
+	}
+}
+
+func TestTailResumesAcrossARestart(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, "127.0.0.1:0")
+	addr := first.addr
+	client := connect(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	append := func(i int) {
+		t.Helper()
+		_, err := client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+			SessionId: "s1", App: "app", User: "u",
+			Episode: &engramv1.NewEpisode{Content: value(t, float64(i))},
+		}, grpc.WaitForReady(true))
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	tail := client.Tail(ctx, &engramv1.TailEpisodesRequest{App: "app", Cursor: proto.Int64(0)})
+	seen := make(chan float64, 10)
+	go func() {
+		for tail.Next() {
+			seen <- tail.Episode().GetContent().GetNumberValue()
+		}
+		close(seen)
+	}()
+	for i := 0; i < 5; i++ {
+		append(i)
+	}
+	for i := 0; i < 5; i++ {
+		if got := <-seen; got != float64(i) {
+			t.Fatalf("episode %d: got %v", i, got)
+		}
+	}
+	first.stop()
+	start(t, dir, addr)
+	for i := 5; i < 10; i++ {
+		append(i)
+	}
+	for i := 5; i < 10; i++ {
+		select {
+		case got, ok := <-seen:
+			if !ok || got != float64(i) {
+				t.Fatalf("episode %d after the restart: got %v (%v)", i, got, tail.Err())
+			}
+		case <-ctx.Done():
+			t.Fatalf("the tail did not resume: %v", tail.Err())
+		}
+	}
+	if tail.Cursor() == 0 {
+		t.Fatal("the tail knows where to resume")
+	}
+}

@@ -1,0 +1,47 @@
+"""Python client for Engram: durable memory for AI agents, over gRPC.
+
+    from engram_client import Engram
+
+    with Engram("localhost:50051") as client:
+        client.memory.configure("customer_profiles", "namespace")
+        client.memory.set("user_42/theme", {"mode": "dark"})
+        client.memory.get("user_42/theme")            # {'mode': 'dark'}
+        client.episodes.append("chat-1", "Hello!", type="user_message",
+                               app="support-bot", user="alice")
+        for episode in client.episodes.tail(app="support-bot", cursor=0):
+            ...
+
+Every service's generated stubs are in ``engram_client.v1`` and on
+``client.stubs``; errors are :class:`EngramError` subclasses carrying the
+server's stable ``reason``.
+"""
+
+from ._client import Engram, Entry, Episode, Session, Stubs, from_value, to_value
+from ._errors import (
+    AlreadyExists,
+    Conflict,
+    EngramError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "Engram",
+    "EngramError",
+    "Entry",
+    "Episode",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "NotFound",
+    "ResourceExhausted",
+    "Session",
+    "Stubs",
+    "Unavailable",
+    "from_value",
+    "to_value",
+]

@@ -1,0 +1,615 @@
+"""The idiomatic layer over the generated stubs."""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+import grpc
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
+
+from ._errors import EngramError, NotFound, ResourceExhausted, Unavailable, from_rpc_error
+from .v1 import (
+    consolidation_pb2_grpc,
+    episodes_pb2,
+    episodes_pb2_grpc,
+    memory_admin_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    working_memory_pb2_grpc,
+)
+
+ScopeType = Literal["namespace", "flow", "execution"]
+
+_SCOPE_TYPES: dict[str, memory_pb2.ScopeType.ValueType] = {
+    "namespace": memory_pb2.SCOPE_TYPE_NAMESPACE,
+    "flow": memory_pb2.SCOPE_TYPE_FLOW,
+    "execution": memory_pb2.SCOPE_TYPE_EXECUTION,
+}
+
+Req = TypeVar("Req", bound=Message)
+Resp = TypeVar("Resp")
+
+
+def to_value(obj: Any) -> struct_pb2.Value:
+    """A JSON-able Python value as a protobuf Value."""
+    value = struct_pb2.Value()
+    json_format.ParseDict(obj, value)
+    return value
+
+
+def _ints(obj: Any) -> Any:
+    # JSON numbers travel as doubles; give back the integers people stored.
+    if isinstance(obj, float) and obj.is_integer() and abs(obj) <= 2**53:
+        return int(obj)
+    if isinstance(obj, list):
+        return [_ints(item) for item in obj]
+    if isinstance(obj, dict):
+        return {key: _ints(item) for key, item in obj.items()}
+    return obj
+
+
+def from_value(value: struct_pb2.Value) -> Any:
+    """A protobuf Value as a Python value."""
+    return _ints(json_format.MessageToDict(value))
+
+
+def from_struct(value: struct_pb2.Struct) -> dict[str, Any]:
+    result = _ints(json_format.MessageToDict(value))
+    return result if isinstance(result, dict) else {}
+
+
+def _time(ts: timestamp_pb2.Timestamp) -> datetime:
+    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One version of a key."""
+
+    key: str
+    version: int
+    value: Any
+    deleted: bool
+    scope: str
+    scope_type: str
+    execution_id: str
+    create_time: datetime
+
+    @staticmethod
+    def from_proto(entry: memory_pb2.MemoryEntry) -> Entry:
+        return Entry(
+            key=entry.key,
+            version=entry.version,
+            value=from_value(entry.value) if entry.HasField("value") else None,
+            deleted=entry.deleted,
+            scope=entry.scope,
+            scope_type=memory_pb2.ScopeType.Name(entry.scope_type),
+            execution_id=entry.execution_id,
+            create_time=_time(entry.create_time),
+        )
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    app: str
+    user: str
+    metadata: dict[str, Any]
+    episode_count: int
+    last_seq: int
+    ended: bool
+    create_time: datetime
+
+    @staticmethod
+    def from_proto(session: sessions_pb2.Session) -> Session:
+        return Session(
+            id=session.id,
+            app=session.app,
+            user=session.user,
+            metadata=from_struct(session.metadata),
+            episode_count=session.episode_count,
+            last_seq=session.last_seq,
+            ended=session.HasField("end_time"),
+            create_time=_time(session.create_time),
+        )
+
+
+@dataclass(frozen=True)
+class Episode:
+    id: str
+    session_id: str
+    seq: int
+    cursor: int
+    type: str
+    content: Any
+    agent: str
+    user: str
+    app: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    timestamp: datetime | None = None
+
+    @staticmethod
+    def from_proto(episode: episodes_pb2.Episode) -> Episode:
+        return Episode(
+            id=episode.id,
+            session_id=episode.session_id,
+            seq=episode.seq,
+            cursor=episode.cursor,
+            type=episode.type,
+            content=from_value(episode.content),
+            agent=episode.agent,
+            user=episode.user,
+            app=episode.app,
+            metadata=from_struct(episode.metadata),
+            timestamp=_time(episode.timestamp),
+        )
+
+
+class Stubs:
+    """The generated stubs of every service, for what the wrapper does not
+    cover; pass their methods to :meth:`Engram.call` to get EngramErrors."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.memory = memory_pb2_grpc.MemoryServiceStub(channel)
+        self.memory_admin = memory_admin_pb2_grpc.MemoryAdminServiceStub(channel)
+        self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
+        self.episodes = episodes_pb2_grpc.EpisodeServiceStub(channel)
+        self.consolidation = consolidation_pb2_grpc.ConsolidationServiceStub(channel)
+        self.working_memory = working_memory_pb2_grpc.WorkingMemoryServiceStub(channel)
+
+
+class Engram:
+    """A connection to an Engram server.
+
+    ``Engram("localhost:50051")`` talks plaintext; pass ``secure=True`` for
+    TLS and ``token`` for a bearer token. Caller context (execution, flow)
+    is set once and sent with every call. With ``wait_for_ready`` calls wait
+    (up to ``timeout``) for an unreachable server instead of failing fast.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        *,
+        secure: bool = False,
+        execution_id: str | None = None,
+        flow_id: str | None = None,
+        flow_name: str | None = None,
+        timeout: float | None = 30.0,
+        wait_for_ready: bool = False,
+    ) -> None:
+        # Reconnect quickly after a server restart (gRPC's default backoff
+        # grows to two minutes).
+        options = [
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+        ]
+        self._channel = (
+            grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=options)
+            if secure
+            else grpc.insecure_channel(target, options=options)
+        )
+        self.wait_for_ready = wait_for_ready
+        self._token = token
+        self.timeout = timeout
+        self._context: dict[str, str] = {}
+        self.set_context(execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
+        self.stubs = Stubs(self._channel)
+        self.memory = Memory(self)
+        self.sessions = Sessions(self)
+        self.episodes = Episodes(self)
+
+    def set_context(
+        self,
+        *,
+        execution_id: str | None = None,
+        flow_id: str | None = None,
+        flow_name: str | None = None,
+    ) -> None:
+        """Sets the caller context sent with every later call."""
+        for key, value in (
+            ("engram-execution-id", execution_id),
+            ("engram-flow-id", flow_id),
+            ("engram-flow-name", flow_name),
+        ):
+            if value:
+                self._context[key] = value
+            else:
+                self._context.pop(key, None)
+
+    def metadata(self) -> list[tuple[str, str]]:
+        pairs = list(self._context.items())
+        if self._token:
+            pairs.append(("authorization", f"Bearer {self._token}"))
+        return pairs
+
+    def call(self, method: Callable[..., Resp], request: Message) -> Resp:
+        """Calls a unary RPC, raising EngramError on failure."""
+        try:
+            return method(
+                request,
+                metadata=self.metadata(),
+                timeout=self.timeout,
+                wait_for_ready=self.wait_for_ready,
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    def stream(
+        self,
+        method: Callable[..., Iterable[Resp]],
+        request: Message,
+        *,
+        wait_for_ready: bool | None = None,
+    ) -> Iterator[Resp]:
+        """Calls a server-streaming RPC, raising EngramError on failure."""
+        ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
+        try:
+            yield from method(request, metadata=self.metadata(), wait_for_ready=ready)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Engram:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class Memory:
+    """Scoped, versioned key-value memory. Call :meth:`configure` first, or
+    set a flow name in the caller context to use the flow's scope."""
+
+    def __init__(self, client: Engram) -> None:
+        self._client = client
+        self._scope = ""
+        self._scope_type: memory_pb2.ScopeType.ValueType = memory_pb2.SCOPE_TYPE_UNSPECIFIED
+
+    def configure(self, scope: str, scope_type: ScopeType = "namespace") -> None:
+        """Chooses the scope every later call works in."""
+        if scope_type not in _SCOPE_TYPES:
+            raise ValueError(f"scope_type must be one of {sorted(_SCOPE_TYPES)}")
+        self._scope = scope
+        self._scope_type = _SCOPE_TYPES[scope_type]
+
+    def set(
+        self,
+        key: str,
+        value: Any,
+        *,
+        expected_version: int | None = None,
+        request_id: str | None = None,
+    ) -> Entry:
+        """Writes a new version; with ``expected_version`` a compare-and-set
+        that raises :class:`Conflict` (reason ``VERSION_MISMATCH``) when it
+        loses."""
+        request = memory_pb2.SetRequest(
+            scope_type=self._scope_type,
+            scope=self._scope,
+            key=key,
+            value=to_value(value),
+            request_id=request_id or "",
+        )
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return Entry.from_proto(self._client.call(self._client.stubs.memory.Set, request).entry)
+
+    def entry(self, key: str, *, version: int | None = None) -> Entry | None:
+        """The newest (or a given) version of a key; None when there is none
+        or it was deleted."""
+        request = memory_pb2.GetRequest(
+            scope_type=self._scope_type, scope=self._scope, key=key, version=version or 0
+        )
+        try:
+            return Entry.from_proto(self._client.call(self._client.stubs.memory.Get, request).entry)
+        except NotFound:
+            return None
+
+    def get(self, key: str, *, version: int | None = None) -> Any:
+        """The value of a key; None when it has none."""
+        entry = self.entry(key, version=version)
+        return None if entry is None else entry.value
+
+    def list(self, prefix: str = "") -> Iterator[Entry]:
+        """Every live entry under a prefix, in key order (all pages)."""
+        token = ""
+        while True:
+            page = self._client.call(
+                self._client.stubs.memory.List,
+                memory_pb2.ListRequest(
+                    scope_type=self._scope_type,
+                    scope=self._scope,
+                    key_prefix=prefix,
+                    page_size=1000,
+                    page_token=token,
+                ),
+            )
+            yield from (Entry.from_proto(e) for e in page.entries)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def history(self, key: str, *, from_version: int = 0) -> Iterator[Entry]:
+        """Every version of a key, oldest first, tombstones included."""
+        request = memory_pb2.HistoryRequest(
+            scope_type=self._scope_type, scope=self._scope, key=key, from_version=from_version
+        )
+        for response in self._client.stream(self._client.stubs.memory.History, request):
+            yield Entry.from_proto(response.entry)
+
+    def delete(self, key: str, *, expected_version: int | None = None) -> Entry:
+        """Writes a tombstone; returns it."""
+        request = memory_pb2.DeleteRequest(scope_type=self._scope_type, scope=self._scope, key=key)
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return Entry.from_proto(self._client.call(self._client.stubs.memory.Delete, request).entry)
+
+
+class Sessions:
+    """Sessions: one conversation of a user with an app."""
+
+    def __init__(self, client: Engram) -> None:
+        self._client = client
+
+    def create(
+        self,
+        app: str,
+        user: str,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        request = sessions_pb2.CreateSessionRequest(app=app, user=user, session_id=session_id or "")
+        if metadata is not None:
+            json_format.ParseDict(metadata, request.metadata)
+        response = self._client.call(self._client.stubs.sessions.CreateSession, request)
+        return Session.from_proto(response.session)
+
+    def get_or_create(self, app: str, user: str, session_id: str) -> tuple[Session, bool]:
+        response = self._client.call(
+            self._client.stubs.sessions.GetOrCreateSession,
+            sessions_pb2.GetOrCreateSessionRequest(app=app, user=user, session_id=session_id),
+        )
+        return Session.from_proto(response.session), response.created
+
+    def get(self, session_id: str) -> Session | None:
+        try:
+            response = self._client.call(
+                self._client.stubs.sessions.GetSession,
+                sessions_pb2.GetSessionRequest(session_id=session_id),
+            )
+        except NotFound:
+            return None
+        return Session.from_proto(response.session)
+
+    def list(self, *, app: str = "", user: str = "") -> Iterator[Session]:
+        token = ""
+        while True:
+            page = self._client.call(
+                self._client.stubs.sessions.ListSessions,
+                sessions_pb2.ListSessionsRequest(app=app, user=user, page_size=1000, page_token=token),
+            )
+            yield from (Session.from_proto(s) for s in page.sessions)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def end(self, session_id: str, *, delete_episodes: bool = False) -> Session:
+        response = self._client.call(
+            self._client.stubs.sessions.EndSession,
+            sessions_pb2.EndSessionRequest(session_id=session_id, delete_episodes=delete_episodes),
+        )
+        return Session.from_proto(response.session)
+
+    def delete(self, session_id: str) -> int:
+        """Deletes a session with its episodes; returns how many episodes went."""
+        response = self._client.call(
+            self._client.stubs.sessions.DeleteSession,
+            sessions_pb2.DeleteSessionRequest(session_id=session_id),
+        )
+        return response.episodes_deleted
+
+    def stats(self) -> dict[str, float]:
+        response = self._client.call(
+            self._client.stubs.sessions.GetStats, sessions_pb2.GetStatsRequest()
+        )
+        return {
+            "total_sessions": response.total_sessions,
+            "total_episodes": response.total_episodes,
+            "avg_episodes_per_session": response.avg_episodes_per_session,
+        }
+
+
+class Episodes:
+    """Each session's event log, and the live tail."""
+
+    #: How long :meth:`tail` waits before reconnecting, at first and at most.
+    RECONNECT_DELAY = (0.05, 2.0)
+
+    def __init__(self, client: Engram) -> None:
+        self._client = client
+
+    @staticmethod
+    def new(
+        content: Any,
+        *,
+        type: str = "observation",
+        id: str | None = None,
+        agent: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source_node: str | None = None,
+    ) -> episodes_pb2.NewEpisode:
+        episode = episodes_pb2.NewEpisode(
+            id=id or "",
+            type=type,
+            agent=agent or "",
+            content=to_value(content),
+            source_node=source_node or "",
+        )
+        if metadata is not None:
+            json_format.ParseDict(metadata, episode.metadata)
+        return episode
+
+    def append(
+        self,
+        session_id: str,
+        content: Any,
+        *,
+        type: str = "observation",
+        id: str | None = None,
+        app: str | None = None,
+        user: str | None = None,
+        agent: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Episode:
+        """Appends one episode; with ``app`` and ``user`` a missing session is
+        created. Appending the same ``id`` again returns the stored episode."""
+        request = episodes_pb2.AppendEpisodeRequest(
+            session_id=session_id,
+            app=app or "",
+            user=user or "",
+            episode=self.new(content, type=type, id=id, agent=agent, metadata=metadata),
+        )
+        response = self._client.call(self._client.stubs.episodes.AppendEpisode, request)
+        return Episode.from_proto(response.episode)
+
+    def append_many(
+        self,
+        session_id: str,
+        episodes: Iterable[episodes_pb2.NewEpisode],
+        *,
+        app: str | None = None,
+        user: str | None = None,
+    ) -> builtins.list[Episode]:
+        """Appends episodes atomically (build them with :meth:`new`)."""
+        request = episodes_pb2.AppendEpisodesRequest(
+            session_id=session_id,
+            app=app or "",
+            user=user or "",
+            episodes=builtins.list(episodes),
+        )
+        response = self._client.call(self._client.stubs.episodes.AppendEpisodes, request)
+        return [Episode.from_proto(e) for e in response.episodes]
+
+    def list(
+        self, session_id: str, *, types: Iterable[str] = (), after_seq: int = 0
+    ) -> Iterator[Episode]:
+        token = ""
+        while True:
+            page = self._client.call(
+                self._client.stubs.episodes.ListEpisodes,
+                episodes_pb2.ListEpisodesRequest(
+                    session_id=session_id,
+                    types=builtins.list(types),
+                    after_seq=after_seq,
+                    page_size=1000,
+                    page_token=token,
+                ),
+            )
+            yield from (Episode.from_proto(e) for e in page.episodes)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def recent(
+        self,
+        user: str,
+        *,
+        session_id: str | None = None,
+        agent: str | None = None,
+        limit: int = 20,
+        types: Iterable[str] = (),
+    ) -> builtins.list[Episode]:
+        response = self._client.call(
+            self._client.stubs.episodes.Recent,
+            episodes_pb2.RecentRequest(
+                user=user,
+                session_id=session_id or "",
+                agent=agent or "",
+                limit=limit,
+                types=builtins.list(types),
+            ),
+        )
+        return [Episode.from_proto(e) for e in response.episodes]
+
+    def context(self, session_id: str, *, max_events: int = 20) -> str:
+        """The conversation as "User: ...\\nAssistant: ..." text."""
+        response = self._client.call(
+            self._client.stubs.episodes.BuildContext,
+            episodes_pb2.BuildContextRequest(session_id=session_id, max_events=max_events),
+        )
+        return response.context
+
+    def tail(
+        self,
+        *,
+        session_id: str = "",
+        user: str = "",
+        app: str = "",
+        types: Iterable[str] = (),
+        cursor: int | None = None,
+        reconnect: bool = True,
+        max_reconnects: int | None = None,
+    ) -> Iterator[Episode]:
+        """Follows appended episodes: those after ``cursor`` first (when
+        given), then live ones. When the stream breaks (the server restarts,
+        the connection drops, the server sheds a slow consumer), it
+        reconnects from the last cursor it yielded, so nothing is missed or
+        repeated; ``reconnect=False`` raises instead."""
+        last = cursor
+        wanted = builtins.list(types)
+        failures = 0
+        delay = self.RECONNECT_DELAY[0]
+        while True:
+            request = episodes_pb2.TailEpisodesRequest(
+                session_id=session_id, user=user, app=app, types=wanted
+            )
+            if last is not None:
+                request.cursor = last
+            try:
+                # A reconnect waits for the server to be back, however long.
+                stream = self._client.stream(
+                    self._client.stubs.episodes.TailEpisodes, request, wait_for_ready=failures > 0
+                )
+                for response in stream:
+                    episode = Episode.from_proto(response.episode)
+                    last = episode.cursor
+                    failures, delay = 0, self.RECONNECT_DELAY[0]
+                    yield episode
+                return
+            except (Unavailable, ResourceExhausted) as error:
+                if not reconnect or (max_reconnects is not None and failures >= max_reconnects):
+                    raise
+                if isinstance(error, ResourceExhausted) and error.reason != "CONSUMER_TOO_SLOW":
+                    raise
+                if last is None and "resume_cursor" in error.metadata:
+                    # Started "now" and saw nothing yet: resume where the
+                    # server says the stream stood.
+                    last = int(error.metadata["resume_cursor"])
+                failures += 1
+                time.sleep(delay)
+                delay = min(delay * 2, self.RECONNECT_DELAY[1])
+
+
+__all__ = [
+    "Engram",
+    "EngramError",
+    "Entry",
+    "Episode",
+    "Session",
+    "Stubs",
+    "from_value",
+    "to_value",
+]

@@ -1,0 +1,98 @@
+"""Errors raised by the client: one exception type per gRPC status code,
+each carrying the stable ``reason`` and metadata from ``google.rpc.ErrorInfo``
+and the field violations from ``google.rpc.BadRequest``."""
+
+from __future__ import annotations
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class EngramError(Exception):
+    """A call to Engram failed.
+
+    ``code`` is the gRPC status code, ``reason`` the stable machine-readable
+    reason (``VERSION_MISMATCH``, ``KEY_NOT_FOUND``, ...), ``metadata`` the
+    ErrorInfo metadata (e.g. ``current_version``) and ``fields`` the invalid
+    request fields with their descriptions.
+    """
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        reason: str = "",
+        metadata: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(f"{code.name}: {message}" + (f" ({reason})" if reason else ""))
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.metadata = metadata or {}
+        self.fields = fields or {}
+
+
+class InvalidArgument(EngramError):
+    """A request field is malformed; see ``fields``."""
+
+
+class NotFound(EngramError):
+    """The thing asked for does not exist."""
+
+
+class AlreadyExists(EngramError):
+    """An id is taken."""
+
+
+class Conflict(EngramError):
+    """A compare-and-set lost or a source changed (ABORTED); re-read and retry."""
+
+
+class FailedPrecondition(EngramError):
+    """The call is not allowed in the current state (e.g. another owner's session)."""
+
+
+class ResourceExhausted(EngramError):
+    """A limit was reached, or a stream's consumer was too slow."""
+
+
+class Unavailable(EngramError):
+    """The server or its database is unreachable, or shutting down; retry."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.ABORTED: Conflict,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def from_rpc_error(error: grpc.RpcError) -> EngramError:
+    """Turns a failed call into an EngramError with its details decoded."""
+    call = error if isinstance(error, grpc.Call) else None
+    code = call.code() if call is not None else grpc.StatusCode.UNKNOWN
+    message = (call.details() if call is not None else None) or str(error)
+    reason, metadata, fields = "", {}, {}
+    trailers: tuple[tuple[str, str | bytes], ...] = tuple(
+        call.trailing_metadata() or () if call is not None else ()
+    )
+    for key, value in trailers:
+        if key != _DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            bad = error_details_pb2.BadRequest()
+            if detail.Unpack(info):
+                reason = info.reason
+                metadata = dict(info.metadata)
+            elif detail.Unpack(bad):
+                fields = {v.field: v.description for v in bad.field_violations}
+    return _BY_CODE.get(code, EngramError)(code, message, reason, metadata, fields)

@@ -1,0 +1,1 @@
+"""Generated from proto/engram/v1 by scripts/gen-clients; do not edit."""

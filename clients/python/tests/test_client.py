@@ -1,0 +1,205 @@
+"""The Python client against a real engram server: every service."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from conftest import Server, start_server
+from engram_client import (
+    AlreadyExists,
+    Conflict,
+    Engram,
+    Episode,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
+from engram_client.v1 import (
+    consolidation_pb2,
+    memory_admin_pb2,
+    memory_pb2,
+    working_memory_pb2,
+)
+
+
+def test_memory_round_trip(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.memory.configure("customer_profiles", "namespace")
+        first = client.memory.set("user_42/theme", {"mode": "dark", "n": 2})
+        assert (first.version, first.value) == (1, {"mode": "dark", "n": 2})
+        client.memory.set("user_42/theme", "light")
+        client.memory.set("user_42/lang", 42)
+        assert client.memory.get("user_42/theme") == "light"
+        assert client.memory.get("user_42/theme", version=1) == {"mode": "dark", "n": 2}
+        assert client.memory.get("user_42/lang") == 42
+        assert client.memory.get("nope") is None
+        assert [e.key for e in client.memory.list("user_42/")] == ["user_42/lang", "user_42/theme"]
+
+        tombstone = client.memory.delete("user_42/theme")
+        assert (tombstone.version, tombstone.deleted) == (3, True)
+        assert client.memory.get("user_42/theme") is None
+        history = list(client.memory.history("user_42/theme"))
+        assert [(e.version, e.deleted) for e in history] == [(1, False), (2, False), (3, True)]
+
+
+def test_compare_and_set_and_invalid_input(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.memory.configure("prefs")
+        client.memory.set("k", 1)
+        with pytest.raises(Conflict) as lost:
+            client.memory.set("k", 2, expected_version=5)
+        assert lost.value.reason == "VERSION_MISMATCH"
+        assert lost.value.metadata["current_version"] == "1"
+        assert client.memory.set("k", 2, expected_version=1).version == 2
+
+        with pytest.raises(InvalidArgument) as bad:
+            client.memory.set("has space", 1)
+        assert bad.value.reason == "INVALID_IDENTIFIER"
+        assert "key" in bad.value.fields
+
+        with pytest.raises(NotFound) as missing:
+            client.memory.delete("never-written")
+        assert missing.value.reason == "KEY_NOT_FOUND"
+
+
+def test_caller_context_and_admin(server: Server) -> None:
+    with Engram(server.address, flow_name="research_agent", execution_id="run-1") as client:
+        # No configure: the flow's scope, tagged with the execution.
+        entry = client.memory.set("notes", ["found a bug"])
+        assert (entry.scope_type, entry.scope, entry.execution_id) == (
+            "SCOPE_TYPE_FLOW",
+            "research_agent",
+            "run-1",
+        )
+        client.memory.set("notes", ["found two bugs"])
+        purged = client.call(
+            client.stubs.memory_admin.Purge,
+            memory_admin_pb2.PurgeRequest(
+                scope_type=memory_pb2.SCOPE_TYPE_FLOW, scope="research_agent", key="notes", keep=1
+            ),
+        )
+        assert purged.versions_deleted == 1
+
+
+def test_sessions_and_episodes(server: Server) -> None:
+    with Engram(server.address) as client:
+        session = client.sessions.create("support-bot", "alice", "chat-1")
+        assert (session.id, session.user, session.ended) == ("chat-1", "alice", False)
+        with pytest.raises(AlreadyExists):
+            client.sessions.create("support-bot", "alice", "chat-1")
+        with pytest.raises(FailedPrecondition) as mismatch:
+            client.sessions.get_or_create("support-bot", "mallory", "chat-1")
+        assert mismatch.value.reason == "SESSION_OWNER_MISMATCH"
+
+        hello = client.episodes.append("chat-1", "Hello!", type="user_message", id="e1")
+        again = client.episodes.append("chat-1", "Hello!", type="user_message", id="e1")
+        assert (hello.seq, again.seq, again.cursor) == (1, 1, hello.cursor)
+        client.episodes.append_many(
+            "chat-1",
+            [
+                client.episodes.new({"tool": "calc"}, type="tool_call"),
+                client.episodes.new("Hi there!", type="agent_response"),
+            ],
+        )
+        assert [e.seq for e in client.episodes.list("chat-1")] == [1, 2, 3]
+        assert [e.type for e in client.episodes.list("chat-1", types=["tool_call"])] == ["tool_call"]
+        assert client.episodes.context("chat-1") == "User: Hello!\nAssistant: Hi there!"
+        assert client.episodes.recent("alice", limit=1)[0].content == "Hi there!"
+        # One call in the episodic-store style creates the session.
+        client.episodes.append("s-9", {"doc": 7}, app="rag", user="bob")
+        assert client.sessions.get("s-9") is not None
+        assert {s.id for s in client.sessions.list(user="alice")} == {"chat-1"}
+        assert client.sessions.stats()["total_episodes"] == 4
+        assert client.sessions.end("chat-1").ended
+        assert client.sessions.delete("chat-1") == 3
+        assert client.sessions.get("chat-1") is None
+
+
+def test_tail_resumes_across_a_server_restart(database_url: str) -> None:
+    first = start_server(database_url)
+    address = first.address
+    seen: list[Episode] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        with Engram(address) as tailer:
+            for episode in tailer.episodes.tail(app="app", cursor=0):
+                seen.append(episode)
+                if len(seen) == 10:
+                    done.set()
+                    return
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    with Engram(address) as client:
+        for i in range(5):
+            client.episodes.append("s1", i, id=f"a{i}", app="app", user="u")
+    first.stop()  # the tail ends with UNAVAILABLE and keeps reconnecting
+    second = start_server(database_url, grpc_addr=address)
+    try:
+        with Engram(address, wait_for_ready=True) as client:
+            for i in range(5, 10):
+                client.episodes.append("s1", i, id=f"a{i}", app="app", user="u")
+        assert done.wait(timeout=60), f"the tail saw only {len(seen)} episodes"
+        assert [e.content for e in seen] == list(range(10)), "every episode once, in order"
+        assert [e.cursor for e in seen] == sorted({e.cursor for e in seen})
+    finally:
+        second.stop()
+
+
+def test_consolidation_and_working_memory(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.episodes.append(
+            "chat-1",
+            "prefers dark mode",
+            app="support-bot",
+            user="alice",
+            metadata={"subject": "alice", "predicate": "prefers", "object": "dark mode"},
+        )
+        rule = consolidation_pb2.ConsolidationRule(
+            id="prefs", filter="metadata.subject:*", every_n_episodes=1
+        )
+        client.call(
+            client.stubs.consolidation.CreateRule, consolidation_pb2.CreateRuleRequest(rule=rule)
+        )
+        run = client.call(
+            client.stubs.consolidation.RunRule, consolidation_pb2.RunRuleRequest(rule_id="prefs")
+        )
+        assert run.facts_added == 1
+        with pytest.raises(InvalidArgument) as bad:
+            client.call(
+                client.stubs.consolidation.CreateRule,
+                consolidation_pb2.CreateRuleRequest(
+                    rule=consolidation_pb2.ConsolidationRule(
+                        id="bad", filter="type = ", every_n_episodes=1
+                    )
+                ),
+            )
+        assert bad.value.reason == "INVALID_FILTER"
+
+        call = client.call(
+            client.stubs.working_memory.CallTool,
+            working_memory_pb2.CallToolRequest(
+                session_id="chat-1", name="TaskCreate", arguments=None
+            ),
+        )
+        assert call.is_error
+        from engram_client import to_value
+
+        created = client.call(
+            client.stubs.working_memory.CallTool,
+            working_memory_pb2.CallToolRequest(
+                session_id="chat-1",
+                name="TaskCreate",
+                arguments=to_value({"subject": "Reply to alice"}),
+            ),
+        )
+        assert not created.is_error
+        assert created.result["taskId"] == "t1"
+        block = client.call(
+            client.stubs.working_memory.RenderMemoryBlock,
+            working_memory_pb2.RenderMemoryBlockRequest(session_id="chat-1"),
+        )
+        assert "- [pending] t1: Reply to alice" in block.memory_block

@@ -1,0 +1,46 @@
+# Pinned client tooling, installed on demand under target/tools (sourced by
+# scripts/gen-clients and scripts/test). Bump a version here and rerun
+# scripts/gen-clients to regenerate the committed clients.
+
+GRPCIO_VERSION=1.85.1
+MYPY_PROTOBUF_VERSION=5.1.0
+MYPY_VERSION=2.4.1
+PYTEST_VERSION=9.2.0
+TYPES_GRPCIO_VERSION=1.85.0.20261028
+PROTOC_GEN_GO_VERSION=v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
+GRPCURL_VERSION=v1.9.3
+
+TOOLS_DIR=${TOOLS_DIR:-$PWD/target/tools}
+PY_TOOLS=$TOOLS_DIR/py
+GO_TOOLS=$TOOLS_DIR/go/bin
+
+ensure_python_tools() {
+  local stamp="$PY_TOOLS/.pinned-$GRPCIO_VERSION-$MYPY_PROTOBUF_VERSION-$MYPY_VERSION-$PYTEST_VERSION"
+  if [ ! -e "$stamp" ]; then
+    rm -rf "$PY_TOOLS"
+    python3 -m venv "$PY_TOOLS"
+    "$PY_TOOLS/bin/pip" install --quiet --disable-pip-version-check \
+      "grpcio-tools==$GRPCIO_VERSION" "grpcio==$GRPCIO_VERSION" \
+      "mypy-protobuf==$MYPY_PROTOBUF_VERSION" "mypy==$MYPY_VERSION" \
+      "pytest==$PYTEST_VERSION" "types-grpcio==$TYPES_GRPCIO_VERSION"
+    touch "$stamp"
+  fi
+}
+
+ensure_go_tools() {
+  mkdir -p "$GO_TOOLS"
+  local want
+  for want in \
+    "protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC_GEN_GO_VERSION" \
+    "protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION" \
+    "grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION"; do
+    set -- $want
+    local stamp="$GO_TOOLS/.$1-${2##*@}"
+    if [ ! -x "$GO_TOOLS/$1" ] || [ ! -e "$stamp" ]; then
+      GOBIN="$GO_TOOLS" GOFLAGS=-mod=mod go install "$2"
+      rm -f "$GO_TOOLS/.$1-"*
+      touch "$stamp"
+    fi
+  done
+}
