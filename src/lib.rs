@@ -4,6 +4,7 @@
 //! SQLite backends behind one interface, `server` start-up and shutdown.
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod consolidation;

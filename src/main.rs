@@ -39,6 +39,10 @@ enum Command {
     /// Facts on a running server: list, get (with versions and lineage),
     /// delete. Exit codes as for `memory`
     Facts(engram::cli::consolidation::FactsCommand),
+    /// Drive a server with concurrent clients and print ops/s and latency
+    /// per workload, beside the same SQL run straight on the database
+    /// (--baseline). Starts `engram serve` itself unless --server is given
+    Bench(engram::bench::BenchArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -65,6 +69,7 @@ async fn main() -> ExitCode {
         Command::Episodes(command) => return client_exit(command.run().await),
         Command::Rules(command) => return client_exit(command.run().await),
         Command::Facts(command) => return client_exit(command.run().await),
+        Command::Bench(args) => return client_exit(args.run().await),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

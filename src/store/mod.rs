@@ -22,6 +22,13 @@ pub mod working;
 
 pub use consolidation::{ConsolidationStore, FactFilter, RunLock, RunRequest};
 pub use postgres::PgStore;
+
+/// The Postgres statements `engram bench` runs through pgbench as its
+/// baseline, taken from the store itself so the two cannot drift apart.
+pub(crate) mod pg_statements {
+    pub(crate) use super::postgres::sessions::recent_sql;
+    pub(crate) use super::postgres::{SET_ANY, get_current_sql};
+}
 pub use sessions::{Append, CreateMode, EpisodeQuery, NewSession, SessionStore};
 pub use sqlite::{SqliteStore, SqliteSynchronous};
 pub use working::{CachePut, WorkingStore};

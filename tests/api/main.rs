@@ -2,6 +2,7 @@
 //! a fresh database (a temp SQLite file, or a new Postgres database when
 //! ENGRAM_TEST_DATABASE_URL points at a server) and a real server on port 0.
 
+mod bench;
 mod binary;
 mod cli;
 mod consolidation;

@@ -15,7 +15,7 @@ use sqlx::{Executor, Postgres, Row};
 use tokio::sync::{OnceCell, watch};
 
 mod consolidation;
-mod sessions;
+pub(crate) mod sessions;
 mod working;
 
 use super::{
@@ -55,7 +55,7 @@ macro_rules! write_statement {
     };
 }
 
-const SET_ANY: &str = write_statement!(
+pub(crate) const SET_ANY: &str = write_statement!(
     "INSERT INTO memory_heads AS h (tenant, scope_type, scope, key, version, deleted, update_time) \
      VALUES ($1, $2, $3, $4, 1, false, $5) \
      ON CONFLICT (tenant, scope_type, scope, key) \
@@ -93,6 +93,17 @@ const DELETE_IF_VERSION: &str = write_statement!(
 
 const VERSION_COLUMNS: &str = "v.key, v.version, v.value::text, v.deleted, v.execution_id, \
                                v.flow_id, v.flow_name, v.create_time";
+
+/// Reads the newest version of a key through its head. Parameters: $1
+/// tenant, $2 scope_type, $3 scope, $4 key. (`engram bench` runs the same
+/// text through pgbench.)
+pub(crate) fn get_current_sql() -> String {
+    format!(
+        "SELECT {VERSION_COLUMNS} FROM memory_heads h \
+         JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+         WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4"
+    )
+}
 
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -429,17 +440,13 @@ impl super::Store for PgStore {
                 },
             };
         }
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
-             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-             WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4"
-        )))
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(get_current_sql()))
+            .bind(tenant.as_str())
+            .bind(scope.scope_type.as_i16())
+            .bind(scope.name.as_str())
+            .bind(key.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
         match row {
             Some(row) => live_entry(version_row(&row)?.into_entry(scope)?),
             None => Err(key_not_found_error(key)),

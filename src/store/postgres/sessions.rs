@@ -68,6 +68,23 @@ pub(super) fn episode_row(row: &PgRow) -> Result<Episode> {
     })
 }
 
+/// The widening read: one statement per level, each matching its own index
+/// exactly. Parameters: $1 tenant, $2 user, $3 session, $4 agent, $5 types,
+/// $6 limit. (`engram bench` runs the same text through pgbench.)
+pub(crate) fn recent_sql(session: bool, agent: bool) -> String {
+    let level = match (session, agent) {
+        (true, true) => "session_id = $3 AND user_id = $2 AND agent = $4",
+        (true, false) => "session_id = $3 AND user_id = $2",
+        (false, true) => "user_id = $2 AND agent = $4",
+        (false, false) => "user_id = $2",
+    };
+    format!(
+        "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 AND {level} \
+         AND (cardinality($5::text[]) = 0 OR type = ANY($5)) \
+         ORDER BY timestamp DESC, cursor DESC LIMIT $6"
+    )
+}
+
 fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
@@ -500,18 +517,7 @@ impl SessionStore for PgStore {
     }
 
     async fn recent(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
-        // One statement per level, each matching its own index exactly.
-        let level = match (&query.session_id, &query.agent) {
-            (Some(_), Some(_)) => "session_id = $3 AND user_id = $2 AND agent = $4",
-            (Some(_), None) => "session_id = $3 AND user_id = $2",
-            (None, Some(_)) => "user_id = $2 AND agent = $4",
-            (None, None) => "user_id = $2",
-        };
-        let sql = format!(
-            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 AND {level} \
-             AND (cardinality($5::text[]) = 0 OR type = ANY($5)) \
-             ORDER BY timestamp DESC, cursor DESC LIMIT $6"
-        );
+        let sql = recent_sql(query.session_id.is_some(), query.agent.is_some());
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant.as_str())
             .bind(query.user.as_str())

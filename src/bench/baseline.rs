@@ -1,0 +1,394 @@
+//! The baseline: the statements the server runs, straight against the same
+//! database. On Postgres through pgbench (`-M prepared`, the same client
+//! count); on SQLite by calling the store in-process (the same SQL, no gRPC
+//! and no service layer in between).
+
+use std::time::Instant;
+
+use anyhow::Context;
+use chrono::Utc;
+
+use super::BenchArgs;
+use super::workloads::{
+    KEYS, RECENT_APP, RECENT_SESSIONS, RECENT_USERS, Rng, Workload, key, set_value,
+};
+use crate::context::Tenant;
+use crate::memory::{ChangeKind, Key, Provenance, Scope, ScopeName, ScopeType, Value};
+use crate::sessions::{EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery};
+use crate::store::{
+    Append, Mutation, SessionStore, SqliteStore, Store, StoreOptions, Write, pg_statements,
+};
+
+/// Loads `n` episodes for `recent` straight into the database (1000
+/// sessions of 100 users), once; returns how many there are.
+pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
+    let per = (n / RECENT_SESSIONS).max(1);
+    if database_url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(database_url).await?;
+        let have: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(episode_count), 0)::bigint FROM sessions \
+             WHERE tenant = 'default' AND app = $1",
+        )
+        .bind(RECENT_APP)
+        .fetch_one(&pool)
+        .await?;
+        if have >= per * RECENT_SESSIONS {
+            return Ok(have);
+        }
+        eprintln!(
+            "engram bench: loading {} episodes for recent …",
+            per * RECENT_SESSIONS
+        );
+        sqlx::query("DELETE FROM sessions WHERE tenant = 'default' AND app = $1")
+            .bind(RECENT_APP)
+            .execute(&pool)
+            .await?;
+        sqlx::query(
+            "INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time, last_seq, episode_count) \
+             SELECT 'default', 'bench-s' || s, $1, 'bench-u' || (s % $2), now(), now(), $3, $3 \
+             FROM generate_series(0, $4 - 1) s",
+        )
+        .bind(RECENT_APP)
+        .bind(RECENT_USERS as i64)
+        .bind(per)
+        .bind(RECENT_SESSIONS)
+        .execute(&pool)
+        .await?;
+        sqlx::query(
+            "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
+             metadata, source_node, timestamp, create_time, fingerprint) \
+             SELECT 'default', 'bench-s' || s, e, 'bench-e' || s || '-' || e, $1, 'bench-u' || (s % $2), \
+             $1, 'observation', to_jsonb(repeat('x', 200)), '{}', '', \
+             now() - ((s * $3 + e) * interval '1 millisecond'), now(), '\\x00'::bytea \
+             FROM generate_series(0, $4 - 1) s, generate_series(1, $3) e",
+        )
+        .bind(RECENT_APP)
+        .bind(RECENT_USERS as i64)
+        .bind(per)
+        .bind(RECENT_SESSIONS)
+        .execute(&pool)
+        .await?;
+        sqlx::query("ANALYZE episodes").execute(&pool).await?;
+        return Ok(per * RECENT_SESSIONS);
+    }
+    let pool = sqlx::SqlitePool::connect(database_url).await?;
+    let have: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(episode_count), 0) FROM sessions WHERE tenant = 'default' AND app = ?1",
+    )
+    .bind(RECENT_APP)
+    .fetch_one(&pool)
+    .await?;
+    if have >= per * RECENT_SESSIONS {
+        return Ok(have);
+    }
+    eprintln!(
+        "engram bench: loading {} episodes for recent …",
+        per * RECENT_SESSIONS
+    );
+    let now = Utc::now().timestamp_micros();
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM sessions WHERE tenant = 'default' AND app = ?1")
+        .bind(RECENT_APP)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?4) \
+         INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time, last_seq, episode_count) \
+         SELECT 'default', 'bench-s' || i, ?1, 'bench-u' || (i % ?2), ?5, ?5, ?3, ?3 FROM s",
+    )
+    .bind(RECENT_APP)
+    .bind(RECENT_USERS as i64)
+    .bind(per)
+    .bind(RECENT_SESSIONS)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?4), \
+         e(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM e WHERE j < ?3) \
+         INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
+         metadata, source_node, timestamp, create_time, fingerprint) \
+         SELECT 'default', 'bench-s' || i, j, 'bench-e' || i || '-' || j, ?1, 'bench-u' || (i % ?2), \
+         ?1, 'observation', '\"' || printf('%.200c', 'x') || '\"', '{}', '', ?5 - (i * ?3 + j) * 1000, ?5, x'00' \
+         FROM s, e",
+    )
+    .bind(RECENT_APP)
+    .bind(RECENT_USERS as i64)
+    .bind(per)
+    .bind(RECENT_SESSIONS)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    sqlx::query("ANALYZE").execute(&pool).await?;
+    Ok(per * RECENT_SESSIONS)
+}
+
+/// Ops/s (and average latency in ms, when known) of the baseline, or `None`
+/// for a workload without one.
+pub async fn run(
+    workload: Workload,
+    args: &BenchArgs,
+) -> anyhow::Result<Option<(f64, Option<f64>)>> {
+    if !matches!(
+        workload,
+        Workload::Set | Workload::Get | Workload::Append | Workload::Recent
+    ) {
+        return Ok(None);
+    }
+    if args.database_url.starts_with("postgres") {
+        pgbench(workload, args).await.map(Some)
+    } else {
+        in_process(workload, args)
+            .await
+            .map(|ops| Some((ops, None)))
+    }
+}
+
+/// Turns a statement with $n parameters into a pgbench line: each $n is
+/// replaced (highest first, so $12 is not read as $1) by an expression.
+fn substitute(sql: &str, values: &[(usize, &str)]) -> String {
+    let mut sorted = values.to_vec();
+    sorted.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
+    let mut out = sql.to_owned();
+    for (n, value) in sorted {
+        out = out.replace(&format!("${n}"), value);
+    }
+    out
+}
+
+fn pgbench_script(workload: Workload) -> String {
+    let key_expr = "('k' || lpad(:n::text, 5, '0'))";
+    let value = set_value(1).to_string().replace('\'', "''");
+    match workload {
+        Workload::Set => format!(
+            "\\set n random(0, {})\n{};\n",
+            KEYS - 1,
+            substitute(
+                pg_statements::SET_ANY,
+                &[
+                    (1, "'default'"),
+                    (2, "1::smallint"),
+                    (3, "'bench'"),
+                    (4, key_expr),
+                    (5, "now()"),
+                    (7, &format!("'{value}'")),
+                    (8, "false"),
+                    (9, "''"),
+                    (10, "''"),
+                    (11, "''"),
+                    (12, "1::smallint"),
+                ],
+            )
+        ),
+        Workload::Get => format!(
+            "\\set n random(0, {})\n{};\n",
+            KEYS - 1,
+            substitute(
+                &pg_statements::get_current_sql(),
+                &[
+                    (1, "'default'"),
+                    (2, "1::smallint"),
+                    (3, "'bench'"),
+                    (4, key_expr)
+                ],
+            )
+        ),
+        Workload::Recent => format!(
+            "\\set u random(0, {})\n{};\n",
+            RECENT_USERS - 1,
+            substitute(
+                &pg_statements::recent_sql(false, false),
+                &[
+                    (1, "'default'"),
+                    (2, "('bench-u' || :u)"),
+                    (5, "'{}'::text[]"),
+                    (6, "20"),
+                ],
+            )
+        ),
+        // The statements of PgStore::try_append for one episode: lock the
+        // session, look for the id, bump the counter, insert.
+        _ => {
+            let content = "x".repeat(1024);
+            format!(
+                "\\set r random(1, 2000000000)\n\
+                 BEGIN;\n\
+                 SELECT id, app, user_id, last_seq FROM sessions WHERE tenant = 'default' AND id = 'bench-raw-' || :client_id FOR UPDATE;\n\
+                 SELECT id FROM episodes WHERE tenant = 'default' AND id = ANY(ARRAY['raw-' || :client_id || '-' || :r]);\n\
+                 UPDATE sessions SET last_seq = last_seq + 1, episode_count = episode_count + 1, update_time = now() \
+                 WHERE tenant = 'default' AND id = 'bench-raw-' || :client_id RETURNING last_seq AS seq \\gset\n\
+                 INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, metadata, \
+                 source_node, timestamp, create_time, fingerprint) VALUES ('default', 'bench-raw-' || :client_id, :seq, \
+                 'raw-' || :client_id || '-' || :seq || '-' || :r, 'bench-raw', 'bench-raw', 'bench-raw', 'observation', \
+                 '\"{content}\"'::jsonb, '{{}}'::jsonb, '', now(), now(), '\\x00'::bytea) RETURNING seq, cursor;\n\
+                 END;\n"
+            )
+        }
+    }
+}
+
+fn pgbench_binary() -> String {
+    let found = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path().join("bin/pgbench"))
+        .filter(|path| path.exists())
+        .max();
+    found.map_or_else(|| "pgbench".to_owned(), |p| p.display().to_string())
+}
+
+async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
+    if workload == Workload::Append {
+        let pool = sqlx::PgPool::connect(&args.database_url).await?;
+        sqlx::query(
+            "INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time) \
+             SELECT 'default', 'bench-raw-' || c, 'bench-raw', 'bench-raw', now(), now() \
+             FROM generate_series(0, $1) c ON CONFLICT DO NOTHING",
+        )
+        .bind(args.clients as i64)
+        .execute(&pool)
+        .await?;
+    }
+    let dir = tempfile_dir()?;
+    let script = dir.join(format!("{}.sql", workload.name()));
+    std::fs::write(&script, pgbench_script(workload))?;
+    let seconds = args.duration.as_secs().max(1).to_string();
+    let clients = args.clients.to_string();
+    let threads = args.clients.min(2).to_string();
+    let output = tokio::process::Command::new(pgbench_binary())
+        .args([
+            "-n", "-M", "prepared", "-c", &clients, "-j", &threads, "-T", &seconds, "-f",
+        ])
+        .arg(&script)
+        .arg(&args.database_url)
+        .output()
+        .await
+        .context("cannot run pgbench (install postgresql-client)")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
+    let field = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok())
+    };
+    let tps = field("tps = ").context("pgbench printed no tps")?;
+    Ok((tps, field("latency average = ")))
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("engram-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The store called straight from `--clients` tasks on the same SQLite
+/// file: the same SQL as the server, without gRPC or the service layer.
+async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64> {
+    let store = SqliteStore::connect(&args.database_url, &StoreOptions::default()).await?;
+    let deadline = Instant::now() + args.duration;
+    let mut tasks = Vec::new();
+    for client in 0..args.clients {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let tenant = Tenant::default();
+            let scope = Scope {
+                scope_type: ScopeType::Namespace,
+                name: ScopeName::parse("scope", "bench")?,
+            };
+            let provenance = Provenance::default();
+            let mut rng = Rng::new(client as u64 + 11);
+            let session = Id::parse("session_id", format!("bench-inproc-{client}"))?;
+            let owner = Owner {
+                app: Some(Name::parse("app", "bench-inproc")?),
+                user: Some(Name::parse("user", "bench-inproc")?),
+            };
+            let mut ops = 0u64;
+            while Instant::now() < deadline {
+                let n = rng.below(KEYS);
+                let key = Key::parse("key", key(n))?;
+                match workload {
+                    Workload::Set => {
+                        let value = Value::new(set_value(n), 1 << 20)?;
+                        store
+                            .write(
+                                &tenant,
+                                &Write {
+                                    scope: &scope,
+                                    key: &key,
+                                    mutation: Mutation::Set(&value),
+                                    expected_version: None,
+                                    request: None,
+                                    provenance: &provenance,
+                                    now: Utc::now(),
+                                    change: ChangeKind::Set,
+                                },
+                            )
+                            .await?;
+                    }
+                    Workload::Get => {
+                        store.get(&tenant, &scope, &key, None).await?;
+                    }
+                    Workload::Append => {
+                        let episode = NewEpisode::new(
+                            "episode",
+                            &session,
+                            EpisodeInput {
+                                id: None,
+                                agent: None,
+                                kind: None,
+                                content: serde_json::Value::String("x".repeat(1024)),
+                                metadata: serde_json::Map::new(),
+                                source_node: String::new(),
+                                timestamp: None,
+                            },
+                            1 << 20,
+                        )?;
+                        store
+                            .append(
+                                &tenant,
+                                &Append {
+                                    session_id: &session,
+                                    owner: &owner,
+                                    episodes: std::slice::from_ref(&episode),
+                                    now: Utc::now(),
+                                    max_sessions: 0,
+                                    max_events: 0,
+                                },
+                            )
+                            .await?;
+                    }
+                    _ => {
+                        let query = RecentQuery {
+                            user: Name::parse("user", format!("bench-u{}", n % RECENT_USERS))?,
+                            session_id: None,
+                            agent: None,
+                            types: Vec::new(),
+                            limit: 20,
+                        };
+                        store.recent(&tenant, &query).await?;
+                    }
+                }
+                ops += 1;
+            }
+            Ok::<_, anyhow::Error>(ops)
+        }));
+    }
+    let mut ops = 0;
+    for task in tasks {
+        ops += task.await??;
+    }
+    Ok(ops as f64 / args.duration.as_secs_f64())
+}

@@ -1,0 +1,310 @@
+//! `engram bench`: drives a server over gRPC with N concurrent clients and
+//! prints ops/s and latency percentiles per workload, beside a baseline of
+//! the same SQL run straight against the same database (pgbench on
+//! Postgres, the store called in-process on SQLite), so the ratio a reader
+//! sees was measured in one run on one machine.
+//!
+//! Without `--server` it starts `engram serve` itself (this binary) on
+//! `--database-url`, which also lets it report the server's memory: idle,
+//! and the peak under each workload.
+
+mod baseline;
+mod server;
+mod workloads;
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cli::{CliError, CliResult, Output, print_json};
+
+pub use workloads::Workload;
+
+/// Arguments of `engram bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// A running server to drive (http://host:port); without it bench
+    /// starts `engram serve` on --database-url and measures its memory too
+    #[arg(long)]
+    pub server: Option<String>,
+
+    /// The database the started server (and the baseline) use
+    #[arg(
+        long,
+        env = "ENGRAM_DATABASE_URL",
+        default_value = "sqlite://engram-bench.db"
+    )]
+    pub database_url: String,
+
+    /// Concurrent clients, each on its own connection
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+
+    /// How long each workload is measured (e.g. 10s, 500ms)
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// How long each workload runs before measuring starts
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+
+    /// Workloads to run, comma-separated
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "set,get,get-version,list,history,append,recent,tail"
+    )]
+    pub workloads: Vec<Workload>,
+
+    /// Also run the raw-SQL baseline and print engram/raw ratios
+    #[arg(long)]
+    pub baseline: bool,
+
+    /// Episodes loaded for `recent` (once per database)
+    #[arg(long, default_value_t = 1_000_000)]
+    pub recent_episodes: i64,
+
+    /// Versions of the key `history` streams
+    #[arg(long, default_value_t = 10_000)]
+    pub history_versions: i64,
+
+    /// text for people, json for keeping figures over time
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 10s or 500ms"))?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("unknown unit {unit:?}; use ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|err| err.to_string())
+}
+
+/// Latency figures in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    /// From samples in microseconds (sorted here).
+    pub fn of(samples: &mut [u64]) -> Latency {
+        if samples.is_empty() {
+            return Latency::default();
+        }
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+            samples[index.min(samples.len() - 1)] as f64 / 1000.0
+        };
+        Latency {
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
+/// The figures of one workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    pub workload: String,
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    pub latency_ms: Latency,
+    /// Items per second where an op moves many (history: versions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items_per_sec: Option<f64>,
+    /// The server's peak RSS during the workload, when bench started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_peak_rss_mib: Option<f64>,
+    /// The same SQL straight on the database.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_ops_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_latency_avg_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    date: String,
+    machine: String,
+    database: String,
+    clients: usize,
+    duration_secs: f64,
+    server_idle_rss_mib: Option<f64>,
+    results: Vec<Figures>,
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .map_or(String::new(), |kib| {
+            format!(", {:.0} GiB", kib as f64 / 1048576.0)
+        });
+    format!(
+        "{} {}, {cpus} cores{memory}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+fn print_text(report: &Report) {
+    println!(
+        "engram bench: {} clients, {:.0}s per workload, {} on {} ({})",
+        report.clients, report.duration_secs, report.database, report.machine, report.date
+    );
+    if let Some(idle) = report.server_idle_rss_mib {
+        println!("server idle RSS: {idle:.1} MiB");
+    }
+    println!(
+        "{:<12} {:>10} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10} {:>9}",
+        "workload",
+        "ops/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "raw ops/s",
+        "engram/raw",
+        "peak MiB"
+    );
+    for r in &report.results {
+        let opt = |v: Option<f64>, precision: usize| {
+            v.map_or("-".to_owned(), |v| format!("{v:.precision$}"))
+        };
+        println!(
+            "{:<12} {:>10.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>12} {:>10} {:>9}",
+            r.workload,
+            r.ops_per_sec,
+            r.latency_ms.p50,
+            r.latency_ms.p90,
+            r.latency_ms.p99,
+            r.latency_ms.max,
+            opt(r.raw_ops_per_sec, 0),
+            opt(r.ratio, 2),
+            opt(r.server_peak_rss_mib, 1),
+        );
+        if let Some(items) = r.items_per_sec {
+            println!("{:<12} {items:>10.0} items/s", "");
+        }
+        if let Some(note) = &r.note {
+            println!("{:<12} {note}", "");
+        }
+    }
+}
+
+impl BenchArgs {
+    pub async fn run(self) -> CliResult {
+        if self.clients == 0 {
+            return Err(CliError::usage("--clients must be at least 1"));
+        }
+        let started = match &self.server {
+            Some(_) => None,
+            None => Some(
+                server::Spawned::start(&self.database_url)
+                    .await
+                    .map_err(|err| CliError::usage(format!("cannot start engram: {err:#}")))?,
+            ),
+        };
+        let address = match (&self.server, &started) {
+            (Some(server), _) => server.clone(),
+            (None, Some(spawned)) => format!("http://{}", spawned.grpc_addr),
+            (None, None) => unreachable!("a server is given or started"),
+        };
+        let idle = started.as_ref().map(|s| s.rss_mib("VmRSS"));
+        let mut results = Vec::new();
+        for workload in &self.workloads {
+            eprintln!("engram bench: {} …", workload.name());
+            if let Some(spawned) = &started {
+                spawned.reset_peak();
+            }
+            let mut figures = workloads::run(*workload, &self, &address, started.as_ref())
+                .await
+                .map_err(|err| CliError {
+                    message: format!("{} failed: {err:#}", workload.name()),
+                    code: crate::cli::exit::FAILURE,
+                })?;
+            if let Some(spawned) = &started {
+                figures.server_peak_rss_mib = Some(spawned.rss_mib("VmHWM"));
+            }
+            if self.baseline {
+                match baseline::run(*workload, &self).await {
+                    Ok(Some((ops, latency))) => {
+                        figures.raw_ops_per_sec = Some(ops);
+                        figures.raw_latency_avg_ms = latency;
+                        figures.ratio = Some(figures.ops_per_sec / ops);
+                    }
+                    Ok(None) => {}
+                    Err(err) => figures.note = Some(format!("baseline failed: {err:#}")),
+                }
+            }
+            results.push(figures);
+        }
+        if let Some(spawned) = started {
+            spawned.stop().await;
+        }
+        let report = Report {
+            date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+            machine: machine(),
+            database: crate::config::DatabaseUrl::new(self.database_url.clone()).to_string(),
+            clients: self.clients,
+            duration_secs: self.duration.as_secs_f64(),
+            server_idle_rss_mib: idle,
+            results,
+        };
+        match self.output {
+            Output::Json => print_json(&serde_json::to_value(&report).unwrap_or_default()),
+            Output::Text => print_text(&report),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_durations() {
+        let mut samples: Vec<u64> = (1..=100).map(|n| n * 1000).collect();
+        let latency = Latency::of(&mut samples);
+        assert_eq!((latency.p50, latency.p99, latency.max), (51.0, 99.0, 100.0));
+        assert_eq!(
+            parse_duration("500ms").ok(),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(parse_duration("2").ok(), Some(Duration::from_secs(2)));
+        assert!(parse_duration("2h").is_err());
+    }
+}

@@ -1,0 +1,488 @@
+//! The workloads, each driven by `--clients` tasks on their own
+//! connections for `--warmup` then `--duration`.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tonic::transport::Channel;
+
+use super::server::Spawned;
+use super::{BenchArgs, Figures, Latency};
+use crate::api::convert::json_to_proto;
+use crate::proto;
+use crate::proto::episode_service_client::EpisodeServiceClient;
+use crate::proto::memory_service_client::MemoryServiceClient;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// Set a 200-byte JSON value on one of 10k keys of one scope
+    Set,
+    /// Get the newest version of one of the 10k keys
+    Get,
+    /// Get version 1 of one of the 10k keys
+    GetVersion,
+    /// List a page of 50 keys
+    List,
+    /// Stream every version of a key with --history-versions versions
+    History,
+    /// Append a 1 KB episode
+    Append,
+    /// The 20 newest episodes of a user, over --recent-episodes episodes
+    Recent,
+    /// Append-to-delivery latency of a tail on a second connection (and,
+    /// on Postgres with a started server, on a second server process)
+    Tail,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Set => "set",
+            Workload::Get => "get",
+            Workload::GetVersion => "get-version",
+            Workload::List => "list",
+            Workload::History => "history",
+            Workload::Append => "append",
+            Workload::Recent => "recent",
+            Workload::Tail => "tail",
+        }
+    }
+}
+
+pub const SCOPE: &str = "bench";
+pub const KEYS: u64 = 10_000;
+const HISTORY_SCOPE: &str = "bench-history";
+pub const RECENT_APP: &str = "bench";
+pub const RECENT_USERS: u64 = 100;
+pub const RECENT_SESSIONS: i64 = 1000;
+
+/// A tiny deterministic generator per client (xorshift).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+pub fn key(n: u64) -> String {
+    format!("k{n:05}")
+}
+
+pub fn set_value(n: u64) -> serde_json::Value {
+    serde_json::json!({ "n": n, "pad": "x".repeat(170) })
+}
+
+async fn channel(address: &str) -> anyhow::Result<Channel> {
+    tonic::transport::Endpoint::from_shared(address.to_owned())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to {address}"))
+}
+
+fn ns(scope: &str, key: String) -> (i32, String, String) {
+    (proto::ScopeType::Namespace as i32, scope.to_owned(), key)
+}
+
+/// Runs one op per client in a loop; an op returns how many items it
+/// moved. Latencies count only after the warm-up.
+async fn measure<F, Fut>(args: &BenchArgs, make: F) -> anyhow::Result<(u64, u64, Vec<u64>)>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = anyhow::Result<Box<dyn FnMut() -> OpFuture + Send>>>,
+{
+    let start = Instant::now() + Duration::from_millis(50);
+    let measure_from = start + args.warmup;
+    let end = measure_from + args.duration;
+    let mut tasks = Vec::new();
+    for client in 0..args.clients {
+        let mut op = make(client).await?;
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start.into()).await;
+            let (mut ops, mut items, mut samples) = (0u64, 0u64, Vec::new());
+            loop {
+                let began = Instant::now();
+                if began >= end {
+                    break;
+                }
+                let moved = op().await?;
+                if began >= measure_from {
+                    ops += 1;
+                    items += moved;
+                    samples.push(began.elapsed().as_micros() as u64);
+                }
+            }
+            Ok::<_, anyhow::Error>((ops, items, samples))
+        }));
+    }
+    let (mut ops, mut items, mut samples) = (0, 0, Vec::new());
+    for task in tasks {
+        let (o, i, s) = task.await??;
+        ops += o;
+        items += i;
+        samples.extend(s);
+    }
+    Ok((ops, items, samples))
+}
+
+pub type OpFuture = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<u64>> + Send>>;
+
+fn figures(
+    workload: Workload,
+    args: &BenchArgs,
+    ops: u64,
+    items: u64,
+    mut samples: Vec<u64>,
+) -> Figures {
+    let seconds = args.duration.as_secs_f64();
+    Figures {
+        workload: workload.name().to_owned(),
+        ops,
+        ops_per_sec: ops as f64 / seconds,
+        latency_ms: Latency::of(&mut samples),
+        items_per_sec: (items != ops).then(|| items as f64 / seconds),
+        server_peak_rss_mib: None,
+        raw_ops_per_sec: None,
+        raw_latency_avg_ms: None,
+        ratio: None,
+        note: None,
+    }
+}
+
+/// Makes sure the 10k keys exist (written over gRPC, in parallel).
+async fn ensure_keys(address: &str, args: &BenchArgs) -> anyhow::Result<()> {
+    let mut memory = MemoryServiceClient::new(channel(address).await?);
+    let (scope_type, scope, last) = ns(SCOPE, key(KEYS - 1));
+    let exists = memory
+        .get(proto::GetRequest {
+            scope_type,
+            scope: scope.clone(),
+            key: last,
+            version: 0,
+        })
+        .await
+        .is_ok();
+    if exists {
+        return Ok(());
+    }
+    eprintln!("engram bench: writing {KEYS} keys …");
+    let writers = args.clients.max(1) as u64;
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let mut memory = MemoryServiceClient::new(channel(address).await?);
+        let scope = scope.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = w;
+            while n < KEYS {
+                memory
+                    .set(proto::SetRequest {
+                        scope_type,
+                        scope: scope.clone(),
+                        key: key(n),
+                        value: Some(json_to_proto(&set_value(n))),
+                        ..proto::SetRequest::default()
+                    })
+                    .await?;
+                n += writers;
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
+async fn ensure_history(address: &str, versions: i64) -> anyhow::Result<()> {
+    let mut memory = MemoryServiceClient::new(channel(address).await?);
+    let (scope_type, scope, key) = ns(HISTORY_SCOPE, "history".to_owned());
+    let current = memory
+        .get(proto::GetRequest {
+            scope_type,
+            scope: scope.clone(),
+            key: key.clone(),
+            version: 0,
+        })
+        .await
+        .map_or(0, |r| r.into_inner().entry.map_or(0, |e| e.version));
+    if current < versions {
+        eprintln!(
+            "engram bench: writing {} versions of one key …",
+            versions - current
+        );
+    }
+    for n in current..versions {
+        memory
+            .set(proto::SetRequest {
+                scope_type,
+                scope: scope.clone(),
+                key: key.clone(),
+                value: Some(json_to_proto(&set_value(n as u64))),
+                ..proto::SetRequest::default()
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+pub async fn run(
+    workload: Workload,
+    args: &BenchArgs,
+    address: &str,
+    started: Option<&Spawned>,
+) -> anyhow::Result<Figures> {
+    match workload {
+        Workload::Set | Workload::Get | Workload::GetVersion | Workload::List => {
+            ensure_keys(address, args).await?;
+            let (ops, items, samples) = measure(args, |client| async move {
+                let memory = MemoryServiceClient::new(channel(address).await?);
+                let mut rng = Rng::new(client as u64 + 1);
+                let op = move || -> OpFuture {
+                    let mut memory = memory.clone();
+                    let n = rng.below(KEYS);
+                    Box::pin(async move {
+                        let (scope_type, scope, key) = ns(SCOPE, key(n));
+                        match workload {
+                            Workload::Set => {
+                                memory
+                                    .set(proto::SetRequest {
+                                        scope_type,
+                                        scope,
+                                        key,
+                                        value: Some(json_to_proto(&set_value(n))),
+                                        ..proto::SetRequest::default()
+                                    })
+                                    .await?;
+                            }
+                            Workload::List => {
+                                memory
+                                    .list(proto::ListRequest {
+                                        scope_type,
+                                        scope,
+                                        key_prefix: format!("k{}", n % 10),
+                                        page_size: 50,
+                                        ..proto::ListRequest::default()
+                                    })
+                                    .await?;
+                            }
+                            _ => {
+                                memory
+                                    .get(proto::GetRequest {
+                                        scope_type,
+                                        scope,
+                                        key,
+                                        version: i64::from(workload == Workload::GetVersion),
+                                    })
+                                    .await?;
+                            }
+                        }
+                        Ok(1)
+                    })
+                };
+                Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
+            })
+            .await?;
+            Ok(figures(workload, args, ops, items, samples))
+        }
+        Workload::History => {
+            ensure_history(address, args.history_versions).await?;
+            let (ops, items, samples) = measure(args, |_| async move {
+                let memory = MemoryServiceClient::new(channel(address).await?);
+                let op = move || -> OpFuture {
+                    let mut memory = memory.clone();
+                    Box::pin(async move {
+                        let (scope_type, scope, key) = ns(HISTORY_SCOPE, "history".to_owned());
+                        let mut stream = memory
+                            .history(proto::HistoryRequest {
+                                scope_type,
+                                scope,
+                                key,
+                                from_version: 0,
+                            })
+                            .await?
+                            .into_inner();
+                        let mut n = 0;
+                        while stream.message().await?.is_some() {
+                            n += 1;
+                        }
+                        Ok(n)
+                    })
+                };
+                Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
+            })
+            .await?;
+            let mut result = figures(workload, args, ops, items, samples);
+            result.note = Some(format!(
+                "one op streams all {} versions of the key",
+                args.history_versions
+            ));
+            Ok(result)
+        }
+        Workload::Append => {
+            let (ops, items, samples) = measure(args, |client| async move {
+                let episodes = EpisodeServiceClient::new(channel(address).await?);
+                let content = "x".repeat(1024);
+                let op = move || -> OpFuture {
+                    let mut episodes = episodes.clone();
+                    let content = content.clone();
+                    Box::pin(async move {
+                        episodes
+                            .append_episode(append_request(client, &content))
+                            .await?;
+                        Ok(1)
+                    })
+                };
+                Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
+            })
+            .await?;
+            Ok(figures(workload, args, ops, items, samples))
+        }
+        Workload::Recent => {
+            let loaded = super::baseline::ensure_recent(&args.database_url, args.recent_episodes)
+                .await
+                .context("cannot load the episodes for recent")?;
+            let (ops, items, samples) = measure(args, |client| async move {
+                let episodes = EpisodeServiceClient::new(channel(address).await?);
+                let mut rng = Rng::new(client as u64 + 7);
+                let op = move || -> OpFuture {
+                    let mut episodes = episodes.clone();
+                    let user = format!("bench-u{}", rng.below(RECENT_USERS));
+                    Box::pin(async move {
+                        let found = episodes
+                            .recent(proto::RecentRequest {
+                                user,
+                                limit: 20,
+                                ..proto::RecentRequest::default()
+                            })
+                            .await?
+                            .into_inner()
+                            .episodes
+                            .len();
+                        anyhow::ensure!(found == 20, "recent found {found} episodes, not 20");
+                        Ok(1)
+                    })
+                };
+                Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
+            })
+            .await?;
+            let mut result = figures(workload, args, ops, items, samples);
+            result.note = Some(format!("over {loaded} episodes of {RECENT_USERS} users"));
+            Ok(result)
+        }
+        Workload::Tail => tail(args, address, started).await,
+    }
+}
+
+fn append_request(client: usize, content: &str) -> proto::AppendEpisodeRequest {
+    proto::AppendEpisodeRequest {
+        session_id: format!("bench-append-{client}"),
+        app: "bench-append".to_owned(),
+        user: format!("bench-append-u{client}"),
+        episode: Some(proto::NewEpisode {
+            r#type: "observation".to_owned(),
+            content: Some(json_to_proto(&serde_json::Value::String(
+                content.to_owned(),
+            ))),
+            ..proto::NewEpisode::default()
+        }),
+    }
+}
+
+/// Appenders write `{"t": micros}`; a tail on another connection (or
+/// server) records now - t for each episode it receives.
+async fn tail(
+    args: &BenchArgs,
+    address: &str,
+    started: Option<&Spawned>,
+) -> anyhow::Result<Figures> {
+    let second = match started {
+        Some(_) if args.database_url.starts_with("postgres") => {
+            Some(Spawned::start(&args.database_url).await?)
+        }
+        _ => None,
+    };
+    let tail_address = second
+        .as_ref()
+        .map_or(address.to_owned(), |s| format!("http://{}", s.grpc_addr));
+    let mut tailer = EpisodeServiceClient::new(channel(&tail_address).await?);
+    let mut stream = tailer
+        .tail_episodes(proto::TailEpisodesRequest {
+            app: "bench-tail".to_owned(),
+            ..proto::TailEpisodesRequest::default()
+        })
+        .await?
+        .into_inner();
+    let measure_from = Instant::now() + Duration::from_millis(50) + args.warmup;
+    let samples = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let collected = samples.clone();
+    let receiver = tokio::spawn(async move {
+        while let Ok(Some(response)) = stream.message().await {
+            let sent = response
+                .episode
+                .and_then(|e| e.content)
+                .and_then(|c| match c.kind {
+                    Some(prost_types::value::Kind::NumberValue(t)) => Some(t as i64),
+                    _ => None,
+                });
+            if let Some(sent) = sent
+                && Instant::now() >= measure_from
+                && let Ok(mut samples) = collected.lock()
+            {
+                samples.push((now_micros() - sent).max(0) as u64);
+            }
+        }
+    });
+    let (ops, _, _) = measure(args, |client| async move {
+        let episodes = EpisodeServiceClient::new(channel(address).await?);
+        let op = move || -> OpFuture {
+            let mut episodes = episodes.clone();
+            Box::pin(async move {
+                episodes
+                    .append_episode(proto::AppendEpisodeRequest {
+                        session_id: format!("bench-tail-{client}"),
+                        app: "bench-tail".to_owned(),
+                        user: "bench-tail".to_owned(),
+                        episode: Some(proto::NewEpisode {
+                            content: Some(json_to_proto(&serde_json::Value::from(now_micros()))),
+                            ..proto::NewEpisode::default()
+                        }),
+                    })
+                    .await?;
+                Ok(1)
+            })
+        };
+        Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
+    })
+    .await?;
+    // Let the last deliveries arrive, then end the tail.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(tailer);
+    if let Some(second) = second {
+        second.stop().await;
+    }
+    receiver.abort();
+    let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut result = figures(Workload::Tail, args, ops, ops, samples);
+    result.note = Some(
+        if started.is_some() && args.database_url.starts_with("postgres") {
+            "latency is append-to-delivery on a second server process".to_owned()
+        } else {
+            "latency is append-to-delivery on a second connection".to_owned()
+        },
+    );
+    Ok(result)
+}

@@ -1,0 +1,108 @@
+//! `engram bench` runs end to end and reports every workload (a smoke test:
+//! it checks the report, never the speed).
+
+use serde_json::Value;
+
+use crate::helpers::{Backend, TestDb};
+
+fn bench(url: &str, workloads: &str) -> Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args([
+            "bench",
+            "--database-url",
+            url,
+            "--clients",
+            "2",
+            "--duration",
+            "300ms",
+            "--warmup",
+            "100ms",
+            "--recent-episodes",
+            "2000",
+            "--history-versions",
+            "50",
+            "--workloads",
+            workloads,
+            "--baseline",
+            "--output",
+            "json",
+        ])
+        .env_remove("ENGRAM_DATABASE_URL")
+        .output()
+        .expect("run engram bench");
+    assert!(
+        out.status.success(),
+        "engram bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+fn check(report: &Value, expected: &[&str], with_raw: &[&str]) {
+    let results = report["results"].as_array().expect("results");
+    let names: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["workload"].as_str())
+        .collect();
+    assert_eq!(names, expected);
+    for result in results {
+        let name = result["workload"].as_str().unwrap_or_default();
+        assert!(
+            result["ops"].as_u64().is_some_and(|n| n > 0),
+            "{name}: {result}"
+        );
+        assert!(result["latency_ms"]["p99"].as_f64().is_some(), "{name}");
+        assert!(
+            result["server_peak_rss_mib"]
+                .as_f64()
+                .is_some_and(|m| m > 0.0),
+            "{name}"
+        );
+        assert_eq!(
+            result["raw_ops_per_sec"].as_f64().is_some(),
+            with_raw.contains(&name),
+            "{name}: {result}"
+        );
+    }
+    assert!(
+        report["server_idle_rss_mib"]
+            .as_f64()
+            .is_some_and(|m| m > 0.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_runs_every_workload_on_sqlite() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let all = [
+        "set",
+        "get",
+        "get-version",
+        "list",
+        "history",
+        "append",
+        "recent",
+        "tail",
+    ];
+    let report = bench(&db.url, &all.join(","));
+    check(&report, &all, &["set", "get", "append", "recent"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_compares_with_pgbench_on_postgres() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let report = bench(&db.url, "set,get,append,recent,tail");
+    check(
+        &report,
+        &["set", "get", "append", "recent", "tail"],
+        &["set", "get", "append", "recent"],
+    );
+    let tail = &report["results"][4];
+    assert!(
+        tail["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("second server process"),
+        "{tail}"
+    );
+}
