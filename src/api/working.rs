@@ -37,6 +37,19 @@ impl<S: Store> WorkingMemoryApi<S> {
         let owner = owner(app, user)?;
         self.working.session(ctx, &id, &owner, open).await
     }
+
+    /// The snapshot GetSnapshot returns and RenderMemoryBlock renders.
+    async fn snapshot(
+        &self,
+        ctx: &CallerContext,
+        at: (String, String, String),
+        (max_facts, max_events): (i32, i32),
+    ) -> Result<crate::working::Snapshot> {
+        let session = self.session(ctx, at, false).await?;
+        self.working
+            .snapshot(ctx, &session, max_facts, max_events)
+            .await
+    }
 }
 
 fn status_to_proto(status: TaskStatus) -> i32 {
@@ -239,13 +252,12 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
     ) -> Result<Response<proto::GetSnapshotResponse>, Status> {
         let ctx = caller_context(request.metadata()).map_err(to_status)?;
         let req = request.into_inner();
-        let session = self
-            .session(&ctx, (req.session_id, req.app, req.user), false)
-            .await
-            .map_err(to_status)?;
         let snapshot = self
-            .working
-            .snapshot(&ctx, &session, req.max_facts, req.max_events)
+            .snapshot(
+                &ctx,
+                (req.session_id, req.app, req.user),
+                (req.max_facts, req.max_events),
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::GetSnapshotResponse {
@@ -264,13 +276,12 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
     ) -> Result<Response<proto::RenderMemoryBlockResponse>, Status> {
         let ctx = caller_context(request.metadata()).map_err(to_status)?;
         let req = request.into_inner();
-        let session = self
-            .session(&ctx, (req.session_id, req.app, req.user), false)
-            .await
-            .map_err(to_status)?;
         let snapshot = self
-            .working
-            .snapshot(&ctx, &session, req.max_facts, req.max_events)
+            .snapshot(
+                &ctx,
+                (req.session_id, req.app, req.user),
+                (req.max_facts, req.max_events),
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::RenderMemoryBlockResponse {

@@ -113,6 +113,9 @@ pub struct PgStore {
     horizons: Arc<[OnceCell<watch::Receiver<i64>>; 2]>,
 }
 
+/// A pooled connection idle for longer than this is pinged before use.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
 /// How often the horizon is re-read without a notification (a missed
 /// NOTIFY, a dropped listener): the bound on delivery delay then.
 const HORIZON_POLL: Duration = Duration::from_millis(500);
@@ -122,9 +125,21 @@ impl PgStore {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|err| Error::internal(format!("invalid postgres URL: {err}")))?
             .application_name("engram");
+        // Pinging every connection before use (sqlx's default) costs a round
+        // trip per query; only a connection idle for a while, which may have
+        // died with the database, is checked.
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > IDLE_CHECK {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await?;
         Ok(PgStore {
@@ -235,9 +250,16 @@ impl PgStore {
 /// running (holding a lower position) while not being listed in the
 /// snapshot at all.
 async fn horizon_candidate(pool: &PgPool, feed: Feed) -> Result<(i64, String)> {
+    // Revisions: the primary key, so max() is one index probe. Cursors are
+    // only indexed after the tenant, so max() would scan; the identity's
+    // sequence says the same thing (every cursor up to its last value has
+    // been handed out, by a writer that then already had its id) for free.
     let sql = match feed {
         Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
-        Feed::Episodes => "SELECT coalesce(max(cursor), 0) FROM episodes",
+        Feed::Episodes => {
+            "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END \
+             FROM episodes_cursor_seq"
+        }
     };
     let mut tx = pool.begin().await?;
     let newest: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
