@@ -30,6 +30,9 @@ pub enum Workload {
     Append,
     /// The 20 newest episodes of a user, over --recent-episodes episodes
     Recent,
+    /// A gRPC health check: no database, no domain code; the ceiling of
+    /// one round trip through the transport on this machine
+    Ping,
     /// Append-to-delivery latency of a tail on a second connection (and,
     /// on Postgres with a started server, on a second server process)
     Tail,
@@ -45,6 +48,7 @@ impl Workload {
             Workload::History => "history",
             Workload::Append => "append",
             Workload::Recent => "recent",
+            Workload::Ping => "ping",
             Workload::Tail => "tail",
         }
     }
@@ -381,6 +385,26 @@ pub async fn run(
             .await?;
             let mut result = figures(workload, args, ops, items, samples);
             result.note = Some(format!("over {loaded} episodes of {RECENT_USERS} users"));
+            Ok(result)
+        }
+        Workload::Ping => {
+            let (ops, items, samples) = measure(args, |_| async move {
+                let health =
+                    tonic_health::pb::health_client::HealthClient::new(channel(address).await?);
+                let op = move || -> OpFuture {
+                    let mut health = health.clone();
+                    Box::pin(async move {
+                        health
+                            .check(tonic_health::pb::HealthCheckRequest::default())
+                            .await?;
+                        Ok(1)
+                    })
+                };
+                Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
+            })
+            .await?;
+            let mut result = figures(workload, args, ops, items, samples);
+            result.note = Some("the transport's ceiling: a health check per op".to_owned());
             Ok(result)
         }
         Workload::Tail => tail(args, address, started).await,
