@@ -39,6 +39,10 @@ enum Command {
     /// Facts on a running server: list, get (with versions and lineage),
     /// delete. Exit codes as for `memory`
     Facts(engram::cli::consolidation::FactsCommand),
+    /// A session's working memory on a running server: goal, task-create,
+    /// task-update, tasks, remember, procedure, cache, render, tools, call.
+    /// Exit codes as for `memory`
+    Working(engram::cli::working::WorkingCommand),
     /// Drive a server with concurrent clients and print ops/s and latency
     /// per workload, beside the same SQL run straight on the database
     /// (--baseline). Starts `engram serve` itself unless --server is given
@@ -70,6 +74,7 @@ async fn main() -> ExitCode {
         Command::Rules(command) => return client_exit(command.run().await),
         Command::Facts(command) => return client_exit(command.run().await),
         Command::Bench(args) => return client_exit(args.run().await),
+        Command::Working(command) => return client_exit(command.run().await),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,6 +13,7 @@ use crate::api::convert::json_from_proto;
 pub mod consolidation;
 pub mod memory;
 pub mod sessions;
+pub mod working;
 
 /// Where the server is and how to print.
 #[derive(Debug, Clone, clap::Args)]

@@ -467,3 +467,65 @@ async fn rule_and_fact_commands_against_a_server() {
     rules.json(&["delete", "r1"]);
     assert_eq!(rules.run(&["get", "r1"]).code, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn working_memory_commands_against_a_server() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let cli = Cli {
+        server: format!("http://{}", server.grpc_addr()),
+        group: "working",
+    };
+    let at = ["--session", "chat-1", "--app", "coder", "--user", "alice"];
+    let with = |args: &[&'static str]| [args, &at[..]].concat();
+
+    assert_eq!(
+        cli.json(&with(&["goal", "Fix the auth bug"]))["goal"],
+        json!("Fix the auth bug")
+    );
+    assert_eq!(
+        cli.json(&with(&["task-create", "Trace it"]))["id"],
+        json!("t1")
+    );
+    let updated = cli.json(&with(&["task-update", "t1", "--status", "in-progress"]));
+    assert_eq!(updated["status"], json!("in_progress"));
+    let remembered = cli.json(&with(&["remember", "deploy with token=abc123"]));
+    assert_eq!(remembered["content"], json!("deploy with token=[REDACTED]"));
+    cli.json(&["procedure", "Run the linter first", "--app", "coder"]);
+    let cached = cli.json(&with(&["cache", "src/auth.rs", "fn validate() {}"]));
+    assert_eq!(cached["bytes"], json!(16));
+    let called = cli.json(&with(&[
+        "call",
+        "TaskCreate",
+        r#"{"subject": "Write a test"}"#,
+    ]));
+    assert_eq!(
+        (&called["result"]["taskId"], &called["is_error"]),
+        (&json!("t2"), &json!(false))
+    );
+    let bad = cli.json(&with(&[
+        "call",
+        "TaskUpdate",
+        r#"{"taskId": "t9", "status": "completed"}"#,
+    ]));
+    assert_eq!(bad["is_error"], json!(true));
+    let tasks = cli.json(&with(&["tasks"]));
+    assert_eq!(tasks["tasks"].as_array().map(Vec::len), Some(2));
+    let rendered = cli.json(&with(&["render"]));
+    assert_eq!(
+        rendered["memory_block"],
+        json!(
+            "# MEMORY\n## Goal\nFix the auth bug\n## Todos (2)\n- [in_progress] t1: Trace it\n- [pending] t2: Write a test\n## Facts (1)\n- deploy with token=[REDACTED]\n## Procedures (1)\n- Run the linter first"
+        )
+    );
+    let tools = cli.json(&["tools"]);
+    assert_eq!(tools["tools"].as_array().map(Vec::len), Some(4));
+    let missing = cli.run(&["tasks"]);
+    assert_eq!(missing.code, 2, "--session is required");
+    let other = cli.run(&["tasks", "--session", "chat-1", "--user", "mallory"]);
+    assert_eq!(other.code, 2);
+    assert!(
+        other.stderr.contains("SESSION_OWNER_MISMATCH"),
+        "{}",
+        other.stderr
+    );
+}
