@@ -26,6 +26,20 @@ pub fn page_size(requested: i32) -> Result<i64> {
     }
 }
 
+/// A count given by a client other than a page size (a limit, a number of
+/// events): 0 means `default`, over `max` is lowered, negative is refused.
+pub fn bounded(field: &str, n: i32, default: i64, max: i64) -> Result<i64> {
+    match i64::from(n) {
+        n if n < 0 => Err(Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            format!("must not be negative, got {n}"),
+        )),
+        0 => Ok(default),
+        n => Ok(n.min(max)),
+    }
+}
+
 /// A digest of the parameters of a list call, so that a token is only
 /// accepted by the query that issued it.
 pub fn query_digest(parts: &[&str]) -> String {

@@ -115,6 +115,19 @@ pub fn entry_to_proto(entry: Entry) -> proto::MemoryEntry {
     }
 }
 
+/// [`json_from_proto`] for a request field other than `value`: an error
+/// names `field`.
+pub fn json_at(field: &str, value: prost_types::Value) -> Result<serde_json::Value> {
+    json_from_proto(value).map_err(|err| match err {
+        Error::InvalidArgument {
+            reason,
+            description,
+            ..
+        } => Error::invalid(reason, field, description),
+        other => other,
+    })
+}
+
 /// A protobuf `Struct` as a JSON object; unset is the empty object.
 pub fn object_from_proto(
     field: &str,
@@ -127,14 +140,7 @@ pub fn object_from_proto(
         .fields
         .into_iter()
         .map(|(k, v)| {
-            let json = json_from_proto(v).map_err(|err| match err {
-                Error::InvalidArgument {
-                    reason,
-                    description,
-                    ..
-                } => Error::invalid(reason, format!("{field}.{k}"), description),
-                other => other,
-            })?;
+            let json = json_at(&format!("{field}.{k}"), v)?;
             Ok((k, json))
         })
         .collect()

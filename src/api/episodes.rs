@@ -4,7 +4,7 @@
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
-use super::convert::{episode_to_proto, json_from_proto, object_from_proto, optional_timestamp};
+use super::convert::{episode_to_proto, json_at, object_from_proto, optional_timestamp};
 use super::error::to_status;
 use super::feed::{self, Feed, FeedOptions, FeedStream};
 use super::sessions::{owner, session_id};
@@ -67,18 +67,6 @@ fn types(field: &str, types: Vec<String>) -> Result<Vec<EpisodeType>> {
         .collect()
 }
 
-/// Re-labels a JSON conversion error with the field it came from.
-fn at_field(field: &str, err: Error) -> Error {
-    match err {
-        Error::InvalidArgument {
-            reason,
-            description,
-            ..
-        } => Error::invalid(reason, field, description),
-        other => other,
-    }
-}
-
 fn episode_input(field: &str, episode: proto::NewEpisode) -> Result<EpisodeInput> {
     let content = episode.content.ok_or_else(|| {
         Error::invalid(
@@ -98,7 +86,7 @@ fn episode_input(field: &str, episode: proto::NewEpisode) -> Result<EpisodeInput
                 episode.r#type,
             )?)
         },
-        content: json_from_proto(content).map_err(|e| at_field(&format!("{field}.content"), e))?,
+        content: json_at(&format!("{field}.content"), content)?,
         metadata: object_from_proto(&format!("{field}.metadata"), episode.metadata)?,
         source_node: episode.source_node,
         timestamp: optional_timestamp(&format!("{field}.timestamp"), episode.timestamp)?,
@@ -242,7 +230,7 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         let filter = parsed.map_err(to_status)?;
         let start = self
             .sessions
-            .tail(&ctx, filter, req.cursor)
+            .tail(filter, req.cursor)
             .await
             .map_err(to_status)?;
         let tail = Tail {

@@ -34,6 +34,11 @@ pub fn session_id(id: String) -> Result<Id> {
     Id::parse("session_id", id)
 }
 
+/// A session id with the owner the request claims for it.
+fn target(id: String, app: String, user: String) -> Result<(Id, Owner)> {
+    Ok((session_id(id)?, owner(app, user)?))
+}
+
 fn create_request(
     app: String,
     user: String,
@@ -93,9 +98,7 @@ impl<S: Store> SessionService for SessionApi<S> {
     ) -> Result<Response<proto::GetSessionResponse>, Status> {
         let ctx = caller_context(request.metadata()).map_err(to_status)?;
         let req = request.into_inner();
-        let (id, owner) = session_id(req.session_id)
-            .and_then(|id| Ok((id, owner(req.app, req.user)?)))
-            .map_err(to_status)?;
+        let (id, owner) = target(req.session_id, req.app, req.user).map_err(to_status)?;
         let session = self
             .sessions
             .get(&ctx, &id, &owner)
@@ -135,9 +138,7 @@ impl<S: Store> SessionService for SessionApi<S> {
     ) -> Result<Response<proto::DeleteSessionResponse>, Status> {
         let ctx = caller_context(request.metadata()).map_err(to_status)?;
         let req = request.into_inner();
-        let (id, owner) = session_id(req.session_id)
-            .and_then(|id| Ok((id, owner(req.app, req.user)?)))
-            .map_err(to_status)?;
+        let (id, owner) = target(req.session_id, req.app, req.user).map_err(to_status)?;
         let episodes_deleted = self
             .sessions
             .delete(&ctx, &id, &owner)
@@ -154,9 +155,7 @@ impl<S: Store> SessionService for SessionApi<S> {
     ) -> Result<Response<proto::EndSessionResponse>, Status> {
         let ctx = caller_context(request.metadata()).map_err(to_status)?;
         let req = request.into_inner();
-        let (id, owner) = session_id(req.session_id)
-            .and_then(|id| Ok((id, owner(req.app, req.user)?)))
-            .map_err(to_status)?;
+        let (id, owner) = target(req.session_id, req.app, req.user).map_err(to_status)?;
         let (session, episodes_deleted) = self
             .sessions
             .end(&ctx, &id, &owner, req.delete_episodes)

@@ -185,7 +185,7 @@ fn pgbench_script(workload: Workload) -> String {
             "\\set n random(0, {})\n{};\n",
             KEYS - 1,
             substitute(
-                &pg_statements::get_current_sql(),
+                pg_statements::get_current_sql(),
                 &[
                     (1, "'default'"),
                     (2, "1::smallint"),
@@ -198,7 +198,7 @@ fn pgbench_script(workload: Workload) -> String {
             "\\set u random(0, {})\n{};\n",
             RECENT_USERS - 1,
             substitute(
-                &pg_statements::recent_sql(false, false),
+                pg_statements::recent_sql(false, false),
                 &[
                     (1, "'default'"),
                     (2, "('bench-u' || :u)"),

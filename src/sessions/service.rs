@@ -53,20 +53,6 @@ pub struct Sessions<S> {
     redactor: Option<crate::redact::Redactor>,
 }
 
-/// A count given by a client: 0 means the default, over the maximum is
-/// lowered, negative is refused.
-fn bounded(field: &str, n: i32, default: i64, max: i64) -> Result<i64> {
-    match i64::from(n) {
-        n if n < 0 => Err(Error::invalid(
-            Reason::InvalidArgument,
-            field,
-            format!("must not be negative, got {n}"),
-        )),
-        0 => Ok(default),
-        n => Ok(n.min(max)),
-    }
-}
-
 impl<S: Store> Sessions<S> {
     pub fn new(store: S, limits: SessionLimits) -> Self {
         Sessions {
@@ -371,7 +357,7 @@ impl<S: Store> Sessions<S> {
             session_id,
             agent,
             types,
-            limit: bounded("limit", limit, DEFAULT_RECENT, MAX_RECENT)?,
+            limit: paging::bounded("limit", limit, DEFAULT_RECENT, MAX_RECENT)?,
         };
         self.store.recent(&ctx.tenant, &query).await
     }
@@ -384,20 +370,32 @@ impl<S: Store> Sessions<S> {
         session_id: Id,
         max_events: i32,
     ) -> Result<(String, i32)> {
-        let limit = bounded("max_events", max_events, DEFAULT_RECENT, MAX_RECENT)?;
+        let limit = paging::bounded("max_events", max_events, DEFAULT_RECENT, MAX_RECENT)?;
         let session = self.get(ctx, &session_id, &Owner::default()).await?;
+        let types = vec![
+            EpisodeType::parse("types", USER_MESSAGE)?,
+            EpisodeType::parse("types", AGENT_RESPONSE)?,
+        ];
+        let newest_first = self.newest_of(ctx, &session, types, limit).await?;
+        Ok(render_conversation(newest_first.iter().rev()))
+    }
+
+    /// The newest episodes of a session already read, newest first.
+    pub async fn newest_of(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        types: Vec<EpisodeType>,
+        limit: i64,
+    ) -> Result<Vec<Episode>> {
         let query = RecentQuery {
-            user: Name::parse("user", session.user)?,
-            session_id: Some(session_id),
+            user: Name::parse("user", session.user.as_str())?,
+            session_id: Some(Id::parse("session_id", session.id.as_str())?),
             agent: None,
-            types: vec![
-                EpisodeType::parse("types", USER_MESSAGE)?,
-                EpisodeType::parse("types", AGENT_RESPONSE)?,
-            ],
+            types,
             limit,
         };
-        let newest_first = self.store.recent(&ctx.tenant, &query).await?;
-        Ok(render_conversation(newest_first.iter().rev()))
+        self.store.recent(&ctx.tenant, &query).await
     }
 
     /// The newest `limit` events, oldest first: of one session (with its app,
@@ -411,17 +409,8 @@ impl<S: Store> Sessions<S> {
         let (app, mut episodes) = match session_id {
             Some(id) => {
                 let session = self.get(ctx, &id, &Owner::default()).await?;
-                let query = RecentQuery {
-                    user: Name::parse("user", session.user)?,
-                    session_id: Some(id),
-                    agent: None,
-                    types: Vec::new(),
-                    limit,
-                };
-                (
-                    Some(session.app),
-                    self.store.recent(&ctx.tenant, &query).await?,
-                )
+                let episodes = self.newest_of(ctx, &session, Vec::new(), limit).await?;
+                (Some(session.app), episodes)
             }
             None => (None, self.store.latest_episodes(&ctx.tenant, limit).await?),
         };
@@ -430,12 +419,7 @@ impl<S: Store> Sessions<S> {
     }
 
     /// Opens a tail: after the given cursor, or at the current horizon.
-    pub async fn tail(
-        &self,
-        _ctx: &CallerContext,
-        filter: TailFilter,
-        cursor: Option<i64>,
-    ) -> Result<TailStart> {
+    pub async fn tail(&self, filter: TailFilter, cursor: Option<i64>) -> Result<TailStart> {
         let horizon = self.store.horizon(Feed::Episodes).await?;
         let after = match cursor {
             Some(cursor) if cursor < 0 => {

@@ -156,29 +156,25 @@ pub trait SessionStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Episode>>> + Send;
 }
 
-/// Why an existing session refuses a create.
-fn session_taken(existing: Session, owner: (&Name, &Name), mode: CreateMode) -> Result<Session> {
+/// Resolves an existing session for a create call: a plain create is
+/// refused, a get-or-create returns it when the owner matches.
+pub(super) fn existing_session(
+    existing: Session,
+    session: &NewSession<'_>,
+    mode: CreateMode,
+) -> Result<(Session, bool)> {
     match mode {
         CreateMode::Create => Err(Error::AlreadyExists {
             reason: Reason::SessionExists,
             message: format!("session {:?} already exists", existing.id),
         }),
         CreateMode::GetOrCreate
-            if existing.app == owner.0.as_str() && existing.user == owner.1.as_str() =>
+            if existing.app == session.app.as_str() && existing.user == session.user.as_str() =>
         {
-            Ok(existing)
+            Ok((existing, false))
         }
         CreateMode::GetOrCreate => Err(crate::sessions::owner_mismatch(&existing.id)),
     }
-}
-
-/// Resolves an existing session for a create call.
-pub(super) fn existing_session(
-    existing: Session,
-    session: &NewSession<'_>,
-    mode: CreateMode,
-) -> Result<(Session, bool)> {
-    session_taken(existing, (session.app, session.user), mode).map(|s| (s, false))
 }
 
 /// How many sessions to evict when a tenant holding `count` of them is at

@@ -10,6 +10,7 @@ use crate::consolidation::{Delta, Fact, FactKind, FactPayload, Provenance};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::memory::now_micros;
+use crate::paging;
 use crate::redact::Redactor;
 use crate::sessions::{
     CreateRequest, Episode, Id, Name, Owner, Session, Sessions, session_ended, session_not_found,
@@ -66,18 +67,6 @@ fn text(field: &str, value: &str, required: bool) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-fn bounded(field: &str, n: i32, default: i64) -> Result<i64> {
-    match i64::from(n) {
-        n if n < 0 => Err(Error::invalid(
-            Reason::InvalidArgument,
-            field,
-            format!("must not be negative, got {n}"),
-        )),
-        0 => Ok(default),
-        n => Ok(n.min(MAX_LISTED)),
-    }
 }
 
 impl<S: Store> WorkingMemory<S> {
@@ -209,11 +198,6 @@ impl<S: Store> WorkingMemory<S> {
         payload: FactPayload,
         limit: (&'static str, i64),
     ) -> Result<Fact> {
-        text(
-            "content",
-            payload.content.as_str().unwrap_or_default(),
-            true,
-        )?;
         let count = self
             .store
             .count_facts(&ctx.tenant, &payload.app, &payload.user, payload.kind)
@@ -364,8 +348,8 @@ impl<S: Store> WorkingMemory<S> {
         max_facts: i32,
         max_events: i32,
     ) -> Result<Snapshot> {
-        let max_facts = bounded("max_facts", max_facts, DEFAULT_FACTS)?;
-        let max_events = bounded("max_events", max_events, DEFAULT_EVENTS)?;
+        let max_facts = paging::bounded("max_facts", max_facts, DEFAULT_FACTS, MAX_LISTED)?;
+        let max_events = paging::bounded("max_events", max_events, DEFAULT_EVENTS, MAX_LISTED)?;
         let goal = self.store.goal(&ctx.tenant, &session.id).await?;
         let tasks = self.store.list_tasks(&ctx.tenant, &session.id).await?;
         let facts = self
@@ -380,14 +364,11 @@ impl<S: Store> WorkingMemory<S> {
         let procedures = self
             .newest_facts(ctx, &session.app, "", FactKind::Procedural, max_facts)
             .await?;
-        let (_, recent) = self
+        let mut recent = self
             .sessions
-            .latest_events(
-                ctx,
-                Some(Id::parse("session_id", session.id.as_str())?),
-                max_events,
-            )
+            .newest_of(ctx, session, Vec::new(), max_events)
             .await?;
+        recent.reverse();
         let cache = self.store.list_cache(&ctx.tenant, &session.id).await?;
         Ok(Snapshot {
             goal,

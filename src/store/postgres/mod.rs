@@ -96,13 +96,16 @@ const VERSION_COLUMNS: &str = "v.key, v.version, v.value::text, v.deleted, v.exe
 
 /// Reads the newest version of a key through its head. Parameters: $1
 /// tenant, $2 scope_type, $3 scope, $4 key. (`engram bench` runs the same
-/// text through pgbench.)
-pub(crate) fn get_current_sql() -> String {
-    format!(
-        "SELECT {VERSION_COLUMNS} FROM memory_heads h \
-         JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-         WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4"
-    )
+/// text through pgbench.) Built once: `Get` is the hottest read.
+pub(crate) fn get_current_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
+             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+             WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4"
+        )
+    });
+    SQL.as_str()
 }
 
 #[derive(Debug, Clone)]
@@ -462,7 +465,7 @@ impl super::Store for PgStore {
                 },
             };
         }
-        let row = sqlx::query(sqlx::AssertSqlSafe(get_current_sql()))
+        let row = sqlx::query(get_current_sql())
             .bind(tenant.as_str())
             .bind(scope.scope_type.as_i16())
             .bind(scope.name.as_str())
