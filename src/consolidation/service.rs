@@ -242,8 +242,13 @@ impl<S: Store> Consolidation<S> {
         lock: RunLock,
     ) -> Result<Option<RunOutcome>> {
         // Never past the settled horizon: an append that commits late below
-        // it would otherwise be skipped for good.
-        let up_to = *self.store.horizon(Feed::Episodes).await?.borrow();
+        // it would otherwise be skipped for good. A caller's run sees every
+        // episode committed before it (the shared horizon may lag by a poll);
+        // the scheduler takes the shared one, which costs no query.
+        let up_to = match lock {
+            RunLock::Wait => self.store.settled(Feed::Episodes).await?,
+            RunLock::Try => *self.store.horizon(Feed::Episodes).await?.borrow(),
+        };
         self.store
             .run_rule(
                 &ctx.tenant,

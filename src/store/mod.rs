@@ -309,6 +309,13 @@ pub trait Store: SessionStore + ConsolidationStore + WorkingStore {
         feed: Feed,
     ) -> impl Future<Output = Result<tokio::sync::watch::Receiver<i64>>> + Send;
 
+    /// A horizon covering every write committed before the call: waits
+    /// until nothing at or below the feed's newest position can still
+    /// appear, then returns that position. For reads that must see the
+    /// caller's own writes (a `RunRule` right after an append), where the
+    /// shared [`horizon`](Self::horizon) may still be catching up.
+    fn settled(&self, feed: Feed) -> impl Future<Output = Result<i64>> + Send;
+
     /// The oldest revision still kept (older ones were pruned), if any.
     fn oldest_revision(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
 

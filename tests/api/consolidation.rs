@@ -656,10 +656,38 @@ async fn concurrent_runs_promote_once(backend: Backend) {
     check_promoted_once(&all_facts(&mut rules).await, &ids.into_iter().collect());
 }
 
+/// A run started after an append returned sees that episode, however far
+/// the server's shared horizon lags behind (CI once caught the last batch
+/// of a catch-up run missing).
+async fn a_run_sees_the_appends_before_it(backend: Backend) {
+    let server = TestServer::spawn_with(backend, |s| s.scheduler_interval_ms = Some(0)).await;
+    let mut rules = server.consolidation();
+    rules
+        .create_rule(CreateRuleRequest {
+            rule: Some(rule("all", "", false)),
+        })
+        .await
+        .expect("create");
+    for round in 0..20 {
+        append_plain(server.grpc_addr(), &format!("r{round}"), 1).await;
+        let run = rules
+            .run_rule(RunRuleRequest {
+                rule_id: "all".into(),
+                dry_run: false,
+                max_episodes: 10,
+            })
+            .await
+            .expect("run")
+            .into_inner();
+        assert_eq!(run.facts_added, 1, "round {round}: the run saw the append");
+    }
+}
+
 on_both_stores!(
     classification_with_lineage,
     rules_and_filters_at_the_edge,
     concurrent_runs_promote_once,
+    a_run_sees_the_appends_before_it,
 );
 
 /// Polls a rule until its watermark reaches `cursor` (the scheduler works

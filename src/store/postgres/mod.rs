@@ -816,14 +816,19 @@ impl super::Store for PgStore {
         let pool = self.pool.clone();
         let receiver = self.horizons[feed as usize]
             .get_or_try_init(|| async move {
-                let (newest, fence) = horizon_candidate(&pool, feed).await?;
-                wait_settled(&pool, &fence).await?;
+                let newest = self.settled(feed).await?;
                 let (sender, receiver) = watch::channel(newest);
                 tokio::spawn(run_horizon(pool, feed, newest, sender));
                 Ok::<_, crate::error::Error>(receiver)
             })
             .await?;
         Ok(receiver.clone())
+    }
+
+    async fn settled(&self, feed: Feed) -> Result<i64> {
+        let (newest, fence) = horizon_candidate(&self.pool, feed).await?;
+        wait_settled(&self.pool, &fence).await?;
+        Ok(newest)
     }
 
     async fn oldest_revision(&self) -> Result<Option<i64>> {

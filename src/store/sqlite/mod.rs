@@ -740,13 +740,19 @@ impl super::Store for SqliteStore {
     }
 
     async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
+        self.settled(feed).await?;
+        Ok(self.horizons[feed as usize].subscribe())
+    }
+
+    async fn settled(&self, feed: Feed) -> Result<i64> {
+        // One writer: every committed position is final once read.
         let sql = match feed {
             Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
             Feed::Episodes => "SELECT coalesce(max(cursor), 0) FROM episodes",
         };
         let newest: i64 = sqlx::query_scalar(sql).fetch_one(&self.reader).await?;
         self.advance(feed, newest);
-        Ok(self.horizons[feed as usize].subscribe())
+        Ok(newest)
     }
 
     async fn oldest_revision(&self) -> Result<Option<i64>> {
