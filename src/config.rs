@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Deserialize;
 
+use crate::auth::Authenticator;
 use crate::memory::MemoryLimits;
 use crate::redact::Redactor;
 use crate::sessions::SessionLimits;
@@ -36,6 +37,16 @@ pub enum MigrateMode {
     Auto,
     /// Refuse to start while migrations are pending (run `engram migrate`).
     Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Every call but health and reflection needs a configured bearer token.
+    Tokens,
+    /// No authentication: every caller is the `default` tenant, with every
+    /// role. Only for a server nobody else can reach.
+    None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
@@ -195,6 +206,45 @@ pub struct Settings {
     /// Log format [default: text]
     #[arg(long, env = "ENGRAM_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+
+    /// Authentication: `tokens` requires a bearer token on every call but
+    /// health and reflection; `none` turns it off. Unset: `tokens` when any
+    /// are configured; otherwise off on loopback addresses, and a refusal
+    /// to start on any other address
+    #[arg(long, env = "ENGRAM_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+
+    /// A file of tokens, one per line: `<sha256 of the token in hex>
+    /// <tenant> [admin]` (`engram token new` prints one)
+    #[arg(long, env = "ENGRAM_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
+
+    /// Tokens in the same format as the file, entries separated by `;` or
+    /// newlines (added to the file's)
+    #[arg(long, env = "ENGRAM_TOKENS", hide_env_values = true)]
+    pub tokens: Option<String>,
+
+    /// Serve gRPC reflection (for grpcurl discovery, without a token)
+    /// [default: true]
+    #[arg(long, env = "ENGRAM_REFLECTION")]
+    pub reflection: Option<bool>,
+
+    /// The longest a unary call may take before it fails with
+    /// CANCELLED (a client deadline shorter than this wins), in
+    /// milliseconds; 0: no limit
+    /// [default: 300000, five minutes: summarizing compactions are slow]
+    #[arg(long, env = "ENGRAM_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: Option<u64>,
+
+    /// Calls one connection may have in progress at once (HTTP/2 streams,
+    /// live streams included) [default: 256]
+    #[arg(long, env = "ENGRAM_MAX_STREAMS_PER_CONNECTION")]
+    pub max_streams_per_connection: Option<u32>,
+
+    /// The largest gRPC message accepted, in bytes [default: twice
+    /// max_value_bytes, at least 4 MiB]
+    #[arg(long, env = "ENGRAM_MAX_MESSAGE_BYTES")]
+    pub max_message_bytes: Option<usize>,
 }
 
 impl Settings {
@@ -233,6 +283,15 @@ impl Settings {
             summarizer_retries: self.summarizer_retries.or(other.summarizer_retries),
             scheduler_interval_ms: self.scheduler_interval_ms.or(other.scheduler_interval_ms),
             log_format: self.log_format.or(other.log_format),
+            auth: self.auth.or(other.auth),
+            tokens_file: self.tokens_file.or(other.tokens_file),
+            tokens: self.tokens.or(other.tokens),
+            reflection: self.reflection.or(other.reflection),
+            request_timeout_ms: self.request_timeout_ms.or(other.request_timeout_ms),
+            max_streams_per_connection: self
+                .max_streams_per_connection
+                .or(other.max_streams_per_connection),
+            max_message_bytes: self.max_message_bytes.or(other.max_message_bytes),
         }
     }
 }
@@ -323,6 +382,12 @@ pub struct Config {
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,
     pub log_format: LogFormat,
+    pub auth: Authenticator,
+    pub reflection: bool,
+    /// `None`: no limit.
+    pub request_timeout: Option<Duration>,
+    pub max_streams_per_connection: u32,
+    pub max_message_bytes: usize,
 }
 
 impl Config {
@@ -343,6 +408,7 @@ impl Config {
     /// Fills defaults and checks values.
     pub fn resolve(settings: Settings) -> anyhow::Result<Config> {
         let defaults = StoreOptions::default();
+        let auth = authenticator(&settings)?;
         let config = Config {
             database_url: DatabaseUrl::new(
                 settings
@@ -446,6 +512,21 @@ impl Config {
                 ms => Some(Duration::from_millis(ms)),
             },
             log_format: settings.log_format.unwrap_or_default(),
+            auth,
+            reflection: settings.reflection.unwrap_or(true),
+            request_timeout: match settings.request_timeout_ms.unwrap_or(300_000) {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
+            max_streams_per_connection: settings.max_streams_per_connection.unwrap_or(256).max(1),
+            // A value at the limit must fit in a message; leave room for the rest.
+            max_message_bytes: settings.max_message_bytes.unwrap_or_else(|| {
+                settings
+                    .max_value_bytes
+                    .unwrap_or(MemoryLimits::default().max_value_bytes)
+                    .saturating_mul(2)
+                    .max(4 << 20)
+            }),
         };
         anyhow::ensure!(
             config.limits.max_value_bytes > 0,
@@ -461,6 +542,48 @@ impl Config {
         );
         crate::store::Backend::of(config.database_url.expose()).map_err(anyhow::Error::msg)?;
         Ok(config)
+    }
+}
+
+/// The tokens the settings configure, and whether auth is on at all.
+fn authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
+    let mut text = String::new();
+    if let Some(path) = &settings.tokens_file {
+        text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read tokens file {}", path.display()))?;
+        Authenticator::parse(&text)
+            .with_context(|| format!("invalid tokens file {}", path.display()))?;
+    }
+    if let Some(inline) = &settings.tokens {
+        Authenticator::parse(inline).context("invalid ENGRAM_TOKENS")?;
+        text.push('\n');
+        text.push_str(inline);
+    }
+    let auth = Authenticator::parse(&text).context("invalid tokens")?;
+    let loopback = |addr: Option<SocketAddr>, default: &str| {
+        addr.or_else(|| default.parse().ok())
+            .is_some_and(|a| a.ip().is_loopback())
+    };
+    match settings.auth {
+        Some(AuthMode::None) => Ok(Authenticator::off()),
+        Some(AuthMode::Tokens) => {
+            anyhow::ensure!(
+                !auth.is_empty(),
+                "auth=tokens but no tokens are configured (ENGRAM_TOKENS_FILE or ENGRAM_TOKENS)"
+            );
+            Ok(auth)
+        }
+        None if !auth.is_empty() => Ok(auth),
+        None if loopback(settings.grpc_addr, DEFAULT_GRPC_ADDR)
+            && loopback(settings.http_addr, DEFAULT_HTTP_ADDR) =>
+        {
+            Ok(Authenticator::off())
+        }
+        None => anyhow::bail!(
+            "refusing to serve a non-loopback address without authentication: configure \
+             tokens (ENGRAM_TOKENS_FILE or ENGRAM_TOKENS; `engram token new` makes one) or \
+             set ENGRAM_AUTH=none explicitly"
+        ),
     }
 }
 

@@ -4,6 +4,7 @@
 //! SQLite backends behind one interface, `server` start-up and shutdown.
 
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod consolidation;
 pub mod context;
 pub mod error;
 pub mod memory;
+pub mod metrics;
 pub mod paging;
 pub mod redact;
 pub mod server;

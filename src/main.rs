@@ -25,7 +25,8 @@ enum Command {
     Migrate(ConfigArgs),
     /// Scoped memory on a running server: scopes, list, get, set, delete,
     /// history, purge, purge-scope, compact, log, reindex, watch. Exit codes: 0 ok,
-    /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable
+    /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable,
+    /// 6 denied (token)
     Memory(engram::cli::memory::MemoryCommand),
     /// Sessions on a running server: create, get, list, delete, end,
     /// cleanup, stats. Exit codes as for `memory`
@@ -47,6 +48,9 @@ enum Command {
     /// per workload, beside the same SQL run straight on the database
     /// (--baseline). Starts `engram serve` itself unless --server is given
     Bench(engram::bench::BenchArgs),
+    /// Bearer tokens for the tokens file: new (a random token and its
+    /// line), hash (the line's hash of a token on stdin)
+    Token(engram::cli::token::TokenCommand),
 }
 
 fn init_logging(format: LogFormat) {
@@ -75,6 +79,7 @@ async fn main() -> ExitCode {
         Command::Facts(command) => return client_exit(command.run().await),
         Command::Bench(args) => return client_exit(args.run().await),
         Command::Working(command) => return client_exit(command.run().await),
+        Command::Token(command) => return client_exit(command.run()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,6 +17,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use crate::api::edge::EdgeLayer;
 use crate::api::feed::FeedOptions;
 use crate::api::{
     ConsolidationApi, EpisodeApi, MemoryAdminApi, MemoryApi, SessionApi, WorkingMemoryApi,
@@ -166,8 +167,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
-    // A value at the limit must fit in a message; leave room for the rest.
-    let max_message = config.limits.max_value_bytes.saturating_mul(2).max(4 << 20);
+    let max_message = config.max_message_bytes;
     let summarizer: Arc<dyn Summarizer> = match &config.summarizer {
         Some(http) => Arc::new(OpenAi::new(http.clone()).map_err(anyhow::Error::msg)?),
         None => Arc::new(Extractive),
@@ -190,6 +190,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     ))
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);
+    let pool_store = store.clone();
     let consolidation = Consolidation::new(store.clone());
     if let Some(interval) = config.scheduler_interval {
         tokio::spawn(crate::consolidation::scheduler::run(
@@ -226,11 +227,21 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .max_decoding_message_size(max_message.saturating_mul(8))
         .max_encoding_message_size(max_message.saturating_mul(8));
 
-    let grpc = tonic::transport::Server::builder()
+    // Past the per-connection limit calls are refused (UNAVAILABLE) at
+    // once rather than queued without bound.
+    let mut builder = tonic::transport::Server::builder()
         .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
+        .max_concurrent_streams(config.max_streams_per_connection)
+        .concurrency_limit_per_connection(config.max_streams_per_connection as usize)
+        .load_shed(true);
+    if let Some(timeout) = config.request_timeout {
+        builder = builder.timeout(timeout);
+    }
+    let grpc = builder
+        .layer(EdgeLayer::new(config.auth.clone()))
         .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
+        .add_optional_service(config.reflection.then_some(reflection_v1))
+        .add_optional_service(config.reflection.then_some(reflection_v1alpha))
         .add_service(memory)
         .add_service(admin)
         .add_service(session_service)
@@ -246,9 +257,13 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
                 .with_keepalive(Some(Duration::from_secs(60))),
             shutdown.clone().cancelled_owned(),
         );
+    let endpoints = crate::api::http::Endpoints {
+        sessions: http_sessions,
+        auth: config.auth.clone(),
+    };
     let http = axum::serve(
         http_listener,
-        http_router(ready).merge(crate::api::http::router(http_sessions)),
+        http_router(ready, pool_store).merge(crate::api::http::router(endpoints)),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
@@ -256,6 +271,8 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         %grpc_addr,
         %http_addr,
         database = %config.database_url,
+        auth = if config.auth.is_on() { "tokens" } else { "off" },
+        tokens = config.auth.len(),
         "engram listening"
     );
     let grace = config.shutdown_grace;
@@ -288,12 +305,20 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
 }
 
 /// `/healthz` answers while the process runs; `/readyz` only while the
-/// database is reachable.
-fn http_router(ready: Arc<AtomicBool>) -> axum::Router {
+/// database is reachable; `/metrics` in the Prometheus text format. None
+/// needs a token: probes and scrapers reach them on the cluster network.
+fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
     axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let text = crate::metrics::global().render(store.pool_status());
+                async move { ([("content-type", "text/plain; version=0.0.4")], text) }
+            }),
+        )
         .route(
             "/readyz",
             get(move || {

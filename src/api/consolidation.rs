@@ -253,7 +253,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::CreateRuleRequest>,
     ) -> Result<Response<proto::CreateRuleResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let rule = request
             .into_inner()
             .rule
@@ -274,7 +274,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::GetRuleRequest>,
     ) -> Result<Response<proto::GetRuleResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let id = required_id("rule_id", request.into_inner().rule_id).map_err(to_status)?;
         let rule = self
             .consolidation
@@ -290,7 +290,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::ListRulesRequest>,
     ) -> Result<Response<proto::ListRulesResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let page = self
             .consolidation
@@ -307,7 +307,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::DeleteRuleRequest>,
     ) -> Result<Response<proto::DeleteRuleResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let id = required_id("rule_id", request.into_inner().rule_id).map_err(to_status)?;
         self.consolidation
             .delete_rule(&ctx, &id)
@@ -320,7 +320,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::RunRuleRequest>,
     ) -> Result<Response<proto::RunRuleResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let id = required_id("rule_id", req.rule_id).map_err(to_status)?;
         let max_episodes = match req.max_episodes {
@@ -356,7 +356,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::ApplyDeltasRequest>,
     ) -> Result<Response<proto::ApplyDeltasResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let deltas = request
             .into_inner()
             .deltas
@@ -387,7 +387,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::ListFactsRequest>,
     ) -> Result<Response<proto::ListFactsResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let filter = kind_from_proto("kind", req.kind)
             .map(|kind| FactFilter {
@@ -412,7 +412,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::GetFactRequest>,
     ) -> Result<Response<proto::GetFactResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let id = required_id("fact_id", request.into_inner().fact_id).map_err(to_status)?;
         let (fact, versions) = self
             .consolidation
@@ -429,7 +429,7 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         &self,
         request: Request<proto::DeleteFactRequest>,
     ) -> Result<Response<proto::DeleteFactResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let id = required_id("fact_id", request.into_inner().fact_id).map_err(to_status)?;
         let fact = self
             .consolidation

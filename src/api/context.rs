@@ -1,9 +1,9 @@
-//! Caller context from request metadata: the execution, flow and checkpoint
-//! a client sets once per channel.
+//! Caller context of a request: the tenant of its token (put there by the
+//! [edge](super::edge)), and the execution, flow and checkpoint a client
+//! sets once per channel as metadata.
 
-use tonic::metadata::MetadataMap;
-
-use crate::context::{CallerContext, Tenant};
+use crate::auth::Principal;
+use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::memory::ScopeName;
 
@@ -14,7 +14,12 @@ pub const CHECKPOINT_ID: &str = "engram-checkpoint-id";
 
 /// Parses the caller context; a malformed value is `INVALID_ARGUMENT` naming
 /// the metadata key.
-pub fn caller_context(metadata: &MetadataMap) -> Result<CallerContext> {
+pub fn caller_context<T>(request: &tonic::Request<T>) -> Result<CallerContext> {
+    let principal = request
+        .extensions()
+        .get::<Principal>()
+        .ok_or_else(|| Error::internal("no principal on the request: the edge layer is missing"))?;
+    let metadata = request.metadata();
     let text = |key: &'static str| -> Result<Option<String>> {
         match metadata.get(key) {
             None => Ok(None),
@@ -32,7 +37,7 @@ pub fn caller_context(metadata: &MetadataMap) -> Result<CallerContext> {
             .transpose()
     };
     Ok(CallerContext {
-        tenant: Tenant::default(),
+        tenant: principal.tenant.clone(),
         execution_id: identifier(EXECUTION_ID)?,
         flow_id: identifier(FLOW_ID)?,
         flow_name: identifier(FLOW_NAME)?,

@@ -99,7 +99,7 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         &self,
         request: Request<proto::AppendEpisodeRequest>,
     ) -> Result<Response<proto::AppendEpisodeResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             let episode = req
@@ -130,7 +130,7 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         &self,
         request: Request<proto::AppendEpisodesRequest>,
     ) -> Result<Response<proto::AppendEpisodesResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             let inputs = req
@@ -163,7 +163,7 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         &self,
         request: Request<proto::ListEpisodesRequest>,
     ) -> Result<Response<proto::ListEpisodesResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let (id, types) = session_id(req.session_id)
             .and_then(|id| Ok((id, types("types", req.types)?)))
@@ -190,7 +190,7 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         &self,
         request: Request<proto::RecentRequest>,
     ) -> Result<Response<proto::RecentResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             Ok::<_, Error>((
@@ -217,7 +217,7 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         &self,
         request: Request<proto::TailEpisodesRequest>,
     ) -> Result<Response<Self::TailEpisodesStream>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             Ok::<_, Error>(TailFilter {
@@ -250,7 +250,7 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         &self,
         request: Request<proto::BuildContextRequest>,
     ) -> Result<Response<proto::BuildContextResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let id = session_id(req.session_id).map_err(to_status)?;
         let (context, events_used) = self

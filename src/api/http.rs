@@ -4,16 +4,19 @@
 //! - `GET /memory/events?session_id=&limit=`: the newest events (default
 //!   100, at most 1000), of one session or of the whole tenant, oldest first.
 //! - `GET /memory/sessions?app=&user=&limit=`: session ids, newest first.
+//!
+//! Both take the same bearer token as gRPC, and answer 401 without one.
 
 use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
+use crate::auth::{self, Authenticator, Refusal};
 use crate::context::CallerContext;
 use crate::error::Error;
 use crate::sessions::{Episode, Id, Name, SessionFilter, Sessions};
@@ -25,11 +28,46 @@ pub const MAX_LIMIT: i64 = 1000;
 /// What the `agent` field says when no session narrows the answer.
 const SERVER_AGENT: &str = "engram";
 
-pub fn router<S: Store>(sessions: Sessions<S>) -> axum::Router {
+/// What the JSON endpoints share: the sessions, and who may read them
+/// (the same bearer tokens as gRPC; the tenant comes from the token).
+pub struct Endpoints<S> {
+    pub sessions: Sessions<S>,
+    pub auth: Authenticator,
+}
+
+impl<S: Store> Clone for Endpoints<S> {
+    fn clone(&self) -> Self {
+        Endpoints {
+            sessions: self.sessions.clone(),
+            auth: self.auth.clone(),
+        }
+    }
+}
+
+pub fn router<S: Store>(endpoints: Endpoints<S>) -> axum::Router {
     axum::Router::new()
         .route("/memory/events", get(events::<S>))
         .route("/memory/sessions", get(session_ids::<S>))
-        .with_state(sessions)
+        .with_state(endpoints)
+}
+
+/// The caller of a request, from its bearer token.
+fn caller(auth: &Authenticator, headers: &HeaderMap) -> Result<CallerContext, Refusal> {
+    let header = headers.get(auth::AUTHORIZATION).map(|v| v.as_bytes());
+    auth.authenticate(header).map(|principal| CallerContext {
+        tenant: principal.tenant,
+        ..CallerContext::default()
+    })
+}
+
+/// A refused request: 401 (no or a wrong token) or 403, with the reason.
+fn refused(refusal: Refusal) -> Response {
+    let status = match refusal {
+        Refusal::Missing | Refusal::Invalid => StatusCode::UNAUTHORIZED,
+        Refusal::Forbidden(_) => StatusCode::FORBIDDEN,
+    };
+    let body = json!({ "error": refusal.message(), "reason": refusal.reason() });
+    (status, [("www-authenticate", "Bearer")], Json(body)).into_response()
 }
 
 /// An error as JSON with the status a REST client expects; internal detail
@@ -99,11 +137,15 @@ fn event_json(episode: Episode) -> serde_json::Value {
 }
 
 async fn events<S: Store>(
-    State(sessions): State<Sessions<S>>,
+    State(Endpoints { sessions, auth }): State<Endpoints<S>>,
+    headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
+    let ctx = match caller(&auth, &headers) {
+        Ok(ctx) => ctx,
+        Err(refusal) => return refused(refusal),
+    };
     let answer = async {
-        let ctx = CallerContext::default();
         let limit = limit(&params)?;
         let session_id = param(&params, "session_id", Id::parse_optional)?;
         let (agent, events) = sessions.latest_events(&ctx, session_id, limit).await?;
@@ -118,11 +160,15 @@ async fn events<S: Store>(
 }
 
 async fn session_ids<S: Store>(
-    State(sessions): State<Sessions<S>>,
+    State(Endpoints { sessions, auth }): State<Endpoints<S>>,
+    headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
+    let ctx = match caller(&auth, &headers) {
+        Ok(ctx) => ctx,
+        Err(refusal) => return refused(refusal),
+    };
     let answer = async {
-        let ctx = CallerContext::default();
         let limit = limit(&params)?;
         let filter = SessionFilter {
             app: param(&params, "app", Name::parse_optional)?,

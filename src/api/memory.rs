@@ -103,7 +103,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         &self,
         request: Request<proto::SetRequest>,
     ) -> Result<Response<proto::SetResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             let value = req.value.ok_or_else(|| {
@@ -137,7 +137,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         &self,
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             Ok::<_, Error>((
@@ -161,7 +161,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         &self,
         request: Request<proto::ListRequest>,
     ) -> Result<Response<proto::ListResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             Ok::<_, Error>((
@@ -194,7 +194,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         &self,
         request: Request<proto::HistoryRequest>,
     ) -> Result<Response<Self::HistoryStream>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             Ok::<_, Error>((
@@ -222,7 +222,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         &self,
         request: Request<proto::DeleteRequest>,
     ) -> Result<Response<proto::DeleteResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let write = write_request(
             req.scope_type,
@@ -244,7 +244,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             let from_revision = match req.from_revision {
@@ -288,7 +288,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         &self,
         request: Request<proto::ListScopesRequest>,
     ) -> Result<Response<proto::ListScopesResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let scope_type = scope_type_from_proto("scope_type", req.scope_type).map_err(to_status)?;
         let flow = |field: &str, value: &str| -> Result<Option<()>> {

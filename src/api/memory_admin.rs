@@ -165,7 +165,7 @@ impl<S: Store> MemoryAdminService for MemoryAdminApi<S> {
         &self,
         request: Request<proto::PurgeRequest>,
     ) -> Result<Response<proto::PurgeResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
             Ok::<_, Error>((
@@ -191,7 +191,7 @@ impl<S: Store> MemoryAdminService for MemoryAdminApi<S> {
         &self,
         request: Request<proto::PurgeScopeRequest>,
     ) -> Result<Response<proto::PurgeScopeResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| Ok::<_, Error>((scope(req.scope_type, req.scope)?, keep(req.keep)?)))();
         let (scope, keep) = parsed.map_err(to_status)?;
@@ -211,7 +211,7 @@ impl<S: Store> MemoryAdminService for MemoryAdminApi<S> {
         &self,
         request: Request<proto::CompactRequest>,
     ) -> Result<Response<proto::CompactResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let command = compact_command(request.into_inner()).map_err(to_status)?;
         let compaction = self.admin.compact(&ctx, command).await.map_err(to_status)?;
         Ok(Response::new(proto::CompactResponse {
@@ -225,7 +225,7 @@ impl<S: Store> MemoryAdminService for MemoryAdminApi<S> {
         &self,
         request: Request<proto::GetCompactionLogRequest>,
     ) -> Result<Response<proto::GetCompactionLogResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let scope = scope(req.scope_type, req.scope).map_err(to_status)?;
         let page = self
@@ -243,7 +243,7 @@ impl<S: Store> MemoryAdminService for MemoryAdminApi<S> {
         &self,
         request: Request<proto::ReindexRequest>,
     ) -> Result<Response<proto::ReindexResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let apply = request.into_inner().apply;
         let outcome = self.admin.reindex(&ctx, apply).await.map_err(to_status)?;
         Ok(Response::new(proto::ReindexResponse {

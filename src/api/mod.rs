@@ -4,6 +4,7 @@
 pub mod consolidation;
 pub mod context;
 pub mod convert;
+pub mod edge;
 pub mod episodes;
 pub mod error;
 pub mod feed;

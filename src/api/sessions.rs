@@ -59,7 +59,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::CreateSessionResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let create =
             create_request(req.app, req.user, req.session_id, req.metadata).map_err(to_status)?;
@@ -77,7 +77,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::GetOrCreateSessionRequest>,
     ) -> Result<Response<proto::GetOrCreateSessionResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let create =
             create_request(req.app, req.user, req.session_id, req.metadata).map_err(to_status)?;
@@ -96,7 +96,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::GetSessionRequest>,
     ) -> Result<Response<proto::GetSessionResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let (id, owner) = target(req.session_id, req.app, req.user).map_err(to_status)?;
         let session = self
@@ -113,7 +113,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::ListSessionsRequest>,
     ) -> Result<Response<proto::ListSessionsResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let filter = owner(req.app, req.user)
             .map(|owner| SessionFilter {
@@ -136,7 +136,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::DeleteSessionRequest>,
     ) -> Result<Response<proto::DeleteSessionResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let (id, owner) = target(req.session_id, req.app, req.user).map_err(to_status)?;
         let episodes_deleted = self
@@ -153,7 +153,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::EndSessionRequest>,
     ) -> Result<Response<proto::EndSessionResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let (id, owner) = target(req.session_id, req.app, req.user).map_err(to_status)?;
         let (session, episodes_deleted) = self
@@ -171,7 +171,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::CleanupSessionsRequest>,
     ) -> Result<Response<proto::CleanupSessionsResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let max_age = req
             .max_age
@@ -196,7 +196,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         &self,
         request: Request<proto::GetStatsRequest>,
     ) -> Result<Response<proto::GetStatsResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let stats = self.sessions.stats(&ctx).await.map_err(to_status)?;
         Ok(Response::new(proto::GetStatsResponse {
             total_sessions: stats.total_sessions,

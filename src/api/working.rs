@@ -102,7 +102,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::SetGoalRequest>,
     ) -> Result<Response<proto::SetGoalResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let session = self
             .session(&ctx, (req.session_id, req.app, req.user), true)
@@ -120,7 +120,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::CreateTaskRequest>,
     ) -> Result<Response<proto::CreateTaskResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let session = self
             .session(&ctx, (req.session_id, req.app, req.user), true)
@@ -140,7 +140,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::UpdateTaskRequest>,
     ) -> Result<Response<proto::UpdateTaskResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let change = status_from_proto(req.status)
             .map(|status| TaskChange {
@@ -167,7 +167,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::ListTasksRequest>,
     ) -> Result<Response<proto::ListTasksResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let session = self
             .session(&ctx, (req.session_id, req.app, req.user), false)
@@ -187,7 +187,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::RememberRequest>,
     ) -> Result<Response<proto::RememberResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let session = self
             .session(&ctx, (req.session_id, req.app, req.user), false)
@@ -212,7 +212,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::RecordProcedureRequest>,
     ) -> Result<Response<proto::RecordProcedureResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let app = Name::parse("app", req.app).map_err(to_status)?;
         let fact = self
@@ -229,7 +229,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::CacheContentRequest>,
     ) -> Result<Response<proto::CacheContentResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let session = self
             .session(&ctx, (req.session_id, req.app, req.user), true)
@@ -250,7 +250,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::GetSnapshotRequest>,
     ) -> Result<Response<proto::GetSnapshotResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let snapshot = self
             .snapshot(
@@ -274,7 +274,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::RenderMemoryBlockRequest>,
     ) -> Result<Response<proto::RenderMemoryBlockResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let snapshot = self
             .snapshot(
@@ -310,7 +310,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         &self,
         request: Request<proto::CallToolRequest>,
     ) -> Result<Response<proto::CallToolResponse>, Status> {
-        let ctx = caller_context(request.metadata()).map_err(to_status)?;
+        let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let arguments = match req.arguments {
             Some(value) => json_from_proto(value).map_err(to_status)?,

@@ -1,7 +1,6 @@
 //! `engram memory ...`: scoped memory and its maintenance from a shell.
 
 use serde_json::json;
-use tonic::transport::Channel;
 
 use super::{
     CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, parse_value, print_json,
@@ -339,13 +338,13 @@ fn purge_report(
 
 impl MemoryCommand {
     pub async fn run(self) -> CliResult {
-        let channel = connect(&self.client.server).await?;
+        let channel = connect(&self.client).await?;
         let output = self.client.output;
         run(channel, output, self.command).await
     }
 }
 
-async fn run(channel: Channel, output: Output, command: Command) -> CliResult {
+async fn run(channel: super::Connection, output: Output, command: Command) -> CliResult {
     let mut memory = MemoryServiceClient::new(channel.clone());
     let mut admin = MemoryAdminServiceClient::new(channel);
     match command {

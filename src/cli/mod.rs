@@ -4,6 +4,9 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -13,6 +16,7 @@ use crate::api::convert::json_from_proto;
 pub mod consolidation;
 pub mod memory;
 pub mod sessions;
+pub mod token;
 pub mod working;
 
 /// Where the server is and how to print.
@@ -30,6 +34,10 @@ pub struct ClientArgs {
     /// Output format: text for people, json (one document per result) for scripts
     #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
     pub output: Output,
+
+    /// The bearer token to call with, when the server requires one
+    #[arg(long, env = "ENGRAM_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -50,6 +58,8 @@ pub mod exit {
     pub const CONFLICT: u8 = 4;
     /// The server or its database is unreachable; retry later.
     pub const UNAVAILABLE: u8 = 5;
+    /// No token, a wrong one, or one without the role the call needs.
+    pub const DENIED: u8 = 6;
 }
 
 /// A failed command: a one-line message and its exit code.
@@ -74,6 +84,7 @@ impl From<Status> for CliError {
             Code::NotFound => exit::NOT_FOUND,
             Code::Aborted | Code::AlreadyExists => exit::CONFLICT,
             Code::Unavailable | Code::DeadlineExceeded => exit::UNAVAILABLE,
+            Code::Unauthenticated | Code::PermissionDenied => exit::DENIED,
             Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => exit::USAGE,
             _ => exit::FAILURE,
         };
@@ -97,13 +108,47 @@ impl CliError {
 
 pub type CliResult<T = ()> = Result<T, CliError>;
 
-pub async fn connect(server: &str) -> CliResult<Channel> {
+/// A channel to the server that sends the bearer token with every call.
+pub type Connection = InterceptedService<Channel, Bearer>;
+
+/// Adds `authorization: Bearer <token>` to each call, when there is a token.
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    pub fn new(token: Option<&str>) -> Result<Self, CliError> {
+        token
+            .map(|token| {
+                format!("Bearer {token}")
+                    .parse::<MetadataValue<Ascii>>()
+                    .map_err(|_| CliError::usage("--token must be printable ASCII"))
+            })
+            .transpose()
+            .map(Bearer)
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(crate::auth::AUTHORIZATION, value.clone());
+        }
+        Ok(request)
+    }
+}
+
+pub async fn connect(client: &ClientArgs) -> CliResult<Connection> {
+    let server = &client.server;
+    let bearer = Bearer::new(client.token.as_deref())?;
     let endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
         .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;
-    endpoint.connect().await.map_err(|err| CliError {
+    let channel = endpoint.connect().await.map_err(|err| CliError {
         message: format!("cannot reach the server at {server}: {err}"),
         code: exit::UNAVAILABLE,
-    })
+    })?;
+    Ok(InterceptedService::new(channel, bearer))
 }
 
 /// A progress line on stderr for long operations, only when a person is

@@ -159,7 +159,7 @@ fn print_session(output: Output, session: Option<proto::Session>) {
 
 impl SessionsCommand {
     pub async fn run(self) -> CliResult {
-        let channel = connect(&self.client.server).await?;
+        let channel = connect(&self.client).await?;
         let output = self.client.output;
         let mut sessions = SessionServiceClient::new(channel);
         match self.command {
@@ -462,7 +462,7 @@ fn print_episodes(output: Output, episodes: &[proto::Episode]) {
 
 impl EpisodesCommand {
     pub async fn run(self) -> CliResult {
-        let channel = connect(&self.client.server).await?;
+        let channel = connect(&self.client).await?;
         let output = self.client.output;
         let mut episodes = EpisodeServiceClient::new(channel);
         match self.command {

@@ -15,6 +15,7 @@ use super::{Cadence, Consolidation, Rule};
 use crate::context::{CallerContext, Tenant};
 use crate::error::Result;
 use crate::memory::now_micros;
+use crate::metrics::RunOutcome;
 use crate::store::Store;
 
 /// Runs due rules every `interval` until shutdown.
@@ -66,8 +67,20 @@ async fn pass<S: Store>(
             ..CallerContext::default()
         };
         loop {
-            let Some(outcome) = consolidation.try_run(&ctx, &rule.id).await? else {
-                break; // another replica is running it
+            let registry = crate::metrics::global();
+            let outcome = match consolidation.try_run(&ctx, &rule.id).await {
+                Ok(Some(outcome)) => {
+                    registry.scheduler_run(RunOutcome::Ran);
+                    outcome
+                }
+                Ok(None) => {
+                    registry.scheduler_run(RunOutcome::Busy);
+                    break; // another replica is running it
+                }
+                Err(err) => {
+                    registry.scheduler_run(RunOutcome::Failed);
+                    return Err(err);
+                }
             };
             if outcome.episodes_matched > 0 {
                 tracing::info!(

@@ -316,6 +316,9 @@ pub trait Store: SessionStore + ConsolidationStore + WorkingStore {
     /// shared [`horizon`](Self::horizon) may still be catching up.
     fn settled(&self, feed: Feed) -> impl Future<Output = Result<i64>> + Send;
 
+    /// The connection pool now, for the metrics.
+    fn pool_status(&self) -> crate::metrics::PoolStatus;
+
     /// The oldest revision still kept (older ones were pruned), if any.
     fn oldest_revision(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
 

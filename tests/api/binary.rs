@@ -129,3 +129,83 @@ fn bad_configuration_is_refused_with_a_clear_message() {
 }
 
 on_both_stores!(migrate_then_serve_with_migrations_off);
+
+/// `engram token new` makes a token whose line a server accepts; the CLI
+/// calls with `--token` (or `ENGRAM_TOKEN`) and is refused without it
+/// (exit code 6). A non-loopback bind without tokens does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_from_the_cli_to_the_server() {
+    let out = engram(&["token", "new", "--tenant", "acme", "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let token = made["token"].as_str().expect("token").to_owned();
+    let line = made["line"].as_str().expect("line").to_owned();
+    assert_eq!(
+        line,
+        format!("{} acme", made["sha256"].as_str().expect("hash"))
+    );
+    assert!(!line.contains(&token), "the line holds only the hash");
+
+    let mut hash = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["token", "hash"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run engram token hash");
+    use std::io::Write;
+    hash.stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{token}\n").as_bytes())
+        .expect("write token");
+    let hashed = hash.wait_with_output().expect("hash output");
+    assert_eq!(
+        String::from_utf8_lossy(&hashed.stdout).trim(),
+        made["sha256"].as_str().expect("hash")
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("# acme's agents\n{line}\n")).expect("write tokens");
+    let url = format!("sqlite://{}", dir.path().join("e.db").display());
+    let server = ChildServer::spawn(
+        &["--tokens-file", tokens.to_str().expect("utf-8 path")],
+        &[("ENGRAM_DATABASE_URL", &url)],
+        None,
+    )
+    .await;
+    let address = format!("http://{}", server.grpc_addr);
+    let cli = |extra: &[&str], env_token: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+        command
+            .args(["memory", "--server", &address, "--output", "json"])
+            .args(["set", "k", "1", "--scope", "s", "--scope-type", "namespace"])
+            .args(extra)
+            .env_remove("ENGRAM_TOKEN");
+        if let Some(token) = env_token {
+            command.env("ENGRAM_TOKEN", token);
+        }
+        command.output().expect("run engram memory")
+    };
+    let refused = cli(&[], None);
+    assert_eq!(refused.status.code(), Some(6));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("TOKEN_MISSING"));
+    let wrong = cli(&["--token", "eg_wrong"], None);
+    assert_eq!(wrong.status.code(), Some(6));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("TOKEN_INVALID"));
+    assert!(cli(&["--token", &token], None).status.success());
+    assert!(cli(&[], Some(&token)).status.success());
+    assert!(server.terminate().await.success());
+
+    let out = engram(&["serve", "--database-url", &url, "--grpc-addr", "0.0.0.0:0"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ENGRAM_AUTH=none"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

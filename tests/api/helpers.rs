@@ -233,6 +233,30 @@ impl Drop for TestServer {
 
 /// A GET with a real HTTP/1.1 client; the status and the JSON body.
 pub async fn http_get_json(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    http_get_json_as(addr, path, None).await
+}
+
+/// [`http_get_json`] with a bearer token.
+pub async fn http_get_json_as(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let (status, content_type, body) = http_get(addr, path, token).await;
+    assert_eq!(
+        content_type.as_deref(),
+        Some("application/json"),
+        "{path} answers JSON"
+    );
+    (status, serde_json::from_slice(&body).expect("a JSON body"))
+}
+
+/// A GET with a real HTTP/1.1 client: status, content type, body.
+pub async fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, Option<String>, Vec<u8>) {
     use http_body_util::{BodyExt, Empty};
     let stream = tokio::net::TcpStream::connect(addr)
         .await
@@ -242,27 +266,27 @@ pub async fn http_get_json(addr: SocketAddr, path: &str) -> (u16, serde_json::Va
             .await
             .expect("http handshake");
     tokio::spawn(connection);
-    let request = hyper::Request::get(path)
-        .header("host", "localhost")
+    let mut request = hyper::Request::get(path).header("host", "localhost");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request
         .body(Empty::<hyper::body::Bytes>::new())
         .expect("request");
     let response = sender.send_request(request).await.expect("http response");
     let status = response.status().as_u16();
-    assert_eq!(
-        response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok()),
-        Some("application/json"),
-        "{path} answers JSON"
-    );
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = response
         .into_body()
         .collect()
         .await
         .expect("http body")
         .to_bytes();
-    (status, serde_json::from_slice(&body).expect("a JSON body"))
+    (status, content_type, body.to_vec())
 }
 
 pub async fn connect(addr: SocketAddr) -> Channel {

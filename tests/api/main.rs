@@ -2,6 +2,7 @@
 //! a fresh database (a temp SQLite file, or a new Postgres database when
 //! ENGRAM_TEST_DATABASE_URL points at a server) and a real server on port 0.
 
+mod auth;
 mod bench;
 mod binary;
 mod cli;
@@ -10,6 +11,7 @@ mod helpers;
 mod history_memory;
 mod memory_admin;
 mod memory_api;
+mod metrics;
 mod outage;
 mod races;
 mod sessions_api;

@@ -825,6 +825,14 @@ impl super::Store for PgStore {
         Ok(receiver.clone())
     }
 
+    fn pool_status(&self) -> crate::metrics::PoolStatus {
+        crate::metrics::PoolStatus {
+            open: self.pool.size(),
+            idle: self.pool.num_idle() as u32,
+            max: self.pool.options().get_max_connections(),
+        }
+    }
+
     async fn settled(&self, feed: Feed) -> Result<i64> {
         let (newest, fence) = horizon_candidate(&self.pool, feed).await?;
         wait_settled(&self.pool, &fence).await?;

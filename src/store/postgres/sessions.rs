@@ -155,6 +155,7 @@ async fn insert_session_in(
                 evicted,
                 "session limit reached, evicted the oldest sessions"
             );
+            crate::metrics::global().evicted(crate::metrics::Evicted::Sessions, evicted as u64);
         }
     }
     let sql = format!(
@@ -319,6 +320,7 @@ impl PgStore {
                 .bind(evicted)
                 .execute(&mut *tx)
                 .await?;
+                crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
             }
         }
         tx.commit().await?;

@@ -744,6 +744,15 @@ impl super::Store for SqliteStore {
         Ok(self.horizons[feed as usize].subscribe())
     }
 
+    fn pool_status(&self) -> crate::metrics::PoolStatus {
+        let [writer, reader] = [&self.writer, &self.reader];
+        crate::metrics::PoolStatus {
+            open: writer.size() + reader.size(),
+            idle: (writer.num_idle() + reader.num_idle()) as u32,
+            max: writer.options().get_max_connections() + reader.options().get_max_connections(),
+        }
+    }
+
     async fn settled(&self, feed: Feed) -> Result<i64> {
         // One writer: every committed position is final once read.
         let sql = match feed {

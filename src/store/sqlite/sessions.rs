@@ -128,6 +128,7 @@ async fn insert_session_in(
                 evicted,
                 "session limit reached, evicted the oldest sessions"
             );
+            crate::metrics::global().evicted(crate::metrics::Evicted::Sessions, evicted as u64);
         }
     }
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -396,6 +397,7 @@ impl SessionStore for SqliteStore {
             .bind(to_micros(append.now))
             .execute(&mut *tx)
             .await?;
+            crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
         }
         tx.commit().await?;
         self.advance(Feed::Episodes, newest_cursor);

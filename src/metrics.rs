@@ -1,0 +1,267 @@
+//! Prometheus metrics: one process-wide registry, written to by the gRPC
+//! edge (calls, latency, live streams), the stores (evictions) and the
+//! scheduler, and rendered in the text exposition format on `/metrics`.
+//!
+//! A handful of counters does not need a metrics framework: label sets are
+//! bounded (methods come from the protos, codes from gRPC), so a map under
+//! a mutex held for a few nanoseconds per call is enough.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Default, Clone)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        for (bound, count) in BUCKETS.iter().zip(self.counts.iter_mut()) {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+}
+
+/// What one scheduler look at a rule came to.
+#[derive(Debug, Clone, Copy)]
+pub enum RunOutcome {
+    /// The rule ran (and maybe promoted nothing).
+    Ran,
+    /// Another replica held the rule.
+    Busy,
+    Failed,
+}
+
+impl RunOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            RunOutcome::Ran => "ran",
+            RunOutcome::Busy => "busy",
+            RunOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// What a limit evicted.
+#[derive(Debug, Clone, Copy)]
+pub enum Evicted {
+    Sessions,
+    Episodes,
+}
+
+/// The connection pool of a store at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolStatus {
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    calls: Mutex<BTreeMap<(String, &'static str), u64>>,
+    latency: Mutex<BTreeMap<String, Histogram>>,
+    streams: Mutex<BTreeMap<String, i64>>,
+    evicted_sessions: AtomicU64,
+    evicted_episodes: AtomicU64,
+    scheduler: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// A poisoned lock only means a panic elsewhere mid-update of a counter;
+/// the numbers are still worth serving.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+static GLOBAL: LazyLock<Registry> = LazyLock::new(Registry::default);
+
+/// The registry of this process.
+pub fn global() -> &'static Registry {
+    &GLOBAL
+}
+
+impl Registry {
+    /// A finished call; `elapsed` is `None` for streams, whose length says
+    /// nothing about the server.
+    pub fn call_finished(&self, method: &str, code: &'static str, elapsed: Option<Duration>) {
+        *lock(&self.calls)
+            .entry((method.to_owned(), code))
+            .or_insert(0) += 1;
+        if let Some(elapsed) = elapsed {
+            lock(&self.latency)
+                .entry(method.to_owned())
+                .or_default()
+                .observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// A server stream opened (`+1`) or closed (`-1`).
+    pub fn stream_delta(&self, method: &str, delta: i64) {
+        *lock(&self.streams).entry(method.to_owned()).or_insert(0) += delta;
+    }
+
+    pub fn evicted(&self, what: Evicted, n: u64) {
+        let counter = match what {
+            Evicted::Sessions => &self.evicted_sessions,
+            Evicted::Episodes => &self.evicted_episodes,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn scheduler_run(&self, outcome: RunOutcome) {
+        *lock(&self.scheduler).entry(outcome.label()).or_insert(0) += 1;
+    }
+
+    /// The text exposition format (version 0.0.4).
+    pub fn render(&self, pool: PoolStatus) -> String {
+        let mut out = String::with_capacity(4096);
+        header(
+            &mut out,
+            "engram_rpc_total",
+            "counter",
+            "gRPC calls finished, by method and status code.",
+        );
+        for ((method, code), n) in lock(&self.calls).iter() {
+            let _ = writeln!(
+                out,
+                "engram_rpc_total{{method=\"{method}\",code=\"{code}\"}} {n}"
+            );
+        }
+        header(
+            &mut out,
+            "engram_rpc_duration_seconds",
+            "histogram",
+            "Latency of unary gRPC calls, by method.",
+        );
+        for (method, histogram) in lock(&self.latency).iter() {
+            for (bound, count) in BUCKETS.iter().zip(histogram.counts) {
+                let _ = writeln!(
+                    out,
+                    "engram_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"{bound}\"}} {count}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "engram_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {}\n\
+                 engram_rpc_duration_seconds_sum{{method=\"{method}\"}} {}\n\
+                 engram_rpc_duration_seconds_count{{method=\"{method}\"}} {}",
+                histogram.count, histogram.sum, histogram.count
+            );
+        }
+        header(
+            &mut out,
+            "engram_live_streams",
+            "gauge",
+            "Server streams open now (Watch, TailEpisodes), by method.",
+        );
+        for (method, n) in lock(&self.streams).iter() {
+            let _ = writeln!(out, "engram_live_streams{{method=\"{method}\"}} {n}");
+        }
+        header(
+            &mut out,
+            "engram_db_pool_connections",
+            "gauge",
+            "Database connections of this replica, by state.",
+        );
+        let _ = writeln!(
+            out,
+            "engram_db_pool_connections{{state=\"idle\"}} {}\n\
+             engram_db_pool_connections{{state=\"in_use\"}} {}",
+            pool.idle,
+            pool.open.saturating_sub(pool.idle)
+        );
+        header(
+            &mut out,
+            "engram_db_pool_max_connections",
+            "gauge",
+            "The most connections the pool opens.",
+        );
+        let _ = writeln!(out, "engram_db_pool_max_connections {}", pool.max);
+        header(
+            &mut out,
+            "engram_evictions_total",
+            "counter",
+            "Sessions and episodes evicted by the configured limits.",
+        );
+        let _ = writeln!(
+            out,
+            "engram_evictions_total{{kind=\"session\"}} {}\n\
+             engram_evictions_total{{kind=\"episode\"}} {}",
+            self.evicted_sessions.load(Ordering::Relaxed),
+            self.evicted_episodes.load(Ordering::Relaxed)
+        );
+        header(
+            &mut out,
+            "engram_scheduler_runs_total",
+            "counter",
+            "Scheduled consolidation runs, by outcome (ran, busy: another replica had it, failed).",
+        );
+        let scheduler = lock(&self.scheduler);
+        for outcome in [RunOutcome::Ran, RunOutcome::Busy, RunOutcome::Failed] {
+            let n = scheduler.get(outcome.label()).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "engram_scheduler_runs_total{{outcome=\"{}\"}} {n}",
+                outcome.label()
+            );
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_histograms_and_gauges() {
+        let registry = Registry::default();
+        registry.call_finished("/m/A", "OK", Some(Duration::from_millis(3)));
+        registry.call_finished("/m/A", "OK", Some(Duration::from_secs(20)));
+        registry.call_finished("/m/A", "NOT_FOUND", Some(Duration::from_micros(100)));
+        registry.stream_delta("/m/S", 1);
+        registry.evicted(Evicted::Episodes, 4);
+        registry.scheduler_run(RunOutcome::Busy);
+        let text = registry.render(PoolStatus {
+            open: 5,
+            idle: 2,
+            max: 10,
+        });
+        for line in [
+            "engram_rpc_total{method=\"/m/A\",code=\"OK\"} 2",
+            "engram_rpc_total{method=\"/m/A\",code=\"NOT_FOUND\"} 1",
+            "engram_rpc_duration_seconds_bucket{method=\"/m/A\",le=\"0.0005\"} 1",
+            "engram_rpc_duration_seconds_bucket{method=\"/m/A\",le=\"0.005\"} 2",
+            "engram_rpc_duration_seconds_bucket{method=\"/m/A\",le=\"10\"} 2",
+            "engram_rpc_duration_seconds_bucket{method=\"/m/A\",le=\"+Inf\"} 3",
+            "engram_rpc_duration_seconds_count{method=\"/m/A\"} 3",
+            "engram_live_streams{method=\"/m/S\"} 1",
+            "engram_db_pool_connections{state=\"in_use\"} 3",
+            "engram_db_pool_max_connections 10",
+            "engram_evictions_total{kind=\"episode\"} 4",
+            "engram_scheduler_runs_total{outcome=\"busy\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+}
