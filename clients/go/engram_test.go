@@ -3,6 +3,8 @@ package engram_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -35,13 +37,14 @@ func binary() string {
 	return filepath.Join("..", "..", "target", "debug", "engram")
 }
 
-func start(t *testing.T, dir, addr string) *server {
+func start(t *testing.T, dir, addr string, env ...string) *server {
 	t.Helper()
 	cmd := exec.Command(binary(), "serve", "--grpc-addr", addr, "--http-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(),
 		"ENGRAM_DATABASE_URL=sqlite://"+filepath.Join(dir, "engram.db"),
 		"ENGRAM_LOG_FORMAT=json",
 		"ENGRAM_SHUTDOWN_GRACE_SECS=2")
+	cmd.Env = append(cmd.Env, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -275,5 +278,49 @@ func TestTailResumesAcrossARestart(t *testing.T) {
 	}
 	if tail.Cursor() == 0 {
 		t.Fatal("the tail knows where to resume")
+	}
+}
+
+func TestTokensTenantsAndRoles(t *testing.T) {
+	hash := func(token string) string {
+		sum := sha256.Sum256([]byte(token))
+		return hex.EncodeToString(sum[:])
+	}
+	tokens := hash("acme-admin") + " acme admin; " + hash("acme") + " acme; " + hash("globex") + " globex"
+	srv := start(t, t.TempDir(), "127.0.0.1:0", "ENGRAM_TOKENS="+tokens)
+	ctx := context.Background()
+	get := &engramv1.GetRequest{ScopeType: ns, Scope: "prefs", Key: "theme"}
+
+	_, err := connect(t, srv.addr).Memory.Get(ctx, get)
+	if e, ok := engram.AsError(err); !ok || e.Code != codes.Unauthenticated || e.Reason != "TOKEN_MISSING" {
+		t.Fatalf("no token: %v", err)
+	}
+	_, err = connect(t, srv.addr, engram.WithToken("wrong")).Memory.Get(ctx, get)
+	if e, ok := engram.AsError(err); !ok || e.Code != codes.Unauthenticated || e.Reason != "TOKEN_INVALID" {
+		t.Fatalf("wrong token: %v", err)
+	}
+
+	acme := connect(t, srv.addr, engram.WithToken("acme"))
+	if _, err := acme.Memory.Set(ctx, &engramv1.SetRequest{
+		ScopeType: ns, Scope: "prefs", Key: "theme", Value: value(t, "dark"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := acme.Memory.Get(ctx, get); err != nil || got.GetEntry().GetValue().GetStringValue() != "dark" {
+		t.Fatalf("acme reads its own: %v %v", got, err)
+	}
+	_, err = connect(t, srv.addr, engram.WithToken("globex")).Memory.Get(ctx, get)
+	if e, ok := engram.AsError(err); !ok || e.Code != codes.NotFound {
+		t.Fatalf("globex must not see acme's key: %v", err)
+	}
+
+	purge := &engramv1.PurgeRequest{ScopeType: ns, Scope: "prefs", Key: "theme"}
+	_, err = acme.MemoryAdmin.Purge(ctx, purge)
+	if e, ok := engram.AsError(err); !ok || e.Code != codes.PermissionDenied || e.Reason != "ADMIN_REQUIRED" {
+		t.Fatalf("non-admin purge: %v", err)
+	}
+	purged, err := connect(t, srv.addr, engram.WithToken("acme-admin")).MemoryAdmin.Purge(ctx, purge)
+	if err != nil || purged.GetVersionsDeleted() != 1 {
+		t.Fatalf("admin purge: %v %v", purged, err)
 	}
 }

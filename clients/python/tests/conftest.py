@@ -30,7 +30,9 @@ class Server:
             self.process.wait(timeout=30)
 
 
-def start_server(database_url: str, grpc_addr: str = "127.0.0.1:0") -> Server:
+def start_server(
+    database_url: str, grpc_addr: str = "127.0.0.1:0", env: dict[str, str] | None = None
+) -> Server:
     """Runs `engram serve` and waits for the log line saying where it listens."""
     process = subprocess.Popen(
         [ENGRAM_BIN, "serve", "--grpc-addr", grpc_addr, "--http-addr", "127.0.0.1:0"],
@@ -39,6 +41,7 @@ def start_server(database_url: str, grpc_addr: str = "127.0.0.1:0") -> Server:
             "ENGRAM_DATABASE_URL": database_url,
             "ENGRAM_LOG_FORMAT": "json",
             "ENGRAM_SHUTDOWN_GRACE_SECS": "2",
+            **(env or {}),
         },
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,

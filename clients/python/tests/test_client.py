@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 import pytest
@@ -15,6 +16,8 @@ from engram_client import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
+    Unauthenticated,
 )
 from engram_client.v1 import (
     consolidation_pb2,
@@ -203,3 +206,53 @@ def test_consolidation_and_working_memory(server: Server) -> None:
             working_memory_pb2.RenderMemoryBlockRequest(session_id="chat-1"),
         )
         assert "- [pending] t1: Reply to alice" in block.memory_block
+
+
+def test_tokens_tenants_and_roles(database_url: str) -> None:
+    def sha256(token: str) -> str:
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    tokens = f"{sha256('acme-admin')} acme admin; {sha256('acme')} acme; {sha256('globex')} globex"
+    server = start_server(database_url, env={"ENGRAM_TOKENS": tokens})
+    try:
+        with Engram(server.address) as anonymous:
+            anonymous.memory.configure("prefs")
+            with pytest.raises(Unauthenticated) as missing:
+                anonymous.memory.get("k")
+            assert missing.value.reason == "TOKEN_MISSING"
+        with Engram(server.address, token="wrong") as wrong:
+            wrong.memory.configure("prefs")
+            with pytest.raises(Unauthenticated) as invalid:
+                wrong.memory.get("k")
+            assert invalid.value.reason == "TOKEN_INVALID"
+
+        with Engram(server.address, token="acme") as acme, Engram(
+            server.address, token="globex"
+        ) as globex:
+            acme.memory.configure("prefs")
+            globex.memory.configure("prefs")
+            acme.memory.set("theme", "dark")
+            assert acme.memory.get("theme") == "dark"
+            assert globex.memory.get("theme") is None, "another tenant's key"
+            with pytest.raises(PermissionDenied) as denied:
+                acme.call(
+                    acme.stubs.memory_admin.Purge,
+                    memory_admin_pb2.PurgeRequest(
+                        scope_type=memory_pb2.SCOPE_TYPE_NAMESPACE,
+                        scope="prefs",
+                        key="theme",
+                    ),
+                )
+            assert denied.value.reason == "ADMIN_REQUIRED"
+
+        with Engram(server.address, token="acme-admin") as admin:
+            admin.call(
+                admin.stubs.memory_admin.Purge,
+                memory_admin_pb2.PurgeRequest(
+                    scope_type=memory_pb2.SCOPE_TYPE_NAMESPACE, scope="prefs", key="theme"
+                ),
+            )
+            admin.memory.configure("prefs")
+            assert admin.memory.get("theme") is None, "purged"
+    finally:
+        server.stop()

@@ -24,7 +24,9 @@ from ._errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
+    Unauthenticated,
     Unavailable,
 )
 
@@ -38,9 +40,11 @@ __all__ = [
     "FailedPrecondition",
     "InvalidArgument",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
     "Session",
     "Stubs",
+    "Unauthenticated",
     "Unavailable",
     "from_value",
     "to_value",

@@ -63,6 +63,14 @@ class Unavailable(EngramError):
     """The server or its database is unreachable, or shutting down; retry."""
 
 
+class Unauthenticated(EngramError):
+    """No bearer token, or one the server does not know (TOKEN_MISSING, TOKEN_INVALID)."""
+
+
+class PermissionDenied(EngramError):
+    """The token lacks the role the call needs (ADMIN_REQUIRED)."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -71,6 +79,8 @@ _BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 
