@@ -15,6 +15,7 @@ use crate::auth::Authenticator;
 use crate::memory::MemoryLimits;
 use crate::redact::Redactor;
 use crate::sessions::SessionLimits;
+use crate::tls::TlsFiles;
 use crate::working::WorkingLimits;
 
 /// A limit where 0 means unlimited, as the stores take it.
@@ -241,6 +242,25 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_MAX_STREAMS_PER_CONNECTION")]
     pub max_streams_per_connection: Option<u32>,
 
+    /// Serve gRPC over TLS with this PEM certificate chain (with
+    /// --tls-key-file); reloaded when the file changes
+    #[arg(long, env = "ENGRAM_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert-file
+    #[arg(long, env = "ENGRAM_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// Require client certificates signed by these PEM CA certificates
+    /// (mTLS); needs --tls-cert-file
+    #[arg(long, env = "ENGRAM_TLS_CLIENT_CA_FILE")]
+    pub tls_client_ca_file: Option<PathBuf>,
+
+    /// How often the TLS files are checked for changes, in milliseconds
+    /// [default: 10000]
+    #[arg(long, env = "ENGRAM_TLS_RELOAD_INTERVAL_MS")]
+    pub tls_reload_interval_ms: Option<u64>,
+
     /// The largest gRPC message accepted, in bytes [default: twice
     /// max_value_bytes, at least 4 MiB]
     #[arg(long, env = "ENGRAM_MAX_MESSAGE_BYTES")]
@@ -292,6 +312,10 @@ impl Settings {
                 .max_streams_per_connection
                 .or(other.max_streams_per_connection),
             max_message_bytes: self.max_message_bytes.or(other.max_message_bytes),
+            tls_cert_file: self.tls_cert_file.or(other.tls_cert_file),
+            tls_key_file: self.tls_key_file.or(other.tls_key_file),
+            tls_client_ca_file: self.tls_client_ca_file.or(other.tls_client_ca_file),
+            tls_reload_interval_ms: self.tls_reload_interval_ms.or(other.tls_reload_interval_ms),
         }
     }
 }
@@ -388,6 +412,8 @@ pub struct Config {
     pub request_timeout: Option<Duration>,
     pub max_streams_per_connection: u32,
     pub max_message_bytes: usize,
+    /// TLS on the gRPC port; `None`: plaintext.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Config {
@@ -409,6 +435,24 @@ impl Config {
     pub fn resolve(settings: Settings) -> anyhow::Result<Config> {
         let defaults = StoreOptions::default();
         let auth = authenticator(&settings)?;
+        let tls = match (&settings.tls_cert_file, &settings.tls_key_file) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: settings.tls_client_ca_file.clone(),
+                reload_interval: Duration::from_millis(
+                    settings.tls_reload_interval_ms.unwrap_or(10_000).max(1),
+                ),
+            }),
+            (None, None) => {
+                anyhow::ensure!(
+                    settings.tls_client_ca_file.is_none(),
+                    "tls_client_ca_file needs tls_cert_file and tls_key_file"
+                );
+                None
+            }
+            _ => anyhow::bail!("tls_cert_file and tls_key_file go together"),
+        };
         let config = Config {
             database_url: DatabaseUrl::new(
                 settings
@@ -513,6 +557,7 @@ impl Config {
             },
             log_format: settings.log_format.unwrap_or_default(),
             auth,
+            tls,
             reflection: settings.reflection.unwrap_or(true),
             request_timeout: match settings.request_timeout_ms.unwrap_or(300_000) {
                 0 => None,

@@ -3,7 +3,9 @@
 //! be logged and returned), then serve gRPC and HTTP until told to stop.
 //! A background task keeps the health service honest about the database.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -40,6 +42,9 @@ use crate::working::WorkingMemory;
 
 /// How often expired idempotency records are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
+
+/// The health service name a liveness probe checks.
+pub const LIVENESS: &str = "liveness";
 
 /// The services the health service reports on, besides the server as a
 /// whole (`""`). All of them depend on the database.
@@ -147,6 +152,11 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
             .set_service_status(service, ServingStatus::Serving)
             .await;
     }
+    // For liveness probes: SERVING while the process runs, whatever the
+    // database does (restarting a pod never brings a database back).
+    health_reporter
+        .set_service_status(LIVENESS, ServingStatus::Serving)
+        .await;
     let ready = Arc::new(AtomicBool::new(true));
     tokio::spawn(watch_database(
         store.clone(),
@@ -231,13 +241,14 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     // once rather than queued without bound.
     let mut builder = tonic::transport::Server::builder()
         .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
+        .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .max_concurrent_streams(config.max_streams_per_connection)
         .concurrency_limit_per_connection(config.max_streams_per_connection as usize)
         .load_shed(true);
     if let Some(timeout) = config.request_timeout {
         builder = builder.timeout(timeout);
     }
-    let grpc = builder
+    let router = builder
         .layer(EdgeLayer::new(config.auth.clone()))
         .add_service(health_service)
         .add_optional_service(config.reflection.then_some(reflection_v1))
@@ -247,16 +258,28 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .add_service(session_service)
         .add_service(episode_service)
         .add_service(consolidation_service)
-        .add_service(working_service)
-        // Without TCP_NODELAY a response written as several segments waits
-        // for the client's delayed ACK (~40 ms) between them. Keepalive
-        // finds clients that vanished without closing.
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(grpc_listener)
-                .with_nodelay(Some(true))
-                .with_keepalive(Some(Duration::from_secs(60))),
-            shutdown.clone().cancelled_owned(),
-        );
+        .add_service(working_service);
+    let grpc: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match config.tls.clone() {
+            Some(files) => {
+                let configs = files.watch(shutdown.clone()).context("cannot set up TLS")?;
+                Box::pin(router.serve_with_incoming_shutdown(
+                    crate::tls::incoming(grpc_listener, configs, shutdown.clone()),
+                    shutdown.clone().cancelled_owned(),
+                ))
+            }
+            // Without TCP_NODELAY a response written as several segments
+            // waits for the client's delayed ACK (~40 ms) between them.
+            // Keepalive finds clients that vanished without closing.
+            None => Box::pin(
+                router.serve_with_incoming_shutdown(
+                    TcpIncoming::from(grpc_listener)
+                        .with_nodelay(Some(true))
+                        .with_keepalive(Some(Duration::from_secs(60))),
+                    shutdown.clone().cancelled_owned(),
+                ),
+            ),
+        };
     let endpoints = crate::api::http::Endpoints {
         sessions: http_sessions,
         auth: config.auth.clone(),
@@ -272,6 +295,11 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         %http_addr,
         database = %config.database_url,
         auth = if config.auth.is_on() { "tokens" } else { "off" },
+        tls = match &config.tls {
+            None => "off",
+            Some(files) if files.client_ca.is_some() => "mtls",
+            Some(_) => "on",
+        },
         tokens = config.auth.len(),
         "engram listening"
     );

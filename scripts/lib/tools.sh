@@ -44,3 +44,29 @@ ensure_go_tools() {
     fi
   done
 }
+
+HELM_VERSION=v3.22.0
+KUBERNETES_VALIDATE_VERSION=1.37.0
+# The Kubernetes version the chart's manifests are validated against.
+K8S_VERSION=1.33.0
+K8S_TOOLS=$TOOLS_DIR/k8s
+HELM=$GO_TOOLS/helm
+
+ensure_chart_tools() {
+  mkdir -p "$GO_TOOLS"
+  local stamp="$GO_TOOLS/.helm-$HELM_VERSION"
+  if [ ! -x "$HELM" ] || [ ! -e "$stamp" ]; then
+    echo "installing helm $HELM_VERSION (go install; a few minutes the first time)"
+    GOBIN="$GO_TOOLS" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+    rm -f "$GO_TOOLS/.helm-"*
+    touch "$stamp"
+  fi
+  stamp="$K8S_TOOLS/.pinned-$KUBERNETES_VALIDATE_VERSION"
+  if [ ! -e "$stamp" ]; then
+    rm -rf "$K8S_TOOLS"
+    python3 -m venv "$K8S_TOOLS"
+    "$K8S_TOOLS/bin/pip" install --quiet --disable-pip-version-check \
+      "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+    touch "$stamp"
+  fi
+}

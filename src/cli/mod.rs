@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
@@ -38,6 +38,57 @@ pub struct ClientArgs {
     /// The bearer token to call with, when the server requires one
     #[arg(long, env = "ENGRAM_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+
+    /// A PEM CA certificate to trust for an https:// server (default: the
+    /// public web roots)
+    #[arg(long, env = "ENGRAM_CA_CERT", global = true)]
+    pub ca_cert: Option<std::path::PathBuf>,
+
+    /// A PEM client certificate, for a server that requires one (mTLS)
+    #[arg(
+        long,
+        env = "ENGRAM_CLIENT_CERT",
+        global = true,
+        requires = "client_key"
+    )]
+    pub client_cert: Option<std::path::PathBuf>,
+
+    /// The PEM private key of --client-cert
+    #[arg(
+        long,
+        env = "ENGRAM_CLIENT_KEY",
+        global = true,
+        requires = "client_cert"
+    )]
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+impl ClientArgs {
+    /// TLS settings for an https:// server, from the flags.
+    fn tls(&self) -> CliResult<Option<ClientTlsConfig>> {
+        let secure = self.server.starts_with("https://");
+        if !secure {
+            if self.ca_cert.is_some() || self.client_cert.is_some() {
+                return Err(CliError::usage(
+                    "--ca-cert and --client-cert need an https:// --server",
+                ));
+            }
+            return Ok(None);
+        }
+        let read = |path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|err| CliError::usage(format!("cannot read {}: {err}", path.display())))
+        };
+        let mut tls = ClientTlsConfig::new();
+        tls = match &self.ca_cert {
+            Some(path) => tls.ca_certificate(Certificate::from_pem(read(path)?)),
+            None => tls.with_webpki_roots(),
+        };
+        if let (Some(cert), Some(key)) = (&self.client_cert, &self.client_key) {
+            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
+        Ok(Some(tls))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -142,8 +193,13 @@ impl Interceptor for Bearer {
 pub async fn connect(client: &ClientArgs) -> CliResult<Connection> {
     let server = &client.server;
     let bearer = Bearer::new(client.token.as_deref())?;
-    let endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
+    let mut endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
         .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;
+    if let Some(tls) = client.tls()? {
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|err| CliError::usage(format!("bad TLS settings: {err}")))?;
+    }
     let channel = endpoint.connect().await.map_err(|err| CliError {
         message: format!("cannot reach the server at {server}: {err}"),
         code: exit::UNAVAILABLE,

@@ -18,5 +18,6 @@ mod sessions_api;
 mod store_conformance;
 mod summarizer_http;
 mod tail;
+mod tls;
 mod watch;
 mod working_memory;

@@ -85,6 +85,18 @@ async fn health_and_calls_follow_the_database() {
     let readyz = http_status(server.http_addr(), "/readyz").await;
     assert_eq!(readyz, 503);
     assert_eq!(http_status(server.http_addr(), "/healthz").await, 200);
+    let alive = health
+        .check(HealthCheckRequest {
+            service: engram::server::LIVENESS.to_owned(),
+        })
+        .await
+        .expect("check liveness")
+        .into_inner();
+    assert_eq!(
+        alive.status,
+        ServingStatus::Serving as i32,
+        "a liveness probe does not restart a pod for the database"
+    );
 
     // Calls fail, quickly and with the reason, instead of hanging.
     let started = std::time::Instant::now();
