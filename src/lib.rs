@@ -19,6 +19,7 @@ pub mod server;
 pub mod sessions;
 pub mod store;
 pub mod summarizer;
+pub mod telemetry;
 pub mod tls;
 pub mod working;
 

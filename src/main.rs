@@ -3,8 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use engram::config::{Config, ConfigArgs, LogFormat};
-use tracing_subscriber::EnvFilter;
+use engram::config::{Config, ConfigArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,19 +52,6 @@ enum Command {
     Token(engram::cli::token::TokenCommand),
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("ENGRAM_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -97,7 +83,7 @@ fn client_exit(result: engram::cli::CliResult) -> ExitCode {
 
 async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     let config = Config::load(args)?;
-    init_logging(config.log_format);
+    let _telemetry = engram::telemetry::init(config.log_format)?;
     let mut signal = ShutdownSignal::install()?;
     let server = engram::server::start(config).await?;
     signal.recv().await;
@@ -108,7 +94,7 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
 
 async fn migrate(args: ConfigArgs) -> anyhow::Result<()> {
     let config = Config::load(args)?;
-    init_logging(config.log_format);
+    let _telemetry = engram::telemetry::init(config.log_format)?;
     engram::server::migrate(&config).await?;
     tracing::info!(database = %config.database_url, "migrations applied");
     Ok(())

@@ -240,7 +240,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     // Past the per-connection limit calls are refused (UNAVAILABLE) at
     // once rather than queued without bound.
     let mut builder = tonic::transport::Server::builder()
-        .trace_fn(|request| tracing::info_span!("rpc", method = %request.uri().path()))
+        .trace_fn(crate::telemetry::rpc_span)
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .max_concurrent_streams(config.max_streams_per_connection)
         .concurrency_limit_per_connection(config.max_streams_per_connection as usize)

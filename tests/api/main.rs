@@ -18,6 +18,7 @@ mod sessions_api;
 mod store_conformance;
 mod summarizer_http;
 mod tail;
+mod telemetry;
 mod tls;
 mod watch;
 mod working_memory;
