@@ -21,7 +21,7 @@ enum Command {
     /// Run the server (gRPC and HTTP) until SIGTERM or Ctrl-C
     Serve(ConfigArgs),
     /// Apply pending database migrations and exit
-    Migrate(ConfigArgs),
+    Migrate(MigrateArgs),
     /// Scoped memory on a running server: scopes, list, get, set, delete,
     /// history, purge, purge-scope, compact, log, reindex, watch. Exit codes: 0 ok,
     /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable,
@@ -92,11 +92,23 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     server.wait().await
 }
 
-async fn migrate(args: ConfigArgs) -> anyhow::Result<()> {
-    let config = Config::load(args)?;
+#[derive(Debug, clap::Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+
+    /// Then grant this Postgres role what `engram serve` needs (use of the
+    /// tables and sequences, not ownership), so the server can run as a
+    /// role that row-level security binds
+    #[arg(long, value_name = "ROLE")]
+    grant_to: Option<String>,
+}
+
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config)?;
     let _telemetry = engram::telemetry::init(config.log_format)?;
-    engram::server::migrate(&config).await?;
-    tracing::info!(database = %config.database_url, "migrations applied");
+    engram::server::migrate(&config, args.grant_to.as_deref()).await?;
+    tracing::info!(database = %config.database_url, grant_to = ?args.grant_to, "migrations applied");
     Ok(())
 }
 

@@ -83,10 +83,28 @@ impl RunningServer {
 }
 
 /// Opens the store the URL names and runs the migrations.
-pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+/// Opens the store the URL names and runs the migrations; on Postgres,
+/// then grants `grant_to` the use of the tables.
+pub async fn migrate(config: &Config, grant_to: Option<&str>) -> anyhow::Result<()> {
     match backend(config)? {
-        Backend::Postgres => open::<PgStore>(config).await?.migrate().await?,
-        Backend::Sqlite => open::<SqliteStore>(config).await?.migrate().await?,
+        Backend::Postgres => {
+            let store = open::<PgStore>(config).await?;
+            store.migrate().await?;
+            if let Some(role) = grant_to {
+                store.grant_to(role).await.map_err(|err| {
+                    let detail = std::error::Error::source(&err)
+                        .map_or_else(|| err.to_string(), |s| s.to_string());
+                    anyhow::anyhow!("cannot grant {role}: {detail}")
+                })?;
+            }
+        }
+        Backend::Sqlite => {
+            anyhow::ensure!(
+                grant_to.is_none(),
+                "--grant-to is for Postgres; SQLite has no roles"
+            );
+            open::<SqliteStore>(config).await?.migrate().await?
+        }
     }
     Ok(())
 }

@@ -140,6 +140,44 @@ impl Drop for TestDb {
     }
 }
 
+/// The ordinary login role test servers run as on Postgres.
+pub const APP_ROLE: &str = "engram_rls_app";
+
+/// The URL with another user.
+pub fn as_user(url: &str, user: &str) -> String {
+    let start = url.find("://").expect("scheme") + 3;
+    let at = url[start..].find('@').expect("user") + start;
+    format!("{}{user}{}", &url[..start], &url[at..])
+}
+
+/// Lets the app role use the schema's tables and sequences (after the
+/// migrations made them), as an operator's grants would.
+pub async fn grant_app_role(owner: &mut sqlx::PgConnection) {
+    use sqlx::Executor;
+    create_app_role(owner).await;
+    owner
+        .execute(sqlx::AssertSqlSafe(format!(
+            "GRANT USAGE ON SCHEMA public TO {APP_ROLE}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {APP_ROLE}; \
+             GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {APP_ROLE}"
+        )))
+        .await
+        .expect("grant the app role");
+}
+
+/// Creates the app role if no test has yet (roles are per cluster, and
+/// tests run in parallel).
+pub async fn create_app_role(owner: &mut sqlx::PgConnection) {
+    use sqlx::Executor;
+    owner
+        .execute(sqlx::AssertSqlSafe(format!(
+            "DO $$ BEGIN CREATE ROLE {APP_ROLE} LOGIN; \
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        )))
+        .await
+        .expect("create the app role");
+}
+
 /// Settings for a test server on port 0 against `url`.
 pub fn test_settings(url: &str) -> Settings {
     Settings {
@@ -168,10 +206,27 @@ impl TestServer {
         Self::start(TestDb::new(backend).await, tweak).await
     }
 
-    /// Starts a server on an existing database.
+    /// Starts a server on an existing database. On Postgres the server
+    /// runs as an ordinary role that does not own the tables (the owner
+    /// migrates first), so row-level security is enforced in every test,
+    /// unless the test points the server elsewhere.
     pub async fn start(db: TestDb, tweak: impl FnOnce(&mut Settings)) -> TestServer {
         let mut settings = test_settings(&db.url);
         tweak(&mut settings);
+        if db.backend == Backend::Postgres && settings.database_url.as_deref() == Some(&db.url) {
+            use engram::store::Store;
+            db.pg_store()
+                .await
+                .migrate()
+                .await
+                .expect("migrate as the owner");
+            let mut owner = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+                .await
+                .expect("connect as the owner");
+            grant_app_role(&mut owner).await;
+            settings.database_url = Some(as_user(&db.url, APP_ROLE));
+            settings.migrate = Some(engram::config::MigrateMode::Off);
+        }
         let server = engram::server::start(Config::resolve(settings).expect("config"))
             .await
             .expect("server starts");

@@ -14,6 +14,7 @@ mod memory_api;
 mod metrics;
 mod outage;
 mod races;
+mod rls;
 mod sessions_api;
 mod store_conformance;
 mod summarizer_http;

@@ -73,3 +73,23 @@ upgrades do not change it), else made now.
   value: sqlite:///data/engram.db
 {{- end }}
 {{- end -}}
+
+{{- define "engram.migrationSecret" -}}
+{{- with .Values.database.migration -}}
+{{- if .existingSecret -}}{{ .existingSecret }}{{- else if .url -}}{{ printf "%s-migration" (include "engram.fullname" $) }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The migration Job's database URL: its own when configured. */}}
+{{- define "engram.migrationEnv" -}}
+{{- $secret := include "engram.migrationSecret" . -}}
+{{- if $secret }}
+- name: ENGRAM_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Values.database.migration.key }}
+{{- else }}
+{{- include "engram.env" . }}
+{{- end }}
+{{- end -}}

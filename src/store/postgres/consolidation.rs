@@ -346,6 +346,7 @@ impl RuleTx for PgConnection {
 
 impl ConsolidationStore for PgStore {
     async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<()> {
+        let mut conn = self.scoped(tenant).await?;
         let (every, cron) = match &rule.cadence {
             Cadence::EveryNEpisodes(n) => (Some(*n), None),
             Cadence::Cron(text) => (None, Some(text.as_str())),
@@ -367,21 +368,23 @@ impl ConsolidationStore for PgStore {
         .bind(rule.enabled)
         .bind(rule.watermark)
         .bind(rule.create_time)
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
         if done.rows_affected() == 0 {
             return Err(rule_exists(&rule.id));
         }
+        conn.commit().await?;
         Ok(())
     }
 
     async fn get_rule(&self, tenant: &Tenant, id: &str) -> Result<Option<Rule>> {
+        let mut conn = self.scoped(tenant).await?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {RULE_COLUMNS} FROM consolidation_rules WHERE tenant = $1 AND id = $2"
         )))
         .bind(tenant.as_str())
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await?;
         row.map(|row| rule_row(&row, 0)).transpose()
     }
@@ -392,6 +395,7 @@ impl ConsolidationStore for PgStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Rule>> {
+        let mut conn = self.scoped(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {RULE_COLUMNS} FROM consolidation_rules WHERE tenant = $1 \
              AND id > $2 ORDER BY id LIMIT $3"
@@ -399,25 +403,28 @@ impl ConsolidationStore for PgStore {
         .bind(tenant.as_str())
         .bind(after.unwrap_or(""))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter().map(|row| rule_row(row, 0)).collect()
     }
 
     async fn delete_rule(&self, tenant: &Tenant, id: &str) -> Result<bool> {
+        let mut conn = self.scoped(tenant).await?;
         let done = sqlx::query("DELETE FROM consolidation_rules WHERE tenant = $1 AND id = $2")
             .bind(tenant.as_str())
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
+        conn.commit().await?;
         Ok(done.rows_affected() > 0)
     }
 
     async fn enabled_rules(&self) -> Result<Vec<(Tenant, Rule)>> {
+        let mut conn = self.system().await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT tenant, {RULE_COLUMNS} FROM consolidation_rules WHERE enabled ORDER BY tenant, id"
         )))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter()
             .map(|row| Ok((Tenant::new(row.try_get::<String, _>(0)?), rule_row(row, 1)?)))
@@ -431,6 +438,7 @@ impl ConsolidationStore for PgStore {
         up_to: i64,
         at_most: i64,
     ) -> Result<i64> {
+        let mut conn = self.scoped(tenant).await?;
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT 1 FROM episodes WHERE tenant = $1 AND cursor > $2 \
              AND cursor <= $3 LIMIT $4) pending",
@@ -439,12 +447,12 @@ impl ConsolidationStore for PgStore {
         .bind(after)
         .bind(up_to)
         .bind(at_most)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn)
         .await?)
     }
 
     async fn run_rule(&self, tenant: &Tenant, run: &RunRequest<'_>) -> Result<Option<RunOutcome>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         let outcome = run_in(&mut *tx, tenant, run).await?;
         if run.dry_run {
             tx.rollback().await?;
@@ -460,7 +468,7 @@ impl ConsolidationStore for PgStore {
         deltas: &[Delta],
         now: DateTime<Utc>,
     ) -> Result<Applied> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         let applied = apply_in(&mut *tx, tenant, deltas, now).await?;
         tx.commit().await?;
         Ok(applied)
@@ -473,6 +481,7 @@ impl ConsolidationStore for PgStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Fact>> {
+        let mut conn = self.scoped(tenant).await?;
         let (order, compare) = if filter.newest_first {
             ("DESC", "<")
         } else {
@@ -497,7 +506,7 @@ impl ConsolidationStore for PgStore {
         .bind(filter.kind.map(|k| k.as_i16()))
         .bind(after)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter().map(fact_row).collect()
     }
@@ -507,6 +516,7 @@ impl ConsolidationStore for PgStore {
         tenant: &Tenant,
         id: &str,
     ) -> Result<Option<(Fact, Vec<FactVersion>)>> {
+        let mut conn = self.scoped(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {FACT_COLUMNS} FROM facts f JOIN fact_versions v \
              ON v.tenant = f.tenant AND v.fact_id = f.id \
@@ -514,7 +524,7 @@ impl ConsolidationStore for PgStore {
         )))
         .bind(tenant.as_str())
         .bind(id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         let Some(last) = rows.last() else {
             return Ok(None);
@@ -534,7 +544,7 @@ impl ConsolidationStore for PgStore {
         provenance: &Provenance,
         now: DateTime<Utc>,
     ) -> Result<Option<Fact>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         let live: Option<String> = sqlx::query_scalar(
             "SELECT id FROM facts WHERE tenant = $1 AND id = $2 AND NOT deleted FOR UPDATE",
         )

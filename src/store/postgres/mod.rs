@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Executor, Postgres, Row};
+use sqlx::{Executor, Postgres, Row, Transaction};
 use tokio::sync::{OnceCell, watch};
 
 mod consolidation;
@@ -155,6 +155,52 @@ impl PgStore {
         &self.pool
     }
 
+    /// Grants a role the use (not the ownership) of every table and
+    /// sequence, which is all `engram serve` needs; row-level security
+    /// then binds it. Run by the owner after migrating.
+    pub async fn grant_to(&self, role: &str) -> Result<()> {
+        let plain = (1..=63).contains(&role.len())
+            && role.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && role
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !plain {
+            return Err(Error::invalid(
+                crate::error::Reason::InvalidArgument,
+                "grant_to",
+                "a role name of lower-case letters, digits and '_'",
+            ));
+        }
+        let mut tx = self.pool.begin().await?;
+        tx.execute(sqlx::AssertSqlSafe(format!(
+            "GRANT USAGE ON SCHEMA public TO \"{role}\"; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\"; \
+             GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO \"{role}\""
+        )))
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A transaction row-level security confines to one tenant: every
+    /// tenant table's policy compares its rows with `engram.tenant`, set
+    /// here for this transaction only. The setting rides in the same round
+    /// trip as `BEGIN`. A read may simply drop it (the rollback is flushed
+    /// when the connection goes back to the pool).
+    pub(super) async fn scoped(&self, tenant: &Tenant) -> Result<Transaction<'static, Postgres>> {
+        Ok(self
+            .pool
+            .begin_with(sqlx::AssertSqlSafe(begin_as(tenant.as_str())?))
+            .await?)
+    }
+
+    /// A transaction that row-level security lets see every tenant, for
+    /// the server's own cross-tenant work (the scheduler's rule list,
+    /// pruning, the horizon).
+    pub(super) async fn system(&self) -> Result<Transaction<'static, Postgres>> {
+        system_tx(&self.pool).await
+    }
+
     async fn head_in<'e, E>(
         executor: E,
         tenant: &Tenant,
@@ -241,6 +287,26 @@ impl PgStore {
     }
 }
 
+/// What every tenant-confined transaction starts with. The tenant is a
+/// validated name, but this is the one place a value is spliced into SQL,
+/// so it is checked again: anything but `[A-Za-z0-9._-]` is refused.
+fn begin_as(tenant: &str) -> Result<String> {
+    let plain = !tenant.is_empty()
+        && tenant
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain {
+        return Err(Error::internal(format!("unsafe tenant name {tenant:?}")));
+    }
+    Ok(format!("BEGIN; SET LOCAL engram.tenant = '{tenant}'"))
+}
+
+async fn system_tx(pool: &PgPool) -> Result<Transaction<'static, Postgres>> {
+    Ok(pool
+        .begin_with("BEGIN; SET LOCAL engram.tenant = '*'")
+        .await?)
+}
+
 /// The newest position of a feed, and a fence: a transaction id taken
 /// *after* that position was read. Every position at or below the newest
 /// was taken by a transaction that already had its id then (writers take
@@ -264,7 +330,7 @@ async fn horizon_candidate(pool: &PgPool, feed: Feed) -> Result<(i64, String)> {
              FROM episodes_cursor_seq"
         }
     };
-    let mut tx = pool.begin().await?;
+    let mut tx = system_tx(pool).await?;
     let newest: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
     let fence: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
         .fetch_one(&mut *tx)
@@ -386,17 +452,20 @@ impl super::Store for PgStore {
     }
 
     async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Entry> {
+        let mut tx = self.scoped(tenant).await?;
         let Some(stamp) = write.request else {
-            return match Self::write_in(&self.pool, tenant, write).await? {
-                Some(version) => Ok(write.entry(version)),
+            return match Self::write_in(&mut *tx, tenant, write).await? {
+                Some(version) => {
+                    tx.commit().await?;
+                    Ok(write.entry(version))
+                }
                 None => {
-                    let head = Self::head_in(&self.pool, tenant, write.scope, write.key).await?;
+                    let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
                     Err(write_refused(write, head))
                 }
             };
         };
 
-        let mut tx = self.pool.begin().await?;
         // A concurrent twin of this request waits here until the first
         // commits, then sees its record.
         let claimed = sqlx::query(
@@ -456,10 +525,11 @@ impl super::Store for PgStore {
         key: &Key,
         version: Option<i64>,
     ) -> Result<Entry> {
+        let mut conn = self.scoped(tenant).await?;
         if let Some(version) = version {
-            return match Self::version_in(&self.pool, tenant, scope, key, version).await? {
+            return match Self::version_in(&mut *conn, tenant, scope, key, version).await? {
                 Some(entry) => live_entry(entry),
-                None => match Self::head_in(&self.pool, tenant, scope, key).await? {
+                None => match Self::head_in(&mut *conn, tenant, scope, key).await? {
                     Some(_) => Err(version_not_found(key, version)),
                     None => Err(key_not_found_error(key)),
                 },
@@ -470,7 +540,7 @@ impl super::Store for PgStore {
             .bind(scope.scope_type.as_i16())
             .bind(scope.name.as_str())
             .bind(key.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await?;
         match row {
             Some(row) => live_entry(version_row(&row)?.into_entry(scope)?),
@@ -479,10 +549,12 @@ impl super::Store for PgStore {
     }
 
     async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
-        Self::head_in(&self.pool, tenant, scope, key).await
+        let mut conn = self.scoped(tenant).await?;
+        Self::head_in(&mut *conn, tenant, scope, key).await
     }
 
     async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
+        let mut conn = self.scoped(tenant).await?;
         let (low, high) = query.prefix.range();
         let (bound, order) = if query.descending {
             (
@@ -511,7 +583,7 @@ impl super::Store for PgStore {
         .bind(bound)
         .bind(query.include_reserved)
         .bind(query.limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter()
             .map(|row| version_row(row)?.into_entry(query.scope))
@@ -526,6 +598,7 @@ impl super::Store for PgStore {
         from_version: i64,
         limit: i64,
     ) -> Result<Vec<Entry>> {
+        let mut conn = self.scoped(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {VERSION_COLUMNS} FROM memory_versions v \
              WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 AND v.key = $4 \
@@ -537,7 +610,7 @@ impl super::Store for PgStore {
         .bind(key.as_str())
         .bind(from_version)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter()
             .map(|row| version_row(row)?.into_entry(scope))
@@ -551,6 +624,7 @@ impl super::Store for PgStore {
         after: Option<&Scope>,
         limit: i64,
     ) -> Result<Vec<ScopeSummary>> {
+        let mut conn = self.scoped(tenant).await?;
         let rows = sqlx::query(
             "SELECT scope_type, scope, \
              count(*) FILTER (WHERE NOT deleted AND substr(key, 1, 12) <> '_compaction/') \
@@ -569,7 +643,7 @@ impl super::Store for PgStore {
         .bind(limit)
         .bind(filter.flow_id.unwrap_or(""))
         .bind(filter.flow_name.unwrap_or(""))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter().map(scope_summary).collect()
     }
@@ -587,7 +661,7 @@ impl super::Store for PgStore {
              AND ($4::text IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
              AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6";
         let keep = purge.keep.unwrap_or(0);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         let rows = if purge.dry_run {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
@@ -654,7 +728,7 @@ impl super::Store for PgStore {
         write: &Write<'_>,
         mut record: AuditRecord,
     ) -> Result<(Entry, AuditRecord)> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         for fence in fences {
             // Lock each source's head so no write slips in before commit.
             let now: Option<i64> = sqlx::query_scalar(
@@ -696,6 +770,7 @@ impl super::Store for PgStore {
         flow_name: &str,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<()> {
+        let mut conn = self.scoped(tenant).await?;
         sqlx::query(
             "INSERT INTO memory_executions AS e (tenant, execution_id, flow_id, flow_name, create_time) \
              VALUES ($1, $2, $3, $4, $5) \
@@ -709,8 +784,9 @@ impl super::Store for PgStore {
         .bind(flow_id)
         .bind(flow_name)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
+        conn.commit().await?;
         Ok(())
     }
 
@@ -719,17 +795,18 @@ impl super::Store for PgStore {
         tenant: &Tenant,
         execution_id: &str,
     ) -> Result<Option<(String, String)>> {
+        let mut conn = self.scoped(tenant).await?;
         let row = sqlx::query("SELECT flow_id, flow_name FROM memory_executions WHERE tenant = $1 AND execution_id = $2")
             .bind(tenant.as_str())
             .bind(execution_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await?;
         row.map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
             .transpose()
     }
 
     async fn reindex(&self, tenant: &Tenant, apply: bool) -> Result<ReindexOutcome> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         let versions_scanned: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM memory_versions \
              WHERE tenant = $1 AND scope_type = 3 AND flow_id = '' AND flow_name = ''",
@@ -787,6 +864,7 @@ impl super::Store for PgStore {
         up_to: i64,
         limit: i64,
     ) -> Result<Vec<Change>> {
+        let mut conn = self.scoped(tenant).await?;
         let (low, high) = prefix.range();
         let rows = sqlx::query(
             "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
@@ -805,7 +883,7 @@ impl super::Store for PgStore {
         .bind(low)
         .bind(high)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter()
             .map(|row| change_row(row)?.into_change())
@@ -840,26 +918,31 @@ impl super::Store for PgStore {
     }
 
     async fn oldest_revision(&self) -> Result<Option<i64>> {
+        let mut conn = self.system().await?;
         Ok(
             sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *conn)
                 .await?,
         )
     }
 
     async fn prune_changes(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        let mut conn = self.system().await?;
         let done = sqlx::query("DELETE FROM memory_changes WHERE create_time < $1")
             .bind(before)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
+        conn.commit().await?;
         Ok(done.rows_affected())
     }
 
     async fn prune_request_ids(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        let mut conn = self.system().await?;
         let done = sqlx::query("DELETE FROM memory_request_ids WHERE create_time < $1")
             .bind(before)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
+        conn.commit().await?;
         Ok(done.rows_affected())
     }
 }

@@ -183,7 +183,7 @@ impl PgStore {
         tenant: &Tenant,
         append: &Append<'_>,
     ) -> Result<Option<Vec<(Episode, bool)>>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         let session = match session_in(&mut tx, tenant, append.session_id.as_str(), true).await? {
             Some(session) => session,
             None => {
@@ -340,7 +340,7 @@ impl SessionStore for PgStore {
         mode: CreateMode,
     ) -> Result<(Session, bool)> {
         for _ in 0..APPEND_ATTEMPTS {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.scoped(tenant).await?;
             if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str(), false).await? {
                 return existing_session(existing, session, mode);
             }
@@ -354,7 +354,7 @@ impl SessionStore for PgStore {
     }
 
     async fn get_session(&self, tenant: &Tenant, id: &Id) -> Result<Option<Session>> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.scoped(tenant).await?;
         session_in(&mut conn, tenant, id.as_str(), false).await
     }
 
@@ -365,6 +365,7 @@ impl SessionStore for PgStore {
         before: Option<(DateTime<Utc>, &str)>,
         limit: i64,
     ) -> Result<Vec<Session>> {
+        let mut conn = self.scoped(tenant).await?;
         let sql = format!(
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = $1 \
              AND ($2::text IS NULL OR app = $2) AND ($3::text IS NULL OR user_id = $3) \
@@ -378,14 +379,15 @@ impl SessionStore for PgStore {
             .bind(before.map(|(time, _)| time))
             .bind(before.map_or("", |(_, id)| id))
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?;
         rows.iter().map(session_row).collect()
     }
 
     async fn delete_session(&self, tenant: &Tenant, id: &Id, owner: &Owner) -> Result<Option<i64>> {
+        let mut conn = self.scoped(tenant).await?;
         // The episodes go with it (ON DELETE CASCADE), in this statement.
-        Ok(sqlx::query_scalar(
+        let deleted = sqlx::query_scalar(
             "DELETE FROM sessions WHERE tenant = $1 AND id = $2 \
              AND ($3::text IS NULL OR app = $3) AND ($4::text IS NULL OR user_id = $4) \
              RETURNING episode_count",
@@ -394,8 +396,10 @@ impl SessionStore for PgStore {
         .bind(id.as_str())
         .bind(owner.app.as_ref().map(|a| a.as_str()))
         .bind(owner.user.as_ref().map(|u| u.as_str()))
-        .fetch_optional(&self.pool)
-        .await?)
+        .fetch_optional(&mut *conn)
+        .await?;
+        conn.commit().await?;
+        Ok(deleted)
     }
 
     async fn end_session(
@@ -406,7 +410,7 @@ impl SessionStore for PgStore {
         now: DateTime<Utc>,
         delete_episodes: bool,
     ) -> Result<Option<(Session, i64)>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         let sql = format!(
             "UPDATE sessions SET end_time = coalesce(end_time, $5), \
              episode_count = CASE WHEN $6 THEN 0 ELSE episode_count END \
@@ -457,24 +461,27 @@ impl SessionStore for PgStore {
         before: DateTime<Utc>,
         dry_run: bool,
     ) -> Result<i64> {
+        let mut conn = self.scoped(tenant).await?;
         if dry_run {
             return Ok(sqlx::query_scalar(
                 "SELECT count(*) FROM sessions WHERE tenant = $1 AND update_time < $2",
             )
             .bind(tenant.as_str())
             .bind(before)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await?);
         }
         let done = sqlx::query("DELETE FROM sessions WHERE tenant = $1 AND update_time < $2")
             .bind(tenant.as_str())
             .bind(before)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
+        conn.commit().await?;
         Ok(done.rows_affected() as i64)
     }
 
     async fn session_stats(&self, tenant: &Tenant) -> Result<SessionStats> {
+        let mut conn = self.scoped(tenant).await?;
         let row = sqlx::query(
             "SELECT count(*), coalesce(sum(episode_count), 0)::bigint, \
              coalesce(sum(episodes_evicted), 0)::bigint, \
@@ -482,7 +489,7 @@ impl SessionStore for PgStore {
              FROM sessions WHERE tenant = $1",
         )
         .bind(tenant.as_str())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn)
         .await?;
         Ok(SessionStats {
             total_sessions: row.try_get(0)?,
@@ -508,6 +515,7 @@ impl SessionStore for PgStore {
         tenant: &Tenant,
         query: &EpisodeQuery<'_>,
     ) -> Result<Vec<Episode>> {
+        let mut conn = self.scoped(tenant).await?;
         let sql = format!(
             "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 AND session_id = $2 \
              AND seq > $3 AND (cardinality($4::text[]) = 0 OR type = ANY($4)) \
@@ -519,12 +527,13 @@ impl SessionStore for PgStore {
             .bind(query.after_seq)
             .bind(types_vec(query.types))
             .bind(query.limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?;
         rows.iter().map(episode_row).collect()
     }
 
     async fn recent(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
+        let mut conn = self.scoped(tenant).await?;
         let sql = recent_sql(query.session_id.is_some(), query.agent.is_some());
         let rows = sqlx::query(sql)
             .bind(tenant.as_str())
@@ -533,18 +542,19 @@ impl SessionStore for PgStore {
             .bind(query.agent.as_ref().map_or("", |a| a.as_str()))
             .bind(types_vec(&query.types))
             .bind(query.limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?;
         rows.iter().map(episode_row).collect()
     }
 
     async fn latest_episodes(&self, tenant: &Tenant, limit: i64) -> Result<Vec<Episode>> {
+        let mut conn = self.scoped(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 ORDER BY cursor DESC LIMIT $2"
         )))
         .bind(tenant.as_str())
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter().map(episode_row).collect()
     }
@@ -557,6 +567,7 @@ impl SessionStore for PgStore {
         up_to: i64,
         limit: i64,
     ) -> Result<Vec<Episode>> {
+        let mut conn = self.scoped(tenant).await?;
         let sql = format!(
             "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 \
              AND cursor > $2 AND cursor <= $3 \
@@ -574,7 +585,7 @@ impl SessionStore for PgStore {
             .bind(filter.app.as_ref().map(|a| a.as_str()))
             .bind(types_vec(&filter.types))
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await?;
         rows.iter().map(episode_row).collect()
     }

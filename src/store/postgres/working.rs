@@ -36,6 +36,7 @@ impl WorkingStore for PgStore {
         goal: &str,
         now: DateTime<Utc>,
     ) -> Result<()> {
+        let mut conn = self.scoped(tenant).await?;
         sqlx::query(
             "INSERT INTO working_memory AS w (tenant, session_id, goal, update_time) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, session_id) \
@@ -45,18 +46,20 @@ impl WorkingStore for PgStore {
         .bind(session_id)
         .bind(goal)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await?;
+        conn.commit().await?;
         Ok(())
     }
 
     async fn goal(&self, tenant: &Tenant, session_id: &str) -> Result<String> {
+        let mut conn = self.scoped(tenant).await?;
         let goal: Option<String> = sqlx::query_scalar(
             "SELECT goal FROM working_memory WHERE tenant = $1 AND session_id = $2",
         )
         .bind(tenant.as_str())
         .bind(session_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await?;
         Ok(goal.unwrap_or_default())
     }
@@ -70,7 +73,7 @@ impl WorkingStore for PgStore {
         now: DateTime<Utc>,
         max_tasks: i64,
     ) -> Result<Task> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         // The counter row is the lock: creators of one session queue here.
         let number: i64 = sqlx::query_scalar(
             "INSERT INTO working_memory AS w (tenant, session_id, next_task, update_time) \
@@ -122,6 +125,7 @@ impl WorkingStore for PgStore {
         change: &TaskChange,
         now: DateTime<Utc>,
     ) -> Result<Option<Task>> {
+        let mut conn = self.scoped(tenant).await?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE working_tasks SET status = coalesce($4, status), \
              subject = coalesce($5, subject), description = coalesce($6, description), \
@@ -135,19 +139,21 @@ impl WorkingStore for PgStore {
         .bind(change.subject.as_deref())
         .bind(change.description.as_deref())
         .bind(now)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await?;
+        conn.commit().await?;
         row.as_ref().map(task_row).transpose()
     }
 
     async fn list_tasks(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<Task>> {
+        let mut conn = self.scoped(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {TASK_COLUMNS} FROM working_tasks WHERE tenant = $1 AND session_id = $2 \
              ORDER BY number"
         )))
         .bind(tenant.as_str())
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter().map(task_row).collect()
     }
@@ -157,7 +163,7 @@ impl WorkingStore for PgStore {
         tenant: &Tenant,
         put: &CachePut<'_>,
     ) -> Result<(CachedFile, Vec<String>)> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.scoped(tenant).await?;
         // Serialise writers of one session's cache on its working row.
         sqlx::query(
             "INSERT INTO working_memory AS w (tenant, session_id, update_time) VALUES ($1, $2, $3) \
@@ -226,13 +232,14 @@ impl WorkingStore for PgStore {
     }
 
     async fn list_cache(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<CachedFile>> {
+        let mut conn = self.scoped(tenant).await?;
         let rows = sqlx::query(
             "SELECT path, bytes, update_time FROM working_cache WHERE tenant = $1 \
              AND session_id = $2 ORDER BY update_time, path",
         )
         .bind(tenant.as_str())
         .bind(session_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         rows.iter()
             .map(|row| {
@@ -253,6 +260,7 @@ impl WorkingStore for PgStore {
         user: &str,
         kind: FactKind,
     ) -> Result<i64> {
+        let mut conn = self.scoped(tenant).await?;
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 \
              AND kind = $4 AND NOT deleted",
@@ -261,7 +269,7 @@ impl WorkingStore for PgStore {
         .bind(app)
         .bind(user)
         .bind(kind.as_i16())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *conn)
         .await?)
     }
 }
