@@ -28,6 +28,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub server: Option<String>,
 
+    /// The bearer token for a --server that requires one
+    #[arg(long, env = "ENGRAM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
     /// The database the started server (and the baseline) use
     #[arg(
         long,
@@ -242,6 +246,10 @@ impl BenchArgs {
             (None, Some(spawned)) => format!("http://{}", spawned.grpc_addr),
             (None, None) => unreachable!("a server is given or started"),
         };
+        let target = workloads::Target {
+            address,
+            bearer: crate::cli::Bearer::new(self.token.as_deref())?,
+        };
         let idle = started.as_ref().map(|s| s.rss_mib("VmRSS"));
         let mut results = Vec::new();
         for workload in &self.workloads {
@@ -249,7 +257,7 @@ impl BenchArgs {
             if let Some(spawned) = &started {
                 spawned.reset_peak();
             }
-            let mut figures = workloads::run(*workload, &self, &address, started.as_ref())
+            let mut figures = workloads::run(*workload, &self, &target, started.as_ref())
                 .await
                 .map_err(|err| CliError {
                     message: format!("{} failed: {err:#}", workload.name()),

@@ -5,7 +5,9 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tonic::transport::Channel;
+use tonic::service::interceptor::InterceptedService;
+
+use crate::cli::{Bearer, Connection};
 
 use super::server::Spawned;
 use super::{BenchArgs, Figures, Latency};
@@ -85,12 +87,21 @@ pub fn set_value(n: u64) -> serde_json::Value {
     serde_json::json!({ "n": n, "pad": "x".repeat(170) })
 }
 
-async fn channel(address: &str) -> anyhow::Result<Channel> {
-    tonic::transport::Endpoint::from_shared(address.to_owned())?
+/// Where the server is, and the bearer token to call it with.
+#[derive(Clone)]
+pub struct Target {
+    pub address: String,
+    pub bearer: Bearer,
+}
+
+async fn channel(target: &Target) -> anyhow::Result<Connection> {
+    let address = &target.address;
+    let channel = tonic::transport::Endpoint::from_shared(address.to_owned())?
         .tcp_nodelay(true)
         .connect()
         .await
-        .with_context(|| format!("cannot connect to {address}"))
+        .with_context(|| format!("cannot connect to {address}"))?;
+    Ok(InterceptedService::new(channel, target.bearer.clone()))
 }
 
 fn ns(scope: &str, key: String) -> (i32, String, String) {
@@ -163,8 +174,8 @@ fn figures(
 }
 
 /// Makes sure the 10k keys exist (written over gRPC, in parallel).
-async fn ensure_keys(address: &str, args: &BenchArgs) -> anyhow::Result<()> {
-    let mut memory = MemoryServiceClient::new(channel(address).await?);
+async fn ensure_keys(target: &Target, args: &BenchArgs) -> anyhow::Result<()> {
+    let mut memory = MemoryServiceClient::new(channel(target).await?);
     let (scope_type, scope, last) = ns(SCOPE, key(KEYS - 1));
     let exists = memory
         .get(proto::GetRequest {
@@ -182,7 +193,7 @@ async fn ensure_keys(address: &str, args: &BenchArgs) -> anyhow::Result<()> {
     let writers = args.clients.max(1) as u64;
     let mut tasks = Vec::new();
     for w in 0..writers {
-        let mut memory = MemoryServiceClient::new(channel(address).await?);
+        let mut memory = MemoryServiceClient::new(channel(target).await?);
         let scope = scope.clone();
         tasks.push(tokio::spawn(async move {
             let mut n = w;
@@ -207,8 +218,8 @@ async fn ensure_keys(address: &str, args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn ensure_history(address: &str, versions: i64) -> anyhow::Result<()> {
-    let mut memory = MemoryServiceClient::new(channel(address).await?);
+async fn ensure_history(target: &Target, versions: i64) -> anyhow::Result<()> {
+    let mut memory = MemoryServiceClient::new(channel(target).await?);
     let (scope_type, scope, key) = ns(HISTORY_SCOPE, "history".to_owned());
     let current = memory
         .get(proto::GetRequest {
@@ -246,14 +257,14 @@ fn now_micros() -> i64 {
 pub async fn run(
     workload: Workload,
     args: &BenchArgs,
-    address: &str,
+    target: &Target,
     started: Option<&Spawned>,
 ) -> anyhow::Result<Figures> {
     match workload {
         Workload::Set | Workload::Get | Workload::GetVersion | Workload::List => {
-            ensure_keys(address, args).await?;
+            ensure_keys(target, args).await?;
             let (ops, items, samples) = measure(args, |client| async move {
-                let memory = MemoryServiceClient::new(channel(address).await?);
+                let memory = MemoryServiceClient::new(channel(target).await?);
                 let mut rng = Rng::new(client as u64 + 1);
                 let op = move || -> OpFuture {
                     let mut memory = memory.clone();
@@ -303,9 +314,9 @@ pub async fn run(
             Ok(figures(workload, args, ops, items, samples))
         }
         Workload::History => {
-            ensure_history(address, args.history_versions).await?;
+            ensure_history(target, args.history_versions).await?;
             let (ops, items, samples) = measure(args, |_| async move {
-                let memory = MemoryServiceClient::new(channel(address).await?);
+                let memory = MemoryServiceClient::new(channel(target).await?);
                 let op = move || -> OpFuture {
                     let mut memory = memory.clone();
                     Box::pin(async move {
@@ -338,7 +349,7 @@ pub async fn run(
         }
         Workload::Append => {
             let (ops, items, samples) = measure(args, |client| async move {
-                let episodes = EpisodeServiceClient::new(channel(address).await?);
+                let episodes = EpisodeServiceClient::new(channel(target).await?);
                 let content = "x".repeat(1024);
                 let op = move || -> OpFuture {
                     let mut episodes = episodes.clone();
@@ -360,7 +371,7 @@ pub async fn run(
                 .await
                 .context("cannot load the episodes for recent")?;
             let (ops, items, samples) = measure(args, |client| async move {
-                let episodes = EpisodeServiceClient::new(channel(address).await?);
+                let episodes = EpisodeServiceClient::new(channel(target).await?);
                 let mut rng = Rng::new(client as u64 + 7);
                 let op = move || -> OpFuture {
                     let mut episodes = episodes.clone();
@@ -390,7 +401,7 @@ pub async fn run(
         Workload::Ping => {
             let (ops, items, samples) = measure(args, |_| async move {
                 let health =
-                    tonic_health::pb::health_client::HealthClient::new(channel(address).await?);
+                    tonic_health::pb::health_client::HealthClient::new(channel(target).await?);
                 let op = move || -> OpFuture {
                     let mut health = health.clone();
                     Box::pin(async move {
@@ -407,7 +418,7 @@ pub async fn run(
             result.note = Some("the transport's ceiling: a health check per op".to_owned());
             Ok(result)
         }
-        Workload::Tail => tail(args, address, started).await,
+        Workload::Tail => tail(args, target, started).await,
     }
 }
 
@@ -430,7 +441,7 @@ fn append_request(client: usize, content: &str) -> proto::AppendEpisodeRequest {
 /// server) records now - t for each episode it receives.
 async fn tail(
     args: &BenchArgs,
-    address: &str,
+    target: &Target,
     started: Option<&Spawned>,
 ) -> anyhow::Result<Figures> {
     let second = match started {
@@ -439,10 +450,11 @@ async fn tail(
         }
         _ => None,
     };
-    let tail_address = second
-        .as_ref()
-        .map_or(address.to_owned(), |s| format!("http://{}", s.grpc_addr));
-    let mut tailer = EpisodeServiceClient::new(channel(&tail_address).await?);
+    let tail_target = second.as_ref().map_or(target.clone(), |s| Target {
+        address: format!("http://{}", s.grpc_addr),
+        bearer: target.bearer.clone(),
+    });
+    let mut tailer = EpisodeServiceClient::new(channel(&tail_target).await?);
     let mut stream = tailer
         .tail_episodes(proto::TailEpisodesRequest {
             app: "bench-tail".to_owned(),
@@ -471,7 +483,7 @@ async fn tail(
         }
     });
     let (ops, _, _) = measure(args, |client| async move {
-        let episodes = EpisodeServiceClient::new(channel(address).await?);
+        let episodes = EpisodeServiceClient::new(channel(target).await?);
         let op = move || -> OpFuture {
             let mut episodes = episodes.clone();
             Box::pin(async move {

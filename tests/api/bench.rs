@@ -106,3 +106,41 @@ async fn bench_compares_with_pgbench_on_postgres() {
         "{tail}"
     );
 }
+
+/// Against a running server that requires tokens: `--token` gets in, and
+/// without it the bench says why instead of printing figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_calls_an_authenticated_server_with_its_token() {
+    let token = "bench-token";
+    let server = crate::helpers::TestServer::spawn_with(Backend::Sqlite, |s| {
+        s.tokens = Some(format!("{} default", engram::auth::hash_token(token)));
+    })
+    .await;
+    let run = |token: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+        command
+            .args([
+                "bench",
+                "--server",
+                &format!("http://{}", server.grpc_addr()),
+            ])
+            .args(["--clients", "2", "--duration", "200ms", "--warmup", "50ms"])
+            .args(["--workloads", "get", "--output", "json"])
+            .env_remove("ENGRAM_TOKEN");
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        command.output().expect("run engram bench")
+    };
+    let with = run(Some(token));
+    assert!(
+        with.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let report: Value = serde_json::from_slice(&with.stdout).expect("a JSON report");
+    assert!(report["results"][0]["ops"].as_u64().is_some_and(|n| n > 0));
+    let without = run(None);
+    assert!(!without.status.success());
+    assert!(String::from_utf8_lossy(&without.stderr).contains("authorization: Bearer"));
+}
