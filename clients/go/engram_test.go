@@ -3,9 +3,17 @@ package engram_test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -322,5 +330,84 @@ func TestTokensTenantsAndRoles(t *testing.T) {
 	purged, err := connect(t, srv.addr, engram.WithToken("acme-admin")).MemoryAdmin.Purge(ctx, purge)
 	if err != nil || purged.GetVersionsDeleted() != 1 {
 		t.Fatalf("admin purge: %v %v", purged, err)
+	}
+}
+
+// issue makes a certificate signed by parent (self-signed when parent is
+// nil) and returns it with its key, in PEM and parsed.
+func issue(t *testing.T, template *x509.Certificate, parent *tls.Certificate) (certPEM, keyPEM []byte, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template.SerialNumber = big.NewInt(time.Now().UnixNano())
+	template.NotBefore = time.Now().Add(-time.Hour)
+	template.NotAfter = time.Now().Add(time.Hour)
+	signer, signerKey := template, any(key)
+	if parent != nil {
+		signer, signerKey = parent.Leaf, parent.PrivateKey
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, signer, &key.PublicKey, signerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	pair, err = tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certPEM, keyPEM, pair
+}
+
+func TestTLSWithClientCertificates(t *testing.T) {
+	dir := t.TempDir()
+	caPEM, _, ca := issue(t, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "test-ca"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}, nil)
+	serverPEM, serverKey, _ := issue(t, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "server"}, DNSNames: []string{"localhost"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, &ca)
+	_, _, client := issue(t, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "agent"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, &ca)
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	srv := start(t, dir, "127.0.0.1:0",
+		"ENGRAM_TLS_CERT_FILE="+write("server.crt", serverPEM),
+		"ENGRAM_TLS_KEY_FILE="+write("server.key", serverKey),
+		"ENGRAM_TLS_CLIENT_CA_FILE="+write("ca.crt", caPEM))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	set := &engramv1.SetRequest{ScopeType: ns, Scope: "tls", Key: "k", Value: value(t, "over mTLS")}
+
+	withCert := connect(t, srv.addr, engram.WithTLS(&tls.Config{
+		RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{client},
+	}))
+	if response, err := withCert.Memory.Set(ctx, set); err != nil || response.GetEntry().GetVersion() != 1 {
+		t.Fatalf("set over mTLS: %v %v", response, err)
+	}
+	withoutCert := connect(t, srv.addr, engram.WithTLS(&tls.Config{RootCAs: roots, ServerName: "localhost"}))
+	if _, err := withoutCert.Memory.Set(ctx, set); err == nil {
+		t.Fatal("a client without a certificate got in")
+	}
+	plaintext := connect(t, srv.addr)
+	if _, err := plaintext.Memory.Set(ctx, set); err == nil {
+		t.Fatal("a plaintext client got in")
 	}
 }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
+from pathlib import Path
 import threading
 
 import pytest
@@ -12,6 +14,7 @@ from engram_client import (
     AlreadyExists,
     Conflict,
     Engram,
+    EngramError,
     Episode,
     FailedPrecondition,
     InvalidArgument,
@@ -254,5 +257,53 @@ def test_tokens_tenants_and_roles(database_url: str) -> None:
             )
             admin.memory.configure("prefs")
             assert admin.memory.get("theme") is None, "purged"
+    finally:
+        server.stop()
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(directory: Path) -> None:
+    """A CA, a server certificate for localhost and a client certificate."""
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-subj", "/CN=test-ca", "-days", "1",
+            "-keyout", str(directory / "ca.key"), "-out", str(directory / "ca.crt"))
+    for name, extension in (("server", "subjectAltName=DNS:localhost"),
+                            ("client", "extendedKeyUsage=clientAuth")):
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                "-subj", f"/CN={name}", "-keyout", str(directory / f"{name}.key"),
+                "-out", str(directory / f"{name}.csr"))
+        (directory / f"{name}.ext").write_text(extension + "\n")
+        openssl("x509", "-req", "-in", str(directory / f"{name}.csr"), "-days", "1",
+                "-CA", str(directory / "ca.crt"), "-CAkey", str(directory / "ca.key"),
+                "-CAcreateserial", "-extfile", str(directory / f"{name}.ext"),
+                "-out", str(directory / f"{name}.crt"))
+
+
+def test_tls_and_client_certificates(database_url: str, tmp_path: Path) -> None:
+    make_pki(tmp_path)
+    server = start_server(database_url, env={
+        "ENGRAM_TLS_CERT_FILE": str(tmp_path / "server.crt"),
+        "ENGRAM_TLS_KEY_FILE": str(tmp_path / "server.key"),
+        "ENGRAM_TLS_CLIENT_CA_FILE": str(tmp_path / "ca.crt"),
+    })
+    target = "localhost:" + server.address.rsplit(":", 1)[1]
+    ca = (tmp_path / "ca.crt").read_bytes()
+    try:
+        with Engram(target, root_certificates=ca,
+                    private_key=(tmp_path / "client.key").read_bytes(),
+                    certificate_chain=(tmp_path / "client.crt").read_bytes(),
+                    timeout=10) as client:
+            client.memory.configure("tls")
+            assert client.memory.set("k", "over mTLS").version == 1
+            assert client.memory.get("k") == "over mTLS"
+        with Engram(target, root_certificates=ca, timeout=10) as anonymous:
+            anonymous.memory.configure("tls")
+            with pytest.raises(EngramError):
+                anonymous.memory.get("k")
+        with pytest.raises(ValueError):
+            Engram(target, root_certificates=ca, private_key=b"key only")
     finally:
         server.stop()

@@ -170,7 +170,9 @@ class Engram:
     """A connection to an Engram server.
 
     ``Engram("localhost:50051")`` talks plaintext; pass ``secure=True`` for
-    TLS and ``token`` for a bearer token. Caller context (execution, flow)
+    TLS (the system's roots, or ``root_certificates`` in PEM; for mTLS also
+    ``private_key`` and ``certificate_chain``) and ``token`` for a bearer
+    token. Caller context (execution, flow)
     is set once and sent with every call. With ``wait_for_ready`` calls wait
     (up to ``timeout``) for an unreachable server instead of failing fast.
     """
@@ -181,6 +183,9 @@ class Engram:
         token: str | None = None,
         *,
         secure: bool = False,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
         execution_id: str | None = None,
         flow_id: str | None = None,
         flow_name: str | None = None,
@@ -194,8 +199,15 @@ class Engram:
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 2000),
         ]
+        if (private_key is None) != (certificate_chain is None):
+            raise ValueError("private_key and certificate_chain go together")
+        secure = secure or root_certificates is not None or private_key is not None
         self._channel = (
-            grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=options)
+            grpc.secure_channel(
+                target,
+                grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain),
+                options=options,
+            )
             if secure
             else grpc.insecure_channel(target, options=options)
         )
