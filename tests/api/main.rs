@@ -9,6 +9,7 @@ mod cli;
 mod consolidation;
 mod helpers;
 mod history_memory;
+mod limits;
 mod memory_admin;
 mod memory_api;
 mod metrics;
