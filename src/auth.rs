@@ -14,7 +14,8 @@
 //! field.
 
 use std::fmt;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use sha2::{Digest, Sha256};
 
@@ -113,17 +114,58 @@ struct Entry {
 }
 
 /// The configured tokens, or none at all when authentication is off.
+/// Clones share the tokens, so a [`replace`](Self::replace) (a reloaded
+/// tokens file) reaches every clone at once.
 #[derive(Clone)]
 pub struct Authenticator {
-    entries: Option<Arc<[Entry]>>,
+    entries: Option<Arc<RwLock<Arc<[Entry]>>>>,
 }
 
 impl fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.entries {
             None => f.write_str("Authenticator(off)"),
-            Some(entries) => write!(f, "Authenticator({} tokens)", entries.len()),
+            Some(_) => write!(f, "Authenticator({} tokens)", self.len()),
         }
+    }
+}
+
+/// Where the tokens come from: a file (which may change while the server
+/// runs) and lines given inline.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenSources {
+    pub file: Option<PathBuf>,
+    pub inline: Option<String>,
+}
+
+impl TokenSources {
+    /// The file's text, if there is a file.
+    pub fn read_file(&self) -> Result<Option<String>, String> {
+        self.file
+            .as_deref()
+            .map(|path| {
+                std::fs::read_to_string(path)
+                    .map_err(|err| format!("cannot read tokens file {}: {err}", path.display()))
+            })
+            .transpose()
+    }
+
+    /// Parses the file's text (as read) and the inline lines, each with
+    /// its own line numbers in errors.
+    pub fn parse(&self, file_text: Option<&str>) -> Result<Authenticator, String> {
+        let mut text = String::new();
+        if let Some(file_text) = file_text {
+            let path = self.file.as_deref().unwrap_or(Path::new("tokens file"));
+            Authenticator::parse(file_text)
+                .map_err(|err| format!("invalid tokens file {}: {err}", path.display()))?;
+            text.push_str(file_text);
+        }
+        if let Some(inline) = &self.inline {
+            Authenticator::parse(inline).map_err(|err| format!("invalid ENGRAM_TOKENS: {err}"))?;
+            text.push('\n');
+            text.push_str(inline);
+        }
+        Authenticator::parse(&text).map_err(|err| format!("invalid tokens: {err}"))
     }
 }
 
@@ -182,7 +224,7 @@ impl Authenticator {
             }
         }
         Ok(Authenticator {
-            entries: Some(entries.into()),
+            entries: Some(Arc::new(RwLock::new(entries.into()))),
         })
     }
 
@@ -190,9 +232,30 @@ impl Authenticator {
         self.entries.is_some()
     }
 
+    /// The tokens now (empty when off).
+    fn current(&self) -> Arc<[Entry]> {
+        match &self.entries {
+            None => Arc::new([]),
+            Some(shared) => shared
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        }
+    }
+
+    /// Swaps in the tokens of `fresh` for this authenticator and all its
+    /// clones. Nothing changes when either is off.
+    pub fn replace(&self, fresh: &Authenticator) {
+        if let (Some(shared), Some(_)) = (&self.entries, &fresh.entries) {
+            *shared
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh.current();
+        }
+    }
+
     /// How many tokens are configured (0 when off).
     pub fn len(&self) -> usize {
-        self.entries.as_ref().map_or(0, |e| e.len())
+        self.current().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -201,9 +264,10 @@ impl Authenticator {
 
     /// The caller behind an `authorization` header value.
     pub fn authenticate(&self, header: Option<&[u8]>) -> Result<Principal, Refusal> {
-        let Some(entries) = &self.entries else {
+        if self.entries.is_none() {
             return Ok(Principal::anonymous());
-        };
+        }
+        let entries = self.current();
         let header = header.ok_or(Refusal::Missing)?;
         let token = bearer(header).ok_or(Refusal::Invalid)?;
         let presented: [u8; 32] = Sha256::digest(token).into();

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Deserialize;
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, TokenSources};
 use crate::memory::MemoryLimits;
 use crate::redact::Redactor;
 use crate::sessions::SessionLimits;
@@ -225,6 +225,12 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_TOKENS", hide_env_values = true)]
     pub tokens: Option<String>,
 
+    /// How often the tokens file is checked for changes (a changed file
+    /// that parses replaces the tokens; one that does not is logged and
+    /// ignored), in milliseconds [default: 10000]
+    #[arg(long, env = "ENGRAM_TOKENS_RELOAD_INTERVAL_MS")]
+    pub tokens_reload_interval_ms: Option<u64>,
+
     /// Serve gRPC reflection (for grpcurl discovery, without a token)
     /// [default: true]
     #[arg(long, env = "ENGRAM_REFLECTION")]
@@ -306,6 +312,9 @@ impl Settings {
             auth: self.auth.or(other.auth),
             tokens_file: self.tokens_file.or(other.tokens_file),
             tokens: self.tokens.or(other.tokens),
+            tokens_reload_interval_ms: self
+                .tokens_reload_interval_ms
+                .or(other.tokens_reload_interval_ms),
             reflection: self.reflection.or(other.reflection),
             request_timeout_ms: self.request_timeout_ms.or(other.request_timeout_ms),
             max_streams_per_connection: self
@@ -407,6 +416,10 @@ pub struct Config {
     pub summarizer: Option<OpenAiConfig>,
     pub log_format: LogFormat,
     pub auth: Authenticator,
+    /// Where the tokens came from; a tokens file is re-read on
+    /// `tokens_reload_interval`.
+    pub tokens: TokenSources,
+    pub tokens_reload_interval: Duration,
     pub reflection: bool,
     /// `None`: no limit.
     pub request_timeout: Option<Duration>,
@@ -557,6 +570,13 @@ impl Config {
             },
             log_format: settings.log_format.unwrap_or_default(),
             auth,
+            tokens: TokenSources {
+                file: settings.tokens_file.clone(),
+                inline: settings.tokens.clone(),
+            },
+            tokens_reload_interval: Duration::from_millis(
+                settings.tokens_reload_interval_ms.unwrap_or(10_000).max(1),
+            ),
             tls,
             reflection: settings.reflection.unwrap_or(true),
             request_timeout: match settings.request_timeout_ms.unwrap_or(300_000) {
@@ -592,19 +612,14 @@ impl Config {
 
 /// The tokens the settings configure, and whether auth is on at all.
 fn authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
-    let mut text = String::new();
-    if let Some(path) = &settings.tokens_file {
-        text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read tokens file {}", path.display()))?;
-        Authenticator::parse(&text)
-            .with_context(|| format!("invalid tokens file {}", path.display()))?;
-    }
-    if let Some(inline) = &settings.tokens {
-        Authenticator::parse(inline).context("invalid ENGRAM_TOKENS")?;
-        text.push('\n');
-        text.push_str(inline);
-    }
-    let auth = Authenticator::parse(&text).context("invalid tokens")?;
+    let sources = TokenSources {
+        file: settings.tokens_file.clone(),
+        inline: settings.tokens.clone(),
+    };
+    let file_text = sources.read_file().map_err(anyhow::Error::msg)?;
+    let auth = sources
+        .parse(file_text.as_deref())
+        .map_err(anyhow::Error::msg)?;
     let loopback = |addr: Option<SocketAddr>, default: &str| {
         addr.or_else(|| default.parse().ok())
             .is_some_and(|a| a.ip().is_loopback())

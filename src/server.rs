@@ -218,6 +218,14 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     ))
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);
+    if config.auth.is_on() && config.tokens.file.is_some() {
+        tokio::spawn(reload_tokens(
+            config.auth.clone(),
+            config.tokens.clone(),
+            config.tokens_reload_interval,
+            shutdown.clone(),
+        ));
+    }
     let pool_store = store.clone();
     let consolidation = Consolidation::new(store.clone());
     if let Some(interval) = config.scheduler_interval {
@@ -348,6 +356,47 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         shutdown,
         task,
     })
+}
+
+/// Re-reads the tokens file on an interval; a changed file that parses
+/// replaces the tokens of every clone of `auth` (a Kubernetes Secret
+/// updated under a running pod takes effect without a restart), one that
+/// does not is logged and the tokens in use stay.
+async fn reload_tokens(
+    auth: crate::auth::Authenticator,
+    sources: crate::auth::TokenSources,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut seen = sources.read_file().ok().flatten();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let text = match sources.read_file() {
+            Ok(text) => text,
+            Err(err) => {
+                tracing::warn!(error = %err, "keeping the tokens in use");
+                continue;
+            }
+        };
+        if text == seen {
+            continue;
+        }
+        match sources.parse(text.as_deref()) {
+            Ok(fresh) => {
+                auth.replace(&fresh);
+                tracing::info!(tokens = fresh.len(), "tokens reloaded");
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "tokens file changed but is invalid; keeping the tokens in use")
+            }
+        }
+        seen = text;
+    }
 }
 
 /// `/healthz` answers while the process runs; `/readyz` only while the

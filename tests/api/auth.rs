@@ -341,6 +341,48 @@ async fn admin_calls_need_the_admin_role(backend: Backend) {
     assert_eq!(deleted.episodes_deleted, 1);
 }
 
+/// A tokens file rewritten under a running server (as a Kubernetes Secret
+/// update does) takes effect without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_tokens_file_takes_effect() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tokens");
+    let write = |text: String| {
+        let temp = dir.path().join(".tokens.tmp");
+        std::fs::write(&temp, text).expect("write");
+        std::fs::rename(&temp, &path).expect("rename");
+    };
+    write(format!("{} acme\n", hash_token("old-token")));
+    let server = TestServer::spawn_with(Backend::Sqlite, |s| {
+        s.tokens_file = Some(path.clone());
+        s.tokens_reload_interval_ms = Some(50);
+    })
+    .await;
+    memory(&server, Some("old-token"))
+        .set(set("k", json!(1)))
+        .await
+        .expect("the old token works");
+
+    write(format!("{} acme\n", hash_token("new-token")));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while memory(&server, Some("new-token"))
+        .set(set("k", json!(2)))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new token never took effect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let err = memory(&server, Some("old-token"))
+        .set(set("k", json!(3)))
+        .await
+        .expect_err("the old token is gone");
+    assert_eq!(reason(&err), "TOKEN_INVALID");
+}
+
 on_both_stores!(
     tokens_are_required,
     tenants_see_only_their_own,
