@@ -199,7 +199,7 @@ impl Authenticator {
                 let hash = parse_hash(hash).ok_or_else(|| {
                     error("the first field must be a SHA-256 in hex (64 digits)".to_owned())
                 })?;
-                if !valid_tenant(tenant) {
+                if !Tenant::is_valid_name(tenant) {
                     return Err(error(format!(
                         "tenant {tenant:?} must be 1 to 63 letters, digits, '-', '_' or '.'"
                     )));
@@ -351,13 +351,6 @@ fn parse_hash(text: &str) -> Option<[u8; 32]> {
         *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(hash)
-}
-
-fn valid_tenant(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// Equal or not, in time that does not depend on where they differ.

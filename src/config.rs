@@ -447,7 +447,11 @@ impl Config {
     /// Fills defaults and checks values.
     pub fn resolve(settings: Settings) -> anyhow::Result<Config> {
         let defaults = StoreOptions::default();
-        let auth = authenticator(&settings)?;
+        let tokens = TokenSources {
+            file: settings.tokens_file.clone(),
+            inline: settings.tokens.clone(),
+        };
+        let auth = authenticator(&settings, &tokens)?;
         let tls = match (&settings.tls_cert_file, &settings.tls_key_file) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
@@ -570,10 +574,7 @@ impl Config {
             },
             log_format: settings.log_format.unwrap_or_default(),
             auth,
-            tokens: TokenSources {
-                file: settings.tokens_file.clone(),
-                inline: settings.tokens.clone(),
-            },
+            tokens,
             tokens_reload_interval: Duration::from_millis(
                 settings.tokens_reload_interval_ms.unwrap_or(10_000).max(1),
             ),
@@ -611,11 +612,7 @@ impl Config {
 }
 
 /// The tokens the settings configure, and whether auth is on at all.
-fn authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
-    let sources = TokenSources {
-        file: settings.tokens_file.clone(),
-        inline: settings.tokens.clone(),
-    };
+fn authenticator(settings: &Settings, sources: &TokenSources) -> anyhow::Result<Authenticator> {
     let file_text = sources.read_file().map_err(anyhow::Error::msg)?;
     let auth = sources
         .parse(file_text.as_deref())

@@ -18,6 +18,15 @@ impl Tenant {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Whether `name` can name a tenant: 1 to 63 of `[A-Za-z0-9._-]`
+    /// (which also makes it safe inside a quoted SQL literal).
+    pub fn is_valid_name(name: &str) -> bool {
+        (1..=63).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    }
 }
 
 impl Default for Tenant {

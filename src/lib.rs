@@ -15,6 +15,7 @@ pub mod memory;
 pub mod metrics;
 pub mod paging;
 pub mod redact;
+pub mod reload;
 pub mod server;
 pub mod sessions;
 pub mod store;

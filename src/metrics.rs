@@ -73,7 +73,8 @@ pub struct PoolStatus {
 
 #[derive(Default)]
 pub struct Registry {
-    calls: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// Calls by method, then by status code.
+    calls: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
     latency: Mutex<BTreeMap<String, Histogram>>,
     streams: Mutex<BTreeMap<String, i64>>,
     evicted_sessions: AtomicU64,
@@ -89,6 +90,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Updates the value of `method` in a map keyed by method, made on first
+/// use: the method is copied then, not on every call.
+fn update<V: Default>(map: &mut BTreeMap<String, V>, method: &str, f: impl FnOnce(&mut V)) {
+    match map.get_mut(method) {
+        Some(value) => f(value),
+        None => f(map.entry(method.to_owned()).or_default()),
+    }
+}
+
 static GLOBAL: LazyLock<Registry> = LazyLock::new(Registry::default);
 
 /// The registry of this process.
@@ -100,20 +110,19 @@ impl Registry {
     /// A finished call; `elapsed` is `None` for streams, whose length says
     /// nothing about the server.
     pub fn call_finished(&self, method: &str, code: &'static str, elapsed: Option<Duration>) {
-        *lock(&self.calls)
-            .entry((method.to_owned(), code))
-            .or_insert(0) += 1;
+        update(&mut lock(&self.calls), method, |codes| {
+            *codes.entry(code).or_insert(0) += 1;
+        });
         if let Some(elapsed) = elapsed {
-            lock(&self.latency)
-                .entry(method.to_owned())
-                .or_default()
-                .observe(elapsed.as_secs_f64());
+            update(&mut lock(&self.latency), method, |histogram| {
+                histogram.observe(elapsed.as_secs_f64());
+            });
         }
     }
 
     /// A server stream opened (`+1`) or closed (`-1`).
     pub fn stream_delta(&self, method: &str, delta: i64) {
-        *lock(&self.streams).entry(method.to_owned()).or_insert(0) += delta;
+        update(&mut lock(&self.streams), method, |open| *open += delta);
     }
 
     pub fn evicted(&self, what: Evicted, n: u64) {
@@ -137,11 +146,13 @@ impl Registry {
             "counter",
             "gRPC calls finished, by method and status code.",
         );
-        for ((method, code), n) in lock(&self.calls).iter() {
-            let _ = writeln!(
-                out,
-                "engram_rpc_total{{method=\"{method}\",code=\"{code}\"}} {n}"
-            );
+        for (method, codes) in lock(&self.calls).iter() {
+            for (code, n) in codes {
+                let _ = writeln!(
+                    out,
+                    "engram_rpc_total{{method=\"{method}\",code=\"{code}\"}} {n}"
+                );
+            }
         }
         header(
             &mut out,

@@ -219,12 +219,22 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     .max_decoding_message_size(max_message)
     .max_encoding_message_size(max_message);
     if config.auth.is_on() && config.tokens.file.is_some() {
-        tokio::spawn(reload_tokens(
-            config.auth.clone(),
-            config.tokens.clone(),
+        // A changed tokens file that parses replaces the tokens of every
+        // clone of the authenticator (a Secret updated under a running pod
+        // takes effect without a restart).
+        let (auth, sources) = (config.auth.clone(), config.tokens.clone());
+        let reader = sources.clone();
+        crate::reload::spawn(
+            "tokens",
             config.tokens_reload_interval,
             shutdown.clone(),
-        ));
+            sources.read_file().ok().flatten(),
+            move || reader.read_file(),
+            move |text| {
+                auth.replace(&sources.parse(text.as_deref())?);
+                Ok(())
+            },
+        );
     }
     let pool_store = store.clone();
     let consolidation = Consolidation::new(store.clone());
@@ -356,47 +366,6 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         shutdown,
         task,
     })
-}
-
-/// Re-reads the tokens file on an interval; a changed file that parses
-/// replaces the tokens of every clone of `auth` (a Kubernetes Secret
-/// updated under a running pod takes effect without a restart), one that
-/// does not is logged and the tokens in use stay.
-async fn reload_tokens(
-    auth: crate::auth::Authenticator,
-    sources: crate::auth::TokenSources,
-    interval: Duration,
-    shutdown: CancellationToken,
-) {
-    let mut seen = sources.read_file().ok().flatten();
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        let text = match sources.read_file() {
-            Ok(text) => text,
-            Err(err) => {
-                tracing::warn!(error = %err, "keeping the tokens in use");
-                continue;
-            }
-        };
-        if text == seen {
-            continue;
-        }
-        match sources.parse(text.as_deref()) {
-            Ok(fresh) => {
-                auth.replace(&fresh);
-                tracing::info!(tokens = fresh.len(), "tokens reloaded");
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "tokens file changed but is invalid; keeping the tokens in use")
-            }
-        }
-        seen = text;
-    }
 }
 
 /// `/healthz` answers while the process runs; `/readyz` only while the

@@ -42,42 +42,45 @@ pub struct TlsFiles {
     pub reload_interval: Duration,
 }
 
+/// The contents of the TLS files at one moment.
+#[derive(PartialEq, Eq)]
+struct TlsPem {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
+}
+
 impl TlsFiles {
-    fn read(&self) -> anyhow::Result<Vec<Vec<u8>>> {
-        let mut contents = Vec::with_capacity(3);
-        for path in [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            contents.push(
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
-            );
-        }
-        Ok(contents)
+    fn read(&self) -> anyhow::Result<TlsPem> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        Ok(TlsPem {
+            cert: read(&self.cert)?,
+            key: read(&self.key)?,
+            client_ca: self.client_ca.as_ref().map(read).transpose()?,
+        })
     }
 
-    /// Builds a server configuration from the files as they are now.
-    pub fn load(&self) -> anyhow::Result<Arc<ServerConfig>> {
-        let certs = CertificateDer::pem_file_iter(&self.cert)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    /// Builds a server configuration from the files' contents.
+    fn load(&self, pem: &TlsPem) -> anyhow::Result<Arc<ServerConfig>> {
+        let certs = CertificateDer::pem_slice_iter(&pem.cert)
+            .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("cannot read certificates from {}", self.cert.display()))?;
         anyhow::ensure!(
             !certs.is_empty(),
             "no certificate in {}",
             self.cert.display()
         );
-        let key = PrivateKeyDer::from_pem_file(&self.key)
+        let key = PrivateKeyDer::from_pem_slice(&pem.key)
             .with_context(|| format!("cannot read a private key from {}", self.key.display()))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()?;
-        let builder = match &self.client_ca {
-            None => builder.with_no_client_auth(),
-            Some(path) => {
+        let builder = match (&self.client_ca, &pem.client_ca) {
+            (Some(path), Some(ca)) => {
                 let mut roots = RootCertStore::empty();
-                for cert in CertificateDer::pem_file_iter(path)
-                    .with_context(|| format!("cannot read client CA {}", path.display()))?
-                {
+                for cert in CertificateDer::pem_slice_iter(ca) {
                     roots
                         .add(cert.with_context(|| format!("bad PEM in {}", path.display()))?)
                         .with_context(|| format!("bad CA certificate in {}", path.display()))?;
@@ -88,6 +91,7 @@ impl TlsFiles {
                     .context("cannot use the client CA")?;
                 builder.with_client_cert_verifier(verifier)
             }
+            _ => builder.with_no_client_auth(),
         };
         let mut config = builder
             .with_single_cert(certs, key)
@@ -102,40 +106,22 @@ impl TlsFiles {
         self,
         shutdown: CancellationToken,
     ) -> anyhow::Result<watch::Receiver<Arc<ServerConfig>>> {
-        let config = self.load()?;
-        let mut seen = self.read()?;
-        let (sender, receiver) = watch::channel(config);
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(self.reload_interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    _ = ticker.tick() => {}
-                }
-                let now = match self.read() {
-                    Ok(now) => now,
-                    Err(err) => {
-                        tracing::warn!(error = %format!("{err:#}"), "cannot read TLS files, keeping the loaded ones");
-                        continue;
-                    }
-                };
-                if now == seen {
-                    continue;
-                }
-                match self.load() {
-                    Ok(config) => {
-                        seen = now;
-                        sender.send_replace(config);
-                        tracing::info!(cert = %self.cert.display(), "TLS certificates reloaded");
-                    }
-                    Err(err) => tracing::warn!(
-                        error = %format!("{err:#}"),
-                        "TLS files changed but do not load, keeping the previous ones"
-                    ),
-                }
-            }
-        });
+        let pem = self.read()?;
+        let (sender, receiver) = watch::channel(self.load(&pem)?);
+        let files = Arc::new(self);
+        let reader = files.clone();
+        crate::reload::spawn(
+            "TLS certificates",
+            files.reload_interval,
+            shutdown,
+            pem,
+            move || reader.read().map_err(|err| format!("{err:#}")),
+            move |pem| {
+                let config = files.load(pem).map_err(|err| format!("{err:#}"))?;
+                sender.send_replace(config);
+                Ok(())
+            },
+        );
         Ok(receiver)
     }
 }

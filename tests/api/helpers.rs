@@ -150,21 +150,6 @@ pub fn as_user(url: &str, user: &str) -> String {
     format!("{}{user}{}", &url[..start], &url[at..])
 }
 
-/// Lets the app role use the schema's tables and sequences (after the
-/// migrations made them), as an operator's grants would.
-pub async fn grant_app_role(owner: &mut sqlx::PgConnection) {
-    use sqlx::Executor;
-    create_app_role(owner).await;
-    owner
-        .execute(sqlx::AssertSqlSafe(format!(
-            "GRANT USAGE ON SCHEMA public TO {APP_ROLE}; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {APP_ROLE}; \
-             GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {APP_ROLE}"
-        )))
-        .await
-        .expect("grant the app role");
-}
-
 /// Creates the app role if no test has yet (roles are per cluster, and
 /// tests run in parallel).
 pub async fn create_app_role(owner: &mut sqlx::PgConnection) {
@@ -215,15 +200,16 @@ impl TestServer {
         tweak(&mut settings);
         if db.backend == Backend::Postgres && settings.database_url.as_deref() == Some(&db.url) {
             use engram::store::Store;
-            db.pg_store()
-                .await
-                .migrate()
-                .await
-                .expect("migrate as the owner");
+            let owner_store = db.pg_store().await;
+            owner_store.migrate().await.expect("migrate as the owner");
             let mut owner = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
                 .await
                 .expect("connect as the owner");
-            grant_app_role(&mut owner).await;
+            create_app_role(&mut owner).await;
+            owner_store
+                .grant_to(APP_ROLE)
+                .await
+                .expect("grant the app role");
             settings.database_url = Some(as_user(&db.url, APP_ROLE));
             settings.migrate = Some(engram::config::MigrateMode::Off);
         }

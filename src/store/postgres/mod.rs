@@ -289,13 +289,9 @@ impl PgStore {
 
 /// What every tenant-confined transaction starts with. The tenant is a
 /// validated name, but this is the one place a value is spliced into SQL,
-/// so it is checked again: anything but `[A-Za-z0-9._-]` is refused.
+/// so it is checked again.
 fn begin_as(tenant: &str) -> Result<String> {
-    let plain = !tenant.is_empty()
-        && tenant
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if !plain {
+    if !Tenant::is_valid_name(tenant) {
         return Err(Error::internal(format!("unsafe tenant name {tenant:?}")));
     }
     Ok(format!("BEGIN; SET LOCAL engram.tenant = '{tenant}'"))
