@@ -130,7 +130,9 @@ pub struct Settings {
     #[arg(long, env = "ENGRAM_REDACT_EPISODES")]
     pub redact_episodes: Option<bool>,
 
-    /// Most database connections per pool [default: 16]
+    /// Most database connections the server opens for calls (Postgres
+    /// also opens one LISTEN connection per feed a Watch or tail follows)
+    /// [default: 16]
     #[arg(long, env = "ENGRAM_DB_MAX_CONNECTIONS")]
     pub db_max_connections: Option<u32>,
 

@@ -207,22 +207,38 @@ fn pgbench_script(workload: Workload) -> String {
                 ],
             )
         ),
-        // The statements of PgStore::try_append for one episode: lock the
-        // session, look for the id, bump the counter, insert.
+        // The statements of PgStore::try_append for one new episode: read
+        // the session, look for the id, bump the counter and insert.
         _ => {
-            let content = "x".repeat(1024);
+            let content = format!("\"{}\"", "x".repeat(1024));
+            let session = "('bench-raw-' || :client_id)";
+            let id = "('raw-' || :client_id || '-' || :r)";
             format!(
-                "\\set r random(1, 2000000000)\n\
-                 BEGIN;\n\
-                 SELECT id, app, user_id, last_seq FROM sessions WHERE tenant = 'default' AND id = 'bench-raw-' || :client_id FOR UPDATE;\n\
-                 SELECT id FROM episodes WHERE tenant = 'default' AND id = ANY(ARRAY['raw-' || :client_id || '-' || :r]);\n\
-                 UPDATE sessions SET last_seq = last_seq + 1, episode_count = episode_count + 1, update_time = now() \
-                 WHERE tenant = 'default' AND id = 'bench-raw-' || :client_id RETURNING last_seq AS seq \\gset\n\
-                 INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, metadata, \
-                 source_node, timestamp, create_time, fingerprint) VALUES ('default', 'bench-raw-' || :client_id, :seq, \
-                 'raw-' || :client_id || '-' || :seq || '-' || :r, 'bench-raw', 'bench-raw', 'bench-raw', 'observation', \
-                 '\"{content}\"'::jsonb, '{{}}'::jsonb, '', now(), now(), '\\x00'::bytea) RETURNING seq, cursor;\n\
-                 END;\n"
+                "\\set r random(1, 9000000000000000000)\n\
+                 SELECT {} FROM sessions WHERE tenant = 'default' AND id = {session};\n\
+                 SELECT {}, fingerprint FROM episodes WHERE tenant = 'default' AND id = ANY(ARRAY[{id}]);\n\
+                 {};\n",
+                pg_statements::SESSION_COLUMNS,
+                pg_statements::EPISODE_COLUMNS,
+                substitute(
+                    pg_statements::APPEND_SQL,
+                    &[
+                        (1, "'default'"),
+                        (2, session),
+                        (3, "1"),
+                        (4, "now()"),
+                        (5, "'bench-raw'"),
+                        (6, "'bench-raw'"),
+                        (7, &format!("ARRAY[{id}]")),
+                        (8, "ARRAY['bench-raw']"),
+                        (9, "ARRAY['observation']"),
+                        (10, &format!("ARRAY['{content}']")),
+                        (11, "ARRAY['{}']"),
+                        (12, "ARRAY['']"),
+                        (13, "ARRAY[now()]"),
+                        (14, "ARRAY['\\x00'::bytea]"),
+                    ],
+                )
             )
         }
     }

@@ -26,7 +26,9 @@ pub use postgres::PgStore;
 /// The Postgres statements `engram bench` runs through pgbench as its
 /// baseline, taken from the store itself so the two cannot drift apart.
 pub(crate) mod pg_statements {
-    pub(crate) use super::postgres::sessions::recent_sql;
+    pub(crate) use super::postgres::sessions::{
+        APPEND_SQL, EPISODE_COLUMNS, SESSION_COLUMNS, recent_sql,
+    };
     pub(crate) use super::postgres::{SET_ANY, get_current_sql};
 }
 pub use sessions::{Append, CreateMode, EpisodeQuery, NewSession, SessionStore};
@@ -394,27 +396,33 @@ fn ensure_found(entry: Option<Entry>, key: &Key, version: i64) -> Result<Entry> 
 /// (retryable), everything else `Internal`. Neither shows SQL to a client.
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
-        let unavailable = match &err {
-            // A protocol error is a connection that broke mid-conversation
-            // (a restart during the handshake, a reset): retryable too.
+        // A protocol error is a connection that broke mid-conversation (a
+        // restart during the handshake, a reset). Postgres: connection
+        // exceptions (08), operator intervention such as a shutdown (57P).
+        let broken = match &err {
             sqlx::Error::Io(_)
             | sqlx::Error::Protocol(_)
             | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed => true,
-            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-                // Postgres: connection exceptions (08), insufficient resources
-                // (53), operator intervention such as a shutdown (57P).
-                // SQLite: SQLITE_BUSY / SQLITE_LOCKED past the busy timeout.
-                code.starts_with("08")
-                    || code.starts_with("53")
-                    || code.starts_with("57P")
-                    || code == "5"
-                    || code == "6"
-            }),
+            sqlx::Error::Database(db) => db
+                .code()
+                .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
             _ => false,
         };
+        if broken {
+            postgres::pool::connection_broke();
+        }
+        // Also retryable: a pool with no connection to spare, insufficient
+        // resources (53), SQLite's SQLITE_BUSY / SQLITE_LOCKED past the busy
+        // timeout.
+        let unavailable = broken
+            || match &err {
+                sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+                sqlx::Error::Database(db) => db
+                    .code()
+                    .is_some_and(|code| code.starts_with("53") || code == "5" || code == "6"),
+                _ => false,
+            };
         if unavailable {
             Error::Unavailable { source: err.into() }
         } else {

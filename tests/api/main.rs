@@ -14,6 +14,7 @@ mod memory_admin;
 mod memory_api;
 mod metrics;
 mod outage;
+mod pool;
 mod races;
 mod rls;
 mod sessions_api;

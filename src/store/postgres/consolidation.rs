@@ -346,7 +346,7 @@ impl RuleTx for PgConnection {
 
 impl ConsolidationStore for PgStore {
     async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<()> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let (every, cron) = match &rule.cadence {
             Cadence::EveryNEpisodes(n) => (Some(*n), None),
             Cadence::Cron(text) => (None, Some(text.as_str())),
@@ -373,12 +373,11 @@ impl ConsolidationStore for PgStore {
         if done.rows_affected() == 0 {
             return Err(rule_exists(&rule.id));
         }
-        conn.commit().await?;
         Ok(())
     }
 
     async fn get_rule(&self, tenant: &Tenant, id: &str) -> Result<Option<Rule>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {RULE_COLUMNS} FROM consolidation_rules WHERE tenant = $1 AND id = $2"
         )))
@@ -395,7 +394,7 @@ impl ConsolidationStore for PgStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Rule>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {RULE_COLUMNS} FROM consolidation_rules WHERE tenant = $1 \
              AND id > $2 ORDER BY id LIMIT $3"
@@ -409,13 +408,12 @@ impl ConsolidationStore for PgStore {
     }
 
     async fn delete_rule(&self, tenant: &Tenant, id: &str) -> Result<bool> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let done = sqlx::query("DELETE FROM consolidation_rules WHERE tenant = $1 AND id = $2")
             .bind(tenant.as_str())
             .bind(id)
             .execute(&mut *conn)
             .await?;
-        conn.commit().await?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -438,7 +436,7 @@ impl ConsolidationStore for PgStore {
         up_to: i64,
         at_most: i64,
     ) -> Result<i64> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT 1 FROM episodes WHERE tenant = $1 AND cursor > $2 \
              AND cursor <= $3 LIMIT $4) pending",
@@ -481,7 +479,7 @@ impl ConsolidationStore for PgStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Fact>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let (order, compare) = if filter.newest_first {
             ("DESC", "<")
         } else {
@@ -516,7 +514,7 @@ impl ConsolidationStore for PgStore {
         tenant: &Tenant,
         id: &str,
     ) -> Result<Option<(Fact, Vec<FactVersion>)>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {FACT_COLUMNS} FROM facts f JOIN fact_versions v \
              ON v.tenant = f.tenant AND v.fact_id = f.id \

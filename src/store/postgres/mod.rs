@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Executor, Postgres, Row, Transaction};
+use sqlx::{Executor, Postgres, Row};
 use tokio::sync::{OnceCell, watch};
 
 mod consolidation;
+pub(crate) mod pool;
 pub(crate) mod sessions;
 mod working;
 
@@ -30,6 +31,7 @@ use crate::memory::audit::AuditRecord;
 use crate::memory::{
     Change, Entry, Key, KeyPrefix, Scope, ScopeSummary, ScopeType, key_not_found_error,
 };
+use pool::{Lease, Pool};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -110,14 +112,14 @@ pub(crate) fn get_current_sql() -> &'static str {
 
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    pool: Pool,
+    /// Where the horizon tasks' LISTEN connections come from (sqlx's
+    /// listener reconnects through a pool of its own kind).
+    listen: PgPool,
     /// The settled horizon of each feed, computed by one background task
     /// per feed and store, started by the first reader.
     horizons: Arc<[OnceCell<watch::Receiver<i64>>; 2]>,
 }
-
-/// A pooled connection idle for longer than this is pinged before use.
-const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// How often the horizon is re-read without a notification (a missed
 /// NOTIFY, a dropped listener): the bound on delivery delay then.
@@ -128,31 +130,22 @@ impl PgStore {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|err| Error::internal(format!("invalid postgres URL: {err}")))?
             .application_name("engram");
-        // Pinging every connection before use (sqlx's default) costs a round
-        // trip per query; only a connection idle for a while, which may have
-        // died with the database, is checked.
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
+        let pool = Pool::connect(
+            connect.clone(),
+            options.max_connections,
+            options.acquire_timeout,
+        )
+        .await?;
+        let listen = PgPoolOptions::new()
+            // One LISTEN connection per feed.
+            .max_connections(2)
             .acquire_timeout(options.acquire_timeout)
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for > IDLE_CHECK {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_with(connect)
-            .await?;
+            .connect_lazy_with(connect);
         Ok(PgStore {
             pool,
+            listen,
             horizons: Arc::default(),
         })
-    }
-
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
     }
 
     /// Grants a role the use (not the ownership) of every table and
@@ -171,34 +164,38 @@ impl PgStore {
                 "a role name of lower-case letters, digits and '_'",
             ));
         }
-        let mut tx = self.pool.begin().await?;
-        tx.execute(sqlx::AssertSqlSafe(format!(
-            "GRANT USAGE ON SCHEMA public TO \"{role}\"; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\"; \
-             GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO \"{role}\""
-        )))
-        .await?;
-        tx.commit().await?;
+        // One simple query: its statements run as one transaction.
+        self.pool
+            .plain()
+            .await?
+            .execute(sqlx::AssertSqlSafe(format!(
+                "GRANT USAGE ON SCHEMA public TO \"{role}\"; \
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\"; \
+                 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO \"{role}\""
+            )))
+            .await?;
         Ok(())
     }
 
     /// A transaction row-level security confines to one tenant: every
-    /// tenant table's policy compares its rows with `engram.tenant`, set
-    /// here for this transaction only. The setting rides in the same round
-    /// trip as `BEGIN`. A read may simply drop it (the rollback is flushed
-    /// when the connection goes back to the pool).
-    pub(super) async fn scoped(&self, tenant: &Tenant) -> Result<Transaction<'static, Postgres>> {
-        Ok(self
-            .pool
-            .begin_with(sqlx::AssertSqlSafe(begin_as(tenant.as_str())?))
-            .await?)
+    /// tenant table's policy compares its rows with `engram.tenant`.
+    /// Dropped uncommitted, it is rolled back.
+    async fn scoped(&self, tenant: &Tenant) -> Result<Lease> {
+        self.pool.transaction(tenant.as_str()).await
     }
 
-    /// A transaction that row-level security lets see every tenant, for
-    /// the server's own cross-tenant work (the scheduler's rule list,
-    /// pruning, the horizon).
-    pub(super) async fn system(&self) -> Result<Transaction<'static, Postgres>> {
-        system_tx(&self.pool).await
+    /// A connection in autocommit confined to one tenant, for an operation
+    /// that is one statement (or several that need no common snapshot):
+    /// one round trip each.
+    async fn session(&self, tenant: &Tenant) -> Result<Lease> {
+        self.pool.session(tenant.as_str()).await
+    }
+
+    /// A connection in autocommit that row-level security lets see every
+    /// tenant, for the server's own cross-tenant work (the scheduler's rule
+    /// list, pruning).
+    async fn system(&self) -> Result<Lease> {
+        self.pool.session(SYSTEM).await
     }
 
     async fn head_in<'e, E>(
@@ -287,21 +284,8 @@ impl PgStore {
     }
 }
 
-/// What every tenant-confined transaction starts with. The tenant is a
-/// validated name, but this is the one place a value is spliced into SQL,
-/// so it is checked again.
-fn begin_as(tenant: &str) -> Result<String> {
-    if !Tenant::is_valid_name(tenant) {
-        return Err(Error::internal(format!("unsafe tenant name {tenant:?}")));
-    }
-    Ok(format!("BEGIN; SET LOCAL engram.tenant = '{tenant}'"))
-}
-
-async fn system_tx(pool: &PgPool) -> Result<Transaction<'static, Postgres>> {
-    Ok(pool
-        .begin_with("BEGIN; SET LOCAL engram.tenant = '*'")
-        .await?)
-}
+/// What `engram.tenant` is set to for the server's cross-tenant work.
+const SYSTEM: &str = "*";
 
 /// The newest position of a feed, and a fence: a transaction id taken
 /// *after* that position was read. Every position at or below the newest
@@ -314,34 +298,39 @@ async fn system_tx(pool: &PgPool) -> Result<Transaction<'static, Postgres>> {
 /// only "newest completed id + 1", and a transaction with a higher id may be
 /// running (holding a lower position) while not being listed in the
 /// snapshot at all.
-async fn horizon_candidate(pool: &PgPool, feed: Feed) -> Result<(i64, String)> {
+async fn horizon_candidate(pool: &Pool, feed: Feed) -> Result<(i64, String)> {
     // Revisions: the primary key, so max() is one index probe. Cursors are
     // only indexed after the tenant, so max() would scan; the identity's
     // sequence says the same thing (every cursor up to its last value has
     // been handed out, by a writer that then already had its id) for free.
+    // One statement: the materialized CTE is read before the outer row is
+    // projected, so the id is assigned after the position was read.
     let sql = match feed {
-        Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
+        Feed::Changes => {
+            "WITH newest AS MATERIALIZED \
+             (SELECT coalesce(max(revision), 0) AS position FROM memory_changes) \
+             SELECT position, pg_current_xact_id()::text FROM newest"
+        }
         Feed::Episodes => {
-            "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END \
-             FROM episodes_cursor_seq"
+            "WITH newest AS MATERIALIZED \
+             (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS position \
+              FROM episodes_cursor_seq) \
+             SELECT position, pg_current_xact_id()::text FROM newest"
         }
     };
-    let mut tx = system_tx(pool).await?;
-    let newest: i64 = sqlx::query_scalar(sql).fetch_one(&mut *tx).await?;
-    let fence: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
-        .fetch_one(&mut *tx)
-        .await?;
-    tx.commit().await?;
+    let mut conn = pool.session(SYSTEM).await?;
+    let (newest, fence): (i64, String) = sqlx::query_as(sql).fetch_one(&mut *conn).await?;
     Ok((newest, fence))
 }
 
 /// Waits until every transaction with an id up to `fence` has finished.
-async fn wait_settled(pool: &PgPool, fence: &str) -> Result<()> {
+async fn wait_settled(pool: &Pool, fence: &str) -> Result<()> {
+    let mut conn = pool.plain().await?;
     loop {
         let settled: bool =
             sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
                 .bind(fence)
-                .fetch_one(pool)
+                .fetch_one(&mut *conn)
                 .await?;
         if settled {
             return Ok(());
@@ -353,7 +342,13 @@ async fn wait_settled(pool: &PgPool, fence: &str) -> Result<()> {
 
 /// Keeps the horizon current: woken by NOTIFY from any replica, and by a
 /// poll in case a notification was missed.
-async fn run_horizon(pool: PgPool, feed: Feed, mut horizon: i64, sender: watch::Sender<i64>) {
+async fn run_horizon(
+    pool: Pool,
+    listen: PgPool,
+    feed: Feed,
+    mut horizon: i64,
+    sender: watch::Sender<i64>,
+) {
     let channel = match feed {
         Feed::Changes => "engram_changes",
         Feed::Episodes => "engram_episodes",
@@ -364,7 +359,7 @@ async fn run_horizon(pool: PgPool, feed: Feed, mut horizon: i64, sender: watch::
             return;
         }
         if listener.is_none() {
-            match PgListener::connect_with(&pool).await {
+            match PgListener::connect_with(&listen).await {
                 Ok(mut fresh) => match fresh.listen(channel).await {
                     Ok(()) => listener = Some(fresh),
                     Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
@@ -380,6 +375,11 @@ async fn run_horizon(pool: PgPool, feed: Feed, mut horizon: i64, sender: watch::
                         listener = None;
                     },
                     () = tokio::time::sleep(HORIZON_POLL) => {}
+                }
+                // One advance covers every write notified so far: under
+                // load, notifications arrive faster than one pass per write.
+                if let Some(active) = &mut listener {
+                    while active.next_buffered().is_some() {}
                 }
             }
             None => tokio::time::sleep(HORIZON_POLL).await,
@@ -429,38 +429,40 @@ fn version_row(row: &PgRow) -> Result<VersionRow> {
 
 impl super::Store for PgStore {
     async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
+        let mut conn = self.pool.plain().await?;
+        MIGRATOR.run_direct(None, &mut *conn, false).await?;
         Ok(())
     }
 
     async fn check_schema(&self) -> Result<()> {
         let applied: Vec<i64> =
             sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.plain().await?)
                 .await
                 .unwrap_or_default();
         schema_is_current(&MIGRATOR, &applied)
     }
 
     async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1")
+            .execute(&mut *self.pool.plain().await?)
+            .await?;
         Ok(())
     }
 
     async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Entry> {
-        let mut tx = self.scoped(tenant).await?;
         let Some(stamp) = write.request else {
-            return match Self::write_in(&mut *tx, tenant, write).await? {
-                Some(version) => {
-                    tx.commit().await?;
-                    Ok(write.entry(version))
-                }
+            // One statement, committed as it returns.
+            let mut conn = self.session(tenant).await?;
+            return match Self::write_in(&mut *conn, tenant, write).await? {
+                Some(version) => Ok(write.entry(version)),
                 None => {
-                    let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
+                    let head = Self::head_in(&mut *conn, tenant, write.scope, write.key).await?;
                     Err(write_refused(write, head))
                 }
             };
         };
+        let mut tx = self.scoped(tenant).await?;
 
         // A concurrent twin of this request waits here until the first
         // commits, then sees its record.
@@ -521,7 +523,7 @@ impl super::Store for PgStore {
         key: &Key,
         version: Option<i64>,
     ) -> Result<Entry> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         if let Some(version) = version {
             return match Self::version_in(&mut *conn, tenant, scope, key, version).await? {
                 Some(entry) => live_entry(entry),
@@ -545,12 +547,12 @@ impl super::Store for PgStore {
     }
 
     async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         Self::head_in(&mut *conn, tenant, scope, key).await
     }
 
     async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let (low, high) = query.prefix.range();
         let (bound, order) = if query.descending {
             (
@@ -594,7 +596,7 @@ impl super::Store for PgStore {
         from_version: i64,
         limit: i64,
     ) -> Result<Vec<Entry>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {VERSION_COLUMNS} FROM memory_versions v \
              WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 AND v.key = $4 \
@@ -620,7 +622,7 @@ impl super::Store for PgStore {
         after: Option<&Scope>,
         limit: i64,
     ) -> Result<Vec<ScopeSummary>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let rows = sqlx::query(
             "SELECT scope_type, scope, \
              count(*) FILTER (WHERE NOT deleted AND substr(key, 1, 12) <> '_compaction/') \
@@ -766,7 +768,7 @@ impl super::Store for PgStore {
         flow_name: &str,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<()> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         sqlx::query(
             "INSERT INTO memory_executions AS e (tenant, execution_id, flow_id, flow_name, create_time) \
              VALUES ($1, $2, $3, $4, $5) \
@@ -782,7 +784,6 @@ impl super::Store for PgStore {
         .bind(now)
         .execute(&mut *conn)
         .await?;
-        conn.commit().await?;
         Ok(())
     }
 
@@ -791,7 +792,7 @@ impl super::Store for PgStore {
         tenant: &Tenant,
         execution_id: &str,
     ) -> Result<Option<(String, String)>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let row = sqlx::query("SELECT flow_id, flow_name FROM memory_executions WHERE tenant = $1 AND execution_id = $2")
             .bind(tenant.as_str())
             .bind(execution_id)
@@ -860,7 +861,7 @@ impl super::Store for PgStore {
         up_to: i64,
         limit: i64,
     ) -> Result<Vec<Change>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let (low, high) = prefix.range();
         let rows = sqlx::query(
             "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
@@ -887,12 +888,12 @@ impl super::Store for PgStore {
     }
 
     async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
-        let pool = self.pool.clone();
+        let (pool, listen) = (self.pool.clone(), self.listen.clone());
         let receiver = self.horizons[feed as usize]
             .get_or_try_init(|| async move {
                 let newest = self.settled(feed).await?;
                 let (sender, receiver) = watch::channel(newest);
-                tokio::spawn(run_horizon(pool, feed, newest, sender));
+                tokio::spawn(run_horizon(pool, listen, feed, newest, sender));
                 Ok::<_, crate::error::Error>(receiver)
             })
             .await?;
@@ -901,9 +902,9 @@ impl super::Store for PgStore {
 
     fn pool_status(&self) -> crate::metrics::PoolStatus {
         crate::metrics::PoolStatus {
-            open: self.pool.size(),
-            idle: self.pool.num_idle() as u32,
-            max: self.pool.options().get_max_connections(),
+            open: self.pool.open(),
+            idle: self.pool.idle(),
+            max: self.pool.max(),
         }
     }
 
@@ -928,7 +929,6 @@ impl super::Store for PgStore {
             .bind(before)
             .execute(&mut *conn)
             .await?;
-        conn.commit().await?;
         Ok(done.rows_affected())
     }
 
@@ -938,7 +938,6 @@ impl super::Store for PgStore {
             .bind(before)
             .execute(&mut *conn)
             .await?;
-        conn.commit().await?;
         Ok(done.rows_affected())
     }
 }

@@ -1,10 +1,13 @@
 //! Sessions and episodes on Postgres.
 //!
-//! An append locks the session row first (which gives the transaction its
-//! id), takes its `seq` values from the row's counter, and only then inserts
-//! the episodes, whose cursors come from an identity. So every cursor is
-//! taken by a transaction that already has an id, which is what the settled
-//! horizon of the tail needs (see `horizon_candidate`).
+//! An append reads the session and looks for its episode ids, then writes
+//! in one statement (`APPEND_SQL`): bumping the session's counter locks its
+//! row, which gives the transaction its id, and only then are the episodes
+//! inserted, their `seq` values taken from the counter and their cursors
+//! from an identity. So every cursor is taken by a transaction that already
+//! has an id, which is what the settled horizon of the tail needs (see
+//! `horizon_candidate`), and the transaction holds its id for one
+//! statement, which is how long a tail waits for it to settle.
 
 use std::collections::HashMap;
 
@@ -24,15 +27,38 @@ use crate::store::sessions::{
     check_episode_replay, existing_session, json_object, sessions_to_evict, types_vec,
 };
 
-const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
+pub(crate) const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
                                end_time, episode_count, last_seq, episodes_evicted";
 
-pub(super) const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
+pub(crate) const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
                                content::text, metadata::text, source_node, timestamp, create_time";
 
 /// How often an append is retried when a concurrent append to another
 /// session took one of its episode ids first (the retry then sees it).
 const APPEND_ATTEMPTS: usize = 3;
+
+/// An append's write, one statement: bump the session's counters (which
+/// locks its row and gives the transaction its id), then insert the
+/// episodes numbered from the counter, their cursors taken from an identity
+/// only as each row is inserted, after the update. The update matches only
+/// the live session of the owner that was read; no row means it changed
+/// since. Parameters: $1 tenant, $2 session, $3 count, $4 now, $5 app,
+/// $6 user, $7.. the episodes' columns as arrays. (`engram bench` runs the
+/// same text through pgbench.)
+pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
+       UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
+       update_time = $4 WHERE tenant = $1 AND id = $2 AND app = $5 AND user_id = $6 \
+       AND end_time IS NULL RETURNING last_seq, episode_count), \
+     inserted AS (\
+       INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
+       content, metadata, source_node, timestamp, create_time, fingerprint) \
+       SELECT $1, $2, b.last_seq - $3 + u.ord, u.id, $5, $6, u.agent, u.type, \
+       u.content::jsonb, u.metadata::jsonb, u.source_node, u.ts, $4, u.fp \
+       FROM bumped b, unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
+       $12::text[], $13::timestamptz[], $14::bytea[]) \
+       WITH ORDINALITY AS u(id, agent, type, content, metadata, source_node, ts, fp, ord) \
+       RETURNING seq, cursor) \
+     SELECT i.seq, i.cursor, b.last_seq, b.episode_count FROM inserted i, bumped b";
 
 fn session_row(row: &PgRow) -> Result<Session> {
     Ok(Session {
@@ -183,13 +209,17 @@ impl PgStore {
         tenant: &Tenant,
         append: &Append<'_>,
     ) -> Result<Option<Vec<(Episode, bool)>>> {
-        let mut tx = self.scoped(tenant).await?;
-        let session = match session_in(&mut tx, tenant, append.session_id.as_str(), true).await? {
+        // Reads first, each its own statement: the session, and which of
+        // the ids are already stored (a retried append replays those).
+        let mut conn = self.session(tenant).await?;
+        let session = match session_in(&mut conn, tenant, append.session_id.as_str(), false).await?
+        {
             Some(session) => session,
             None => {
                 let Some((app, user)) = append.owner.complete() else {
                     return Err(session_not_found(append.session_id.as_str()));
                 };
+                drop(conn);
                 let new = NewSession {
                     id: append.session_id,
                     app,
@@ -198,10 +228,13 @@ impl PgStore {
                     now: append.now,
                     max_sessions: append.max_sessions,
                 };
-                match insert_session_in(&mut tx, tenant, &new).await? {
-                    Some(session) => session,
-                    None => return Ok(None),
-                }
+                let mut tx = self.scoped(tenant).await?;
+                let Some(session) = insert_session_in(&mut tx, tenant, &new).await? else {
+                    return Ok(None);
+                };
+                tx.commit().await?;
+                conn = self.session(tenant).await?;
+                session
             }
         };
         check_append_target(&session, append.owner)?;
@@ -213,7 +246,7 @@ impl PgStore {
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant.as_str())
             .bind(&ids)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut *conn)
             .await?;
         let mut stored: HashMap<String, (Episode, Vec<u8>)> = HashMap::new();
         for row in &rows {
@@ -233,103 +266,110 @@ impl PgStore {
                 }
             }
         }
+        if fresh.is_empty() {
+            return collect_results(results).map(Some);
+        }
 
-        if !fresh.is_empty() {
-            let n = fresh.len() as i64;
-            let last_seq: i64 = sqlx::query_scalar(
-                "UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
-                 update_time = $4 WHERE tenant = $1 AND id = $2 RETURNING last_seq",
-            )
+        let n = fresh.len() as i64;
+        let column = |f: fn(&crate::sessions::NewEpisode) -> String| -> Vec<String> {
+            fresh.iter().map(|e| f(e)).collect()
+        };
+        let inserted = sqlx::query(APPEND_SQL)
             .bind(tenant.as_str())
             .bind(&session.id)
             .bind(n)
             .bind(append.now)
-            .fetch_one(&mut *tx)
-            .await?;
-            let base = last_seq - n;
-            let column = |f: fn(&crate::sessions::NewEpisode) -> String| -> Vec<String> {
-                fresh.iter().map(|e| f(e)).collect()
-            };
-            let inserted = sqlx::query(
-                "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
-                 content, metadata, source_node, timestamp, create_time, fingerprint) \
-                 SELECT $1, $2, $3 + u.ord, u.id, $4, $5, u.agent, u.type, u.content::jsonb, \
-                 u.metadata::jsonb, u.source_node, u.ts, $6, u.fp \
-                 FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
-                 $12::text[], $13::timestamptz[], $14::bytea[]) \
-                 WITH ORDINALITY AS u(id, agent, type, content, metadata, source_node, ts, fp, ord) \
-                 RETURNING seq, cursor",
-            )
-            .bind(tenant.as_str())
-            .bind(&session.id)
-            .bind(base)
             .bind(&session.app)
             .bind(&session.user)
-            .bind(append.now)
             .bind(column(|e| e.id.as_str().to_owned()))
-            .bind(fresh.iter().map(|e| e.agent.as_ref().map_or(session.app.clone(), |a| a.as_str().to_owned())).collect::<Vec<_>>())
+            .bind(
+                fresh
+                    .iter()
+                    .map(|e| {
+                        e.agent
+                            .as_ref()
+                            .map_or(session.app.clone(), |a| a.as_str().to_owned())
+                    })
+                    .collect::<Vec<_>>(),
+            )
             .bind(column(|e| e.kind.as_str().to_owned()))
             .bind(column(|e| e.content_json.clone()))
             .bind(column(|e| e.metadata_json.clone()))
             .bind(column(|e| e.source_node.clone()))
-            .bind(fresh.iter().map(|e| e.timestamp.unwrap_or(append.now)).collect::<Vec<DateTime<Utc>>>())
-            .bind(fresh.iter().map(|e| e.fingerprint.to_vec()).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
+            .bind(
+                fresh
+                    .iter()
+                    .map(|e| e.timestamp.unwrap_or(append.now))
+                    .collect::<Vec<DateTime<Utc>>>(),
+            )
+            .bind(
+                fresh
+                    .iter()
+                    .map(|e| e.fingerprint.to_vec())
+                    .collect::<Vec<_>>(),
+            )
+            .fetch_all(&mut *conn)
             .await;
-            let inserted = match inserted {
-                Ok(rows) => rows,
-                Err(err) if is_unique_violation(&err) => return Ok(None),
-                Err(err) => return Err(err.into()),
-            };
-            let mut cursors = HashMap::with_capacity(inserted.len());
-            for row in &inserted {
-                cursors.insert(row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?);
-            }
-            let mut seq = base;
-            for (slot, new) in results.iter_mut().zip(append.episodes) {
-                if slot.is_some() {
-                    continue;
-                }
-                seq += 1;
-                let cursor = *cursors
-                    .get(&seq)
-                    .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
-                *slot = Some((
-                    crate::sessions::stored_episode(new, &session, seq, cursor, append.now),
-                    false,
-                ));
-            }
-
-            let present = session.episode_count + n;
-            if append.max_events > 0 && present > append.max_events {
-                let evicted = sqlx::query(
-                    "DELETE FROM episodes WHERE tenant = $1 AND session_id = $2 AND seq <= $3",
-                )
-                .bind(tenant.as_str())
-                .bind(&session.id)
-                .bind(last_seq - append.max_events)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected() as i64;
-                sqlx::query(
-                    "UPDATE sessions SET episode_count = episode_count - $3, \
-                     episodes_evicted = episodes_evicted + $3 WHERE tenant = $1 AND id = $2",
-                )
-                .bind(tenant.as_str())
-                .bind(&session.id)
-                .bind(evicted)
-                .execute(&mut *tx)
-                .await?;
-                crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
-            }
+        let inserted = match inserted {
+            Ok(rows) => rows,
+            // Another append took one of the ids first: rerun, and replay it.
+            Err(err) if is_unique_violation(&err) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        // Nothing: the session ended, went or changed hands since it was
+        // read; the rerun reads it again and says which.
+        let Some(first) = inserted.first() else {
+            return Ok(None);
+        };
+        let (last_seq, present): (i64, i64) = (first.try_get(2)?, first.try_get(3)?);
+        let base = last_seq - n;
+        let mut cursors = HashMap::with_capacity(inserted.len());
+        for row in &inserted {
+            cursors.insert(row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?);
         }
-        tx.commit().await?;
-        results
-            .into_iter()
-            .map(|r| r.ok_or_else(|| Error::internal("an appended episode has no result")))
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        let mut seq = base;
+        for (slot, new) in results.iter_mut().zip(append.episodes) {
+            if slot.is_some() {
+                continue;
+            }
+            seq += 1;
+            let cursor = *cursors
+                .get(&seq)
+                .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
+            *slot = Some((
+                crate::sessions::stored_episode(new, &session, seq, cursor, append.now),
+                false,
+            ));
+        }
+
+        if append.max_events > 0 && present > append.max_events {
+            // Its own statement after the append: a reader may glimpse the
+            // log over its limit for that long, never under it.
+            let evicted: i64 = sqlx::query_scalar(
+                "WITH gone AS (DELETE FROM episodes \
+                   WHERE tenant = $1 AND session_id = $2 AND seq <= $3 RETURNING 1), \
+                 counted AS (SELECT count(*) AS n FROM gone) \
+                 UPDATE sessions SET episode_count = episode_count - counted.n, \
+                   episodes_evicted = episodes_evicted + counted.n \
+                 FROM counted WHERE tenant = $1 AND id = $2 RETURNING counted.n",
+            )
+            .bind(tenant.as_str())
+            .bind(&session.id)
+            .bind(last_seq - append.max_events)
+            .fetch_optional(&mut *conn)
+            .await?
+            .unwrap_or(0);
+            crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
+        }
+        collect_results(results).map(Some)
     }
+}
+
+fn collect_results(results: Vec<Option<(Episode, bool)>>) -> Result<Vec<(Episode, bool)>> {
+    results
+        .into_iter()
+        .map(|r| r.ok_or_else(|| Error::internal("an appended episode has no result")))
+        .collect()
 }
 
 impl SessionStore for PgStore {
@@ -354,7 +394,7 @@ impl SessionStore for PgStore {
     }
 
     async fn get_session(&self, tenant: &Tenant, id: &Id) -> Result<Option<Session>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         session_in(&mut conn, tenant, id.as_str(), false).await
     }
 
@@ -365,7 +405,7 @@ impl SessionStore for PgStore {
         before: Option<(DateTime<Utc>, &str)>,
         limit: i64,
     ) -> Result<Vec<Session>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let sql = format!(
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = $1 \
              AND ($2::text IS NULL OR app = $2) AND ($3::text IS NULL OR user_id = $3) \
@@ -385,7 +425,7 @@ impl SessionStore for PgStore {
     }
 
     async fn delete_session(&self, tenant: &Tenant, id: &Id, owner: &Owner) -> Result<Option<i64>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         // The episodes go with it (ON DELETE CASCADE), in this statement.
         let deleted = sqlx::query_scalar(
             "DELETE FROM sessions WHERE tenant = $1 AND id = $2 \
@@ -398,7 +438,6 @@ impl SessionStore for PgStore {
         .bind(owner.user.as_ref().map(|u| u.as_str()))
         .fetch_optional(&mut *conn)
         .await?;
-        conn.commit().await?;
         Ok(deleted)
     }
 
@@ -461,7 +500,7 @@ impl SessionStore for PgStore {
         before: DateTime<Utc>,
         dry_run: bool,
     ) -> Result<i64> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         if dry_run {
             return Ok(sqlx::query_scalar(
                 "SELECT count(*) FROM sessions WHERE tenant = $1 AND update_time < $2",
@@ -476,12 +515,11 @@ impl SessionStore for PgStore {
             .bind(before)
             .execute(&mut *conn)
             .await?;
-        conn.commit().await?;
         Ok(done.rows_affected() as i64)
     }
 
     async fn session_stats(&self, tenant: &Tenant) -> Result<SessionStats> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let row = sqlx::query(
             "SELECT count(*), coalesce(sum(episode_count), 0)::bigint, \
              coalesce(sum(episodes_evicted), 0)::bigint, \
@@ -515,7 +553,7 @@ impl SessionStore for PgStore {
         tenant: &Tenant,
         query: &EpisodeQuery<'_>,
     ) -> Result<Vec<Episode>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let sql = format!(
             "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 AND session_id = $2 \
              AND seq > $3 AND (cardinality($4::text[]) = 0 OR type = ANY($4)) \
@@ -533,7 +571,7 @@ impl SessionStore for PgStore {
     }
 
     async fn recent(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let sql = recent_sql(query.session_id.is_some(), query.agent.is_some());
         let rows = sqlx::query(sql)
             .bind(tenant.as_str())
@@ -548,7 +586,7 @@ impl SessionStore for PgStore {
     }
 
     async fn latest_episodes(&self, tenant: &Tenant, limit: i64) -> Result<Vec<Episode>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 ORDER BY cursor DESC LIMIT $2"
         )))
@@ -567,7 +605,7 @@ impl SessionStore for PgStore {
         up_to: i64,
         limit: i64,
     ) -> Result<Vec<Episode>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let sql = format!(
             "SELECT {EPISODE_COLUMNS} FROM episodes WHERE tenant = $1 \
              AND cursor > $2 AND cursor <= $3 \

@@ -36,7 +36,7 @@ impl WorkingStore for PgStore {
         goal: &str,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         sqlx::query(
             "INSERT INTO working_memory AS w (tenant, session_id, goal, update_time) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, session_id) \
@@ -48,12 +48,11 @@ impl WorkingStore for PgStore {
         .bind(now)
         .execute(&mut *conn)
         .await?;
-        conn.commit().await?;
         Ok(())
     }
 
     async fn goal(&self, tenant: &Tenant, session_id: &str) -> Result<String> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let goal: Option<String> = sqlx::query_scalar(
             "SELECT goal FROM working_memory WHERE tenant = $1 AND session_id = $2",
         )
@@ -125,7 +124,7 @@ impl WorkingStore for PgStore {
         change: &TaskChange,
         now: DateTime<Utc>,
     ) -> Result<Option<Task>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE working_tasks SET status = coalesce($4, status), \
              subject = coalesce($5, subject), description = coalesce($6, description), \
@@ -141,12 +140,11 @@ impl WorkingStore for PgStore {
         .bind(now)
         .fetch_optional(&mut *conn)
         .await?;
-        conn.commit().await?;
         row.as_ref().map(task_row).transpose()
     }
 
     async fn list_tasks(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<Task>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {TASK_COLUMNS} FROM working_tasks WHERE tenant = $1 AND session_id = $2 \
              ORDER BY number"
@@ -232,7 +230,7 @@ impl WorkingStore for PgStore {
     }
 
     async fn list_cache(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<CachedFile>> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         let rows = sqlx::query(
             "SELECT path, bytes, update_time FROM working_cache WHERE tenant = $1 \
              AND session_id = $2 ORDER BY update_time, path",
@@ -260,7 +258,7 @@ impl WorkingStore for PgStore {
         user: &str,
         kind: FactKind,
     ) -> Result<i64> {
-        let mut conn = self.scoped(tenant).await?;
+        let mut conn = self.session(tenant).await?;
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 \
              AND kind = $4 AND NOT deleted",
