@@ -69,6 +69,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub recent_episodes: i64,
 
+    /// Appends per second (all clients together) while `tail` measures
+    /// delivery; 0 appends as fast as the clients can, which measures
+    /// queueing under saturation more than delivery
+    #[arg(long, default_value_t = 500)]
+    pub tail_rate: u64,
+
     /// Versions of the key `history` streams
     #[arg(long, default_value_t = 10_000)]
     pub history_versions: i64,

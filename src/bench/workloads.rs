@@ -482,11 +482,24 @@ async fn tail(
             }
         }
     });
+    // Each client appends on its own schedule, spread evenly over the
+    // period, so the total is --tail-rate.
+    let period = (args.tail_rate > 0)
+        .then(|| Duration::from_secs_f64(args.clients as f64 / args.tail_rate as f64));
     let (ops, _, _) = measure(args, |client| async move {
         let episodes = EpisodeServiceClient::new(channel(target).await?);
+        let mut next = tokio::time::Instant::now()
+            + period.map_or(Duration::ZERO, |p| {
+                p.mul_f64(client as f64 / args.clients.max(1) as f64)
+            });
         let op = move || -> OpFuture {
             let mut episodes = episodes.clone();
+            let at = next;
+            if let Some(period) = period {
+                next += period;
+            }
             Box::pin(async move {
+                tokio::time::sleep_until(at).await;
                 episodes
                     .append_episode(proto::AppendEpisodeRequest {
                         session_id: format!("bench-tail-{client}"),
@@ -513,12 +526,15 @@ async fn tail(
     receiver.abort();
     let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
     let mut result = figures(Workload::Tail, args, ops, ops, samples);
-    result.note = Some(
-        if started.is_some() && args.database_url.starts_with("postgres") {
-            "latency is append-to-delivery on a second server process".to_owned()
-        } else {
-            "latency is append-to-delivery on a second connection".to_owned()
-        },
-    );
+    let across = if started.is_some() && args.database_url.starts_with("postgres") {
+        "a second server process"
+    } else {
+        "a second connection"
+    };
+    let pace = match args.tail_rate {
+        0 => "appends as fast as the clients can".to_owned(),
+        rate => format!("appends paced at {rate}/s"),
+    };
+    result.note = Some(format!("latency is append-to-delivery on {across}, {pace}"));
     Ok(result)
 }
