@@ -28,7 +28,7 @@ const ACME_ADMIN: &str = "acme-admin-token";
 const ACME: &str = "acme-user-token";
 const GLOBEX: &str = "globex-user-token";
 
-type Authed = InterceptedService<Channel, Metadata>;
+pub(crate) type Authed = InterceptedService<Channel, Metadata>;
 
 async fn server(backend: Backend) -> TestServer {
     let tokens = format!(
@@ -47,7 +47,7 @@ fn bearer(token: Option<&str>) -> Metadata {
     }
 }
 
-fn memory(server: &TestServer, token: Option<&str>) -> MemoryServiceClient<Authed> {
+pub(crate) fn memory(server: &TestServer, token: Option<&str>) -> MemoryServiceClient<Authed> {
     MemoryServiceClient::with_interceptor(server.channel.clone(), bearer(token))
 }
 
@@ -63,7 +63,7 @@ fn admin(server: &TestServer, token: Option<&str>) -> MemoryAdminServiceClient<A
     MemoryAdminServiceClient::with_interceptor(server.channel.clone(), bearer(token))
 }
 
-fn set(key: &str, value: serde_json::Value) -> SetRequest {
+pub(crate) fn set(key: &str, value: serde_json::Value) -> SetRequest {
     SetRequest {
         scope_type: NS,
         scope: "shared".into(),
@@ -73,7 +73,7 @@ fn set(key: &str, value: serde_json::Value) -> SetRequest {
     }
 }
 
-fn get(key: &str) -> GetRequest {
+pub(crate) fn get(key: &str) -> GetRequest {
     GetRequest {
         scope_type: NS,
         scope: "shared".into(),

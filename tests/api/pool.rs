@@ -3,55 +3,20 @@
 //! session is set to, rolls back a transaction left open, and does not hand
 //! out a connection the database has closed more than once.
 
-use engram::api::convert::json_to_proto;
 use engram::auth::hash_token;
 use engram::proto::memory_service_client::MemoryServiceClient;
-use engram::proto::{GetRequest, ListRequest, ScopeType, SetRequest};
+use engram::proto::{ListRequest, ScopeType, SetRequest};
 use serde_json::json;
 use tonic::Code;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
-use crate::helpers::{APP_ROLE, Backend, Metadata, TestServer, reason};
+use crate::auth::{Authed, get, memory, set};
+use crate::helpers::{APP_ROLE, Backend, TestServer, reason};
 
 const NS: i32 = ScopeType::Namespace as i32;
 const ACME: &str = "acme-pool-token";
 const GLOBEX: &str = "globex-pool-token";
 
-fn set(key: &str, value: serde_json::Value) -> SetRequest {
-    SetRequest {
-        scope_type: NS,
-        scope: "shared".into(),
-        key: key.into(),
-        value: Some(json_to_proto(&value)),
-        ..SetRequest::default()
-    }
-}
-
-fn get(key: &str) -> GetRequest {
-    GetRequest {
-        scope_type: NS,
-        scope: "shared".into(),
-        key: key.into(),
-        ..GetRequest::default()
-    }
-}
-
-fn as_tenant(
-    server: &TestServer,
-    token: &str,
-) -> MemoryServiceClient<InterceptedService<Channel, Metadata>> {
-    let bearer = format!("Bearer {token}");
-    MemoryServiceClient::with_interceptor(
-        server.channel.clone(),
-        Metadata::new(&[("authorization", &bearer)]),
-    )
-}
-
-async fn value(
-    client: &mut MemoryServiceClient<InterceptedService<Channel, Metadata>>,
-    key: &str,
-) -> serde_json::Value {
+async fn value(client: &mut MemoryServiceClient<Authed>, key: &str) -> serde_json::Value {
     let entry = client
         .get(get(key))
         .await
@@ -73,8 +38,8 @@ async fn tenants_take_turns_on_one_connection() {
         s.db_max_connections = Some(1);
     })
     .await;
-    let mut acme = as_tenant(&server, ACME);
-    let mut globex = as_tenant(&server, GLOBEX);
+    let mut acme = memory(&server, Some(ACME));
+    let mut globex = memory(&server, Some(GLOBEX));
 
     for round in 0..5 {
         acme.set(set("k", json!({"acme": round})))
