@@ -21,6 +21,7 @@ pub mod sessions;
 pub mod store;
 pub mod summarizer;
 pub mod telemetry;
+pub mod ticks;
 pub mod tls;
 pub mod working;
 

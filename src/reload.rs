@@ -22,13 +22,8 @@ pub fn spawn<T>(
     T: PartialEq + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = ticker.tick() => {}
-            }
+        let mut ticks = crate::ticks::Ticks::new(interval, shutdown);
+        while ticks.next().await {
             let now = match read() {
                 Ok(now) => now,
                 Err(err) => {

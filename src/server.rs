@@ -409,16 +409,11 @@ async fn watch_database<S: Store>(
     config: Config,
     shutdown: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(config.health_check_interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = crate::ticks::Ticks::new(config.health_check_interval, shutdown);
     let ping_timeout = config.health_check_interval.max(Duration::from_secs(1));
     let mut serving = true;
     let mut last_prune: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = ticker.tick() => {}
-        }
+    while ticks.next().await {
         let ping = tokio::time::timeout(ping_timeout, store.ping()).await;
         let healthy = matches!(ping, Ok(Ok(())));
         if healthy != serving {

@@ -215,11 +215,15 @@ fn pgbench_script(workload: Workload) -> String {
             let id = "('raw-' || :client_id || '-' || :r)";
             format!(
                 "\\set r random(1, 9000000000000000000)\n\
-                 SELECT {} FROM sessions WHERE tenant = 'default' AND id = {session};\n\
-                 SELECT {}, fingerprint FROM episodes WHERE tenant = 'default' AND id = ANY(ARRAY[{id}]);\n\
-                 {};\n",
-                pg_statements::SESSION_COLUMNS,
-                pg_statements::EPISODE_COLUMNS,
+                 {};\n{};\n{};\n",
+                substitute(
+                    pg_statements::session_sql(),
+                    &[(1, "'default'"), (2, session)]
+                ),
+                substitute(
+                    pg_statements::episodes_by_id_sql(),
+                    &[(1, "'default'"), (2, &format!("ARRAY[{id}]"))]
+                ),
                 substitute(
                     pg_statements::APPEND_SQL,
                     &[

@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::memory::now_micros;
 use crate::metrics::RunOutcome;
 use crate::store::Store;
+use crate::ticks::Ticks;
 
 /// Runs due rules every `interval` until shutdown.
 pub async fn run<S: Store>(
@@ -24,13 +25,8 @@ pub async fn run<S: Store>(
     interval: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
+    let mut ticks = Ticks::new(interval, shutdown.clone());
+    while ticks.next().await {
         if let Err(err) = pass(&consolidation, &shutdown).await {
             tracing::warn!(error = %err, "scheduled consolidation failed, retrying next tick");
         }

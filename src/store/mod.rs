@@ -27,7 +27,7 @@ pub use postgres::PgStore;
 /// baseline, taken from the store itself so the two cannot drift apart.
 pub(crate) mod pg_statements {
     pub(crate) use super::postgres::sessions::{
-        APPEND_SQL, EPISODE_COLUMNS, SESSION_COLUMNS, recent_sql,
+        APPEND_SQL, episodes_by_id_sql, recent_sql, session_sql,
     };
     pub(crate) use super::postgres::{SET_ANY, get_current_sql};
 }
@@ -409,6 +409,9 @@ impl From<sqlx::Error> for Error {
                 .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
             _ => false,
         };
+        // Every sqlx error passes here, so this is where the Postgres pool
+        // learns of a broken connection (a SQLite I/O error costs it no more
+        // than a ping of each idle connection).
         if broken {
             postgres::pool::connection_broke();
         }

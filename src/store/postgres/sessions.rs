@@ -27,10 +27,10 @@ use crate::store::sessions::{
     check_episode_replay, existing_session, json_object, sessions_to_evict, types_vec,
 };
 
-pub(crate) const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
+const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
                                end_time, episode_count, last_seq, episodes_evicted";
 
-pub(crate) const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
+pub(super) const EPISODE_COLUMNS: &str = "id, session_id, seq, cursor, app, user_id, agent, type, \
                                content::text, metadata::text, source_node, timestamp, create_time";
 
 /// How often an append is retried when a concurrent append to another
@@ -121,17 +121,29 @@ fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
 
-async fn session_in(
-    conn: &mut PgConnection,
-    tenant: &Tenant,
-    id: &str,
-    lock: bool,
-) -> Result<Option<Session>> {
-    let sql = format!(
-        "SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = $1 AND id = $2{}",
-        if lock { " FOR UPDATE" } else { "" }
-    );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+/// Reads one session. Parameters: $1 tenant, $2 id. (`engram bench` runs
+/// the same text through pgbench, as the first statement of an append.)
+pub(crate) fn session_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE tenant = $1 AND id = $2")
+    });
+    SQL.as_str()
+}
+
+/// Finds the stored episodes among an append's ids, with the fingerprints
+/// a replay is checked against. Parameters: $1 tenant, $2 ids. (Also run
+/// by `engram bench` as an append's second statement.)
+pub(crate) fn episodes_by_id_sql() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {EPISODE_COLUMNS}, fingerprint FROM episodes WHERE tenant = $1 AND id = ANY($2)"
+        )
+    });
+    SQL.as_str()
+}
+
+async fn session_in(conn: &mut PgConnection, tenant: &Tenant, id: &str) -> Result<Option<Session>> {
+    let row = sqlx::query(session_sql())
         .bind(tenant.as_str())
         .bind(id)
         .fetch_optional(conn)
@@ -212,8 +224,7 @@ impl PgStore {
         // Reads first, each its own statement: the session, and which of
         // the ids are already stored (a retried append replays those).
         let mut conn = self.session(tenant).await?;
-        let session = match session_in(&mut conn, tenant, append.session_id.as_str(), false).await?
-        {
+        let session = match session_in(&mut conn, tenant, append.session_id.as_str()).await? {
             Some(session) => session,
             None => {
                 let Some((app, user)) = append.owner.complete() else {
@@ -240,10 +251,7 @@ impl PgStore {
         check_append_target(&session, append.owner)?;
 
         let ids: Vec<&str> = append.episodes.iter().map(|e| e.id.as_str()).collect();
-        let sql = format!(
-            "SELECT {EPISODE_COLUMNS}, fingerprint FROM episodes WHERE tenant = $1 AND id = ANY($2)"
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let rows = sqlx::query(episodes_by_id_sql())
             .bind(tenant.as_str())
             .bind(&ids)
             .fetch_all(&mut *conn)
@@ -381,7 +389,7 @@ impl SessionStore for PgStore {
     ) -> Result<(Session, bool)> {
         for _ in 0..APPEND_ATTEMPTS {
             let mut tx = self.scoped(tenant).await?;
-            if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str(), false).await? {
+            if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str()).await? {
                 return existing_session(existing, session, mode);
             }
             if let Some(created) = insert_session_in(&mut tx, tenant, session).await? {
@@ -395,7 +403,7 @@ impl SessionStore for PgStore {
 
     async fn get_session(&self, tenant: &Tenant, id: &Id) -> Result<Option<Session>> {
         let mut conn = self.session(tenant).await?;
-        session_in(&mut conn, tenant, id.as_str(), false).await
+        session_in(&mut conn, tenant, id.as_str()).await
     }
 
     async fn list_sessions(
