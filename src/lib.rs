@@ -14,6 +14,7 @@ pub mod error;
 pub mod memory;
 pub mod metrics;
 pub mod paging;
+pub mod ports;
 pub mod redact;
 pub mod reload;
 pub mod server;

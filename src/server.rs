@@ -28,6 +28,7 @@ use crate::config::{Config, MigrateMode};
 use crate::consolidation::Consolidation;
 use crate::memory::Memory;
 use crate::memory::admin::MemoryAdmin;
+use crate::ports::{Database, Store};
 use crate::proto;
 use crate::proto::consolidation_service_server::ConsolidationServiceServer;
 use crate::proto::episode_service_server::EpisodeServiceServer;
@@ -36,7 +37,7 @@ use crate::proto::memory_service_server::MemoryServiceServer;
 use crate::proto::session_service_server::SessionServiceServer;
 use crate::proto::working_memory_service_server::WorkingMemoryServiceServer;
 use crate::sessions::Sessions;
-use crate::store::{Backend, PgStore, SqliteStore, Store};
+use crate::store::{Backend, PgStore, SqliteStore};
 use crate::summarizer::{Extractive, OpenAi, Summarizer};
 use crate::working::WorkingMemory;
 
@@ -176,48 +177,113 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .set_service_status(LIVENESS, ServingStatus::Serving)
         .await;
     let ready = Arc::new(AtomicBool::new(true));
+
+    let services = Services::build(&store, &config, &shutdown)?;
+    spawn_background(
+        &store,
+        &config,
+        &services,
+        health_reporter,
+        &ready,
+        &shutdown,
+    );
+    let serving = serve(
+        store,
+        &config,
+        services,
+        health_service,
+        ready,
+        (grpc_listener, http_listener),
+        shutdown.clone(),
+    )?;
+
+    tracing::info!(
+        %grpc_addr,
+        %http_addr,
+        database = %config.database_url,
+        auth = if config.auth.is_on() { "tokens" } else { "off" },
+        tls = match &config.tls {
+            None => "off",
+            Some(files) if files.client_ca.is_some() => "mtls",
+            Some(_) => "on",
+        },
+        tokens = config.auth.len(),
+        "engram listening"
+    );
+    Ok(RunningServer {
+        grpc_addr,
+        http_addr,
+        shutdown,
+        task: tokio::spawn(serving),
+    })
+}
+
+/// The domain services over one store, as the gRPC and HTTP edges use them.
+struct Services<S> {
+    memory: Memory<S>,
+    admin: MemoryAdmin<S>,
+    sessions: Sessions<S>,
+    consolidation: Consolidation<S>,
+    working: WorkingMemory<S>,
+    feed: FeedOptions,
+}
+
+impl<S: Store> Services<S> {
+    fn build(store: &S, config: &Config, shutdown: &CancellationToken) -> anyhow::Result<Self> {
+        let summarizer: Arc<dyn Summarizer> = match &config.summarizer {
+            Some(http) => Arc::new(OpenAi::new(http.clone()).map_err(anyhow::Error::msg)?),
+            None => Arc::new(Extractive),
+        };
+        let sessions = Sessions::new(store.clone(), config.sessions).redacting(
+            config
+                .redact_episodes
+                .then(|| config.redactor.clone())
+                .flatten(),
+        );
+        Ok(Services {
+            memory: Memory::new(store.clone(), config.limits),
+            admin: MemoryAdmin::new(store.clone(), config.limits, summarizer),
+            consolidation: Consolidation::new(store.clone()),
+            working: WorkingMemory::new(
+                store.clone(),
+                sessions.clone(),
+                config.working,
+                config.redactor.clone(),
+            ),
+            sessions,
+            feed: FeedOptions {
+                shutdown: shutdown.clone(),
+                stall: config.watch_stall_timeout,
+                buffer: config.watch_buffer,
+            },
+        })
+    }
+}
+
+/// The work that runs beside the calls until shutdown: the database health
+/// check (and pruning), the rule scheduler, the tokens file reload.
+fn spawn_background<S: Store>(
+    store: &S,
+    config: &Config,
+    services: &Services<S>,
+    health: HealthReporter,
+    ready: &Arc<AtomicBool>,
+    shutdown: &CancellationToken,
+) {
     tokio::spawn(watch_database(
         store.clone(),
-        health_reporter,
+        health,
         ready.clone(),
         config.clone(),
         shutdown.clone(),
     ));
-
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
-
-    let max_message = config.max_message_bytes;
-    let summarizer: Arc<dyn Summarizer> = match &config.summarizer {
-        Some(http) => Arc::new(OpenAi::new(http.clone()).map_err(anyhow::Error::msg)?),
-        None => Arc::new(Extractive),
-    };
-    let admin = MemoryAdminServiceServer::new(MemoryAdminApi::new(MemoryAdmin::new(
-        store.clone(),
-        config.limits,
-        summarizer,
-    )))
-    .max_decoding_message_size(max_message)
-    .max_encoding_message_size(max_message);
-    let feed = FeedOptions {
-        shutdown: shutdown.clone(),
-        stall: config.watch_stall_timeout,
-        buffer: config.watch_buffer,
-    };
-    let memory = MemoryServiceServer::new(MemoryApi::new(
-        Memory::new(store.clone(), config.limits),
-        feed.clone(),
-    ))
-    .max_decoding_message_size(max_message)
-    .max_encoding_message_size(max_message);
+    if let Some(interval) = config.scheduler_interval {
+        tokio::spawn(crate::consolidation::scheduler::run(
+            services.consolidation.clone(),
+            interval,
+            shutdown.clone(),
+        ));
+    }
     if config.auth.is_on() && config.tokens.file.is_some() {
         // A changed tokens file that parses replaces the tokens of every
         // clone of the authenticator (a Secret updated under a running pod
@@ -236,42 +302,47 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
             },
         );
     }
-    let pool_store = store.clone();
-    let consolidation = Consolidation::new(store.clone());
-    if let Some(interval) = config.scheduler_interval {
-        tokio::spawn(crate::consolidation::scheduler::run(
-            consolidation.clone(),
-            interval,
-            shutdown.clone(),
-        ));
-    }
-    let consolidation_service =
-        ConsolidationServiceServer::new(ConsolidationApi::new(consolidation))
-            .max_decoding_message_size(max_message.saturating_mul(8))
-            .max_encoding_message_size(max_message.saturating_mul(8));
-    let sessions = Sessions::new(store.clone(), config.sessions).redacting(
-        config
-            .redact_episodes
-            .then(|| config.redactor.clone())
-            .flatten(),
-    );
-    let working_service =
-        WorkingMemoryServiceServer::new(WorkingMemoryApi::new(WorkingMemory::new(
-            store,
-            sessions.clone(),
-            config.working,
-            config.redactor.clone(),
-        )))
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(max_message);
-    let http_sessions = sessions.clone();
-    let session_service = SessionServiceServer::new(SessionApi::new(sessions.clone()))
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(max_message);
-    // A batch may carry many episodes at the size limit.
-    let episode_service = EpisodeServiceServer::new(EpisodeApi::new(sessions, feed))
-        .max_decoding_message_size(max_message.saturating_mul(8))
-        .max_encoding_message_size(max_message.saturating_mul(8));
+}
+
+/// Serves gRPC and HTTP on the bound listeners until shutdown, then gives
+/// open calls the grace period, and closes the database pool last.
+fn serve<S: Store>(
+    store: S,
+    config: &Config,
+    services: Services<S>,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    ready: Arc<AtomicBool>,
+    (grpc_listener, http_listener): (TcpListener, TcpListener),
+    shutdown: CancellationToken,
+) -> anyhow::Result<impl Future<Output = anyhow::Result<()>> + Send + 'static> {
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let max_message = config.max_message_bytes;
+    // A batch may carry many episodes or deltas at the size limit.
+    let max_batch = max_message.saturating_mul(8);
+    let Services {
+        memory,
+        admin,
+        sessions,
+        consolidation,
+        working,
+        feed,
+    } = services;
+    let endpoints = crate::api::http::Endpoints {
+        sessions: sessions.clone(),
+        auth: config.auth.clone(),
+    };
 
     // Past the per-connection limit calls are refused (UNAVAILABLE) at
     // once rather than queued without bound.
@@ -289,12 +360,36 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .add_service(health_service)
         .add_optional_service(config.reflection.then_some(reflection_v1))
         .add_optional_service(config.reflection.then_some(reflection_v1alpha))
-        .add_service(memory)
-        .add_service(admin)
-        .add_service(session_service)
-        .add_service(episode_service)
-        .add_service(consolidation_service)
-        .add_service(working_service);
+        .add_service(
+            MemoryServiceServer::new(MemoryApi::new(memory, feed.clone()))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+        )
+        .add_service(
+            MemoryAdminServiceServer::new(MemoryAdminApi::new(admin))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+        )
+        .add_service(
+            SessionServiceServer::new(SessionApi::new(sessions.clone()))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+        )
+        .add_service(
+            EpisodeServiceServer::new(EpisodeApi::new(sessions, feed))
+                .max_decoding_message_size(max_batch)
+                .max_encoding_message_size(max_batch),
+        )
+        .add_service(
+            ConsolidationServiceServer::new(ConsolidationApi::new(consolidation))
+                .max_decoding_message_size(max_batch)
+                .max_encoding_message_size(max_batch),
+        )
+        .add_service(
+            WorkingMemoryServiceServer::new(WorkingMemoryApi::new(working))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
+        );
     let grpc: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
         match config.tls.clone() {
             Some(files) => {
@@ -316,32 +411,14 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
                 ),
             ),
         };
-    let endpoints = crate::api::http::Endpoints {
-        sessions: http_sessions,
-        auth: config.auth.clone(),
-    };
     let http = axum::serve(
         http_listener,
-        http_router(ready, pool_store).merge(crate::api::http::router(endpoints)),
+        http_router(ready, store.clone()).merge(crate::api::http::router(endpoints)),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
-    tracing::info!(
-        %grpc_addr,
-        %http_addr,
-        database = %config.database_url,
-        auth = if config.auth.is_on() { "tokens" } else { "off" },
-        tls = match &config.tls {
-            None => "off",
-            Some(files) if files.client_ca.is_some() => "mtls",
-            Some(_) => "on",
-        },
-        tokens = config.auth.len(),
-        "engram listening"
-    );
     let grace = config.shutdown_grace;
-    let deadline = shutdown.clone();
-    let task = tokio::spawn(async move {
+    Ok(async move {
         let serve = async {
             let (grpc, http) = tokio::join!(grpc, async { http.await });
             grpc.context("gRPC server failed")?;
@@ -350,21 +427,17 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         // Streams such as health watches never end on their own: once the
         // grace period is over, dropping the servers closes what is left.
         let forced = async {
-            deadline.cancelled().await;
+            shutdown.cancelled().await;
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
             served = serve => served?,
             () = forced => tracing::warn!(?grace, "grace period over, closing open calls and streams"),
         }
+        // Every call has ended: the pool's connections can go.
+        store.close().await;
         tracing::info!("engram stopped");
         Ok(())
-    });
-    Ok(RunningServer {
-        grpc_addr,
-        http_addr,
-        shutdown,
-        task,
     })
 }
 

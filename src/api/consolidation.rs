@@ -6,14 +6,15 @@ use tonic::{Request, Response, Status};
 use super::context::caller_context;
 use super::convert::{json_from_proto, json_to_proto, optional_timestamp, timestamp};
 use super::error::to_status;
+use crate::consolidation::FactFilter;
 use crate::consolidation::{
     Applied, Cadence, Consolidation, DEFAULT_RUN_EPISODES, Delta, Fact, FactKind, FactPayload,
     FactVersion, NewRule, Provenance, Rule,
 };
 use crate::error::{Error, Reason, Result};
+use crate::ports::Store;
 use crate::proto;
 use crate::proto::consolidation_service_server::ConsolidationService;
-use crate::store::{FactFilter, Store};
 
 pub struct ConsolidationApi<S> {
     consolidation: Consolidation<S>,

@@ -10,12 +10,12 @@ use super::feed::{self, Feed, FeedOptions, FeedStream};
 use super::sessions::{owner, session_id};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
+use crate::ports::Store;
 use crate::proto;
 use crate::proto::episode_service_server::EpisodeService;
 use crate::sessions::{
     Episode, EpisodeInput, EpisodeType, Id, Name, Sessions, TAIL_BATCH, TailFilter,
 };
-use crate::store::Store;
 
 pub struct EpisodeApi<S> {
     sessions: Sessions<S>,

@@ -19,8 +19,8 @@ use serde_json::json;
 use crate::auth::{self, Authenticator, Refusal};
 use crate::context::CallerContext;
 use crate::error::Error;
+use crate::ports::Store;
 use crate::sessions::{Episode, Id, Name, SessionFilter, Sessions};
-use crate::store::Store;
 
 pub const DEFAULT_LIMIT: i64 = 100;
 pub const MAX_LIMIT: i64 = 1000;

@@ -12,10 +12,11 @@ use super::error::to_status;
 use super::feed::{self, FeedOptions, FeedStream};
 use super::watch::Changes;
 use crate::error::{Error, Reason, Result};
+use crate::memory::ports::ScopeFilter;
 use crate::memory::{Key, KeyPrefix, Memory, ScopeName, ScopeSelector, WriteRequest};
+use crate::ports::Store;
 use crate::proto;
 use crate::proto::memory_service_server::MemoryService;
-use crate::store::{ScopeFilter, Store};
 
 const MAX_REQUEST_ID_LEN: usize = 128;
 

@@ -11,9 +11,9 @@ use crate::memory::admin::{
 };
 use crate::memory::audit::{AuditRecord, SourceMode};
 use crate::memory::{Key, Scope, ScopeName};
+use crate::ports::Store;
 use crate::proto;
 use crate::proto::memory_admin_service_server::MemoryAdminService;
-use crate::store::Store;
 
 pub struct MemoryAdminApi<S> {
     admin: MemoryAdmin<S>,

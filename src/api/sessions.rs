@@ -7,10 +7,11 @@ use super::context::caller_context;
 use super::convert::{object_from_proto, session_to_proto};
 use super::error::to_status;
 use crate::error::{Error, Reason, Result};
+use crate::ports::Store;
 use crate::proto;
 use crate::proto::session_service_server::SessionService;
+use crate::sessions::CreateMode;
 use crate::sessions::{CreateRequest, Id, Name, Owner, SessionFilter, Sessions};
-use crate::store::{CreateMode, Store};
 
 pub struct SessionApi<S> {
     sessions: Sessions<S>,

@@ -5,8 +5,8 @@ use super::feed::Feed;
 use crate::context::CallerContext;
 use crate::error::Result;
 use crate::memory::{Change, ChangeKind, Memory, WATCH_BATCH, WatchStart};
+use crate::ports::Store;
 use crate::proto;
-use crate::store::Store;
 
 /// The changes of one watched scope.
 pub struct Changes<S> {

@@ -11,10 +11,10 @@ use super::error::to_status;
 use super::sessions::{owner, session_id};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
+use crate::ports::Store;
 use crate::proto;
 use crate::proto::working_memory_service_server::WorkingMemoryService;
 use crate::sessions::{Name, Session};
-use crate::store::Store;
 use crate::working::{CachedFile, Task, TaskChange, TaskStatus, WorkingMemory, render, tools};
 
 pub struct WorkingMemoryApi<S> {

@@ -13,11 +13,11 @@ use super::workloads::{
     KEYS, RECENT_APP, RECENT_SESSIONS, RECENT_USERS, Rng, Workload, key, set_value,
 };
 use crate::context::Tenant;
+use crate::memory::ports::{MemoryStore, Mutation, Write};
 use crate::memory::{ChangeKind, Key, Provenance, Scope, ScopeName, ScopeType, Value};
+use crate::sessions::ports::{Append, SessionStore};
 use crate::sessions::{EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery};
-use crate::store::{
-    Append, Mutation, SessionStore, SqliteStore, Store, StoreOptions, Write, pg_statements,
-};
+use crate::store::{SqliteStore, StoreOptions, pg_statements};
 
 /// Loads `n` episodes for `recent` straight into the database (1000
 /// sessions of 100 users), once; returns how many there are.

@@ -16,7 +16,7 @@ use crate::context::{CallerContext, Tenant};
 use crate::error::Result;
 use crate::memory::now_micros;
 use crate::metrics::RunOutcome;
-use crate::store::Store;
+use crate::ports::Store;
 use crate::ticks::Ticks;
 
 /// Runs due rules every `interval` until shutdown.

@@ -2,6 +2,7 @@
 
 use super::cron::Schedule;
 use super::filter;
+use super::ports::{ConsolidationStore, FactFilter, FactTx, Locked, RunLock, RunRequest};
 use super::types::{
     Applied, Cadence, Delta, Fact, FactKind, FactVersion, Provenance, Rule, RunOutcome,
 };
@@ -9,8 +10,8 @@ use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::memory::now_micros;
 use crate::paging::{self, ListPage};
+use crate::ports::{Feed, Feeds};
 use crate::sessions::{Id, Name};
-use crate::store::{FactFilter, Feed, RunLock, RunRequest, Store};
 
 /// Episodes one `RunRule` reads when the request names no limit.
 pub const DEFAULT_RUN_EPISODES: i64 = 1000;
@@ -165,15 +166,18 @@ pub fn validate_delta(field: &str, delta: &Delta) -> Result<()> {
     }
 }
 
-impl<S: Store> Consolidation<S> {
+impl<S: ConsolidationStore + Feeds> Consolidation<S> {
     pub fn new(store: S) -> Self {
         Consolidation { store }
     }
 
     pub async fn create_rule(&self, ctx: &CallerContext, new: NewRule) -> Result<Rule> {
         let rule = validate_rule(new, now_micros())?;
-        self.store.create_rule(&ctx.tenant, &rule).await?;
-        Ok(rule)
+        if self.store.create_rule(&ctx.tenant, &rule).await? {
+            Ok(rule)
+        } else {
+            Err(super::rule_exists(&rule.id))
+        }
     }
 
     pub async fn get_rule(&self, ctx: &CallerContext, id: &str) -> Result<Rule> {
@@ -249,19 +253,27 @@ impl<S: Store> Consolidation<S> {
             RunLock::Wait => self.store.settled(Feed::Episodes).await?,
             RunLock::Try => *self.store.horizon(Feed::Episodes).await?.borrow(),
         };
-        self.store
-            .run_rule(
-                &ctx.tenant,
-                &RunRequest {
-                    rule_id: id,
-                    up_to,
-                    limit: max_episodes.clamp(1, MAX_RUN_EPISODES),
-                    dry_run,
-                    now: now_micros(),
-                    lock,
-                },
-            )
-            .await
+        let request = RunRequest {
+            rule_id: id,
+            up_to,
+            limit: max_episodes.clamp(1, MAX_RUN_EPISODES),
+            dry_run,
+            now: now_micros(),
+            lock,
+        };
+        let mut tx = self.store.begin(&ctx.tenant).await?;
+        match super::run::run(&mut tx, &ctx.tenant, &request).await? {
+            Ok(outcome) if dry_run => {
+                tx.rollback().await?;
+                Ok(Some(outcome))
+            }
+            Ok(outcome) => {
+                tx.commit().await?;
+                Ok(Some(outcome))
+            }
+            Err(Locked::Missing) => Err(super::rule_not_found(id)),
+            Err(_) => Ok(None),
+        }
     }
 
     pub async fn apply_deltas(&self, ctx: &CallerContext, deltas: Vec<Delta>) -> Result<Applied> {
@@ -275,9 +287,10 @@ impl<S: Store> Consolidation<S> {
         for (i, delta) in deltas.iter().enumerate() {
             validate_delta(&format!("deltas[{i}]"), delta)?;
         }
-        self.store
-            .apply_deltas(&ctx.tenant, &deltas, now_micros())
-            .await
+        let mut tx = self.store.begin(&ctx.tenant).await?;
+        let applied = super::run::apply(&mut tx, &ctx.tenant, &deltas, now_micros()).await?;
+        tx.commit().await?;
+        Ok(applied)
     }
 
     pub async fn list_facts(
@@ -328,21 +341,23 @@ impl<S: Store> Consolidation<S> {
             rule_id: "delete".to_owned(),
             confidence: 1.0,
         };
-        match self
-            .store
-            .delete_fact(&ctx.tenant, id, &provenance, provenance.promotion_ts)
-            .await?
-        {
-            Some(fact) => Ok(fact),
-            None => Err(match self.store.get_fact(&ctx.tenant, id).await? {
-                Some(_) => Error::NotFound {
-                    reason: Reason::FactNotFound,
-                    message: format!("fact {id:?} is already deleted"),
-                    metadata: vec![("fact_id", id.to_owned())],
-                },
-                None => fact_not_found(id),
-            }),
+        let mut tx = self.store.begin(&ctx.tenant).await?;
+        if tx.lock_live_fact(&ctx.tenant, id).await? {
+            tx.write_version(&ctx.tenant, id, None, &provenance, provenance.promotion_ts)
+                .await?;
+            let fact = tx.fact(&ctx.tenant, id).await?;
+            tx.commit().await?;
+            return fact.ok_or_else(|| Error::internal("a deleted fact was not read back"));
         }
+        tx.rollback().await?;
+        Err(match self.store.get_fact(&ctx.tenant, id).await? {
+            Some(_) => Error::NotFound {
+                reason: Reason::FactNotFound,
+                message: format!("fact {id:?} is already deleted"),
+                metadata: vec![("fact_id", id.to_owned())],
+            },
+            None => fact_not_found(id),
+        })
     }
 
     /// Every enabled rule of every tenant, for the scheduler.

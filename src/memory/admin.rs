@@ -5,13 +5,15 @@
 use std::sync::Arc;
 
 use super::audit::{AuditRecord, Operation, SourceMode};
-use super::service::{now_micros, refuse_in_checkpoint};
+use super::ports::{
+    Compacted, Fence, ListQuery, MemoryStore, Mutation, Purge, PurgeOutcome, ReindexOutcome, Write,
+};
+use super::service::{key_deleted, now_micros, read_entry, refuse_in_checkpoint};
 use super::types::{ChangeKind, Entry, Key, KeyPrefix, Provenance, RESERVED_PREFIX, Scope, Value};
 use super::{ListPage, MemoryLimits};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::paging;
-use crate::store::{Fence, ListQuery, Mutation, Purge, PurgeOutcome, ReindexOutcome, Store, Write};
 use crate::summarizer::{Source, Summarizer, SummaryRequest};
 
 /// The summary budget when the request names none.
@@ -47,6 +49,23 @@ pub struct Compaction {
     pub record: AuditRecord,
 }
 
+/// A compaction whose source moved while it was being summarised.
+fn source_changed(key: &Key, read: i64, now: Option<i64>) -> Error {
+    Error::Conflict {
+        reason: Reason::SourceChanged,
+        message: match now {
+            Some(now) => format!(
+                "{:?} changed while it was being summarised (read at version {read}, now {now}); nothing was written, compact again",
+                key.as_str()
+            ),
+            None => format!(
+                "{:?} was purged while it was being summarised; nothing was written",
+                key.as_str()
+            ),
+        },
+    }
+}
+
 /// An issue Reindex found, for humans.
 pub fn describe_unknown(scope: &str, versions: i64) -> String {
     format!(
@@ -60,7 +79,7 @@ pub struct MemoryAdmin<S> {
     summarizer: Arc<dyn Summarizer>,
 }
 
-impl<S: Store> MemoryAdmin<S> {
+impl<S: MemoryStore> MemoryAdmin<S> {
     pub fn new(store: S, limits: MemoryLimits, summarizer: Arc<dyn Summarizer>) -> Self {
         MemoryAdmin {
             store,
@@ -190,7 +209,7 @@ impl<S: Store> MemoryAdmin<S> {
                     }
                 }
                 if sources.is_empty() {
-                    return Err(crate::store::key_deleted(key, head.version));
+                    return Err(key_deleted(key, head.version));
                 }
                 fences.push((key.clone(), head.version));
             }
@@ -198,13 +217,13 @@ impl<S: Store> MemoryAdmin<S> {
                 key,
                 history: false,
             } => {
-                let entry = self.store.get(&ctx.tenant, scope, key, None).await?;
+                let entry = read_entry(&self.store, &ctx.tenant, scope, key, None).await?;
                 fences.push((key.clone(), entry.version));
                 sources.push(entry);
             }
             Sources::Many(keys) => {
                 for key in keys {
-                    let entry = self.store.get(&ctx.tenant, scope, key, None).await?;
+                    let entry = read_entry(&self.store, &ctx.tenant, scope, key, None).await?;
                     fences.push((key.clone(), entry.version));
                     sources.push(entry);
                 }
@@ -276,10 +295,16 @@ impl<S: Store> MemoryAdmin<S> {
                 version: *version,
             })
             .collect();
-        let (entry, record) = self
+        let (entry, record) = match self
             .store
             .compact(&ctx.tenant, &fences, &write, record)
-            .await?;
+            .await?
+        {
+            Compacted::Written(written) => *written,
+            Compacted::SourceChanged { key, read, now } => {
+                return Err(source_changed(&key, read, now));
+            }
+        };
         Ok(Compaction {
             entry,
             sources,

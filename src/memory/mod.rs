@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod ports;
 mod service;
 mod types;
 

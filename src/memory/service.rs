@@ -10,6 +10,9 @@ use chrono::Utc;
 use futures::{Stream, TryStreamExt};
 use sha2::{Digest, Sha256};
 
+use super::ports::{
+    Head, ListQuery, MemoryStore, Mutation, RequestStamp, ScopeFilter, Write, Written,
+};
 use super::types::{
     Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
     ScopeType, Value,
@@ -17,7 +20,7 @@ use super::types::{
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::paging::{self, ListPage};
-use crate::store::{ListQuery, Mutation, RequestStamp, ScopeFilter, Store, Write};
+use crate::ports::{Feed, Feeds};
 
 /// How many versions `History` reads from the store at a time: enough to
 /// amortise the round trip, few enough that memory stays flat.
@@ -136,7 +139,7 @@ pub struct Memory<S> {
     executions: ExecutionCache,
 }
 
-impl<S: Store> Memory<S> {
+impl<S: MemoryStore + Feeds> Memory<S> {
     pub fn new(store: S, limits: MemoryLimits) -> Self {
         Memory {
             store,
@@ -287,7 +290,32 @@ impl<S: Store> Memory<S> {
                 Mutation::Delete => ChangeKind::Delete,
             },
         };
-        self.store.write(&ctx.tenant, &write).await
+        match self.store.write(&ctx.tenant, &write).await? {
+            Written::Stored(entry) => Ok(entry),
+            Written::Refused(head) => Err(write_refused(&write, head)),
+            Written::Replayed {
+                fingerprint,
+                version,
+                entry,
+            } => {
+                if write
+                    .request
+                    .map(|stamp| stamp.fingerprint[..] == fingerprint[..])
+                    != Some(true)
+                {
+                    return Err(Error::invalid(
+                        Reason::RequestIdReused,
+                        "request_id",
+                        format!(
+                            "{:?} was already used for a different request; use a new id for a new request",
+                            write.request.map_or("", |stamp| stamp.id)
+                        ),
+                    ));
+                }
+                // The version it wrote may have been purged since.
+                entry.ok_or_else(|| version_not_found(&request.key, version))
+            }
+        }
     }
 
     pub async fn get(
@@ -299,7 +327,7 @@ impl<S: Store> Memory<S> {
     ) -> Result<Entry> {
         refuse_in_checkpoint(ctx)?;
         let scope = selector.resolve(ctx)?;
-        self.store.get(&ctx.tenant, &scope, key, version).await
+        read_entry(&self.store, &ctx.tenant, &scope, key, version).await
     }
 
     pub async fn list(
@@ -417,7 +445,7 @@ impl<S: Store> Memory<S> {
     ) -> Result<WatchStart> {
         refuse_in_checkpoint(ctx)?;
         let scope = selector.resolve(ctx)?;
-        let horizon = self.store.horizon(crate::store::Feed::Changes).await?;
+        let horizon = self.store.horizon(Feed::Changes).await?;
         let after = match from_revision {
             None => *horizon.borrow(),
             Some(revision) => {
@@ -514,13 +542,73 @@ impl<S: Store> Memory<S> {
     }
 }
 
-/// Trims a page fetched with one extra item and returns the token for the
-/// next page, or an empty token when the extra item was not there.
+/// A key's newest version (or a given one) as `Get` answers it: a
+/// tombstone is `NOT_FOUND` (`KEY_DELETED`), and a missing version says
+/// whether the key exists at all.
+pub(crate) async fn read_entry<S: MemoryStore>(
+    store: &S,
+    tenant: &crate::context::Tenant,
+    scope: &Scope,
+    key: &Key,
+    version: Option<i64>,
+) -> Result<Entry> {
+    match store.get(tenant, scope, key, version).await? {
+        Some(entry) if entry.deleted => Err(key_deleted(key, entry.version)),
+        Some(entry) => Ok(entry),
+        None => match version {
+            Some(version) if store.head(tenant, scope, key).await?.is_some() => {
+                Err(version_not_found(key, version))
+            }
+            _ => Err(key_not_found_error(key)),
+        },
+    }
+}
+
 pub(crate) fn key_not_found_error(key: &Key) -> Error {
     Error::NotFound {
         reason: Reason::KeyNotFound,
         message: format!("key {:?} not found", key.as_str()),
         metadata: vec![("key", key.as_str().to_owned())],
+    }
+}
+
+pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
+    Error::NotFound {
+        reason: Reason::KeyDeleted,
+        message: format!("key {:?} was deleted at version {version}", key.as_str()),
+        metadata: vec![
+            ("key", key.as_str().to_owned()),
+            ("version", version.to_string()),
+        ],
+    }
+}
+
+fn version_not_found(key: &Key, version: i64) -> Error {
+    Error::NotFound {
+        reason: Reason::VersionNotFound,
+        message: format!("key {:?} has no version {version}", key.as_str()),
+        metadata: vec![
+            ("key", key.as_str().to_owned()),
+            ("version", version.to_string()),
+        ],
+    }
+}
+
+/// Why a conditional write changed nothing, told from the key's head.
+fn write_refused(write: &Write<'_>, head: Option<Head>) -> Error {
+    let live = head.filter(|head| !head.deleted);
+    match (write.mutation, write.expected_version) {
+        (Mutation::Delete, _) if live.is_none() => match head {
+            Some(head) => key_deleted(write.key, head.version),
+            None => key_not_found_error(write.key),
+        },
+        (_, Some(expected)) => Error::VersionMismatch {
+            expected,
+            current: live.map_or(0, |head| head.version),
+        },
+        // An unconditional set always writes; reaching here means the head
+        // changed under us in a way the statement did not expect.
+        (_, None) => Error::internal("conditional write refused without a condition"),
     }
 }
 

@@ -7,15 +7,17 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::conversation::{AGENT_RESPONSE, USER_MESSAGE, render_conversation};
+use super::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
 use super::types::{
     Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery, Session,
-    SessionFilter, SessionLimits, SessionStats, TailFilter, owner_mismatch, session_not_found,
+    SessionFilter, SessionLimits, SessionStats, TailFilter, owner_mismatch, session_ended,
+    session_not_found,
 };
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::memory::now_micros;
 use crate::paging::{self, ListPage};
-use crate::store::{Append, CreateMode, EpisodeQuery, Feed, NewSession, Store};
+use crate::ports::{Feed, Feeds};
 
 /// The most episodes one `AppendEpisodes` call may carry.
 pub const MAX_BATCH: usize = 1000;
@@ -24,6 +26,15 @@ pub const DEFAULT_RECENT: i64 = 20;
 pub const MAX_RECENT: i64 = 1000;
 /// How many episodes a tail reads from the store at a time.
 pub const TAIL_BATCH: i64 = 500;
+
+/// What to do when a session's id is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateMode {
+    /// `ALREADY_EXISTS`.
+    Create,
+    /// Return the existing session if its owner matches.
+    GetOrCreate,
+}
 
 /// A session to create.
 #[derive(Debug, Clone)]
@@ -53,7 +64,7 @@ pub struct Sessions<S> {
     redactor: Option<crate::redact::Redactor>,
 }
 
-impl<S: Store> Sessions<S> {
+impl<S: SessionStore + Feeds> Sessions<S> {
     pub fn new(store: S, limits: SessionLimits) -> Self {
         Sessions {
             store,
@@ -99,7 +110,20 @@ impl<S: Store> Sessions<S> {
             now: now_micros(),
             max_sessions: self.limits.max_sessions,
         };
-        self.store.create_session(&ctx.tenant, &session, mode).await
+        let (session, created) = self.store.create_session(&ctx.tenant, &session).await?;
+        match mode {
+            _ if created => Ok((session, true)),
+            CreateMode::Create => Err(Error::AlreadyExists {
+                reason: Reason::SessionExists,
+                message: format!("session {:?} already exists", session.id),
+            }),
+            CreateMode::GetOrCreate
+                if session.app == request.app.as_str() && session.user == request.user.as_str() =>
+            {
+                Ok((session, false))
+            }
+            CreateMode::GetOrCreate => Err(owner_mismatch(&session.id)),
+        }
     }
 
     /// A session, as long as the owner given (if any) matches.
@@ -290,7 +314,20 @@ impl<S: Store> Sessions<S> {
             max_sessions: self.limits.max_sessions,
             max_events: self.limits.max_events_per_session,
         };
-        self.store.append(&ctx.tenant, &append).await
+        match self.store.append(&ctx.tenant, &append).await? {
+            Appended::Stored(episodes) => Ok(episodes),
+            Appended::NoSession => Err(session_not_found(session_id.as_str())),
+            Appended::Refused(session) if !owner.admits(&session) => {
+                Err(owner_mismatch(&session.id))
+            }
+            Appended::Refused(session) => Err(session_ended(&session.id)),
+            Appended::Conflict(id) => Err(Error::AlreadyExists {
+                reason: Reason::EpisodeExists,
+                message: format!(
+                    "episode {id:?} already exists with different content; use a new id for a new episode"
+                ),
+            }),
+        }
     }
 
     pub async fn list_episodes(

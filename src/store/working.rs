@@ -1,44 +1,125 @@
-//! The storage of working memory: goals, tasks and the content cache.
-
-use std::future::Future;
+//! Working memory on both backends, one statement text each. Task ids come
+//! from a counter on the session's working-memory row, bumped in the
+//! statement that reads it, so ids are dense per session under concurrent
+//! callers (on Postgres the row lock queues them; on SQLite the single
+//! writer does).
 
 use chrono::{DateTime, Utc};
 
+use super::sql::{Backend, Cols, Run, Sql, Transaction, params};
 use crate::consolidation::FactKind;
 use crate::context::Tenant;
-use crate::error::Result;
-use crate::working::{CachedFile, Task, TaskChange};
+use crate::error::{Error, Result};
+use crate::working::ports::{CachePut, WorkingStore};
+use crate::working::{CachedFile, Task, TaskChange, TaskStatus};
 
-/// A cache write and the limits it must respect.
-#[derive(Debug, Clone)]
-pub struct CachePut<'a> {
-    pub session_id: &'a str,
-    pub path: &'a str,
-    pub content: &'a str,
-    pub now: DateTime<Utc>,
-    pub max_files: i64,
-    pub max_bytes: i64,
+static SET_GOAL: Sql = Sql::new(
+    "INSERT INTO working_memory AS w (tenant, session_id, goal, update_time) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant, session_id) \
+     DO UPDATE SET goal = EXCLUDED.goal, update_time = EXCLUDED.update_time",
+);
+
+static GOAL: Sql =
+    Sql::new("SELECT goal FROM working_memory WHERE tenant = $1 AND session_id = $2");
+
+static NEXT_TASK: Sql = Sql::new(
+    "INSERT INTO working_memory AS w (tenant, session_id, next_task, update_time) \
+     VALUES ($1, $2, 1, $3) ON CONFLICT (tenant, session_id) \
+     DO UPDATE SET next_task = w.next_task + 1, update_time = EXCLUDED.update_time \
+     RETURNING next_task",
+);
+
+static COUNT_TASKS: Sql =
+    Sql::new("SELECT count(*) FROM working_tasks WHERE tenant = $1 AND session_id = $2");
+
+static INSERT_TASK: Sql = Sql::new(
+    "INSERT INTO working_tasks (tenant, session_id, number, subject, description, status, \
+     create_time, update_time) VALUES ($1, $2, $3, $4, $5, 1, $6, $6) \
+     RETURNING number, subject, description, status, create_time, update_time",
+);
+
+static UPDATE_TASK: Sql = Sql::new(
+    "UPDATE working_tasks SET status = coalesce($4, status), \
+     subject = coalesce($5, subject), description = coalesce($6, description), \
+     update_time = $7 WHERE tenant = $1 AND session_id = $2 AND number = $3 \
+     RETURNING number, subject, description, status, create_time, update_time",
+);
+
+static TASKS: Sql = Sql::new(
+    "SELECT number, subject, description, status, create_time, update_time \
+     FROM working_tasks WHERE tenant = $1 AND session_id = $2 ORDER BY number",
+);
+
+static TOUCH_CACHE: Sql = Sql::new(
+    "INSERT INTO working_memory AS w (tenant, session_id, update_time) VALUES ($1, $2, $3) \
+     ON CONFLICT (tenant, session_id) DO UPDATE SET update_time = EXCLUDED.update_time",
+);
+
+static PUT_CACHE: Sql = Sql::new(
+    "INSERT INTO working_cache (tenant, session_id, path, content, bytes, update_time) \
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, session_id, path) \
+     DO UPDATE SET content = EXCLUDED.content, bytes = EXCLUDED.bytes, \
+     update_time = EXCLUDED.update_time",
+);
+
+static OTHER_CACHED: Sql = Sql::new(
+    "SELECT path, bytes FROM working_cache WHERE tenant = $1 AND session_id = $2 \
+     AND path <> $3 ORDER BY update_time DESC, path DESC",
+);
+
+static EVICT_CACHED: Sql =
+    Sql::new("DELETE FROM working_cache WHERE tenant = $1 AND session_id = $2 AND path = $3");
+
+static CACHED: Sql = Sql::new(
+    "SELECT path, bytes, update_time FROM working_cache WHERE tenant = $1 \
+     AND session_id = $2 ORDER BY update_time, path",
+);
+
+static COUNT_FACTS: Sql = Sql::new(
+    "SELECT count(*) FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+     AND kind = $4 AND NOT deleted",
+);
+
+fn task_row(row: &impl Cols) -> Result<Task> {
+    let status = row.small(3)?;
+    Ok(Task {
+        id: Task::id_for(row.int(0)?),
+        subject: row.text(1)?,
+        description: row.text(2)?,
+        status: TaskStatus::from_i16(status)
+            .ok_or_else(|| Error::internal(format!("unknown task status {status}")))?,
+        create_time: row.time(4)?,
+        update_time: row.time(5)?,
+    })
 }
 
-pub trait WorkingStore: Clone + Send + Sync + 'static {
-    fn set_goal(
+impl<B: Backend> WorkingStore for B {
+    async fn set_goal(
         &self,
         tenant: &Tenant,
         session_id: &str,
         goal: &str,
         now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> Result<()> {
+        let mut conn = self.writer(tenant).await?;
+        conn.exec(&SET_GOAL, params![tenant.as_str(), session_id, goal, now])
+            .await?;
+        Ok(())
+    }
 
-    /// The goal; empty when none is set.
-    fn goal(
-        &self,
-        tenant: &Tenant,
-        session_id: &str,
-    ) -> impl Future<Output = Result<String>> + Send;
+    async fn goal(&self, tenant: &Tenant, session_id: &str) -> Result<String> {
+        let mut conn = self.reader(tenant).await?;
+        let row = conn
+            .row(&GOAL, params![tenant.as_str(), session_id])
+            .await?;
+        Ok(row
+            .map(|row| row.opt_text(0))
+            .transpose()?
+            .flatten()
+            .unwrap_or_default())
+    }
 
-    /// Adds a task with the session's next id, unless the session already
-    /// holds `max_tasks` (`RESOURCE_EXHAUSTED`).
-    fn create_task(
+    async fn create_task(
         &self,
         tenant: &Tenant,
         session_id: &str,
@@ -46,46 +127,165 @@ pub trait WorkingStore: Clone + Send + Sync + 'static {
         description: &str,
         now: DateTime<Utc>,
         max_tasks: i64,
-    ) -> impl Future<Output = Result<Task>> + Send;
+    ) -> Result<Option<Task>> {
+        let mut tx = self.begin(tenant).await?;
+        // The counter row is the lock: creators of one session queue here.
+        let number = tx
+            .row(&NEXT_TASK, params![tenant.as_str(), session_id, now])
+            .await?
+            .ok_or_else(|| Error::internal("the task counter was not returned"))?
+            .int(0)?;
+        let count = tx
+            .row(&COUNT_TASKS, params![tenant.as_str(), session_id])
+            .await?
+            .map_or(Ok(0), |row| row.int(0))?;
+        if max_tasks > 0 && count >= max_tasks {
+            return Ok(None);
+        }
+        let row = tx
+            .row(
+                &INSERT_TASK,
+                params![
+                    tenant.as_str(),
+                    session_id,
+                    number,
+                    subject,
+                    description,
+                    now
+                ],
+            )
+            .await?
+            .ok_or_else(|| Error::internal("an inserted task was not returned"))?;
+        let task = task_row(&row)?;
+        tx.commit().await?;
+        Ok(Some(task))
+    }
 
-    /// `None` when there is no such task.
-    fn update_task(
+    async fn update_task(
         &self,
         tenant: &Tenant,
         session_id: &str,
         number: i64,
         change: &TaskChange,
         now: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Option<Task>>> + Send;
+    ) -> Result<Option<Task>> {
+        let mut conn = self.writer(tenant).await?;
+        let row = conn
+            .row(
+                &UPDATE_TASK,
+                params![
+                    tenant.as_str(),
+                    session_id,
+                    number,
+                    change.status.map(TaskStatus::as_i16),
+                    change.subject.as_deref(),
+                    change.description.as_deref(),
+                    now,
+                ],
+            )
+            .await?;
+        row.as_ref().map(task_row).transpose()
+    }
 
-    fn list_tasks(
-        &self,
-        tenant: &Tenant,
-        session_id: &str,
-    ) -> impl Future<Output = Result<Vec<Task>>> + Send;
+    async fn list_tasks(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<Task>> {
+        let mut conn = self.reader(tenant).await?;
+        let rows = conn
+            .rows(&TASKS, params![tenant.as_str(), session_id])
+            .await?;
+        rows.iter().map(task_row).collect()
+    }
 
-    /// Caches content, then evicts the least recently cached other entries
-    /// until the session is within both limits; returns the entry and the
-    /// paths evicted, oldest first.
-    fn cache_content(
+    async fn cache_content(
         &self,
         tenant: &Tenant,
         put: &CachePut<'_>,
-    ) -> impl Future<Output = Result<(CachedFile, Vec<String>)>> + Send;
+    ) -> Result<(CachedFile, Vec<String>)> {
+        let mut tx = self.begin(tenant).await?;
+        // Serialise writers of one session's cache on its working row.
+        tx.exec(
+            &TOUCH_CACHE,
+            params![tenant.as_str(), put.session_id, put.now],
+        )
+        .await?;
+        let bytes = put.content.len() as i64;
+        tx.exec(
+            &PUT_CACHE,
+            params![
+                tenant.as_str(),
+                put.session_id,
+                put.path,
+                put.content,
+                bytes,
+                put.now
+            ],
+        )
+        .await?;
+        // Everything else, newest first: keep while within both limits.
+        let others = tx
+            .rows(
+                &OTHER_CACHED,
+                params![tenant.as_str(), put.session_id, put.path],
+            )
+            .await?;
+        let (mut files, mut total) = (1, bytes);
+        let mut evicted = Vec::new();
+        for row in &others {
+            let (path, size) = (row.text(0)?, row.int(1)?);
+            if files < put.max_files && total + size <= put.max_bytes {
+                files += 1;
+                total += size;
+            } else {
+                evicted.push(path);
+            }
+        }
+        evicted.reverse();
+        for path in &evicted {
+            tx.exec(
+                &EVICT_CACHED,
+                params![tenant.as_str(), put.session_id, path],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        let file = CachedFile {
+            path: put.path.to_owned(),
+            content: put.content.to_owned(),
+            bytes,
+            update_time: put.now,
+        };
+        Ok((file, evicted))
+    }
 
-    /// The cache without contents, least recently cached first.
-    fn list_cache(
-        &self,
-        tenant: &Tenant,
-        session_id: &str,
-    ) -> impl Future<Output = Result<Vec<CachedFile>>> + Send;
+    async fn list_cache(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<CachedFile>> {
+        let mut conn = self.reader(tenant).await?;
+        let rows = conn
+            .rows(&CACHED, params![tenant.as_str(), session_id])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(CachedFile {
+                    path: row.text(0)?,
+                    content: String::new(),
+                    bytes: row.int(1)?,
+                    update_time: row.time(2)?,
+                })
+            })
+            .collect()
+    }
 
-    /// How many live facts of a kind an owner has.
-    fn count_facts(
+    async fn count_facts(
         &self,
         tenant: &Tenant,
         app: &str,
         user: &str,
         kind: FactKind,
-    ) -> impl Future<Output = Result<i64>> + Send;
+    ) -> Result<i64> {
+        let mut conn = self.reader(tenant).await?;
+        conn.row(
+            &COUNT_FACTS,
+            params![tenant.as_str(), app, user, kind.as_i16()],
+        )
+        .await?
+        .map_or(Ok(0), |row| row.int(0))
+    }
 }

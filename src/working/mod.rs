@@ -2,6 +2,7 @@
 //! facts of its user and the procedures of its app, rendered into the
 //! MEMORY block, and the four LLM-callable actions.
 
+pub mod ports;
 pub mod render;
 mod service;
 pub mod tools;

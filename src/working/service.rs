@@ -3,19 +3,23 @@
 
 use serde_json::Value;
 
+use super::ports::{CachePut, WorkingStore};
 use super::types::{
     CachedFile, Task, TaskChange, WorkingLimits, limit_exceeded, task_not_found, task_number,
 };
-use crate::consolidation::{Delta, Fact, FactKind, FactPayload, Provenance};
+use crate::consolidation::ports::{ConsolidationStore, FactFilter, FactTx};
+use crate::consolidation::{Fact, FactKind, FactPayload, Provenance};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::memory::now_micros;
 use crate::paging;
+use crate::ports::Feeds;
 use crate::redact::Redactor;
+use crate::sessions::ports::SessionStore;
 use crate::sessions::{
-    CreateRequest, Episode, Id, Name, Owner, Session, Sessions, session_ended, session_not_found,
+    CreateMode, CreateRequest, Episode, Id, Name, Owner, Session, Sessions, session_ended,
+    session_not_found,
 };
-use crate::store::{CachePut, CreateMode, FactFilter, Store};
 
 /// The lineage source of facts stated directly.
 pub const REMEMBER: &str = "remember";
@@ -69,7 +73,7 @@ fn text(field: &str, value: &str, required: bool) -> Result<()> {
     Ok(())
 }
 
-impl<S: Store> WorkingMemory<S> {
+impl<S: WorkingStore + SessionStore + ConsolidationStore + Feeds> WorkingMemory<S> {
     pub fn new(
         store: S,
         sessions: Sessions<S>,
@@ -161,7 +165,14 @@ impl<S: Store> WorkingMemory<S> {
                 now_micros(),
                 self.limits.max_tasks_per_session,
             )
-            .await
+            .await?
+            .ok_or_else(|| {
+                limit_exceeded(
+                    "max_tasks_per_session",
+                    self.limits.max_tasks_per_session,
+                    "the session has as many tasks as it may hold",
+                )
+            })
     }
 
     pub async fn update_task(
@@ -210,25 +221,19 @@ impl<S: Store> WorkingMemory<S> {
             ));
         }
         let now = now_micros();
-        let delta = Delta::Add {
-            payload,
-            provenance: Provenance {
-                source_episode_ids: Vec::new(),
-                promotion_ts: now,
-                rule_id: REMEMBER.to_owned(),
-                confidence: 1.0,
-            },
+        let provenance = Provenance {
+            source_episode_ids: Vec::new(),
+            promotion_ts: now,
+            rule_id: REMEMBER.to_owned(),
+            confidence: 1.0,
         };
-        let applied = self.store.apply_deltas(&ctx.tenant, &[delta], now).await?;
-        let id = applied
-            .fact_ids
-            .first()
-            .ok_or_else(|| Error::internal("a remembered fact was not written"))?;
-        self.store
-            .get_fact(&ctx.tenant, id)
-            .await?
-            .map(|(fact, _)| fact)
-            .ok_or_else(|| Error::internal("a remembered fact vanished"))
+        let id = uuid::Uuid::now_v7().to_string();
+        let mut tx = self.store.begin(&ctx.tenant).await?;
+        tx.insert_fact(&ctx.tenant, &id, &payload, &provenance, now)
+            .await?;
+        let fact = tx.fact(&ctx.tenant, &id).await?;
+        tx.commit().await?;
+        fact.ok_or_else(|| Error::internal("a remembered fact was not read back"))
     }
 
     /// A semantic fact for the session's app and user.

@@ -7,8 +7,8 @@ use super::service::WorkingMemory;
 use super::types::{TaskChange, TaskStatus};
 use crate::context::CallerContext;
 use crate::error::{Error, Result};
+use crate::ports::Store;
 use crate::sessions::Session;
-use crate::store::Store;
 
 /// One tool: the name the LLM calls, other accepted names, a description
 /// and the JSON schema of its arguments.

@@ -98,9 +98,11 @@ impl Default for WorkingLimits {
     }
 }
 
-/// The task id for a number.
-pub fn task_id(number: i64) -> String {
-    format!("t{number}")
+impl Task {
+    /// The task id for a number: `t1`, `t2`, …
+    pub fn id_for(number: i64) -> String {
+        format!("t{number}")
+    }
 }
 
 /// The number in a task id, if it is one.

@@ -199,7 +199,7 @@ impl TestServer {
         let mut settings = test_settings(&db.url);
         tweak(&mut settings);
         if db.backend == Backend::Postgres && settings.database_url.as_deref() == Some(&db.url) {
-            use engram::store::Store;
+            use engram::ports::Database;
             let owner_store = db.pg_store().await;
             owner_store.migrate().await.expect("migrate as the owner");
             let mut owner = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)

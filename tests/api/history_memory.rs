@@ -2,9 +2,9 @@
 //! order while the server's resident memory stays flat: it reads a batch at
 //! a time and only as fast as the client consumes.
 
+use engram::ports::Database;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::{HistoryRequest, ScopeType};
-use engram::store::Store;
 
 use crate::helpers::{Backend, ChildServer, TestDb, connect};
 use crate::on_both_stores;

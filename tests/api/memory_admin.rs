@@ -9,13 +9,13 @@ use engram::context::CallerContext;
 use engram::error::{Error, Reason};
 use engram::memory::admin::{CompactCommand, MemoryAdmin, Sources};
 use engram::memory::{Key, MemoryLimits, Scope, ScopeName, ScopeType as Type};
+use engram::ports::{Database, Store};
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::{
     CompactRequest, DeleteRequest, GetCompactionLogRequest, GetRequest, HistoryRequest,
     ListRequest, ListScopesRequest, PurgeRequest, PurgeScopeRequest, ReindexRequest, ScopeType,
     SetRequest, SourceMode,
 };
-use engram::store::Store;
 use engram::summarizer::{Summarizer, SummarizerError, Summary, SummaryRequest};
 use futures::future::BoxFuture;
 use serde_json::json;

@@ -577,8 +577,8 @@ async fn reserved_prefix(backend: Backend) {
 
 async fn write_audit_record(server: &TestServer, scope: &str) {
     use engram::context::Tenant;
+    use engram::memory::ports::{MemoryStore, Mutation, Write};
     use engram::memory::{Key, Provenance, Scope, ScopeName, ScopeType as Type, Value};
-    use engram::store::{Mutation, Store, Write};
     let scope = Scope {
         scope_type: Type::Namespace,
         name: ScopeName::parse("scope", scope).expect("scope"),

@@ -162,3 +162,176 @@ async fn closed_connections_fail_at_most_one_call() {
     }
     server.stop().await;
 }
+
+/// Calls of two tenants alternate on one connection while many of them are
+/// cancelled part-way (a dropped future: a client gone, a deadline), in the
+/// middle of binding the tenant, of a statement or of a transaction. The
+/// store runs as an ordinary role, so row-level security holds it to the
+/// tenant its connection is bound to: had any connection gone back to the
+/// pool bound to the wrong tenant, or with a transaction open, a later call
+/// would see nothing (a spurious NOT_FOUND or an empty list) or have its
+/// write refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_connection_bound_to_the_wrong_tenant() {
+    use std::time::Duration;
+
+    use engram::context::Tenant;
+    use engram::memory::ports::{ListQuery, MemoryStore, Mutation, RequestStamp, Write, Written};
+    use engram::memory::{ChangeKind, Key, KeyPrefix, Provenance, Scope, ScopeName, Value};
+    use engram::ports::Database;
+    use engram::store::{PgStore, StoreOptions};
+
+    use crate::helpers::{TestDb, as_user, create_app_role};
+
+    let db = TestDb::new(Backend::Postgres).await;
+    let owner = db.pg_store().await;
+    owner.migrate().await.expect("migrate");
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .expect("connect as the owner");
+    create_app_role(&mut admin).await;
+    owner.grant_to(APP_ROLE).await.expect("grant");
+    // One connection: every call of the other tenant rebinds it.
+    let options = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::default()
+    };
+    let store = PgStore::connect(&as_user(&db.url, APP_ROLE), &options)
+        .await
+        .expect("connect as the app role");
+
+    let scope = Scope {
+        scope_type: engram::memory::ScopeType::Namespace,
+        name: ScopeName::parse("scope", "shared").expect("scope"),
+    };
+    let provenance = Provenance::default();
+    let tenants = [Tenant::new("acme"), Tenant::new("globex")];
+    let value_of = |tenant: &Tenant, n: u64| {
+        Value::new(json!({"tenant": tenant.as_str(), "n": n}), 1 << 20).expect("value")
+    };
+    let write = |tenant: &Tenant,
+                 key: &Key,
+                 value: &Value,
+                 stamp: Option<RequestStamp<'_>>,
+                 expected_version: Option<i64>| {
+        let (store, scope, provenance, tenant) = (&store, &scope, &provenance, tenant.clone());
+        let (key, value) = (key.clone(), value.clone());
+        let stamp = stamp.map(|s| (s.id.to_owned(), s.fingerprint));
+        async move {
+            let write = Write {
+                scope,
+                key: &key,
+                mutation: Mutation::Set(&value),
+                expected_version,
+                request: stamp.as_ref().map(|(id, fingerprint)| RequestStamp {
+                    id,
+                    fingerprint: *fingerprint,
+                }),
+                provenance,
+                now: chrono::Utc::now(),
+                change: ChangeKind::Set,
+            };
+            store.write(&tenant, &write).await
+        }
+    };
+    let k = Key::parse("key", "k").expect("key");
+    for tenant in &tenants {
+        let written = write(tenant, &k, &value_of(tenant, 0), None, None)
+            .await
+            .expect("first write");
+        assert!(matches!(written, Written::Stored(_)), "{written:?}");
+    }
+
+    // Every check runs to the end: what a caller that was not cancelled sees.
+    let check = async |tenant: &Tenant, round: u64| {
+        let entry = store
+            .get(tenant, &scope, &k, None)
+            .await
+            .expect("get")
+            .unwrap_or_else(|| panic!("round {round}: {tenant:?} lost its key"));
+        assert_eq!(
+            entry.value.expect("value").json()["tenant"],
+            json!(tenant.as_str()),
+            "round {round}"
+        );
+        let prefix = KeyPrefix::default();
+        let listed = store
+            .list(
+                tenant,
+                &ListQuery {
+                    scope: &scope,
+                    prefix: &prefix,
+                    after: None,
+                    limit: 1000,
+                    include_reserved: false,
+                    descending: false,
+                },
+            )
+            .await
+            .expect("list");
+        assert!(
+            listed.iter().any(|e| e.key == k),
+            "round {round}: {tenant:?} listed {} keys without its own",
+            listed.len()
+        );
+        for entry in &listed {
+            let value = entry.value.as_ref().expect("value").json();
+            assert_eq!(value["tenant"], json!(tenant.as_str()), "round {round}");
+        }
+        let written = write(tenant, &k, &value_of(tenant, round), None, None)
+            .await
+            .unwrap_or_else(|err| panic!("round {round}: {tenant:?} write refused: {err}"));
+        assert!(matches!(written, Written::Stored(_)), "{written:?}");
+    };
+
+    // A small linear congruential generator: the cancellation points vary
+    // from run to run of the loop, not between runs of the test.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |bound: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % bound
+    };
+    let mut cancelled = 0;
+    for round in 1..=300u64 {
+        let tenant = &tenants[(round % 2) as usize];
+        let key = Key::parse("key", format!("k{}", next(8))).expect("key");
+        let value = value_of(tenant, round);
+        let deadline = Duration::from_micros(next(800));
+        let id = format!("req-{round}");
+        let stamp = RequestStamp {
+            id: &id,
+            fingerprint: [round as u8; 32],
+        };
+        // Plain writes are one statement in autocommit; idempotent ones a
+        // transaction of several, rolled back when their condition fails.
+        let call = match next(4) {
+            0 => tokio::time::timeout(deadline, write(tenant, &key, &value, None, None))
+                .await
+                .map(|done| done.map(drop)),
+            1 => tokio::time::timeout(deadline, write(tenant, &key, &value, Some(stamp), None))
+                .await
+                .map(|done| done.map(drop)),
+            2 => {
+                let refused = write(tenant, &key, &value, Some(stamp), Some(1 << 40));
+                tokio::time::timeout(deadline, refused)
+                    .await
+                    .map(|done| done.map(drop))
+            }
+            _ => tokio::time::timeout(deadline, store.get(tenant, &scope, &key, None))
+                .await
+                .map(|done| done.map(drop)),
+        };
+        match call {
+            Err(_) => cancelled += 1,
+            Ok(done) => done.unwrap_or_else(|err| panic!("round {round}: {err}")),
+        }
+        for tenant in &tenants {
+            check(tenant, round).await;
+        }
+    }
+    assert!(cancelled >= 10, "only {cancelled} calls were cancelled");
+    assert!(store.pool_status().open <= 1, "{:?}", store.pool_status());
+    store.close().await;
+}

@@ -3,11 +3,11 @@
 
 use chrono::Utc;
 use engram::context::Tenant;
-use engram::error::{Error, Reason};
+use engram::memory::ports::{Head, ListQuery, Mutation, RequestStamp, ScopeFilter, Write, Written};
 use engram::memory::{
     ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeType, Value,
 };
-use engram::store::{Head, ListQuery, Mutation, RequestStamp, ScopeFilter, Store, Write};
+use engram::ports::Store;
 use serde_json::json;
 
 fn scope(scope_type: ScopeType, name: &str) -> Scope {
@@ -38,7 +38,7 @@ impl<S: Store> Writer<'_, S> {
         mutation: Mutation<'_>,
         expected_version: Option<i64>,
         request: Option<RequestStamp<'_>>,
-    ) -> Result<Entry, Error> {
+    ) -> Written {
         let key = key(key_name);
         let provenance = Provenance {
             execution_id: "exec-1".to_owned(),
@@ -62,13 +62,30 @@ impl<S: Store> Writer<'_, S> {
                 },
             )
             .await
+            .expect("write")
+    }
+
+    /// A write that must be stored.
+    async fn stored(
+        &self,
+        key_name: &str,
+        mutation: Mutation<'_>,
+        expected_version: Option<i64>,
+        request: Option<RequestStamp<'_>>,
+    ) -> Entry {
+        match self
+            .write(key_name, mutation, expected_version, request)
+            .await
+        {
+            Written::Stored(entry) => entry,
+            other => panic!("expected {key_name} to be written, got {other:?}"),
+        }
     }
 
     async fn set(&self, key_name: &str, json: serde_json::Value) -> Entry {
         let value = value(json);
-        self.write(key_name, Mutation::Set(&value), None, None)
+        self.stored(key_name, Mutation::Set(&value), None, None)
             .await
-            .expect("set")
     }
 }
 
@@ -86,10 +103,7 @@ async fn versions_tombstones_and_point_in_time<S: Store>(store: S) {
     let second = w.set("k", json!({"n": 2})).await;
     assert_eq!(second.version, 2);
     assert_eq!(second.provenance.execution_id, "exec-1");
-    let tombstone = w
-        .write("k", Mutation::Delete, None, None)
-        .await
-        .expect("delete");
+    let tombstone = w.stored("k", Mutation::Delete, None, None).await;
     assert_eq!(
         (
             tombstone.version,
@@ -100,19 +114,25 @@ async fn versions_tombstones_and_point_in_time<S: Store>(store: S) {
     );
 
     let k = key("k");
-    let latest = store.get(&w.tenant, &w.scope, &k, None).await;
-    assert_eq!(latest.err().map(|e| e.reason()), Some(Reason::KeyDeleted));
-    let v2 = store
-        .get(&w.tenant, &w.scope, &k, Some(2))
-        .await
-        .expect("version 2");
+    let get = |key: Key, version| {
+        let (store, tenant, scope) = (&store, w.tenant.clone(), w.scope.clone());
+        async move {
+            store
+                .get(&tenant, &scope, &key, version)
+                .await
+                .expect("get")
+        }
+    };
+    // The store answers tombstones as they are; `Get` refusing them is the
+    // domain's rule.
+    let latest = get(k.clone(), None).await.expect("newest");
+    assert_eq!((latest.version, latest.deleted), (3, true));
+    let v2 = get(k.clone(), Some(2)).await.expect("version 2");
     assert_eq!(v2.value.map(|v| v.json().clone()), Some(json!({"n": 2})));
-    let v3 = store.get(&w.tenant, &w.scope, &k, Some(3)).await;
-    assert_eq!(v3.err().map(|e| e.reason()), Some(Reason::KeyDeleted));
-    let v9 = store.get(&w.tenant, &w.scope, &k, Some(9)).await;
-    assert_eq!(v9.err().map(|e| e.reason()), Some(Reason::VersionNotFound));
-    let missing = store.get(&w.tenant, &w.scope, &key("nope"), None).await;
-    assert_eq!(missing.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
+    let v3 = get(k.clone(), Some(3)).await.expect("version 3");
+    assert_eq!((v3.version, v3.deleted, v3.value), (3, true, None));
+    assert_eq!(get(k.clone(), Some(9)).await, None);
+    assert_eq!(get(key("nope"), None).await, None);
     assert_eq!(
         store.head(&w.tenant, &w.scope, &k).await.expect("head"),
         Some(Head {
@@ -135,12 +155,15 @@ async fn versions_tombstones_and_point_in_time<S: Store>(store: S) {
 
     // Deleting again finds nothing live; writing again resumes numbering.
     let again = w.write("k", Mutation::Delete, None, None).await;
-    assert_eq!(again.err().map(|e| e.reason()), Some(Reason::KeyDeleted));
+    assert_eq!(
+        again,
+        Written::Refused(Some(Head {
+            version: 3,
+            deleted: true
+        }))
+    );
     assert_eq!(w.set("k", json!(null)).await.version, 4);
-    let revived = store
-        .get(&w.tenant, &w.scope, &k, None)
-        .await
-        .expect("revived");
+    let revived = get(k.clone(), None).await.expect("revived");
     assert_eq!(revived.value.map(|v| v.json().clone()), Some(json!(null)));
 }
 
@@ -153,10 +176,13 @@ async fn tenants_never_see_each_other<S: Store>(store: S) {
     assert_eq!(b.set("other", json!("b's")).await.version, 1);
 
     let k = key("shared/key");
-    let read = store.get(&b.tenant, &b.scope, &k, None).await;
-    assert_eq!(read.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
-    let read = store.get(&b.tenant, &b.scope, &k, Some(1)).await;
-    assert_eq!(read.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
+    let read = store.get(&b.tenant, &b.scope, &k, None).await.expect("get");
+    assert_eq!(read, None);
+    let read = store
+        .get(&b.tenant, &b.scope, &k, Some(1))
+        .await
+        .expect("get");
+    assert_eq!(read, None);
     assert_eq!(
         store.head(&b.tenant, &b.scope, &k).await.expect("head"),
         None
@@ -200,8 +226,9 @@ async fn tenants_never_see_each_other<S: Store>(store: S) {
     assert!(stranger.is_empty());
     // A deleted key in one tenant is untouched in the other.
     let gone = b.write("shared/key", Mutation::Delete, None, None).await;
-    assert_eq!(gone.err().map(|e| e.reason()), Some(Reason::KeyNotFound));
-    assert!(store.get(&a.tenant, &a.scope, &k, None).await.is_ok());
+    assert_eq!(gone, Written::Refused(None));
+    let kept = store.get(&a.tenant, &a.scope, &k, None).await.expect("get");
+    assert_eq!(kept.map(|e| (e.version, e.deleted)), Some((2, false)));
 }
 
 async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
@@ -210,9 +237,7 @@ async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
         w.set(name, json!(name)).await;
     }
     w.set("dead", json!(1)).await;
-    w.write("dead", Mutation::Delete, None, None)
-        .await
-        .expect("delete");
+    w.stored("dead", Mutation::Delete, None, None).await;
 
     let list_in = |prefix: &str,
                    after: Option<&str>,
@@ -285,47 +310,33 @@ async fn conditional_writes<S: Store>(store: S) {
     let w = writer(&store, "t1");
     let one = value(json!(1));
     let set = |expected| w.write("k", Mutation::Set(&one), expected, None);
+    let live = |version| {
+        Written::Refused(Some(Head {
+            version,
+            deleted: false,
+        }))
+    };
+    let version = |written: Written| match written {
+        Written::Stored(entry) => entry.version,
+        other => panic!("expected a write, got {other:?}"),
+    };
     // Expected version 0: only when the key has no live value.
-    assert_eq!(set(Some(0)).await.expect("create").version, 1);
-    match set(Some(0)).await {
-        Err(Error::VersionMismatch {
-            expected: 0,
-            current: 1,
-        }) => {}
-        other => panic!("expected a mismatch, got {other:?}"),
-    }
-    assert_eq!(set(Some(1)).await.expect("cas").version, 2);
-    match set(Some(1)).await {
-        Err(Error::VersionMismatch {
-            expected: 1,
-            current: 2,
-        }) => {}
-        other => panic!("expected a mismatch, got {other:?}"),
-    }
-    match w.write("k", Mutation::Delete, Some(1), None).await {
-        Err(Error::VersionMismatch {
-            expected: 1,
-            current: 2,
-        }) => {}
-        other => panic!("expected a mismatch, got {other:?}"),
-    }
+    assert_eq!(version(set(Some(0)).await), 1);
+    assert_eq!(set(Some(0)).await, live(1));
+    assert_eq!(version(set(Some(1)).await), 2);
+    assert_eq!(set(Some(1)).await, live(2));
+    assert_eq!(w.write("k", Mutation::Delete, Some(1), None).await, live(2));
     assert_eq!(
-        w.write("k", Mutation::Delete, Some(2), None)
-            .await
-            .expect("delete")
-            .version,
+        version(w.write("k", Mutation::Delete, Some(2), None).await),
         3
     );
     // After a delete, "must not exist" holds again.
-    assert_eq!(set(Some(0)).await.expect("recreate").version, 4);
+    assert_eq!(version(set(Some(0)).await), 4);
     // A positive expectation on a key that was never written fails.
-    match w.write("fresh", Mutation::Set(&one), Some(3), None).await {
-        Err(Error::VersionMismatch {
-            expected: 3,
-            current: 0,
-        }) => {}
-        other => panic!("expected a mismatch, got {other:?}"),
-    }
+    assert_eq!(
+        w.write("fresh", Mutation::Set(&one), Some(3), None).await,
+        Written::Refused(None)
+    );
     assert_eq!(
         store
             .head(&w.tenant, &w.scope, &key("fresh"))
@@ -343,17 +354,25 @@ async fn request_ids_replay_and_expire<S: Store>(store: S) {
         fingerprint: [7; 32],
     };
     let first = w
+        .stored("k", Mutation::Set(&one), Some(0), Some(stamp))
+        .await;
+    // The retry of a compare-and-set that already won finds the first
+    // request instead of a mismatch.
+    match w
         .write("k", Mutation::Set(&one), Some(0), Some(stamp))
         .await
-        .expect("first");
-    // The retry of a compare-and-set that already won returns the first
-    // result instead of a mismatch.
-    let retry = w
-        .write("k", Mutation::Set(&one), Some(0), Some(stamp))
-        .await
-        .expect("retry");
-    assert_eq!(retry.version, first.version);
-    assert_eq!(retry.value, first.value);
+    {
+        Written::Replayed {
+            fingerprint,
+            version,
+            entry: Some(entry),
+        } => {
+            assert_eq!(fingerprint, vec![7; 32]);
+            assert_eq!(version, first.version);
+            assert_eq!((entry.version, entry.value), (first.version, first.value));
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    }
     let history = store
         .history(&w.tenant, &w.scope, &key("k"), 1, 10)
         .await
@@ -364,16 +383,19 @@ async fn request_ids_replay_and_expire<S: Store>(store: S) {
         id: "req-1",
         fingerprint: [8; 32],
     };
-    let err = w.write("k", Mutation::Set(&one), None, Some(reused)).await;
-    assert_eq!(err.err().map(|e| e.reason()), Some(Reason::RequestIdReused));
+    // Another request under a used id: the store reports the first one's
+    // fingerprint (the domain refuses it) and writes nothing.
+    match w.write("k", Mutation::Set(&one), None, Some(reused)).await {
+        Written::Replayed { fingerprint, .. } => assert_eq!(fingerprint, vec![7; 32]),
+        other => panic!("expected a replay, got {other:?}"),
+    }
 
     // The same id in another tenant is another request.
     let other = writer(&store, "t2");
     assert_eq!(
         other
-            .write("k", Mutation::Set(&one), None, Some(stamp))
+            .stored("k", Mutation::Set(&one), None, Some(stamp))
             .await
-            .expect("t2")
             .version,
         1
     );
@@ -383,16 +405,13 @@ async fn request_ids_replay_and_expire<S: Store>(store: S) {
         id: "req-2",
         fingerprint: [9; 32],
     };
-    assert!(
+    assert!(matches!(
         w.write("k", Mutation::Set(&one), Some(5), Some(failing))
-            .await
-            .is_err()
-    );
-    assert!(
-        w.write("k", Mutation::Set(&one), Some(1), Some(failing))
-            .await
-            .is_ok()
-    );
+            .await,
+        Written::Refused(_)
+    ));
+    w.stored("k", Mutation::Set(&one), Some(1), Some(failing))
+        .await;
 
     let pruned = store
         .prune_request_ids(Utc::now() + chrono::Duration::seconds(1))
@@ -400,10 +419,7 @@ async fn request_ids_replay_and_expire<S: Store>(store: S) {
         .expect("prune");
     assert_eq!(pruned, 3);
     // Once forgotten, the id is free again.
-    let again = w
-        .write("k", Mutation::Set(&one), None, Some(reused))
-        .await
-        .expect("fresh");
+    let again = w.stored("k", Mutation::Set(&one), None, Some(reused)).await;
     assert_eq!(again.version, 3);
 }
 
@@ -424,9 +440,7 @@ async fn scopes_with_live_counts<S: Store>(store: S) {
             w.set(&format!("k{i}"), json!(i)).await;
         }
         if name == "ns-a" {
-            w.write("k0", Mutation::Delete, None, None)
-                .await
-                .expect("delete");
+            w.stored("k0", Mutation::Delete, None, None).await;
             w.set("_compaction/audit", json!("audit")).await;
         }
     }
@@ -476,10 +490,11 @@ async fn scopes_with_live_counts<S: Store>(store: S) {
 /// Sessions idle past the cutoff go (with their episodes), an append counts
 /// as activity, and nothing of one tenant is visible to another.
 async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S) {
+    use engram::ports::Feed;
+    use engram::sessions::ports::{Append, Appended, NewSession};
     use engram::sessions::{
         EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery, SessionFilter, TailFilter,
     };
-    use engram::store::{Append, CreateMode, Feed, NewSession};
 
     let now = chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
     let hours_ago = |h: i64| now - chrono::Duration::hours(h);
@@ -498,11 +513,12 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S) {
             now: at,
             max_sessions: 0,
         };
-        store
-            .create_session(tenant, &session, CreateMode::Create)
+        let (session, created) = store
+            .create_session(tenant, &session)
             .await
-            .expect("create")
-            .0
+            .expect("create");
+        assert!(created);
+        session
     };
     let idle = create(&t1, "idle", hours_ago(2)).await;
     assert_eq!(idle.create_time, hours_ago(2));
@@ -541,6 +557,9 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S) {
         )
         .await
         .expect("append");
+    let Appended::Stored(appended) = appended else {
+        panic!("expected the append to be stored, got {appended:?}");
+    };
     assert_eq!(appended[0].0.seq, 1);
     assert_eq!(appended[0].0.timestamp, now);
 
@@ -621,7 +640,7 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S) {
 macro_rules! store_suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
-            use engram::store::Store;
+            use engram::ports::Database;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
@@ -633,7 +652,7 @@ macro_rules! store_suite {
             )*
         }
         mod postgres {
-            use engram::store::Store;
+            use engram::ports::Database;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {

@@ -6,13 +6,13 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use engram::api::convert::json_to_proto;
+use engram::memory::ports::MemoryStore;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::{
     ChangeKind, CompactRequest, DeleteRequest, PurgeRequest, ScopeType, SetRequest, WatchRequest,
     WatchResponse,
 };
-use engram::store::Store;
 use serde_json::json;
 use tonic::Code;
 use tonic::transport::Channel;

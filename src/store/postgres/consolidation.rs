@@ -5,21 +5,30 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use sqlx::Row;
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row};
 
 use super::PgStore;
+use super::pool::Lease;
 use super::sessions::{EPISODE_COLUMNS, episode_row};
-use crate::consolidation::{
-    Applied, Cadence, Delta, Fact, FactKey, FactPayload, FactVersion, Provenance, Rule, RunOutcome,
+use crate::consolidation::ports::{
+    ConsolidationStore, FactFilter, FactTx, Locked, RuleTx, RunLock,
 };
+use crate::consolidation::{Cadence, Fact, FactKey, FactPayload, FactVersion, Provenance, Rule};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::Episode;
-use crate::store::consolidation::{
-    ConsolidationStore, FactFilter, FactTx, NewVersion, RuleTx, RunLock, RunRequest, apply_in,
-    fact_kind, rule_exists, rule_not_found, run_in, string_list, string_list_json,
-};
+use crate::store::consolidation::{NewVersion, fact_kind, string_list, string_list_json};
+
+/// A transaction of consolidation work, confined to one tenant; rolled back
+/// when dropped uncommitted.
+pub struct PgTx(Lease);
+
+impl PgTx {
+    fn conn(&mut self) -> &mut Lease {
+        &mut self.0
+    }
+}
 
 const RULE_COLUMNS: &str = "id, filter, every_n_episodes, cron, then_emits::text, kind, \
                             confidence, enabled, watermark, episodes_promoted, create_time, \
@@ -84,7 +93,7 @@ fn lock_key(tenant: &Tenant, id: &str) -> String {
 }
 
 async fn insert_version(
-    conn: &mut PgConnection,
+    conn: &mut Lease,
     tenant: &Tenant,
     id: &str,
     new: NewVersion<'_>,
@@ -130,7 +139,7 @@ async fn insert_version(
     Ok(())
 }
 
-impl FactTx for PgConnection {
+impl FactTx for PgTx {
     async fn resolve(
         &mut self,
         tenant: &Tenant,
@@ -149,7 +158,7 @@ impl FactTx for PgConnection {
         .bind(app)
         .bind(user)
         .bind(ids)
-        .fetch_all(self)
+        .fetch_all(self.conn())
         .await?;
         let mut seen = std::collections::HashSet::new();
         Ok(rows
@@ -179,7 +188,7 @@ impl FactTx for PgConnection {
         .bind(column(|k| &k.1))
         .bind(column(|k| &k.2))
         .bind(column(|k| &k.3))
-        .fetch_all(self)
+        .fetch_all(self.conn())
         .await?;
         let mut live = HashMap::new();
         for row in &rows {
@@ -217,7 +226,7 @@ impl FactTx for PgConnection {
         .bind(&payload.subject)
         .bind(&payload.predicate)
         .bind(now)
-        .execute(&mut *self)
+        .execute(self.conn())
         .await?;
         let new = NewVersion {
             version: 1,
@@ -225,7 +234,7 @@ impl FactTx for PgConnection {
             subject: &payload.subject,
             predicate: &payload.predicate,
         };
-        insert_version(self, tenant, id, new, provenance, now).await
+        insert_version(self.conn(), tenant, id, new, provenance, now).await
     }
 
     async fn write_version(
@@ -247,7 +256,7 @@ impl FactTx for PgConnection {
         .bind(payload.map(|p| p.subject.as_str()))
         .bind(payload.map(|p| p.predicate.as_str()))
         .bind(now)
-        .fetch_one(&mut *self)
+        .fetch_one(self.conn())
         .await?;
         let (version, subject, predicate): (i64, String, String) =
             (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
@@ -257,33 +266,60 @@ impl FactTx for PgConnection {
             subject: &subject,
             predicate: &predicate,
         };
-        insert_version(self, tenant, id, new, provenance, now).await
+        insert_version(self.conn(), tenant, id, new, provenance, now).await
+    }
+
+    async fn lock_live_fact(&mut self, tenant: &Tenant, id: &str) -> Result<bool> {
+        let live: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM facts WHERE tenant = $1 AND id = $2 AND NOT deleted FOR UPDATE",
+        )
+        .bind(tenant.as_str())
+        .bind(id)
+        .fetch_optional(self.conn())
+        .await?;
+        Ok(live.is_some())
+    }
+
+    async fn fact(&mut self, tenant: &Tenant, id: &str) -> Result<Option<Fact>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {FACT_COLUMNS} FROM facts f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+             WHERE f.tenant = $1 AND f.id = $2"
+        )))
+        .bind(tenant.as_str())
+        .bind(id)
+        .fetch_optional(self.conn())
+        .await?;
+        row.as_ref().map(fact_row).transpose()
+    }
+
+    async fn commit(self) -> Result<()> {
+        self.0.commit().await
+    }
+
+    async fn rollback(self) -> Result<()> {
+        self.0.rollback().await
     }
 }
 
-impl RuleTx for PgConnection {
-    async fn lock_rule(
-        &mut self,
-        tenant: &Tenant,
-        id: &str,
-        lock: RunLock,
-    ) -> Result<Option<Rule>> {
+impl RuleTx for PgTx {
+    async fn lock_rule(&mut self, tenant: &Tenant, id: &str, lock: RunLock) -> Result<Locked> {
         let key = lock_key(tenant, id);
         match lock {
             RunLock::Try => {
                 let locked: bool =
                     sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))")
                         .bind(&key)
-                        .fetch_one(&mut *self)
+                        .fetch_one(self.conn())
                         .await?;
                 if !locked {
-                    return Ok(None);
+                    return Ok(Locked::Busy);
                 }
             }
             RunLock::Wait => {
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
                     .bind(&key)
-                    .execute(&mut *self)
+                    .execute(self.conn())
                     .await?;
             }
         }
@@ -292,11 +328,11 @@ impl RuleTx for PgConnection {
         )))
         .bind(tenant.as_str())
         .bind(id)
-        .fetch_optional(self)
+        .fetch_optional(self.conn())
         .await?;
         match row {
-            Some(row) => rule_row(&row, 0).map(Some),
-            None => Err(rule_not_found(id)),
+            Some(row) => rule_row(&row, 0).map(Locked::Rule),
+            None => Ok(Locked::Missing),
         }
     }
 
@@ -315,7 +351,7 @@ impl RuleTx for PgConnection {
         .bind(after)
         .bind(up_to)
         .bind(limit)
-        .fetch_all(self)
+        .fetch_all(self.conn())
         .await?;
         rows.iter().map(episode_row).collect()
     }
@@ -338,14 +374,19 @@ impl RuleTx for PgConnection {
         .bind(watermark)
         .bind(promoted)
         .bind(now)
-        .execute(self)
+        .execute(self.conn())
         .await?;
         Ok(())
     }
 }
 
 impl ConsolidationStore for PgStore {
-    async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<()> {
+    type Tx = PgTx;
+
+    async fn begin(&self, tenant: &Tenant) -> Result<PgTx> {
+        Ok(PgTx(self.scoped(tenant).await?))
+    }
+    async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<bool> {
         let mut conn = self.session(tenant).await?;
         let (every, cron) = match &rule.cadence {
             Cadence::EveryNEpisodes(n) => (Some(*n), None),
@@ -368,12 +409,9 @@ impl ConsolidationStore for PgStore {
         .bind(rule.enabled)
         .bind(rule.watermark)
         .bind(rule.create_time)
-        .execute(&mut *conn)
+        .execute(&mut conn)
         .await?;
-        if done.rows_affected() == 0 {
-            return Err(rule_exists(&rule.id));
-        }
-        Ok(())
+        Ok(done.rows_affected() > 0)
     }
 
     async fn get_rule(&self, tenant: &Tenant, id: &str) -> Result<Option<Rule>> {
@@ -383,7 +421,7 @@ impl ConsolidationStore for PgStore {
         )))
         .bind(tenant.as_str())
         .bind(id)
-        .fetch_optional(&mut *conn)
+        .fetch_optional(&mut conn)
         .await?;
         row.map(|row| rule_row(&row, 0)).transpose()
     }
@@ -402,7 +440,7 @@ impl ConsolidationStore for PgStore {
         .bind(tenant.as_str())
         .bind(after.unwrap_or(""))
         .bind(limit)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter().map(|row| rule_row(row, 0)).collect()
     }
@@ -412,7 +450,7 @@ impl ConsolidationStore for PgStore {
         let done = sqlx::query("DELETE FROM consolidation_rules WHERE tenant = $1 AND id = $2")
             .bind(tenant.as_str())
             .bind(id)
-            .execute(&mut *conn)
+            .execute(&mut conn)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -422,7 +460,7 @@ impl ConsolidationStore for PgStore {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT tenant, {RULE_COLUMNS} FROM consolidation_rules WHERE enabled ORDER BY tenant, id"
         )))
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter()
             .map(|row| Ok((Tenant::new(row.try_get::<String, _>(0)?), rule_row(row, 1)?)))
@@ -445,31 +483,8 @@ impl ConsolidationStore for PgStore {
         .bind(after)
         .bind(up_to)
         .bind(at_most)
-        .fetch_one(&mut *conn)
+        .fetch_one(&mut conn)
         .await?)
-    }
-
-    async fn run_rule(&self, tenant: &Tenant, run: &RunRequest<'_>) -> Result<Option<RunOutcome>> {
-        let mut tx = self.scoped(tenant).await?;
-        let outcome = run_in(&mut *tx, tenant, run).await?;
-        if run.dry_run {
-            tx.rollback().await?;
-        } else {
-            tx.commit().await?;
-        }
-        Ok(outcome)
-    }
-
-    async fn apply_deltas(
-        &self,
-        tenant: &Tenant,
-        deltas: &[Delta],
-        now: DateTime<Utc>,
-    ) -> Result<Applied> {
-        let mut tx = self.scoped(tenant).await?;
-        let applied = apply_in(&mut *tx, tenant, deltas, now).await?;
-        tx.commit().await?;
-        Ok(applied)
     }
 
     async fn list_facts(
@@ -504,7 +519,7 @@ impl ConsolidationStore for PgStore {
         .bind(filter.kind.map(|k| k.as_i16()))
         .bind(after)
         .bind(limit)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter().map(fact_row).collect()
     }
@@ -522,7 +537,7 @@ impl ConsolidationStore for PgStore {
         )))
         .bind(tenant.as_str())
         .bind(id)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         let Some(last) = rows.last() else {
             return Ok(None);
@@ -533,38 +548,5 @@ impl ConsolidationStore for PgStore {
             .map(|row| version_row(row, 5))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some((fact, versions)))
-    }
-
-    async fn delete_fact(
-        &self,
-        tenant: &Tenant,
-        id: &str,
-        provenance: &Provenance,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Fact>> {
-        let mut tx = self.scoped(tenant).await?;
-        let live: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM facts WHERE tenant = $1 AND id = $2 AND NOT deleted FOR UPDATE",
-        )
-        .bind(tenant.as_str())
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if live.is_none() {
-            return Ok(None);
-        }
-        tx.write_version(tenant, id, None, provenance, now).await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {FACT_COLUMNS} FROM facts f JOIN fact_versions v \
-             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
-             WHERE f.tenant = $1 AND f.id = $2"
-        )))
-        .bind(tenant.as_str())
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let fact = fact_row(&row)?;
-        tx.commit().await?;
-        Ok(Some(fact))
     }
 }

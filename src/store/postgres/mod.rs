@@ -16,21 +16,19 @@ use tokio::sync::{OnceCell, watch};
 
 mod consolidation;
 pub(crate) mod pool;
+mod run;
 pub(crate) mod sessions;
-mod working;
 
-use super::{
-    ChangeRow, Feed, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
-    ScopeFilter, StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found,
-    live_entry, purge_outcome, schema_is_current, source_changed, version_not_found, write_refused,
-};
+use super::{ChangeRow, HeadUpdate, StoreOptions, VersionRow, schema_is_current};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
-use crate::memory::Provenance;
 use crate::memory::audit::AuditRecord;
-use crate::memory::{
-    Change, Entry, Key, KeyPrefix, Scope, ScopeSummary, ScopeType, key_not_found_error,
+use crate::memory::ports::{
+    Compacted, Fence, Head, ListQuery, MemoryStore, Purge, PurgeOutcome, Purged, ReindexOutcome,
+    ScopeFilter, Write, Written,
 };
+use crate::memory::{Change, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType};
+use crate::ports::{Database, Feed, Feeds};
 use pool::{Lease, Pool};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -166,7 +164,7 @@ impl PgStore {
         }
         // One simple query: its statements run as one transaction.
         self.pool
-            .plain()
+            .dedicated()
             .await?
             .execute(sqlx::AssertSqlSafe(format!(
                 "GRANT USAGE ON SCHEMA public TO \"{role}\"; \
@@ -181,21 +179,21 @@ impl PgStore {
     /// tenant table's policy compares its rows with `engram.tenant`.
     /// Dropped uncommitted, it is rolled back.
     async fn scoped(&self, tenant: &Tenant) -> Result<Lease> {
-        self.pool.transaction(tenant.as_str()).await
+        self.pool.transaction(tenant).await
     }
 
     /// A connection in autocommit confined to one tenant, for an operation
     /// that is one statement (or several that need no common snapshot):
     /// one round trip each.
     async fn session(&self, tenant: &Tenant) -> Result<Lease> {
-        self.pool.session(tenant.as_str()).await
+        self.pool.session(tenant).await
     }
 
     /// A connection in autocommit that row-level security lets see every
     /// tenant, for the server's own cross-tenant work (the scheduler's rule
     /// list, pruning).
     async fn system(&self) -> Result<Lease> {
-        self.pool.session(SYSTEM).await
+        self.pool.system().await
     }
 
     async fn head_in<'e, E>(
@@ -284,9 +282,6 @@ impl PgStore {
     }
 }
 
-/// What `engram.tenant` is set to for the server's cross-tenant work.
-const SYSTEM: &str = "*";
-
 /// The newest position of a feed, and a fence: a transaction id taken
 /// *after* that position was read. Every position at or below the newest
 /// was taken by a transaction that already had its id then (writers take
@@ -318,19 +313,19 @@ async fn horizon_candidate(pool: &Pool, feed: Feed) -> Result<(i64, String)> {
              SELECT position, pg_current_xact_id()::text FROM newest"
         }
     };
-    let mut conn = pool.session(SYSTEM).await?;
-    let (newest, fence): (i64, String) = sqlx::query_as(sql).fetch_one(&mut *conn).await?;
+    let mut conn = pool.system().await?;
+    let (newest, fence): (i64, String) = sqlx::query_as(sql).fetch_one(&mut conn).await?;
     Ok((newest, fence))
 }
 
 /// Waits until every transaction with an id up to `fence` has finished.
 async fn wait_settled(pool: &Pool, fence: &str) -> Result<()> {
-    let mut conn = pool.plain().await?;
+    let mut conn = pool.system().await?;
     loop {
         let settled: bool =
             sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
                 .bind(fence)
-                .fetch_one(&mut *conn)
+                .fetch_one(&mut conn)
                 .await?;
         if settled {
             return Ok(());
@@ -427,17 +422,20 @@ fn version_row(row: &PgRow) -> Result<VersionRow> {
     })
 }
 
-impl super::Store for PgStore {
+impl Database for PgStore {
     async fn migrate(&self) -> Result<()> {
-        let mut conn = self.pool.plain().await?;
-        MIGRATOR.run_direct(None, &mut *conn, false).await?;
+        // On a connection of its own that sees every tenant's rows, so a
+        // data migration under forced row-level security touches them all.
+        let mut conn = self.pool.dedicated().await?;
+        MIGRATOR.run_direct(None, &mut conn, false).await?;
+        sqlx::Connection::close(conn).await?;
         Ok(())
     }
 
     async fn check_schema(&self) -> Result<()> {
         let applied: Vec<i64> =
             sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&mut *self.pool.plain().await?)
+                .fetch_all(&mut self.pool.system().await?)
                 .await
                 .unwrap_or_default();
         schema_is_current(&MIGRATOR, &applied)
@@ -445,20 +443,34 @@ impl super::Store for PgStore {
 
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1")
-            .execute(&mut *self.pool.plain().await?)
+            .execute(&mut self.pool.system().await?)
             .await?;
         Ok(())
     }
 
-    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Entry> {
+    fn pool_status(&self) -> crate::metrics::PoolStatus {
+        crate::metrics::PoolStatus {
+            open: self.pool.open(),
+            idle: self.pool.idle(),
+            max: self.pool.max(),
+        }
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+impl MemoryStore for PgStore {
+    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
         let Some(stamp) = write.request else {
             // One statement, committed as it returns.
             let mut conn = self.session(tenant).await?;
-            return match Self::write_in(&mut *conn, tenant, write).await? {
-                Some(version) => Ok(write.entry(version)),
+            return match Self::write_in(&mut conn, tenant, write).await? {
+                Some(version) => Ok(Written::Stored(write.entry(version))),
                 None => {
-                    let head = Self::head_in(&mut *conn, tenant, write.scope, write.key).await?;
-                    Err(write_refused(write, head))
+                    let head = Self::head_in(&mut conn, tenant, write.scope, write.key).await?;
+                    Ok(Written::Refused(head))
                 }
             };
         };
@@ -478,7 +490,7 @@ impl super::Store for PgStore {
         .bind(write.scope.name.as_str())
         .bind(write.key.as_str())
         .bind(write.now)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?
         .rows_affected()
             == 1;
@@ -489,20 +501,24 @@ impl super::Store for PgStore {
             )
             .bind(tenant.as_str())
             .bind(stamp.id)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut tx)
             .await?;
             let fingerprint: Vec<u8> = row.try_get(0)?;
-            check_replay(&stamp, &fingerprint)?;
             let version: Option<i64> = row.try_get(1)?;
             let version =
                 version.ok_or_else(|| Error::internal("request record without a version"))?;
-            let entry = Self::version_in(&mut *tx, tenant, write.scope, write.key, version).await?;
-            return ensure_found(entry, write.key, version);
+            let entry = Self::version_in(&mut tx, tenant, write.scope, write.key, version).await?;
+            return Ok(Written::Replayed {
+                fingerprint,
+                version,
+                entry,
+            });
         }
 
-        let Some(version) = Self::write_in(&mut *tx, tenant, write).await? else {
-            let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
-            return Err(write_refused(write, head));
+        let Some(version) = Self::write_in(&mut tx, tenant, write).await? else {
+            // Rolled back as the lease goes: the request record with it.
+            let head = Self::head_in(&mut tx, tenant, write.scope, write.key).await?;
+            return Ok(Written::Refused(head));
         };
         sqlx::query(
             "UPDATE memory_request_ids SET version = $3 WHERE tenant = $1 AND request_id = $2",
@@ -510,10 +526,10 @@ impl super::Store for PgStore {
         .bind(tenant.as_str())
         .bind(stamp.id)
         .bind(version)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
         tx.commit().await?;
-        Ok(write.entry(version))
+        Ok(Written::Stored(write.entry(version)))
     }
 
     async fn get(
@@ -522,33 +538,25 @@ impl super::Store for PgStore {
         scope: &Scope,
         key: &Key,
         version: Option<i64>,
-    ) -> Result<Entry> {
+    ) -> Result<Option<Entry>> {
         let mut conn = self.session(tenant).await?;
         if let Some(version) = version {
-            return match Self::version_in(&mut *conn, tenant, scope, key, version).await? {
-                Some(entry) => live_entry(entry),
-                None => match Self::head_in(&mut *conn, tenant, scope, key).await? {
-                    Some(_) => Err(version_not_found(key, version)),
-                    None => Err(key_not_found_error(key)),
-                },
-            };
+            return Self::version_in(&mut conn, tenant, scope, key, version).await;
         }
         let row = sqlx::query(get_current_sql())
             .bind(tenant.as_str())
             .bind(scope.scope_type.as_i16())
             .bind(scope.name.as_str())
             .bind(key.as_str())
-            .fetch_optional(&mut *conn)
+            .fetch_optional(&mut conn)
             .await?;
-        match row {
-            Some(row) => live_entry(version_row(&row)?.into_entry(scope)?),
-            None => Err(key_not_found_error(key)),
-        }
+        row.map(|row| version_row(&row)?.into_entry(scope))
+            .transpose()
     }
 
     async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
         let mut conn = self.session(tenant).await?;
-        Self::head_in(&mut *conn, tenant, scope, key).await
+        Self::head_in(&mut conn, tenant, scope, key).await
     }
 
     async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
@@ -581,7 +589,7 @@ impl super::Store for PgStore {
         .bind(bound)
         .bind(query.include_reserved)
         .bind(query.limit)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter()
             .map(|row| version_row(row)?.into_entry(query.scope))
@@ -608,7 +616,7 @@ impl super::Store for PgStore {
         .bind(key.as_str())
         .bind(from_version)
         .bind(limit)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter()
             .map(|row| version_row(row)?.into_entry(scope))
@@ -641,7 +649,7 @@ impl super::Store for PgStore {
         .bind(limit)
         .bind(filter.flow_id.unwrap_or(""))
         .bind(filter.flow_name.unwrap_or(""))
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter().map(scope_summary).collect()
     }
@@ -695,25 +703,25 @@ impl super::Store for PgStore {
         .bind(purge.include_deleted || purge.key.is_some())
         .bind(keep)
         .bind(record.timestamp)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?;
         let deleted = rows
             .iter()
             .map(|row| {
-                Ok((
-                    row.try_get::<String, _>(0)?,
-                    row.try_get::<i64, _>(1)?,
-                    row.try_get::<i64, _>(2)?,
-                ))
+                Ok(Purged {
+                    key: row.try_get(0)?,
+                    versions: row.try_get(1)?,
+                    newest: row.try_get(2)?,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        let outcome = purge_outcome(purge, &deleted, record);
+        let outcome = PurgeOutcome::new(purge, &deleted, record);
         if let Some(record) = &outcome.record {
             let value = record.to_value()?;
             let key = record.key();
             let provenance = Provenance::default();
-            let write = audit_write(purge.scope, &key, &value, &provenance, record.timestamp);
-            Self::write_in(&mut *tx, tenant, &write).await?;
+            let write = Write::audit(purge.scope, &key, &value, &provenance, record.timestamp);
+            Self::write_in(&mut tx, tenant, &write).await?;
         }
         tx.commit().await?;
         Ok(outcome)
@@ -725,7 +733,7 @@ impl super::Store for PgStore {
         fences: &[Fence<'_>],
         write: &Write<'_>,
         mut record: AuditRecord,
-    ) -> Result<(Entry, AuditRecord)> {
+    ) -> Result<Compacted> {
         let mut tx = self.scoped(tenant).await?;
         for fence in fences {
             // Lock each source's head so no write slips in before commit.
@@ -737,13 +745,17 @@ impl super::Store for PgStore {
             .bind(write.scope.scope_type.as_i16())
             .bind(write.scope.name.as_str())
             .bind(fence.key.as_str())
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut tx)
             .await?;
             if now != Some(fence.version) {
-                return Err(source_changed(fence.key, fence.version, now));
+                return Ok(Compacted::SourceChanged {
+                    key: fence.key.clone(),
+                    read: fence.version,
+                    now,
+                });
             }
         }
-        let version = Self::write_in(&mut *tx, tenant, write)
+        let version = Self::write_in(&mut tx, tenant, write)
             .await?
             .ok_or_else(|| Error::internal("unconditional write refused"))?;
         record.target_version = version;
@@ -751,13 +763,13 @@ impl super::Store for PgStore {
         let key = record.key();
         let provenance = Provenance::default();
         Self::write_in(
-            &mut *tx,
+            &mut tx,
             tenant,
-            &audit_write(write.scope, &key, &value, &provenance, record.timestamp),
+            &Write::audit(write.scope, &key, &value, &provenance, record.timestamp),
         )
         .await?;
         tx.commit().await?;
-        Ok((write.entry(version), record))
+        Ok(Compacted::Written(Box::new((write.entry(version), record))))
     }
 
     async fn register_execution(
@@ -782,7 +794,7 @@ impl super::Store for PgStore {
         .bind(flow_id)
         .bind(flow_name)
         .bind(now)
-        .execute(&mut *conn)
+        .execute(&mut conn)
         .await?;
         Ok(())
     }
@@ -796,7 +808,7 @@ impl super::Store for PgStore {
         let row = sqlx::query("SELECT flow_id, flow_name FROM memory_executions WHERE tenant = $1 AND execution_id = $2")
             .bind(tenant.as_str())
             .bind(execution_id)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(&mut conn)
             .await?;
         row.map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
             .transpose()
@@ -809,7 +821,7 @@ impl super::Store for PgStore {
              WHERE tenant = $1 AND scope_type = 3 AND flow_id = '' AND flow_name = ''",
         )
         .bind(tenant.as_str())
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await?;
         const FIXABLE: &str = "e.tenant = v.tenant AND e.execution_id = v.scope \
              AND v.tenant = $1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = '' \
@@ -820,7 +832,7 @@ impl super::Store for PgStore {
                  FROM memory_executions e WHERE {FIXABLE}"
             )))
             .bind(tenant.as_str())
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await?
             .rows_affected() as i64
         } else {
@@ -828,7 +840,7 @@ impl super::Store for PgStore {
                 "SELECT count(*) FROM memory_versions v JOIN memory_executions e ON {FIXABLE}"
             )))
             .bind(tenant.as_str())
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut tx)
             .await?
         };
         let unknown = sqlx::query(
@@ -839,7 +851,7 @@ impl super::Store for PgStore {
              GROUP BY v.scope ORDER BY v.scope LIMIT 100",
         )
         .bind(tenant.as_str())
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?
         .iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
@@ -880,13 +892,46 @@ impl super::Store for PgStore {
         .bind(low)
         .bind(high)
         .bind(limit)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter()
             .map(|row| change_row(row)?.into_change())
             .collect()
     }
 
+    async fn oldest_revision(&self) -> Result<Option<i64>> {
+        let mut conn = self.system().await?;
+        Ok(
+            sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
+                .fetch_one(&mut conn)
+                .await?,
+        )
+    }
+
+    async fn prune_changes(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        let mut conn = self.system().await?;
+        let done = sqlx::query("DELETE FROM memory_changes WHERE create_time < $1")
+            .bind(before)
+            .execute(&mut conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn prune_request_ids(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+        let mut conn = self.system().await?;
+        let done = sqlx::query("DELETE FROM memory_request_ids WHERE create_time < $1")
+            .bind(before)
+            .execute(&mut conn)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn scope_summary(row: &PgRow) -> Result<ScopeSummary> {
+    super::scope_summary(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)
+}
+
+impl Feeds for PgStore {
     async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
         let (pool, listen) = (self.pool.clone(), self.listen.clone());
         let receiver = self.horizons[feed as usize]
@@ -900,48 +945,9 @@ impl super::Store for PgStore {
         Ok(receiver.clone())
     }
 
-    fn pool_status(&self) -> crate::metrics::PoolStatus {
-        crate::metrics::PoolStatus {
-            open: self.pool.open(),
-            idle: self.pool.idle(),
-            max: self.pool.max(),
-        }
-    }
-
     async fn settled(&self, feed: Feed) -> Result<i64> {
         let (newest, fence) = horizon_candidate(&self.pool, feed).await?;
         wait_settled(&self.pool, &fence).await?;
         Ok(newest)
     }
-
-    async fn oldest_revision(&self) -> Result<Option<i64>> {
-        let mut conn = self.system().await?;
-        Ok(
-            sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
-                .fetch_one(&mut *conn)
-                .await?,
-        )
-    }
-
-    async fn prune_changes(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        let mut conn = self.system().await?;
-        let done = sqlx::query("DELETE FROM memory_changes WHERE create_time < $1")
-            .bind(before)
-            .execute(&mut *conn)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn prune_request_ids(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        let mut conn = self.system().await?;
-        let done = sqlx::query("DELETE FROM memory_request_ids WHERE create_time < $1")
-            .bind(before)
-            .execute(&mut *conn)
-            .await?;
-        Ok(done.rows_affected())
-    }
-}
-
-fn scope_summary(row: &PgRow) -> Result<ScopeSummary> {
-    super::scope_summary(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)
 }

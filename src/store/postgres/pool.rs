@@ -8,20 +8,32 @@
 //! transaction that set the tenant for row-level security first. This pool
 //! hands a connection back as it is, remembers the tenant its session is
 //! confined to (so a single-statement read or write is one round trip), and
-//! spends a round trip only where one is owed: rolling back a transaction
-//! left open, checking a connection that sat idle or may have died with the
-//! database.
+//! spends a round trip only where one is owed: binding another tenant,
+//! rolling back a transaction left open, checking a connection that sat
+//! idle or may have died with the database.
+//!
+//! Tenant isolation rests on that bookkeeping, so the pool keeps it out of
+//! reach: the tenant is bound as a parameter (`set_config`), never spliced
+//! into SQL; a [`Lease`] runs queries but hands out no connection and
+//! refuses statements that would change its session (`SET`, `RESET`,
+//! `set_config`, transaction control); the server's cross-tenant work runs
+//! on connections opened for it, set to `*` at start-up, that never join
+//! the tenant idle list; and migrations run on a connection of their own,
+//! set explicitly to see every row.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{Connection, Executor};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgQueryResult, PgRow};
+use sqlx::{Connection, Either, Execute, Executor, Postgres};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::context::Tenant;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A connection idle for longer than this is pinged before it is used.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -31,15 +43,20 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// spreads again after the database fails over or scales.
 const MAX_LIFETIME: Duration = Duration::from_secs(1800);
 
+/// What `engram.tenant` is set to for the server's cross-tenant work.
+const EVERY_TENANT: &str = "*";
+
 /// Bumped whenever an error said a database connection broke (a reset, a
 /// restart). A pooled connection last checked in an older epoch is pinged
 /// before its next use, so a dead one is dropped instead of failing the
 /// next request, and the one that failed is not handed out again.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
-/// Records that a connection broke; see [`EPOCH`].
-pub(crate) fn connection_broke() {
-    EPOCH.fetch_add(1, Ordering::Relaxed);
+/// Notes an error: one that says a connection broke moves the epoch.
+fn observe(err: &sqlx::Error) {
+    if super::super::connection_lost(err) {
+        EPOCH.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Clone)]
@@ -49,10 +66,18 @@ struct Shared {
     connect: PgConnectOptions,
     max: u32,
     acquire_timeout: Duration,
+    /// One per lease out, of either kind.
     permits: Arc<Semaphore>,
-    /// Most recently returned last.
+    /// Idle connections bound to a tenant (or to none yet); most recently
+    /// returned last.
     idle: Mutex<Vec<Idle>>,
+    /// Idle connections of the server's cross-tenant work.
+    system_idle: Mutex<Vec<Idle>>,
     open: Arc<AtomicU32>,
+    /// Leases out now, and a wake-up for a shutdown waiting for them.
+    leased: AtomicU32,
+    returned: Notify,
+    closed: AtomicBool,
 }
 
 struct Idle {
@@ -60,9 +85,18 @@ struct Idle {
     since: Instant,
 }
 
+/// Which list a connection belongs to; it never moves to the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Tenant,
+    System,
+}
+
 struct Conn {
     raw: PgConnection,
-    /// What this session's `engram.tenant` is set to, when known.
+    kind: Kind,
+    /// What this session's `engram.tenant` is bound to, when known (a
+    /// system connection's is `*` from its start-up packet on).
     tenant: Option<Box<str>>,
     born: Instant,
     epoch: u64,
@@ -102,9 +136,13 @@ impl Pool {
             acquire_timeout,
             permits: Arc::new(Semaphore::new(max as usize)),
             idle: Mutex::new(Vec::new()),
+            system_idle: Mutex::new(Vec::new()),
             open: Arc::default(),
+            leased: AtomicU32::new(0),
+            returned: Notify::new(),
+            closed: AtomicBool::new(false),
         }));
-        let first = pool.open_connection().await?;
+        let first = pool.open_connection(Kind::Tenant).await?;
         pool.put(first);
         Ok(pool)
     }
@@ -118,69 +156,126 @@ impl Pool {
     }
 
     pub(super) fn idle(&self) -> u32 {
-        self.idle_list().len() as u32
+        (lock(&self.0.idle).len() + lock(&self.0.system_idle).len()) as u32
     }
 
     /// A connection in autocommit whose session row-level security confines
-    /// to `tenant` (`*`: every tenant, for the server's own work). Each
-    /// statement is its own transaction; the setting costs a round trip
-    /// only when this connection was last used for another tenant.
-    pub(super) async fn session(&self, tenant: &str) -> Result<Lease> {
-        let mut lease = self.acquire(Some(tenant)).await?;
+    /// to `tenant`. Each statement is its own transaction; binding the
+    /// tenant costs a round trip only when this connection was last bound
+    /// to another one.
+    pub(super) async fn session(&self, tenant: &Tenant) -> Result<Lease> {
+        let mut lease = self.acquire(Kind::Tenant, Some(tenant.as_str())).await?;
         let conn = lease.conn_mut();
-        if conn.tenant.as_deref() != Some(tenant) {
-            // Unknown until the SET is known to have run: a failed or
-            // cancelled one leaves the next user to set it again.
+        if conn.tenant.as_deref() != Some(tenant.as_str()) {
+            // Unknown until the call is known to have run: a failed or
+            // cancelled one leaves the next user to bind it again.
             conn.tenant = None;
-            conn.raw
-                .execute(sqlx::AssertSqlSafe(format!(
-                    "SET engram.tenant = '{}'",
-                    checked(tenant)?
-                )))
-                .await?;
-            conn.tenant = Some(tenant.into());
+            sqlx::query("SELECT set_config('engram.tenant', $1, false)")
+                .bind(tenant.as_str())
+                .execute(&mut conn.raw)
+                .await
+                .inspect_err(observe)?;
+            conn.tenant = Some(tenant.as_str().into());
         }
         Ok(lease)
     }
 
-    /// A transaction confined to `tenant`. The tenant rides in the same
-    /// round trip as `BEGIN` when the session is set to another one, as a
-    /// `SET LOCAL` that ends with the transaction. Commit it with
+    /// A transaction confined to `tenant`. Commit it with
     /// [`Lease::commit`]; dropped uncommitted, it is rolled back.
-    pub(super) async fn transaction(&self, tenant: &str) -> Result<Lease> {
-        let mut lease = self.acquire(Some(tenant)).await?;
-        let begin = if lease.conn_mut().tenant.as_deref() == Some(tenant) {
-            "BEGIN".to_owned()
-        } else {
-            format!("BEGIN; SET LOCAL engram.tenant = '{}'", checked(tenant)?)
-        };
+    pub(super) async fn transaction(&self, tenant: &Tenant) -> Result<Lease> {
+        let mut lease = self.session(tenant).await?;
         // Marked first: a BEGIN that fails or is cancelled half-way leaves
         // the connection's state unknown, and a rollback settles it.
         lease.in_transaction = true;
-        lease.execute(sqlx::AssertSqlSafe(begin)).await?;
+        lease
+            .conn_mut()
+            .raw
+            .execute("BEGIN")
+            .await
+            .inspect_err(observe)?;
         Ok(lease)
     }
 
-    /// A connection with whatever its session was set to; for work that
-    /// touches no tenant's rows (migrations, grants, snapshot checks).
-    pub(super) async fn plain(&self) -> Result<Lease> {
-        self.acquire(None).await
+    /// A connection in autocommit that row-level security lets see every
+    /// tenant, for the server's own cross-tenant work (the scheduler's rule
+    /// list, pruning, the feeds' horizons, health checks). It comes from
+    /// connections opened for that work only.
+    pub(super) async fn system(&self) -> Result<Lease> {
+        self.acquire(Kind::System, None).await
     }
 
-    async fn acquire(&self, tenant: Option<&str>) -> Result<Lease> {
-        tokio::time::timeout(self.0.acquire_timeout, self.acquire_now(tenant))
+    /// A connection of its own, outside the pool, set to see every row:
+    /// for migrations and grants, which the owner runs and which may touch
+    /// rows of every tenant. Closed when dropped.
+    pub(super) async fn dedicated(&self) -> Result<PgConnection> {
+        let connect = self
+            .0
+            .connect
+            .clone()
+            .options([("engram.tenant", EVERY_TENANT)]);
+        Ok(PgConnection::connect_with(&connect).await?)
+    }
+
+    /// Refuses new leases, waits (up to the acquire timeout) until every
+    /// lease out has come back, then says goodbye to every connection: the
+    /// last step of a graceful shutdown.
+    pub(super) async fn close(&self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        self.0.permits.close();
+        let drained = async {
+            loop {
+                let returned = self.0.returned.notified();
+                if self.0.leased.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                returned.await;
+            }
+        };
+        if tokio::time::timeout(self.0.acquire_timeout, drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                leased = self.0.leased.load(Ordering::SeqCst),
+                "closing the database pool with calls still holding connections"
+            );
+        }
+        let idle: Vec<Idle> = [&self.0.idle, &self.0.system_idle]
+            .into_iter()
+            .flat_map(|list| std::mem::take(&mut *lock(list)))
+            .collect();
+        for Idle { conn, .. } in idle {
+            let Conn { raw, _counted, .. } = conn;
+            let _ = raw.close().await;
+        }
+    }
+
+    async fn acquire(&self, kind: Kind, tenant: Option<&str>) -> Result<Lease> {
+        tokio::time::timeout(self.0.acquire_timeout, self.acquire_now(kind, tenant))
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)?
     }
 
-    async fn acquire_now(&self, tenant: Option<&str>) -> Result<Lease> {
+    async fn acquire_now(&self, kind: Kind, tenant: Option<&str>) -> Result<Lease> {
         let permit = Arc::clone(&self.0.permits)
             .acquire_owned()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
         loop {
-            let Some(Idle { mut conn, since }) = self.take_idle(tenant) else {
-                let conn = self.open_connection().await?;
+            let Some(Idle { mut conn, since }) = self.take_idle(kind, tenant) else {
+                // Within the limit on open connections: an idle one of the
+                // other kind makes room.
+                if self.open() >= self.0.max {
+                    let other = match kind {
+                        Kind::Tenant => &self.0.system_idle,
+                        Kind::System => &self.0.idle,
+                    };
+                    let spare = lock(other).pop();
+                    if let Some(spare) = spare {
+                        close(spare.conn);
+                    }
+                }
+                let conn = self.open_connection(kind).await?;
                 return Ok(self.lease(conn, permit));
             };
             if conn.born.elapsed() > MAX_LIFETIME || since.elapsed() > IDLE_TIMEOUT {
@@ -189,7 +284,7 @@ impl Pool {
             }
             let epoch = EPOCH.load(Ordering::Relaxed);
             if since.elapsed() > IDLE_CHECK || conn.epoch != epoch {
-                if conn.raw.ping().await.is_err() {
+                if conn.raw.ping().await.inspect_err(observe).is_err() {
                     continue;
                 }
                 conn.epoch = epoch;
@@ -198,10 +293,13 @@ impl Pool {
         }
     }
 
-    /// The most recently returned idle connection, preferring one whose
-    /// session is already set to `tenant`.
-    fn take_idle(&self, tenant: Option<&str>) -> Option<Idle> {
-        let mut idle = self.idle_list();
+    /// The most recently returned idle connection of a kind, preferring
+    /// one whose session is already bound to `tenant`.
+    fn take_idle(&self, kind: Kind, tenant: Option<&str>) -> Option<Idle> {
+        let mut idle = match kind {
+            Kind::Tenant => lock(&self.0.idle),
+            Kind::System => lock(&self.0.system_idle),
+        };
         let matching = tenant.and_then(|tenant| {
             idle.iter()
                 .rposition(|entry| entry.conn.tenant.as_deref() == Some(tenant))
@@ -212,12 +310,28 @@ impl Pool {
         }
     }
 
-    async fn open_connection(&self) -> Result<Conn> {
-        let raw = PgConnection::connect_with(&self.0.connect).await?;
+    async fn open_connection(&self, kind: Kind) -> Result<Conn> {
+        let (raw, tenant) = match kind {
+            // A fresh session is bound to no tenant and sees no row.
+            Kind::Tenant => (PgConnection::connect_with(&self.0.connect).await, None),
+            Kind::System => {
+                let connect = self
+                    .0
+                    .connect
+                    .clone()
+                    .options([("engram.tenant", EVERY_TENANT)]);
+                (
+                    PgConnection::connect_with(&connect).await,
+                    Some(EVERY_TENANT.into()),
+                )
+            }
+        };
+        let raw = raw.inspect_err(observe)?;
         self.0.open.fetch_add(1, Ordering::Relaxed);
         Ok(Conn {
             raw,
-            tenant: None,
+            kind,
+            tenant,
             born: Instant::now(),
             epoch: EPOCH.load(Ordering::Relaxed),
             _counted: Counted(Arc::clone(&self.0.open)),
@@ -225,6 +339,7 @@ impl Pool {
     }
 
     fn lease(&self, conn: Conn, permit: OwnedSemaphorePermit) -> Lease {
+        self.0.leased.fetch_add(1, Ordering::SeqCst);
         Lease {
             conn: Some(conn),
             permit: Some(permit),
@@ -233,13 +348,19 @@ impl Pool {
         }
     }
 
+    /// Takes a connection back into the idle list of its kind (or closes it
+    /// when it is old or the pool is closing).
     fn put(&self, conn: Conn) {
-        if conn.born.elapsed() > MAX_LIFETIME {
+        if conn.born.elapsed() > MAX_LIFETIME || self.0.closed.load(Ordering::SeqCst) {
             close(conn);
             return;
         }
+        let list = match conn.kind {
+            Kind::Tenant => &self.0.idle,
+            Kind::System => &self.0.system_idle,
+        };
         let expired = {
-            let mut idle = self.idle_list();
+            let mut idle = lock(list);
             idle.push(Idle {
                 conn,
                 since: Instant::now(),
@@ -256,11 +377,19 @@ impl Pool {
         }
     }
 
-    fn idle_list(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        // The list is consistent after every statement that touches it, so
-        // a panic elsewhere while it was held leaves nothing half-done.
-        self.0.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    /// A lease is over: its permit goes back, and a shutdown waiting for
+    /// the last one hears of it.
+    fn returned(&self, permit: Option<OwnedSemaphorePermit>) {
+        drop(permit);
+        self.0.leased.fetch_sub(1, Ordering::SeqCst);
+        self.0.returned.notify_waiters();
     }
+}
+
+fn lock(list: &Mutex<Vec<Idle>>) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    // The list is consistent after every statement that touches it, so a
+    // panic elsewhere while it was held leaves nothing half-done.
+    list.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Says goodbye to the server when there is a runtime to do it on.
@@ -273,22 +402,23 @@ fn close(conn: Conn) {
     }
 }
 
-/// The one place a value is spliced into SQL: the tenant is a validated
-/// name, and is checked again here.
-fn checked(tenant: &str) -> Result<&str> {
-    if tenant == "*" || Tenant::is_valid_name(tenant) {
-        Ok(tenant)
-    } else {
-        Err(Error::internal(format!("unsafe tenant name {tenant:?}")))
-    }
-}
-
-/// A connection taken from the pool; it goes back when dropped.
-pub(super) struct Lease {
+/// A connection taken from the pool; it goes back when dropped. It runs
+/// queries (it is a sqlx [`Executor`]) but gives no access to the
+/// connection, and refuses a statement that would change what its session
+/// is bound to (see [`session_neutral`]).
+pub struct Lease {
     conn: Option<Conn>,
     permit: Option<OwnedSemaphorePermit>,
     pool: Pool,
     in_transaction: bool,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("in_transaction", &self.in_transaction)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Lease {
@@ -310,27 +440,161 @@ impl Lease {
     }
 
     async fn end(mut self, statement: &'static str) -> Result<()> {
-        self.execute(statement).await?;
+        self.conn_mut()
+            .raw
+            .execute(statement)
+            .await
+            .inspect_err(observe)?;
         self.in_transaction = false;
         Ok(())
     }
 }
 
-impl std::ops::Deref for Lease {
-    type Target = PgConnection;
+/// Whether a statement leaves the session as it found it: no transaction
+/// control, no session settings, one statement. The pool's own statements
+/// do not pass here; everything else does, so a mistake in a store query
+/// cannot rebind a connection another tenant will use next.
+fn session_neutral(sql: &str) -> bool {
+    const SESSION_KEYWORDS: [&str; 14] = [
+        "set",
+        "reset",
+        "discard",
+        "begin",
+        "start",
+        "commit",
+        "end",
+        "rollback",
+        "abort",
+        "savepoint",
+        "release",
+        "prepare",
+        "listen",
+        "load",
+    ];
+    let first = sql
+        .trim_start()
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or_default();
+    let mentions = |needle: &[u8]| {
+        sql.as_bytes()
+            .windows(needle.len())
+            .any(|window| window.eq_ignore_ascii_case(needle))
+    };
+    !SESSION_KEYWORDS
+        .iter()
+        .any(|keyword| first.eq_ignore_ascii_case(keyword))
+        && !sql.trim_end().trim_end_matches(';').contains(';')
+        && !mentions(b"set_config")
+        && !mentions(b"engram.tenant")
+}
 
-    fn deref(&self) -> &PgConnection {
-        &self
-            .conn
-            .as_ref()
-            .expect("a lease holds its connection until it is dropped")
-            .raw
+/// A query taken apart, checked, and put back together for the connection.
+struct Checked {
+    sql: sqlx::SqlStr,
+    arguments: Option<PgArguments>,
+    persistent: bool,
+}
+
+impl Checked {
+    fn of<'q, E: Execute<'q, Postgres>>(mut query: E) -> std::result::Result<Self, sqlx::Error> {
+        let arguments = query.take_arguments().map_err(sqlx::Error::Encode)?;
+        let persistent = query.persistent();
+        let sql = query.sql();
+        if !session_neutral(sql.as_str()) {
+            return Err(sqlx::Error::InvalidArgument(format!(
+                "a pooled connection refused a statement that would change its session: {:?}",
+                sql.as_str()
+            )));
+        }
+        Ok(Checked {
+            sql,
+            arguments,
+            persistent,
+        })
     }
 }
 
-impl std::ops::DerefMut for Lease {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.conn_mut().raw
+impl Execute<'_, Postgres> for Checked {
+    fn sql(self) -> sqlx::SqlStr {
+        self.sql
+    }
+
+    fn statement(&self) -> Option<&sqlx::postgres::PgStatement> {
+        None
+    }
+
+    fn take_arguments(
+        &mut self,
+    ) -> std::result::Result<Option<PgArguments>, sqlx::error::BoxDynError> {
+        Ok(self.arguments.take())
+    }
+
+    fn persistent(&self) -> bool {
+        self.persistent
+    }
+}
+
+impl<'c> Executor<'c> for &'c mut Lease {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, std::result::Result<Either<PgQueryResult, PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        match Checked::of(query) {
+            Ok(checked) => self
+                .conn_mut()
+                .raw
+                .fetch_many(checked)
+                .inspect_err(observe)
+                .boxed(),
+            Err(err) => futures::stream::once(async move { Err(err) }).boxed(),
+        }
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, std::result::Result<Option<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        match Checked::of(query) {
+            Ok(checked) => self
+                .conn_mut()
+                .raw
+                .fetch_optional(checked)
+                .inspect_err(observe)
+                .boxed(),
+            Err(err) => futures::future::ready(Err(err)).boxed(),
+        }
+    }
+
+    fn prepare_with<'e>(
+        self,
+        sql: sqlx::SqlStr,
+        parameters: &'e [sqlx::postgres::PgTypeInfo],
+    ) -> BoxFuture<'e, std::result::Result<sqlx::postgres::PgStatement, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.conn_mut().raw.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e>(
+        self,
+        sql: sqlx::SqlStr,
+    ) -> BoxFuture<'e, std::result::Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.conn_mut().raw.describe(sql)
     }
 }
 
@@ -344,22 +608,56 @@ impl Drop for Lease {
             // Back first, then the permit: a waiter woken by the permit
             // finds the connection.
             self.pool.put(conn);
-            drop(permit);
+            self.pool.returned(permit);
             return;
         }
         // An open transaction (an early return, a cancelled call) would
         // hold its locks until the connection's next use: roll it back now.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.pool.returned(permit);
             return;
         };
         let pool = self.pool.clone();
         runtime.spawn(async move {
-            let _permit = permit;
             let mut conn = conn;
             let rollback = conn.raw.execute("ROLLBACK");
             if let Ok(Ok(_)) = tokio::time::timeout(pool.0.acquire_timeout, rollback).await {
                 pool.put(conn);
             }
+            pool.returned(permit);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_neutral;
+
+    #[test]
+    fn statements_that_would_rebind_a_session_are_refused() {
+        for sql in [
+            "SELECT 1",
+            "WITH h AS (UPDATE memory_heads SET version = version + 1 RETURNING version) SELECT 1",
+            "  select version from memory_heads where tenant = $1",
+            "DELETE FROM sessions WHERE tenant = $1;",
+        ] {
+            assert!(session_neutral(sql), "{sql}");
+        }
+        for sql in [
+            "SET engram.tenant = 'x'",
+            "set local engram.tenant = 'x'",
+            "RESET engram.tenant",
+            "RESET ALL",
+            "DISCARD ALL",
+            "BEGIN",
+            "COMMIT",
+            "rollback",
+            "SELECT set_config('engram.tenant', 'x', false)",
+            "SELECT SET_CONFIG('search_path', 'x', false)",
+            "SELECT current_setting('engram.tenant')",
+            "SELECT 1; SET engram.tenant = 'x'",
+        ] {
+            assert!(!session_neutral(sql), "{sql}");
+        }
     }
 }

@@ -12,20 +12,19 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use sqlx::Row;
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row};
+
+use super::pool::Lease;
 
 use super::PgStore;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::sessions::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
 use crate::sessions::{
     Episode, Id, Owner, RecentQuery, Session, SessionFilter, SessionStats, TailFilter,
-    session_not_found,
 };
-use crate::store::sessions::{
-    Append, CreateMode, EpisodeQuery, NewSession, SessionStore, check_append_target,
-    check_episode_replay, existing_session, json_object, sessions_to_evict, types_vec,
-};
+use crate::store::sessions::{json_object, types_vec};
 
 const SESSION_COLUMNS: &str = "id, app, user_id, metadata::text, create_time, update_time, \
                                end_time, episode_count, last_seq, episodes_evicted";
@@ -142,7 +141,7 @@ pub(crate) fn episodes_by_id_sql() -> &'static str {
     SQL.as_str()
 }
 
-async fn session_in(conn: &mut PgConnection, tenant: &Tenant, id: &str) -> Result<Option<Session>> {
+async fn session_in(conn: &mut Lease, tenant: &Tenant, id: &str) -> Result<Option<Session>> {
     let row = sqlx::query(session_sql())
         .bind(tenant.as_str())
         .bind(id)
@@ -154,7 +153,7 @@ async fn session_in(conn: &mut PgConnection, tenant: &Tenant, id: &str) -> Resul
 /// Inserts a session, evicting the tenant's oldest first when it is at its
 /// limit. `None` when the id was taken meanwhile.
 async fn insert_session_in(
-    conn: &mut PgConnection,
+    conn: &mut Lease,
     tenant: &Tenant,
     session: &NewSession<'_>,
 ) -> Result<Option<Session>> {
@@ -169,7 +168,7 @@ async fn insert_session_in(
             .bind(tenant.as_str())
             .fetch_one(&mut *conn)
             .await?;
-        let evict = sessions_to_evict(count, session.max_sessions);
+        let evict = session.to_evict(count);
         if evict > 0 {
             let evicted = sqlx::query(
                 "DELETE FROM sessions WHERE tenant = $1 AND id IN \
@@ -216,11 +215,7 @@ async fn insert_session_in(
 impl PgStore {
     /// One attempt at an append; `None` when a concurrent writer took one of
     /// the ids (or the session id) first and the whole append should rerun.
-    async fn try_append(
-        &self,
-        tenant: &Tenant,
-        append: &Append<'_>,
-    ) -> Result<Option<Vec<(Episode, bool)>>> {
+    async fn try_append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Option<Appended>> {
         // Reads first, each its own statement: the session, and which of
         // the ids are already stored (a retried append replays those).
         let mut conn = self.session(tenant).await?;
@@ -228,7 +223,7 @@ impl PgStore {
             Some(session) => session,
             None => {
                 let Some((app, user)) = append.owner.complete() else {
-                    return Err(session_not_found(append.session_id.as_str()));
+                    return Ok(Some(Appended::NoSession));
                 };
                 drop(conn);
                 let new = NewSession {
@@ -248,13 +243,15 @@ impl PgStore {
                 session
             }
         };
-        check_append_target(&session, append.owner)?;
+        if !append.owner.admits(&session) || session.end_time.is_some() {
+            return Ok(Some(Appended::Refused(session)));
+        }
 
         let ids: Vec<&str> = append.episodes.iter().map(|e| e.id.as_str()).collect();
         let rows = sqlx::query(episodes_by_id_sql())
             .bind(tenant.as_str())
             .bind(&ids)
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut conn)
             .await?;
         let mut stored: HashMap<String, (Episode, Vec<u8>)> = HashMap::new();
         for row in &rows {
@@ -265,9 +262,10 @@ impl PgStore {
         let mut fresh = Vec::new();
         for new in append.episodes {
             match stored.remove(new.id.as_str()) {
-                Some((episode, fingerprint)) => {
-                    results.push(Some(check_episode_replay(episode, &fingerprint, new)?));
+                Some((episode, fingerprint)) if fingerprint[..] == new.fingerprint[..] => {
+                    results.push(Some((episode, true)));
                 }
+                Some(_) => return Ok(Some(Appended::Conflict(new.id.as_str().to_owned()))),
                 None => {
                     results.push(None);
                     fresh.push(new);
@@ -275,7 +273,7 @@ impl PgStore {
             }
         }
         if fresh.is_empty() {
-            return collect_results(results).map(Some);
+            return collect_results(results).map(|done| Some(Appended::Stored(done)));
         }
 
         let n = fresh.len() as i64;
@@ -316,7 +314,7 @@ impl PgStore {
                     .map(|e| e.fingerprint.to_vec())
                     .collect::<Vec<_>>(),
             )
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut conn)
             .await;
         let inserted = match inserted {
             Ok(rows) => rows,
@@ -344,10 +342,7 @@ impl PgStore {
             let cursor = *cursors
                 .get(&seq)
                 .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
-            *slot = Some((
-                crate::sessions::stored_episode(new, &session, seq, cursor, append.now),
-                false,
-            ));
+            *slot = Some((new.stored(&session, seq, cursor, append.now), false));
         }
 
         if append.max_events > 0 && present > append.max_events {
@@ -364,12 +359,12 @@ impl PgStore {
             .bind(tenant.as_str())
             .bind(&session.id)
             .bind(last_seq - append.max_events)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(&mut conn)
             .await?
             .unwrap_or(0);
             crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
         }
-        collect_results(results).map(Some)
+        collect_results(results).map(|done| Some(Appended::Stored(done)))
     }
 }
 
@@ -385,12 +380,11 @@ impl SessionStore for PgStore {
         &self,
         tenant: &Tenant,
         session: &NewSession<'_>,
-        mode: CreateMode,
     ) -> Result<(Session, bool)> {
         for _ in 0..APPEND_ATTEMPTS {
             let mut tx = self.scoped(tenant).await?;
             if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str()).await? {
-                return existing_session(existing, session, mode);
+                return Ok((existing, false));
             }
             if let Some(created) = insert_session_in(&mut tx, tenant, session).await? {
                 tx.commit().await?;
@@ -427,7 +421,7 @@ impl SessionStore for PgStore {
             .bind(before.map(|(time, _)| time))
             .bind(before.map_or("", |(_, id)| id))
             .bind(limit)
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut conn)
             .await?;
         rows.iter().map(session_row).collect()
     }
@@ -444,7 +438,7 @@ impl SessionStore for PgStore {
         .bind(id.as_str())
         .bind(owner.app.as_ref().map(|a| a.as_str()))
         .bind(owner.user.as_ref().map(|u| u.as_str()))
-        .fetch_optional(&mut *conn)
+        .fetch_optional(&mut conn)
         .await?;
         Ok(deleted)
     }
@@ -472,7 +466,7 @@ impl SessionStore for PgStore {
             .bind(owner.user.as_ref().map(|u| u.as_str()))
             .bind(now)
             .bind(delete_episodes)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut tx)
             .await?
         else {
             return Ok(None);
@@ -485,14 +479,14 @@ impl SessionStore for PgStore {
             )))
             .bind(tenant.as_str())
             .bind(id.as_str())
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await?;
         }
         let deleted = if delete_episodes {
             sqlx::query("DELETE FROM episodes WHERE tenant = $1 AND session_id = $2")
                 .bind(tenant.as_str())
                 .bind(id.as_str())
-                .execute(&mut *tx)
+                .execute(&mut tx)
                 .await?
                 .rows_affected() as i64
         } else {
@@ -515,13 +509,13 @@ impl SessionStore for PgStore {
             )
             .bind(tenant.as_str())
             .bind(before)
-            .fetch_one(&mut *conn)
+            .fetch_one(&mut conn)
             .await?);
         }
         let done = sqlx::query("DELETE FROM sessions WHERE tenant = $1 AND update_time < $2")
             .bind(tenant.as_str())
             .bind(before)
-            .execute(&mut *conn)
+            .execute(&mut conn)
             .await?;
         Ok(done.rows_affected() as i64)
     }
@@ -535,7 +529,7 @@ impl SessionStore for PgStore {
              FROM sessions WHERE tenant = $1",
         )
         .bind(tenant.as_str())
-        .fetch_one(&mut *conn)
+        .fetch_one(&mut conn)
         .await?;
         Ok(SessionStats {
             total_sessions: row.try_get(0)?,
@@ -545,7 +539,7 @@ impl SessionStore for PgStore {
         })
     }
 
-    async fn append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Vec<(Episode, bool)>> {
+    async fn append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
         for _ in 0..APPEND_ATTEMPTS {
             if let Some(done) = self.try_append(tenant, append).await? {
                 return Ok(done);
@@ -573,7 +567,7 @@ impl SessionStore for PgStore {
             .bind(query.after_seq)
             .bind(types_vec(query.types))
             .bind(query.limit)
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut conn)
             .await?;
         rows.iter().map(episode_row).collect()
     }
@@ -588,7 +582,7 @@ impl SessionStore for PgStore {
             .bind(query.agent.as_ref().map_or("", |a| a.as_str()))
             .bind(types_vec(&query.types))
             .bind(query.limit)
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut conn)
             .await?;
         rows.iter().map(episode_row).collect()
     }
@@ -600,7 +594,7 @@ impl SessionStore for PgStore {
         )))
         .bind(tenant.as_str())
         .bind(limit)
-        .fetch_all(&mut *conn)
+        .fetch_all(&mut conn)
         .await?;
         rows.iter().map(episode_row).collect()
     }
@@ -631,7 +625,7 @@ impl SessionStore for PgStore {
             .bind(filter.app.as_ref().map(|a| a.as_str()))
             .bind(types_vec(&filter.types))
             .bind(limit)
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut conn)
             .await?;
         rows.iter().map(episode_row).collect()
     }

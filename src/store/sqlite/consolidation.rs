@@ -10,16 +10,24 @@ use sqlx::{Row, SqliteConnection};
 
 use super::SqliteStore;
 use super::sessions::{EPISODE_COLUMNS, episode_row};
-use crate::consolidation::{
-    Applied, Cadence, Delta, Fact, FactKey, FactPayload, FactVersion, Provenance, Rule, RunOutcome,
+use crate::consolidation::ports::{
+    ConsolidationStore, FactFilter, FactTx, Locked, RuleTx, RunLock,
 };
+use crate::consolidation::{Cadence, Fact, FactKey, FactPayload, FactVersion, Provenance, Rule};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::Episode;
-use crate::store::consolidation::{
-    ConsolidationStore, FactFilter, FactTx, NewVersion, RuleTx, RunLock, RunRequest, apply_in,
-    fact_kind, rule_exists, rule_not_found, run_in, string_list, string_list_json,
-};
+use crate::store::consolidation::{NewVersion, fact_kind, string_list, string_list_json};
+
+/// A write transaction of consolidation work on the single writer
+/// connection; rolled back when dropped uncommitted.
+pub struct SqliteTx(sqlx::Transaction<'static, sqlx::Sqlite>);
+
+impl SqliteTx {
+    fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.0
+    }
+}
 use crate::store::{from_micros, to_micros};
 
 const RULE_COLUMNS: &str = "id, filter, every_n_episodes, cron, then_emits, kind, confidence, \
@@ -130,7 +138,7 @@ async fn insert_version(
     Ok(())
 }
 
-impl FactTx for SqliteConnection {
+impl FactTx for SqliteTx {
     async fn resolve(
         &mut self,
         tenant: &Tenant,
@@ -149,7 +157,7 @@ impl FactTx for SqliteConnection {
             .bind(app)
             .bind(user)
             .bind(wanted)
-            .fetch_all(&mut *self)
+            .fetch_all(self.conn())
             .await?;
             for id in rows {
                 if !found.contains(&id) {
@@ -177,7 +185,7 @@ impl FactTx for SqliteConnection {
             .bind(&key.1)
             .bind(&key.2)
             .bind(&key.3)
-            .fetch_optional(&mut *self)
+            .fetch_optional(self.conn())
             .await?;
             if let Some(id) = newest {
                 live.insert(key.clone(), id);
@@ -206,7 +214,7 @@ impl FactTx for SqliteConnection {
         .bind(&payload.subject)
         .bind(&payload.predicate)
         .bind(to_micros(now))
-        .execute(&mut *self)
+        .execute(self.conn())
         .await?;
         let new = NewVersion {
             version: 1,
@@ -214,7 +222,7 @@ impl FactTx for SqliteConnection {
             subject: &payload.subject,
             predicate: &payload.predicate,
         };
-        insert_version(self, tenant, id, new, provenance, now).await
+        insert_version(self.conn(), tenant, id, new, provenance, now).await
     }
 
     async fn write_version(
@@ -236,7 +244,7 @@ impl FactTx for SqliteConnection {
         .bind(payload.map(|p| p.subject.as_str()))
         .bind(payload.map(|p| p.predicate.as_str()))
         .bind(to_micros(now))
-        .fetch_one(&mut *self)
+        .fetch_one(self.conn())
         .await?;
         let (version, subject, predicate): (i64, String, String) =
             (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
@@ -246,28 +254,56 @@ impl FactTx for SqliteConnection {
             subject: &subject,
             predicate: &predicate,
         };
-        insert_version(self, tenant, id, new, provenance, now).await
+        insert_version(self.conn(), tenant, id, new, provenance, now).await
+    }
+
+    async fn lock_live_fact(&mut self, tenant: &Tenant, id: &str) -> Result<bool> {
+        // The write transaction already excludes every other writer.
+        let live: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM facts WHERE tenant = ?1 AND id = ?2 AND deleted = 0",
+        )
+        .bind(tenant.as_str())
+        .bind(id)
+        .fetch_optional(self.conn())
+        .await?;
+        Ok(live.is_some())
+    }
+
+    async fn fact(&mut self, tenant: &Tenant, id: &str) -> Result<Option<Fact>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {FACT_COLUMNS} FROM facts f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+             WHERE f.tenant = ?1 AND f.id = ?2"
+        )))
+        .bind(tenant.as_str())
+        .bind(id)
+        .fetch_optional(self.conn())
+        .await?;
+        row.as_ref().map(fact_row).transpose()
+    }
+
+    async fn commit(self) -> Result<()> {
+        Ok(self.0.commit().await?)
+    }
+
+    async fn rollback(self) -> Result<()> {
+        Ok(self.0.rollback().await?)
     }
 }
 
-impl RuleTx for SqliteConnection {
-    async fn lock_rule(
-        &mut self,
-        tenant: &Tenant,
-        id: &str,
-        _lock: RunLock,
-    ) -> Result<Option<Rule>> {
+impl RuleTx for SqliteTx {
+    async fn lock_rule(&mut self, tenant: &Tenant, id: &str, _lock: RunLock) -> Result<Locked> {
         // The write transaction already excludes every other writer.
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {RULE_COLUMNS} FROM consolidation_rules WHERE tenant = ?1 AND id = ?2"
         )))
         .bind(tenant.as_str())
         .bind(id)
-        .fetch_optional(self)
+        .fetch_optional(self.conn())
         .await?;
         match row {
-            Some(row) => rule_row(&row, 0).map(Some),
-            None => Err(rule_not_found(id)),
+            Some(row) => rule_row(&row, 0).map(Locked::Rule),
+            None => Ok(Locked::Missing),
         }
     }
 
@@ -286,7 +322,7 @@ impl RuleTx for SqliteConnection {
         .bind(after)
         .bind(up_to)
         .bind(limit)
-        .fetch_all(self)
+        .fetch_all(self.conn())
         .await?;
         rows.iter().map(episode_row).collect()
     }
@@ -309,14 +345,19 @@ impl RuleTx for SqliteConnection {
         .bind(watermark)
         .bind(promoted)
         .bind(to_micros(now))
-        .execute(self)
+        .execute(self.conn())
         .await?;
         Ok(())
     }
 }
 
 impl ConsolidationStore for SqliteStore {
-    async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<()> {
+    type Tx = SqliteTx;
+
+    async fn begin(&self, _tenant: &Tenant) -> Result<SqliteTx> {
+        Ok(SqliteTx(self.writer.begin_with("BEGIN IMMEDIATE").await?))
+    }
+    async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<bool> {
         let (every, cron) = match &rule.cadence {
             Cadence::EveryNEpisodes(n) => (Some(*n), None),
             Cadence::Cron(text) => (None, Some(text.as_str())),
@@ -340,10 +381,7 @@ impl ConsolidationStore for SqliteStore {
         .bind(to_micros(rule.create_time))
         .execute(&self.writer)
         .await?;
-        if done.rows_affected() == 0 {
-            return Err(rule_exists(&rule.id));
-        }
-        Ok(())
+        Ok(done.rows_affected() > 0)
     }
 
     async fn get_rule(&self, tenant: &Tenant, id: &str) -> Result<Option<Rule>> {
@@ -414,29 +452,6 @@ impl ConsolidationStore for SqliteStore {
         .await?)
     }
 
-    async fn run_rule(&self, tenant: &Tenant, run: &RunRequest<'_>) -> Result<Option<RunOutcome>> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let outcome = run_in(&mut *tx, tenant, run).await?;
-        if run.dry_run {
-            tx.rollback().await?;
-        } else {
-            tx.commit().await?;
-        }
-        Ok(outcome)
-    }
-
-    async fn apply_deltas(
-        &self,
-        tenant: &Tenant,
-        deltas: &[Delta],
-        now: DateTime<Utc>,
-    ) -> Result<Applied> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = apply_in(&mut *tx, tenant, deltas, now).await?;
-        tx.commit().await?;
-        Ok(applied)
-    }
-
     async fn list_facts(
         &self,
         tenant: &Tenant,
@@ -496,38 +511,5 @@ impl ConsolidationStore for SqliteStore {
             .map(|row| version_row(row, 5))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some((fact, versions)))
-    }
-
-    async fn delete_fact(
-        &self,
-        tenant: &Tenant,
-        id: &str,
-        provenance: &Provenance,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Fact>> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let live: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM facts WHERE tenant = ?1 AND id = ?2 AND deleted = 0",
-        )
-        .bind(tenant.as_str())
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if live.is_none() {
-            return Ok(None);
-        }
-        tx.write_version(tenant, id, None, provenance, now).await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {FACT_COLUMNS} FROM facts f JOIN fact_versions v \
-             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
-             WHERE f.tenant = ?1 AND f.id = ?2"
-        )))
-        .bind(tenant.as_str())
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let fact = fact_row(&row)?;
-        tx.commit().await?;
-        Ok(Some(fact))
     }
 }

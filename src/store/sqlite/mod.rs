@@ -17,22 +17,23 @@ use sqlx::{Executor, Row, Sqlite, SqliteConnection};
 use tokio::sync::watch;
 
 mod consolidation;
+mod run;
 mod sessions;
-mod working;
 
 use super::{
-    ChangeRow, Feed, Fence, Head, HeadUpdate, ListQuery, Purge, PurgeOutcome, ReindexOutcome,
-    ScopeFilter, StoreOptions, VersionRow, Write, audit_write, check_replay, ensure_found,
-    from_micros, live_entry, purge_outcome, schema_is_current, source_changed, to_micros,
-    version_not_found, write_refused,
+    ChangeRow, HeadUpdate, StoreOptions, VersionRow, from_micros, schema_is_current, to_micros,
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
-use crate::memory::Provenance;
 use crate::memory::audit::AuditRecord;
-use crate::memory::{
-    Change, ChangeKind, Entry, Key, KeyPrefix, Scope, ScopeSummary, ScopeType, key_not_found_error,
+use crate::memory::ports::{
+    Compacted, Fence, Head, ListQuery, MemoryStore, Purge, PurgeOutcome, Purged, ReindexOutcome,
+    ScopeFilter, Write, Written,
 };
+use crate::memory::{
+    Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType,
+};
+use crate::ports::{Database, Feed, Feeds};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -272,7 +273,7 @@ fn version_row(row: &SqliteRow) -> Result<VersionRow> {
     })
 }
 
-impl super::Store for SqliteStore {
+impl Database for SqliteStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.writer).await?;
         Ok(())
@@ -292,7 +293,23 @@ impl super::Store for SqliteStore {
         Ok(())
     }
 
-    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Entry> {
+    fn pool_status(&self) -> crate::metrics::PoolStatus {
+        let [writer, reader] = [&self.writer, &self.reader];
+        crate::metrics::PoolStatus {
+            open: writer.size() + reader.size(),
+            idle: (writer.num_idle() + reader.num_idle()) as u32,
+            max: writer.options().get_max_connections() + reader.options().get_max_connections(),
+        }
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+}
+
+impl MemoryStore for SqliteStore {
+    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         if let Some(stamp) = write.request {
             let existing = sqlx::query(
@@ -305,19 +322,22 @@ impl super::Store for SqliteStore {
             .await?;
             if let Some(row) = existing {
                 let fingerprint: Vec<u8> = row.try_get(0)?;
-                check_replay(&stamp, &fingerprint)?;
                 let version: Option<i64> = row.try_get(1)?;
                 let version =
                     version.ok_or_else(|| Error::internal("request record without a version"))?;
                 let entry =
                     Self::version_in(&mut *tx, tenant, write.scope, write.key, version).await?;
-                return ensure_found(entry, write.key, version);
+                return Ok(Written::Replayed {
+                    fingerprint,
+                    version,
+                    entry,
+                });
             }
         }
 
         let Some((version, revision)) = Self::write_in(&mut tx, tenant, write).await? else {
             let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
-            return Err(write_refused(write, head));
+            return Ok(Written::Refused(head));
         };
 
         if let Some(stamp) = write.request {
@@ -339,7 +359,7 @@ impl super::Store for SqliteStore {
         }
         tx.commit().await?;
         self.committed(revision);
-        Ok(write.entry(version))
+        Ok(Written::Stored(write.entry(version)))
     }
 
     async fn get(
@@ -348,15 +368,9 @@ impl super::Store for SqliteStore {
         scope: &Scope,
         key: &Key,
         version: Option<i64>,
-    ) -> Result<Entry> {
+    ) -> Result<Option<Entry>> {
         if let Some(version) = version {
-            return match Self::version_in(&self.reader, tenant, scope, key, version).await? {
-                Some(entry) => live_entry(entry),
-                None => match Self::head_in(&self.reader, tenant, scope, key).await? {
-                    Some(_) => Err(version_not_found(key, version)),
-                    None => Err(key_not_found_error(key)),
-                },
-            };
+            return Self::version_in(&self.reader, tenant, scope, key, version).await;
         }
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {VERSION_COLUMNS} FROM memory_heads h \
@@ -369,10 +383,8 @@ impl super::Store for SqliteStore {
         .bind(key.as_str())
         .fetch_optional(&self.reader)
         .await?;
-        match row {
-            Some(row) => live_entry(version_row(&row)?.into_entry(scope)?),
-            None => Err(key_not_found_error(key)),
-        }
+        row.map(|row| version_row(&row)?.into_entry(scope))
+            .transpose()
     }
 
     async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
@@ -502,14 +514,14 @@ impl super::Store for SqliteStore {
         let deleted = rows
             .iter()
             .map(|row| {
-                Ok((
-                    row.try_get::<String, _>(0)?,
-                    row.try_get::<i64, _>(1)?,
-                    row.try_get::<i64, _>(2)?,
-                ))
+                Ok(Purged {
+                    key: row.try_get(0)?,
+                    versions: row.try_get(1)?,
+                    newest: row.try_get(2)?,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
-        let outcome = purge_outcome(purge, &deleted, record);
+        let outcome = PurgeOutcome::new(purge, &deleted, record);
         let mut newest_revision = 0;
         if let Some(record) = &outcome.record {
             // One change per purged key, in one statement; revisions are
@@ -562,7 +574,7 @@ impl super::Store for SqliteStore {
             let value = record.to_value()?;
             let key = record.key();
             let provenance = Provenance::default();
-            let write = audit_write(purge.scope, &key, &value, &provenance, record.timestamp);
+            let write = Write::audit(purge.scope, &key, &value, &provenance, record.timestamp);
             if let Some((_, revision)) = Self::write_in(&mut tx, tenant, &write).await? {
                 newest_revision = revision;
             }
@@ -578,7 +590,7 @@ impl super::Store for SqliteStore {
         fences: &[Fence<'_>],
         write: &Write<'_>,
         mut record: AuditRecord,
-    ) -> Result<(Entry, AuditRecord)> {
+    ) -> Result<Compacted> {
         // The writer transaction is exclusive: no write can slip in between
         // the fence check and the commit.
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
@@ -587,7 +599,11 @@ impl super::Store for SqliteStore {
                 .await?
                 .map(|head| head.version);
             if now != Some(fence.version) {
-                return Err(source_changed(fence.key, fence.version, now));
+                return Ok(Compacted::SourceChanged {
+                    key: fence.key.clone(),
+                    read: fence.version,
+                    now,
+                });
             }
         }
         let (version, _) = Self::write_in(&mut tx, tenant, write)
@@ -597,13 +613,13 @@ impl super::Store for SqliteStore {
         let value = record.to_value()?;
         let key = record.key();
         let provenance = Provenance::default();
-        let audit = audit_write(write.scope, &key, &value, &provenance, record.timestamp);
+        let audit = Write::audit(write.scope, &key, &value, &provenance, record.timestamp);
         let revision = Self::write_in(&mut tx, tenant, &audit)
             .await?
             .map_or(0, |(_, revision)| revision);
         tx.commit().await?;
         self.committed(revision);
-        Ok((write.entry(version), record))
+        Ok(Compacted::Written(Box::new((write.entry(version), record))))
     }
 
     async fn register_execution(
@@ -739,31 +755,6 @@ impl super::Store for SqliteStore {
             .collect()
     }
 
-    async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
-        self.settled(feed).await?;
-        Ok(self.horizons[feed as usize].subscribe())
-    }
-
-    fn pool_status(&self) -> crate::metrics::PoolStatus {
-        let [writer, reader] = [&self.writer, &self.reader];
-        crate::metrics::PoolStatus {
-            open: writer.size() + reader.size(),
-            idle: (writer.num_idle() + reader.num_idle()) as u32,
-            max: writer.options().get_max_connections() + reader.options().get_max_connections(),
-        }
-    }
-
-    async fn settled(&self, feed: Feed) -> Result<i64> {
-        // One writer: every committed position is final once read.
-        let sql = match feed {
-            Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
-            Feed::Episodes => "SELECT coalesce(max(cursor), 0) FROM episodes",
-        };
-        let newest: i64 = sqlx::query_scalar(sql).fetch_one(&self.reader).await?;
-        self.advance(feed, newest);
-        Ok(newest)
-    }
-
     async fn oldest_revision(&self) -> Result<Option<i64>> {
         Ok(
             sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
@@ -791,4 +782,22 @@ impl super::Store for SqliteStore {
 
 fn scope_summary(row: &SqliteRow) -> Result<ScopeSummary> {
     super::scope_summary(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)
+}
+
+impl Feeds for SqliteStore {
+    async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
+        self.settled(feed).await?;
+        Ok(self.horizons[feed as usize].subscribe())
+    }
+
+    async fn settled(&self, feed: Feed) -> Result<i64> {
+        // One writer: every committed position is final once read.
+        let sql = match feed {
+            Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
+            Feed::Episodes => "SELECT coalesce(max(cursor), 0) FROM episodes",
+        };
+        let newest: i64 = sqlx::query_scalar(sql).fetch_one(&self.reader).await?;
+        self.advance(feed, newest);
+        Ok(newest)
+    }
 }

@@ -10,15 +10,13 @@ use sqlx::{Row, SqliteConnection};
 use super::SqliteStore;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::ports::Feed;
+use crate::sessions::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
 use crate::sessions::{
     Episode, Id, Owner, RecentQuery, Session, SessionFilter, SessionStats, TailFilter,
-    session_not_found,
 };
-use crate::store::sessions::{
-    Append, CreateMode, EpisodeQuery, NewSession, SessionStore, check_append_target,
-    check_episode_replay, existing_session, json_object, sessions_to_evict, types_json,
-};
-use crate::store::{Feed, from_micros, to_micros};
+use crate::store::sessions::{json_object, types_json};
+use crate::store::{from_micros, to_micros};
 
 const SESSION_COLUMNS: &str = "id, app, user_id, metadata, create_time, update_time, \
                                end_time, episode_count, last_seq, episodes_evicted";
@@ -104,7 +102,7 @@ async fn insert_session_in(
             .bind(tenant.as_str())
             .fetch_one(&mut *conn)
             .await?;
-        let evict = sessions_to_evict(count, session.max_sessions);
+        let evict = session.to_evict(count);
         if evict > 0 {
             let evicted = sqlx::query(
                 "DELETE FROM sessions WHERE tenant = ?1 AND id IN \
@@ -151,11 +149,10 @@ impl SessionStore for SqliteStore {
         &self,
         tenant: &Tenant,
         session: &NewSession<'_>,
-        mode: CreateMode,
     ) -> Result<(Session, bool)> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str()).await? {
-            return existing_session(existing, session, mode);
+            return Ok((existing, false));
         }
         let created = insert_session_in(&mut tx, tenant, session).await?;
         tx.commit().await?;
@@ -297,13 +294,13 @@ impl SessionStore for SqliteStore {
         })
     }
 
-    async fn append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Vec<(Episode, bool)>> {
+    async fn append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let session = match session_in(&mut tx, tenant, append.session_id.as_str()).await? {
             Some(session) => session,
             None => {
                 let Some((app, user)) = append.owner.complete() else {
-                    return Err(session_not_found(append.session_id.as_str()));
+                    return Ok(Appended::NoSession);
                 };
                 let new = NewSession {
                     id: append.session_id,
@@ -316,7 +313,9 @@ impl SessionStore for SqliteStore {
                 insert_session_in(&mut tx, tenant, &new).await?
             }
         };
-        check_append_target(&session, append.owner)?;
+        if !append.owner.admits(&session) || session.end_time.is_some() {
+            return Ok(Appended::Refused(session));
+        }
 
         let mut results = Vec::with_capacity(append.episodes.len());
         let mut seq = session.last_seq;
@@ -331,7 +330,10 @@ impl SessionStore for SqliteStore {
             .await?;
             if let Some(row) = stored {
                 let fingerprint: Vec<u8> = row.try_get(13)?;
-                results.push(check_episode_replay(episode_row(&row)?, &fingerprint, new)?);
+                if fingerprint[..] != new.fingerprint[..] {
+                    return Ok(Appended::Conflict(new.id.as_str().to_owned()));
+                }
+                results.push((episode_row(&row)?, true));
                 continue;
             }
             seq += 1;
@@ -362,10 +364,7 @@ impl SessionStore for SqliteStore {
             .fetch_one(&mut *tx)
             .await?;
             newest_cursor = cursor;
-            results.push((
-                crate::sessions::stored_episode(new, &session, seq, cursor, append.now),
-                false,
-            ));
+            results.push((new.stored(&session, seq, cursor, append.now), false));
         }
 
         let added = seq - session.last_seq;
@@ -401,7 +400,7 @@ impl SessionStore for SqliteStore {
         }
         tx.commit().await?;
         self.advance(Feed::Episodes, newest_cursor);
-        Ok(results)
+        Ok(Appended::Stored(results))
     }
 
     async fn list_episodes(

@@ -1,0 +1,209 @@
+//! What consolidation needs from persistence: rules and facts to read and
+//! store, and a transaction whose primitives ([`FactTx`], [`RuleTx`]) the
+//! run and apply algorithms in `run.rs` are written over once for every
+//! backend. The store supplies the primitives and never decides anything
+//! about episodes or facts.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use super::classify::FactKey;
+use super::types::{Fact, FactKind, FactPayload, FactVersion, Provenance, Rule};
+use crate::context::Tenant;
+use crate::error::Result;
+use crate::sessions::Episode;
+
+/// Which facts a listing returns.
+#[derive(Debug, Clone, Default)]
+pub struct FactFilter {
+    pub app: Option<String>,
+    pub user: Option<String>,
+    pub kind: Option<FactKind>,
+    /// Newest first (`after` then means "before").
+    pub newest_first: bool,
+}
+
+/// How a run waits for another run of the same rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunLock {
+    /// Wait for it to finish (a `RunRule` call).
+    Wait,
+    /// Give up at once (the scheduler: someone else is on it).
+    Try,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunRequest<'a> {
+    pub rule_id: &'a str,
+    /// The settled episode horizon: the run reads no cursor beyond it.
+    pub up_to: i64,
+    /// The most episodes one run reads.
+    pub limit: i64,
+    pub dry_run: bool,
+    pub now: DateTime<Utc>,
+    pub lock: RunLock,
+}
+
+/// A rule taken for a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Locked {
+    /// Held until the transaction ends, watermark as of now.
+    Rule(Rule),
+    /// Another run holds it (only with [`RunLock::Try`]).
+    Busy,
+    /// There is no such rule.
+    Missing,
+}
+
+/// The persistence of rules and facts. Every method is scoped to one tenant.
+pub trait ConsolidationStore: Clone + Send + Sync + 'static {
+    /// The transaction runs, applies and fact deletes happen in.
+    type Tx: RuleTx + Send;
+
+    /// Begins a transaction confined to one tenant; dropped without
+    /// [`FactTx::commit`], it is rolled back.
+    fn begin(&self, tenant: &Tenant) -> impl Future<Output = Result<Self::Tx>> + Send;
+
+    /// Stores a new rule; `false` when the id is taken (nothing written).
+    fn create_rule(
+        &self,
+        tenant: &Tenant,
+        rule: &Rule,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    fn get_rule(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Rule>>> + Send;
+
+    /// Rules in id order, after `after`.
+    fn list_rules(
+        &self,
+        tenant: &Tenant,
+        after: Option<&str>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<Rule>>> + Send;
+
+    /// Deletes a rule (its facts stay); false when there was none.
+    fn delete_rule(&self, tenant: &Tenant, id: &str) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Every enabled rule of every tenant, for the scheduler.
+    fn enabled_rules(&self) -> impl Future<Output = Result<Vec<(Tenant, Rule)>>> + Send;
+
+    /// How many episodes (at most `at_most`) wait after a cursor.
+    fn pending_episodes(
+        &self,
+        tenant: &Tenant,
+        after: i64,
+        up_to: i64,
+        at_most: i64,
+    ) -> impl Future<Output = Result<i64>> + Send;
+
+    /// Live facts in id order (creation order), after `after`.
+    fn list_facts(
+        &self,
+        tenant: &Tenant,
+        filter: &FactFilter,
+        after: Option<&str>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<Fact>>> + Send;
+
+    /// A fact (live or tombstoned) with every version, oldest first.
+    fn get_fact(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(Fact, Vec<FactVersion>)>>> + Send;
+}
+
+/// The fact primitives a backend runs inside one transaction.
+pub trait FactTx: Send {
+    /// Live facts of an owner named by `ids`: fact ids, or ids of episodes
+    /// a version of the fact came from. Distinct, in the order named.
+    fn resolve(
+        &mut self,
+        tenant: &Tenant,
+        app: &str,
+        user: &str,
+        ids: &[String],
+    ) -> impl Future<Output = Result<Vec<String>>> + Send;
+
+    /// The ids of the live facts with these keys (the newest one per key).
+    fn live_facts(
+        &mut self,
+        tenant: &Tenant,
+        keys: &[FactKey],
+    ) -> impl Future<Output = Result<HashMap<FactKey, String>>> + Send;
+
+    /// Stores a new fact at version 1.
+    fn insert_fact(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        payload: &FactPayload,
+        provenance: &Provenance,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// A new version of a fact: the payload, or a tombstone (`None`).
+    fn write_version(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        payload: Option<&FactPayload>,
+        provenance: &Provenance,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Locks a live fact against concurrent writers until the transaction
+    /// ends; `false` when there is no live fact by that id.
+    fn lock_live_fact(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// A fact at its newest version (live or tombstoned).
+    fn fact(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Fact>>> + Send;
+
+    fn commit(self) -> impl Future<Output = Result<()>> + Send;
+
+    fn rollback(self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The rule primitives a backend runs inside the transaction of a run.
+pub trait RuleTx: FactTx {
+    /// Locks the rule against other runs and reads it.
+    fn lock_rule(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        lock: RunLock,
+    ) -> impl Future<Output = Result<Locked>> + Send;
+
+    /// Episodes with `after < cursor <= up_to`, in cursor order.
+    fn episodes(
+        &mut self,
+        tenant: &Tenant,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<Episode>>> + Send;
+
+    /// Moves the rule's watermark and counts what it promoted.
+    fn advance(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        watermark: i64,
+        promoted: i64,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+}

@@ -1,0 +1,143 @@
+//! The two algorithms every backend shares, written once over the
+//! transaction primitives of `ports.rs`: applying deltas, and running a
+//! rule (read the episodes after its watermark, classify the matching
+//! ones, apply, move the watermark, all in the caller's transaction).
+
+use chrono::{DateTime, Utc};
+
+use super::classify::{FactKey, classify, fact_key};
+use super::ports::{FactTx, Locked, RuleTx, RunRequest};
+use super::types::{Applied, Delta, RunOutcome};
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+use crate::sessions::Episode;
+
+/// Applies deltas in order. An update whose targets are all unknown adds a
+/// new fact (what it replaced was never promoted); a delete of unknown
+/// targets changes nothing.
+pub(super) async fn apply<T: FactTx>(
+    tx: &mut T,
+    tenant: &Tenant,
+    deltas: &[Delta],
+    now: DateTime<Utc>,
+) -> Result<Applied> {
+    let mut applied = Applied::default();
+    for delta in deltas {
+        match delta {
+            Delta::Add {
+                payload,
+                provenance,
+            } => {
+                let id = uuid::Uuid::now_v7().to_string();
+                tx.insert_fact(tenant, &id, payload, provenance, now)
+                    .await?;
+                applied.facts_added += 1;
+                applied.fact_ids.push(id);
+            }
+            Delta::Update {
+                payload,
+                replaces,
+                provenance,
+            } => {
+                let targets = tx
+                    .resolve(tenant, &payload.app, &payload.user, replaces)
+                    .await?;
+                match targets.split_first() {
+                    None => {
+                        let id = uuid::Uuid::now_v7().to_string();
+                        tx.insert_fact(tenant, &id, payload, provenance, now)
+                            .await?;
+                        applied.facts_added += 1;
+                        applied.fact_ids.push(id);
+                    }
+                    Some((first, rest)) => {
+                        tx.write_version(tenant, first, Some(payload), provenance, now)
+                            .await?;
+                        applied.facts_updated += 1;
+                        applied.fact_ids.push(first.clone());
+                        // Several replaced facts merge into the first.
+                        for other in rest {
+                            tx.write_version(tenant, other, None, provenance, now)
+                                .await?;
+                            applied.facts_deleted += 1;
+                            applied.fact_ids.push(other.clone());
+                        }
+                    }
+                }
+            }
+            Delta::Delete {
+                app,
+                user,
+                replaces,
+                provenance,
+            } => {
+                for id in tx.resolve(tenant, app, user, replaces).await? {
+                    tx.write_version(tenant, &id, None, provenance, now).await?;
+                    applied.facts_deleted += 1;
+                    applied.fact_ids.push(id);
+                }
+            }
+            Delta::Noop { .. } => {}
+        }
+    }
+    Ok(applied)
+}
+
+/// One run of a rule inside a transaction the caller commits (or, on a dry
+/// run, rolls back). `Locked::Busy` and `Locked::Missing` come back as they
+/// are, with nothing read.
+pub(super) async fn run<T: RuleTx>(
+    tx: &mut T,
+    tenant: &Tenant,
+    run: &RunRequest<'_>,
+) -> Result<std::result::Result<RunOutcome, Locked>> {
+    let rule = match tx.lock_rule(tenant, run.rule_id, run.lock).await? {
+        Locked::Rule(rule) => rule,
+        other => return Ok(Err(other)),
+    };
+    let filter = super::filter::parse(&rule.filter).map_err(|err| {
+        Error::internal(format!("stored filter of {} is invalid: {err}", rule.id))
+    })?;
+    let up_to = run.up_to.max(rule.watermark);
+    let episodes = tx
+        .episodes(tenant, rule.watermark, up_to, run.limit)
+        .await?;
+    let more = episodes.len() as i64 >= run.limit;
+    let watermark = match episodes.last() {
+        Some(last) if more => last.cursor,
+        _ => up_to,
+    };
+    let scanned = episodes.len() as i64;
+    let matched: Vec<Episode> = episodes
+        .into_iter()
+        .filter(|episode| filter.matches(episode))
+        .collect();
+    let mut keys: Vec<FactKey> = matched
+        .iter()
+        .filter_map(|episode| fact_key(&rule, episode))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let live = tx.live_facts(tenant, &keys).await?;
+    let deltas = classify(&rule, &matched, &live, run.now);
+    let applied = if run.dry_run {
+        Applied::default()
+    } else {
+        let applied = apply(tx, tenant, &deltas, run.now).await?;
+        tx.advance(tenant, &rule.id, watermark, matched.len() as i64, run.now)
+            .await?;
+        applied
+    };
+    Ok(Ok(RunOutcome {
+        deltas,
+        episodes_scanned: scanned,
+        episodes_matched: matched.len() as i64,
+        watermark: if run.dry_run {
+            rule.watermark
+        } else {
+            watermark
+        },
+        more,
+        applied,
+    }))
+}

@@ -1,0 +1,75 @@
+//! The ports the domain needs from persistence, in one place: each domain
+//! module declares its own (`memory::ports`, `sessions::ports`,
+//! `consolidation::ports`, `working::ports`); here are the ordered feeds
+//! they share and [`Store`], everything together, which `store/`
+//! implements once per backend. Dependencies run one way: `store/`
+//! implements these, the domain and the gRPC edge use them, and neither
+//! knows which backend is behind them.
+
+use std::future::Future;
+
+use crate::error::Result;
+use crate::metrics::PoolStatus;
+
+pub use crate::consolidation::ports::ConsolidationStore;
+pub use crate::memory::ports::MemoryStore;
+pub use crate::sessions::ports::SessionStore;
+pub use crate::working::ports::WorkingStore;
+
+/// The ordered feeds readers follow: each position is final once it is at
+/// or below the feed's settled horizon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// Memory changes, by revision (`MemoryService.Watch`).
+    Changes = 0,
+    /// Episodes, by cursor (`EpisodeService.TailEpisodes`).
+    Episodes = 1,
+}
+
+/// Where the feeds stand.
+pub trait Feeds: Clone + Send + Sync + 'static {
+    /// The settled horizon of a feed: every position at or below it is
+    /// final (committed or never to appear), so readers may read up to it
+    /// without missing a late commit. Updated as writes commit.
+    fn horizon(
+        &self,
+        feed: Feed,
+    ) -> impl Future<Output = Result<tokio::sync::watch::Receiver<i64>>> + Send;
+
+    /// A horizon covering every write committed before the call: waits
+    /// until nothing at or below the feed's newest position can still
+    /// appear, then returns that position. For reads that must see the
+    /// caller's own writes (a `RunRule` right after an append), where the
+    /// shared [`horizon`](Self::horizon) may still be catching up.
+    fn settled(&self, feed: Feed) -> impl Future<Output = Result<i64>> + Send;
+}
+
+/// The database itself: its schema, its health, its connections.
+pub trait Database: Clone + Send + Sync + 'static {
+    /// Applies the pending migrations.
+    fn migrate(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Fails when migrations are pending (for `--migrate=off`).
+    fn check_schema(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// A cheap round trip to the database, for health checks.
+    fn ping(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// The connection pool now, for the metrics.
+    fn pool_status(&self) -> PoolStatus;
+
+    /// Refuses new work, waits for the calls holding connections to finish,
+    /// then closes every connection: the last step of a graceful shutdown.
+    fn close(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// Everything the domain needs from one backend.
+pub trait Store:
+    MemoryStore + SessionStore + ConsolidationStore + WorkingStore + Feeds + Database
+{
+}
+
+impl<S> Store for S where
+    S: MemoryStore + SessionStore + ConsolidationStore + WorkingStore + Feeds + Database
+{
+}

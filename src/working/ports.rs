@@ -1,0 +1,93 @@
+//! What working memory needs from persistence: goals, tasks and the
+//! content cache of a session, and counts of facts. The limits come in as
+//! numbers; what reaching one means for the caller is the service's call.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use super::types::{CachedFile, Task, TaskChange};
+use crate::consolidation::FactKind;
+use crate::context::Tenant;
+use crate::error::Result;
+
+/// A cache write and the limits it must respect.
+#[derive(Debug, Clone)]
+pub struct CachePut<'a> {
+    pub session_id: &'a str,
+    pub path: &'a str,
+    pub content: &'a str,
+    pub now: DateTime<Utc>,
+    pub max_files: i64,
+    pub max_bytes: i64,
+}
+
+pub trait WorkingStore: Clone + Send + Sync + 'static {
+    fn set_goal(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        goal: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The goal; empty when none is set.
+    fn goal(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+    ) -> impl Future<Output = Result<String>> + Send;
+
+    /// Adds a task with the session's next id; `None` (nothing written)
+    /// when the session already holds `max_tasks` (0: no limit).
+    fn create_task(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        subject: &str,
+        description: &str,
+        now: DateTime<Utc>,
+        max_tasks: i64,
+    ) -> impl Future<Output = Result<Option<Task>>> + Send;
+
+    /// `None` when there is no such task.
+    fn update_task(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        number: i64,
+        change: &TaskChange,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<Task>>> + Send;
+
+    fn list_tasks(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Vec<Task>>> + Send;
+
+    /// Caches content, then evicts the least recently cached other entries
+    /// until the session is within both limits; returns the entry and the
+    /// paths evicted, oldest first.
+    fn cache_content(
+        &self,
+        tenant: &Tenant,
+        put: &CachePut<'_>,
+    ) -> impl Future<Output = Result<(CachedFile, Vec<String>)>> + Send;
+
+    /// The cache without contents, least recently cached first.
+    fn list_cache(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Vec<CachedFile>>> + Send;
+
+    /// How many live facts of a kind an owner has.
+    fn count_facts(
+        &self,
+        tenant: &Tenant,
+        app: &str,
+        user: &str,
+        kind: FactKind,
+    ) -> impl Future<Output = Result<i64>> + Send;
+}
