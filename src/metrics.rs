@@ -1,6 +1,11 @@
 //! Prometheus metrics: one process-wide registry, written to by the gRPC
 //! edge (calls, latency, live streams), the stores (evictions) and the
 //! scheduler, and rendered in the text exposition format on `/metrics`.
+//! Calls are reported twice: under the names the gRPC ecosystem's
+//! dashboards read (`grpc_server_started_total`, `grpc_server_handled_total`,
+//! `grpc_server_handling_seconds`, labelled `grpc_service`, `grpc_method`,
+//! `grpc_type`, `grpc_code`, as go-grpc-prometheus and tonic's middleware
+//! crates name them) and as Engram's own `engram_rpc_*`.
 //!
 //! A handful of counters does not need a metrics framework: label sets are
 //! bounded (methods come from the protos, codes from gRPC), so a map under
@@ -71,8 +76,51 @@ pub struct PoolStatus {
     pub max: u32,
 }
 
+/// The server streams among the methods served; every other one is unary
+/// (the reflection service's one bidirectional stream aside).
+const SERVER_STREAMS: [&str; 4] = [
+    "/engram.v1.MemoryService/History",
+    "/engram.v1.MemoryService/Watch",
+    "/engram.v1.EpisodeService/TailEpisodes",
+    "/grpc.health.v1.Health/Watch",
+];
+
+/// `grpc_type` of a method path.
+fn grpc_type(method: &str) -> &'static str {
+    if SERVER_STREAMS.contains(&method) {
+        "server_stream"
+    } else if method.ends_with("/ServerReflectionInfo") {
+        "bidi_stream"
+    } else {
+        "unary"
+    }
+}
+
+/// The `grpc_service`, `grpc_method` and `grpc_type` labels of a method
+/// path (`/engram.v1.MemoryService/Set`).
+fn grpc_labels(method: &str) -> String {
+    let (service, name) = method
+        .trim_start_matches('/')
+        .split_once('/')
+        .unwrap_or(("unknown", "unknown"));
+    format!(
+        "grpc_service=\"{service}\",grpc_method=\"{name}\",grpc_type=\"{}\"",
+        grpc_type(method)
+    )
+}
+
+/// One method's calls as the gRPC ecosystem counts them.
+#[derive(Default)]
+struct GrpcMethod {
+    started: u64,
+    handled: BTreeMap<&'static str, u64>,
+    handling: Histogram,
+}
+
 #[derive(Default)]
 pub struct Registry {
+    /// Calls by method: started, handled by code, handling time.
+    grpc: Mutex<BTreeMap<String, GrpcMethod>>,
     /// Calls by method, then by status code.
     calls: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
     latency: Mutex<BTreeMap<String, Histogram>>,
@@ -107,15 +155,26 @@ pub fn global() -> &'static Registry {
 }
 
 impl Registry {
-    /// A finished call; `elapsed` is `None` for streams, whose length says
-    /// nothing about the server.
-    pub fn call_finished(&self, method: &str, code: &'static str, elapsed: Option<Duration>) {
+    /// A call arrived (and the method is one the server has).
+    pub fn call_started(&self, method: &str) {
+        update(&mut lock(&self.grpc), method, |calls| calls.started += 1);
+    }
+
+    /// A finished call after `elapsed`. Engram's own latency histogram
+    /// leaves streams out (their length says nothing about the server);
+    /// `grpc_server_handling_seconds` has every call, as dashboards expect.
+    pub fn call_finished(&self, method: &str, code: &'static str, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        update(&mut lock(&self.grpc), method, |calls| {
+            *calls.handled.entry(code).or_insert(0) += 1;
+            calls.handling.observe(seconds);
+        });
         update(&mut lock(&self.calls), method, |codes| {
             *codes.entry(code).or_insert(0) += 1;
         });
-        if let Some(elapsed) = elapsed {
+        if grpc_type(method) == "unary" {
             update(&mut lock(&self.latency), method, |histogram| {
-                histogram.observe(elapsed.as_secs_f64());
+                histogram.observe(seconds);
             });
         }
     }
@@ -140,6 +199,7 @@ impl Registry {
     /// The text exposition format (version 0.0.4).
     pub fn render(&self, pool: PoolStatus) -> String {
         let mut out = String::with_capacity(4096);
+        self.render_grpc(&mut out);
         header(
             &mut out,
             "engram_rpc_total",
@@ -236,6 +296,66 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The calls under the gRPC ecosystem's names.
+    fn render_grpc(&self, out: &mut String) {
+        let grpc = lock(&self.grpc);
+        let labelled: Vec<(String, &GrpcMethod)> = grpc
+            .iter()
+            .map(|(method, calls)| (grpc_labels(method), calls))
+            .collect();
+        header(
+            out,
+            "grpc_server_started_total",
+            "counter",
+            "gRPC calls the server started, by service, method and type.",
+        );
+        for (labels, calls) in &labelled {
+            let _ = writeln!(
+                out,
+                "grpc_server_started_total{{{labels}}} {}",
+                calls.started
+            );
+        }
+        header(
+            out,
+            "grpc_server_handled_total",
+            "counter",
+            "gRPC calls the server finished, by service, method, type and status code.",
+        );
+        for (labels, calls) in &labelled {
+            for (code, n) in &calls.handled {
+                let _ = writeln!(
+                    out,
+                    "grpc_server_handled_total{{{labels},grpc_code=\"{code}\"}} {n}"
+                );
+            }
+        }
+        header(
+            out,
+            "grpc_server_handling_seconds",
+            "histogram",
+            "Time from a gRPC call's arrival to its end, by service, method and type.",
+        );
+        for (labels, calls) in &labelled {
+            let histogram = &calls.handling;
+            for (bound, count) in BUCKETS.iter().zip(histogram.counts) {
+                let _ = writeln!(
+                    out,
+                    "grpc_server_handling_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "grpc_server_handling_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
+                 grpc_server_handling_seconds_sum{{{labels}}} {}\n\
+                 grpc_server_handling_seconds_count{{{labels}}} {}",
+                histogram.count, histogram.sum, histogram.count
+            );
+        }
+    }
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -247,9 +367,18 @@ mod tests {
     #[test]
     fn renders_counters_histograms_and_gauges() {
         let registry = Registry::default();
-        registry.call_finished("/m/A", "OK", Some(Duration::from_millis(3)));
-        registry.call_finished("/m/A", "OK", Some(Duration::from_secs(20)));
-        registry.call_finished("/m/A", "NOT_FOUND", Some(Duration::from_micros(100)));
+        for _ in 0..3 {
+            registry.call_started("/m/A");
+        }
+        registry.call_finished("/m/A", "OK", Duration::from_millis(3));
+        registry.call_finished("/m/A", "OK", Duration::from_secs(20));
+        registry.call_finished("/m/A", "NOT_FOUND", Duration::from_micros(100));
+        registry.call_started("/engram.v1.MemoryService/Watch");
+        registry.call_finished(
+            "/engram.v1.MemoryService/Watch",
+            "CANCELLED",
+            Duration::from_secs(30),
+        );
         registry.stream_delta("/m/S", 1);
         registry.evicted(Evicted::Episodes, 4);
         registry.scheduler_run(RunOutcome::Busy);
@@ -271,8 +400,18 @@ mod tests {
             "engram_db_pool_max_connections 10",
             "engram_evictions_total{kind=\"episode\"} 4",
             "engram_scheduler_runs_total{outcome=\"busy\"} 1",
+            "grpc_server_started_total{grpc_service=\"m\",grpc_method=\"A\",grpc_type=\"unary\"} 3",
+            "grpc_server_handled_total{grpc_service=\"m\",grpc_method=\"A\",grpc_type=\"unary\",grpc_code=\"OK\"} 2",
+            "grpc_server_handling_seconds_bucket{grpc_service=\"m\",grpc_method=\"A\",grpc_type=\"unary\",le=\"0.005\"} 2",
+            "grpc_server_handling_seconds_count{grpc_service=\"m\",grpc_method=\"A\",grpc_type=\"unary\"} 3",
+            "grpc_server_handled_total{grpc_service=\"engram.v1.MemoryService\",grpc_method=\"Watch\",grpc_type=\"server_stream\",grpc_code=\"CANCELLED\"} 1",
+            "grpc_server_handling_seconds_count{grpc_service=\"engram.v1.MemoryService\",grpc_method=\"Watch\",grpc_type=\"server_stream\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+        // Engram's own latency histogram has unary calls only.
+        assert!(!text.contains(
+            "engram_rpc_duration_seconds_count{method=\"/engram.v1.MemoryService/Watch\"}"
+        ));
     }
 }

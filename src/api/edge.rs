@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tonic::body::Body;
 use tonic::codegen::Bytes;
@@ -129,10 +129,18 @@ struct Call {
 impl Observed {
     fn wrap(response: Response<Body>, method: String, started: Instant) -> Response<Observed> {
         let live = LIVE_STREAMS.contains(&method.as_str());
+        let code = grpc_status(response.headers());
+        // Methods nobody serves come from the client: keep them out of the
+        // label set, which must stay bounded.
+        let method = if code == Some("UNIMPLEMENTED") {
+            "unknown".to_owned()
+        } else {
+            method
+        };
+        metrics::global().call_started(&method);
         if live {
             metrics::global().stream_delta(&method, 1);
         }
-        let code = grpc_status(response.headers());
         response.map(|inner| Observed {
             inner,
             call: Some(Call {
@@ -150,15 +158,7 @@ impl Observed {
         };
         let registry = metrics::global();
         let code = call.code.unwrap_or(fallback);
-        // Methods nobody serves come from the client: keep them out of the
-        // label set, which must stay bounded.
-        let method = if code == "UNIMPLEMENTED" {
-            "unknown"
-        } else {
-            call.method.as_str()
-        };
-        let elapsed: Option<Duration> = (!call.live).then(|| call.started.elapsed());
-        registry.call_finished(method, code, elapsed);
+        registry.call_finished(&call.method, code, call.started.elapsed());
         if call.live {
             registry.stream_delta(&call.method, -1);
         }

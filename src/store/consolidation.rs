@@ -1,26 +1,687 @@
-//! Helpers both backends use to store rules and facts.
+//! Rules and facts on both backends, one statement text each where the
+//! dialects agree. A run on Postgres holds an advisory lock on its rule (so
+//! the scheduler on another replica can skip it with a try-lock) and the
+//! rule's row lock, and reads the rule's watermark under them; on SQLite
+//! the single writer's `BEGIN IMMEDIATE` already excludes every other run.
+//! Lists of ids go to Postgres as arrays in one statement, to SQLite one
+//! statement per id.
 
-use crate::consolidation::{FactKind, FactPayload};
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+
+use super::sessions::{episode_columns, episode_row};
+use super::sql::{Backend, Cols, Dialect, Run, Sql, Transaction, params, select};
+use crate::consolidation::ports::{
+    ConsolidationStore, FactFilter, FactTx, Locked, RuleTx, RunLock,
+};
+use crate::consolidation::{
+    Cadence, Fact, FactKey, FactKind, FactPayload, FactVersion, Provenance, Rule,
+};
+use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::sessions::Episode;
 
-/// A fact version to store: the payload (`None`: a tombstone) and the key
-/// it is filed under.
-pub(super) struct NewVersion<'a> {
-    pub version: i64,
-    pub payload: Option<&'a FactPayload>,
-    pub subject: &'a str,
-    pub predicate: &'a str,
+macro_rules! rule_columns {
+    () => {
+        "id, filter, every_n_episodes, cron, then_emits::text, kind, confidence, enabled, \
+         watermark, episodes_promoted, create_time, last_run_time"
+    };
+}
+
+macro_rules! fact_columns {
+    () => {
+        "f.id, f.app, f.user_id, f.kind, f.create_time, v.version, v.deleted, v.subject, \
+         v.predicate, v.object, v.content::text, v.confidence, v.source, \
+         v.source_episode_ids::text, v.channels::text, v.create_time"
+    };
+}
+
+static CREATE_RULE: Sql = Sql::new(
+    "INSERT INTO consolidation_rules (tenant, id, filter, every_n_episodes, cron, \
+     then_emits, kind, confidence, enabled, watermark, create_time) \
+     VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11) \
+     ON CONFLICT (tenant, id) DO NOTHING",
+);
+
+static RULE: Sql = select!(
+    rule_columns!(),
+    " FROM consolidation_rules WHERE tenant = $1 AND id = $2"
+);
+
+static RULES: Sql = select!(
+    rule_columns!(),
+    " FROM consolidation_rules WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3"
+);
+
+static DELETE_RULE: Sql = Sql::new("DELETE FROM consolidation_rules WHERE tenant = $1 AND id = $2");
+
+static ENABLED_RULES: Sql = Sql::new(concat!(
+    "SELECT tenant, ",
+    rule_columns!(),
+    " FROM consolidation_rules WHERE enabled ORDER BY tenant, id"
+));
+
+static PENDING: Sql = Sql::new(
+    "SELECT count(*) FROM (SELECT 1 FROM episodes WHERE tenant = $1 AND cursor > $2 \
+     AND cursor <= $3 LIMIT $4) pending",
+);
+
+/// Live facts by owner and kind, after (or before) an id. Parameters: $1
+/// tenant, $2 app, $3 user, $4 kind (each NULL: any), $5 the bound, $6 limit.
+macro_rules! facts {
+    ($order:literal) => {
+        Sql::new(concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+             WHERE f.tenant = $1 AND NOT f.deleted \
+             AND ($2::text IS NULL OR f.app = $2) AND ($3::text IS NULL OR f.user_id = $3) \
+             AND ($4::smallint IS NULL OR f.kind = $4) AND ",
+            $order,
+            " LIMIT $6"
+        ))
+    };
+}
+
+static FACTS_ASCENDING: Sql = facts!("f.id > $5 ORDER BY f.id");
+
+static FACTS_DESCENDING: Sql = facts!("f.id < $5 ORDER BY f.id DESC");
+
+static FACT_VERSIONS: Sql = select!(
+    fact_columns!(),
+    " FROM facts f JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
+     WHERE f.tenant = $1 AND f.id = $2 ORDER BY v.version"
+);
+
+static FACT: Sql = select!(
+    fact_columns!(),
+    " FROM facts f JOIN fact_versions v \
+     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+     WHERE f.tenant = $1 AND f.id = $2"
+);
+
+static INSERT_FACT: Sql = Sql::new(
+    "INSERT INTO facts (tenant, id, app, user_id, kind, subject, predicate, version, \
+     deleted, create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, false, $8, $8)",
+);
+
+static BUMP_FACT: Sql = Sql::new(
+    "UPDATE facts SET version = version + 1, deleted = $3, \
+     subject = coalesce($4, subject), predicate = coalesce($5, predicate), update_time = $6 \
+     WHERE tenant = $1 AND id = $2 RETURNING version, subject, predicate",
+);
+
+static INSERT_FACT_VERSION: Sql = Sql::new(
+    "INSERT INTO fact_versions (tenant, fact_id, version, deleted, subject, predicate, object, \
+     content, confidence, source, source_episode_ids, channels, create_time) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11::jsonb, $12::jsonb, $13)",
+);
+
+static ADVANCE: Sql = Sql::new(
+    "UPDATE consolidation_rules SET watermark = $3, \
+     episodes_promoted = episodes_promoted + $4, last_run_time = $5 \
+     WHERE tenant = $1 AND id = $2",
+);
+
+static EPISODES: Sql = select!(
+    episode_columns!(),
+    " FROM episodes WHERE tenant = $1 AND cursor > $2 AND cursor <= $3 \
+     ORDER BY cursor LIMIT $4"
+);
+
+/// Per dialect: Postgres takes the lists as arrays, SQLite one row at a
+/// time; Postgres locks rows and rules, SQLite's writer is alone anyway.
+mod dialect {
+    use crate::store::sql::{Sql, select};
+
+    pub(super) static PG_SOURCES: Sql = Sql::new(
+        "INSERT INTO fact_sources (tenant, episode_id, fact_id) \
+         SELECT $1, e, $3 FROM unnest($2::text[]) AS e ON CONFLICT DO NOTHING",
+    );
+
+    pub(super) static SQLITE_SOURCE: Sql = Sql::new(
+        "INSERT INTO fact_sources (tenant, episode_id, fact_id) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING",
+    );
+
+    pub(super) static PG_RESOLVE: Sql = Sql::new(
+        "SELECT f.id FROM unnest($4::text[]) WITH ORDINALITY AS w(id, ord) \
+         JOIN facts f ON f.tenant = $1 AND f.app = $2 AND f.user_id = $3 AND NOT f.deleted \
+         AND (f.id = w.id COLLATE \"C\" OR f.id IN (SELECT s.fact_id FROM fact_sources s \
+              WHERE s.tenant = $1 AND s.episode_id = w.id COLLATE \"C\")) \
+         ORDER BY w.ord, f.create_time",
+    );
+
+    pub(super) static SQLITE_RESOLVE: Sql = Sql::new(
+        "SELECT f.id FROM facts f WHERE f.tenant = $1 AND f.app = $2 AND f.user_id = $3 \
+         AND NOT f.deleted AND (f.id = $4 OR f.id IN (SELECT s.fact_id FROM fact_sources s \
+         WHERE s.tenant = $1 AND s.episode_id = $4)) ORDER BY f.create_time",
+    );
+
+    pub(super) static PG_LIVE_FACTS: Sql = Sql::new(
+        "SELECT f.app, f.user_id, f.subject, f.predicate, f.id FROM facts f \
+         JOIN unnest($2::text[], $3::text[], $4::text[], $5::text[]) \
+         AS k(app, user_id, subject, predicate) \
+         ON f.app = k.app COLLATE \"C\" AND f.user_id = k.user_id COLLATE \"C\" \
+         AND f.subject = k.subject COLLATE \"C\" AND f.predicate = k.predicate COLLATE \"C\" \
+         WHERE f.tenant = $1 AND NOT f.deleted ORDER BY f.create_time, f.id",
+    );
+
+    pub(super) static SQLITE_LIVE_FACT: Sql = Sql::new(
+        "SELECT app, user_id, subject, predicate, id FROM facts WHERE tenant = $1 \
+         AND app = $2 AND user_id = $3 AND subject = $4 AND predicate = $5 AND NOT deleted \
+         ORDER BY create_time DESC, id DESC LIMIT 1",
+    );
+
+    pub(super) static PG_TRY_LOCK_RULE: Sql =
+        Sql::new("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))");
+
+    pub(super) static PG_LOCK_RULE: Sql =
+        Sql::new("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
+
+    pub(super) static PG_RULE_FOR_UPDATE: Sql = select!(
+        rule_columns!(),
+        " FROM consolidation_rules WHERE tenant = $1 AND id = $2 FOR UPDATE"
+    );
+
+    pub(super) static PG_LIVE_FACT_FOR_UPDATE: Sql =
+        Sql::new("SELECT id FROM facts WHERE tenant = $1 AND id = $2 AND NOT deleted FOR UPDATE");
+
+    pub(super) static SQLITE_LIVE_FACT_ID: Sql =
+        Sql::new("SELECT id FROM facts WHERE tenant = $1 AND id = $2 AND NOT deleted");
 }
 
 /// Decodes a JSON array of strings read back from the store.
-pub(super) fn string_list(text: &str) -> Result<Vec<String>> {
+fn string_list(text: &str) -> Result<Vec<String>> {
     serde_json::from_str(text).map_err(Error::internal)
 }
 
-pub(super) fn string_list_json(items: &[String]) -> String {
+fn string_list_json(items: &[String]) -> String {
     serde_json::Value::from(items.to_vec()).to_string()
 }
 
-pub(super) fn fact_kind(n: i16) -> Result<FactKind> {
+fn fact_kind(n: i16) -> Result<FactKind> {
     FactKind::from_i16(n).ok_or_else(|| Error::internal(format!("unknown fact kind {n}")))
+}
+
+/// A rule whose columns (as `rule_columns!`) start at `at`.
+fn rule_row(row: &impl Cols, at: usize) -> Result<Rule> {
+    Ok(Rule {
+        id: row.text(at)?,
+        filter: row.text(at + 1)?,
+        cadence: match (row.opt_int(at + 2)?, row.opt_text(at + 3)?) {
+            (Some(n), _) => Cadence::EveryNEpisodes(n),
+            (None, Some(cron)) => Cadence::Cron(cron),
+            (None, None) => return Err(Error::internal("a stored rule has no cadence")),
+        },
+        then_emits: string_list(&row.text(at + 4)?)?,
+        kind: fact_kind(row.small(at + 5)?)?,
+        confidence: row.float(at + 6)?,
+        enabled: row.boolean(at + 7)?,
+        watermark: row.int(at + 8)?,
+        episodes_promoted: row.int(at + 9)?,
+        create_time: row.time(at + 10)?,
+        last_run_time: row.opt_time(at + 11)?,
+    })
+}
+
+/// A fact version whose columns start at `at` (the `v.` part of
+/// `fact_columns!`).
+fn version_row(row: &impl Cols, at: usize) -> Result<FactVersion> {
+    Ok(FactVersion {
+        version: row.int(at)?,
+        deleted: row.boolean(at + 1)?,
+        subject: row.text(at + 2)?,
+        predicate: row.text(at + 3)?,
+        object: row.text(at + 4)?,
+        content: serde_json::from_str(&row.text(at + 5)?).map_err(Error::internal)?,
+        confidence: row.float(at + 6)?,
+        source: row.text(at + 7)?,
+        source_episode_ids: string_list(&row.text(at + 8)?)?,
+        channels: string_list(&row.text(at + 9)?)?,
+        create_time: row.time(at + 10)?,
+    })
+}
+
+fn fact_row(row: &impl Cols) -> Result<Fact> {
+    Ok(Fact {
+        id: row.text(0)?,
+        app: row.text(1)?,
+        user: row.text(2)?,
+        kind: fact_kind(row.small(3)?)?,
+        create_time: row.time(4)?,
+        current: version_row(row, 5)?,
+    })
+}
+
+/// A transaction of consolidation work, confined to one tenant; rolled back
+/// when dropped uncommitted.
+pub struct FactsTx<T>(T);
+
+impl<T: Transaction> FactsTx<T> {
+    /// Stores a version of a fact with its lineage.
+    async fn insert_version(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        version: (i64, &str, &str),
+        payload: Option<&FactPayload>,
+        provenance: &Provenance,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let (version, subject, predicate) = version;
+        let content = payload.map_or_else(|| "null".to_owned(), |p| p.content.to_string());
+        let channels = string_list_json(payload.map_or(&[][..], |p| &p.channels));
+        self.0
+            .exec(
+                &INSERT_FACT_VERSION,
+                params![
+                    tenant.as_str(),
+                    id,
+                    version,
+                    payload.is_none(),
+                    subject,
+                    predicate,
+                    payload.map_or("", |p| p.object.as_str()),
+                    content.as_str(),
+                    provenance.confidence,
+                    &provenance.rule_id,
+                    string_list_json(&provenance.source_episode_ids).as_str(),
+                    channels.as_str(),
+                    now,
+                ],
+            )
+            .await?;
+        let sources = &provenance.source_episode_ids[..];
+        match T::DIALECT {
+            Dialect::Postgres => {
+                self.0
+                    .exec(&dialect::PG_SOURCES, params![tenant.as_str(), sources, id])
+                    .await?;
+            }
+            Dialect::Sqlite => {
+                for episode in sources {
+                    self.0
+                        .exec(
+                            &dialect::SQLITE_SOURCE,
+                            params![tenant.as_str(), episode, id],
+                        )
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transaction> FactTx for FactsTx<T> {
+    async fn resolve(
+        &mut self,
+        tenant: &Tenant,
+        app: &str,
+        user: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>> {
+        let text = |row: &T::Row| row.text(0);
+        let found = match T::DIALECT {
+            Dialect::Postgres => {
+                let named = params![tenant.as_str(), app, user, ids];
+                self.0.all(&dialect::PG_RESOLVE, named, text).await?
+            }
+            Dialect::Sqlite => {
+                let mut found = Vec::new();
+                for wanted in ids {
+                    let named = params![tenant.as_str(), app, user, wanted];
+                    found.extend(self.0.all(&dialect::SQLITE_RESOLVE, named, text).await?);
+                }
+                found
+            }
+        };
+        let mut seen = HashSet::new();
+        Ok(found
+            .into_iter()
+            .filter(|id| seen.insert(id.clone()))
+            .collect())
+    }
+
+    async fn live_facts(
+        &mut self,
+        tenant: &Tenant,
+        keys: &[FactKey],
+    ) -> Result<HashMap<FactKey, String>> {
+        let mut rows = Vec::new();
+        match T::DIALECT {
+            _ if keys.is_empty() => {}
+            Dialect::Postgres => {
+                let column = |f: fn(&FactKey) -> &String| keys.iter().map(f).cloned().collect();
+                let columns: [Vec<String>; 4] = [
+                    column(|k| &k.0),
+                    column(|k| &k.1),
+                    column(|k| &k.2),
+                    column(|k| &k.3),
+                ];
+                rows = self
+                    .0
+                    .rows(
+                        &dialect::PG_LIVE_FACTS,
+                        params![
+                            tenant.as_str(),
+                            &columns[0][..],
+                            &columns[1][..],
+                            &columns[2][..],
+                            &columns[3][..],
+                        ],
+                    )
+                    .await?;
+            }
+            Dialect::Sqlite => {
+                for key in keys {
+                    let newest = self
+                        .0
+                        .row(
+                            &dialect::SQLITE_LIVE_FACT,
+                            params![tenant.as_str(), &key.0, &key.1, &key.2, &key.3],
+                        )
+                        .await?;
+                    rows.extend(newest);
+                }
+            }
+        }
+        let mut live = HashMap::new();
+        for row in &rows {
+            // Oldest first: the newest fact of a key wins.
+            live.insert(
+                (row.text(0)?, row.text(1)?, row.text(2)?, row.text(3)?),
+                row.text(4)?,
+            );
+        }
+        Ok(live)
+    }
+
+    async fn insert_fact(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        payload: &FactPayload,
+        provenance: &Provenance,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.0
+            .exec(
+                &INSERT_FACT,
+                params![
+                    tenant.as_str(),
+                    id,
+                    &payload.app,
+                    &payload.user,
+                    payload.kind.as_i16(),
+                    &payload.subject,
+                    &payload.predicate,
+                    now,
+                ],
+            )
+            .await?;
+        let version = (1, payload.subject.as_str(), payload.predicate.as_str());
+        self.insert_version(tenant, id, version, Some(payload), provenance, now)
+            .await
+    }
+
+    async fn write_version(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        payload: Option<&FactPayload>,
+        provenance: &Provenance,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let row = self
+            .0
+            .row(
+                &BUMP_FACT,
+                params![
+                    tenant.as_str(),
+                    id,
+                    payload.is_none(),
+                    payload.map(|p| p.subject.as_str()),
+                    payload.map(|p| p.predicate.as_str()),
+                    now,
+                ],
+            )
+            .await?
+            .ok_or_else(|| Error::internal(format!("fact {id} vanished mid-transaction")))?;
+        let (version, subject, predicate) = (row.int(0)?, row.text(1)?, row.text(2)?);
+        self.insert_version(
+            tenant,
+            id,
+            (version, &subject, &predicate),
+            payload,
+            provenance,
+            now,
+        )
+        .await
+    }
+
+    async fn lock_live_fact(&mut self, tenant: &Tenant, id: &str) -> Result<bool> {
+        let sql = match T::DIALECT {
+            Dialect::Postgres => &dialect::PG_LIVE_FACT_FOR_UPDATE,
+            Dialect::Sqlite => &dialect::SQLITE_LIVE_FACT_ID,
+        };
+        Ok(self
+            .0
+            .row(sql, params![tenant.as_str(), id])
+            .await?
+            .is_some())
+    }
+
+    async fn fact(&mut self, tenant: &Tenant, id: &str) -> Result<Option<Fact>> {
+        let row = self.0.row(&FACT, params![tenant.as_str(), id]).await?;
+        row.as_ref().map(fact_row).transpose()
+    }
+
+    async fn commit(self) -> Result<()> {
+        self.0.commit().await
+    }
+
+    async fn rollback(self) -> Result<()> {
+        self.0.rollback().await
+    }
+}
+
+impl<T: Transaction> RuleTx for FactsTx<T> {
+    async fn lock_rule(&mut self, tenant: &Tenant, id: &str, lock: RunLock) -> Result<Locked> {
+        let sql = match T::DIALECT {
+            Dialect::Postgres => {
+                let key = format!("engram.rule/{}/{id}", tenant.as_str());
+                let locked = match lock {
+                    RunLock::Try => self
+                        .0
+                        .row(&dialect::PG_TRY_LOCK_RULE, params![key.as_str()])
+                        .await?
+                        .map_or(Ok(false), |row| row.boolean(0))?,
+                    RunLock::Wait => {
+                        self.0
+                            .exec(&dialect::PG_LOCK_RULE, params![key.as_str()])
+                            .await?;
+                        true
+                    }
+                };
+                if !locked {
+                    return Ok(Locked::Busy);
+                }
+                &dialect::PG_RULE_FOR_UPDATE
+            }
+            // The write transaction already excludes every other run.
+            Dialect::Sqlite => &RULE,
+        };
+        match self.0.row(sql, params![tenant.as_str(), id]).await? {
+            Some(row) => rule_row(&row, 0).map(Locked::Rule),
+            None => Ok(Locked::Missing),
+        }
+    }
+
+    async fn episodes(
+        &mut self,
+        tenant: &Tenant,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> Result<Vec<Episode>> {
+        let rows = self
+            .0
+            .rows(&EPISODES, params![tenant.as_str(), after, up_to, limit])
+            .await?;
+        rows.iter().map(episode_row).collect()
+    }
+
+    async fn advance(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        watermark: i64,
+        promoted: i64,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.0
+            .exec(
+                &ADVANCE,
+                params![tenant.as_str(), id, watermark, promoted, now],
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+impl<B: Backend> ConsolidationStore for B {
+    type Tx = FactsTx<B::Tx>;
+
+    async fn begin(&self, tenant: &Tenant) -> Result<FactsTx<B::Tx>> {
+        Ok(FactsTx(Backend::begin(self, tenant).await?))
+    }
+
+    async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<bool> {
+        let (every, cron) = match &rule.cadence {
+            Cadence::EveryNEpisodes(n) => (Some(*n), None),
+            Cadence::Cron(text) => (None, Some(text.as_str())),
+        };
+        let then_emits = string_list_json(&rule.then_emits);
+        let mut conn = self.writer(tenant).await?;
+        let created = conn
+            .exec(
+                &CREATE_RULE,
+                params![
+                    tenant.as_str(),
+                    &rule.id,
+                    &rule.filter,
+                    every,
+                    cron,
+                    then_emits.as_str(),
+                    rule.kind.as_i16(),
+                    rule.confidence,
+                    rule.enabled,
+                    rule.watermark,
+                    rule.create_time,
+                ],
+            )
+            .await?;
+        Ok(created > 0)
+    }
+
+    async fn get_rule(&self, tenant: &Tenant, id: &str) -> Result<Option<Rule>> {
+        let mut conn = self.reader(tenant).await?;
+        conn.first(&RULE, params![tenant.as_str(), id], |row| rule_row(row, 0))
+            .await
+    }
+
+    async fn list_rules(
+        &self,
+        tenant: &Tenant,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Rule>> {
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            &RULES,
+            params![tenant.as_str(), after.unwrap_or(""), limit],
+            |row| rule_row(row, 0),
+        )
+        .await
+    }
+
+    async fn delete_rule(&self, tenant: &Tenant, id: &str) -> Result<bool> {
+        let mut conn = self.writer(tenant).await?;
+        Ok(conn
+            .exec(&DELETE_RULE, params![tenant.as_str(), id])
+            .await?
+            > 0)
+    }
+
+    async fn enabled_rules(&self) -> Result<Vec<(Tenant, Rule)>> {
+        let mut conn = self.system().await?;
+        conn.all(&ENABLED_RULES, params![], |row| {
+            Ok((Tenant::new(row.text(0)?), rule_row(row, 1)?))
+        })
+        .await
+    }
+
+    async fn pending_episodes(
+        &self,
+        tenant: &Tenant,
+        after: i64,
+        up_to: i64,
+        at_most: i64,
+    ) -> Result<i64> {
+        let mut conn = self.reader(tenant).await?;
+        conn.count(&PENDING, params![tenant.as_str(), after, up_to, at_most])
+            .await
+    }
+
+    async fn list_facts(
+        &self,
+        tenant: &Tenant,
+        filter: &FactFilter,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Fact>> {
+        let (sql, after) = if filter.newest_first {
+            (&FACTS_DESCENDING, after.unwrap_or("\u{10ffff}"))
+        } else {
+            (&FACTS_ASCENDING, after.unwrap_or(""))
+        };
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            sql,
+            params![
+                tenant.as_str(),
+                filter.app.as_deref(),
+                filter.user.as_deref(),
+                filter.kind.map(|k| k.as_i16()),
+                after,
+                limit,
+            ],
+            fact_row,
+        )
+        .await
+    }
+
+    async fn get_fact(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<(Fact, Vec<FactVersion>)>> {
+        let mut conn = self.reader(tenant).await?;
+        let rows = conn
+            .rows(&FACT_VERSIONS, params![tenant.as_str(), id])
+            .await?;
+        let Some(last) = rows.last() else {
+            return Ok(None);
+        };
+        let fact = fact_row(last)?;
+        let versions = rows
+            .iter()
+            .map(|row| version_row(row, 5))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some((fact, versions)))
+    }
 }

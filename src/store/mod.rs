@@ -10,11 +10,9 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Reason, Result};
 use crate::memory::ports::{Mutation, Write};
-use crate::memory::{
-    Change, ChangeKind, Entry, Key, Provenance, Scope, ScopeName, ScopeSummary, ScopeType, Value,
-};
 
 mod consolidation;
+mod memory;
 mod postgres;
 mod sessions;
 mod sql;
@@ -26,10 +24,28 @@ pub use postgres::PgStore;
 /// The Postgres statements `engram bench` runs through pgbench as its
 /// baseline, taken from the store itself so the two cannot drift apart.
 pub(crate) mod pg_statements {
-    pub(crate) use super::postgres::sessions::{
-        APPEND_SQL, episodes_by_id_sql, recent_sql, session_sql,
-    };
-    pub(crate) use super::postgres::{SET_ANY, get_current_sql};
+    pub(crate) use super::postgres::SET_ANY;
+    pub(crate) use super::postgres::sessions::APPEND_SQL;
+
+    /// `Get`: the newest version of a key, through its head.
+    pub(crate) fn get_current_sql() -> &'static str {
+        super::memory::CURRENT.postgres()
+    }
+
+    /// `Recent` at one level (session given, agent given).
+    pub(crate) fn recent_sql(session: bool, agent: bool) -> &'static str {
+        super::sessions::recent_sql(session, agent).postgres()
+    }
+
+    /// An append's first statement: the session.
+    pub(crate) fn session_sql() -> &'static str {
+        super::sessions::SESSION.postgres()
+    }
+
+    /// An append's second statement: the ids already stored.
+    pub(crate) fn episodes_by_id_sql() -> &'static str {
+        super::sessions::EPISODES_BY_ID.postgres()
+    }
 }
 pub use sqlite::{SqliteStore, SqliteSynchronous};
 
@@ -133,36 +149,6 @@ fn from_micros(micros: i64) -> Result<DateTime<Utc>> {
         .ok_or_else(|| Error::internal(format!("timestamp out of range: {micros}")))
 }
 
-/// A row of the versions table as both backends read it.
-struct VersionRow {
-    key: String,
-    version: i64,
-    value: Option<String>,
-    deleted: bool,
-    execution_id: String,
-    flow_id: String,
-    flow_name: String,
-    create_time: DateTime<Utc>,
-}
-
-impl VersionRow {
-    fn into_entry(self, scope: &Scope) -> Result<Entry> {
-        Ok(Entry {
-            scope: scope.clone(),
-            key: Key::from_store(self.key),
-            version: self.version,
-            value: self.value.map(Value::from_store).transpose()?,
-            deleted: self.deleted,
-            provenance: Provenance {
-                execution_id: self.execution_id,
-                flow_id: self.flow_id,
-                flow_name: self.flow_name,
-            },
-            create_time: self.create_time,
-        })
-    }
-}
-
 /// Checks the applied migrations of a database against the embedded ones.
 fn schema_is_current(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Result<()> {
     let missing: Vec<String> = migrator
@@ -213,43 +199,4 @@ impl HeadUpdate {
             HeadUpdate::SetAny | HeadUpdate::SetIfAbsent | HeadUpdate::DeleteAny => 0,
         }
     }
-}
-
-/// A row of the change feed as both backends read it.
-struct ChangeRow {
-    revision: i64,
-    kind: i16,
-    key: String,
-    version: i64,
-    versions_deleted: i64,
-    value: Option<String>,
-    create_time: DateTime<Utc>,
-}
-
-impl ChangeRow {
-    fn into_change(self) -> Result<Change> {
-        Ok(Change {
-            revision: self.revision,
-            kind: ChangeKind::from_i16(self.kind)
-                .ok_or_else(|| Error::internal(format!("unknown change kind {}", self.kind)))?,
-            key: Key::from_store(self.key),
-            version: self.version,
-            versions_deleted: self.versions_deleted,
-            value: self.value.map(Value::from_store).transpose()?,
-            create_time: self.create_time,
-        })
-    }
-}
-
-/// A row of `list_scopes` as both backends read it.
-fn scope_summary(scope_type: i16, name: String, entry_count: i64) -> Result<ScopeSummary> {
-    Ok(ScopeSummary {
-        scope: Scope {
-            scope_type: ScopeType::from_i32(scope_type.into()).ok_or_else(|| {
-                Error::internal(format!("unknown scope type {scope_type} in store"))
-            })?,
-            name: ScopeName::parse("scope", name).map_err(Error::internal)?,
-        },
-        entry_count,
-    })
 }

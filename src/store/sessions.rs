@@ -1,27 +1,565 @@
-//! Helpers both backends use to read and write sessions and episodes.
+//! Sessions and episodes on both backends, one statement text each. Only
+//! the append differs (see each backend's `sessions.rs`): Postgres writes
+//! it in one statement whose cursors come from an identity, SQLite on its
+//! single writer whose rowids commit in order.
 
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use super::sql::{Backend, Cols, Dialect, Run, Sql, Transaction, params, select};
+use crate::context::Tenant;
 use crate::error::{Error, Result};
-use crate::sessions::EpisodeType;
+use crate::sessions::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
+use crate::sessions::{
+    Episode, EpisodeType, Id, NewEpisode, Owner, RecentQuery, Session, SessionFilter, SessionStats,
+    TailFilter,
+};
+
+/// The columns [`episode_row`] reads, in order, for `concat!`.
+macro_rules! episode_columns {
+    () => {
+        "id, session_id, seq, cursor, app, user_id, agent, type, content::text, \
+         metadata::text, source_node, timestamp, create_time"
+    };
+}
+pub(super) use episode_columns;
+
+/// The columns [`session_row`] reads, in order, for `concat!`.
+macro_rules! session_columns {
+    () => {
+        "id, app, user_id, metadata::text, create_time, update_time, end_time, \
+         episode_count, last_seq, episodes_evicted"
+    };
+}
+
+/// Reads one session. Parameters: $1 tenant, $2 id. (`engram bench` runs
+/// the same text through pgbench, as the first statement of an append.)
+pub(super) static SESSION: Sql = select!(
+    session_columns!(),
+    " FROM sessions WHERE tenant = $1 AND id = $2"
+);
+
+/// Finds the stored episodes among an append's ids, with the fingerprints
+/// a replay is checked against. Parameters: $1 tenant, $2 ids. (Also run
+/// by `engram bench` as an append's second statement.)
+pub(super) static EPISODES_BY_ID: Sql = select!(
+    episode_columns!(),
+    ", fingerprint FROM episodes WHERE tenant = $1 AND id = ANY($2::text[])"
+);
+
+/// The widening read: one statement per level, each matching its own index
+/// exactly. Parameters: $1 tenant, $2 user, $3 session, $4 agent, $5
+/// types, $6 limit. (`engram bench` runs the same text through pgbench.)
+macro_rules! recent {
+    ($level:literal) => {
+        Sql::new(concat!(
+            "SELECT ",
+            episode_columns!(),
+            " FROM episodes WHERE tenant = $1 AND ",
+            $level,
+            " AND (cardinality($5::text[]) = 0 OR type = ANY($5::text[])) \
+             ORDER BY timestamp DESC, cursor DESC LIMIT $6"
+        ))
+    };
+}
+
+static RECENT: [Sql; 4] = [
+    recent!("user_id = $2"),
+    recent!("user_id = $2 AND agent = $4"),
+    recent!("session_id = $3 AND user_id = $2"),
+    recent!("session_id = $3 AND user_id = $2 AND agent = $4"),
+];
+
+/// The `Recent` statement of a level (session given, agent given).
+pub(super) fn recent_sql(session: bool, agent: bool) -> &'static Sql {
+    &RECENT[usize::from(session) * 2 + usize::from(agent)]
+}
+
+static INSERT_SESSION: Sql = Sql::new(concat!(
+    "INSERT INTO sessions (tenant, id, app, user_id, metadata, create_time, update_time) \
+     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6) ON CONFLICT (tenant, id) DO NOTHING \
+     RETURNING ",
+    session_columns!()
+));
+
+static LOCK_SESSION_CREATORS: Sql =
+    Sql::new("SELECT pg_advisory_xact_lock(hashtextextended('engram.sessions/' || $1, 0))");
+
+static COUNT_SESSIONS: Sql = Sql::new("SELECT count(*) FROM sessions WHERE tenant = $1");
+
+static EVICT_SESSIONS: Sql = Sql::new(
+    "DELETE FROM sessions WHERE tenant = $1 AND id IN \
+     (SELECT id FROM sessions WHERE tenant = $1 ORDER BY create_time, id LIMIT $2)",
+);
+
+static COUNT_EVICTED_SESSIONS: Sql = Sql::new(
+    "INSERT INTO session_evictions AS e (tenant, sessions) VALUES ($1, $2) \
+     ON CONFLICT (tenant) DO UPDATE SET sessions = e.sessions + EXCLUDED.sessions",
+);
+
+static LIST_SESSIONS: Sql = select!(
+    session_columns!(),
+    " FROM sessions WHERE tenant = $1 \
+     AND ($2::text IS NULL OR app = $2) AND ($3::text IS NULL OR user_id = $3) \
+     AND ($4::timestamptz IS NULL OR (create_time, id) < ($4, $5)) \
+     ORDER BY create_time DESC, id DESC LIMIT $6"
+);
+
+static DELETE_SESSION: Sql = Sql::new(
+    "DELETE FROM sessions WHERE tenant = $1 AND id = $2 \
+     AND ($3::text IS NULL OR app = $3) AND ($4::text IS NULL OR user_id = $4) \
+     RETURNING episode_count",
+);
+
+static END_SESSION: Sql = Sql::new(concat!(
+    "UPDATE sessions SET end_time = coalesce(end_time, $5), \
+     episode_count = CASE WHEN $6 THEN 0 ELSE episode_count END \
+     WHERE tenant = $1 AND id = $2 \
+     AND ($3::text IS NULL OR app = $3) AND ($4::text IS NULL OR user_id = $4) \
+     RETURNING ",
+    session_columns!()
+));
+
+/// What ends with a session: its goal, tasks and cache (facts persist).
+static END_WORKING_MEMORY: [Sql; 3] = [
+    Sql::new("DELETE FROM working_tasks WHERE tenant = $1 AND session_id = $2"),
+    Sql::new("DELETE FROM working_cache WHERE tenant = $1 AND session_id = $2"),
+    Sql::new("DELETE FROM working_memory WHERE tenant = $1 AND session_id = $2"),
+];
+
+static DELETE_EPISODES: Sql =
+    Sql::new("DELETE FROM episodes WHERE tenant = $1 AND session_id = $2");
+
+static COUNT_IDLE: Sql =
+    Sql::new("SELECT count(*) FROM sessions WHERE tenant = $1 AND update_time < $2");
+
+static DELETE_IDLE: Sql = Sql::new("DELETE FROM sessions WHERE tenant = $1 AND update_time < $2");
+
+static STATS: Sql = Sql::new(
+    "SELECT count(*), coalesce(sum(episode_count), 0)::bigint, \
+     coalesce(sum(episodes_evicted), 0)::bigint, \
+     coalesce((SELECT sessions FROM session_evictions WHERE tenant = $1), 0) \
+     FROM sessions WHERE tenant = $1",
+);
+
+static LIST_EPISODES: Sql = select!(
+    episode_columns!(),
+    " FROM episodes WHERE tenant = $1 AND session_id = $2 AND seq > $3 \
+     AND (cardinality($4::text[]) = 0 OR type = ANY($4::text[])) ORDER BY seq LIMIT $5"
+);
+
+static LATEST: Sql = select!(
+    episode_columns!(),
+    " FROM episodes WHERE tenant = $1 ORDER BY cursor DESC LIMIT $2"
+);
+
+static EPISODES_AFTER: Sql = select!(
+    episode_columns!(),
+    " FROM episodes WHERE tenant = $1 AND cursor > $2 AND cursor <= $3 \
+     AND ($4::text IS NULL OR session_id = $4) AND ($5::text IS NULL OR user_id = $5) \
+     AND ($6::text IS NULL OR app = $6) \
+     AND (cardinality($7::text[]) = 0 OR type = ANY($7::text[])) \
+     ORDER BY cursor LIMIT $8"
+);
+
+/// How often a session is created again when a concurrent creator took
+/// its id between the read and the insert (the next read then sees it).
+const CREATE_ATTEMPTS: usize = 3;
 
 /// A JSON object read back from the store.
-pub(super) fn json_object(text: String) -> Result<serde_json::Map<String, serde_json::Value>> {
+fn json_object(text: String) -> Result<serde_json::Map<String, serde_json::Value>> {
     match serde_json::from_str(&text).map_err(Error::internal)? {
         serde_json::Value::Object(map) => Ok(map),
         _ => Err(Error::internal("stored metadata is not a JSON object")),
     }
 }
 
-/// The types filter as JSON text (SQLite) — an empty list matches all.
-pub(super) fn types_json(types: &[EpisodeType]) -> String {
-    serde_json::Value::Array(
-        types
-            .iter()
-            .map(|t| serde_json::Value::String(t.as_str().to_owned()))
-            .collect(),
-    )
-    .to_string()
+/// The types filter as a list parameter; an empty list matches every type.
+pub(super) fn type_names(types: &[EpisodeType]) -> Vec<String> {
+    types.iter().map(|t| t.as_str().to_owned()).collect()
 }
 
-pub(super) fn types_vec(types: &[EpisodeType]) -> Vec<String> {
-    types.iter().map(|t| t.as_str().to_owned()).collect()
+/// An episode as both backends read it (columns as [`episode_columns`]).
+pub(super) fn episode_row(row: &impl Cols) -> Result<Episode> {
+    Ok(Episode {
+        id: row.text(0)?,
+        session_id: row.text(1)?,
+        seq: row.int(2)?,
+        cursor: row.int(3)?,
+        app: row.text(4)?,
+        user: row.text(5)?,
+        agent: row.text(6)?,
+        kind: row.text(7)?,
+        content: serde_json::from_str(&row.text(8)?).map_err(Error::internal)?,
+        metadata: json_object(row.text(9)?)?,
+        source_node: row.text(10)?,
+        timestamp: row.time(11)?,
+        create_time: row.time(12)?,
+    })
+}
+
+/// A session as both backends read it (columns as `session_columns!`).
+pub(super) fn session_row(row: &impl Cols) -> Result<Session> {
+    Ok(Session {
+        id: row.text(0)?,
+        app: row.text(1)?,
+        user: row.text(2)?,
+        metadata: json_object(row.text(3)?)?,
+        create_time: row.time(4)?,
+        update_time: row.time(5)?,
+        end_time: row.opt_time(6)?,
+        episode_count: row.int(7)?,
+        last_seq: row.int(8)?,
+        episodes_evicted: row.int(9)?,
+    })
+}
+
+pub(super) async fn session_in(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    id: &str,
+) -> Result<Option<Session>> {
+    conn.first(&SESSION, params![tenant.as_str(), id], session_row)
+        .await
+}
+
+/// The stored episodes among `ids`, each with its fingerprint.
+pub(super) async fn stored_episodes(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    ids: &[String],
+) -> Result<Vec<(Episode, Vec<u8>)>> {
+    conn.all(&EPISODES_BY_ID, params![tenant.as_str(), ids], |row| {
+        Ok((episode_row(row)?, row.bytes(13)?))
+    })
+    .await
+}
+
+/// Inserts a session inside the caller's transaction, evicting the
+/// tenant's oldest first when it is at its limit. `None` when the id was
+/// taken meanwhile.
+pub(super) async fn insert_session_in<T: Run>(
+    tx: &mut T,
+    tenant: &Tenant,
+    session: &NewSession<'_>,
+) -> Result<Option<Session>> {
+    if session.max_sessions > 0 {
+        if T::DIALECT == Dialect::Postgres {
+            // One creator per tenant at a time while a limit is set, so the
+            // count is exact and two creators never both evict. (SQLite's
+            // single writer already is one at a time.)
+            tx.exec(&LOCK_SESSION_CREATORS, params![tenant.as_str()])
+                .await?;
+        }
+        let count = tx.count(&COUNT_SESSIONS, params![tenant.as_str()]).await?;
+        let evict = session.to_evict(count);
+        if evict > 0 {
+            let evicted = tx
+                .exec(&EVICT_SESSIONS, params![tenant.as_str(), evict])
+                .await? as i64;
+            tx.exec(&COUNT_EVICTED_SESSIONS, params![tenant.as_str(), evicted])
+                .await?;
+            tracing::info!(
+                tenant = tenant.as_str(),
+                evicted,
+                "session limit reached, evicted the oldest sessions"
+            );
+            crate::metrics::global().evicted(crate::metrics::Evicted::Sessions, evicted as u64);
+        }
+    }
+    tx.first(
+        &INSERT_SESSION,
+        params![
+            tenant.as_str(),
+            session.id.as_str(),
+            session.app.as_str(),
+            session.user.as_str(),
+            session.metadata,
+            session.now,
+        ],
+        session_row,
+    )
+    .await
+}
+
+/// An append's episodes sorted out against those already stored under
+/// their ids: a slot per episode (filled for a replay, empty for a new
+/// one) and the new ones; `Err` names an id stored with other content.
+pub(super) type Sorted<'a> = (Vec<Option<(Episode, bool)>>, Vec<&'a NewEpisode>);
+
+pub(super) fn sort_out<'a>(
+    episodes: &'a [NewEpisode],
+    stored: Vec<(Episode, Vec<u8>)>,
+) -> std::result::Result<Sorted<'a>, String> {
+    let mut stored: std::collections::HashMap<String, (Episode, Vec<u8>)> = stored
+        .into_iter()
+        .map(|(episode, fingerprint)| (episode.id.clone(), (episode, fingerprint)))
+        .collect();
+    let mut slots = Vec::with_capacity(episodes.len());
+    let mut fresh = Vec::new();
+    for new in episodes {
+        match stored.remove(new.id.as_str()) {
+            Some((episode, fingerprint)) if fingerprint[..] == new.fingerprint[..] => {
+                slots.push(Some((episode, true)));
+            }
+            Some(_) => return Err(new.id.as_str().to_owned()),
+            None => {
+                slots.push(None);
+                fresh.push(new);
+            }
+        }
+    }
+    Ok((slots, fresh))
+}
+
+/// The ids of an append's episodes, as a list parameter.
+pub(super) fn episode_ids(episodes: &[NewEpisode]) -> Vec<String> {
+    episodes.iter().map(|e| e.id.as_str().to_owned()).collect()
+}
+
+/// Every slot of an append, filled.
+pub(super) fn filled(slots: Vec<Option<(Episode, bool)>>) -> Result<Vec<(Episode, bool)>> {
+    slots
+        .into_iter()
+        .map(|slot| slot.ok_or_else(|| Error::internal("an appended episode has no result")))
+        .collect()
+}
+
+/// The session an append creates when its id is unknown; `None` when the
+/// owner is not complete enough to create one.
+pub(super) fn missing_session<'a>(append: &'a Append<'_>) -> Option<NewSession<'a>> {
+    let (app, user) = append.owner.complete()?;
+    Some(NewSession {
+        id: append.session_id,
+        app,
+        user,
+        metadata: "{}",
+        now: append.now,
+        max_sessions: append.max_sessions,
+    })
+}
+
+/// The one write that differs between the backends.
+pub(super) trait AppendEpisodes {
+    /// See [`SessionStore::append`].
+    fn append_episodes(
+        &self,
+        tenant: &Tenant,
+        append: &Append<'_>,
+    ) -> impl Future<Output = Result<Appended>> + Send;
+}
+
+impl<B: Backend + AppendEpisodes> SessionStore for B {
+    async fn create_session(
+        &self,
+        tenant: &Tenant,
+        session: &NewSession<'_>,
+    ) -> Result<(Session, bool)> {
+        for _ in 0..CREATE_ATTEMPTS {
+            let mut tx = self.begin(tenant).await?;
+            if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str()).await? {
+                return Ok((existing, false));
+            }
+            if let Some(created) = insert_session_in(&mut tx, tenant, session).await? {
+                tx.commit().await?;
+                return Ok((created, true));
+            }
+            // Taken between the read and the insert: read it again.
+        }
+        Err(Error::internal("session creation kept racing"))
+    }
+
+    async fn get_session(&self, tenant: &Tenant, id: &Id) -> Result<Option<Session>> {
+        let mut conn = self.reader(tenant).await?;
+        session_in(&mut conn, tenant, id.as_str()).await
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant: &Tenant,
+        filter: &SessionFilter,
+        before: Option<(DateTime<Utc>, &str)>,
+        limit: i64,
+    ) -> Result<Vec<Session>> {
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            &LIST_SESSIONS,
+            params![
+                tenant.as_str(),
+                filter.app.as_ref().map(|a| a.as_str()),
+                filter.user.as_ref().map(|u| u.as_str()),
+                before.map(|(time, _)| time),
+                before.map_or("", |(_, id)| id),
+                limit,
+            ],
+            session_row,
+        )
+        .await
+    }
+
+    async fn delete_session(&self, tenant: &Tenant, id: &Id, owner: &Owner) -> Result<Option<i64>> {
+        // The episodes go with it (ON DELETE CASCADE), in this statement.
+        let mut conn = self.writer(tenant).await?;
+        let row = conn
+            .row(
+                &DELETE_SESSION,
+                params![
+                    tenant.as_str(),
+                    id.as_str(),
+                    owner.app.as_ref().map(|a| a.as_str()),
+                    owner.user.as_ref().map(|u| u.as_str()),
+                ],
+            )
+            .await?;
+        row.map(|row| row.int(0)).transpose()
+    }
+
+    async fn end_session(
+        &self,
+        tenant: &Tenant,
+        id: &Id,
+        owner: &Owner,
+        now: DateTime<Utc>,
+        delete_episodes: bool,
+    ) -> Result<Option<(Session, i64)>> {
+        let mut tx = self.begin(tenant).await?;
+        let Some(row) = tx
+            .row(
+                &END_SESSION,
+                params![
+                    tenant.as_str(),
+                    id.as_str(),
+                    owner.app.as_ref().map(|a| a.as_str()),
+                    owner.user.as_ref().map(|u| u.as_str()),
+                    now,
+                    delete_episodes,
+                ],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let session = session_row(&row)?;
+        for sql in &END_WORKING_MEMORY {
+            tx.exec(sql, params![tenant.as_str(), id.as_str()]).await?;
+        }
+        let deleted = if delete_episodes {
+            tx.exec(&DELETE_EPISODES, params![tenant.as_str(), id.as_str()])
+                .await? as i64
+        } else {
+            0
+        };
+        tx.commit().await?;
+        Ok(Some((session, deleted)))
+    }
+
+    async fn cleanup_sessions(
+        &self,
+        tenant: &Tenant,
+        before: DateTime<Utc>,
+        dry_run: bool,
+    ) -> Result<i64> {
+        if dry_run {
+            let mut conn = self.reader(tenant).await?;
+            return conn
+                .count(&COUNT_IDLE, params![tenant.as_str(), before])
+                .await;
+        }
+        let mut conn = self.writer(tenant).await?;
+        Ok(conn
+            .exec(&DELETE_IDLE, params![tenant.as_str(), before])
+            .await? as i64)
+    }
+
+    async fn session_stats(&self, tenant: &Tenant) -> Result<SessionStats> {
+        let mut conn = self.reader(tenant).await?;
+        let row = conn
+            .row(&STATS, params![tenant.as_str()])
+            .await?
+            .ok_or_else(|| Error::internal("the session stats returned no row"))?;
+        Ok(SessionStats {
+            total_sessions: row.int(0)?,
+            total_episodes: row.int(1)?,
+            episodes_evicted: row.int(2)?,
+            sessions_evicted: row.int(3)?,
+        })
+    }
+
+    async fn append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
+        self.append_episodes(tenant, append).await
+    }
+
+    async fn list_episodes(
+        &self,
+        tenant: &Tenant,
+        query: &EpisodeQuery<'_>,
+    ) -> Result<Vec<Episode>> {
+        let types = type_names(query.types);
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            &LIST_EPISODES,
+            params![
+                tenant.as_str(),
+                query.session_id.as_str(),
+                query.after_seq,
+                &types[..],
+                query.limit,
+            ],
+            episode_row,
+        )
+        .await
+    }
+
+    async fn recent(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
+        let sql = recent_sql(query.session_id.is_some(), query.agent.is_some());
+        let types = type_names(&query.types);
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            sql,
+            params![
+                tenant.as_str(),
+                query.user.as_str(),
+                query.session_id.as_ref().map_or("", |s| s.as_str()),
+                query.agent.as_ref().map_or("", |a| a.as_str()),
+                &types[..],
+                query.limit,
+            ],
+            episode_row,
+        )
+        .await
+    }
+
+    async fn latest_episodes(&self, tenant: &Tenant, limit: i64) -> Result<Vec<Episode>> {
+        let mut conn = self.reader(tenant).await?;
+        conn.all(&LATEST, params![tenant.as_str(), limit], episode_row)
+            .await
+    }
+
+    async fn episodes_after(
+        &self,
+        tenant: &Tenant,
+        filter: &TailFilter,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> Result<Vec<Episode>> {
+        let types = type_names(&filter.types);
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            &EPISODES_AFTER,
+            params![
+                tenant.as_str(),
+                after,
+                up_to,
+                filter.session_id.as_ref().map(|s| s.as_str()),
+                filter.user.as_ref().map(|u| u.as_str()),
+                filter.app.as_ref().map(|a| a.as_str()),
+                &types[..],
+                limit,
+            ],
+            episode_row,
+        )
+        .await
+    }
 }

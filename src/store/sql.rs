@@ -23,13 +23,13 @@ use crate::context::Tenant;
 use crate::error::Result;
 
 /// A statement written once for both backends.
-pub(super) struct Sql {
+pub struct Sql {
     text: &'static str,
     sqlite: OnceLock<String>,
 }
 
 impl Sql {
-    pub(super) const fn new(text: &'static str) -> Sql {
+    pub const fn new(text: &'static str) -> Sql {
         Sql {
             text,
             sqlite: OnceLock::new(),
@@ -37,14 +37,46 @@ impl Sql {
     }
 
     /// The text Postgres runs: as written.
-    pub(super) fn postgres(&'static self) -> &'static str {
+    pub fn postgres(&'static self) -> &'static str {
         self.text
     }
 
-    /// The text SQLite runs: as written, less the casts.
-    pub(super) fn sqlite(&'static self) -> &'static str {
-        self.sqlite.get_or_init(|| without_casts(self.text))
+    /// The text SQLite runs: as written, less the casts, with arrays read
+    /// as JSON arrays.
+    pub fn sqlite(&'static self) -> &'static str {
+        self.sqlite
+            .get_or_init(|| without_casts(&json_arrays(self.text)))
     }
+}
+
+/// Rewrites the two array forms shared statements use for SQLite, where a
+/// list parameter is a JSON array: `cardinality($N::text[])` becomes
+/// `json_array_length($N)` and `= ANY($N)` becomes
+/// `IN (SELECT value FROM json_each($N))`.
+fn json_arrays(text: &str) -> String {
+    let mut out = text.to_owned();
+    for (form, sqlite) in [
+        ("cardinality(", "json_array_length("),
+        ("= ANY(", "IN (SELECT value FROM json_each("),
+    ] {
+        let mut rewritten = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(at) = rest.find(form) {
+            rewritten.push_str(&rest[..at]);
+            rewritten.push_str(sqlite);
+            let after = &rest[at + form.len()..];
+            let close = after.find(')').unwrap_or(after.len());
+            rewritten.push_str(&after[..close]);
+            if form.starts_with('=') {
+                // The subquery's own parenthesis closes before the ANY's.
+                rewritten.push(')');
+            }
+            rest = &after[close..];
+        }
+        rewritten.push_str(rest);
+        out = rewritten;
+    }
+    out
 }
 
 /// Removes every `::type` cast (`::jsonb`, `::text[]`, `::timestamptz`).
@@ -66,7 +98,7 @@ fn without_casts(text: &str) -> String {
 
 /// A value bound to a statement's parameter.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Param<'a> {
+pub enum Param<'a> {
     Text(&'a str),
     OptText(Option<&'a str>),
     Int(i64),
@@ -79,78 +111,36 @@ pub(super) enum Param<'a> {
     Time(DateTime<Utc>),
     OptTime(Option<DateTime<Utc>>),
     Bytes(&'a [u8]),
+    /// A `text[]` on Postgres, a JSON array on SQLite (read with
+    /// `json_each`): statements taking one are per dialect.
+    TextList(&'a [String]),
 }
 
-impl<'a> From<&'a str> for Param<'a> {
-    fn from(value: &'a str) -> Self {
-        Param::Text(value)
-    }
+/// Each Rust type a parameter is bound from, and the kind it binds as.
+macro_rules! param_from {
+    ($($from:ty => $kind:ident),* $(,)?) => {$(
+        impl<'a> From<$from> for Param<'a> {
+            fn from(value: $from) -> Self {
+                Param::$kind(value)
+            }
+        }
+    )*};
 }
 
-impl<'a> From<&'a String> for Param<'a> {
-    fn from(value: &'a String) -> Self {
-        Param::Text(value)
-    }
-}
-
-impl<'a> From<Option<&'a str>> for Param<'a> {
-    fn from(value: Option<&'a str>) -> Self {
-        Param::OptText(value)
-    }
-}
-
-impl From<i64> for Param<'_> {
-    fn from(value: i64) -> Self {
-        Param::Int(value)
-    }
-}
-
-impl From<Option<i64>> for Param<'_> {
-    fn from(value: Option<i64>) -> Self {
-        Param::OptInt(value)
-    }
-}
-
-impl From<i16> for Param<'_> {
-    fn from(value: i16) -> Self {
-        Param::Small(value)
-    }
-}
-
-impl From<Option<i16>> for Param<'_> {
-    fn from(value: Option<i16>) -> Self {
-        Param::OptSmall(value)
-    }
-}
-
-impl From<f64> for Param<'_> {
-    fn from(value: f64) -> Self {
-        Param::Float(value)
-    }
-}
-
-impl From<bool> for Param<'_> {
-    fn from(value: bool) -> Self {
-        Param::Bool(value)
-    }
-}
-
-impl From<DateTime<Utc>> for Param<'_> {
-    fn from(value: DateTime<Utc>) -> Self {
-        Param::Time(value)
-    }
-}
-
-impl From<Option<DateTime<Utc>>> for Param<'_> {
-    fn from(value: Option<DateTime<Utc>>) -> Self {
-        Param::OptTime(value)
-    }
-}
-
-impl<'a> From<&'a [u8]> for Param<'a> {
-    fn from(value: &'a [u8]) -> Self {
-        Param::Bytes(value)
-    }
+param_from! {
+    &'a str => Text,
+    &'a String => Text,
+    Option<&'a str> => OptText,
+    i64 => Int,
+    Option<i64> => OptInt,
+    i16 => Small,
+    Option<i16> => OptSmall,
+    f64 => Float,
+    bool => Bool,
+    DateTime<Utc> => Time,
+    Option<DateTime<Utc>> => OptTime,
+    &'a [String] => TextList,
+    &'a [u8] => Bytes,
 }
 
 /// The parameters of a statement, in order: `params![tenant, id, now]`.
@@ -162,7 +152,7 @@ macro_rules! params {
 pub(super) use params;
 
 /// A row's columns by position, as both backends decode them.
-pub(super) trait Cols {
+pub trait Cols {
     fn text(&self, at: usize) -> Result<String>;
     fn opt_text(&self, at: usize) -> Result<Option<String>>;
     fn int(&self, at: usize) -> Result<i64>;
@@ -175,9 +165,18 @@ pub(super) trait Cols {
     fn bytes(&self, at: usize) -> Result<Vec<u8>>;
 }
 
+/// Which SQL a connection speaks, for the few statements that differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    Sqlite,
+}
+
 /// A connection (or transaction) that runs shared statements.
-pub(super) trait Run: Send {
+pub trait Run: Send {
     type Row: Cols + Send;
+
+    const DIALECT: Dialect;
 
     /// Every row the statement returns.
     fn rows(
@@ -186,12 +185,15 @@ pub(super) trait Run: Send {
         params: &[Param<'_>],
     ) -> impl Future<Output = Result<Vec<Self::Row>>> + Send;
 
-    /// The first row, if any.
+    /// The first row, if any (statements read this way return at most
+    /// one).
     fn row(
         &mut self,
         sql: &'static Sql,
         params: &[Param<'_>],
-    ) -> impl Future<Output = Result<Option<Self::Row>>> + Send;
+    ) -> impl Future<Output = Result<Option<Self::Row>>> + Send {
+        async move { Ok(self.rows(sql, params).await?.into_iter().next()) }
+    }
 
     /// Runs the statement; returns how many rows it changed.
     fn exec(
@@ -199,10 +201,60 @@ pub(super) trait Run: Send {
         sql: &'static Sql,
         params: &[Param<'_>],
     ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Every row, decoded.
+    fn all<T: Send>(
+        &mut self,
+        sql: &'static Sql,
+        params: &[Param<'_>],
+        decode: impl Fn(&Self::Row) -> Result<T> + Send,
+    ) -> impl Future<Output = Result<Vec<T>>> + Send {
+        async move { self.rows(sql, params).await?.iter().map(decode).collect() }
+    }
+
+    /// The first row, decoded, if any.
+    fn first<T: Send>(
+        &mut self,
+        sql: &'static Sql,
+        params: &[Param<'_>],
+        decode: impl Fn(&Self::Row) -> Result<T> + Send,
+    ) -> impl Future<Output = Result<Option<T>>> + Send {
+        async move {
+            self.row(sql, params)
+                .await?
+                .as_ref()
+                .map(decode)
+                .transpose()
+        }
+    }
+
+    /// The first column of the first row as a number (a count); 0 when
+    /// there is no row.
+    fn count(
+        &mut self,
+        sql: &'static Sql,
+        params: &[Param<'_>],
+    ) -> impl Future<Output = Result<i64>> + Send {
+        async move {
+            Ok(self
+                .first(sql, params, |row| row.int(0))
+                .await?
+                .unwrap_or(0))
+        }
+    }
 }
 
+/// A `SELECT` of a column list (a macro expanding to a literal) and the
+/// rest of the statement.
+macro_rules! select {
+    ($columns:expr, $rest:literal) => {
+        $crate::store::sql::Sql::new(concat!("SELECT ", $columns, $rest))
+    };
+}
+pub(super) use select;
+
 /// A transaction of either backend; dropped uncommitted, it rolls back.
-pub(super) trait Transaction: Run {
+pub trait Transaction: Run {
     fn commit(self) -> impl Future<Output = Result<()>> + Send;
     fn rollback(self) -> impl Future<Output = Result<()>> + Send;
 }
@@ -210,7 +262,7 @@ pub(super) trait Transaction: Run {
 /// What the shared implementations need from a backend: connections for a
 /// tenant's reads, for its single-statement writes and for its
 /// transactions, and one for the server's cross-tenant work.
-pub(super) trait Backend: Clone + Send + Sync + 'static {
+pub trait Backend: Clone + Send + Sync + 'static {
     type Conn: Run;
     type Tx: Transaction;
 
@@ -221,32 +273,39 @@ pub(super) trait Backend: Clone + Send + Sync + 'static {
     fn begin(&self, tenant: &Tenant) -> impl Future<Output = Result<Self::Tx>> + Send;
 
     fn system(&self) -> impl Future<Output = Result<Self::Conn>> + Send;
+
+    /// For the server's cross-tenant writes (pruning).
+    fn system_writer(&self) -> impl Future<Output = Result<Self::Conn>> + Send;
 }
 
-/// Binds each [`Param`] to a backend's arguments; `$time` turns a
-/// timestamp into what the backend stores.
+/// Defines `fn arguments`, which binds each [`Param`] to a backend's
+/// arguments; `$time` turns a timestamp and `$list` a list into what the
+/// backend stores.
 macro_rules! bind_params {
-    ($args:ty, $params:expr, $time:expr) => {{
-        use sqlx::Arguments as _;
-        let mut args = <$args>::default();
-        for param in $params {
-            match *param {
-                Param::Text(v) => args.add(v),
-                Param::OptText(v) => args.add(v),
-                Param::Int(v) => args.add(v),
-                Param::OptInt(v) => args.add(v),
-                Param::Small(v) => args.add(v),
-                Param::OptSmall(v) => args.add(v),
-                Param::Float(v) => args.add(v),
-                Param::Bool(v) => args.add(v),
-                Param::Time(v) => args.add($time(v)),
-                Param::OptTime(v) => args.add(v.map($time)),
-                Param::Bytes(v) => args.add(v),
+    ($args:ty, $time:expr, $list:expr) => {
+        fn arguments(params: &[Param<'_>]) -> Result<$args> {
+            use sqlx::Arguments as _;
+            let mut args = <$args>::default();
+            for param in params {
+                match *param {
+                    Param::Text(v) => args.add(v),
+                    Param::OptText(v) => args.add(v),
+                    Param::Int(v) => args.add(v),
+                    Param::OptInt(v) => args.add(v),
+                    Param::Small(v) => args.add(v),
+                    Param::OptSmall(v) => args.add(v),
+                    Param::Float(v) => args.add(v),
+                    Param::Bool(v) => args.add(v),
+                    Param::Time(v) => args.add($time(v)),
+                    Param::OptTime(v) => args.add(v.map($time)),
+                    Param::Bytes(v) => args.add(v),
+                    Param::TextList(v) => args.add($list(v)),
+                }
+                .map_err(crate::error::Error::internal)?;
             }
-            .map_err(crate::error::Error::internal)?;
+            Ok(args)
         }
-        args
-    }};
+    };
 }
 pub(super) use bind_params;
 
@@ -302,24 +361,15 @@ pub(super) use cols_by_driver;
 /// The [`Run`] of a backend's connection type, with its arguments and the
 /// statement text it takes.
 macro_rules! run_by_driver {
-    ($conn:ty, $row:ty, $arguments:ident, $text:ident) => {
+    ($conn:ty, $row:ty, $arguments:ident, $text:ident, $dialect:expr) => {
         impl Run for $conn {
             type Row = $row;
+
+            const DIALECT: Dialect = $dialect;
 
             async fn rows(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<Vec<$row>> {
                 let args = $arguments(params)?;
                 Ok(sqlx::query_with(sql.$text(), args).fetch_all(self).await?)
-            }
-
-            async fn row(
-                &mut self,
-                sql: &'static Sql,
-                params: &[Param<'_>],
-            ) -> Result<Option<$row>> {
-                let args = $arguments(params)?;
-                Ok(sqlx::query_with(sql.$text(), args)
-                    .fetch_optional(self)
-                    .await?)
             }
 
             async fn exec(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<u64> {
@@ -349,5 +399,17 @@ mod tests {
             "WHERE ($2 IS NULL OR a = $2) AND b = ANY($3)"
         );
         assert_eq!(without_casts("SELECT 1"), "SELECT 1");
+    }
+
+    #[test]
+    fn sqlite_reads_array_parameters_as_json_arrays() {
+        let sql = super::json_arrays(
+            "WHERE (cardinality($5::text[]) = 0 OR type = ANY($5)) AND id = ANY($2::text[])",
+        );
+        assert_eq!(
+            without_casts(&sql),
+            "WHERE (json_array_length($5) = 0 OR type IN (SELECT value FROM json_each($5))) \
+             AND id IN (SELECT value FROM json_each($2))"
+        );
     }
 }

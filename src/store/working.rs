@@ -136,9 +136,8 @@ impl<B: Backend> WorkingStore for B {
             .ok_or_else(|| Error::internal("the task counter was not returned"))?
             .int(0)?;
         let count = tx
-            .row(&COUNT_TASKS, params![tenant.as_str(), session_id])
-            .await?
-            .map_or(Ok(0), |row| row.int(0))?;
+            .count(&COUNT_TASKS, params![tenant.as_str(), session_id])
+            .await?;
         if max_tasks > 0 && count >= max_tasks {
             return Ok(None);
         }
@@ -170,29 +169,26 @@ impl<B: Backend> WorkingStore for B {
         now: DateTime<Utc>,
     ) -> Result<Option<Task>> {
         let mut conn = self.writer(tenant).await?;
-        let row = conn
-            .row(
-                &UPDATE_TASK,
-                params![
-                    tenant.as_str(),
-                    session_id,
-                    number,
-                    change.status.map(TaskStatus::as_i16),
-                    change.subject.as_deref(),
-                    change.description.as_deref(),
-                    now,
-                ],
-            )
-            .await?;
-        row.as_ref().map(task_row).transpose()
+        conn.first(
+            &UPDATE_TASK,
+            params![
+                tenant.as_str(),
+                session_id,
+                number,
+                change.status.map(TaskStatus::as_i16),
+                change.subject.as_deref(),
+                change.description.as_deref(),
+                now,
+            ],
+            task_row,
+        )
+        .await
     }
 
     async fn list_tasks(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<Task>> {
         let mut conn = self.reader(tenant).await?;
-        let rows = conn
-            .rows(&TASKS, params![tenant.as_str(), session_id])
-            .await?;
-        rows.iter().map(task_row).collect()
+        conn.all(&TASKS, params![tenant.as_str(), session_id], task_row)
+            .await
     }
 
     async fn cache_content(
@@ -281,11 +277,10 @@ impl<B: Backend> WorkingStore for B {
         kind: FactKind,
     ) -> Result<i64> {
         let mut conn = self.reader(tenant).await?;
-        conn.row(
+        conn.count(
             &COUNT_FACTS,
             params![tenant.as_str(), app, user, kind.as_i16()],
         )
-        .await?
-        .map_or(Ok(0), |row| row.int(0))
+        .await
     }
 }

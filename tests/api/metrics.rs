@@ -52,6 +52,11 @@ const GET_MISSING: &str =
 const SET_LATENCY: &str =
     r#"engram_rpc_duration_seconds_count{method="/engram.v1.MemoryService/Set"}"#;
 const WATCHES: &str = r#"engram_live_streams{method="/engram.v1.MemoryService/Watch"}"#;
+const GRPC_SET_STARTED: &str = r#"grpc_server_started_total{grpc_service="engram.v1.MemoryService",grpc_method="Set",grpc_type="unary"}"#;
+const GRPC_SET_OK: &str = r#"grpc_server_handled_total{grpc_service="engram.v1.MemoryService",grpc_method="Set",grpc_type="unary",grpc_code="OK"}"#;
+const GRPC_GET_MISSING: &str = r#"grpc_server_handled_total{grpc_service="engram.v1.MemoryService",grpc_method="Get",grpc_type="unary",grpc_code="NOT_FOUND"}"#;
+const GRPC_SET_SECONDS: &str = r#"grpc_server_handling_seconds_count{grpc_service="engram.v1.MemoryService",grpc_method="Set",grpc_type="unary"}"#;
+const GRPC_WATCH_STARTED: &str = r#"grpc_server_started_total{grpc_service="engram.v1.MemoryService",grpc_method="Watch",grpc_type="server_stream"}"#;
 const EPISODES_EVICTED: &str = r#"engram_evictions_total{kind="episode"}"#;
 const SCHEDULER_RAN: &str = r#"engram_scheduler_runs_total{outcome="ran"}"#;
 
@@ -139,6 +144,16 @@ async fn counters_move_with_traffic(backend: Backend) {
         grew(SET_LATENCY)
     );
     assert!(grew(GET_MISSING) >= 1.0);
+    // The same calls under the names gRPC dashboards read.
+    assert!(
+        grew(GRPC_SET_STARTED) >= 5.0,
+        "Set started grew by {}",
+        grew(GRPC_SET_STARTED)
+    );
+    assert!(grew(GRPC_SET_OK) >= 5.0);
+    assert!(grew(GRPC_SET_SECONDS) >= 5.0);
+    assert!(grew(GRPC_GET_MISSING) >= 1.0);
+    assert!(grew(GRPC_WATCH_STARTED) >= 1.0, "the watch started");
     assert!(sample(&after, WATCHES) >= 1.0, "the open watch is live");
     assert!(grew(EPISODES_EVICTED) >= 2.0, "4 appends over a limit of 2");
 

@@ -1,5 +1,9 @@
 //! The store interface, case by case, on every backend: what one store
-//! does, the other must do too.
+//! does, the other must do too. Each case is a function of the store (and
+//! its test database, for the cases that need a second connection); the
+//! `store_suite!` macro runs every case on SQLite and on Postgres, in the
+//! style of quickwit's metastore test suite. Memory cases are here, the
+//! other areas in the modules below.
 
 use chrono::Utc;
 use engram::context::Tenant;
@@ -10,29 +14,31 @@ use engram::memory::{
 use engram::ports::Store;
 use serde_json::json;
 
-fn scope(scope_type: ScopeType, name: &str) -> Scope {
+use crate::helpers::TestDb;
+
+pub(crate) fn scope(scope_type: ScopeType, name: &str) -> Scope {
     Scope {
         scope_type,
         name: ScopeName::parse("scope", name).expect("valid scope"),
     }
 }
 
-fn key(name: &str) -> Key {
+pub(crate) fn key(name: &str) -> Key {
     Key::parse("key", name).expect("valid key")
 }
 
-fn value(json: serde_json::Value) -> Value {
+pub(crate) fn value(json: serde_json::Value) -> Value {
     Value::new(json, 1 << 20).expect("valid value")
 }
 
-struct Writer<'a, S> {
-    store: &'a S,
-    tenant: Tenant,
-    scope: Scope,
+pub(crate) struct Writer<'a, S> {
+    pub(crate) store: &'a S,
+    pub(crate) tenant: Tenant,
+    pub(crate) scope: Scope,
 }
 
 impl<S: Store> Writer<'_, S> {
-    async fn write(
+    pub(crate) async fn write(
         &self,
         key_name: &str,
         mutation: Mutation<'_>,
@@ -66,7 +72,7 @@ impl<S: Store> Writer<'_, S> {
     }
 
     /// A write that must be stored.
-    async fn stored(
+    pub(crate) async fn stored(
         &self,
         key_name: &str,
         mutation: Mutation<'_>,
@@ -82,14 +88,14 @@ impl<S: Store> Writer<'_, S> {
         }
     }
 
-    async fn set(&self, key_name: &str, json: serde_json::Value) -> Entry {
+    pub(crate) async fn set(&self, key_name: &str, json: serde_json::Value) -> Entry {
         let value = value(json);
         self.stored(key_name, Mutation::Set(&value), None, None)
             .await
     }
 }
 
-fn writer<'a, S>(store: &'a S, tenant: &str) -> Writer<'a, S> {
+pub(crate) fn writer<'a, S>(store: &'a S, tenant: &str) -> Writer<'a, S> {
     Writer {
         store,
         tenant: Tenant::new(tenant),
@@ -97,7 +103,7 @@ fn writer<'a, S>(store: &'a S, tenant: &str) -> Writer<'a, S> {
     }
 }
 
-async fn versions_tombstones_and_point_in_time<S: Store>(store: S) {
+async fn versions_tombstones_and_point_in_time<S: Store>(store: S, _db: &TestDb) {
     let w = writer(&store, "t1");
     assert_eq!(w.set("k", json!("one")).await.version, 1);
     let second = w.set("k", json!({"n": 2})).await;
@@ -167,7 +173,7 @@ async fn versions_tombstones_and_point_in_time<S: Store>(store: S) {
     assert_eq!(revived.value.map(|v| v.json().clone()), Some(json!(null)));
 }
 
-async fn tenants_never_see_each_other<S: Store>(store: S) {
+async fn tenants_never_see_each_other<S: Store>(store: S, _db: &TestDb) {
     let a = writer(&store, "tenant-a");
     let b = writer(&store, "tenant-b");
     a.set("shared/key", json!("a's")).await;
@@ -231,7 +237,7 @@ async fn tenants_never_see_each_other<S: Store>(store: S) {
     assert_eq!(kept.map(|e| (e.version, e.deleted)), Some((2, false)));
 }
 
-async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
+async fn list_ranges_and_reserved_keys<S: Store>(store: S, _db: &TestDb) {
     let w = writer(&store, "t1");
     for name in ["a/b", "a/bc", "a/b/c", "ab", "a", "_compaction/1"] {
         w.set(name, json!(name)).await;
@@ -306,7 +312,7 @@ async fn list_ranges_and_reserved_keys<S: Store>(store: S) {
     );
 }
 
-async fn conditional_writes<S: Store>(store: S) {
+async fn conditional_writes<S: Store>(store: S, _db: &TestDb) {
     let w = writer(&store, "t1");
     let one = value(json!(1));
     let set = |expected| w.write("k", Mutation::Set(&one), expected, None);
@@ -346,7 +352,7 @@ async fn conditional_writes<S: Store>(store: S) {
     );
 }
 
-async fn request_ids_replay_and_expire<S: Store>(store: S) {
+async fn request_ids_replay_and_expire<S: Store>(store: S, _db: &TestDb) {
     let w = writer(&store, "t1");
     let one = value(json!(1));
     let stamp = RequestStamp {
@@ -423,7 +429,7 @@ async fn request_ids_replay_and_expire<S: Store>(store: S) {
     assert_eq!(again.version, 3);
 }
 
-async fn scopes_with_live_counts<S: Store>(store: S) {
+async fn scopes_with_live_counts<S: Store>(store: S, _db: &TestDb) {
     let tenant = Tenant::new("t1");
     for (scope_type, name, keys) in [
         (ScopeType::Flow, "flow-b", 1),
@@ -489,7 +495,7 @@ async fn scopes_with_live_counts<S: Store>(store: S) {
 
 /// Sessions idle past the cutoff go (with their episodes), an append counts
 /// as activity, and nothing of one tenant is visible to another.
-async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S) {
+async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S, _db: &TestDb) {
     use engram::ports::Feed;
     use engram::sessions::ports::{Append, Appended, NewSession};
     use engram::sessions::{
@@ -637,6 +643,8 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S) {
     assert_eq!((stats.total_sessions, stats.total_episodes), (1, 0));
 }
 
+/// Runs each case on SQLite and on Postgres, each with a fresh, migrated
+/// database.
 macro_rules! store_suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -647,7 +655,7 @@ macro_rules! store_suite {
                     let db = crate::helpers::TestDb::new(crate::helpers::Backend::Sqlite).await;
                     let store = db.sqlite_store().await;
                     store.migrate().await.expect("migrate");
-                    super::$name(store).await
+                    super::$name(store, &db).await
                 }
             )*
         }
@@ -659,12 +667,18 @@ macro_rules! store_suite {
                     let db = crate::helpers::TestDb::new(crate::helpers::Backend::Postgres).await;
                     let store = db.pg_store().await;
                     store.migrate().await.expect("migrate");
-                    super::$name(store).await
+                    super::$name(store, &db).await
                 }
             )*
         }
     };
 }
+
+mod consolidation;
+mod feeds;
+mod maintenance;
+mod sessions;
+mod working;
 
 store_suite!(
     versions_tombstones_and_point_in_time,

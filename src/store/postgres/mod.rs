@@ -10,24 +10,21 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Executor, Postgres, Row};
 use tokio::sync::{OnceCell, watch};
 
-mod consolidation;
 pub(crate) mod pool;
 mod run;
 pub(crate) mod sessions;
 
-use super::{ChangeRow, HeadUpdate, StoreOptions, VersionRow, schema_is_current};
+use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};
+use super::{HeadUpdate, StoreOptions, schema_is_current};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::memory::Key;
 use crate::memory::audit::AuditRecord;
-use crate::memory::ports::{
-    Compacted, Fence, Head, ListQuery, MemoryStore, Purge, PurgeOutcome, Purged, ReindexOutcome,
-    ScopeFilter, Write, Written,
-};
-use crate::memory::{Change, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType};
+use crate::memory::ports::{Compacted, Fence, Purge, PurgeOutcome, Write, Written};
 use crate::ports::{Database, Feed, Feeds};
 use pool::{Lease, Pool};
 
@@ -90,23 +87,6 @@ const DELETE_IF_VERSION: &str = write_statement!(
      AND version = $6 \
      RETURNING version"
 );
-
-const VERSION_COLUMNS: &str = "v.key, v.version, v.value::text, v.deleted, v.execution_id, \
-                               v.flow_id, v.flow_name, v.create_time";
-
-/// Reads the newest version of a key through its head. Parameters: $1
-/// tenant, $2 scope_type, $3 scope, $4 key. (`engram bench` runs the same
-/// text through pgbench.) Built once: `Get` is the hottest read.
-pub(crate) fn get_current_sql() -> &'static str {
-    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
-             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-             WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4"
-        )
-    });
-    SQL.as_str()
-}
 
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -196,60 +176,6 @@ impl PgStore {
         self.pool.system().await
     }
 
-    async fn head_in<'e, E>(
-        executor: E,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-    ) -> Result<Option<Head>>
-    where
-        E: Executor<'e, Database = Postgres>,
-    {
-        let row = sqlx::query(
-            "SELECT version, deleted FROM memory_heads \
-             WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4",
-        )
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .fetch_optional(executor)
-        .await?;
-        row.map(|row| {
-            Ok(Head {
-                version: row.try_get(0)?,
-                deleted: row.try_get(1)?,
-            })
-        })
-        .transpose()
-    }
-
-    async fn version_in<'e, E>(
-        executor: E,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-        version: i64,
-    ) -> Result<Option<Entry>>
-    where
-        E: Executor<'e, Database = Postgres>,
-    {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_versions v \
-             WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 AND v.key = $4 \
-             AND v.version = $5"
-        )))
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .bind(version)
-        .fetch_optional(executor)
-        .await?;
-        row.map(|row| version_row(&row)?.into_entry(scope))
-            .transpose()
-    }
-
     /// Runs the write statement; `None` when its condition refused the write.
     async fn write_in<'e, E>(executor: E, tenant: &Tenant, write: &Write<'_>) -> Result<Option<i64>>
     where
@@ -319,13 +245,16 @@ async fn horizon_candidate(pool: &Pool, feed: Feed) -> Result<(i64, String)> {
 }
 
 /// Waits until every transaction with an id up to `fence` has finished.
+/// The connection goes back between polls: transaction ids are
+/// cluster-wide, so one long transaction anywhere on the cluster makes
+/// every settle wait for it, and a waiter must not hold a connection the
+/// others need meanwhile.
 async fn wait_settled(pool: &Pool, fence: &str) -> Result<()> {
-    let mut conn = pool.system().await?;
     loop {
         let settled: bool =
             sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
                 .bind(fence)
-                .fetch_one(&mut conn)
+                .fetch_one(&mut pool.system().await?)
                 .await?;
         if settled {
             return Ok(());
@@ -397,31 +326,6 @@ async fn run_horizon(
     }
 }
 
-fn change_row(row: &PgRow) -> Result<ChangeRow> {
-    Ok(ChangeRow {
-        revision: row.try_get(0)?,
-        kind: row.try_get(1)?,
-        key: row.try_get(2)?,
-        version: row.try_get(3)?,
-        versions_deleted: row.try_get(4)?,
-        value: row.try_get(5)?,
-        create_time: row.try_get(6)?,
-    })
-}
-
-fn version_row(row: &PgRow) -> Result<VersionRow> {
-    Ok(VersionRow {
-        key: row.try_get(0)?,
-        version: row.try_get(1)?,
-        value: row.try_get(2)?,
-        deleted: row.try_get(3)?,
-        execution_id: row.try_get(4)?,
-        flow_id: row.try_get(5)?,
-        flow_name: row.try_get(6)?,
-        create_time: row.try_get(7)?,
-    })
-}
-
 impl Database for PgStore {
     async fn migrate(&self) -> Result<()> {
         // On a connection of its own that sees every tenant's rows, so a
@@ -461,15 +365,15 @@ impl Database for PgStore {
     }
 }
 
-impl MemoryStore for PgStore {
-    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+impl MemoryWrites for PgStore {
+    async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
         let Some(stamp) = write.request else {
             // One statement, committed as it returns.
             let mut conn = self.session(tenant).await?;
             return match Self::write_in(&mut conn, tenant, write).await? {
                 Some(version) => Ok(Written::Stored(write.entry(version))),
                 None => {
-                    let head = Self::head_in(&mut conn, tenant, write.scope, write.key).await?;
+                    let head = head_in(&mut conn, tenant, write.scope, write.key).await?;
                     Ok(Written::Refused(head))
                 }
             };
@@ -507,7 +411,7 @@ impl MemoryStore for PgStore {
             let version: Option<i64> = row.try_get(1)?;
             let version =
                 version.ok_or_else(|| Error::internal("request record without a version"))?;
-            let entry = Self::version_in(&mut tx, tenant, write.scope, write.key, version).await?;
+            let entry = version_in(&mut tx, tenant, write.scope, write.key, version).await?;
             return Ok(Written::Replayed {
                 fingerprint,
                 version,
@@ -517,7 +421,7 @@ impl MemoryStore for PgStore {
 
         let Some(version) = Self::write_in(&mut tx, tenant, write).await? else {
             // Rolled back as the lease goes: the request record with it.
-            let head = Self::head_in(&mut tx, tenant, write.scope, write.key).await?;
+            let head = head_in(&mut tx, tenant, write.scope, write.key).await?;
             return Ok(Written::Refused(head));
         };
         sqlx::query(
@@ -532,129 +436,7 @@ impl MemoryStore for PgStore {
         Ok(Written::Stored(write.entry(version)))
     }
 
-    async fn get(
-        &self,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-        version: Option<i64>,
-    ) -> Result<Option<Entry>> {
-        let mut conn = self.session(tenant).await?;
-        if let Some(version) = version {
-            return Self::version_in(&mut conn, tenant, scope, key, version).await;
-        }
-        let row = sqlx::query(get_current_sql())
-            .bind(tenant.as_str())
-            .bind(scope.scope_type.as_i16())
-            .bind(scope.name.as_str())
-            .bind(key.as_str())
-            .fetch_optional(&mut conn)
-            .await?;
-        row.map(|row| version_row(&row)?.into_entry(scope))
-            .transpose()
-    }
-
-    async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
-        let mut conn = self.session(tenant).await?;
-        Self::head_in(&mut conn, tenant, scope, key).await
-    }
-
-    async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
-        let mut conn = self.session(tenant).await?;
-        let (low, high) = query.prefix.range();
-        let (bound, order) = if query.descending {
-            (
-                query.after.map_or(high.clone(), str::to_owned),
-                "h.key < $6 ORDER BY h.key DESC",
-            )
-        } else {
-            (
-                query.after.unwrap_or("").to_owned(),
-                "h.key > $6 ORDER BY h.key",
-            )
-        };
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
-             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-             WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND NOT h.deleted \
-             AND h.key >= $4 AND h.key < $5 \
-             AND ($7 OR substr(h.key, 1, 12) <> '_compaction/') \
-             AND {order} LIMIT $8"
-        )))
-        .bind(tenant.as_str())
-        .bind(query.scope.scope_type.as_i16())
-        .bind(query.scope.name.as_str())
-        .bind(low)
-        .bind(high)
-        .bind(bound)
-        .bind(query.include_reserved)
-        .bind(query.limit)
-        .fetch_all(&mut conn)
-        .await?;
-        rows.iter()
-            .map(|row| version_row(row)?.into_entry(query.scope))
-            .collect()
-    }
-
-    async fn history(
-        &self,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-        from_version: i64,
-        limit: i64,
-    ) -> Result<Vec<Entry>> {
-        let mut conn = self.session(tenant).await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_versions v \
-             WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 AND v.key = $4 \
-             AND v.version >= $5 ORDER BY v.version LIMIT $6"
-        )))
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .bind(from_version)
-        .bind(limit)
-        .fetch_all(&mut conn)
-        .await?;
-        rows.iter()
-            .map(|row| version_row(row)?.into_entry(scope))
-            .collect()
-    }
-
-    async fn list_scopes(
-        &self,
-        tenant: &Tenant,
-        filter: ScopeFilter<'_>,
-        after: Option<&Scope>,
-        limit: i64,
-    ) -> Result<Vec<ScopeSummary>> {
-        let mut conn = self.session(tenant).await?;
-        let rows = sqlx::query(
-            "SELECT scope_type, scope, \
-             count(*) FILTER (WHERE NOT deleted AND substr(key, 1, 12) <> '_compaction/') \
-             FROM memory_heads \
-             WHERE tenant = $1 AND ($2 = 0 OR scope_type = $2) AND (scope_type, scope) > ($3, $4) \
-             AND ($6 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
-                 WHERE tenant = $1 AND scope_type = 3 AND flow_id <> '' AND flow_id = $6))) \
-             AND ($7 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
-                 WHERE tenant = $1 AND scope_type = 3 AND flow_name <> '' AND flow_name = $7))) \
-             GROUP BY scope_type, scope ORDER BY scope_type, scope LIMIT $5",
-        )
-        .bind(tenant.as_str())
-        .bind(filter.scope_type.map_or(0, ScopeType::as_i16))
-        .bind(after.map_or(0, |scope| scope.scope_type.as_i16()))
-        .bind(after.map_or("", |scope| scope.name.as_str()))
-        .bind(limit)
-        .bind(filter.flow_id.unwrap_or(""))
-        .bind(filter.flow_name.unwrap_or(""))
-        .fetch_all(&mut conn)
-        .await?;
-        rows.iter().map(scope_summary).collect()
-    }
-
-    async fn purge(
+    async fn purge_versions(
         &self,
         tenant: &Tenant,
         purge: &Purge<'_>,
@@ -705,29 +487,18 @@ impl MemoryStore for PgStore {
         .bind(record.timestamp)
         .fetch_all(&mut tx)
         .await?;
-        let deleted = rows
-            .iter()
-            .map(|row| {
-                Ok(Purged {
-                    key: row.try_get(0)?,
-                    versions: row.try_get(1)?,
-                    newest: row.try_get(2)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let deleted = rows.iter().map(purged_row).collect::<Result<Vec<_>>>()?;
         let outcome = PurgeOutcome::new(purge, &deleted, record);
         if let Some(record) = &outcome.record {
-            let value = record.to_value()?;
-            let key = record.key();
-            let provenance = Provenance::default();
-            let write = Write::audit(purge.scope, &key, &value, &provenance, record.timestamp);
+            let audit = AuditWrite::of(record)?;
+            let write = audit.write(purge.scope, record.timestamp);
             Self::write_in(&mut tx, tenant, &write).await?;
         }
         tx.commit().await?;
         Ok(outcome)
     }
 
-    async fn compact(
+    async fn write_summary(
         &self,
         tenant: &Tenant,
         fences: &[Fence<'_>],
@@ -747,188 +518,19 @@ impl MemoryStore for PgStore {
             .bind(fence.key.as_str())
             .fetch_optional(&mut tx)
             .await?;
-            if now != Some(fence.version) {
-                return Ok(Compacted::SourceChanged {
-                    key: fence.key.clone(),
-                    read: fence.version,
-                    now,
-                });
+            if let Some(moved) = fence_moved(fence, now) {
+                return Ok(moved);
             }
         }
         let version = Self::write_in(&mut tx, tenant, write)
             .await?
             .ok_or_else(|| Error::internal("unconditional write refused"))?;
         record.target_version = version;
-        let value = record.to_value()?;
-        let key = record.key();
-        let provenance = Provenance::default();
-        Self::write_in(
-            &mut tx,
-            tenant,
-            &Write::audit(write.scope, &key, &value, &provenance, record.timestamp),
-        )
-        .await?;
+        let audit = AuditWrite::of(&record)?;
+        Self::write_in(&mut tx, tenant, &audit.write(write.scope, record.timestamp)).await?;
         tx.commit().await?;
         Ok(Compacted::Written(Box::new((write.entry(version), record))))
     }
-
-    async fn register_execution(
-        &self,
-        tenant: &Tenant,
-        execution_id: &str,
-        flow_id: &str,
-        flow_name: &str,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<()> {
-        let mut conn = self.session(tenant).await?;
-        sqlx::query(
-            "INSERT INTO memory_executions AS e (tenant, execution_id, flow_id, flow_name, create_time) \
-             VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (tenant, execution_id) DO UPDATE SET \
-               flow_id = CASE WHEN e.flow_id = '' THEN EXCLUDED.flow_id ELSE e.flow_id END, \
-               flow_name = CASE WHEN e.flow_name = '' THEN EXCLUDED.flow_name ELSE e.flow_name END \
-             WHERE (e.flow_id = '' AND EXCLUDED.flow_id <> '') OR (e.flow_name = '' AND EXCLUDED.flow_name <> '')",
-        )
-        .bind(tenant.as_str())
-        .bind(execution_id)
-        .bind(flow_id)
-        .bind(flow_name)
-        .bind(now)
-        .execute(&mut conn)
-        .await?;
-        Ok(())
-    }
-
-    async fn execution_flow(
-        &self,
-        tenant: &Tenant,
-        execution_id: &str,
-    ) -> Result<Option<(String, String)>> {
-        let mut conn = self.session(tenant).await?;
-        let row = sqlx::query("SELECT flow_id, flow_name FROM memory_executions WHERE tenant = $1 AND execution_id = $2")
-            .bind(tenant.as_str())
-            .bind(execution_id)
-            .fetch_optional(&mut conn)
-            .await?;
-        row.map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .transpose()
-    }
-
-    async fn reindex(&self, tenant: &Tenant, apply: bool) -> Result<ReindexOutcome> {
-        let mut tx = self.scoped(tenant).await?;
-        let versions_scanned: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM memory_versions \
-             WHERE tenant = $1 AND scope_type = 3 AND flow_id = '' AND flow_name = ''",
-        )
-        .bind(tenant.as_str())
-        .fetch_one(&mut tx)
-        .await?;
-        const FIXABLE: &str = "e.tenant = v.tenant AND e.execution_id = v.scope \
-             AND v.tenant = $1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = '' \
-             AND (e.flow_id <> '' OR e.flow_name <> '')";
-        let tags_added = if apply {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE memory_versions v SET flow_id = e.flow_id, flow_name = e.flow_name \
-                 FROM memory_executions e WHERE {FIXABLE}"
-            )))
-            .bind(tenant.as_str())
-            .execute(&mut tx)
-            .await?
-            .rows_affected() as i64
-        } else {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT count(*) FROM memory_versions v JOIN memory_executions e ON {FIXABLE}"
-            )))
-            .bind(tenant.as_str())
-            .fetch_one(&mut tx)
-            .await?
-        };
-        let unknown = sqlx::query(
-            "SELECT v.scope, count(*) FROM memory_versions v \
-             WHERE v.tenant = $1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = '' \
-             AND NOT EXISTS (SELECT 1 FROM memory_executions e WHERE e.tenant = v.tenant \
-                 AND e.execution_id = v.scope AND (e.flow_id <> '' OR e.flow_name <> '')) \
-             GROUP BY v.scope ORDER BY v.scope LIMIT 100",
-        )
-        .bind(tenant.as_str())
-        .fetch_all(&mut tx)
-        .await?
-        .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-        .collect::<Result<Vec<_>>>()?;
-        tx.commit().await?;
-        Ok(ReindexOutcome {
-            versions_scanned,
-            tags_added,
-            unknown,
-        })
-    }
-
-    async fn changes(
-        &self,
-        tenant: &Tenant,
-        scope: &Scope,
-        prefix: &KeyPrefix,
-        after: i64,
-        up_to: i64,
-        limit: i64,
-    ) -> Result<Vec<Change>> {
-        let mut conn = self.session(tenant).await?;
-        let (low, high) = prefix.range();
-        let rows = sqlx::query(
-            "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
-             CASE WHEN c.kind IN (1, 4) THEN v.value::text END, c.create_time \
-             FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
-               AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key AND v.version = c.version \
-             WHERE c.tenant = $1 AND c.scope_type = $2 AND c.scope = $3 \
-             AND c.revision > $4 AND c.revision <= $5 AND c.key >= $6 AND c.key < $7 \
-             ORDER BY c.revision LIMIT $8",
-        )
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(after)
-        .bind(up_to)
-        .bind(low)
-        .bind(high)
-        .bind(limit)
-        .fetch_all(&mut conn)
-        .await?;
-        rows.iter()
-            .map(|row| change_row(row)?.into_change())
-            .collect()
-    }
-
-    async fn oldest_revision(&self) -> Result<Option<i64>> {
-        let mut conn = self.system().await?;
-        Ok(
-            sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
-                .fetch_one(&mut conn)
-                .await?,
-        )
-    }
-
-    async fn prune_changes(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        let mut conn = self.system().await?;
-        let done = sqlx::query("DELETE FROM memory_changes WHERE create_time < $1")
-            .bind(before)
-            .execute(&mut conn)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn prune_request_ids(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64> {
-        let mut conn = self.system().await?;
-        let done = sqlx::query("DELETE FROM memory_request_ids WHERE create_time < $1")
-            .bind(before)
-            .execute(&mut conn)
-            .await?;
-        Ok(done.rows_affected())
-    }
-}
-
-fn scope_summary(row: &PgRow) -> Result<ScopeSummary> {
-    super::scope_summary(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)
 }
 
 impl Feeds for PgStore {

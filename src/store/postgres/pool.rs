@@ -46,6 +46,13 @@ const MAX_LIFETIME: Duration = Duration::from_secs(1800);
 /// What `engram.tenant` is set to for the server's cross-tenant work.
 const EVERY_TENANT: &str = "*";
 
+/// Connections for the server's cross-tenant work (the feeds' horizons, the
+/// scheduler's rule list, pruning, health checks), beyond the configured
+/// maximum for tenants' calls: that work is short and never waits on a
+/// tenant's call, and a budget of its own keeps connections from being
+/// closed and reopened as the mix of the two kinds changes.
+const SYSTEM_CONNECTIONS: usize = 2;
+
 /// Bumped whenever an error said a database connection broke (a reset, a
 /// restart). A pooled connection last checked in an older epoch is pinged
 /// before its next use, so a dead one is dropped instead of failing the
@@ -66,8 +73,10 @@ struct Shared {
     connect: PgConnectOptions,
     max: u32,
     acquire_timeout: Duration,
-    /// One per lease out, of either kind.
+    /// One per lease of a tenant's call out.
     permits: Arc<Semaphore>,
+    /// One per lease of cross-tenant work out.
+    system_permits: Arc<Semaphore>,
     /// Idle connections bound to a tenant (or to none yet); most recently
     /// returned last.
     idle: Mutex<Vec<Idle>>,
@@ -135,6 +144,7 @@ impl Pool {
             max,
             acquire_timeout,
             permits: Arc::new(Semaphore::new(max as usize)),
+            system_permits: Arc::new(Semaphore::new(SYSTEM_CONNECTIONS)),
             idle: Mutex::new(Vec::new()),
             system_idle: Mutex::new(Vec::new()),
             open: Arc::default(),
@@ -147,8 +157,9 @@ impl Pool {
         Ok(pool)
     }
 
+    /// The most connections open at once: the tenants' and the server's own.
     pub(super) fn max(&self) -> u32 {
-        self.0.max
+        self.0.max + SYSTEM_CONNECTIONS as u32
     }
 
     pub(super) fn open(&self) -> u32 {
@@ -222,6 +233,7 @@ impl Pool {
     pub(super) async fn close(&self) {
         self.0.closed.store(true, Ordering::SeqCst);
         self.0.permits.close();
+        self.0.system_permits.close();
         let drained = async {
             loop {
                 let returned = self.0.returned.notified();
@@ -257,24 +269,16 @@ impl Pool {
     }
 
     async fn acquire_now(&self, kind: Kind, tenant: Option<&str>) -> Result<Lease> {
-        let permit = Arc::clone(&self.0.permits)
+        let permits = match kind {
+            Kind::Tenant => &self.0.permits,
+            Kind::System => &self.0.system_permits,
+        };
+        let permit = Arc::clone(permits)
             .acquire_owned()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
         loop {
             let Some(Idle { mut conn, since }) = self.take_idle(kind, tenant) else {
-                // Within the limit on open connections: an idle one of the
-                // other kind makes room.
-                if self.open() >= self.0.max {
-                    let other = match kind {
-                        Kind::Tenant => &self.0.system_idle,
-                        Kind::System => &self.0.idle,
-                    };
-                    let spare = lock(other).pop();
-                    if let Some(spare) = spare {
-                        close(spare.conn);
-                    }
-                }
                 let conn = self.open_connection(kind).await?;
                 return Ok(self.lease(conn, permit));
             };
@@ -428,6 +432,12 @@ impl Lease {
             .expect("a lease holds its connection until it is dropped")
     }
 
+    /// The connection, for this module only: what runs on it past the
+    /// pool's own statements goes through [`Checked`].
+    fn raw(&mut self) -> &mut PgConnection {
+        &mut self.conn_mut().raw
+    }
+
     /// Commits the transaction this lease began.
     pub(super) async fn commit(self) -> Result<()> {
         self.end("COMMIT").await
@@ -547,12 +557,7 @@ impl<'c> Executor<'c> for &'c mut Lease {
         E: 'q + Execute<'q, Postgres>,
     {
         match Checked::of(query) {
-            Ok(checked) => self
-                .conn_mut()
-                .raw
-                .fetch_many(checked)
-                .inspect_err(observe)
-                .boxed(),
+            Ok(query) => self.raw().fetch_many(query).inspect_err(observe).boxed(),
             Err(err) => futures::stream::once(async move { Err(err) }).boxed(),
         }
     }
@@ -566,10 +571,9 @@ impl<'c> Executor<'c> for &'c mut Lease {
         E: 'q + Execute<'q, Postgres>,
     {
         match Checked::of(query) {
-            Ok(checked) => self
-                .conn_mut()
-                .raw
-                .fetch_optional(checked)
+            Ok(query) => self
+                .raw()
+                .fetch_optional(query)
                 .inspect_err(observe)
                 .boxed(),
             Err(err) => futures::future::ready(Err(err)).boxed(),
@@ -584,7 +588,7 @@ impl<'c> Executor<'c> for &'c mut Lease {
     where
         'c: 'e,
     {
-        self.conn_mut().raw.prepare_with(sql, parameters)
+        self.raw().prepare_with(sql, parameters)
     }
 
     fn describe<'e>(
@@ -594,7 +598,7 @@ impl<'c> Executor<'c> for &'c mut Lease {
     where
         'c: 'e,
     {
-        self.conn_mut().raw.describe(sql)
+        self.raw().describe(sql)
     }
 }
 

@@ -9,16 +9,13 @@ use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::Result;
 use crate::store::sql::{
-    Backend, Cols, Param, Run, Sql, Transaction, bind_params, cols_by_driver, run_by_driver,
+    Backend, Cols, Dialect, Param, Run, Sql, Transaction, bind_params, cols_by_driver,
+    run_by_driver,
 };
 
-fn arguments(params: &[Param<'_>]) -> Result<PgArguments> {
-    Ok(bind_params!(PgArguments, params, |time: DateTime<Utc>| {
-        time
-    }))
-}
+bind_params!(PgArguments, |time: DateTime<Utc>| time, <[String]>::to_vec);
 
-run_by_driver!(Lease, PgRow, arguments, postgres);
+run_by_driver!(Lease, PgRow, arguments, postgres, Dialect::Postgres);
 
 cols_by_driver!(
     PgRow,
@@ -55,6 +52,10 @@ impl Backend for PgStore {
     }
 
     async fn system(&self) -> Result<Lease> {
+        PgStore::system(self).await
+    }
+
+    async fn system_writer(&self) -> Result<Lease> {
         PgStore::system(self).await
     }
 }

@@ -9,30 +9,21 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-};
-use sqlx::{Executor, Row, Sqlite, SqliteConnection};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{Row, SqliteConnection};
 use tokio::sync::watch;
 
-mod consolidation;
 mod run;
 mod sessions;
 
-use super::{
-    ChangeRow, HeadUpdate, StoreOptions, VersionRow, from_micros, schema_is_current, to_micros,
-};
+use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};
+use super::sql::{Cols, Param, Run, Sql, params};
+use super::{HeadUpdate, StoreOptions, schema_is_current, to_micros};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
-use crate::memory::ports::{
-    Compacted, Fence, Head, ListQuery, MemoryStore, Purge, PurgeOutcome, Purged, ReindexOutcome,
-    ScopeFilter, Write, Written,
-};
-use crate::memory::{
-    Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary, ScopeType,
-};
+use crate::memory::ports::{Compacted, Fence, Purge, PurgeOutcome, Write, Written};
+use crate::memory::{ChangeKind, Key};
 use crate::ports::{Database, Feed, Feeds};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -75,9 +66,6 @@ const DELETE_IF_VERSION: &str = "UPDATE memory_heads SET version = version + 1, 
      WHERE tenant = ?1 AND scope_type = ?2 AND scope = ?3 AND key = ?4 AND deleted = 0 \
      AND version = ?6 \
      RETURNING version";
-
-const VERSION_COLUMNS: &str = "v.key, v.version, v.value, v.deleted, v.execution_id, v.flow_id, \
-                               v.flow_name, v.create_time";
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -122,60 +110,6 @@ impl SqliteStore {
             reader,
             horizons: Arc::new([watch::channel(0).0, watch::channel(0).0]),
         })
-    }
-
-    async fn head_in<'e, E>(
-        executor: E,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-    ) -> Result<Option<Head>>
-    where
-        E: Executor<'e, Database = Sqlite>,
-    {
-        let row = sqlx::query(
-            "SELECT version, deleted FROM memory_heads \
-             WHERE tenant = ?1 AND scope_type = ?2 AND scope = ?3 AND key = ?4",
-        )
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .fetch_optional(executor)
-        .await?;
-        row.map(|row| {
-            Ok(Head {
-                version: row.try_get(0)?,
-                deleted: row.try_get(1)?,
-            })
-        })
-        .transpose()
-    }
-
-    async fn version_in<'e, E>(
-        executor: E,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-        version: i64,
-    ) -> Result<Option<Entry>>
-    where
-        E: Executor<'e, Database = Sqlite>,
-    {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_versions v \
-             WHERE v.tenant = ?1 AND v.scope_type = ?2 AND v.scope = ?3 AND v.key = ?4 \
-             AND v.version = ?5"
-        )))
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .bind(version)
-        .fetch_optional(executor)
-        .await?;
-        row.map(|row| version_row(&row)?.into_entry(scope))
-            .transpose()
     }
 
     /// Bumps the head and inserts the version; `None` when the write's
@@ -260,19 +194,6 @@ impl SqliteStore {
     }
 }
 
-fn version_row(row: &SqliteRow) -> Result<VersionRow> {
-    Ok(VersionRow {
-        key: row.try_get(0)?,
-        version: row.try_get(1)?,
-        value: row.try_get(2)?,
-        deleted: row.try_get(3)?,
-        execution_id: row.try_get(4)?,
-        flow_id: row.try_get(5)?,
-        flow_name: row.try_get(6)?,
-        create_time: from_micros(row.try_get(7)?)?,
-    })
-}
-
 impl Database for SqliteStore {
     async fn migrate(&self) -> Result<()> {
         MIGRATOR.run(&self.writer).await?;
@@ -308,8 +229,53 @@ impl Database for SqliteStore {
     }
 }
 
-impl MemoryStore for SqliteStore {
-    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+/// The keys a purge reaches and the versions it deletes of each, for
+/// `concat!`. Parameters: $1 tenant, $2 scope_type, $3 scope, $4 key (or
+/// NULL: every key), $5 whether tombstoned keys count, $6 versions to keep.
+macro_rules! purge_targets {
+    () => {
+        "h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
+         AND ($4 IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
+         AND ($5 OR NOT h.deleted)"
+    };
+}
+
+static PURGE_COUNTS: Sql = Sql::new(concat!(
+    "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
+     JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
+    purge_targets!(),
+    " AND v.version <= h.version - $6 GROUP BY v.key ORDER BY v.key"
+));
+
+/// Also $7 change kind, $8 time.
+static PURGE_CHANGES: Sql = Sql::new(concat!(
+    "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, \
+     versions_deleted, create_time) \
+     SELECT $1, $2, $3, v.key, $7, max(v.version), count(*), $8 FROM memory_versions v \
+     JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
+    purge_targets!(),
+    " AND v.version <= h.version - $6 GROUP BY v.key ORDER BY v.key RETURNING revision"
+));
+
+static PURGE_VERSIONS: Sql = Sql::new(concat!(
+    "DELETE FROM memory_versions AS v WHERE v.tenant = $1 AND v.scope_type = $2 \
+     AND v.scope = $3 AND EXISTS (SELECT 1 FROM memory_heads h \
+     WHERE h.tenant = v.tenant AND h.scope_type = v.scope_type AND h.scope = v.scope \
+     AND h.key = v.key AND ",
+    purge_targets!(),
+    " AND v.version <= h.version - $6)"
+));
+
+/// Heads left without a version (no $6).
+static PURGE_HEADS: Sql = Sql::new(concat!(
+    "DELETE FROM memory_heads AS h WHERE ",
+    purge_targets!(),
+    " AND NOT EXISTS (SELECT 1 FROM memory_versions v WHERE v.tenant = h.tenant \
+     AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)"
+));
+
+impl MemoryWrites for SqliteStore {
+    async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         if let Some(stamp) = write.request {
             let existing = sqlx::query(
@@ -325,8 +291,7 @@ impl MemoryStore for SqliteStore {
                 let version: Option<i64> = row.try_get(1)?;
                 let version =
                     version.ok_or_else(|| Error::internal("request record without a version"))?;
-                let entry =
-                    Self::version_in(&mut *tx, tenant, write.scope, write.key, version).await?;
+                let entry = version_in(&mut *tx, tenant, write.scope, write.key, version).await?;
                 return Ok(Written::Replayed {
                     fingerprint,
                     version,
@@ -336,7 +301,7 @@ impl MemoryStore for SqliteStore {
         }
 
         let Some((version, revision)) = Self::write_in(&mut tx, tenant, write).await? else {
-            let head = Self::head_in(&mut *tx, tenant, write.scope, write.key).await?;
+            let head = head_in(&mut *tx, tenant, write.scope, write.key).await?;
             return Ok(Written::Refused(head));
         };
 
@@ -362,128 +327,7 @@ impl MemoryStore for SqliteStore {
         Ok(Written::Stored(write.entry(version)))
     }
 
-    async fn get(
-        &self,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-        version: Option<i64>,
-    ) -> Result<Option<Entry>> {
-        if let Some(version) = version {
-            return Self::version_in(&self.reader, tenant, scope, key, version).await;
-        }
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
-             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-             WHERE h.tenant = ?1 AND h.scope_type = ?2 AND h.scope = ?3 AND h.key = ?4"
-        )))
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .fetch_optional(&self.reader)
-        .await?;
-        row.map(|row| version_row(&row)?.into_entry(scope))
-            .transpose()
-    }
-
-    async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
-        Self::head_in(&self.reader, tenant, scope, key).await
-    }
-
-    async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
-        let (low, high) = query.prefix.range();
-        let (bound, order) = if query.descending {
-            (
-                query.after.map_or(high.clone(), str::to_owned),
-                "h.key < ?6 ORDER BY h.key DESC",
-            )
-        } else {
-            (
-                query.after.unwrap_or("").to_owned(),
-                "h.key > ?6 ORDER BY h.key",
-            )
-        };
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_heads h \
-             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-             WHERE h.tenant = ?1 AND h.scope_type = ?2 AND h.scope = ?3 AND h.deleted = 0 \
-             AND h.key >= ?4 AND h.key < ?5 \
-             AND (?7 OR substr(h.key, 1, 12) <> '_compaction/') \
-             AND {order} LIMIT ?8"
-        )))
-        .bind(tenant.as_str())
-        .bind(query.scope.scope_type.as_i16())
-        .bind(query.scope.name.as_str())
-        .bind(low)
-        .bind(high)
-        .bind(bound)
-        .bind(query.include_reserved)
-        .bind(query.limit)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|row| version_row(row)?.into_entry(query.scope))
-            .collect()
-    }
-
-    async fn history(
-        &self,
-        tenant: &Tenant,
-        scope: &Scope,
-        key: &Key,
-        from_version: i64,
-        limit: i64,
-    ) -> Result<Vec<Entry>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {VERSION_COLUMNS} FROM memory_versions v \
-             WHERE v.tenant = ?1 AND v.scope_type = ?2 AND v.scope = ?3 AND v.key = ?4 \
-             AND v.version >= ?5 ORDER BY v.version LIMIT ?6"
-        )))
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(key.as_str())
-        .bind(from_version)
-        .bind(limit)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|row| version_row(row)?.into_entry(scope))
-            .collect()
-    }
-
-    async fn list_scopes(
-        &self,
-        tenant: &Tenant,
-        filter: ScopeFilter<'_>,
-        after: Option<&Scope>,
-        limit: i64,
-    ) -> Result<Vec<ScopeSummary>> {
-        let rows = sqlx::query(
-            "SELECT scope_type, scope, \
-             count(*) FILTER (WHERE deleted = 0 AND substr(key, 1, 12) <> '_compaction/') \
-             FROM memory_heads \
-             WHERE tenant = ?1 AND (?2 = 0 OR scope_type = ?2) AND (scope_type, scope) > (?3, ?4) \
-             AND (?6 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
-                 WHERE tenant = ?1 AND scope_type = 3 AND flow_id <> '' AND flow_id = ?6))) \
-             AND (?7 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
-                 WHERE tenant = ?1 AND scope_type = 3 AND flow_name <> '' AND flow_name = ?7))) \
-             GROUP BY scope_type, scope ORDER BY scope_type, scope LIMIT ?5",
-        )
-        .bind(tenant.as_str())
-        .bind(filter.scope_type.map_or(0, ScopeType::as_i16))
-        .bind(after.map_or(0, |scope| scope.scope_type.as_i16()))
-        .bind(after.map_or("", |scope| scope.name.as_str()))
-        .bind(limit)
-        .bind(filter.flow_id.unwrap_or(""))
-        .bind(filter.flow_name.unwrap_or(""))
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter().map(scope_summary).collect()
-    }
-
-    async fn purge(
+    async fn purge_versions(
         &self,
         tenant: &Tenant,
         purge: &Purge<'_>,
@@ -492,89 +336,38 @@ impl MemoryStore for SqliteStore {
         // See the Postgres store: all but the newest `keep` versions of each
         // target key. The writer transaction is exclusive, so the count and
         // the deletes see the same data.
-        const TARGETS: &str = "h.tenant = ?1 AND h.scope_type = ?2 AND h.scope = ?3 \
-             AND (?4 IS NULL OR h.key = ?4) AND substr(h.key, 1, 12) <> '_compaction/' \
-             AND (?5 OR h.deleted = 0)";
-        let keep = purge.keep.unwrap_or(0);
-        let include_deleted = purge.include_deleted || purge.key.is_some();
+        let targets: &[Param<'_>] = params![
+            tenant.as_str(),
+            purge.scope.scope_type.as_i16(),
+            purge.scope.name.as_str(),
+            purge.key.map(Key::as_str),
+            purge.include_deleted || purge.key.is_some(),
+            purge.keep.unwrap_or(0),
+        ];
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
-             JOIN memory_heads h USING (tenant, scope_type, scope, key) \
-             WHERE {TARGETS} AND v.version <= h.version - ?6 GROUP BY v.key ORDER BY v.key"
-        )))
-        .bind(tenant.as_str())
-        .bind(purge.scope.scope_type.as_i16())
-        .bind(purge.scope.name.as_str())
-        .bind(purge.key.map(Key::as_str))
-        .bind(include_deleted)
-        .bind(keep)
-        .fetch_all(&mut *tx)
-        .await?;
-        let deleted = rows
-            .iter()
-            .map(|row| {
-                Ok(Purged {
-                    key: row.try_get(0)?,
-                    versions: row.try_get(1)?,
-                    newest: row.try_get(2)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let deleted = tx.all(&PURGE_COUNTS, targets, purged_row).await?;
         let outcome = PurgeOutcome::new(purge, &deleted, record);
         let mut newest_revision = 0;
         if let Some(record) = &outcome.record {
             // One change per purged key, in one statement; revisions are
             // rowids, so the last one inserted is the newest.
-            newest_revision = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, versions_deleted, create_time) \
-                 SELECT ?1, ?2, ?3, v.key, ?7, max(v.version), count(*), ?8 FROM memory_versions v \
-                 JOIN memory_heads h USING (tenant, scope_type, scope, key) \
-                 WHERE {TARGETS} AND v.version <= h.version - ?6 GROUP BY v.key ORDER BY v.key"
-            )))
-            .bind(tenant.as_str())
-            .bind(purge.scope.scope_type.as_i16())
-            .bind(purge.scope.name.as_str())
-            .bind(purge.key.map(Key::as_str))
-            .bind(include_deleted)
-            .bind(keep)
-            .bind(ChangeKind::Purge.as_i16())
-            .bind(to_micros(record.timestamp))
-            .execute(&mut *tx)
-            .await?
-            .last_insert_rowid();
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DELETE FROM memory_versions AS v WHERE v.tenant = ?1 AND v.scope_type = ?2 \
-                 AND v.scope = ?3 AND EXISTS (SELECT 1 FROM memory_heads h \
-                   WHERE h.tenant = v.tenant AND h.scope_type = v.scope_type AND h.scope = v.scope \
-                   AND h.key = v.key AND {TARGETS} AND v.version <= h.version - ?6)"
-            )))
-            .bind(tenant.as_str())
-            .bind(purge.scope.scope_type.as_i16())
-            .bind(purge.scope.name.as_str())
-            .bind(purge.key.map(Key::as_str))
-            .bind(include_deleted)
-            .bind(keep)
-            .execute(&mut *tx)
-            .await?;
-            if keep == 0 {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DELETE FROM memory_heads AS h WHERE {TARGETS} AND NOT EXISTS ( \
-                       SELECT 1 FROM memory_versions v WHERE v.tenant = h.tenant \
-                       AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)"
-                )))
-                .bind(tenant.as_str())
-                .bind(purge.scope.scope_type.as_i16())
-                .bind(purge.scope.name.as_str())
-                .bind(purge.key.map(Key::as_str))
-                .bind(include_deleted)
-                .execute(&mut *tx)
-                .await?;
+            let (kind, at) = (ChangeKind::Purge.as_i16(), record.timestamp);
+            newest_revision = tx
+                .all(
+                    &PURGE_CHANGES,
+                    &[targets, params![kind, at]].concat(),
+                    |row| row.int(0),
+                )
+                .await?
+                .into_iter()
+                .max()
+                .unwrap_or(0);
+            tx.exec(&PURGE_VERSIONS, targets).await?;
+            if purge.keep.unwrap_or(0) == 0 {
+                tx.exec(&PURGE_HEADS, &targets[..5]).await?;
             }
-            let value = record.to_value()?;
-            let key = record.key();
-            let provenance = Provenance::default();
-            let write = Write::audit(purge.scope, &key, &value, &provenance, record.timestamp);
+            let audit = AuditWrite::of(record)?;
+            let write = audit.write(purge.scope, record.timestamp);
             if let Some((_, revision)) = Self::write_in(&mut tx, tenant, &write).await? {
                 newest_revision = revision;
             }
@@ -584,7 +377,7 @@ impl MemoryStore for SqliteStore {
         Ok(outcome)
     }
 
-    async fn compact(
+    async fn write_summary(
         &self,
         tenant: &Tenant,
         fences: &[Fence<'_>],
@@ -595,193 +388,25 @@ impl MemoryStore for SqliteStore {
         // the fence check and the commit.
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         for fence in fences {
-            let now = Self::head_in(&mut *tx, tenant, write.scope, fence.key)
+            let now = head_in(&mut *tx, tenant, write.scope, fence.key)
                 .await?
                 .map(|head| head.version);
-            if now != Some(fence.version) {
-                return Ok(Compacted::SourceChanged {
-                    key: fence.key.clone(),
-                    read: fence.version,
-                    now,
-                });
+            if let Some(moved) = fence_moved(fence, now) {
+                return Ok(moved);
             }
         }
         let (version, _) = Self::write_in(&mut tx, tenant, write)
             .await?
             .ok_or_else(|| Error::internal("unconditional write refused"))?;
         record.target_version = version;
-        let value = record.to_value()?;
-        let key = record.key();
-        let provenance = Provenance::default();
-        let audit = Write::audit(write.scope, &key, &value, &provenance, record.timestamp);
-        let revision = Self::write_in(&mut tx, tenant, &audit)
+        let audit = AuditWrite::of(&record)?;
+        let revision = Self::write_in(&mut tx, tenant, &audit.write(write.scope, record.timestamp))
             .await?
             .map_or(0, |(_, revision)| revision);
         tx.commit().await?;
         self.committed(revision);
         Ok(Compacted::Written(Box::new((write.entry(version), record))))
     }
-
-    async fn register_execution(
-        &self,
-        tenant: &Tenant,
-        execution_id: &str,
-        flow_id: &str,
-        flow_name: &str,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO memory_executions (tenant, execution_id, flow_id, flow_name, create_time) \
-             VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (tenant, execution_id) DO UPDATE SET \
-               flow_id = CASE WHEN flow_id = '' THEN excluded.flow_id ELSE flow_id END, \
-               flow_name = CASE WHEN flow_name = '' THEN excluded.flow_name ELSE flow_name END \
-             WHERE (flow_id = '' AND excluded.flow_id <> '') OR (flow_name = '' AND excluded.flow_name <> '')",
-        )
-        .bind(tenant.as_str())
-        .bind(execution_id)
-        .bind(flow_id)
-        .bind(flow_name)
-        .bind(to_micros(now))
-        .execute(&self.writer)
-        .await?;
-        Ok(())
-    }
-
-    async fn execution_flow(
-        &self,
-        tenant: &Tenant,
-        execution_id: &str,
-    ) -> Result<Option<(String, String)>> {
-        let row = sqlx::query("SELECT flow_id, flow_name FROM memory_executions WHERE tenant = ?1 AND execution_id = ?2")
-            .bind(tenant.as_str())
-            .bind(execution_id)
-            .fetch_optional(&self.reader)
-            .await?;
-        row.map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .transpose()
-    }
-
-    async fn reindex(&self, tenant: &Tenant, apply: bool) -> Result<ReindexOutcome> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let versions_scanned: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM memory_versions \
-             WHERE tenant = ?1 AND scope_type = 3 AND flow_id = '' AND flow_name = ''",
-        )
-        .bind(tenant.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
-        const KNOWN: &str = "SELECT e.flow_id, e.flow_name FROM memory_executions e \
-             WHERE e.tenant = v.tenant AND e.execution_id = v.scope AND (e.flow_id <> '' OR e.flow_name <> '')";
-        const UNTAGGED: &str =
-            "v.tenant = ?1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = ''";
-        let tags_added = if apply {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE memory_versions AS v SET (flow_id, flow_name) = ({KNOWN}) \
-                 WHERE {UNTAGGED} AND EXISTS ({KNOWN})"
-            )))
-            .bind(tenant.as_str())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected() as i64
-        } else {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT count(*) FROM memory_versions v WHERE {UNTAGGED} AND EXISTS ({KNOWN})"
-            )))
-            .bind(tenant.as_str())
-            .fetch_one(&mut *tx)
-            .await?
-        };
-        let unknown = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT v.scope, count(*) FROM memory_versions v WHERE {UNTAGGED} AND NOT EXISTS ({KNOWN}) \
-             GROUP BY v.scope ORDER BY v.scope LIMIT 100"
-        )))
-        .bind(tenant.as_str())
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-        .collect::<Result<Vec<_>>>()?;
-        tx.commit().await?;
-        Ok(ReindexOutcome {
-            versions_scanned,
-            tags_added,
-            unknown,
-        })
-    }
-
-    async fn changes(
-        &self,
-        tenant: &Tenant,
-        scope: &Scope,
-        prefix: &KeyPrefix,
-        after: i64,
-        up_to: i64,
-        limit: i64,
-    ) -> Result<Vec<Change>> {
-        let (low, high) = prefix.range();
-        let rows = sqlx::query(
-            "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
-             CASE WHEN c.kind IN (1, 4) THEN v.value END, c.create_time \
-             FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
-               AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key AND v.version = c.version \
-             WHERE c.tenant = ?1 AND c.scope_type = ?2 AND c.scope = ?3 \
-             AND c.revision > ?4 AND c.revision <= ?5 AND c.key >= ?6 AND c.key < ?7 \
-             ORDER BY c.revision LIMIT ?8",
-        )
-        .bind(tenant.as_str())
-        .bind(scope.scope_type.as_i16())
-        .bind(scope.name.as_str())
-        .bind(after)
-        .bind(up_to)
-        .bind(low)
-        .bind(high)
-        .bind(limit)
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                ChangeRow {
-                    revision: row.try_get(0)?,
-                    kind: row.try_get(1)?,
-                    key: row.try_get(2)?,
-                    version: row.try_get(3)?,
-                    versions_deleted: row.try_get(4)?,
-                    value: row.try_get(5)?,
-                    create_time: from_micros(row.try_get(6)?)?,
-                }
-                .into_change()
-            })
-            .collect()
-    }
-
-    async fn oldest_revision(&self) -> Result<Option<i64>> {
-        Ok(
-            sqlx::query_scalar("SELECT min(revision) FROM memory_changes")
-                .fetch_one(&self.reader)
-                .await?,
-        )
-    }
-
-    async fn prune_changes(&self, before: DateTime<Utc>) -> Result<u64> {
-        let done = sqlx::query("DELETE FROM memory_changes WHERE create_time < ?1")
-            .bind(to_micros(before))
-            .execute(&self.writer)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {
-        let done = sqlx::query("DELETE FROM memory_request_ids WHERE create_time < ?1")
-            .bind(to_micros(before))
-            .execute(&self.writer)
-            .await?;
-        Ok(done.rows_affected())
-    }
-}
-
-fn scope_summary(row: &SqliteRow) -> Result<ScopeSummary> {
-    super::scope_summary(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)
 }
 
 impl Feeds for SqliteStore {

@@ -10,15 +10,22 @@ use super::SqliteStore;
 use crate::context::Tenant;
 use crate::error::Result;
 use crate::store::sql::{
-    Backend, Cols, Param, Run, Sql, Transaction, bind_params, cols_by_driver, run_by_driver,
+    Backend, Cols, Dialect, Param, Run, Sql, Transaction, bind_params, cols_by_driver,
+    run_by_driver,
 };
 use crate::store::{from_micros, to_micros};
 
-fn arguments(params: &[Param<'_>]) -> Result<SqliteArguments> {
-    Ok(bind_params!(SqliteArguments, params, to_micros))
-}
+bind_params!(SqliteArguments, to_micros, |list: &[String]| {
+    serde_json::Value::from(list.to_vec()).to_string()
+});
 
-run_by_driver!(SqliteConnection, SqliteRow, arguments, sqlite);
+run_by_driver!(
+    SqliteConnection,
+    SqliteRow,
+    arguments,
+    sqlite,
+    Dialect::Sqlite
+);
 
 cols_by_driver!(
     SqliteRow,
@@ -34,20 +41,14 @@ macro_rules! run_on_held_connection {
         impl Run for $holder {
             type Row = SqliteRow;
 
+            const DIALECT: Dialect = Dialect::Sqlite;
+
             async fn rows(
                 &mut self,
                 sql: &'static Sql,
                 params: &[Param<'_>],
             ) -> Result<Vec<SqliteRow>> {
                 (**self).rows(sql, params).await
-            }
-
-            async fn row(
-                &mut self,
-                sql: &'static Sql,
-                params: &[Param<'_>],
-            ) -> Result<Option<SqliteRow>> {
-                (**self).row(sql, params).await
             }
 
             async fn exec(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<u64> {
@@ -57,7 +58,7 @@ macro_rules! run_on_held_connection {
     )*};
 }
 
-run_on_held_connection!(PoolConnection<Sqlite>, sqlx::Transaction<'static, Sqlite>);
+run_on_held_connection!(PoolConnection<Sqlite>, sqlx::Transaction<'_, Sqlite>);
 
 impl Transaction for sqlx::Transaction<'static, Sqlite> {
     async fn commit(self) -> Result<()> {
@@ -90,5 +91,9 @@ impl Backend for SqliteStore {
 
     async fn system(&self) -> Result<PoolConnection<Sqlite>> {
         Ok(self.reader.acquire().await?)
+    }
+
+    async fn system_writer(&self) -> Result<PoolConnection<Sqlite>> {
+        Ok(self.writer.acquire().await?)
     }
 }

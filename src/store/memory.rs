@@ -1,0 +1,540 @@
+//! Scoped memory on both backends, one statement text each for every read
+//! and for the execution registry, reindexing and pruning. The writes
+//! differ ([`MemoryWrites`], in each backend's `mod.rs`): Postgres numbers
+//! a version and records its change in one statement, SQLite in a few on
+//! its single writer.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use super::sql::{Backend, Cols, Run, Sql, Transaction, params, select};
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+use crate::memory::audit::AuditRecord;
+use crate::memory::ports::{
+    Compacted, Fence, Head, ListQuery, MemoryStore, Purge, PurgeOutcome, Purged, ReindexOutcome,
+    ScopeFilter, Write, Written,
+};
+use crate::memory::{
+    Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
+    ScopeType, Value,
+};
+
+/// The columns [`entry_row`] reads, in order, for `concat!`.
+macro_rules! version_columns {
+    () => {
+        "v.key, v.version, v.value::text, v.deleted, v.execution_id, v.flow_id, v.flow_name, \
+         v.create_time"
+    };
+}
+
+/// Reads the newest version of a key through its head. Parameters: $1
+/// tenant, $2 scope_type, $3 scope, $4 key. (`engram bench` runs the same
+/// text through pgbench.)
+pub(super) static CURRENT: Sql = select!(
+    version_columns!(),
+    " FROM memory_heads h JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+     WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4"
+);
+
+static VERSION: Sql = select!(
+    version_columns!(),
+    " FROM memory_versions v WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+     AND v.key = $4 AND v.version = $5"
+);
+
+static HEAD: Sql = Sql::new(
+    "SELECT version, deleted FROM memory_heads \
+     WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4",
+);
+
+macro_rules! list {
+    ($order:literal) => {
+        Sql::new(concat!(
+            "SELECT ",
+            version_columns!(),
+            " FROM memory_heads h \
+             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+             WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND NOT h.deleted \
+             AND h.key >= $4 AND h.key < $5 \
+             AND ($7 OR substr(h.key, 1, 12) <> '_compaction/') AND ",
+            $order,
+            " LIMIT $8"
+        ))
+    };
+}
+
+static LIST_ASCENDING: Sql = list!("h.key > $6 ORDER BY h.key");
+
+static LIST_DESCENDING: Sql = list!("h.key < $6 ORDER BY h.key DESC");
+
+static HISTORY: Sql = select!(
+    version_columns!(),
+    " FROM memory_versions v WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+     AND v.key = $4 AND v.version >= $5 ORDER BY v.version LIMIT $6"
+);
+
+static SCOPES: Sql = Sql::new(
+    "SELECT scope_type, scope, \
+     count(*) FILTER (WHERE NOT deleted AND substr(key, 1, 12) <> '_compaction/') \
+     FROM memory_heads \
+     WHERE tenant = $1 AND ($2 = 0 OR scope_type = $2) AND (scope_type, scope) > ($3, $4) \
+     AND ($6 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
+         WHERE tenant = $1 AND scope_type = 3 AND flow_id <> '' AND flow_id = $6))) \
+     AND ($7 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
+         WHERE tenant = $1 AND scope_type = 3 AND flow_name <> '' AND flow_name = $7))) \
+     GROUP BY scope_type, scope ORDER BY scope_type, scope LIMIT $5",
+);
+
+static REGISTER_EXECUTION: Sql = Sql::new(
+    "INSERT INTO memory_executions AS e (tenant, execution_id, flow_id, flow_name, create_time) \
+     VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (tenant, execution_id) DO UPDATE SET \
+       flow_id = CASE WHEN e.flow_id = '' THEN EXCLUDED.flow_id ELSE e.flow_id END, \
+       flow_name = CASE WHEN e.flow_name = '' THEN EXCLUDED.flow_name ELSE e.flow_name END \
+     WHERE (e.flow_id = '' AND EXCLUDED.flow_id <> '') \
+        OR (e.flow_name = '' AND EXCLUDED.flow_name <> '')",
+);
+
+static EXECUTION_FLOW: Sql = Sql::new(
+    "SELECT flow_id, flow_name FROM memory_executions WHERE tenant = $1 AND execution_id = $2",
+);
+
+static UNTAGGED: Sql = Sql::new(
+    "SELECT count(*) FROM memory_versions \
+     WHERE tenant = $1 AND scope_type = 3 AND flow_id = '' AND flow_name = ''",
+);
+
+/// An untagged execution-scoped version `v` whose execution's flow is
+/// known as `e`, for `concat!`.
+macro_rules! fixable {
+    () => {
+        "e.tenant = v.tenant AND e.execution_id = v.scope AND v.tenant = $1 \
+         AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = '' \
+         AND (e.flow_id <> '' OR e.flow_name <> '')"
+    };
+}
+
+static TAG: Sql = Sql::new(concat!(
+    "UPDATE memory_versions AS v SET flow_id = e.flow_id, flow_name = e.flow_name \
+     FROM memory_executions e WHERE ",
+    fixable!()
+));
+
+static COUNT_TAGGABLE: Sql = Sql::new(concat!(
+    "SELECT count(*) FROM memory_versions v JOIN memory_executions e ON ",
+    fixable!()
+));
+
+static UNKNOWN_FLOWS: Sql = Sql::new(
+    "SELECT v.scope, count(*) FROM memory_versions v \
+     WHERE v.tenant = $1 AND v.scope_type = 3 AND v.flow_id = '' AND v.flow_name = '' \
+     AND NOT EXISTS (SELECT 1 FROM memory_executions e WHERE e.tenant = v.tenant \
+         AND e.execution_id = v.scope AND (e.flow_id <> '' OR e.flow_name <> '')) \
+     GROUP BY v.scope ORDER BY v.scope LIMIT 100",
+);
+
+static CHANGES: Sql = Sql::new(
+    "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
+     CASE WHEN c.kind IN (1, 4) THEN v.value::text END, c.create_time \
+     FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
+       AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key \
+       AND v.version = c.version \
+     WHERE c.tenant = $1 AND c.scope_type = $2 AND c.scope = $3 \
+     AND c.revision > $4 AND c.revision <= $5 AND c.key >= $6 AND c.key < $7 \
+     ORDER BY c.revision LIMIT $8",
+);
+
+static OLDEST_REVISION: Sql = Sql::new("SELECT min(revision) FROM memory_changes");
+
+static PRUNE_CHANGES: Sql = Sql::new("DELETE FROM memory_changes WHERE create_time < $1");
+
+static PRUNE_REQUEST_IDS: Sql = Sql::new("DELETE FROM memory_request_ids WHERE create_time < $1");
+
+/// A version of a key (columns as `version_columns!`) in `scope`.
+pub(super) fn entry_row(row: &impl Cols, scope: &Scope) -> Result<Entry> {
+    Ok(Entry {
+        scope: scope.clone(),
+        key: Key::from_store(row.text(0)?),
+        version: row.int(1)?,
+        value: row.opt_text(2)?.map(Value::from_store).transpose()?,
+        deleted: row.boolean(3)?,
+        provenance: Provenance {
+            execution_id: row.text(4)?,
+            flow_id: row.text(5)?,
+            flow_name: row.text(6)?,
+        },
+        create_time: row.time(7)?,
+    })
+}
+
+fn change_row(row: &impl Cols) -> Result<Change> {
+    let kind = row.small(1)?;
+    Ok(Change {
+        revision: row.int(0)?,
+        kind: ChangeKind::from_i16(kind)
+            .ok_or_else(|| Error::internal(format!("unknown change kind {kind}")))?,
+        key: Key::from_store(row.text(2)?),
+        version: row.int(3)?,
+        versions_deleted: row.int(4)?,
+        value: row.opt_text(5)?.map(Value::from_store).transpose()?,
+        create_time: row.time(6)?,
+    })
+}
+
+fn scope_summary(row: &impl Cols) -> Result<ScopeSummary> {
+    let scope_type = row.small(0)?;
+    Ok(ScopeSummary {
+        scope: Scope {
+            scope_type: ScopeType::from_i32(scope_type.into()).ok_or_else(|| {
+                Error::internal(format!("unknown scope type {scope_type} in store"))
+            })?,
+            name: ScopeName::parse("scope", row.text(1)?).map_err(Error::internal)?,
+        },
+        entry_count: row.int(2)?,
+    })
+}
+
+/// The newest version number of a key and whether it is a tombstone.
+pub(super) async fn head_in(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    scope: &Scope,
+    key: &Key,
+) -> Result<Option<Head>> {
+    let row = conn
+        .row(
+            &HEAD,
+            params![
+                tenant.as_str(),
+                scope.scope_type.as_i16(),
+                scope.name.as_str(),
+                key.as_str(),
+            ],
+        )
+        .await?;
+    row.map(|row| {
+        Ok(Head {
+            version: row.int(0)?,
+            deleted: row.boolean(1)?,
+        })
+    })
+    .transpose()
+}
+
+/// One version of a key, if it is stored.
+pub(super) async fn version_in(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    scope: &Scope,
+    key: &Key,
+    version: i64,
+) -> Result<Option<Entry>> {
+    conn.first(
+        &VERSION,
+        params![
+            tenant.as_str(),
+            scope.scope_type.as_i16(),
+            scope.name.as_str(),
+            key.as_str(),
+            version,
+        ],
+        |row| entry_row(row, scope),
+    )
+    .await
+}
+
+/// A row of what a purge deleted: key, versions, newest version.
+pub(super) fn purged_row(row: &impl Cols) -> Result<Purged> {
+    Ok(Purged {
+        key: row.text(0)?,
+        versions: row.int(1)?,
+        newest: row.int(2)?,
+    })
+}
+
+/// What the compaction fence says of a source now at head `now`: nothing
+/// when it still has the version it was read at.
+pub(super) fn fence_moved(fence: &Fence<'_>, now: Option<i64>) -> Option<Compacted> {
+    (now != Some(fence.version)).then(|| Compacted::SourceChanged {
+        key: fence.key.clone(),
+        read: fence.version,
+        now,
+    })
+}
+
+/// An audit record with what its write borrows.
+pub(super) struct AuditWrite {
+    key: Key,
+    value: Value,
+    provenance: Provenance,
+}
+
+impl AuditWrite {
+    pub(super) fn of(record: &AuditRecord) -> Result<Self> {
+        Ok(AuditWrite {
+            key: record.key(),
+            value: record.to_value()?,
+            provenance: Provenance::default(),
+        })
+    }
+
+    /// The unconditional write that stores the record in `scope`.
+    pub(super) fn write<'a>(&'a self, scope: &'a Scope, now: DateTime<Utc>) -> Write<'a> {
+        Write::audit(scope, &self.key, &self.value, &self.provenance, now)
+    }
+}
+
+/// The writes, which differ between the backends.
+pub(super) trait MemoryWrites {
+    /// See [`MemoryStore::write`].
+    fn write_version(
+        &self,
+        tenant: &Tenant,
+        write: &Write<'_>,
+    ) -> impl Future<Output = Result<Written>> + Send;
+
+    /// See [`MemoryStore::purge`].
+    fn purge_versions(
+        &self,
+        tenant: &Tenant,
+        purge: &Purge<'_>,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<PurgeOutcome>> + Send;
+
+    /// See [`MemoryStore::compact`].
+    fn write_summary(
+        &self,
+        tenant: &Tenant,
+        fences: &[Fence<'_>],
+        write: &Write<'_>,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<Compacted>> + Send;
+}
+
+impl<B: Backend + MemoryWrites> MemoryStore for B {
+    async fn write(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+        self.write_version(tenant, write).await
+    }
+
+    async fn get(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        version: Option<i64>,
+    ) -> Result<Option<Entry>> {
+        let mut conn = self.reader(tenant).await?;
+        if let Some(version) = version {
+            return version_in(&mut conn, tenant, scope, key, version).await;
+        }
+        conn.first(
+            &CURRENT,
+            params![
+                tenant.as_str(),
+                scope.scope_type.as_i16(),
+                scope.name.as_str(),
+                key.as_str(),
+            ],
+            |row| entry_row(row, scope),
+        )
+        .await
+    }
+
+    async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {
+        let mut conn = self.reader(tenant).await?;
+        head_in(&mut conn, tenant, scope, key).await
+    }
+
+    async fn list(&self, tenant: &Tenant, query: &ListQuery<'_>) -> Result<Vec<Entry>> {
+        let (low, high) = query.prefix.range();
+        let (sql, bound) = if query.descending {
+            (
+                &LIST_DESCENDING,
+                query.after.map_or(high.clone(), str::to_owned),
+            )
+        } else {
+            (&LIST_ASCENDING, query.after.unwrap_or("").to_owned())
+        };
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            sql,
+            params![
+                tenant.as_str(),
+                query.scope.scope_type.as_i16(),
+                query.scope.name.as_str(),
+                low.as_str(),
+                high.as_str(),
+                bound.as_str(),
+                query.include_reserved,
+                query.limit,
+            ],
+            |row| entry_row(row, query.scope),
+        )
+        .await
+    }
+
+    async fn history(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        from_version: i64,
+        limit: i64,
+    ) -> Result<Vec<Entry>> {
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            &HISTORY,
+            params![
+                tenant.as_str(),
+                scope.scope_type.as_i16(),
+                scope.name.as_str(),
+                key.as_str(),
+                from_version,
+                limit,
+            ],
+            |row| entry_row(row, scope),
+        )
+        .await
+    }
+
+    async fn list_scopes(
+        &self,
+        tenant: &Tenant,
+        filter: ScopeFilter<'_>,
+        after: Option<&Scope>,
+        limit: i64,
+    ) -> Result<Vec<ScopeSummary>> {
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            &SCOPES,
+            params![
+                tenant.as_str(),
+                filter.scope_type.map_or(0, ScopeType::as_i16),
+                after.map_or(0, |scope| scope.scope_type.as_i16()),
+                after.map_or("", |scope| scope.name.as_str()),
+                limit,
+                filter.flow_id.unwrap_or(""),
+                filter.flow_name.unwrap_or(""),
+            ],
+            scope_summary,
+        )
+        .await
+    }
+
+    async fn purge(
+        &self,
+        tenant: &Tenant,
+        purge: &Purge<'_>,
+        record: AuditRecord,
+    ) -> Result<PurgeOutcome> {
+        self.purge_versions(tenant, purge, record).await
+    }
+
+    async fn compact(
+        &self,
+        tenant: &Tenant,
+        fences: &[Fence<'_>],
+        write: &Write<'_>,
+        record: AuditRecord,
+    ) -> Result<Compacted> {
+        self.write_summary(tenant, fences, write, record).await
+    }
+
+    async fn register_execution(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+        flow_id: &str,
+        flow_name: &str,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut conn = self.writer(tenant).await?;
+        conn.exec(
+            &REGISTER_EXECUTION,
+            params![tenant.as_str(), execution_id, flow_id, flow_name, now],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn execution_flow(
+        &self,
+        tenant: &Tenant,
+        execution_id: &str,
+    ) -> Result<Option<(String, String)>> {
+        let mut conn = self.reader(tenant).await?;
+        let row = conn
+            .row(&EXECUTION_FLOW, params![tenant.as_str(), execution_id])
+            .await?;
+        row.map(|row| Ok((row.text(0)?, row.text(1)?))).transpose()
+    }
+
+    async fn reindex(&self, tenant: &Tenant, apply: bool) -> Result<ReindexOutcome> {
+        let mut tx = self.begin(tenant).await?;
+        let versions_scanned = tx.count(&UNTAGGED, params![tenant.as_str()]).await?;
+        let tags_added = if apply {
+            tx.exec(&TAG, params![tenant.as_str()]).await? as i64
+        } else {
+            tx.count(&COUNT_TAGGABLE, params![tenant.as_str()]).await?
+        };
+        let unknown = tx
+            .rows(&UNKNOWN_FLOWS, params![tenant.as_str()])
+            .await?
+            .iter()
+            .map(|row| Ok((row.text(0)?, row.int(1)?)))
+            .collect::<Result<Vec<_>>>()?;
+        tx.commit().await?;
+        Ok(ReindexOutcome {
+            versions_scanned,
+            tags_added,
+            unknown,
+        })
+    }
+
+    async fn changes(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        prefix: &KeyPrefix,
+        after: i64,
+        up_to: i64,
+        limit: i64,
+    ) -> Result<Vec<Change>> {
+        let (low, high) = prefix.range();
+        let mut conn = self.reader(tenant).await?;
+        conn.all(
+            &CHANGES,
+            params![
+                tenant.as_str(),
+                scope.scope_type.as_i16(),
+                scope.name.as_str(),
+                after,
+                up_to,
+                low.as_str(),
+                high.as_str(),
+                limit,
+            ],
+            change_row,
+        )
+        .await
+    }
+
+    async fn oldest_revision(&self) -> Result<Option<i64>> {
+        let mut conn = self.system().await?;
+        conn.row(&OLDEST_REVISION, params![])
+            .await?
+            .map_or(Ok(None), |row| row.opt_int(0))
+    }
+
+    async fn prune_changes(&self, before: DateTime<Utc>) -> Result<u64> {
+        let mut conn = self.system_writer().await?;
+        conn.exec(&PRUNE_CHANGES, params![before]).await
+    }
+
+    async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {
+        let mut conn = self.system_writer().await?;
+        conn.exec(&PRUNE_REQUEST_IDS, params![before]).await
+    }
+}

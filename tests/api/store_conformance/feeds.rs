@@ -1,0 +1,114 @@
+//! The settled horizon of each feed: every position at or below it is
+//! final. A writer that took a position but has not committed is waited
+//! for (Postgres) or holds a position above the horizon (SQLite, whose one
+//! writer commits positions in order): never skipped.
+
+use std::time::Duration;
+
+use engram::ports::{Feed, Store};
+use serde_json::json;
+use sqlx::{Connection, Executor};
+
+use super::writer;
+use crate::helpers::{Backend, TestDb};
+
+/// The horizons cover every committed write, and the shared horizon
+/// follows them.
+async fn horizons_cover_committed_writes<S: Store>(store: S, _db: &TestDb) {
+    let mut horizon = store.horizon(Feed::Changes).await.expect("horizon");
+    let w = writer(&store, "t1");
+    w.set("k", json!(1)).await;
+    let settled = store.settled(Feed::Changes).await.expect("settled");
+    let changes = store
+        .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
+        .await
+        .expect("changes");
+    assert_eq!(
+        changes.len(),
+        1,
+        "the write is at or below the settled horizon"
+    );
+    // The shared horizon reaches it too (woken by the write).
+    tokio::time::timeout(Duration::from_secs(10), horizon.wait_for(|h| *h >= settled))
+        .await
+        .expect("the shared horizon moves within the poll interval")
+        .expect("horizon open");
+    let episodes = store.settled(Feed::Episodes).await.expect("settled");
+    assert!(episodes >= 0);
+}
+
+/// A transaction that took a revision and has not committed: the settled
+/// horizon never passes it while it is open, and covers it once it commits.
+/// On Postgres a later write commits first, so the newest committed
+/// revision is above the open one: a settle must wait for it rather than
+/// hand out the newer revision and skip the older.
+async fn a_late_committer_is_waited_for<S: Store>(store: S, db: &TestDb) {
+    let w = writer(&store, "t1");
+    w.set("before", json!(1)).await;
+    let insert = "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, \
+                  create_time) VALUES ('t1', 1, 'ns', 'late', 1, 1, 0) RETURNING revision";
+    match db.backend {
+        Backend::Postgres => {
+            let mut late = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+            late.execute("BEGIN").await.expect("begin");
+            let revision: i64 =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(insert.replace(", 0)", ", now())")))
+                    .fetch_one(&mut late)
+                    .await
+                    .expect("insert");
+            w.set("after", json!(3)).await;
+            let mut settle = tokio::spawn({
+                let store = store.clone();
+                async move { store.settled(Feed::Changes).await }
+            });
+            // Open, it holds the horizon back: the settle is still waiting.
+            let early = tokio::time::timeout(Duration::from_millis(300), &mut settle).await;
+            assert!(
+                early.is_err(),
+                "settled returned while a lower revision was open: {early:?}"
+            );
+            late.execute("COMMIT").await.expect("commit");
+            let settled = settle.await.expect("task").expect("settled");
+            assert!(settled >= revision, "settled {settled} skipped {revision}");
+        }
+        Backend::Sqlite => {
+            let mut late = sqlx::SqliteConnection::connect(&db.url)
+                .await
+                .expect("connect");
+            late.execute("BEGIN IMMEDIATE").await.expect("begin");
+            let revision: i64 = sqlx::query_scalar(insert)
+                .fetch_one(&mut late)
+                .await
+                .expect("insert");
+            let settled = store.settled(Feed::Changes).await.expect("settled");
+            assert!(
+                settled < revision,
+                "settled {settled} covers uncommitted {revision}"
+            );
+            late.execute("COMMIT").await.expect("commit");
+            let settled = store.settled(Feed::Changes).await.expect("settled");
+            assert!(settled >= revision);
+        }
+    }
+    let changes = store
+        .changes(
+            &w.tenant,
+            &w.scope,
+            &Default::default(),
+            0,
+            store.settled(Feed::Changes).await.expect("settled"),
+            10,
+        )
+        .await
+        .expect("changes");
+    let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+    match db.backend {
+        Backend::Postgres => assert_eq!(keys, vec!["before", "late", "after"]),
+        Backend::Sqlite => assert_eq!(keys, vec!["before", "late"]),
+    }
+}
+
+store_suite!(
+    horizons_cover_committed_writes,
+    a_late_committer_is_waited_for
+);

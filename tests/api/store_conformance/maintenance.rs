@@ -1,0 +1,463 @@
+//! Memory beyond plain reads and writes: dense versions under racing
+//! writers, purge, compaction and its fence, the change feed and its
+//! pruning, the execution registry and reindexing.
+
+use chrono::Utc;
+use engram::context::Tenant;
+use engram::memory::audit::{AuditRecord, Operation};
+use engram::memory::ports::{Compacted, Fence, Mutation, Purge, ScopeFilter, Write, Written};
+use engram::memory::{ChangeKind, KeyPrefix, Provenance, ScopeType};
+use engram::ports::{Feed, Store};
+use serde_json::json;
+
+use super::{key, scope, value, writer};
+use crate::helpers::TestDb;
+
+/// Sixteen writers race on one key: versions 1..=160, each once.
+async fn racing_writers_get_dense_versions<S: Store>(store: S, _db: &TestDb) {
+    let tasks: Vec<_> = (0..16)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let w = writer(&store, "t1");
+                let mut versions = Vec::new();
+                for i in 0..10 {
+                    versions.push(w.set("hot", json!({"writer": n, "i": i})).await.version);
+                }
+                versions
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.expect("writer"));
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=160).collect::<Vec<i64>>());
+    let w = writer(&store, "t1");
+    let history = store
+        .history(&w.tenant, &w.scope, &key("hot"), 1, 1000)
+        .await
+        .expect("history");
+    assert_eq!(history.len(), 160);
+    assert!(history.windows(2).all(|p| p[1].version == p[0].version + 1));
+}
+
+fn purge_record<'a>(purge: &Purge<'a>) -> AuditRecord {
+    AuditRecord::new(Operation::Purge, purge.scope, Utc::now())
+}
+
+/// A purge keeps the newest `keep` versions, records what it did in the
+/// audit trail and the change feed; a dry run only counts.
+async fn purge_keeps_the_newest_and_audits<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    for i in 0..5 {
+        w.set("k", json!(i)).await;
+    }
+    let k = key("k");
+    let purge = Purge {
+        scope: &w.scope,
+        key: Some(&k),
+        keep: Some(2),
+        include_deleted: false,
+        dry_run: true,
+    };
+    let dry = store
+        .purge(&w.tenant, &purge, purge_record(&purge))
+        .await
+        .expect("dry run");
+    assert_eq!((dry.versions_deleted, dry.keys_affected), (3, 1));
+    assert!(dry.record.is_none(), "a dry run writes no record");
+    assert_eq!(
+        store
+            .history(&w.tenant, &w.scope, &k, 1, 10)
+            .await
+            .expect("history")
+            .len(),
+        5
+    );
+
+    let purge = Purge {
+        dry_run: false,
+        ..purge
+    };
+    let done = store
+        .purge(&w.tenant, &purge, purge_record(&purge))
+        .await
+        .expect("purge");
+    assert_eq!((done.versions_deleted, done.keys_affected), (3, 1));
+    let record = done.record.expect("a record");
+    assert_eq!(record.source_keys, vec!["k".to_owned()]);
+    assert_eq!((record.versions_deleted, record.keep), (3, Some(2)));
+    let left: Vec<i64> = store
+        .history(&w.tenant, &w.scope, &k, 1, 10)
+        .await
+        .expect("history")
+        .iter()
+        .map(|e| e.version)
+        .collect();
+    assert_eq!(left, vec![4, 5]);
+    // The audit key holds the record; the feed says what was purged.
+    let audit = store
+        .get(&w.tenant, &w.scope, &record.key(), None)
+        .await
+        .expect("get")
+        .expect("the audit record");
+    assert_eq!(
+        AuditRecord::from_entry(&audit.key, audit.value.as_ref().expect("value"))
+            .expect("record")
+            .versions_deleted,
+        3
+    );
+    let changes = store
+        .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, i64::MAX, 100)
+        .await
+        .expect("changes");
+    let purged = changes
+        .iter()
+        .find(|c| c.kind == ChangeKind::Purge)
+        .expect("a purge change");
+    assert_eq!(
+        (purged.key.as_str(), purged.version, purged.versions_deleted),
+        ("k", 3, 3)
+    );
+
+    // Nothing to delete: no record.
+    let again = store
+        .purge(&w.tenant, &purge, purge_record(&purge))
+        .await
+        .expect("purge again");
+    assert_eq!((again.versions_deleted, again.record), (0, None));
+}
+
+/// Purging every version removes the key: it reads as absent and starts
+/// again at version 1.
+async fn purge_all_versions_removes_the_key<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    w.set("k", json!(1)).await;
+    w.set("k", json!(2)).await;
+    let k = key("k");
+    let purge = Purge {
+        scope: &w.scope,
+        key: Some(&k),
+        keep: None,
+        include_deleted: false,
+        dry_run: false,
+    };
+    let done = store
+        .purge(&w.tenant, &purge, purge_record(&purge))
+        .await
+        .expect("purge");
+    assert_eq!(done.versions_deleted, 2);
+    assert_eq!(
+        store.head(&w.tenant, &w.scope, &k).await.expect("head"),
+        None
+    );
+    assert_eq!(
+        store.get(&w.tenant, &w.scope, &k, None).await.expect("get"),
+        None
+    );
+    assert_eq!(w.set("k", json!(3)).await.version, 1);
+}
+
+/// A scope purge reaches live keys, tombstoned ones only when asked, and
+/// never the audit trail.
+async fn purge_scope_spares_tombstones_and_the_audit_trail<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    for name in ["a", "b", "dead", "_compaction/old"] {
+        w.set(name, json!(1)).await;
+        w.set(name, json!(2)).await;
+    }
+    w.stored("dead", Mutation::Delete, None, None).await;
+    let purge = Purge {
+        scope: &w.scope,
+        key: None,
+        keep: Some(1),
+        include_deleted: false,
+        dry_run: false,
+    };
+    let done = store
+        .purge(&w.tenant, &purge, purge_record(&purge))
+        .await
+        .expect("purge");
+    assert_eq!((done.keys_affected, done.versions_deleted), (2, 2));
+    let audit_history = store
+        .history(&w.tenant, &w.scope, &key("_compaction/old"), 1, 10)
+        .await
+        .expect("history");
+    assert_eq!(audit_history.len(), 2, "the audit trail is never purged");
+    let purge = Purge {
+        include_deleted: true,
+        ..purge
+    };
+    let done = store
+        .purge(&w.tenant, &purge, purge_record(&purge))
+        .await
+        .expect("purge");
+    assert_eq!((done.keys_affected, done.versions_deleted), (1, 2));
+}
+
+fn summary_write<'a>(
+    w: &'a super::Writer<'a, impl Store>,
+    target: &'a engram::memory::Key,
+    value: &'a engram::memory::Value,
+    provenance: &'a Provenance,
+) -> Write<'a> {
+    Write {
+        scope: &w.scope,
+        key: target,
+        mutation: Mutation::Set(value),
+        expected_version: None,
+        request: None,
+        provenance,
+        now: Utc::now(),
+        change: ChangeKind::Compact,
+    }
+}
+
+/// A compaction writes the summary and its record together while every
+/// source still has the version it was read at, and nothing otherwise.
+async fn compaction_is_fenced_by_its_sources<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    w.set("a", json!("alpha")).await;
+    let b = w.set("b", json!("beta")).await;
+    let (ka, kb, target) = (key("a"), key("b"), key("summary"));
+    let summary = value(json!("alpha and beta"));
+    let provenance = Provenance::default();
+    let fences = [
+        Fence {
+            key: &ka,
+            version: 1,
+        },
+        Fence {
+            key: &kb,
+            version: b.version,
+        },
+    ];
+    let record = AuditRecord::new(Operation::Compact, &w.scope, Utc::now());
+    let written = store
+        .compact(
+            &w.tenant,
+            &fences,
+            &summary_write(&w, &target, &summary, &provenance),
+            record.clone(),
+        )
+        .await
+        .expect("compact");
+    let Compacted::Written(written) = written else {
+        panic!("expected the summary to be written, got {written:?}");
+    };
+    let (entry, record) = *written;
+    assert_eq!((entry.key.as_str(), entry.version), ("summary", 1));
+    assert_eq!(record.target_version, 1);
+    let changes = store
+        .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, i64::MAX, 100)
+        .await
+        .expect("changes");
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.kind == ChangeKind::Compact && c.key.as_str() == "summary")
+    );
+
+    // A source moves: nothing is written.
+    w.set("b", json!("beta 2")).await;
+    let moved = store
+        .compact(
+            &w.tenant,
+            &fences,
+            &summary_write(&w, &target, &summary, &provenance),
+            AuditRecord::new(Operation::Compact, &w.scope, Utc::now()),
+        )
+        .await
+        .expect("compact");
+    assert_eq!(
+        moved,
+        Compacted::SourceChanged {
+            key: kb.clone(),
+            read: b.version,
+            now: Some(b.version + 1),
+        }
+    );
+    assert_eq!(
+        store
+            .head(&w.tenant, &w.scope, &target)
+            .await
+            .expect("head")
+            .map(|h| h.version),
+        Some(1)
+    );
+}
+
+/// The feed lists a scope's changes in revision order with their kinds,
+/// bounded by `after` and `up_to`, filtered by prefix; pruning forgets the
+/// old ones and moves the oldest revision.
+async fn changes_in_order_bounded_and_pruned<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    w.set("p/a", json!(1)).await;
+    w.set("q/b", json!(2)).await;
+    w.stored("p/a", Mutation::Delete, None, None).await;
+    let other = writer(&store, "t2");
+    other.set("p/a", json!("other tenant")).await;
+    let horizon = store.settled(Feed::Changes).await.expect("settled");
+    let all = store
+        .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, horizon, 100)
+        .await
+        .expect("changes");
+    let shape: Vec<(ChangeKind, &str, i64)> = all
+        .iter()
+        .map(|c| (c.kind, c.key.as_str(), c.version))
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (ChangeKind::Set, "p/a", 1),
+            (ChangeKind::Set, "q/b", 1),
+            (ChangeKind::Delete, "p/a", 2)
+        ]
+    );
+    assert!(all.windows(2).all(|p| p[0].revision < p[1].revision));
+    assert_eq!(
+        all[0].value.as_ref().map(|v| v.json().clone()),
+        Some(json!(1))
+    );
+    assert!(all[2].value.is_none(), "a delete carries no value");
+    let prefix = KeyPrefix::parse("key_prefix", "p/").expect("prefix");
+    let p_only = store
+        .changes(&w.tenant, &w.scope, &prefix, 0, horizon, 100)
+        .await
+        .expect("changes");
+    assert_eq!(p_only.len(), 2);
+    let after_first = store
+        .changes(
+            &w.tenant,
+            &w.scope,
+            &KeyPrefix::default(),
+            all[0].revision,
+            all[1].revision,
+            100,
+        )
+        .await
+        .expect("changes");
+    assert_eq!(after_first.len(), 1);
+    assert_eq!(after_first[0].revision, all[1].revision);
+
+    assert!(store.oldest_revision().await.expect("oldest").is_some());
+    let pruned = store
+        .prune_changes(Utc::now() + chrono::Duration::seconds(1))
+        .await
+        .expect("prune");
+    assert_eq!(pruned, 4, "both tenants' changes go");
+    assert_eq!(store.oldest_revision().await.expect("oldest"), None);
+}
+
+/// The first flow seen for an execution wins; blanks are filled later.
+async fn executions_keep_their_first_flow<S: Store>(store: S, _db: &TestDb) {
+    let tenant = Tenant::new("t1");
+    let now = Utc::now();
+    store
+        .register_execution(&tenant, "exec-1", "flow-1", "", now)
+        .await
+        .expect("register");
+    store
+        .register_execution(&tenant, "exec-1", "flow-2", "nightly", now)
+        .await
+        .expect("register");
+    assert_eq!(
+        store.execution_flow(&tenant, "exec-1").await.expect("flow"),
+        Some(("flow-1".to_owned(), "nightly".to_owned()))
+    );
+    assert_eq!(
+        store
+            .execution_flow(&Tenant::new("t2"), "exec-1")
+            .await
+            .expect("flow"),
+        None
+    );
+}
+
+/// Reindex counts untagged execution versions, tags the ones whose flow is
+/// known (only when applying), names the unknown ones, and is idempotent.
+async fn reindex_backfills_known_flows<S: Store>(store: S, _db: &TestDb) {
+    let tenant = Tenant::new("t1");
+    for execution in ["exec-known", "exec-unknown"] {
+        let w = super::Writer {
+            store: &store,
+            tenant: tenant.clone(),
+            scope: scope(ScopeType::Execution, execution),
+        };
+        // The writer's provenance carries no flow tags.
+        w.set("k", json!(1)).await;
+        w.set("k", json!(2)).await;
+    }
+    store
+        .register_execution(&tenant, "exec-known", "flow-1", "nightly", Utc::now())
+        .await
+        .expect("register");
+    let dry = store.reindex(&tenant, false).await.expect("dry run");
+    assert_eq!((dry.versions_scanned, dry.tags_added), (4, 2));
+    assert_eq!(dry.unknown, vec![("exec-unknown".to_owned(), 2)]);
+    let applied = store.reindex(&tenant, true).await.expect("apply");
+    assert_eq!(applied.tags_added, 2);
+    let again = store.reindex(&tenant, true).await.expect("again");
+    assert_eq!((again.versions_scanned, again.tags_added), (2, 0));
+    let flows = store
+        .list_scopes(
+            &tenant,
+            ScopeFilter {
+                flow_name: Some("nightly"),
+                ..ScopeFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .expect("scopes");
+    assert_eq!(
+        flows
+            .iter()
+            .map(|s| s.scope.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["exec-known"]
+    );
+    let entry = store
+        .get(
+            &tenant,
+            &scope(ScopeType::Execution, "exec-known"),
+            &key("k"),
+            Some(1),
+        )
+        .await
+        .expect("get")
+        .expect("version 1");
+    assert_eq!(entry.provenance.flow_id, "flow-1");
+}
+
+/// An unconditional write never comes back refused, and a tombstone of a
+/// key that never lived is refused with no head.
+async fn unconditional_writes_always_land<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    let one = value(json!(1));
+    for expected in 1..=3 {
+        match w.write("k", Mutation::Set(&one), None, None).await {
+            Written::Stored(entry) => assert_eq!(entry.version, expected),
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        w.write("never", Mutation::Delete, None, None).await,
+        Written::Refused(None)
+    );
+}
+
+store_suite!(
+    racing_writers_get_dense_versions,
+    purge_keeps_the_newest_and_audits,
+    purge_all_versions_removes_the_key,
+    purge_scope_spares_tombstones_and_the_audit_trail,
+    compaction_is_fenced_by_its_sources,
+    changes_in_order_bounded_and_pruned,
+    executions_keep_their_first_flow,
+    reindex_backfills_known_flows,
+    unconditional_writes_always_land,
+);
