@@ -39,6 +39,21 @@ impl Histogram {
         self.count += 1;
         self.sum += seconds;
     }
+
+    /// The buckets, sum and count of the histogram `name` with `labels`.
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        for (bound, count) in BUCKETS.iter().zip(self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels},le=\"+Inf\"}} {count}\n\
+             {name}_sum{{{labels}}} {sum}\n\
+             {name}_count{{{labels}}} {count}",
+            count = self.count,
+            sum = self.sum,
+        );
+    }
 }
 
 /// What one scheduler look at a rule came to.
@@ -221,19 +236,8 @@ impl Registry {
             "Latency of unary gRPC calls, by method.",
         );
         for (method, histogram) in lock(&self.latency).iter() {
-            for (bound, count) in BUCKETS.iter().zip(histogram.counts) {
-                let _ = writeln!(
-                    out,
-                    "engram_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"{bound}\"}} {count}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "engram_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {}\n\
-                 engram_rpc_duration_seconds_sum{{method=\"{method}\"}} {}\n\
-                 engram_rpc_duration_seconds_count{{method=\"{method}\"}} {}",
-                histogram.count, histogram.sum, histogram.count
-            );
+            let labels = format!("method=\"{method}\"");
+            histogram.render(&mut out, "engram_rpc_duration_seconds", &labels);
         }
         header(
             &mut out,
@@ -338,20 +342,9 @@ impl Registry {
             "Time from a gRPC call's arrival to its end, by service, method and type.",
         );
         for (labels, calls) in &labelled {
-            let histogram = &calls.handling;
-            for (bound, count) in BUCKETS.iter().zip(histogram.counts) {
-                let _ = writeln!(
-                    out,
-                    "grpc_server_handling_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "grpc_server_handling_seconds_bucket{{{labels},le=\"+Inf\"}} {}\n\
-                 grpc_server_handling_seconds_sum{{{labels}}} {}\n\
-                 grpc_server_handling_seconds_count{{{labels}}} {}",
-                histogram.count, histogram.sum, histogram.count
-            );
+            calls
+                .handling
+                .render(out, "grpc_server_handling_seconds", labels);
         }
     }
 }

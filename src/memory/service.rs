@@ -572,10 +572,11 @@ pub(crate) fn key_not_found_error(key: &Key) -> Error {
     }
 }
 
-pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
+/// `NOT_FOUND` about one version of a key.
+fn version_error(reason: Reason, key: &Key, version: i64, what: &str) -> Error {
     Error::NotFound {
-        reason: Reason::KeyDeleted,
-        message: format!("key {:?} was deleted at version {version}", key.as_str()),
+        reason,
+        message: format!("key {:?} {what} {version}", key.as_str()),
         metadata: vec![
             ("key", key.as_str().to_owned()),
             ("version", version.to_string()),
@@ -583,15 +584,12 @@ pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
     }
 }
 
+pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
+    version_error(Reason::KeyDeleted, key, version, "was deleted at version")
+}
+
 fn version_not_found(key: &Key, version: i64) -> Error {
-    Error::NotFound {
-        reason: Reason::VersionNotFound,
-        message: format!("key {:?} has no version {version}", key.as_str()),
-        metadata: vec![
-            ("key", key.as_str().to_owned()),
-            ("version", version.to_string()),
-        ],
-    }
+    version_error(Reason::VersionNotFound, key, version, "has no version")
 }
 
 /// Why a conditional write changed nothing, told from the key's head.
