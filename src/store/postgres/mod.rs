@@ -1,4 +1,7 @@
-//! The Postgres store: production, shared by every replica.
+//! The Postgres store: production, shared by every replica. What it shares
+//! with SQLite is written once in `store/` (see `sql.rs`); this module keeps
+//! what only Postgres does: the versioned write, purge and compaction, the
+//! feeds' horizons, connecting, migrating and granting.
 //!
 //! A plain write is one statement: a CTE bumps the key's head row and inserts
 //! the version it numbered, so versions are dense under any number of

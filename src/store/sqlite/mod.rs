@@ -1,4 +1,7 @@
-//! The SQLite store: the embedded default, one file, one process.
+//! The SQLite store: the embedded default, one file, one process. What it
+//! shares with Postgres is written once in `store/` (see `sql.rs`); this
+//! module keeps the versioned write, purge and compaction on the single
+//! writer, the feeds' horizons, connecting and migrating.
 //!
 //! All writes go through a single connection (SQLite admits one writer at a
 //! time anyway; queueing in the pool instead of on the file lock keeps
