@@ -1,7 +1,8 @@
 //! Configuration: one typed struct, filled from flags, then `ENGRAM_*`
 //! environment variables, then an optional TOML file, then defaults (first
 //! one wins). The same `Settings` struct is the clap arguments and the file
-//! format, so a setting cannot exist in one and not the other.
+//! format, so a setting cannot exist in one and not the other; `settings!`
+//! declares each once, with its default.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -15,26 +16,21 @@ use crate::auth::{Authenticator, TokenSources};
 use crate::memory::MemoryLimits;
 use crate::redact::Redactor;
 use crate::sessions::SessionLimits;
+use crate::store::{SqliteSynchronous, StoreOptions};
+use crate::summarizer::OpenAiConfig;
 use crate::tls::TlsFiles;
 use crate::working::WorkingLimits;
 
-/// A limit where 0 means unlimited, as the stores take it.
-fn count(name: &str, value: Option<u64>) -> anyhow::Result<i64> {
-    i64::try_from(value.unwrap_or(0)).with_context(|| format!("{name} is too large"))
+/// A count as the stores take it (for limits, 0 means unlimited).
+fn count(name: &str, value: u64) -> anyhow::Result<i64> {
+    i64::try_from(value).with_context(|| format!("{name} is too large"))
 }
-use crate::store::{SqliteSynchronous, StoreOptions};
-use crate::summarizer::OpenAiConfig;
-
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://engram.db";
-pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:50051";
-pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:9090";
 
 /// Whether `engram serve` applies pending migrations at start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum MigrateMode {
     /// Apply pending migrations, then serve.
-    #[default]
     Auto,
     /// Refuse to start while migrations are pending (run `engram migrate`).
     Off,
@@ -50,285 +46,243 @@ pub enum AuthMode {
     None,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
-    #[default]
     Text,
     /// One JSON object per line, for log collectors in containers.
     Json,
 }
 
-/// Every setting, each optional so that sources can be layered.
-#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {
-    /// Database URL: sqlite://PATH (created on first start) or
-    /// postgres://USER:PASSWORD@HOST/DB [default: sqlite://engram.db]
-    #[arg(long, env = "ENGRAM_DATABASE_URL", hide_env_values = true)]
-    pub database_url: Option<String>,
+/// Declares every setting once: its doc, type, default and variable. From
+/// that come the clap flags (the doc plus `[default: …]`), the TOML file
+/// format (`Settings`, every field optional so sources can be layered),
+/// the layering (`Settings::or`) and the values with defaults filled in
+/// (`Values`). A setting without a default stays optional in `Values`.
+///
+/// Written as a macro rather than with a layering crate (figment, config):
+/// clap already layers flags over environment, serde reads the file, and
+/// what was left to write by hand was the per-field repetition, which this
+/// removes without another dependency.
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident: $ty:ty $(= $default:literal)?, env $env:literal $(, $hide:ident)?;
+    )*) => {
+        /// Every setting, each optional so that sources can be layered.
+        #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+        #[serde(deny_unknown_fields)]
+        pub struct Settings {
+            $(
+                $(#[doc = $doc])*
+                #[arg(long, env = $env $(, $hide = true)?, help = help!([$($doc),*] $(, $default)?).trim_start())]
+                pub $name: Option<$ty>,
+            )*
+        }
 
-    /// Address of the gRPC server; port 0 picks a free port
-    /// [default: 127.0.0.1:50051]
-    #[arg(long, env = "ENGRAM_GRPC_ADDR")]
-    pub grpc_addr: Option<SocketAddr>,
+        /// Each setting's name, variable and default, for documentation checks.
+        pub const SETTINGS: &[(&str, &str, Option<&str>)] = &[
+            $((stringify!($name), $env, default_text!($($default)?)),)*
+        ];
 
-    /// Address of the HTTP server (/healthz, /readyz); port 0 picks a free port
-    /// [default: 127.0.0.1:9090]
-    #[arg(long, env = "ENGRAM_HTTP_ADDR")]
-    pub http_addr: Option<SocketAddr>,
+        /// Every setting with its default filled in.
+        #[derive(Debug, Clone)]
+        pub struct Values {
+            $(pub $name: value_type!($ty $(, $default)?),)*
+        }
 
-    /// Apply pending migrations at start (auto) or refuse to start while any
-    /// are pending (off) [default: auto]
-    #[arg(long, env = "ENGRAM_MIGRATE", value_enum)]
-    pub migrate: Option<MigrateMode>,
+        impl Settings {
+            /// Fills every unset setting from `other`.
+            pub fn or(self, other: Settings) -> Settings {
+                Settings { $($name: self.$name.or(other.$name),)* }
+            }
 
-    /// Largest memory value accepted, in bytes of JSON [default: 1048576]
-    #[arg(long, env = "ENGRAM_MAX_VALUE_BYTES")]
-    pub max_value_bytes: Option<usize>,
-
-    /// Most sessions per tenant; creating one more evicts the oldest 10%
-    /// (0: unlimited) [default: 0]
-    #[arg(long, env = "ENGRAM_MAX_SESSIONS")]
-    pub max_sessions: Option<u64>,
-
-    /// Most episodes kept per session; appending past it evicts the oldest
-    /// (0: unlimited) [default: 0]
-    #[arg(long, env = "ENGRAM_MAX_EVENTS_PER_SESSION")]
-    pub max_events_per_session: Option<u64>,
-
-    /// Most tasks a session's todo list may hold [default: 100]
-    #[arg(long, env = "ENGRAM_MAX_TASKS_PER_SESSION")]
-    pub max_tasks_per_session: Option<u64>,
-
-    /// Most live facts (remembered or procedures) per user and app
-    /// [default: 1000]
-    #[arg(long, env = "ENGRAM_MAX_FACTS_PER_USER")]
-    pub max_facts_per_user: Option<u64>,
-
-    /// Most files in a session's content cache; the least recently cached
-    /// go first [default: 32]
-    #[arg(long, env = "ENGRAM_MAX_CACHED_FILES")]
-    pub max_cached_files: Option<u64>,
-
-    /// Most bytes in a session's content cache [default: 1048576]
-    #[arg(long, env = "ENGRAM_MAX_CACHE_BYTES")]
-    pub max_cache_bytes: Option<u64>,
-
-    /// Replace secrets with [REDACTED] in working memory and remembered
-    /// facts before they are stored [default: true]
-    #[arg(long, env = "ENGRAM_REDACT_SECRETS")]
-    pub redact_secrets: Option<bool>,
-
-    /// Extra words that make a key sensitive, comma-separated (e.g.
-    /// api_key,slack_webhook); the defaults always apply
-    #[arg(long, env = "ENGRAM_SENSITIVE_PATTERNS")]
-    pub sensitive_patterns: Option<String>,
-
-    /// Also redact episode content and metadata on append [default: false]
-    #[arg(long, env = "ENGRAM_REDACT_EPISODES")]
-    pub redact_episodes: Option<bool>,
-
-    /// Most database connections the server opens for calls (Postgres
-    /// also opens one LISTEN connection per feed a Watch or tail follows)
-    /// [default: 16]
-    #[arg(long, env = "ENGRAM_DB_MAX_CONNECTIONS")]
-    pub db_max_connections: Option<u32>,
-
-    /// How long a call waits for a database connection before it fails
-    /// with UNAVAILABLE, in milliseconds [default: 5000]
-    #[arg(long, env = "ENGRAM_DB_ACQUIRE_TIMEOUT_MS")]
-    pub db_acquire_timeout_ms: Option<u64>,
-
-    /// SQLite durability: full syncs every commit to disk, normal may lose
-    /// the last commits on power loss [default: full]
-    #[arg(long, env = "ENGRAM_SQLITE_SYNCHRONOUS", value_enum)]
-    pub sqlite_synchronous: Option<SqliteSynchronous>,
-
-    /// How often the database is checked for the health service, in
-    /// milliseconds [default: 1000]
-    #[arg(long, env = "ENGRAM_HEALTH_CHECK_INTERVAL_MS")]
-    pub health_check_interval_ms: Option<u64>,
-
-    /// How long a request_id is remembered for idempotent retries, in
-    /// seconds [default: 86400]
-    #[arg(long, env = "ENGRAM_REQUEST_ID_TTL_SECS")]
-    pub request_id_ttl_secs: Option<u64>,
-
-    /// How long a shutdown waits for in-flight calls and open streams before
-    /// closing them, in seconds [default: 10]
-    #[arg(long, env = "ENGRAM_SHUTDOWN_GRACE_SECS")]
-    pub shutdown_grace_secs: Option<u64>,
-
-    /// Base URL of an OpenAI-compatible API used by Compact, e.g.
-    /// https://api.openai.com/v1; unset uses the built-in extractive summarizer
-    #[arg(long, env = "ENGRAM_SUMMARIZER_URL")]
-    pub summarizer_url: Option<String>,
-
-    /// The model Compact asks when a request names none (required with
-    /// --summarizer-url)
-    #[arg(long, env = "ENGRAM_SUMMARIZER_MODEL")]
-    pub summarizer_model: Option<String>,
-
-    /// API key sent as a bearer token to the summarizer
-    #[arg(long, env = "ENGRAM_SUMMARIZER_API_KEY", hide_env_values = true)]
-    pub summarizer_api_key: Option<String>,
-
-    /// Timeout of one summarizer call, in milliseconds [default: 60000]
-    #[arg(long, env = "ENGRAM_SUMMARIZER_TIMEOUT_MS")]
-    pub summarizer_timeout_ms: Option<u64>,
-
-    /// Retries of a summarizer call on 429, 5xx and connection errors
-    /// [default: 3]
-    #[arg(long, env = "ENGRAM_SUMMARIZER_RETRIES")]
-    pub summarizer_retries: Option<u32>,
-
-    /// How long a Watch or TailEpisodes stream waits for a client that does
-    /// not read before it ends the stream with CONSUMER_TOO_SLOW, in
-    /// milliseconds [default: 30000]
-    #[arg(long, env = "ENGRAM_WATCH_STALL_TIMEOUT_MS")]
-    pub watch_stall_timeout_ms: Option<u64>,
-
-    /// Items buffered per Watch or TailEpisodes stream before the stall
-    /// timeout starts [default: 256]
-    #[arg(long, env = "ENGRAM_WATCH_BUFFER")]
-    pub watch_buffer: Option<usize>,
-
-    /// How long the change feed behind Watch is kept, in seconds
-    /// [default: 604800, a week]
-    #[arg(long, env = "ENGRAM_CHANGE_RETENTION_SECS")]
-    pub change_retention_secs: Option<u64>,
-
-    /// How often the consolidation scheduler looks for due rules, in
-    /// milliseconds; 0 turns the scheduler off on this replica (RunRule
-    /// still works) [default: 1000]
-    #[arg(long, env = "ENGRAM_SCHEDULER_INTERVAL_MS")]
-    pub scheduler_interval_ms: Option<u64>,
-
-    /// Log format [default: text]
-    #[arg(long, env = "ENGRAM_LOG_FORMAT", value_enum)]
-    pub log_format: Option<LogFormat>,
-
-    /// Authentication: `tokens` requires a bearer token on every call but
-    /// health and reflection; `none` turns it off. Unset: `tokens` when any
-    /// are configured; otherwise off on loopback addresses, and a refusal
-    /// to start on any other address
-    #[arg(long, env = "ENGRAM_AUTH", value_enum)]
-    pub auth: Option<AuthMode>,
-
-    /// A file of tokens, one per line: `<sha256 of the token in hex>
-    /// <tenant> [admin]` (`engram token new` prints one)
-    #[arg(long, env = "ENGRAM_TOKENS_FILE")]
-    pub tokens_file: Option<PathBuf>,
-
-    /// Tokens in the same format as the file, entries separated by `;` or
-    /// newlines (added to the file's)
-    #[arg(long, env = "ENGRAM_TOKENS", hide_env_values = true)]
-    pub tokens: Option<String>,
-
-    /// How often the tokens file is checked for changes (a changed file
-    /// that parses replaces the tokens; one that does not is logged and
-    /// ignored), in milliseconds [default: 10000]
-    #[arg(long, env = "ENGRAM_TOKENS_RELOAD_INTERVAL_MS")]
-    pub tokens_reload_interval_ms: Option<u64>,
-
-    /// Serve gRPC reflection (for grpcurl discovery, without a token)
-    /// [default: true]
-    #[arg(long, env = "ENGRAM_REFLECTION")]
-    pub reflection: Option<bool>,
-
-    /// The longest a unary call may take before it fails with
-    /// CANCELLED (a client deadline shorter than this wins), in
-    /// milliseconds; 0: no limit
-    /// [default: 300000, five minutes: summarizing compactions are slow]
-    #[arg(long, env = "ENGRAM_REQUEST_TIMEOUT_MS")]
-    pub request_timeout_ms: Option<u64>,
-
-    /// Calls one connection may have in progress at once (HTTP/2 streams,
-    /// live streams included) [default: 256]
-    #[arg(long, env = "ENGRAM_MAX_STREAMS_PER_CONNECTION")]
-    pub max_streams_per_connection: Option<u32>,
-
-    /// Serve gRPC over TLS with this PEM certificate chain (with
-    /// --tls-key-file); reloaded when the file changes
-    #[arg(long, env = "ENGRAM_TLS_CERT_FILE")]
-    pub tls_cert_file: Option<PathBuf>,
-
-    /// The PEM private key of --tls-cert-file
-    #[arg(long, env = "ENGRAM_TLS_KEY_FILE")]
-    pub tls_key_file: Option<PathBuf>,
-
-    /// Require client certificates signed by these PEM CA certificates
-    /// (mTLS); needs --tls-cert-file
-    #[arg(long, env = "ENGRAM_TLS_CLIENT_CA_FILE")]
-    pub tls_client_ca_file: Option<PathBuf>,
-
-    /// How often the TLS files are checked for changes, in milliseconds
-    /// [default: 10000]
-    #[arg(long, env = "ENGRAM_TLS_RELOAD_INTERVAL_MS")]
-    pub tls_reload_interval_ms: Option<u64>,
-
-    /// The largest gRPC message accepted, in bytes [default: twice
-    /// max_value_bytes, at least 4 MiB]
-    #[arg(long, env = "ENGRAM_MAX_MESSAGE_BYTES")]
-    pub max_message_bytes: Option<usize>,
+            /// The settings with the defaults of those left unset.
+            pub fn values(self) -> anyhow::Result<Values> {
+                Ok(Values { $($name: value!(self.$name, stringify!($name), $ty $(, $default)?),)* })
+            }
+        }
+    };
 }
 
-impl Settings {
-    /// Fills every unset setting from `other`.
-    fn or(self, other: Settings) -> Settings {
-        Settings {
-            database_url: self.database_url.or(other.database_url),
-            grpc_addr: self.grpc_addr.or(other.grpc_addr),
-            http_addr: self.http_addr.or(other.http_addr),
-            migrate: self.migrate.or(other.migrate),
-            max_value_bytes: self.max_value_bytes.or(other.max_value_bytes),
-            max_sessions: self.max_sessions.or(other.max_sessions),
-            max_events_per_session: self.max_events_per_session.or(other.max_events_per_session),
-            max_tasks_per_session: self.max_tasks_per_session.or(other.max_tasks_per_session),
-            max_facts_per_user: self.max_facts_per_user.or(other.max_facts_per_user),
-            max_cached_files: self.max_cached_files.or(other.max_cached_files),
-            max_cache_bytes: self.max_cache_bytes.or(other.max_cache_bytes),
-            redact_secrets: self.redact_secrets.or(other.redact_secrets),
-            sensitive_patterns: self.sensitive_patterns.or(other.sensitive_patterns),
-            redact_episodes: self.redact_episodes.or(other.redact_episodes),
-            db_max_connections: self.db_max_connections.or(other.db_max_connections),
-            db_acquire_timeout_ms: self.db_acquire_timeout_ms.or(other.db_acquire_timeout_ms),
-            sqlite_synchronous: self.sqlite_synchronous.or(other.sqlite_synchronous),
-            health_check_interval_ms: self
-                .health_check_interval_ms
-                .or(other.health_check_interval_ms),
-            request_id_ttl_secs: self.request_id_ttl_secs.or(other.request_id_ttl_secs),
-            shutdown_grace_secs: self.shutdown_grace_secs.or(other.shutdown_grace_secs),
-            watch_stall_timeout_ms: self.watch_stall_timeout_ms.or(other.watch_stall_timeout_ms),
-            change_retention_secs: self.change_retention_secs.or(other.change_retention_secs),
-            watch_buffer: self.watch_buffer.or(other.watch_buffer),
-            summarizer_url: self.summarizer_url.or(other.summarizer_url),
-            summarizer_model: self.summarizer_model.or(other.summarizer_model),
-            summarizer_api_key: self.summarizer_api_key.or(other.summarizer_api_key),
-            summarizer_timeout_ms: self.summarizer_timeout_ms.or(other.summarizer_timeout_ms),
-            summarizer_retries: self.summarizer_retries.or(other.summarizer_retries),
-            scheduler_interval_ms: self.scheduler_interval_ms.or(other.scheduler_interval_ms),
-            log_format: self.log_format.or(other.log_format),
-            auth: self.auth.or(other.auth),
-            tokens_file: self.tokens_file.or(other.tokens_file),
-            tokens: self.tokens.or(other.tokens),
-            tokens_reload_interval_ms: self
-                .tokens_reload_interval_ms
-                .or(other.tokens_reload_interval_ms),
-            reflection: self.reflection.or(other.reflection),
-            request_timeout_ms: self.request_timeout_ms.or(other.request_timeout_ms),
-            max_streams_per_connection: self
-                .max_streams_per_connection
-                .or(other.max_streams_per_connection),
-            max_message_bytes: self.max_message_bytes.or(other.max_message_bytes),
-            tls_cert_file: self.tls_cert_file.or(other.tls_cert_file),
-            tls_key_file: self.tls_key_file.or(other.tls_key_file),
-            tls_client_ca_file: self.tls_client_ca_file.or(other.tls_client_ca_file),
-            tls_reload_interval_ms: self.tls_reload_interval_ms.or(other.tls_reload_interval_ms),
+/// The doc of a setting with its default appended (clap reads only
+/// literal doc comments, so the help is built here).
+macro_rules! help {
+    ([$($doc:literal),*], $default:literal) => {
+        concat!($($doc,)* " [default: ", $default, "]")
+    };
+    ([$($doc:literal),*]) => { concat!($($doc),*) };
+}
+
+macro_rules! default_text {
+    ($default:literal) => {
+        Some($default)
+    };
+    () => {
+        None
+    };
+}
+
+macro_rules! value_type {
+    ($ty:ty, $default:literal) => { $ty };
+    ($ty:ty) => { Option<$ty> };
+}
+
+macro_rules! value {
+    ($value:expr, $name:expr, $ty:ty, $default:literal) => {
+        match $value {
+            Some(value) => value,
+            None => <$ty as FromDefault>::from_default($default)
+                .with_context(|| format!("the default of {}", $name))?,
         }
-    }
+    };
+    ($value:expr, $name:expr, $ty:ty) => {
+        $value
+    };
+}
+
+/// A type whose default is written as text in `settings!`.
+trait FromDefault: Sized {
+    fn from_default(text: &str) -> anyhow::Result<Self>;
+}
+
+macro_rules! parsed_default {
+    ($($ty:ty),*) => {$(
+        impl FromDefault for $ty {
+            fn from_default(text: &str) -> anyhow::Result<Self> {
+                text.parse().map_err(|e| anyhow::anyhow!("{text:?}: {e}"))
+            }
+        }
+    )*};
+}
+parsed_default!(String, SocketAddr, PathBuf, u64, u32, usize, bool);
+
+macro_rules! named_default {
+    ($($ty:ty),*) => {$(
+        impl FromDefault for $ty {
+            fn from_default(text: &str) -> anyhow::Result<Self> {
+                <$ty as clap::ValueEnum>::from_str(text, false).map_err(anyhow::Error::msg)
+            }
+        }
+    )*};
+}
+named_default!(MigrateMode, LogFormat, AuthMode, SqliteSynchronous);
+
+settings! {
+    /// Database URL: sqlite://PATH (created on first start) or
+    /// postgres://USER:PASSWORD@HOST/DB
+    database_url: String = "sqlite://engram.db", env "ENGRAM_DATABASE_URL", hide_env_values;
+    /// Address of the gRPC server; port 0 picks a free port
+    grpc_addr: SocketAddr = "127.0.0.1:50051", env "ENGRAM_GRPC_ADDR";
+    /// Address of the HTTP server (/healthz, /readyz); port 0 picks a free port
+    http_addr: SocketAddr = "127.0.0.1:9090", env "ENGRAM_HTTP_ADDR";
+    /// Apply pending migrations at start (auto) or refuse to start while any are
+    /// pending (off)
+    migrate: MigrateMode = "auto", env "ENGRAM_MIGRATE";
+    /// Largest memory value accepted, in bytes of JSON
+    max_value_bytes: usize = "1048576", env "ENGRAM_MAX_VALUE_BYTES";
+    /// Most sessions per tenant; creating one more evicts the oldest 10% (0:
+    /// unlimited)
+    max_sessions: u64 = "0", env "ENGRAM_MAX_SESSIONS";
+    /// Most episodes kept per session; appending past it evicts the oldest (0:
+    /// unlimited)
+    max_events_per_session: u64 = "0", env "ENGRAM_MAX_EVENTS_PER_SESSION";
+    /// Most tasks a session's todo list may hold
+    max_tasks_per_session: u64 = "100", env "ENGRAM_MAX_TASKS_PER_SESSION";
+    /// Most live facts (remembered or procedures) per user and app
+    max_facts_per_user: u64 = "1000", env "ENGRAM_MAX_FACTS_PER_USER";
+    /// Most files in a session's content cache; the least recently cached go first
+    max_cached_files: u64 = "32", env "ENGRAM_MAX_CACHED_FILES";
+    /// Most bytes in a session's content cache
+    max_cache_bytes: u64 = "1048576", env "ENGRAM_MAX_CACHE_BYTES";
+    /// Replace secrets with [REDACTED] in working memory and remembered facts
+    /// before they are stored
+    redact_secrets: bool = "true", env "ENGRAM_REDACT_SECRETS";
+    /// Extra words that make a key sensitive, comma-separated (e.g.
+    /// api_key,slack_webhook); the defaults always apply
+    sensitive_patterns: String, env "ENGRAM_SENSITIVE_PATTERNS";
+    /// Also redact episode content and metadata on append
+    redact_episodes: bool = "false", env "ENGRAM_REDACT_EPISODES";
+    /// Most database connections the server opens for calls (Postgres also opens
+    /// one LISTEN connection per feed a Watch or tail follows)
+    db_max_connections: u32 = "16", env "ENGRAM_DB_MAX_CONNECTIONS";
+    /// How long a call waits for a database connection before it fails with
+    /// UNAVAILABLE, in milliseconds
+    db_acquire_timeout_ms: u64 = "5000", env "ENGRAM_DB_ACQUIRE_TIMEOUT_MS";
+    /// SQLite durability: full syncs every commit to disk, normal may lose the last
+    /// commits on power loss
+    sqlite_synchronous: SqliteSynchronous = "full", env "ENGRAM_SQLITE_SYNCHRONOUS";
+    /// How often the database is checked for the health service, in milliseconds
+    health_check_interval_ms: u64 = "1000", env "ENGRAM_HEALTH_CHECK_INTERVAL_MS";
+    /// How long a request_id is remembered for idempotent retries, in seconds
+    request_id_ttl_secs: u64 = "86400", env "ENGRAM_REQUEST_ID_TTL_SECS";
+    /// How long a shutdown waits for in-flight calls and open streams before
+    /// closing them, in seconds
+    shutdown_grace_secs: u64 = "10", env "ENGRAM_SHUTDOWN_GRACE_SECS";
+    /// Base URL of an OpenAI-compatible API used by Compact, e.g.
+    /// https://api.openai.com/v1; unset uses the built-in extractive summarizer
+    summarizer_url: String, env "ENGRAM_SUMMARIZER_URL";
+    /// The model Compact asks when a request names none (required with
+    /// --summarizer-url)
+    summarizer_model: String, env "ENGRAM_SUMMARIZER_MODEL";
+    /// API key sent as a bearer token to the summarizer
+    summarizer_api_key: String, env "ENGRAM_SUMMARIZER_API_KEY", hide_env_values;
+    /// Timeout of one summarizer call, in milliseconds
+    summarizer_timeout_ms: u64 = "60000", env "ENGRAM_SUMMARIZER_TIMEOUT_MS";
+    /// Retries of a summarizer call on 429, 5xx and connection errors
+    summarizer_retries: u32 = "3", env "ENGRAM_SUMMARIZER_RETRIES";
+    /// How long a Watch or TailEpisodes stream waits for a client that does not
+    /// read before it ends the stream with CONSUMER_TOO_SLOW, in milliseconds
+    watch_stall_timeout_ms: u64 = "30000", env "ENGRAM_WATCH_STALL_TIMEOUT_MS";
+    /// Items buffered per Watch or TailEpisodes stream before the stall timeout
+    /// starts
+    watch_buffer: usize = "256", env "ENGRAM_WATCH_BUFFER";
+    /// How long the change feed behind Watch is kept, in seconds (604800 is a
+    /// week)
+    change_retention_secs: u64 = "604800", env "ENGRAM_CHANGE_RETENTION_SECS";
+    /// How often the consolidation scheduler looks for due rules, in milliseconds;
+    /// 0 turns the scheduler off on this replica (RunRule still works)
+    scheduler_interval_ms: u64 = "1000", env "ENGRAM_SCHEDULER_INTERVAL_MS";
+    /// Log format
+    log_format: LogFormat = "text", env "ENGRAM_LOG_FORMAT";
+    /// Authentication: `tokens` requires a bearer token on every call but health
+    /// and reflection; `none` turns it off. Unset: `tokens` when any are
+    /// configured; otherwise off on loopback addresses, and a refusal to start on
+    /// any other address
+    auth: AuthMode, env "ENGRAM_AUTH";
+    /// A file of tokens, one per line: `<sha256 of the token in hex> <tenant>
+    /// [admin]` (`engram token new` prints one)
+    tokens_file: PathBuf, env "ENGRAM_TOKENS_FILE";
+    /// Tokens in the same format as the file, entries separated by `;` or newlines
+    /// (added to the file's)
+    tokens: String, env "ENGRAM_TOKENS", hide_env_values;
+    /// How often the tokens file is checked for changes (a changed file that parses
+    /// replaces the tokens; one that does not is logged and ignored), in
+    /// milliseconds
+    tokens_reload_interval_ms: u64 = "10000", env "ENGRAM_TOKENS_RELOAD_INTERVAL_MS";
+    /// Serve gRPC reflection (for grpcurl discovery, without a token)
+    reflection: bool = "true", env "ENGRAM_REFLECTION";
+    /// The longest a unary call may take before it fails with CANCELLED (a client
+    /// deadline shorter than this wins), in milliseconds; 0: no limit (the default of
+    /// five minutes leaves room for summarizing compactions)
+    request_timeout_ms: u64 = "300000", env "ENGRAM_REQUEST_TIMEOUT_MS";
+    /// Calls one connection may have in progress at once (HTTP/2 streams, live
+    /// streams included)
+    max_streams_per_connection: u32 = "256", env "ENGRAM_MAX_STREAMS_PER_CONNECTION";
+    /// Serve gRPC over TLS with this PEM certificate chain (with --tls-key-file);
+    /// reloaded when the file changes
+    tls_cert_file: PathBuf, env "ENGRAM_TLS_CERT_FILE";
+    /// The PEM private key of --tls-cert-file
+    tls_key_file: PathBuf, env "ENGRAM_TLS_KEY_FILE";
+    /// Require client certificates signed by these PEM CA certificates (mTLS);
+    /// needs --tls-cert-file
+    tls_client_ca_file: PathBuf, env "ENGRAM_TLS_CLIENT_CA_FILE";
+    /// How often the TLS files are checked for changes, in milliseconds
+    tls_reload_interval_ms: u64 = "10000", env "ENGRAM_TLS_RELOAD_INTERVAL_MS";
+    /// The largest gRPC message accepted, in bytes; unset: twice max_value_bytes,
+    /// at least 4 MiB
+    max_message_bytes: usize, env "ENGRAM_MAX_MESSAGE_BYTES";
 }
 
 /// Arguments of `engram serve` and `engram migrate`.
@@ -448,182 +402,132 @@ impl Config {
 
     /// Fills defaults and checks values.
     pub fn resolve(settings: Settings) -> anyhow::Result<Config> {
-        let defaults = StoreOptions::default();
+        let v = settings.values()?;
         let tokens = TokenSources {
-            file: settings.tokens_file.clone(),
-            inline: settings.tokens.clone(),
+            file: v.tokens_file.clone(),
+            inline: v.tokens.clone(),
         };
-        let auth = authenticator(&settings, &tokens)?;
-        let tls = match (&settings.tls_cert_file, &settings.tls_key_file) {
+        let auth = authenticator(&v, &tokens)?;
+        let tls = match (&v.tls_cert_file, &v.tls_key_file) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
-                client_ca: settings.tls_client_ca_file.clone(),
-                reload_interval: Duration::from_millis(
-                    settings.tls_reload_interval_ms.unwrap_or(10_000).max(1),
-                ),
+                client_ca: v.tls_client_ca_file.clone(),
+                reload_interval: millis(v.tls_reload_interval_ms.max(1)),
             }),
             (None, None) => {
                 anyhow::ensure!(
-                    settings.tls_client_ca_file.is_none(),
+                    v.tls_client_ca_file.is_none(),
                     "tls_client_ca_file needs tls_cert_file and tls_key_file"
                 );
                 None
             }
             _ => anyhow::bail!("tls_cert_file and tls_key_file go together"),
         };
-        let config = Config {
-            database_url: DatabaseUrl::new(
-                settings
-                    .database_url
-                    .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
-            ),
-            grpc_addr: settings
-                .grpc_addr
-                .unwrap_or_else(|| DEFAULT_GRPC_ADDR.parse().expect("valid default address")),
-            http_addr: settings
-                .http_addr
-                .unwrap_or_else(|| DEFAULT_HTTP_ADDR.parse().expect("valid default address")),
-            migrate: settings.migrate.unwrap_or_default(),
-            limits: MemoryLimits {
-                max_value_bytes: settings
-                    .max_value_bytes
-                    .unwrap_or(MemoryLimits::default().max_value_bytes),
-            },
-            sessions: SessionLimits {
-                max_sessions: count("max_sessions", settings.max_sessions)?,
-                max_events_per_session: count(
-                    "max_events_per_session",
-                    settings.max_events_per_session,
-                )?,
-                max_episode_bytes: settings
-                    .max_value_bytes
-                    .unwrap_or(MemoryLimits::default().max_value_bytes),
-            },
-            working: {
-                let defaults = WorkingLimits::default();
-                let or = |name, value: Option<u64>, default: i64| -> anyhow::Result<i64> {
-                    value.map_or(Ok(default), |v| count(name, Some(v)))
-                };
-                WorkingLimits {
-                    max_tasks_per_session: or(
-                        "max_tasks_per_session",
-                        settings.max_tasks_per_session,
-                        defaults.max_tasks_per_session,
-                    )?,
-                    max_facts_per_user: or(
-                        "max_facts_per_user",
-                        settings.max_facts_per_user,
-                        defaults.max_facts_per_user,
-                    )?,
-                    max_cached_files: or(
-                        "max_cached_files",
-                        settings.max_cached_files,
-                        defaults.max_cached_files,
-                    )?,
-                    max_cache_bytes: or(
-                        "max_cache_bytes",
-                        settings.max_cache_bytes,
-                        defaults.max_cache_bytes,
-                    )?,
-                }
-            },
-            redactor: settings.redact_secrets.unwrap_or(true).then(|| {
-                let extra: Vec<String> = settings
-                    .sensitive_patterns
-                    .as_deref()
-                    .unwrap_or("")
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|w| !w.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-                Redactor::new(&extra)
-            }),
-            redact_episodes: settings.redact_episodes.unwrap_or(false),
-            store: StoreOptions {
-                max_connections: settings
-                    .db_max_connections
-                    .unwrap_or(defaults.max_connections),
-                acquire_timeout: settings
-                    .db_acquire_timeout_ms
-                    .map_or(defaults.acquire_timeout, Duration::from_millis),
-                sqlite_synchronous: settings.sqlite_synchronous.unwrap_or_default(),
-            },
-            health_check_interval: Duration::from_millis(
-                settings.health_check_interval_ms.unwrap_or(1000),
-            ),
-            request_id_ttl: Duration::from_secs(settings.request_id_ttl_secs.unwrap_or(86_400)),
-            shutdown_grace: Duration::from_secs(settings.shutdown_grace_secs.unwrap_or(10)),
-            watch_stall_timeout: Duration::from_millis(settings.watch_stall_timeout_ms.unwrap_or(30_000)),
-            watch_buffer: settings.watch_buffer.unwrap_or(256).max(1),
-            change_retention: Duration::from_secs(settings.change_retention_secs.unwrap_or(7 * 86_400)),
-            summarizer: match settings.summarizer_url {
-                None => None,
-                Some(url) => Some(OpenAiConfig {
-                    url,
-                    model: settings.summarizer_model.clone().ok_or_else(|| {
-                        anyhow::anyhow!("summarizer_model (ENGRAM_SUMMARIZER_MODEL) is required with summarizer_url")
-                    })?,
-                    api_key: settings.summarizer_api_key,
-                    timeout: Duration::from_millis(settings.summarizer_timeout_ms.unwrap_or(60_000)),
-                    retries: settings.summarizer_retries.unwrap_or(3),
-                }),
-            },
-            scheduler_interval: match settings.scheduler_interval_ms.unwrap_or(1000) {
-                0 => None,
-                ms => Some(Duration::from_millis(ms)),
-            },
-            log_format: settings.log_format.unwrap_or_default(),
-            auth,
-            tokens,
-            tokens_reload_interval: Duration::from_millis(
-                settings.tokens_reload_interval_ms.unwrap_or(10_000).max(1),
-            ),
-            tls,
-            reflection: settings.reflection.unwrap_or(true),
-            request_timeout: match settings.request_timeout_ms.unwrap_or(300_000) {
-                0 => None,
-                ms => Some(Duration::from_millis(ms)),
-            },
-            max_streams_per_connection: settings.max_streams_per_connection.unwrap_or(256).max(1),
-            // A value at the limit must fit in a message; leave room for the rest.
-            max_message_bytes: settings.max_message_bytes.unwrap_or_else(|| {
-                settings
-                    .max_value_bytes
-                    .unwrap_or(MemoryLimits::default().max_value_bytes)
-                    .saturating_mul(2)
-                    .max(4 << 20)
+        let summarizer = match v.summarizer_url {
+            None => None,
+            Some(url) => Some(OpenAiConfig {
+                url,
+                model: v.summarizer_model.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "summarizer_model (ENGRAM_SUMMARIZER_MODEL) is required with summarizer_url"
+                    )
+                })?,
+                api_key: v.summarizer_api_key,
+                timeout: millis(v.summarizer_timeout_ms),
+                retries: v.summarizer_retries,
             }),
         };
+        let redactor = v.redact_secrets.then(|| {
+            let extra: Vec<String> = v
+                .sensitive_patterns
+                .as_deref()
+                .unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect();
+            Redactor::new(&extra)
+        });
+        anyhow::ensure!(v.max_value_bytes > 0, "max_value_bytes must be positive");
         anyhow::ensure!(
-            config.limits.max_value_bytes > 0,
-            "max_value_bytes must be positive"
-        );
-        anyhow::ensure!(
-            config.store.max_connections > 0,
+            v.db_max_connections > 0,
             "db_max_connections must be positive"
         );
         anyhow::ensure!(
-            !config.health_check_interval.is_zero(),
+            v.health_check_interval_ms > 0,
             "health_check_interval_ms must be positive"
         );
-        crate::store::Backend::of(config.database_url.expose()).map_err(anyhow::Error::msg)?;
-        Ok(config)
+        crate::store::Backend::of(&v.database_url).map_err(anyhow::Error::msg)?;
+        Ok(Config {
+            database_url: DatabaseUrl::new(v.database_url),
+            grpc_addr: v.grpc_addr,
+            http_addr: v.http_addr,
+            migrate: v.migrate,
+            limits: MemoryLimits {
+                max_value_bytes: v.max_value_bytes,
+            },
+            sessions: SessionLimits {
+                max_sessions: count("max_sessions", v.max_sessions)?,
+                max_events_per_session: count("max_events_per_session", v.max_events_per_session)?,
+                max_episode_bytes: v.max_value_bytes,
+            },
+            working: WorkingLimits {
+                max_tasks_per_session: count("max_tasks_per_session", v.max_tasks_per_session)?,
+                max_facts_per_user: count("max_facts_per_user", v.max_facts_per_user)?,
+                max_cached_files: count("max_cached_files", v.max_cached_files)?,
+                max_cache_bytes: count("max_cache_bytes", v.max_cache_bytes)?,
+            },
+            redactor,
+            redact_episodes: v.redact_episodes,
+            store: StoreOptions {
+                max_connections: v.db_max_connections,
+                acquire_timeout: millis(v.db_acquire_timeout_ms),
+                sqlite_synchronous: v.sqlite_synchronous,
+            },
+            health_check_interval: millis(v.health_check_interval_ms),
+            request_id_ttl: Duration::from_secs(v.request_id_ttl_secs),
+            shutdown_grace: Duration::from_secs(v.shutdown_grace_secs),
+            watch_stall_timeout: millis(v.watch_stall_timeout_ms),
+            watch_buffer: v.watch_buffer.max(1),
+            change_retention: Duration::from_secs(v.change_retention_secs),
+            scheduler_interval: (v.scheduler_interval_ms > 0)
+                .then(|| millis(v.scheduler_interval_ms)),
+            summarizer,
+            log_format: v.log_format,
+            auth,
+            tokens,
+            tokens_reload_interval: millis(v.tokens_reload_interval_ms.max(1)),
+            tls,
+            reflection: v.reflection,
+            request_timeout: (v.request_timeout_ms > 0).then(|| millis(v.request_timeout_ms)),
+            max_streams_per_connection: v.max_streams_per_connection.max(1),
+            // A value at the limit must fit in a message; leave room for the rest.
+            max_message_bytes: v
+                .max_message_bytes
+                .unwrap_or_else(|| v.max_value_bytes.saturating_mul(2).max(4 << 20)),
+        })
+    }
+
+    /// The configuration with every default: what tests and tools that
+    /// open a store directly start from.
+    pub fn defaults() -> Config {
+        Config::resolve(Settings::default()).expect("the defaults resolve")
     }
 }
 
+fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
 /// The tokens the settings configure, and whether auth is on at all.
-fn authenticator(settings: &Settings, sources: &TokenSources) -> anyhow::Result<Authenticator> {
+fn authenticator(v: &Values, sources: &TokenSources) -> anyhow::Result<Authenticator> {
     let file_text = sources.read_file().map_err(anyhow::Error::msg)?;
     let auth = sources
         .parse(file_text.as_deref())
         .map_err(anyhow::Error::msg)?;
-    let loopback = |addr: Option<SocketAddr>, default: &str| {
-        addr.or_else(|| default.parse().ok())
-            .is_some_and(|a| a.ip().is_loopback())
-    };
-    match settings.auth {
+    match v.auth {
         Some(AuthMode::None) => Ok(Authenticator::off()),
         Some(AuthMode::Tokens) => {
             anyhow::ensure!(
@@ -633,9 +537,7 @@ fn authenticator(settings: &Settings, sources: &TokenSources) -> anyhow::Result<
             Ok(auth)
         }
         None if !auth.is_empty() => Ok(auth),
-        None if loopback(settings.grpc_addr, DEFAULT_GRPC_ADDR)
-            && loopback(settings.http_addr, DEFAULT_HTTP_ADDR) =>
-        {
+        None if v.grpc_addr.ip().is_loopback() && v.http_addr.ip().is_loopback() => {
             Ok(Authenticator::off())
         }
         None => anyhow::bail!(
@@ -679,8 +581,47 @@ mod tests {
         let config = Config::resolve(flags.or(file)).expect("valid config");
         assert_eq!(config.database_url.expose(), "sqlite://from-file.db");
         assert_eq!(config.limits.max_value_bytes, 20);
-        assert_eq!(config.grpc_addr.to_string(), DEFAULT_GRPC_ADDR);
+        assert_eq!(config.grpc_addr.to_string(), "127.0.0.1:50051");
         assert_eq!(config.migrate, MigrateMode::Auto);
+    }
+
+    #[test]
+    fn every_default_resolves_and_is_shown_in_the_help() {
+        let config = Config::defaults();
+        assert_eq!(config.database_url.expose(), "sqlite://engram.db");
+        assert_eq!(config.limits.max_value_bytes, 1 << 20);
+        assert_eq!(config.working.max_tasks_per_session, 100);
+        assert_eq!(config.store.sqlite_synchronous, SqliteSynchronous::Full);
+        assert_eq!(config.request_timeout, Some(Duration::from_secs(300)));
+        assert_eq!(config.max_message_bytes, 4 << 20);
+        assert!(config.summarizer.is_none() && config.tls.is_none());
+
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        let help = Cli::command().render_help().to_string();
+        assert!(help.contains("bytes of JSON [default: 1048576]"), "{help}");
+        assert!(help.contains("[default: sqlite://engram.db]"), "{help}");
+    }
+
+    #[test]
+    fn the_readme_lists_every_setting_with_its_default() {
+        let readme = include_str!("../README.md");
+        for (name, env, default) in SETTINGS {
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with("| `--") && l.contains(&format!("`{env}`")))
+                .unwrap_or_else(|| panic!("README has no row for {name} ({env})"));
+            if let Some(default) = default {
+                assert!(
+                    row.contains(&format!("| `{default}` |")),
+                    "README shows another default for {name}: {row}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::memory::ports::{MemoryStore, Mutation, Write};
 use crate::memory::{ChangeKind, Key, Provenance, Scope, ScopeName, ScopeType, Value};
 use crate::sessions::ports::{Append, SessionStore};
 use crate::sessions::{EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery};
-use crate::store::{SqliteStore, StoreOptions, pg_statements};
+use crate::store::{SqliteStore, pg_statements};
 
 /// Loads `n` episodes for `recent` straight into the database (1000
 /// sessions of 100 users), once; returns how many there are.
@@ -317,7 +317,8 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 /// The store called straight from `--clients` tasks on the same SQLite
 /// file: the same SQL as the server, without gRPC or the service layer.
 async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64> {
-    let store = SqliteStore::connect(&args.database_url, &StoreOptions::default()).await?;
+    let store =
+        SqliteStore::connect(&args.database_url, &crate::config::Config::defaults().store).await?;
     let deadline = Instant::now() + args.duration;
     let mut tasks = Vec::new();
     for client in 0..args.clients {

@@ -32,14 +32,6 @@ pub struct MemoryLimits {
     pub max_value_bytes: usize,
 }
 
-impl Default for MemoryLimits {
-    fn default() -> Self {
-        MemoryLimits {
-            max_value_bytes: 1024 * 1024,
-        }
-    }
-}
-
 /// What a request said about its scope; the caller context fills the gaps.
 #[derive(Debug, Clone, Default)]
 pub struct ScopeSelector {

@@ -60,16 +60,6 @@ pub struct StoreOptions {
     pub sqlite_synchronous: SqliteSynchronous,
 }
 
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            max_connections: 16,
-            acquire_timeout: Duration::from_secs(5),
-            sqlite_synchronous: SqliteSynchronous::Full,
-        }
-    }
-}
-
 /// Which backend a database URL selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

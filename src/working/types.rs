@@ -87,17 +87,6 @@ pub struct WorkingLimits {
     pub max_cache_bytes: i64,
 }
 
-impl Default for WorkingLimits {
-    fn default() -> Self {
-        WorkingLimits {
-            max_tasks_per_session: 100,
-            max_facts_per_user: 1000,
-            max_cached_files: 32,
-            max_cache_bytes: 1 << 20,
-        }
-    }
-}
-
 impl Task {
     /// The task id for a number: `t1`, `t2`, …
     pub fn id_for(number: i64) -> String {

@@ -12,7 +12,7 @@ use engram::proto::episode_service_client::EpisodeServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::session_service_client::SessionServiceClient;
 use engram::server::RunningServer;
-use engram::store::{PgStore, SqliteStore, StoreOptions};
+use engram::store::{PgStore, SqliteStore};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tonic::service::Interceptor;
@@ -97,13 +97,13 @@ impl TestDb {
     }
 
     pub async fn sqlite_store(&self) -> SqliteStore {
-        SqliteStore::connect(&self.url, &StoreOptions::default())
+        SqliteStore::connect(&self.url, &engram::config::Config::defaults().store)
             .await
             .expect("open sqlite store")
     }
 
     pub async fn pg_store(&self) -> PgStore {
-        PgStore::connect(&self.url, &StoreOptions::default())
+        PgStore::connect(&self.url, &engram::config::Config::defaults().store)
             .await
             .expect("open postgres store")
     }

@@ -8,7 +8,7 @@ use engram::api::convert::json_to_proto;
 use engram::context::CallerContext;
 use engram::error::{Error, Reason};
 use engram::memory::admin::{CompactCommand, MemoryAdmin, Sources};
-use engram::memory::{Key, MemoryLimits, Scope, ScopeName, ScopeType as Type};
+use engram::memory::{Key, Scope, ScopeName, ScopeType as Type};
 use engram::ports::{Database, Store};
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::{
@@ -534,7 +534,8 @@ async fn fenced_compaction<S: Store>(store: S, fail: bool) -> (Result<(), Error>
         name: ScopeName::parse("scope", "fence").expect("scope"),
     };
     let key = Key::parse("key", "notes").expect("key");
-    let memory = engram::memory::Memory::new(store.clone(), MemoryLimits::default());
+    let memory =
+        engram::memory::Memory::new(store.clone(), engram::config::Config::defaults().limits);
     let ctx = CallerContext::default();
     let write = || engram::memory::WriteRequest {
         selector: engram::memory::ScopeSelector::explicit(scope.clone()),
@@ -550,7 +551,7 @@ async fn fenced_compaction<S: Store>(store: S, fail: bool) -> (Result<(), Error>
     let release = Arc::new(tokio::sync::Notify::new());
     let admin = MemoryAdmin::new(
         store.clone(),
-        MemoryLimits::default(),
+        engram::config::Config::defaults().limits,
         Arc::new(Gated {
             started: started.clone(),
             release: release.clone(),

@@ -194,7 +194,7 @@ async fn cancelled_calls_leave_no_connection_bound_to_the_wrong_tenant() {
     // One connection: every call of the other tenant rebinds it.
     let options = StoreOptions {
         max_connections: 1,
-        ..StoreOptions::default()
+        ..engram::config::Config::defaults().store
     };
     let store = PgStore::connect(&as_user(&db.url, APP_ROLE), &options)
         .await

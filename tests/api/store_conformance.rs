@@ -676,6 +676,7 @@ macro_rules! store_suite {
 
 mod consolidation;
 mod feeds;
+mod fixtures;
 mod maintenance;
 mod sessions;
 mod working;

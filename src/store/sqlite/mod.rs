@@ -31,14 +31,13 @@ use crate::ports::{Database, Feed, Feeds};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
-/// How hard SQLite syncs to disk. `Full` (the default) makes every commit
+/// How hard SQLite syncs to disk. `Full` makes every commit
 /// durable across power loss; `Normal` may lose the last commits then, but
 /// never corrupts the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum SqliteSynchronous {
     Normal,
-    #[default]
     Full,
 }
 

@@ -2,20 +2,15 @@
 //! after a watermark, advance), fact versions with lineage, and
 //! transactions that commit or roll back as one.
 
-use chrono::{DateTime, Utc};
 use engram::consolidation::ports::{FactFilter, FactTx, Locked, RuleTx, RunLock};
 use engram::consolidation::{Cadence, FactKind, FactPayload, Provenance, Rule};
 use engram::context::Tenant;
 use engram::ports::Store;
-use engram::sessions::ports::{Append, Appended, NewSession};
-use engram::sessions::{EpisodeInput, Id, Name, NewEpisode, Owner};
+use engram::sessions::NewEpisode;
 use serde_json::json;
 
+use super::fixtures::{self, Log, now};
 use crate::helpers::{Backend, TestDb};
-
-fn now() -> DateTime<Utc> {
-    DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now")
-}
 
 fn rule(id: &str) -> Rule {
     Rule {
@@ -152,61 +147,16 @@ async fn rules_are_stored_listed_and_deleted<S: Store>(store: S, _db: &TestDb) {
 }
 
 async fn append_episodes<S: Store>(store: &S, tenant: &Tenant, n: usize) -> Vec<i64> {
-    let (session, app, user) = (
-        Id::parse("id", "s1").expect("id"),
-        Name::parse("app", "app").expect("app"),
-        Name::parse("user", "alice").expect("user"),
-    );
-    store
-        .create_session(
-            tenant,
-            &NewSession {
-                id: &session,
-                app: &app,
-                user: &user,
-                metadata: "{}",
-                now: now(),
-                max_sessions: 0,
-            },
-        )
-        .await
-        .expect("session");
-    let episodes: Vec<NewEpisode> = (0..n)
-        .map(|i| {
-            NewEpisode::new(
-                "episode",
-                &session,
-                EpisodeInput {
-                    id: None,
-                    agent: None,
-                    kind: None,
-                    content: json!(i),
-                    metadata: serde_json::Map::new(),
-                    source_node: String::new(),
-                    timestamp: None,
-                },
-                1 << 20,
-            )
-            .expect("episode")
-        })
-        .collect();
-    let appended = store
-        .append(
-            tenant,
-            &Append {
-                session_id: &session,
-                owner: &Owner::default(),
-                episodes: &episodes,
-                now: now(),
-                max_sessions: 0,
-                max_events: 0,
-            },
-        )
-        .await
-        .expect("append");
-    let Appended::Stored(appended) = appended else {
-        panic!("{appended:?}");
+    let log = Log {
+        store,
+        tenant: tenant.clone(),
     };
+    log.create("s1", "app", "alice", 0).await;
+    let session = fixtures::id("s1");
+    let episodes: Vec<NewEpisode> = (0..n)
+        .map(|i| fixtures::episode(&session, None, None, None, json!(i)))
+        .collect();
+    let appended = log.append("s1", &episodes).await;
     appended.into_iter().map(|(e, _)| e.cursor).collect()
 }
 

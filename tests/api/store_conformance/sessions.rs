@@ -1,38 +1,17 @@
 //! Sessions and episodes: creation, appends (dense `seq`, replays,
 //! refusals, evictions), the widening reads and the tail's filters.
 
-use chrono::{DateTime, Utc};
-use engram::context::Tenant;
 use engram::ports::Store;
-use engram::sessions::ports::{Append, Appended, EpisodeQuery, NewSession};
+use engram::sessions::ports::{Appended, EpisodeQuery};
 use engram::sessions::{
-    Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery, Session,
-    SessionFilter, TailFilter,
+    Episode, EpisodeType, Id, NewEpisode, Owner, RecentQuery, SessionFilter, TailFilter,
 };
 use serde_json::json;
 
+use super::fixtures::{self, id, log, name, now, owner};
 use crate::helpers::TestDb;
 
-fn name(field: &str, text: &str) -> Name {
-    Name::parse(field, text).expect("name")
-}
-
-fn id(text: &str) -> Id {
-    Id::parse("id", text).expect("id")
-}
-
-fn now() -> DateTime<Utc> {
-    DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now")
-}
-
-fn owner(app: &str, user: &str) -> Owner {
-    Owner {
-        app: Some(name("app", app)),
-        user: Some(name("user", user)),
-    }
-}
-
-/// An episode with an id (so a retry replays it), of a type, by an agent.
+/// An episode with an id (so a retry replays it), of a type.
 fn episode(
     session: &Id,
     episode_id: &str,
@@ -40,92 +19,7 @@ fn episode(
     agent: Option<&str>,
     content: serde_json::Value,
 ) -> NewEpisode {
-    NewEpisode::new(
-        "episode",
-        session,
-        EpisodeInput {
-            id: Some(Id::parse("episode.id", episode_id).expect("episode id")),
-            agent: agent.map(|a| name("agent", a)),
-            kind: Some(EpisodeType::parse("type", kind).expect("type")),
-            content,
-            metadata: serde_json::Map::new(),
-            source_node: String::new(),
-            timestamp: None,
-        },
-        1 << 20,
-    )
-    .expect("episode")
-}
-
-struct Log<'a, S> {
-    store: &'a S,
-    tenant: Tenant,
-}
-
-impl<S: Store> Log<'_, S> {
-    async fn create(
-        &self,
-        session: &str,
-        app: &str,
-        user: &str,
-        max_sessions: i64,
-    ) -> (Session, bool) {
-        let (session_id, app, user) = (id(session), name("app", app), name("user", user));
-        self.store
-            .create_session(
-                &self.tenant,
-                &NewSession {
-                    id: &session_id,
-                    app: &app,
-                    user: &user,
-                    metadata: r#"{"k":"v"}"#,
-                    now: now(),
-                    max_sessions,
-                },
-            )
-            .await
-            .expect("create")
-    }
-
-    async fn append_as(
-        &self,
-        session: &str,
-        owner: &Owner,
-        episodes: &[NewEpisode],
-        max_events: i64,
-    ) -> Appended {
-        self.store
-            .append(
-                &self.tenant,
-                &Append {
-                    session_id: &id(session),
-                    owner,
-                    episodes,
-                    now: now(),
-                    max_sessions: 0,
-                    max_events,
-                },
-            )
-            .await
-            .expect("append")
-    }
-
-    async fn append(&self, session: &str, episodes: &[NewEpisode]) -> Vec<(Episode, bool)> {
-        match self
-            .append_as(session, &owner("app", "alice"), episodes, 0)
-            .await
-        {
-            Appended::Stored(done) => done,
-            other => panic!("expected the append to be stored, got {other:?}"),
-        }
-    }
-}
-
-fn log<'a, S>(store: &'a S, tenant: &str) -> Log<'a, S> {
-    Log {
-        store,
-        tenant: Tenant::new(tenant),
-    }
+    fixtures::episode(session, Some(episode_id), Some(kind), agent, content)
 }
 
 /// Creating an existing id reports the stored session, not a new one.

@@ -1,40 +1,25 @@
 //! Working memory: the goal, tasks with dense ids and a limit, the content
 //! cache within its limits, and counts of facts.
 
-use chrono::{DateTime, Utc};
 use engram::consolidation::ports::FactTx;
 use engram::consolidation::{FactKind, FactPayload, Provenance};
 use engram::context::Tenant;
 use engram::ports::Store;
-use engram::sessions::ports::NewSession;
-use engram::sessions::{Id, Name};
 use engram::working::ports::CachePut;
 use engram::working::{TaskChange, TaskStatus};
 use serde_json::json;
 
+use super::fixtures::{Log, now};
 use crate::helpers::TestDb;
-
-fn now() -> DateTime<Utc> {
-    DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now")
-}
 
 /// Working memory belongs to a session: these exist first.
 async fn sessions<S: Store>(store: &S, tenant: &Tenant, ids: &[&str]) {
-    let (app, user) = (
-        Name::parse("app", "app").expect("app"),
-        Name::parse("user", "alice").expect("user"),
-    );
+    let log = Log {
+        store,
+        tenant: tenant.clone(),
+    };
     for id in ids {
-        let id = Id::parse("id", *id).expect("id");
-        let new = NewSession {
-            id: &id,
-            app: &app,
-            user: &user,
-            metadata: "{}",
-            now: now(),
-            max_sessions: 0,
-        };
-        store.create_session(tenant, &new).await.expect("session");
+        log.create(id, "app", "alice", 0).await;
     }
 }
 
