@@ -17,6 +17,7 @@ pub mod paging;
 pub mod ports;
 pub mod redact;
 pub mod reload;
+pub mod search;
 pub mod server;
 pub mod sessions;
 pub mod store;

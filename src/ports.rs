@@ -13,6 +13,7 @@ use crate::metrics::PoolStatus;
 
 pub use crate::consolidation::ports::ConsolidationStore;
 pub use crate::memory::ports::MemoryStore;
+pub use crate::search::ports::SearchStore;
 pub use crate::sessions::ports::SessionStore;
 pub use crate::working::ports::WorkingStore;
 
@@ -65,11 +66,17 @@ pub trait Database: Clone + Send + Sync + 'static {
 
 /// Everything the domain needs from one backend.
 pub trait Store:
-    MemoryStore + SessionStore + ConsolidationStore + WorkingStore + Feeds + Database
+    MemoryStore + SessionStore + ConsolidationStore + WorkingStore + SearchStore + Feeds + Database
 {
 }
 
 impl<S> Store for S where
-    S: MemoryStore + SessionStore + ConsolidationStore + WorkingStore + Feeds + Database
+    S: MemoryStore
+        + SessionStore
+        + ConsolidationStore
+        + WorkingStore
+        + SearchStore
+        + Feeds
+        + Database
 {
 }

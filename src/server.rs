@@ -22,7 +22,8 @@ use tonic_health::server::HealthReporter;
 use crate::api::edge::EdgeLayer;
 use crate::api::feed::FeedOptions;
 use crate::api::{
-    ConsolidationApi, EpisodeApi, MemoryAdminApi, MemoryApi, SessionApi, WorkingMemoryApi,
+    ConsolidationApi, EpisodeApi, MemoryAdminApi, MemoryApi, SearchApi, SessionApi,
+    WorkingMemoryApi,
 };
 use crate::config::{Config, MigrateMode};
 use crate::consolidation::Consolidation;
@@ -34,8 +35,10 @@ use crate::proto::consolidation_service_server::ConsolidationServiceServer;
 use crate::proto::episode_service_server::EpisodeServiceServer;
 use crate::proto::memory_admin_service_server::MemoryAdminServiceServer;
 use crate::proto::memory_service_server::MemoryServiceServer;
+use crate::proto::search_service_server::SearchServiceServer;
 use crate::proto::session_service_server::SessionServiceServer;
 use crate::proto::working_memory_service_server::WorkingMemoryServiceServer;
+use crate::search::Search;
 use crate::sessions::Sessions;
 use crate::store::{Backend, PgStore, SqliteStore};
 use crate::summarizer::{Extractive, OpenAi, Summarizer};
@@ -49,7 +52,7 @@ pub const LIVENESS: &str = "liveness";
 
 /// The services the health service reports on, besides the server as a
 /// whole (`""`). All of them depend on the database.
-fn health_services() -> [&'static str; 7] {
+fn health_services() -> [&'static str; 8] {
     [
         "",
         <MemoryServiceServer<MemoryApi<SqliteStore>> as NamedService>::NAME,
@@ -58,6 +61,7 @@ fn health_services() -> [&'static str; 7] {
         <EpisodeServiceServer<EpisodeApi<SqliteStore>> as NamedService>::NAME,
         <ConsolidationServiceServer<ConsolidationApi<SqliteStore>> as NamedService>::NAME,
         <WorkingMemoryServiceServer<WorkingMemoryApi<SqliteStore>> as NamedService>::NAME,
+        <SearchServiceServer<SearchApi<SqliteStore>> as NamedService>::NAME,
     ]
 }
 
@@ -225,6 +229,7 @@ struct Services<S> {
     sessions: Sessions<S>,
     consolidation: Consolidation<S>,
     working: WorkingMemory<S>,
+    search: Search<S>,
     feed: FeedOptions,
 }
 
@@ -251,6 +256,7 @@ impl<S: Store> Services<S> {
                 config.redactor.clone(),
             ),
             sessions,
+            search: Search::new(store.clone()),
             feed: FeedOptions {
                 shutdown: shutdown.clone(),
                 stall: config.watch_stall_timeout,
@@ -337,6 +343,7 @@ fn serve<S: Store>(
         sessions,
         consolidation,
         working,
+        search,
         feed,
     } = services;
     let endpoints = crate::api::http::Endpoints {
@@ -389,6 +396,11 @@ fn serve<S: Store>(
             WorkingMemoryServiceServer::new(WorkingMemoryApi::new(working))
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_message),
+        )
+        .add_service(
+            SearchServiceServer::new(SearchApi::new(search))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_batch),
         );
     let grpc: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
         match config.tls.clone() {

@@ -26,7 +26,7 @@ impl<S: Store> ConsolidationApi<S> {
     }
 }
 
-fn kind_from_proto(field: &str, n: i32) -> Result<Option<FactKind>> {
+pub fn kind_from_proto(field: &str, n: i32) -> Result<Option<FactKind>> {
     match proto::FactKind::try_from(n) {
         Ok(proto::FactKind::Unspecified) => Ok(None),
         Ok(proto::FactKind::Semantic) => Ok(Some(FactKind::Semantic)),

@@ -59,7 +59,7 @@ impl<S: Store> Feed for Tail<S> {
     }
 }
 
-fn types(field: &str, types: Vec<String>) -> Result<Vec<EpisodeType>> {
+pub fn types(field: &str, types: Vec<String>) -> Result<Vec<EpisodeType>> {
     types
         .into_iter()
         .enumerate()

@@ -36,6 +36,7 @@ macro_rules! fact_columns {
          v.source_episode_ids::text, v.channels::text, v.create_time"
     };
 }
+pub(super) use fact_columns;
 
 static CREATE_RULE: Sql = Sql::new(
     "INSERT INTO consolidation_rules (tenant, id, filter, every_n_episodes, cron, \
@@ -245,7 +246,7 @@ fn version_row(row: &impl Cols, at: usize) -> Result<FactVersion> {
     })
 }
 
-fn fact_row(row: &impl Cols) -> Result<Fact> {
+pub(super) fn fact_row(row: &impl Cols) -> Result<Fact> {
     Ok(Fact {
         id: row.text(0)?,
         app: row.text(1)?,

@@ -28,6 +28,7 @@ macro_rules! version_columns {
          v.create_time"
     };
 }
+pub(super) use version_columns;
 
 /// Reads the newest version of a key through its head. Parameters: $1
 /// tenant, $2 scope_type, $3 scope, $4 key. (`engram bench` runs the same
@@ -184,15 +185,19 @@ fn change_row(row: &impl Cols) -> Result<Change> {
 }
 
 fn scope_summary(row: &impl Cols) -> Result<ScopeSummary> {
-    let scope_type = row.small(0)?;
     Ok(ScopeSummary {
-        scope: Scope {
-            scope_type: ScopeType::from_i32(scope_type.into()).ok_or_else(|| {
-                Error::internal(format!("unknown scope type {scope_type} in store"))
-            })?,
-            name: ScopeName::parse("scope", row.text(1)?).map_err(Error::internal)?,
-        },
+        scope: scope_at(row, 0)?,
         entry_count: row.int(2)?,
+    })
+}
+
+/// A scope whose type and name are the columns at `at` and `at + 1`.
+pub(super) fn scope_at(row: &impl Cols, at: usize) -> Result<Scope> {
+    let scope_type = row.small(at)?;
+    Ok(Scope {
+        scope_type: ScopeType::from_i32(scope_type.into())
+            .ok_or_else(|| Error::internal(format!("unknown scope type {scope_type} in store")))?,
+        name: ScopeName::parse("scope", row.text(at + 1)?).map_err(Error::internal)?,
     })
 }
 

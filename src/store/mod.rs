@@ -14,6 +14,7 @@ use crate::memory::ports::{Mutation, Write};
 mod consolidation;
 mod memory;
 mod postgres;
+mod search;
 mod sessions;
 mod sql;
 mod sqlite;

@@ -80,7 +80,7 @@ fn json_arrays(text: &str) -> String {
 }
 
 /// Removes every `::type` cast (`::jsonb`, `::text[]`, `::timestamptz`).
-fn without_casts(text: &str) -> String {
+pub(super) fn without_casts(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("::") {
@@ -194,6 +194,14 @@ pub trait Run: Send {
     ) -> impl Future<Output = Result<Option<Self::Row>>> + Send {
         async move { Ok(self.rows(sql, params).await?.into_iter().next()) }
     }
+
+    /// Every row of a statement built at run time (search, whose filters
+    /// decide its conditions), in the connection's own dialect.
+    fn rows_built(
+        &mut self,
+        sql: String,
+        params: &[Param<'_>],
+    ) -> impl Future<Output = Result<Vec<Self::Row>>> + Send;
 
     /// Runs the statement; returns how many rows it changed.
     fn exec(
@@ -370,6 +378,13 @@ macro_rules! run_by_driver {
             async fn rows(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<Vec<$row>> {
                 let args = $arguments(params)?;
                 Ok(sqlx::query_with(sql.$text(), args).fetch_all(self).await?)
+            }
+
+            async fn rows_built(&mut self, sql: String, params: &[Param<'_>]) -> Result<Vec<$row>> {
+                let args = $arguments(params)?;
+                Ok(sqlx::query_with(sqlx::AssertSqlSafe(sql), args)
+                    .fetch_all(self)
+                    .await?)
             }
 
             async fn exec(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<u64> {

@@ -17,6 +17,7 @@ mod outage;
 mod pool;
 mod races;
 mod rls;
+mod search;
 mod sessions_api;
 mod store_conformance;
 mod summarizer_http;

@@ -19,6 +19,7 @@ use tokio::sync::{OnceCell, watch};
 
 pub(crate) mod pool;
 mod run;
+mod search;
 pub(crate) mod sessions;
 
 use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};

@@ -17,6 +17,7 @@ use sqlx::{Row, SqliteConnection};
 use tokio::sync::watch;
 
 mod run;
+mod search;
 mod sessions;
 
 use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};

@@ -51,6 +51,14 @@ macro_rules! run_on_held_connection {
                 (**self).rows(sql, params).await
             }
 
+            async fn rows_built(
+                &mut self,
+                sql: String,
+                params: &[Param<'_>],
+            ) -> Result<Vec<SqliteRow>> {
+                (**self).rows_built(sql, params).await
+            }
+
             async fn exec(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<u64> {
                 (**self).exec(sql, params).await
             }

@@ -1,0 +1,108 @@
+//! Recall: finding memory entries, facts and episodes by what they say.
+//!
+//! The domain parses the query ([`Query`]), checks the filters and the mode,
+//! asks the store for each source's best live items ([`ports::SearchStore`])
+//! and merges them by score. The stores keep their lexical indexes in the
+//! writing transaction (Postgres: generated `tsvector` columns under GIN,
+//! ranked by BM25 over the candidates; SQLite: FTS5 tables kept by
+//! triggers, ranked by its `bm25()`), so a write is findable once its call
+//! returned, and a deleted key, a purged version, an evicted episode or a
+//! deleted fact is gone in the same transaction that removed it.
+
+pub mod ports;
+mod query;
+mod service;
+
+use chrono::{DateTime, Utc};
+
+pub use query::{MAX_QUERY_BYTES, MAX_TERMS, Query};
+pub use service::{DEFAULT_LIMIT, MAX_LIMIT, Search, SearchRequest};
+
+use crate::consolidation::{Fact, FactKind};
+use crate::memory::{Entry, KeyPrefix, ScopeName, ScopeType};
+use crate::sessions::{Episode, EpisodeType, Id, Name};
+
+/// A kind of item Search looks through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    Memory,
+    Facts,
+    Episodes,
+}
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Memory, Source::Facts, Source::Episodes];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Memory => "memory",
+            Source::Facts => "facts",
+            Source::Episodes => "episodes",
+        }
+    }
+}
+
+/// How a query is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Lexical,
+    Semantic,
+    Hybrid,
+}
+
+/// What narrows each source; a filter of one source leaves the others
+/// alone.
+#[derive(Debug, Clone, Default)]
+pub struct Filters {
+    /// Memory.
+    pub scope_type: Option<ScopeType>,
+    /// Memory; only with `scope_type`.
+    pub scope: Option<ScopeName>,
+    /// Memory.
+    pub key_prefix: Option<KeyPrefix>,
+    /// Facts and episodes.
+    pub app: Option<Name>,
+    /// Facts and episodes.
+    pub user: Option<Name>,
+    /// Episodes.
+    pub session_id: Option<Id>,
+    /// Episodes.
+    pub agent: Option<Name>,
+    /// Episodes; empty: any type.
+    pub types: Vec<EpisodeType>,
+    /// Facts.
+    pub kind: Option<FactKind>,
+    /// Every source: the item's time is at or after this.
+    pub start: Option<DateTime<Utc>>,
+    /// Every source: the item's time is before this.
+    pub end: Option<DateTime<Utc>>,
+}
+
+/// An item found.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// A memory entry at its current version.
+    Entry(Entry),
+    /// A live fact at its newest version.
+    Fact(Fact),
+    Episode(Episode),
+}
+
+/// An item found, how well it matched, and an excerpt with the matched
+/// words marked `**like this**`.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub score: f64,
+    pub snippet: String,
+    pub item: Item,
+}
+
+impl Hit {
+    pub fn source(&self) -> Source {
+        match self.item {
+            Item::Entry(_) => Source::Memory,
+            Item::Fact(_) => Source::Facts,
+            Item::Episode(_) => Source::Episodes,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The query language both stores share: words (any may match, more
+//! matches rank higher), "quoted phrases" (each must appear) and -words
+//! (must not appear). Parsing is the domain's; each store turns the parsed
+//! query into its own syntax (a `tsquery`, an FTS5 expression) from these
+//! parts only, never from the raw text.
+
+use crate::error::{Error, Reason, Result};
+
+/// The longest query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 4096;
+
+/// The most words and phrases one query may hold.
+pub const MAX_TERMS: usize = 64;
+
+/// A parsed query. Every word and phrase has at least one letter or digit,
+/// and `/` is read as a space, so `src/auth/validate.ts` is found by its
+/// parts as the indexes store them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// Optional words: an item matching any is a candidate.
+    pub words: Vec<String>,
+    /// Phrases an item must contain, words in order.
+    pub phrases: Vec<String>,
+    /// Words or phrases an item must not contain.
+    pub excluded: Vec<String>,
+}
+
+impl Query {
+    pub fn parse(field: &str, text: &str) -> Result<Query> {
+        let invalid =
+            |description: String| Error::invalid(Reason::InvalidQuery, field, description);
+        if text.trim().is_empty() {
+            return Err(invalid("a query is required".to_owned()));
+        }
+        if text.len() > MAX_QUERY_BYTES {
+            return Err(invalid(format!(
+                "a query may hold at most {MAX_QUERY_BYTES} bytes, this one has {}",
+                text.len()
+            )));
+        }
+        let mut query = Query {
+            words: Vec::new(),
+            phrases: Vec::new(),
+            excluded: Vec::new(),
+        };
+        let mut rest = text;
+        loop {
+            rest = rest.trim_start();
+            if rest.is_empty() {
+                break;
+            }
+            let excluded = rest.starts_with('-') && rest.len() > 1;
+            if excluded {
+                rest = &rest[1..];
+            }
+            let (term, quoted, after) = match rest.strip_prefix('"') {
+                Some(inner) => match inner.find('"') {
+                    Some(end) => (&inner[..end], true, &inner[end + 1..]),
+                    None => (inner, true, ""),
+                },
+                None => {
+                    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+                    (&rest[..end], false, &rest[end..])
+                }
+            };
+            rest = after;
+            let term = normalize(term);
+            if !term.chars().any(char::is_alphanumeric) {
+                continue;
+            }
+            match (excluded, quoted) {
+                (true, _) => query.excluded.push(term),
+                (false, true) => query.phrases.push(term),
+                (false, false) => query.words.push(term),
+            }
+        }
+        if query.words.len() + query.phrases.len() + query.excluded.len() > MAX_TERMS {
+            return Err(invalid(format!(
+                "a query may hold at most {MAX_TERMS} words and phrases"
+            )));
+        }
+        if query.words.is_empty() && query.phrases.is_empty() {
+            return Err(invalid(
+                "the query has nothing to look for: give at least one word or \"phrase\" \
+                 (-words only exclude)"
+                    .to_owned(),
+            ));
+        }
+        Ok(query)
+    }
+}
+
+/// Collapses whitespace and reads `/` as a space.
+fn normalize(term: &str) -> String {
+    term.replace('/', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_phrases_and_exclusions() {
+        let q = Query::parse(
+            "query",
+            r#"deploy "blue green" -staging src/auth/validate.ts -"old cluster""#,
+        )
+        .expect("valid");
+        assert_eq!(q.words, vec!["deploy", "src auth validate.ts"]);
+        assert_eq!(q.phrases, vec!["blue green"]);
+        assert_eq!(q.excluded, vec!["staging", "old cluster"]);
+        let unclosed = Query::parse("query", r#"say "hello there"#).expect("valid");
+        assert_eq!(unclosed.phrases, vec!["hello there"]);
+        let dash = Query::parse("query", "state-of-the-art - x").expect("valid");
+        assert_eq!(dash.words, vec!["state-of-the-art", "x"]);
+    }
+
+    #[test]
+    fn refusals_name_the_problem() {
+        for (text, says) in [
+            ("", "required"),
+            ("   ", "required"),
+            ("-only -exclusions", "nothing to look for"),
+            ("!!! ...", "nothing to look for"),
+        ] {
+            let err = Query::parse("query", text).expect_err(text);
+            assert_eq!(err.reason(), Reason::InvalidQuery);
+            assert!(err.to_string().contains(says), "{text:?}: {err}");
+        }
+        let long = "a".repeat(MAX_QUERY_BYTES + 1);
+        assert!(Query::parse("query", &long).is_err());
+        let many = vec!["w"; MAX_TERMS + 1].join(" ");
+        assert!(Query::parse("query", &many).is_err());
+    }
+}

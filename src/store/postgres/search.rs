@@ -1,0 +1,428 @@
+//! Search on Postgres: a tsquery over the generated `search` vectors
+//! (GIN), then BM25 in Rust over the best candidates, then `ts_headline`
+//! for the snippets of the hits returned.
+//!
+//! Why BM25 here rather than `ts_rank`: `ts_rank` counts how often the
+//! words occur but not how rare they are, so a common word repeated
+//! outranks the one rare word the question is about. BM25 needs document
+//! frequencies; rather than keep term statistics on every write (a cost on
+//! the append path), each search counts them with the GIN index, within
+//! the request's filters and bounded ([`DF_CAP`], [`N_CAP`]) so a very
+//! common word costs at most that many index entries. The candidates are
+//! the [`CANDIDATES`] best by `ts_rank`, re-scored with BM25 plus a bonus
+//! for query words that stand next to each other in the item (so an exact
+//! phrase beats the same words scattered).
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+
+use super::PgStore;
+use super::pool::Lease;
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+use crate::search::ports::SearchStore;
+use crate::search::{Filters, Hit, Item, Query, Source};
+use crate::store::search::{Bounds, columns, conditions, item, width};
+use crate::store::sql::{Backend, Dialect, Param, Run};
+
+/// Candidates re-scored with BM25, the best by `ts_rank`.
+const CANDIDATES: usize = 1000;
+
+/// Document frequencies are counted up to this many items.
+const DF_CAP: i64 = 10_000;
+
+/// The collection size is counted up to this many items.
+const N_CAP: i64 = 100_000;
+
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// How much a pair of query words found side by side adds, relative to
+/// the rarer word's weight.
+const ADJACENT_WEIGHT: f64 = 0.5;
+
+/// The tables a source is searched in and its vector column.
+fn table(source: Source) -> (&'static str, &'static str) {
+    match source {
+        Source::Memory => (
+            "memory_heads h JOIN memory_versions v USING (tenant, scope_type, scope, key, version)",
+            "v.search",
+        ),
+        Source::Facts => (
+            "facts f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version",
+            "v.search",
+        ),
+        Source::Episodes => ("episodes e", "e.search"),
+    }
+}
+
+impl SearchStore for PgStore {
+    async fn search(
+        &self,
+        tenant: &Tenant,
+        source: Source,
+        query: &Query,
+        filters: &Filters,
+        limit: usize,
+    ) -> Result<Vec<Hit>> {
+        let mut conn = self.reader(tenant).await?;
+        let Some(plan) = Plan::prepare(&mut conn, query).await? else {
+            return Ok(Vec::new()); // only stop words
+        };
+        let bounds = Bounds::of(filters);
+        let (from, vector) = table(source);
+
+        let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 2);
+        let stats = format!(
+            "SELECT (SELECT count(*) FROM (SELECT 1 FROM {from} WHERE {w} LIMIT {N_CAP}) n), \
+             ARRAY(SELECT (SELECT count(*) FROM (SELECT 1 FROM {from} WHERE {w} \
+             AND {vector} @@ t.l::tsquery LIMIT {DF_CAP}) d) \
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(l, i) ORDER BY t.i)",
+            w = filter.sql
+        );
+        let mut params = vec![Param::TextList(&plan.quoted_terms)];
+        params.extend(filter.params.iter().copied());
+        let row = conn
+            .rows_built(stats, &params)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::internal("search statistics returned no row"))?;
+        let n: i64 = row.try_get(0)?;
+        let df: Vec<i64> = row.try_get(1)?;
+
+        let candidates = format!(
+            "SELECT {columns}, {vector}::text FROM {from} WHERE {w} AND {vector} @@ $1::tsquery \
+             ORDER BY ts_rank({vector}, $1::tsquery) DESC LIMIT {CANDIDATES}",
+            columns = columns(source),
+            w = filter.sql
+        );
+        let mut params = vec![Param::Text(&plan.tsquery)];
+        params.extend(filter.params.iter().copied());
+        let rows = conn.rows_built(candidates, &params).await?;
+
+        let docs: Vec<Doc> = rows
+            .iter()
+            .map(|row| Ok(Doc::parse(&row.try_get::<String, _>(width(source))?)))
+            .collect::<Result<_>>()?;
+        let scores = plan.bm25(&docs, n, &df);
+        let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        ranked.truncate(limit);
+
+        let items: Vec<(f64, Item)> = ranked
+            .into_iter()
+            .map(|(score, at)| Ok((score, item(source, &rows[at])?)))
+            .collect::<Result<_>>()?;
+        let texts: Vec<String> = items.iter().map(|(_, item)| text_of(item)).collect();
+        let snippets = headlines(&mut conn, &texts, &plan.tsquery).await?;
+        Ok(items
+            .into_iter()
+            .zip(snippets)
+            .map(|((score, item), snippet)| Hit {
+                score,
+                snippet,
+                item,
+            })
+            .collect())
+    }
+}
+
+/// The query as Postgres reads it: the tsquery that selects candidates,
+/// and the lexemes BM25 weighs.
+struct Plan {
+    /// `(any word) & (each phrase) & !(each exclusion)`.
+    tsquery: String,
+    /// Each distinct lexeme of the words and phrases, in query order.
+    terms: Vec<String>,
+    /// The same, quoted as tsquery operands.
+    quoted_terms: Vec<String>,
+    /// Pairs of terms (indexes into `terms`) next to each other in the
+    /// query.
+    pairs: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    /// Normalises the query's words with the `english` configuration; `None`
+    /// when nothing but stop words is left to look for.
+    async fn prepare(conn: &mut Lease, query: &Query) -> Result<Option<Plan>> {
+        let texts: Vec<String> = query.words.iter().chain(&query.phrases).cloned().collect();
+        let row = conn
+            .rows_built(
+                "SELECT ARRAY(SELECT array_to_string(ARRAY(SELECT u.lexeme \
+                 FROM unnest(to_tsvector('english', t.w)) u ORDER BY u.positions[1]), ' ') \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i), \
+                 ARRAY(SELECT phraseto_tsquery('english', t.p)::text \
+                 FROM unnest($2::text[]) WITH ORDINALITY AS t(p, i) ORDER BY t.i), \
+                 ARRAY(SELECT phraseto_tsquery('english', t.x)::text \
+                 FROM unnest($3::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i)"
+                    .to_owned(),
+                &[
+                    Param::TextList(&texts),
+                    Param::TextList(&query.phrases),
+                    Param::TextList(&query.excluded),
+                ],
+            )
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::internal("query normalisation returned no row"))?;
+        let lexemes: Vec<String> = row.try_get(0)?;
+        let phrases: Vec<String> = row.try_get(1)?;
+        let excluded: Vec<String> = row.try_get(2)?;
+
+        let mut terms: Vec<String> = Vec::new();
+        let index =
+            |lexeme: &str, terms: &mut Vec<String>| match terms.iter().position(|t| t == lexeme) {
+                Some(at) => at,
+                None => {
+                    terms.push(lexeme.to_owned());
+                    terms.len() - 1
+                }
+            };
+        let mut pairs = Vec::new();
+        let mut any = Vec::new();
+        let mut previous: Option<usize> = None;
+        for (at, text) in lexemes.iter().enumerate() {
+            let is_word = at < query.words.len();
+            if at == query.words.len() {
+                previous = None; // phrases pair only within themselves
+            }
+            if text.is_empty() {
+                previous = None; // a stop word breaks adjacency
+                continue;
+            }
+            for lexeme in text.split(' ') {
+                let term = index(lexeme, &mut terms);
+                if is_word && !any.contains(&term) {
+                    any.push(term);
+                }
+                if let Some(before) = previous.filter(|b| *b != term) {
+                    pairs.push((before, term));
+                }
+                previous = Some(term);
+            }
+            if !is_word {
+                previous = None;
+            }
+        }
+        let quoted_terms: Vec<String> = terms.iter().map(|t| quote(t)).collect();
+
+        let mut required: Vec<String> = Vec::new();
+        if !any.is_empty() {
+            let words: Vec<&str> = any.iter().map(|t| quoted_terms[*t].as_str()).collect();
+            required.push(format!("({})", words.join(" | ")));
+        }
+        required.extend(
+            phrases
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| format!("({p})")),
+        );
+        if required.is_empty() {
+            return Ok(None);
+        }
+        let mut tsquery = required.join(" & ");
+        for x in excluded.iter().filter(|x| !x.is_empty()) {
+            tsquery.push_str(&format!(" & !({x})"));
+        }
+        Ok(Some(Plan {
+            tsquery,
+            terms,
+            quoted_terms,
+            pairs,
+        }))
+    }
+
+    /// BM25 of each candidate, plus the adjacency bonus. `n` is the
+    /// (bounded) number of items the filters allow, `df` each term's
+    /// (bounded) document frequency among them.
+    fn bm25(&self, docs: &[Doc], n: i64, df: &[i64]) -> Vec<f64> {
+        let total = docs.iter().map(|d| d.length).sum::<usize>().max(1);
+        let average = total as f64 / docs.len().max(1) as f64;
+        let idf: Vec<f64> = self
+            .terms
+            .iter()
+            .enumerate()
+            .map(|(at, _)| {
+                let df = df.get(at).copied().unwrap_or(0).max(0) as f64;
+                let n = (n as f64).max(df);
+                (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+            })
+            .collect();
+        docs.iter()
+            .map(|doc| {
+                let norm = K1 * (1.0 - B + B * doc.length as f64 / average);
+                let saturate = |tf: f64| tf * (K1 + 1.0) / (tf + norm);
+                let mut score = 0.0;
+                for (at, term) in self.terms.iter().enumerate() {
+                    if let Some(positions) = doc.positions.get(term) {
+                        score += idf[at] * saturate(positions.len() as f64);
+                    }
+                }
+                for (a, b) in &self.pairs {
+                    let adjacent = doc.adjacent(&self.terms[*a], &self.terms[*b]);
+                    if adjacent > 0 {
+                        score += ADJACENT_WEIGHT * idf[*a].min(idf[*b]) * saturate(adjacent as f64);
+                    }
+                }
+                score
+            })
+            .collect()
+    }
+}
+
+/// A tsquery operand: the lexeme in single quotes, taken as is.
+fn quote(lexeme: &str) -> String {
+    format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// A candidate's vector, read from its text form (`'lexeme':1,4A 'x':2`).
+struct Doc {
+    positions: HashMap<String, Vec<u16>>,
+    length: usize,
+}
+
+impl Doc {
+    fn parse(text: &str) -> Doc {
+        let mut positions: HashMap<String, Vec<u16>> = HashMap::new();
+        let mut chars = text.chars().peekable();
+        let mut length = 0;
+        while let Some(c) = chars.next() {
+            if c != '\'' {
+                continue;
+            }
+            let mut lexeme = String::new();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => lexeme.extend(chars.next()),
+                    '\'' if chars.peek() == Some(&'\'') => {
+                        chars.next();
+                        lexeme.push('\'');
+                    }
+                    '\'' => break,
+                    c => lexeme.push(c),
+                }
+            }
+            let mut at = Vec::new();
+            if chars.peek() == Some(&':') {
+                chars.next();
+                let mut number = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c.is_ascii_digit() {
+                        number.push(c);
+                    } else if c == ',' || c == ' ' {
+                        at.extend(number.parse::<u16>().ok());
+                        number.clear();
+                        if c == ' ' {
+                            break;
+                        }
+                    }
+                    chars.next();
+                }
+                at.extend(number.parse::<u16>().ok());
+            }
+            length += at.len().max(1);
+            positions.entry(lexeme).or_default().extend(at);
+        }
+        Doc { positions, length }
+    }
+
+    /// How often `b` stands right after `a`.
+    fn adjacent(&self, a: &str, b: &str) -> usize {
+        match (self.positions.get(a), self.positions.get(b)) {
+            (Some(a), Some(b)) => a.iter().filter(|p| b.contains(&(*p + 1))).count(),
+            _ => 0,
+        }
+    }
+}
+
+/// The text a snippet is cut from: what the item's vector was built of.
+fn text_of(item: &Item) -> String {
+    let mut out = String::new();
+    match item {
+        Item::Entry(entry) => {
+            out.push_str(entry.key.as_str());
+            if let Some(value) = &entry.value {
+                strings(value.json(), &mut out);
+            }
+        }
+        Item::Fact(fact) => {
+            let current = &fact.current;
+            out.push_str(&format!(
+                "{} {} {}",
+                current.subject, current.predicate, current.object
+            ));
+            strings(&current.content, &mut out);
+        }
+        Item::Episode(episode) => {
+            strings(&episode.content, &mut out);
+            for value in episode.metadata.values() {
+                strings(value, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Appends the strings and numbers inside a JSON value.
+fn strings(value: &serde_json::Value, out: &mut String) {
+    match value {
+        serde_json::Value::String(s) => {
+            out.push(' ');
+            out.push_str(s);
+        }
+        serde_json::Value::Number(n) => {
+            out.push(' ');
+            out.push_str(&n.to_string());
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|v| strings(v, out)),
+        serde_json::Value::Bool(_) | serde_json::Value::Null => {}
+    }
+}
+
+/// The snippet of each text, matched words marked `**like this**`.
+async fn headlines(conn: &mut Lease, texts: &[String], tsquery: &str) -> Result<Vec<String>> {
+    if texts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = conn
+        .rows_built(
+            "SELECT ts_headline('english', t.x, $2::tsquery, \
+             'StartSel=**, StopSel=**, MaxWords=30, MinWords=12, MaxFragments=2, \
+             FragmentDelimiter=\" … \"') \
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i"
+                .to_owned(),
+            &[Param::TextList(texts), Param::Text(tsquery)],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| Ok(row.try_get::<String, _>(0)?.trim().to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_vectors_in_their_text_form() {
+        let doc = Doc::parse("'deploy':1,7A 'it''s':3 'setup':2 'x\\\\y':9 'bare'");
+        assert_eq!(doc.positions["deploy"], vec![1, 7]);
+        assert_eq!(doc.positions["it's"], vec![3]);
+        assert_eq!(doc.positions["x\\y"], vec![9]);
+        assert!(doc.positions["bare"].is_empty());
+        assert_eq!(doc.length, 6);
+        assert_eq!(doc.adjacent("deploy", "setup"), 1);
+        assert_eq!(doc.adjacent("setup", "deploy"), 0);
+    }
+
+    #[test]
+    fn quotes_operands() {
+        assert_eq!(quote("it's"), "'it''s'");
+        assert_eq!(quote("a\\b"), "'a\\\\b'");
+    }
+}

@@ -1,0 +1,119 @@
+//! Search on SQLite: an FTS5 expression over each source's FTS table
+//! (kept by the triggers of migration 0007), ranked by FTS5's `bm25()`,
+//! snippets by its `snippet()`. Unquoted words are alternatives; each pair
+//! of neighbouring words is also looked for as a phrase, so an item with
+//! the words side by side outranks one with them scattered.
+
+use super::SqliteStore;
+use crate::context::Tenant;
+use crate::error::Result;
+use crate::search::ports::SearchStore;
+use crate::search::{Filters, Hit, Query, Source};
+use crate::store::search::{Bounds, columns, conditions, item, width};
+use crate::store::sql::{Backend, Cols, Dialect, Param, Run, without_casts};
+
+/// The FTS table of a source and how its rows join the source's tables.
+fn table(source: Source) -> (&'static str, &'static str) {
+    match source {
+        Source::Memory => (
+            "memory_fts",
+            "JOIN memory_search_ids i ON i.id = memory_fts.rowid \
+             JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
+             AND h.scope = i.scope AND h.key = i.key AND h.version = memory_fts.version \
+             JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
+             AND v.scope = h.scope AND v.key = h.key AND v.version = h.version",
+        ),
+        Source::Facts => (
+            "facts_fts",
+            "JOIN fact_search_ids i ON i.id = facts_fts.rowid \
+             JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
+             AND f.version = facts_fts.version \
+             JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
+             AND v.version = f.version",
+        ),
+        Source::Episodes => (
+            "episodes_fts",
+            "JOIN episodes e ON e.cursor = episodes_fts.rowid",
+        ),
+    }
+}
+
+impl SearchStore for SqliteStore {
+    async fn search(
+        &self,
+        tenant: &Tenant,
+        source: Source,
+        query: &Query,
+        filters: &Filters,
+        limit: usize,
+    ) -> Result<Vec<Hit>> {
+        let expression = expression(query);
+        let bounds = Bounds::of(filters);
+        let filter = conditions(source, Dialect::Sqlite, tenant, filters, &bounds, 3);
+        let (fts, joins) = table(source);
+        let sql = format!(
+            "SELECT {columns}, -bm25({fts}), snippet({fts}, 0, '**', '**', '…', 24) \
+             FROM {fts} {joins} WHERE {fts} MATCH $1 AND {w} ORDER BY bm25({fts}) LIMIT $2",
+            columns = without_casts(columns(source)),
+            w = filter.sql
+        );
+        let mut params = vec![
+            Param::Text(&expression),
+            Param::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
+        ];
+        params.extend(filter.params.iter().copied());
+        let mut conn = self.reader(tenant).await?;
+        let rows = conn.rows_built(sql, &params).await?;
+        let at = width(source);
+        rows.iter()
+            .map(|row| {
+                Ok(Hit {
+                    score: row.float(at)?,
+                    snippet: row.text(at + 1)?,
+                    item: item(source, row)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// An FTS5 string: the text in double quotes, which FTS5 tokenizes into a
+/// phrase (so `user_42` is the phrase `user 42`).
+fn string(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
+}
+
+/// `((w1 OR w2 OR "w1 w2") AND "phrase") NOT "excluded"`.
+fn expression(query: &Query) -> String {
+    let mut any: Vec<String> = query.words.iter().map(|w| string(w)).collect();
+    any.extend(
+        query
+            .words
+            .windows(2)
+            .map(|pair| string(&format!("{} {}", pair[0], pair[1]))),
+    );
+    let mut required: Vec<String> = Vec::new();
+    if !any.is_empty() {
+        required.push(format!("({})", any.join(" OR ")));
+    }
+    required.extend(query.phrases.iter().map(|p| string(p)));
+    let mut expression = format!("({})", required.join(" AND "));
+    for x in &query.excluded {
+        expression = format!("({expression} NOT {})", string(x));
+    }
+    expression
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expressions_quote_every_term() {
+        let query = Query::parse("query", r#"deploy setup "blue green" -stag"ing"#).expect("valid");
+        assert_eq!(
+            expression(&query),
+            r#"((("deploy" OR "setup" OR "deploy setup") AND "blue green") NOT "stag""ing")"#
+        );
+    }
+}
