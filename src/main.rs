@@ -43,6 +43,9 @@ enum Command {
     /// task-update, tasks, remember, procedure, cache, render, tools, call.
     /// Exit codes as for `memory`
     Working(engram::cli::working::WorkingCommand),
+    /// Find memory entries, facts and episodes by what they say, best
+    /// first. Exit codes as for `memory`
+    Search(engram::cli::search::SearchCommand),
     /// Drive a server with concurrent clients and print ops/s and latency
     /// per workload, beside the same SQL run straight on the database
     /// (--baseline). Starts `engram serve` itself unless --server is given
@@ -63,6 +66,7 @@ async fn main() -> ExitCode {
         Command::Episodes(command) => return client_exit(command.run().await),
         Command::Rules(command) => return client_exit(command.run().await),
         Command::Facts(command) => return client_exit(command.run().await),
+        Command::Search(command) => return client_exit(command.run().await),
         Command::Bench(args) => return client_exit(args.run().await),
         Command::Working(command) => return client_exit(command.run().await),
         Command::Token(command) => return client_exit(command.run()),

@@ -69,6 +69,7 @@ type Client struct {
 	Episodes      engramv1.EpisodeServiceClient
 	Consolidation engramv1.ConsolidationServiceClient
 	WorkingMemory engramv1.WorkingMemoryServiceClient
+	SearchService engramv1.SearchServiceClient
 }
 
 // New connects to target ("host:port"); the connection is made lazily.
@@ -124,7 +125,19 @@ func New(target string, opts ...Option) (*Client, error) {
 		Episodes:      engramv1.NewEpisodeServiceClient(conn),
 		Consolidation: engramv1.NewConsolidationServiceClient(conn),
 		WorkingMemory: engramv1.NewWorkingMemoryServiceClient(conn),
+		SearchService: engramv1.NewSearchServiceClient(conn),
 	}, nil
+}
+
+// Search finds memory entries, facts and episodes by what they say, best
+// first: words are alternatives, "quoted phrases" required, -words
+// excluded. The request's filters narrow the sources they belong to.
+func (c *Client) Search(ctx context.Context, request *engramv1.SearchRequest) ([]*engramv1.SearchHit, error) {
+	response, err := c.SearchService.Search(ctx, request)
+	if err != nil {
+		return nil, err
+	}
+	return response.GetHits(), nil
 }
 
 // Close closes the connection.

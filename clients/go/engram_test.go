@@ -236,6 +236,54 @@ func TestSessionsEpisodesAndTheRest(t *testing.T) {
 	}
 }
 
+func TestSearch(t *testing.T) {
+	srv := start(t, t.TempDir(), "127.0.0.1:0")
+	client := connect(t, srv.addr)
+	ctx := context.Background()
+	for i, user := range []string{"alice", "bob"} {
+		text := []string{"the deployment setup uses helm", "a deployment elsewhere"}[i]
+		if _, err := client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+			SessionId: "chat-" + user, App: "bot", User: user,
+			Episode: &engramv1.NewEpisode{Type: "user_message", Content: value(t, text)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := client.Memory.Set(ctx, &engramv1.SetRequest{
+		ScopeType: engramv1.ScopeType_SCOPE_TYPE_NAMESPACE, Scope: "ops", Key: "deploy/notes",
+		Value: value(t, `{"text": "deployment checklist"}`),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hits, err := client.Search(ctx, &engramv1.SearchRequest{Query: "deployment setup"})
+	if err != nil || len(hits) != 3 {
+		t.Fatalf("search: %v %v", hits, err)
+	}
+	if hits[0].GetEpisode().GetUser() != "alice" || !strings.Contains(hits[0].GetSnippet(), "**") {
+		t.Fatalf("best hit: %v", hits[0])
+	}
+	bob, err := client.Search(ctx, &engramv1.SearchRequest{
+		Query: "deployment", User: "bob",
+		Sources: []engramv1.SearchSource{engramv1.SearchSource_SEARCH_SOURCE_EPISODES},
+	})
+	if err != nil || len(bob) != 1 || bob[0].GetEpisode().GetSessionId() != "chat-bob" {
+		t.Fatalf("bob: %v %v", bob, err)
+	}
+	memory, err := client.Search(ctx, &engramv1.SearchRequest{
+		Query: "checklist", Sources: []engramv1.SearchSource{engramv1.SearchSource_SEARCH_SOURCE_MEMORY},
+	})
+	if err != nil || len(memory) != 1 || memory[0].GetEntry().GetKey() != "deploy/notes" {
+		t.Fatalf("memory: %v %v", memory, err)
+	}
+	if _, err := client.Search(ctx, &engramv1.SearchRequest{Query: ""}); engram.Reason(err) != "INVALID_QUERY" {
+		t.Fatalf("empty query: %v", err)
+	}
+	_, err = client.Search(ctx, &engramv1.SearchRequest{Query: "x", Mode: engramv1.SearchMode_SEARCH_MODE_SEMANTIC})
+	if engram.Reason(err) != "EMBEDDER_NOT_CONFIGURED" {
+		t.Fatalf("semantic: %v", err)
+	}
+}
+
 func TestTailResumesAcrossARestart(t *testing.T) {
 	dir := t.TempDir()
 	first := start(t, dir, "127.0.0.1:0")

@@ -15,7 +15,7 @@ pub enum KindArg {
 }
 
 impl KindArg {
-    fn to_proto(self) -> i32 {
+    pub(crate) fn to_proto(self) -> i32 {
         match self {
             KindArg::Semantic => proto::FactKind::Semantic as i32,
             KindArg::Procedural => proto::FactKind::Procedural as i32,
@@ -435,7 +435,7 @@ fn version_json(version: &proto::FactVersion) -> serde_json::Value {
     })
 }
 
-fn fact_json(fact: &proto::Fact) -> serde_json::Value {
+pub(crate) fn fact_json(fact: &proto::Fact) -> serde_json::Value {
     json!({
         "id": fact.id,
         "app": fact.app,

@@ -28,7 +28,7 @@ pub enum ScopeTypeArg {
 }
 
 impl ScopeTypeArg {
-    fn to_proto(self) -> proto::ScopeType {
+    pub(crate) fn to_proto(self) -> proto::ScopeType {
         match self {
             ScopeTypeArg::Namespace => proto::ScopeType::Namespace,
             ScopeTypeArg::Flow => proto::ScopeType::Flow,

@@ -15,6 +15,7 @@ use crate::api::convert::json_from_proto;
 
 pub mod consolidation;
 pub mod memory;
+pub mod search;
 pub mod sessions;
 pub mod token;
 pub mod working;

@@ -414,7 +414,7 @@ enum EpisodeCommand {
     },
 }
 
-fn episode_json(episode: &proto::Episode) -> serde_json::Value {
+pub(crate) fn episode_json(episode: &proto::Episode) -> serde_json::Value {
     json!({
         "id": episode.id,
         "session_id": episode.session_id,

@@ -529,3 +529,90 @@ async fn working_memory_commands_against_a_server() {
         other.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_command_against_a_server() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let at = format!(
+        "http://{}",
+        server.server.as_ref().expect("running").grpc_addr
+    );
+    let episodes = Cli {
+        server: at.clone(),
+        group: "episodes",
+    };
+    for (session, user, text) in [
+        ("s1", "alice", "the deployment setup uses helm"),
+        ("s2", "bob", "bob has a deployment too"),
+    ] {
+        episodes.json(&[
+            "append",
+            session,
+            "--app",
+            "app",
+            "--user",
+            user,
+            "--type",
+            "user_message",
+            text,
+        ]);
+    }
+    let memory = Cli {
+        server: at.clone(),
+        group: "memory",
+    };
+    memory.json(&[
+        "set",
+        "deploy",
+        "\"deployment notes\"",
+        "--scope",
+        "ops",
+        "--scope-type",
+        "namespace",
+    ]);
+    let search = Cli {
+        server: at,
+        group: "search",
+    };
+
+    let all = search.json(&["deployment setup"]);
+    let hits = all["hits"].as_array().expect("hits");
+    assert_eq!(hits.len(), 3, "{all}");
+    assert_eq!(hits[0]["source"], "episodes");
+    assert_eq!(hits[0]["item"]["episode"]["user"], "alice");
+    assert!(hits[0]["snippet"].as_str().expect("snippet").contains("**"));
+
+    let narrowed = search.json(&[
+        "deployment",
+        "--source",
+        "episodes",
+        "--user",
+        "bob",
+        "--limit",
+        "5",
+    ]);
+    let hits = narrowed["hits"].as_array().expect("hits");
+    assert_eq!(hits.len(), 1, "{narrowed}");
+    assert_eq!(hits[0]["item"]["episode"]["session_id"], "s2");
+
+    let memory_hits = search.json(&["deployment", "--source", "memory"]);
+    assert_eq!(
+        memory_hits["hits"][0]["item"]["entry"]["key"], "deploy",
+        "{memory_hits}"
+    );
+
+    let refused = search.run(&["-only"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("INVALID_QUERY"),
+        "{}",
+        refused.stderr
+    );
+    let semantic = search.run(&["x", "--mode", "semantic"]);
+    assert_eq!(semantic.code, 2);
+    assert!(
+        semantic.stderr.contains("EMBEDDER_NOT_CONFIGURED"),
+        "{}",
+        semantic.stderr
+    );
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 import threading
 
@@ -209,6 +210,47 @@ def test_consolidation_and_working_memory(server: Server) -> None:
             working_memory_pb2.RenderMemoryBlockRequest(session_id="chat-1"),
         )
         assert "- [pending] t1: Reply to alice" in block.memory_block
+
+
+def test_search(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.episodes.append(
+            "chat-1", "the deployment setup uses helm", app="bot", user="alice",
+            type="user_message",
+        )
+        client.episodes.append(
+            "chat-2", "a deployment elsewhere", app="bot", user="bob", type="user_message"
+        )
+        client.memory.configure("ops")
+        client.memory.set("deploy/notes", {"text": "deployment checklist"})
+        client.call(
+            client.stubs.working_memory.Remember,
+            working_memory_pb2.RememberRequest(
+                session_id="chat-1", app="bot", user="alice", content="alice runs deployment drills"
+            ),
+        )
+
+        hits = client.search("deployment setup")
+        assert [hit.source for hit in hits][0] == "episodes"
+        assert {hit.source for hit in hits} == {"episodes", "memory", "facts"}
+        assert hits[0].episode is not None and hits[0].episode.user == "alice"
+        assert "**" in hits[0].snippet
+        assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+
+        bob = client.search("deployment", sources=["episodes"], user="bob")
+        assert [hit.episode.session_id for hit in bob if hit.episode] == ["chat-2"]
+        memory = client.search("checklist", sources=["memory"], scope_type="namespace", scope="ops")
+        assert memory[0].entry is not None and memory[0].entry.key == "deploy/notes"
+        facts = client.search("drills", sources=["facts"], kind="semantic")
+        assert facts[0].fact is not None and facts[0].fact.user == "alice"
+        assert client.search("deployment", limit=1, start_time=datetime.now(timezone.utc)) == []
+
+        with pytest.raises(InvalidArgument) as empty:
+            client.search("")
+        assert empty.value.reason == "INVALID_QUERY"
+        with pytest.raises(FailedPrecondition) as semantic:
+            client.search("deployment", mode="semantic")
+        assert semantic.value.reason == "EMBEDDER_NOT_CONFIGURED"
 
 
 def test_tokens_tenants_and_roles(database_url: str) -> None:

@@ -10,13 +10,14 @@
                                app="support-bot", user="alice")
         for episode in client.episodes.tail(app="support-bot", cursor=0):
             ...
+        client.search("deployment setup", user="alice", sources=["episodes"])
 
 Every service's generated stubs are in ``engram_client.v1`` and on
 ``client.stubs``; errors are :class:`EngramError` subclasses carrying the
 server's stable ``reason``.
 """
 
-from ._client import Engram, Entry, Episode, Session, Stubs, from_value, to_value
+from ._client import Engram, Entry, Episode, Fact, Hit, Session, Stubs, from_value, to_value
 from ._errors import (
     AlreadyExists,
     Conflict,
@@ -38,6 +39,8 @@ __all__ = [
     "Entry",
     "Episode",
     "FailedPrecondition",
+    "Fact",
+    "Hit",
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",

@@ -15,12 +15,15 @@ from google.protobuf.message import Message
 
 from ._errors import EngramError, NotFound, ResourceExhausted, Unavailable, from_rpc_error
 from .v1 import (
+    consolidation_pb2,
     consolidation_pb2_grpc,
     episodes_pb2,
     episodes_pb2_grpc,
     memory_admin_pb2_grpc,
     memory_pb2,
     memory_pb2_grpc,
+    search_pb2,
+    search_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
     working_memory_pb2_grpc,
@@ -153,6 +156,88 @@ class Episode:
         )
 
 
+@dataclass(frozen=True)
+class Fact:
+    """A live fact at its newest version."""
+
+    id: str
+    app: str
+    user: str
+    kind: str
+    subject: str
+    predicate: str
+    object: str
+    content: Any
+    version: int
+
+    @staticmethod
+    def from_proto(fact: consolidation_pb2.Fact) -> Fact:
+        current = fact.current
+        return Fact(
+            id=fact.id,
+            app=fact.app,
+            user=fact.user,
+            kind=consolidation_pb2.FactKind.Name(fact.kind).removeprefix("FACT_KIND_").lower(),
+            subject=current.subject,
+            predicate=current.predicate,
+            object=current.object,
+            content=from_value(current.content) if current.HasField("content") else None,
+            version=current.version,
+        )
+
+
+SearchSource = Literal["memory", "facts", "episodes"]
+SearchMode = Literal["lexical", "semantic", "hybrid"]
+
+_SOURCES: dict[str, search_pb2.SearchSource.ValueType] = {
+    "memory": search_pb2.SEARCH_SOURCE_MEMORY,
+    "facts": search_pb2.SEARCH_SOURCE_FACTS,
+    "episodes": search_pb2.SEARCH_SOURCE_EPISODES,
+}
+_MODES: dict[str, search_pb2.SearchMode.ValueType] = {
+    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
+    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
+    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
+}
+_KINDS: dict[str, consolidation_pb2.FactKind.ValueType] = {
+    "semantic": consolidation_pb2.FACT_KIND_SEMANTIC,
+    "procedural": consolidation_pb2.FACT_KIND_PROCEDURAL,
+}
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One item :meth:`Engram.search` found: exactly one of ``entry``,
+    ``fact`` and ``episode`` is set, as ``source`` says."""
+
+    score: float
+    source: str
+    snippet: str
+    entry: Entry | None = None
+    fact: Fact | None = None
+    episode: Episode | None = None
+
+    @staticmethod
+    def from_proto(hit: search_pb2.SearchHit) -> Hit:
+        which = hit.WhichOneof("item")
+        return Hit(
+            score=hit.score,
+            source=search_pb2.SearchSource.Name(hit.source).removeprefix("SEARCH_SOURCE_").lower(),
+            snippet=hit.snippet,
+            entry=Entry.from_proto(hit.entry) if which == "entry" else None,
+            fact=Fact.from_proto(hit.fact) if which == "fact" else None,
+            episode=Episode.from_proto(hit.episode) if which == "episode" else None,
+        )
+
+
+def _timestamp(moment: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if moment is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(moment.astimezone(timezone.utc))
+    return ts
+
+
 class Stubs:
     """The generated stubs of every service, for what the wrapper does not
     cover; pass their methods to :meth:`Engram.call` to get EngramErrors."""
@@ -164,6 +249,7 @@ class Stubs:
         self.episodes = episodes_pb2_grpc.EpisodeServiceStub(channel)
         self.consolidation = consolidation_pb2_grpc.ConsolidationServiceStub(channel)
         self.working_memory = working_memory_pb2_grpc.WorkingMemoryServiceStub(channel)
+        self.search = search_pb2_grpc.SearchServiceStub(channel)
 
 
 class Engram:
@@ -270,6 +356,53 @@ class Engram:
             yield from method(request, metadata=self.metadata(), wait_for_ready=ready)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    def search(
+        self,
+        query: str,
+        *,
+        sources: Iterable[SearchSource] = (),
+        mode: SearchMode | None = None,
+        limit: int = 10,
+        scope_type: ScopeType | None = None,
+        scope: str = "",
+        key_prefix: str = "",
+        app: str = "",
+        user: str = "",
+        session_id: str = "",
+        agent: str = "",
+        types: Iterable[str] = (),
+        kind: Literal["semantic", "procedural"] | None = None,
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+    ) -> builtins.list[Hit]:
+        """Memory entries, facts and episodes matching ``query``, best first.
+
+        Words are alternatives, ``"quoted phrases"`` are required and
+        ``-words`` excluded. Each filter narrows the sources it belongs to:
+        ``scope_type``/``scope``/``key_prefix`` memory, ``app``/``user``
+        facts and episodes, ``session_id``/``agent``/``types`` episodes,
+        ``kind`` facts; the time range narrows all of them.
+        """
+        request = search_pb2.SearchRequest(
+            query=query,
+            sources=[_SOURCES[s] for s in sources],
+            mode=_MODES[mode] if mode else search_pb2.SEARCH_MODE_UNSPECIFIED,
+            limit=limit,
+            scope_type=_SCOPE_TYPES[scope_type] if scope_type else memory_pb2.SCOPE_TYPE_UNSPECIFIED,
+            scope=scope,
+            key_prefix=key_prefix,
+            app=app,
+            user=user,
+            session_id=session_id,
+            agent=agent,
+            types=builtins.list(types),
+            kind=_KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+            start_time=_timestamp(start_time),
+            end_time=_timestamp(end_time),
+        )
+        response = self.call(self.stubs.search.Search, request)
+        return [Hit.from_proto(hit) for hit in response.hits]
 
     def close(self) -> None:
         self._channel.close()
@@ -620,6 +753,8 @@ __all__ = [
     "EngramError",
     "Entry",
     "Episode",
+    "Fact",
+    "Hit",
     "Session",
     "Stubs",
     "from_value",
