@@ -50,6 +50,10 @@ enum Command {
     /// per workload, beside the same SQL run straight on the database
     /// (--baseline). Starts `engram serve` itself unless --server is given
     Bench(engram::bench::BenchArgs),
+    /// Measure how well search finds the answers of a labeled data set
+    /// (JSON Lines of conversations and questions): prints recall@1/5/10
+    /// and MRR. Starts `engram serve` itself unless --server is given
+    RecallEval(engram::bench::recall::RecallArgs),
     /// Bearer tokens for the tokens file: new (a random token and its
     /// line), hash (the line's hash of a token on stdin)
     Token(engram::cli::token::TokenCommand),
@@ -68,6 +72,7 @@ async fn main() -> ExitCode {
         Command::Facts(command) => return client_exit(command.run().await),
         Command::Search(command) => return client_exit(command.run().await),
         Command::Bench(args) => return client_exit(args.run().await),
+        Command::RecallEval(args) => return client_exit(args.run().await),
         Command::Working(command) => return client_exit(command.run().await),
         Command::Token(command) => return client_exit(command.run()),
     };

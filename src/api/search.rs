@@ -96,6 +96,7 @@ fn request_from_proto(req: proto::SearchRequest) -> Result<SearchRequest> {
             start: optional_timestamp("start_time", req.start_time)?,
             end: optional_timestamp("end_time", req.end_time)?,
         },
+        following_episodes: req.following_episodes,
     })
 }
 

@@ -9,6 +9,7 @@
 //! and the peak under each workload.
 
 mod baseline;
+pub mod recall;
 mod server;
 mod workloads;
 

@@ -84,6 +84,11 @@ pub struct SearchCommand {
     #[arg(long, value_enum)]
     kind: Option<KindArg>,
 
+    /// Episodes: also show up to this many episodes following each episode
+    /// hit in its session (0 to 3)
+    #[arg(long, default_value_t = 0)]
+    following: i32,
+
     /// Only items from this time on (RFC 3339)
     #[arg(long)]
     since: Option<String>,
@@ -176,6 +181,7 @@ impl SearchCommand {
             kind: self.kind.map_or(0, KindArg::to_proto),
             start_time: timestamp("--since", self.since.as_deref())?,
             end_time: timestamp("--until", self.until.as_deref())?,
+            following_episodes: self.following,
         };
         let channel = connect(&self.client).await?;
         let hits = SearchServiceClient::new(channel)

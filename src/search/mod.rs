@@ -16,7 +16,7 @@ mod service;
 use chrono::{DateTime, Utc};
 
 pub use query::{MAX_QUERY_BYTES, MAX_TERMS, Query};
-pub use service::{DEFAULT_LIMIT, MAX_LIMIT, Search, SearchRequest};
+pub use service::{DEFAULT_LIMIT, MAX_FOLLOWING, MAX_LIMIT, Search, SearchRequest};
 
 use crate::consolidation::{Fact, FactKind};
 use crate::memory::{Entry, KeyPrefix, ScopeName, ScopeType};
@@ -104,5 +104,23 @@ impl Hit {
             Item::Fact(_) => Source::Facts,
             Item::Episode(_) => Source::Episodes,
         }
+    }
+}
+
+/// Appends the strings and numbers inside a JSON value, space-separated:
+/// the text an item is searched and shown by.
+pub fn collect_text(value: &serde_json::Value, out: &mut String) {
+    match value {
+        serde_json::Value::String(s) => {
+            out.push(' ');
+            out.push_str(s);
+        }
+        serde_json::Value::Number(n) => {
+            out.push(' ');
+            out.push_str(&n.to_string());
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_text(v, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|v| collect_text(v, out)),
+        serde_json::Value::Bool(_) | serde_json::Value::Null => {}
     }
 }

@@ -3,15 +3,26 @@
 use std::collections::BTreeSet;
 
 use super::ports::SearchStore;
-use super::{Filters, Hit, Mode, Query, Source};
+use super::{Filters, Hit, Item, Mode, Query, Source};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
+use crate::sessions::ports::{EpisodeQuery, SessionStore};
+use crate::sessions::{Episode, Id};
 
 /// Hits returned when a request names no limit.
 pub const DEFAULT_LIMIT: usize = 10;
 
 /// The most hits one request may ask for.
 pub const MAX_LIMIT: usize = 100;
+
+/// The most following episodes a request may ask for per episode hit.
+pub const MAX_FOLLOWING: i32 = 3;
+
+/// A following episode's score, relative to the hit it follows.
+const FOLLOWING_WEIGHT: f64 = 0.85;
+
+/// The longest snippet of a following episode, in characters.
+const PLAIN_SNIPPET_CHARS: usize = 240;
 
 /// A search as the edge parsed it.
 #[derive(Debug, Clone)]
@@ -25,6 +36,8 @@ pub struct SearchRequest {
     /// 0: the default.
     pub limit: i32,
     pub filters: Filters,
+    /// Episodes that follow each episode hit to add (0 to [`MAX_FOLLOWING`]).
+    pub following_episodes: i32,
 }
 
 #[derive(Clone)]
@@ -32,7 +45,7 @@ pub struct Search<S> {
     store: S,
 }
 
-impl<S: SearchStore> Search<S> {
+impl<S: SearchStore + SessionStore> Search<S> {
     pub fn new(store: S) -> Self {
         Search { store }
     }
@@ -60,6 +73,16 @@ impl<S: SearchStore> Search<S> {
                         .to_owned(),
                 });
             }
+        }
+        if !(0..=MAX_FOLLOWING).contains(&request.following_episodes) {
+            return Err(Error::invalid(
+                Reason::InvalidArgument,
+                "following_episodes",
+                format!(
+                    "following_episodes must be from 0 to {MAX_FOLLOWING}, got {}",
+                    request.following_episodes
+                ),
+            ));
         }
         let filters = &request.filters;
         if filters.scope.is_some() && filters.scope_type.is_none() {
@@ -93,6 +116,85 @@ impl<S: SearchStore> Search<S> {
         }
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(limit);
+        if request.following_episodes > 0 {
+            let following = self
+                .following(ctx, &hits, filters, request.following_episodes)
+                .await?;
+            hits.extend(following);
+            hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+            hits.truncate(limit);
+        }
         Ok(hits)
+    }
+
+    /// The episodes after each episode hit in its session that the filters
+    /// allow and the hits do not hold yet, each scored below the hit.
+    async fn following(
+        &self,
+        ctx: &CallerContext,
+        hits: &[Hit],
+        filters: &Filters,
+        n: i32,
+    ) -> Result<Vec<Hit>> {
+        let mut seen: std::collections::HashSet<String> = hits
+            .iter()
+            .filter_map(|hit| match &hit.item {
+                Item::Episode(e) => Some(e.id.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut found = Vec::new();
+        for hit in hits {
+            let Item::Episode(episode) = &hit.item else {
+                continue;
+            };
+            let session = Id::parse("session_id", episode.session_id.clone())?;
+            let next = self
+                .store
+                .list_episodes(
+                    &ctx.tenant,
+                    &EpisodeQuery {
+                        session_id: &session,
+                        types: &filters.types,
+                        after_seq: episode.seq,
+                        limit: i64::from(n),
+                    },
+                )
+                .await?;
+            let mut score = hit.score;
+            for episode in next {
+                score *= FOLLOWING_WEIGHT;
+                if !allowed(&episode, filters) || !seen.insert(episode.id.clone()) {
+                    continue;
+                }
+                found.push(Hit {
+                    score,
+                    snippet: plain_snippet(&episode),
+                    item: Item::Episode(episode),
+                });
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Whether an episode passes the filters its session did not settle.
+fn allowed(episode: &Episode, filters: &Filters) -> bool {
+    filters
+        .agent
+        .as_ref()
+        .is_none_or(|agent| agent.as_str() == episode.agent)
+        && filters.start.is_none_or(|start| episode.timestamp >= start)
+        && filters.end.is_none_or(|end| episode.timestamp < end)
+}
+
+/// The start of an episode's text, for a hit no word of the query matched.
+fn plain_snippet(episode: &Episode) -> String {
+    let mut text = String::new();
+    super::collect_text(&episode.content, &mut text);
+    let text = text.trim();
+    match text.char_indices().nth(PLAIN_SNIPPET_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
     }
 }

@@ -144,3 +144,60 @@ async fn bench_calls_an_authenticated_server_with_its_token() {
     assert!(!without.status.success());
     assert!(String::from_utf8_lossy(&without.stderr).contains("authorization: Bearer"));
 }
+
+/// `engram recall-eval` loads the labeled set of tests/data as episodes,
+/// asks every answerable question through Search and reports recall and
+/// MRR for the plain search and with the following turn; the figures on
+/// this small set guard against the ranking getting worse.
+async fn recall_eval_reports_recall_and_mrr(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(["recall-eval", "--database-url", &db.url, "--output", "json"])
+            .arg("--data")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/data/recall.jsonl"
+            ))
+            .args(extra)
+            .env_remove("ENGRAM_DATABASE_URL")
+            .output()
+            .expect("run engram recall-eval");
+        assert!(
+            out.status.success(),
+            "engram recall-eval failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("a JSON report")
+    };
+    let report = run(&[]);
+    assert_eq!(report["conversations"], 2);
+    assert_eq!(report["turns"], 72);
+    assert_eq!(
+        report["questions"], 40,
+        "the unanswerable question is skipped"
+    );
+    let results = report["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2);
+    let figure = |at: usize, name: &str| results[at][name].as_f64().expect(name);
+    assert_eq!(results[1]["following_episodes"], 1);
+    for at in 0..2 {
+        assert!(figure(at, "recall_at_1") <= figure(at, "recall_at_5"));
+        assert!(figure(at, "recall_at_5") <= figure(at, "recall_at_10"));
+        assert!(figure(at, "mrr") >= figure(at, "recall_at_1"));
+    }
+    assert!(figure(0, "recall_at_10") >= 0.6, "{report}");
+    assert!(figure(1, "recall_at_10") >= 0.75, "{report}");
+    assert!(figure(1, "recall_at_10") >= figure(0, "recall_at_10"));
+
+    // A rerun loads nothing twice: the same turns, the same figures.
+    let again = run(&["--following", "0"]);
+    assert_eq!(again["turns"], 72);
+    assert_eq!(again["results"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        again["results"][0]["recall_at_10"],
+        results[0]["recall_at_10"]
+    );
+}
+
+crate::on_both_stores!(recall_eval_reports_recall_and_mrr);

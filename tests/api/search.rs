@@ -680,6 +680,73 @@ async fn writes_are_found_during_a_burst(backend: Backend) {
     assert_eq!(all.len(), 90);
 }
 
+/// `following_episodes` adds the turns after each episode hit, scored
+/// below it and within the episode filters.
+async fn following_episodes_bring_the_answer(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    server
+        .episodes()
+        .append_episodes(append(
+            "s1",
+            "alice",
+            vec![
+                episode(
+                    "q",
+                    "user_message",
+                    "",
+                    json!("what did you eat for dinner?"),
+                ),
+                episode("a", "agent_response", "bot", json!("pasta with pesto")),
+                episode("later", "user_message", "", json!("thanks")),
+            ],
+        ))
+        .await
+        .expect("append");
+    let dinner = || SearchRequest {
+        sources: vec![EPISODES],
+        ..query("dinner")
+    };
+    assert_eq!(names(&search(&server, dinner()).await), vec!["episode:q"]);
+    let hits = search(
+        &server,
+        SearchRequest {
+            following_episodes: 1,
+            ..dinner()
+        },
+    )
+    .await;
+    assert_eq!(names(&hits), vec!["episode:q", "episode:a"]);
+    assert!(hits[1].score < hits[0].score);
+    assert_eq!(hits[1].snippet, "pasta with pesto");
+    let two = search(
+        &server,
+        SearchRequest {
+            following_episodes: 2,
+            ..dinner()
+        },
+    )
+    .await;
+    assert_eq!(names(&two), vec!["episode:q", "episode:a", "episode:later"]);
+    let typed = search(
+        &server,
+        SearchRequest {
+            following_episodes: 2,
+            types: vec!["user_message".to_owned()],
+            ..dinner()
+        },
+    )
+    .await;
+    assert_eq!(names(&typed), vec!["episode:q", "episode:later"]);
+    let status = search_client(&server)
+        .search(SearchRequest {
+            following_episodes: 4,
+            ..dinner()
+        })
+        .await
+        .expect_err("too many");
+    assert_eq!(bad_fields(&status), vec!["following_episodes".to_owned()]);
+}
+
 /// Bad input is refused with the field and a reason.
 async fn bad_requests_name_the_field(backend: Backend) {
     let server = TestServer::spawn(backend).await;
@@ -805,5 +872,6 @@ on_both_stores!(
     tenants_never_see_each_other,
     removals_take_effect_at_once,
     writes_are_found_during_a_burst,
+    following_episodes_bring_the_answer,
     bad_requests_name_the_field,
 );

@@ -177,9 +177,15 @@ type SearchRequest struct {
 	// Only items whose time is at or after this.
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// Only items whose time is before this.
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Episodes: also return up to this many episodes that follow each episode
+	// hit in its session (0 to 3; default 0). In a conversation the answer
+	// often comes in the turn after the one that shares the question's words;
+	// a following episode scores a little below the hit it follows, keeps
+	// every episode filter, and its snippet has no marked words.
+	FollowingEpisodes int32 `protobuf:"varint,16,opt,name=following_episodes,json=followingEpisodes,proto3" json:"following_episodes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SearchRequest) Reset() {
@@ -315,6 +321,13 @@ func (x *SearchRequest) GetEndTime() *timestamppb.Timestamp {
 		return x.EndTime
 	}
 	return nil
+}
+
+func (x *SearchRequest) GetFollowingEpisodes() int32 {
+	if x != nil {
+		return x.FollowingEpisodes
+	}
+	return 0
 }
 
 // SearchHit is one item found.
@@ -499,7 +512,7 @@ var File_engram_v1_search_proto protoreflect.FileDescriptor
 
 const file_engram_v1_search_proto_rawDesc = "" +
 	"\n" +
-	"\x16engram/v1/search.proto\x12\tengram.v1\x1a\x1dengram/v1/consolidation.proto\x1a\x18engram/v1/episodes.proto\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x04\n" +
+	"\x16engram/v1/search.proto\x12\tengram.v1\x1a\x1dengram/v1/consolidation.proto\x1a\x18engram/v1/episodes.proto\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x04\n" +
 	"\rSearchRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x121\n" +
 	"\asources\x18\x02 \x03(\x0e2\x17.engram.v1.SearchSourceR\asources\x12)\n" +
@@ -520,7 +533,8 @@ const file_engram_v1_search_proto_rawDesc = "" +
 	"\x04kind\x18\r \x01(\x0e2\x13.engram.v1.FactKindR\x04kind\x129\n" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xfb\x01\n" +
+	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12-\n" +
+	"\x12following_episodes\x18\x10 \x01(\x05R\x11followingEpisodes\"\xfb\x01\n" +
 	"\tSearchHit\x12\x14\n" +
 	"\x05score\x18\x01 \x01(\x01R\x05score\x12/\n" +
 	"\x06source\x18\x02 \x01(\x0e2\x17.engram.v1.SearchSourceR\x06source\x12\x18\n" +

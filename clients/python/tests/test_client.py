@@ -244,6 +244,13 @@ def test_search(server: Server) -> None:
         facts = client.search("drills", sources=["facts"], kind="semantic")
         assert facts[0].fact is not None and facts[0].fact.user == "alice"
         assert client.search("deployment", limit=1, start_time=datetime.now(timezone.utc)) == []
+        client.episodes.append("chat-3", "what is for dinner?", app="bot", user="carol")
+        client.episodes.append("chat-3", "pasta with pesto", app="bot", user="carol")
+        dinner = client.search("dinner", user="carol", following_episodes=1)
+        assert [hit.episode.content for hit in dinner if hit.episode] == [
+            "what is for dinner?",
+            "pasta with pesto",
+        ]
 
         with pytest.raises(InvalidArgument) as empty:
             client.search("")

@@ -22,7 +22,7 @@ use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::ports::SearchStore;
-use crate::search::{Filters, Hit, Item, Query, Source};
+use crate::search::{Filters, Hit, Item, Query, Source, collect_text};
 use crate::store::search::{Bounds, columns, conditions, item, width};
 use crate::store::sql::{Backend, Dialect, Param, Run};
 
@@ -346,7 +346,7 @@ fn text_of(item: &Item) -> String {
         Item::Entry(entry) => {
             out.push_str(entry.key.as_str());
             if let Some(value) = &entry.value {
-                strings(value.json(), &mut out);
+                collect_text(value.json(), &mut out);
             }
         }
         Item::Fact(fact) => {
@@ -355,33 +355,16 @@ fn text_of(item: &Item) -> String {
                 "{} {} {}",
                 current.subject, current.predicate, current.object
             ));
-            strings(&current.content, &mut out);
+            collect_text(&current.content, &mut out);
         }
         Item::Episode(episode) => {
-            strings(&episode.content, &mut out);
+            collect_text(&episode.content, &mut out);
             for value in episode.metadata.values() {
-                strings(value, &mut out);
+                collect_text(value, &mut out);
             }
         }
     }
     out
-}
-
-/// Appends the strings and numbers inside a JSON value.
-fn strings(value: &serde_json::Value, out: &mut String) {
-    match value {
-        serde_json::Value::String(s) => {
-            out.push(' ');
-            out.push_str(s);
-        }
-        serde_json::Value::Number(n) => {
-            out.push(' ');
-            out.push_str(&n.to_string());
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
-        serde_json::Value::Object(map) => map.values().for_each(|v| strings(v, out)),
-        serde_json::Value::Bool(_) | serde_json::Value::Null => {}
-    }
 }
 
 /// The snippet of each text, matched words marked `**like this**`.

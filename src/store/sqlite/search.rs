@@ -77,6 +77,144 @@ impl SearchStore for SqliteStore {
     }
 }
 
+/// The English stop words (Postgres's `english` list), dropped from a
+/// query's optional words as Postgres drops them: FTS5 keeps every word,
+/// and "what", "the" and "of" match most turns of a conversation.
+const STOP_WORDS: &[&str] = &[
+    "i",
+    "me",
+    "my",
+    "myself",
+    "we",
+    "our",
+    "ours",
+    "ourselves",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+    "he",
+    "him",
+    "his",
+    "himself",
+    "she",
+    "her",
+    "hers",
+    "herself",
+    "it",
+    "its",
+    "itself",
+    "they",
+    "them",
+    "their",
+    "theirs",
+    "themselves",
+    "what",
+    "which",
+    "who",
+    "whom",
+    "this",
+    "that",
+    "these",
+    "those",
+    "am",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "being",
+    "have",
+    "has",
+    "had",
+    "having",
+    "do",
+    "does",
+    "did",
+    "doing",
+    "a",
+    "an",
+    "the",
+    "and",
+    "but",
+    "if",
+    "or",
+    "because",
+    "as",
+    "until",
+    "while",
+    "of",
+    "at",
+    "by",
+    "for",
+    "with",
+    "about",
+    "against",
+    "between",
+    "into",
+    "through",
+    "during",
+    "before",
+    "after",
+    "above",
+    "below",
+    "to",
+    "from",
+    "up",
+    "down",
+    "in",
+    "out",
+    "on",
+    "off",
+    "over",
+    "under",
+    "again",
+    "further",
+    "then",
+    "once",
+    "here",
+    "there",
+    "when",
+    "where",
+    "why",
+    "how",
+    "all",
+    "any",
+    "both",
+    "each",
+    "few",
+    "more",
+    "most",
+    "other",
+    "some",
+    "such",
+    "no",
+    "nor",
+    "not",
+    "only",
+    "own",
+    "same",
+    "so",
+    "than",
+    "too",
+    "very",
+    "s",
+    "t",
+    "can",
+    "will",
+    "just",
+    "don",
+    "should",
+    "now",
+];
+
+fn is_stop_word(word: &str) -> bool {
+    let lower = word.to_lowercase();
+    STOP_WORDS.contains(&lower.trim_matches(|c: char| !c.is_alphanumeric()))
+}
+
 /// An FTS5 string: the text in double quotes, which FTS5 tokenizes into a
 /// phrase (so `user_42` is the phrase `user 42`).
 fn string(text: &str) -> String {
@@ -85,11 +223,23 @@ fn string(text: &str) -> String {
 
 /// `((w1 OR w2 OR "w1 w2") AND "phrase") NOT "excluded"`.
 fn expression(query: &Query) -> String {
-    let mut any: Vec<String> = query.words.iter().map(|w| string(w)).collect();
+    // Stop words go, unless nothing else is left to look for.
+    let words: Vec<&String> = match query
+        .words
+        .iter()
+        .filter(|w| !is_stop_word(w))
+        .collect::<Vec<_>>()
+    {
+        kept if kept.is_empty() && query.phrases.is_empty() => query.words.iter().collect(),
+        kept => kept,
+    };
+    let mut any: Vec<String> = words.iter().map(|w| string(w)).collect();
+    // Neighbours in the query (with no stop word between) as phrases.
     any.extend(
         query
             .words
             .windows(2)
+            .filter(|pair| !is_stop_word(&pair[0]) && !is_stop_word(&pair[1]))
             .map(|pair| string(&format!("{} {}", pair[0], pair[1]))),
     );
     let mut required: Vec<String> = Vec::new();
@@ -107,6 +257,17 @@ fn expression(query: &Query) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stop_words_go_unless_nothing_else_is_left() {
+        let query = Query::parse("query", "What is the name of Jon's pet?").expect("valid");
+        assert_eq!(
+            expression(&query),
+            r#"(("name" OR "Jon's" OR "pet?" OR "Jon's pet?"))"#
+        );
+        let only = Query::parse("query", "the who").expect("valid");
+        assert_eq!(expression(&only), r#"(("the" OR "who"))"#);
+    }
 
     #[test]
     fn expressions_quote_every_term() {

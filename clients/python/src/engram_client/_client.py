@@ -375,6 +375,7 @@ class Engram:
         kind: Literal["semantic", "procedural"] | None = None,
         start_time: datetime | None = None,
         end_time: datetime | None = None,
+        following_episodes: int = 0,
     ) -> builtins.list[Hit]:
         """Memory entries, facts and episodes matching ``query``, best first.
 
@@ -383,6 +384,8 @@ class Engram:
         ``scope_type``/``scope``/``key_prefix`` memory, ``app``/``user``
         facts and episodes, ``session_id``/``agent``/``types`` episodes,
         ``kind`` facts; the time range narrows all of them.
+        ``following_episodes`` (0 to 3) adds the turns after each episode
+        hit, where a conversation's answer often is.
         """
         request = search_pb2.SearchRequest(
             query=query,
@@ -400,6 +403,7 @@ class Engram:
             kind=_KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
             start_time=_timestamp(start_time),
             end_time=_timestamp(end_time),
+            following_episodes=following_episodes,
         )
         response = self.call(self.stubs.search.Search, request)
         return [Hit.from_proto(hit) for hit in response.hits]

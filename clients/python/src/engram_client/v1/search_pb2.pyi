@@ -111,6 +111,7 @@ class SearchRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     START_TIME_FIELD_NUMBER: _builtins.int
     END_TIME_FIELD_NUMBER: _builtins.int
+    FOLLOWING_EPISODES_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """What to look for: words (any may match; more matches rank higher),
     "quoted phrases" (each must appear) and -words (must not appear).
@@ -136,6 +137,13 @@ class SearchRequest(_message.Message):
     """Episodes: only this agent."""
     kind: _consolidation_pb2.FactKind.ValueType
     """Facts: only this kind (FACT_KIND_UNSPECIFIED: any)."""
+    following_episodes: _builtins.int
+    """Episodes: also return up to this many episodes that follow each episode
+    hit in its session (0 to 3; default 0). In a conversation the answer
+    often comes in the turn after the one that shares the question's words;
+    a following episode scores a little below the hit it follows, keeps
+    every episode filter, and its snippet has no marked words.
+    """
     @_builtins.property
     def sources(self) -> _containers.RepeatedScalarFieldContainer[Global___SearchSource.ValueType]:
         """Where to look; empty means every source."""
@@ -170,10 +178,11 @@ class SearchRequest(_message.Message):
         kind: _consolidation_pb2.FactKind.ValueType = ...,
         start_time: _timestamp_pb2.Timestamp | None = ...,
         end_time: _timestamp_pb2.Timestamp | None = ...,
+        following_episodes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "app", b"app", "end_time", b"end_time", "key_prefix", b"key_prefix", "kind", b"kind", "limit", b"limit", "mode", b"mode", "query", b"query", "scope", b"scope", "scope_type", b"scope_type", "session_id", b"session_id", "sources", b"sources", "start_time", b"start_time", "types", b"types", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "app", b"app", "end_time", b"end_time", "following_episodes", b"following_episodes", "key_prefix", b"key_prefix", "kind", b"kind", "limit", b"limit", "mode", b"mode", "query", b"query", "scope", b"scope", "scope_type", b"scope_type", "session_id", b"session_id", "sources", b"sources", "start_time", b"start_time", "types", b"types", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
