@@ -10,7 +10,7 @@ use chrono::Utc;
 
 use super::BenchArgs;
 use super::workloads::{
-    KEYS, RECENT_APP, RECENT_SESSIONS, RECENT_USERS, Rng, Workload, key, set_value,
+    KEYS, RECENT_APP, RECENT_SESSIONS, RECENT_USERS, Rng, VOCABULARY, Workload, key, set_value,
 };
 use crate::context::Tenant;
 use crate::memory::ports::{MemoryStore, Mutation, Write};
@@ -58,7 +58,9 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
             "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
              metadata, source_node, timestamp, create_time, fingerprint) \
              SELECT 'default', 'bench-s' || s, e, 'bench-e' || s || '-' || e, $1, 'bench-u' || (s % $2), \
-             $1, 'observation', to_jsonb(repeat('x', 200)), '{}', '', \
+             $1, 'observation', to_jsonb((SELECT string_agg('w' || floor($5 * power( \
+             (abs(hashtext(s || '.' || e || '.' || k)) % 1000003) / 1000003.0, 3))::int, ' ') \
+             FROM generate_series(1, 30) k)), '{}', '', \
              now() - ((s * $3 + e) * interval '1 millisecond'), now(), '\\x00'::bytea \
              FROM generate_series(0, $4 - 1) s, generate_series(1, $3) e",
         )
@@ -66,6 +68,7 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
         .bind(RECENT_USERS as i64)
         .bind(per)
         .bind(RECENT_SESSIONS)
+        .bind(VOCABULARY as i64)
         .execute(&pool)
         .await?;
         sqlx::query("ANALYZE episodes").execute(&pool).await?;
@@ -105,11 +108,14 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
     .await?;
     sqlx::query(
         "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i + 1 < ?4), \
-         e(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM e WHERE j < ?3) \
+         e(j) AS (SELECT 1 UNION ALL SELECT j + 1 FROM e WHERE j < ?3), \
+         w(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM w WHERE k < 30) \
          INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
          metadata, source_node, timestamp, create_time, fingerprint) \
          SELECT 'default', 'bench-s' || i, j, 'bench-e' || i || '-' || j, ?1, 'bench-u' || (i % ?2), \
-         ?1, 'observation', '\"' || printf('%.200c', 'x') || '\"', '{}', '', ?5 - (i * ?3 + j) * 1000, ?5, x'00' \
+         ?1, 'observation', json_quote((SELECT group_concat('w' || CAST(?6 * x * x * x AS INTEGER), ' ') \
+         FROM (SELECT ((i * 7919 + j * 104729 + k * 15485863) % 1000003) / 1000003.0 AS x FROM w))), \
+         '{}', '', ?5 - (i * ?3 + j) * 1000, ?5, x'00' \
          FROM s, e",
     )
     .bind(RECENT_APP)
@@ -117,6 +123,7 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
     .bind(per)
     .bind(RECENT_SESSIONS)
     .bind(now)
+    .bind(VOCABULARY as i64)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -210,7 +217,7 @@ fn pgbench_script(workload: Workload) -> String {
         // The statements of PgStore::try_append for one new episode: read
         // the session, look for the id, bump the counter and insert.
         _ => {
-            let content = format!("\"{}\"", "x".repeat(1024));
+            let content = format!("\"{}\"", super::workloads::text(&mut Rng::new(11), 1024));
             let session = "('bench-raw-' || :client_id)";
             let id = "('raw-' || :client_id || '-' || :r)";
             format!(
@@ -370,7 +377,10 @@ async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64>
                                 id: None,
                                 agent: None,
                                 kind: None,
-                                content: serde_json::Value::String("x".repeat(1024)),
+                                content: serde_json::Value::String(super::workloads::text(
+                                    &mut Rng::new(11),
+                                    1024,
+                                )),
                                 metadata: serde_json::Map::new(),
                                 source_node: String::new(),
                                 timestamp: None,

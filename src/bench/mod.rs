@@ -58,7 +58,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ping,set,get,get-version,list,history,append,recent,tail"
+        default_value = "ping,set,get,get-version,list,history,append,recent,search,tail"
     )]
     pub workloads: Vec<Workload>,
 

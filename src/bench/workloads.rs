@@ -15,6 +15,7 @@ use crate::api::convert::json_to_proto;
 use crate::proto;
 use crate::proto::episode_service_client::EpisodeServiceClient;
 use crate::proto::memory_service_client::MemoryServiceClient;
+use crate::proto::search_service_client::SearchServiceClient;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {
@@ -32,6 +33,9 @@ pub enum Workload {
     Append,
     /// The 20 newest episodes of a user, over --recent-episodes episodes
     Recent,
+    /// Search a user's episodes for three words, over the same episodes
+    /// as recent (lexical, 10 hits)
+    Search,
     /// A gRPC health check: no database, no domain code; the ceiling of
     /// one round trip through the transport on this machine
     Ping,
@@ -50,6 +54,7 @@ impl Workload {
             Workload::History => "history",
             Workload::Append => "append",
             Workload::Recent => "recent",
+            Workload::Search => "search",
             Workload::Ping => "ping",
             Workload::Tail => "tail",
         }
@@ -77,6 +82,28 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % n
     }
+}
+
+/// Distinct words in the bench's text.
+pub const VOCABULARY: u64 = 5000;
+
+/// A word of the bench's text: `w0` … `w4999`, the low numbers far more
+/// common (the cube of a uniform draw), roughly as words of a language are.
+pub fn word(rng: &mut Rng) -> String {
+    let u = rng.below(1_000_003) as f64 / 1_000_003.0;
+    format!("w{}", (VOCABULARY as f64 * u * u * u) as u64)
+}
+
+/// About `bytes` of words: what appends store and searches look through.
+pub fn text(rng: &mut Rng, bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes + 8);
+    while out.len() < bytes {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&word(rng));
+    }
+    out
 }
 
 pub fn key(n: u64) -> String {
@@ -350,7 +377,7 @@ pub async fn run(
         Workload::Append => {
             let (ops, items, samples) = measure(args, |client| async move {
                 let episodes = EpisodeServiceClient::new(channel(target).await?);
-                let content = "x".repeat(1024);
+                let content = text(&mut Rng::new(client as u64 + 11), 1024);
                 let op = move || -> OpFuture {
                     let mut episodes = episodes.clone();
                     let content = content.clone();
@@ -365,6 +392,43 @@ pub async fn run(
             })
             .await?;
             Ok(figures(workload, args, ops, items, samples))
+        }
+        Workload::Search => {
+            let loaded = super::baseline::ensure_recent(&args.database_url, args.recent_episodes)
+                .await
+                .context("cannot load the episodes for search")?;
+            let (ops, items, samples) = measure(args, |client| async move {
+                let search = SearchServiceClient::new(channel(target).await?);
+                let mut rng = Rng::new(client as u64 + 13);
+                let op = move || -> OpFuture {
+                    let mut search = search.clone();
+                    let user = format!("bench-u{}", rng.below(RECENT_USERS));
+                    let query = format!("{} {} {}", word(&mut rng), word(&mut rng), word(&mut rng));
+                    Box::pin(async move {
+                        let hits = search
+                            .search(proto::SearchRequest {
+                                query,
+                                sources: vec![proto::SearchSource::Episodes as i32],
+                                user,
+                                limit: 10,
+                                ..proto::SearchRequest::default()
+                            })
+                            .await?
+                            .into_inner()
+                            .hits
+                            .len();
+                        Ok(hits as u64)
+                    })
+                };
+                Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
+            })
+            .await?;
+            let mut result = figures(workload, args, ops, items, samples);
+            result.items_per_sec = None;
+            result.note = Some(format!(
+                "three words in one user's episodes, over {loaded} episodes of {RECENT_USERS} users"
+            ));
+            Ok(result)
         }
         Workload::Recent => {
             let loaded = super::baseline::ensure_recent(&args.database_url, args.recent_episodes)

@@ -82,6 +82,7 @@ async fn bench_runs_every_workload_on_sqlite() {
         "history",
         "append",
         "recent",
+        "search",
         "tail",
     ];
     let report = bench(&db.url, &all.join(","));
@@ -91,13 +92,13 @@ async fn bench_runs_every_workload_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_compares_with_pgbench_on_postgres() {
     let db = TestDb::new(Backend::Postgres).await;
-    let report = bench(&db.url, "set,get,append,recent,tail");
+    let report = bench(&db.url, "set,get,append,recent,search,tail");
     check(
         &report,
-        &["set", "get", "append", "recent", "tail"],
+        &["set", "get", "append", "recent", "search", "tail"],
         &["set", "get", "append", "recent"],
     );
-    let tail = &report["results"][4];
+    let tail = &report["results"][5];
     assert!(
         tail["note"]
             .as_str()

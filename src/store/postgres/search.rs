@@ -9,7 +9,9 @@
 //! the append path), each search counts them with the GIN index, within
 //! the request's filters and bounded ([`DF_CAP`], [`N_CAP`]) so a very
 //! common word costs at most that many index entries. The candidates are
-//! the [`CANDIDATES`] best by `ts_rank`, re-scored with BM25 plus a bonus
+//! the [`CANDIDATES`] best by `ts_rank` among at most [`MATCHES`] matching
+//! items (the bound on a query with no narrowing filter), re-scored with
+//! BM25 plus a bonus
 //! for query words that stand next to each other in the item (so an exact
 //! phrase beats the same words scattered).
 
@@ -28,6 +30,12 @@ use crate::store::sql::{Backend, Dialect, Param, Run};
 
 /// Candidates re-scored with BM25, the best by `ts_rank`.
 const CANDIDATES: usize = 1000;
+
+/// At most this many matching items are ranked by `ts_rank`: the bound on
+/// a query whose words match a large part of what the filters allow (a
+/// common word, no user filter). Past it, the items the index yields first
+/// are ranked and the rest are not seen.
+const MATCHES: usize = 20_000;
 
 /// Document frequencies are counted up to this many items.
 const DF_CAP: i64 = 10_000;
@@ -94,8 +102,10 @@ impl SearchStore for PgStore {
         let df: Vec<i64> = row.try_get(1)?;
 
         let candidates = format!(
-            "SELECT {columns}, {vector}::text FROM {from} WHERE {w} AND {vector} @@ $1::tsquery \
-             ORDER BY ts_rank({vector}, $1::tsquery) DESC LIMIT {CANDIDATES}",
+            "SELECT * FROM (SELECT {columns}, {vector}::text AS vector, \
+             ts_rank({vector}, $1::tsquery) AS rank FROM {from} WHERE {w} \
+             AND {vector} @@ $1::tsquery LIMIT {MATCHES}) c \
+             ORDER BY c.rank DESC LIMIT {CANDIDATES}",
             columns = columns(source),
             w = filter.sql
         );
