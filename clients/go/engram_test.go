@@ -275,6 +275,17 @@ func TestSearch(t *testing.T) {
 	if err != nil || len(memory) != 1 || memory[0].GetEntry().GetKey() != "deploy/notes" {
 		t.Fatalf("memory: %v %v", memory, err)
 	}
+	if _, err := client.WorkingMemory.Remember(ctx, &engramv1.RememberRequest{
+		SessionId: "chat-alice", Content: "alice deploys with helm",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	block, err := client.WorkingMemory.RenderMemoryBlock(ctx, &engramv1.RenderMemoryBlockRequest{
+		SessionId: "chat-alice", Query: "helm",
+	})
+	if err != nil || !strings.Contains(block.GetMemoryBlock(), "alice deploys with helm") {
+		t.Fatalf("render with a query: %v %v", block, err)
+	}
 	if _, err := client.Search(ctx, &engramv1.SearchRequest{Query: ""}); engram.Reason(err) != "INVALID_QUERY" {
 		t.Fatalf("empty query: %v", err)
 	}

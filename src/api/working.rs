@@ -14,6 +14,7 @@ use crate::error::{Error, Reason, Result};
 use crate::ports::Store;
 use crate::proto;
 use crate::proto::working_memory_service_server::WorkingMemoryService;
+use crate::search::Query;
 use crate::sessions::{Name, Session};
 use crate::working::{CachedFile, Task, TaskChange, TaskStatus, WorkingMemory, render, tools};
 
@@ -44,10 +45,14 @@ impl<S: Store> WorkingMemoryApi<S> {
         ctx: &CallerContext,
         at: (String, String, String),
         (max_facts, max_events): (i32, i32),
+        query: &str,
     ) -> Result<crate::working::Snapshot> {
+        let query = (!query.is_empty())
+            .then(|| Query::parse("query", query))
+            .transpose()?;
         let session = self.session(ctx, at, false).await?;
         self.working
-            .snapshot(ctx, &session, max_facts, max_events)
+            .snapshot(ctx, &session, max_facts, max_events, query.as_ref())
             .await
     }
 }
@@ -257,6 +262,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
                 &ctx,
                 (req.session_id, req.app, req.user),
                 (req.max_facts, req.max_events),
+                "",
             )
             .await
             .map_err(to_status)?;
@@ -281,6 +287,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
                 &ctx,
                 (req.session_id, req.app, req.user),
                 (req.max_facts, req.max_events),
+                &req.query,
             )
             .await
             .map_err(to_status)?;

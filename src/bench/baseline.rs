@@ -10,7 +10,8 @@ use chrono::Utc;
 
 use super::BenchArgs;
 use super::workloads::{
-    KEYS, RECENT_APP, RECENT_SESSIONS, RECENT_USERS, Rng, VOCABULARY, Workload, key, set_value,
+    FIRST_RANK, KEYS, RECENT_APP, RECENT_SESSIONS, RECENT_USERS, Rng, VOCABULARY, Workload, key,
+    set_value,
 };
 use crate::context::Tenant;
 use crate::memory::ports::{MemoryStore, Mutation, Write};
@@ -58,8 +59,8 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
             "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
              metadata, source_node, timestamp, create_time, fingerprint) \
              SELECT 'default', 'bench-s' || s, e, 'bench-e' || s || '-' || e, $1, 'bench-u' || (s % $2), \
-             $1, 'observation', to_jsonb((SELECT string_agg('w' || floor($5 * power( \
-             (abs(hashtext(s || '.' || e || '.' || k)) % 1000003) / 1000003.0, 3))::int, ' ') \
+             $1, 'observation', to_jsonb((SELECT string_agg('w' || floor($6 * power($5::float8 / $6, \
+             (abs(hashtext(s || '.' || e || '.' || k)) % 1000003) / 1000003.0))::int, ' ') \
              FROM generate_series(1, 30) k)), '{}', '', \
              now() - ((s * $3 + e) * interval '1 millisecond'), now(), '\\x00'::bytea \
              FROM generate_series(0, $4 - 1) s, generate_series(1, $3) e",
@@ -69,6 +70,7 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
         .bind(per)
         .bind(RECENT_SESSIONS)
         .bind(VOCABULARY as i64)
+        .bind(FIRST_RANK as i64)
         .execute(&pool)
         .await?;
         sqlx::query("ANALYZE episodes").execute(&pool).await?;
@@ -113,7 +115,7 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
          INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
          metadata, source_node, timestamp, create_time, fingerprint) \
          SELECT 'default', 'bench-s' || i, j, 'bench-e' || i || '-' || j, ?1, 'bench-u' || (i % ?2), \
-         ?1, 'observation', json_quote((SELECT group_concat('w' || CAST(?6 * x * x * x AS INTEGER), ' ') \
+         ?1, 'observation', json_quote((SELECT group_concat('w' || CAST(?7 + (?6 - ?7) * x * x * x * x AS INTEGER), ' ') \
          FROM (SELECT ((i * 7919 + j * 104729 + k * 15485863) % 1000003) / 1000003.0 AS x FROM w))), \
          '{}', '', ?5 - (i * ?3 + j) * 1000, ?5, x'00' \
          FROM s, e",
@@ -124,6 +126,7 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
     .bind(RECENT_SESSIONS)
     .bind(now)
     .bind(VOCABULARY as i64)
+    .bind(FIRST_RANK as i64)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;

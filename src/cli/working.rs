@@ -80,6 +80,9 @@ enum Command {
         max_facts: i32,
         #[arg(long, default_value_t = 0)]
         max_events: i32,
+        /// Show the facts most relevant to this text first (else the newest)
+        #[arg(long, default_value = "")]
+        query: String,
     },
     /// List the LLM-callable tools with their JSON schemas
     Tools,
@@ -263,6 +266,7 @@ impl WorkingCommand {
             Command::Render {
                 max_facts,
                 max_events,
+                query,
             } => {
                 let rendered = working
                     .render_memory_block(proto::RenderMemoryBlockRequest {
@@ -271,6 +275,7 @@ impl WorkingCommand {
                         user,
                         max_facts,
                         max_events,
+                        query,
                     })
                     .await?
                     .into_inner();

@@ -15,6 +15,8 @@ use crate::memory::now_micros;
 use crate::paging;
 use crate::ports::Feeds;
 use crate::redact::Redactor;
+use crate::search::ports::SearchStore;
+use crate::search::{Filters, Item, Query, Source};
 use crate::sessions::ports::SessionStore;
 use crate::sessions::{
     CreateMode, CreateRequest, Episode, Id, Name, Owner, Session, Sessions, session_ended,
@@ -73,7 +75,7 @@ fn text(field: &str, value: &str, required: bool) -> Result<()> {
     Ok(())
 }
 
-impl<S: WorkingStore + SessionStore + ConsolidationStore + Feeds> WorkingMemory<S> {
+impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Feeds> WorkingMemory<S> {
     pub fn new(
         store: S,
         sessions: Sessions<S>,
@@ -346,26 +348,76 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + Feeds> WorkingMemory<
         Ok(facts)
     }
 
+    /// The user's facts most relevant to `query`, best first, then the
+    /// newest of the others up to `limit`: an agent sees what bears on the
+    /// turn at hand without losing the rest when nothing matches.
+    async fn relevant_facts(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        query: &Query,
+        limit: i64,
+    ) -> Result<Vec<Fact>> {
+        let filters = Filters {
+            app: Some(Name::parse("app", session.app.clone())?),
+            user: Some(Name::parse("user", session.user.clone())?),
+            kind: Some(FactKind::Semantic),
+            ..Filters::default()
+        };
+        let wanted = usize::try_from(limit).unwrap_or(0);
+        let mut facts: Vec<Fact> = self
+            .store
+            .search(&ctx.tenant, Source::Facts, query, &filters, wanted)
+            .await?
+            .into_iter()
+            .filter_map(|hit| match hit.item {
+                Item::Fact(fact) => Some(fact),
+                _ => None,
+            })
+            .collect();
+        if facts.len() < wanted {
+            let newest = self
+                .newest_facts(ctx, &session.app, &session.user, FactKind::Semantic, limit)
+                .await?;
+            for fact in newest.into_iter().rev() {
+                if facts.len() >= wanted {
+                    break;
+                }
+                if !facts.iter().any(|f| f.id == fact.id) {
+                    facts.push(fact);
+                }
+            }
+        }
+        Ok(facts)
+    }
+
+    /// What the MEMORY block shows. With a `query` the Facts section holds
+    /// the facts most relevant to it (then the newest); without, the newest.
     pub async fn snapshot(
         &self,
         ctx: &CallerContext,
         session: &Session,
         max_facts: i32,
         max_events: i32,
+        query: Option<&Query>,
     ) -> Result<Snapshot> {
         let max_facts = paging::bounded("max_facts", max_facts, DEFAULT_FACTS, MAX_LISTED)?;
         let max_events = paging::bounded("max_events", max_events, DEFAULT_EVENTS, MAX_LISTED)?;
         let goal = self.store.goal(&ctx.tenant, &session.id).await?;
         let tasks = self.store.list_tasks(&ctx.tenant, &session.id).await?;
-        let facts = self
-            .newest_facts(
-                ctx,
-                &session.app,
-                &session.user,
-                FactKind::Semantic,
-                max_facts,
-            )
-            .await?;
+        let facts = match query {
+            Some(query) => self.relevant_facts(ctx, session, query, max_facts).await?,
+            None => {
+                self.newest_facts(
+                    ctx,
+                    &session.app,
+                    &session.user,
+                    FactKind::Semantic,
+                    max_facts,
+                )
+                .await?
+            }
+        };
         let procedures = self
             .newest_facts(ctx, &session.app, "", FactKind::Procedural, max_facts)
             .await?;

@@ -678,6 +678,7 @@ mod consolidation;
 mod feeds;
 mod fixtures;
 mod maintenance;
+mod search;
 mod sessions;
 mod working;
 

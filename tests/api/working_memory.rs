@@ -110,6 +110,7 @@ async fn render(client: &mut Client, at: At<'_>, max_facts: i32, max_events: i32
             user,
             max_facts,
             max_events,
+            query: String::new(),
         })
         .await
         .expect("render")
@@ -743,7 +744,68 @@ async fn limits_are_enforced(backend: Backend) {
     );
 }
 
+/// With a query the Facts section leads with the facts that bear on it,
+/// then fills up with the newest; a bad query is refused.
+async fn the_block_for_a_query(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut client = working(&server);
+    let at = At("s1", "app", "alice");
+    for fact in [
+        "alice is allergic to peanuts",
+        "alice deploys with helm charts",
+        "alice prefers dark mode",
+        "alice lives in Lisbon",
+    ] {
+        remember(&mut client, at, fact).await;
+    }
+    let rendered = |query: &str, max_facts: i32| {
+        let mut client = client.clone();
+        let query = query.to_owned();
+        async move {
+            client
+                .render_memory_block(RenderMemoryBlockRequest {
+                    session_id: "s1".to_owned(),
+                    app: "app".to_owned(),
+                    user: "alice".to_owned(),
+                    max_facts,
+                    max_events: 0,
+                    query,
+                })
+                .await
+                .map(|r| r.into_inner().memory_block)
+        }
+    };
+    let facts = |block: &str| -> Vec<String> {
+        block
+            .split("## Facts")
+            .nth(1)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("- "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let newest = facts(&rendered("", 2).await.expect("render"));
+    assert_eq!(newest.len(), 2);
+    assert!(newest.iter().all(|l| !l.contains("peanuts")), "{newest:?}");
+
+    let block = rendered("what should the deployment use? helm?", 2)
+        .await
+        .expect("render");
+    let first = facts(&block);
+    assert_eq!(first.len(), 2, "{block}");
+    assert!(first[0].contains("helm charts"), "{block}");
+    let peanuts = facts(&rendered("peanuts", 4).await.expect("render"));
+    assert!(peanuts[0].contains("peanuts"), "{peanuts:?}");
+    assert_eq!(peanuts.len(), 4, "the others follow");
+
+    let status = rendered("-only", 2).await.expect_err("bad query");
+    assert_eq!(reason(&status), "INVALID_QUERY");
+}
+
 on_both_stores!(
+    the_block_for_a_query,
     the_rendered_block,
     tools_as_an_llm_calls_them,
     secrets_are_redacted,

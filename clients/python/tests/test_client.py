@@ -252,6 +252,14 @@ def test_search(server: Server) -> None:
             "pasta with pesto",
         ]
 
+        block = client.call(
+            client.stubs.working_memory.RenderMemoryBlock,
+            working_memory_pb2.RenderMemoryBlockRequest(
+                session_id="chat-1", app="bot", user="alice", query="deployment drills"
+            ),
+        )
+        assert "- alice runs deployment drills" in block.memory_block
+
         with pytest.raises(InvalidArgument) as empty:
             client.search("")
         assert empty.value.reason == "INVALID_QUERY"

@@ -1,18 +1,19 @@
 //! Search on Postgres: a tsquery over the generated `search` vectors
-//! (GIN), then BM25 in Rust over the best candidates, then `ts_headline`
-//! for the snippets of the hits returned.
+//! (GIN), BM25 in Rust over the best candidates, `ts_headline` for the
+//! snippets of the hits returned.
 //!
 //! Why BM25 here rather than `ts_rank`: `ts_rank` counts how often the
 //! words occur but not how rare they are, so a common word repeated
-//! outranks the one rare word the question is about. BM25 needs document
-//! frequencies; rather than keep term statistics on every write (a cost on
-//! the append path), each search counts them with the GIN index, within
-//! the request's filters and bounded ([`DF_CAP`], [`N_CAP`]) so a very
-//! common word costs at most that many index entries. The candidates are
-//! the [`CANDIDATES`] best by `ts_rank` among at most [`MATCHES`] matching
-//! items (the bound on a query with no narrowing filter), re-scored with
-//! BM25 plus a bonus
-//! for query words that stand next to each other in the item (so an exact
+//! outranks the one rare word the question is about; it is also the costly
+//! part of a search over many matches. BM25 needs document frequencies.
+//! Keeping term statistics on every write would cost the append path, and
+//! Postgres's own (`pg_stats`) are hidden under row-level security, so the
+//! search statement counts them in the items the filters allow, all of
+//! them up to [`SAMPLE`] and a sample past it. Matches are bounded by
+//! [`MATCHES`] (the bound on a query with no narrowing filter). The [`CANDIDATES`]
+//! best by the idf-weighted terms they hold are read back whole (by
+//! `ctid`, in the same statement) and scored with BM25, plus a bonus for
+//! query words that stand next to each other in the item (so an exact
 //! phrase beats the same words scattered).
 
 use std::collections::HashMap;
@@ -28,20 +29,19 @@ use crate::search::{Filters, Hit, Item, Query, Source, collect_text};
 use crate::store::search::{Bounds, columns, conditions, item, width};
 use crate::store::sql::{Backend, Dialect, Param, Run};
 
-/// Candidates re-scored with BM25, the best by `ts_rank`.
-const CANDIDATES: usize = 1000;
+/// Candidates re-scored with BM25: the best by the idf-weighted query
+/// terms they hold.
+const CANDIDATES: usize = 200;
 
-/// At most this many matching items are ranked by `ts_rank`: the bound on
-/// a query whose words match a large part of what the filters allow (a
-/// common word, no user filter). Past it, the items the index yields first
-/// are ranked and the rest are not seen.
+/// At most this many matching items are looked at: the bound on a query
+/// whose words match a large part of what the filters allow (a common
+/// word, no user filter). Past it, the items the index yields first are
+/// ranked and the rest are not seen.
 const MATCHES: usize = 20_000;
 
-/// Document frequencies are counted up to this many items.
-const DF_CAP: i64 = 10_000;
-
-/// The collection size is counted up to this many items.
-const N_CAP: i64 = 100_000;
+/// Document frequencies are counted in at most this many of the items the
+/// filters allow: all of a conversation or a small user, a sample of more.
+const SAMPLE: usize = 2_000;
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -50,19 +50,41 @@ const B: f64 = 0.75;
 /// the rarer word's weight.
 const ADJACENT_WEIGHT: f64 = 0.5;
 
-/// The tables a source is searched in and its vector column.
-fn table(source: Source) -> (&'static str, &'static str) {
+/// How a source is searched: the tables and conditions' aliases, the
+/// vector column, and how a matched row (by the `ctid` of the table holding
+/// the vector) joins back to the item's columns.
+struct Table {
+    from: &'static str,
+    vector: &'static str,
+    /// The alias whose `ctid` names a match.
+    row: &'static str,
+    rejoin: &'static str,
+}
+
+fn table(source: Source) -> Table {
     match source {
-        Source::Memory => (
-            "memory_heads h JOIN memory_versions v USING (tenant, scope_type, scope, key, version)",
-            "v.search",
-        ),
-        Source::Facts => (
-            "facts f JOIN fact_versions v \
-             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version",
-            "v.search",
-        ),
-        Source::Episodes => ("episodes e", "e.search"),
+        Source::Memory => Table {
+            from: "memory_heads h JOIN memory_versions v \
+                   USING (tenant, scope_type, scope, key, version)",
+            vector: "v.search",
+            row: "v",
+            rejoin: "memory_versions v ON v.ctid = top.t \
+                     JOIN memory_heads h USING (tenant, scope_type, scope, key, version)",
+        },
+        Source::Facts => Table {
+            from: "facts f JOIN fact_versions v \
+                   ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version",
+            vector: "v.search",
+            row: "v",
+            rejoin: "fact_versions v ON v.ctid = top.t JOIN facts f \
+                     ON f.tenant = v.tenant AND f.id = v.fact_id AND f.version = v.version",
+        },
+        Source::Episodes => Table {
+            from: "episodes e",
+            vector: "e.search",
+            row: "e",
+            rejoin: "episodes e ON e.ctid = top.t",
+        },
     }
 }
 
@@ -80,38 +102,54 @@ impl SearchStore for PgStore {
             return Ok(Vec::new()); // only stop words
         };
         let bounds = Bounds::of(filters);
-        let (from, vector) = table(source);
-
-        let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 2);
-        let stats = format!(
-            "SELECT (SELECT count(*) FROM (SELECT 1 FROM {from} WHERE {w} LIMIT {N_CAP}) n), \
-             ARRAY(SELECT (SELECT count(*) FROM (SELECT 1 FROM {from} WHERE {w} \
-             AND {vector} @@ t.l::tsquery LIMIT {DF_CAP}) d) \
-             FROM unnest($1::text[]) WITH ORDINALITY AS t(l, i) ORDER BY t.i)",
-            w = filter.sql
-        );
-        let mut params = vec![Param::TextList(&plan.quoted_terms)];
-        params.extend(filter.params.iter().copied());
-        let row = conn
-            .rows_built(stats, &params)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::internal("search statistics returned no row"))?;
-        let n: i64 = row.try_get(0)?;
-        let df: Vec<i64> = row.try_get(1)?;
-
-        let candidates = format!(
-            "SELECT * FROM (SELECT {columns}, {vector}::text AS vector, \
-             ts_rank({vector}, $1::tsquery) AS rank FROM {from} WHERE {w} \
-             AND {vector} @@ $1::tsquery LIMIT {MATCHES}) c \
-             ORDER BY c.rank DESC LIMIT {CANDIDATES}",
+        let Table {
+            from,
+            vector,
+            row,
+            rejoin,
+        } = table(source);
+        // Parameters: $1 the tsquery, $2 the quoted terms, then the filters.
+        let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
+        let terms = plan.terms.len();
+        let has: Vec<String> = (1..=terms)
+            .map(|i| format!("{vector} @@ ($2::text[])[{i}]::tsquery AS h{i}"))
+            .collect();
+        let df: Vec<String> = (1..=terms)
+            .map(|i| format!("count(*) FILTER (WHERE s @@ ($2::text[])[{i}]::tsquery) AS d{i}"))
+            .collect();
+        let weight: Vec<String> = (1..=terms)
+            .map(|i| format!("h{i}::int * ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5))"))
+            .collect();
+        let stats: Vec<String> = (1..=terms).map(|i| format!("stats.d{i}")).collect();
+        // One statement: each term's document frequency in (a sample of)
+        // what the filters allow, the matches (bounded), the best of them
+        // by the idf-weighted terms they hold, and only those read whole.
+        let sql = format!(
+            "WITH sample AS (SELECT {vector} AS s FROM {from} WHERE {w} LIMIT {SAMPLE}), \
+             stats AS (SELECT count(*) AS n, {df} FROM sample), \
+             m AS (SELECT {row}.ctid AS t, {has} FROM {from} WHERE {w} \
+             AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
+             top AS (SELECT m.t FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
+             SELECT {columns}, {vector}::text, stats.n, ARRAY[{stats}]::bigint[] \
+             FROM top JOIN {rejoin} CROSS JOIN stats",
+            has = has.join(", "),
+            w = filter.sql,
+            df = df.join(", "),
+            weight = weight.join(" + "),
             columns = columns(source),
-            w = filter.sql
+            stats = stats.join(", "),
         );
-        let mut params = vec![Param::Text(&plan.tsquery)];
+        let mut params = vec![
+            Param::Text(&plan.tsquery),
+            Param::TextList(&plan.quoted_terms),
+        ];
         params.extend(filter.params.iter().copied());
-        let rows = conn.rows_built(candidates, &params).await?;
+        let rows = conn.rows_built(sql, &params).await?;
+        let Some(first) = rows.first() else {
+            return Ok(Vec::new());
+        };
+        let n: i64 = first.try_get(width(source) + 1)?;
+        let df: Vec<i64> = first.try_get(width(source) + 2)?;
 
         let docs: Vec<Doc> = rows
             .iter()

@@ -1,0 +1,173 @@
+//! Search at the store level: each source finds only live items of the
+//! caller's tenant, at their current version, best first, and what a call
+//! removed is gone when it returns.
+
+use engram::context::Tenant;
+use engram::memory::audit::{AuditRecord, Operation};
+use engram::memory::ports::{Mutation, Purge};
+use engram::ports::Store;
+use engram::search::{Filters, Hit, Item, Query, Source};
+use serde_json::json;
+
+use super::fixtures::{episode, id, log, name, owner};
+use super::{key, writer};
+use crate::helpers::TestDb;
+
+async fn found<S: Store>(
+    store: &S,
+    tenant: &str,
+    source: Source,
+    text: &str,
+    filters: &Filters,
+) -> Vec<Hit> {
+    let query = Query::parse("query", text).expect("query");
+    store
+        .search(&Tenant::new(tenant), source, &query, filters, 10)
+        .await
+        .expect("search")
+}
+
+fn described(hits: &[Hit]) -> Vec<String> {
+    hits.iter()
+        .map(|hit| match &hit.item {
+            Item::Entry(e) => format!("{}@{}", e.key.as_str(), e.version),
+            Item::Fact(f) => f.current.subject.clone(),
+            Item::Episode(e) => e.id.clone(),
+        })
+        .collect()
+}
+
+/// A key is found at its current version only; a tombstone and a purge
+/// remove it, and another tenant's key with the same words is never seen.
+async fn memory_finds_current_versions_only<S: Store>(store: S, _db: &TestDb) {
+    let any = Filters::default();
+    let w = writer(&store, "t1");
+    w.set("plan", json!({"text": "migrate the orders database"}))
+        .await;
+    writer(&store, "t2")
+        .set("plan", json!({"text": "migrate the orders database"}))
+        .await;
+    let hits = found(&store, "t1", Source::Memory, "orders database", &any).await;
+    assert_eq!(described(&hits), vec!["plan@1"]);
+    assert!(
+        hits[0].score > 0.0 && hits[0].snippet.contains("**"),
+        "{hits:?}"
+    );
+
+    w.set("plan", json!({"text": "archive the invoices"})).await;
+    assert!(
+        found(&store, "t1", Source::Memory, "orders", &any)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        described(&found(&store, "t1", Source::Memory, "invoices", &any).await),
+        vec!["plan@2"]
+    );
+    w.stored("plan", Mutation::Delete, None, None).await;
+    assert!(
+        found(&store, "t1", Source::Memory, "invoices", &any)
+            .await
+            .is_empty()
+    );
+
+    w.set("other", json!("invoices again")).await;
+    let k = key("other");
+    let purge = Purge {
+        scope: &w.scope,
+        key: Some(&k),
+        keep: None,
+        include_deleted: false,
+        dry_run: false,
+    };
+    store
+        .purge(
+            &w.tenant,
+            &purge,
+            AuditRecord::new(Operation::Purge, &w.scope, chrono::Utc::now()),
+        )
+        .await
+        .expect("purge");
+    assert!(
+        found(&store, "t1", Source::Memory, "invoices", &any)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        described(&found(&store, "t2", Source::Memory, "orders", &any).await),
+        vec!["plan@1"],
+        "the other tenant keeps its own"
+    );
+}
+
+/// Episodes: the filters narrow, an exact neighbourhood ranks first, and a
+/// deleted session takes its episodes out of the index.
+async fn episodes_rank_and_filter<S: Store>(store: S, _db: &TestDb) {
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    l.append(
+        "s1",
+        &[
+            episode(
+                &s1,
+                Some("far"),
+                Some("user_message"),
+                None,
+                json!("the setup was long, the deployment later"),
+            ),
+            episode(
+                &s1,
+                Some("near"),
+                Some("user_message"),
+                None,
+                json!("our deployment setup is documented"),
+            ),
+            episode(
+                &s1,
+                Some("tool"),
+                Some("tool_call"),
+                Some("tools"),
+                json!({"args": ["deployment"]}),
+            ),
+        ],
+    )
+    .await;
+    let any = Filters::default();
+    let hits = found(&store, "t1", Source::Episodes, "deployment setup", &any).await;
+    assert_eq!(described(&hits), vec!["near", "far", "tool"]);
+    let tools = Filters {
+        agent: Some(name("agent", "tools")),
+        ..Filters::default()
+    };
+    assert_eq!(
+        described(&found(&store, "t1", Source::Episodes, "deployment", &tools).await),
+        vec!["tool"]
+    );
+    let bob = Filters {
+        user: Some(name("user", "bob")),
+        ..Filters::default()
+    };
+    assert!(
+        found(&store, "t1", Source::Episodes, "deployment", &bob)
+            .await
+            .is_empty()
+    );
+    assert!(
+        found(&store, "t2", Source::Episodes, "deployment", &any)
+            .await
+            .is_empty()
+    );
+
+    store
+        .delete_session(&Tenant::new("t1"), &s1, &owner("app", "alice"))
+        .await
+        .expect("delete");
+    assert!(
+        found(&store, "t1", Source::Episodes, "deployment", &any)
+            .await
+            .is_empty()
+    );
+}
+
+store_suite!(memory_finds_current_versions_only, episodes_rank_and_filter);
