@@ -1338,7 +1338,12 @@ type RenderMemoryBlockRequest struct {
 	// How many facts (and procedures) at most: 0 means 20, at most 1000.
 	MaxFacts int32 `protobuf:"varint,4,opt,name=max_facts,json=maxFacts,proto3" json:"max_facts,omitempty"`
 	// How many recent episodes at most: 0 means 10, at most 1000.
-	MaxEvents     int32 `protobuf:"varint,5,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
+	MaxEvents int32 `protobuf:"varint,5,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
+	// What the agent is working on now (e.g. the user's last message). When
+	// set, the Facts section holds the user's facts most relevant to it
+	// (searched as SearchService does), best first, then the newest of the
+	// others up to max_facts; unset, the newest facts.
+	Query         string `protobuf:"bytes,6,opt,name=query,proto3" json:"query,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1406,6 +1411,13 @@ func (x *RenderMemoryBlockRequest) GetMaxEvents() int32 {
 		return x.MaxEvents
 	}
 	return 0
+}
+
+func (x *RenderMemoryBlockRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
 }
 
 // RenderMemoryBlockResponse holds the two prompt sections.
@@ -1862,7 +1874,7 @@ const file_engram_v1_working_memory_proto_rawDesc = "" +
 	"procedures\x18\x04 \x03(\v2\x0f.engram.v1.FactR\n" +
 	"procedures\x12*\n" +
 	"\x06recent\x18\x05 \x03(\v2\x12.engram.v1.EpisodeR\x06recent\x12+\n" +
-	"\x05cache\x18\x06 \x03(\v2\x15.engram.v1.CachedFileR\x05cache\"\x9b\x01\n" +
+	"\x05cache\x18\x06 \x03(\v2\x15.engram.v1.CachedFileR\x05cache\"\xb1\x01\n" +
 	"\x18RenderMemoryBlockRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1870,7 +1882,8 @@ const file_engram_v1_working_memory_proto_rawDesc = "" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x1b\n" +
 	"\tmax_facts\x18\x04 \x01(\x05R\bmaxFacts\x12\x1d\n" +
 	"\n" +
-	"max_events\x18\x05 \x01(\x05R\tmaxEvents\"b\n" +
+	"max_events\x18\x05 \x01(\x05R\tmaxEvents\x12\x14\n" +
+	"\x05query\x18\x06 \x01(\tR\x05query\"b\n" +
 	"\x19RenderMemoryBlockResponse\x12!\n" +
 	"\fmemory_block\x18\x01 \x01(\tR\vmemoryBlock\x12\"\n" +
 	"\finstructions\x18\x02 \x01(\tR\finstructions\"\x12\n" +

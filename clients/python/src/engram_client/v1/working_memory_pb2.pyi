@@ -683,6 +683,7 @@ class RenderMemoryBlockRequest(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     MAX_FACTS_FIELD_NUMBER: _builtins.int
     MAX_EVENTS_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
     app: _builtins.str
@@ -693,6 +694,12 @@ class RenderMemoryBlockRequest(_message.Message):
     """How many facts (and procedures) at most: 0 means 20, at most 1000."""
     max_events: _builtins.int
     """How many recent episodes at most: 0 means 10, at most 1000."""
+    query: _builtins.str
+    """What the agent is working on now (e.g. the user's last message). When
+    set, the Facts section holds the user's facts most relevant to it
+    (searched as SearchService does), best first, then the newest of the
+    others up to max_facts; unset, the newest facts.
+    """
     def __init__(
         self,
         *,
@@ -701,10 +708,11 @@ class RenderMemoryBlockRequest(_message.Message):
         user: _builtins.str = ...,
         max_facts: _builtins.int = ...,
         max_events: _builtins.int = ...,
+        query: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "max_events", b"max_events", "max_facts", b"max_facts", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "max_events", b"max_events", "max_facts", b"max_facts", "query", b"query", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
