@@ -88,25 +88,6 @@ fn table(source: Source) -> Table {
     }
 }
 
-/// The match condition. With a filter that narrows to one user or session
-/// the rows come from its btree index and each is checked (the function
-/// form, which the GIN index cannot serve): a common word would otherwise
-/// make the GIN scan read every match in the tenant. Without one, the GIN
-/// index finds the matches. (Measured on 1M episodes of 100 users, a user's
-/// three-word search: 13 ms checked against 23 ms through GIN.)
-fn matching(source: Source, filters: &Filters, vector: &str) -> String {
-    let narrow = match source {
-        Source::Episodes => filters.user.is_some() || filters.session_id.is_some(),
-        Source::Facts => filters.user.is_some(),
-        Source::Memory => false,
-    };
-    if narrow {
-        format!("ts_match_vq({vector}, $1::tsquery)")
-    } else {
-        format!("{vector} @@ $1::tsquery")
-    }
-}
-
 impl SearchStore for PgStore {
     async fn search(
         &self,
@@ -147,13 +128,12 @@ impl SearchStore for PgStore {
             "WITH sample AS (SELECT {vector} AS s FROM {from} WHERE {w} LIMIT {SAMPLE}), \
              stats AS (SELECT count(*) AS n, {df} FROM sample), \
              m AS (SELECT {row}.ctid AS t, {has} FROM {from} WHERE {w} \
-             AND {matches} LIMIT {MATCHES}), \
+             AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
              top AS (SELECT m.t FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
              SELECT {columns}, {vector}::text, stats.n, ARRAY[{stats}]::bigint[] \
              FROM top JOIN {rejoin} CROSS JOIN stats",
             has = has.join(", "),
             w = filter.sql,
-            matches = matching(source, filters, vector),
             df = df.join(", "),
             weight = weight.join(" + "),
             columns = columns(source),
