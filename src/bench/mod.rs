@@ -240,19 +240,8 @@ impl BenchArgs {
         if self.clients == 0 {
             return Err(CliError::usage("--clients must be at least 1"));
         }
-        let started = match &self.server {
-            Some(_) => None,
-            None => Some(
-                server::Spawned::start(&self.database_url)
-                    .await
-                    .map_err(|err| CliError::usage(format!("cannot start engram: {err:#}")))?,
-            ),
-        };
-        let address = match (&self.server, &started) {
-            (Some(server), _) => server.clone(),
-            (None, Some(spawned)) => format!("http://{}", spawned.grpc_addr),
-            (None, None) => unreachable!("a server is given or started"),
-        };
+        let (started, address) =
+            server::Spawned::or_given(self.server.as_deref(), &self.database_url).await?;
         let target = workloads::Target {
             address,
             bearer: crate::cli::Bearer::new(self.token.as_deref())?,

@@ -224,19 +224,8 @@ impl RecallArgs {
                 crate::search::MAX_FOLLOWING
             )));
         }
-        let started = match &self.server {
-            Some(_) => None,
-            None => Some(
-                Spawned::start(&self.database_url)
-                    .await
-                    .map_err(|err| CliError::usage(format!("cannot start engram: {err:#}")))?,
-            ),
-        };
-        let address = match (&self.server, &started) {
-            (Some(server), _) => server.clone(),
-            (None, Some(spawned)) => format!("http://{}", spawned.grpc_addr),
-            (None, None) => unreachable!("a server is given or started"),
-        };
+        let (started, address) =
+            Spawned::or_given(self.server.as_deref(), &self.database_url).await?;
         let result = self.evaluate(&data, &address).await;
         if let Some(spawned) = started {
             spawned.stop().await;

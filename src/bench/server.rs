@@ -52,6 +52,24 @@ impl Spawned {
         anyhow::bail!("engram serve exited before listening")
     }
 
+    /// The server to drive: `given` when there is one, else one started
+    /// on `database_url` (returned too, to be stopped).
+    pub async fn or_given(
+        given: Option<&str>,
+        database_url: &str,
+    ) -> Result<(Option<Spawned>, String), crate::cli::CliError> {
+        match given {
+            Some(server) => Ok((None, server.to_owned())),
+            None => {
+                let spawned = Spawned::start(database_url).await.map_err(|err| {
+                    crate::cli::CliError::usage(format!("cannot start engram: {err:#}"))
+                })?;
+                let address = format!("http://{}", spawned.grpc_addr);
+                Ok((Some(spawned), address))
+            }
+        }
+    }
+
     fn status_kib(&self, field: &str) -> Option<u64> {
         let pid = self.child.id()?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
