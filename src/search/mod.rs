@@ -32,14 +32,6 @@ pub enum Source {
 
 impl Source {
     pub const ALL: [Source; 3] = [Source::Memory, Source::Facts, Source::Episodes];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Memory => "memory",
-            Source::Facts => "facts",
-            Source::Episodes => "episodes",
-        }
-    }
 }
 
 /// How a query is matched.

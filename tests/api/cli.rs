@@ -517,6 +517,26 @@ async fn working_memory_commands_against_a_server() {
             "# MEMORY\n## Goal\nFix the auth bug\n## Todos (2)\n- [in_progress] t1: Trace it\n- [pending] t2: Write a test\n## Facts (1)\n- deploy with token=[REDACTED]\n## Procedures (1)\n- Run the linter first"
         )
     );
+    cli.json(&with(&["remember", "the staging cluster runs on Fridays"]));
+    let focused = cli.json(&with(&[
+        "render",
+        "--max-facts",
+        "1",
+        "--query",
+        "staging cluster",
+    ]));
+    let block = focused["memory_block"].as_str().expect("block");
+    assert!(
+        block.contains("## Facts (1)\n- the staging cluster runs on Fridays"),
+        "{block}"
+    );
+    let refused = cli.run(&with(&["render", "--query=-only"]));
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("INVALID_QUERY"),
+        "{}",
+        refused.stderr
+    );
     let tools = cli.json(&["tools"]);
     assert_eq!(tools["tools"].as_array().map(Vec::len), Some(4));
     let missing = cli.run(&["tasks"]);
