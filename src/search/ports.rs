@@ -11,12 +11,13 @@ use crate::context::Tenant;
 use crate::error::Result;
 
 pub trait SearchStore: Clone + Send + Sync + 'static {
-    /// The best `limit` live items of `source` matching `query` and the
-    /// filters that apply to it, best first.
+    /// For each of `sources`, its best `limit` live items matching `query`
+    /// and the filters that apply to it. One call for every source, so a
+    /// store prepares the query and holds a connection once.
     fn search(
         &self,
         tenant: &Tenant,
-        source: Source,
+        sources: &[Source],
         query: &Query,
         filters: &Filters,
         limit: usize,

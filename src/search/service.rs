@@ -106,14 +106,10 @@ impl<S: SearchStore + SessionStore> Search<S> {
         } else {
             request.sources.into_iter().collect()
         };
-        let mut hits = Vec::new();
-        for source in sources {
-            hits.extend(
-                self.store
-                    .search(&ctx.tenant, source, &request.query, filters, limit)
-                    .await?,
-            );
-        }
+        let mut hits = self
+            .store
+            .search(&ctx.tenant, &sources, &request.query, filters, limit)
+            .await?;
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(limit);
         if request.following_episodes > 0 {

@@ -367,7 +367,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Feeds> 
         let wanted = usize::try_from(limit).unwrap_or(0);
         let mut facts: Vec<Fact> = self
             .store
-            .search(&ctx.tenant, Source::Facts, query, &filters, wanted)
+            .search(&ctx.tenant, &[Source::Facts], query, &filters, wanted)
             .await?
             .into_iter()
             .filter_map(|hit| match hit.item {

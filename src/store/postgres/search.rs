@@ -92,7 +92,7 @@ impl SearchStore for PgStore {
     async fn search(
         &self,
         tenant: &Tenant,
-        source: Source,
+        sources: &[Source],
         query: &Query,
         filters: &Filters,
         limit: usize,
@@ -101,69 +101,10 @@ impl SearchStore for PgStore {
         let Some(plan) = Plan::prepare(&mut conn, query).await? else {
             return Ok(Vec::new()); // only stop words
         };
-        let bounds = Bounds::of(filters);
-        let Table {
-            from,
-            vector,
-            row,
-            rejoin,
-        } = table(source);
-        // Parameters: $1 the tsquery, $2 the quoted terms, then the filters.
-        let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
-        let terms = plan.terms.len();
-        let has: Vec<String> = (1..=terms)
-            .map(|i| format!("{vector} @@ ($2::text[])[{i}]::tsquery AS h{i}"))
-            .collect();
-        let df: Vec<String> = (1..=terms)
-            .map(|i| format!("count(*) FILTER (WHERE s @@ ($2::text[])[{i}]::tsquery) AS d{i}"))
-            .collect();
-        let weight: Vec<String> = (1..=terms)
-            .map(|i| format!("h{i}::int * ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5))"))
-            .collect();
-        let stats: Vec<String> = (1..=terms).map(|i| format!("stats.d{i}")).collect();
-        // One statement: each term's document frequency in (a sample of)
-        // what the filters allow, the matches (bounded), the best of them
-        // by the idf-weighted terms they hold, and only those read whole.
-        let sql = format!(
-            "WITH sample AS (SELECT {vector} AS s FROM {from} WHERE {w} LIMIT {SAMPLE}), \
-             stats AS (SELECT count(*) AS n, {df} FROM sample), \
-             m AS (SELECT {row}.ctid AS t, {has} FROM {from} WHERE {w} \
-             AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
-             top AS (SELECT m.t FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
-             SELECT {columns}, {vector}::text, stats.n, ARRAY[{stats}]::bigint[] \
-             FROM top JOIN {rejoin} CROSS JOIN stats",
-            has = has.join(", "),
-            w = filter.sql,
-            df = df.join(", "),
-            weight = weight.join(" + "),
-            columns = columns(source),
-            stats = stats.join(", "),
-        );
-        let mut params = vec![
-            Param::Text(&plan.tsquery),
-            Param::TextList(&plan.quoted_terms),
-        ];
-        params.extend(filter.params.iter().copied());
-        let rows = conn.rows_built(sql, &params).await?;
-        let Some(first) = rows.first() else {
-            return Ok(Vec::new());
-        };
-        let n: i64 = first.try_get(width(source) + 1)?;
-        let df: Vec<i64> = first.try_get(width(source) + 2)?;
-
-        let docs: Vec<Doc> = rows
-            .iter()
-            .map(|row| Ok(Doc::parse(&row.try_get::<String, _>(width(source))?)))
-            .collect::<Result<_>>()?;
-        let scores = plan.bm25(&docs, n, &df);
-        let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
-        ranked.truncate(limit);
-
-        let items: Vec<(f64, Item)> = ranked
-            .into_iter()
-            .map(|(score, at)| Ok((score, item(source, &rows[at])?)))
-            .collect::<Result<_>>()?;
+        let mut items = Vec::new();
+        for &source in sources {
+            items.extend(ranked(&mut conn, &plan, tenant, source, filters, limit).await?);
+        }
         let texts: Vec<String> = items.iter().map(|(_, item)| text_of(item)).collect();
         let snippets = headlines(&mut conn, &texts, &plan.tsquery).await?;
         Ok(items
@@ -176,6 +117,80 @@ impl SearchStore for PgStore {
             })
             .collect())
     }
+}
+
+/// The best `limit` items of one source with their BM25 scores.
+async fn ranked(
+    conn: &mut Lease,
+    plan: &Plan,
+    tenant: &Tenant,
+    source: Source,
+    filters: &Filters,
+    limit: usize,
+) -> Result<Vec<(f64, Item)>> {
+    let bounds = Bounds::of(filters);
+    let Table {
+        from,
+        vector,
+        row,
+        rejoin,
+    } = table(source);
+    // Parameters: $1 the tsquery, $2 the quoted terms, then the filters.
+    let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
+    let terms = plan.terms.len();
+    let has: Vec<String> = (1..=terms)
+        .map(|i| format!("{vector} @@ ($2::text[])[{i}]::tsquery AS h{i}"))
+        .collect();
+    let df: Vec<String> = (1..=terms)
+        .map(|i| format!("count(*) FILTER (WHERE s @@ ($2::text[])[{i}]::tsquery) AS d{i}"))
+        .collect();
+    let weight: Vec<String> = (1..=terms)
+        .map(|i| format!("h{i}::int * ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5))"))
+        .collect();
+    let stats: Vec<String> = (1..=terms).map(|i| format!("stats.d{i}")).collect();
+    // One statement: each term's document frequency in (a sample of)
+    // what the filters allow, the matches (bounded), the best of them
+    // by the idf-weighted terms they hold, and only those read whole.
+    let sql = format!(
+        "WITH sample AS (SELECT {vector} AS s FROM {from} WHERE {w} LIMIT {SAMPLE}), \
+             stats AS (SELECT count(*) AS n, {df} FROM sample), \
+             m AS (SELECT {row}.ctid AS t, {has} FROM {from} WHERE {w} \
+             AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
+             top AS (SELECT m.t FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
+             SELECT {columns}, {vector}::text, stats.n, ARRAY[{stats}]::bigint[] \
+             FROM top JOIN {rejoin} CROSS JOIN stats",
+        has = has.join(", "),
+        w = filter.sql,
+        df = df.join(", "),
+        weight = weight.join(" + "),
+        columns = columns(source),
+        stats = stats.join(", "),
+    );
+    let mut params = vec![
+        Param::Text(&plan.tsquery),
+        Param::TextList(&plan.quoted_terms),
+    ];
+    params.extend(filter.params.iter().copied());
+    let rows = conn.rows_built(sql, &params).await?;
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let n: i64 = first.try_get(width(source) + 1)?;
+    let df: Vec<i64> = first.try_get(width(source) + 2)?;
+
+    let docs: Vec<Doc> = rows
+        .iter()
+        .map(|row| Ok(Doc::parse(&row.try_get::<String, _>(width(source))?)))
+        .collect::<Result<_>>()?;
+    let scores = plan.bm25(&docs, n, &df);
+    let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    ranked.truncate(limit);
+
+    ranked
+        .into_iter()
+        .map(|(score, at)| Ok((score, item(source, &rows[at])?)))
+        .collect()
 }
 
 /// The query as Postgres reads it: the tsquery that selects candidates,

@@ -42,39 +42,67 @@ impl SearchStore for SqliteStore {
     async fn search(
         &self,
         tenant: &Tenant,
-        source: Source,
+        sources: &[Source],
         query: &Query,
         filters: &Filters,
         limit: usize,
     ) -> Result<Vec<Hit>> {
         let expression = expression(query);
         let bounds = Bounds::of(filters);
-        let filter = conditions(source, Dialect::Sqlite, tenant, filters, &bounds, 3);
-        let (fts, joins) = table(source);
-        let sql = format!(
-            "SELECT {columns}, -bm25({fts}), snippet({fts}, 0, '**', '**', '…', 24) \
-             FROM {fts} {joins} WHERE {fts} MATCH $1 AND {w} ORDER BY bm25({fts}) LIMIT $2",
-            columns = without_casts(columns(source)),
-            w = filter.sql
-        );
-        let mut params = vec![
-            Param::Text(&expression),
-            Param::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
-        ];
-        params.extend(filter.params.iter().copied());
         let mut conn = self.reader(tenant).await?;
-        let rows = conn.rows_built(sql, &params).await?;
-        let at = width(source);
-        rows.iter()
-            .map(|row| {
-                Ok(Hit {
-                    score: row.float(at)?,
-                    snippet: row.text(at + 1)?,
-                    item: item(source, row)?,
-                })
-            })
-            .collect()
+        let mut hits = Vec::new();
+        for &source in sources {
+            hits.extend(
+                ranked(
+                    &mut conn,
+                    &expression,
+                    &bounds,
+                    tenant,
+                    source,
+                    filters,
+                    limit,
+                )
+                .await?,
+            );
+        }
+        Ok(hits)
     }
+}
+
+/// The best `limit` items of one source, scored by FTS5's bm25().
+async fn ranked(
+    conn: &mut impl Run<Row = sqlx::sqlite::SqliteRow>,
+    expression: &str,
+    bounds: &Bounds,
+    tenant: &Tenant,
+    source: Source,
+    filters: &Filters,
+    limit: usize,
+) -> Result<Vec<Hit>> {
+    let filter = conditions(source, Dialect::Sqlite, tenant, filters, bounds, 3);
+    let (fts, joins) = table(source);
+    let sql = format!(
+        "SELECT {columns}, -bm25({fts}), snippet({fts}, 0, '**', '**', '…', 24) \
+             FROM {fts} {joins} WHERE {fts} MATCH $1 AND {w} ORDER BY bm25({fts}) LIMIT $2",
+        columns = without_casts(columns(source)),
+        w = filter.sql
+    );
+    let mut params = vec![
+        Param::Text(expression),
+        Param::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
+    ];
+    params.extend(filter.params.iter().copied());
+    let rows = conn.rows_built(sql, &params).await?;
+    let at = width(source);
+    rows.iter()
+        .map(|row| {
+            Ok(Hit {
+                score: row.float(at)?,
+                snippet: row.text(at + 1)?,
+                item: item(source, row)?,
+            })
+        })
+        .collect()
 }
 
 /// The English stop words (Postgres's `english` list), dropped from a

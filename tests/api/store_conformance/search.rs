@@ -22,7 +22,7 @@ async fn found<S: Store>(
 ) -> Vec<Hit> {
     let query = Query::parse("query", text).expect("query");
     store
-        .search(&Tenant::new(tenant), source, &query, filters, 10)
+        .search(&Tenant::new(tenant), &[source], &query, filters, 10)
         .await
         .expect("search")
 }
