@@ -10,6 +10,7 @@ use crate::helpers::{Backend, ChildServer, TestDb, connect};
 use crate::on_both_stores;
 
 const VERSIONS: i64 = 100_000;
+const LOAD_CHUNK: usize = 2_000;
 
 /// Writes the versions straight into the tables: the test is about reading.
 async fn load_history(db: &TestDb) {
@@ -39,15 +40,21 @@ async fn load_history(db: &TestDb) {
         Backend::Postgres => {
             db.pg_store().await.migrate().await.expect("migrate");
             let pool = sqlx::PgPool::connect(&db.url).await.expect("pool");
-            sqlx::query(
-                "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, create_time) \
-                 SELECT 'default', 1, 'big', 'history', i, to_jsonb(repeat('x', 1000) || i), false, now() \
-                 FROM generate_series(1, $1) AS i",
-            )
-            .bind(VERSIONS)
-            .execute(&pool)
-            .await
-            .expect("load versions");
+            // In chunks, each its own transaction: transaction ids are
+            // cluster-wide, and one long load would hold back the horizon
+            // (tails, the scheduler) of every other test's database.
+            for start in (1..=VERSIONS).step_by(LOAD_CHUNK) {
+                sqlx::query(
+                    "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, create_time) \
+                     SELECT 'default', 1, 'big', 'history', i, to_jsonb(repeat('x', 1000) || i), false, now() \
+                     FROM generate_series($1::bigint, $2::bigint) AS i",
+                )
+                .bind(start)
+                .bind((start + LOAD_CHUNK as i64 - 1).min(VERSIONS))
+                .execute(&pool)
+                .await
+                .expect("load versions");
+            }
             sqlx::query("INSERT INTO memory_heads VALUES ('default', 1, 'big', 'history', $1, false, now())")
                 .bind(VERSIONS)
                 .execute(&pool)
