@@ -14,7 +14,9 @@ use serde::Deserialize;
 
 use crate::auth::{Authenticator, TokenSources};
 use crate::memory::MemoryLimits;
+use crate::openai::HttpConfig;
 use crate::redact::Redactor;
+use crate::search::embedder::EmbedderConfig;
 use crate::sessions::SessionLimits;
 use crate::store::{SqliteSynchronous, StoreOptions};
 use crate::summarizer::OpenAiConfig;
@@ -232,6 +234,23 @@ settings! {
     summarizer_timeout_ms: u64 = "60000", env "ENGRAM_SUMMARIZER_TIMEOUT_MS";
     /// Retries of a summarizer call on 429, 5xx and connection errors
     summarizer_retries: u32 = "3", env "ENGRAM_SUMMARIZER_RETRIES";
+    /// Base URL of an OpenAI-compatible embeddings API (OpenAI, Ollama, vLLM,
+    /// TEI), e.g. https://api.openai.com/v1; turns on semantic and hybrid search
+    embedder_url: String, env "ENGRAM_EMBEDDER_URL";
+    /// The embedding model (required with --embedder-url); vectors of another
+    /// model are not compared (`engram reembed` after a change)
+    embedder_model: String, env "ENGRAM_EMBEDDER_MODEL";
+    /// API key sent as a bearer token to the embedder
+    embedder_api_key: String, env "ENGRAM_EMBEDDER_API_KEY", hide_env_values;
+    /// Vector dimensions asked of models that can shorten theirs; 0 keeps the
+    /// model's own
+    embedder_dimensions: u32 = "0", env "ENGRAM_EMBEDDER_DIMENSIONS";
+    /// Texts sent to the embedder in one call
+    embedder_batch: usize = "64", env "ENGRAM_EMBEDDER_BATCH";
+    /// Timeout of one embedder call, in milliseconds
+    embedder_timeout_ms: u64 = "30000", env "ENGRAM_EMBEDDER_TIMEOUT_MS";
+    /// Retries of an embedder call on 429, 5xx and connection errors
+    embedder_retries: u32 = "3", env "ENGRAM_EMBEDDER_RETRIES";
     /// How long a Watch or TailEpisodes stream waits for a client that does not
     /// read before it ends the stream with CONSUMER_TOO_SLOW, in milliseconds
     watch_stall_timeout_ms: u64 = "30000", env "ENGRAM_WATCH_STALL_TIMEOUT_MS";
@@ -370,6 +389,8 @@ pub struct Config {
     pub scheduler_interval: Option<Duration>,
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,
+    /// The embeddings endpoint; `None`: lexical search only.
+    pub embedder: Option<EmbedderConfig>,
     pub log_format: LogFormat,
     pub auth: Authenticator,
     /// Where the tokens came from; a tokens file is re-read on
@@ -427,15 +448,36 @@ impl Config {
         let summarizer = match v.summarizer_url {
             None => None,
             Some(url) => Some(OpenAiConfig {
-                url,
+                http: HttpConfig {
+                    url,
+                    api_key: v.summarizer_api_key,
+                    timeout: millis(v.summarizer_timeout_ms),
+                    retries: v.summarizer_retries,
+                },
                 model: v.summarizer_model.ok_or_else(|| {
                     anyhow::anyhow!(
                         "summarizer_model (ENGRAM_SUMMARIZER_MODEL) is required with summarizer_url"
                     )
                 })?,
-                api_key: v.summarizer_api_key,
-                timeout: millis(v.summarizer_timeout_ms),
-                retries: v.summarizer_retries,
+            }),
+        };
+        anyhow::ensure!(v.embedder_batch > 0, "embedder_batch must be positive");
+        let embedder = match v.embedder_url {
+            None => None,
+            Some(url) => Some(EmbedderConfig {
+                http: HttpConfig {
+                    url,
+                    api_key: v.embedder_api_key,
+                    timeout: millis(v.embedder_timeout_ms),
+                    retries: v.embedder_retries,
+                },
+                model: v.embedder_model.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "embedder_model (ENGRAM_EMBEDDER_MODEL) is required with embedder_url"
+                    )
+                })?,
+                dimensions: (v.embedder_dimensions > 0).then_some(v.embedder_dimensions),
+                batch: v.embedder_batch,
             }),
         };
         let redactor = v.redact_secrets.then(|| {
@@ -495,6 +537,7 @@ impl Config {
             scheduler_interval: (v.scheduler_interval_ms > 0)
                 .then(|| millis(v.scheduler_interval_ms)),
             summarizer,
+            embedder,
             log_format: v.log_format,
             auth,
             tokens,

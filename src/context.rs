@@ -5,7 +5,7 @@
 use crate::memory::ScopeName;
 
 /// The tenant every row belongs to. No read ever crosses tenants.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Tenant(String);
 
 impl Tenant {

@@ -13,6 +13,7 @@ pub mod context;
 pub mod error;
 pub mod memory;
 pub mod metrics;
+pub mod openai;
 pub mod paging;
 pub mod ports;
 pub mod redact;

@@ -22,6 +22,11 @@ enum Command {
     Serve(ConfigArgs),
     /// Apply pending database migrations and exit
     Migrate(MigrateArgs),
+    /// Embed the live memory entries, facts and episodes that have no vector
+    /// of the configured embedder's model (written before it was configured,
+    /// or under another model), with progress on stderr. Needs the database
+    /// and the embedder settings the server has; servers may keep running
+    Reembed(ConfigArgs),
     /// Scoped memory on a running server: scopes, list, get, set, delete,
     /// history, purge, purge-scope, compact, log, reindex, watch. Exit codes: 0 ok,
     /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable,
@@ -65,6 +70,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Migrate(args) => migrate(args).await,
+        Command::Reembed(args) => reembed(args).await,
         Command::Memory(command) => return client_exit(command.run().await),
         Command::Sessions(command) => return client_exit(command.run().await),
         Command::Episodes(command) => return client_exit(command.run().await),
@@ -118,6 +124,38 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let _telemetry = engram::telemetry::init(config.log_format)?;
     engram::server::migrate(&config, args.grant_to.as_deref()).await?;
     tracing::info!(database = %config.database_url, grant_to = ?args.grant_to, "migrations applied");
+    Ok(())
+}
+
+async fn reembed(args: ConfigArgs) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
+    let config = Config::load(args)?;
+    let _telemetry = engram::telemetry::init(config.log_format)?;
+    let terminal = std::io::stderr().is_terminal();
+    let mut shown = None;
+    let embedded = engram::server::reembed(&config, |p| {
+        let percent = (p.done * 100).checked_div(p.total).unwrap_or(100);
+        let line = format!(
+            "engram reembed: {:<8} {:>9} of {:<9} {:>3}%",
+            format!("{:?}", p.source).to_lowercase(),
+            p.done,
+            p.total,
+            percent
+        );
+        if terminal {
+            eprint!("\r{line}");
+            if p.done == p.total {
+                eprintln!();
+            }
+        } else if shown != Some((p.source, percent / 10)) || p.done == p.total {
+            // One line per tenth when stderr is a log, not a terminal.
+            shown = Some((p.source, percent / 10));
+            eprintln!("{line}");
+        }
+        let _ = std::io::stderr().flush();
+    })
+    .await?;
+    eprintln!("engram reembed: {embedded} items embedded");
     Ok(())
 }
 

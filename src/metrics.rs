@@ -143,6 +143,8 @@ pub struct Registry {
     evicted_sessions: AtomicU64,
     evicted_episodes: AtomicU64,
     scheduler: Mutex<BTreeMap<&'static str, u64>>,
+    embedded: AtomicU64,
+    embedder_failures: AtomicU64,
 }
 
 /// A poisoned lock only means a panic elsewhere mid-update of a counter;
@@ -205,6 +207,16 @@ impl Registry {
             Evicted::Episodes => &self.evicted_episodes,
         };
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Items the embedding worker stored vectors for.
+    pub fn embedded(&self, n: usize) {
+        self.embedded.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A batch the embedder failed (it waits for its next attempt).
+    pub fn embedder_failed(&self) {
+        self.embedder_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn scheduler_run(&self, outcome: RunOutcome) {
@@ -286,6 +298,28 @@ impl Registry {
             "engram_scheduler_runs_total",
             "counter",
             "Scheduled consolidation runs, by outcome (ran, busy: another replica had it, failed).",
+        );
+        header(
+            &mut out,
+            "engram_embedded_items_total",
+            "counter",
+            "Items this replica's embedding worker stored vectors for.",
+        );
+        let _ = writeln!(
+            out,
+            "engram_embedded_items_total {}",
+            self.embedded.load(Ordering::Relaxed)
+        );
+        header(
+            &mut out,
+            "engram_embedder_failures_total",
+            "counter",
+            "Batches the embedder failed after its retries (they wait and are tried again).",
+        );
+        let _ = writeln!(
+            out,
+            "engram_embedder_failures_total {}",
+            self.embedder_failures.load(Ordering::Relaxed)
         );
         let scheduler = lock(&self.scheduler);
         for outcome in [RunOutcome::Ran, RunOutcome::Busy, RunOutcome::Failed] {

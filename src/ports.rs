@@ -13,7 +13,7 @@ use crate::metrics::PoolStatus;
 
 pub use crate::consolidation::ports::ConsolidationStore;
 pub use crate::memory::ports::MemoryStore;
-pub use crate::search::ports::SearchStore;
+pub use crate::search::ports::{EmbeddingStore, SearchStore};
 pub use crate::sessions::ports::SessionStore;
 pub use crate::working::ports::WorkingStore;
 
@@ -66,7 +66,14 @@ pub trait Database: Clone + Send + Sync + 'static {
 
 /// Everything the domain needs from one backend.
 pub trait Store:
-    MemoryStore + SessionStore + ConsolidationStore + WorkingStore + SearchStore + Feeds + Database
+    MemoryStore
+    + SessionStore
+    + ConsolidationStore
+    + WorkingStore
+    + SearchStore
+    + EmbeddingStore
+    + Feeds
+    + Database
 {
 }
 
@@ -76,6 +83,7 @@ impl<S> Store for S where
         + ConsolidationStore
         + WorkingStore
         + SearchStore
+        + EmbeddingStore
         + Feeds
         + Database
 {

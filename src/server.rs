@@ -39,6 +39,8 @@ use crate::proto::search_service_server::SearchServiceServer;
 use crate::proto::session_service_server::SessionServiceServer;
 use crate::proto::working_memory_service_server::WorkingMemoryServiceServer;
 use crate::search::Search;
+use crate::search::embedder::{Embedder, EmbedderConfig, OpenAiEmbedder};
+use crate::search::worker::Worker;
 use crate::sessions::Sessions;
 use crate::store::{Backend, PgStore, SqliteStore};
 use crate::summarizer::{Extractive, OpenAi, Summarizer};
@@ -114,6 +116,63 @@ pub async fn migrate(config: &Config, grant_to: Option<&str>) -> anyhow::Result<
     Ok(())
 }
 
+/// Embeds the live items with no vector of the configured embedder's model
+/// (written before it was configured, or under another model), telling
+/// `progress` after each batch; returns how many it embedded.
+pub async fn reembed(
+    config: &Config,
+    progress: impl FnMut(crate::search::worker::Progress),
+) -> anyhow::Result<u64> {
+    let settings = config.embedder.clone().ok_or_else(|| {
+        anyhow::anyhow!("reembed needs --embedder-url and --embedder-model (ENGRAM_EMBEDDER_URL)")
+    })?;
+    let batch = settings.batch;
+    let embedder = OpenAiEmbedder::new(settings).map_err(anyhow::Error::msg)?;
+    match backend(config)? {
+        Backend::Postgres => {
+            reembed_on(
+                open::<PgStore>(config).await?,
+                config,
+                &embedder,
+                batch,
+                progress,
+            )
+            .await
+        }
+        Backend::Sqlite => {
+            reembed_on(
+                open::<SqliteStore>(config).await?,
+                config,
+                &embedder,
+                batch,
+                progress,
+            )
+            .await
+        }
+    }
+}
+
+async fn reembed_on<S: Store>(
+    store: S,
+    config: &Config,
+    embedder: &OpenAiEmbedder,
+    batch: usize,
+    progress: impl FnMut(crate::search::worker::Progress),
+) -> anyhow::Result<u64> {
+    match config.migrate {
+        MigrateMode::Auto => store.migrate().await.context("cannot apply migrations")?,
+        MigrateMode::Off => store
+            .check_schema()
+            .await
+            .map_err(|err| anyhow::anyhow!("{err}"))?,
+    }
+    let embedded = crate::search::worker::reembed(&store, embedder, batch, progress)
+        .await
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
+    store.close().await;
+    Ok(embedded)
+}
+
 fn backend(config: &Config) -> anyhow::Result<Backend> {
     Backend::of(config.database_url.expose()).map_err(anyhow::Error::msg)
 }
@@ -157,6 +216,14 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
             .check_schema()
             .await
             .map_err(|err| anyhow::anyhow!("{err}"))?,
+    }
+
+    if let Some(embedder) = &config.embedder {
+        // Before serving: from here on every write queues its items.
+        store
+            .set_embedder(&embedder.model)
+            .await
+            .map_err(|err| anyhow::anyhow!("cannot record the embedder's model: {err}"))?;
     }
 
     let grpc_listener = TcpListener::bind(config.grpc_addr)
@@ -230,6 +297,8 @@ struct Services<S> {
     consolidation: Consolidation<S>,
     working: WorkingMemory<S>,
     search: Search<S>,
+    /// With `embedder`: the settings its worker runs with.
+    embedder: Option<(Arc<dyn Embedder>, EmbedderConfig)>,
     feed: FeedOptions,
 }
 
@@ -238,6 +307,14 @@ impl<S: Store> Services<S> {
         let summarizer: Arc<dyn Summarizer> = match &config.summarizer {
             Some(http) => Arc::new(OpenAi::new(http.clone()).map_err(anyhow::Error::msg)?),
             None => Arc::new(Extractive),
+        };
+        let embedder = match &config.embedder {
+            Some(settings) => {
+                let embedder: Arc<dyn Embedder> =
+                    Arc::new(OpenAiEmbedder::new(settings.clone()).map_err(anyhow::Error::msg)?);
+                Some((embedder, settings.clone()))
+            }
+            None => None,
         };
         let sessions = Sessions::new(store.clone(), config.sessions).redacting(
             config
@@ -256,7 +333,8 @@ impl<S: Store> Services<S> {
                 config.redactor.clone(),
             ),
             sessions,
-            search: Search::new(store.clone()),
+            search: Search::new(store.clone(), embedder.as_ref().map(|(e, _)| e.clone())),
+            embedder,
             feed: FeedOptions {
                 shutdown: shutdown.clone(),
                 stall: config.watch_stall_timeout,
@@ -267,7 +345,8 @@ impl<S: Store> Services<S> {
 }
 
 /// The work that runs beside the calls until shutdown: the database health
-/// check (and pruning), the rule scheduler, the tokens file reload.
+/// check (and pruning), the rule scheduler, the embedding worker, the
+/// tokens file reload.
 fn spawn_background<S: Store>(
     store: &S,
     config: &Config,
@@ -289,6 +368,15 @@ fn spawn_background<S: Store>(
             interval,
             shutdown.clone(),
         ));
+    }
+    if let Some((embedder, settings)) = &services.embedder {
+        let worker = Worker::new(
+            store.clone(),
+            embedder.clone(),
+            settings.batch,
+            settings.lease(),
+        );
+        tokio::spawn(worker.run(shutdown.clone()));
     }
     if config.auth.is_on() && config.tokens.file.is_some() {
         // A changed tokens file that parses replaces the tokens of every
@@ -345,6 +433,7 @@ fn serve<S: Store>(
         working,
         search,
         feed,
+        embedder: _,
     } = services;
     let endpoints = crate::api::http::Endpoints {
         sessions: sessions.clone(),

@@ -9,9 +9,11 @@
 //! returned, and a deleted key, a purged version, an evicted episode or a
 //! deleted fact is gone in the same transaction that removed it.
 
+pub mod embedder;
 pub mod ports;
 mod query;
 mod service;
+pub mod worker;
 
 use chrono::{DateTime, Utc};
 
@@ -78,6 +80,59 @@ pub enum Item {
     /// A live fact at its newest version.
     Fact(Fact),
     Episode(Episode),
+}
+
+impl Item {
+    /// The item's identity at its version, as the outbox names it.
+    pub fn reference(&self) -> ports::ItemRef {
+        match self {
+            Item::Entry(entry) => ports::ItemRef::Memory {
+                scope_type: entry.scope.scope_type.as_i16(),
+                scope: entry.scope.name.as_str().to_owned(),
+                key: entry.key.as_str().to_owned(),
+                version: entry.version,
+            },
+            Item::Fact(fact) => ports::ItemRef::Fact {
+                id: fact.id.clone(),
+                version: fact.current.version,
+            },
+            Item::Episode(episode) => ports::ItemRef::Episode {
+                session_id: episode.session_id.clone(),
+                seq: episode.seq,
+            },
+        }
+    }
+
+    /// The text the item is searched, embedded and shown by: a memory
+    /// entry's key and the strings and numbers in its value; a fact's
+    /// subject, predicate, object and content; an episode's content and
+    /// metadata values.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        match self {
+            Item::Entry(entry) => {
+                out.push_str(entry.key.as_str());
+                if let Some(value) = &entry.value {
+                    collect_text(value.json(), &mut out);
+                }
+            }
+            Item::Fact(fact) => {
+                let current = &fact.current;
+                out.push_str(&format!(
+                    "{} {} {}",
+                    current.subject, current.predicate, current.object
+                ));
+                collect_text(&current.content, &mut out);
+            }
+            Item::Episode(episode) => {
+                collect_text(&episode.content, &mut out);
+                for value in episode.metadata.values() {
+                    collect_text(value, &mut out);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// An item found, how well it matched, and an excerpt with the matched

@@ -6,7 +6,9 @@
 
 use std::future::Future;
 
-use super::{Filters, Hit, Query, Source};
+use chrono::{DateTime, Utc};
+
+use super::{Filters, Hit, Item, Query, Source};
 use crate::context::Tenant;
 use crate::error::Result;
 
@@ -23,3 +25,129 @@ pub trait SearchStore: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Hit>>> + Send;
 }
+
+/// An item waiting in the embedding outbox: which item, at which version
+/// (an episode's `seq`), and the claim's attempt count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// The outbox row.
+    pub id: i64,
+    pub tenant: Tenant,
+    pub item: ItemRef,
+    /// How many times it was claimed, this claim included.
+    pub attempts: i32,
+}
+
+/// An item by its identity, as the outbox and the nearest-vector search
+/// name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ItemRef {
+    Memory {
+        scope_type: i16,
+        scope: String,
+        key: String,
+        version: i64,
+    },
+    Fact {
+        id: String,
+        version: i64,
+    },
+    Episode {
+        session_id: String,
+        seq: i64,
+    },
+}
+
+/// A vector computed for an item (`None`: the item is gone), and the
+/// outbox entry it came from, if any.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    pub tenant: Tenant,
+    pub item: ItemRef,
+    pub vector: Option<Vec<u8>>,
+    pub outbox: Option<i64>,
+}
+
+/// What the embedding worker and semantic search need from persistence.
+/// The outbox is filled by the writing transaction itself (each backend's
+/// triggers, once an embedder has been recorded with
+/// [`set_embedder`](Self::set_embedder)); vectors live on the item's row,
+/// so they go when it goes.
+pub trait EmbeddingStore: Clone + Send + Sync + 'static {
+    /// Records the embedder's model: from now on every write queues its
+    /// item, on every replica.
+    fn set_embedder(&self, model: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Claims up to `limit` due outbox items, every tenant's, as `claim`
+    /// until `lease_until` (past it another worker may take them).
+    fn claim_pending(
+        &self,
+        claim: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Pending>>> + Send;
+
+    /// Stores each vector on its item if that is still the live version
+    /// and clears the vectors of the item's older versions; removes the
+    /// outbox entries named, for as long as `claim` holds them. An entry
+    /// with no vector (its item is gone) is only removed.
+    fn store_vectors(
+        &self,
+        claim: Option<&str>,
+        model: &str,
+        done: &[Embedded],
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Gives claimed entries back, due again at `due`.
+    fn release_pending(
+        &self,
+        claim: &str,
+        pending: &[Pending],
+        due: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Live items of one source, every tenant's, with no vector of `model`
+    /// and not in the outbox, in a stable order after `after` (a previous
+    /// page's last): what `engram reembed` backfills.
+    fn unembedded(
+        &self,
+        source: Source,
+        model: &str,
+        after: Option<&(Tenant, ItemRef)>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(Tenant, ItemRef, Item)>>> + Send;
+
+    /// How many live items have no vector of `model`, per source.
+    fn count_unembedded(
+        &self,
+        source: Source,
+        model: &str,
+    ) -> impl Future<Output = Result<i64>> + Send;
+
+    /// How many entries the outbox holds.
+    fn pending_count(&self) -> impl Future<Output = Result<i64>> + Send;
+
+    /// For each of `sources`, the live items the filters allow that have a
+    /// vector of `model`, at most [`MAX_VECTORS`] of each (the newest), as
+    /// their identities and vectors: the candidates a semantic search
+    /// ranks.
+    fn vectors(
+        &self,
+        tenant: &Tenant,
+        sources: &[Source],
+        model: &str,
+        filters: &Filters,
+    ) -> impl Future<Output = Result<Vec<(ItemRef, Vec<u8>)>>> + Send;
+
+    /// The live items named, in that order (`None`: gone since).
+    fn items(
+        &self,
+        tenant: &Tenant,
+        refs: &[ItemRef],
+    ) -> impl Future<Output = Result<Vec<Option<Item>>>> + Send;
+}
+
+/// The most vectors a semantic search compares per source: the bound on a
+/// query whose filters allow more (the newest are compared).
+pub const MAX_VECTORS: usize = 20_000;

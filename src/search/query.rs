@@ -90,6 +90,31 @@ impl Query {
     }
 }
 
+impl Query {
+    /// What a semantic search embeds: the phrases and words, in that order
+    /// (the excluded ones filter the hits instead).
+    pub fn meaning(&self) -> String {
+        self.phrases
+            .iter()
+            .chain(&self.words)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Whether a text holds one of the excluded words or phrases (compared
+    /// in lower case): a semantic hit with one is dropped.
+    pub fn excludes(&self, text: &str) -> bool {
+        if self.excluded.is_empty() {
+            return false;
+        }
+        let text = normalize(&text.to_lowercase());
+        self.excluded
+            .iter()
+            .any(|term| text.contains(&term.to_lowercase()))
+    }
+}
+
 /// Collapses whitespace and reads `/` as a space.
 fn normalize(term: &str) -> String {
     term.replace('/', " ")

@@ -1,8 +1,10 @@
 //! The search service: checks a request, asks each source, merges by score.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
-use super::ports::SearchStore;
+use super::embedder::{Embedder, similarity};
+use super::ports::{EmbeddingStore, ItemRef, SearchStore};
 use super::{Filters, Hit, Item, Mode, Query, Source};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
@@ -17,6 +19,10 @@ pub const MAX_LIMIT: usize = 100;
 
 /// The most following episodes a request may ask for per episode hit.
 pub const MAX_FOLLOWING: i32 = 3;
+
+/// Reciprocal rank fusion's constant: a hit at rank r (from 1) of a list
+/// adds 1 / (RRF_K + r) to its hybrid score.
+const RRF_K: f64 = 60.0;
 
 /// A following episode's score, relative to the hit it follows.
 const FOLLOWING_WEIGHT: f64 = 0.85;
@@ -43,11 +49,13 @@ pub struct SearchRequest {
 #[derive(Clone)]
 pub struct Search<S> {
     store: S,
+    embedder: Option<Arc<dyn Embedder>>,
 }
 
-impl<S: SearchStore + SessionStore> Search<S> {
-    pub fn new(store: S) -> Self {
-        Search { store }
+impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
+    /// Without an embedder, only lexical search.
+    pub fn new(store: S, embedder: Option<Arc<dyn Embedder>>) -> Self {
+        Search { store, embedder }
     }
 
     /// The best hits across the requested sources, best first.
@@ -63,9 +71,15 @@ impl<S: SearchStore + SessionStore> Search<S> {
                 ));
             }
         };
-        match request.mode.unwrap_or(Mode::Lexical) {
-            Mode::Lexical => {}
-            Mode::Semantic | Mode::Hybrid => {
+        let mode = request.mode.unwrap_or(if self.embedder.is_some() {
+            Mode::Hybrid
+        } else {
+            Mode::Lexical
+        });
+        let embedder = match (mode, &self.embedder) {
+            (Mode::Lexical, _) => None,
+            (_, Some(embedder)) => Some(embedder.as_ref()),
+            (Mode::Semantic | Mode::Hybrid, None) => {
                 return Err(Error::FailedPrecondition {
                     reason: Reason::EmbedderNotConfigured,
                     message: "semantic and hybrid search need an embeddings endpoint: start the \
@@ -73,7 +87,7 @@ impl<S: SearchStore + SessionStore> Search<S> {
                         .to_owned(),
                 });
             }
-        }
+        };
         if !(0..=MAX_FOLLOWING).contains(&request.following_episodes) {
             return Err(Error::invalid(
                 Reason::InvalidArgument,
@@ -106,11 +120,30 @@ impl<S: SearchStore + SessionStore> Search<S> {
         } else {
             request.sources.into_iter().collect()
         };
-        let mut hits = self
-            .store
-            .search(&ctx.tenant, &sources, &request.query, filters, limit)
-            .await?;
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let query = &request.query;
+        let mut hits = match (mode, embedder) {
+            (Mode::Semantic, Some(embedder)) => {
+                self.semantic(ctx, embedder, &sources, query, filters, limit)
+                    .await?
+            }
+            (Mode::Hybrid, Some(embedder)) => {
+                let lexical = self.lexical(ctx, &sources, query, filters, limit).await?;
+                match self
+                    .semantic(ctx, embedder, &sources, query, filters, limit)
+                    .await
+                {
+                    Ok(semantic) => fuse(lexical, semantic),
+                    // The default mode keeps answering, by words, while the
+                    // embedder is away; an explicit semantic search fails.
+                    Err(err @ Error::DependencyUnavailable { .. }) => {
+                        tracing::warn!(error = %err, "hybrid search fell back to lexical");
+                        lexical
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+            _ => self.lexical(ctx, &sources, query, filters, limit).await?,
+        };
         hits.truncate(limit);
         if request.following_episodes > 0 {
             let following = self
@@ -120,6 +153,77 @@ impl<S: SearchStore + SessionStore> Search<S> {
             hits.sort_by(|a, b| b.score.total_cmp(&a.score));
             hits.truncate(limit);
         }
+        Ok(hits)
+    }
+
+    /// The best lexical hits, best first.
+    async fn lexical(
+        &self,
+        ctx: &CallerContext,
+        sources: &[Source],
+        query: &Query,
+        filters: &Filters,
+        limit: usize,
+    ) -> Result<Vec<Hit>> {
+        let mut hits = self
+            .store
+            .search(&ctx.tenant, sources, query, filters, limit)
+            .await?;
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// The items whose vectors are nearest the query's, best first, scored
+    /// by cosine similarity: every vector the filters allow (up to
+    /// `MAX_VECTORS` per source) compared here.
+    async fn semantic(
+        &self,
+        ctx: &CallerContext,
+        embedder: &dyn Embedder,
+        sources: &[Source],
+        query: &Query,
+        filters: &Filters,
+        limit: usize,
+    ) -> Result<Vec<Hit>> {
+        let vector = embedder
+            .embed(&[query.meaning()])
+            .await
+            .map_err(|err| Error::DependencyUnavailable {
+                reason: Reason::EmbedderUnavailable,
+                message: format!("the embedder failed: {err}"),
+            })?
+            .pop()
+            .ok_or_else(|| Error::internal("the embedder returned no vector"))?;
+        let candidates = self
+            .store
+            .vectors(&ctx.tenant, sources, embedder.model(), filters)
+            .await?;
+        let mut scored: Vec<(f32, ItemRef)> = candidates
+            .into_iter()
+            .filter_map(|(item, stored)| similarity(&vector, &stored).map(|s| (s, item)))
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // Room for hits an excluded word drops.
+        scored.truncate(if query.excluded.is_empty() {
+            limit
+        } else {
+            limit * 2
+        });
+        let refs: Vec<ItemRef> = scored.iter().map(|(_, item)| item.clone()).collect();
+        let items = self.store.items(&ctx.tenant, &refs).await?;
+        let mut hits: Vec<Hit> = scored
+            .into_iter()
+            .zip(items)
+            .filter_map(|((score, _), item)| item.map(|item| (score, item)))
+            .filter(|(_, item)| !query.excludes(&item.text()))
+            .map(|(score, item)| Hit {
+                score: f64::from(score),
+                snippet: plain_snippet(&item.text()),
+                item,
+            })
+            .collect();
+        hits.truncate(limit);
         Ok(hits)
     }
 
@@ -165,7 +269,7 @@ impl<S: SearchStore + SessionStore> Search<S> {
                 }
                 found.push(Hit {
                     score,
-                    snippet: plain_snippet(&episode),
+                    snippet: plain_snippet(&Item::Episode(episode.clone()).text()),
                     item: Item::Episode(episode),
                 });
             }
@@ -184,13 +288,34 @@ fn allowed(episode: &Episode, filters: &Filters) -> bool {
         && filters.end.is_none_or(|end| episode.timestamp < end)
 }
 
-/// The start of an episode's text, for a hit no word of the query matched.
-fn plain_snippet(episode: &Episode) -> String {
-    let mut text = String::new();
-    super::collect_text(&episode.content, &mut text);
+/// The start of an item's text, for a hit no word of the query marked.
+fn plain_snippet(text: &str) -> String {
     let text = text.trim();
     match text.char_indices().nth(PLAIN_SNIPPET_CHARS) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_owned(),
     }
+}
+
+/// Merges a lexical and a semantic list by reciprocal rank fusion: each
+/// item scores the sum of 1 / (`RRF_K` + its rank) over the lists holding
+/// it, and keeps the lexical snippet (its matched words marked) when it
+/// has one.
+fn fuse(lexical: Vec<Hit>, semantic: Vec<Hit>) -> Vec<Hit> {
+    let mut fused: Vec<Hit> = Vec::with_capacity(lexical.len() + semantic.len());
+    let mut at: HashMap<ItemRef, usize> = HashMap::new();
+    for list in [lexical, semantic] {
+        for (rank, hit) in list.into_iter().enumerate() {
+            let score = 1.0 / (RRF_K + rank as f64 + 1.0);
+            match at.get(&hit.item.reference()) {
+                Some(&i) => fused[i].score += score,
+                None => {
+                    at.insert(hit.item.reference(), fused.len());
+                    fused.push(Hit { score, ..hit });
+                }
+            }
+        }
+    }
+    fused.sort_by(|a, b| b.score.total_cmp(&a.score));
+    fused
 }

@@ -12,6 +12,7 @@ use crate::error::{Error, Reason, Result};
 use crate::memory::ports::{Mutation, Write};
 
 mod consolidation;
+mod embeddings;
 mod memory;
 mod postgres;
 mod search;

@@ -18,6 +18,7 @@ mod pool;
 mod races;
 mod rls;
 mod search;
+mod semantic;
 mod sessions_api;
 mod store_conformance;
 mod summarizer_http;

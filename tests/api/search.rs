@@ -25,7 +25,7 @@ use tonic::transport::Channel;
 use crate::helpers::{Backend, Metadata, TestServer, bad_fields, reason};
 use crate::on_both_stores;
 
-const NS: i32 = ScopeType::Namespace as i32;
+pub(crate) const NS: i32 = ScopeType::Namespace as i32;
 const MEMORY: i32 = SearchSource::Memory as i32;
 const FACTS: i32 = SearchSource::Facts as i32;
 const EPISODES: i32 = SearchSource::Episodes as i32;
@@ -34,14 +34,14 @@ fn search_client(server: &TestServer) -> SearchServiceClient<Channel> {
     SearchServiceClient::new(server.channel.clone())
 }
 
-fn query(text: &str) -> SearchRequest {
+pub(crate) fn query(text: &str) -> SearchRequest {
     SearchRequest {
         query: text.to_owned(),
         ..SearchRequest::default()
     }
 }
 
-async fn search(server: &TestServer, request: SearchRequest) -> Vec<SearchHit> {
+pub(crate) async fn search(server: &TestServer, request: SearchRequest) -> Vec<SearchHit> {
     search_client(server)
         .search(request)
         .await
@@ -52,7 +52,7 @@ async fn search(server: &TestServer, request: SearchRequest) -> Vec<SearchHit> {
 
 /// What a hit names: `memory:scope/key@version`, `fact:subject`,
 /// `episode:id`.
-fn name(hit: &SearchHit) -> String {
+pub(crate) fn name(hit: &SearchHit) -> String {
     match hit.item.as_ref().expect("item") {
         Item::Entry(e) => format!("memory:{}/{}@{}", e.scope, e.key, e.version),
         Item::Fact(f) => format!(
@@ -63,11 +63,11 @@ fn name(hit: &SearchHit) -> String {
     }
 }
 
-fn names(hits: &[SearchHit]) -> Vec<String> {
+pub(crate) fn names(hits: &[SearchHit]) -> Vec<String> {
     hits.iter().map(name).collect()
 }
 
-fn set(scope: &str, key: &str, value: serde_json::Value) -> SetRequest {
+pub(crate) fn set(scope: &str, key: &str, value: serde_json::Value) -> SetRequest {
     SetRequest {
         scope_type: NS,
         scope: scope.to_owned(),
@@ -77,7 +77,7 @@ fn set(scope: &str, key: &str, value: serde_json::Value) -> SetRequest {
     }
 }
 
-fn episode(id: &str, kind: &str, agent: &str, content: serde_json::Value) -> NewEpisode {
+pub(crate) fn episode(id: &str, kind: &str, agent: &str, content: serde_json::Value) -> NewEpisode {
     NewEpisode {
         id: id.to_owned(),
         agent: agent.to_owned(),
@@ -87,7 +87,11 @@ fn episode(id: &str, kind: &str, agent: &str, content: serde_json::Value) -> New
     }
 }
 
-fn append(session: &str, user: &str, episodes: Vec<NewEpisode>) -> AppendEpisodesRequest {
+pub(crate) fn append(
+    session: &str,
+    user: &str,
+    episodes: Vec<NewEpisode>,
+) -> AppendEpisodesRequest {
     AppendEpisodesRequest {
         session_id: session.to_owned(),
         app: "app".to_owned(),
@@ -96,7 +100,7 @@ fn append(session: &str, user: &str, episodes: Vec<NewEpisode>) -> AppendEpisode
     }
 }
 
-fn remember(session: &str, user: &str, subject: &str, content: &str) -> RememberRequest {
+pub(crate) fn remember(session: &str, user: &str, subject: &str, content: &str) -> RememberRequest {
     RememberRequest {
         session_id: session.to_owned(),
         app: "app".to_owned(),

@@ -88,7 +88,8 @@ const (
 	// By words: stemmed English words, "quoted phrases", -excluded words,
 	// ranked with BM25.
 	SearchMode_SEARCH_MODE_LEXICAL SearchMode = 1
-	// By meaning, through the configured embeddings endpoint.
+	// By meaning: the cosine similarity of the query's vector and the items'
+	// (from the configured embeddings endpoint). -excluded words drop hits.
 	SearchMode_SEARCH_MODE_SEMANTIC SearchMode = 2
 	// Both, merged by reciprocal rank fusion.
 	SearchMode_SEARCH_MODE_HYBRID SearchMode = 3

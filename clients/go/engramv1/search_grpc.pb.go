@@ -31,15 +31,20 @@ const (
 //
 // Only live data is found: the current version of a key that is not
 // deleted, facts that are not deleted, episodes that were not evicted or
-// deleted with their session. A write is findable as soon as its call
-// returned: the lexical index is written in the same transaction.
+// deleted with their session. A write is findable by its words as soon as
+// its call returned (the lexical index is written in the same
+// transaction); by its meaning once the embedding worker has stored its
+// vector, usually within a second (the embedder's latency plus at most a
+// poll of 200 ms).
 type SearchServiceClient interface {
 	// Search returns the best hits across the requested sources, best first.
 	// Errors: INVALID_ARGUMENT for an empty or oversized query, a query with
 	// nothing to find (only exclusions or stop words), an unknown source or
 	// mode, a limit out of range, or a bad filter; FAILED_PRECONDITION (reason
 	// EMBEDDER_NOT_CONFIGURED) for a semantic or hybrid search on a server
-	// with no embedder.
+	// with no embedder; UNAVAILABLE (reason EMBEDDER_UNAVAILABLE) for a
+	// semantic search when the embedder fails (a hybrid one then answers by
+	// words alone).
 	Search(ctx context.Context, in *SearchRequest, opts ...grpc.CallOption) (*SearchResponse, error)
 }
 
@@ -70,15 +75,20 @@ func (c *searchServiceClient) Search(ctx context.Context, in *SearchRequest, opt
 //
 // Only live data is found: the current version of a key that is not
 // deleted, facts that are not deleted, episodes that were not evicted or
-// deleted with their session. A write is findable as soon as its call
-// returned: the lexical index is written in the same transaction.
+// deleted with their session. A write is findable by its words as soon as
+// its call returned (the lexical index is written in the same
+// transaction); by its meaning once the embedding worker has stored its
+// vector, usually within a second (the embedder's latency plus at most a
+// poll of 200 ms).
 type SearchServiceServer interface {
 	// Search returns the best hits across the requested sources, best first.
 	// Errors: INVALID_ARGUMENT for an empty or oversized query, a query with
 	// nothing to find (only exclusions or stop words), an unknown source or
 	// mode, a limit out of range, or a bad filter; FAILED_PRECONDITION (reason
 	// EMBEDDER_NOT_CONFIGURED) for a semantic or hybrid search on a server
-	// with no embedder.
+	// with no embedder; UNAVAILABLE (reason EMBEDDER_UNAVAILABLE) for a
+	// semantic search when the embedder fails (a hybrid one then answers by
+	// words alone).
 	Search(context.Context, *SearchRequest) (*SearchResponse, error)
 	mustEmbedUnimplementedSearchServiceServer()
 }

@@ -25,7 +25,7 @@ use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::ports::SearchStore;
-use crate::search::{Filters, Hit, Item, Query, Source, collect_text};
+use crate::search::{Filters, Hit, Item, Query, Source};
 use crate::store::search::{Bounds, columns, conditions, item, width};
 use crate::store::sql::{Backend, Dialect, Param, Run};
 
@@ -105,7 +105,7 @@ impl SearchStore for PgStore {
         for &source in sources {
             items.extend(ranked(&mut conn, &plan, tenant, source, filters, limit).await?);
         }
-        let texts: Vec<String> = items.iter().map(|(_, item)| text_of(item)).collect();
+        let texts: Vec<String> = items.iter().map(|(_, item)| item.text()).collect();
         let snippets = headlines(&mut conn, &texts, &plan.tsquery).await?;
         Ok(items
             .into_iter()
@@ -400,34 +400,6 @@ impl Doc {
             _ => 0,
         }
     }
-}
-
-/// The text a snippet is cut from: what the item's vector was built of.
-fn text_of(item: &Item) -> String {
-    let mut out = String::new();
-    match item {
-        Item::Entry(entry) => {
-            out.push_str(entry.key.as_str());
-            if let Some(value) = &entry.value {
-                collect_text(value.json(), &mut out);
-            }
-        }
-        Item::Fact(fact) => {
-            let current = &fact.current;
-            out.push_str(&format!(
-                "{} {} {}",
-                current.subject, current.predicate, current.object
-            ));
-            collect_text(&current.content, &mut out);
-        }
-        Item::Episode(episode) => {
-            collect_text(&episode.content, &mut out);
-            for value in episode.metadata.values() {
-                collect_text(value, &mut out);
-            }
-        }
-    }
-    out
 }
 
 /// The snippet of each text, matched words marked `**like this**`.

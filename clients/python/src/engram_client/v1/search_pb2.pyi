@@ -64,7 +64,9 @@ class _SearchModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchMode
     ranked with BM25.
     """
     SEARCH_MODE_SEMANTIC: _SearchMode.ValueType  # 2
-    """By meaning, through the configured embeddings endpoint."""
+    """By meaning: the cosine similarity of the query's vector and the items'
+    (from the configured embeddings endpoint). -excluded words drop hits.
+    """
     SEARCH_MODE_HYBRID: _SearchMode.ValueType  # 3
     """Both, merged by reciprocal rank fusion."""
 
@@ -78,7 +80,9 @@ SEARCH_MODE_LEXICAL: SearchMode.ValueType  # 1
 ranked with BM25.
 """
 SEARCH_MODE_SEMANTIC: SearchMode.ValueType  # 2
-"""By meaning, through the configured embeddings endpoint."""
+"""By meaning: the cosine similarity of the query's vector and the items'
+(from the configured embeddings endpoint). -excluded words drop hits.
+"""
 SEARCH_MODE_HYBRID: SearchMode.ValueType  # 3
 """Both, merged by reciprocal rank fusion."""
 Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015

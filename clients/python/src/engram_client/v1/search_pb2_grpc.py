@@ -31,8 +31,11 @@ class SearchServiceStub:
 
     Only live data is found: the current version of a key that is not
     deleted, facts that are not deleted, episodes that were not evicted or
-    deleted with their session. A write is findable as soon as its call
-    returned: the lexical index is written in the same transaction.
+    deleted with their session. A write is findable by its words as soon as
+    its call returned (the lexical index is written in the same
+    transaction); by its meaning once the embedding worker has stored its
+    vector, usually within a second (the embedder's latency plus at most a
+    poll of 200 ms).
     """
 
     def __init__(self, channel):
@@ -54,8 +57,11 @@ class SearchServiceServicer:
 
     Only live data is found: the current version of a key that is not
     deleted, facts that are not deleted, episodes that were not evicted or
-    deleted with their session. A write is findable as soon as its call
-    returned: the lexical index is written in the same transaction.
+    deleted with their session. A write is findable by its words as soon as
+    its call returned (the lexical index is written in the same
+    transaction); by its meaning once the embedding worker has stored its
+    vector, usually within a second (the embedder's latency plus at most a
+    poll of 200 ms).
     """
 
     def Search(self, request, context):
@@ -64,7 +70,9 @@ class SearchServiceServicer:
         nothing to find (only exclusions or stop words), an unknown source or
         mode, a limit out of range, or a bad filter; FAILED_PRECONDITION (reason
         EMBEDDER_NOT_CONFIGURED) for a semantic or hybrid search on a server
-        with no embedder.
+        with no embedder; UNAVAILABLE (reason EMBEDDER_UNAVAILABLE) for a
+        semantic search when the embedder fails (a hybrid one then answers by
+        words alone).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -92,8 +100,11 @@ class SearchService:
 
     Only live data is found: the current version of a key that is not
     deleted, facts that are not deleted, episodes that were not evicted or
-    deleted with their session. A write is findable as soon as its call
-    returned: the lexical index is written in the same transaction.
+    deleted with their session. A write is findable by its words as soon as
+    its call returned (the lexical index is written in the same
+    transaction); by its meaning once the embedding worker has stored its
+    vector, usually within a second (the embedder's latency plus at most a
+    poll of 200 ms).
     """
 
     @staticmethod

@@ -32,8 +32,11 @@ class SearchServiceStub:
 
     Only live data is found: the current version of a key that is not
     deleted, facts that are not deleted, episodes that were not evicted or
-    deleted with their session. A write is findable as soon as its call
-    returned: the lexical index is written in the same transaction.
+    deleted with their session. A write is findable by its words as soon as
+    its call returned (the lexical index is written in the same
+    transaction); by its meaning once the embedding worker has stored its
+    vector, usually within a second (the embedder's latency plus at most a
+    poll of 200 ms).
     """
 
     @_typing.overload
@@ -46,7 +49,9 @@ class SearchServiceStub:
     nothing to find (only exclusions or stop words), an unknown source or
     mode, a limit out of range, or a bad filter; FAILED_PRECONDITION (reason
     EMBEDDER_NOT_CONFIGURED) for a semantic or hybrid search on a server
-    with no embedder.
+    with no embedder; UNAVAILABLE (reason EMBEDDER_UNAVAILABLE) for a
+    semantic search when the embedder fails (a hybrid one then answers by
+    words alone).
     """
 
 @_typing.type_check_only
@@ -56,8 +61,11 @@ class SearchServiceAsyncStub(SearchServiceStub):
 
     Only live data is found: the current version of a key that is not
     deleted, facts that are not deleted, episodes that were not evicted or
-    deleted with their session. A write is findable as soon as its call
-    returned: the lexical index is written in the same transaction.
+    deleted with their session. A write is findable by its words as soon as
+    its call returned (the lexical index is written in the same
+    transaction); by its meaning once the embedding worker has stored its
+    vector, usually within a second (the embedder's latency plus at most a
+    poll of 200 ms).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -67,7 +75,9 @@ class SearchServiceAsyncStub(SearchServiceStub):
     nothing to find (only exclusions or stop words), an unknown source or
     mode, a limit out of range, or a bad filter; FAILED_PRECONDITION (reason
     EMBEDDER_NOT_CONFIGURED) for a semantic or hybrid search on a server
-    with no embedder.
+    with no embedder; UNAVAILABLE (reason EMBEDDER_UNAVAILABLE) for a
+    semantic search when the embedder fails (a hybrid one then answers by
+    words alone).
     """
 
 class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -76,8 +86,11 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
 
     Only live data is found: the current version of a key that is not
     deleted, facts that are not deleted, episodes that were not evicted or
-    deleted with their session. A write is findable as soon as its call
-    returned: the lexical index is written in the same transaction.
+    deleted with their session. A write is findable by its words as soon as
+    its call returned (the lexical index is written in the same
+    transaction); by its meaning once the embedding worker has stored its
+    vector, usually within a second (the embedder's latency plus at most a
+    poll of 200 ms).
     """
 
     @_abc_1.abstractmethod
@@ -91,7 +104,9 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
         nothing to find (only exclusions or stop words), an unknown source or
         mode, a limit out of range, or a bad filter; FAILED_PRECONDITION (reason
         EMBEDDER_NOT_CONFIGURED) for a semantic or hybrid search on a server
-        with no embedder.
+        with no embedder; UNAVAILABLE (reason EMBEDDER_UNAVAILABLE) for a
+        semantic search when the embedder fails (a hybrid one then answers by
+        words alone).
         """
 
 def add_SearchServiceServicer_to_server(servicer: SearchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

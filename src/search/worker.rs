@@ -1,0 +1,265 @@
+//! The embedding worker and the backfill.
+//!
+//! Every replica with an embedder runs a [`Worker`]. It claims a batch of
+//! the outbox (the writing transactions fill it), reads each item if it is
+//! still live at that version, embeds the texts in one call and stores the
+//! vectors, removing the entries in the same transaction. A claim is a
+//! lease: entries another replica holds are skipped, so one replica embeds
+//! each item; a replica that dies mid-batch leaves its entries to be
+//! claimed again when the lease ends. A failed call gives the batch back
+//! with a backoff that grows with its attempts, so an outage loses nothing
+//! and a recovered endpoint drains what waited.
+//!
+//! [`reembed`] fills in what the outbox never held: items written before an
+//! embedder was configured, or embedded by another model.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use super::embedder::{Embedder, encode};
+use super::ports::{Embedded, EmbeddingStore, ItemRef, Pending};
+use super::{Item, Source};
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+
+/// How long an idle worker waits before it looks at the outbox again.
+const IDLE: Duration = Duration::from_millis(200);
+
+/// The first retry of a failed batch; doubled per attempt up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+#[derive(Clone)]
+pub struct Worker<S> {
+    store: S,
+    embedder: Arc<dyn Embedder>,
+    batch: usize,
+    /// How long a claim holds: past it, the entries are another worker's.
+    lease: Duration,
+    /// This worker's name on its claims.
+    claim: String,
+}
+
+impl<S: EmbeddingStore> Worker<S> {
+    /// `lease` must outlast one embedder call with all its retries.
+    pub fn new(store: S, embedder: Arc<dyn Embedder>, batch: usize, lease: Duration) -> Self {
+        Worker {
+            store,
+            embedder,
+            batch: batch.max(1),
+            lease,
+            claim: claim_name(),
+        }
+    }
+
+    /// Drains the outbox until shutdown. The server has recorded the
+    /// model before it serves (so every write it acknowledges is queued).
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            let wait = match self.drain_once().await {
+                Ok(n) if n == self.batch => Duration::ZERO,
+                Ok(_) => IDLE,
+                Err(err) => {
+                    tracing::warn!(error = ?err, "embedding the outbox failed, retrying");
+                    IDLE * 10
+                }
+            };
+            if pause(&shutdown, wait).await {
+                return;
+            }
+        }
+    }
+
+    /// Claims and embeds one batch; returns how many entries it claimed.
+    pub async fn drain_once(&self) -> Result<usize> {
+        let now = Utc::now();
+        let lease_until = now + self.lease;
+        let pending = self
+            .store
+            .claim_pending(&self.claim, now, lease_until, self.batch)
+            .await?;
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        let items = self.live_items(&pending).await?;
+        let texts: Vec<String> = items.iter().flatten().map(Item::text).collect();
+        let vectors = if texts.is_empty() {
+            Vec::new()
+        } else {
+            match self.embedder.embed(&texts).await {
+                Ok(vectors) => vectors,
+                Err(err) => {
+                    let attempts = pending.iter().map(|p| p.attempts).min().unwrap_or(1);
+                    let due = Utc::now() + backoff(attempts);
+                    crate::metrics::global().embedder_failed();
+                    tracing::warn!(
+                        error = %err,
+                        items = pending.len(),
+                        attempts,
+                        %due,
+                        "the embedder failed; the batch waits for its next attempt"
+                    );
+                    self.store
+                        .release_pending(&self.claim, &pending, due)
+                        .await?;
+                    return Ok(pending.len());
+                }
+            }
+        };
+        let mut vectors = vectors.into_iter();
+        let done: Vec<Embedded> = pending
+            .iter()
+            .zip(&items)
+            .map(|(entry, item)| Embedded {
+                tenant: entry.tenant.clone(),
+                item: entry.item.clone(),
+                vector: item
+                    .as_ref()
+                    .and_then(|_| vectors.next())
+                    .map(|v| encode(&v)),
+                outbox: Some(entry.id),
+            })
+            .collect();
+        self.store
+            .store_vectors(Some(&self.claim), self.embedder.model(), &done)
+            .await?;
+        crate::metrics::global().embedded(done.iter().filter(|d| d.vector.is_some()).count());
+        Ok(pending.len())
+    }
+
+    /// Each entry's item if still live at its version, in order.
+    async fn live_items(&self, pending: &[Pending]) -> Result<Vec<Option<Item>>> {
+        let mut by_tenant: BTreeMap<&Tenant, Vec<usize>> = BTreeMap::new();
+        for (at, entry) in pending.iter().enumerate() {
+            by_tenant.entry(&entry.tenant).or_default().push(at);
+        }
+        let mut items = vec![None; pending.len()];
+        for (tenant, positions) in by_tenant {
+            let refs: Vec<ItemRef> = positions
+                .iter()
+                .map(|&at| pending[at].item.clone())
+                .collect();
+            let found = self.store.items(tenant, &refs).await?;
+            for (at, item) in positions.into_iter().zip(found) {
+                items[at] = item;
+            }
+        }
+        Ok(items)
+    }
+}
+
+/// Waits `wait` unless shut down first; true when shut down.
+async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
+    if wait.is_zero() {
+        return shutdown.is_cancelled();
+    }
+    tokio::select! {
+        () = shutdown.cancelled() => true,
+        () = tokio::time::sleep(wait) => false,
+    }
+}
+
+/// The wait before attempt `attempts + 1` of a batch.
+fn backoff(attempts: i32) -> Duration {
+    let doublings = u32::try_from(attempts.saturating_sub(1))
+        .unwrap_or(0)
+        .min(16);
+    (FIRST_BACKOFF * 2u32.pow(doublings)).min(MAX_BACKOFF)
+}
+
+/// A name no other worker has: the process and a random id (container
+/// replicas often share a process id).
+fn claim_name() -> String {
+    format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple())
+}
+
+/// Where a backfill stands, for its progress output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub source: Source,
+    pub done: u64,
+    /// Counted when the source's backfill started.
+    pub total: u64,
+}
+
+/// Embeds every live item with no vector of the embedder's model and not
+/// waiting in the outbox, source by source, `batch` items per call;
+/// `progress` hears after each batch. Returns how many it embedded.
+pub async fn reembed<S: EmbeddingStore>(
+    store: &S,
+    embedder: &dyn Embedder,
+    batch: usize,
+    mut progress: impl FnMut(Progress),
+) -> Result<u64> {
+    let model = embedder.model();
+    store.set_embedder(model).await?;
+    let batch = batch.max(1);
+    let mut embedded = 0;
+    for source in Source::ALL {
+        let total = u64::try_from(store.count_unembedded(source, model).await?).unwrap_or(0);
+        let mut done = 0;
+        progress(Progress {
+            source,
+            done,
+            total,
+        });
+        let mut after: Option<(Tenant, ItemRef)> = None;
+        loop {
+            let page = store
+                .unembedded(source, model, after.as_ref(), batch)
+                .await?;
+            let Some((tenant, item, _)) = page.last() else {
+                break;
+            };
+            after = Some((tenant.clone(), item.clone()));
+            let texts: Vec<String> = page.iter().map(|(_, _, item)| item.text()).collect();
+            let vectors = embedder
+                .embed(&texts)
+                .await
+                .map_err(|err| Error::Unavailable {
+                    source: format!("the embedder failed: {err}").into(),
+                })?;
+            let stored: Vec<Embedded> = page
+                .into_iter()
+                .zip(vectors)
+                .map(|((tenant, item, _), vector)| Embedded {
+                    tenant,
+                    item,
+                    vector: Some(encode(&vector)),
+                    outbox: None,
+                })
+                .collect();
+            store.store_vectors(None, model, &stored).await?;
+            done += stored.len() as u64;
+            embedded += stored.len() as u64;
+            progress(Progress {
+                source,
+                done,
+                total: total.max(done),
+            });
+        }
+    }
+    Ok(embedded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_ceiling() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(4));
+        assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn claims_are_named_apart() {
+        assert_ne!(claim_name(), claim_name());
+    }
+}

@@ -1,0 +1,501 @@
+//! Embeddings on both backends: the outbox the writing transaction fills
+//! (each backend's triggers, migrations `postgres/0010` and `sqlite/0008`),
+//! the claims the workers of every replica take on it, the vectors on the
+//! items' rows, and the candidates of a semantic search. One statement text
+//! each, but the claim: Postgres skips rows another replica has locked,
+//! SQLite's single writer has no one to skip.
+
+use chrono::{DateTime, Utc};
+
+use super::consolidation::fact_columns;
+use super::memory::version_columns;
+use super::search::{Bounds, conditions, item};
+use super::sessions::episode_columns;
+use super::sql::{Backend, Cols, Dialect, Param, Run, Sql, Transaction, params, select};
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+use crate::search::ports::{Embedded, EmbeddingStore, ItemRef, MAX_VECTORS, Pending};
+use crate::search::{Filters, Item, Source};
+
+static SET_EMBEDDER: Sql = Sql::new(
+    "INSERT INTO embedder (singleton, model, update_time) VALUES (true, $1, $2) \
+     ON CONFLICT (singleton) DO UPDATE SET model = EXCLUDED.model, \
+     update_time = EXCLUDED.update_time",
+);
+
+/// Parameters: $1 claim, $2 lease end, $3 now, $4 limit.
+static CLAIM_PG: Sql = Sql::new(
+    "UPDATE embedding_outbox SET claim = $1, due_time = $2, attempts = attempts + 1 \
+     WHERE id IN (SELECT id FROM embedding_outbox WHERE due_time IS NULL OR due_time <= $3 \
+     ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) \
+     RETURNING id, tenant, source, scope_type, scope, key, version, attempts",
+);
+
+static CLAIM_SQLITE: Sql = Sql::new(
+    "UPDATE embedding_outbox SET claim = $1, due_time = $2, attempts = attempts + 1 \
+     WHERE id IN (SELECT id FROM embedding_outbox WHERE due_time IS NULL OR due_time <= $3 \
+     ORDER BY id LIMIT $4) \
+     RETURNING id, tenant, source, scope_type, scope, key, version, attempts",
+);
+
+static RELEASE: Sql = Sql::new(
+    "UPDATE embedding_outbox SET claim = NULL, due_time = $3 WHERE id = $1 AND claim = $2",
+);
+
+static DONE: Sql = Sql::new("DELETE FROM embedding_outbox WHERE id = $1 AND claim = $2");
+
+static PENDING_COUNT: Sql = Sql::new("SELECT count(*) FROM embedding_outbox");
+
+/// Parameters: $1 tenant, $2 scope type, $3 scope, $4 key, $5 version, $6
+/// the vector, $7 the model.
+static STORE_MEMORY: Sql = Sql::new(
+    "UPDATE memory_versions SET embedding = $6, embedding_model = $7 \
+     WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4 AND version = $5 \
+     AND NOT deleted",
+);
+
+static CLEAR_MEMORY: Sql = Sql::new(
+    "UPDATE memory_versions SET embedding = NULL, embedding_model = NULL \
+     WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4 AND version < $5 \
+     AND embedding IS NOT NULL",
+);
+
+/// Parameters: $1 tenant, $2 fact id, $3 version, $4 the vector, $5 the
+/// model.
+static STORE_FACT: Sql = Sql::new(
+    "UPDATE fact_versions SET embedding = $4, embedding_model = $5 \
+     WHERE tenant = $1 AND fact_id = $2 AND version = $3 AND NOT deleted",
+);
+
+static CLEAR_FACT: Sql = Sql::new(
+    "UPDATE fact_versions SET embedding = NULL, embedding_model = NULL \
+     WHERE tenant = $1 AND fact_id = $2 AND version < $3 AND embedding IS NOT NULL",
+);
+
+/// Parameters: $1 tenant, $2 session, $3 seq, $4 the vector, $5 the model.
+static STORE_EPISODE: Sql = Sql::new(
+    "UPDATE episodes SET embedding = $4, embedding_model = $5 \
+     WHERE tenant = $1 AND session_id = $2 AND seq = $3",
+);
+
+static MEMORY_ITEM: Sql = select!(
+    concat!(version_columns!(), ", h.scope_type, h.scope"),
+    " FROM memory_heads h JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+     WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4 \
+     AND h.version = $5 AND NOT h.deleted"
+);
+
+static FACT_ITEM: Sql = select!(
+    fact_columns!(),
+    " FROM facts f JOIN fact_versions v \
+     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+     WHERE f.tenant = $1 AND f.id = $2 AND f.version = $3 AND NOT f.deleted"
+);
+
+static EPISODE_ITEM: Sql = select!(
+    episode_columns!(),
+    " FROM episodes e WHERE tenant = $1 AND session_id = $2 AND seq = $3"
+);
+
+/// Unembedded live items after a position, every tenant's. Parameters:
+/// $1 model, $2 limit, then the position.
+static UNEMBEDDED_MEMORY: Sql = select!(
+    concat!(version_columns!(), ", h.scope_type, h.scope, h.tenant"),
+    " FROM memory_heads h JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+     WHERE (h.tenant, h.scope_type, h.scope, h.key) > ($3, $4, $5, $6) \
+     AND NOT h.deleted AND substr(h.key, 1, 12) <> '_compaction/' \
+     AND (v.embedding_model IS NULL OR v.embedding_model <> $1) \
+     AND NOT EXISTS (SELECT 1 FROM embedding_outbox o WHERE o.tenant = h.tenant \
+     AND o.source = 1 AND o.scope_type = h.scope_type AND o.scope = h.scope \
+     AND o.key = h.key AND o.version = h.version) \
+     ORDER BY h.tenant, h.scope_type, h.scope, h.key LIMIT $2"
+);
+
+static UNEMBEDDED_FACTS: Sql = select!(
+    concat!(fact_columns!(), ", f.tenant"),
+    " FROM facts f JOIN fact_versions v \
+     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+     WHERE (f.tenant, f.id) > ($3, $4) AND NOT f.deleted \
+     AND (v.embedding_model IS NULL OR v.embedding_model <> $1) \
+     AND NOT EXISTS (SELECT 1 FROM embedding_outbox o WHERE o.tenant = f.tenant \
+     AND o.source = 2 AND o.key = f.id AND o.version = f.version) \
+     ORDER BY f.tenant, f.id LIMIT $2"
+);
+
+static UNEMBEDDED_EPISODES: Sql = select!(
+    concat!(episode_columns!(), ", tenant"),
+    " FROM episodes e WHERE (tenant, session_id, seq) > ($3, $4, $5) \
+     AND (embedding_model IS NULL OR embedding_model <> $1) \
+     AND NOT EXISTS (SELECT 1 FROM embedding_outbox o WHERE o.tenant = e.tenant \
+     AND o.source = 3 AND o.scope = e.session_id AND o.version = e.seq) \
+     ORDER BY tenant, session_id, seq LIMIT $2"
+);
+
+static COUNT_MEMORY: Sql = Sql::new(
+    "SELECT count(*) FROM memory_heads h JOIN memory_versions v \
+     USING (tenant, scope_type, scope, key, version) \
+     WHERE NOT h.deleted AND substr(h.key, 1, 12) <> '_compaction/' \
+     AND (v.embedding_model IS NULL OR v.embedding_model <> $1)",
+);
+
+static COUNT_FACTS: Sql = Sql::new(
+    "SELECT count(*) FROM facts f JOIN fact_versions v \
+     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+     WHERE NOT f.deleted AND (v.embedding_model IS NULL OR v.embedding_model <> $1)",
+);
+
+static COUNT_EPISODES: Sql = Sql::new(
+    "SELECT count(*) FROM episodes WHERE embedding_model IS NULL OR embedding_model <> $1",
+);
+
+/// A source's tables (aliases as `store/search.rs`'s conditions use them),
+/// its vector and model columns, the columns of an [`ItemRef`], and the
+/// time its newest items are taken by.
+struct Shape {
+    from: &'static str,
+    vector: &'static str,
+    model: &'static str,
+    refs: &'static str,
+    time: &'static str,
+}
+
+fn shape(source: Source) -> Shape {
+    match source {
+        Source::Memory => Shape {
+            from: "memory_heads h JOIN memory_versions v \
+                   USING (tenant, scope_type, scope, key, version)",
+            vector: "v.embedding",
+            model: "v.embedding_model",
+            refs: "h.scope_type, h.scope, h.key, h.version",
+            time: "h.update_time",
+        },
+        Source::Facts => Shape {
+            from: "facts f JOIN fact_versions v \
+                   ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version",
+            vector: "v.embedding",
+            model: "v.embedding_model",
+            refs: "f.id, f.version",
+            time: "f.update_time",
+        },
+        Source::Episodes => Shape {
+            from: "episodes e",
+            vector: "e.embedding",
+            model: "e.embedding_model",
+            refs: "e.session_id, e.seq",
+            time: "e.timestamp",
+        },
+    }
+}
+
+/// The item reference in a row's first columns (as [`Shape::refs`] lists
+/// them), and how many columns it took.
+fn item_ref(source: Source, row: &impl Cols) -> Result<(ItemRef, usize)> {
+    Ok(match source {
+        Source::Memory => (
+            ItemRef::Memory {
+                scope_type: row.small(0)?,
+                scope: row.text(1)?,
+                key: row.text(2)?,
+                version: row.int(3)?,
+            },
+            4,
+        ),
+        Source::Facts => (
+            ItemRef::Fact {
+                id: row.text(0)?,
+                version: row.int(1)?,
+            },
+            2,
+        ),
+        Source::Episodes => (
+            ItemRef::Episode {
+                session_id: row.text(0)?,
+                seq: row.int(1)?,
+            },
+            2,
+        ),
+    })
+}
+
+fn pending_row(row: &impl Cols) -> Result<Pending> {
+    let version = row.int(6)?;
+    let item = match row.small(2)? {
+        1 => ItemRef::Memory {
+            scope_type: row.small(3)?,
+            scope: row.text(4)?,
+            key: row.text(5)?,
+            version,
+        },
+        2 => ItemRef::Fact {
+            id: row.text(5)?,
+            version,
+        },
+        3 => ItemRef::Episode {
+            session_id: row.text(4)?,
+            seq: version,
+        },
+        other => return Err(Error::internal(format!("unknown outbox source {other}"))),
+    };
+    Ok(Pending {
+        id: row.int(0)?,
+        tenant: Tenant::new(row.text(1)?),
+        item,
+        attempts: i32::try_from(row.int(7)?).unwrap_or(i32::MAX),
+    })
+}
+
+/// The live item a reference names, if it still is.
+async fn fetch(conn: &mut impl Run, tenant: &Tenant, item: &ItemRef) -> Result<Option<Item>> {
+    let t = tenant.as_str();
+    let (source, row) = match item {
+        ItemRef::Memory {
+            scope_type,
+            scope,
+            key,
+            version,
+        } => (
+            Source::Memory,
+            conn.row(&MEMORY_ITEM, params![t, *scope_type, scope, key, *version])
+                .await,
+        ),
+        ItemRef::Fact { id, version } => (
+            Source::Facts,
+            conn.row(&FACT_ITEM, params![t, id, *version]).await,
+        ),
+        ItemRef::Episode { session_id, seq } => (
+            Source::Episodes,
+            conn.row(&EPISODE_ITEM, params![t, session_id, *seq]).await,
+        ),
+    };
+    row?.map(|row| self::item(source, &row)).transpose()
+}
+
+impl<B: Backend> EmbeddingStore for B {
+    async fn set_embedder(&self, model: &str) -> Result<()> {
+        let mut conn = self.system_writer().await?;
+        conn.exec(&SET_EMBEDDER, params![model, Utc::now()]).await?;
+        Ok(())
+    }
+
+    async fn claim_pending(
+        &self,
+        claim: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<Pending>> {
+        let mut conn = self.system_writer().await?;
+        let sql = match <B::Conn as Run>::DIALECT {
+            Dialect::Postgres => &CLAIM_PG,
+            Dialect::Sqlite => &CLAIM_SQLITE,
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut pending = conn
+            .all(sql, params![claim, lease_until, now, limit], pending_row)
+            .await?;
+        pending.sort_by_key(|p| p.id);
+        Ok(pending)
+    }
+
+    async fn store_vectors(
+        &self,
+        claim: Option<&str>,
+        model: &str,
+        done: &[Embedded],
+    ) -> Result<()> {
+        let mut tenants: Vec<&Tenant> = done.iter().map(|d| &d.tenant).collect();
+        tenants.sort();
+        tenants.dedup();
+        for tenant in tenants {
+            let t = tenant.as_str();
+            let mut tx = self.begin(tenant).await?;
+            for embedded in done.iter().filter(|d| &d.tenant == tenant) {
+                if let Some(vector) = &embedded.vector {
+                    let vector = vector.as_slice();
+                    match &embedded.item {
+                        ItemRef::Memory {
+                            scope_type,
+                            scope,
+                            key,
+                            version,
+                        } => {
+                            let stored = tx
+                                .exec(
+                                    &STORE_MEMORY,
+                                    params![t, *scope_type, scope, key, *version, vector, model],
+                                )
+                                .await?;
+                            if stored > 0 {
+                                tx.exec(
+                                    &CLEAR_MEMORY,
+                                    params![t, *scope_type, scope, key, *version],
+                                )
+                                .await?;
+                            }
+                        }
+                        ItemRef::Fact { id, version } => {
+                            let stored = tx
+                                .exec(&STORE_FACT, params![t, id, *version, vector, model])
+                                .await?;
+                            if stored > 0 {
+                                tx.exec(&CLEAR_FACT, params![t, id, *version]).await?;
+                            }
+                        }
+                        ItemRef::Episode { session_id, seq } => {
+                            tx.exec(&STORE_EPISODE, params![t, session_id, *seq, vector, model])
+                                .await?;
+                        }
+                    }
+                }
+                if let (Some(id), Some(claim)) = (embedded.outbox, claim) {
+                    tx.exec(&DONE, params![id, claim]).await?;
+                }
+            }
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn release_pending(
+        &self,
+        claim: &str,
+        pending: &[Pending],
+        due: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut conn = self.system_writer().await?;
+        for entry in pending {
+            conn.exec(&RELEASE, params![entry.id, claim, due]).await?;
+        }
+        Ok(())
+    }
+
+    async fn unembedded(
+        &self,
+        source: Source,
+        model: &str,
+        after: Option<&(Tenant, ItemRef)>,
+        limit: usize,
+    ) -> Result<Vec<(Tenant, ItemRef, Item)>> {
+        let mut conn = self.system().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match (source, after) {
+            (Source::Memory, None) => {
+                conn.rows(&UNEMBEDDED_MEMORY, params![model, limit, "", 0_i16, "", ""])
+                    .await?
+            }
+            (
+                Source::Memory,
+                Some((
+                    tenant,
+                    ItemRef::Memory {
+                        scope_type,
+                        scope,
+                        key,
+                        ..
+                    },
+                )),
+            ) => {
+                conn.rows(
+                    &UNEMBEDDED_MEMORY,
+                    params![model, limit, tenant.as_str(), *scope_type, scope, key],
+                )
+                .await?
+            }
+            (Source::Facts, None) => {
+                conn.rows(&UNEMBEDDED_FACTS, params![model, limit, "", ""])
+                    .await?
+            }
+            (Source::Facts, Some((tenant, ItemRef::Fact { id, .. }))) => {
+                conn.rows(
+                    &UNEMBEDDED_FACTS,
+                    params![model, limit, tenant.as_str(), id],
+                )
+                .await?
+            }
+            (Source::Episodes, None) => {
+                conn.rows(&UNEMBEDDED_EPISODES, params![model, limit, "", "", 0_i64])
+                    .await?
+            }
+            (Source::Episodes, Some((tenant, ItemRef::Episode { session_id, seq }))) => {
+                conn.rows(
+                    &UNEMBEDDED_EPISODES,
+                    params![model, limit, tenant.as_str(), session_id, *seq],
+                )
+                .await?
+            }
+            _ => return Err(Error::internal("a position of another source")),
+        };
+        let tenant_at = super::search::width(source);
+        rows.iter()
+            .map(|row| {
+                let item = item(source, row)?;
+                Ok((Tenant::new(row.text(tenant_at)?), item.reference(), item))
+            })
+            .collect()
+    }
+
+    async fn count_unembedded(&self, source: Source, model: &str) -> Result<i64> {
+        let mut conn = self.system().await?;
+        let sql = match source {
+            Source::Memory => &COUNT_MEMORY,
+            Source::Facts => &COUNT_FACTS,
+            Source::Episodes => &COUNT_EPISODES,
+        };
+        conn.count(sql, params![model]).await
+    }
+
+    async fn pending_count(&self) -> Result<i64> {
+        let mut conn = self.system().await?;
+        conn.count(&PENDING_COUNT, params![]).await
+    }
+
+    async fn vectors(
+        &self,
+        tenant: &Tenant,
+        sources: &[Source],
+        model: &str,
+        filters: &Filters,
+    ) -> Result<Vec<(ItemRef, Vec<u8>)>> {
+        let bounds = Bounds::of(filters);
+        let mut conn = self.reader(tenant).await?;
+        let mut found = Vec::new();
+        for &source in sources {
+            let Shape {
+                from,
+                vector,
+                model: model_column,
+                refs,
+                time,
+            } = shape(source);
+            let filter = conditions(
+                source,
+                <B::Conn as Run>::DIALECT,
+                tenant,
+                filters,
+                &bounds,
+                2,
+            );
+            let sql = format!(
+                "SELECT {refs}, {vector} FROM {from} WHERE {w} AND {model_column} = $1 \
+                 AND {vector} IS NOT NULL ORDER BY {time} DESC LIMIT {MAX_VECTORS}",
+                w = filter.sql,
+            );
+            let mut params = vec![Param::Text(model)];
+            params.extend(filter.params.iter().copied());
+            for row in conn.rows_built(sql, &params).await? {
+                let (item, at) = item_ref(source, &row)?;
+                found.push((item, row.bytes(at)?));
+            }
+        }
+        Ok(found)
+    }
+
+    async fn items(&self, tenant: &Tenant, refs: &[ItemRef]) -> Result<Vec<Option<Item>>> {
+        let mut conn = self.reader(tenant).await?;
+        let mut items = Vec::with_capacity(refs.len());
+        for item in refs {
+            items.push(fetch(&mut conn, tenant, item).await?);
+        }
+        Ok(items)
+    }
+}
