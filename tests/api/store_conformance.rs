@@ -675,6 +675,7 @@ macro_rules! store_suite {
 }
 
 mod consolidation;
+mod embeddings;
 mod feeds;
 mod fixtures;
 mod maintenance;
