@@ -158,7 +158,7 @@ macro_rules! parsed_default {
         }
     )*};
 }
-parsed_default!(String, SocketAddr, PathBuf, u64, u32, usize, bool);
+parsed_default!(String, SocketAddr, PathBuf, u64, u32, usize, f32, bool);
 
 macro_rules! named_default {
     ($($ty:ty),*) => {$(
@@ -234,6 +234,10 @@ settings! {
     summarizer_timeout_ms: u64 = "60000", env "ENGRAM_SUMMARIZER_TIMEOUT_MS";
     /// Retries of a summarizer call on 429, 5xx and connection errors
     summarizer_retries: u32 = "3", env "ENGRAM_SUMMARIZER_RETRIES";
+    /// With an embedder: a consolidation Add whose fact is at least this similar
+    /// (cosine, 0 to 1, e.g. 0.9) to a live fact of the same app, user and kind
+    /// becomes an Update of it; 0 turns merging off
+    consolidation_dedup_similarity: f32 = "0", env "ENGRAM_CONSOLIDATION_DEDUP_SIMILARITY";
     /// Base URL of an OpenAI-compatible embeddings API (OpenAI, Ollama, vLLM,
     /// TEI), e.g. https://api.openai.com/v1; turns on semantic and hybrid search
     embedder_url: String, env "ENGRAM_EMBEDDER_URL";
@@ -391,6 +395,9 @@ pub struct Config {
     pub summarizer: Option<OpenAiConfig>,
     /// The embeddings endpoint; `None`: lexical search only.
     pub embedder: Option<EmbedderConfig>,
+    /// Consolidation merges an Add into a live fact this similar (needs
+    /// the embedder); `None`: off.
+    pub dedup_similarity: Option<f32>,
     pub log_format: LogFormat,
     pub auth: Authenticator,
     /// Where the tokens came from; a tokens file is re-read on
@@ -480,6 +487,16 @@ impl Config {
                 batch: v.embedder_batch,
             }),
         };
+        let similarity = v.consolidation_dedup_similarity;
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&similarity),
+            "consolidation_dedup_similarity must be from 0 to 1, got {similarity}"
+        );
+        anyhow::ensure!(
+            similarity == 0.0 || embedder.is_some(),
+            "consolidation_dedup_similarity needs an embedder (embedder_url)"
+        );
+        let dedup_similarity = (similarity > 0.0).then_some(similarity);
         let redactor = v.redact_secrets.then(|| {
             let extra: Vec<String> = v
                 .sensitive_patterns
@@ -538,6 +555,7 @@ impl Config {
                 .then(|| millis(v.scheduler_interval_ms)),
             summarizer,
             embedder,
+            dedup_similarity,
             log_format: v.log_format,
             auth,
             tokens,

@@ -325,7 +325,12 @@ impl<S: Store> Services<S> {
         Ok(Services {
             memory: Memory::new(store.clone(), config.limits),
             admin: MemoryAdmin::new(store.clone(), config.limits, summarizer),
-            consolidation: Consolidation::new(store.clone()),
+            consolidation: match (&embedder, config.dedup_similarity) {
+                (Some((embedder, _)), Some(threshold)) => {
+                    Consolidation::new(store.clone()).deduplicating(embedder.clone(), threshold)
+                }
+                _ => Consolidation::new(store.clone()),
+            },
             working: WorkingMemory::new(
                 store.clone(),
                 sessions.clone(),

@@ -44,6 +44,22 @@ pub struct RunRequest<'a> {
     pub dry_run: bool,
     pub now: DateTime<Utc>,
     pub lock: RunLock,
+    /// With an embedder and a threshold: Adds near a live fact become
+    /// Updates of it.
+    pub dedup: Option<&'a Dedup>,
+}
+
+/// What merging near-duplicate facts needs inside a run: the vectors of
+/// the Adds' texts (embedded before the run's transaction, so no model call
+/// holds it open), the model the stored vectors must be of, and how similar
+/// counts as the same fact.
+#[derive(Debug, Clone, Default)]
+pub struct Dedup {
+    pub model: String,
+    /// Cosine similarity, 0 to 1.
+    pub threshold: f32,
+    /// By the text of the Add's payload ([`FactPayload::text`]).
+    pub vectors: HashMap<String, Vec<f32>>,
 }
 
 /// A rule taken for a run.
@@ -137,6 +153,17 @@ pub trait FactTx: Send {
         tenant: &Tenant,
         keys: &[FactKey],
     ) -> impl Future<Output = Result<HashMap<FactKey, String>>> + Send;
+
+    /// The ids and stored vectors (of `model`) of an owner's live facts of
+    /// one kind, at most 20,000 of the newest: what an Add is compared
+    /// with when consolidation merges near-duplicates.
+    fn fact_vectors(
+        &mut self,
+        tenant: &Tenant,
+        owner: (&str, &str),
+        kind: FactKind,
+        model: &str,
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>>> + Send;
 
     /// Stores a new fact at version 1.
     fn insert_fact(

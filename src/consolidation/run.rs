@@ -3,13 +3,17 @@
 //! rule (read the episodes after its watermark, classify the matching
 //! ones, apply, move the watermark, all in the caller's transaction).
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 
 use super::classify::{FactKey, classify, fact_key};
-use super::ports::{FactTx, Locked, RuleTx, RunRequest};
+use super::ports::{Dedup, FactTx, Locked, RuleTx, RunRequest};
+use super::types::FactKind;
 use super::types::{Applied, Delta, RunOutcome};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::search::embedder::similarity;
 use crate::sessions::Episode;
 
 /// Applies deltas in order. An update whose targets are all unknown adds a
@@ -119,7 +123,10 @@ pub(super) async fn run<T: RuleTx>(
     keys.sort();
     keys.dedup();
     let live = tx.live_facts(tenant, &keys).await?;
-    let deltas = classify(&rule, &matched, &live, run.now);
+    let mut deltas = classify(&rule, &matched, &live, run.now);
+    if let Some(dedup) = run.dedup {
+        deltas = merge_near_duplicates(tx, tenant, deltas, dedup).await?;
+    }
     let applied = if run.dry_run {
         Applied::default()
     } else {
@@ -140,4 +147,61 @@ pub(super) async fn run<T: RuleTx>(
         more,
         applied,
     }))
+}
+
+/// Turns each Add whose text is within the threshold of a live fact of the
+/// same owner and kind into an Update of the most similar one (only facts
+/// whose vectors are stored, of the configured model, count).
+async fn merge_near_duplicates<T: FactTx>(
+    tx: &mut T,
+    tenant: &Tenant,
+    deltas: Vec<Delta>,
+    dedup: &Dedup,
+) -> Result<Vec<Delta>> {
+    let mut candidates: HashMap<(String, String, FactKind), Vec<(String, Vec<u8>)>> =
+        HashMap::new();
+    let mut merged = Vec::with_capacity(deltas.len());
+    for delta in deltas {
+        let Delta::Add {
+            payload,
+            provenance,
+        } = delta
+        else {
+            merged.push(delta);
+            continue;
+        };
+        let Some(vector) = dedup.vectors.get(&payload.text()) else {
+            merged.push(Delta::Add {
+                payload,
+                provenance,
+            });
+            continue;
+        };
+        let owner = (payload.app.clone(), payload.user.clone(), payload.kind);
+        if !candidates.contains_key(&owner) {
+            let found = tx
+                .fact_vectors(tenant, (&owner.0, &owner.1), owner.2, &dedup.model)
+                .await?;
+            candidates.insert(owner.clone(), found);
+        }
+        let nearest = candidates
+            .get(&owner)
+            .into_iter()
+            .flatten()
+            .filter_map(|(id, stored)| similarity(vector, stored).map(|s| (s, id)))
+            .filter(|(s, _)| *s >= dedup.threshold)
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        merged.push(match nearest {
+            Some((_, id)) => Delta::Update {
+                payload,
+                replaces: vec![id.clone()],
+                provenance,
+            },
+            None => Delta::Add {
+                payload,
+                provenance,
+            },
+        });
+    }
+    Ok(merged)
 }

@@ -1,8 +1,11 @@
 //! The rules between requests and the store for rules, runs and facts.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::cron::Schedule;
 use super::filter;
-use super::ports::{ConsolidationStore, FactFilter, FactTx, Locked, RunLock, RunRequest};
+use super::ports::{ConsolidationStore, Dedup, FactFilter, FactTx, Locked, RunLock, RunRequest};
 use super::types::{
     Applied, Cadence, Delta, Fact, FactKind, FactVersion, Provenance, Rule, RunOutcome,
 };
@@ -11,6 +14,7 @@ use crate::error::{Error, Reason, Result};
 use crate::memory::now_micros;
 use crate::paging::{self, ListPage};
 use crate::ports::{Feed, Feeds};
+use crate::search::embedder::Embedder;
 use crate::sessions::{Id, Name};
 
 /// Episodes one `RunRule` reads when the request names no limit.
@@ -32,10 +36,16 @@ pub struct NewRule {
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Consolidation<S> {
     store: S,
+    /// Merging near-duplicate facts: the embedder and the similarity at
+    /// which an Add becomes an Update.
+    dedup: Option<(Arc<dyn Embedder>, f32)>,
 }
+
+/// Texts sent to the embedder in one call when a run deduplicates.
+const DEDUP_BATCH: usize = 64;
 
 fn invalid(reason: Reason, field: impl Into<String>, why: impl Into<String>) -> Error {
     Error::invalid(reason, field, why)
@@ -168,7 +178,14 @@ pub fn validate_delta(field: &str, delta: &Delta) -> Result<()> {
 
 impl<S: ConsolidationStore + Feeds> Consolidation<S> {
     pub fn new(store: S) -> Self {
-        Consolidation { store }
+        Consolidation { store, dedup: None }
+    }
+
+    /// Runs then turn an Add within `threshold` (cosine similarity) of a
+    /// live fact of the same app, user and kind into an Update of it.
+    pub fn deduplicating(mut self, embedder: Arc<dyn Embedder>, threshold: f32) -> Self {
+        self.dedup = Some((embedder, threshold));
+        self
     }
 
     pub async fn create_rule(&self, ctx: &CallerContext, new: NewRule) -> Result<Rule> {
@@ -253,14 +270,29 @@ impl<S: ConsolidationStore + Feeds> Consolidation<S> {
             RunLock::Wait => self.store.settled(Feed::Episodes).await?,
             RunLock::Try => *self.store.horizon(Feed::Episodes).await?.borrow(),
         };
-        let request = RunRequest {
+        let mut request = RunRequest {
             rule_id: id,
             up_to,
             limit: max_episodes.clamp(1, MAX_RUN_EPISODES),
             dry_run,
             now: now_micros(),
             lock,
+            dedup: None,
         };
+        let dedup = match &self.dedup {
+            None => None,
+            Some((embedder, threshold)) => {
+                match self
+                    .dedup_vectors(ctx, &request, embedder.as_ref(), *threshold)
+                    .await?
+                {
+                    Ok(dedup) => Some(dedup),
+                    Err(Locked::Missing) => return Err(super::rule_not_found(id)),
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
+        request.dedup = dedup.as_ref();
         let mut tx = self.store.begin(&ctx.tenant).await?;
         match super::run::run(&mut tx, &ctx.tenant, &request).await? {
             Ok(outcome) if dry_run => {
@@ -274,6 +306,59 @@ impl<S: ConsolidationStore + Feeds> Consolidation<S> {
             Err(Locked::Missing) => Err(super::rule_not_found(id)),
             Err(_) => Ok(None),
         }
+    }
+
+    /// The vectors of what a run would add: the run done once and rolled
+    /// back, then its Adds' texts embedded, outside any transaction (a
+    /// model call never holds one open). The real run that follows reads
+    /// the same episodes; an Add it makes that was not embedded here is
+    /// added as it is.
+    async fn dedup_vectors(
+        &self,
+        ctx: &CallerContext,
+        request: &RunRequest<'_>,
+        embedder: &dyn Embedder,
+        threshold: f32,
+    ) -> Result<std::result::Result<Dedup, Locked>> {
+        let preview = RunRequest {
+            dry_run: true,
+            dedup: None,
+            ..*request
+        };
+        let mut tx = self.store.begin(&ctx.tenant).await?;
+        let outcome = super::run::run(&mut tx, &ctx.tenant, &preview).await?;
+        tx.rollback().await?;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(locked) => return Ok(Err(locked)),
+        };
+        let mut texts: Vec<String> = outcome
+            .deltas
+            .iter()
+            .filter_map(|delta| match delta {
+                Delta::Add { payload, .. } => Some(payload.text()),
+                _ => None,
+            })
+            .collect();
+        texts.sort();
+        texts.dedup();
+        let mut vectors = HashMap::with_capacity(texts.len());
+        for chunk in texts.chunks(DEDUP_BATCH) {
+            let embedded =
+                embedder
+                    .embed(chunk)
+                    .await
+                    .map_err(|err| Error::DependencyUnavailable {
+                        reason: Reason::EmbedderUnavailable,
+                        message: format!("the embedder failed: {err}"),
+                    })?;
+            vectors.extend(chunk.iter().cloned().zip(embedded));
+        }
+        Ok(Ok(Dedup {
+            model: embedder.model().to_owned(),
+            threshold,
+            vectors,
+        }))
     }
 
     pub async fn apply_deltas(&self, ctx: &CallerContext, deltas: Vec<Delta>) -> Result<Applied> {

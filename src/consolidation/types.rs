@@ -68,6 +68,21 @@ pub struct FactPayload {
     pub channels: Vec<String>,
 }
 
+impl FactPayload {
+    /// The text a fact is searched and embedded by: subject, predicate,
+    /// object and the strings and numbers of its content.
+    pub fn text(&self) -> String {
+        fact_text(&self.subject, &self.predicate, &self.object, &self.content)
+    }
+}
+
+/// A fact's text, from its parts (see [`FactPayload::text`]).
+pub fn fact_text(subject: &str, predicate: &str, object: &str, content: &Value) -> String {
+    let mut out = format!("{subject} {predicate} {object}");
+    crate::search::collect_text(content, &mut out);
+    out
+}
+
 /// Where a delta comes from; every delta must carry all of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Provenance {

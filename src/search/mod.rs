@@ -118,11 +118,12 @@ impl Item {
             }
             Item::Fact(fact) => {
                 let current = &fact.current;
-                out.push_str(&format!(
-                    "{} {} {}",
-                    current.subject, current.predicate, current.object
+                out.push_str(&crate::consolidation::fact_text(
+                    &current.subject,
+                    &current.predicate,
+                    &current.object,
+                    &current.content,
                 ));
-                collect_text(&current.content, &mut out);
             }
             Item::Episode(episode) => {
                 collect_text(&episode.content, &mut out);

@@ -103,6 +103,14 @@ static FACT: Sql = select!(
      WHERE f.tenant = $1 AND f.id = $2"
 );
 
+static FACT_VECTORS: Sql = Sql::new(
+    "SELECT f.id, v.embedding FROM facts f JOIN fact_versions v \
+     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+     WHERE f.tenant = $1 AND f.app = $2 AND f.user_id = $3 AND f.kind = $4 AND NOT f.deleted \
+     AND v.embedding_model = $5 AND v.embedding IS NOT NULL \
+     ORDER BY f.update_time DESC LIMIT 20000",
+);
+
 static INSERT_FACT: Sql = Sql::new(
     "INSERT INTO facts (tenant, id, app, user_id, kind, subject, predicate, version, \
      deleted, create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, false, $8, $8)",
@@ -399,6 +407,22 @@ impl<T: Transaction> FactTx for FactsTx<T> {
             );
         }
         Ok(live)
+    }
+
+    async fn fact_vectors(
+        &mut self,
+        tenant: &Tenant,
+        (app, user): (&str, &str),
+        kind: FactKind,
+        model: &str,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        self.0
+            .all(
+                &FACT_VECTORS,
+                params![tenant.as_str(), app, user, kind.as_i16(), model],
+                |row| Ok((row.text(0)?, row.bytes(1)?)),
+            )
+            .await
     }
 
     async fn insert_fact(

@@ -22,7 +22,7 @@ use tonic::transport::Channel;
 use crate::helpers::{Backend, ChildServer, TestServer, bad_fields, connect, reason};
 use crate::on_both_stores;
 
-fn rule(id: &str, filter: &str, enabled: bool) -> ConsolidationRule {
+pub(crate) fn rule(id: &str, filter: &str, enabled: bool) -> ConsolidationRule {
     ConsolidationRule {
         id: id.to_owned(),
         filter: filter.to_owned(),
@@ -34,7 +34,7 @@ fn rule(id: &str, filter: &str, enabled: bool) -> ConsolidationRule {
     }
 }
 
-fn episode(id: &str, kind: &str, metadata: serde_json::Value) -> NewEpisode {
+pub(crate) fn episode(id: &str, kind: &str, metadata: serde_json::Value) -> NewEpisode {
     NewEpisode {
         id: id.to_owned(),
         r#type: kind.to_owned(),
@@ -47,7 +47,7 @@ fn episode(id: &str, kind: &str, metadata: serde_json::Value) -> NewEpisode {
     }
 }
 
-fn batch(session: &str, user: &str, episodes: Vec<NewEpisode>) -> AppendEpisodesRequest {
+pub(crate) fn batch(session: &str, user: &str, episodes: Vec<NewEpisode>) -> AppendEpisodesRequest {
     AppendEpisodesRequest {
         session_id: session.to_owned(),
         app: "app".to_owned(),
@@ -68,7 +68,7 @@ fn provenance(episodes: &[&str]) -> DeltaProvenance {
     }
 }
 
-async fn all_facts(client: &mut ConsolidationServiceClient<Channel>) -> Vec<Fact> {
+pub(crate) async fn all_facts(client: &mut ConsolidationServiceClient<Channel>) -> Vec<Fact> {
     let mut facts = Vec::new();
     let mut token = String::new();
     loop {

@@ -561,7 +561,97 @@ async fn reembed_backfills(backend: Backend) {
     assert_eq!(fake.count("the sedan is blue"), 2);
 }
 
+/// With a similarity threshold, a rule's Add near a live fact of the same
+/// owner becomes an Update of it; a dissimilar one is still added.
+async fn consolidation_merges_near_duplicate_facts(backend: Backend) {
+    use crate::consolidation::{all_facts, batch, episode as observed, rule};
+    use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+    use engram::proto::{CreateRuleRequest, RunRuleRequest};
+
+    let (fake, addr) = start_fake().await;
+    let server = TestServer::spawn_with(backend, |s| {
+        s.embedder_url = Some(format!("http://{addr}/v1"));
+        s.embedder_model = Some("fake-1".to_owned());
+        s.consolidation_dedup_similarity = Some(0.8);
+        s.scheduler_interval_ms = Some(0);
+    })
+    .await;
+    let mut rules = ConsolidationServiceClient::new(server.channel.clone());
+    rules
+        .create_rule(CreateRuleRequest {
+            rule: Some(rule("all", "", false)),
+        })
+        .await
+        .expect("create rule");
+    let run = |mut rules: ConsolidationServiceClient<_>| async move {
+        rules
+            .run_rule(RunRuleRequest {
+                rule_id: "all".to_owned(),
+                ..RunRuleRequest::default()
+            })
+            .await
+            .expect("run")
+            .into_inner()
+    };
+    let mut episodes = server.episodes();
+    let said = |id: &str, subject: &str, predicate: &str, content: &str| {
+        let mut e = observed(
+            id,
+            "observation",
+            json!({"subject": subject, "predicate": predicate}),
+        );
+        e.content = Some(engram::api::convert::json_to_proto(&json!(content)));
+        e
+    };
+    episodes
+        .append_episodes(batch(
+            "s1",
+            "alice",
+            vec![said("d1", "car", "drives", "alice drives a sedan")],
+        ))
+        .await
+        .expect("append");
+    assert_eq!(run(rules.clone()).await.facts_added, 1);
+    // The fact's vector is stored by the worker.
+    eventually(
+        &server,
+        SearchRequest {
+            sources: vec![SearchSource::Facts as i32],
+            ..request("automobile", SearchMode::Semantic)
+        },
+        |n| n.iter().any(|n| n == "fact:car"),
+    )
+    .await;
+
+    episodes
+        .append_episodes(batch(
+            "s1",
+            "alice",
+            vec![
+                said("d2", "vehicle", "owns", "alice drives a sedan car"),
+                said("d3", "food", "likes", "alice likes pasta"),
+            ],
+        ))
+        .await
+        .expect("append");
+    let outcome = run(rules.clone()).await;
+    assert_eq!(
+        (outcome.facts_added, outcome.facts_updated),
+        (1, 1),
+        "the near duplicate merged, the other added: {outcome:?}"
+    );
+    let facts = all_facts(&mut rules).await;
+    assert_eq!(facts.len(), 2, "{facts:?}");
+    let merged = facts
+        .iter()
+        .find(|f| f.current.as_ref().is_some_and(|v| v.subject == "vehicle"))
+        .expect("the merged fact");
+    assert_eq!(merged.current.as_ref().map(|v| v.version), Some(2));
+    assert!(fake.count("alice drives a sedan car") >= 1);
+}
+
 on_both_stores!(
+    consolidation_merges_near_duplicate_facts,
     semantic_and_hybrid_search,
     retries_and_an_outage_lose_nothing,
     reembed_backfills,

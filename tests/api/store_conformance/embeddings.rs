@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Utc;
 use engram::context::Tenant;
 use engram::memory::ports::Mutation;
-use engram::ports::{EmbeddingStore, Store};
+use engram::ports::Store;
 use engram::search::embedder::{encode, normalized};
 use engram::search::ports::{Embedded, ItemRef};
 use engram::search::{Filters, Source};
