@@ -158,8 +158,9 @@ async fn merge_near_duplicates<T: FactTx>(
     deltas: Vec<Delta>,
     dedup: &Dedup,
 ) -> Result<Vec<Delta>> {
-    let mut candidates: HashMap<(String, String, FactKind), Vec<(String, Vec<u8>)>> =
-        HashMap::new();
+    // The stored vectors (fact id, vector) of each owner and kind met.
+    type Owner = (String, String, FactKind);
+    let mut candidates: HashMap<Owner, Vec<(String, Vec<u8>)>> = HashMap::new();
     let mut merged = Vec::with_capacity(deltas.len());
     for delta in deltas {
         let Delta::Add {
