@@ -316,6 +316,7 @@ impl<S: Store> Services<S> {
             }
             None => None,
         };
+        let search = Search::new(store.clone(), embedder.as_ref().map(|(e, _)| e.clone()));
         let sessions = Sessions::new(store.clone(), config.sessions).redacting(
             config
                 .redact_episodes
@@ -334,11 +335,12 @@ impl<S: Store> Services<S> {
             working: WorkingMemory::new(
                 store.clone(),
                 sessions.clone(),
+                search.clone(),
                 config.working,
                 config.redactor.clone(),
             ),
             sessions,
-            search: Search::new(store.clone(), embedder.as_ref().map(|(e, _)| e.clone())),
+            search,
             embedder,
             feed: FeedOptions {
                 shutdown: shutdown.clone(),

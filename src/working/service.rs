@@ -15,8 +15,8 @@ use crate::memory::now_micros;
 use crate::paging;
 use crate::ports::Feeds;
 use crate::redact::Redactor;
-use crate::search::ports::SearchStore;
-use crate::search::{Filters, Item, Query, Source};
+use crate::search::ports::{EmbeddingStore, SearchStore};
+use crate::search::{Filters, Item, MAX_LIMIT, Query, Search, SearchRequest, Source};
 use crate::sessions::ports::SessionStore;
 use crate::sessions::{
     CreateMode, CreateRequest, Episode, Id, Name, Owner, Session, Sessions, session_ended,
@@ -45,10 +45,12 @@ pub struct Snapshot {
     pub cache: Vec<CachedFile>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WorkingMemory<S> {
     store: S,
     sessions: Sessions<S>,
+    /// Finds the facts relevant to a query (hybrid with an embedder).
+    search: Search<S>,
     limits: WorkingLimits,
     /// `None` when redaction is turned off.
     redactor: Option<Redactor>,
@@ -75,16 +77,20 @@ fn text(field: &str, value: &str, required: bool) -> Result<()> {
     Ok(())
 }
 
-impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Feeds> WorkingMemory<S> {
+impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + EmbeddingStore + Feeds>
+    WorkingMemory<S>
+{
     pub fn new(
         store: S,
         sessions: Sessions<S>,
+        search: Search<S>,
         limits: WorkingLimits,
         redactor: Option<Redactor>,
     ) -> Self {
         WorkingMemory {
             store,
             sessions,
+            search,
             limits,
             redactor,
         }
@@ -365,9 +371,17 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Feeds> 
             ..Filters::default()
         };
         let wanted = usize::try_from(limit).unwrap_or(0);
+        let request = SearchRequest {
+            query: query.clone(),
+            sources: [Source::Facts].into(),
+            mode: None,
+            limit: i32::try_from(wanted.clamp(1, MAX_LIMIT)).unwrap_or(1),
+            filters,
+            following_episodes: 0,
+        };
         let mut facts: Vec<Fact> = self
-            .store
-            .search(&ctx.tenant, &[Source::Facts], query, &filters, wanted)
+            .search
+            .search(ctx, request)
             .await?
             .into_iter()
             .filter_map(|hit| match hit.item {

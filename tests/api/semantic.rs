@@ -650,7 +650,55 @@ async fn consolidation_merges_near_duplicate_facts(backend: Backend) {
     assert!(fake.count("alice drives a sedan car") >= 1);
 }
 
+/// With an embedder, the MEMORY block's facts for a query are found by
+/// meaning too: "automobile" brings the fact about a sedan first.
+async fn the_memory_block_by_meaning(backend: Backend) {
+    use crate::search::remember;
+    use engram::proto::RenderMemoryBlockRequest;
+    use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
+
+    let (_fake, addr) = start_fake().await;
+    let server = server_with(backend, addr).await;
+    let mut working = WorkingMemoryServiceClient::new(server.channel.clone());
+    for (subject, content) in [
+        ("car", "alice drives a sedan"),
+        ("food", "alice likes pasta"),
+        ("city", "alice lives in Lisbon"),
+    ] {
+        working
+            .remember(remember("s1", "alice", subject, content))
+            .await
+            .expect("remember");
+    }
+    eventually(
+        &server,
+        SearchRequest {
+            sources: vec![SearchSource::Facts as i32],
+            ..request("automobile", SearchMode::Semantic)
+        },
+        |n| n.iter().any(|n| n == "fact:car"),
+    )
+    .await;
+    let block = working
+        .render_memory_block(RenderMemoryBlockRequest {
+            session_id: "s1".to_owned(),
+            app: "app".to_owned(),
+            user: "alice".to_owned(),
+            max_facts: 1,
+            max_events: 0,
+            query: "automobile".to_owned(),
+        })
+        .await
+        .expect("render")
+        .into_inner()
+        .memory_block;
+    let facts = block.split("## Facts").nth(1).unwrap_or_default();
+    assert!(facts.contains("sedan"), "{block}");
+    assert!(!facts.contains("Lisbon"), "only the relevant fact: {block}");
+}
+
 on_both_stores!(
+    the_memory_block_by_meaning,
     consolidation_merges_near_duplicate_facts,
     semantic_and_hybrid_search,
     retries_and_an_outage_lose_nothing,
