@@ -148,11 +148,9 @@ static COUNT_EPISODES: Sql = Sql::new(
     "SELECT count(*) FROM episodes WHERE embedding_model IS NULL OR embedding_model <> $1",
 );
 
-/// A source's tables (aliases as `store/search.rs`'s conditions use them),
-/// its vector and model columns, the columns of an [`ItemRef`], and the
+/// A source's vector and model columns, the columns of an [`ItemRef`], and the
 /// time its newest items are taken by.
 struct Shape {
-    from: &'static str,
     vector: &'static str,
     model: &'static str,
     refs: &'static str,
@@ -162,23 +160,18 @@ struct Shape {
 fn shape(source: Source) -> Shape {
     match source {
         Source::Memory => Shape {
-            from: "memory_heads h JOIN memory_versions v \
-                   USING (tenant, scope_type, scope, key, version)",
             vector: "v.embedding",
             model: "v.embedding_model",
             refs: "h.scope_type, h.scope, h.key, h.version",
             time: "h.update_time",
         },
         Source::Facts => Shape {
-            from: "facts f JOIN fact_versions v \
-                   ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version",
             vector: "v.embedding",
             model: "v.embedding_model",
             refs: "f.id, f.version",
             time: "f.update_time",
         },
         Source::Episodes => Shape {
-            from: "episodes e",
             vector: "e.embedding",
             model: "e.embedding_model",
             refs: "e.session_id, e.seq",
@@ -460,8 +453,8 @@ impl<B: Backend> EmbeddingStore for B {
         let mut conn = self.reader(tenant).await?;
         let mut found = Vec::new();
         for &source in sources {
+            let from = super::search::from(source);
             let Shape {
-                from,
                 vector,
                 model: model_column,
                 refs,

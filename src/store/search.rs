@@ -23,6 +23,21 @@ pub(super) fn columns(source: Source) -> &'static str {
     }
 }
 
+/// A source's tables, with the aliases [`columns`] and [`conditions`]
+/// read: `h` and `v` for memory, `f` and `v` for facts, `e` for episodes.
+pub(super) fn from(source: Source) -> &'static str {
+    match source {
+        Source::Memory => {
+            "memory_heads h JOIN memory_versions v USING (tenant, scope_type, scope, key, version)"
+        }
+        Source::Facts => {
+            "facts f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version"
+        }
+        Source::Episodes => "episodes e",
+    }
+}
+
 /// How many columns [`columns`] lists: a backend's own columns follow.
 pub(super) fn width(source: Source) -> usize {
     match source {

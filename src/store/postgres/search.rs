@@ -26,7 +26,7 @@ use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::ports::SearchStore;
 use crate::search::{Filters, Hit, Item, Query, Source};
-use crate::store::search::{Bounds, columns, conditions, item, width};
+use crate::store::search::{Bounds, columns, conditions, from, item, width};
 use crate::store::sql::{Backend, Dialect, Param, Run};
 
 /// Candidates re-scored with BM25: the best by the idf-weighted query
@@ -64,23 +64,21 @@ struct Table {
 fn table(source: Source) -> Table {
     match source {
         Source::Memory => Table {
-            from: "memory_heads h JOIN memory_versions v \
-                   USING (tenant, scope_type, scope, key, version)",
+            from: from(Source::Memory),
             vector: "v.search",
             row: "v",
             rejoin: "memory_versions v ON v.ctid = top.t \
                      JOIN memory_heads h USING (tenant, scope_type, scope, key, version)",
         },
         Source::Facts => Table {
-            from: "facts f JOIN fact_versions v \
-                   ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version",
+            from: from(Source::Facts),
             vector: "v.search",
             row: "v",
             rejoin: "fact_versions v ON v.ctid = top.t JOIN facts f \
                      ON f.tenant = v.tenant AND f.id = v.fact_id AND f.version = v.version",
         },
         Source::Episodes => Table {
-            from: "episodes e",
+            from: from(Source::Episodes),
             vector: "e.search",
             row: "e",
             rejoin: "episodes e ON e.ctid = top.t",
