@@ -1,5 +1,6 @@
 //! The search service: checks a request, asks each source, merges by score.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -215,11 +216,11 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
         let mut hits: Vec<Hit> = scored
             .into_iter()
             .zip(items)
-            .filter_map(|((score, _), item)| item.map(|item| (score, item)))
-            .filter(|(_, item)| !query.excludes(&item.text()))
-            .map(|(score, item)| Hit {
+            .filter_map(|((score, _), item)| item.map(|item| (score, item.text(), item)))
+            .filter(|(_, text, _)| !query.excludes(text))
+            .map(|(score, text, item)| Hit {
                 score: f64::from(score),
-                snippet: plain_snippet(&item.text()),
+                snippet: plain_snippet(&text),
                 item,
             })
             .collect();
@@ -307,10 +308,10 @@ fn fuse(lexical: Vec<Hit>, semantic: Vec<Hit>) -> Vec<Hit> {
     for list in [lexical, semantic] {
         for (rank, hit) in list.into_iter().enumerate() {
             let score = 1.0 / (RRF_K + rank as f64 + 1.0);
-            match at.get(&hit.item.reference()) {
-                Some(&i) => fused[i].score += score,
-                None => {
-                    at.insert(hit.item.reference(), fused.len());
+            match at.entry(hit.item.reference()) {
+                Entry::Occupied(i) => fused[*i.get()].score += score,
+                Entry::Vacant(slot) => {
+                    slot.insert(fused.len());
                     fused.push(Hit { score, ..hit });
                 }
             }
