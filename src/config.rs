@@ -286,6 +286,13 @@ settings! {
     tokens_reload_interval_ms: u64 = "10000", env "ENGRAM_TOKENS_RELOAD_INTERVAL_MS";
     /// Serve gRPC reflection (for grpcurl discovery, without a token)
     reflection: bool = "true", env "ENGRAM_REFLECTION";
+    /// Serve MCP (streamable HTTP) at /mcp on the HTTP port, with the same
+    /// bearer tokens as gRPC
+    mcp: bool = "true", env "ENGRAM_MCP";
+    /// Host headers /mcp accepts, comma-separated (DNS-rebinding protection).
+    /// Unset: any host when tokens are required, only localhost, 127.0.0.1 and
+    /// ::1 when authentication is off
+    mcp_allowed_hosts: String, env "ENGRAM_MCP_ALLOWED_HOSTS";
     /// The longest a unary call may take before it fails with CANCELLED (a client
     /// deadline shorter than this wins), in milliseconds; 0: no limit (the default of
     /// five minutes leaves room for summarizing compactions)
@@ -405,6 +412,11 @@ pub struct Config {
     pub tokens: TokenSources,
     pub tokens_reload_interval: Duration,
     pub reflection: bool,
+    /// Serve MCP at `/mcp` on the HTTP port.
+    pub mcp: bool,
+    /// The `Host` headers `/mcp` accepts; `None`: the default (see
+    /// [`crate::mcp::route`]).
+    pub mcp_allowed_hosts: Option<Vec<String>>,
     /// `None`: no limit.
     pub request_timeout: Option<Duration>,
     pub max_streams_per_connection: u32,
@@ -562,6 +574,14 @@ impl Config {
             tokens_reload_interval: millis(v.tokens_reload_interval_ms.max(1)),
             tls,
             reflection: v.reflection,
+            mcp: v.mcp,
+            mcp_allowed_hosts: v.mcp_allowed_hosts.map(|hosts| {
+                hosts
+                    .split(',')
+                    .map(|host| host.trim().to_owned())
+                    .filter(|host| !host.is_empty())
+                    .collect()
+            }),
             request_timeout: (v.request_timeout_ms > 0).then(|| millis(v.request_timeout_ms)),
             max_streams_per_connection: v.max_streams_per_connection.max(1),
             // A value at the limit must fit in a message; leave room for the rest.

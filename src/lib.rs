@@ -11,6 +11,7 @@ pub mod config;
 pub mod consolidation;
 pub mod context;
 pub mod error;
+pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod openai;

@@ -59,6 +59,10 @@ enum Command {
     /// (JSON Lines of conversations and questions): prints recall@1/5/10
     /// and MRR. Starts `engram serve` itself unless --server is given
     RecallEval(engram::bench::recall::RecallArgs),
+    /// An MCP server over stdio for an assistant to spawn, reaching the
+    /// Engram server at --server with --token (memory, sessions, working
+    /// memory and search as tools)
+    Mcp(engram::cli::mcp::McpCommand),
     /// Bearer tokens for the tokens file: new (a random token and its
     /// line), hash (the line's hash of a token on stdin)
     Token(engram::cli::token::TokenCommand),
@@ -80,6 +84,7 @@ async fn main() -> ExitCode {
         Command::Bench(args) => return client_exit(args.run().await),
         Command::RecallEval(args) => return client_exit(args.run().await),
         Command::Working(command) => return client_exit(command.run().await),
+        Command::Mcp(command) => return client_exit(command.run().await),
         Command::Token(command) => return client_exit(command.run()),
     };
     match result {

@@ -458,11 +458,9 @@ fn serve<S: Store>(
     if let Some(timeout) = config.request_timeout {
         builder = builder.timeout(timeout);
     }
-    let router = builder
-        .layer(EdgeLayer::new(config.auth.clone()))
+    let mut routes = tonic::service::Routes::builder();
+    routes
         .add_service(health_service)
-        .add_optional_service(config.reflection.then_some(reflection_v1))
-        .add_optional_service(config.reflection.then_some(reflection_v1alpha))
         .add_service(
             MemoryServiceServer::new(MemoryApi::new(memory, feed.clone()))
                 .max_decoding_message_size(max_message)
@@ -498,6 +496,28 @@ fn serve<S: Store>(
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_batch),
         );
+    if config.reflection {
+        routes
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha);
+    }
+    let routes = routes.routes();
+    // MCP calls the same services in process, through the same edge.
+    let mcp = config.mcp.then(|| {
+        let grpc = crate::mcp::connection(
+            tower::Layer::layer(&EdgeLayer::new(config.auth.clone()), routes.clone()),
+            None,
+        );
+        crate::mcp::route::router(
+            grpc,
+            config.auth.clone(),
+            config.mcp_allowed_hosts.clone(),
+            shutdown.clone(),
+        )
+    });
+    let router = builder
+        .layer(EdgeLayer::new(config.auth.clone()))
+        .add_routes(routes);
     let grpc: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
         match config.tls.clone() {
             Some(files) => {
@@ -521,7 +541,9 @@ fn serve<S: Store>(
         };
     let http = axum::serve(
         http_listener,
-        http_router(ready, store.clone()).merge(crate::api::http::router(endpoints)),
+        http_router(ready, store.clone())
+            .merge(crate::api::http::router(endpoints))
+            .merge(mcp.unwrap_or_default()),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 

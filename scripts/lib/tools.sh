@@ -6,6 +6,8 @@ GRPCIO_VERSION=1.85.1
 MYPY_PROTOBUF_VERSION=5.1.0
 MYPY_VERSION=2.4.1
 PYTEST_VERSION=9.2.0
+# The official MCP Python SDK, the client of the MCP tests.
+MCP_VERSION=2.3.0
 TYPES_GRPCIO_VERSION=1.85.0.20261028
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
@@ -16,14 +18,15 @@ PY_TOOLS=$TOOLS_DIR/py
 GO_TOOLS=$TOOLS_DIR/go/bin
 
 ensure_python_tools() {
-  local stamp="$PY_TOOLS/.pinned-$GRPCIO_VERSION-$MYPY_PROTOBUF_VERSION-$MYPY_VERSION-$PYTEST_VERSION"
+  local stamp="$PY_TOOLS/.pinned-$GRPCIO_VERSION-$MYPY_PROTOBUF_VERSION-$MYPY_VERSION-$PYTEST_VERSION-$MCP_VERSION"
   if [ ! -e "$stamp" ]; then
     rm -rf "$PY_TOOLS"
     python3 -m venv "$PY_TOOLS"
     "$PY_TOOLS/bin/pip" install --quiet --disable-pip-version-check \
       "grpcio-tools==$GRPCIO_VERSION" "grpcio==$GRPCIO_VERSION" \
       "mypy-protobuf==$MYPY_PROTOBUF_VERSION" "mypy==$MYPY_VERSION" \
-      "pytest==$PYTEST_VERSION" "types-grpcio==$TYPES_GRPCIO_VERSION"
+      "pytest==$PYTEST_VERSION" "types-grpcio==$TYPES_GRPCIO_VERSION" \
+      "mcp==$MCP_VERSION"
     touch "$stamp"
   fi
 }

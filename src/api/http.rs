@@ -61,7 +61,7 @@ fn caller(auth: &Authenticator, headers: &HeaderMap) -> Result<CallerContext, Re
 }
 
 /// A refused request: 401 (no or a wrong token) or 403, with the reason.
-fn refused(refusal: Refusal) -> Response {
+pub(crate) fn refused(refusal: Refusal) -> Response {
     let status = match refusal {
         Refusal::Missing | Refusal::Invalid => StatusCode::UNAUTHORIZED,
         Refusal::Forbidden(_) => StatusCode::FORBIDDEN,

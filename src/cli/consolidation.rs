@@ -8,7 +8,10 @@ use crate::proto::consolidation_rule::Cadence;
 use crate::proto::consolidation_service_client::ConsolidationServiceClient;
 use crate::proto::memory_delta::Delta;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum KindArg {
     Semantic,
     Procedural,

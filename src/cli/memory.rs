@@ -20,7 +20,10 @@ pub struct MemoryCommand {
     command: Command,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum ScopeTypeArg {
     Namespace,
     Flow,
@@ -190,7 +193,7 @@ enum Command {
     },
 }
 
-fn scope_type_name(n: i32) -> &'static str {
+pub(crate) fn scope_type_name(n: i32) -> &'static str {
     match proto::ScopeType::try_from(n) {
         Ok(proto::ScopeType::Namespace) => "namespace",
         Ok(proto::ScopeType::Flow) => "flow",
@@ -270,7 +273,7 @@ fn change_line(change: &proto::WatchResponse) -> String {
     )
 }
 
-fn record_json(record: &proto::CompactionRecord) -> serde_json::Value {
+pub(crate) fn record_json(record: &proto::CompactionRecord) -> serde_json::Value {
     json!({
         "operation": record.operation,
         "scope_type": scope_type_name(record.scope_type),

@@ -14,6 +14,7 @@ use tonic_types::StatusExt;
 use crate::api::convert::json_from_proto;
 
 pub mod consolidation;
+pub mod mcp;
 pub mod memory;
 pub mod search;
 pub mod sessions;
@@ -192,8 +193,16 @@ impl Interceptor for Bearer {
 }
 
 pub async fn connect(client: &ClientArgs) -> CliResult<Connection> {
-    let server = &client.server;
     let bearer = Bearer::new(client.token.as_deref())?;
+    Ok(InterceptedService::new(
+        connect_channel(client).await?,
+        bearer,
+    ))
+}
+
+/// A channel to the server with the TLS settings of the flags (no token).
+pub async fn connect_channel(client: &ClientArgs) -> CliResult<Channel> {
+    let server = &client.server;
     let mut endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
         .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;
     if let Some(tls) = client.tls()? {
@@ -201,11 +210,10 @@ pub async fn connect(client: &ClientArgs) -> CliResult<Connection> {
             .tls_config(tls)
             .map_err(|err| CliError::usage(format!("bad TLS settings: {err}")))?;
     }
-    let channel = endpoint.connect().await.map_err(|err| CliError {
+    endpoint.connect().await.map_err(|err| CliError {
         message: format!("cannot reach the server at {server}: {err}"),
         code: exit::UNAVAILABLE,
-    })?;
-    Ok(InterceptedService::new(channel, bearer))
+    })
 }
 
 /// A progress line on stderr for long operations, only when a person is

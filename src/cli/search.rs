@@ -10,18 +10,44 @@ use crate::proto;
 use crate::proto::search_hit::Item;
 use crate::proto::search_service_client::SearchServiceClient;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum SourceArg {
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum SourceArg {
     Memory,
     Facts,
     Episodes,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum ModeArg {
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ModeArg {
     Lexical,
     Semantic,
     Hybrid,
+}
+
+impl SourceArg {
+    pub(crate) fn to_proto(self) -> i32 {
+        match self {
+            SourceArg::Memory => proto::SearchSource::Memory as i32,
+            SourceArg::Facts => proto::SearchSource::Facts as i32,
+            SourceArg::Episodes => proto::SearchSource::Episodes as i32,
+        }
+    }
+}
+
+impl ModeArg {
+    pub(crate) fn to_proto(self) -> i32 {
+        match self {
+            ModeArg::Lexical => proto::SearchMode::Lexical as i32,
+            ModeArg::Semantic => proto::SearchMode::Semantic as i32,
+            ModeArg::Hybrid => proto::SearchMode::Hybrid as i32,
+        }
+    }
 }
 
 /// Find memory entries, facts and episodes by what they say: words (any
@@ -98,7 +124,10 @@ pub struct SearchCommand {
     until: Option<String>,
 }
 
-fn timestamp(flag: &str, text: Option<&str>) -> CliResult<Option<prost_types::Timestamp>> {
+pub(crate) fn timestamp(
+    flag: &str,
+    text: Option<&str>,
+) -> CliResult<Option<prost_types::Timestamp>> {
     text.map(|text| {
         chrono::DateTime::parse_from_rfc3339(text)
             .map(|t| prost_types::Timestamp {
@@ -132,7 +161,7 @@ fn item_name(item: Option<&Item>) -> String {
     }
 }
 
-fn hit_json(hit: &proto::SearchHit) -> serde_json::Value {
+pub(crate) fn hit_json(hit: &proto::SearchHit) -> serde_json::Value {
     let item = match &hit.item {
         Some(Item::Entry(e)) => json!({"entry": entry_json(e)}),
         Some(Item::Fact(f)) => json!({"fact": fact_json(f)}),
@@ -154,18 +183,9 @@ impl SearchCommand {
             sources: self
                 .sources
                 .iter()
-                .map(|s| match s {
-                    SourceArg::Memory => proto::SearchSource::Memory as i32,
-                    SourceArg::Facts => proto::SearchSource::Facts as i32,
-                    SourceArg::Episodes => proto::SearchSource::Episodes as i32,
-                })
+                .map(|source| source.to_proto())
                 .collect(),
-            mode: match self.mode {
-                None => proto::SearchMode::Unspecified,
-                Some(ModeArg::Lexical) => proto::SearchMode::Lexical,
-                Some(ModeArg::Semantic) => proto::SearchMode::Semantic,
-                Some(ModeArg::Hybrid) => proto::SearchMode::Hybrid,
-            } as i32,
+            mode: self.mode.map_or(0, ModeArg::to_proto),
             limit: self.limit,
             scope_type: self
                 .scope_type

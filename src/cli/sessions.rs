@@ -115,7 +115,7 @@ fn metadata_arg(text: Option<String>) -> CliResult<Option<prost_types::Struct>> 
     }
 }
 
-fn session_json(session: &proto::Session) -> serde_json::Value {
+pub(crate) fn session_json(session: &proto::Session) -> serde_json::Value {
     json!({
         "id": session.id,
         "app": session.app,

@@ -1,0 +1,794 @@
+//! The MCP tools: each one gRPC call (or a bounded read of a stream), its
+//! arguments described for an LLM, its answer in the CLI's JSON shapes.
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{tool, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+
+use super::{Engram, Failed, MAX_PAGE, Reply, ok};
+use crate::api::convert::json_to_proto;
+use crate::cli::consolidation::KindArg;
+use crate::cli::memory::{ScopeTypeArg, entry_json, record_json};
+use crate::cli::search::{ModeArg, SourceArg, hit_json, timestamp};
+use crate::cli::sessions::{episode_json, session_json};
+use crate::proto;
+use crate::proto::episode_service_client::EpisodeServiceClient;
+use crate::proto::search_service_client::SearchServiceClient;
+use crate::proto::session_service_client::SessionServiceClient;
+
+/// One page of a list.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Page {
+    /// The most items to return (1 to 100, default 50)
+    page_size: Option<u32>,
+    /// The next_page_token of the previous page, for the page after it
+    page_token: Option<String>,
+}
+
+impl Page {
+    /// The page size and token to ask for.
+    fn ask(self) -> Result<(i32, String), Failed> {
+        let size = bounded("page_size", self.page_size, 50)?;
+        Ok((size, self.page_token.unwrap_or_default()))
+    }
+}
+
+/// The scope every memory tool names explicitly.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Scope {
+    /// The scope's type: namespace (shared, long-lived), flow (one
+    /// workflow's), or execution (one run's)
+    scope_type: ScopeTypeArg,
+    /// The scope's name, e.g. customer_profiles
+    scope: String,
+}
+
+impl Scope {
+    fn proto(&self) -> (i32, String) {
+        (self.scope_type.to_proto() as i32, self.scope.clone())
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GetArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// The key, e.g. user/preferences
+    key: String,
+    /// Read this version instead of the newest
+    version: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SetArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// The key to write
+    key: String,
+    /// The value: any JSON
+    value: Value,
+    /// Write only if the key's newest version is this one (0: only if the
+    /// key has no live value); a conflict fails with ABORTED
+    expected_version: Option<i64>,
+    /// Makes a retry of this write safe: the same id answers with the
+    /// first write's result
+    request_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct DeleteArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// The key to delete (a tombstone version is written; history stays)
+    key: String,
+    /// Delete only if the key's newest version is this one
+    expected_version: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// Only keys starting with this
+    key_prefix: Option<String>,
+    #[serde(flatten)]
+    page: Page,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct HistoryArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// The key whose versions to read, oldest first, tombstones included
+    key: String,
+    /// Start at this version (default: the first kept)
+    from_version: Option<i64>,
+    /// The most versions to return (1 to 100, default 50)
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ScopesArgs {
+    /// Only scopes of this type
+    scope_type: Option<ScopeTypeArg>,
+    /// Only execution scopes of this flow (by name)
+    flow_name: Option<String>,
+    #[serde(flatten)]
+    page: Page,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PurgeArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// The key whose old versions to hard-delete
+    key: String,
+    /// Keep the newest this many versions (default: delete all)
+    keep: Option<i64>,
+    /// Only report what would be deleted
+    dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PurgeScopeArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// Keep the newest this many versions of each key (default: delete all)
+    keep: Option<i64>,
+    /// Also purge keys whose newest version is a tombstone
+    include_deleted: Option<bool>,
+    /// Only report what would be deleted
+    dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CompactArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// The key to summarise (or give keys)
+    key: Option<String>,
+    /// Several keys summarised into target_key
+    keys: Option<Vec<String>>,
+    /// Where the summary goes (default: key)
+    target_key: Option<String>,
+    /// Summarise the key's whole history instead of its current value
+    history: Option<bool>,
+    /// What the summary should keep
+    instruction: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct LogArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    #[serde(flatten)]
+    page: Page,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReindexArgs {
+    /// Write the missing flow tags (default: only report them)
+    apply: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AppendArgs {
+    /// The session (created by this call when app and user are given)
+    session_id: String,
+    /// The event type, e.g. user_message, agent_response, tool_call,
+    /// observation
+    #[serde(rename = "type")]
+    kind: String,
+    /// What happened: any JSON (a string for a message)
+    content: Value,
+    /// The session's app
+    app: Option<String>,
+    /// The session's user
+    user: Option<String>,
+    /// The agent that produced it
+    agent: Option<String>,
+    /// An id that makes a retry safe: the same id is appended once
+    id: Option<String>,
+    /// A JSON object of attributes
+    metadata: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RecentArgs {
+    /// A user's newest episodes across sessions (or give session_id)
+    user: Option<String>,
+    /// One session's newest episodes
+    session_id: Option<String>,
+    /// Only this agent's
+    agent: Option<String>,
+    /// Only these event types
+    types: Option<Vec<String>>,
+    /// The most episodes (1 to 100, default 20)
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct EpisodesArgs {
+    /// The session whose log to read, in seq order
+    session_id: String,
+    /// Only these event types
+    types: Option<Vec<String>>,
+    /// Only episodes after this seq
+    after_seq: Option<i64>,
+    #[serde(flatten)]
+    page: Page,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionsArgs {
+    /// Only this app's sessions
+    app: Option<String>,
+    /// Only this user's sessions
+    user: Option<String>,
+    #[serde(flatten)]
+    page: Page,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ContextArgs {
+    /// The session
+    session_id: String,
+    /// How many of the newest user and agent messages (default 20)
+    max_events: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RenderArgs {
+    /// The session
+    session_id: String,
+    /// The session's app
+    app: Option<String>,
+    /// The session's user
+    user: Option<String>,
+    /// What the agent works on now: the facts most relevant to it come first
+    query: Option<String>,
+    /// The most facts (default 20)
+    max_facts: Option<u32>,
+    /// The most recent episodes (default 10)
+    max_events: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SearchArgs {
+    /// What to look for: words (any may match), "quoted phrases"
+    /// (required), -words (excluded)
+    query: String,
+    /// Where to look (default: everywhere)
+    sources: Option<Vec<SourceArg>>,
+    /// How to match (default: hybrid with an embedder, else lexical)
+    mode: Option<ModeArg>,
+    /// The most hits (1 to 100, default 10)
+    limit: Option<u32>,
+    /// Memory: only this scope type
+    scope_type: Option<ScopeTypeArg>,
+    /// Memory: only this scope (with scope_type)
+    scope: Option<String>,
+    /// Memory: only keys starting with this
+    key_prefix: Option<String>,
+    /// Facts and episodes: only this app
+    app: Option<String>,
+    /// Facts and episodes: only this user
+    user: Option<String>,
+    /// Episodes: only this session
+    session_id: Option<String>,
+    /// Episodes: only this agent
+    agent: Option<String>,
+    /// Episodes: only these types
+    types: Option<Vec<String>>,
+    /// Facts: only this kind
+    kind: Option<KindArg>,
+    /// Only items from this time on (RFC 3339)
+    start_time: Option<String>,
+    /// Only items before this time (RFC 3339)
+    end_time: Option<String>,
+}
+
+/// A page or limit from the arguments: `default` when unset, refused past
+/// [`MAX_PAGE`].
+fn bounded(field: &str, value: Option<u32>, default: u32) -> Result<i32, Failed> {
+    match value {
+        None => Ok(default as i32),
+        Some(0) => Err(Failed::argument(format!("{field} must be at least 1"))),
+        Some(n) if n > MAX_PAGE => Err(Failed::argument(format!(
+            "{field} must be at most {MAX_PAGE}"
+        ))),
+        Some(n) => Ok(n as i32),
+    }
+}
+
+/// What a purge (of a key or a scope) answers.
+fn purged(
+    versions_deleted: i64,
+    keys_affected: i64,
+    record: Option<&proto::CompactionRecord>,
+) -> Reply {
+    ok(json!({
+        "versions_deleted": versions_deleted,
+        "keys_affected": keys_affected,
+        "record": record.map(record_json),
+    }))
+}
+
+#[tool_router(vis = "pub(super)")]
+impl Engram {
+    #[tool(
+        description = "Read a memory key's current value (or one version) in a scope. \
+                       Fails with NOT_FOUND when the key has no live value.",
+        annotations(read_only_hint = true)
+    )]
+    async fn memory_get(&self, Parameters(args): Parameters<GetArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let entry = self
+            .memory()
+            .get(proto::GetRequest {
+                scope_type,
+                scope,
+                key: args.key,
+                version: args.version.unwrap_or(0),
+            })
+            .await?
+            .into_inner()
+            .entry;
+        ok(json!({ "entry": entry.as_ref().map(entry_json) }))
+    }
+
+    #[tool(
+        description = "Write a new version of a memory key. Pass expected_version to write \
+                       only if nobody wrote since you read (compare-and-set).",
+        annotations(read_only_hint = false, destructive_hint = false)
+    )]
+    async fn memory_set(&self, Parameters(args): Parameters<SetArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let entry = self
+            .memory()
+            .set(proto::SetRequest {
+                scope_type,
+                scope,
+                key: args.key,
+                value: Some(json_to_proto(&args.value)),
+                expected_version: args.expected_version,
+                request_id: args.request_id.unwrap_or_default(),
+            })
+            .await?
+            .into_inner()
+            .entry;
+        ok(json!({ "entry": entry.as_ref().map(entry_json) }))
+    }
+
+    #[tool(
+        description = "Delete a memory key: writes a tombstone version; its history stays \
+                       readable.",
+        annotations(destructive_hint = true, idempotent_hint = true)
+    )]
+    async fn memory_delete(&self, Parameters(args): Parameters<DeleteArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let entry = self
+            .memory()
+            .delete(proto::DeleteRequest {
+                scope_type,
+                scope,
+                key: args.key,
+                expected_version: args.expected_version,
+                request_id: String::new(),
+            })
+            .await?
+            .into_inner()
+            .entry;
+        ok(json!({ "entry": entry.as_ref().map(entry_json) }))
+    }
+
+    #[tool(
+        description = "List a scope's live entries in key order, one page at a time.",
+        annotations(read_only_hint = true)
+    )]
+    async fn memory_list(&self, Parameters(args): Parameters<ListArgs>) -> Reply {
+        let (page_size, page_token) = args.page.ask()?;
+        let (scope_type, scope) = args.scope.proto();
+        let page = self
+            .memory()
+            .list(proto::ListRequest {
+                scope_type,
+                scope,
+                key_prefix: args.key_prefix.unwrap_or_default(),
+                page_size,
+                page_token,
+                include_reserved: false,
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "entries": page.entries.iter().map(entry_json).collect::<Vec<_>>(),
+            "next_page_token": page.next_page_token,
+        }))
+    }
+
+    #[tool(
+        description = "Read a key's versions oldest first, tombstones included. When more \
+                       remain, next_from_version says where to continue.",
+        annotations(read_only_hint = true)
+    )]
+    async fn memory_history(&self, Parameters(args): Parameters<HistoryArgs>) -> Reply {
+        let limit = bounded("limit", args.limit, 50)? as usize;
+        let (scope_type, scope) = args.scope.proto();
+        let mut stream = self
+            .memory()
+            .history(proto::HistoryRequest {
+                scope_type,
+                scope,
+                key: args.key,
+                from_version: args.from_version.unwrap_or(0),
+            })
+            .await?
+            .into_inner();
+        let mut versions = Vec::new();
+        let mut next_from_version = None;
+        while let Some(item) = stream.next().await {
+            let Some(entry) = item?.entry else { continue };
+            if versions.len() == limit {
+                next_from_version = Some(entry.version);
+                break;
+            }
+            versions.push(entry_json(&entry));
+        }
+        ok(json!({ "versions": versions, "next_from_version": next_from_version }))
+    }
+
+    #[tool(
+        description = "List memory scopes with their live entry counts.",
+        annotations(read_only_hint = true)
+    )]
+    async fn memory_scopes(&self, Parameters(args): Parameters<ScopesArgs>) -> Reply {
+        let (page_size, page_token) = args.page.ask()?;
+        let page = self
+            .memory()
+            .list_scopes(proto::ListScopesRequest {
+                scope_type: args.scope_type.map_or(0, |t| t.to_proto() as i32),
+                page_size,
+                page_token,
+                flow_id: String::new(),
+                flow_name: args.flow_name.unwrap_or_default(),
+            })
+            .await?
+            .into_inner();
+        let scopes: Vec<Value> = page
+            .scopes
+            .iter()
+            .map(|summary| {
+                json!({
+                    "scope_type": crate::cli::memory::scope_type_name(summary.scope_type),
+                    "scope": summary.scope,
+                    "entry_count": summary.entry_count,
+                })
+            })
+            .collect();
+        ok(json!({ "scopes": scopes, "next_page_token": page.next_page_token }))
+    }
+
+    #[tool(
+        description = "Admin: hard-delete all but the newest `keep` versions of a key. \
+                       Irreversible; try dry_run first.",
+        annotations(destructive_hint = true)
+    )]
+    async fn memory_purge(&self, Parameters(args): Parameters<PurgeArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let done = self
+            .admin_client()
+            .purge(proto::PurgeRequest {
+                scope_type,
+                scope,
+                key: args.key,
+                keep: args.keep,
+                dry_run: args.dry_run.unwrap_or(false),
+            })
+            .await?
+            .into_inner();
+        purged(
+            done.versions_deleted,
+            done.keys_affected,
+            done.record.as_ref(),
+        )
+    }
+
+    #[tool(
+        description = "Admin: purge every key of a scope down to `keep` versions. \
+                       Irreversible; try dry_run first.",
+        annotations(destructive_hint = true)
+    )]
+    async fn memory_purge_scope(&self, Parameters(args): Parameters<PurgeScopeArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let done = self
+            .admin_client()
+            .purge_scope(proto::PurgeScopeRequest {
+                scope_type,
+                scope,
+                keep: args.keep,
+                include_deleted: args.include_deleted.unwrap_or(false),
+                dry_run: args.dry_run.unwrap_or(false),
+            })
+            .await?
+            .into_inner();
+        purged(
+            done.versions_deleted,
+            done.keys_affected,
+            done.record.as_ref(),
+        )
+    }
+
+    #[tool(
+        description = "Admin: summarise entries into a new version of a target key, with an \
+                       audit record.",
+        annotations(destructive_hint = false)
+    )]
+    async fn memory_compact(&self, Parameters(args): Parameters<CompactArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let source_mode = if args.history.unwrap_or(false) {
+            proto::SourceMode::History
+        } else {
+            proto::SourceMode::Current
+        };
+        let done = self
+            .admin_client()
+            .compact(proto::CompactRequest {
+                scope_type,
+                scope,
+                key: args.key.unwrap_or_default(),
+                keys: args.keys.unwrap_or_default(),
+                source_mode: source_mode as i32,
+                target_key: args.target_key.unwrap_or_default(),
+                instruction: args.instruction.unwrap_or_default(),
+                model: String::new(),
+                max_tokens: 0,
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "entry": done.entry.as_ref().map(entry_json),
+            "record": done.record.as_ref().map(record_json),
+        }))
+    }
+
+    #[tool(
+        description = "Admin: a scope's maintenance audit trail (purges, compactions), newest \
+                       first.",
+        annotations(read_only_hint = true)
+    )]
+    async fn memory_compaction_log(&self, Parameters(args): Parameters<LogArgs>) -> Reply {
+        let (page_size, page_token) = args.page.ask()?;
+        let (scope_type, scope) = args.scope.proto();
+        let page = self
+            .admin_client()
+            .get_compaction_log(proto::GetCompactionLogRequest {
+                scope_type,
+                scope,
+                page_size,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "records": page.records.iter().map(record_json).collect::<Vec<_>>(),
+            "next_page_token": page.next_page_token,
+        }))
+    }
+
+    #[tool(
+        description = "Admin: find execution-scoped versions missing their flow tags; with \
+                       apply, write them.",
+        annotations(idempotent_hint = true)
+    )]
+    async fn memory_reindex(&self, Parameters(args): Parameters<ReindexArgs>) -> Reply {
+        let done = self
+            .admin_client()
+            .reindex(proto::ReindexRequest {
+                apply: args.apply.unwrap_or(false),
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "versions_scanned": done.versions_scanned,
+            "tags_added": done.tags_added,
+            "issues": done.issues,
+            "applied": done.applied,
+        }))
+    }
+
+    #[tool(
+        description = "Append an event to a session's log. A session that does not exist yet \
+                       is created when app and user are given. Give an id to make a retry safe.",
+        annotations(destructive_hint = false)
+    )]
+    async fn episode_append(&self, Parameters(args): Parameters<AppendArgs>) -> Reply {
+        let metadata = match args.metadata {
+            Some(metadata) => match json_to_proto(&Value::Object(metadata)).kind {
+                Some(prost_types::value::Kind::StructValue(metadata)) => Some(metadata),
+                _ => None,
+            },
+            None => None,
+        };
+        let done = EpisodeServiceClient::new(self.conn.clone())
+            .append_episode(proto::AppendEpisodeRequest {
+                session_id: args.session_id,
+                app: args.app.unwrap_or_default(),
+                user: args.user.unwrap_or_default(),
+                episode: Some(proto::NewEpisode {
+                    id: args.id.unwrap_or_default(),
+                    agent: args.agent.unwrap_or_default(),
+                    r#type: args.kind,
+                    content: Some(json_to_proto(&args.content)),
+                    metadata,
+                    source_node: String::new(),
+                    timestamp: None,
+                }),
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "episode": done.episode.as_ref().map(episode_json),
+            "replayed": done.replayed,
+        }))
+    }
+
+    #[tool(
+        description = "A user's (or one session's) newest episodes, newest first.",
+        annotations(read_only_hint = true)
+    )]
+    async fn episodes_recent(&self, Parameters(args): Parameters<RecentArgs>) -> Reply {
+        let episodes = EpisodeServiceClient::new(self.conn.clone())
+            .recent(proto::RecentRequest {
+                user: args.user.unwrap_or_default(),
+                session_id: args.session_id.unwrap_or_default(),
+                agent: args.agent.unwrap_or_default(),
+                limit: bounded("limit", args.limit, 20)?,
+                types: args.types.unwrap_or_default(),
+            })
+            .await?
+            .into_inner()
+            .episodes;
+        ok(json!({ "episodes": episodes.iter().map(episode_json).collect::<Vec<_>>() }))
+    }
+
+    #[tool(
+        description = "A session's log in seq order, one page at a time.",
+        annotations(read_only_hint = true)
+    )]
+    async fn episodes_list(&self, Parameters(args): Parameters<EpisodesArgs>) -> Reply {
+        let (page_size, page_token) = args.page.ask()?;
+        let page = EpisodeServiceClient::new(self.conn.clone())
+            .list_episodes(proto::ListEpisodesRequest {
+                session_id: args.session_id,
+                types: args.types.unwrap_or_default(),
+                after_seq: args.after_seq.unwrap_or(0),
+                page_size,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "episodes": page.episodes.iter().map(episode_json).collect::<Vec<_>>(),
+            "next_page_token": page.next_page_token,
+        }))
+    }
+
+    #[tool(
+        description = "List sessions, newest first, optionally of one app or user.",
+        annotations(read_only_hint = true)
+    )]
+    async fn sessions_list(&self, Parameters(args): Parameters<SessionsArgs>) -> Reply {
+        let (page_size, page_token) = args.page.ask()?;
+        let page = SessionServiceClient::new(self.conn.clone())
+            .list_sessions(proto::ListSessionsRequest {
+                app: args.app.unwrap_or_default(),
+                user: args.user.unwrap_or_default(),
+                page_size,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "sessions": page.sessions.iter().map(session_json).collect::<Vec<_>>(),
+            "next_page_token": page.next_page_token,
+        }))
+    }
+
+    #[tool(
+        description = "A session's recent conversation as text (\"User: …\" / \"Assistant: …\" \
+                       lines, oldest first), ready for a prompt.",
+        annotations(read_only_hint = true)
+    )]
+    async fn session_context(&self, Parameters(args): Parameters<ContextArgs>) -> Reply {
+        let built = EpisodeServiceClient::new(self.conn.clone())
+            .build_context(proto::BuildContextRequest {
+                session_id: args.session_id,
+                max_events: args.max_events.map_or(0, |n| n.min(i32::MAX as u32) as i32),
+            })
+            .await?
+            .into_inner();
+        ok(json!({ "context": built.context, "events_used": built.events_used }))
+    }
+
+    #[tool(
+        description = "Render a session's working memory as its MEMORY block (goal, todos, \
+                       facts, recent activity) and the memory instructions, for a prompt.",
+        annotations(read_only_hint = true)
+    )]
+    async fn memory_render(&self, Parameters(args): Parameters<RenderArgs>) -> Reply {
+        let clamp = |n: Option<u32>| n.map_or(0, |n| n.min(i32::MAX as u32) as i32);
+        let rendered = self
+            .working()
+            .render_memory_block(proto::RenderMemoryBlockRequest {
+                session_id: args.session_id,
+                app: args.app.unwrap_or_default(),
+                user: args.user.unwrap_or_default(),
+                max_facts: clamp(args.max_facts),
+                max_events: clamp(args.max_events),
+                query: args.query.unwrap_or_default(),
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "memory_block": rendered.memory_block,
+            "instructions": rendered.instructions,
+        }))
+    }
+
+    #[tool(
+        description = "Find memory entries, facts and episodes by what they say, best first, \
+                       each with a snippet (matched words marked **so**).",
+        annotations(read_only_hint = true)
+    )]
+    async fn search(&self, Parameters(args): Parameters<SearchArgs>) -> Reply {
+        let time = |field: &str, text: Option<String>| {
+            timestamp(field, text.as_deref()).map_err(|err| Failed::argument(err.message))
+        };
+        let request = proto::SearchRequest {
+            query: args.query,
+            sources: args
+                .sources
+                .unwrap_or_default()
+                .into_iter()
+                .map(SourceArg::to_proto)
+                .collect(),
+            mode: args.mode.map_or(0, ModeArg::to_proto),
+            limit: bounded("limit", args.limit, 10)?,
+            scope_type: args.scope_type.map_or(0, |t| t.to_proto() as i32),
+            scope: args.scope.unwrap_or_default(),
+            key_prefix: args.key_prefix.unwrap_or_default(),
+            app: args.app.unwrap_or_default(),
+            user: args.user.unwrap_or_default(),
+            session_id: args.session_id.unwrap_or_default(),
+            agent: args.agent.unwrap_or_default(),
+            types: args.types.unwrap_or_default(),
+            kind: args.kind.map_or(0, KindArg::to_proto),
+            start_time: time("start_time", args.start_time)?,
+            end_time: time("end_time", args.end_time)?,
+            following_episodes: 0,
+        };
+        let hits = SearchServiceClient::new(self.conn.clone())
+            .search(request)
+            .await?
+            .into_inner()
+            .hits;
+        ok(json!({ "hits": hits.iter().map(hit_json).collect::<Vec<_>>() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_bounded() {
+        assert_eq!(bounded("limit", None, 20).ok(), Some(20));
+        assert_eq!(bounded("limit", Some(100), 20).ok(), Some(100));
+        assert!(bounded("limit", Some(101), 20).is_err());
+        assert!(bounded("limit", Some(0), 20).is_err());
+    }
+}

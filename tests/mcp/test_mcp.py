@@ -1,0 +1,256 @@
+"""Engram's MCP surface, through the official MCP Python SDK."""
+
+from __future__ import annotations
+
+import json
+
+import httpx2
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from conftest import Connect, Server, error, structured, unique
+
+pytestmark = pytest.mark.anyio
+
+ADMIN_TOOLS = {
+    "memory_purge",
+    "memory_purge_scope",
+    "memory_compact",
+    "memory_compaction_log",
+    "memory_reindex",
+}
+EVERYONE_TOOLS = {
+    "memory_get",
+    "memory_set",
+    "memory_delete",
+    "memory_list",
+    "memory_history",
+    "memory_scopes",
+    "episode_append",
+    "episodes_recent",
+    "episodes_list",
+    "sessions_list",
+    "session_context",
+    "memory_render",
+    "search",
+    "TaskCreate",
+    "TaskUpdate",
+    "memory.set_goal",
+    "Remember",
+}
+
+
+async def test_tools_are_listed_with_schemas_and_instructions(connect: Connect) -> None:
+    async with connect("admin") as session:
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        assert set(tools) == EVERYONE_TOOLS | ADMIN_TOOLS
+        for tool in tools.values():
+            assert tool.description, tool.name
+            assert tool.input_schema["type"] == "object", tool.name
+        get = tools["memory_get"].input_schema
+        assert {"scope_type", "scope", "key"} <= set(get["required"])
+        assert "session_id" in tools["TaskCreate"].input_schema["required"]
+        templates = await session.list_resource_templates()
+        assert {t.uri_template for t in templates.resource_templates} == {
+            "engram://memory/{scope_type}/{scope}/{key}",
+            "engram://sessions/{session_id}/memory-block",
+        }
+
+
+async def test_memory_tools(connect: Connect) -> None:
+    scope = {"scope_type": "namespace", "scope": unique("prefs")}
+    async with connect("user") as session:
+        first = structured(
+            await session.call_tool("memory_set", {**scope, "key": "user/theme", "value": {"dark": True}})
+        )["entry"]
+        assert first["version"] == 1 and first["value"] == {"dark": True}
+        second = structured(
+            await session.call_tool(
+                "memory_set", {**scope, "key": "user/theme", "value": "light", "expected_version": 1}
+            )
+        )["entry"]
+        assert second["version"] == 2
+
+        got = structured(await session.call_tool("memory_get", {**scope, "key": "user/theme"}))
+        assert got["entry"]["value"] == "light" and got["entry"]["version"] == 2
+        old = structured(await session.call_tool("memory_get", {**scope, "key": "user/theme", "version": 1}))
+        assert old["entry"]["value"] == {"dark": True}
+
+        for n in range(3):
+            await session.call_tool("memory_set", {**scope, "key": f"notes/{n}", "value": n})
+        page = structured(await session.call_tool("memory_list", {**scope, "key_prefix": "notes/", "page_size": 2}))
+        assert [e["key"] for e in page["entries"]] == ["notes/0", "notes/1"]
+        rest = structured(
+            await session.call_tool(
+                "memory_list", {**scope, "key_prefix": "notes/", "page_token": page["next_page_token"]}
+            )
+        )
+        assert [e["key"] for e in rest["entries"]] == ["notes/2"] and rest["next_page_token"] == ""
+
+        deleted = structured(await session.call_tool("memory_delete", {**scope, "key": "user/theme"}))
+        assert deleted["entry"]["deleted"] is True and deleted["entry"]["version"] == 3
+        gone = error(await session.call_tool("memory_get", {**scope, "key": "user/theme"}))
+        assert gone["code"] == "NOT_FOUND"
+
+        history = structured(await session.call_tool("memory_history", {**scope, "key": "user/theme", "limit": 2}))
+        assert [v["version"] for v in history["versions"]] == [1, 2]
+        assert history["next_from_version"] == 3
+        tail = structured(
+            await session.call_tool("memory_history", {**scope, "key": "user/theme", "from_version": 3})
+        )
+        assert [(v["version"], v["deleted"]) for v in tail["versions"]] == [(3, True)]
+        assert tail["next_from_version"] is None
+
+        scopes = structured(await session.call_tool("memory_scopes", {"scope_type": "namespace", "page_size": 100}))
+        counts = {s["scope"]: s["entry_count"] for s in scopes["scopes"]}
+        assert counts[scope["scope"]] == 3
+
+        value = await session.read_resource(f"engram://memory/namespace/{scope['scope']}/notes%2F1")
+        assert json.loads(value.contents[0].text) == 1
+
+
+async def test_bad_input_comes_back_as_error_results(connect: Connect) -> None:
+    scope = {"scope_type": "namespace", "scope": unique("errors")}
+    async with connect("user") as session:
+        bad_scope = error(await session.call_tool("memory_get", {"scope_type": "team", "scope": "x", "key": "k"}))
+        assert "team" in bad_scope["text"]
+        missing = error(await session.call_tool("memory_get", {"scope_type": "namespace", "key": "k"}))
+        assert "scope" in missing["text"]
+        empty_scope = error(await session.call_tool("memory_get", {"scope_type": "namespace", "scope": "", "key": "k"}))
+        assert empty_scope["code"] == "INVALID_ARGUMENT" and "scope" in empty_scope["message"]
+
+        await session.call_tool("memory_set", {**scope, "key": "k", "value": 1})
+        lost = error(await session.call_tool("memory_set", {**scope, "key": "k", "value": 2, "expected_version": 7}))
+        assert lost["code"] == "ABORTED" and lost["reason"] == "VERSION_MISMATCH"
+
+        too_many = error(await session.call_tool("memory_list", {**scope, "page_size": 101}))
+        assert too_many["code"] == "INVALID_ARGUMENT" and "100" in too_many["message"]
+
+        with pytest.raises(MCPError):
+            await session.read_resource("engram://nowhere/at/all")
+
+        # The session survived every refusal.
+        assert structured(await session.call_tool("memory_get", {**scope, "key": "k"}))["entry"]["value"] == 1
+
+
+async def test_admin_tools_need_an_admin_token(connect: Connect) -> None:
+    scope = {"scope_type": "namespace", "scope": unique("admin")}
+    async with connect("user") as session:
+        names = {tool.name for tool in (await session.list_tools()).tools}
+        assert names == EVERYONE_TOOLS
+        refused = error(await session.call_tool("memory_purge", {**scope, "key": "k"}))
+        assert refused["code"] == "PERMISSION_DENIED" and refused["reason"] == "ADMIN_REQUIRED"
+        for value in ["a", "b", "c"]:
+            await session.call_tool("memory_set", {**scope, "key": "k", "value": value})
+
+    async with connect("admin") as session:
+        preview = structured(await session.call_tool("memory_purge", {**scope, "key": "k", "keep": 1, "dry_run": True}))
+        assert preview["versions_deleted"] == 2
+        done = structured(await session.call_tool("memory_purge", {**scope, "key": "k", "keep": 1}))
+        assert done["versions_deleted"] == 2 and done["record"]["operation"] == "purge"
+        log = structured(await session.call_tool("memory_compaction_log", scope))
+        assert [r["operation"] for r in log["records"]] == ["purge"]
+
+
+async def test_sessions_and_episodes(connect: Connect) -> None:
+    sid, user, eid = unique("s"), unique("u"), unique("e")
+    owner = {"session_id": sid, "app": "support", "user": user}
+    async with connect("user") as session:
+        first = structured(
+            await session.call_tool(
+                "episode_append", {**owner, "type": "user_message", "content": "my deploy fails", "id": eid}
+            )
+        )
+        assert first["episode"]["seq"] == 1 and first["replayed"] is False
+        again = structured(
+            await session.call_tool(
+                "episode_append", {**owner, "type": "user_message", "content": "my deploy fails", "id": eid}
+            )
+        )
+        assert again["replayed"] is True and again["episode"]["seq"] == 1
+        await session.call_tool(
+            "episode_append", {**owner, "type": "agent_response", "content": "which cluster?"}
+        )
+
+        recent = structured(await session.call_tool("episodes_recent", {"user": user, "limit": 1}))
+        assert [e["content"] for e in recent["episodes"]] == ["which cluster?"]
+        listed = structured(await session.call_tool("episodes_list", {"session_id": sid, "page_size": 1}))
+        assert [e["seq"] for e in listed["episodes"]] == [1] and listed["next_page_token"]
+        sessions = structured(await session.call_tool("sessions_list", {"user": user}))
+        assert [s["id"] for s in sessions["sessions"]] == [sid]
+        context = structured(await session.call_tool("session_context", {"session_id": sid}))
+        assert context["context"] == "User: my deploy fails\nAssistant: which cluster?"
+        missing = error(await session.call_tool("episode_append", {"session_id": unique("none"), "type": "t", "content": 1}))
+        assert missing["reason"] == "SESSION_NOT_FOUND"
+
+
+async def test_working_memory(connect: Connect) -> None:
+    sid, user = unique("s"), unique("u")
+    owner = {"session_id": sid, "app": "support", "user": user}
+    async with connect("user") as session:
+        await session.call_tool("episode_append", {**owner, "type": "user_message", "content": "hello"})
+        goal = await session.call_tool("memory.set_goal", {**owner, "goal": "fix the deploy"})
+        assert not goal.is_error, goal.content
+        task = structured(await session.call_tool("TaskCreate", {**owner, "subject": "read the logs"}))
+        task_id = task["taskId"]
+        updated = await session.call_tool("TaskUpdate", {**owner, "taskId": task_id, "status": "in_progress"})
+        assert not updated.is_error, updated.content
+        remembered = await session.call_tool("Remember", {**owner, "content": "the user runs Kubernetes 1.33"})
+        assert not remembered.is_error, remembered.content
+
+        rendered = structured(await session.call_tool("memory_render", owner))
+        block = rendered["memory_block"]
+        assert "fix the deploy" in block and "read the logs" in block and "Kubernetes 1.33" in block
+        resource = await session.read_resource(f"engram://sessions/{sid}/memory-block")
+        assert resource.contents[0].text == block
+
+        refused = error(await session.call_tool("TaskUpdate", {**owner, "taskId": "nope", "status": "completed"}))
+        assert "nope" in refused["message"]
+        no_session = error(await session.call_tool("TaskCreate", {"subject": "x"}))
+        assert "session_id" in no_session["text"]
+
+
+async def test_search(connect: Connect) -> None:
+    scope = {"scope_type": "namespace", "scope": unique("kb")}
+    async with connect("user") as session:
+        await session.call_tool("memory_set", {**scope, "key": "deploy", "value": "helm upgrade needs the staging kubeconfig"})
+        await session.call_tool("memory_set", {**scope, "key": "lunch", "value": "pizza on fridays"})
+        found = structured(
+            await session.call_tool("search", {"query": "kubeconfig", "sources": ["memory"], "scope_type": "namespace", "scope": scope["scope"]})
+        )
+        assert [h["item"]["entry"]["key"] for h in found["hits"]] == ["deploy"]
+        assert "**kubeconfig**" in found["hits"][0]["snippet"]
+        bad = error(await session.call_tool("search", {"query": ""}))
+        assert bad["code"] == "INVALID_ARGUMENT"
+
+
+async def test_tenants_are_kept_apart(connect: Connect) -> None:
+    scope = {"scope_type": "namespace", "scope": unique("secret")}
+    async with connect("user") as session:
+        structured(await session.call_tool("memory_set", {**scope, "key": "k", "value": "acme only"}))
+    async with connect("other") as session:
+        hidden = error(await session.call_tool("memory_get", {**scope, "key": "k"}))
+        assert hidden["code"] == "NOT_FOUND"
+
+
+async def test_http_refuses_requests_without_a_valid_token(server: Server) -> None:
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    headers = {"accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient() as client:
+        missing = await client.post(f"http://{server.http}/mcp", json=hello, headers=headers)
+        assert missing.status_code == 401 and missing.json()["reason"] == "TOKEN_MISSING"
+        wrong = await client.post(
+            f"http://{server.http}/mcp", json=hello, headers={**headers, "authorization": "Bearer nope"}
+        )
+        assert wrong.status_code == 401 and wrong.json()["reason"] == "TOKEN_INVALID"
+        ok = await client.post(
+            f"http://{server.http}/mcp",
+            json=hello,
+            headers={**headers, "authorization": f"Bearer {server.tokens['user']}"},
+        )
+        assert ok.status_code == 200
