@@ -6,6 +6,8 @@ import json
 
 import httpx2
 import pytest
+from engram_client import Engram
+from engram_client.v1 import working_memory_pb2
 from mcp.shared.exceptions import MCPError
 
 from conftest import Connect, Server, error, structured, unique
@@ -184,7 +186,7 @@ async def test_sessions_and_episodes(connect: Connect) -> None:
         assert missing["reason"] == "SESSION_NOT_FOUND"
 
 
-async def test_working_memory(connect: Connect) -> None:
+async def test_working_memory(connect: Connect, server: Server) -> None:
     sid, user = unique("s"), unique("u")
     owner = {"session_id": sid, "app": "support", "user": user}
     async with connect("user") as session:
@@ -203,6 +205,11 @@ async def test_working_memory(connect: Connect) -> None:
         assert "fix the deploy" in block and "read the logs" in block and "Kubernetes 1.33" in block
         resource = await session.read_resource(f"engram://sessions/{sid}/memory-block")
         assert resource.contents[0].text == block
+
+        # What MCP set is what RenderMemoryBlock renders for a gRPC client.
+        with Engram(server.grpc, server.tokens["user"]) as client:
+            request = working_memory_pb2.RenderMemoryBlockRequest(session_id=sid, app="support", user=user)
+            assert client.call(client.stubs.working_memory.RenderMemoryBlock, request).memory_block == block
 
         refused = error(await session.call_tool("TaskUpdate", {**owner, "taskId": "nope", "status": "completed"}))
         assert "nope" in refused["message"]
