@@ -13,7 +13,9 @@ import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
-from ._errors import EngramError, NotFound, ResourceExhausted, Unavailable, from_rpc_error
+from . import _requests
+from ._errors import EngramError, NotFound, from_rpc_error
+from ._requests import SearchMode, SearchSource, ScopeType, new_episode, to_value
 from .v1 import (
     consolidation_pb2,
     consolidation_pb2_grpc,
@@ -29,23 +31,8 @@ from .v1 import (
     working_memory_pb2_grpc,
 )
 
-ScopeType = Literal["namespace", "flow", "execution"]
-
-_SCOPE_TYPES: dict[str, memory_pb2.ScopeType.ValueType] = {
-    "namespace": memory_pb2.SCOPE_TYPE_NAMESPACE,
-    "flow": memory_pb2.SCOPE_TYPE_FLOW,
-    "execution": memory_pb2.SCOPE_TYPE_EXECUTION,
-}
-
 Req = TypeVar("Req", bound=Message)
 Resp = TypeVar("Resp")
-
-
-def to_value(obj: Any) -> struct_pb2.Value:
-    """A JSON-able Python value as a protobuf Value."""
-    value = struct_pb2.Value()
-    json_format.ParseDict(obj, value)
-    return value
 
 
 def _ints(obj: Any) -> Any:
@@ -186,25 +173,6 @@ class Fact:
         )
 
 
-SearchSource = Literal["memory", "facts", "episodes"]
-SearchMode = Literal["lexical", "semantic", "hybrid"]
-
-_SOURCES: dict[str, search_pb2.SearchSource.ValueType] = {
-    "memory": search_pb2.SEARCH_SOURCE_MEMORY,
-    "facts": search_pb2.SEARCH_SOURCE_FACTS,
-    "episodes": search_pb2.SEARCH_SOURCE_EPISODES,
-}
-_MODES: dict[str, search_pb2.SearchMode.ValueType] = {
-    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
-    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
-    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
-}
-_KINDS: dict[str, consolidation_pb2.FactKind.ValueType] = {
-    "semantic": consolidation_pb2.FACT_KIND_SEMANTIC,
-    "procedural": consolidation_pb2.FACT_KIND_PROCEDURAL,
-}
-
-
 @dataclass(frozen=True)
 class Hit:
     """One item :meth:`Engram.search` found: exactly one of ``entry``,
@@ -230,14 +198,6 @@ class Hit:
         )
 
 
-def _timestamp(moment: datetime | None) -> timestamp_pb2.Timestamp | None:
-    if moment is None:
-        return None
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(moment.astimezone(timezone.utc))
-    return ts
-
-
 class Stubs:
     """The generated stubs of every service, for what the wrapper does not
     cover; pass their methods to :meth:`Engram.call` to get EngramErrors."""
@@ -252,7 +212,7 @@ class Stubs:
         self.search = search_pb2_grpc.SearchServiceStub(channel)
 
 
-class Engram:
+class Engram(_requests.CallerContext):
     """A connection to an Engram server.
 
     ``Engram("localhost:50051")`` talks plaintext; pass ``secure=True`` for
@@ -278,58 +238,19 @@ class Engram:
         timeout: float | None = 30.0,
         wait_for_ready: bool = False,
     ) -> None:
-        # Reconnect quickly after a server restart (gRPC's default backoff
-        # grows to two minutes).
-        options = [
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 2000),
-        ]
-        if (private_key is None) != (certificate_chain is None):
-            raise ValueError("private_key and certificate_chain go together")
-        secure = secure or root_certificates is not None or private_key is not None
+        super().__init__(token, execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
+        tls = _requests.credentials(secure, root_certificates, private_key, certificate_chain)
         self._channel = (
-            grpc.secure_channel(
-                target,
-                grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain),
-                options=options,
-            )
-            if secure
-            else grpc.insecure_channel(target, options=options)
+            grpc.secure_channel(target, tls, options=_requests.CHANNEL_OPTIONS)
+            if tls is not None
+            else grpc.insecure_channel(target, options=_requests.CHANNEL_OPTIONS)
         )
         self.wait_for_ready = wait_for_ready
-        self._token = token
         self.timeout = timeout
-        self._context: dict[str, str] = {}
-        self.set_context(execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
         self.stubs = Stubs(self._channel)
         self.memory = Memory(self)
         self.sessions = Sessions(self)
         self.episodes = Episodes(self)
-
-    def set_context(
-        self,
-        *,
-        execution_id: str | None = None,
-        flow_id: str | None = None,
-        flow_name: str | None = None,
-    ) -> None:
-        """Sets the caller context sent with every later call."""
-        for key, value in (
-            ("engram-execution-id", execution_id),
-            ("engram-flow-id", flow_id),
-            ("engram-flow-name", flow_name),
-        ):
-            if value:
-                self._context[key] = value
-            else:
-                self._context.pop(key, None)
-
-    def metadata(self) -> list[tuple[str, str]]:
-        pairs = list(self._context.items())
-        if self._token:
-            pairs.append(("authorization", f"Bearer {self._token}"))
-        return pairs
 
     def call(self, method: Callable[..., Resp], request: Message) -> Resp:
         """Calls a unary RPC, raising EngramError on failure."""
@@ -387,22 +308,22 @@ class Engram:
         ``following_episodes`` (0 to 3) adds the turns after each episode
         hit, where a conversation's answer often is.
         """
-        request = search_pb2.SearchRequest(
-            query=query,
-            sources=[_SOURCES[s] for s in sources],
-            mode=_MODES[mode] if mode else search_pb2.SEARCH_MODE_UNSPECIFIED,
+        request = _requests.search(
+            query,
+            sources=sources,
+            mode=mode,
             limit=limit,
-            scope_type=_SCOPE_TYPES[scope_type] if scope_type else memory_pb2.SCOPE_TYPE_UNSPECIFIED,
+            scope_type=scope_type,
             scope=scope,
             key_prefix=key_prefix,
             app=app,
             user=user,
             session_id=session_id,
             agent=agent,
-            types=builtins.list(types),
-            kind=_KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
-            start_time=_timestamp(start_time),
-            end_time=_timestamp(end_time),
+            types=types,
+            kind=kind,
+            start_time=start_time,
+            end_time=end_time,
             following_episodes=following_episodes,
         )
         response = self.call(self.stubs.search.Search, request)
@@ -424,15 +345,11 @@ class Memory:
 
     def __init__(self, client: Engram) -> None:
         self._client = client
-        self._scope = ""
-        self._scope_type: memory_pb2.ScopeType.ValueType = memory_pb2.SCOPE_TYPE_UNSPECIFIED
+        self._scope = _requests.Scope()
 
     def configure(self, scope: str, scope_type: ScopeType = "namespace") -> None:
         """Chooses the scope every later call works in."""
-        if scope_type not in _SCOPE_TYPES:
-            raise ValueError(f"scope_type must be one of {sorted(_SCOPE_TYPES)}")
-        self._scope = scope
-        self._scope_type = _SCOPE_TYPES[scope_type]
+        self._scope.configure(scope, scope_type)
 
     def set(
         self,
@@ -445,23 +362,13 @@ class Memory:
         """Writes a new version; with ``expected_version`` a compare-and-set
         that raises :class:`Conflict` (reason ``VERSION_MISMATCH``) when it
         loses."""
-        request = memory_pb2.SetRequest(
-            scope_type=self._scope_type,
-            scope=self._scope,
-            key=key,
-            value=to_value(value),
-            request_id=request_id or "",
-        )
-        if expected_version is not None:
-            request.expected_version = expected_version
+        request = self._scope.set(key, value, expected_version, request_id)
         return Entry.from_proto(self._client.call(self._client.stubs.memory.Set, request).entry)
 
     def entry(self, key: str, *, version: int | None = None) -> Entry | None:
         """The newest (or a given) version of a key; None when there is none
         or it was deleted."""
-        request = memory_pb2.GetRequest(
-            scope_type=self._scope_type, scope=self._scope, key=key, version=version or 0
-        )
+        request = self._scope.get(key, version)
         try:
             return Entry.from_proto(self._client.call(self._client.stubs.memory.Get, request).entry)
         except NotFound:
@@ -476,16 +383,7 @@ class Memory:
         """Every live entry under a prefix, in key order (all pages)."""
         token = ""
         while True:
-            page = self._client.call(
-                self._client.stubs.memory.List,
-                memory_pb2.ListRequest(
-                    scope_type=self._scope_type,
-                    scope=self._scope,
-                    key_prefix=prefix,
-                    page_size=1000,
-                    page_token=token,
-                ),
-            )
+            page = self._client.call(self._client.stubs.memory.List, self._scope.list(prefix, token))
             yield from (Entry.from_proto(e) for e in page.entries)
             if not page.next_page_token:
                 return
@@ -493,18 +391,40 @@ class Memory:
 
     def history(self, key: str, *, from_version: int = 0) -> Iterator[Entry]:
         """Every version of a key, oldest first, tombstones included."""
-        request = memory_pb2.HistoryRequest(
-            scope_type=self._scope_type, scope=self._scope, key=key, from_version=from_version
-        )
+        request = self._scope.history(key, from_version)
         for response in self._client.stream(self._client.stubs.memory.History, request):
             yield Entry.from_proto(response.entry)
 
     def delete(self, key: str, *, expected_version: int | None = None) -> Entry:
         """Writes a tombstone; returns it."""
-        request = memory_pb2.DeleteRequest(scope_type=self._scope_type, scope=self._scope, key=key)
-        if expected_version is not None:
-            request.expected_version = expected_version
+        request = self._scope.delete(key, expected_version)
         return Entry.from_proto(self._client.call(self._client.stubs.memory.Delete, request).entry)
+
+    def watch(
+        self,
+        prefix: str = "",
+        *,
+        from_revision: int | None = None,
+        reconnect: bool = True,
+        max_reconnects: int | None = None,
+    ) -> Iterator[memory_pb2.WatchResponse]:
+        """Follows the scope's changes in commit order: those after
+        ``from_revision`` first (when given), then live ones. A broken
+        stream reconnects from the last revision it yielded, so nothing is
+        missed or repeated; ``reconnect=False`` raises instead."""
+        resume = _requests.Resume(from_revision, reconnect, max_reconnects, "resume_revision")
+        while True:
+            request = self._scope.watch(prefix, resume.position)
+            try:
+                stream = self._client.stream(
+                    self._client.stubs.memory.Watch, request, wait_for_ready=resume.failures > 0
+                )
+                for change in stream:
+                    resume.delivered(change.revision)
+                    yield change
+                return
+            except EngramError as error:
+                time.sleep(resume.broke(error))
 
 
 class Sessions:
@@ -520,9 +440,7 @@ class Sessions:
         session_id: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Session:
-        request = sessions_pb2.CreateSessionRequest(app=app, user=user, session_id=session_id or "")
-        if metadata is not None:
-            json_format.ParseDict(metadata, request.metadata)
+        request = _requests.create_session(app, user, session_id, metadata)
         response = self._client.call(self._client.stubs.sessions.CreateSession, request)
         return Session.from_proto(response.session)
 
@@ -548,7 +466,7 @@ class Sessions:
         while True:
             page = self._client.call(
                 self._client.stubs.sessions.ListSessions,
-                sessions_pb2.ListSessionsRequest(app=app, user=user, page_size=1000, page_token=token),
+                sessions_pb2.ListSessionsRequest(app=app, user=user, page_size=_requests.PAGE, page_token=token),
             )
             yield from (Session.from_proto(s) for s in page.sessions)
             if not page.next_page_token:
@@ -584,32 +502,11 @@ class Sessions:
 class Episodes:
     """Each session's event log, and the live tail."""
 
-    #: How long :meth:`tail` waits before reconnecting, at first and at most.
-    RECONNECT_DELAY = (0.05, 2.0)
-
     def __init__(self, client: Engram) -> None:
         self._client = client
 
-    @staticmethod
-    def new(
-        content: Any,
-        *,
-        type: str = "observation",
-        id: str | None = None,
-        agent: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        source_node: str | None = None,
-    ) -> episodes_pb2.NewEpisode:
-        episode = episodes_pb2.NewEpisode(
-            id=id or "",
-            type=type,
-            agent=agent or "",
-            content=to_value(content),
-            source_node=source_node or "",
-        )
-        if metadata is not None:
-            json_format.ParseDict(metadata, episode.metadata)
-        return episode
+    #: Builds an episode for :meth:`append_many`.
+    new = staticmethod(new_episode)
 
     def append(
         self,
@@ -657,16 +554,8 @@ class Episodes:
     ) -> Iterator[Episode]:
         token = ""
         while True:
-            page = self._client.call(
-                self._client.stubs.episodes.ListEpisodes,
-                episodes_pb2.ListEpisodesRequest(
-                    session_id=session_id,
-                    types=builtins.list(types),
-                    after_seq=after_seq,
-                    page_size=1000,
-                    page_token=token,
-                ),
-            )
+            request = _requests.list_episodes(session_id, types, after_seq, token)
+            page = self._client.call(self._client.stubs.episodes.ListEpisodes, request)
             yield from (Episode.from_proto(e) for e in page.episodes)
             if not page.next_page_token:
                 return
@@ -717,39 +606,22 @@ class Episodes:
         the connection drops, the server sheds a slow consumer), it
         reconnects from the last cursor it yielded, so nothing is missed or
         repeated; ``reconnect=False`` raises instead."""
-        last = cursor
+        resume = _requests.Resume(cursor, reconnect, max_reconnects)
         wanted = builtins.list(types)
-        failures = 0
-        delay = self.RECONNECT_DELAY[0]
         while True:
-            request = episodes_pb2.TailEpisodesRequest(
-                session_id=session_id, user=user, app=app, types=wanted
-            )
-            if last is not None:
-                request.cursor = last
+            request = _requests.tail(session_id, user, app, wanted, resume.position)
             try:
                 # A reconnect waits for the server to be back, however long.
                 stream = self._client.stream(
-                    self._client.stubs.episodes.TailEpisodes, request, wait_for_ready=failures > 0
+                    self._client.stubs.episodes.TailEpisodes, request, wait_for_ready=resume.failures > 0
                 )
                 for response in stream:
                     episode = Episode.from_proto(response.episode)
-                    last = episode.cursor
-                    failures, delay = 0, self.RECONNECT_DELAY[0]
+                    resume.delivered(episode.cursor)
                     yield episode
                 return
-            except (Unavailable, ResourceExhausted) as error:
-                if not reconnect or (max_reconnects is not None and failures >= max_reconnects):
-                    raise
-                if isinstance(error, ResourceExhausted) and error.reason != "CONSUMER_TOO_SLOW":
-                    raise
-                if last is None and "resume_cursor" in error.metadata:
-                    # Started "now" and saw nothing yet: resume where the
-                    # server says the stream stood.
-                    last = int(error.metadata["resume_cursor"])
-                failures += 1
-                time.sleep(delay)
-                delay = min(delay * 2, self.RECONNECT_DELAY[1])
+            except EngramError as error:
+                time.sleep(resume.broke(error))
 
 
 __all__ = [

@@ -85,14 +85,17 @@ _BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
 
 
 def from_rpc_error(error: grpc.RpcError) -> EngramError:
-    """Turns a failed call into an EngramError with its details decoded."""
-    call = error if isinstance(error, grpc.Call) else None
-    code = call.code() if call is not None else grpc.StatusCode.UNKNOWN
-    message = (call.details() if call is not None else None) or str(error)
+    """Turns a failed call (blocking or asyncio) into an EngramError with
+    its details decoded."""
+    code, message = grpc.StatusCode.UNKNOWN, str(error)
+    trailers: tuple[tuple[str, str | bytes], ...] = ()
+    if isinstance(error, grpc.aio.AioRpcError):
+        code, message = error.code(), error.details() or message
+        trailers = tuple(error.trailing_metadata() or ())
+    elif isinstance(error, grpc.Call):
+        code, message = error.code(), error.details() or message
+        trailers = tuple(error.trailing_metadata() or ())
     reason, metadata, fields = "", {}, {}
-    trailers: tuple[tuple[str, str | bytes], ...] = tuple(
-        call.trailing_metadata() or () if call is not None else ()
-    )
     for key, value in trailers:
         if key != _DETAILS_KEY or not isinstance(value, bytes):
             continue

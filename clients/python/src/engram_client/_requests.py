@@ -1,0 +1,321 @@
+"""The requests both clients send, built in one place.
+
+The blocking client (``engram_client.Engram``) and the asyncio one
+(``engram_client.aio.AsyncEngram``) differ only in how they wait; what they
+ask for, and how a broken live stream decides to resume, is here.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import grpc
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from ._errors import EngramError, ResourceExhausted, Unavailable
+from .v1 import consolidation_pb2, episodes_pb2, memory_pb2, search_pb2, sessions_pb2
+
+ScopeType = Literal["namespace", "flow", "execution"]
+SearchSource = Literal["memory", "facts", "episodes"]
+SearchMode = Literal["lexical", "semantic", "hybrid"]
+
+SCOPE_TYPES: dict[str, memory_pb2.ScopeType.ValueType] = {
+    "namespace": memory_pb2.SCOPE_TYPE_NAMESPACE,
+    "flow": memory_pb2.SCOPE_TYPE_FLOW,
+    "execution": memory_pb2.SCOPE_TYPE_EXECUTION,
+}
+SOURCES: dict[str, search_pb2.SearchSource.ValueType] = {
+    "memory": search_pb2.SEARCH_SOURCE_MEMORY,
+    "facts": search_pb2.SEARCH_SOURCE_FACTS,
+    "episodes": search_pb2.SEARCH_SOURCE_EPISODES,
+}
+MODES: dict[str, search_pb2.SearchMode.ValueType] = {
+    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
+    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
+    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
+}
+KINDS: dict[str, consolidation_pb2.FactKind.ValueType] = {
+    "semantic": consolidation_pb2.FACT_KIND_SEMANTIC,
+    "procedural": consolidation_pb2.FACT_KIND_PROCEDURAL,
+}
+
+#: Items asked for per page when a method reads every page.
+PAGE = 1000
+
+#: How long a live stream waits before reconnecting, at first and at most.
+RECONNECT_DELAY = (0.05, 2.0)
+
+
+#: Reconnect quickly after a server restart (gRPC's default backoff grows
+#: to two minutes).
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
+def credentials(
+    secure: bool,
+    root_certificates: bytes | None,
+    private_key: bytes | None,
+    certificate_chain: bytes | None,
+) -> grpc.ChannelCredentials | None:
+    """TLS credentials for the channel; None for plaintext."""
+    if (private_key is None) != (certificate_chain is None):
+        raise ValueError("private_key and certificate_chain go together")
+    if secure or root_certificates is not None or private_key is not None:
+        return grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
+    return None
+
+
+class CallerContext:
+    """The bearer token and caller context sent with every call."""
+
+    def __init__(
+        self,
+        token: str | None,
+        *,
+        execution_id: str | None = None,
+        flow_id: str | None = None,
+        flow_name: str | None = None,
+    ) -> None:
+        self._token = token
+        self._context: dict[str, str] = {}
+        self.set_context(execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
+
+    def set_context(
+        self,
+        *,
+        execution_id: str | None = None,
+        flow_id: str | None = None,
+        flow_name: str | None = None,
+    ) -> None:
+        """Sets the caller context sent with every later call."""
+        for key, value in (
+            ("engram-execution-id", execution_id),
+            ("engram-flow-id", flow_id),
+            ("engram-flow-name", flow_name),
+        ):
+            if value:
+                self._context[key] = value
+            else:
+                self._context.pop(key, None)
+
+    def metadata(self) -> list[tuple[str, str]]:
+        pairs = list(self._context.items())
+        if self._token:
+            pairs.append(("authorization", f"Bearer {self._token}"))
+        return pairs
+
+
+def to_value(obj: Any) -> struct_pb2.Value:
+    """A JSON-able Python value as a protobuf Value."""
+    value = struct_pb2.Value()
+    json_format.ParseDict(obj, value)
+    return value
+
+
+def timestamp(moment: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if moment is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(moment.astimezone(timezone.utc))
+    return ts
+
+
+@dataclass
+class Scope:
+    """The scope a memory namespace works in (:meth:`configure`)."""
+
+    scope: str = ""
+    scope_type: memory_pb2.ScopeType.ValueType = memory_pb2.SCOPE_TYPE_UNSPECIFIED
+
+    def configure(self, scope: str, scope_type: ScopeType = "namespace") -> None:
+        if scope_type not in SCOPE_TYPES:
+            raise ValueError(f"scope_type must be one of {sorted(SCOPE_TYPES)}")
+        self.scope = scope
+        self.scope_type = SCOPE_TYPES[scope_type]
+
+    def set(
+        self, key: str, value: Any, expected_version: int | None, request_id: str | None
+    ) -> memory_pb2.SetRequest:
+        request = memory_pb2.SetRequest(
+            scope_type=self.scope_type,
+            scope=self.scope,
+            key=key,
+            value=to_value(value),
+            request_id=request_id or "",
+        )
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return request
+
+    def get(self, key: str, version: int | None) -> memory_pb2.GetRequest:
+        return memory_pb2.GetRequest(
+            scope_type=self.scope_type, scope=self.scope, key=key, version=version or 0
+        )
+
+    def list(self, prefix: str, token: str) -> memory_pb2.ListRequest:
+        return memory_pb2.ListRequest(
+            scope_type=self.scope_type,
+            scope=self.scope,
+            key_prefix=prefix,
+            page_size=PAGE,
+            page_token=token,
+        )
+
+    def history(self, key: str, from_version: int) -> memory_pb2.HistoryRequest:
+        return memory_pb2.HistoryRequest(
+            scope_type=self.scope_type, scope=self.scope, key=key, from_version=from_version
+        )
+
+    def delete(self, key: str, expected_version: int | None) -> memory_pb2.DeleteRequest:
+        request = memory_pb2.DeleteRequest(scope_type=self.scope_type, scope=self.scope, key=key)
+        if expected_version is not None:
+            request.expected_version = expected_version
+        return request
+
+    def watch(self, prefix: str, from_revision: int | None) -> memory_pb2.WatchRequest:
+        request = memory_pb2.WatchRequest(
+            scope_type=self.scope_type, scope=self.scope, key_prefix=prefix
+        )
+        if from_revision is not None:
+            request.from_revision = from_revision
+        return request
+
+
+def create_session(
+    app: str, user: str, session_id: str | None, metadata: dict[str, Any] | None
+) -> sessions_pb2.CreateSessionRequest:
+    request = sessions_pb2.CreateSessionRequest(app=app, user=user, session_id=session_id or "")
+    if metadata is not None:
+        json_format.ParseDict(metadata, request.metadata)
+    return request
+
+
+def new_episode(
+    content: Any,
+    *,
+    type: str = "observation",
+    id: str | None = None,
+    agent: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    source_node: str | None = None,
+) -> episodes_pb2.NewEpisode:
+    """An episode to append (for ``append_many``)."""
+    episode = episodes_pb2.NewEpisode(
+        id=id or "",
+        type=type,
+        agent=agent or "",
+        content=to_value(content),
+        source_node=source_node or "",
+    )
+    if metadata is not None:
+        json_format.ParseDict(metadata, episode.metadata)
+    return episode
+
+
+def list_episodes(
+    session_id: str, types: Iterable[str], after_seq: int, token: str
+) -> episodes_pb2.ListEpisodesRequest:
+    return episodes_pb2.ListEpisodesRequest(
+        session_id=session_id,
+        types=builtins.list(types),
+        after_seq=after_seq,
+        page_size=PAGE,
+        page_token=token,
+    )
+
+
+def tail(
+    session_id: str, user: str, app: str, types: builtins.list[str], cursor: int | None
+) -> episodes_pb2.TailEpisodesRequest:
+    request = episodes_pb2.TailEpisodesRequest(
+        session_id=session_id, user=user, app=app, types=types
+    )
+    if cursor is not None:
+        request.cursor = cursor
+    return request
+
+
+def search(
+    query: str,
+    *,
+    sources: Iterable[SearchSource] = (),
+    mode: SearchMode | None = None,
+    limit: int = 10,
+    scope_type: ScopeType | None = None,
+    scope: str = "",
+    key_prefix: str = "",
+    app: str = "",
+    user: str = "",
+    session_id: str = "",
+    agent: str = "",
+    types: Iterable[str] = (),
+    kind: Literal["semantic", "procedural"] | None = None,
+    start_time: datetime | None = None,
+    end_time: datetime | None = None,
+    following_episodes: int = 0,
+) -> search_pb2.SearchRequest:
+    return search_pb2.SearchRequest(
+        query=query,
+        sources=[SOURCES[s] for s in sources],
+        mode=MODES[mode] if mode else search_pb2.SEARCH_MODE_UNSPECIFIED,
+        limit=limit,
+        scope_type=SCOPE_TYPES[scope_type] if scope_type else memory_pb2.SCOPE_TYPE_UNSPECIFIED,
+        scope=scope,
+        key_prefix=key_prefix,
+        app=app,
+        user=user,
+        session_id=session_id,
+        agent=agent,
+        types=builtins.list(types),
+        kind=KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+        start_time=timestamp(start_time),
+        end_time=timestamp(end_time),
+        following_episodes=following_episodes,
+    )
+
+
+@dataclass
+class Resume:
+    """Where a live stream (tail, watch) stands, and whether a broken one
+    reconnects: from the last position it delivered, so nothing is missed
+    or repeated."""
+
+    position: int | None
+    reconnect: bool = True
+    max_reconnects: int | None = None
+    #: The ErrorInfo metadata key holding where a stream started "now" stood.
+    resume_key: str = "resume_cursor"
+    failures: int = 0
+    delay: float = RECONNECT_DELAY[0]
+
+    def delivered(self, position: int) -> None:
+        self.position = position
+        self.failures, self.delay = 0, RECONNECT_DELAY[0]
+
+    def broke(self, error: EngramError) -> float:
+        """How long to wait before reconnecting after ``error``; raises it
+        when the stream should not resume."""
+        if not isinstance(error, (Unavailable, ResourceExhausted)):
+            raise error
+        if not self.reconnect or (
+            self.max_reconnects is not None and self.failures >= self.max_reconnects
+        ):
+            raise error
+        if isinstance(error, ResourceExhausted) and error.reason != "CONSUMER_TOO_SLOW":
+            raise error
+        if self.position is None and self.resume_key in error.metadata:
+            # Started "now" and saw nothing yet: resume where the server
+            # says the stream stood.
+            self.position = int(error.metadata[self.resume_key])
+        self.failures += 1
+        wait = self.delay
+        self.delay = min(self.delay * 2, RECONNECT_DELAY[1])
+        return wait

@@ -1,0 +1,471 @@
+"""The asyncio client: the surface of :class:`engram_client.Engram`, on
+``grpc.aio``, for agent runners that are asynchronous.
+
+    from engram_client.aio import AsyncEngram
+
+    async with AsyncEngram("localhost:50051", token) as client:
+        client.memory.configure("customer_profiles", "namespace")
+        await client.memory.set("user_42/theme", {"mode": "dark"})
+        async for entry in client.memory.list("user_42/"):
+            ...
+        async for episode in client.episodes.tail(app="support-bot", cursor=0):
+            ...
+
+Requests are built by the same code as the blocking client's
+(``_requests``); errors are the same :class:`EngramError` subclasses with
+the server's ``reason``; ``tail`` and ``watch`` are async iterators that
+reconnect from the last position they yielded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from . import _requests
+from ._client import Entry, Episode, Hit, Session
+from ._errors import EngramError, NotFound, from_rpc_error
+from ._requests import ScopeType, SearchMode, SearchSource, new_episode
+from .v1 import (
+    consolidation_pb2_grpc,
+    episodes_pb2,
+    episodes_pb2_grpc,
+    memory_admin_pb2_grpc,
+    memory_pb2,
+    memory_pb2_grpc,
+    search_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    working_memory_pb2_grpc,
+)
+
+Resp = TypeVar("Resp")
+
+
+class AsyncStubs:
+    """The generated asyncio stubs of every service, for what the wrapper
+    does not cover; pass their methods to :meth:`AsyncEngram.call`."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.memory = memory_pb2_grpc.MemoryServiceStub(channel)
+        self.memory_admin = memory_admin_pb2_grpc.MemoryAdminServiceStub(channel)
+        self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
+        self.episodes = episodes_pb2_grpc.EpisodeServiceStub(channel)
+        self.consolidation = consolidation_pb2_grpc.ConsolidationServiceStub(channel)
+        self.working_memory = working_memory_pb2_grpc.WorkingMemoryServiceStub(channel)
+        self.search = search_pb2_grpc.SearchServiceStub(channel)
+
+
+class AsyncEngram(_requests.CallerContext):
+    """An asyncio connection to an Engram server; the arguments are those of
+    :class:`engram_client.Engram`. Use it as ``async with``, or call
+    :meth:`close`."""
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        *,
+        secure: bool = False,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        execution_id: str | None = None,
+        flow_id: str | None = None,
+        flow_name: str | None = None,
+        timeout: float | None = 30.0,
+        wait_for_ready: bool = False,
+    ) -> None:
+        super().__init__(token, execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
+        tls = _requests.credentials(secure, root_certificates, private_key, certificate_chain)
+        self._channel = (
+            grpc.aio.secure_channel(target, tls, options=_requests.CHANNEL_OPTIONS)
+            if tls is not None
+            else grpc.aio.insecure_channel(target, options=_requests.CHANNEL_OPTIONS)
+        )
+        self.wait_for_ready = wait_for_ready
+        self.timeout = timeout
+        self.stubs = AsyncStubs(self._channel)
+        self.memory = AsyncMemory(self)
+        self.sessions = AsyncSessions(self)
+        self.episodes = AsyncEpisodes(self)
+
+    async def call(self, method: Callable[..., Awaitable[Resp]], request: Message) -> Resp:
+        """Calls a unary RPC, raising EngramError on failure."""
+        try:
+            return await method(
+                request,
+                metadata=self.metadata(),
+                timeout=self.timeout,
+                wait_for_ready=self.wait_for_ready,
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def stream(
+        self,
+        method: Callable[..., AsyncIterable[Resp]],
+        request: Message,
+        *,
+        wait_for_ready: bool | None = None,
+    ) -> AsyncIterator[Resp]:
+        """Calls a server-streaming RPC, raising EngramError on failure."""
+        ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
+        try:
+            async for response in method(request, metadata=self.metadata(), wait_for_ready=ready):
+                yield response
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def search(
+        self,
+        query: str,
+        *,
+        sources: Iterable[SearchSource] = (),
+        mode: SearchMode | None = None,
+        limit: int = 10,
+        scope_type: ScopeType | None = None,
+        scope: str = "",
+        key_prefix: str = "",
+        app: str = "",
+        user: str = "",
+        session_id: str = "",
+        agent: str = "",
+        types: Iterable[str] = (),
+        kind: Literal["semantic", "procedural"] | None = None,
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        following_episodes: int = 0,
+    ) -> builtins.list[Hit]:
+        """Memory entries, facts and episodes matching ``query``, best first
+        (see :meth:`engram_client.Engram.search`)."""
+        request = _requests.search(
+            query,
+            sources=sources,
+            mode=mode,
+            limit=limit,
+            scope_type=scope_type,
+            scope=scope,
+            key_prefix=key_prefix,
+            app=app,
+            user=user,
+            session_id=session_id,
+            agent=agent,
+            types=types,
+            kind=kind,
+            start_time=start_time,
+            end_time=end_time,
+            following_episodes=following_episodes,
+        )
+        response = await self.call(self.stubs.search.Search, request)
+        return [Hit.from_proto(hit) for hit in response.hits]
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncEngram:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+
+class AsyncMemory:
+    """Scoped, versioned key-value memory (see :class:`engram_client._client.Memory`)."""
+
+    def __init__(self, client: AsyncEngram) -> None:
+        self._client = client
+        self._scope = _requests.Scope()
+
+    def configure(self, scope: str, scope_type: ScopeType = "namespace") -> None:
+        """Chooses the scope every later call works in."""
+        self._scope.configure(scope, scope_type)
+
+    async def set(
+        self,
+        key: str,
+        value: Any,
+        *,
+        expected_version: int | None = None,
+        request_id: str | None = None,
+    ) -> Entry:
+        """Writes a new version; with ``expected_version`` a compare-and-set
+        that raises :class:`Conflict` when it loses."""
+        request = self._scope.set(key, value, expected_version, request_id)
+        response = await self._client.call(self._client.stubs.memory.Set, request)
+        return Entry.from_proto(response.entry)
+
+    async def entry(self, key: str, *, version: int | None = None) -> Entry | None:
+        """The newest (or a given) version of a key; None when there is none
+        or it was deleted."""
+        try:
+            response = await self._client.call(
+                self._client.stubs.memory.Get, self._scope.get(key, version)
+            )
+        except NotFound:
+            return None
+        return Entry.from_proto(response.entry)
+
+    async def get(self, key: str, *, version: int | None = None) -> Any:
+        """The value of a key; None when it has none."""
+        entry = await self.entry(key, version=version)
+        return None if entry is None else entry.value
+
+    async def list(self, prefix: str = "") -> AsyncIterator[Entry]:
+        """Every live entry under a prefix, in key order (all pages)."""
+        token = ""
+        while True:
+            page = await self._client.call(
+                self._client.stubs.memory.List, self._scope.list(prefix, token)
+            )
+            for entry in page.entries:
+                yield Entry.from_proto(entry)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def history(self, key: str, *, from_version: int = 0) -> AsyncIterator[Entry]:
+        """Every version of a key, oldest first, tombstones included."""
+        request = self._scope.history(key, from_version)
+        async for response in self._client.stream(self._client.stubs.memory.History, request):
+            yield Entry.from_proto(response.entry)
+
+    async def delete(self, key: str, *, expected_version: int | None = None) -> Entry:
+        """Writes a tombstone; returns it."""
+        request = self._scope.delete(key, expected_version)
+        response = await self._client.call(self._client.stubs.memory.Delete, request)
+        return Entry.from_proto(response.entry)
+
+    async def watch(
+        self,
+        prefix: str = "",
+        *,
+        from_revision: int | None = None,
+        reconnect: bool = True,
+        max_reconnects: int | None = None,
+    ) -> AsyncGenerator[memory_pb2.WatchResponse, None]:
+        """Follows the scope's changes in commit order, reconnecting from
+        the last revision it yielded (see :meth:`Memory.watch`)."""
+        resume = _requests.Resume(from_revision, reconnect, max_reconnects, "resume_revision")
+        while True:
+            request = self._scope.watch(prefix, resume.position)
+            try:
+                stream = self._client.stream(
+                    self._client.stubs.memory.Watch, request, wait_for_ready=resume.failures > 0
+                )
+                async for change in stream:
+                    resume.delivered(change.revision)
+                    yield change
+                return
+            except EngramError as error:
+                await asyncio.sleep(resume.broke(error))
+
+
+class AsyncSessions:
+    """Sessions: one conversation of a user with an app."""
+
+    def __init__(self, client: AsyncEngram) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        app: str,
+        user: str,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        request = _requests.create_session(app, user, session_id, metadata)
+        response = await self._client.call(self._client.stubs.sessions.CreateSession, request)
+        return Session.from_proto(response.session)
+
+    async def get_or_create(self, app: str, user: str, session_id: str) -> tuple[Session, bool]:
+        response = await self._client.call(
+            self._client.stubs.sessions.GetOrCreateSession,
+            sessions_pb2.GetOrCreateSessionRequest(app=app, user=user, session_id=session_id),
+        )
+        return Session.from_proto(response.session), response.created
+
+    async def get(self, session_id: str) -> Session | None:
+        try:
+            response = await self._client.call(
+                self._client.stubs.sessions.GetSession,
+                sessions_pb2.GetSessionRequest(session_id=session_id),
+            )
+        except NotFound:
+            return None
+        return Session.from_proto(response.session)
+
+    async def list(self, *, app: str = "", user: str = "") -> AsyncIterator[Session]:
+        token = ""
+        while True:
+            page = await self._client.call(
+                self._client.stubs.sessions.ListSessions,
+                sessions_pb2.ListSessionsRequest(
+                    app=app, user=user, page_size=_requests.PAGE, page_token=token
+                ),
+            )
+            for session in page.sessions:
+                yield Session.from_proto(session)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def end(self, session_id: str, *, delete_episodes: bool = False) -> Session:
+        response = await self._client.call(
+            self._client.stubs.sessions.EndSession,
+            sessions_pb2.EndSessionRequest(session_id=session_id, delete_episodes=delete_episodes),
+        )
+        return Session.from_proto(response.session)
+
+    async def delete(self, session_id: str) -> int:
+        """Deletes a session with its episodes; returns how many episodes went."""
+        response = await self._client.call(
+            self._client.stubs.sessions.DeleteSession,
+            sessions_pb2.DeleteSessionRequest(session_id=session_id),
+        )
+        return response.episodes_deleted
+
+    async def stats(self) -> dict[str, float]:
+        response = await self._client.call(
+            self._client.stubs.sessions.GetStats, sessions_pb2.GetStatsRequest()
+        )
+        return {
+            "total_sessions": response.total_sessions,
+            "total_episodes": response.total_episodes,
+            "avg_episodes_per_session": response.avg_episodes_per_session,
+        }
+
+
+class AsyncEpisodes:
+    """Each session's event log, and the live tail."""
+
+    #: Builds an episode for :meth:`append_many`.
+    new = staticmethod(new_episode)
+
+    def __init__(self, client: AsyncEngram) -> None:
+        self._client = client
+
+    async def append(
+        self,
+        session_id: str,
+        content: Any,
+        *,
+        type: str = "observation",
+        id: str | None = None,
+        app: str | None = None,
+        user: str | None = None,
+        agent: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Episode:
+        """Appends one episode; with ``app`` and ``user`` a missing session is
+        created. Appending the same ``id`` again returns the stored episode."""
+        request = episodes_pb2.AppendEpisodeRequest(
+            session_id=session_id,
+            app=app or "",
+            user=user or "",
+            episode=new_episode(content, type=type, id=id, agent=agent, metadata=metadata),
+        )
+        response = await self._client.call(self._client.stubs.episodes.AppendEpisode, request)
+        return Episode.from_proto(response.episode)
+
+    async def append_many(
+        self,
+        session_id: str,
+        episodes: Iterable[episodes_pb2.NewEpisode],
+        *,
+        app: str | None = None,
+        user: str | None = None,
+    ) -> builtins.list[Episode]:
+        """Appends episodes atomically (build them with :meth:`new`)."""
+        request = episodes_pb2.AppendEpisodesRequest(
+            session_id=session_id,
+            app=app or "",
+            user=user or "",
+            episodes=builtins.list(episodes),
+        )
+        response = await self._client.call(self._client.stubs.episodes.AppendEpisodes, request)
+        return [Episode.from_proto(e) for e in response.episodes]
+
+    async def list(
+        self, session_id: str, *, types: Iterable[str] = (), after_seq: int = 0
+    ) -> AsyncIterator[Episode]:
+        token = ""
+        wanted = builtins.list(types)
+        while True:
+            request = _requests.list_episodes(session_id, wanted, after_seq, token)
+            page = await self._client.call(self._client.stubs.episodes.ListEpisodes, request)
+            for episode in page.episodes:
+                yield Episode.from_proto(episode)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def recent(
+        self,
+        user: str,
+        *,
+        session_id: str | None = None,
+        agent: str | None = None,
+        limit: int = 20,
+        types: Iterable[str] = (),
+    ) -> builtins.list[Episode]:
+        response = await self._client.call(
+            self._client.stubs.episodes.Recent,
+            episodes_pb2.RecentRequest(
+                user=user,
+                session_id=session_id or "",
+                agent=agent or "",
+                limit=limit,
+                types=builtins.list(types),
+            ),
+        )
+        return [Episode.from_proto(e) for e in response.episodes]
+
+    async def context(self, session_id: str, *, max_events: int = 20) -> str:
+        """The conversation as "User: ...\\nAssistant: ..." text."""
+        response = await self._client.call(
+            self._client.stubs.episodes.BuildContext,
+            episodes_pb2.BuildContextRequest(session_id=session_id, max_events=max_events),
+        )
+        return response.context
+
+    async def tail(
+        self,
+        *,
+        session_id: str = "",
+        user: str = "",
+        app: str = "",
+        types: Iterable[str] = (),
+        cursor: int | None = None,
+        reconnect: bool = True,
+        max_reconnects: int | None = None,
+    ) -> AsyncGenerator[Episode, None]:
+        """Follows appended episodes: those after ``cursor`` first (when
+        given), then live ones, reconnecting from the last cursor it yielded
+        when the stream breaks (see :meth:`Episodes.tail`)."""
+        resume = _requests.Resume(cursor, reconnect, max_reconnects)
+        wanted = builtins.list(types)
+        while True:
+            request = _requests.tail(session_id, user, app, wanted, resume.position)
+            try:
+                stream = self._client.stream(
+                    self._client.stubs.episodes.TailEpisodes,
+                    request,
+                    wait_for_ready=resume.failures > 0,
+                )
+                async for response in stream:
+                    episode = Episode.from_proto(response.episode)
+                    resume.delivered(episode.cursor)
+                    yield episode
+                return
+            except EngramError as error:
+                await asyncio.sleep(resume.broke(error))
+
+
+__all__ = ["AsyncEngram", "AsyncStubs"]

@@ -1,0 +1,164 @@
+"""The asyncio client against a real engram server."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pytest
+
+from conftest import Server, start_server
+from engram_client import Conflict, Episode, InvalidArgument, NotFound, Unauthenticated
+from engram_client.aio import AsyncEngram
+from engram_client.v1 import memory_pb2, working_memory_pb2
+
+
+def test_memory(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            client.memory.configure("customer_profiles", "namespace")
+            first = await client.memory.set("user_42/theme", {"mode": "dark"})
+            assert (first.version, first.value) == (1, {"mode": "dark"})
+            await client.memory.set("user_42/theme", "light", expected_version=1)
+            await client.memory.set("user_42/lang", 42, request_id="r1")
+            again = await client.memory.set("user_42/lang", 42, request_id="r1")
+            assert again.version == 1, "a replayed request_id writes nothing"
+            assert await client.memory.get("user_42/theme") == "light"
+            assert await client.memory.get("user_42/theme", version=1) == {"mode": "dark"}
+            assert await client.memory.get("nope") is None
+            assert [e.key async for e in client.memory.list("user_42/")] == [
+                "user_42/lang",
+                "user_42/theme",
+            ]
+            with pytest.raises(Conflict) as lost:
+                await client.memory.set("user_42/theme", "x", expected_version=1)
+            assert lost.value.reason == "VERSION_MISMATCH"
+            assert lost.value.metadata["current_version"] == "2"
+
+            tombstone = await client.memory.delete("user_42/theme")
+            assert (tombstone.version, tombstone.deleted) == (3, True)
+            history = [(e.version, e.deleted) async for e in client.memory.history("user_42/theme")]
+            assert history == [(1, False), (2, False), (3, True)]
+            with pytest.raises(NotFound):
+                await client.memory.delete("user_42/theme")
+
+            client.memory.configure("")
+            with pytest.raises(InvalidArgument) as unscoped:
+                await client.memory.get("k")
+            assert unscoped.value.reason == "SCOPE_NOT_CONFIGURED"
+
+    asyncio.run(run())
+
+
+def test_watch_resumes_from_a_revision(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            client.memory.configure("watched")
+            for n in range(3):
+                await client.memory.set(f"k{n}", n)
+            changes: list[memory_pb2.WatchResponse] = []
+            async for change in client.memory.watch(from_revision=0):
+                changes.append(change)
+                if len(changes) == 3:
+                    break
+            assert [c.key for c in changes] == ["k0", "k1", "k2"]
+            # Resuming after the second change gives the third, then live ones.
+            await client.memory.set("k3", 3)
+            resumed = client.memory.watch(from_revision=changes[1].revision)
+            assert [(await anext(resumed)).key for _ in range(2)] == ["k2", "k3"]
+            await resumed.aclose()
+
+    asyncio.run(run())
+
+
+def test_sessions_episodes_and_search(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            session = await client.sessions.create("support", "alice", "chat-1", {"channel": "web"})
+            assert (session.id, session.metadata) == ("chat-1", {"channel": "web"})
+            _, created = await client.sessions.get_or_create("support", "alice", "chat-1")
+            assert created is False
+            await client.episodes.append("chat-1", "my deploy fails", type="user_message", id="e1")
+            await client.episodes.append_many(
+                "chat-1",
+                [
+                    client.episodes.new("which cluster?", type="agent_response"),
+                    client.episodes.new("staging kubeconfig", type="user_message"),
+                ],
+            )
+            seqs = [e.seq async for e in client.episodes.list("chat-1")]
+            assert seqs == [1, 2, 3]
+            recent = await client.episodes.recent("alice", limit=1)
+            assert [e.content for e in recent] == ["staging kubeconfig"]
+            context = await client.episodes.context("chat-1")
+            assert context.startswith("User: my deploy fails\nAssistant: which cluster?")
+            assert [s.id async for s in client.sessions.list(user="alice")] == ["chat-1"]
+            assert (await client.sessions.stats())["total_episodes"] == 3
+
+            hits = await client.search("kubeconfig", sources=["episodes"], user="alice")
+            assert [h.episode.content for h in hits if h.episode] == ["staging kubeconfig"]
+
+            # Services without a wrapper are on the stubs, with the same errors.
+            goal = working_memory_pb2.SetGoalRequest(session_id="chat-1", goal="fix the deploy")
+            await client.call(client.stubs.working_memory.SetGoal, goal)
+            render = working_memory_pb2.RenderMemoryBlockRequest(session_id="chat-1")
+            block = await client.call(client.stubs.working_memory.RenderMemoryBlock, render)
+            assert "fix the deploy" in block.memory_block
+
+            ended = await client.sessions.end("chat-1")
+            assert ended.ended
+            assert await client.sessions.delete("chat-1") == 3
+            assert await client.sessions.get("chat-1") is None
+
+    asyncio.run(run())
+
+
+def test_tail_resumes_across_a_server_restart(database_url: str) -> None:
+    first = start_server(database_url)
+    address = first.address
+
+    async def run() -> list[Episode]:
+        seen: list[Episode] = []
+        async with AsyncEngram(address) as tailer, AsyncEngram(address, wait_for_ready=True) as writer:
+            tail = tailer.episodes.tail(app="app", cursor=0)
+            for i in range(5):
+                await writer.episodes.append("s1", i, id=f"a{i}", app="app", user="u")
+            for _ in range(5):
+                seen.append(await asyncio.wait_for(anext(tail), timeout=30))
+            first.stop()  # the tail ends with UNAVAILABLE and keeps reconnecting
+            second = start_server(database_url, grpc_addr=address)
+            try:
+                for i in range(5, 10):
+                    await writer.episodes.append("s1", i, id=f"a{i}", app="app", user="u")
+                for _ in range(5):
+                    seen.append(await asyncio.wait_for(anext(tail), timeout=60))
+                await tail.aclose()
+            finally:
+                second.stop()
+        return seen
+
+    seen = asyncio.run(run())
+    assert [e.content for e in seen] == list(range(10)), "every episode once, in order"
+    assert [e.cursor for e in seen] == sorted({e.cursor for e in seen})
+
+
+def test_tokens(database_url: str) -> None:
+    token = "aio-secret"
+    line = f"{hashlib.sha256(token.encode()).hexdigest()} acme"
+    running = start_server(database_url, env={"ENGRAM_TOKENS": line})
+
+    async def run() -> None:
+        async with AsyncEngram(running.address) as anonymous:
+            anonymous.memory.configure("prefs")
+            with pytest.raises(Unauthenticated) as refused:
+                await anonymous.memory.get("k")
+            assert refused.value.reason == "TOKEN_MISSING"
+        async with AsyncEngram(running.address, token) as client:
+            client.memory.configure("prefs")
+            await client.memory.set("k", "v")
+            assert await client.memory.get("k") == "v"
+
+    try:
+        asyncio.run(run())
+    finally:
+        running.stop()
