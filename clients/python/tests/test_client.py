@@ -364,3 +364,22 @@ def test_tls_and_client_certificates(database_url: str, tmp_path: Path) -> None:
             Engram(target, root_certificates=ca, private_key=b"key only")
     finally:
         server.stop()
+
+
+def test_watch_resumes_from_a_revision(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.memory.configure("watched")
+        client.memory.set("a", 1)
+        client.memory.set("b", 2)
+        client.memory.delete("a")
+        changes = client.memory.watch(from_revision=0)
+        seen = [next(changes) for _ in range(3)]
+        changes.close()
+        assert [(c.key, c.kind) for c in seen] == [
+            ("a", memory_pb2.CHANGE_KIND_SET),
+            ("b", memory_pb2.CHANGE_KIND_SET),
+            ("a", memory_pb2.CHANGE_KIND_DELETE),
+        ]
+        resumed = client.memory.watch(from_revision=seen[0].revision)
+        assert [next(resumed).key for _ in range(2)] == ["b", "a"]
+        resumed.close()

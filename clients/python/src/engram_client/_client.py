@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
@@ -407,7 +407,7 @@ class Memory:
         from_revision: int | None = None,
         reconnect: bool = True,
         max_reconnects: int | None = None,
-    ) -> Iterator[memory_pb2.WatchResponse]:
+    ) -> Generator[memory_pb2.WatchResponse, None, None]:
         """Follows the scope's changes in commit order: those after
         ``from_revision`` first (when given), then live ones. A broken
         stream reconnects from the last revision it yielded, so nothing is
@@ -600,7 +600,7 @@ class Episodes:
         cursor: int | None = None,
         reconnect: bool = True,
         max_reconnects: int | None = None,
-    ) -> Iterator[Episode]:
+    ) -> Generator[Episode, None, None]:
         """Follows appended episodes: those after ``cursor`` first (when
         given), then live ones. When the stream breaks (the server restarts,
         the connection drops, the server sheds a slow consumer), it
