@@ -8,6 +8,11 @@ MYPY_VERSION=2.4.1
 PYTEST_VERSION=9.2.0
 # The official MCP Python SDK, the client of the MCP tests.
 MCP_VERSION=2.3.0
+# LangGraph, its checkpoint interface and its conformance suite (the Python
+# client's LangGraph tests).
+LANGGRAPH_VERSION=1.2.22
+LANGGRAPH_CHECKPOINT_VERSION=4.3.2
+LANGGRAPH_CONFORMANCE_VERSION=0.0.2
 TYPES_GRPCIO_VERSION=1.85.0.20261028
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
@@ -18,7 +23,7 @@ PY_TOOLS=$TOOLS_DIR/py
 GO_TOOLS=$TOOLS_DIR/go/bin
 
 ensure_python_tools() {
-  local stamp="$PY_TOOLS/.pinned-$GRPCIO_VERSION-$MYPY_PROTOBUF_VERSION-$MYPY_VERSION-$PYTEST_VERSION-$MCP_VERSION"
+  local stamp="$PY_TOOLS/.pinned-$GRPCIO_VERSION-$MYPY_PROTOBUF_VERSION-$MYPY_VERSION-$PYTEST_VERSION-$MCP_VERSION-$LANGGRAPH_VERSION-$LANGGRAPH_CHECKPOINT_VERSION-$LANGGRAPH_CONFORMANCE_VERSION"
   if [ ! -e "$stamp" ]; then
     rm -rf "$PY_TOOLS"
     python3 -m venv "$PY_TOOLS"
@@ -26,7 +31,9 @@ ensure_python_tools() {
       "grpcio-tools==$GRPCIO_VERSION" "grpcio==$GRPCIO_VERSION" \
       "mypy-protobuf==$MYPY_PROTOBUF_VERSION" "mypy==$MYPY_VERSION" \
       "pytest==$PYTEST_VERSION" "types-grpcio==$TYPES_GRPCIO_VERSION" \
-      "mcp==$MCP_VERSION"
+      "mcp==$MCP_VERSION" "langgraph==$LANGGRAPH_VERSION" \
+      "langgraph-checkpoint==$LANGGRAPH_CHECKPOINT_VERSION" \
+      "langgraph-checkpoint-conformance==$LANGGRAPH_CONFORMANCE_VERSION"
     touch "$stamp"
   fi
 }
