@@ -25,17 +25,16 @@ fit the server's value limit (``ENGRAM_MAX_VALUE_BYTES``). Deleting a thread
 or a run writes tombstones: the data is gone for LangGraph, and its history
 stays in Engram until an admin purges the scope.
 
-Every operation is written once, as a generator of store operations
-(``_Scan``, ``_First``, ``_Read``, ``_Write``, ``_Remove``) that a blocking
-and an asyncio driver carry out, so the sync and async methods cannot
-drift apart.
+Every operation is written once, as a plan of store operations that a
+blocking and an asyncio driver carry out (``_plans``), so the sync and
+async methods cannot drift apart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -53,8 +52,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from . import _plans
 from ._client import Engram, Entry
-from ._errors import Conflict, NotFound
 from .aio import AsyncEngram
 
 T = TypeVar("T")
@@ -113,45 +112,6 @@ def _writes_prefix(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> st
     return f"{_namespace(thread_id, checkpoint_ns)}w/{_newest_first(checkpoint_id)}/"
 
 
-# --- Store operations -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Scan:
-    """Every live entry under a prefix, in key order."""
-
-    prefix: str
-
-
-@dataclass(frozen=True)
-class _First:
-    """The first live entry under a prefix, or None."""
-
-    prefix: str
-
-
-@dataclass(frozen=True)
-class _Read:
-    key: str
-
-
-@dataclass(frozen=True)
-class _Write:
-    key: str
-    value: Any
-    #: Only if the key has no live value; a taken key is left as it is.
-    create: bool = False
-
-
-@dataclass(frozen=True)
-class _Remove:
-    key: str
-
-
-_Op = _Scan | _First | _Read | _Write | _Remove
-_Plan = Generator[_Op, Any, T]
-
-
 def _typed(serialized: tuple[str, bytes]) -> dict[str, str]:
     kind, data = serialized
     return {"type": kind, "data": base64.b64encode(data).decode()}
@@ -189,7 +149,6 @@ class EngramSaver(BaseCheckpointSaver[str]):
     def _client(self) -> Engram:
         if self._sync is None:
             self._sync = Engram(self._target, self._token, **self._options)
-            self._sync.memory.configure(self.scope, "namespace")
         return self._sync
 
     def _aclient(self) -> AsyncEngram:
@@ -197,68 +156,14 @@ class EngramSaver(BaseCheckpointSaver[str]):
         client = self._async.get(loop)
         if client is None:
             client = AsyncEngram(self._target, self._token, **self._options)
-            client.memory.configure(self.scope, "namespace")
             self._async[loop] = client
         return client
 
-    def _run(self, plan: _Plan[T]) -> T:
-        memory = self._client().memory
-        result: Any = None
-        try:
-            while True:
-                op = plan.send(result)
-                if isinstance(op, _Scan):
-                    result = list(memory.list(op.prefix))
-                elif isinstance(op, _First):
-                    result = next(iter(memory.list(op.prefix)), None)
-                elif isinstance(op, _Read):
-                    result = memory.entry(op.key)
-                elif isinstance(op, _Write):
-                    try:
-                        memory.set(op.key, op.value, expected_version=0 if op.create else None)
-                    except Conflict:
-                        pass  # create-only and already there
-                    result = None
-                else:
-                    try:
-                        memory.delete(op.key)
-                    except NotFound:
-                        pass
-                    result = None
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    def _run(self, plan: _plans.Plan[T]) -> T:
+        return _plans.run(self._client(), plan)
 
-    async def _arun(self, plan: _Plan[T]) -> T:
-        memory = self._aclient().memory
-        result: Any = None
-        try:
-            while True:
-                op = plan.send(result)
-                if isinstance(op, _Scan):
-                    result = [entry async for entry in memory.list(op.prefix)]
-                elif isinstance(op, _First):
-                    result = None
-                    async for entry in memory.list(op.prefix):
-                        result = entry
-                        break
-                elif isinstance(op, _Read):
-                    result = await memory.entry(op.key)
-                elif isinstance(op, _Write):
-                    try:
-                        await memory.set(
-                            op.key, op.value, expected_version=0 if op.create else None
-                        )
-                    except Conflict:
-                        pass
-                    result = None
-                else:
-                    try:
-                        await memory.delete(op.key)
-                    except NotFound:
-                        pass
-                    result = None
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    async def _arun(self, plan: _plans.Plan[T]) -> T:
+        return await _plans.arun(self._aclient(), plan)
 
     # --- plans ------------------------------------------------------------
 
@@ -290,18 +195,18 @@ class EngramSaver(BaseCheckpointSaver[str]):
             ],
         )
 
-    def _get_tuple(self, config: RunnableConfig) -> _Plan[CheckpointTuple | None]:
+    def _get_tuple(self, config: RunnableConfig) -> _plans.Plan[CheckpointTuple | None]:
         thread_id = str(config["configurable"]["thread_id"])
         checkpoint_ns = config["configurable"].get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
-            entry = yield _Read(_checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
+            entry = yield _plans.Read(self.scope, _checkpoint_key(thread_id, checkpoint_ns, checkpoint_id))
         else:
-            entry = yield _First(f"{_namespace(thread_id, checkpoint_ns)}c/")
+            entry = yield _plans.First(self.scope, f"{_namespace(thread_id, checkpoint_ns)}c/")
         if entry is None:
             return None
         record = entry.value
-        writes = yield _Scan(_writes_prefix(thread_id, checkpoint_ns, record["checkpoint_id"]))
+        writes = yield _plans.Scan(self.scope, _writes_prefix(thread_id, checkpoint_ns, record["checkpoint_id"]))
         return self._tuple(thread_id, checkpoint_ns, record, writes)
 
     def _list(
@@ -310,7 +215,7 @@ class EngramSaver(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> _Plan[list[CheckpointTuple]]:
+    ) -> _plans.Plan[list[CheckpointTuple]]:
         configurable = config["configurable"] if config else {}
         thread_id = configurable.get("thread_id")
         checkpoint_ns = configurable.get("checkpoint_ns")
@@ -320,7 +225,7 @@ class EngramSaver(BaseCheckpointSaver[str]):
             prefix = _thread(str(thread_id))
         else:
             prefix = _namespace(str(thread_id), checkpoint_ns)
-        entries: list[Entry] = yield _Scan(prefix)
+        entries: list[Entry] = yield _plans.Scan(self.scope, prefix)
         wanted_id = get_checkpoint_id(config) if config else None
         before_id = get_checkpoint_id(before) if before else None
         records: list[tuple[str, str, dict[str, Any]]] = []
@@ -352,7 +257,7 @@ class EngramSaver(BaseCheckpointSaver[str]):
 
     def _put(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-    ) -> _Plan[RunnableConfig]:
+    ) -> _plans.Plan[RunnableConfig]:
         thread_id = str(config["configurable"]["thread_id"])
         checkpoint_ns = config["configurable"].get("checkpoint_ns", "")
         stored_metadata = get_checkpoint_metadata(config, metadata)
@@ -363,7 +268,7 @@ class EngramSaver(BaseCheckpointSaver[str]):
             "checkpoint": _typed(self.serde.dumps_typed(checkpoint)),
             "metadata": _typed(self.serde.dumps_typed(stored_metadata)),
         }
-        yield _Write(_checkpoint_key(thread_id, checkpoint_ns, checkpoint["id"]), record)
+        yield _plans.Write(self.scope, _checkpoint_key(thread_id, checkpoint_ns, checkpoint["id"]), record)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -378,7 +283,7 @@ class EngramSaver(BaseCheckpointSaver[str]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> _Plan[None]:
+    ) -> _plans.Plan[None]:
         thread_id = str(config["configurable"]["thread_id"])
         checkpoint_ns = config["configurable"].get("checkpoint_ns", "")
         prefix = _writes_prefix(thread_id, checkpoint_ns, config["configurable"]["checkpoint_id"])
@@ -393,18 +298,18 @@ class EngramSaver(BaseCheckpointSaver[str]):
             }
             # A regular write is kept as first stored (a retried task writes
             # the same); special ones (errors, interrupts) are replaced.
-            yield _Write(f"{prefix}{escape(task_id)}/{idx}", record, create=idx >= 0)
+            yield _plans.Write(self.scope, f"{prefix}{escape(task_id)}/{idx}", record, create=idx >= 0)
 
-    def _delete_thread(self, thread_id: str) -> _Plan[None]:
-        entries: list[Entry] = yield _Scan(_thread(thread_id))
+    def _delete_thread(self, thread_id: str) -> _plans.Plan[None]:
+        entries: list[Entry] = yield _plans.Scan(self.scope, _thread(thread_id))
         for entry in entries:
-            yield _Remove(entry.key)
+            yield _plans.Remove(self.scope, entry.key)
 
-    def _delete_for_runs(self, run_ids: Sequence[str]) -> _Plan[None]:
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> _plans.Plan[None]:
         runs = set(run_ids)
         if not runs:
             return
-        entries: list[Entry] = yield _Scan("t/")
+        entries: list[Entry] = yield _plans.Scan(self.scope, "t/")
         doomed: set[str] = set()  # (namespace prefix, checkpoint segment)
         for entry in entries:
             head, kind, rest = _split(entry.key)
@@ -413,22 +318,22 @@ class EngramSaver(BaseCheckpointSaver[str]):
         for entry in entries:
             head, _, rest = _split(entry.key)
             if f"{head}{rest.split('/', 1)[0]}" in doomed:
-                yield _Remove(entry.key)
+                yield _plans.Remove(self.scope, entry.key)
 
-    def _copy_thread(self, source: str, target: str) -> _Plan[None]:
-        entries: list[Entry] = yield _Scan(_thread(source))
+    def _copy_thread(self, source: str, target: str) -> _plans.Plan[None]:
+        entries: list[Entry] = yield _plans.Scan(self.scope, _thread(source))
         old, new = _thread(source), _thread(target)
         for entry in entries:
-            yield _Write(new + entry.key[len(old) :], entry.value)
+            yield _plans.Write(self.scope, new + entry.key[len(old) :], entry.value)
 
-    def _prune(self, thread_ids: Sequence[str], strategy: str) -> _Plan[None]:
+    def _prune(self, thread_ids: Sequence[str], strategy: str) -> _plans.Plan[None]:
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
         for thread_id in thread_ids:
-            entries: list[Entry] = yield _Scan(_thread(thread_id))
+            entries: list[Entry] = yield _plans.Scan(self.scope, _thread(thread_id))
             if strategy == "delete":
                 for entry in entries:
-                    yield _Remove(entry.key)
+                    yield _plans.Remove(self.scope, entry.key)
                 continue
             latest: dict[str, str] = {}  # namespace prefix -> newest checkpoint segment
             for entry in entries:
@@ -438,7 +343,7 @@ class EngramSaver(BaseCheckpointSaver[str]):
             for entry in entries:
                 head, kind, rest = _split(entry.key)
                 if rest.split("/", 1)[0] != latest.get(head):
-                    yield _Remove(entry.key)
+                    yield _plans.Remove(self.scope, entry.key)
 
     # --- BaseCheckpointSaver ----------------------------------------------
 

@@ -1,0 +1,240 @@
+"""LangGraph's long-term memory store on Engram: ``EngramStore``, a ``BaseStore``.
+
+    from engram_client.langgraph_store import EngramStore
+
+    store = EngramStore("engram:50051", token)
+    graph = builder.compile(checkpointer=saver, store=store)
+    # in a node: store.put(("users", user_id, "memories"), "m1", {"text": "likes tea"})
+
+Install with ``pip install engram-client[langgraph]``.
+
+A store namespace is an Engram namespace scope: its labels joined by ``/``
+under a root (``langgraph-store/users/alice/memories`` with the default
+``root``), each label escaped into Engram's alphabet as the checkpointer
+escapes identifiers; an item is a key holding the item's value as it is, so
+the data reads the same from grpcurl and the CLI. ``search`` with a
+``query`` asks Engram's SearchService (words, or meaning and words when
+the server has an embedder) and keeps the hits under the namespace
+prefix; without one it lists the namespaces' items, newest first.
+``filter`` compares values (equality, or ``$eq``, ``$ne``, ``$gt``,
+``$gte``, ``$lt``, ``$lte``). An item's ``created_at`` and ``updated_at`` are
+both the time of its current version. TTLs are not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Iterable
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from . import _plans
+from ._client import Engram, Entry
+from .aio import AsyncEngram
+from .langgraph import escape, unescape
+
+#: How many hits a query asks SearchService for (its maximum).
+_FIND_LIMIT = 100
+
+
+class EngramStore(BaseStore):
+    """A LangGraph store on an Engram server (see the module doc).
+
+    ``target``, ``token`` and further keyword arguments are those of
+    :class:`engram_client.Engram`."""
+
+    supports_ttl = False
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None = None,
+        *,
+        root: str = "langgraph-store",
+        **client_options: Any,
+    ) -> None:
+        self._target, self._token, self._options = target, token, client_options
+        self.root = root
+        self._sync: Engram | None = None
+        self._async: dict[int, AsyncEngram] = {}
+
+    def _client(self) -> Engram:
+        if self._sync is None:
+            self._sync = Engram(self._target, self._token, **self._options)
+        return self._sync
+
+    def _aclient(self) -> AsyncEngram:
+        loop = id(asyncio.get_running_loop())
+        if loop not in self._async:
+            self._async[loop] = AsyncEngram(self._target, self._token, **self._options)
+        return self._async[loop]
+
+    def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        return _plans.run(self._client(), self._batch(ops))
+
+    async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
+        return await _plans.arun(self._aclient(), self._batch(ops))
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    async def aclose(self) -> None:
+        client = self._async.pop(id(asyncio.get_running_loop()), None)
+        if client is not None:
+            await client.close()
+
+    # --- namespaces and scopes -------------------------------------------
+
+    def scope(self, namespace: tuple[str, ...]) -> str:
+        """The Engram scope holding a namespace's items."""
+        return "/".join([self.root, *(escape(label) for label in namespace)])
+
+    def namespace(self, scope: str) -> tuple[str, ...] | None:
+        """The namespace a scope holds, or None for a scope of no namespace."""
+        head = self.root + "/"
+        if not scope.startswith(head):
+            return None
+        return tuple(unescape(label) for label in scope[len(head) :].split("/"))
+
+    def _item(self, namespace: tuple[str, ...], entry: Entry) -> Item:
+        return Item(
+            value=entry.value if isinstance(entry.value, dict) else {"value": entry.value},
+            key=unescape(entry.key),
+            namespace=namespace,
+            created_at=entry.create_time,
+            updated_at=entry.create_time,
+        )
+
+    # --- the batch --------------------------------------------------------
+
+    def _batch(self, ops: Iterable[Op]) -> _plans.Plan[builtins.list[Result]]:
+        results: builtins.list[Result] = []
+        for op in ops:
+            if isinstance(op, GetOp):
+                entry = yield _plans.Read(self.scope(op.namespace), escape(op.key))
+                results.append(None if entry is None else self._item(op.namespace, entry))
+            elif isinstance(op, PutOp):
+                scope, key = self.scope(op.namespace), escape(op.key)
+                if op.value is None:
+                    yield _plans.Remove(scope, key)
+                else:
+                    yield _plans.Write(scope, key, op.value)
+                results.append(None)
+            elif isinstance(op, SearchOp):
+                results.append((yield from self._search(op)))
+            elif isinstance(op, ListNamespacesOp):
+                scopes: builtins.list[str] = yield _plans.Scopes()
+                results.append(_list_namespaces(op, self._namespaces(scopes)))
+            else:
+                raise ValueError(f"unknown store operation {op!r}")
+        return results
+
+    def _namespaces(self, scopes: builtins.list[str]) -> builtins.list[tuple[str, ...]]:
+        found = (self.namespace(scope) for scope in scopes)
+        return sorted({namespace for namespace in found if namespace is not None})
+
+    def _search(self, op: SearchOp) -> _plans.Plan[builtins.list[SearchItem]]:
+        prefix = op.namespace_prefix
+        found: builtins.list[SearchItem] = []
+        if op.query:
+            hits = yield _plans.Find(op.query, _FIND_LIMIT)
+            for hit in hits:
+                namespace = self.namespace(hit.entry.scope) if hit.entry else None
+                if hit.entry is None or namespace is None or namespace[: len(prefix)] != prefix:
+                    continue
+                item = self._item(namespace, hit.entry)
+                if _matches(item.value, op.filter):
+                    found.append(_scored(item, hit.score))
+        else:
+            scopes: builtins.list[str] = yield _plans.Scopes()
+            for namespace in self._namespaces(scopes):
+                if namespace[: len(prefix)] != prefix:
+                    continue
+                entries: builtins.list[Entry] = yield _plans.Scan(self.scope(namespace), "")
+                for entry in entries:
+                    item = self._item(namespace, entry)
+                    if _matches(item.value, op.filter):
+                        found.append(_scored(item, None))
+            found.sort(key=lambda item: item.updated_at, reverse=True)
+        return found[op.offset : op.offset + op.limit]
+
+
+def _scored(item: Item, score: float | None) -> SearchItem:
+    return SearchItem(
+        namespace=item.namespace,
+        key=item.key,
+        value=item.value,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+        score=score,
+    )
+
+
+def _compare(operator: str, actual: Any, wanted: Any) -> bool:
+    if operator == "$eq":
+        return bool(actual == wanted)
+    if operator == "$ne":
+        return bool(actual != wanted)
+    if actual is None:
+        return False
+    if operator == "$gt":
+        return bool(actual > wanted)
+    if operator == "$gte":
+        return bool(actual >= wanted)
+    if operator == "$lt":
+        return bool(actual < wanted)
+    return bool(actual <= wanted)  # $lte
+
+
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+
+
+def _matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    """Whether a value passes a search filter."""
+    for field, wanted in (filter or {}).items():
+        actual = value.get(field)
+        if isinstance(wanted, dict) and wanted and all(k in _OPERATORS for k in wanted):
+            if not all(_compare(k, actual, v) for k, v in wanted.items()):
+                return False
+        elif actual != wanted:
+            return False
+    return True
+
+
+def _list_namespaces(
+    op: ListNamespacesOp, namespaces: builtins.list[tuple[str, ...]]
+) -> builtins.list[tuple[str, ...]]:
+    matching = [
+        namespace
+        for namespace in namespaces
+        if all(_condition(condition, namespace) for condition in op.match_conditions or ())
+    ]
+    if op.max_depth is not None:
+        matching = sorted({namespace[: op.max_depth] for namespace in matching})
+    return matching[op.offset : op.offset + op.limit]
+
+
+def _condition(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(path) > len(namespace):
+        return False
+    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
+    return all(want == "*" or want == have for want, have in zip(path, part))
+
+
+__all__ = ["EngramStore"]
