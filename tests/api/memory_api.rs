@@ -79,6 +79,10 @@ async fn values_round_trip(backend: Backend) {
         json!(-7),
         json!(2.5),
         json!(1e-9),
+        // Every digit of a double survives storage (a Unix time with
+        // sub-microseconds, as agents' frameworks write them).
+        json!(1795459001.6882215_f64),
+        json!(0.1_f64 + 0.2_f64),
         json!(9007199254740991_i64),
         json!(true),
         json!(false),
