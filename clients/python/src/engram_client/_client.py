@@ -97,6 +97,8 @@ class Session:
     last_seq: int
     ended: bool
     create_time: datetime
+    #: When the session last changed (an append, an end).
+    update_time: datetime
 
     @staticmethod
     def from_proto(session: sessions_pb2.Session) -> Session:
@@ -109,6 +111,7 @@ class Session:
             last_seq=session.last_seq,
             ended=session.HasField("end_time"),
             create_time=_time(session.create_time),
+            update_time=_time(session.update_time),
         )
 
 
