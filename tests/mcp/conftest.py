@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import signal
 import subprocess
+import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -29,9 +26,11 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-ENGRAM_BIN = os.environ.get(
-    "ENGRAM_BIN", str(Path(__file__).resolve().parents[2] / "target" / "debug" / "engram")
-)
+# The server starter is the Python client's test harness.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "tests"))
+
+from engram_server import ENGRAM_BIN, STORES, database_url, start_server  # noqa: E402
+from engram_server import Server as Running  # noqa: E402
 
 
 @pytest.fixture
@@ -41,15 +40,16 @@ def anyio_backend() -> str:
 
 @dataclass
 class Server:
-    process: subprocess.Popen[str]
-    grpc: str
-    http: str
+    running: Running
     tokens: dict[str, str]
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=30)
+    @property
+    def grpc(self) -> str:
+        return self.running.address
+
+    @property
+    def http(self) -> str:
+        return self.running.http_address
 
 
 def new_token(tenant: str, admin: bool) -> tuple[str, str]:
@@ -61,59 +61,20 @@ def new_token(tenant: str, admin: bool) -> tuple[str, str]:
     return made["token"], made["line"]
 
 
-def start_server(database_url: str, directory: str) -> Server:
-    tokens: dict[str, str] = {}
-    lines = []
-    for name, tenant, admin in [("admin", "acme", True), ("user", "acme", False), ("other", "globex", False)]:
-        tokens[name], line = new_token(tenant, admin)
-        lines.append(line)
-    tokens_file = Path(directory) / "tokens"
-    tokens_file.write_text("\n".join(lines) + "\n")
-    process = subprocess.Popen(
-        [ENGRAM_BIN, "serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"],
-        env={
-            **os.environ,
-            "ENGRAM_DATABASE_URL": database_url,
-            "ENGRAM_TOKENS_FILE": str(tokens_file),
-            "ENGRAM_LOG_FORMAT": "json",
-            "ENGRAM_SHUTDOWN_GRACE_SECS": "2",
-        },
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stderr is not None
-    for line in process.stderr:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if "grpc_addr" in event:
-            threading.Thread(target=process.stderr.read, daemon=True).start()
-            return Server(process, event["grpc_addr"], event["http_addr"], tokens)
-    raise RuntimeError(f"engram exited before listening (status {process.wait()})")
-
-
-def fresh_postgres(url: str) -> str:
-    """A new, empty database on the test cluster; its URL."""
-    name = f"engram_mcp_{uuid.uuid4().hex[:12]}"
-    psql = shutil.which("psql", path=os.environ.get("PG_BINDIR")) or "psql"
-    subprocess.run([psql, url, "-qc", f"CREATE DATABASE {name}"], check=True, capture_output=True)
-    return url.rsplit("/", 1)[0] + "/" + name
-
-
-STORES = ["sqlite"] + (["postgres"] if os.environ.get("ENGRAM_TEST_DATABASE_URL") else [])
-
-
 @pytest.fixture(scope="module", params=STORES)
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     with tempfile.TemporaryDirectory() as directory:
-        if request.param == "sqlite":
-            url = f"sqlite://{directory}/engram.db"
-        else:
-            url = fresh_postgres(os.environ["ENGRAM_TEST_DATABASE_URL"])
-        running = start_server(url, directory)
-        yield running
+        tokens: dict[str, str] = {}
+        lines = []
+        for name, tenant, admin in [("admin", "acme", True), ("user", "acme", False), ("other", "globex", False)]:
+            tokens[name], line = new_token(tenant, admin)
+            lines.append(line)
+        tokens_file = Path(directory) / "tokens"
+        tokens_file.write_text("\n".join(lines) + "\n")
+        running = start_server(
+            database_url(request.param, directory), env={"ENGRAM_TOKENS_FILE": str(tokens_file)}
+        )
+        yield Server(running, tokens)
         running.stop()
 
 

@@ -137,3 +137,31 @@ def test_a_runner_conversation_resumes_in_another_process(server: Server) -> Non
     with Engram(server.address) as client:
         context = client.episodes.context(session_id)
     assert context.startswith("User: hello\nAssistant: Noted;")
+
+
+def test_two_processes_appending_to_one_session_lose_nothing(server: Server) -> None:
+    async def create() -> None:
+        service = EngramSessionService(server.address)
+        await service.create_session(app_name="race", user_id="u", session_id="shared")
+        await service.close()
+
+    asyncio.run(create())
+    script = str(Path(__file__).with_name("concurrent_writer.py"))
+    writers = [
+        subprocess.Popen([sys.executable, script, "adk", server.address, "shared", name, "25"])
+        for name in ("a", "b")
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+
+    async def read() -> None:
+        service = EngramSessionService(server.address)
+        session = await service.get_session(app_name="race", user_id="u", session_id="shared")
+        assert session is not None
+        texts = _texts(session.events)
+        for name in ("a", "b"):
+            mine = [t for t in texts if t.startswith(f"{name} ")]
+            assert mine == [f"{name} {n}" for n in range(25)], "every event once, in its writer's order"
+        assert session.state == {"last_a": 24, "last_b": 24}
+        await service.close()
+
+    asyncio.run(read())

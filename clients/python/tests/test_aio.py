@@ -9,13 +9,14 @@ import pytest
 
 from conftest import Server, start_server
 from engram_client import Conflict, Episode, InvalidArgument, NotFound, Unauthenticated
-from engram_client.aio import AsyncEngram
+from engram_client.aio import AsyncEngram, Engram
 from engram_client.v1 import memory_pb2, working_memory_pb2
 
 
 def test_memory(server: Server) -> None:
     async def run() -> None:
-        async with AsyncEngram(server.address) as client:
+        assert Engram is AsyncEngram  # engram_client.aio.Engram, as grpc.aio names it
+        async with Engram(server.address) as client:
             client.memory.configure("customer_profiles", "namespace")
             first = await client.memory.set("user_42/theme", {"mode": "dark"})
             assert (first.version, first.value) == (1, {"mode": "dark"})

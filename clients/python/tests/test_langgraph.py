@@ -16,7 +16,9 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 
 from conftest import Server
 from engram_client import Engram
-from engram_client.langgraph import EngramSaver, _newest_first, escape, unescape
+from engram_client._keys import escape, unescape
+from engram_client.langgraph import EngramSaver
+from engram_client.langgraph.saver import _newest_first
 
 
 def test_conformance(server: Server) -> None:
@@ -69,3 +71,20 @@ def test_keys_escape_and_sort_newest_first() -> None:
     assert escape("") == "_" and escape("a_b/c") == "a_5Fb_2Fc"
     older, newer = "1ef4f797-8335-6428-8001-8a1503f9b875", "1ef4f797-8335-6429-8000-000000000000"
     assert _newest_first(newer) < _newest_first(older)
+
+
+def test_two_processes_writing_one_thread_lose_nothing(server: Server) -> None:
+    script = str(Path(__file__).with_name("concurrent_writer.py"))
+    writers = [
+        subprocess.Popen([sys.executable, script, "langgraph", server.address, "shared", name, "20"])
+        for name in ("a", "b")
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    saver = EngramSaver(server.address, scope="race")
+    found = list(saver.list({"configurable": {"thread_id": "shared"}}))
+    assert len(found) == 40
+    for name in ("a", "b"):
+        mine = [t for t in found if t.metadata.get("writer") == name]
+        assert sorted(t.metadata["step"] for t in mine) == list(range(20))
+        assert all([w[2] for w in t.pending_writes or []] == [f"{name} {t.metadata['step']}"] for t in mine)
+    saver.close()

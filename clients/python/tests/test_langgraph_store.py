@@ -11,7 +11,8 @@ from langgraph.runtime import Runtime
 
 from conftest import Server
 from engram_client import Engram
-from engram_client.langgraph_store import EngramStore
+from engram_client.aio import AsyncEngram
+from engram_client.langgraph import EngramStore
 
 
 def test_put_get_search_list_delete(server: Server) -> None:
@@ -52,14 +53,18 @@ def test_put_get_search_list_delete(server: Server) -> None:
 
 def test_async_methods(server: Server) -> None:
     async def run() -> None:
-        store = EngramStore(server.address, root=f"lgs-{uuid.uuid4().hex[:6]}")
+        # Built from a client this time.
+        client = AsyncEngram(server.address)
+        store = EngramStore(client, root=f"lgs-{uuid.uuid4().hex[:6]}")
         await store.aput(("docs", "team a/b"), "key with spaces", {"title": "Runbook: deploys"})
         item = await store.aget(("docs", "team a/b"), "key with spaces")
         assert item is not None and item.value == {"title": "Runbook: deploys"}
         assert await store.alist_namespaces() == [("docs", "team a/b")]
         found = await store.asearch(("docs",), query="runbook")
         assert [i.key for i in found] == ["key with spaces"]
-        await store.aclose()
+        await store.aclose()  # leaves the given client open
+        assert (await client.sessions.stats())["total_sessions"] >= 0
+        await client.close()
 
     asyncio.run(run())
 

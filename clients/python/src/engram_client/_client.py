@@ -226,30 +226,12 @@ class Engram(_requests.CallerContext):
     (up to ``timeout``) for an unreachable server instead of failing fast.
     """
 
-    def __init__(
-        self,
-        target: str,
-        token: str | None = None,
-        *,
-        secure: bool = False,
-        root_certificates: bytes | None = None,
-        private_key: bytes | None = None,
-        certificate_chain: bytes | None = None,
-        execution_id: str | None = None,
-        flow_id: str | None = None,
-        flow_name: str | None = None,
-        timeout: float | None = 30.0,
-        wait_for_ready: bool = False,
-    ) -> None:
-        super().__init__(token, execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
-        tls = _requests.credentials(secure, root_certificates, private_key, certificate_chain)
+    def _connect(self, target: str, tls: grpc.ChannelCredentials | None) -> None:
         self._channel = (
             grpc.secure_channel(target, tls, options=_requests.CHANNEL_OPTIONS)
             if tls is not None
             else grpc.insecure_channel(target, options=_requests.CHANNEL_OPTIONS)
         )
-        self.wait_for_ready = wait_for_ready
-        self.timeout = timeout
         self.stubs = Stubs(self._channel)
         self.memory = Memory(self)
         self.sessions = Sessions(self)

@@ -73,20 +73,62 @@ def credentials(
     return None
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What a client was made from, so that an integration can make the
+    other flavour (blocking or asyncio) of the same connection."""
+
+    target: str
+    token: str | None
+    options: dict[str, Any]
+
+
 class CallerContext:
-    """The bearer token and caller context sent with every call."""
+    """What both clients are made of: the settings they were made from
+    (:class:`Settings`), TLS, deadlines, and the bearer token and caller
+    context sent with every call. A client adds its channel in
+    :meth:`_connect`."""
 
     def __init__(
         self,
-        token: str | None,
+        target: str,
+        token: str | None = None,
         *,
+        secure: bool = False,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
         execution_id: str | None = None,
         flow_id: str | None = None,
         flow_name: str | None = None,
+        timeout: float | None = 30.0,
+        wait_for_ready: bool = False,
     ) -> None:
+        #: What this client was made from.
+        self.settings = Settings(
+            target,
+            token,
+            {
+                "secure": secure,
+                "root_certificates": root_certificates,
+                "private_key": private_key,
+                "certificate_chain": certificate_chain,
+                "execution_id": execution_id,
+                "flow_id": flow_id,
+                "flow_name": flow_name,
+                "timeout": timeout,
+                "wait_for_ready": wait_for_ready,
+            },
+        )
         self._token = token
         self._context: dict[str, str] = {}
         self.set_context(execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
+        self.wait_for_ready = wait_for_ready
+        self.timeout = timeout
+        self._connect(target, credentials(secure, root_certificates, private_key, certificate_chain))
+
+    def _connect(self, target: str, tls: grpc.ChannelCredentials | None) -> None:
+        raise NotImplementedError
 
     def set_context(
         self,

@@ -33,7 +33,6 @@ Deleting a session needs a token with the admin role (Engram's
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -56,29 +55,10 @@ from . import _requests
 from ._client import Episode, from_value
 from ._client import Session as EngramSession
 from ._errors import AlreadyExists, FailedPrecondition, NotFound
+from ._connect import Clients, Target
 from .aio import AsyncEngram
-from .langgraph import escape, unescape
+from ._keys import escape, unescape
 from .v1 import episodes_pb2, memory_pb2, sessions_pb2
-
-
-class _Connection:
-    """An asyncio client per event loop (a grpc.aio channel belongs to the
-    loop it was made in)."""
-
-    def __init__(self, target: str, token: str | None, options: dict[str, Any]) -> None:
-        self._target, self._token, self._options = target, token, options
-        self._clients: dict[int, AsyncEngram] = {}
-
-    def client(self) -> AsyncEngram:
-        loop = id(asyncio.get_running_loop())
-        if loop not in self._clients:
-            self._clients[loop] = AsyncEngram(self._target, self._token, **self._options)
-        return self._clients[loop]
-
-    async def close(self) -> None:
-        client = self._clients.pop(id(asyncio.get_running_loop()), None)
-        if client is not None:
-            await client.close()
 
 
 def _state_scope(app_name: str) -> _requests.Scope:
@@ -124,21 +104,21 @@ def _time(moment: datetime) -> float:
 
 class EngramSessionService(BaseSessionService):
     """ADK sessions, events and state in Engram (see the module doc).
-    ``target``, ``token`` and further keyword arguments are those of
-    :class:`engram_client.aio.AsyncEngram`."""
+    Built from ``target``, ``token`` and keyword options as the clients
+    are, or from a client."""
 
-    def __init__(self, target: str, token: str | None = None, **client_options: Any) -> None:
-        self._connection = _Connection(target, token, client_options)
+    def __init__(self, target: Target, token: str | None = None, **client_options: Any) -> None:
+        self._connection = Clients(target, token, client_options)
 
     async def close(self) -> None:
-        await self._connection.close()
+        await self._connection.aclose()
 
     # --- state ------------------------------------------------------------
 
     async def _write_state(
         self, app_name: str, user_id: str, session_id: str, delta: Mapping[str, Any]
     ) -> None:
-        client = self._connection.client()
+        client = self._connection.aio()
         scope = _state_scope(app_name)
         for key, value in delta.items():
             where = _state_key(app_name, user_id, session_id, key)
@@ -146,7 +126,7 @@ class EngramSessionService(BaseSessionService):
                 await client.call(client.stubs.memory.Set, scope.set(where, value, None, None))
 
     async def _read_state(self, app_name: str, prefix: str, label: str) -> dict[str, Any]:
-        client = self._connection.client()
+        client = self._connection.aio()
         scope = _state_scope(app_name)
         state: dict[str, Any] = {}
         token = ""
@@ -188,7 +168,7 @@ class EngramSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
-        client = self._connection.client()
+        client = self._connection.aio()
         session_id = (session_id or "").strip() or str(uuid.uuid4())
         try:
             created = await client.sessions.create(app_name, user_id, session_id)
@@ -205,7 +185,7 @@ class EngramSessionService(BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        client = self._connection.client()
+        client = self._connection.aio()
         try:
             response = await client.call(
                 client.stubs.sessions.GetSession,
@@ -218,7 +198,7 @@ class EngramSessionService(BaseSessionService):
         return self._session(session, await self._state(app_name, user_id, session_id), events)
 
     async def _events(self, session: EngramSession, config: GetSessionConfig | None) -> list[Event]:
-        client = self._connection.client()
+        client = self._connection.aio()
         if config and config.num_recent_events == 0:
             return []
         if (
@@ -242,7 +222,7 @@ class EngramSessionService(BaseSessionService):
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
-        client = self._connection.client()
+        client = self._connection.aio()
         found = [s async for s in client.sessions.list(app=app_name, user=user_id or "")]
         found.sort(key=lambda s: s.update_time)
         sessions = [
@@ -251,7 +231,7 @@ class EngramSessionService(BaseSessionService):
         return ListSessionsResponse(sessions=sessions)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        client = self._connection.client()
+        client = self._connection.aio()
         try:
             await client.call(
                 client.stubs.sessions.DeleteSession,
@@ -271,7 +251,7 @@ class EngramSessionService(BaseSessionService):
         # Applies temp: state to the session in hand and drops it from the
         # event, then adds the rest of the delta to the session object.
         event = await super().append_event(session=session, event=event)
-        client = self._connection.client()
+        client = self._connection.aio()
         request = episodes_pb2.AppendEpisodeRequest(
             session_id=session.id,
             app=session.app_name,
@@ -311,11 +291,11 @@ class EngramMemoryService(BaseMemoryService):
     and ``search_memory`` finds a user's episodes and facts by what they
     say."""
 
-    def __init__(self, target: str, token: str | None = None, **client_options: Any) -> None:
-        self._connection = _Connection(target, token, client_options)
+    def __init__(self, target: Target, token: str | None = None, **client_options: Any) -> None:
+        self._connection = Clients(target, token, client_options)
 
     async def close(self) -> None:
-        await self._connection.close()
+        await self._connection.aclose()
 
     async def add_session_to_memory(self, session: Session) -> None:
         await self.add_events_to_memory(
@@ -336,7 +316,7 @@ class EngramMemoryService(BaseMemoryService):
     ) -> None:
         # Appends are idempotent by event id: events already stored (by
         # EngramSessionService) are replays that write nothing.
-        client = self._connection.client()
+        client = self._connection.aio()
         session_id = session_id or f"memory-{escape(user_id)}"
         for event in events:
             if event.partial or not _event_text(event):
@@ -362,7 +342,7 @@ class EngramMemoryService(BaseMemoryService):
                 pass  # the same id holds the event as first stored
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
-        client = self._connection.client()
+        client = self._connection.aio()
         hits = await client.search(query, sources=["episodes", "facts"], app=app_name, user=user_id, limit=20)
         memories: list[MemoryEntry] = []
         for hit in hits:

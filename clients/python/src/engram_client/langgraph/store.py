@@ -1,6 +1,6 @@
 """LangGraph's long-term memory store on Engram: ``EngramStore``, a ``BaseStore``.
 
-    from engram_client.langgraph_store import EngramStore
+    from engram_client.langgraph import EngramStore
 
     store = EngramStore("engram:50051", token)
     graph = builder.compile(checkpointer=saver, store=store)
@@ -23,7 +23,6 @@ both the time of its current version. TTLs are not supported.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 from collections.abc import Iterable
 from typing import Any
@@ -41,10 +40,10 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from . import _plans
-from ._client import Engram, Entry
-from .aio import AsyncEngram
-from .langgraph import escape, unescape
+from .. import _plans
+from .._client import Entry
+from .._connect import Clients, Target
+from .._keys import escape, unescape
 
 #: How many hits a query asks SearchService for (its maximum).
 _FIND_LIMIT = 100
@@ -53,50 +52,33 @@ _FIND_LIMIT = 100
 class EngramStore(BaseStore):
     """A LangGraph store on an Engram server (see the module doc).
 
-    ``target``, ``token`` and further keyword arguments are those of
-    :class:`engram_client.Engram`."""
+    Built from ``target``, ``token`` and keyword options as
+    :class:`engram_client.Engram` is, or from a client of either flavour."""
 
     supports_ttl = False
 
     def __init__(
         self,
-        target: str,
+        target: Target,
         token: str | None = None,
         *,
         root: str = "langgraph-store",
         **client_options: Any,
     ) -> None:
-        self._target, self._token, self._options = target, token, client_options
+        self._clients = Clients(target, token, client_options)
         self.root = root
-        self._sync: Engram | None = None
-        self._async: dict[int, AsyncEngram] = {}
-
-    def _client(self) -> Engram:
-        if self._sync is None:
-            self._sync = Engram(self._target, self._token, **self._options)
-        return self._sync
-
-    def _aclient(self) -> AsyncEngram:
-        loop = id(asyncio.get_running_loop())
-        if loop not in self._async:
-            self._async[loop] = AsyncEngram(self._target, self._token, **self._options)
-        return self._async[loop]
 
     def batch(self, ops: Iterable[Op]) -> builtins.list[Result]:
-        return _plans.run(self._client(), self._batch(ops))
+        return _plans.run(self._clients.sync(), self._batch(ops))
 
     async def abatch(self, ops: Iterable[Op]) -> builtins.list[Result]:
-        return await _plans.arun(self._aclient(), self._batch(ops))
+        return await _plans.arun(self._clients.aio(), self._batch(ops))
 
     def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
+        self._clients.close()
 
     async def aclose(self) -> None:
-        client = self._async.pop(id(asyncio.get_running_loop()), None)
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
     # --- namespaces and scopes -------------------------------------------
 

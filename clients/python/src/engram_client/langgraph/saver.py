@@ -32,7 +32,6 @@ async methods cannot drift apart.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,41 +51,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from . import _plans
-from ._client import Engram, Entry
-from .aio import AsyncEngram
+from .. import _plans
+from .._client import Entry
+from .._connect import Clients, Target
+from .._keys import escape, unescape
 
 T = TypeVar("T")
 
 
 # --- Keys -------------------------------------------------------------------
 
-_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-")
 _FLIP = str.maketrans("0123456789abcdef", "fedcba9876543210")
-
-
-def escape(text: str) -> str:
-    """``text`` in Engram's key alphabet, one path segment, reversible."""
-    if not text:
-        return "_"
-    return "".join(
-        ch if ch in _PLAIN else "".join(f"_{b:02X}" for b in ch.encode()) for ch in text
-    )
-
-
-def unescape(segment: str) -> str:
-    if segment == "_":
-        return ""
-    out = bytearray()
-    i = 0
-    while i < len(segment):
-        if segment[i] == "_":
-            out.append(int(segment[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out += segment[i].encode()
-            i += 1
-    return out.decode()
 
 
 def _newest_first(checkpoint_id: str) -> str:
@@ -124,14 +99,15 @@ def _untyped(value: dict[str, str]) -> tuple[str, bytes]:
 class EngramSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on an Engram server (see the module doc).
 
-    ``target`` and ``token`` and any further keyword arguments are those of
-    :class:`engram_client.Engram`. The blocking client serves the sync
-    methods, an asyncio client (one per event loop) the async ones.
+    Built from ``target``, ``token`` and keyword options as
+    :class:`engram_client.Engram` is, or from a client of either flavour.
+    The blocking client serves the sync methods, an asyncio client (one per
+    event loop) the async ones.
     """
 
     def __init__(
         self,
-        target: str,
+        target: Target,
         token: str | None = None,
         *,
         scope: str = "langgraph",
@@ -139,31 +115,14 @@ class EngramSaver(BaseCheckpointSaver[str]):
         **client_options: Any,
     ) -> None:
         super().__init__(serde=serde)
-        self._target, self._token, self._options = target, token, client_options
+        self._clients = Clients(target, token, client_options)
         self.scope = scope
-        self._sync: Engram | None = None
-        self._async: dict[int, AsyncEngram] = {}
-
-    # --- drivers ----------------------------------------------------------
-
-    def _client(self) -> Engram:
-        if self._sync is None:
-            self._sync = Engram(self._target, self._token, **self._options)
-        return self._sync
-
-    def _aclient(self) -> AsyncEngram:
-        loop = id(asyncio.get_running_loop())
-        client = self._async.get(loop)
-        if client is None:
-            client = AsyncEngram(self._target, self._token, **self._options)
-            self._async[loop] = client
-        return client
 
     def _run(self, plan: _plans.Plan[T]) -> T:
-        return _plans.run(self._client(), plan)
+        return _plans.run(self._clients.sync(), plan)
 
     async def _arun(self, plan: _plans.Plan[T]) -> T:
-        return await _plans.arun(self._aclient(), plan)
+        return await _plans.arun(self._clients.aio(), plan)
 
     # --- plans ------------------------------------------------------------
 
@@ -435,14 +394,10 @@ class EngramSaver(BaseCheckpointSaver[str]):
         await self._arun(self._prune(thread_ids, strategy))
 
     def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
+        self._clients.close()
 
     async def aclose(self) -> None:
-        client = self._async.pop(id(asyncio.get_running_loop()), None)
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
 
 def _split(key: str) -> tuple[str, str, str]:
@@ -451,4 +406,4 @@ def _split(key: str) -> tuple[str, str, str]:
     return f"t/{thread}/{ns}/", kind, rest
 
 
-__all__ = ["EngramSaver", "escape", "unescape"]
+__all__ = ["EngramSaver"]

@@ -1,0 +1,83 @@
+"""Starts the real engram binary on ephemeral ports against a fresh store;
+shared by the client's tests and the MCP tests (tests/mcp).
+
+Every suite runs on both stores: a temp SQLite file, and a new database on
+the Postgres server named by ENGRAM_TEST_DATABASE_URL when it is set (as
+scripts/test sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ENGRAM_BIN = os.environ.get(
+    "ENGRAM_BIN", str(Path(__file__).resolve().parents[3] / "target" / "debug" / "engram")
+)
+
+#: The stores every suite runs on.
+STORES = ["sqlite"] + (["postgres"] if os.environ.get("ENGRAM_TEST_DATABASE_URL") else [])
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    #: host:port of gRPC.
+    address: str
+    #: host:port of HTTP (/mcp, /metrics).
+    http_address: str
+    database_url: str
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
+
+
+def database_url(store: str, directory: str) -> str:
+    """A fresh, empty store: a SQLite file in ``directory``, or a new
+    Postgres database."""
+    if store == "sqlite":
+        return f"sqlite://{directory}/engram.db"
+    url = os.environ["ENGRAM_TEST_DATABASE_URL"]
+    name = f"engram_py_{uuid.uuid4().hex[:12]}"
+    psql = shutil.which("psql", path=os.environ.get("PG_BINDIR")) or "psql"
+    subprocess.run([psql, url, "-qc", f"CREATE DATABASE {name}"], check=True, capture_output=True)
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def start_server(
+    database_url: str, grpc_addr: str = "127.0.0.1:0", env: dict[str, str] | None = None
+) -> Server:
+    """Runs `engram serve` and waits for the log line saying where it listens."""
+    process = subprocess.Popen(
+        [ENGRAM_BIN, "serve", "--grpc-addr", grpc_addr, "--http-addr", "127.0.0.1:0"],
+        env={
+            **os.environ,
+            "ENGRAM_DATABASE_URL": database_url,
+            "ENGRAM_LOG_FORMAT": "json",
+            "ENGRAM_SHUTDOWN_GRACE_SECS": "2",
+            **(env or {}),
+        },
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stderr is not None
+    for line in process.stderr:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if "grpc_addr" in event:
+            # Keep draining stderr so the server never blocks on a full pipe.
+            threading.Thread(target=process.stderr.read, daemon=True).start()
+            return Server(process, event["grpc_addr"], event["http_addr"], database_url)
+    raise RuntimeError(f"engram exited before listening (status {process.wait()})")
