@@ -167,6 +167,16 @@ func TestMemory(t *testing.T) {
 	if engram.Reason(err) != "KEY_DELETED" {
 		t.Fatalf("deleted key: %v", err)
 	}
+
+	// Rollback brings the deleted key back with its first value.
+	rolled, err := client.Memory.Rollback(ctx, &engramv1.RollbackRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme", ToVersion: 1})
+	if err != nil || rolled.GetEntry().GetVersion() != 4 || rolled.GetEntry().GetValue().GetStructValue().GetFields()["mode"].GetStringValue() != "dark" || rolled.GetAuditKey() == "" {
+		t.Fatalf("rollback: %v %v", rolled, err)
+	}
+	_, err = client.Memory.Rollback(ctx, &engramv1.RollbackRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme", ToVersion: 3})
+	if engram.Reason(err) != "ROLLBACK_TO_TOMBSTONE" {
+		t.Fatalf("rollback to a tombstone: %v", err)
+	}
 }
 
 func TestCallerContextAndAdmin(t *testing.T) {

@@ -158,6 +158,30 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         }))
     }
 
+    async fn rollback(
+        &self,
+        request: Request<proto::RollbackRequest>,
+    ) -> Result<Response<proto::RollbackResponse>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            Ok::<_, Error>((
+                selector(req.scope_type, req.scope)?,
+                Key::parse("key", req.key)?,
+            ))
+        })();
+        let (selector, key) = parsed.map_err(to_status)?;
+        let (entry, record) = self
+            .memory
+            .rollback(&ctx, selector, &key, req.to_version)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::RollbackResponse {
+            entry: Some(entry_to_proto(entry)),
+            audit_key: record.audit_key,
+        }))
+    }
+
     async fn list(
         &self,
         request: Request<proto::ListRequest>,

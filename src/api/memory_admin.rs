@@ -59,6 +59,7 @@ pub fn record_to_proto(record: AuditRecord) -> proto::CompactionRecord {
         operation: match record.operation {
             crate::memory::audit::Operation::Compact => "compact".to_owned(),
             crate::memory::audit::Operation::Purge => "purge".to_owned(),
+            crate::memory::audit::Operation::Rollback => "rollback".to_owned(),
         },
         scope_type: record
             .scope_type()

@@ -111,6 +111,16 @@ enum Command {
         #[arg(long)]
         expected_version: Option<i64>,
     },
+    /// Write a new version holding an older version's value (restores a
+    /// deleted key too); recorded in the scope's audit log
+    Rollback {
+        key: String,
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// The version whose value to restore
+        #[arg(long)]
+        to_version: i64,
+    },
     /// Print every version of a key, oldest first, tombstones included
     History {
         key: String,
@@ -300,6 +310,12 @@ pub(crate) fn record_json(record: &proto::CompactionRecord) -> serde_json::Value
 fn record_line(record: &proto::CompactionRecord) -> String {
     let when = time(record.create_time.as_ref());
     match record.operation.as_str() {
+        "rollback" => format!(
+            "{when}  rollback {} v{} -> v{}",
+            record.target_key,
+            record.source_versions.first().copied().unwrap_or_default(),
+            record.target_version
+        ),
         "compact" => format!(
             "{when}  compact  {} -> {} v{}  ({})",
             record.source_keys.join(","),
@@ -490,6 +506,33 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
             match output {
                 Output::Json => print_json(&entry_json(&entry)),
                 Output::Text => println!("{} deleted (tombstone v{})", entry.key, entry.version),
+            }
+        }
+        Command::Rollback {
+            key,
+            scope,
+            to_version,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let done = memory
+                .rollback(proto::RollbackRequest {
+                    scope_type,
+                    scope,
+                    key,
+                    to_version,
+                })
+                .await?
+                .into_inner();
+            let entry = done.entry.unwrap_or_default();
+            match output {
+                Output::Json => print_json(&json!({
+                    "entry": entry_json(&entry),
+                    "audit_key": done.audit_key,
+                })),
+                Output::Text => println!(
+                    "{} v{} = v{to_version} ({})",
+                    entry.key, entry.version, done.audit_key
+                ),
             }
         }
         Command::History {

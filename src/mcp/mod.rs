@@ -113,7 +113,8 @@ const INSTRUCTIONS: &str = "\
 Engram is durable memory for agents. Memory is versioned key-value data in \
 scopes: name one with scope_type (namespace, flow or execution) and scope on \
 every memory tool. Every write makes a new version; delete leaves a \
-tombstone; memory_history shows every version. Pass expected_version to \
+tombstone; memory_history shows every version and memory_rollback restores \
+an old one. Pass expected_version to \
 memory_set or memory_delete to write only if nobody wrote since you read. \
 Sessions hold an event log (episode_append, episodes_recent, episodes_list, \
 session_context). search finds memory entries, facts and episodes by what \

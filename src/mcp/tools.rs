@@ -89,6 +89,16 @@ pub struct DeleteArgs {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+pub struct RollbackArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// The key to roll back
+    key: String,
+    /// The older version whose value becomes the newest version
+    to_version: i64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListArgs {
     #[serde(flatten)]
     scope: Scope,
@@ -383,6 +393,29 @@ impl Engram {
             .into_inner()
             .entry;
         ok(json!({ "entry": entry.as_ref().map(entry_json) }))
+    }
+
+    #[tool(
+        description = "Write a new version of a key holding an older version's value (this \
+                       also restores a deleted key); recorded in the scope's audit trail.",
+        annotations(destructive_hint = false)
+    )]
+    async fn memory_rollback(&self, Parameters(args): Parameters<RollbackArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let done = self
+            .memory()
+            .rollback(proto::RollbackRequest {
+                scope_type,
+                scope,
+                key: args.key,
+                to_version: args.to_version,
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "entry": done.entry.as_ref().map(entry_json),
+            "audit_key": done.audit_key,
+        }))
     }
 
     #[tool(

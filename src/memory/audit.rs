@@ -1,4 +1,5 @@
-//! The maintenance audit trail: one record per purge or compaction, stored
+//! The maintenance audit trail: one record per purge, compaction or
+//! rollback, stored
 //! as a memory entry under the reserved `_compaction/` prefix of the scope
 //! it concerns, so it lives and dies with the scope's data but survives
 //! `PurgeScope`.
@@ -18,6 +19,8 @@ pub const MAX_RECORDED_KEYS: usize = 1000;
 pub enum Operation {
     Compact,
     Purge,
+    /// A key set back to an older version's value (`MemoryService.Rollback`).
+    Rollback,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

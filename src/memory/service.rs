@@ -10,8 +10,10 @@ use chrono::Utc;
 use futures::{Stream, TryStreamExt};
 use sha2::{Digest, Sha256};
 
+use super::audit::{AuditRecord, Operation};
 use super::ports::{
-    Head, ListQuery, MemoryStore, Mutation, RequestStamp, ScopeFilter, Write, Written,
+    Compacted, Fence, Head, ListQuery, MemoryStore, Mutation, RequestStamp, ScopeFilter, Write,
+    Written,
 };
 use super::types::{
     Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
@@ -250,16 +252,7 @@ impl<S: MemoryStore + Feeds> Memory<S> {
         mutation: Mutation<'_>,
     ) -> Result<Entry> {
         let scope = request.selector.resolve(ctx)?;
-        if request.key.is_reserved() {
-            return Err(Error::invalid(
-                Reason::ReservedKey,
-                "key",
-                format!(
-                    "keys under {:?} are reserved for the audit trail",
-                    super::RESERVED_PREFIX
-                ),
-            ));
-        }
+        refuse_reserved(&request.key)?;
         let provenance = self.provenance(ctx, &scope).await?;
         let fingerprint = request
             .request_id
@@ -307,6 +300,91 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                 // The version it wrote may have been purged since.
                 entry.ok_or_else(|| version_not_found(&request.key, version))
             }
+        }
+    }
+
+    /// Writes a new version of `key` holding the value of `to_version`,
+    /// fenced on the key's newest version (a write in between aborts it)
+    /// and recorded in the scope's audit trail in the same transaction.
+    pub async fn rollback(
+        &self,
+        ctx: &CallerContext,
+        selector: ScopeSelector,
+        key: &Key,
+        to_version: i64,
+    ) -> Result<(Entry, AuditRecord)> {
+        refuse_in_checkpoint(ctx)?;
+        let scope = selector.resolve(ctx)?;
+        refuse_reserved(key)?;
+        if to_version < 1 {
+            return Err(Error::invalid(
+                Reason::InvalidVersion,
+                "to_version",
+                format!("must be a version (1 or more), got {to_version}"),
+            ));
+        }
+        let head = self
+            .store
+            .head(&ctx.tenant, &scope, key)
+            .await?
+            .ok_or_else(|| key_not_found_error(key))?;
+        if to_version >= head.version {
+            return Err(Error::invalid(
+                Reason::InvalidVersion,
+                "to_version",
+                format!(
+                    "must be older than the newest version {}, got {to_version}",
+                    head.version
+                ),
+            ));
+        }
+        let old = self
+            .store
+            .get(&ctx.tenant, &scope, key, Some(to_version))
+            .await?
+            .ok_or_else(|| version_not_found(key, to_version))?;
+        let Some(value) = old.value else {
+            return Err(Error::invalid(
+                Reason::RollbackToTombstone,
+                "to_version",
+                format!("version {to_version} is a tombstone; use Delete to delete the key"),
+            ));
+        };
+        let provenance = self.provenance(ctx, &scope).await?;
+        let now = now_micros();
+        let mut record = AuditRecord::new(Operation::Rollback, &scope, now);
+        record.source_keys = vec![key.as_str().to_owned()];
+        record.source_versions = vec![to_version];
+        record.target_key = key.as_str().to_owned();
+        let write = Write {
+            scope: &scope,
+            key,
+            mutation: Mutation::Set(&value),
+            expected_version: None,
+            request: None,
+            provenance: &provenance,
+            now,
+            change: ChangeKind::Set,
+        };
+        let fence = Fence {
+            key,
+            version: head.version,
+        };
+        match self
+            .store
+            .compact(&ctx.tenant, &[fence], &write, record)
+            .await?
+        {
+            Compacted::Written(written) => Ok(*written),
+            Compacted::SourceChanged { now, .. } => Err(Error::Conflict {
+                reason: Reason::SourceChanged,
+                message: format!(
+                    "{:?} was written while it was being rolled back (read at version {}, now {}); nothing was written",
+                    key.as_str(),
+                    head.version,
+                    now.map_or_else(|| "purged".to_owned(), |n| n.to_string()),
+                ),
+            }),
         }
     }
 
@@ -554,6 +632,21 @@ pub(crate) async fn read_entry<S: MemoryStore>(
             _ => Err(key_not_found_error(key)),
         },
     }
+}
+
+/// Writes never name the audit trail's keys directly.
+fn refuse_reserved(key: &Key) -> Result<()> {
+    if key.is_reserved() {
+        return Err(Error::invalid(
+            Reason::ReservedKey,
+            "key",
+            format!(
+                "keys under {:?} are reserved for the audit trail",
+                super::RESERVED_PREFIX
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn key_not_found_error(key: &Key) -> Error {

@@ -179,6 +179,24 @@ async fn memory_commands_against_a_server() {
         (Some(false), Some(0))
     );
 
+    // rollback writes an old value as a new version, with an audit key.
+    cli.json(&with(&["set", "notes", "draft"]));
+    cli.json(&with(&["set", "notes", "final"]));
+    let rolled = cli.json(&with(&["rollback", "notes", "--to-version", "1"]));
+    assert_eq!(
+        (
+            rolled["entry"]["version"].as_i64(),
+            &rolled["entry"]["value"]
+        ),
+        (Some(3), &json!("draft"))
+    );
+    assert!(
+        rolled["audit_key"]
+            .as_str()
+            .is_some_and(|key| key.starts_with("_compaction/")),
+        "{rolled}"
+    );
+
     // watch replays from a revision (JSON Lines) and stops at --limit.
     let watched = cli.run(&with(&["watch", "--from-revision", "0", "--limit", "3"]));
     assert_eq!(watched.code, 0, "{}", watched.stderr);

@@ -3,9 +3,10 @@
 //! and reasons).
 
 use engram::api::convert::json_to_proto;
+use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::{
-    DeleteRequest, GetRequest, HistoryRequest, ListRequest, ListScopesRequest, MemoryEntry,
-    ScopeType, SetRequest,
+    DeleteRequest, GetCompactionLogRequest, GetRequest, HistoryRequest, ListRequest,
+    ListScopesRequest, MemoryEntry, PurgeRequest, RollbackRequest, ScopeType, SetRequest,
 };
 use serde_json::json;
 use tonic::Code;
@@ -1066,4 +1067,132 @@ on_both_stores!(
     checkpoint_refusal,
     default_scope_and_provenance,
     scopes_listing,
+    rollback,
 );
+
+fn rollback_to(scope: &str, key: &str, to_version: i64) -> RollbackRequest {
+    RollbackRequest {
+        scope_type: NS,
+        scope: scope.into(),
+        key: key.into(),
+        to_version,
+    }
+}
+
+async fn rollback(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.memory();
+    for value in ["first", "second", "third"] {
+        client.set(set("rb", "k", json!(value))).await.expect("set");
+    }
+    let done = client
+        .rollback(rollback_to("rb", "k", 1))
+        .await
+        .expect("rollback")
+        .into_inner();
+    let entry = done.entry.expect("entry");
+    assert_eq!((entry.version, json_of(&entry)), (4, json!("first")));
+    assert!(
+        done.audit_key.starts_with("_compaction/"),
+        "{}",
+        done.audit_key
+    );
+    let read = client
+        .get(get("rb", "k", 0))
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(json_of(&read.entry.expect("entry")), json!("first"));
+
+    // The audit trail says what was restored, and into which version.
+    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+    let log = admin
+        .get_compaction_log(GetCompactionLogRequest {
+            scope_type: NS,
+            scope: "rb".into(),
+            page_size: 10,
+            page_token: String::new(),
+        })
+        .await
+        .expect("log")
+        .into_inner()
+        .records;
+    assert_eq!(log.len(), 1);
+    let record = &log[0];
+    assert_eq!(record.operation, "rollback");
+    assert_eq!(record.source_keys, ["k"]);
+    assert_eq!(record.source_versions, [1]);
+    assert_eq!(
+        (record.target_key.as_str(), record.target_version),
+        ("k", 4)
+    );
+    assert_eq!(record.audit_key, done.audit_key);
+
+    // A deleted key comes back.
+    client.delete(delete("rb", "k")).await.expect("delete");
+    let restored = client
+        .rollback(rollback_to("rb", "k", 2))
+        .await
+        .expect("rollback a deleted key")
+        .into_inner()
+        .entry
+        .expect("entry");
+    assert_eq!((restored.version, json_of(&restored)), (6, json!("second")));
+
+    // What cannot be rolled back, and why.
+    for (to_version, code, why) in [
+        (6, Code::InvalidArgument, "INVALID_VERSION"),
+        (9, Code::InvalidArgument, "INVALID_VERSION"),
+        (0, Code::InvalidArgument, "INVALID_VERSION"),
+        (5, Code::InvalidArgument, "ROLLBACK_TO_TOMBSTONE"),
+    ] {
+        let status = client
+            .rollback(rollback_to("rb", "k", to_version))
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            (status.code(), reason(&status)),
+            (code, why.to_owned()),
+            "to {to_version}"
+        );
+    }
+    let missing = client
+        .rollback(rollback_to("rb", "nope", 1))
+        .await
+        .expect_err("no such key");
+    assert_eq!(
+        (missing.code(), reason(&missing)),
+        (Code::NotFound, "KEY_NOT_FOUND".to_owned())
+    );
+    let reserved = client
+        .rollback(rollback_to("rb", "_compaction/x", 1))
+        .await
+        .expect_err("reserved");
+    assert_eq!(reason(&reserved), "RESERVED_KEY");
+
+    // A purged version is gone: NOT_FOUND, nothing written.
+    admin
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "rb".into(),
+            key: "k".into(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge");
+    let purged = client
+        .rollback(rollback_to("rb", "k", 1))
+        .await
+        .expect_err("purged");
+    assert_eq!(
+        (purged.code(), reason(&purged)),
+        (Code::NotFound, "VERSION_NOT_FOUND".to_owned())
+    );
+    let head = client
+        .get(get("rb", "k", 0))
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(head.entry.expect("entry").version, 6);
+}

@@ -28,6 +28,7 @@ EVERYONE_TOOLS = {
     "memory_list",
     "memory_history",
     "memory_scopes",
+    "memory_rollback",
     "episode_append",
     "episodes_recent",
     "episodes_list",
@@ -103,9 +104,14 @@ async def test_memory_tools(connect: Connect) -> None:
         assert [(v["version"], v["deleted"]) for v in tail["versions"]] == [(3, True)]
         assert tail["next_from_version"] is None
 
+        rolled = structured(await session.call_tool("memory_rollback", {**scope, "key": "user/theme", "to_version": 1}))
+        assert (rolled["entry"]["version"], rolled["entry"]["value"]) == (4, {"dark": True})
+        tombstone = error(await session.call_tool("memory_rollback", {**scope, "key": "user/theme", "to_version": 3}))
+        assert tombstone["reason"] == "ROLLBACK_TO_TOMBSTONE"
+
         scopes = structured(await session.call_tool("memory_scopes", {"scope_type": "namespace", "page_size": 100}))
         counts = {s["scope"]: s["entry_count"] for s in scopes["scopes"]}
-        assert counts[scope["scope"]] == 3
+        assert counts[scope["scope"]] == 4
 
         value = await session.read_resource(f"engram://memory/namespace/{scope['scope']}/notes%2F1")
         assert json.loads(value.contents[0].text) == 1

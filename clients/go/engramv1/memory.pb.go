@@ -936,6 +936,134 @@ func (x *DeleteResponse) GetEntry() *MemoryEntry {
 	return nil
 }
 
+// RollbackRequest names a key and the version whose value to restore.
+type RollbackRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope type; unspecified uses the caller's flow scope.
+	ScopeType ScopeType `protobuf:"varint,1,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
+	// The scope name.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The key.
+	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// The version whose value becomes the key's newest version.
+	ToVersion     int64 `protobuf:"varint,4,opt,name=to_version,json=toVersion,proto3" json:"to_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackRequest) Reset() {
+	*x = RollbackRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackRequest) ProtoMessage() {}
+
+func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
+func (*RollbackRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RollbackRequest) GetScopeType() ScopeType {
+	if x != nil {
+		return x.ScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *RollbackRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *RollbackRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RollbackRequest) GetToVersion() int64 {
+	if x != nil {
+		return x.ToVersion
+	}
+	return 0
+}
+
+// RollbackResponse holds the version written and where its audit record is.
+type RollbackResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new version, equal in value to `to_version`.
+	Entry *MemoryEntry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	// The reserved key of the audit record in the same scope.
+	AuditKey      string `protobuf:"bytes,2,opt,name=audit_key,json=auditKey,proto3" json:"audit_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackResponse) Reset() {
+	*x = RollbackResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackResponse) ProtoMessage() {}
+
+func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
+func (*RollbackResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RollbackResponse) GetEntry() *MemoryEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *RollbackResponse) GetAuditKey() string {
+	if x != nil {
+		return x.AuditKey
+	}
+	return ""
+}
+
 // ListScopesRequest pages through the scopes of the caller's tenant.
 type ListScopesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -957,7 +1085,7 @@ type ListScopesRequest struct {
 
 func (x *ListScopesRequest) Reset() {
 	*x = ListScopesRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1097,7 @@ func (x *ListScopesRequest) String() string {
 func (*ListScopesRequest) ProtoMessage() {}
 
 func (x *ListScopesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1110,7 @@ func (x *ListScopesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScopesRequest.ProtoReflect.Descriptor instead.
 func (*ListScopesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListScopesRequest) GetScopeType() ScopeType {
@@ -1036,7 +1164,7 @@ type ScopeSummary struct {
 
 func (x *ScopeSummary) Reset() {
 	*x = ScopeSummary{}
-	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1176,7 @@ func (x *ScopeSummary) String() string {
 func (*ScopeSummary) ProtoMessage() {}
 
 func (x *ScopeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1189,7 @@ func (x *ScopeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScopeSummary.ProtoReflect.Descriptor instead.
 func (*ScopeSummary) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ScopeSummary) GetScopeType() ScopeType {
@@ -1098,7 +1226,7 @@ type ListScopesResponse struct {
 
 func (x *ListScopesResponse) Reset() {
 	*x = ListScopesResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1238,7 @@ func (x *ListScopesResponse) String() string {
 func (*ListScopesResponse) ProtoMessage() {}
 
 func (x *ListScopesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1251,7 @@ func (x *ListScopesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScopesResponse.ProtoReflect.Descriptor instead.
 func (*ListScopesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListScopesResponse) GetScopes() []*ScopeSummary {
@@ -1158,7 +1286,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1298,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1311,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{14}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchRequest) GetScopeType() ScopeType {
@@ -1238,7 +1366,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1378,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1391,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{15}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchResponse) GetRevision() int64 {
@@ -1387,7 +1515,17 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\tR\trequestIdB\x13\n" +
 	"\x11_expected_version\">\n" +
 	"\x0eDeleteResponse\x12,\n" +
-	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\"\xba\x01\n" +
+	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\"\x8d\x01\n" +
+	"\x0fRollbackRequest\x123\n" +
+	"\n" +
+	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1d\n" +
+	"\n" +
+	"to_version\x18\x04 \x01(\x03R\ttoVersion\"]\n" +
+	"\x10RollbackResponse\x12,\n" +
+	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\x12\x1b\n" +
+	"\taudit_key\x18\x02 \x01(\tR\bauditKey\"\xba\x01\n" +
 	"\x11ListScopesRequest\x123\n" +
 	"\n" +
 	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x1b\n" +
@@ -1433,7 +1571,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0fCHANGE_KIND_SET\x10\x01\x12\x16\n" +
 	"\x12CHANGE_KIND_DELETE\x10\x02\x12\x15\n" +
 	"\x11CHANGE_KIND_PURGE\x10\x03\x12\x17\n" +
-	"\x13CHANGE_KIND_COMPACT\x10\x042\xc0\x03\n" +
+	"\x13CHANGE_KIND_COMPACT\x10\x042\x85\x04\n" +
 	"\rMemoryService\x124\n" +
 	"\x03Set\x12\x15.engram.v1.SetRequest\x1a\x16.engram.v1.SetResponse\x124\n" +
 	"\x03Get\x12\x15.engram.v1.GetRequest\x1a\x16.engram.v1.GetResponse\x127\n" +
@@ -1441,7 +1579,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\aHistory\x12\x19.engram.v1.HistoryRequest\x1a\x1a.engram.v1.HistoryResponse0\x01\x12=\n" +
 	"\x06Delete\x12\x18.engram.v1.DeleteRequest\x1a\x19.engram.v1.DeleteResponse\x12I\n" +
 	"\n" +
-	"ListScopes\x12\x1c.engram.v1.ListScopesRequest\x1a\x1d.engram.v1.ListScopesResponse\x12<\n" +
+	"ListScopes\x12\x1c.engram.v1.ListScopesRequest\x1a\x1d.engram.v1.ListScopesResponse\x12C\n" +
+	"\bRollback\x12\x1a.engram.v1.RollbackRequest\x1a\x1b.engram.v1.RollbackResponse\x12<\n" +
 	"\x05Watch\x12\x17.engram.v1.WatchRequest\x1a\x18.engram.v1.WatchResponse0\x01b\x06proto3"
 
 var (
@@ -1457,7 +1596,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(ScopeType)(0),                // 0: engram.v1.ScopeType
 	(ChangeKind)(0),               // 1: engram.v1.ChangeKind
@@ -1472,20 +1611,22 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*HistoryResponse)(nil),       // 10: engram.v1.HistoryResponse
 	(*DeleteRequest)(nil),         // 11: engram.v1.DeleteRequest
 	(*DeleteResponse)(nil),        // 12: engram.v1.DeleteResponse
-	(*ListScopesRequest)(nil),     // 13: engram.v1.ListScopesRequest
-	(*ScopeSummary)(nil),          // 14: engram.v1.ScopeSummary
-	(*ListScopesResponse)(nil),    // 15: engram.v1.ListScopesResponse
-	(*WatchRequest)(nil),          // 16: engram.v1.WatchRequest
-	(*WatchResponse)(nil),         // 17: engram.v1.WatchResponse
-	(*structpb.Value)(nil),        // 18: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*RollbackRequest)(nil),       // 13: engram.v1.RollbackRequest
+	(*RollbackResponse)(nil),      // 14: engram.v1.RollbackResponse
+	(*ListScopesRequest)(nil),     // 15: engram.v1.ListScopesRequest
+	(*ScopeSummary)(nil),          // 16: engram.v1.ScopeSummary
+	(*ListScopesResponse)(nil),    // 17: engram.v1.ListScopesResponse
+	(*WatchRequest)(nil),          // 18: engram.v1.WatchRequest
+	(*WatchResponse)(nil),         // 19: engram.v1.WatchResponse
+	(*structpb.Value)(nil),        // 20: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: engram.v1.MemoryEntry.scope_type:type_name -> engram.v1.ScopeType
-	18, // 1: engram.v1.MemoryEntry.value:type_name -> google.protobuf.Value
-	19, // 2: engram.v1.MemoryEntry.create_time:type_name -> google.protobuf.Timestamp
+	20, // 1: engram.v1.MemoryEntry.value:type_name -> google.protobuf.Value
+	21, // 2: engram.v1.MemoryEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: engram.v1.SetRequest.scope_type:type_name -> engram.v1.ScopeType
-	18, // 4: engram.v1.SetRequest.value:type_name -> google.protobuf.Value
+	20, // 4: engram.v1.SetRequest.value:type_name -> google.protobuf.Value
 	2,  // 5: engram.v1.SetResponse.entry:type_name -> engram.v1.MemoryEntry
 	0,  // 6: engram.v1.GetRequest.scope_type:type_name -> engram.v1.ScopeType
 	2,  // 7: engram.v1.GetResponse.entry:type_name -> engram.v1.MemoryEntry
@@ -1495,32 +1636,36 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	2,  // 11: engram.v1.HistoryResponse.entry:type_name -> engram.v1.MemoryEntry
 	0,  // 12: engram.v1.DeleteRequest.scope_type:type_name -> engram.v1.ScopeType
 	2,  // 13: engram.v1.DeleteResponse.entry:type_name -> engram.v1.MemoryEntry
-	0,  // 14: engram.v1.ListScopesRequest.scope_type:type_name -> engram.v1.ScopeType
-	0,  // 15: engram.v1.ScopeSummary.scope_type:type_name -> engram.v1.ScopeType
-	14, // 16: engram.v1.ListScopesResponse.scopes:type_name -> engram.v1.ScopeSummary
-	0,  // 17: engram.v1.WatchRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 18: engram.v1.WatchResponse.kind:type_name -> engram.v1.ChangeKind
-	18, // 19: engram.v1.WatchResponse.value:type_name -> google.protobuf.Value
-	19, // 20: engram.v1.WatchResponse.create_time:type_name -> google.protobuf.Timestamp
-	3,  // 21: engram.v1.MemoryService.Set:input_type -> engram.v1.SetRequest
-	5,  // 22: engram.v1.MemoryService.Get:input_type -> engram.v1.GetRequest
-	7,  // 23: engram.v1.MemoryService.List:input_type -> engram.v1.ListRequest
-	9,  // 24: engram.v1.MemoryService.History:input_type -> engram.v1.HistoryRequest
-	11, // 25: engram.v1.MemoryService.Delete:input_type -> engram.v1.DeleteRequest
-	13, // 26: engram.v1.MemoryService.ListScopes:input_type -> engram.v1.ListScopesRequest
-	16, // 27: engram.v1.MemoryService.Watch:input_type -> engram.v1.WatchRequest
-	4,  // 28: engram.v1.MemoryService.Set:output_type -> engram.v1.SetResponse
-	6,  // 29: engram.v1.MemoryService.Get:output_type -> engram.v1.GetResponse
-	8,  // 30: engram.v1.MemoryService.List:output_type -> engram.v1.ListResponse
-	10, // 31: engram.v1.MemoryService.History:output_type -> engram.v1.HistoryResponse
-	12, // 32: engram.v1.MemoryService.Delete:output_type -> engram.v1.DeleteResponse
-	15, // 33: engram.v1.MemoryService.ListScopes:output_type -> engram.v1.ListScopesResponse
-	17, // 34: engram.v1.MemoryService.Watch:output_type -> engram.v1.WatchResponse
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	0,  // 14: engram.v1.RollbackRequest.scope_type:type_name -> engram.v1.ScopeType
+	2,  // 15: engram.v1.RollbackResponse.entry:type_name -> engram.v1.MemoryEntry
+	0,  // 16: engram.v1.ListScopesRequest.scope_type:type_name -> engram.v1.ScopeType
+	0,  // 17: engram.v1.ScopeSummary.scope_type:type_name -> engram.v1.ScopeType
+	16, // 18: engram.v1.ListScopesResponse.scopes:type_name -> engram.v1.ScopeSummary
+	0,  // 19: engram.v1.WatchRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 20: engram.v1.WatchResponse.kind:type_name -> engram.v1.ChangeKind
+	20, // 21: engram.v1.WatchResponse.value:type_name -> google.protobuf.Value
+	21, // 22: engram.v1.WatchResponse.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 23: engram.v1.MemoryService.Set:input_type -> engram.v1.SetRequest
+	5,  // 24: engram.v1.MemoryService.Get:input_type -> engram.v1.GetRequest
+	7,  // 25: engram.v1.MemoryService.List:input_type -> engram.v1.ListRequest
+	9,  // 26: engram.v1.MemoryService.History:input_type -> engram.v1.HistoryRequest
+	11, // 27: engram.v1.MemoryService.Delete:input_type -> engram.v1.DeleteRequest
+	15, // 28: engram.v1.MemoryService.ListScopes:input_type -> engram.v1.ListScopesRequest
+	13, // 29: engram.v1.MemoryService.Rollback:input_type -> engram.v1.RollbackRequest
+	18, // 30: engram.v1.MemoryService.Watch:input_type -> engram.v1.WatchRequest
+	4,  // 31: engram.v1.MemoryService.Set:output_type -> engram.v1.SetResponse
+	6,  // 32: engram.v1.MemoryService.Get:output_type -> engram.v1.GetResponse
+	8,  // 33: engram.v1.MemoryService.List:output_type -> engram.v1.ListResponse
+	10, // 34: engram.v1.MemoryService.History:output_type -> engram.v1.HistoryResponse
+	12, // 35: engram.v1.MemoryService.Delete:output_type -> engram.v1.DeleteResponse
+	17, // 36: engram.v1.MemoryService.ListScopes:output_type -> engram.v1.ListScopesResponse
+	14, // 37: engram.v1.MemoryService.Rollback:output_type -> engram.v1.RollbackResponse
+	19, // 38: engram.v1.MemoryService.Watch:output_type -> engram.v1.WatchResponse
+	31, // [31:39] is the sub-list for method output_type
+	23, // [23:31] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -1530,14 +1675,14 @@ func file_engram_v1_memory_proto_init() {
 	}
 	file_engram_v1_memory_proto_msgTypes[1].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[9].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[14].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

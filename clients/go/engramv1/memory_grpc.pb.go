@@ -25,6 +25,7 @@ const (
 	MemoryService_History_FullMethodName    = "/engram.v1.MemoryService/History"
 	MemoryService_Delete_FullMethodName     = "/engram.v1.MemoryService/Delete"
 	MemoryService_ListScopes_FullMethodName = "/engram.v1.MemoryService/ListScopes"
+	MemoryService_Rollback_FullMethodName   = "/engram.v1.MemoryService/Rollback"
 	MemoryService_Watch_FullMethodName      = "/engram.v1.MemoryService/Watch"
 )
 
@@ -68,6 +69,16 @@ type MemoryServiceClient interface {
 	// live entries, optionally only the scopes of one type, or only the
 	// execution scopes of one flow.
 	ListScopes(ctx context.Context, in *ListScopesRequest, opts ...grpc.CallOption) (*ListScopesResponse, error)
+	// Rollback writes a new version of a key whose value is that of an older
+	// version (`to_version`), restoring a deleted key too, and records it in
+	// the scope's maintenance audit trail (operation "rollback", read with
+	// MemoryAdminService.GetCompactionLog). The change feed shows it as a set.
+	// INVALID_ARGUMENT when `to_version` is not older than the newest version
+	// or is a tombstone (reason ROLLBACK_TO_TOMBSTONE); NOT_FOUND when the key
+	// does not exist or the version is gone (purged: reason
+	// VERSION_NOT_FOUND); ABORTED (reason SOURCE_CHANGED) when the key was
+	// written while the rollback ran, and nothing was written.
+	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
 	// Watch streams every change of a scope (optionally under a key prefix) in
 	// commit order: sets, deletes, purges and compactions, written through
 	// any replica. Without `from_revision` it starts now; with it, it resumes
@@ -158,6 +169,16 @@ func (c *memoryServiceClient) ListScopes(ctx context.Context, in *ListScopesRequ
 	return out, nil
 }
 
+func (c *memoryServiceClient) Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackResponse)
+	err := c.cc.Invoke(ctx, MemoryService_Rollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MemoryService_ServiceDesc.Streams[1], MemoryService_Watch_FullMethodName, cOpts...)
@@ -217,6 +238,16 @@ type MemoryServiceServer interface {
 	// live entries, optionally only the scopes of one type, or only the
 	// execution scopes of one flow.
 	ListScopes(context.Context, *ListScopesRequest) (*ListScopesResponse, error)
+	// Rollback writes a new version of a key whose value is that of an older
+	// version (`to_version`), restoring a deleted key too, and records it in
+	// the scope's maintenance audit trail (operation "rollback", read with
+	// MemoryAdminService.GetCompactionLog). The change feed shows it as a set.
+	// INVALID_ARGUMENT when `to_version` is not older than the newest version
+	// or is a tombstone (reason ROLLBACK_TO_TOMBSTONE); NOT_FOUND when the key
+	// does not exist or the version is gone (purged: reason
+	// VERSION_NOT_FOUND); ABORTED (reason SOURCE_CHANGED) when the key was
+	// written while the rollback ran, and nothing was written.
+	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
 	// Watch streams every change of a scope (optionally under a key prefix) in
 	// commit order: sets, deletes, purges and compactions, written through
 	// any replica. Without `from_revision` it starts now; with it, it resumes
@@ -255,6 +286,9 @@ func (UnimplementedMemoryServiceServer) Delete(context.Context, *DeleteRequest) 
 }
 func (UnimplementedMemoryServiceServer) ListScopes(context.Context, *ListScopesRequest) (*ListScopesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListScopes not implemented")
+}
+func (UnimplementedMemoryServiceServer) Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rollback not implemented")
 }
 func (UnimplementedMemoryServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -381,6 +415,24 @@ func _MemoryService_ListScopes_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_Rollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).Rollback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_Rollback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).Rollback(ctx, req.(*RollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -418,6 +470,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListScopes",
 			Handler:    _MemoryService_ListScopes_Handler,
+		},
+		{
+			MethodName: "Rollback",
+			Handler:    _MemoryService_Rollback_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -40,6 +40,12 @@ def test_memory(server: Server) -> None:
             assert (tombstone.version, tombstone.deleted) == (3, True)
             history = [(e.version, e.deleted) async for e in client.memory.history("user_42/theme")]
             assert history == [(1, False), (2, False), (3, True)]
+            restored = await client.memory.rollback("user_42/theme", 1)
+            assert (restored.version, restored.value) == (4, {"mode": "dark"})
+            with pytest.raises(InvalidArgument) as refused:
+                await client.memory.rollback("user_42/theme", 3)
+            assert refused.value.reason == "ROLLBACK_TO_TOMBSTONE"
+            await client.memory.delete("user_42/theme")
             with pytest.raises(NotFound):
                 await client.memory.delete("user_42/theme")
 

@@ -47,8 +47,13 @@ def test_memory_round_trip(server: Server) -> None:
         tombstone = client.memory.delete("user_42/theme")
         assert (tombstone.version, tombstone.deleted) == (3, True)
         assert client.memory.get("user_42/theme") is None
+        restored = client.memory.rollback("user_42/theme", 1)
+        assert (restored.version, restored.value) == (4, {"mode": "dark", "n": 2})
+        client.memory.delete("user_42/theme")
         history = list(client.memory.history("user_42/theme"))
-        assert [(e.version, e.deleted) for e in history] == [(1, False), (2, False), (3, True)]
+        assert [(e.version, e.deleted) for e in history] == [
+            (1, False), (2, False), (3, True), (4, False), (5, True)
+        ]
 
 
 def test_compare_and_set_and_invalid_input(server: Server) -> None:

@@ -385,6 +385,12 @@ class Memory:
         request = self._scope.delete(key, expected_version)
         return Entry.from_proto(self._client.call(self._client.stubs.memory.Delete, request).entry)
 
+    def rollback(self, key: str, to_version: int) -> Entry:
+        """Writes a new version holding ``to_version``'s value (restoring a
+        deleted key too), recorded in the scope's audit trail."""
+        request = self._scope.rollback(key, to_version)
+        return Entry.from_proto(self._client.call(self._client.stubs.memory.Rollback, request).entry)
+
     def watch(
         self,
         prefix: str = "",

@@ -222,6 +222,11 @@ class Scope:
             request.expected_version = expected_version
         return request
 
+    def rollback(self, key: str, to_version: int) -> memory_pb2.RollbackRequest:
+        return memory_pb2.RollbackRequest(
+            scope_type=self.scope_type, scope=self.scope, key=key, to_version=to_version
+        )
+
     def watch(self, prefix: str, from_revision: int | None) -> memory_pb2.WatchRequest:
         request = memory_pb2.WatchRequest(
             scope_type=self.scope_type, scope=self.scope, key_prefix=prefix

@@ -224,6 +224,13 @@ class AsyncMemory:
         response = await self._client.call(self._client.stubs.memory.Delete, request)
         return Entry.from_proto(response.entry)
 
+    async def rollback(self, key: str, to_version: int) -> Entry:
+        """Writes a new version holding ``to_version``'s value (see
+        :meth:`Memory.rollback`)."""
+        request = self._scope.rollback(key, to_version)
+        response = await self._client.call(self._client.stubs.memory.Rollback, request)
+        return Entry.from_proto(response.entry)
+
     async def watch(
         self,
         prefix: str = "",

@@ -498,6 +498,68 @@ class DeleteResponse(_message.Message):
 Global___DeleteResponse: _TypeAlias = DeleteResponse  # noqa: Y015
 
 @_typing.final
+class RollbackRequest(_message.Message):
+    """RollbackRequest names a key and the version whose value to restore."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    TO_VERSION_FIELD_NUMBER: _builtins.int
+    scope_type: Global___ScopeType.ValueType
+    """The scope type; unspecified uses the caller's flow scope."""
+    scope: _builtins.str
+    """The scope name."""
+    key: _builtins.str
+    """The key."""
+    to_version: _builtins.int
+    """The version whose value becomes the key's newest version."""
+    def __init__(
+        self,
+        *,
+        scope_type: Global___ScopeType.ValueType = ...,
+        scope: _builtins.str = ...,
+        key: _builtins.str = ...,
+        to_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "scope", b"scope", "scope_type", b"scope_type", "to_version", b"to_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RollbackRequest: _TypeAlias = RollbackRequest  # noqa: Y015
+
+@_typing.final
+class RollbackResponse(_message.Message):
+    """RollbackResponse holds the version written and where its audit record is."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRY_FIELD_NUMBER: _builtins.int
+    AUDIT_KEY_FIELD_NUMBER: _builtins.int
+    audit_key: _builtins.str
+    """The reserved key of the audit record in the same scope."""
+    @_builtins.property
+    def entry(self) -> Global___MemoryEntry:
+        """The new version, equal in value to `to_version`."""
+
+    def __init__(
+        self,
+        *,
+        entry: Global___MemoryEntry | None = ...,
+        audit_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_key", b"audit_key", "entry", b"entry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RollbackResponse: _TypeAlias = RollbackResponse  # noqa: Y015
+
+@_typing.final
 class ListScopesRequest(_message.Message):
     """ListScopesRequest pages through the scopes of the caller's tenant."""
 

@@ -76,6 +76,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__pb2.ListScopesRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__pb2.ListScopesResponse.FromString,
                 _registered_method=True)
+        self.Rollback = channel.unary_unary(
+                '/engram.v1.MemoryService/Rollback',
+                request_serializer=engram_dot_v1_dot_memory__pb2.RollbackRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.RollbackResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/engram.v1.MemoryService/Watch',
                 request_serializer=engram_dot_v1_dot_memory__pb2.WatchRequest.SerializeToString,
@@ -151,6 +156,21 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rollback(self, request, context):
+        """Rollback writes a new version of a key whose value is that of an older
+        version (`to_version`), restoring a deleted key too, and records it in
+        the scope's maintenance audit trail (operation "rollback", read with
+        MemoryAdminService.GetCompactionLog). The change feed shows it as a set.
+        INVALID_ARGUMENT when `to_version` is not older than the newest version
+        or is a tombstone (reason ROLLBACK_TO_TOMBSTONE); NOT_FOUND when the key
+        does not exist or the version is gone (purged: reason
+        VERSION_NOT_FOUND); ABORTED (reason SOURCE_CHANGED) when the key was
+        written while the rollback ran, and nothing was written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Watch streams every change of a scope (optionally under a key prefix) in
         commit order: sets, deletes, purges and compactions, written through
@@ -199,6 +219,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListScopes,
                     request_deserializer=engram_dot_v1_dot_memory__pb2.ListScopesRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__pb2.ListScopesResponse.SerializeToString,
+            ),
+            'Rollback': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rollback,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.RollbackRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.RollbackResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -380,6 +405,33 @@ class MemoryService:
             '/engram.v1.MemoryService/ListScopes',
             engram_dot_v1_dot_memory__pb2.ListScopesRequest.SerializeToString,
             engram_dot_v1_dot_memory__pb2.ListScopesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rollback(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/Rollback',
+            engram_dot_v1_dot_memory__pb2.RollbackRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.RollbackResponse.FromString,
             options,
             channel_credentials,
             insecure,

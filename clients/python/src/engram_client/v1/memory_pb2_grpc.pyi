@@ -74,6 +74,17 @@ class MemoryServiceStub:
     live entries, optionally only the scopes of one type, or only the
     execution scopes of one flow.
     """
+    Rollback: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RollbackRequest, _memory_pb2.RollbackResponse]
+    """Rollback writes a new version of a key whose value is that of an older
+    version (`to_version`), restoring a deleted key too, and records it in
+    the scope's maintenance audit trail (operation "rollback", read with
+    MemoryAdminService.GetCompactionLog). The change feed shows it as a set.
+    INVALID_ARGUMENT when `to_version` is not older than the newest version
+    or is a tombstone (reason ROLLBACK_TO_TOMBSTONE); NOT_FOUND when the key
+    does not exist or the version is gone (purged: reason
+    VERSION_NOT_FOUND); ABORTED (reason SOURCE_CHANGED) when the key was
+    written while the rollback ran, and nothing was written.
+    """
     Watch: _grpc.UnaryStreamMultiCallable[_memory_pb2.WatchRequest, _memory_pb2.WatchResponse]
     """Watch streams every change of a scope (optionally under a key prefix) in
     commit order: sets, deletes, purges and compactions, written through
@@ -132,6 +143,17 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """ListScopes returns every scope of the caller's tenant with its count of
     live entries, optionally only the scopes of one type, or only the
     execution scopes of one flow.
+    """
+    Rollback: _aio.UnaryUnaryMultiCallable[_memory_pb2.RollbackRequest, _memory_pb2.RollbackResponse]  # type: ignore[assignment]
+    """Rollback writes a new version of a key whose value is that of an older
+    version (`to_version`), restoring a deleted key too, and records it in
+    the scope's maintenance audit trail (operation "rollback", read with
+    MemoryAdminService.GetCompactionLog). The change feed shows it as a set.
+    INVALID_ARGUMENT when `to_version` is not older than the newest version
+    or is a tombstone (reason ROLLBACK_TO_TOMBSTONE); NOT_FOUND when the key
+    does not exist or the version is gone (purged: reason
+    VERSION_NOT_FOUND); ABORTED (reason SOURCE_CHANGED) when the key was
+    written while the rollback ran, and nothing was written.
     """
     Watch: _aio.UnaryStreamMultiCallable[_memory_pb2.WatchRequest, _memory_pb2.WatchResponse]  # type: ignore[assignment]
     """Watch streams every change of a scope (optionally under a key prefix) in
@@ -224,6 +246,23 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         """ListScopes returns every scope of the caller's tenant with its count of
         live entries, optionally only the scopes of one type, or only the
         execution scopes of one flow.
+        """
+
+    @_abc_1.abstractmethod
+    def Rollback(
+        self,
+        request: _memory_pb2.RollbackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.RollbackResponse, _abc.Awaitable[_memory_pb2.RollbackResponse]]:
+        """Rollback writes a new version of a key whose value is that of an older
+        version (`to_version`), restoring a deleted key too, and records it in
+        the scope's maintenance audit trail (operation "rollback", read with
+        MemoryAdminService.GetCompactionLog). The change feed shows it as a set.
+        INVALID_ARGUMENT when `to_version` is not older than the newest version
+        or is a tombstone (reason ROLLBACK_TO_TOMBSTONE); NOT_FOUND when the key
+        does not exist or the version is gone (purged: reason
+        VERSION_NOT_FOUND); ABORTED (reason SOURCE_CHANGED) when the key was
+        written while the rollback ran, and nothing was written.
         """
 
     @_abc_1.abstractmethod
