@@ -8,6 +8,7 @@ from typing import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from langgraph.store.base import PutOp
 
 from conftest import Server
 from engram_client import Engram
@@ -36,6 +37,11 @@ def test_put_get_search_list_delete(server: Server) -> None:
 
     hits = store.search(("users", "alice"), query="tea")
     assert [h.key for h in hits] == ["m1"] and hits[0].score is not None
+    # A busy scope elsewhere (more matches than one search returns) does not
+    # crowd out the namespace asked for.
+    store.batch(PutOp(("shop", "catalog"), f"tea-{n}", {"text": f"green tea, green tea ({n})"}) for n in range(120))
+    hits = store.search(("users", "alice"), query="green tea")
+    assert [h.key for h in hits] == ["m1"]
 
     assert store.list_namespaces(prefix=("users",)) == [
         ("users", "alice", "memories"),

@@ -73,10 +73,12 @@ class Scopes:
 
 @dataclass(frozen=True)
 class Find:
-    """Memory entries matching a query, best first (SearchService)."""
+    """Memory entries matching a query, best first (SearchService), in one
+    namespace scope or (``scope`` empty) in all of them."""
 
     query: str
     limit: int
+    scope: str = ""
 
 
 Op = Scan | First | Read | Write | Remove | Scopes | Find
@@ -159,7 +161,9 @@ def _sync(client: Engram, op: Op) -> Any:
             if not page.next_page_token:
                 return names
             token = page.next_page_token
-    return client.search(op.query, sources=["memory"], scope_type="namespace", limit=op.limit)
+    return client.search(
+        op.query, sources=["memory"], scope_type="namespace", scope=op.scope, limit=op.limit
+    )
 
 
 async def _async(client: AsyncEngram, op: Op) -> Any:
@@ -203,7 +207,7 @@ async def _async(client: AsyncEngram, op: Op) -> Any:
                 return names
             token = page.next_page_token
     hits: builtins.list[Hit] = await client.search(
-        op.query, sources=["memory"], scope_type="namespace", limit=op.limit
+        op.query, sources=["memory"], scope_type="namespace", scope=op.scope, limit=op.limit
     )
     return hits
 

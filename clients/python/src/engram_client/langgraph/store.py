@@ -14,8 +14,8 @@ under a root (``langgraph-store/users/alice/memories`` with the default
 escapes identifiers; an item is a key holding the item's value as it is, so
 the data reads the same from grpcurl and the CLI. ``search`` with a
 ``query`` asks Engram's SearchService (words, or meaning and words when
-the server has an embedder) and keeps the hits under the namespace
-prefix; without one it lists the namespaces' items, newest first.
+the server has an embedder) in each namespace under the prefix (up to 20
+of them; beyond, in the whole tenant, keeping the hits under the prefix); without one it lists the namespaces' items, newest first.
 ``filter`` compares values (equality, or ``$eq``, ``$ne``, ``$gt``,
 ``$gte``, ``$lt``, ``$lte``). An item's ``created_at`` and ``updated_at`` are
 both the time of its current version. TTLs are not supported.
@@ -41,12 +41,16 @@ from langgraph.store.base import (
 )
 
 from .. import _plans
-from .._client import Entry
+from .._client import Entry, Hit
 from .._connect import Clients, Target
 from .._keys import escape, unescape
 
 #: How many hits a query asks SearchService for (its maximum).
 _FIND_LIMIT = 100
+
+#: A query searches each namespace under its prefix on its own up to this
+#: many namespaces, and the whole tenant once beyond.
+_SEARCHED_SCOPES = 20
 
 
 class EngramStore(BaseStore):
@@ -133,8 +137,17 @@ class EngramStore(BaseStore):
     def _search(self, op: SearchOp) -> _plans.Plan[builtins.list[SearchItem]]:
         prefix = op.namespace_prefix
         found: builtins.list[SearchItem] = []
+        scopes: builtins.list[str] = yield _plans.Scopes()
+        wanted = [n for n in self._namespaces(scopes) if n[: len(prefix)] == prefix]
         if op.query:
-            hits = yield _plans.Find(op.query, _FIND_LIMIT)
+            # Search each namespace under the prefix on its own (so a busy
+            # tenant's other scopes cannot crowd them out), or, past
+            # _SEARCHED_SCOPES of them, the whole tenant once.
+            targets = [self.scope(n) for n in wanted] if len(wanted) <= _SEARCHED_SCOPES else [""]
+            hits: builtins.list[Hit] = []
+            for scope in targets:
+                hits += yield _plans.Find(op.query, _FIND_LIMIT, scope)
+            hits.sort(key=lambda hit: hit.score, reverse=True)
             for hit in hits:
                 namespace = self.namespace(hit.entry.scope) if hit.entry else None
                 if hit.entry is None or namespace is None or namespace[: len(prefix)] != prefix:
@@ -143,10 +156,7 @@ class EngramStore(BaseStore):
                 if _matches(item.value, op.filter):
                     found.append(_scored(item, hit.score))
         else:
-            scopes: builtins.list[str] = yield _plans.Scopes()
-            for namespace in self._namespaces(scopes):
-                if namespace[: len(prefix)] != prefix:
-                    continue
+            for namespace in wanted:
                 entries: builtins.list[Entry] = yield _plans.Scan(self.scope(namespace), "")
                 for entry in entries:
                     item = self._item(namespace, entry)
