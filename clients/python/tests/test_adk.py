@@ -83,6 +83,11 @@ def test_session_service(server: Server) -> None:
         assert await service.get_user_state(app_name=app, user_id=user) == {"lang": "fr", "seen": 3}
         listed = await service.list_sessions(app_name=app, user_id=user)
         assert [s.id for s in listed.sessions] == ["s1", "s2"]
+        assert [s.state for s in listed.sessions] == [
+            {"topic": "trip", "step": 3, "user:lang": "fr", "user:seen": 3, "app:v": 1},
+            {"user:lang": "fr", "user:seen": 3, "app:v": 1},
+        ]
+        assert all(s.events == [] for s in listed.sessions)
         assert await service.get_session(app_name=app, user_id="mallory", session_id="s1") is None
 
         await service.delete_session(app_name=app, user_id=user, session_id="s1")

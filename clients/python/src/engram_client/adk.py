@@ -125,18 +125,21 @@ class EngramSessionService(BaseSessionService):
             if where is not None:
                 await client.call(client.stubs.memory.Set, scope.set(where, value, None, None))
 
-    async def _read_state(self, app_name: str, prefix: str, label: str) -> dict[str, Any]:
+    async def _entries(self, app_name: str, prefix: str) -> list[tuple[str, Any]]:
+        """Each state entry under ``prefix``: the rest of its key, its value."""
         client = self._connection.aio()
         scope = _state_scope(app_name)
-        state: dict[str, Any] = {}
+        entries: list[tuple[str, Any]] = []
         token = ""
         while True:
             page = await client.call(client.stubs.memory.List, scope.list(prefix, token))
-            for entry in page.entries:
-                state[label + unescape(entry.key[len(prefix) :])] = from_value(entry.value)
+            entries += [(e.key[len(prefix) :], from_value(e.value)) for e in page.entries]
             if not page.next_page_token:
-                return state
+                return entries
             token = page.next_page_token
+
+    async def _read_state(self, app_name: str, prefix: str, label: str) -> dict[str, Any]:
+        return {label + unescape(key): value for key, value in await self._entries(app_name, prefix)}
 
     async def _state(self, app_name: str, user_id: str, session_id: str) -> dict[str, Any]:
         return {
@@ -225,8 +228,19 @@ class EngramSessionService(BaseSessionService):
         client = self._connection.aio()
         found = [s async for s in client.sessions.list(app=app_name, user=user_id or "")]
         found.sort(key=lambda s: s.update_time)
+        # Three reads whatever the number of sessions: the app's state, each
+        # user's, and every session's at once.
+        app_state = await self._read_state(app_name, "app/", State.APP_PREFIX)
+        users = {
+            user: await self._read_state(app_name, f"user/{escape(user)}/", State.USER_PREFIX)
+            for user in {s.user for s in found}
+        }
+        own: dict[str, dict[str, Any]] = {}
+        for key, value in await self._entries(app_name, "session/"):
+            session, name = key.split("/", 1)
+            own.setdefault(unescape(session), {})[unescape(name)] = value
         sessions = [
-            self._session(s, await self._state(app_name, s.user, s.id), []) for s in found
+            self._session(s, {**own.get(s.id, {}), **app_state, **users[s.user]}, []) for s in found
         ]
         return ListSessionsResponse(sessions=sessions)
 
