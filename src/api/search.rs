@@ -86,6 +86,7 @@ fn request_from_proto(req: proto::SearchRequest) -> Result<SearchRequest> {
         filters: Filters {
             scope_type: scope_type_from_proto("scope_type", req.scope_type)?,
             scope: optional("scope", req.scope, ScopeName::parse)?,
+            scope_prefix: optional("scope_prefix", req.scope_prefix, KeyPrefix::parse)?,
             key_prefix: optional("key_prefix", req.key_prefix, KeyPrefix::parse)?,
             app: optional("app", req.app, Name::parse)?,
             user: optional("user", req.user, Name::parse)?,

@@ -86,6 +86,10 @@ pub struct SearchCommand {
     #[arg(long, default_value = "")]
     key_prefix: String,
 
+    /// Memory: only scopes whose name starts with this
+    #[arg(long, default_value = "")]
+    scope_prefix: String,
+
     /// Facts and episodes: only this app
     #[arg(long, default_value = "")]
     app: String,
@@ -193,6 +197,7 @@ impl SearchCommand {
                 as i32,
             scope: self.scope,
             key_prefix: self.key_prefix,
+            scope_prefix: self.scope_prefix,
             app: self.app,
             user: self.user,
             session_id: self.session_id,

@@ -283,6 +283,8 @@ pub struct SearchArgs {
     scope: Option<String>,
     /// Memory: only keys starting with this
     key_prefix: Option<String>,
+    /// Memory: only scopes whose name starts with this
+    scope_prefix: Option<String>,
     /// Facts and episodes: only this app
     app: Option<String>,
     /// Facts and episodes: only this user
@@ -794,6 +796,7 @@ impl Engram {
             scope_type: args.scope_type.map_or(0, |t| t.to_proto() as i32),
             scope: args.scope.unwrap_or_default(),
             key_prefix: args.key_prefix.unwrap_or_default(),
+            scope_prefix: args.scope_prefix.unwrap_or_default(),
             app: args.app.unwrap_or_default(),
             user: args.user.unwrap_or_default(),
             session_id: args.session_id.unwrap_or_default(),

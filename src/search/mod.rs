@@ -52,6 +52,8 @@ pub struct Filters {
     pub scope_type: Option<ScopeType>,
     /// Memory; only with `scope_type`.
     pub scope: Option<ScopeName>,
+    /// Memory: scope names starting with this (same alphabet as keys).
+    pub scope_prefix: Option<KeyPrefix>,
     /// Memory.
     pub key_prefix: Option<KeyPrefix>,
     /// Facts and episodes.

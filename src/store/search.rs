@@ -60,6 +60,7 @@ pub(super) fn item(source: Source, row: &impl Cols) -> Result<Item> {
 /// prefix's range and the episode types.
 pub(super) struct Bounds {
     prefix: Option<(String, String)>,
+    scope_prefix: Option<(String, String)>,
     types: Vec<String>,
 }
 
@@ -67,6 +68,7 @@ impl Bounds {
     pub(super) fn of(filters: &Filters) -> Bounds {
         Bounds {
             prefix: filters.key_prefix.as_ref().map(|p| p.range()),
+            scope_prefix: filters.scope_prefix.as_ref().map(|p| p.range()),
             types: filters
                 .types
                 .iter()
@@ -124,6 +126,10 @@ pub(super) fn conditions<'a>(
             }
             if let Some(scope) = &filters.scope {
                 c.push("h.scope = $", scope.as_str().into());
+            }
+            if let Some((low, high)) = &bounds.scope_prefix {
+                c.push("h.scope >= $", low.as_str().into());
+                c.push("h.scope < $", high.as_str().into());
             }
             if let Some((low, high)) = &bounds.prefix {
                 c.push("h.key >= $", low.as_str().into());

@@ -355,6 +355,26 @@ async fn filters_narrow_each_source(backend: Backend) {
         .len(),
         3
     );
+    // A scope prefix: every scope whose name starts with it, any type.
+    assert_eq!(
+        found(SearchRequest {
+            sources: vec![MEMORY],
+            scope_prefix: "oth".to_owned(),
+            ..widget()
+        })
+        .await,
+        set_of(&["memory:other/runbook/db@1"])
+    );
+    assert_eq!(
+        found(SearchRequest {
+            sources: vec![MEMORY],
+            scope_prefix: "op".to_owned(),
+            key_prefix: "notes/".to_owned(),
+            ..widget()
+        })
+        .await,
+        set_of(&["memory:ops/notes/db@1"])
+    );
     assert_eq!(
         found(SearchRequest {
             sources: vec![EPISODES],
@@ -786,6 +806,15 @@ async fn bad_requests_name_the_field(backend: Backend) {
             Code::InvalidArgument,
             "INVALID_ARGUMENT",
             "limit",
+        ),
+        (
+            SearchRequest {
+                scope_prefix: "no spaces".to_owned(),
+                ..query("x")
+            },
+            Code::InvalidArgument,
+            "INVALID_IDENTIFIER",
+            "scope_prefix",
         ),
         (
             SearchRequest {

@@ -232,6 +232,8 @@ async def test_search(connect: Connect) -> None:
             await session.call_tool("search", {"query": "kubeconfig", "sources": ["memory"], "scope_type": "namespace", "scope": scope["scope"]})
         )
         assert [h["item"]["entry"]["key"] for h in found["hits"]] == ["deploy"]
+        prefixed = structured(await session.call_tool("search", {"query": "kubeconfig", "scope_prefix": scope["scope"][:6]}))
+        assert [h["item"]["entry"]["key"] for h in prefixed["hits"]] == ["deploy"]
         assert "**kubeconfig**" in found["hits"][0]["snippet"]
         bad = error(await session.call_tool("search", {"query": ""}))
         assert bad["code"] == "INVALID_ARGUMENT"

@@ -185,8 +185,12 @@ type SearchRequest struct {
 	// a following episode scores a little below the hit it follows, keeps
 	// every episode filter, and its snippet has no marked words.
 	FollowingEpisodes int32 `protobuf:"varint,16,opt,name=following_episodes,json=followingEpisodes,proto3" json:"following_episodes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Memory: only scopes whose name starts with this (e.g. "team/", or a
+	// LangGraph store namespace and those under it), of any type unless
+	// `scope_type` says which.
+	ScopePrefix   string `protobuf:"bytes,17,opt,name=scope_prefix,json=scopePrefix,proto3" json:"scope_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SearchRequest) Reset() {
@@ -329,6 +333,13 @@ func (x *SearchRequest) GetFollowingEpisodes() int32 {
 		return x.FollowingEpisodes
 	}
 	return 0
+}
+
+func (x *SearchRequest) GetScopePrefix() string {
+	if x != nil {
+		return x.ScopePrefix
+	}
+	return ""
 }
 
 // SearchHit is one item found.
@@ -513,7 +524,7 @@ var File_engram_v1_search_proto protoreflect.FileDescriptor
 
 const file_engram_v1_search_proto_rawDesc = "" +
 	"\n" +
-	"\x16engram/v1/search.proto\x12\tengram.v1\x1a\x1dengram/v1/consolidation.proto\x1a\x18engram/v1/episodes.proto\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x04\n" +
+	"\x16engram/v1/search.proto\x12\tengram.v1\x1a\x1dengram/v1/consolidation.proto\x1a\x18engram/v1/episodes.proto\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x04\n" +
 	"\rSearchRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x121\n" +
 	"\asources\x18\x02 \x03(\x0e2\x17.engram.v1.SearchSourceR\asources\x12)\n" +
@@ -535,7 +546,8 @@ const file_engram_v1_search_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12-\n" +
-	"\x12following_episodes\x18\x10 \x01(\x05R\x11followingEpisodes\"\xfb\x01\n" +
+	"\x12following_episodes\x18\x10 \x01(\x05R\x11followingEpisodes\x12!\n" +
+	"\fscope_prefix\x18\x11 \x01(\tR\vscopePrefix\"\xfb\x01\n" +
 	"\tSearchHit\x12\x14\n" +
 	"\x05score\x18\x01 \x01(\x01R\x05score\x12/\n" +
 	"\x06source\x18\x02 \x01(\x0e2\x17.engram.v1.SearchSourceR\x06source\x12\x18\n" +

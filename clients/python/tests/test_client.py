@@ -246,6 +246,9 @@ def test_search(server: Server) -> None:
         assert [hit.episode.session_id for hit in bob if hit.episode] == ["chat-2"]
         memory = client.search("checklist", sources=["memory"], scope_type="namespace", scope="ops")
         assert memory[0].entry is not None and memory[0].entry.key == "deploy/notes"
+        by_prefix = client.search("checklist", sources=["memory"], scope_prefix="op")
+        assert [hit.entry.scope for hit in by_prefix if hit.entry] == ["ops"]
+        assert client.search("checklist", sources=["memory"], scope_prefix="nope") == []
         facts = client.search("drills", sources=["facts"], kind="semantic")
         assert facts[0].fact is not None and facts[0].fact.user == "alice"
         assert client.search("deployment", limit=1, start_time=datetime.now(timezone.utc)) == []

@@ -273,6 +273,7 @@ class Engram(_requests.CallerContext):
         scope_type: ScopeType | None = None,
         scope: str = "",
         key_prefix: str = "",
+        scope_prefix: str = "",
         app: str = "",
         user: str = "",
         session_id: str = "",
@@ -287,7 +288,7 @@ class Engram(_requests.CallerContext):
 
         Words are alternatives, ``"quoted phrases"`` are required and
         ``-words`` excluded. Each filter narrows the sources it belongs to:
-        ``scope_type``/``scope``/``key_prefix`` memory, ``app``/``user``
+        ``scope_type``/``scope``/``scope_prefix``/``key_prefix`` memory, ``app``/``user``
         facts and episodes, ``session_id``/``agent``/``types`` episodes,
         ``kind`` facts; the time range narrows all of them.
         ``following_episodes`` (0 to 3) adds the turns after each episode
@@ -301,6 +302,7 @@ class Engram(_requests.CallerContext):
             scope_type=scope_type,
             scope=scope,
             key_prefix=key_prefix,
+            scope_prefix=scope_prefix,
             app=app,
             user=user,
             session_id=session_id,

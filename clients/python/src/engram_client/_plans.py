@@ -73,12 +73,12 @@ class Scopes:
 
 @dataclass(frozen=True)
 class Find:
-    """Memory entries matching a query, best first (SearchService), in one
-    namespace scope or (``scope`` empty) in all of them."""
+    """Memory entries matching a query, best first (SearchService), in the
+    namespace scopes whose names start with ``scope_prefix``."""
 
     query: str
     limit: int
-    scope: str = ""
+    scope_prefix: str = ""
 
 
 Op = Scan | First | Read | Write | Remove | Scopes | Find
@@ -162,7 +162,11 @@ def _sync(client: Engram, op: Op) -> Any:
                 return names
             token = page.next_page_token
     return client.search(
-        op.query, sources=["memory"], scope_type="namespace", scope=op.scope, limit=op.limit
+        op.query,
+        sources=["memory"],
+        scope_type="namespace",
+        scope_prefix=op.scope_prefix,
+        limit=op.limit,
     )
 
 
@@ -207,7 +211,11 @@ async def _async(client: AsyncEngram, op: Op) -> Any:
                 return names
             token = page.next_page_token
     hits: builtins.list[Hit] = await client.search(
-        op.query, sources=["memory"], scope_type="namespace", scope=op.scope, limit=op.limit
+        op.query,
+        sources=["memory"],
+        scope_type="namespace",
+        scope_prefix=op.scope_prefix,
+        limit=op.limit,
     )
     return hits
 

@@ -14,8 +14,7 @@ under a root (``langgraph-store/users/alice/memories`` with the default
 escapes identifiers; an item is a key holding the item's value as it is, so
 the data reads the same from grpcurl and the CLI. ``search`` with a
 ``query`` asks Engram's SearchService (words, or meaning and words when
-the server has an embedder) in each namespace under the prefix (up to 20
-of them; beyond, in the whole tenant, keeping the hits under the prefix); without one it lists the namespaces' items, newest first.
+the server has an embedder) over the scopes under the namespace prefix; without one it lists the namespaces' items, newest first.
 ``filter`` compares values (equality, or ``$eq``, ``$ne``, ``$gt``,
 ``$gte``, ``$lt``, ``$lte``). An item's ``created_at`` and ``updated_at`` are
 both the time of its current version. TTLs are not supported.
@@ -47,10 +46,6 @@ from .._keys import escape, unescape
 
 #: How many hits a query asks SearchService for (its maximum).
 _FIND_LIMIT = 100
-
-#: A query searches each namespace under its prefix on its own up to this
-#: many namespaces, and the whole tenant once beyond.
-_SEARCHED_SCOPES = 20
 
 
 class EngramStore(BaseStore):
@@ -137,17 +132,12 @@ class EngramStore(BaseStore):
     def _search(self, op: SearchOp) -> _plans.Plan[builtins.list[SearchItem]]:
         prefix = op.namespace_prefix
         found: builtins.list[SearchItem] = []
-        scopes: builtins.list[str] = yield _plans.Scopes()
-        wanted = [n for n in self._namespaces(scopes) if n[: len(prefix)] == prefix]
         if op.query:
-            # Search each namespace under the prefix on its own (so a busy
-            # tenant's other scopes cannot crowd them out), or, past
-            # _SEARCHED_SCOPES of them, the whole tenant once.
-            targets = [self.scope(n) for n in wanted] if len(wanted) <= _SEARCHED_SCOPES else [""]
-            hits: builtins.list[Hit] = []
-            for scope in targets:
-                hits += yield _plans.Find(op.query, _FIND_LIMIT, scope)
-            hits.sort(key=lambda hit: hit.score, reverse=True)
+            # The namespace prefix as a scope-name prefix: one search over
+            # exactly those scopes (and siblings sharing the characters,
+            # e.g. alice2 for alice, dropped below).
+            base = self.scope(prefix) if prefix else self.root + "/"
+            hits: builtins.list[Hit] = yield _plans.Find(op.query, _FIND_LIMIT, base)
             for hit in hits:
                 namespace = self.namespace(hit.entry.scope) if hit.entry else None
                 if hit.entry is None or namespace is None or namespace[: len(prefix)] != prefix:
@@ -156,7 +146,10 @@ class EngramStore(BaseStore):
                 if _matches(item.value, op.filter):
                     found.append(_scored(item, hit.score))
         else:
-            for namespace in wanted:
+            scopes: builtins.list[str] = yield _plans.Scopes()
+            for namespace in self._namespaces(scopes):
+                if namespace[: len(prefix)] != prefix:
+                    continue
                 entries: builtins.list[Entry] = yield _plans.Scan(self.scope(namespace), "")
                 for entry in entries:
                     item = self._item(namespace, entry)

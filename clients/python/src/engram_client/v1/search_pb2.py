@@ -28,23 +28,23 @@ from . import memory_pb2 as engram_dot_v1_dot_memory__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/search.proto\x12\tengram.v1\x1a\x1d\x65ngram/v1/consolidation.proto\x1a\x18\x65ngram/v1/episodes.proto\x1a\x16\x65ngram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x03\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12(\n\x07sources\x18\x02 \x03(\x0e\x32\x17.engram.v1.SearchSource\x12#\n\x04mode\x18\x03 \x01(\x0e\x32\x15.engram.v1.SearchMode\x12\r\n\x05limit\x18\x04 \x01(\x05\x12(\n\nscope_type\x18\x05 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x06 \x01(\t\x12\x12\n\nkey_prefix\x18\x07 \x01(\t\x12\x0b\n\x03\x61pp\x18\x08 \x01(\t\x12\x0c\n\x04user\x18\t \x01(\t\x12\x12\n\nsession_id\x18\n \x01(\t\x12\r\n\x05\x61gent\x18\x0b \x01(\t\x12\r\n\x05types\x18\x0c \x03(\t\x12!\n\x04kind\x18\r \x01(\x0e\x32\x13.engram.v1.FactKind\x12.\n\nstart_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x66ollowing_episodes\x18\x10 \x01(\x05\"\xcd\x01\n\tSearchHit\x12\r\n\x05score\x18\x01 \x01(\x01\x12\'\n\x06source\x18\x02 \x01(\x0e\x32\x17.engram.v1.SearchSource\x12\x0f\n\x07snippet\x18\x03 \x01(\t\x12\'\n\x05\x65ntry\x18\x04 \x01(\x0b\x32\x16.engram.v1.MemoryEntryH\x00\x12\x1f\n\x04\x66\x61\x63t\x18\x05 \x01(\x0b\x32\x0f.engram.v1.FactH\x00\x12%\n\x07\x65pisode\x18\x06 \x01(\x0b\x32\x12.engram.v1.EpisodeH\x00\x42\x06\n\x04item\"4\n\x0eSearchResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.engram.v1.SearchHit*|\n\x0cSearchSource\x12\x1d\n\x19SEARCH_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n\x14SEARCH_SOURCE_MEMORY\x10\x01\x12\x17\n\x13SEARCH_SOURCE_FACTS\x10\x02\x12\x1a\n\x16SEARCH_SOURCE_EPISODES\x10\x03*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x01\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03\x32N\n\rSearchService\x12=\n\x06Search\x12\x18.engram.v1.SearchRequest\x1a\x19.engram.v1.SearchResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/search.proto\x12\tengram.v1\x1a\x1d\x65ngram/v1/consolidation.proto\x1a\x18\x65ngram/v1/episodes.proto\x1a\x16\x65ngram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc9\x03\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12(\n\x07sources\x18\x02 \x03(\x0e\x32\x17.engram.v1.SearchSource\x12#\n\x04mode\x18\x03 \x01(\x0e\x32\x15.engram.v1.SearchMode\x12\r\n\x05limit\x18\x04 \x01(\x05\x12(\n\nscope_type\x18\x05 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x06 \x01(\t\x12\x12\n\nkey_prefix\x18\x07 \x01(\t\x12\x0b\n\x03\x61pp\x18\x08 \x01(\t\x12\x0c\n\x04user\x18\t \x01(\t\x12\x12\n\nsession_id\x18\n \x01(\t\x12\r\n\x05\x61gent\x18\x0b \x01(\t\x12\r\n\x05types\x18\x0c \x03(\t\x12!\n\x04kind\x18\r \x01(\x0e\x32\x13.engram.v1.FactKind\x12.\n\nstart_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x66ollowing_episodes\x18\x10 \x01(\x05\x12\x14\n\x0cscope_prefix\x18\x11 \x01(\t\"\xcd\x01\n\tSearchHit\x12\r\n\x05score\x18\x01 \x01(\x01\x12\'\n\x06source\x18\x02 \x01(\x0e\x32\x17.engram.v1.SearchSource\x12\x0f\n\x07snippet\x18\x03 \x01(\t\x12\'\n\x05\x65ntry\x18\x04 \x01(\x0b\x32\x16.engram.v1.MemoryEntryH\x00\x12\x1f\n\x04\x66\x61\x63t\x18\x05 \x01(\x0b\x32\x0f.engram.v1.FactH\x00\x12%\n\x07\x65pisode\x18\x06 \x01(\x0b\x32\x12.engram.v1.EpisodeH\x00\x42\x06\n\x04item\"4\n\x0eSearchResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.engram.v1.SearchHit*|\n\x0cSearchSource\x12\x1d\n\x19SEARCH_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n\x14SEARCH_SOURCE_MEMORY\x10\x01\x12\x17\n\x13SEARCH_SOURCE_FACTS\x10\x02\x12\x1a\n\x16SEARCH_SOURCE_EPISODES\x10\x03*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x01\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x02\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x03\x32N\n\rSearchService\x12=\n\x06Search\x12\x18.engram.v1.SearchRequest\x1a\x19.engram.v1.SearchResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.search_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEARCHSOURCE']._serialized_start=851
-  _globals['_SEARCHSOURCE']._serialized_end=975
-  _globals['_SEARCHMODE']._serialized_start=977
-  _globals['_SEARCHMODE']._serialized_end=1093
+  _globals['_SEARCHSOURCE']._serialized_start=873
+  _globals['_SEARCHSOURCE']._serialized_end=997
+  _globals['_SEARCHMODE']._serialized_start=999
+  _globals['_SEARCHMODE']._serialized_end=1115
   _globals['_SEARCHREQUEST']._serialized_start=152
-  _globals['_SEARCHREQUEST']._serialized_end=587
-  _globals['_SEARCHHIT']._serialized_start=590
-  _globals['_SEARCHHIT']._serialized_end=795
-  _globals['_SEARCHRESPONSE']._serialized_start=797
-  _globals['_SEARCHRESPONSE']._serialized_end=849
-  _globals['_SEARCHSERVICE']._serialized_start=1095
-  _globals['_SEARCHSERVICE']._serialized_end=1173
+  _globals['_SEARCHREQUEST']._serialized_end=609
+  _globals['_SEARCHHIT']._serialized_start=612
+  _globals['_SEARCHHIT']._serialized_end=817
+  _globals['_SEARCHRESPONSE']._serialized_start=819
+  _globals['_SEARCHRESPONSE']._serialized_end=871
+  _globals['_SEARCHSERVICE']._serialized_start=1117
+  _globals['_SEARCHSERVICE']._serialized_end=1195
 # @@protoc_insertion_point(module_scope)

@@ -116,6 +116,7 @@ class SearchRequest(_message.Message):
     START_TIME_FIELD_NUMBER: _builtins.int
     END_TIME_FIELD_NUMBER: _builtins.int
     FOLLOWING_EPISODES_FIELD_NUMBER: _builtins.int
+    SCOPE_PREFIX_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """What to look for: words (any may match; more matches rank higher),
     "quoted phrases" (each must appear) and -words (must not appear).
@@ -147,6 +148,11 @@ class SearchRequest(_message.Message):
     often comes in the turn after the one that shares the question's words;
     a following episode scores a little below the hit it follows, keeps
     every episode filter, and its snippet has no marked words.
+    """
+    scope_prefix: _builtins.str
+    """Memory: only scopes whose name starts with this (e.g. "team/", or a
+    LangGraph store namespace and those under it), of any type unless
+    `scope_type` says which.
     """
     @_builtins.property
     def sources(self) -> _containers.RepeatedScalarFieldContainer[Global___SearchSource.ValueType]:
@@ -183,10 +189,11 @@ class SearchRequest(_message.Message):
         start_time: _timestamp_pb2.Timestamp | None = ...,
         end_time: _timestamp_pb2.Timestamp | None = ...,
         following_episodes: _builtins.int = ...,
+        scope_prefix: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "app", b"app", "end_time", b"end_time", "following_episodes", b"following_episodes", "key_prefix", b"key_prefix", "kind", b"kind", "limit", b"limit", "mode", b"mode", "query", b"query", "scope", b"scope", "scope_type", b"scope_type", "session_id", b"session_id", "sources", b"sources", "start_time", b"start_time", "types", b"types", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent", "app", b"app", "end_time", b"end_time", "following_episodes", b"following_episodes", "key_prefix", b"key_prefix", "kind", b"kind", "limit", b"limit", "mode", b"mode", "query", b"query", "scope", b"scope", "scope_prefix", b"scope_prefix", "scope_type", b"scope_type", "session_id", b"session_id", "sources", b"sources", "start_time", b"start_time", "types", b"types", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
