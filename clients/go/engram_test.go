@@ -285,6 +285,14 @@ func TestSearch(t *testing.T) {
 	if err != nil || len(memory) != 1 || memory[0].GetEntry().GetKey() != "deploy/notes" {
 		t.Fatalf("memory: %v %v", memory, err)
 	}
+	for prefix, want := range map[string]int{"op": 1, "nope": 0} {
+		found, err := client.Search(ctx, &engramv1.SearchRequest{
+			Query: "checklist", Sources: []engramv1.SearchSource{engramv1.SearchSource_SEARCH_SOURCE_MEMORY}, ScopePrefix: prefix,
+		})
+		if err != nil || len(found) != want {
+			t.Fatalf("scope prefix %q: %v %v", prefix, found, err)
+		}
+	}
 	if _, err := client.WorkingMemory.Remember(ctx, &engramv1.RememberRequest{
 		SessionId: "chat-alice", Content: "alice deploys with helm",
 	}); err != nil {

@@ -638,6 +638,13 @@ async fn search_command_against_a_server() {
         memory_hits["hits"][0]["item"]["entry"]["key"], "deploy",
         "{memory_hits}"
     );
+    let prefixed = search.json(&["deployment", "--source", "memory", "--scope-prefix", "op"]);
+    assert_eq!(
+        prefixed["hits"][0]["item"]["entry"]["key"], "deploy",
+        "{prefixed}"
+    );
+    let elsewhere = search.json(&["deployment", "--source", "memory", "--scope-prefix", "nope"]);
+    assert_eq!(elsewhere["hits"], json!([]), "{elsewhere}");
 
     let refused = search.run(&["-only"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);

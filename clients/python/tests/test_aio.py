@@ -104,6 +104,12 @@ def test_sessions_episodes_and_search(server: Server) -> None:
 
             hits = await client.search("kubeconfig", sources=["episodes"], user="alice")
             assert [h.episode.content for h in hits if h.episode] == ["staging kubeconfig"]
+            client.memory.configure("kb-aio")
+            await client.memory.set("k8s", "the kubeconfig lives in the vault")
+            prefixed = await client.search("kubeconfig", sources=["memory"], scope_prefix="kb-")
+            assert [h.entry.key for h in prefixed if h.entry] == ["k8s"]
+            assert await client.search("kubeconfig", sources=["memory"], scope_prefix="zz") == []
+
 
             # Services without a wrapper are on the stubs, with the same errors.
             goal = working_memory_pb2.SetGoalRequest(session_id="chat-1", goal="fix the deploy")
