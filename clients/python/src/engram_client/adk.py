@@ -56,7 +56,6 @@ from ._client import Episode, from_value
 from ._client import Session as EngramSession
 from ._errors import AlreadyExists, FailedPrecondition, NotFound
 from ._connect import Clients, Target
-from .aio import AsyncEngram
 from ._keys import escape, unescape
 from .v1 import episodes_pb2, memory_pb2, sessions_pb2
 
@@ -255,9 +254,8 @@ class EngramSessionService(BaseSessionService):
             return
         scope = _state_scope(app_name)
         prefix = f"session/{escape(session_id)}/"
-        keys = [k async for k in _keys(client, scope, prefix)]
-        for key in keys:
-            await client.call(client.stubs.memory.Delete, scope.delete(key, None))
+        for key, _ in await self._entries(app_name, prefix):
+            await client.call(client.stubs.memory.Delete, scope.delete(prefix + key, None))
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
@@ -266,19 +264,8 @@ class EngramSessionService(BaseSessionService):
         # event, then adds the rest of the delta to the session object.
         event = await super().append_event(session=session, event=event)
         client = self._connection.aio()
-        request = episodes_pb2.AppendEpisodeRequest(
-            session_id=session.id,
-            app=session.app_name,
-            user=session.user_id,
-            episode=_requests.new_episode(
-                _event_text(event) or event.model_dump(mode="json", exclude_none=True),
-                type=_event_type(event),
-                id=event.id,
-                agent=event.author,
-                metadata={"adk_event": event.model_dump(mode="json", exclude_none=True)},
-            ),
-        )
-        request.episode.timestamp.FromDatetime(datetime.fromtimestamp(event.timestamp, tz=timezone.utc))
+        content = _event_text(event) or event.model_dump(mode="json", exclude_none=True)
+        request = _append(session.id, session.app_name, session.user_id, event, content)
         await client.call(client.stubs.episodes.AppendEpisode, request)
         if event.actions and event.actions.state_delta:
             await self._write_state(
@@ -288,15 +275,25 @@ class EngramSessionService(BaseSessionService):
         return event
 
 
-async def _keys(client: AsyncEngram, scope: _requests.Scope, prefix: str) -> Any:
-    token = ""
-    while True:
-        page = await client.call(client.stubs.memory.List, scope.list(prefix, token))
-        for entry in page.entries:
-            yield entry.key
-        if not page.next_page_token:
-            return
-        token = page.next_page_token
+def _append(
+    session_id: str, app_name: str, user_id: str, event: Event, content: Any
+) -> episodes_pb2.AppendEpisodeRequest:
+    """An event as an episode: its id, its type by author and parts, the
+    whole event in the metadata, its time."""
+    request = episodes_pb2.AppendEpisodeRequest(
+        session_id=session_id,
+        app=app_name,
+        user=user_id,
+        episode=_requests.new_episode(
+            content,
+            type=_event_type(event),
+            id=event.id,
+            agent=event.author,
+            metadata={"adk_event": event.model_dump(mode="json", exclude_none=True)},
+        ),
+    )
+    request.episode.timestamp.FromDatetime(datetime.fromtimestamp(event.timestamp, tz=timezone.utc))
+    return request
 
 
 class EngramMemoryService(BaseMemoryService):
@@ -335,21 +332,7 @@ class EngramMemoryService(BaseMemoryService):
         for event in events:
             if event.partial or not _event_text(event):
                 continue
-            request = episodes_pb2.AppendEpisodeRequest(
-                session_id=session_id,
-                app=app_name,
-                user=user_id,
-                episode=_requests.new_episode(
-                    _event_text(event),
-                    type=_event_type(event),
-                    id=event.id,
-                    agent=event.author,
-                    metadata={"adk_event": event.model_dump(mode="json", exclude_none=True)},
-                ),
-            )
-            request.episode.timestamp.FromDatetime(
-                datetime.fromtimestamp(event.timestamp, tz=timezone.utc)
-            )
+            request = _append(session_id, app_name, user_id, event, _event_text(event))
             try:
                 await client.call(client.stubs.episodes.AppendEpisode, request)
             except AlreadyExists:

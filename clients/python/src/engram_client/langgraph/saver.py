@@ -190,7 +190,8 @@ class EngramSaver(BaseCheckpointSaver[str]):
         records: list[tuple[str, str, dict[str, Any]]] = []
         writes: dict[tuple[str, str, str], list[Entry]] = {}
         for entry in entries:
-            thread, ns, kind, rest = entry.key[2:].split("/", 3)
+            head, kind, rest = _split(entry.key)
+            thread, ns = head[2:-1].split("/")
             where = (unescape(thread), unescape(ns))
             if kind == "c":
                 records.append((*where, entry.value))
