@@ -177,6 +177,34 @@ func TestMemory(t *testing.T) {
 	if engram.Reason(err) != "ROLLBACK_TO_TOMBSTONE" {
 		t.Fatalf("rollback to a tombstone: %v", err)
 	}
+
+	// As of the first write's revision the key held its first value, and a
+	// fork at that revision copies that state into a new scope.
+	watch, err := client.Memory.Watch(ctx, &engramv1.WatchRequest{ScopeType: ns, Scope: "prefs", FromRevision: proto.Int64(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change, err := watch.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	then := &engramv1.AsOf{Point: &engramv1.AsOf_Revision{Revision: change.GetRevision()}}
+	old, err := client.Memory.Get(ctx, &engramv1.GetRequest{ScopeType: ns, Scope: "prefs", Key: change.GetKey(), AsOf: then})
+	if err != nil || old.GetEntry().GetVersion() != 1 {
+		t.Fatalf("get as of %d: %v %v", change.GetRevision(), old, err)
+	}
+	forked, err := client.Memory.ForkScope(ctx, &engramv1.ForkScopeRequest{
+		SourceScopeType: ns, SourceScope: "prefs", TargetScopeType: ns, TargetScope: "prefs-replay", AsOf: then,
+	})
+	if err != nil || forked.GetKeysCopied() != 1 || forked.GetRevision() != change.GetRevision() {
+		t.Fatalf("fork: %v %v", forked, err)
+	}
+	_, err = client.Memory.ForkScope(ctx, &engramv1.ForkScopeRequest{
+		SourceScopeType: ns, SourceScope: "prefs", TargetScopeType: ns, TargetScope: "prefs-replay",
+	})
+	if engram.Reason(err) != "SCOPE_NOT_EMPTY" {
+		t.Fatalf("fork into a scope with keys: %v", err)
+	}
 }
 
 func TestCallerContextAndAdmin(t *testing.T) {

@@ -7,13 +7,15 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
-use super::convert::{entry_to_proto, json_from_proto, scope_type_from_proto, scope_type_to_proto};
+use super::convert::{
+    entry_to_proto, json_from_proto, optional_timestamp, scope_type_from_proto, scope_type_to_proto,
+};
 use super::error::to_status;
 use super::feed::{self, FeedOptions, FeedStream};
 use super::watch::Changes;
 use crate::error::{Error, Reason, Result};
-use crate::memory::ports::ScopeFilter;
-use crate::memory::{Key, KeyPrefix, Memory, ScopeName, ScopeSelector, WriteRequest};
+use crate::memory::ports::{Past, ScopeFilter};
+use crate::memory::{AsOf, Key, KeyPrefix, Memory, Scope, ScopeName, ScopeSelector, WriteRequest};
 use crate::ports::Store;
 use crate::proto;
 use crate::proto::memory_service_server::MemoryService;
@@ -52,6 +54,40 @@ fn version(field: &str, n: i64) -> Result<Option<i64>> {
         )),
         0 => Ok(None),
         n => Ok(Some(n)),
+    }
+}
+
+/// The point of an `as_of` field, if one is set.
+fn as_of(point: Option<proto::AsOf>) -> Result<Option<AsOf>> {
+    use proto::as_of::Point;
+    let Some(point) = point else {
+        return Ok(None);
+    };
+    match point.point {
+        None => Err(Error::invalid(
+            Reason::InvalidArgument,
+            "as_of",
+            "names no point: set as_of.time or as_of.revision",
+        )),
+        Some(Point::Revision(n)) if n < 0 => Err(Error::invalid(
+            Reason::InvalidArgument,
+            "as_of.revision",
+            format!("must not be negative, got {n}"),
+        )),
+        Some(Point::Revision(n)) => Ok(Some(AsOf::Revision(n))),
+        Some(Point::Time(time)) => {
+            // The range of google.protobuf.Timestamp: years 1 to 9999.
+            const FIRST: i64 = -62_135_596_800;
+            const LAST: i64 = 253_402_300_799;
+            if !(FIRST..=LAST).contains(&time.seconds) {
+                return Err(Error::invalid(
+                    Reason::InvalidArgument,
+                    "as_of.time",
+                    "must lie between the years 1 and 9999",
+                ));
+            }
+            Ok(optional_timestamp("as_of.time", Some(time))?.map(AsOf::Time))
+        }
     }
 }
 
@@ -141,18 +177,27 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let parsed = (|| {
-            Ok::<_, Error>((
+            let parsed = (
                 selector(req.scope_type, req.scope)?,
                 Key::parse("key", req.key)?,
                 version("version", req.version)?,
-            ))
+                as_of(req.as_of)?,
+            );
+            if parsed.2.is_some() && parsed.3.is_some() {
+                return Err(Error::invalid(
+                    Reason::InvalidArgument,
+                    "as_of",
+                    "cannot be combined with version",
+                ));
+            }
+            Ok::<_, Error>(parsed)
         })();
-        let (selector, key, version) = parsed.map_err(to_status)?;
-        let entry = self
-            .memory
-            .get(&ctx, selector, &key, version)
-            .await
-            .map_err(to_status)?;
+        let (selector, key, version, as_of) = parsed.map_err(to_status)?;
+        let entry = match as_of {
+            Some(as_of) => self.memory.get_as_of(&ctx, selector, &key, as_of).await,
+            None => self.memory.get(&ctx, selector, &key, version).await,
+        }
+        .map_err(to_status)?;
         Ok(Response::new(proto::GetResponse {
             entry: Some(entry_to_proto(entry)),
         }))
@@ -182,6 +227,44 @@ impl<S: Store> MemoryService for MemoryApi<S> {
         }))
     }
 
+    async fn fork_scope(
+        &self,
+        request: Request<proto::ForkScopeRequest>,
+    ) -> Result<Response<proto::ForkScopeResponse>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            let target_type = scope_type_from_proto("target_scope_type", req.target_scope_type)?
+                .ok_or_else(|| {
+                    Error::invalid(Reason::InvalidArgument, "target_scope_type", "is required")
+                })?;
+            let target = Scope {
+                scope_type: target_type,
+                name: ScopeName::parse("target_scope", req.target_scope)?,
+            };
+            let source = ScopeSelector {
+                scope_type: scope_type_from_proto("source_scope_type", req.source_scope_type)?,
+                scope: if req.source_scope.is_empty() {
+                    None
+                } else {
+                    Some(ScopeName::parse("source_scope", req.source_scope)?)
+                },
+            };
+            Ok::<_, Error>((source, target, as_of(req.as_of)?))
+        })();
+        let (source, target, as_of) = parsed.map_err(to_status)?;
+        let outcome = self
+            .memory
+            .fork_scope(&ctx, source, target, as_of)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::ForkScopeResponse {
+            keys_copied: outcome.keys,
+            revision: outcome.revision,
+            audit_key: outcome.record.audit_key,
+        }))
+    }
+
     async fn list(
         &self,
         request: Request<proto::ListRequest>,
@@ -192,25 +275,53 @@ impl<S: Store> MemoryService for MemoryApi<S> {
             Ok::<_, Error>((
                 selector(req.scope_type, req.scope)?,
                 KeyPrefix::parse("key_prefix", req.key_prefix)?,
+                as_of(req.as_of)?,
             ))
         })();
-        let (selector, prefix) = parsed.map_err(to_status)?;
+        let (selector, prefix, as_of) = parsed.map_err(to_status)?;
+        let Some(as_of) = as_of else {
+            let page = self
+                .memory
+                .list(
+                    &ctx,
+                    selector,
+                    &prefix,
+                    req.include_reserved,
+                    req.page_size,
+                    &req.page_token,
+                )
+                .await
+                .map_err(to_status)?;
+            return Ok(Response::new(proto::ListResponse {
+                entries: page.items.into_iter().map(entry_to_proto).collect(),
+                next_page_token: page.next_page_token,
+                purged_keys: Vec::new(),
+            }));
+        };
         let page = self
             .memory
-            .list(
+            .list_as_of(
                 &ctx,
                 selector,
                 &prefix,
                 req.include_reserved,
+                as_of,
                 req.page_size,
                 &req.page_token,
             )
             .await
             .map_err(to_status)?;
-        Ok(Response::new(proto::ListResponse {
-            entries: page.items.into_iter().map(entry_to_proto).collect(),
+        let mut response = proto::ListResponse {
             next_page_token: page.next_page_token,
-        }))
+            ..Default::default()
+        };
+        for item in page.items {
+            match item {
+                Past::Entry(entry) => response.entries.push(entry_to_proto(entry)),
+                Past::Purged(key) => response.purged_keys.push(key.as_str().to_owned()),
+            }
+        }
+        Ok(Response::new(response))
     }
 
     type HistoryStream = HistoryStream;
@@ -333,10 +444,12 @@ impl<S: Store> MemoryService for MemoryApi<S> {
             scope_type,
             flow_id,
             flow_name,
+            at: None,
         };
+        let as_of = as_of(req.as_of).map_err(to_status)?;
         let page = self
             .memory
-            .list_scopes(&ctx, filter, req.page_size, &req.page_token)
+            .list_scopes(&ctx, filter, as_of, req.page_size, &req.page_token)
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::ListScopesResponse {
@@ -347,6 +460,7 @@ impl<S: Store> MemoryService for MemoryApi<S> {
                     scope_type: scope_type_to_proto(summary.scope.scope_type) as i32,
                     scope: summary.scope.name.as_str().to_owned(),
                     entry_count: summary.entry_count,
+                    purged_count: summary.purged_count,
                 })
                 .collect(),
             next_page_token: page.next_page_token,

@@ -55,11 +55,16 @@ fn source_mode_to_proto(mode: SourceMode) -> proto::SourceMode {
 }
 
 pub fn record_to_proto(record: AuditRecord) -> proto::CompactionRecord {
+    let source_scope_type = record
+        .source_scope_type()
+        .map_or(proto::ScopeType::Unspecified, scope_type_to_proto)
+        as i32;
     proto::CompactionRecord {
         operation: match record.operation {
             crate::memory::audit::Operation::Compact => "compact".to_owned(),
             crate::memory::audit::Operation::Purge => "purge".to_owned(),
             crate::memory::audit::Operation::Rollback => "rollback".to_owned(),
+            crate::memory::audit::Operation::Fork => "fork".to_owned(),
         },
         scope_type: record
             .scope_type()
@@ -80,6 +85,10 @@ pub fn record_to_proto(record: AuditRecord) -> proto::CompactionRecord {
         versions_deleted: record.versions_deleted,
         keep: record.keep,
         audit_key: record.audit_key,
+        source_scope_type,
+        source_scope: record.source_scope,
+        as_of_revision: record.as_of_revision,
+        as_of_time: record.as_of_time.map(timestamp),
     }
 }
 

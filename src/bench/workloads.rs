@@ -214,6 +214,7 @@ async fn ensure_keys(target: &Target, args: &BenchArgs) -> anyhow::Result<()> {
             scope: scope.clone(),
             key: last,
             version: 0,
+            as_of: None,
         })
         .await
         .is_ok();
@@ -258,6 +259,7 @@ async fn ensure_history(target: &Target, versions: i64) -> anyhow::Result<()> {
             scope: scope.clone(),
             key: key.clone(),
             version: 0,
+            as_of: None,
         })
         .await
         .map_or(0, |r| r.into_inner().entry.map_or(0, |e| e.version));
@@ -332,6 +334,7 @@ pub async fn run(
                                         scope,
                                         key,
                                         version: i64::from(workload == Workload::GetVersion),
+                                        as_of: None,
                                     })
                                     .await?;
                             }

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use super::search::timestamp;
 use super::{
     CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, parse_value, print_json,
     time, value_json,
@@ -58,6 +59,23 @@ impl ScopeArgs {
     }
 }
 
+/// A point in the past: a revision of the change feed (as `memory watch`
+/// prints them) or an RFC 3339 time.
+pub(crate) fn as_of(flag: &str, text: Option<&str>) -> CliResult<Option<proto::AsOf>> {
+    use proto::as_of::Point;
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let point =
+        match text.parse::<i64>() {
+            Ok(revision) => Point::Revision(revision),
+            Err(_) => Point::Time(timestamp(flag, Some(text))?.ok_or_else(|| {
+                CliError::usage(format!("{flag}: a revision or an RFC 3339 time"))
+            })?),
+        };
+    Ok(Some(proto::AsOf { point: Some(point) }))
+}
+
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// List scopes with their live entry counts
@@ -68,6 +86,9 @@ enum Command {
         /// Only execution scopes of this flow (by name)
         #[arg(long)]
         flow: Option<String>,
+        /// Count what was live then: a revision (from `memory watch`) or an RFC 3339 time
+        #[arg(long)]
+        as_of: Option<String>,
     },
     /// List the live entries of a scope, in key order (every page)
     List {
@@ -79,15 +100,37 @@ enum Command {
         /// Include the reserved _compaction/ audit keys
         #[arg(long)]
         include_reserved: bool,
+        /// List what was live then: a revision (from `memory watch`) or an RFC 3339 time;
+        /// keys whose value then was purged since are listed as purged
+        #[arg(long)]
+        as_of: Option<String>,
     },
-    /// Print a key's current value (or the value at --version)
+    /// Print a key's current value (or the value at --version or --as-of)
     Get {
         key: String,
         #[command(flatten)]
         scope: ScopeArgs,
         /// Read this version instead of the newest
-        #[arg(long)]
+        #[arg(long, conflicts_with = "as_of")]
         version: Option<i64>,
+        /// Read the value the key had then: a revision or an RFC 3339 time
+        #[arg(long)]
+        as_of: Option<String>,
+    },
+    /// Copy a scope's live entries (now, or at --as-of) into a new, empty scope,
+    /// e.g. to replay a run against the memory it saw
+    Fork {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// The new scope
+        #[arg(long)]
+        to_scope: String,
+        /// The new scope's type (default: the source's)
+        #[arg(long, value_enum)]
+        to_scope_type: Option<ScopeTypeArg>,
+        /// Copy the state at this point: a revision or an RFC 3339 time
+        #[arg(long)]
+        as_of: Option<String>,
     },
     /// Write a new version; VALUE is parsed as JSON when it can be, else stored as a string
     Set {
@@ -304,6 +347,10 @@ pub(crate) fn record_json(record: &proto::CompactionRecord) -> serde_json::Value
         "versions_deleted": record.versions_deleted,
         "keep": record.keep,
         "audit_key": record.audit_key,
+        "source_scope_type": scope_type_name(record.source_scope_type),
+        "source_scope": record.source_scope,
+        "as_of_revision": record.as_of_revision,
+        "as_of_time": record.as_of_time.as_ref().map(|t| time(Some(t))),
     })
 }
 
@@ -315,6 +362,13 @@ fn record_line(record: &proto::CompactionRecord) -> String {
             record.target_key,
             record.source_versions.first().copied().unwrap_or_default(),
             record.target_version
+        ),
+        "fork" => format!(
+            "{when}  fork     {} keys from {} {} at revision {}",
+            record.keys_affected,
+            scope_type_name(record.source_scope_type),
+            record.source_scope,
+            record.as_of_revision
         ),
         "compact" => format!(
             "{when}  compact  {} -> {} v{}  ({})",
@@ -331,6 +385,14 @@ fn record_line(record: &proto::CompactionRecord) -> String {
                 .keep
                 .map_or_else(|| "none".to_owned(), |k| k.to_string())
         ),
+    }
+}
+
+/// The key of a `List` row: an entry, or a key purged since.
+fn row_key(row: &Result<proto::MemoryEntry, String>) -> &str {
+    match row {
+        Ok(entry) => &entry.key,
+        Err(key) => key,
     }
 }
 
@@ -367,7 +429,12 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
     let mut memory = MemoryServiceClient::new(channel.clone());
     let mut admin = MemoryAdminServiceClient::new(channel);
     match command {
-        Command::Scopes { scope_type, flow } => {
+        Command::Scopes {
+            scope_type,
+            flow,
+            as_of: point,
+        } => {
+            let point = as_of("--as-of", point.as_deref())?;
             let all = all_pages(|page_token| {
                 let mut memory = memory.clone();
                 let request = proto::ListScopesRequest {
@@ -375,6 +442,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     page_size: 1000,
                     page_token,
                     flow_name: flow.clone().unwrap_or_default(),
+                    as_of: point,
                     ..Default::default()
                 };
                 async move {
@@ -390,13 +458,18 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                             "scope_type": scope_type_name(s.scope_type),
                             "scope": s.scope,
                             "entry_count": s.entry_count,
+                            "purged_count": s.purged_count,
                         }))
                         .collect::<Vec<_>>()
                 )),
                 Output::Text => {
                     for s in &all {
+                        let purged = match s.purged_count {
+                            0 => String::new(),
+                            n => format!(", {n} purged since"),
+                        };
                         println!(
-                            "{:<10} {}  ({} entries)",
+                            "{:<10} {}  ({} entries{purged})",
                             scope_type_name(s.scope_type),
                             s.scope,
                             s.entry_count
@@ -409,9 +482,12 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
             scope,
             prefix,
             include_reserved,
+            as_of: point,
         } => {
+            let point = as_of("--as-of", point.as_deref())?;
             let (scope_type, scope) = scope.proto();
-            let entries = all_pages(|page_token| {
+            // Entries and purged keys, merged back into key order.
+            let rows = all_pages(|page_token| {
                 let mut memory = memory.clone();
                 let request = proto::ListRequest {
                     scope_type,
@@ -420,24 +496,67 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     page_size: 1000,
                     page_token,
                     include_reserved,
+                    as_of: point,
                 };
                 async move {
                     let page = memory.list(request).await?.into_inner();
-                    Ok((page.entries, page.next_page_token))
+                    let mut rows: Vec<Result<proto::MemoryEntry, String>> =
+                        page.entries.into_iter().map(Ok).collect();
+                    rows.extend(page.purged_keys.into_iter().map(Err));
+                    rows.sort_by(|a, b| row_key(a).cmp(row_key(b)));
+                    Ok((rows, page.next_page_token))
                 }
             })
             .await?;
             match output {
-                Output::Json => {
-                    print_json(&json!(entries.iter().map(entry_json).collect::<Vec<_>>()))
-                }
-                Output::Text => entries.iter().for_each(|e| println!("{}", entry_line(e))),
+                Output::Json => print_json(&json!(
+                    rows.iter()
+                        .map(|row| match row {
+                            Ok(entry) => entry_json(entry),
+                            Err(key) => json!({ "key": key, "purged": true }),
+                        })
+                        .collect::<Vec<_>>()
+                )),
+                Output::Text => rows.iter().for_each(|row| match row {
+                    Ok(entry) => println!("{}", entry_line(entry)),
+                    Err(key) => println!("{key}  (purged since)"),
+                }),
+            }
+        }
+        Command::Fork {
+            scope,
+            to_scope,
+            to_scope_type,
+            as_of: point,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let done = memory
+                .fork_scope(proto::ForkScopeRequest {
+                    source_scope_type: scope_type,
+                    source_scope: scope,
+                    target_scope_type: to_scope_type.map_or(scope_type, |t| t.to_proto() as i32),
+                    target_scope: to_scope.clone(),
+                    as_of: as_of("--as-of", point.as_deref())?,
+                })
+                .await?
+                .into_inner();
+            match output {
+                Output::Json => print_json(&json!({
+                    "keys_copied": done.keys_copied,
+                    "revision": done.revision,
+                    "audit_key": done.audit_key,
+                })),
+                Output::Text => println!(
+                    "copied {} keys into {to_scope} (source read at revision {})",
+                    done.keys_copied, done.revision
+                ),
             }
         }
         Command::Get {
             key,
             scope,
             version,
+            as_of: point,
         } => {
             let (scope_type, scope) = scope.proto();
             let entry = memory
@@ -446,6 +565,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     scope,
                     key,
                     version: version.unwrap_or(0),
+                    as_of: as_of("--as-of", point.as_deref())?,
                 })
                 .await?
                 .into_inner()

@@ -114,7 +114,9 @@ Engram is durable memory for agents. Memory is versioned key-value data in \
 scopes: name one with scope_type (namespace, flow or execution) and scope on \
 every memory tool. Every write makes a new version; delete leaves a \
 tombstone; memory_history shows every version and memory_rollback restores \
-an old one. Pass expected_version to \
+an old one. memory_get, memory_list and memory_scopes take as_of (a revision \
+or an RFC 3339 time) to read memory as it was, and memory_fork copies a \
+scope's state into a new scope. Pass expected_version to \
 memory_set or memory_delete to write only if nobody wrote since you read. \
 Sessions hold an event log (episode_append, episodes_recent, episodes_list, \
 session_context). search finds memory entries, facts and episodes by what \
@@ -453,6 +455,7 @@ impl ServerHandler for Engram {
                         scope,
                         key,
                         version: 0,
+                        as_of: None,
                     })
                     .await
                     .map_err(not_found)?

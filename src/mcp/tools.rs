@@ -60,6 +60,9 @@ pub struct GetArgs {
     key: String,
     /// Read this version instead of the newest
     version: Option<i64>,
+    /// Read the value the key had at this point instead: a revision of the
+    /// change feed (e.g. "42") or an RFC 3339 time
+    as_of: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -98,12 +101,44 @@ pub struct RollbackArgs {
     to_version: i64,
 }
 
+/// The scope a fork writes into.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Target {
+    /// The new scope's type
+    target_scope_type: ScopeTypeArg,
+    /// The new scope's name; it must have no keys
+    target_scope: String,
+}
+
+impl Target {
+    fn proto(&self) -> (i32, String) {
+        (
+            self.target_scope_type.to_proto() as i32,
+            self.target_scope.clone(),
+        )
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ForkArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    #[serde(flatten)]
+    target: Target,
+    /// Copy the state at this point: a revision of the change feed (e.g.
+    /// "42") or an RFC 3339 time; unset copies the state now
+    as_of: Option<String>,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListArgs {
     #[serde(flatten)]
     scope: Scope,
     /// Only keys starting with this
     key_prefix: Option<String>,
+    /// List what was live at this point instead: a revision of the change
+    /// feed (e.g. "42") or an RFC 3339 time
+    as_of: Option<String>,
     #[serde(flatten)]
     page: Page,
 }
@@ -126,6 +161,9 @@ pub struct ScopesArgs {
     scope_type: Option<ScopeTypeArg>,
     /// Only execution scopes of this flow (by name)
     flow_name: Option<String>,
+    /// Count what was live at this point instead: a revision of the change
+    /// feed (e.g. "42") or an RFC 3339 time
+    as_of: Option<String>,
     #[serde(flatten)]
     page: Page,
 }
@@ -317,6 +355,11 @@ fn bounded(field: &str, value: Option<u32>, default: u32) -> Result<i32, Failed>
 }
 
 /// What a purge (of a key or a scope) answers.
+/// An `as_of` argument: a revision or an RFC 3339 time.
+fn point(text: Option<String>) -> Result<Option<proto::AsOf>, Failed> {
+    crate::cli::memory::as_of("as_of", text.as_deref()).map_err(|err| Failed::argument(err.message))
+}
+
 fn purged(
     versions_deleted: i64,
     keys_affected: i64,
@@ -345,6 +388,7 @@ impl Engram {
                 scope,
                 key: args.key,
                 version: args.version.unwrap_or(0),
+                as_of: point(args.as_of)?,
             })
             .await?
             .into_inner()
@@ -421,6 +465,33 @@ impl Engram {
     }
 
     #[tool(
+        description = "Copy a scope's live entries (now, or as_of a revision or time) into a \
+                       new, empty scope, e.g. to replay a run against the memory it saw; \
+                       recorded in the new scope's audit trail.",
+        annotations(destructive_hint = false)
+    )]
+    async fn memory_fork(&self, Parameters(args): Parameters<ForkArgs>) -> Reply {
+        let (source_scope_type, source_scope) = args.scope.proto();
+        let (target_scope_type, target_scope) = args.target.proto();
+        let done = self
+            .memory()
+            .fork_scope(proto::ForkScopeRequest {
+                source_scope_type,
+                source_scope,
+                target_scope_type,
+                target_scope,
+                as_of: point(args.as_of)?,
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "keys_copied": done.keys_copied,
+            "revision": done.revision,
+            "audit_key": done.audit_key,
+        }))
+    }
+
+    #[tool(
         description = "List a scope's live entries in key order, one page at a time.",
         annotations(read_only_hint = true)
     )]
@@ -436,11 +507,13 @@ impl Engram {
                 page_size,
                 page_token,
                 include_reserved: false,
+                as_of: point(args.as_of)?,
             })
             .await?
             .into_inner();
         ok(json!({
             "entries": page.entries.iter().map(entry_json).collect::<Vec<_>>(),
+            "purged_keys": page.purged_keys,
             "next_page_token": page.next_page_token,
         }))
     }
@@ -490,6 +563,7 @@ impl Engram {
                 page_token,
                 flow_id: String::new(),
                 flow_name: args.flow_name.unwrap_or_default(),
+                as_of: point(args.as_of)?,
             })
             .await?
             .into_inner();
@@ -501,6 +575,7 @@ impl Engram {
                     "scope_type": crate::cli::memory::scope_type_name(summary.scope_type),
                     "scope": summary.scope,
                     "entry_count": summary.entry_count,
+                    "purged_count": summary.purged_count,
                 })
             })
             .collect();

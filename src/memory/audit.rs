@@ -1,5 +1,5 @@
-//! The maintenance audit trail: one record per purge, compaction or
-//! rollback, stored
+//! The maintenance audit trail: one record per purge, compaction,
+//! rollback or fork, stored
 //! as a memory entry under the reserved `_compaction/` prefix of the scope
 //! it concerns, so it lives and dies with the scope's data but survives
 //! `PurgeScope`.
@@ -21,6 +21,8 @@ pub enum Operation {
     Purge,
     /// A key set back to an older version's value (`MemoryService.Rollback`).
     Rollback,
+    /// A scope's state copied into this one (`MemoryService.ForkScope`).
+    Fork,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -58,9 +60,24 @@ pub struct AuditRecord {
     pub versions_deleted: i64,
     #[serde(default)]
     pub keep: Option<i64>,
+    /// The scope a fork copied from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source_scope_type: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source_scope: String,
+    /// The revision a fork read its source at.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub as_of_revision: i64,
+    /// The time a fork was asked to read its source at, if it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of_time: Option<DateTime<Utc>>,
     /// The reserved key the record is stored under (not part of the value).
     #[serde(skip)]
     pub audit_key: String,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl AuditRecord {
@@ -83,6 +100,10 @@ impl AuditRecord {
             keys_affected: 0,
             versions_deleted: 0,
             keep: None,
+            source_scope_type: String::new(),
+            source_scope: String::new(),
+            as_of_revision: 0,
+            as_of_time: None,
             audit_key: format!(
                 "{RESERVED_PREFIX}{:016}-{}",
                 now.timestamp_micros().max(0),
@@ -109,11 +130,20 @@ impl AuditRecord {
     }
 
     pub fn scope_type(&self) -> Option<ScopeType> {
-        match self.scope_type.as_str() {
-            "namespace" => Some(ScopeType::Namespace),
-            "flow" => Some(ScopeType::Flow),
-            "execution" => Some(ScopeType::Execution),
-            _ => None,
-        }
+        scope_type_named(&self.scope_type)
+    }
+
+    /// The type of the scope a fork copied from.
+    pub fn source_scope_type(&self) -> Option<ScopeType> {
+        scope_type_named(&self.source_scope_type)
+    }
+}
+
+fn scope_type_named(name: &str) -> Option<ScopeType> {
+    match name {
+        "namespace" => Some(ScopeType::Namespace),
+        "flow" => Some(ScopeType::Flow),
+        "execution" => Some(ScopeType::Execution),
+        _ => None,
     }
 }

@@ -4,11 +4,13 @@
 
 pub mod admin;
 pub mod audit;
+mod past;
 pub mod ports;
 mod service;
 mod types;
 
 pub use crate::paging::ListPage;
+pub use past::ForkOutcome;
 pub use service::{
     HistoryCursor, Memory, MemoryLimits, ScopeSelector, WATCH_BATCH, WatchStart, WriteRequest,
 };

@@ -141,6 +141,50 @@ pub struct ScopeFilter<'a> {
     pub flow_id: Option<&'a str>,
     /// Only execution scopes holding a version tagged with this flow name.
     pub flow_name: Option<&'a str>,
+    /// Count what was live at this point instead of now.
+    pub at: Option<Point>,
+}
+
+/// A point in the past as the store reads it: the versions written at or
+/// before both bounds (the one a caller did not ask for is unbounded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Point {
+    /// A revision of the change feed.
+    pub revision: i64,
+    pub time: DateTime<Utc>,
+}
+
+/// A key as it was at a [`Point`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Past {
+    /// The version current then (a tombstone when the key was deleted).
+    Entry(Entry),
+    /// The version current then has been purged since.
+    Purged(Key),
+}
+
+/// A copy of a scope's state at a point into a scope with no keys.
+#[derive(Debug, Clone, Copy)]
+pub struct Fork<'a> {
+    pub source: &'a Scope,
+    pub target: &'a Scope,
+    pub at: Point,
+    pub now: DateTime<Utc>,
+}
+
+/// What became of a fork.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Forked {
+    /// The live keys were copied as version 1 of the target's keys, and the
+    /// audit record (with `keys_affected`) written in the target.
+    Copied(Box<AuditRecord>),
+    /// The target scope has keys: nothing was written.
+    TargetNotEmpty,
+    /// These keys (the first few) had values at the point that were purged
+    /// since: nothing was written.
+    Purged(Vec<String>),
+    /// The source lost versions while being copied: nothing was written.
+    SourceChanged,
 }
 
 /// A purge of one key, or of every key of a scope.
@@ -260,6 +304,34 @@ pub trait MemoryStore: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         query: &ListQuery<'_>,
     ) -> impl Future<Output = Result<Vec<Entry>>> + Send;
+
+    /// A key as it was at a point: the newest version written by then
+    /// (tombstones included), or the fact that it was purged since.
+    fn get_at(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        at: Point,
+    ) -> impl Future<Output = Result<Option<Past>>> + Send;
+
+    /// The keys of a scope that were live at a point, in key order (only
+    /// ascending), with the keys whose value then was purged since.
+    fn list_at(
+        &self,
+        tenant: &Tenant,
+        query: &ListQuery<'_>,
+        at: Point,
+    ) -> impl Future<Output = Result<Vec<Past>>> + Send;
+
+    /// Copies a scope's live keys at a point into an empty scope, with the
+    /// audit record, in one transaction.
+    fn fork(
+        &self,
+        tenant: &Tenant,
+        fork: &Fork<'_>,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<Forked>> + Send;
 
     /// Up to `limit` versions of a key from `from_version` on, oldest first.
     fn history(

@@ -16,7 +16,7 @@ use super::ports::{
     Written,
 };
 use super::types::{
-    Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
+    AsOf, Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
     ScopeType, Value,
 };
 use crate::context::CallerContext;
@@ -51,7 +51,7 @@ impl ScopeSelector {
 
     /// The scope a call addresses. With no scope named, a flow caller gets its
     /// `FLOW` scope (and an execution asking for `EXECUTION` gets its own).
-    fn resolve(self, ctx: &CallerContext) -> Result<Scope> {
+    pub(super) fn resolve(self, ctx: &CallerContext) -> Result<Scope> {
         match (self.scope_type, self.scope) {
             (Some(scope_type), Some(name)) => Ok(Scope { scope_type, name }),
             (None, Some(_)) => Err(Error::invalid(
@@ -564,7 +564,8 @@ impl<S: MemoryStore + Feeds> Memory<S> {
     pub async fn list_scopes(
         &self,
         ctx: &CallerContext,
-        filter: ScopeFilter<'_>,
+        mut filter: ScopeFilter<'_>,
+        as_of: Option<AsOf>,
         page_size: i32,
         page_token: &str,
     ) -> Result<ListPage<ScopeSummary>> {
@@ -575,7 +576,12 @@ impl<S: MemoryStore + Feeds> Memory<S> {
             filter.scope_type.map_or("", ScopeType::as_str),
             filter.flow_id.unwrap_or(""),
             filter.flow_name.unwrap_or(""),
+            &as_of.map(|at| at.to_string()).unwrap_or_default(),
         ]);
+        filter.at = match as_of {
+            Some(as_of) => Some(self.point(as_of).await?),
+            None => None,
+        };
         let after: Option<(i16, String)> = paging::decode_token(&query, page_token)?;
         let after = after
             .map(|(scope_type, name)| {
@@ -673,7 +679,7 @@ pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
     version_error(Reason::KeyDeleted, key, version, "was deleted at version")
 }
 
-fn version_not_found(key: &Key, version: i64) -> Error {
+pub(super) fn version_not_found(key: &Key, version: i64) -> Error {
     version_error(Reason::VersionNotFound, key, version, "has no version")
 }
 

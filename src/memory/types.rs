@@ -233,6 +233,26 @@ pub struct Entry {
 pub struct ScopeSummary {
     pub scope: Scope,
     pub entry_count: i64,
+    /// Read at a point: the keys whose value then was purged since.
+    pub purged_count: i64,
+}
+
+/// A point in the past to read memory at (`as_of`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    /// What had been written by this time.
+    Time(DateTime<Utc>),
+    /// What had been written once the change feed reached this revision.
+    Revision(i64),
+}
+
+impl fmt::Display for AsOf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AsOf::Time(time) => write!(f, "time {}", time.to_rfc3339()),
+            AsOf::Revision(revision) => write!(f, "revision {revision}"),
+        }
+    }
 }
 
 /// What a change in the feed did to its key.

@@ -8,13 +8,14 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Backend, Cols, Run, Sql, Transaction, params, select};
+use super::past;
+use super::sql::{Backend, Cols, Param, Run, Sql, Transaction, params, select};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{
-    Compacted, Fence, Head, ListQuery, MemoryStore, Purge, PurgeOutcome, Purged, ReindexOutcome,
-    ScopeFilter, Write, Written,
+    Compacted, Fence, Fork, Forked, Head, ListQuery, MemoryStore, Past, Point, Purge, PurgeOutcome,
+    Purged, ReindexOutcome, ScopeFilter, Write, Written,
 };
 use crate::memory::{
     Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
@@ -76,17 +77,50 @@ static HISTORY: Sql = select!(
      AND v.key = $4 AND v.version >= $5 ORDER BY v.version LIMIT $6"
 );
 
-static SCOPES: Sql = Sql::new(
-    "SELECT scope_type, scope, \
-     count(*) FILTER (WHERE NOT deleted AND substr(key, 1, 12) <> '_compaction/') \
-     FROM memory_heads \
-     WHERE tenant = $1 AND ($2 = 0 OR scope_type = $2) AND (scope_type, scope) > ($3, $4) \
-     AND ($6 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
-         WHERE tenant = $1 AND scope_type = 3 AND flow_id <> '' AND flow_id = $6))) \
-     AND ($7 = '' OR (scope_type = 3 AND scope IN (SELECT scope FROM memory_versions \
-         WHERE tenant = $1 AND scope_type = 3 AND flow_name <> '' AND flow_name = $7))) \
-     GROUP BY scope_type, scope ORDER BY scope_type, scope LIMIT $5",
-);
+/// Flow filters of the scope listings ($6 flow_id, $7 flow_name, either
+/// blank) on the scope `k`, for `concat!`.
+macro_rules! flow_filters {
+    () => {
+        "($6 = '' OR (k.scope_type = 3 AND k.scope IN (SELECT scope FROM memory_versions \
+             WHERE tenant = $1 AND scope_type = 3 AND flow_id <> '' AND flow_id = $6))) \
+         AND ($7 = '' OR (k.scope_type = 3 AND k.scope IN (SELECT scope FROM memory_versions \
+             WHERE tenant = $1 AND scope_type = 3 AND flow_name <> '' AND flow_name = $7)))"
+    };
+}
+
+/// $1 tenant, $2 scope type (0: any), $3 and $4 the last scope of the
+/// previous page, $5 limit, $6 and $7 flow filters.
+static SCOPES: Sql = Sql::new(concat!(
+    "SELECT k.scope_type, k.scope, \
+     count(*) FILTER (WHERE NOT k.deleted AND substr(k.key, 1, 12) <> '_compaction/'), \
+     0::bigint FROM memory_heads k \
+     WHERE k.tenant = $1 AND ($2 = 0 OR k.scope_type = $2) AND (k.scope_type, k.scope) > ($3, $4) \
+     AND ",
+    flow_filters!(),
+    " GROUP BY k.scope_type, k.scope ORDER BY k.scope_type, k.scope LIMIT $5"
+));
+
+/// As [`SCOPES`] at a point ($8 revision, $9 time): the keys live then, and
+/// those whose value then was purged since.
+static SCOPES_AT: Sql = Sql::new(concat!(
+    "SELECT a.scope_type, a.scope, \
+     count(*) FILTER (WHERE NOT a.deleted AND substr(a.key, 1, 12) <> '_compaction/'), \
+     count(*) FILTER (WHERE a.deleted IS NULL AND a.purged) \
+     FROM (SELECT k.scope_type, k.scope, k.key, \
+       (SELECT v.deleted FROM memory_versions v WHERE v.tenant = $1 \
+        AND v.scope_type = k.scope_type AND v.scope = k.scope AND v.key = k.key \
+        AND v.revision <= $8 AND v.create_time <= $9 ORDER BY v.version DESC LIMIT 1) AS deleted, \
+       EXISTS (SELECT 1 FROM memory_purges p WHERE p.tenant = $1 \
+        AND p.scope_type = k.scope_type AND p.scope = k.scope AND p.key = k.key \
+        AND p.first_revision <= $8 AND p.first_time <= $9) AS purged \
+       FROM (SELECT scope_type, scope, key FROM memory_heads WHERE tenant = $1 \
+         UNION SELECT scope_type, scope, key FROM memory_purges WHERE tenant = $1) k \
+       WHERE ($2 = 0 OR k.scope_type = $2) AND (k.scope_type, k.scope) > ($3, $4) AND ",
+    flow_filters!(),
+    ") a GROUP BY a.scope_type, a.scope \
+     HAVING count(a.deleted) > 0 OR count(*) FILTER (WHERE a.purged) > 0 \
+     ORDER BY a.scope_type, a.scope LIMIT $5"
+));
 
 static REGISTER_EXECUTION: Sql = Sql::new(
     "INSERT INTO memory_executions AS e (tenant, execution_id, flow_id, flow_name, create_time) \
@@ -188,6 +222,7 @@ fn scope_summary(row: &impl Cols) -> Result<ScopeSummary> {
     Ok(ScopeSummary {
         scope: scope_at(row, 0)?,
         entry_count: row.int(2)?,
+        purged_count: row.int(3)?,
     })
 }
 
@@ -308,6 +343,15 @@ pub(super) trait MemoryWrites {
         record: AuditRecord,
     ) -> impl Future<Output = Result<PurgeOutcome>> + Send;
 
+    /// See [`MemoryStore::fork`]: [`past::fork_in`] and the audit record
+    /// in one transaction.
+    fn fork_scope(
+        &self,
+        tenant: &Tenant,
+        fork: &Fork<'_>,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<Forked>> + Send;
+
     /// See [`MemoryStore::compact`].
     fn write_summary(
         &self,
@@ -412,20 +456,48 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         limit: i64,
     ) -> Result<Vec<ScopeSummary>> {
         let mut conn = self.reader(tenant).await?;
-        conn.all(
-            &SCOPES,
-            params![
-                tenant.as_str(),
-                filter.scope_type.map_or(0, ScopeType::as_i16),
-                after.map_or(0, |scope| scope.scope_type.as_i16()),
-                after.map_or("", |scope| scope.name.as_str()),
-                limit,
-                filter.flow_id.unwrap_or(""),
-                filter.flow_name.unwrap_or(""),
-            ],
-            scope_summary,
-        )
-        .await
+        let params: &[Param<'_>] = params![
+            tenant.as_str(),
+            filter.scope_type.map_or(0, ScopeType::as_i16),
+            after.map_or(0, |scope| scope.scope_type.as_i16()),
+            after.map_or("", |scope| scope.name.as_str()),
+            limit,
+            filter.flow_id.unwrap_or(""),
+            filter.flow_name.unwrap_or(""),
+        ];
+        match filter.at {
+            None => conn.all(&SCOPES, params, scope_summary).await,
+            Some(at) => {
+                let point: &[Param<'_>] = params![at.revision, at.time];
+                let params = &[params, point].concat();
+                conn.all(&SCOPES_AT, params, scope_summary).await
+            }
+        }
+    }
+
+    async fn get_at(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+        at: Point,
+    ) -> Result<Option<Past>> {
+        let mut conn = self.reader(tenant).await?;
+        past::get_at(&mut conn, tenant, scope, key, at).await
+    }
+
+    async fn list_at(
+        &self,
+        tenant: &Tenant,
+        query: &ListQuery<'_>,
+        at: Point,
+    ) -> Result<Vec<Past>> {
+        let mut conn = self.reader(tenant).await?;
+        past::list_at(&mut conn, tenant, query, at).await
+    }
+
+    async fn fork(&self, tenant: &Tenant, fork: &Fork<'_>, record: AuditRecord) -> Result<Forked> {
+        self.fork_scope(tenant, fork, record).await
     }
 
     // Purge and compaction differ per backend (MemoryWrites).

@@ -14,6 +14,7 @@ use crate::memory::ports::{Mutation, Write};
 mod consolidation;
 mod embeddings;
 mod memory;
+mod past;
 mod postgres;
 mod search;
 mod sessions;

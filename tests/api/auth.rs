@@ -79,6 +79,7 @@ pub(crate) fn get(key: &str) -> GetRequest {
         scope: "shared".into(),
         key: key.into(),
         version: 0,
+        as_of: None,
     }
 }
 

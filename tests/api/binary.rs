@@ -53,6 +53,7 @@ async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
             scope: "first".to_owned(),
             key: "run".to_owned(),
             version: 0,
+            as_of: None,
         })
         .await
         .expect("get after restart")

@@ -171,7 +171,7 @@ async fn memory_commands_against_a_server() {
     let scopes = cli.json(&["scopes"]);
     assert_eq!(
         scopes,
-        json!([{"scope_type": "namespace", "scope": "prefs", "entry_count": 2}])
+        json!([{"scope_type": "namespace", "scope": "prefs", "entry_count": 2, "purged_count": 0}])
     );
     let reindex = cli.json(&["reindex"]);
     assert_eq!(
@@ -228,6 +228,55 @@ async fn memory_commands_against_a_server() {
         watched.stderr.contains(&format!("--from-revision {last}")),
         "{}",
         watched.stderr
+    );
+
+    // --as-of reads memory as it was; what was purged since says so.
+    let at_first = changes[0]["revision"]
+        .as_i64()
+        .expect("revision")
+        .to_string();
+    let at_third = last.to_string();
+    let mut args = vec!["get", "user/theme", "--as-of", &at_first];
+    args.extend_from_slice(&scope);
+    let purged_since = cli.run(&args);
+    assert_eq!(purged_since.code, 3, "{}", purged_since.stderr);
+    assert!(
+        purged_since.stderr.contains("VERSION_PURGED"),
+        "{}",
+        purged_since.stderr
+    );
+    let mut args = vec!["list", "--as-of", &at_third];
+    args.extend_from_slice(&scope);
+    let then = cli.json(&args);
+    assert_eq!(
+        then[0],
+        json!({"key": "user/lang", "purged": true}),
+        "{then}"
+    );
+    assert_eq!(
+        (&then[1]["key"], &then[1]["version"], &then[1]["value"]),
+        (&json!("user/theme"), &json!(2), &json!("just words")),
+        "{then}"
+    );
+
+    // fork copies the live entries into a new scope.
+    let forked = cli.json(&with(&["fork", "--to-scope", "prefs-copy"]));
+    assert_eq!(forked["keys_copied"].as_i64(), Some(3), "{forked}");
+    let copy = cli.json(&["list", "--scope", "prefs-copy"]);
+    let copied: Vec<(&str, i64)> = copy
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap_or(""),
+                e["version"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        copied,
+        vec![("notes", 1), ("user/summary", 1), ("user/theme", 1)]
     );
 
     // Usage errors and an unreachable server have their own exit codes.

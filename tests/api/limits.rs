@@ -92,6 +92,7 @@ async fn calls_past_the_request_timeout_are_cancelled() {
             scope: "limits".into(),
             key: "notes/summary".into(),
             version: 0,
+            as_of: None,
         })
         .await
         .expect_err("nothing written");

@@ -24,6 +24,7 @@ mod store_conformance;
 mod summarizer_http;
 mod tail;
 mod telemetry;
+mod time_travel;
 mod tls;
 mod watch;
 mod working_memory;

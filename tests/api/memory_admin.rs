@@ -163,6 +163,7 @@ async fn purge_keeps_the_newest_versions(backend: Backend) {
             scope: "ns".to_owned(),
             key: "k".to_owned(),
             version: 0,
+            as_of: None,
         })
         .await
         .expect_err("gone");
@@ -619,6 +620,7 @@ async fn compaction_is_fenced_and_failures_write_nothing(backend: Backend) {
             scope: "fence".to_owned(),
             key: "summary".to_owned(),
             version: 0,
+            as_of: None,
         })
         .await
         .expect_err("no summary");

@@ -32,6 +32,7 @@ fn get(scope: &str, key: &str, version: i64) -> GetRequest {
         scope: scope.to_owned(),
         key: key.to_owned(),
         version,
+        as_of: None,
     }
 }
 
@@ -61,6 +62,7 @@ fn list(scope: &str, prefix: &str, page_size: i32, page_token: &str) -> ListRequ
         page_size,
         page_token: page_token.to_owned(),
         include_reserved: false,
+        as_of: None,
     }
 }
 
@@ -867,6 +869,7 @@ async fn default_scope_and_provenance(backend: Backend) {
             scope: "research_agent".to_owned(),
             key: "notes".to_owned(),
             version: 0,
+            as_of: None,
         })
         .await
         .expect("explicit read")

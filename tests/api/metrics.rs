@@ -91,6 +91,7 @@ async fn counters_move_with_traffic(backend: Backend) {
             scope: "m".into(),
             key: "missing".into(),
             version: 0,
+            as_of: None,
         })
         .await
         .expect_err("not found");

@@ -116,6 +116,7 @@ async fn health_and_calls_follow_the_database() {
             scope: "outage".to_owned(),
             key: "k".to_owned(),
             version: 0,
+            as_of: None,
         }),
     )
     .await

@@ -119,6 +119,7 @@ async fn nothing_written(server: &TestServer) {
             scope: "ops".to_owned(),
             key: "notes/summary".to_owned(),
             version: 0,
+            as_of: None,
         })
         .await
         .expect_err("no summary");

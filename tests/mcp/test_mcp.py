@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import httpx2
 import pytest
@@ -29,6 +30,7 @@ EVERYONE_TOOLS = {
     "memory_history",
     "memory_scopes",
     "memory_rollback",
+    "memory_fork",
     "episode_append",
     "episodes_recent",
     "episodes_list",
@@ -115,6 +117,41 @@ async def test_memory_tools(connect: Connect) -> None:
 
         value = await session.read_resource(f"engram://memory/namespace/{scope['scope']}/notes%2F1")
         assert json.loads(value.contents[0].text) == 1
+
+
+async def test_reads_as_of_a_time_and_forks(connect: Connect) -> None:
+    scope = {"scope_type": "namespace", "scope": unique("tt")}
+    target = unique("tt-copy")
+    async with connect("user") as session:
+        await session.call_tool("memory_set", {**scope, "key": "plan", "value": 1})
+        between = datetime.now(timezone.utc).isoformat()
+        await session.call_tool("memory_set", {**scope, "key": "plan", "value": 2})
+
+        then = structured(await session.call_tool("memory_get", {**scope, "key": "plan", "as_of": between}))
+        assert (then["entry"]["version"], then["entry"]["value"]) == (1, 1)
+        listed = structured(await session.call_tool("memory_list", {**scope, "as_of": between}))
+        assert [(e["key"], e["value"]) for e in listed["entries"]] == [("plan", 1)]
+        assert listed["purged_keys"] == []
+
+        forked = structured(
+            await session.call_tool(
+                "memory_fork",
+                {**scope, "target_scope_type": "namespace", "target_scope": target, "as_of": between},
+            )
+        )
+        assert forked["keys_copied"] == 1
+        copy = structured(
+            await session.call_tool("memory_get", {"scope_type": "namespace", "scope": target, "key": "plan"})
+        )
+        assert (copy["entry"]["version"], copy["entry"]["value"]) == (1, 1)
+        again = error(
+            await session.call_tool(
+                "memory_fork", {**scope, "target_scope_type": "namespace", "target_scope": target}
+            )
+        )
+        assert again["reason"] == "SCOPE_NOT_EMPTY"
+        bad = error(await session.call_tool("memory_get", {**scope, "key": "plan", "as_of": "yesterday"}))
+        assert bad["code"] == "INVALID_ARGUMENT"
 
 
 async def test_bad_input_comes_back_as_error_results(connect: Connect) -> None:

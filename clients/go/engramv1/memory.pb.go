@@ -427,7 +427,10 @@ type GetRequest struct {
 	// The key.
 	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	// The version to read; 0 reads the newest version.
-	Version       int64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// Read the value the key had at this point instead of the newest one.
+	// Not together with `version`.
+	AsOf          *AsOf `protobuf:"bytes,5,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -490,6 +493,103 @@ func (x *GetRequest) GetVersion() int64 {
 	return 0
 }
 
+func (x *GetRequest) GetAsOf() *AsOf {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+// AsOf names a point in the past to read memory at.
+type AsOf struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Point:
+	//
+	//	*AsOf_Time
+	//	*AsOf_Revision
+	Point         isAsOf_Point `protobuf_oneof:"point"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AsOf) Reset() {
+	*x = AsOf{}
+	mi := &file_engram_v1_memory_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AsOf) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AsOf) ProtoMessage() {}
+
+func (x *AsOf) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AsOf.ProtoReflect.Descriptor instead.
+func (*AsOf) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AsOf) GetPoint() isAsOf_Point {
+	if x != nil {
+		return x.Point
+	}
+	return nil
+}
+
+func (x *AsOf) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		if x, ok := x.Point.(*AsOf_Time); ok {
+			return x.Time
+		}
+	}
+	return nil
+}
+
+func (x *AsOf) GetRevision() int64 {
+	if x != nil {
+		if x, ok := x.Point.(*AsOf_Revision); ok {
+			return x.Revision
+		}
+	}
+	return 0
+}
+
+type isAsOf_Point interface {
+	isAsOf_Point()
+}
+
+type AsOf_Time struct {
+	// What had been written by this time. Writes still committing around
+	// the time may appear late; for a point that never changes, use a
+	// revision.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3,oneof"`
+}
+
+type AsOf_Revision struct {
+	// What had been written once the change feed reached this revision
+	// (the `revision` of a WatchResponse). A revision beyond the newest is
+	// OUT_OF_RANGE (reason REVISION_NOT_REACHED). Revisions outlive the
+	// feed's retention: a pruned revision still reads correctly here.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3,oneof"`
+}
+
+func (*AsOf_Time) isAsOf_Point() {}
+
+func (*AsOf_Revision) isAsOf_Point() {}
+
 // GetResponse carries the version read.
 type GetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -501,7 +601,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +613,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +626,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetResponse) GetEntry() *MemoryEntry {
@@ -555,13 +655,15 @@ type ListRequest struct {
 	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Include the reserved `_compaction/` audit keys.
 	IncludeReserved bool `protobuf:"varint,6,opt,name=include_reserved,json=includeReserved,proto3" json:"include_reserved,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// List the entries live at this point instead of now.
+	AsOf          *AsOf `protobuf:"bytes,7,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +675,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +688,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRequest) GetScopeType() ScopeType {
@@ -631,20 +733,31 @@ func (x *ListRequest) GetIncludeReserved() bool {
 	return false
 }
 
+func (x *ListRequest) GetAsOf() *AsOf {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
 // ListResponse is one page of entries.
 type ListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The current version of each live key, in key order.
+	// The current version of each live key (at `as_of` when set), in key
+	// order.
 	Entries []*MemoryEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// A token for the next page; empty when this is the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// With `as_of`: the keys of this page whose value at that point has been
+	// purged since, in key order.
+	PurgedKeys    []string `protobuf:"bytes,3,rep,name=purged_keys,json=purgedKeys,proto3" json:"purged_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +769,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +782,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListResponse) GetEntries() []*MemoryEntry {
@@ -684,6 +797,13 @@ func (x *ListResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListResponse) GetPurgedKeys() []string {
+	if x != nil {
+		return x.PurgedKeys
+	}
+	return nil
 }
 
 // HistoryRequest streams the versions of a key.
@@ -704,7 +824,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +836,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +849,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HistoryRequest) GetScopeType() ScopeType {
@@ -771,7 +891,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +903,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +916,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HistoryResponse) GetEntry() *MemoryEntry {
@@ -827,7 +947,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +959,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +972,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteRequest) GetScopeType() ScopeType {
@@ -901,7 +1021,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1033,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1046,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteResponse) GetEntry() *MemoryEntry {
@@ -953,7 +1073,7 @@ type RollbackRequest struct {
 
 func (x *RollbackRequest) Reset() {
 	*x = RollbackRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1085,7 @@ func (x *RollbackRequest) String() string {
 func (*RollbackRequest) ProtoMessage() {}
 
 func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1098,7 @@ func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
 func (*RollbackRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RollbackRequest) GetScopeType() ScopeType {
@@ -1022,7 +1142,7 @@ type RollbackResponse struct {
 
 func (x *RollbackResponse) Reset() {
 	*x = RollbackResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1154,7 @@ func (x *RollbackResponse) String() string {
 func (*RollbackResponse) ProtoMessage() {}
 
 func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1167,7 @@ func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
 func (*RollbackResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RollbackResponse) GetEntry() *MemoryEntry {
@@ -1078,14 +1198,17 @@ type ListScopesRequest struct {
 	// discovery tags; see MemoryAdminService.Reindex for older versions).
 	FlowId string `protobuf:"bytes,4,opt,name=flow_id,json=flowId,proto3" json:"flow_id,omitempty"`
 	// Only execution scopes holding a version tagged with this flow name.
-	FlowName      string `protobuf:"bytes,5,opt,name=flow_name,json=flowName,proto3" json:"flow_name,omitempty"`
+	FlowName string `protobuf:"bytes,5,opt,name=flow_name,json=flowName,proto3" json:"flow_name,omitempty"`
+	// Count what was live at this point instead of now; scopes with no key
+	// written by then are left out.
+	AsOf          *AsOf `protobuf:"bytes,6,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListScopesRequest) Reset() {
 	*x = ListScopesRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1220,7 @@ func (x *ListScopesRequest) String() string {
 func (*ListScopesRequest) ProtoMessage() {}
 
 func (x *ListScopesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1233,7 @@ func (x *ListScopesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScopesRequest.ProtoReflect.Descriptor instead.
 func (*ListScopesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListScopesRequest) GetScopeType() ScopeType {
@@ -1148,6 +1271,13 @@ func (x *ListScopesRequest) GetFlowName() string {
 	return ""
 }
 
+func (x *ListScopesRequest) GetAsOf() *AsOf {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
 // ScopeSummary describes one scope.
 type ScopeSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1157,14 +1287,17 @@ type ScopeSummary struct {
 	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	// How many keys of the scope have a live value (reserved audit keys are
 	// not counted).
-	EntryCount    int64 `protobuf:"varint,3,opt,name=entry_count,json=entryCount,proto3" json:"entry_count,omitempty"`
+	EntryCount int64 `protobuf:"varint,3,opt,name=entry_count,json=entryCount,proto3" json:"entry_count,omitempty"`
+	// With `as_of`: how many keys had a value then that has been purged
+	// since (not counted in `entry_count`).
+	PurgedCount   int64 `protobuf:"varint,4,opt,name=purged_count,json=purgedCount,proto3" json:"purged_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScopeSummary) Reset() {
 	*x = ScopeSummary{}
-	mi := &file_engram_v1_memory_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1309,7 @@ func (x *ScopeSummary) String() string {
 func (*ScopeSummary) ProtoMessage() {}
 
 func (x *ScopeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1322,7 @@ func (x *ScopeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScopeSummary.ProtoReflect.Descriptor instead.
 func (*ScopeSummary) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{14}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ScopeSummary) GetScopeType() ScopeType {
@@ -1213,6 +1346,160 @@ func (x *ScopeSummary) GetEntryCount() int64 {
 	return 0
 }
 
+func (x *ScopeSummary) GetPurgedCount() int64 {
+	if x != nil {
+		return x.PurgedCount
+	}
+	return 0
+}
+
+// ForkScopeRequest names the scope to copy, the point, and the new scope.
+type ForkScopeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source scope type; unspecified uses the caller's flow scope.
+	SourceScopeType ScopeType `protobuf:"varint,1,opt,name=source_scope_type,json=sourceScopeType,proto3,enum=engram.v1.ScopeType" json:"source_scope_type,omitempty"`
+	// The source scope name.
+	SourceScope string `protobuf:"bytes,2,opt,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
+	// The target scope type (required).
+	TargetScopeType ScopeType `protobuf:"varint,3,opt,name=target_scope_type,json=targetScopeType,proto3,enum=engram.v1.ScopeType" json:"target_scope_type,omitempty"`
+	// The target scope name (required); it must have no keys.
+	TargetScope string `protobuf:"bytes,4,opt,name=target_scope,json=targetScope,proto3" json:"target_scope,omitempty"`
+	// The point to copy; unset copies the state now.
+	AsOf          *AsOf `protobuf:"bytes,5,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkScopeRequest) Reset() {
+	*x = ForkScopeRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkScopeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkScopeRequest) ProtoMessage() {}
+
+func (x *ForkScopeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkScopeRequest.ProtoReflect.Descriptor instead.
+func (*ForkScopeRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ForkScopeRequest) GetSourceScopeType() ScopeType {
+	if x != nil {
+		return x.SourceScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *ForkScopeRequest) GetSourceScope() string {
+	if x != nil {
+		return x.SourceScope
+	}
+	return ""
+}
+
+func (x *ForkScopeRequest) GetTargetScopeType() ScopeType {
+	if x != nil {
+		return x.TargetScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *ForkScopeRequest) GetTargetScope() string {
+	if x != nil {
+		return x.TargetScope
+	}
+	return ""
+}
+
+func (x *ForkScopeRequest) GetAsOf() *AsOf {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+// ForkScopeResponse says what was copied.
+type ForkScopeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many keys were copied.
+	KeysCopied int64 `protobuf:"varint,1,opt,name=keys_copied,json=keysCopied,proto3" json:"keys_copied,omitempty"`
+	// The revision the source was read at (for a time, the newest revision
+	// when the fork ran, together with that time).
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The reserved key of the audit record in the target scope.
+	AuditKey      string `protobuf:"bytes,3,opt,name=audit_key,json=auditKey,proto3" json:"audit_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkScopeResponse) Reset() {
+	*x = ForkScopeResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkScopeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkScopeResponse) ProtoMessage() {}
+
+func (x *ForkScopeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkScopeResponse.ProtoReflect.Descriptor instead.
+func (*ForkScopeResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ForkScopeResponse) GetKeysCopied() int64 {
+	if x != nil {
+		return x.KeysCopied
+	}
+	return 0
+}
+
+func (x *ForkScopeResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ForkScopeResponse) GetAuditKey() string {
+	if x != nil {
+		return x.AuditKey
+	}
+	return ""
+}
+
 // ListScopesResponse is one page of scopes.
 type ListScopesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1226,7 +1513,7 @@ type ListScopesResponse struct {
 
 func (x *ListScopesResponse) Reset() {
 	*x = ListScopesResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1525,7 @@ func (x *ListScopesResponse) String() string {
 func (*ListScopesResponse) ProtoMessage() {}
 
 func (x *ListScopesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1538,7 @@ func (x *ListScopesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListScopesResponse.ProtoReflect.Descriptor instead.
 func (*ListScopesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{15}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListScopesResponse) GetScopes() []*ScopeSummary {
@@ -1286,7 +1573,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1585,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1598,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{16}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchRequest) GetScopeType() ScopeType {
@@ -1366,7 +1653,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1665,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1678,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{17}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchResponse) GetRevision() int64 {
@@ -1474,16 +1761,21 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"request_id\x18\x06 \x01(\tR\trequestIdB\x13\n" +
 	"\x11_expected_version\";\n" +
 	"\vSetResponse\x12,\n" +
-	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\"\x83\x01\n" +
+	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\"\xa9\x01\n" +
 	"\n" +
 	"GetRequest\x123\n" +
 	"\n" +
 	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x03R\aversion\";\n" +
+	"\aversion\x18\x04 \x01(\x03R\aversion\x12$\n" +
+	"\x05as_of\x18\x05 \x01(\v2\x0f.engram.v1.AsOfR\x04asOf\"_\n" +
+	"\x04AsOf\x120\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x04time\x12\x1c\n" +
+	"\brevision\x18\x02 \x01(\x03H\x00R\brevisionB\a\n" +
+	"\x05point\";\n" +
 	"\vGetResponse\x12,\n" +
-	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\"\xde\x01\n" +
+	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\"\x84\x02\n" +
 	"\vListRequest\x123\n" +
 	"\n" +
 	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
@@ -1493,10 +1785,13 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12)\n" +
-	"\x10include_reserved\x18\x06 \x01(\bR\x0fincludeReserved\"h\n" +
+	"\x10include_reserved\x18\x06 \x01(\bR\x0fincludeReserved\x12$\n" +
+	"\x05as_of\x18\a \x01(\v2\x0f.engram.v1.AsOfR\x04asOf\"\x89\x01\n" +
 	"\fListResponse\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.engram.v1.MemoryEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x90\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1f\n" +
+	"\vpurged_keys\x18\x03 \x03(\tR\n" +
+	"purgedKeys\"\x90\x01\n" +
 	"\x0eHistoryRequest\x123\n" +
 	"\n" +
 	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
@@ -1525,7 +1820,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"to_version\x18\x04 \x01(\x03R\ttoVersion\"]\n" +
 	"\x10RollbackResponse\x12,\n" +
 	"\x05entry\x18\x01 \x01(\v2\x16.engram.v1.MemoryEntryR\x05entry\x12\x1b\n" +
-	"\taudit_key\x18\x02 \x01(\tR\bauditKey\"\xba\x01\n" +
+	"\taudit_key\x18\x02 \x01(\tR\bauditKey\"\xe0\x01\n" +
 	"\x11ListScopesRequest\x123\n" +
 	"\n" +
 	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x1b\n" +
@@ -1533,13 +1828,26 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x17\n" +
 	"\aflow_id\x18\x04 \x01(\tR\x06flowId\x12\x1b\n" +
-	"\tflow_name\x18\x05 \x01(\tR\bflowName\"z\n" +
+	"\tflow_name\x18\x05 \x01(\tR\bflowName\x12$\n" +
+	"\x05as_of\x18\x06 \x01(\v2\x0f.engram.v1.AsOfR\x04asOf\"\x9d\x01\n" +
 	"\fScopeSummary\x123\n" +
 	"\n" +
 	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1f\n" +
 	"\ventry_count\x18\x03 \x01(\x03R\n" +
-	"entryCount\"m\n" +
+	"entryCount\x12!\n" +
+	"\fpurged_count\x18\x04 \x01(\x03R\vpurgedCount\"\x82\x02\n" +
+	"\x10ForkScopeRequest\x12@\n" +
+	"\x11source_scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\x0fsourceScopeType\x12!\n" +
+	"\fsource_scope\x18\x02 \x01(\tR\vsourceScope\x12@\n" +
+	"\x11target_scope_type\x18\x03 \x01(\x0e2\x14.engram.v1.ScopeTypeR\x0ftargetScopeType\x12!\n" +
+	"\ftarget_scope\x18\x04 \x01(\tR\vtargetScope\x12$\n" +
+	"\x05as_of\x18\x05 \x01(\v2\x0f.engram.v1.AsOfR\x04asOf\"m\n" +
+	"\x11ForkScopeResponse\x12\x1f\n" +
+	"\vkeys_copied\x18\x01 \x01(\x03R\n" +
+	"keysCopied\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1b\n" +
+	"\taudit_key\x18\x03 \x01(\tR\bauditKey\"m\n" +
 	"\x12ListScopesResponse\x12/\n" +
 	"\x06scopes\x18\x01 \x03(\v2\x17.engram.v1.ScopeSummaryR\x06scopes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb4\x01\n" +
@@ -1571,7 +1879,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0fCHANGE_KIND_SET\x10\x01\x12\x16\n" +
 	"\x12CHANGE_KIND_DELETE\x10\x02\x12\x15\n" +
 	"\x11CHANGE_KIND_PURGE\x10\x03\x12\x17\n" +
-	"\x13CHANGE_KIND_COMPACT\x10\x042\x85\x04\n" +
+	"\x13CHANGE_KIND_COMPACT\x10\x042\xcd\x04\n" +
 	"\rMemoryService\x124\n" +
 	"\x03Set\x12\x15.engram.v1.SetRequest\x1a\x16.engram.v1.SetResponse\x124\n" +
 	"\x03Get\x12\x15.engram.v1.GetRequest\x1a\x16.engram.v1.GetResponse\x127\n" +
@@ -1579,7 +1887,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\aHistory\x12\x19.engram.v1.HistoryRequest\x1a\x1a.engram.v1.HistoryResponse0\x01\x12=\n" +
 	"\x06Delete\x12\x18.engram.v1.DeleteRequest\x1a\x19.engram.v1.DeleteResponse\x12I\n" +
 	"\n" +
-	"ListScopes\x12\x1c.engram.v1.ListScopesRequest\x1a\x1d.engram.v1.ListScopesResponse\x12C\n" +
+	"ListScopes\x12\x1c.engram.v1.ListScopesRequest\x1a\x1d.engram.v1.ListScopesResponse\x12F\n" +
+	"\tForkScope\x12\x1b.engram.v1.ForkScopeRequest\x1a\x1c.engram.v1.ForkScopeResponse\x12C\n" +
 	"\bRollback\x12\x1a.engram.v1.RollbackRequest\x1a\x1b.engram.v1.RollbackResponse\x12<\n" +
 	"\x05Watch\x12\x17.engram.v1.WatchRequest\x1a\x18.engram.v1.WatchResponse0\x01b\x06proto3"
 
@@ -1596,7 +1905,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(ScopeType)(0),                // 0: engram.v1.ScopeType
 	(ChangeKind)(0),               // 1: engram.v1.ChangeKind
@@ -1604,68 +1913,80 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*SetRequest)(nil),            // 3: engram.v1.SetRequest
 	(*SetResponse)(nil),           // 4: engram.v1.SetResponse
 	(*GetRequest)(nil),            // 5: engram.v1.GetRequest
-	(*GetResponse)(nil),           // 6: engram.v1.GetResponse
-	(*ListRequest)(nil),           // 7: engram.v1.ListRequest
-	(*ListResponse)(nil),          // 8: engram.v1.ListResponse
-	(*HistoryRequest)(nil),        // 9: engram.v1.HistoryRequest
-	(*HistoryResponse)(nil),       // 10: engram.v1.HistoryResponse
-	(*DeleteRequest)(nil),         // 11: engram.v1.DeleteRequest
-	(*DeleteResponse)(nil),        // 12: engram.v1.DeleteResponse
-	(*RollbackRequest)(nil),       // 13: engram.v1.RollbackRequest
-	(*RollbackResponse)(nil),      // 14: engram.v1.RollbackResponse
-	(*ListScopesRequest)(nil),     // 15: engram.v1.ListScopesRequest
-	(*ScopeSummary)(nil),          // 16: engram.v1.ScopeSummary
-	(*ListScopesResponse)(nil),    // 17: engram.v1.ListScopesResponse
-	(*WatchRequest)(nil),          // 18: engram.v1.WatchRequest
-	(*WatchResponse)(nil),         // 19: engram.v1.WatchResponse
-	(*structpb.Value)(nil),        // 20: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*AsOf)(nil),                  // 6: engram.v1.AsOf
+	(*GetResponse)(nil),           // 7: engram.v1.GetResponse
+	(*ListRequest)(nil),           // 8: engram.v1.ListRequest
+	(*ListResponse)(nil),          // 9: engram.v1.ListResponse
+	(*HistoryRequest)(nil),        // 10: engram.v1.HistoryRequest
+	(*HistoryResponse)(nil),       // 11: engram.v1.HistoryResponse
+	(*DeleteRequest)(nil),         // 12: engram.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 13: engram.v1.DeleteResponse
+	(*RollbackRequest)(nil),       // 14: engram.v1.RollbackRequest
+	(*RollbackResponse)(nil),      // 15: engram.v1.RollbackResponse
+	(*ListScopesRequest)(nil),     // 16: engram.v1.ListScopesRequest
+	(*ScopeSummary)(nil),          // 17: engram.v1.ScopeSummary
+	(*ForkScopeRequest)(nil),      // 18: engram.v1.ForkScopeRequest
+	(*ForkScopeResponse)(nil),     // 19: engram.v1.ForkScopeResponse
+	(*ListScopesResponse)(nil),    // 20: engram.v1.ListScopesResponse
+	(*WatchRequest)(nil),          // 21: engram.v1.WatchRequest
+	(*WatchResponse)(nil),         // 22: engram.v1.WatchResponse
+	(*structpb.Value)(nil),        // 23: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: engram.v1.MemoryEntry.scope_type:type_name -> engram.v1.ScopeType
-	20, // 1: engram.v1.MemoryEntry.value:type_name -> google.protobuf.Value
-	21, // 2: engram.v1.MemoryEntry.create_time:type_name -> google.protobuf.Timestamp
+	23, // 1: engram.v1.MemoryEntry.value:type_name -> google.protobuf.Value
+	24, // 2: engram.v1.MemoryEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: engram.v1.SetRequest.scope_type:type_name -> engram.v1.ScopeType
-	20, // 4: engram.v1.SetRequest.value:type_name -> google.protobuf.Value
+	23, // 4: engram.v1.SetRequest.value:type_name -> google.protobuf.Value
 	2,  // 5: engram.v1.SetResponse.entry:type_name -> engram.v1.MemoryEntry
 	0,  // 6: engram.v1.GetRequest.scope_type:type_name -> engram.v1.ScopeType
-	2,  // 7: engram.v1.GetResponse.entry:type_name -> engram.v1.MemoryEntry
-	0,  // 8: engram.v1.ListRequest.scope_type:type_name -> engram.v1.ScopeType
-	2,  // 9: engram.v1.ListResponse.entries:type_name -> engram.v1.MemoryEntry
-	0,  // 10: engram.v1.HistoryRequest.scope_type:type_name -> engram.v1.ScopeType
-	2,  // 11: engram.v1.HistoryResponse.entry:type_name -> engram.v1.MemoryEntry
-	0,  // 12: engram.v1.DeleteRequest.scope_type:type_name -> engram.v1.ScopeType
-	2,  // 13: engram.v1.DeleteResponse.entry:type_name -> engram.v1.MemoryEntry
-	0,  // 14: engram.v1.RollbackRequest.scope_type:type_name -> engram.v1.ScopeType
-	2,  // 15: engram.v1.RollbackResponse.entry:type_name -> engram.v1.MemoryEntry
-	0,  // 16: engram.v1.ListScopesRequest.scope_type:type_name -> engram.v1.ScopeType
-	0,  // 17: engram.v1.ScopeSummary.scope_type:type_name -> engram.v1.ScopeType
-	16, // 18: engram.v1.ListScopesResponse.scopes:type_name -> engram.v1.ScopeSummary
-	0,  // 19: engram.v1.WatchRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 20: engram.v1.WatchResponse.kind:type_name -> engram.v1.ChangeKind
-	20, // 21: engram.v1.WatchResponse.value:type_name -> google.protobuf.Value
-	21, // 22: engram.v1.WatchResponse.create_time:type_name -> google.protobuf.Timestamp
-	3,  // 23: engram.v1.MemoryService.Set:input_type -> engram.v1.SetRequest
-	5,  // 24: engram.v1.MemoryService.Get:input_type -> engram.v1.GetRequest
-	7,  // 25: engram.v1.MemoryService.List:input_type -> engram.v1.ListRequest
-	9,  // 26: engram.v1.MemoryService.History:input_type -> engram.v1.HistoryRequest
-	11, // 27: engram.v1.MemoryService.Delete:input_type -> engram.v1.DeleteRequest
-	15, // 28: engram.v1.MemoryService.ListScopes:input_type -> engram.v1.ListScopesRequest
-	13, // 29: engram.v1.MemoryService.Rollback:input_type -> engram.v1.RollbackRequest
-	18, // 30: engram.v1.MemoryService.Watch:input_type -> engram.v1.WatchRequest
-	4,  // 31: engram.v1.MemoryService.Set:output_type -> engram.v1.SetResponse
-	6,  // 32: engram.v1.MemoryService.Get:output_type -> engram.v1.GetResponse
-	8,  // 33: engram.v1.MemoryService.List:output_type -> engram.v1.ListResponse
-	10, // 34: engram.v1.MemoryService.History:output_type -> engram.v1.HistoryResponse
-	12, // 35: engram.v1.MemoryService.Delete:output_type -> engram.v1.DeleteResponse
-	17, // 36: engram.v1.MemoryService.ListScopes:output_type -> engram.v1.ListScopesResponse
-	14, // 37: engram.v1.MemoryService.Rollback:output_type -> engram.v1.RollbackResponse
-	19, // 38: engram.v1.MemoryService.Watch:output_type -> engram.v1.WatchResponse
-	31, // [31:39] is the sub-list for method output_type
-	23, // [23:31] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	6,  // 7: engram.v1.GetRequest.as_of:type_name -> engram.v1.AsOf
+	24, // 8: engram.v1.AsOf.time:type_name -> google.protobuf.Timestamp
+	2,  // 9: engram.v1.GetResponse.entry:type_name -> engram.v1.MemoryEntry
+	0,  // 10: engram.v1.ListRequest.scope_type:type_name -> engram.v1.ScopeType
+	6,  // 11: engram.v1.ListRequest.as_of:type_name -> engram.v1.AsOf
+	2,  // 12: engram.v1.ListResponse.entries:type_name -> engram.v1.MemoryEntry
+	0,  // 13: engram.v1.HistoryRequest.scope_type:type_name -> engram.v1.ScopeType
+	2,  // 14: engram.v1.HistoryResponse.entry:type_name -> engram.v1.MemoryEntry
+	0,  // 15: engram.v1.DeleteRequest.scope_type:type_name -> engram.v1.ScopeType
+	2,  // 16: engram.v1.DeleteResponse.entry:type_name -> engram.v1.MemoryEntry
+	0,  // 17: engram.v1.RollbackRequest.scope_type:type_name -> engram.v1.ScopeType
+	2,  // 18: engram.v1.RollbackResponse.entry:type_name -> engram.v1.MemoryEntry
+	0,  // 19: engram.v1.ListScopesRequest.scope_type:type_name -> engram.v1.ScopeType
+	6,  // 20: engram.v1.ListScopesRequest.as_of:type_name -> engram.v1.AsOf
+	0,  // 21: engram.v1.ScopeSummary.scope_type:type_name -> engram.v1.ScopeType
+	0,  // 22: engram.v1.ForkScopeRequest.source_scope_type:type_name -> engram.v1.ScopeType
+	0,  // 23: engram.v1.ForkScopeRequest.target_scope_type:type_name -> engram.v1.ScopeType
+	6,  // 24: engram.v1.ForkScopeRequest.as_of:type_name -> engram.v1.AsOf
+	17, // 25: engram.v1.ListScopesResponse.scopes:type_name -> engram.v1.ScopeSummary
+	0,  // 26: engram.v1.WatchRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 27: engram.v1.WatchResponse.kind:type_name -> engram.v1.ChangeKind
+	23, // 28: engram.v1.WatchResponse.value:type_name -> google.protobuf.Value
+	24, // 29: engram.v1.WatchResponse.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 30: engram.v1.MemoryService.Set:input_type -> engram.v1.SetRequest
+	5,  // 31: engram.v1.MemoryService.Get:input_type -> engram.v1.GetRequest
+	8,  // 32: engram.v1.MemoryService.List:input_type -> engram.v1.ListRequest
+	10, // 33: engram.v1.MemoryService.History:input_type -> engram.v1.HistoryRequest
+	12, // 34: engram.v1.MemoryService.Delete:input_type -> engram.v1.DeleteRequest
+	16, // 35: engram.v1.MemoryService.ListScopes:input_type -> engram.v1.ListScopesRequest
+	18, // 36: engram.v1.MemoryService.ForkScope:input_type -> engram.v1.ForkScopeRequest
+	14, // 37: engram.v1.MemoryService.Rollback:input_type -> engram.v1.RollbackRequest
+	21, // 38: engram.v1.MemoryService.Watch:input_type -> engram.v1.WatchRequest
+	4,  // 39: engram.v1.MemoryService.Set:output_type -> engram.v1.SetResponse
+	7,  // 40: engram.v1.MemoryService.Get:output_type -> engram.v1.GetResponse
+	9,  // 41: engram.v1.MemoryService.List:output_type -> engram.v1.ListResponse
+	11, // 42: engram.v1.MemoryService.History:output_type -> engram.v1.HistoryResponse
+	13, // 43: engram.v1.MemoryService.Delete:output_type -> engram.v1.DeleteResponse
+	20, // 44: engram.v1.MemoryService.ListScopes:output_type -> engram.v1.ListScopesResponse
+	19, // 45: engram.v1.MemoryService.ForkScope:output_type -> engram.v1.ForkScopeResponse
+	15, // 46: engram.v1.MemoryService.Rollback:output_type -> engram.v1.RollbackResponse
+	22, // 47: engram.v1.MemoryService.Watch:output_type -> engram.v1.WatchResponse
+	39, // [39:48] is the sub-list for method output_type
+	30, // [30:39] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -1674,15 +1995,19 @@ func file_engram_v1_memory_proto_init() {
 		return
 	}
 	file_engram_v1_memory_proto_msgTypes[1].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[9].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[16].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[4].OneofWrappers = []any{
+		(*AsOf_Time)(nil),
+		(*AsOf_Revision)(nil),
+	}
+	file_engram_v1_memory_proto_msgTypes[10].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -78,7 +78,7 @@ func (SourceMode) EnumDescriptor() ([]byte, []int) {
 // CompactionRecord is one entry of the maintenance audit trail.
 type CompactionRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// `compact` or `purge`.
+	// `compact`, `purge`, `rollback` or `fork`.
 	Operation string `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// The type of the scope maintained.
 	ScopeType ScopeType `protobuf:"varint,2,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
@@ -101,14 +101,23 @@ type CompactionRecord struct {
 	Model string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
 	// The source mode used (compact).
 	SourceMode SourceMode `protobuf:"varint,11,opt,name=source_mode,json=sourceMode,proto3,enum=engram.v1.SourceMode" json:"source_mode,omitempty"`
-	// How many keys lost versions (purge).
+	// How many keys lost versions (purge), or were copied (fork).
 	KeysAffected int64 `protobuf:"varint,12,opt,name=keys_affected,json=keysAffected,proto3" json:"keys_affected,omitempty"`
 	// How many versions were deleted (purge).
 	VersionsDeleted int64 `protobuf:"varint,13,opt,name=versions_deleted,json=versionsDeleted,proto3" json:"versions_deleted,omitempty"`
 	// The `keep` of the purge; unset when every version was deleted.
 	Keep *int64 `protobuf:"varint,14,opt,name=keep,proto3,oneof" json:"keep,omitempty"`
 	// The reserved key this record is stored under.
-	AuditKey      string `protobuf:"bytes,15,opt,name=audit_key,json=auditKey,proto3" json:"audit_key,omitempty"`
+	AuditKey string `protobuf:"bytes,15,opt,name=audit_key,json=auditKey,proto3" json:"audit_key,omitempty"`
+	// The type of the scope a fork copied from (fork).
+	SourceScopeType ScopeType `protobuf:"varint,16,opt,name=source_scope_type,json=sourceScopeType,proto3,enum=engram.v1.ScopeType" json:"source_scope_type,omitempty"`
+	// The scope a fork copied from (fork).
+	SourceScope string `protobuf:"bytes,17,opt,name=source_scope,json=sourceScope,proto3" json:"source_scope,omitempty"`
+	// The revision the fork read its source at (fork).
+	AsOfRevision int64 `protobuf:"varint,18,opt,name=as_of_revision,json=asOfRevision,proto3" json:"as_of_revision,omitempty"`
+	// The time the fork was asked to read its source at, when it named one
+	// (fork).
+	AsOfTime      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=as_of_time,json=asOfTime,proto3" json:"as_of_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -246,6 +255,34 @@ func (x *CompactionRecord) GetAuditKey() string {
 		return x.AuditKey
 	}
 	return ""
+}
+
+func (x *CompactionRecord) GetSourceScopeType() ScopeType {
+	if x != nil {
+		return x.SourceScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *CompactionRecord) GetSourceScope() string {
+	if x != nil {
+		return x.SourceScope
+	}
+	return ""
+}
+
+func (x *CompactionRecord) GetAsOfRevision() int64 {
+	if x != nil {
+		return x.AsOfRevision
+	}
+	return 0
+}
+
+func (x *CompactionRecord) GetAsOfTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AsOfTime
+	}
+	return nil
 }
 
 // PurgeRequest reclaims old versions of one key.
@@ -976,7 +1013,7 @@ var File_engram_v1_memory_admin_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1cengram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x04\n" +
+	"\x1cengram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x06\n" +
 	"\x10CompactionRecord\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x123\n" +
 	"\n" +
@@ -998,7 +1035,12 @@ const file_engram_v1_memory_admin_proto_rawDesc = "" +
 	"\rkeys_affected\x18\f \x01(\x03R\fkeysAffected\x12)\n" +
 	"\x10versions_deleted\x18\r \x01(\x03R\x0fversionsDeleted\x12\x17\n" +
 	"\x04keep\x18\x0e \x01(\x03H\x00R\x04keep\x88\x01\x01\x12\x1b\n" +
-	"\taudit_key\x18\x0f \x01(\tR\bauditKeyB\a\n" +
+	"\taudit_key\x18\x0f \x01(\tR\bauditKey\x12@\n" +
+	"\x11source_scope_type\x18\x10 \x01(\x0e2\x14.engram.v1.ScopeTypeR\x0fsourceScopeType\x12!\n" +
+	"\fsource_scope\x18\x11 \x01(\tR\vsourceScope\x12$\n" +
+	"\x0eas_of_revision\x18\x12 \x01(\x03R\fasOfRevision\x128\n" +
+	"\n" +
+	"as_of_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\basOfTimeB\a\n" +
 	"\x05_keep\"\xa6\x01\n" +
 	"\fPurgeRequest\x123\n" +
 	"\n" +
@@ -1108,32 +1150,34 @@ var file_engram_v1_memory_admin_proto_depIdxs = []int32{
 	12, // 0: engram.v1.CompactionRecord.scope_type:type_name -> engram.v1.ScopeType
 	13, // 1: engram.v1.CompactionRecord.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 2: engram.v1.CompactionRecord.source_mode:type_name -> engram.v1.SourceMode
-	12, // 3: engram.v1.PurgeRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 4: engram.v1.PurgeResponse.record:type_name -> engram.v1.CompactionRecord
-	12, // 5: engram.v1.PurgeScopeRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 6: engram.v1.PurgeScopeResponse.record:type_name -> engram.v1.CompactionRecord
-	12, // 7: engram.v1.CompactRequest.scope_type:type_name -> engram.v1.ScopeType
-	0,  // 8: engram.v1.CompactRequest.source_mode:type_name -> engram.v1.SourceMode
-	14, // 9: engram.v1.CompactResponse.entry:type_name -> engram.v1.MemoryEntry
-	14, // 10: engram.v1.CompactResponse.sources:type_name -> engram.v1.MemoryEntry
-	1,  // 11: engram.v1.CompactResponse.record:type_name -> engram.v1.CompactionRecord
-	12, // 12: engram.v1.GetCompactionLogRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 13: engram.v1.GetCompactionLogResponse.records:type_name -> engram.v1.CompactionRecord
-	2,  // 14: engram.v1.MemoryAdminService.Purge:input_type -> engram.v1.PurgeRequest
-	4,  // 15: engram.v1.MemoryAdminService.PurgeScope:input_type -> engram.v1.PurgeScopeRequest
-	6,  // 16: engram.v1.MemoryAdminService.Compact:input_type -> engram.v1.CompactRequest
-	8,  // 17: engram.v1.MemoryAdminService.GetCompactionLog:input_type -> engram.v1.GetCompactionLogRequest
-	10, // 18: engram.v1.MemoryAdminService.Reindex:input_type -> engram.v1.ReindexRequest
-	3,  // 19: engram.v1.MemoryAdminService.Purge:output_type -> engram.v1.PurgeResponse
-	5,  // 20: engram.v1.MemoryAdminService.PurgeScope:output_type -> engram.v1.PurgeScopeResponse
-	7,  // 21: engram.v1.MemoryAdminService.Compact:output_type -> engram.v1.CompactResponse
-	9,  // 22: engram.v1.MemoryAdminService.GetCompactionLog:output_type -> engram.v1.GetCompactionLogResponse
-	11, // 23: engram.v1.MemoryAdminService.Reindex:output_type -> engram.v1.ReindexResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	12, // 3: engram.v1.CompactionRecord.source_scope_type:type_name -> engram.v1.ScopeType
+	13, // 4: engram.v1.CompactionRecord.as_of_time:type_name -> google.protobuf.Timestamp
+	12, // 5: engram.v1.PurgeRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 6: engram.v1.PurgeResponse.record:type_name -> engram.v1.CompactionRecord
+	12, // 7: engram.v1.PurgeScopeRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 8: engram.v1.PurgeScopeResponse.record:type_name -> engram.v1.CompactionRecord
+	12, // 9: engram.v1.CompactRequest.scope_type:type_name -> engram.v1.ScopeType
+	0,  // 10: engram.v1.CompactRequest.source_mode:type_name -> engram.v1.SourceMode
+	14, // 11: engram.v1.CompactResponse.entry:type_name -> engram.v1.MemoryEntry
+	14, // 12: engram.v1.CompactResponse.sources:type_name -> engram.v1.MemoryEntry
+	1,  // 13: engram.v1.CompactResponse.record:type_name -> engram.v1.CompactionRecord
+	12, // 14: engram.v1.GetCompactionLogRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 15: engram.v1.GetCompactionLogResponse.records:type_name -> engram.v1.CompactionRecord
+	2,  // 16: engram.v1.MemoryAdminService.Purge:input_type -> engram.v1.PurgeRequest
+	4,  // 17: engram.v1.MemoryAdminService.PurgeScope:input_type -> engram.v1.PurgeScopeRequest
+	6,  // 18: engram.v1.MemoryAdminService.Compact:input_type -> engram.v1.CompactRequest
+	8,  // 19: engram.v1.MemoryAdminService.GetCompactionLog:input_type -> engram.v1.GetCompactionLogRequest
+	10, // 20: engram.v1.MemoryAdminService.Reindex:input_type -> engram.v1.ReindexRequest
+	3,  // 21: engram.v1.MemoryAdminService.Purge:output_type -> engram.v1.PurgeResponse
+	5,  // 22: engram.v1.MemoryAdminService.PurgeScope:output_type -> engram.v1.PurgeScopeResponse
+	7,  // 23: engram.v1.MemoryAdminService.Compact:output_type -> engram.v1.CompactResponse
+	9,  // 24: engram.v1.MemoryAdminService.GetCompactionLog:output_type -> engram.v1.GetCompactionLogResponse
+	11, // 25: engram.v1.MemoryAdminService.Reindex:output_type -> engram.v1.ReindexResponse
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_admin_proto_init() }

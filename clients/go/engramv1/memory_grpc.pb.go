@@ -25,6 +25,7 @@ const (
 	MemoryService_History_FullMethodName    = "/engram.v1.MemoryService/History"
 	MemoryService_Delete_FullMethodName     = "/engram.v1.MemoryService/Delete"
 	MemoryService_ListScopes_FullMethodName = "/engram.v1.MemoryService/ListScopes"
+	MemoryService_ForkScope_FullMethodName  = "/engram.v1.MemoryService/ForkScope"
 	MemoryService_Rollback_FullMethodName   = "/engram.v1.MemoryService/Rollback"
 	MemoryService_Watch_FullMethodName      = "/engram.v1.MemoryService/Watch"
 )
@@ -50,13 +51,17 @@ type MemoryServiceClient interface {
 	// compare-and-set (ABORTED, reason VERSION_MISMATCH, on a conflict); with
 	// `request_id` a retry returns the first result and writes nothing.
 	Set(ctx context.Context, in *SetRequest, opts ...grpc.CallOption) (*SetResponse, error)
-	// Get reads the current value of a key, or the value at a given version.
-	// A key whose newest version is a tombstone is NOT_FOUND (reason
-	// KEY_DELETED).
+	// Get reads the current value of a key, or the value at a given version,
+	// or the value it had at a point in the past (`as_of`). A key whose
+	// newest version is a tombstone is NOT_FOUND (reason KEY_DELETED). At a
+	// point whose version has been purged since it is NOT_FOUND (reason
+	// VERSION_PURGED).
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	// List returns the live entries of a scope in key order, optionally under a
 	// key prefix, one page at a time. Tombstoned keys are hidden, and so are the
-	// reserved `_compaction/` keys unless `include_reserved` is set.
+	// reserved `_compaction/` keys unless `include_reserved` is set. With
+	// `as_of` it lists what was live at that point, and names the keys whose
+	// value then has been purged since in `purged_keys`.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// History streams every version of a key, tombstones included, oldest
 	// first, optionally starting at a version.
@@ -67,8 +72,19 @@ type MemoryServiceClient interface {
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// ListScopes returns every scope of the caller's tenant with its count of
 	// live entries, optionally only the scopes of one type, or only the
-	// execution scopes of one flow.
+	// execution scopes of one flow; with `as_of`, the counts at that point.
 	ListScopes(ctx context.Context, in *ListScopesRequest, opts ...grpc.CallOption) (*ListScopesResponse, error)
+	// ForkScope copies the live entries of a scope at a point (now when
+	// `as_of` is unset) into a scope that has no keys, as version 1 of each
+	// key with the value and provenance it had, for replaying a run against
+	// the memory it saw. The copy is one consistent state even while the
+	// source is being written. It is recorded in the target's maintenance
+	// audit trail (operation "fork", with the source and the revision read).
+	// FAILED_PRECONDITION when the target has keys (reason SCOPE_NOT_EMPTY)
+	// or a value at the point has been purged since (reason VERSION_PURGED);
+	// ABORTED (reason SOURCE_CHANGED) when a purge or a write raced the copy;
+	// nothing is written then.
+	ForkScope(ctx context.Context, in *ForkScopeRequest, opts ...grpc.CallOption) (*ForkScopeResponse, error)
 	// Rollback writes a new version of a key whose value is that of an older
 	// version (`to_version`), restoring a deleted key too, and records it in
 	// the scope's maintenance audit trail (operation "rollback", read with
@@ -169,6 +185,16 @@ func (c *memoryServiceClient) ListScopes(ctx context.Context, in *ListScopesRequ
 	return out, nil
 }
 
+func (c *memoryServiceClient) ForkScope(ctx context.Context, in *ForkScopeRequest, opts ...grpc.CallOption) (*ForkScopeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkScopeResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ForkScope_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RollbackResponse)
@@ -219,13 +245,17 @@ type MemoryServiceServer interface {
 	// compare-and-set (ABORTED, reason VERSION_MISMATCH, on a conflict); with
 	// `request_id` a retry returns the first result and writes nothing.
 	Set(context.Context, *SetRequest) (*SetResponse, error)
-	// Get reads the current value of a key, or the value at a given version.
-	// A key whose newest version is a tombstone is NOT_FOUND (reason
-	// KEY_DELETED).
+	// Get reads the current value of a key, or the value at a given version,
+	// or the value it had at a point in the past (`as_of`). A key whose
+	// newest version is a tombstone is NOT_FOUND (reason KEY_DELETED). At a
+	// point whose version has been purged since it is NOT_FOUND (reason
+	// VERSION_PURGED).
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	// List returns the live entries of a scope in key order, optionally under a
 	// key prefix, one page at a time. Tombstoned keys are hidden, and so are the
-	// reserved `_compaction/` keys unless `include_reserved` is set.
+	// reserved `_compaction/` keys unless `include_reserved` is set. With
+	// `as_of` it lists what was live at that point, and names the keys whose
+	// value then has been purged since in `purged_keys`.
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// History streams every version of a key, tombstones included, oldest
 	// first, optionally starting at a version.
@@ -236,8 +266,19 @@ type MemoryServiceServer interface {
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// ListScopes returns every scope of the caller's tenant with its count of
 	// live entries, optionally only the scopes of one type, or only the
-	// execution scopes of one flow.
+	// execution scopes of one flow; with `as_of`, the counts at that point.
 	ListScopes(context.Context, *ListScopesRequest) (*ListScopesResponse, error)
+	// ForkScope copies the live entries of a scope at a point (now when
+	// `as_of` is unset) into a scope that has no keys, as version 1 of each
+	// key with the value and provenance it had, for replaying a run against
+	// the memory it saw. The copy is one consistent state even while the
+	// source is being written. It is recorded in the target's maintenance
+	// audit trail (operation "fork", with the source and the revision read).
+	// FAILED_PRECONDITION when the target has keys (reason SCOPE_NOT_EMPTY)
+	// or a value at the point has been purged since (reason VERSION_PURGED);
+	// ABORTED (reason SOURCE_CHANGED) when a purge or a write raced the copy;
+	// nothing is written then.
+	ForkScope(context.Context, *ForkScopeRequest) (*ForkScopeResponse, error)
 	// Rollback writes a new version of a key whose value is that of an older
 	// version (`to_version`), restoring a deleted key too, and records it in
 	// the scope's maintenance audit trail (operation "rollback", read with
@@ -286,6 +327,9 @@ func (UnimplementedMemoryServiceServer) Delete(context.Context, *DeleteRequest) 
 }
 func (UnimplementedMemoryServiceServer) ListScopes(context.Context, *ListScopesRequest) (*ListScopesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListScopes not implemented")
+}
+func (UnimplementedMemoryServiceServer) ForkScope(context.Context, *ForkScopeRequest) (*ForkScopeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkScope not implemented")
 }
 func (UnimplementedMemoryServiceServer) Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rollback not implemented")
@@ -415,6 +459,24 @@ func _MemoryService_ListScopes_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ForkScope_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkScopeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ForkScope(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ForkScope_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ForkScope(ctx, req.(*ForkScopeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_Rollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RollbackRequest)
 	if err := dec(in); err != nil {
@@ -470,6 +532,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListScopes",
 			Handler:    _MemoryService_ListScopes_Handler,
+		},
+		{
+			MethodName: "ForkScope",
+			Handler:    _MemoryService_ForkScope_Handler,
 		},
 		{
 			MethodName: "Rollback",

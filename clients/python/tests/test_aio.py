@@ -8,9 +8,41 @@ import hashlib
 import pytest
 
 from conftest import Server, start_server
-from engram_client import Conflict, Episode, InvalidArgument, NotFound, Unauthenticated
+from engram_client import (
+    Conflict,
+    EngramError,
+    Episode,
+    InvalidArgument,
+    NotFound,
+    Unauthenticated,
+)
 from engram_client.aio import AsyncEngram, Engram
 from engram_client.v1 import memory_pb2, working_memory_pb2
+
+
+def test_time_travel_and_fork(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            client.memory.configure("tt-aio")
+            await client.memory.set("plan", 1)
+            await client.memory.set("plan", 2)
+            revisions = []
+            async for change in client.memory.watch(from_revision=0):
+                revisions.append(change.revision)
+                if len(revisions) == 2:
+                    break
+            assert await client.memory.get("plan", as_of=revisions[0]) == 1
+            then = await client.memory.snapshot(revisions[0])
+            assert [(e.key, e.value) for e in then.entries] == [("plan", 1)]
+            fork = await client.memory.fork("tt-aio-copy", as_of=revisions[0])
+            assert (fork.keys_copied, fork.revision) == (1, revisions[0])
+            client.memory.configure("tt-aio-copy")
+            assert await client.memory.get("plan") == 1
+            with pytest.raises(EngramError) as ahead:
+                await client.memory.get("plan", as_of=10**12)
+            assert ahead.value.reason == "REVISION_NOT_REACHED"
+
+    asyncio.run(run())
 
 
 def test_memory(server: Server) -> None:

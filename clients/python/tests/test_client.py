@@ -56,6 +56,51 @@ def test_memory_round_trip(server: Server) -> None:
         ]
 
 
+def test_time_travel_and_fork(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.memory.configure("tt")
+        client.memory.set("plan", {"step": 1})
+        between = datetime.now(timezone.utc)
+        client.memory.set("notes", "n1")
+        client.memory.set("plan", {"step": 2})
+        changes = client.memory.watch(from_revision=0)
+        revisions = [next(changes).revision for _ in range(3)]
+        changes.close()
+
+        assert client.memory.get("plan", as_of=revisions[0]) == {"step": 1}
+        assert client.memory.get("notes", as_of=revisions[0]) is None
+        assert client.memory.get("plan", as_of=between) == {"step": 1}
+        assert client.memory.get("plan", as_of=revisions[2]) == {"step": 2}
+        then = client.memory.snapshot(revisions[1])
+        assert [(e.key, e.version, e.value) for e in then.entries] == [
+            ("notes", 1, "n1"), ("plan", 1, {"step": 1})
+        ]
+        assert then.purged_keys == []
+
+        fork = client.memory.fork("tt-replay", as_of=revisions[1])
+        assert (fork.keys_copied, fork.revision) == (2, revisions[1])
+        assert fork.audit_key.startswith("_compaction/")
+        with pytest.raises(FailedPrecondition) as taken:
+            client.memory.fork("tt-replay")
+        assert taken.value.reason == "SCOPE_NOT_EMPTY"
+        client.memory.configure("tt-replay")
+        assert [(e.key, e.version, e.value) for e in client.memory.list()] == [
+            ("notes", 1, "n1"), ("plan", 1, {"step": 1})
+        ]
+
+        # Purged since: an error with its reason, never a silent None.
+        client.stubs.memory_admin.Purge(
+            memory_admin_pb2.PurgeRequest(
+                scope_type=memory_pb2.SCOPE_TYPE_NAMESPACE, scope="tt", key="plan", keep=1
+            )
+        )
+        client.memory.configure("tt")
+        with pytest.raises(NotFound) as purged:
+            client.memory.get("plan", as_of=revisions[0])
+        assert purged.value.reason == "VERSION_PURGED"
+        assert client.memory.snapshot(revisions[1]).purged_keys == ["plan"]
+
+
 def test_compare_and_set_and_invalid_input(server: Server) -> None:
     with Engram(server.address) as client:
         client.memory.configure("prefs")

@@ -23,12 +23,13 @@ mod search;
 pub(crate) mod sessions;
 
 use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};
+use super::past;
 use super::{HeadUpdate, StoreOptions, schema_is_current};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::Key;
 use crate::memory::audit::AuditRecord;
-use crate::memory::ports::{Compacted, Fence, Purge, PurgeOutcome, Write, Written};
+use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
 use crate::ports::{Database, Feed, Feeds};
 use pool::{Lease, Pool};
 
@@ -39,19 +40,20 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres")
 /// $7 value (NULL for a tombstone), $8 deleted, $9 execution_id, $10 flow_id,
 /// $11 flow_name.
 /// $12 change kind. The change row's revision is taken after the head
-/// update has given the transaction its id (see migration 0003).
+/// update has given the transaction its id (see migration 0003), and the
+/// version carries it (migration 0011).
 macro_rules! write_statement {
     ($head:literal) => {
         concat!(
             "WITH head AS (",
             $head,
-            "), written AS (INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, \
-             deleted, execution_id, flow_id, flow_name, create_time) \
-             SELECT $1, $2, $3, $4, head.version, $7::jsonb, $8, $9, $10, $11, $5 FROM head \
-             RETURNING version) \
-             INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, create_time) \
-             SELECT $1, $2, $3, $4, $12, written.version, $5 FROM written \
-             RETURNING version"
+            "), changed AS (INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, \
+             create_time) SELECT $1, $2, $3, $4, $12, head.version, $5 FROM head \
+             RETURNING version, revision) \
+             INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, \
+             deleted, execution_id, flow_id, flow_name, create_time, revision) \
+             SELECT $1, $2, $3, $4, changed.version, $7::jsonb, $8, $9, $10, $11, $5, changed.revision \
+             FROM changed RETURNING version"
         )
     };
 }
@@ -454,6 +456,9 @@ impl MemoryWrites for PgStore {
              AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6";
         let keep = purge.keep.unwrap_or(0);
         let mut tx = self.scoped(tenant).await?;
+        if !purge.dry_run {
+            past::record_purges(&mut tx, tenant, purge, record.timestamp).await?;
+        }
         let rows = if purge.dry_run {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
@@ -500,6 +505,25 @@ impl MemoryWrites for PgStore {
         }
         tx.commit().await?;
         Ok(outcome)
+    }
+
+    async fn fork_scope(
+        &self,
+        tenant: &Tenant,
+        fork: &Fork<'_>,
+        mut record: AuditRecord,
+    ) -> Result<Forked> {
+        let mut tx = self.scoped(tenant).await?;
+        let copied = match past::fork_in(&mut tx, tenant, fork).await? {
+            Ok(copied) => copied,
+            // Rolled back as the lease goes.
+            Err(refused) => return Ok(refused),
+        };
+        record.keys_affected = copied.keys;
+        let audit = AuditWrite::of(&record)?;
+        Self::write_in(&mut tx, tenant, &audit.write(fork.target, record.timestamp)).await?;
+        tx.commit().await?;
+        Ok(Forked::Copied(Box::new(record)))
     }
 
     async fn write_summary(

@@ -21,12 +21,13 @@ mod search;
 mod sessions;
 
 use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};
+use super::past;
 use super::sql::{Cols, Param, Run, Sql, params};
 use super::{HeadUpdate, StoreOptions, schema_is_current, to_micros};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
-use crate::memory::ports::{Compacted, Fence, Purge, PurgeOutcome, Write, Written};
+use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
 use crate::memory::{ChangeKind, Key};
 use crate::ports::{Database, Feed, Feeds};
 
@@ -144,26 +145,8 @@ impl SqliteStore {
             return Ok(None);
         };
 
-        sqlx::query(
-            "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
-             execution_id, flow_id, flow_name, create_time) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )
-        .bind(tenant.as_str())
-        .bind(write.scope.scope_type.as_i16())
-        .bind(write.scope.name.as_str())
-        .bind(write.key.as_str())
-        .bind(version)
-        .bind(write.mutation.value())
-        .bind(write.mutation.is_delete())
-        .bind(write.provenance.execution_id.as_str())
-        .bind(write.provenance.flow_id.as_str())
-        .bind(write.provenance.flow_name.as_str())
-        .bind(to_micros(write.now))
-        .execute(&mut *conn)
-        .await?;
-
-        // The change feed entry; with one writer, revisions commit in order.
+        // The change feed entry first, so the version carries its revision;
+        // with one writer, revisions commit in order.
         let revision = sqlx::query_scalar(
             "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, create_time) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING revision",
@@ -176,6 +159,26 @@ impl SqliteStore {
         .bind(version)
         .bind(to_micros(write.now))
         .fetch_one(&mut *conn)
+        .await?;
+
+        sqlx::query(
+            "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
+             execution_id, flow_id, flow_name, create_time, revision) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )
+        .bind(tenant.as_str())
+        .bind(write.scope.scope_type.as_i16())
+        .bind(write.scope.name.as_str())
+        .bind(write.key.as_str())
+        .bind(version)
+        .bind(write.mutation.value())
+        .bind(write.mutation.is_delete())
+        .bind(write.provenance.execution_id.as_str())
+        .bind(write.provenance.flow_id.as_str())
+        .bind(write.provenance.flow_name.as_str())
+        .bind(to_micros(write.now))
+        .bind(revision)
+        .execute(&mut *conn)
         .await?;
         Ok(Some((version, revision)))
     }
@@ -365,6 +368,7 @@ impl MemoryWrites for SqliteStore {
                 .into_iter()
                 .max()
                 .unwrap_or(0);
+            past::record_purges(&mut *tx, tenant, purge, record.timestamp).await?;
             tx.exec(&PURGE_VERSIONS, targets).await?;
             if purge.keep.unwrap_or(0) == 0 {
                 tx.exec(&PURGE_HEADS, &targets[..5]).await?;
@@ -378,6 +382,27 @@ impl MemoryWrites for SqliteStore {
         tx.commit().await?;
         self.committed(newest_revision);
         Ok(outcome)
+    }
+
+    async fn fork_scope(
+        &self,
+        tenant: &Tenant,
+        fork: &Fork<'_>,
+        mut record: AuditRecord,
+    ) -> Result<Forked> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let copied = match past::fork_in(&mut *tx, tenant, fork).await? {
+            Ok(copied) => copied,
+            Err(refused) => return Ok(refused),
+        };
+        record.keys_affected = copied.keys;
+        let audit = AuditWrite::of(&record)?;
+        let revision = Self::write_in(&mut tx, tenant, &audit.write(fork.target, record.timestamp))
+            .await?
+            .map_or(copied.newest_revision, |(_, revision)| revision);
+        tx.commit().await?;
+        self.committed(revision);
+        Ok(Forked::Copied(Box::new(record)))
     }
 
     async fn write_summary(

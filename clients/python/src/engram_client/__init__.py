@@ -17,7 +17,19 @@ Every service's generated stubs are in ``engram_client.v1`` and on
 server's stable ``reason``.
 """
 
-from ._client import Engram, Entry, Episode, Fact, Hit, Session, Stubs, from_value, to_value
+from ._client import (
+    Engram,
+    Entry,
+    Episode,
+    Fact,
+    Fork,
+    Hit,
+    Session,
+    Snapshot,
+    Stubs,
+    from_value,
+    to_value,
+)
 from ._errors import (
     AlreadyExists,
     Conflict,
@@ -40,12 +52,14 @@ __all__ = [
     "Episode",
     "FailedPrecondition",
     "Fact",
+    "Fork",
     "Hit",
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
     "ResourceExhausted",
     "Session",
+    "Snapshot",
     "Stubs",
     "Unauthenticated",
     "Unavailable",

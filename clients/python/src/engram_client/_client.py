@@ -88,6 +88,36 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Snapshot:
+    """A scope as it was at a point (:meth:`Memory.snapshot`)."""
+
+    #: The entries live then, in key order.
+    entries: list[Entry]
+    #: The keys whose value then has been purged since.
+    purged_keys: list[str]
+
+
+@dataclass(frozen=True)
+class Fork:
+    """What :meth:`Memory.fork` copied."""
+
+    keys_copied: int
+    #: The revision the source was read at.
+    revision: int
+    #: The reserved key of the fork's audit record in the new scope.
+    audit_key: str
+
+    @staticmethod
+    def from_proto(response: memory_pb2.ForkScopeResponse) -> Fork:
+        return Fork(response.keys_copied, response.revision, response.audit_key)
+
+
+def _absent(error: NotFound) -> bool:
+    """Whether a NOT_FOUND means "no value" rather than "purged since"."""
+    return error.reason != "VERSION_PURGED"
+
+
+@dataclass(frozen=True)
 class Session:
     id: str
     app: str
@@ -352,18 +382,26 @@ class Memory:
         request = self._scope.set(key, value, expected_version, request_id)
         return Entry.from_proto(self._client.call(self._client.stubs.memory.Set, request).entry)
 
-    def entry(self, key: str, *, version: int | None = None) -> Entry | None:
-        """The newest (or a given) version of a key; None when there is none
-        or it was deleted."""
-        request = self._scope.get(key, version)
+    def entry(
+        self, key: str, *, version: int | None = None, as_of: _requests.Point | None = None
+    ) -> Entry | None:
+        """The newest version of a key, or a given one, or the one current
+        ``as_of`` a revision or a time; None when there is none or it was
+        deleted. A version purged since raises :class:`NotFound` (reason
+        ``VERSION_PURGED``)."""
+        request = self._scope.get(key, version, as_of)
         try:
             return Entry.from_proto(self._client.call(self._client.stubs.memory.Get, request).entry)
-        except NotFound:
-            return None
+        except NotFound as error:
+            if _absent(error):
+                return None
+            raise
 
-    def get(self, key: str, *, version: int | None = None) -> Any:
+    def get(
+        self, key: str, *, version: int | None = None, as_of: _requests.Point | None = None
+    ) -> Any:
         """The value of a key; None when it has none."""
-        entry = self.entry(key, version=version)
+        entry = self.entry(key, version=version, as_of=as_of)
         return None if entry is None else entry.value
 
     def list(self, prefix: str = "") -> Iterator[Entry]:
@@ -375,6 +413,34 @@ class Memory:
             if not page.next_page_token:
                 return
             token = page.next_page_token
+
+    def snapshot(self, as_of: _requests.Point, prefix: str = "") -> Snapshot:
+        """The scope as it was at a revision or a time: the entries live
+        then, and the keys whose value then has been purged since."""
+        entries: builtins.list[Entry] = []
+        purged: builtins.list[str] = []
+        token = ""
+        while True:
+            request = self._scope.list(prefix, token, as_of)
+            page = self._client.call(self._client.stubs.memory.List, request)
+            entries.extend(Entry.from_proto(e) for e in page.entries)
+            purged.extend(page.purged_keys)
+            if not page.next_page_token:
+                return Snapshot(entries, purged)
+            token = page.next_page_token
+
+    def fork(
+        self,
+        target: str,
+        *,
+        target_type: ScopeType | None = None,
+        as_of: _requests.Point | None = None,
+    ) -> Fork:
+        """Copies this scope's live entries (now, or ``as_of`` a revision or
+        a time) into ``target``, a scope with no keys, e.g. to replay a run
+        against the memory it saw."""
+        request = self._scope.fork(target, target_type, as_of)
+        return Fork.from_proto(self._client.call(self._client.stubs.memory.ForkScope, request))
 
     def history(self, key: str, *, from_version: int = 0) -> Iterator[Entry]:
         """Every version of a key, oldest first, tombstones included."""

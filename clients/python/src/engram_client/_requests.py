@@ -162,6 +162,19 @@ def to_value(obj: Any) -> struct_pb2.Value:
     return value
 
 
+#: A point in the past: a change-feed revision (as ``watch`` yields them) or a time.
+Point = int | datetime
+
+
+def as_of(point: Point | None) -> memory_pb2.AsOf | None:
+    """The ``as_of`` message naming a revision or a time."""
+    if point is None:
+        return None
+    if isinstance(point, datetime):
+        return memory_pb2.AsOf(time=timestamp(point))
+    return memory_pb2.AsOf(revision=point)
+
+
 def timestamp(moment: datetime | None) -> timestamp_pb2.Timestamp | None:
     if moment is None:
         return None
@@ -197,18 +210,40 @@ class Scope:
             request.expected_version = expected_version
         return request
 
-    def get(self, key: str, version: int | None) -> memory_pb2.GetRequest:
+    def get(
+        self, key: str, version: int | None, point: Point | None = None
+    ) -> memory_pb2.GetRequest:
         return memory_pb2.GetRequest(
-            scope_type=self.scope_type, scope=self.scope, key=key, version=version or 0
+            scope_type=self.scope_type,
+            scope=self.scope,
+            key=key,
+            version=version or 0,
+            as_of=as_of(point),
         )
 
-    def list(self, prefix: str, token: str) -> memory_pb2.ListRequest:
+    def list(self, prefix: str, token: str, point: Point | None = None) -> memory_pb2.ListRequest:
         return memory_pb2.ListRequest(
             scope_type=self.scope_type,
             scope=self.scope,
             key_prefix=prefix,
             page_size=PAGE,
             page_token=token,
+            as_of=as_of(point),
+        )
+
+    def fork(
+        self, target: str, target_type: ScopeType | None, point: Point | None
+    ) -> memory_pb2.ForkScopeRequest:
+        if target_type is not None and target_type not in SCOPE_TYPES:
+            raise ValueError(f"target_type must be one of {sorted(SCOPE_TYPES)}")
+        return memory_pb2.ForkScopeRequest(
+            source_scope_type=self.scope_type,
+            source_scope=self.scope,
+            target_scope_type=(
+                self.scope_type if target_type is None else SCOPE_TYPES[target_type]
+            ),
+            target_scope=target,
+            as_of=as_of(point),
         )
 
     def history(self, key: str, from_version: int) -> memory_pb2.HistoryRequest:

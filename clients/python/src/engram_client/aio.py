@@ -29,7 +29,7 @@ import grpc
 from google.protobuf.message import Message
 
 from . import _requests
-from ._client import Entry, Episode, Hit, Session
+from ._client import Entry, Episode, Fork, Hit, Session, Snapshot, _absent
 from ._errors import EngramError, NotFound, from_rpc_error
 from ._requests import ScopeType, SearchMode, SearchSource, new_episode
 from .v1 import (
@@ -185,21 +185,54 @@ class AsyncMemory:
         response = await self._client.call(self._client.stubs.memory.Set, request)
         return Entry.from_proto(response.entry)
 
-    async def entry(self, key: str, *, version: int | None = None) -> Entry | None:
-        """The newest (or a given) version of a key; None when there is none
-        or it was deleted."""
+    async def entry(
+        self, key: str, *, version: int | None = None, as_of: _requests.Point | None = None
+    ) -> Entry | None:
+        """The newest (or a given, or the ``as_of``) version of a key; None
+        when there is none or it was deleted (see :meth:`Memory.entry`)."""
         try:
             response = await self._client.call(
-                self._client.stubs.memory.Get, self._scope.get(key, version)
+                self._client.stubs.memory.Get, self._scope.get(key, version, as_of)
             )
-        except NotFound:
-            return None
+        except NotFound as error:
+            if _absent(error):
+                return None
+            raise
         return Entry.from_proto(response.entry)
 
-    async def get(self, key: str, *, version: int | None = None) -> Any:
+    async def get(
+        self, key: str, *, version: int | None = None, as_of: _requests.Point | None = None
+    ) -> Any:
         """The value of a key; None when it has none."""
-        entry = await self.entry(key, version=version)
+        entry = await self.entry(key, version=version, as_of=as_of)
         return None if entry is None else entry.value
+
+    async def snapshot(self, as_of: _requests.Point, prefix: str = "") -> Snapshot:
+        """The scope as it was at a revision or a time (see
+        :meth:`Memory.snapshot`)."""
+        entries: builtins.list[Entry] = []
+        purged: builtins.list[str] = []
+        token = ""
+        while True:
+            request = self._scope.list(prefix, token, as_of)
+            page = await self._client.call(self._client.stubs.memory.List, request)
+            entries.extend(Entry.from_proto(e) for e in page.entries)
+            purged.extend(page.purged_keys)
+            if not page.next_page_token:
+                return Snapshot(entries, purged)
+            token = page.next_page_token
+
+    async def fork(
+        self,
+        target: str,
+        *,
+        target_type: ScopeType | None = None,
+        as_of: _requests.Point | None = None,
+    ) -> Fork:
+        """Copies this scope's live entries into a new scope (see
+        :meth:`Memory.fork`)."""
+        request = self._scope.fork(target, target_type, as_of)
+        return Fork.from_proto(await self._client.call(self._client.stubs.memory.ForkScope, request))
 
     async def list(self, prefix: str = "") -> AsyncIterator[Entry]:
         """Every live entry under a prefix, in key order (all pages)."""

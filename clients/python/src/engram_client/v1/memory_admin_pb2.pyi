@@ -66,8 +66,12 @@ class CompactionRecord(_message.Message):
     VERSIONS_DELETED_FIELD_NUMBER: _builtins.int
     KEEP_FIELD_NUMBER: _builtins.int
     AUDIT_KEY_FIELD_NUMBER: _builtins.int
+    SOURCE_SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SOURCE_SCOPE_FIELD_NUMBER: _builtins.int
+    AS_OF_REVISION_FIELD_NUMBER: _builtins.int
+    AS_OF_TIME_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
-    """`compact` or `purge`."""
+    """`compact`, `purge`, `rollback` or `fork`."""
     scope_type: _memory_pb2.ScopeType.ValueType
     """The type of the scope maintained."""
     scope: _builtins.str
@@ -83,13 +87,19 @@ class CompactionRecord(_message.Message):
     source_mode: Global___SourceMode.ValueType
     """The source mode used (compact)."""
     keys_affected: _builtins.int
-    """How many keys lost versions (purge)."""
+    """How many keys lost versions (purge), or were copied (fork)."""
     versions_deleted: _builtins.int
     """How many versions were deleted (purge)."""
     keep: _builtins.int
     """The `keep` of the purge; unset when every version was deleted."""
     audit_key: _builtins.str
     """The reserved key this record is stored under."""
+    source_scope_type: _memory_pb2.ScopeType.ValueType
+    """The type of the scope a fork copied from (fork)."""
+    source_scope: _builtins.str
+    """The scope a fork copied from (fork)."""
+    as_of_revision: _builtins.int
+    """The revision the fork read its source at (fork)."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the operation ran."""
@@ -102,6 +112,12 @@ class CompactionRecord(_message.Message):
     def source_versions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The versions read, in the order of `source_keys` (compact; for
         SOURCE_MODE_HISTORY, every version read of the one key).
+        """
+
+    @_builtins.property
+    def as_of_time(self) -> _timestamp_pb2.Timestamp:
+        """The time the fork was asked to read its source at, when it named one
+        (fork).
         """
 
     def __init__(
@@ -122,10 +138,14 @@ class CompactionRecord(_message.Message):
         versions_deleted: _builtins.int = ...,
         keep: _builtins.int | None = ...,
         audit_key: _builtins.str = ...,
+        source_scope_type: _memory_pb2.ScopeType.ValueType = ...,
+        source_scope: _builtins.str = ...,
+        as_of_revision: _builtins.int = ...,
+        as_of_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_keep", b"_keep", "create_time", b"create_time", "keep", b"keep"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_keep", b"_keep", "as_of_time", b"as_of_time", "create_time", b"create_time", "keep", b"keep"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_keep", b"_keep", "audit_key", b"audit_key", "create_time", b"create_time", "instruction", b"instruction", "keep", b"keep", "keys_affected", b"keys_affected", "model", b"model", "operation", b"operation", "scope", b"scope", "scope_type", b"scope_type", "source_keys", b"source_keys", "source_mode", b"source_mode", "source_versions", b"source_versions", "target_key", b"target_key", "target_version", b"target_version", "versions_deleted", b"versions_deleted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_keep", b"_keep", "as_of_revision", b"as_of_revision", "as_of_time", b"as_of_time", "audit_key", b"audit_key", "create_time", b"create_time", "instruction", b"instruction", "keep", b"keep", "keys_affected", b"keys_affected", "model", b"model", "operation", b"operation", "scope", b"scope", "scope_type", b"scope_type", "source_keys", b"source_keys", "source_mode", b"source_mode", "source_scope", b"source_scope", "source_scope_type", b"source_scope_type", "source_versions", b"source_versions", "target_key", b"target_key", "target_version", b"target_version", "versions_deleted", b"versions_deleted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__keep: _TypeAlias = _typing.Literal["keep"]  # noqa: Y015
     _WhichOneofArgType__keep: _TypeAlias = _typing.Literal["_keep", b"_keep"]  # noqa: Y015

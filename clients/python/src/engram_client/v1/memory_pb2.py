@@ -26,53 +26,59 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/memory.proto\x12\tengram.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n\x0bMemoryEntry\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12%\n\x05value\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12\x14\n\x0c\x65xecution_id\x18\x07 \x01(\t\x12\x0f\n\x07\x66low_id\x18\x08 \x01(\t\x12\x11\n\tflow_name\x18\t \x01(\t\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc1\x01\n\nSetRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12%\n\x05value\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x1d\n\x10\x65xpected_version\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\x13\n\x11_expected_version\"4\n\x0bSetResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"c\n\nGetRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\"4\n\x0bGetResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"\x9b\x01\n\x0bListRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x12\n\nkey_prefix\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x18\n\x10include_reserved\x18\x06 \x01(\x08\"P\n\x0cListResponse\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.engram.v1.MemoryEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"l\n\x0eHistoryRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x14\n\x0c\x66rom_version\x18\x04 \x01(\x03\"8\n\x0fHistoryResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"\x9d\x01\n\rDeleteRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x1d\n\x10\x65xpected_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\tB\x13\n\x11_expected_version\"7\n\x0e\x44\x65leteResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"k\n\x0fRollbackRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x12\n\nto_version\x18\x04 \x01(\x03\"L\n\x10RollbackResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\x12\x11\n\taudit_key\x18\x02 \x01(\t\"\x88\x01\n\x11ListScopesRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0f\n\x07\x66low_id\x18\x04 \x01(\t\x12\x11\n\tflow_name\x18\x05 \x01(\t\"\\\n\x0cScopeSummary\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x13\n\x0b\x65ntry_count\x18\x03 \x01(\x03\"V\n\x12ListScopesResponse\x12\'\n\x06scopes\x18\x01 \x03(\x0b\x32\x17.engram.v1.ScopeSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x89\x01\n\x0cWatchRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x12\n\nkey_prefix\x18\x03 \x01(\t\x12\x1a\n\rfrom_revision\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x10\n\x0e_from_revision\"\xd6\x01\n\rWatchResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.engram.v1.ChangeKind\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12%\n\x05value\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x18\n\x10versions_deleted\x18\x06 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*p\n\tScopeType\x12\x1a\n\x16SCOPE_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14SCOPE_TYPE_NAMESPACE\x10\x01\x12\x13\n\x0fSCOPE_TYPE_FLOW\x10\x02\x12\x18\n\x14SCOPE_TYPE_EXECUTION\x10\x03*\x86\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43HANGE_KIND_SET\x10\x01\x12\x16\n\x12\x43HANGE_KIND_DELETE\x10\x02\x12\x15\n\x11\x43HANGE_KIND_PURGE\x10\x03\x12\x17\n\x13\x43HANGE_KIND_COMPACT\x10\x04\x32\x85\x04\n\rMemoryService\x12\x34\n\x03Set\x12\x15.engram.v1.SetRequest\x1a\x16.engram.v1.SetResponse\x12\x34\n\x03Get\x12\x15.engram.v1.GetRequest\x1a\x16.engram.v1.GetResponse\x12\x37\n\x04List\x12\x16.engram.v1.ListRequest\x1a\x17.engram.v1.ListResponse\x12\x42\n\x07History\x12\x19.engram.v1.HistoryRequest\x1a\x1a.engram.v1.HistoryResponse0\x01\x12=\n\x06\x44\x65lete\x12\x18.engram.v1.DeleteRequest\x1a\x19.engram.v1.DeleteResponse\x12I\n\nListScopes\x12\x1c.engram.v1.ListScopesRequest\x1a\x1d.engram.v1.ListScopesResponse\x12\x43\n\x08Rollback\x12\x1a.engram.v1.RollbackRequest\x1a\x1b.engram.v1.RollbackResponse\x12<\n\x05Watch\x12\x17.engram.v1.WatchRequest\x1a\x18.engram.v1.WatchResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/memory.proto\x12\tengram.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n\x0bMemoryEntry\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12%\n\x05value\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12\x14\n\x0c\x65xecution_id\x18\x07 \x01(\t\x12\x0f\n\x07\x66low_id\x18\x08 \x01(\t\x12\x11\n\tflow_name\x18\t \x01(\t\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc1\x01\n\nSetRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12%\n\x05value\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x1d\n\x10\x65xpected_version\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\x13\n\x11_expected_version\"4\n\x0bSetResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"\x83\x01\n\nGetRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x1e\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x0f.engram.v1.AsOf\"O\n\x04\x41sOf\x12*\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12\x12\n\x08revision\x18\x02 \x01(\x03H\x00\x42\x07\n\x05point\"4\n\x0bGetResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"\xbb\x01\n\x0bListRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x12\n\nkey_prefix\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x18\n\x10include_reserved\x18\x06 \x01(\x08\x12\x1e\n\x05\x61s_of\x18\x07 \x01(\x0b\x32\x0f.engram.v1.AsOf\"e\n\x0cListResponse\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.engram.v1.MemoryEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x13\n\x0bpurged_keys\x18\x03 \x03(\t\"l\n\x0eHistoryRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x14\n\x0c\x66rom_version\x18\x04 \x01(\x03\"8\n\x0fHistoryResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"\x9d\x01\n\rDeleteRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x1d\n\x10\x65xpected_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\tB\x13\n\x11_expected_version\"7\n\x0e\x44\x65leteResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\"k\n\x0fRollbackRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x12\n\nto_version\x18\x04 \x01(\x03\"L\n\x10RollbackResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\x12\x11\n\taudit_key\x18\x02 \x01(\t\"\xa8\x01\n\x11ListScopesRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0f\n\x07\x66low_id\x18\x04 \x01(\t\x12\x11\n\tflow_name\x18\x05 \x01(\t\x12\x1e\n\x05\x61s_of\x18\x06 \x01(\x0b\x32\x0f.engram.v1.AsOf\"r\n\x0cScopeSummary\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x13\n\x0b\x65ntry_count\x18\x03 \x01(\x03\x12\x14\n\x0cpurged_count\x18\x04 \x01(\x03\"\xc0\x01\n\x10\x46orkScopeRequest\x12/\n\x11source_scope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\x14\n\x0csource_scope\x18\x02 \x01(\t\x12/\n\x11target_scope_type\x18\x03 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\x14\n\x0ctarget_scope\x18\x04 \x01(\t\x12\x1e\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x0f.engram.v1.AsOf\"M\n\x11\x46orkScopeResponse\x12\x13\n\x0bkeys_copied\x18\x01 \x01(\x03\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x11\n\taudit_key\x18\x03 \x01(\t\"V\n\x12ListScopesResponse\x12\'\n\x06scopes\x18\x01 \x03(\x0b\x32\x17.engram.v1.ScopeSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x89\x01\n\x0cWatchRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x12\n\nkey_prefix\x18\x03 \x01(\t\x12\x1a\n\rfrom_revision\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x10\n\x0e_from_revision\"\xd6\x01\n\rWatchResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.engram.v1.ChangeKind\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12%\n\x05value\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x18\n\x10versions_deleted\x18\x06 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*p\n\tScopeType\x12\x1a\n\x16SCOPE_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14SCOPE_TYPE_NAMESPACE\x10\x01\x12\x13\n\x0fSCOPE_TYPE_FLOW\x10\x02\x12\x18\n\x14SCOPE_TYPE_EXECUTION\x10\x03*\x86\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43HANGE_KIND_SET\x10\x01\x12\x16\n\x12\x43HANGE_KIND_DELETE\x10\x02\x12\x15\n\x11\x43HANGE_KIND_PURGE\x10\x03\x12\x17\n\x13\x43HANGE_KIND_COMPACT\x10\x04\x32\xcd\x04\n\rMemoryService\x12\x34\n\x03Set\x12\x15.engram.v1.SetRequest\x1a\x16.engram.v1.SetResponse\x12\x34\n\x03Get\x12\x15.engram.v1.GetRequest\x1a\x16.engram.v1.GetResponse\x12\x37\n\x04List\x12\x16.engram.v1.ListRequest\x1a\x17.engram.v1.ListResponse\x12\x42\n\x07History\x12\x19.engram.v1.HistoryRequest\x1a\x1a.engram.v1.HistoryResponse0\x01\x12=\n\x06\x44\x65lete\x12\x18.engram.v1.DeleteRequest\x1a\x19.engram.v1.DeleteResponse\x12I\n\nListScopes\x12\x1c.engram.v1.ListScopesRequest\x1a\x1d.engram.v1.ListScopesResponse\x12\x46\n\tForkScope\x12\x1b.engram.v1.ForkScopeRequest\x1a\x1c.engram.v1.ForkScopeResponse\x12\x43\n\x08Rollback\x12\x1a.engram.v1.RollbackRequest\x1a\x1b.engram.v1.RollbackResponse\x12<\n\x05Watch\x12\x17.engram.v1.WatchRequest\x1a\x18.engram.v1.WatchResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.memory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SCOPETYPE']._serialized_start=2261
-  _globals['_SCOPETYPE']._serialized_end=2373
-  _globals['_CHANGEKIND']._serialized_start=2376
-  _globals['_CHANGEKIND']._serialized_end=2510
+  _globals['_SCOPETYPE']._serialized_start=2756
+  _globals['_SCOPETYPE']._serialized_end=2868
+  _globals['_CHANGEKIND']._serialized_start=2871
+  _globals['_CHANGEKIND']._serialized_end=3005
   _globals['_MEMORYENTRY']._serialized_start=101
   _globals['_MEMORYENTRY']._serialized_end=364
   _globals['_SETREQUEST']._serialized_start=367
   _globals['_SETREQUEST']._serialized_end=560
   _globals['_SETRESPONSE']._serialized_start=562
   _globals['_SETRESPONSE']._serialized_end=614
-  _globals['_GETREQUEST']._serialized_start=616
-  _globals['_GETREQUEST']._serialized_end=715
-  _globals['_GETRESPONSE']._serialized_start=717
-  _globals['_GETRESPONSE']._serialized_end=769
-  _globals['_LISTREQUEST']._serialized_start=772
-  _globals['_LISTREQUEST']._serialized_end=927
-  _globals['_LISTRESPONSE']._serialized_start=929
-  _globals['_LISTRESPONSE']._serialized_end=1009
-  _globals['_HISTORYREQUEST']._serialized_start=1011
-  _globals['_HISTORYREQUEST']._serialized_end=1119
-  _globals['_HISTORYRESPONSE']._serialized_start=1121
-  _globals['_HISTORYRESPONSE']._serialized_end=1177
-  _globals['_DELETEREQUEST']._serialized_start=1180
-  _globals['_DELETEREQUEST']._serialized_end=1337
-  _globals['_DELETERESPONSE']._serialized_start=1339
-  _globals['_DELETERESPONSE']._serialized_end=1394
-  _globals['_ROLLBACKREQUEST']._serialized_start=1396
-  _globals['_ROLLBACKREQUEST']._serialized_end=1503
-  _globals['_ROLLBACKRESPONSE']._serialized_start=1505
-  _globals['_ROLLBACKRESPONSE']._serialized_end=1581
-  _globals['_LISTSCOPESREQUEST']._serialized_start=1584
-  _globals['_LISTSCOPESREQUEST']._serialized_end=1720
-  _globals['_SCOPESUMMARY']._serialized_start=1722
-  _globals['_SCOPESUMMARY']._serialized_end=1814
-  _globals['_LISTSCOPESRESPONSE']._serialized_start=1816
-  _globals['_LISTSCOPESRESPONSE']._serialized_end=1902
-  _globals['_WATCHREQUEST']._serialized_start=1905
-  _globals['_WATCHREQUEST']._serialized_end=2042
-  _globals['_WATCHRESPONSE']._serialized_start=2045
-  _globals['_WATCHRESPONSE']._serialized_end=2259
-  _globals['_MEMORYSERVICE']._serialized_start=2513
-  _globals['_MEMORYSERVICE']._serialized_end=3030
+  _globals['_GETREQUEST']._serialized_start=617
+  _globals['_GETREQUEST']._serialized_end=748
+  _globals['_ASOF']._serialized_start=750
+  _globals['_ASOF']._serialized_end=829
+  _globals['_GETRESPONSE']._serialized_start=831
+  _globals['_GETRESPONSE']._serialized_end=883
+  _globals['_LISTREQUEST']._serialized_start=886
+  _globals['_LISTREQUEST']._serialized_end=1073
+  _globals['_LISTRESPONSE']._serialized_start=1075
+  _globals['_LISTRESPONSE']._serialized_end=1176
+  _globals['_HISTORYREQUEST']._serialized_start=1178
+  _globals['_HISTORYREQUEST']._serialized_end=1286
+  _globals['_HISTORYRESPONSE']._serialized_start=1288
+  _globals['_HISTORYRESPONSE']._serialized_end=1344
+  _globals['_DELETEREQUEST']._serialized_start=1347
+  _globals['_DELETEREQUEST']._serialized_end=1504
+  _globals['_DELETERESPONSE']._serialized_start=1506
+  _globals['_DELETERESPONSE']._serialized_end=1561
+  _globals['_ROLLBACKREQUEST']._serialized_start=1563
+  _globals['_ROLLBACKREQUEST']._serialized_end=1670
+  _globals['_ROLLBACKRESPONSE']._serialized_start=1672
+  _globals['_ROLLBACKRESPONSE']._serialized_end=1748
+  _globals['_LISTSCOPESREQUEST']._serialized_start=1751
+  _globals['_LISTSCOPESREQUEST']._serialized_end=1919
+  _globals['_SCOPESUMMARY']._serialized_start=1921
+  _globals['_SCOPESUMMARY']._serialized_end=2035
+  _globals['_FORKSCOPEREQUEST']._serialized_start=2038
+  _globals['_FORKSCOPEREQUEST']._serialized_end=2230
+  _globals['_FORKSCOPERESPONSE']._serialized_start=2232
+  _globals['_FORKSCOPERESPONSE']._serialized_end=2309
+  _globals['_LISTSCOPESRESPONSE']._serialized_start=2311
+  _globals['_LISTSCOPESRESPONSE']._serialized_end=2397
+  _globals['_WATCHREQUEST']._serialized_start=2400
+  _globals['_WATCHREQUEST']._serialized_end=2537
+  _globals['_WATCHRESPONSE']._serialized_start=2540
+  _globals['_WATCHRESPONSE']._serialized_end=2754
+  _globals['_MEMORYSERVICE']._serialized_start=3008
+  _globals['_MEMORYSERVICE']._serialized_end=3597
 # @@protoc_insertion_point(module_scope)

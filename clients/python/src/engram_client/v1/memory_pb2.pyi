@@ -242,6 +242,7 @@ class GetRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     scope_type: Global___ScopeType.ValueType
     """The scope type. May be left unset together with `scope` to use the
     caller's flow scope.
@@ -252,6 +253,12 @@ class GetRequest(_message.Message):
     """The key."""
     version: _builtins.int
     """The version to read; 0 reads the newest version."""
+    @_builtins.property
+    def as_of(self) -> Global___AsOf:
+        """Read the value the key had at this point instead of the newest one.
+        Not together with `version`.
+        """
+
     def __init__(
         self,
         *,
@@ -259,14 +266,52 @@ class GetRequest(_message.Message):
         scope: _builtins.str = ...,
         key: _builtins.str = ...,
         version: _builtins.int = ...,
+        as_of: Global___AsOf | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "scope", b"scope", "scope_type", b"scope_type", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "key", b"key", "scope", b"scope", "scope_type", b"scope_type", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetRequest: _TypeAlias = GetRequest  # noqa: Y015
+
+@_typing.final
+class AsOf(_message.Message):
+    """AsOf names a point in the past to read memory at."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIME_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    revision: _builtins.int
+    """What had been written once the change feed reached this revision
+    (the `revision` of a WatchResponse). A revision beyond the newest is
+    OUT_OF_RANGE (reason REVISION_NOT_REACHED). Revisions outlive the
+    feed's retention: a pruned revision still reads correctly here.
+    """
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp:
+        """What had been written by this time. Writes still committing around
+        the time may appear late; for a point that never changes, use a
+        revision.
+        """
+
+    def __init__(
+        self,
+        *,
+        time: _timestamp_pb2.Timestamp | None = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["point", b"point", "revision", b"revision", "time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["point", b"point", "revision", b"revision", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_point: _TypeAlias = _typing.Literal["time", "revision"]  # noqa: Y015
+    _WhichOneofArgType_point: _TypeAlias = _typing.Literal["point", b"point"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_point) -> _WhichOneofReturnType_point | None: ...
+
+Global___AsOf: _TypeAlias = AsOf  # noqa: Y015
 
 @_typing.final
 class GetResponse(_message.Message):
@@ -304,6 +349,7 @@ class ListRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     INCLUDE_RESERVED_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     scope_type: Global___ScopeType.ValueType
     """The scope type. May be left unset together with `scope` to use the
     caller's flow scope.
@@ -323,6 +369,10 @@ class ListRequest(_message.Message):
     """The `next_page_token` of a previous call with the same parameters."""
     include_reserved: _builtins.bool
     """Include the reserved `_compaction/` audit keys."""
+    @_builtins.property
+    def as_of(self) -> Global___AsOf:
+        """List the entries live at this point instead of now."""
+
     def __init__(
         self,
         *,
@@ -332,10 +382,11 @@ class ListRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         include_reserved: _builtins.bool = ...,
+        as_of: Global___AsOf | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_reserved", b"include_reserved", "key_prefix", b"key_prefix", "page_size", b"page_size", "page_token", b"page_token", "scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "include_reserved", b"include_reserved", "key_prefix", b"key_prefix", "page_size", b"page_size", "page_token", b"page_token", "scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -349,21 +400,31 @@ class ListResponse(_message.Message):
 
     ENTRIES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    PURGED_KEYS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """A token for the next page; empty when this is the last page."""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryEntry]:
-        """The current version of each live key, in key order."""
+        """The current version of each live key (at `as_of` when set), in key
+        order.
+        """
+
+    @_builtins.property
+    def purged_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """With `as_of`: the keys of this page whose value at that point has been
+        purged since, in key order.
+        """
 
     def __init__(
         self,
         *,
         entries: _abc.Iterable[Global___MemoryEntry] | None = ...,
         next_page_token: _builtins.str = ...,
+        purged_keys: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token", "purged_keys", b"purged_keys"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -570,6 +631,7 @@ class ListScopesRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     FLOW_ID_FIELD_NUMBER: _builtins.int
     FLOW_NAME_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     scope_type: Global___ScopeType.ValueType
     """Only scopes of this type; unset lists every type."""
     page_size: _builtins.int
@@ -584,6 +646,12 @@ class ListScopesRequest(_message.Message):
     """
     flow_name: _builtins.str
     """Only execution scopes holding a version tagged with this flow name."""
+    @_builtins.property
+    def as_of(self) -> Global___AsOf:
+        """Count what was live at this point instead of now; scopes with no key
+        written by then are left out.
+        """
+
     def __init__(
         self,
         *,
@@ -592,10 +660,11 @@ class ListScopesRequest(_message.Message):
         page_token: _builtins.str = ...,
         flow_id: _builtins.str = ...,
         flow_name: _builtins.str = ...,
+        as_of: Global___AsOf | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["flow_id", b"flow_id", "flow_name", b"flow_name", "page_size", b"page_size", "page_token", b"page_token", "scope_type", b"scope_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "flow_id", b"flow_id", "flow_name", b"flow_name", "page_size", b"page_size", "page_token", b"page_token", "scope_type", b"scope_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -610,6 +679,7 @@ class ScopeSummary(_message.Message):
     SCOPE_TYPE_FIELD_NUMBER: _builtins.int
     SCOPE_FIELD_NUMBER: _builtins.int
     ENTRY_COUNT_FIELD_NUMBER: _builtins.int
+    PURGED_COUNT_FIELD_NUMBER: _builtins.int
     scope_type: Global___ScopeType.ValueType
     """The scope type."""
     scope: _builtins.str
@@ -618,20 +688,97 @@ class ScopeSummary(_message.Message):
     """How many keys of the scope have a live value (reserved audit keys are
     not counted).
     """
+    purged_count: _builtins.int
+    """With `as_of`: how many keys had a value then that has been purged
+    since (not counted in `entry_count`).
+    """
     def __init__(
         self,
         *,
         scope_type: Global___ScopeType.ValueType = ...,
         scope: _builtins.str = ...,
         entry_count: _builtins.int = ...,
+        purged_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry_count", b"entry_count", "scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry_count", b"entry_count", "purged_count", b"purged_count", "scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ScopeSummary: _TypeAlias = ScopeSummary  # noqa: Y015
+
+@_typing.final
+class ForkScopeRequest(_message.Message):
+    """ForkScopeRequest names the scope to copy, the point, and the new scope."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SOURCE_SCOPE_FIELD_NUMBER: _builtins.int
+    TARGET_SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    TARGET_SCOPE_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
+    source_scope_type: Global___ScopeType.ValueType
+    """The source scope type; unspecified uses the caller's flow scope."""
+    source_scope: _builtins.str
+    """The source scope name."""
+    target_scope_type: Global___ScopeType.ValueType
+    """The target scope type (required)."""
+    target_scope: _builtins.str
+    """The target scope name (required); it must have no keys."""
+    @_builtins.property
+    def as_of(self) -> Global___AsOf:
+        """The point to copy; unset copies the state now."""
+
+    def __init__(
+        self,
+        *,
+        source_scope_type: Global___ScopeType.ValueType = ...,
+        source_scope: _builtins.str = ...,
+        target_scope_type: Global___ScopeType.ValueType = ...,
+        target_scope: _builtins.str = ...,
+        as_of: Global___AsOf | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "source_scope", b"source_scope", "source_scope_type", b"source_scope_type", "target_scope", b"target_scope", "target_scope_type", b"target_scope_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkScopeRequest: _TypeAlias = ForkScopeRequest  # noqa: Y015
+
+@_typing.final
+class ForkScopeResponse(_message.Message):
+    """ForkScopeResponse says what was copied."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYS_COPIED_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    AUDIT_KEY_FIELD_NUMBER: _builtins.int
+    keys_copied: _builtins.int
+    """How many keys were copied."""
+    revision: _builtins.int
+    """The revision the source was read at (for a time, the newest revision
+    when the fork ran, together with that time).
+    """
+    audit_key: _builtins.str
+    """The reserved key of the audit record in the target scope."""
+    def __init__(
+        self,
+        *,
+        keys_copied: _builtins.int = ...,
+        revision: _builtins.int = ...,
+        audit_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_key", b"audit_key", "keys_copied", b"keys_copied", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkScopeResponse: _TypeAlias = ForkScopeResponse  # noqa: Y015
 
 @_typing.final
 class ListScopesResponse(_message.Message):

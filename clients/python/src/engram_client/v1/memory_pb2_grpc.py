@@ -76,6 +76,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__pb2.ListScopesRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__pb2.ListScopesResponse.FromString,
                 _registered_method=True)
+        self.ForkScope = channel.unary_unary(
+                '/engram.v1.MemoryService/ForkScope',
+                request_serializer=engram_dot_v1_dot_memory__pb2.ForkScopeRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.ForkScopeResponse.FromString,
+                _registered_method=True)
         self.Rollback = channel.unary_unary(
                 '/engram.v1.MemoryService/Rollback',
                 request_serializer=engram_dot_v1_dot_memory__pb2.RollbackRequest.SerializeToString,
@@ -113,9 +118,11 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Get reads the current value of a key, or the value at a given version.
-        A key whose newest version is a tombstone is NOT_FOUND (reason
-        KEY_DELETED).
+        """Get reads the current value of a key, or the value at a given version,
+        or the value it had at a point in the past (`as_of`). A key whose
+        newest version is a tombstone is NOT_FOUND (reason KEY_DELETED). At a
+        point whose version has been purged since it is NOT_FOUND (reason
+        VERSION_PURGED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -124,7 +131,9 @@ class MemoryServiceServicer:
     def List(self, request, context):
         """List returns the live entries of a scope in key order, optionally under a
         key prefix, one page at a time. Tombstoned keys are hidden, and so are the
-        reserved `_compaction/` keys unless `include_reserved` is set.
+        reserved `_compaction/` keys unless `include_reserved` is set. With
+        `as_of` it lists what was live at that point, and names the keys whose
+        value then has been purged since in `purged_keys`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -150,7 +159,23 @@ class MemoryServiceServicer:
     def ListScopes(self, request, context):
         """ListScopes returns every scope of the caller's tenant with its count of
         live entries, optionally only the scopes of one type, or only the
-        execution scopes of one flow.
+        execution scopes of one flow; with `as_of`, the counts at that point.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkScope(self, request, context):
+        """ForkScope copies the live entries of a scope at a point (now when
+        `as_of` is unset) into a scope that has no keys, as version 1 of each
+        key with the value and provenance it had, for replaying a run against
+        the memory it saw. The copy is one consistent state even while the
+        source is being written. It is recorded in the target's maintenance
+        audit trail (operation "fork", with the source and the revision read).
+        FAILED_PRECONDITION when the target has keys (reason SCOPE_NOT_EMPTY)
+        or a value at the point has been purged since (reason VERSION_PURGED);
+        ABORTED (reason SOURCE_CHANGED) when a purge or a write raced the copy;
+        nothing is written then.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -219,6 +244,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListScopes,
                     request_deserializer=engram_dot_v1_dot_memory__pb2.ListScopesRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__pb2.ListScopesResponse.SerializeToString,
+            ),
+            'ForkScope': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkScope,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.ForkScopeRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.ForkScopeResponse.SerializeToString,
             ),
             'Rollback': grpc.unary_unary_rpc_method_handler(
                     servicer.Rollback,
@@ -405,6 +435,33 @@ class MemoryService:
             '/engram.v1.MemoryService/ListScopes',
             engram_dot_v1_dot_memory__pb2.ListScopesRequest.SerializeToString,
             engram_dot_v1_dot_memory__pb2.ListScopesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkScope(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ForkScope',
+            engram_dot_v1_dot_memory__pb2.ForkScopeRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.ForkScopeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,14 +51,18 @@ class MemoryServiceStub:
     `request_id` a retry returns the first result and writes nothing.
     """
     Get: _grpc.UnaryUnaryMultiCallable[_memory_pb2.GetRequest, _memory_pb2.GetResponse]
-    """Get reads the current value of a key, or the value at a given version.
-    A key whose newest version is a tombstone is NOT_FOUND (reason
-    KEY_DELETED).
+    """Get reads the current value of a key, or the value at a given version,
+    or the value it had at a point in the past (`as_of`). A key whose
+    newest version is a tombstone is NOT_FOUND (reason KEY_DELETED). At a
+    point whose version has been purged since it is NOT_FOUND (reason
+    VERSION_PURGED).
     """
     List: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListRequest, _memory_pb2.ListResponse]
     """List returns the live entries of a scope in key order, optionally under a
     key prefix, one page at a time. Tombstoned keys are hidden, and so are the
-    reserved `_compaction/` keys unless `include_reserved` is set.
+    reserved `_compaction/` keys unless `include_reserved` is set. With
+    `as_of` it lists what was live at that point, and names the keys whose
+    value then has been purged since in `purged_keys`.
     """
     History: _grpc.UnaryStreamMultiCallable[_memory_pb2.HistoryRequest, _memory_pb2.HistoryResponse]
     """History streams every version of a key, tombstones included, oldest
@@ -72,7 +76,19 @@ class MemoryServiceStub:
     ListScopes: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListScopesRequest, _memory_pb2.ListScopesResponse]
     """ListScopes returns every scope of the caller's tenant with its count of
     live entries, optionally only the scopes of one type, or only the
-    execution scopes of one flow.
+    execution scopes of one flow; with `as_of`, the counts at that point.
+    """
+    ForkScope: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ForkScopeRequest, _memory_pb2.ForkScopeResponse]
+    """ForkScope copies the live entries of a scope at a point (now when
+    `as_of` is unset) into a scope that has no keys, as version 1 of each
+    key with the value and provenance it had, for replaying a run against
+    the memory it saw. The copy is one consistent state even while the
+    source is being written. It is recorded in the target's maintenance
+    audit trail (operation "fork", with the source and the revision read).
+    FAILED_PRECONDITION when the target has keys (reason SCOPE_NOT_EMPTY)
+    or a value at the point has been purged since (reason VERSION_PURGED);
+    ABORTED (reason SOURCE_CHANGED) when a purge or a write raced the copy;
+    nothing is written then.
     """
     Rollback: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RollbackRequest, _memory_pb2.RollbackResponse]
     """Rollback writes a new version of a key whose value is that of an older
@@ -121,14 +137,18 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     `request_id` a retry returns the first result and writes nothing.
     """
     Get: _aio.UnaryUnaryMultiCallable[_memory_pb2.GetRequest, _memory_pb2.GetResponse]  # type: ignore[assignment]
-    """Get reads the current value of a key, or the value at a given version.
-    A key whose newest version is a tombstone is NOT_FOUND (reason
-    KEY_DELETED).
+    """Get reads the current value of a key, or the value at a given version,
+    or the value it had at a point in the past (`as_of`). A key whose
+    newest version is a tombstone is NOT_FOUND (reason KEY_DELETED). At a
+    point whose version has been purged since it is NOT_FOUND (reason
+    VERSION_PURGED).
     """
     List: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListRequest, _memory_pb2.ListResponse]  # type: ignore[assignment]
     """List returns the live entries of a scope in key order, optionally under a
     key prefix, one page at a time. Tombstoned keys are hidden, and so are the
-    reserved `_compaction/` keys unless `include_reserved` is set.
+    reserved `_compaction/` keys unless `include_reserved` is set. With
+    `as_of` it lists what was live at that point, and names the keys whose
+    value then has been purged since in `purged_keys`.
     """
     History: _aio.UnaryStreamMultiCallable[_memory_pb2.HistoryRequest, _memory_pb2.HistoryResponse]  # type: ignore[assignment]
     """History streams every version of a key, tombstones included, oldest
@@ -142,7 +162,19 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     ListScopes: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListScopesRequest, _memory_pb2.ListScopesResponse]  # type: ignore[assignment]
     """ListScopes returns every scope of the caller's tenant with its count of
     live entries, optionally only the scopes of one type, or only the
-    execution scopes of one flow.
+    execution scopes of one flow; with `as_of`, the counts at that point.
+    """
+    ForkScope: _aio.UnaryUnaryMultiCallable[_memory_pb2.ForkScopeRequest, _memory_pb2.ForkScopeResponse]  # type: ignore[assignment]
+    """ForkScope copies the live entries of a scope at a point (now when
+    `as_of` is unset) into a scope that has no keys, as version 1 of each
+    key with the value and provenance it had, for replaying a run against
+    the memory it saw. The copy is one consistent state even while the
+    source is being written. It is recorded in the target's maintenance
+    audit trail (operation "fork", with the source and the revision read).
+    FAILED_PRECONDITION when the target has keys (reason SCOPE_NOT_EMPTY)
+    or a value at the point has been purged since (reason VERSION_PURGED);
+    ABORTED (reason SOURCE_CHANGED) when a purge or a write raced the copy;
+    nothing is written then.
     """
     Rollback: _aio.UnaryUnaryMultiCallable[_memory_pb2.RollbackRequest, _memory_pb2.RollbackResponse]  # type: ignore[assignment]
     """Rollback writes a new version of a key whose value is that of an older
@@ -200,9 +232,11 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_pb2.GetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.GetResponse, _abc.Awaitable[_memory_pb2.GetResponse]]:
-        """Get reads the current value of a key, or the value at a given version.
-        A key whose newest version is a tombstone is NOT_FOUND (reason
-        KEY_DELETED).
+        """Get reads the current value of a key, or the value at a given version,
+        or the value it had at a point in the past (`as_of`). A key whose
+        newest version is a tombstone is NOT_FOUND (reason KEY_DELETED). At a
+        point whose version has been purged since it is NOT_FOUND (reason
+        VERSION_PURGED).
         """
 
     @_abc_1.abstractmethod
@@ -213,7 +247,9 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_pb2.ListResponse, _abc.Awaitable[_memory_pb2.ListResponse]]:
         """List returns the live entries of a scope in key order, optionally under a
         key prefix, one page at a time. Tombstoned keys are hidden, and so are the
-        reserved `_compaction/` keys unless `include_reserved` is set.
+        reserved `_compaction/` keys unless `include_reserved` is set. With
+        `as_of` it lists what was live at that point, and names the keys whose
+        value then has been purged since in `purged_keys`.
         """
 
     @_abc_1.abstractmethod
@@ -245,7 +281,25 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_pb2.ListScopesResponse, _abc.Awaitable[_memory_pb2.ListScopesResponse]]:
         """ListScopes returns every scope of the caller's tenant with its count of
         live entries, optionally only the scopes of one type, or only the
-        execution scopes of one flow.
+        execution scopes of one flow; with `as_of`, the counts at that point.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkScope(
+        self,
+        request: _memory_pb2.ForkScopeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.ForkScopeResponse, _abc.Awaitable[_memory_pb2.ForkScopeResponse]]:
+        """ForkScope copies the live entries of a scope at a point (now when
+        `as_of` is unset) into a scope that has no keys, as version 1 of each
+        key with the value and provenance it had, for replaying a run against
+        the memory it saw. The copy is one consistent state even while the
+        source is being written. It is recorded in the target's maintenance
+        audit trail (operation "fork", with the source and the revision read).
+        FAILED_PRECONDITION when the target has keys (reason SCOPE_NOT_EMPTY)
+        or a value at the point has been purged since (reason VERSION_PURGED);
+        ABORTED (reason SOURCE_CHANGED) when a purge or a write raced the copy;
+        nothing is written then.
         """
 
     @_abc_1.abstractmethod

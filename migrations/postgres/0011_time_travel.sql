@@ -1,0 +1,36 @@
+-- Point-in-time reads and forks (MemoryService `as_of`, ForkScope).
+--
+-- Each version carries the change-feed revision that wrote it, so "what
+-- was current at revision R" is the newest version with revision <= R,
+-- however long ago the feed itself was pruned. Versions written before
+-- this migration take their revision from the feed where it still has
+-- them; older ones get 0 ("before any retained revision"), which is what
+-- they are for every revision a client can still name.
+ALTER TABLE memory_versions ADD COLUMN revision bigint NOT NULL DEFAULT 0;
+
+UPDATE memory_versions v SET revision = c.revision
+FROM (SELECT tenant, scope_type, scope, key, version, max(revision) AS revision
+      FROM memory_changes WHERE kind IN (1, 2, 4)
+      GROUP BY tenant, scope_type, scope, key, version) c
+WHERE c.tenant = v.tenant AND c.scope_type = v.scope_type AND c.scope = v.scope
+  AND c.key = v.key AND c.version = v.version;
+
+-- What purges took: per key, the oldest version ever purged (its revision
+-- and time). A read at a point from which the key has no kept version but
+-- a purged one reports the key as purged instead of skipping it. Kept
+-- after the key's head goes, and merged (the oldest wins) on every purge.
+CREATE TABLE memory_purges (
+    tenant         text COLLATE "C" NOT NULL,
+    scope_type     smallint NOT NULL,
+    scope          text COLLATE "C" NOT NULL,
+    key            text COLLATE "C" NOT NULL,
+    first_revision bigint NOT NULL,
+    first_time     timestamptz NOT NULL,
+    purge_time     timestamptz NOT NULL,
+    PRIMARY KEY (tenant, scope_type, scope, key)
+);
+
+ALTER TABLE memory_purges ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_purges FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON memory_purges USING (engram_tenant_visible(tenant))
+    WITH CHECK (engram_tenant_visible(tenant));

@@ -1,0 +1,330 @@
+//! Memory as it was: reads at a point (`as_of`), forks of a scope's state
+//! at a point, and the purge records that let both say "purged since"
+//! instead of silently skipping a key. One statement text each for both
+//! backends.
+//!
+//! A version carries the change-feed revision that wrote it (migration
+//! 0011), so the state at a point is, per key, the newest version written
+//! at or before it. Purges remove the oldest versions of a key, so the kept
+//! versions are always a contiguous range ending at the head: when one of
+//! them was written by the point it is the answer, and when none was but a
+//! purged one was (`memory_purges`), the answer is "purged".
+
+use super::memory::{entry_row, version_columns};
+use super::sql::{Cols, Param, Run, Sql, params, select};
+use crate::context::Tenant;
+use crate::error::Result;
+use crate::memory::ports::{Fork, Forked, ListQuery, Past, Point, Purge};
+use crate::memory::{Key, Scope};
+
+/// The newest version number of `k.key` in scope ($1, $2, $3) written by
+/// the point ($4 revision, $5 time), for `concat!`.
+macro_rules! version_at {
+    () => {
+        "(SELECT max(v.version) FROM memory_versions v WHERE v.tenant = $1 \
+         AND v.scope_type = $2 AND v.scope = $3 AND v.key = k.key \
+         AND v.revision <= $4 AND v.create_time <= $5)"
+    };
+}
+
+/// Whether a version of `k.key` written by the point has been purged.
+macro_rules! purged_at {
+    () => {
+        "EXISTS (SELECT 1 FROM memory_purges p WHERE p.tenant = $1 \
+         AND p.scope_type = $2 AND p.scope = $3 AND p.key = k.key \
+         AND p.first_revision <= $4 AND p.first_time <= $5)"
+    };
+}
+
+/// Every key of scope ($1, $2, $3) that has a version or lost one to a
+/// purge, for `concat!`.
+macro_rules! keys_ever {
+    ($range:literal) => {
+        concat!(
+            "(SELECT key FROM memory_heads WHERE tenant = $1 AND scope_type = $2 \
+             AND scope = $3",
+            $range,
+            " UNION SELECT key FROM memory_purges WHERE tenant = $1 \
+             AND scope_type = $2 AND scope = $3",
+            $range,
+            ") k"
+        )
+    };
+}
+
+/// Records, before a purge deletes them, the oldest version each target
+/// key loses (merged with what earlier purges took). Parameters as the
+/// purge's targets: $1 tenant, $2 scope_type, $3 scope, $4 key or NULL,
+/// $5 whether tombstoned keys count, $6 versions to keep; $7 now.
+pub(super) static RECORD_PURGES: Sql = Sql::new(
+    "INSERT INTO memory_purges (tenant, scope_type, scope, key, first_revision, first_time, \
+     purge_time) \
+     SELECT $1, $2, $3, v.key, min(v.revision), min(v.create_time), $7 FROM memory_versions v \
+     JOIN memory_heads h USING (tenant, scope_type, scope, key) \
+     WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
+     AND ($4::text IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
+     AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6 \
+     GROUP BY v.key \
+     ON CONFLICT (tenant, scope_type, scope, key) DO UPDATE SET \
+       first_revision = CASE WHEN EXCLUDED.first_revision < memory_purges.first_revision \
+         THEN EXCLUDED.first_revision ELSE memory_purges.first_revision END, \
+       first_time = CASE WHEN EXCLUDED.first_time < memory_purges.first_time \
+         THEN EXCLUDED.first_time ELSE memory_purges.first_time END, \
+       purge_time = EXCLUDED.purge_time",
+);
+
+/// $6 key.
+static GET_AT: Sql = select!(
+    version_columns!(),
+    " FROM memory_versions v WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+     AND v.key = $6 AND v.revision <= $4 AND v.create_time <= $5 \
+     ORDER BY v.version DESC LIMIT 1"
+);
+
+/// $6 key.
+static PURGED_AT: Sql = Sql::new(
+    "SELECT count(*) FROM memory_purges p WHERE p.tenant = $1 AND p.scope_type = $2 \
+     AND p.scope = $3 AND p.key = $6 AND p.first_revision <= $4 AND p.first_time <= $5",
+);
+
+/// $6 and $7 the key range, $8 the last key of the previous page, $9
+/// whether reserved keys count, $10 limit. The key is repeated last for
+/// the purged rows, which have no version.
+static LIST_AT: Sql = Sql::new(concat!(
+    "SELECT ",
+    version_columns!(),
+    ", a.key FROM (SELECT k.key, ",
+    version_at!(),
+    " AS version, ",
+    purged_at!(),
+    " AS purged FROM ",
+    keys_ever!(" AND key >= $6 AND key < $7 AND key > $8"),
+    " WHERE ($9 OR substr(k.key, 1, 12) <> '_compaction/')) a \
+     LEFT JOIN memory_versions v ON v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+       AND v.key = a.key AND v.version = a.version \
+     WHERE (a.version IS NULL AND a.purged) OR (a.version IS NOT NULL AND NOT v.deleted) \
+     ORDER BY a.key LIMIT $10"
+));
+
+/// The live, unreserved keys of the source scope ($1, $2, $3) at the point
+/// ($4, $5) and their versions then, for `concat!`.
+macro_rules! fork_state {
+    () => {
+        concat!(
+            "(SELECT a.key, a.version FROM (SELECT k.key, ",
+            version_at!(),
+            " AS version FROM memory_heads k WHERE k.tenant = $1 AND k.scope_type = $2 \
+             AND k.scope = $3 AND substr(k.key, 1, 12) <> '_compaction/') a \
+             JOIN memory_versions v ON v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+               AND v.key = a.key AND v.version = a.version WHERE NOT v.deleted) s"
+        )
+    };
+}
+
+/// A few source keys whose value at the point was purged since.
+static FORK_PURGED: Sql = Sql::new(concat!(
+    "SELECT k.key FROM ",
+    keys_ever!(""),
+    " WHERE substr(k.key, 1, 12) <> '_compaction/' AND ",
+    version_at!(),
+    " IS NULL AND ",
+    purged_at!(),
+    " ORDER BY k.key LIMIT 10"
+));
+
+static FORK_COUNT: Sql = Sql::new(concat!("SELECT count(*) FROM ", fork_state!()));
+
+/// Keys of a scope ($1 tenant, $2 scope_type, $3 scope).
+static SCOPE_KEYS: Sql = Sql::new(
+    "SELECT count(*) FROM memory_heads WHERE tenant = $1 AND scope_type = $2 AND scope = $3",
+);
+
+/// $6, $7 the target scope, $8 now. Taken first, so the transaction holds
+/// its id before it takes revisions (see migration 0003).
+static FORK_HEADS: Sql = Sql::new(concat!(
+    "INSERT INTO memory_heads (tenant, scope_type, scope, key, version, deleted, update_time) \
+     SELECT $1, $6, $7, s.key, 1, false, $8 FROM ",
+    fork_state!(),
+    " WHERE true ON CONFLICT DO NOTHING"
+));
+
+/// One change per key of the target ($1, $2, $3) at $4 now.
+static FORK_CHANGES: Sql = Sql::new(
+    "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, create_time) \
+     SELECT $1, $2, $3, h.key, 1, 1, $4 FROM memory_heads h \
+     WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 ORDER BY h.key \
+     RETURNING revision",
+);
+
+/// $6, $7 the target scope, $8 now, $9 the first revision of the fork's
+/// changes.
+static FORK_VERSIONS: Sql = Sql::new(concat!(
+    "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
+     execution_id, flow_id, flow_name, create_time, revision) \
+     SELECT $1, $6, $7, v.key, 1, v.value, false, v.execution_id, v.flow_id, v.flow_name, $8, \
+     c.revision FROM ",
+    fork_state!(),
+    " JOIN memory_versions v ON v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+       AND v.key = s.key AND v.version = s.version \
+     JOIN memory_changes c ON c.tenant = $1 AND c.scope_type = $6 AND c.scope = $7 \
+       AND c.key = s.key AND c.kind = 1 AND c.version = 1 AND c.revision >= $9"
+));
+
+/// A key at a point; see [`MemoryStore::get_at`](crate::memory::ports::MemoryStore::get_at).
+pub(super) async fn get_at(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    scope: &Scope,
+    key: &Key,
+    at: Point,
+) -> Result<Option<Past>> {
+    let params = params![
+        tenant.as_str(),
+        scope.scope_type.as_i16(),
+        scope.name.as_str(),
+        at.revision,
+        at.time,
+        key.as_str(),
+    ];
+    if let Some(entry) = conn
+        .first(&GET_AT, params, |row| entry_row(row, scope))
+        .await?
+    {
+        return Ok(Some(Past::Entry(entry)));
+    }
+    let purged = conn.count(&PURGED_AT, params).await? > 0;
+    Ok(purged.then(|| Past::Purged(key.clone())))
+}
+
+/// A page of a scope at a point; see [`MemoryStore::list_at`](crate::memory::ports::MemoryStore::list_at).
+pub(super) async fn list_at(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    query: &ListQuery<'_>,
+    at: Point,
+) -> Result<Vec<Past>> {
+    let (low, high) = query.prefix.range();
+    conn.all(
+        &LIST_AT,
+        params![
+            tenant.as_str(),
+            query.scope.scope_type.as_i16(),
+            query.scope.name.as_str(),
+            at.revision,
+            at.time,
+            low.as_str(),
+            high.as_str(),
+            query.after.unwrap_or(""),
+            query.include_reserved,
+            query.limit,
+        ],
+        |row| {
+            if row.opt_int(1)?.is_none() {
+                return Ok(Past::Purged(Key::from_store(row.text(8)?)));
+            }
+            Ok(Past::Entry(entry_row(row, query.scope)?))
+        },
+    )
+    .await
+}
+
+/// Records what a purge is about to take; see [`RECORD_PURGES`].
+pub(super) async fn record_purges(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    purge: &Purge<'_>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<()> {
+    conn.exec(
+        &RECORD_PURGES,
+        params![
+            tenant.as_str(),
+            purge.scope.scope_type.as_i16(),
+            purge.scope.name.as_str(),
+            purge.key.map(Key::as_str),
+            purge.include_deleted || purge.key.is_some(),
+            purge.keep.unwrap_or(0),
+            now,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// What a fork copied: the keys and the newest revision it wrote.
+pub(super) struct Copied {
+    pub keys: i64,
+    pub newest_revision: i64,
+}
+
+/// Copies the source's live keys at the point into the target as version 1
+/// of each, inside the caller's transaction; a refusal leaves the
+/// transaction to be rolled back.
+pub(super) async fn fork_in(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    fork: &Fork<'_>,
+) -> Result<std::result::Result<Copied, Forked>> {
+    let target: &[Param<'_>] = params![
+        tenant.as_str(),
+        fork.target.scope_type.as_i16(),
+        fork.target.name.as_str(),
+    ];
+    if conn.count(&SCOPE_KEYS, target).await? > 0 {
+        return Ok(Err(Forked::TargetNotEmpty));
+    }
+    let source: &[Param<'_>] = params![
+        tenant.as_str(),
+        fork.source.scope_type.as_i16(),
+        fork.source.name.as_str(),
+        fork.at.revision,
+        fork.at.time,
+    ];
+    let purged = conn.all(&FORK_PURGED, source, |row| row.text(0)).await?;
+    if !purged.is_empty() {
+        return Ok(Err(Forked::Purged(purged)));
+    }
+    let keys = conn.count(&FORK_COUNT, source).await?;
+    if keys == 0 {
+        return Ok(Ok(Copied {
+            keys,
+            newest_revision: 0,
+        }));
+    }
+    let into: &[Param<'_>] = params![
+        fork.target.scope_type.as_i16(),
+        fork.target.name.as_str(),
+        fork.now,
+    ];
+    let both = &[source, into].concat();
+    // A count that moves between statements means a concurrent write to
+    // the target or a purge of the source (Postgres reads each statement
+    // at its own snapshot): refuse rather than copy a torn state.
+    let heads = conn.exec(&FORK_HEADS, both).await?;
+    let revisions = conn
+        .all(
+            &FORK_CHANGES,
+            &[target, &[Param::from(fork.now)]].concat(),
+            |row| row.int(0),
+        )
+        .await?;
+    let (Some(&first), Some(&newest)) = (revisions.iter().min(), revisions.iter().max()) else {
+        return Ok(Err(Forked::SourceChanged));
+    };
+    let versions = conn
+        .exec(
+            &FORK_VERSIONS,
+            &[both.as_slice(), &[Param::from(first)]].concat(),
+        )
+        .await?;
+    let moved = [heads, revisions.len() as u64, versions]
+        .iter()
+        .any(|&n| n != keys as u64);
+    if moved {
+        return Ok(Err(Forked::SourceChanged));
+    }
+    Ok(Ok(Copied {
+        keys,
+        newest_revision: newest,
+    }))
+}

@@ -1,0 +1,542 @@
+//! Memory as it was, on both stores: `Get`, `List` and `ListScopes` at a
+//! revision or a time (`as_of`), purged versions reported as purged, and
+//! `ForkScope`, including a fork taken while writers race, checked
+//! against a replay of the change feed.
+
+use std::collections::BTreeMap;
+
+use engram::api::convert::{json_from_proto, json_to_proto};
+use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::{
+    AsOf, ChangeKind, DeleteRequest, ForkScopeRequest, GetCompactionLogRequest, GetRequest,
+    ListRequest, ListScopesRequest, MemoryEntry, PurgeRequest, ScopeType, SetRequest, WatchRequest,
+    WatchResponse, as_of,
+};
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::helpers::{Backend, TestServer, bad_fields, reason};
+use crate::on_both_stores;
+
+const NS: i32 = ScopeType::Namespace as i32;
+
+fn at_revision(revision: i64) -> Option<AsOf> {
+    Some(AsOf {
+        point: Some(as_of::Point::Revision(revision)),
+    })
+}
+
+fn at_time(time: prost_types::Timestamp) -> Option<AsOf> {
+    Some(AsOf {
+        point: Some(as_of::Point::Time(time)),
+    })
+}
+
+async fn set(client: &mut MemoryServiceClient<Channel>, scope: &str, key: &str, value: Value) {
+    client
+        .set(SetRequest {
+            scope_type: NS,
+            scope: scope.into(),
+            key: key.into(),
+            value: Some(json_to_proto(&value)),
+            ..SetRequest::default()
+        })
+        .await
+        .expect("set");
+}
+
+async fn delete(client: &mut MemoryServiceClient<Channel>, scope: &str, key: &str) {
+    client
+        .delete(DeleteRequest {
+            scope_type: NS,
+            scope: scope.into(),
+            key: key.into(),
+            ..DeleteRequest::default()
+        })
+        .await
+        .expect("delete");
+}
+
+fn get_at(scope: &str, key: &str, as_of: Option<AsOf>) -> GetRequest {
+    GetRequest {
+        scope_type: NS,
+        scope: scope.into(),
+        key: key.into(),
+        version: 0,
+        as_of,
+    }
+}
+
+fn list_at(scope: &str, as_of: Option<AsOf>) -> ListRequest {
+    ListRequest {
+        scope_type: NS,
+        scope: scope.into(),
+        page_size: 100,
+        as_of,
+        ..ListRequest::default()
+    }
+}
+
+fn value_of(entry: &MemoryEntry) -> Value {
+    json_from_proto(entry.value.clone().expect("a value")).expect("json")
+}
+
+/// `(key, version, value)` of each entry, and the purged keys.
+async fn listed(
+    client: &mut MemoryServiceClient<Channel>,
+    request: ListRequest,
+) -> (Vec<(String, i64, Value)>, Vec<String>) {
+    let page = client.list(request).await.expect("list").into_inner();
+    let entries = page
+        .entries
+        .iter()
+        .map(|e| (e.key.clone(), e.version, value_of(e)))
+        .collect();
+    (entries, page.purged_keys)
+}
+
+/// The first `n` changes of a scope, from the beginning of the feed.
+async fn changes(channel: Channel, scope: &str, n: usize) -> Vec<WatchResponse> {
+    let mut stream = MemoryServiceClient::new(channel)
+        .watch(WatchRequest {
+            scope_type: NS,
+            scope: scope.into(),
+            from_revision: Some(0),
+            ..WatchRequest::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut seen = Vec::with_capacity(n);
+    while seen.len() < n {
+        seen.push(stream.next().await.expect("a change").expect("ok"));
+    }
+    seen
+}
+
+fn tuple(key: &str, version: i64, value: Value) -> (String, i64, Value) {
+    (key.to_owned(), version, value)
+}
+
+async fn reads_at_a_point(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.memory();
+    set(&mut client, "tt", "a", json!("a1")).await;
+    set(&mut client, "tt", "b", json!("b1")).await;
+    set(&mut client, "tt", "a", json!("a2")).await;
+    delete(&mut client, "tt", "b").await;
+    set(&mut client, "tt", "c", json!("c1")).await;
+    let feed = changes(server.channel.clone(), "tt", 5).await;
+    let r: Vec<i64> = feed.iter().map(|c| c.revision).collect();
+
+    // Get at each revision answers what was current then.
+    let got = client
+        .get(get_at("tt", "a", at_revision(r[0])))
+        .await
+        .expect("a at r0")
+        .into_inner()
+        .entry
+        .expect("entry");
+    assert_eq!((got.version, value_of(&got)), (1, json!("a1")));
+    let got = client
+        .get(get_at("tt", "a", at_revision(r[2])))
+        .await
+        .expect("a at r2")
+        .into_inner()
+        .entry
+        .expect("entry");
+    assert_eq!((got.version, value_of(&got)), (2, json!("a2")));
+    for (key, at, why) in [
+        ("b", r[3], "KEY_DELETED"),
+        ("c", r[3], "KEY_NOT_FOUND"),
+        ("a", 0, "KEY_NOT_FOUND"),
+    ] {
+        let err = client
+            .get(get_at("tt", key, at_revision(at)))
+            .await
+            .expect_err("nothing live then");
+        assert_eq!((err.code(), reason(&err)), (Code::NotFound, why.into()));
+    }
+
+    // List at each revision.
+    let (entries, purged) = listed(&mut client, list_at("tt", at_revision(r[1]))).await;
+    assert_eq!(
+        entries,
+        [tuple("a", 1, json!("a1")), tuple("b", 1, json!("b1"))]
+    );
+    assert!(purged.is_empty());
+    let (entries, _) = listed(&mut client, list_at("tt", at_revision(r[3]))).await;
+    assert_eq!(entries, [tuple("a", 2, json!("a2"))]);
+    let (entries, _) = listed(&mut client, list_at("tt", at_revision(r[4]))).await;
+    assert_eq!(
+        entries,
+        [tuple("a", 2, json!("a2")), tuple("c", 1, json!("c1"))]
+    );
+
+    // A time names what had been written by then.
+    let time = feed[1].create_time.expect("a change time");
+    let (entries, _) = listed(&mut client, list_at("tt", at_time(time))).await;
+    assert_eq!(
+        entries,
+        [tuple("a", 1, json!("a1")), tuple("b", 1, json!("b1"))]
+    );
+
+    // Paging at a point walks the same state, and its token is bound to it.
+    let mut request = list_at("tt", at_revision(r[1]));
+    request.page_size = 1;
+    let first = client
+        .list(request.clone())
+        .await
+        .expect("page")
+        .into_inner();
+    assert_eq!(first.entries[0].key, "a");
+    request.page_token = first.next_page_token.clone();
+    let second = client
+        .list(request.clone())
+        .await
+        .expect("page")
+        .into_inner();
+    assert_eq!(second.entries[0].key, "b");
+    request.as_of = at_revision(r[2]);
+    let err = client.list(request).await.expect_err("another point");
+    assert_eq!(reason(&err), "INVALID_PAGE_TOKEN");
+
+    // ListScopes at a point: only what existed then.
+    set(&mut client, "later", "x", json!(1)).await;
+    let scopes = client
+        .list_scopes(ListScopesRequest {
+            as_of: at_revision(r[0]),
+            ..ListScopesRequest::default()
+        })
+        .await
+        .expect("scopes")
+        .into_inner()
+        .scopes;
+    let named: Vec<(&str, i64, i64)> = scopes
+        .iter()
+        .map(|s| (s.scope.as_str(), s.entry_count, s.purged_count))
+        .collect();
+    assert_eq!(named, [("tt", 1, 0)]);
+
+    // Purged since: reported, not skipped.
+    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+    admin
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "tt".into(),
+            key: "a".into(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge a down to v2");
+    admin
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "tt".into(),
+            key: "c".into(),
+            keep: None,
+            dry_run: false,
+        })
+        .await
+        .expect("purge c entirely");
+    let err = client
+        .get(get_at("tt", "a", at_revision(r[0])))
+        .await
+        .expect_err("purged");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::NotFound, "VERSION_PURGED".into())
+    );
+    let still = client
+        .get(get_at("tt", "a", at_revision(r[2])))
+        .await
+        .expect("v2 is kept")
+        .into_inner()
+        .entry
+        .expect("entry");
+    assert_eq!(still.version, 2);
+    let (entries, purged) = listed(&mut client, list_at("tt", at_revision(r[1]))).await;
+    assert_eq!(entries, [tuple("b", 1, json!("b1"))]);
+    assert_eq!(purged, ["a"]);
+    let (entries, purged) = listed(&mut client, list_at("tt", at_revision(r[4]))).await;
+    assert_eq!(entries, [tuple("a", 2, json!("a2"))]);
+    assert_eq!(purged, ["c"]);
+    let scopes = client
+        .list_scopes(ListScopesRequest {
+            as_of: at_revision(r[4]),
+            ..ListScopesRequest::default()
+        })
+        .await
+        .expect("scopes")
+        .into_inner()
+        .scopes;
+    assert_eq!((scopes[0].entry_count, scopes[0].purged_count), (1, 1));
+
+    // What is refused, and why.
+    let settled = feed.last().map_or(0, |c| c.revision) + 1_000_000;
+    let err = client
+        .get(get_at("tt", "a", at_revision(settled)))
+        .await
+        .expect_err("not reached");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::OutOfRange, "REVISION_NOT_REACHED".into())
+    );
+    let mut both = get_at("tt", "a", at_revision(r[0]));
+    both.version = 1;
+    let err = client.get(both).await.expect_err("version and as_of");
+    assert_eq!(bad_fields(&err), ["as_of"]);
+    for (as_of, field) in [
+        (Some(AsOf { point: None }), "as_of"),
+        (at_revision(-1), "as_of.revision"),
+        (
+            at_time(prost_types::Timestamp {
+                seconds: 253_402_300_800,
+                nanos: 0,
+            }),
+            "as_of.time",
+        ),
+    ] {
+        let err = client
+            .list(list_at("tt", as_of))
+            .await
+            .expect_err("bad as_of");
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(bad_fields(&err), [field]);
+    }
+}
+
+fn fork(source: &str, target: &str, as_of: Option<AsOf>) -> ForkScopeRequest {
+    ForkScopeRequest {
+        source_scope_type: NS,
+        source_scope: source.into(),
+        target_scope_type: NS,
+        target_scope: target.into(),
+        as_of,
+    }
+}
+
+async fn forks(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.memory();
+    set(&mut client, "src", "plan", json!({"step": 1})).await;
+    set(&mut client, "src", "notes", json!("n1")).await;
+    set(&mut client, "src", "gone", json!("g")).await;
+    delete(&mut client, "src", "gone").await;
+    set(&mut client, "src", "plan", json!({"step": 2})).await;
+    let feed = changes(server.channel.clone(), "src", 5).await;
+
+    // Now: the live keys, each as version 1 with its value.
+    let done = client
+        .fork_scope(fork("src", "copy", None))
+        .await
+        .expect("fork now")
+        .into_inner();
+    assert_eq!(done.keys_copied, 2);
+    assert_eq!(done.revision, feed[4].revision);
+    let (entries, _) = listed(&mut client, list_at("copy", None)).await;
+    assert_eq!(
+        entries,
+        [
+            tuple("notes", 1, json!("n1")),
+            tuple("plan", 1, json!({"step": 2}))
+        ]
+    );
+
+    // At a revision: the state then.
+    let done = client
+        .fork_scope(fork("src", "replay", at_revision(feed[2].revision)))
+        .await
+        .expect("fork at r2")
+        .into_inner();
+    assert_eq!(done.keys_copied, 3);
+    let (entries, _) = listed(&mut client, list_at("replay", None)).await;
+    assert_eq!(
+        entries,
+        [
+            tuple("gone", 1, json!("g")),
+            tuple("notes", 1, json!("n1")),
+            tuple("plan", 1, json!({"step": 1}))
+        ]
+    );
+
+    // Recorded in the target's audit trail, and in its change feed.
+    let log = MemoryAdminServiceClient::new(server.channel.clone())
+        .get_compaction_log(GetCompactionLogRequest {
+            scope_type: NS,
+            scope: "replay".into(),
+            page_size: 10,
+            page_token: String::new(),
+        })
+        .await
+        .expect("log")
+        .into_inner()
+        .records;
+    assert_eq!(log.len(), 1);
+    let record = &log[0];
+    assert_eq!(
+        (
+            record.operation.as_str(),
+            record.source_scope.as_str(),
+            record.source_scope_type,
+            record.as_of_revision,
+            record.keys_affected,
+            record.audit_key.as_str(),
+        ),
+        (
+            "fork",
+            "src",
+            NS,
+            feed[2].revision,
+            3,
+            done.audit_key.as_str()
+        )
+    );
+    let copied = changes(server.channel.clone(), "replay", 3).await;
+    assert!(copied.iter().all(|c| c.kind == ChangeKind::Set as i32));
+
+    // Refusals write nothing.
+    let err = client
+        .fork_scope(fork("src", "copy", None))
+        .await
+        .expect_err("target has keys");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::FailedPrecondition, "SCOPE_NOT_EMPTY".into())
+    );
+    let err = client
+        .fork_scope(fork("src", "src", None))
+        .await
+        .expect_err("onto itself");
+    assert_eq!(bad_fields(&err), ["target_scope"]);
+    let err = client
+        .fork_scope(ForkScopeRequest {
+            target_scope_type: 0,
+            ..fork("src", "x", None)
+        })
+        .await
+        .expect_err("no target type");
+    assert_eq!(bad_fields(&err), ["target_scope_type"]);
+    MemoryAdminServiceClient::new(server.channel.clone())
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "src".into(),
+            key: "plan".into(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge plan v1");
+    let err = client
+        .fork_scope(fork("src", "late", at_revision(feed[2].revision)))
+        .await
+        .expect_err("plan v1 purged");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::FailedPrecondition, "VERSION_PURGED".into())
+    );
+    assert!(err.message().contains("\"plan\""), "{}", err.message());
+    let (entries, _) = listed(&mut client, list_at("late", None)).await;
+    assert!(entries.is_empty());
+}
+
+/// Applies the feed's changes up to `revision` to a key -> value map.
+fn replay(feed: &[WatchResponse], revision: i64) -> BTreeMap<String, Value> {
+    let mut state = BTreeMap::new();
+    for change in feed.iter().filter(|c| c.revision <= revision) {
+        match ChangeKind::try_from(change.kind) {
+            Ok(ChangeKind::Set | ChangeKind::Compact) => {
+                let value = json_from_proto(change.value.clone().expect("value")).expect("json");
+                state.insert(change.key.clone(), value);
+            }
+            Ok(ChangeKind::Delete) => {
+                state.remove(&change.key);
+            }
+            other => panic!("unexpected change {other:?}"),
+        }
+    }
+    state
+}
+
+/// A fork taken at a revision in the middle of racing writers holds exactly
+/// what replaying the change feed up to that revision gives.
+async fn fork_under_concurrent_writes(backend: Backend) {
+    const WRITERS: usize = 8;
+    const WRITES: usize = 40;
+    let server = TestServer::spawn(backend).await;
+    let total = WRITERS * WRITES;
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let mut client = server.memory();
+        writers.push(tokio::spawn(async move {
+            let mut written = 0;
+            for n in 0..WRITES {
+                let key = format!("k{}", (writer * 7 + n) % 10);
+                if n % 5 == 4 {
+                    // The key may be deleted already: NOT_FOUND, no change.
+                    let deleted = client
+                        .delete(DeleteRequest {
+                            scope_type: NS,
+                            scope: "race".into(),
+                            key,
+                            ..DeleteRequest::default()
+                        })
+                        .await;
+                    match deleted {
+                        Ok(_) => written += 1,
+                        Err(err) => assert_eq!(err.code(), Code::NotFound),
+                    }
+                } else {
+                    set(&mut client, "race", &key, json!({"w": writer, "n": n})).await;
+                    written += 1;
+                }
+            }
+            written
+        }));
+    }
+    // Fork while the writers run, at a revision a watcher has seen.
+    let mut midway = MemoryServiceClient::new(server.channel.clone())
+        .watch(WatchRequest {
+            scope_type: NS,
+            scope: "race".into(),
+            from_revision: Some(0),
+            ..WatchRequest::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut revision = 0;
+    for _ in 0..total / 3 {
+        revision = midway.next().await.expect("change").expect("ok").revision;
+    }
+    drop(midway);
+    let mut client = server.memory();
+    let done = client
+        .fork_scope(fork("race", "race-fork", at_revision(revision)))
+        .await
+        .expect("fork mid-race")
+        .into_inner();
+    let mut written = 0;
+    for writer in writers {
+        written += writer.await.expect("writer");
+    }
+    let feed = changes(server.channel.clone(), "race", written).await;
+    let expected = replay(&feed, revision);
+    let mut request = list_at("race-fork", None);
+    request.page_size = 1000;
+    let (entries, _) = listed(&mut client, request).await;
+    let forked: BTreeMap<String, Value> = entries.into_iter().map(|(k, _, v)| (k, v)).collect();
+    assert_eq!(forked, expected, "fork at revision {revision}");
+    assert_eq!(done.keys_copied, expected.len() as i64);
+    // And a List of the source at that revision agrees.
+    let (entries, _) = listed(&mut client, list_at("race", at_revision(revision))).await;
+    let listed_then: BTreeMap<String, Value> =
+        entries.into_iter().map(|(k, _, v)| (k, v)).collect();
+    assert_eq!(listed_then, expected);
+}
+
+on_both_stores!(reads_at_a_point, forks, fork_under_concurrent_writes);
