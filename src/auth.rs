@@ -297,8 +297,9 @@ impl Authenticator {
 
 /// The role a gRPC method needs beyond a valid token, by its path.
 pub fn role_for(path: &str) -> Option<Role> {
-    const ADMIN: [&str; 3] = [
+    const ADMIN: [&str; 4] = [
         "/engram.v1.MemoryAdminService/",
+        "/engram.v1.DataService/ForgetUser",
         "/engram.v1.SessionService/DeleteSession",
         "/engram.v1.SessionService/CleanupSessions",
     ];

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod consolidation;
 pub mod context;
+pub mod data;
 pub mod error;
 pub mod mcp;
 pub mod memory;

@@ -63,6 +63,10 @@ enum Command {
     /// Engram server at --server with --token (memory, sessions, working
     /// memory and search as tools)
     Mcp(engram::cli::mcp::McpCommand),
+    /// Delete everything about one user of one app: sessions, episodes,
+    /// working memory, facts, their runs' execution scopes (admin token;
+    /// --dry-run counts first). Exit codes as for `memory`
+    ForgetUser(engram::cli::data::ForgetUserCommand),
     /// Bearer tokens for the tokens file: new (a random token and its
     /// line), hash (the line's hash of a token on stdin)
     Token(engram::cli::token::TokenCommand),
@@ -85,6 +89,7 @@ async fn main() -> ExitCode {
         Command::RecallEval(args) => return client_exit(args.run().await),
         Command::Working(command) => return client_exit(command.run().await),
         Command::Mcp(command) => return client_exit(command.run().await),
+        Command::ForgetUser(command) => return client_exit(command.run().await),
         Command::Token(command) => return client_exit(command.run()),
     };
     match result {

@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::metrics::PoolStatus;
 
 pub use crate::consolidation::ports::ConsolidationStore;
+pub use crate::data::DataStore;
 pub use crate::memory::ports::MemoryStore;
 pub use crate::search::ports::{EmbeddingStore, SearchStore};
 pub use crate::sessions::ports::SessionStore;
@@ -67,6 +68,7 @@ pub trait Database: Clone + Send + Sync + 'static {
 /// Everything the domain needs from one backend.
 pub trait Store:
     MemoryStore
+    + DataStore
     + SessionStore
     + ConsolidationStore
     + WorkingStore
@@ -79,6 +81,7 @@ pub trait Store:
 
 impl<S> Store for S where
     S: MemoryStore
+        + DataStore
         + SessionStore
         + ConsolidationStore
         + WorkingStore

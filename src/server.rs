@@ -22,16 +22,18 @@ use tonic_health::server::HealthReporter;
 use crate::api::edge::EdgeLayer;
 use crate::api::feed::FeedOptions;
 use crate::api::{
-    ConsolidationApi, EpisodeApi, MemoryAdminApi, MemoryApi, SearchApi, SessionApi,
+    ConsolidationApi, DataApi, EpisodeApi, MemoryAdminApi, MemoryApi, SearchApi, SessionApi,
     WorkingMemoryApi,
 };
 use crate::config::{Config, MigrateMode};
 use crate::consolidation::Consolidation;
+use crate::data::Data;
 use crate::memory::Memory;
 use crate::memory::admin::MemoryAdmin;
 use crate::ports::{Database, Store};
 use crate::proto;
 use crate::proto::consolidation_service_server::ConsolidationServiceServer;
+use crate::proto::data_service_server::DataServiceServer;
 use crate::proto::episode_service_server::EpisodeServiceServer;
 use crate::proto::memory_admin_service_server::MemoryAdminServiceServer;
 use crate::proto::memory_service_server::MemoryServiceServer;
@@ -54,7 +56,7 @@ pub const LIVENESS: &str = "liveness";
 
 /// The services the health service reports on, besides the server as a
 /// whole (`""`). All of them depend on the database.
-fn health_services() -> [&'static str; 8] {
+fn health_services() -> [&'static str; 9] {
     [
         "",
         <MemoryServiceServer<MemoryApi<SqliteStore>> as NamedService>::NAME,
@@ -64,6 +66,7 @@ fn health_services() -> [&'static str; 8] {
         <ConsolidationServiceServer<ConsolidationApi<SqliteStore>> as NamedService>::NAME,
         <WorkingMemoryServiceServer<WorkingMemoryApi<SqliteStore>> as NamedService>::NAME,
         <SearchServiceServer<SearchApi<SqliteStore>> as NamedService>::NAME,
+        <DataServiceServer<DataApi<SqliteStore>> as NamedService>::NAME,
     ]
 }
 
@@ -297,6 +300,7 @@ struct Services<S> {
     consolidation: Consolidation<S>,
     working: WorkingMemory<S>,
     search: Search<S>,
+    data: Data<S>,
     /// With `embedder`: the settings its worker runs with.
     embedder: Option<(Arc<dyn Embedder>, EmbedderConfig)>,
     feed: FeedOptions,
@@ -325,6 +329,7 @@ impl<S: Store> Services<S> {
         );
         Ok(Services {
             memory: Memory::new(store.clone(), config.limits),
+            data: Data::new(store.clone()),
             admin: MemoryAdmin::new(store.clone(), config.limits, summarizer),
             consolidation: match (&embedder, config.dedup_similarity) {
                 (Some((embedder, _)), Some(threshold)) => {
@@ -439,6 +444,7 @@ fn serve<S: Store>(
         consolidation,
         working,
         search,
+        data,
         feed,
         embedder: _,
     } = services;
@@ -495,6 +501,11 @@ fn serve<S: Store>(
             SearchServiceServer::new(SearchApi::new(search))
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_batch),
+        )
+        .add_service(
+            DataServiceServer::new(DataApi::new(data))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message),
         );
     if config.reflection {
         routes

@@ -70,6 +70,7 @@ type Client struct {
 	Consolidation engramv1.ConsolidationServiceClient
 	WorkingMemory engramv1.WorkingMemoryServiceClient
 	SearchService engramv1.SearchServiceClient
+	Data          engramv1.DataServiceClient
 }
 
 // New connects to target ("host:port"); the connection is made lazily.
@@ -126,6 +127,7 @@ func New(target string, opts ...Option) (*Client, error) {
 		Consolidation: engramv1.NewConsolidationServiceClient(conn),
 		WorkingMemory: engramv1.NewWorkingMemoryServiceClient(conn),
 		SearchService: engramv1.NewSearchServiceClient(conn),
+		Data:          engramv1.NewDataServiceClient(conn),
 	}, nil
 }
 

@@ -205,6 +205,27 @@ func TestMemory(t *testing.T) {
 	if engram.Reason(err) != "SCOPE_NOT_EMPTY" {
 		t.Fatalf("fork into a scope with keys: %v", err)
 	}
+
+	// ForgetUser counts first, then deletes the user's session and episodes.
+	_, err = client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+		SessionId: "forget-1", App: "bot", User: "dave",
+		Episode: &engramv1.NewEpisode{Type: "observation", Content: value(t, 1)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dry, err := client.Data.ForgetUser(ctx, &engramv1.ForgetUserRequest{App: "bot", User: "dave", DryRun: true})
+	if err != nil || dry.GetSessions() != 1 || dry.GetEpisodes() != 1 || !dry.GetDryRun() {
+		t.Fatalf("forget dry run: %v %v", dry, err)
+	}
+	done, err := client.Data.ForgetUser(ctx, &engramv1.ForgetUserRequest{App: "bot", User: "dave"})
+	if err != nil || done.GetSessions() != 1 || done.GetAuditKey() == "" {
+		t.Fatalf("forget: %v %v", done, err)
+	}
+	_, err = client.Sessions.GetSession(ctx, &engramv1.GetSessionRequest{SessionId: "forget-1"})
+	if engram.Reason(err) != "SESSION_NOT_FOUND" {
+		t.Fatalf("forgotten session: %v", err)
+	}
 }
 
 func TestCallerContextAndAdmin(t *testing.T) {

@@ -34,3 +34,16 @@ ALTER TABLE memory_purges ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_purges FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON memory_purges USING (engram_tenant_visible(tenant))
     WITH CHECK (engram_tenant_visible(tenant));
+
+-- How far the change feed has been pruned by age: a Watch may resume after
+-- any revision at or past it. Tracked rather than read off the oldest row
+-- kept, since rows also go when a user is forgotten, and a feed that lost
+-- a scope's rows that way is not pruned for everyone else.
+CREATE TABLE memory_feed (
+    singleton      smallint PRIMARY KEY CHECK (singleton = 1),
+    pruned_through bigint NOT NULL
+);
+
+INSERT INTO memory_feed (singleton, pruned_through)
+    SELECT 1, oldest - 1 FROM (SELECT min(revision) AS oldest FROM memory_changes) AS kept
+    WHERE oldest > 1;

@@ -18,3 +18,23 @@ CREATE TABLE memory_purges (
     purge_time     INTEGER NOT NULL,
     PRIMARY KEY (tenant, scope_type, scope, key)
 ) WITHOUT ROWID;
+
+-- A key's search id goes with its head (a purge of every version, a
+-- forgotten user's run), so no key name outlives its data.
+CREATE TRIGGER memory_search_ids_gone AFTER DELETE ON memory_heads BEGIN
+    DELETE FROM memory_search_ids WHERE tenant = old.tenant
+        AND scope_type = old.scope_type AND scope = old.scope AND key = old.key;
+END;
+
+-- How far the change feed has been pruned by age: a Watch may resume after
+-- any revision at or past it. Tracked rather than read off the oldest row
+-- kept, since rows also go when a user is forgotten, and a feed that lost
+-- a scope's rows that way is not pruned for everyone else.
+CREATE TABLE memory_feed (
+    singleton      INTEGER PRIMARY KEY CHECK (singleton = 1),
+    pruned_through INTEGER NOT NULL
+);
+
+INSERT INTO memory_feed (singleton, pruned_through)
+    SELECT 1, oldest - 1 FROM (SELECT min(revision) AS oldest FROM memory_changes) AS kept
+    WHERE oldest > 1;

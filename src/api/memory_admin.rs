@@ -65,6 +65,7 @@ pub fn record_to_proto(record: AuditRecord) -> proto::CompactionRecord {
             crate::memory::audit::Operation::Purge => "purge".to_owned(),
             crate::memory::audit::Operation::Rollback => "rollback".to_owned(),
             crate::memory::audit::Operation::Fork => "fork".to_owned(),
+            crate::memory::audit::Operation::Forget => "forget".to_owned(),
         },
         scope_type: record
             .scope_type()
@@ -89,6 +90,8 @@ pub fn record_to_proto(record: AuditRecord) -> proto::CompactionRecord {
         source_scope: record.source_scope,
         as_of_revision: record.as_of_revision,
         as_of_time: record.as_of_time.map(timestamp),
+        subject: record.subject,
+        counts: record.counts.into_iter().collect(),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod consolidation;
 pub mod context;
 pub mod convert;
+pub mod data;
 pub mod edge;
 pub mod episodes;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod watch;
 pub mod working;
 
 pub use consolidation::ConsolidationApi;
+pub use data::DataApi;
 pub use episodes::EpisodeApi;
 pub use memory::MemoryApi;
 pub use memory_admin::MemoryAdminApi;

@@ -351,6 +351,8 @@ pub(crate) fn record_json(record: &proto::CompactionRecord) -> serde_json::Value
         "source_scope": record.source_scope,
         "as_of_revision": record.as_of_revision,
         "as_of_time": record.as_of_time.as_ref().map(|t| time(Some(t))),
+        "subject": record.subject,
+        "counts": record.counts,
     })
 }
 
@@ -362,6 +364,18 @@ fn record_line(record: &proto::CompactionRecord) -> String {
             record.target_key,
             record.source_versions.first().copied().unwrap_or_default(),
             record.target_version
+        ),
+        "forget" => format!(
+            "{when}  forget   {}  {}",
+            record.subject,
+            record
+                .counts
+                .iter()
+                .collect::<std::collections::BTreeMap<_, _>>()
+                .into_iter()
+                .map(|(kind, n)| format!("{kind}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         ),
         "fork" => format!(
             "{when}  fork     {} keys from {} {} at revision {}",

@@ -14,6 +14,7 @@ use tonic_types::StatusExt;
 use crate::api::convert::json_from_proto;
 
 pub mod consolidation;
+pub mod data;
 pub mod mcp;
 pub mod memory;
 pub mod search;

@@ -101,7 +101,8 @@ pub async fn probe_admin(conn: &Conn) -> Result<bool, Status> {
 }
 
 /// Tools only admin tokens see and may call.
-const ADMIN_TOOLS: [&str; 5] = [
+const ADMIN_TOOLS: [&str; 6] = [
+    "forget_user",
     "memory_purge",
     "memory_purge_scope",
     "memory_compact",
@@ -150,6 +151,10 @@ impl Engram {
 
     fn admin_client(&self) -> MemoryAdminServiceClient<Conn> {
         MemoryAdminServiceClient::new(self.conn.clone())
+    }
+
+    fn data(&self) -> crate::proto::data_service_client::DataServiceClient<Conn> {
+        crate::proto::data_service_client::DataServiceClient::new(self.conn.clone())
     }
 
     fn working(&self) -> WorkingMemoryServiceClient<Conn> {

@@ -101,6 +101,19 @@ pub struct RollbackArgs {
     to_version: i64,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ForgetUserArgs {
+    /// The app the user belongs to
+    app: String,
+    /// The user whose sessions, episodes, working memory, facts and runs'
+    /// execution scopes are deleted
+    user: String,
+    /// Further execution ids known to be the user's runs
+    execution_ids: Option<Vec<String>>,
+    /// Count what would be deleted; delete nothing
+    dry_run: Option<bool>,
+}
+
 /// The scope a fork writes into.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct Target {
@@ -580,6 +593,26 @@ impl Engram {
             })
             .collect();
         ok(json!({ "scopes": scopes, "next_page_token": page.next_page_token }))
+    }
+
+    #[tool(
+        description = "Admin: delete everything about one user of one app (sessions, \
+                       episodes, working memory, facts, their runs' memory), leaving an \
+                       audit skeleton without content. Irreversible; try dry_run first.",
+        annotations(destructive_hint = true)
+    )]
+    async fn forget_user(&self, Parameters(args): Parameters<ForgetUserArgs>) -> Reply {
+        let done = self
+            .data()
+            .forget_user(proto::ForgetUserRequest {
+                app: args.app,
+                user: args.user,
+                execution_ids: args.execution_ids.unwrap_or_default(),
+                dry_run: args.dry_run.unwrap_or(false),
+            })
+            .await?
+            .into_inner();
+        ok(crate::cli::data::forgotten_json(&done))
     }
 
     #[tool(

@@ -1,13 +1,15 @@
 //! The maintenance audit trail: one record per purge, compaction,
-//! rollback or fork, stored
+//! rollback, fork or forgotten user, stored
 //! as a memory entry under the reserved `_compaction/` prefix of the scope
 //! it concerns, so it lives and dies with the scope's data but survives
 //! `PurgeScope`.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::types::{Key, RESERVED_PREFIX, Scope, ScopeType, Value};
+use super::types::{Key, RESERVED_PREFIX, Scope, ScopeName, ScopeType, Value};
 use crate::error::{Error, Result};
 
 /// A purge record lists at most this many keys; `keys_affected` has the
@@ -23,6 +25,8 @@ pub enum Operation {
     Rollback,
     /// A scope's state copied into this one (`MemoryService.ForkScope`).
     Fork,
+    /// A user's data deleted (`DataService.ForgetUser`): the skeleton.
+    Forget,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -71,6 +75,12 @@ pub struct AuditRecord {
     /// The time a fork was asked to read its source at, if it named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub as_of_time: Option<DateTime<Utc>>,
+    /// Who was forgotten, without their name (`app/sha256:HEX`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subject: String,
+    /// What a forget deleted, by kind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counts: BTreeMap<String, i64>,
     /// The reserved key the record is stored under (not part of the value).
     #[serde(skip)]
     pub audit_key: String,
@@ -104,6 +114,8 @@ impl AuditRecord {
             source_scope: String::new(),
             as_of_revision: 0,
             as_of_time: None,
+            subject: String::new(),
+            counts: BTreeMap::new(),
             audit_key: format!(
                 "{RESERVED_PREFIX}{:016}-{}",
                 now.timestamp_micros().max(0),
@@ -131,6 +143,14 @@ impl AuditRecord {
 
     pub fn scope_type(&self) -> Option<ScopeType> {
         scope_type_named(&self.scope_type)
+    }
+
+    /// The scope the record concerns (and is stored in).
+    pub fn scope_of(&self) -> Option<Scope> {
+        Some(Scope {
+            scope_type: self.scope_type()?,
+            name: ScopeName::parse("scope", self.scope.clone()).ok()?,
+        })
     }
 
     /// The type of the scope a fork copied from.

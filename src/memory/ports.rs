@@ -409,8 +409,9 @@ pub trait MemoryStore: Clone + Send + Sync + 'static {
         limit: i64,
     ) -> impl Future<Output = Result<Vec<Change>>> + Send;
 
-    /// The oldest revision still kept (older ones were pruned), if any.
-    fn oldest_revision(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
+    /// The newest revision the feed has been pruned through by age (older
+    /// changes are gone), if it ever was.
+    fn pruned_through(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
 
     /// Forgets changes written before `before`; returns how many.
     fn prune_changes(&self, before: DateTime<Utc>) -> impl Future<Output = Result<u64>> + Send;

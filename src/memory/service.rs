@@ -519,9 +519,10 @@ impl<S: MemoryStore + Feeds> Memory<S> {
         let after = match from_revision {
             None => *horizon.borrow(),
             Some(revision) => {
-                if let Some(oldest) = self.store.oldest_revision().await?
-                    && revision + 1 < oldest
+                if let Some(pruned) = self.store.pruned_through().await?
+                    && revision < pruned
                 {
+                    let oldest = pruned + 1;
                     return Err(Error::OutOfRange {
                         reason: Reason::RevisionPruned,
                         message: format!(

@@ -181,9 +181,22 @@ static CHANGES: Sql = Sql::new(
      ORDER BY c.revision LIMIT $8",
 );
 
-static OLDEST_REVISION: Sql = Sql::new("SELECT min(revision) FROM memory_changes");
+static PRUNED_THROUGH: Sql = Sql::new("SELECT pruned_through FROM memory_feed");
 
-static PRUNE_CHANGES: Sql = Sql::new("DELETE FROM memory_changes WHERE create_time < $1");
+static NEWEST_EXPIRED: Sql =
+    Sql::new("SELECT max(revision) FROM memory_changes WHERE create_time < $1");
+
+/// Up to $1, the newest revision that expired at $2, and no further, so the
+/// watermark below covers every row deleted.
+static PRUNE_CHANGES: Sql =
+    Sql::new("DELETE FROM memory_changes WHERE revision <= $1 AND create_time < $2");
+
+static PRUNED_TO: Sql = Sql::new(
+    "INSERT INTO memory_feed (singleton, pruned_through) VALUES (1, $1) \
+     ON CONFLICT (singleton) DO UPDATE SET pruned_through = CASE \
+       WHEN EXCLUDED.pruned_through > memory_feed.pruned_through \
+       THEN EXCLUDED.pruned_through ELSE memory_feed.pruned_through END",
+);
 
 static PRUNE_REQUEST_IDS: Sql = Sql::new("DELETE FROM memory_request_ids WHERE create_time < $1");
 
@@ -351,6 +364,16 @@ pub(super) trait MemoryWrites {
         fork: &Fork<'_>,
         record: AuditRecord,
     ) -> impl Future<Output = Result<Forked>> + Send;
+
+    /// See [`DataStore::forget_user`](crate::data::DataStore::forget_user):
+    /// [`forget::forget_in`](super::forget::forget_in) and the audit
+    /// skeleton in one transaction.
+    fn forget_with_record(
+        &self,
+        tenant: &Tenant,
+        forget: &crate::data::Forgetting,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<crate::data::ForgetCounts>> + Send;
 
     /// See [`MemoryStore::compact`].
     fn write_summary(
@@ -594,16 +617,25 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         .await
     }
 
-    async fn oldest_revision(&self) -> Result<Option<i64>> {
+    async fn pruned_through(&self) -> Result<Option<i64>> {
         let mut conn = self.system().await?;
-        conn.row(&OLDEST_REVISION, params![])
+        conn.row(&PRUNED_THROUGH, params![])
             .await?
             .map_or(Ok(None), |row| row.opt_int(0))
     }
 
     async fn prune_changes(&self, before: DateTime<Utc>) -> Result<u64> {
         let mut conn = self.system_writer().await?;
-        conn.exec(&PRUNE_CHANGES, params![before]).await
+        let Some(newest) = conn
+            .row(&NEWEST_EXPIRED, params![before])
+            .await?
+            .map_or(Ok(None), |row| row.opt_int(0))?
+        else {
+            return Ok(0);
+        };
+        let pruned = conn.exec(&PRUNE_CHANGES, params![newest, before]).await?;
+        conn.exec(&PRUNED_TO, params![newest]).await?;
+        Ok(pruned)
     }
 
     async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {

@@ -13,6 +13,7 @@ use crate::memory::ports::{Mutation, Write};
 
 mod consolidation;
 mod embeddings;
+mod forget;
 mod memory;
 mod past;
 mod postgres;

@@ -427,6 +427,33 @@ async fn session_and_episode_commands_against_a_server() {
     let gone = sessions.run(&["get", "chat"]);
     assert_eq!(gone.code, 3);
     assert!(gone.stderr.contains("SESSION_NOT_FOUND"), "{}", gone.stderr);
+
+    // forget-user counts with --dry-run, then deletes.
+    episodes.json(&[
+        "append",
+        "fg",
+        "forget me",
+        "--app",
+        "agent",
+        "--user",
+        "u9",
+    ]);
+    let forget = Cli {
+        server: sessions.server.clone(),
+        group: "forget-user",
+    };
+    let dry = forget.json(&["--app", "agent", "--user", "u9", "--dry-run"]);
+    assert_eq!(
+        (&dry["sessions"], &dry["episodes"], &dry["dry_run"]),
+        (&json!(1), &json!(1), &json!(true))
+    );
+    assert_eq!(sessions.run(&["get", "fg"]).code, 0);
+    let done = forget.json(&["--app", "agent", "--user", "u9"]);
+    assert_eq!(
+        (&done["sessions"], &done["dry_run"]),
+        (&json!(1), &json!(false))
+    );
+    assert_eq!(sessions.run(&["get", "fg"]).code, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@ mod bench;
 mod binary;
 mod cli;
 mod consolidation;
+mod forget;
 mod helpers;
 mod history_memory;
 mod limits;

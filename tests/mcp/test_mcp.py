@@ -16,6 +16,7 @@ from conftest import Connect, Server, error, structured, unique
 pytestmark = pytest.mark.anyio
 
 ADMIN_TOOLS = {
+    "forget_user",
     "memory_purge",
     "memory_purge_scope",
     "memory_compact",
@@ -195,6 +196,25 @@ async def test_admin_tools_need_an_admin_token(connect: Connect) -> None:
         assert done["versions_deleted"] == 2 and done["record"]["operation"] == "purge"
         log = structured(await session.call_tool("memory_compaction_log", scope))
         assert [r["operation"] for r in log["records"]] == ["purge"]
+
+
+async def test_forget_user_is_for_admins(connect: Connect) -> None:
+    sid, user = unique("fs"), unique("fu")
+    async with connect("user") as session:
+        structured(
+            await session.call_tool(
+                "episode_append",
+                {"session_id": sid, "app": "mcp-bot", "user": user, "type": "observation", "content": "forget me"},
+            )
+        )
+        refused = error(await session.call_tool("forget_user", {"app": "mcp-bot", "user": user}))
+        assert refused["reason"] == "ADMIN_REQUIRED"
+    async with connect("admin") as session:
+        dry = structured(await session.call_tool("forget_user", {"app": "mcp-bot", "user": user, "dry_run": True}))
+        assert (dry["sessions"], dry["episodes"], dry["dry_run"]) == (1, 1, True)
+        done = structured(await session.call_tool("forget_user", {"app": "mcp-bot", "user": user}))
+        assert (done["sessions"], done["episodes"], done["dry_run"]) == (1, 1, False)
+        assert done["audit_key"].startswith("_compaction/")
 
 
 async def test_sessions_and_episodes(connect: Connect) -> None:

@@ -78,7 +78,7 @@ func (SourceMode) EnumDescriptor() ([]byte, []int) {
 // CompactionRecord is one entry of the maintenance audit trail.
 type CompactionRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// `compact`, `purge`, `rollback` or `fork`.
+	// `compact`, `purge`, `rollback`, `fork` or `forget`.
 	Operation string `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// The type of the scope maintained.
 	ScopeType ScopeType `protobuf:"varint,2,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
@@ -117,7 +117,13 @@ type CompactionRecord struct {
 	AsOfRevision int64 `protobuf:"varint,18,opt,name=as_of_revision,json=asOfRevision,proto3" json:"as_of_revision,omitempty"`
 	// The time the fork was asked to read its source at, when it named one
 	// (fork).
-	AsOfTime      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=as_of_time,json=asOfTime,proto3" json:"as_of_time,omitempty"`
+	AsOfTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=as_of_time,json=asOfTime,proto3" json:"as_of_time,omitempty"`
+	// Who was forgotten: the app and a SHA-256 of the user, as
+	// `app/sha256:HEX` (forget).
+	Subject string `protobuf:"bytes,20,opt,name=subject,proto3" json:"subject,omitempty"`
+	// What was deleted, by kind: sessions, episodes, facts, working_items,
+	// execution_scopes, memory_versions (forget).
+	Counts        map[string]int64 `protobuf:"bytes,21,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -281,6 +287,20 @@ func (x *CompactionRecord) GetAsOfRevision() int64 {
 func (x *CompactionRecord) GetAsOfTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.AsOfTime
+	}
+	return nil
+}
+
+func (x *CompactionRecord) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *CompactionRecord) GetCounts() map[string]int64 {
+	if x != nil {
+		return x.Counts
 	}
 	return nil
 }
@@ -1013,7 +1033,7 @@ var File_engram_v1_memory_admin_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1cengram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x06\n" +
+	"\x1cengram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\a\n" +
 	"\x10CompactionRecord\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x123\n" +
 	"\n" +
@@ -1040,7 +1060,12 @@ const file_engram_v1_memory_admin_proto_rawDesc = "" +
 	"\fsource_scope\x18\x11 \x01(\tR\vsourceScope\x12$\n" +
 	"\x0eas_of_revision\x18\x12 \x01(\x03R\fasOfRevision\x128\n" +
 	"\n" +
-	"as_of_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\basOfTimeB\a\n" +
+	"as_of_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\basOfTime\x12\x18\n" +
+	"\asubject\x18\x14 \x01(\tR\asubject\x12?\n" +
+	"\x06counts\x18\x15 \x03(\v2'.engram.v1.CompactionRecord.CountsEntryR\x06counts\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\a\n" +
 	"\x05_keep\"\xa6\x01\n" +
 	"\fPurgeRequest\x123\n" +
 	"\n" +
@@ -1128,7 +1153,7 @@ func file_engram_v1_memory_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engram_v1_memory_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_engram_v1_memory_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_engram_v1_memory_admin_proto_goTypes = []any{
 	(SourceMode)(0),                  // 0: engram.v1.SourceMode
 	(*CompactionRecord)(nil),         // 1: engram.v1.CompactionRecord
@@ -1142,42 +1167,44 @@ var file_engram_v1_memory_admin_proto_goTypes = []any{
 	(*GetCompactionLogResponse)(nil), // 9: engram.v1.GetCompactionLogResponse
 	(*ReindexRequest)(nil),           // 10: engram.v1.ReindexRequest
 	(*ReindexResponse)(nil),          // 11: engram.v1.ReindexResponse
-	(ScopeType)(0),                   // 12: engram.v1.ScopeType
-	(*timestamppb.Timestamp)(nil),    // 13: google.protobuf.Timestamp
-	(*MemoryEntry)(nil),              // 14: engram.v1.MemoryEntry
+	nil,                              // 12: engram.v1.CompactionRecord.CountsEntry
+	(ScopeType)(0),                   // 13: engram.v1.ScopeType
+	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
+	(*MemoryEntry)(nil),              // 15: engram.v1.MemoryEntry
 }
 var file_engram_v1_memory_admin_proto_depIdxs = []int32{
-	12, // 0: engram.v1.CompactionRecord.scope_type:type_name -> engram.v1.ScopeType
-	13, // 1: engram.v1.CompactionRecord.create_time:type_name -> google.protobuf.Timestamp
+	13, // 0: engram.v1.CompactionRecord.scope_type:type_name -> engram.v1.ScopeType
+	14, // 1: engram.v1.CompactionRecord.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 2: engram.v1.CompactionRecord.source_mode:type_name -> engram.v1.SourceMode
-	12, // 3: engram.v1.CompactionRecord.source_scope_type:type_name -> engram.v1.ScopeType
-	13, // 4: engram.v1.CompactionRecord.as_of_time:type_name -> google.protobuf.Timestamp
-	12, // 5: engram.v1.PurgeRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 6: engram.v1.PurgeResponse.record:type_name -> engram.v1.CompactionRecord
-	12, // 7: engram.v1.PurgeScopeRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 8: engram.v1.PurgeScopeResponse.record:type_name -> engram.v1.CompactionRecord
-	12, // 9: engram.v1.CompactRequest.scope_type:type_name -> engram.v1.ScopeType
-	0,  // 10: engram.v1.CompactRequest.source_mode:type_name -> engram.v1.SourceMode
-	14, // 11: engram.v1.CompactResponse.entry:type_name -> engram.v1.MemoryEntry
-	14, // 12: engram.v1.CompactResponse.sources:type_name -> engram.v1.MemoryEntry
-	1,  // 13: engram.v1.CompactResponse.record:type_name -> engram.v1.CompactionRecord
-	12, // 14: engram.v1.GetCompactionLogRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 15: engram.v1.GetCompactionLogResponse.records:type_name -> engram.v1.CompactionRecord
-	2,  // 16: engram.v1.MemoryAdminService.Purge:input_type -> engram.v1.PurgeRequest
-	4,  // 17: engram.v1.MemoryAdminService.PurgeScope:input_type -> engram.v1.PurgeScopeRequest
-	6,  // 18: engram.v1.MemoryAdminService.Compact:input_type -> engram.v1.CompactRequest
-	8,  // 19: engram.v1.MemoryAdminService.GetCompactionLog:input_type -> engram.v1.GetCompactionLogRequest
-	10, // 20: engram.v1.MemoryAdminService.Reindex:input_type -> engram.v1.ReindexRequest
-	3,  // 21: engram.v1.MemoryAdminService.Purge:output_type -> engram.v1.PurgeResponse
-	5,  // 22: engram.v1.MemoryAdminService.PurgeScope:output_type -> engram.v1.PurgeScopeResponse
-	7,  // 23: engram.v1.MemoryAdminService.Compact:output_type -> engram.v1.CompactResponse
-	9,  // 24: engram.v1.MemoryAdminService.GetCompactionLog:output_type -> engram.v1.GetCompactionLogResponse
-	11, // 25: engram.v1.MemoryAdminService.Reindex:output_type -> engram.v1.ReindexResponse
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 3: engram.v1.CompactionRecord.source_scope_type:type_name -> engram.v1.ScopeType
+	14, // 4: engram.v1.CompactionRecord.as_of_time:type_name -> google.protobuf.Timestamp
+	12, // 5: engram.v1.CompactionRecord.counts:type_name -> engram.v1.CompactionRecord.CountsEntry
+	13, // 6: engram.v1.PurgeRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 7: engram.v1.PurgeResponse.record:type_name -> engram.v1.CompactionRecord
+	13, // 8: engram.v1.PurgeScopeRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 9: engram.v1.PurgeScopeResponse.record:type_name -> engram.v1.CompactionRecord
+	13, // 10: engram.v1.CompactRequest.scope_type:type_name -> engram.v1.ScopeType
+	0,  // 11: engram.v1.CompactRequest.source_mode:type_name -> engram.v1.SourceMode
+	15, // 12: engram.v1.CompactResponse.entry:type_name -> engram.v1.MemoryEntry
+	15, // 13: engram.v1.CompactResponse.sources:type_name -> engram.v1.MemoryEntry
+	1,  // 14: engram.v1.CompactResponse.record:type_name -> engram.v1.CompactionRecord
+	13, // 15: engram.v1.GetCompactionLogRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 16: engram.v1.GetCompactionLogResponse.records:type_name -> engram.v1.CompactionRecord
+	2,  // 17: engram.v1.MemoryAdminService.Purge:input_type -> engram.v1.PurgeRequest
+	4,  // 18: engram.v1.MemoryAdminService.PurgeScope:input_type -> engram.v1.PurgeScopeRequest
+	6,  // 19: engram.v1.MemoryAdminService.Compact:input_type -> engram.v1.CompactRequest
+	8,  // 20: engram.v1.MemoryAdminService.GetCompactionLog:input_type -> engram.v1.GetCompactionLogRequest
+	10, // 21: engram.v1.MemoryAdminService.Reindex:input_type -> engram.v1.ReindexRequest
+	3,  // 22: engram.v1.MemoryAdminService.Purge:output_type -> engram.v1.PurgeResponse
+	5,  // 23: engram.v1.MemoryAdminService.PurgeScope:output_type -> engram.v1.PurgeScopeResponse
+	7,  // 24: engram.v1.MemoryAdminService.Compact:output_type -> engram.v1.CompactResponse
+	9,  // 25: engram.v1.MemoryAdminService.GetCompactionLog:output_type -> engram.v1.GetCompactionLogResponse
+	11, // 26: engram.v1.MemoryAdminService.Reindex:output_type -> engram.v1.ReindexResponse
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_admin_proto_init() }
@@ -1195,7 +1222,7 @@ func file_engram_v1_memory_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_admin_proto_rawDesc), len(file_engram_v1_memory_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,19 @@ def test_time_travel_and_fork(server: Server) -> None:
     asyncio.run(run())
 
 
+def test_forget_user(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            await client.episodes.append("fg-aio-1", "hi", app="fg-aio", user="carol")
+            dry = await client.forget_user("fg-aio", "carol", dry_run=True)
+            assert (dry.sessions, dry.episodes, dry.dry_run) == (1, 1, True)
+            done = await client.forget_user("fg-aio", "carol")
+            assert (done.sessions, done.episodes, done.dry_run) == (1, 1, False)
+            assert await client.sessions.get("fg-aio-1") is None
+
+    asyncio.run(run())
+
+
 def test_memory(server: Server) -> None:
     async def run() -> None:
         assert Engram is AsyncEngram  # engram_client.aio.Engram, as grpc.aio names it

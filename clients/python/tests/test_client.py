@@ -101,6 +101,29 @@ def test_time_travel_and_fork(server: Server) -> None:
         assert client.memory.snapshot(revisions[1]).purged_keys == ["plan"]
 
 
+def test_forget_user(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.episodes.append("fg-a1", "alice was here", app="fg-bot", user="alice")
+        client.episodes.append("fg-a2", "alice again", app="fg-bot", user="alice")
+        client.episodes.append("fg-b1", "bob was here", app="fg-bot", user="bob")
+        client.memory.configure("fg-a1", "execution")
+        client.memory.set("plan", "alice's plan")
+
+        dry = client.forget_user("fg-bot", "alice", dry_run=True)
+        assert (dry.sessions, dry.episodes, dry.execution_scopes, dry.dry_run) == (2, 2, 1, True)
+        assert client.sessions.get("fg-a1") is not None
+
+        done = client.forget_user("fg-bot", "alice")
+        assert (done.sessions, done.episodes, done.memory_versions) == (2, 2, 1)
+        assert done.audit_key.startswith("_compaction/")
+        assert client.sessions.get("fg-a1") is None
+        assert client.memory.get("plan") is None
+        assert client.sessions.get("fg-b1") is not None
+        with pytest.raises(InvalidArgument) as bad:
+            client.forget_user("fg-bot", "")
+        assert "user" in bad.value.fields
+
+
 def test_compare_and_set_and_invalid_input(server: Server) -> None:
     with Engram(server.address) as client:
         client.memory.configure("prefs")

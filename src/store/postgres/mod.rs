@@ -526,6 +526,27 @@ impl MemoryWrites for PgStore {
         Ok(Forked::Copied(Box::new(record)))
     }
 
+    async fn forget_with_record(
+        &self,
+        tenant: &Tenant,
+        forget: &crate::data::Forgetting,
+        mut record: AuditRecord,
+    ) -> Result<crate::data::ForgetCounts> {
+        let mut tx = self.scoped(tenant).await?;
+        let counts = super::forget::forget_in(&mut tx, tenant, forget).await?;
+        if forget.dry_run {
+            return Ok(counts);
+        }
+        crate::data::complete(&mut record, counts);
+        let scope = record
+            .scope_of()
+            .ok_or_else(|| Error::internal("a forget record without its scope"))?;
+        let audit = AuditWrite::of(&record)?;
+        Self::write_in(&mut tx, tenant, &audit.write(&scope, record.timestamp)).await?;
+        tx.commit().await?;
+        Ok(counts)
+    }
+
     async fn write_summary(
         &self,
         tenant: &Tenant,

@@ -405,6 +405,30 @@ impl MemoryWrites for SqliteStore {
         Ok(Forked::Copied(Box::new(record)))
     }
 
+    async fn forget_with_record(
+        &self,
+        tenant: &Tenant,
+        forget: &crate::data::Forgetting,
+        mut record: AuditRecord,
+    ) -> Result<crate::data::ForgetCounts> {
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let counts = super::forget::forget_in(&mut *tx, tenant, forget).await?;
+        if forget.dry_run {
+            return Ok(counts);
+        }
+        crate::data::complete(&mut record, counts);
+        let scope = record
+            .scope_of()
+            .ok_or_else(|| Error::internal("a forget record without its scope"))?;
+        let audit = AuditWrite::of(&record)?;
+        let revision = Self::write_in(&mut tx, tenant, &audit.write(&scope, record.timestamp))
+            .await?
+            .map_or(0, |(_, revision)| revision);
+        tx.commit().await?;
+        self.committed(revision);
+        Ok(counts)
+    }
+
     async fn write_summary(
         &self,
         tenant: &Tenant,

@@ -342,13 +342,24 @@ async fn changes_in_order_bounded_and_pruned<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(after_first.len(), 1);
     assert_eq!(after_first[0].revision, all[1].revision);
 
-    assert!(store.oldest_revision().await.expect("oldest").is_some());
+    assert_eq!(store.pruned_through().await.expect("pruned"), None);
     let pruned = store
         .prune_changes(Utc::now() + chrono::Duration::seconds(1))
         .await
         .expect("prune");
     assert_eq!(pruned, 4, "both tenants' changes go");
-    assert_eq!(store.oldest_revision().await.expect("oldest"), None);
+    let newest = all.iter().map(|c| c.revision).max();
+    assert!(
+        store.pruned_through().await.expect("pruned") >= newest,
+        "the watermark covers what went"
+    );
+    assert_eq!(
+        store
+            .prune_changes(Utc::now() + chrono::Duration::seconds(1))
+            .await
+            .expect("prune again"),
+        0
+    );
 }
 
 /// The first flow seen for an execution wins; blanks are filled later.

@@ -19,6 +19,8 @@ from ._requests import SearchMode, SearchSource, ScopeType, new_episode, to_valu
 from .v1 import (
     consolidation_pb2,
     consolidation_pb2_grpc,
+    data_pb2,
+    data_pb2_grpc,
     episodes_pb2,
     episodes_pb2_grpc,
     memory_admin_pb2_grpc,
@@ -84,6 +86,34 @@ class Entry:
             scope_type=memory_pb2.ScopeType.Name(entry.scope_type),
             execution_id=entry.execution_id,
             create_time=_time(entry.create_time),
+        )
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What :meth:`Engram.forget_user` deleted (or, in a dry run, would)."""
+
+    sessions: int
+    episodes: int
+    facts: int
+    working_items: int
+    execution_scopes: int
+    memory_versions: int
+    dry_run: bool
+    #: The audit skeleton's key in the namespace scope ``engram.forgotten``.
+    audit_key: str
+
+    @staticmethod
+    def from_proto(response: data_pb2.ForgetUserResponse) -> Forgotten:
+        return Forgotten(
+            sessions=response.sessions,
+            episodes=response.episodes,
+            facts=response.facts,
+            working_items=response.working_items,
+            execution_scopes=response.execution_scopes,
+            memory_versions=response.memory_versions,
+            dry_run=response.dry_run,
+            audit_key=response.audit_key,
         )
 
 
@@ -243,6 +273,7 @@ class Stubs:
         self.consolidation = consolidation_pb2_grpc.ConsolidationServiceStub(channel)
         self.working_memory = working_memory_pb2_grpc.WorkingMemoryServiceStub(channel)
         self.search = search_pb2_grpc.SearchServiceStub(channel)
+        self.data = data_pb2_grpc.DataServiceStub(channel)
 
 
 class Engram(_requests.CallerContext):
@@ -292,6 +323,21 @@ class Engram(_requests.CallerContext):
             yield from method(request, metadata=self.metadata(), wait_for_ready=ready)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    def forget_user(
+        self,
+        app: str,
+        user: str,
+        *,
+        execution_ids: Iterable[str] = (),
+        dry_run: bool = False,
+    ) -> Forgotten:
+        """Deletes everything about one user of one app: sessions, episodes,
+        working memory, their facts and their runs' execution scopes (an
+        admin token; ``dry_run`` only counts). Leaves an audit skeleton
+        without content."""
+        request = _requests.forget_user(app, user, execution_ids, dry_run)
+        return Forgotten.from_proto(self.call(self.stubs.data.ForgetUser, request))
 
     def search(
         self,

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from ._errors import EngramError, ResourceExhausted, Unavailable
-from .v1 import consolidation_pb2, episodes_pb2, memory_pb2, search_pb2, sessions_pb2
+from .v1 import consolidation_pb2, data_pb2, episodes_pb2, memory_pb2, search_pb2, sessions_pb2
 
 ScopeType = Literal["namespace", "flow", "execution"]
 SearchSource = Literal["memory", "facts", "episodes"]
@@ -269,6 +269,14 @@ class Scope:
         if from_revision is not None:
             request.from_revision = from_revision
         return request
+
+
+def forget_user(
+    app: str, user: str, execution_ids: Iterable[str], dry_run: bool
+) -> data_pb2.ForgetUserRequest:
+    return data_pb2.ForgetUserRequest(
+        app=app, user=user, execution_ids=list(execution_ids), dry_run=dry_run
+    )
 
 
 def create_session(

@@ -29,11 +29,12 @@ import grpc
 from google.protobuf.message import Message
 
 from . import _requests
-from ._client import Entry, Episode, Fork, Hit, Session, Snapshot, _absent
+from ._client import Entry, Episode, Fork, Forgotten, Hit, Session, Snapshot, _absent
 from ._errors import EngramError, NotFound, from_rpc_error
 from ._requests import ScopeType, SearchMode, SearchSource, new_episode
 from .v1 import (
     consolidation_pb2_grpc,
+    data_pb2_grpc,
     episodes_pb2,
     episodes_pb2_grpc,
     memory_admin_pb2_grpc,
@@ -60,6 +61,7 @@ class AsyncStubs:
         self.consolidation = consolidation_pb2_grpc.ConsolidationServiceStub(channel)
         self.working_memory = working_memory_pb2_grpc.WorkingMemoryServiceStub(channel)
         self.search = search_pb2_grpc.SearchServiceStub(channel)
+        self.data = data_pb2_grpc.DataServiceStub(channel)
 
 
 class AsyncEngram(_requests.CallerContext):
@@ -104,6 +106,19 @@ class AsyncEngram(_requests.CallerContext):
                 yield response
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    async def forget_user(
+        self,
+        app: str,
+        user: str,
+        *,
+        execution_ids: Iterable[str] = (),
+        dry_run: bool = False,
+    ) -> Forgotten:
+        """Deletes everything about one user of one app (see
+        :meth:`engram_client.Engram.forget_user`)."""
+        request = _requests.forget_user(app, user, execution_ids, dry_run)
+        return Forgotten.from_proto(await self.call(self.stubs.data.ForgetUser, request))
 
     async def search(
         self,

@@ -51,6 +51,26 @@ class CompactionRecord(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class CountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     OPERATION_FIELD_NUMBER: _builtins.int
     SCOPE_TYPE_FIELD_NUMBER: _builtins.int
     SCOPE_FIELD_NUMBER: _builtins.int
@@ -70,8 +90,10 @@ class CompactionRecord(_message.Message):
     SOURCE_SCOPE_FIELD_NUMBER: _builtins.int
     AS_OF_REVISION_FIELD_NUMBER: _builtins.int
     AS_OF_TIME_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
-    """`compact`, `purge`, `rollback` or `fork`."""
+    """`compact`, `purge`, `rollback`, `fork` or `forget`."""
     scope_type: _memory_pb2.ScopeType.ValueType
     """The type of the scope maintained."""
     scope: _builtins.str
@@ -100,6 +122,10 @@ class CompactionRecord(_message.Message):
     """The scope a fork copied from (fork)."""
     as_of_revision: _builtins.int
     """The revision the fork read its source at (fork)."""
+    subject: _builtins.str
+    """Who was forgotten: the app and a SHA-256 of the user, as
+    `app/sha256:HEX` (forget).
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the operation ran."""
@@ -118,6 +144,12 @@ class CompactionRecord(_message.Message):
     def as_of_time(self) -> _timestamp_pb2.Timestamp:
         """The time the fork was asked to read its source at, when it named one
         (fork).
+        """
+
+    @_builtins.property
+    def counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """What was deleted, by kind: sessions, episodes, facts, working_items,
+        execution_scopes, memory_versions (forget).
         """
 
     def __init__(
@@ -142,10 +174,12 @@ class CompactionRecord(_message.Message):
         source_scope: _builtins.str = ...,
         as_of_revision: _builtins.int = ...,
         as_of_time: _timestamp_pb2.Timestamp | None = ...,
+        subject: _builtins.str = ...,
+        counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_keep", b"_keep", "as_of_time", b"as_of_time", "create_time", b"create_time", "keep", b"keep"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_keep", b"_keep", "as_of_revision", b"as_of_revision", "as_of_time", b"as_of_time", "audit_key", b"audit_key", "create_time", b"create_time", "instruction", b"instruction", "keep", b"keep", "keys_affected", b"keys_affected", "model", b"model", "operation", b"operation", "scope", b"scope", "scope_type", b"scope_type", "source_keys", b"source_keys", "source_mode", b"source_mode", "source_scope", b"source_scope", "source_scope_type", b"source_scope_type", "source_versions", b"source_versions", "target_key", b"target_key", "target_version", b"target_version", "versions_deleted", b"versions_deleted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_keep", b"_keep", "as_of_revision", b"as_of_revision", "as_of_time", b"as_of_time", "audit_key", b"audit_key", "counts", b"counts", "create_time", b"create_time", "instruction", b"instruction", "keep", b"keep", "keys_affected", b"keys_affected", "model", b"model", "operation", b"operation", "scope", b"scope", "scope_type", b"scope_type", "source_keys", b"source_keys", "source_mode", b"source_mode", "source_scope", b"source_scope", "source_scope_type", b"source_scope_type", "source_versions", b"source_versions", "subject", b"subject", "target_key", b"target_key", "target_version", b"target_version", "versions_deleted", b"versions_deleted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__keep: _TypeAlias = _typing.Literal["keep"]  # noqa: Y015
     _WhichOneofArgType__keep: _TypeAlias = _typing.Literal["_keep", b"_keep"]  # noqa: Y015

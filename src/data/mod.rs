@@ -1,0 +1,123 @@
+//! A tenant's data as a whole: forgetting a user (`DataService.ForgetUser`).
+//!
+//! Forgetting crosses every part of the model (sessions, episodes,
+//! working memory, facts, execution-scoped memory), so it lives here and
+//! not in any one of them; the store does it in one transaction and leaves
+//! the audit skeleton in the same one.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use sha2::{Digest, Sha256};
+
+use crate::context::{CallerContext, Tenant};
+use crate::error::{Error, Reason, Result};
+use crate::memory::audit::{AuditRecord, Operation};
+use crate::memory::{Scope, ScopeName, ScopeType, now_micros};
+use crate::sessions::Name;
+
+/// Further execution ids a request may name.
+pub const MAX_EXECUTION_IDS: usize = 1000;
+
+/// The namespace scope whose audit trail holds the skeletons.
+pub const FORGOTTEN_SCOPE: &str = "engram.forgotten";
+
+/// Whom to forget, and whether only to count.
+#[derive(Debug, Clone)]
+pub struct Forgetting {
+    pub app: Name,
+    pub user: Name,
+    /// Execution ids known to be the user's runs, besides their session ids.
+    pub execution_ids: Vec<String>,
+    pub dry_run: bool,
+}
+
+/// What forgetting a user deletes (or, in a dry run, would delete).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForgetCounts {
+    pub sessions: i64,
+    pub episodes: i64,
+    pub facts: i64,
+    pub working_items: i64,
+    pub execution_scopes: i64,
+    pub memory_versions: i64,
+}
+
+impl ForgetCounts {
+    fn by_kind(self) -> BTreeMap<String, i64> {
+        [
+            ("sessions", self.sessions),
+            ("episodes", self.episodes),
+            ("facts", self.facts),
+            ("working_items", self.working_items),
+            ("execution_scopes", self.execution_scopes),
+            ("memory_versions", self.memory_versions),
+        ]
+        .into_iter()
+        .map(|(kind, n)| (kind.to_owned(), n))
+        .collect()
+    }
+}
+
+/// What the data service needs from a store.
+pub trait DataStore: Clone + Send + Sync + 'static {
+    /// Counts and (unless a dry run) deletes the user's data and writes
+    /// `record` in the same transaction.
+    fn forget_user(
+        &self,
+        tenant: &Tenant,
+        forget: &Forgetting,
+        record: AuditRecord,
+    ) -> impl Future<Output = Result<ForgetCounts>> + Send;
+}
+
+/// The data service over a store.
+#[derive(Debug, Clone)]
+pub struct Data<S> {
+    store: S,
+}
+
+impl<S: DataStore> Data<S> {
+    pub fn new(store: S) -> Self {
+        Data { store }
+    }
+
+    /// Forgets a user; returns the counts and, unless a dry run, the audit
+    /// skeleton's key.
+    pub async fn forget_user(
+        &self,
+        ctx: &CallerContext,
+        forget: Forgetting,
+    ) -> Result<(ForgetCounts, Option<String>)> {
+        if forget.execution_ids.len() > MAX_EXECUTION_IDS {
+            return Err(Error::invalid(
+                Reason::InvalidArgument,
+                "execution_ids",
+                format!("at most {MAX_EXECUTION_IDS}"),
+            ));
+        }
+        let scope = Scope {
+            scope_type: ScopeType::Namespace,
+            name: ScopeName::parse("scope", FORGOTTEN_SCOPE)?,
+        };
+        let mut record = AuditRecord::new(Operation::Forget, &scope, now_micros());
+        record.subject = subject(&forget.app, &forget.user);
+        let key = record.audit_key.clone();
+        let counts = self.store.forget_user(&ctx.tenant, &forget, record).await?;
+        Ok((counts, (!forget.dry_run).then_some(key)))
+    }
+}
+
+/// `app/sha256:HEX`: who was forgotten, without their name.
+fn subject(app: &Name, user: &Name) -> String {
+    let digest = Sha256::digest(user.as_str().as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{app}/sha256:{hex}")
+}
+
+/// Completes the skeleton with the counts.
+pub fn complete(record: &mut AuditRecord, counts: ForgetCounts) {
+    record.keys_affected = counts.execution_scopes;
+    record.versions_deleted = counts.memory_versions;
+    record.counts = counts.by_kind();
+}

@@ -1,0 +1,207 @@
+//! Forgetting a user: every row that holds their content, counted and then
+//! hard-deleted in one transaction, on both backends with the same
+//! statements. Search needs no statement of its own: Postgres keeps the
+//! text in generated columns of the rows deleted here, and SQLite's FTS
+//! tables are kept by triggers on them.
+//!
+//! Every statement takes $1 tenant, $2 app, $3 user and $4 the further
+//! execution ids. The order matters: the statements find the user's facts
+//! through their episodes' lineage, and everything through their sessions,
+//! so lineage goes before episodes and sessions go last.
+
+use super::memory::MemoryWrites;
+use super::sql::{Backend, Param, Run, Sql, params};
+use crate::context::Tenant;
+use crate::data::{DataStore, ForgetCounts, Forgetting};
+use crate::error::Result;
+use crate::memory::audit::AuditRecord;
+
+impl<B: Backend + MemoryWrites> DataStore for B {
+    async fn forget_user(
+        &self,
+        tenant: &Tenant,
+        forget: &Forgetting,
+        record: AuditRecord,
+    ) -> Result<ForgetCounts> {
+        self.forget_with_record(tenant, forget, record).await
+    }
+}
+
+/// The user's session ids, for `concat!`.
+macro_rules! user_sessions {
+    () => {
+        "(SELECT id FROM sessions WHERE tenant = $1 AND app = $2 AND user_id = $3)"
+    };
+}
+
+/// The user's episode ids, for `concat!`.
+macro_rules! user_episodes {
+    () => {
+        "(SELECT id FROM episodes WHERE tenant = $1 AND app = $2 AND user_id = $3)"
+    };
+}
+
+/// Rows (with `scope_type` and `scope`) of the execution scopes of the
+/// user's runs, for `concat!`.
+macro_rules! user_runs {
+    () => {
+        concat!(
+            "scope_type = 3 AND (scope IN ",
+            user_sessions!(),
+            " OR scope = ANY($4::text[]))"
+        )
+    };
+}
+
+/// Facts the user owns, and app-wide facts derived only from their
+/// episodes, for `concat!` in a statement on `facts`.
+macro_rules! user_facts {
+    () => {
+        concat!(
+            "tenant = $1 AND app = $2 AND (user_id = $3 OR (user_id = '' \
+             AND EXISTS (SELECT 1 FROM fact_sources s WHERE s.tenant = $1 \
+               AND s.fact_id = facts.id AND s.episode_id IN ",
+            user_episodes!(),
+            ") AND NOT EXISTS (SELECT 1 FROM fact_sources s WHERE s.tenant = $1 \
+               AND s.fact_id = facts.id AND s.episode_id NOT IN ",
+            user_episodes!(),
+            ")))"
+        )
+    };
+}
+
+static COUNT_SESSIONS: Sql = Sql::new(
+    "SELECT count(*) FROM sessions WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+     AND cardinality($4::text[]) >= 0",
+);
+
+static COUNT_EPISODES: Sql = Sql::new(
+    "SELECT count(*) FROM episodes WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+     AND cardinality($4::text[]) >= 0",
+);
+
+static COUNT_FACTS: Sql = Sql::new(concat!(
+    "SELECT count(*) FROM facts WHERE cardinality($4::text[]) >= 0 AND ",
+    user_facts!()
+));
+
+static COUNT_WORKING: Sql = Sql::new(concat!(
+    "SELECT (SELECT count(*) FROM working_memory WHERE tenant = $1 AND session_id IN ",
+    user_sessions!(),
+    ") + (SELECT count(*) FROM working_tasks WHERE tenant = $1 AND session_id IN ",
+    user_sessions!(),
+    ") + (SELECT count(*) FROM working_cache WHERE tenant = $1 AND session_id IN ",
+    user_sessions!(),
+    ") + cardinality($4::text[]) * 0"
+));
+
+static COUNT_SCOPES: Sql = Sql::new(concat!(
+    "SELECT count(DISTINCT scope) FROM memory_heads WHERE tenant = $1 AND ",
+    user_runs!()
+));
+
+static COUNT_VERSIONS: Sql = Sql::new(concat!(
+    "SELECT count(*) FROM memory_versions WHERE tenant = $1 AND ",
+    user_runs!()
+));
+
+/// The deletes, in order.
+static DELETES: [Sql; 14] = [
+    Sql::new(concat!(
+        "DELETE FROM embedding_outbox WHERE tenant = $1 AND ((source = 3 AND scope IN ",
+        user_sessions!(),
+        ") OR (source = 2 AND key IN (SELECT id FROM facts WHERE ",
+        user_facts!(),
+        ")) OR (source = 1 AND ",
+        user_runs!(),
+        "))"
+    )),
+    Sql::new(concat!(
+        "DELETE FROM facts WHERE cardinality($4::text[]) >= 0 AND ",
+        user_facts!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM fact_sources WHERE tenant = $1 AND cardinality($4::text[]) >= 0 \
+         AND episode_id IN ",
+        user_episodes!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM working_tasks WHERE tenant = $1 AND cardinality($4::text[]) >= 0 \
+         AND session_id IN ",
+        user_sessions!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM working_cache WHERE tenant = $1 AND cardinality($4::text[]) >= 0 \
+         AND session_id IN ",
+        user_sessions!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM working_memory WHERE tenant = $1 AND cardinality($4::text[]) >= 0 \
+         AND session_id IN ",
+        user_sessions!()
+    )),
+    Sql::new(
+        "DELETE FROM episodes WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+         AND cardinality($4::text[]) >= 0",
+    ),
+    // Versions before heads: SQLite's search triggers find a version's
+    // index row through its key's.
+    Sql::new(concat!(
+        "DELETE FROM memory_versions WHERE tenant = $1 AND ",
+        user_runs!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM memory_changes WHERE tenant = $1 AND ",
+        user_runs!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM memory_request_ids WHERE tenant = $1 AND ",
+        user_runs!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM memory_purges WHERE tenant = $1 AND ",
+        user_runs!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM memory_heads WHERE tenant = $1 AND ",
+        user_runs!()
+    )),
+    Sql::new(concat!(
+        "DELETE FROM memory_executions WHERE tenant = $1 AND (execution_id IN ",
+        user_sessions!(),
+        " OR execution_id = ANY($4::text[]))"
+    )),
+    Sql::new(
+        "DELETE FROM sessions WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+         AND cardinality($4::text[]) >= 0",
+    ),
+];
+
+/// Counts what forgetting the user deletes and, unless it is a dry run,
+/// deletes it, inside the caller's transaction.
+pub(super) async fn forget_in(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    forget: &Forgetting,
+) -> Result<ForgetCounts> {
+    let params: &[Param<'_>] = params![
+        tenant.as_str(),
+        forget.app.as_str(),
+        forget.user.as_str(),
+        forget.execution_ids.as_slice(),
+    ];
+    let counts = ForgetCounts {
+        sessions: conn.count(&COUNT_SESSIONS, params).await?,
+        episodes: conn.count(&COUNT_EPISODES, params).await?,
+        facts: conn.count(&COUNT_FACTS, params).await?,
+        working_items: conn.count(&COUNT_WORKING, params).await?,
+        execution_scopes: conn.count(&COUNT_SCOPES, params).await?,
+        memory_versions: conn.count(&COUNT_VERSIONS, params).await?,
+    };
+    if !forget.dry_run {
+        for sql in &DELETES {
+            conn.exec(sql, params).await?;
+        }
+    }
+    Ok(counts)
+}

@@ -1,0 +1,442 @@
+//! `DataService.ForgetUser` on both stores: a dry run counts, the real run
+//! deletes the user's sessions, episodes, working memory, facts (owned, or
+//! app-wide and derived only from their episodes) and their runs'
+//! execution scopes, so that no RPC, search, tail or watch replay shows
+//! them; another user, the same user in another app, and the same user
+//! name in another tenant are untouched; the audit skeleton holds counts
+//! and no name.
+
+use engram::api::convert::json_to_proto;
+use engram::auth::hash_token;
+use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+use engram::proto::data_service_client::DataServiceClient;
+use engram::proto::episode_service_client::EpisodeServiceClient;
+use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::search_hit::Item;
+use engram::proto::search_service_client::SearchServiceClient;
+use engram::proto::session_service_client::SessionServiceClient;
+use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
+use engram::proto::{
+    AppendEpisodeRequest, CacheContentRequest, ChangeKind, CreateRuleRequest, CreateTaskRequest,
+    FactKind, ForgetUserRequest, ForgetUserResponse, GetCompactionLogRequest, GetRequest,
+    GetSessionRequest, ListFactsRequest, RecordProcedureRequest, RememberRequest, RunRuleRequest,
+    ScopeType, SearchRequest, SetGoalRequest, SetRequest, TailEpisodesRequest, WatchRequest,
+};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio_stream::StreamExt;
+use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::consolidation::{episode, rule};
+use crate::helpers::{Backend, Metadata, TestServer, reason};
+use crate::on_both_stores;
+
+const ACME_ADMIN: &str = "acme-admin-token";
+const ACME: &str = "acme-user-token";
+const GLOBEX_ADMIN: &str = "globex-admin-token";
+const EXECUTION: i32 = ScopeType::Execution as i32;
+
+type Authed = InterceptedService<Channel, Metadata>;
+
+/// The clients of one token.
+struct As {
+    channel: Channel,
+    token: &'static str,
+}
+
+impl As {
+    fn bearer(&self) -> Metadata {
+        Metadata::new(&[("authorization", &format!("Bearer {}", self.token))])
+    }
+    fn data(&self) -> DataServiceClient<Authed> {
+        DataServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+    fn memory(&self) -> MemoryServiceClient<Authed> {
+        MemoryServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+    fn sessions(&self) -> SessionServiceClient<Authed> {
+        SessionServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+    fn episodes(&self) -> EpisodeServiceClient<Authed> {
+        EpisodeServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+    fn working(&self) -> WorkingMemoryServiceClient<Authed> {
+        WorkingMemoryServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+    fn rules(&self) -> ConsolidationServiceClient<Authed> {
+        ConsolidationServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+    fn search(&self) -> SearchServiceClient<Authed> {
+        SearchServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+    fn admin(&self) -> MemoryAdminServiceClient<Authed> {
+        MemoryAdminServiceClient::with_interceptor(self.channel.clone(), self.bearer())
+    }
+
+    async fn append(&self, app: &str, user: &str, session: &str, id: &str, text: &str) {
+        let mut new = episode(id, "observation", json!({"learn": true, "subject": id}));
+        new.content = Some(json_to_proto(&json!(text)));
+        self.episodes()
+            .append_episode(AppendEpisodeRequest {
+                session_id: session.into(),
+                app: app.into(),
+                user: user.into(),
+                episode: Some(new),
+            })
+            .await
+            .expect("append");
+    }
+
+    async fn set_run(&self, run: &str, key: &str) {
+        self.memory()
+            .set(SetRequest {
+                scope_type: EXECUTION,
+                scope: run.into(),
+                key: key.into(),
+                value: Some(json_to_proto(&json!(format!("{run} remembers zanzibar")))),
+                ..SetRequest::default()
+            })
+            .await
+            .expect("set in a run");
+    }
+
+    async fn forget(&self, dry_run: bool) -> ForgetUserResponse {
+        self.data()
+            .forget_user(ForgetUserRequest {
+                app: "bot".into(),
+                user: "alice".into(),
+                execution_ids: vec!["run-9".into()],
+                dry_run,
+            })
+            .await
+            .expect("forget")
+            .into_inner()
+    }
+
+    async fn session_exists(&self, id: &str) -> bool {
+        match self
+            .sessions()
+            .get_session(GetSessionRequest {
+                session_id: id.into(),
+                ..GetSessionRequest::default()
+            })
+            .await
+        {
+            Ok(_) => true,
+            Err(err) if err.code() == Code::NotFound => false,
+            Err(err) => panic!("get session: {err}"),
+        }
+    }
+
+    async fn hits(&self, query: &str) -> Vec<Item> {
+        self.search()
+            .search(SearchRequest {
+                query: query.into(),
+                limit: 100,
+                ..SearchRequest::default()
+            })
+            .await
+            .expect("search")
+            .into_inner()
+            .hits
+            .into_iter()
+            .filter_map(|hit| hit.item)
+            .collect()
+    }
+}
+
+async fn forgets_a_user_and_nobody_else(backend: Backend) {
+    let tokens = format!(
+        "{} acme admin\n{} acme\n{} globex admin",
+        hash_token(ACME_ADMIN),
+        hash_token(ACME),
+        hash_token(GLOBEX_ADMIN)
+    );
+    let server = TestServer::spawn_with(backend, |s| s.tokens = Some(tokens)).await;
+    let acme = As {
+        channel: server.channel.clone(),
+        token: ACME_ADMIN,
+    };
+    let globex = As {
+        channel: server.channel.clone(),
+        token: GLOBEX_ADMIN,
+    };
+
+    // Alice in app bot: two sessions, working memory, facts, two runs.
+    acme.append("bot", "alice", "s1", "a1", "alice likes zanzibar")
+        .await;
+    acme.append("bot", "alice", "s2", "a2", "alice lives in zanzibar")
+        .await;
+    let mut working = acme.working();
+    working
+        .set_goal(SetGoalRequest {
+            session_id: "s1".into(),
+            goal: "plan zanzibar".into(),
+            ..SetGoalRequest::default()
+        })
+        .await
+        .expect("goal");
+    working
+        .create_task(CreateTaskRequest {
+            session_id: "s1".into(),
+            subject: "book zanzibar".into(),
+            ..CreateTaskRequest::default()
+        })
+        .await
+        .expect("task");
+    working
+        .cache_content(CacheContentRequest {
+            session_id: "s1".into(),
+            path: "notes.md".into(),
+            content: "zanzibar notes".into(),
+            ..CacheContentRequest::default()
+        })
+        .await
+        .expect("cache");
+    working
+        .remember(RememberRequest {
+            session_id: "s1".into(),
+            content: "alice prefers zanzibar".into(),
+            ..RememberRequest::default()
+        })
+        .await
+        .expect("remember");
+    acme.set_run("s1", "plan").await;
+    acme.set_run("run-9", "plan").await;
+    acme.set_run("run-other", "plan").await;
+
+    // Others: bob in bot, alice in another app, alice in another tenant.
+    acme.append("bot", "bob", "s3", "b1", "bob likes zanzibar")
+        .await;
+    acme.append("other", "alice", "s4", "o1", "other alice zanzibar")
+        .await;
+    globex
+        .append("bot", "alice", "g1", "g1", "globex alice zanzibar")
+        .await;
+
+    // App-wide facts: one learned only from alice's episode, one from
+    // bob's, one recorded by hand.
+    let mut rules = acme.rules();
+    let mut procedural = rule("learn", "metadata.learn:*", true);
+    procedural.kind = FactKind::Procedural as i32;
+    procedural.then_emits = vec!["procedures".into()];
+    rules
+        .create_rule(CreateRuleRequest {
+            rule: Some(procedural),
+        })
+        .await
+        .expect("rule");
+    rules
+        .run_rule(RunRuleRequest {
+            rule_id: "learn".into(),
+            dry_run: false,
+            max_episodes: 0,
+        })
+        .await
+        .expect("run");
+    working
+        .record_procedure(RecordProcedureRequest {
+            app: "bot".into(),
+            content: "always greet in zanzibar style".into(),
+            ..RecordProcedureRequest::default()
+        })
+        .await
+        .expect("procedure");
+    let app_facts = |rules: &mut ConsolidationServiceClient<Authed>| {
+        let mut rules = rules.clone();
+        async move {
+            rules
+                .list_facts(ListFactsRequest {
+                    app: "bot".into(),
+                    kind: FactKind::Procedural as i32,
+                    page_size: 100,
+                    ..ListFactsRequest::default()
+                })
+                .await
+                .expect("facts")
+                .into_inner()
+                .facts
+                .len()
+        }
+    };
+    // a1, a2 (alice), b1 (bob) and the hand-written one.
+    assert_eq!(app_facts(&mut rules).await, 4);
+
+    // Only admins may forget.
+    let user = As {
+        channel: server.channel.clone(),
+        token: ACME,
+    };
+    let err = user
+        .data()
+        .forget_user(ForgetUserRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            ..ForgetUserRequest::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::PermissionDenied, "ADMIN_REQUIRED".into())
+    );
+
+    // A dry run counts and deletes nothing.
+    let dry = acme.forget(true).await;
+    let counts = |r: &ForgetUserResponse| {
+        (
+            r.sessions,
+            r.episodes,
+            r.facts,
+            r.working_items,
+            r.execution_scopes,
+            r.memory_versions,
+        )
+    };
+    // Facts: the remembered one and the two learned from a1 and a2.
+    assert_eq!(counts(&dry), (2, 2, 3, 3, 2, 2));
+    assert!(dry.dry_run && dry.audit_key.is_empty());
+    assert!(acme.session_exists("s1").await);
+
+    let done = acme.forget(false).await;
+    assert_eq!(counts(&done), counts(&dry));
+    assert!(!done.dry_run && !done.audit_key.is_empty());
+
+    // Nothing of alice@bot is readable any more.
+    assert!(!acme.session_exists("s1").await);
+    assert!(!acme.session_exists("s2").await);
+    let facts = acme
+        .rules()
+        .list_facts(ListFactsRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            page_size: 100,
+            ..ListFactsRequest::default()
+        })
+        .await
+        .expect("facts")
+        .into_inner()
+        .facts;
+    assert!(facts.is_empty(), "{facts:?}");
+    assert_eq!(app_facts(&mut rules).await, 2, "bob's and the hand-written");
+    for run in ["s1", "run-9"] {
+        let err = acme
+            .memory()
+            .get(GetRequest {
+                scope_type: EXECUTION,
+                scope: run.into(),
+                key: "plan".into(),
+                ..GetRequest::default()
+            })
+            .await
+            .expect_err("run forgotten");
+        assert_eq!(reason(&err), "KEY_NOT_FOUND", "{run}");
+    }
+    // Search finds bob, the other app's alice and run-other, never her.
+    let found = acme.hits("zanzibar").await;
+    let hers = |item: &Item| match item {
+        Item::Episode(e) => e.app == "bot" && e.user == "alice",
+        Item::Fact(f) => {
+            f.user == "alice"
+                || f.current
+                    .as_ref()
+                    .and_then(|v| v.lineage.as_ref())
+                    .is_some_and(|l| l.source_episode_ids.iter().any(|id| id.starts_with('a')))
+        }
+        Item::Entry(e) => e.scope == "s1" || e.scope == "run-9",
+    };
+    assert!(!found.iter().any(hers), "{found:?}");
+    let theirs = |item: &Item| match item {
+        Item::Episode(e) => e.id.clone(),
+        Item::Fact(_) => "fact".into(),
+        Item::Entry(e) => e.scope.clone(),
+    };
+    let names: Vec<String> = found.iter().map(theirs).collect();
+    for expected in ["b1", "o1", "run-other"] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} in {names:?}"
+        );
+    }
+
+    // A replay of the tail and of the run's change feed starts after her.
+    acme.append("bot", "alice", "s9", "a9", "a new start").await;
+    let mut tail = acme
+        .episodes()
+        .tail_episodes(TailEpisodesRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            cursor: Some(0),
+            ..TailEpisodesRequest::default()
+        })
+        .await
+        .expect("tail")
+        .into_inner();
+    let first = tail.next().await.expect("an episode").expect("ok");
+    assert_eq!(first.episode.expect("episode").id, "a9");
+    acme.set_run("run-9", "after").await;
+    let mut watch = acme
+        .memory()
+        .watch(WatchRequest {
+            scope_type: EXECUTION,
+            scope: "run-9".into(),
+            from_revision: Some(0),
+            ..WatchRequest::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let change = watch.next().await.expect("a change").expect("ok");
+    assert_eq!(
+        (change.key.as_str(), change.kind),
+        ("after", ChangeKind::Set as i32)
+    );
+
+    // The others are untouched.
+    assert!(acme.session_exists("s3").await);
+    assert!(acme.session_exists("s4").await);
+    assert!(globex.session_exists("g1").await);
+    assert_eq!(globex.hits("zanzibar").await.len(), 1);
+    let kept = acme
+        .memory()
+        .get(GetRequest {
+            scope_type: EXECUTION,
+            scope: "run-other".into(),
+            key: "plan".into(),
+            ..GetRequest::default()
+        })
+        .await;
+    assert!(kept.is_ok());
+
+    // The skeleton: who (hashed), when, counts; no name.
+    let log = acme
+        .admin()
+        .get_compaction_log(GetCompactionLogRequest {
+            scope_type: ScopeType::Namespace as i32,
+            scope: "engram.forgotten".into(),
+            page_size: 10,
+            page_token: String::new(),
+        })
+        .await
+        .expect("log")
+        .into_inner()
+        .records;
+    assert_eq!(log.len(), 1);
+    let record = &log[0];
+    let digest: String = Sha256::digest(b"alice")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(record.operation, "forget");
+    assert_eq!(record.subject, format!("bot/sha256:{digest}"));
+    assert_eq!(record.audit_key, done.audit_key);
+    assert_eq!(record.counts.get("episodes"), Some(&2));
+    assert_eq!(record.counts.get("sessions"), Some(&2));
+    let text = format!("{record:?}");
+    assert!(!text.contains("alice"), "{text}");
+}
+
+on_both_stores!(forgets_a_user_and_nobody_else);
