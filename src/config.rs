@@ -267,6 +267,9 @@ settings! {
     /// How often the consolidation scheduler looks for due rules, in milliseconds;
     /// 0 turns the scheduler off on this replica (RunRule still works)
     scheduler_interval_ms: u64 = "1000", env "ENGRAM_SCHEDULER_INTERVAL_MS";
+    /// How often each scope's retention policy is applied, in seconds; 0 turns
+    /// the retention scheduler off on this replica (ApplyRetention still works)
+    retention_interval_secs: u64 = "3600", env "ENGRAM_RETENTION_INTERVAL_SECS";
     /// Log format
     log_format: LogFormat = "text", env "ENGRAM_LOG_FORMAT";
     /// Authentication: `tokens` requires a bearer token on every call but health
@@ -398,6 +401,8 @@ pub struct Config {
     pub change_retention: Duration,
     /// How often the consolidation scheduler runs; `None`: off.
     pub scheduler_interval: Option<Duration>,
+    /// How often each scope's retention policy runs; `None`: off here.
+    pub retention_interval: Option<Duration>,
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,
     /// The embeddings endpoint; `None`: lexical search only.
@@ -565,6 +570,8 @@ impl Config {
             change_retention: Duration::from_secs(v.change_retention_secs),
             scheduler_interval: (v.scheduler_interval_ms > 0)
                 .then(|| millis(v.scheduler_interval_ms)),
+            retention_interval: (v.retention_interval_secs > 0)
+                .then(|| Duration::from_secs(v.retention_interval_secs)),
             summarizer,
             embedder,
             dedup_similarity,

@@ -28,7 +28,8 @@ enum Command {
     /// and the embedder settings the server has; servers may keep running
     Reembed(ConfigArgs),
     /// Scoped memory on a running server: scopes, list, get, set, delete,
-    /// history, rollback, purge, purge-scope, compact, log, reindex, watch. Exit codes: 0 ok,
+    /// history, rollback, fork, purge, purge-scope, compact, retention, retention-get,
+    /// retention-apply, log, reindex, watch. Exit codes: 0 ok,
     /// 1 failure, 2 bad input, 3 not found, 4 conflict, 5 unavailable,
     /// 6 denied (token)
     Memory(engram::cli::memory::MemoryCommand),

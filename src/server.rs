@@ -374,6 +374,13 @@ fn spawn_background<S: Store>(
         config.clone(),
         shutdown.clone(),
     ));
+    if let Some(interval) = config.retention_interval {
+        tokio::spawn(crate::memory::retention::run(
+            store.clone(),
+            interval,
+            shutdown.clone(),
+        ));
+    }
     if let Some(interval) = config.scheduler_interval {
         tokio::spawn(crate::consolidation::scheduler::run(
             services.consolidation.clone(),

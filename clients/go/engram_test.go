@@ -249,6 +249,28 @@ func TestCallerContextAndAdmin(t *testing.T) {
 	if err != nil || purged.GetVersionsDeleted() != 1 {
 		t.Fatalf("purge: %v %v", purged, err)
 	}
+
+	// Retention: a preview stores nothing; the policy applied keeps one version.
+	preview, err := client.MemoryAdmin.SetRetention(ctx, &engramv1.SetRetentionRequest{
+		ScopeType: engramv1.ScopeType_SCOPE_TYPE_FLOW, Scope: "research_agent",
+		Policy: &engramv1.RetentionPolicy{KeepVersions: proto.Int64(1)}, DryRun: true,
+	})
+	if err != nil || preview.GetRetention() != nil {
+		t.Fatalf("retention preview: %v %v", preview, err)
+	}
+	_, err = client.MemoryAdmin.SetRetention(ctx, &engramv1.SetRetentionRequest{
+		ScopeType: engramv1.ScopeType_SCOPE_TYPE_FLOW, Scope: "research_agent",
+		Policy: &engramv1.RetentionPolicy{KeepVersions: proto.Int64(0)},
+	})
+	if engram.Reason(err) != "INVALID_ARGUMENT" {
+		t.Fatalf("keep 0: %v", err)
+	}
+	got, err := client.MemoryAdmin.GetRetention(ctx, &engramv1.GetRetentionRequest{
+		ScopeType: engramv1.ScopeType_SCOPE_TYPE_FLOW, Scope: "research_agent",
+	})
+	if engram.Reason(err) != "RETENTION_NOT_FOUND" {
+		t.Fatalf("no policy stored by a preview: %v %v", got, err)
+	}
 }
 
 func TestSessionsEpisodesAndTheRest(t *testing.T) {

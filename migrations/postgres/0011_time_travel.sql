@@ -47,3 +47,27 @@ CREATE TABLE memory_feed (
 INSERT INTO memory_feed (singleton, pruned_through)
     SELECT 1, oldest - 1 FROM (SELECT min(revision) AS oldest FROM memory_changes) AS kept
     WHERE oldest > 1;
+
+-- Retention declared per scope (MemoryAdminService.SetRetention), applied
+-- by the server when next_run_time comes; a replica takes a run by moving
+-- next_run_time forward with a compare-and-set, so one replica runs it.
+CREATE TABLE memory_retention (
+    tenant                 text COLLATE "C" NOT NULL,
+    scope_type             smallint NOT NULL,
+    scope                  text COLLATE "C" NOT NULL,
+    keep_versions          bigint,
+    max_age_micros         bigint,
+    tombstone_grace_micros bigint,
+    next_run_time          timestamptz NOT NULL,
+    last_run_time          timestamptz,
+    last_versions_deleted  bigint NOT NULL DEFAULT 0,
+    update_time            timestamptz NOT NULL,
+    PRIMARY KEY (tenant, scope_type, scope)
+);
+
+CREATE INDEX memory_retention_due ON memory_retention (next_run_time);
+
+ALTER TABLE memory_retention ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_retention FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON memory_retention USING (engram_tenant_visible(tenant))
+    WITH CHECK (engram_tenant_visible(tenant));

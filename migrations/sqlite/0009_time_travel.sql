@@ -38,3 +38,20 @@ CREATE TABLE memory_feed (
 INSERT INTO memory_feed (singleton, pruned_through)
     SELECT 1, oldest - 1 FROM (SELECT min(revision) AS oldest FROM memory_changes) AS kept
     WHERE oldest > 1;
+
+-- Retention declared per scope; see the Postgres migration 0011.
+CREATE TABLE memory_retention (
+    tenant                 TEXT NOT NULL,
+    scope_type             INTEGER NOT NULL,
+    scope                  TEXT NOT NULL,
+    keep_versions          INTEGER,
+    max_age_micros         INTEGER,
+    tombstone_grace_micros INTEGER,
+    next_run_time          INTEGER NOT NULL,
+    last_run_time          INTEGER,
+    last_versions_deleted  INTEGER NOT NULL DEFAULT 0,
+    update_time            INTEGER NOT NULL,
+    PRIMARY KEY (tenant, scope_type, scope)
+) WITHOUT ROWID;
+
+CREATE INDEX memory_retention_due ON memory_retention (next_run_time);

@@ -10,6 +10,7 @@ use crate::memory::admin::{
     CompactCommand, MAX_COMPACT_KEYS, MemoryAdmin, Sources, describe_unknown,
 };
 use crate::memory::audit::{AuditRecord, SourceMode};
+use crate::memory::ports::{Retention, RetentionPolicy};
 use crate::memory::{Key, Scope, ScopeName};
 use crate::ports::Store;
 use crate::proto;
@@ -63,6 +64,7 @@ pub fn record_to_proto(record: AuditRecord) -> proto::CompactionRecord {
         operation: match record.operation {
             crate::memory::audit::Operation::Compact => "compact".to_owned(),
             crate::memory::audit::Operation::Purge => "purge".to_owned(),
+            crate::memory::audit::Operation::Retention => "retention".to_owned(),
             crate::memory::audit::Operation::Rollback => "rollback".to_owned(),
             crate::memory::audit::Operation::Fork => "fork".to_owned(),
             crate::memory::audit::Operation::Forget => "forget".to_owned(),
@@ -172,8 +174,128 @@ fn compact_command(req: proto::CompactRequest) -> Result<CompactCommand> {
     })
 }
 
+/// A duration field of a retention policy: unset is `None`, anything set
+/// must be positive and representable.
+fn policy_duration(
+    field: &str,
+    d: Option<prost_types::Duration>,
+) -> Result<Option<chrono::Duration>> {
+    d.map(|d| {
+        std::time::Duration::try_from(d)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .and_then(|d| chrono::Duration::from_std(d).ok())
+            .ok_or_else(|| Error::invalid(Reason::InvalidArgument, field, "must be positive"))
+    })
+    .transpose()
+}
+
+fn policy_from_proto(policy: Option<proto::RetentionPolicy>) -> Result<RetentionPolicy> {
+    let policy = policy.unwrap_or_default();
+    Ok(RetentionPolicy {
+        keep_versions: policy.keep_versions,
+        max_age: policy_duration("policy.max_age", policy.max_age)?,
+        tombstone_grace: policy_duration("policy.tombstone_grace", policy.tombstone_grace)?,
+    })
+}
+
+fn duration_to_proto(d: chrono::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.num_seconds(),
+        nanos: (d.subsec_nanos()).max(0),
+    }
+}
+
+fn retention_to_proto(retention: Retention) -> proto::Retention {
+    proto::Retention {
+        scope_type: scope_type_to_proto(retention.scope.scope_type) as i32,
+        scope: retention.scope.name.as_str().to_owned(),
+        policy: Some(proto::RetentionPolicy {
+            keep_versions: retention.policy.keep_versions,
+            max_age: retention.policy.max_age.map(duration_to_proto),
+            tombstone_grace: retention.policy.tombstone_grace.map(duration_to_proto),
+        }),
+        next_run_time: Some(timestamp(retention.next_run_time)),
+        last_run_time: retention.last_run_time.map(timestamp),
+        last_versions_deleted: retention.last_versions_deleted,
+    }
+}
+
 #[tonic::async_trait]
 impl<S: Store> MemoryAdminService for MemoryAdminApi<S> {
+    async fn set_retention(
+        &self,
+        request: Request<proto::SetRetentionRequest>,
+    ) -> Result<Response<proto::SetRetentionResponse>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let req = request.into_inner();
+        let parsed = (|| {
+            Ok::<_, Error>((
+                scope(req.scope_type, req.scope)?,
+                policy_from_proto(req.policy)?,
+            ))
+        })();
+        let (scope, policy) = parsed.map_err(to_status)?;
+        if req.dry_run {
+            let preview = self
+                .admin
+                .preview_retention(&ctx, &scope, policy)
+                .await
+                .map_err(to_status)?;
+            return Ok(Response::new(proto::SetRetentionResponse {
+                retention: None,
+                versions_to_delete: preview.versions_deleted,
+                keys_to_affect: preview.keys_affected,
+            }));
+        }
+        let retention = self
+            .admin
+            .set_retention(&ctx, &scope, policy)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::SetRetentionResponse {
+            retention: retention.map(retention_to_proto),
+            versions_to_delete: 0,
+            keys_to_affect: 0,
+        }))
+    }
+
+    async fn get_retention(
+        &self,
+        request: Request<proto::GetRetentionRequest>,
+    ) -> Result<Response<proto::GetRetentionResponse>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let req = request.into_inner();
+        let scope = scope(req.scope_type, req.scope).map_err(to_status)?;
+        let retention = self
+            .admin
+            .get_retention(&ctx, &scope)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::GetRetentionResponse {
+            retention: Some(retention_to_proto(retention)),
+        }))
+    }
+
+    async fn apply_retention(
+        &self,
+        request: Request<proto::ApplyRetentionRequest>,
+    ) -> Result<Response<proto::ApplyRetentionResponse>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let req = request.into_inner();
+        let scope = scope(req.scope_type, req.scope).map_err(to_status)?;
+        let outcome = self
+            .admin
+            .apply_retention(&ctx, &scope, req.dry_run)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::ApplyRetentionResponse {
+            versions_deleted: outcome.versions_deleted,
+            keys_affected: outcome.keys_affected,
+            record: outcome.record.map(record_to_proto),
+        }))
+    }
+
     async fn purge(
         &self,
         request: Request<proto::PurgeRequest>,

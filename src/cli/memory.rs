@@ -219,6 +219,37 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         max_tokens: i32,
     },
+    /// Declare how much history a scope keeps, applied by the server every
+    /// --retention-interval (--dry-run previews; no rule removes the policy)
+    Retention {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Keep the newest N versions of each key
+        #[arg(long)]
+        keep: Option<i64>,
+        /// Drop versions older than this (90s, 30m, 24h, 7d), except each key's newest
+        #[arg(long, value_parser = super::sessions::parse_age)]
+        max_age: Option<std::time::Duration>,
+        /// Drop deleted keys entirely once their tombstone is this old
+        #[arg(long, value_parser = super::sessions::parse_age)]
+        tombstone_grace: Option<std::time::Duration>,
+        /// Print what the policy would delete now; store nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Print a scope's retention policy and its last run
+    RetentionGet {
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Apply a scope's retention policy now
+    RetentionApply {
+        #[command(flatten)]
+        scope: ScopeArgs,
+        /// Report what would be deleted, delete nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Print the maintenance audit trail of a scope, newest first
     Log {
         #[command(flatten)]
@@ -391,6 +422,14 @@ fn record_line(record: &proto::CompactionRecord) -> String {
             record.target_version,
             record.model
         ),
+        "retention" => format!(
+            "{when}  retention {} versions of {} keys (keep {})",
+            record.versions_deleted,
+            record.keys_affected,
+            record
+                .keep
+                .map_or_else(|| "any".to_owned(), |k| k.to_string())
+        ),
         _ => format!(
             "{when}  purge    {} versions of {} keys (keep {})",
             record.versions_deleted,
@@ -408,6 +447,32 @@ fn row_key(row: &Result<proto::MemoryEntry, String>) -> &str {
         Ok(entry) => &entry.key,
         Err(key) => key,
     }
+}
+
+fn proto_duration(
+    flag: &str,
+    d: Option<std::time::Duration>,
+) -> CliResult<Option<prost_types::Duration>> {
+    d.map(|d| {
+        prost_types::Duration::try_from(d)
+            .map_err(|_| CliError::usage(format!("{flag} is too large")))
+    })
+    .transpose()
+}
+
+pub(crate) fn retention_json(retention: &proto::Retention) -> serde_json::Value {
+    let policy = retention.policy.unwrap_or_default();
+    let seconds = |d: &Option<prost_types::Duration>| d.as_ref().map(|d| d.seconds);
+    json!({
+        "scope_type": scope_type_name(retention.scope_type),
+        "scope": retention.scope,
+        "keep_versions": policy.keep_versions,
+        "max_age_seconds": seconds(&policy.max_age),
+        "tombstone_grace_seconds": seconds(&policy.tombstone_grace),
+        "next_run_time": time(retention.next_run_time.as_ref()),
+        "last_run_time": retention.last_run_time.as_ref().map(|t| time(Some(t))),
+        "last_versions_deleted": retention.last_versions_deleted,
+    })
 }
 
 fn purge_report(
@@ -799,6 +864,78 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     println!("{}", value_json(entry.value).as_str().unwrap_or_default());
                 }
             }
+        }
+        Command::Retention {
+            scope,
+            keep,
+            max_age,
+            tombstone_grace,
+            dry_run,
+        } => {
+            let (scope_type, scope) = scope.proto();
+            let done = admin
+                .set_retention(proto::SetRetentionRequest {
+                    scope_type,
+                    scope,
+                    policy: Some(proto::RetentionPolicy {
+                        keep_versions: keep,
+                        max_age: proto_duration("--max-age", max_age)?,
+                        tombstone_grace: proto_duration("--tombstone-grace", tombstone_grace)?,
+                    }),
+                    dry_run,
+                })
+                .await?
+                .into_inner();
+            match (output, done.retention.as_ref()) {
+                (Output::Json, retention) => print_json(&json!({
+                    "retention": retention.map(retention_json),
+                    "dry_run": dry_run,
+                    "versions_to_delete": done.versions_to_delete,
+                    "keys_to_affect": done.keys_to_affect,
+                })),
+                (Output::Text, _) if dry_run => println!(
+                    "would delete {} versions of {} keys now",
+                    done.versions_to_delete, done.keys_to_affect
+                ),
+                (Output::Text, Some(_)) => {
+                    println!("retention declared; it runs at once, then every interval")
+                }
+                (Output::Text, None) => println!("retention removed"),
+            }
+        }
+        Command::RetentionGet { scope } => {
+            let (scope_type, scope) = scope.proto();
+            let retention = admin
+                .get_retention(proto::GetRetentionRequest { scope_type, scope })
+                .await?
+                .into_inner()
+                .retention
+                .unwrap_or_default();
+            match output {
+                Output::Json => print_json(&retention_json(&retention)),
+                Output::Text => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&retention_json(&retention)).unwrap_or_default()
+                ),
+            }
+        }
+        Command::RetentionApply { scope, dry_run } => {
+            let (scope_type, scope) = scope.proto();
+            let done = admin
+                .apply_retention(proto::ApplyRetentionRequest {
+                    scope_type,
+                    scope,
+                    dry_run,
+                })
+                .await?
+                .into_inner();
+            purge_report(
+                output,
+                done.versions_deleted,
+                done.keys_affected,
+                dry_run,
+                done.record.as_ref(),
+            );
         }
         Command::Log { scope } => {
             let (scope_type, scope) = scope.proto();

@@ -89,7 +89,7 @@ enum SessionCommand {
 }
 
 /// `90s`, `30m`, `24h`, `7d`, or plain seconds.
-fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_age(text: &str) -> Result<std::time::Duration, String> {
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit())
         .map_or((text, "s"), |i| text.split_at(i));

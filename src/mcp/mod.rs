@@ -101,8 +101,10 @@ pub async fn probe_admin(conn: &Conn) -> Result<bool, Status> {
 }
 
 /// Tools only admin tokens see and may call.
-const ADMIN_TOOLS: [&str; 6] = [
+const ADMIN_TOOLS: [&str; 8] = [
     "forget_user",
+    "memory_retention",
+    "memory_retention_apply",
     "memory_purge",
     "memory_purge_scope",
     "memory_compact",

@@ -206,6 +206,28 @@ pub struct PurgeScopeArgs {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+pub struct RetentionArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// Keep the newest this many versions of each key (at least 1)
+    keep_versions: Option<i64>,
+    /// Drop versions older than this many seconds, except each key's newest
+    max_age_seconds: Option<u32>,
+    /// Drop deleted keys entirely once their tombstone is this many seconds old
+    tombstone_grace_seconds: Option<u32>,
+    /// Only report what the policy would delete now; store nothing
+    dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ApplyRetentionArgs {
+    #[serde(flatten)]
+    scope: Scope,
+    /// Only report what would be deleted
+    dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct CompactArgs {
     #[serde(flatten)]
     scope: Scope,
@@ -654,6 +676,67 @@ impl Engram {
                 scope,
                 keep: args.keep,
                 include_deleted: args.include_deleted.unwrap_or(false),
+                dry_run: args.dry_run.unwrap_or(false),
+            })
+            .await?
+            .into_inner();
+        purged(
+            done.versions_deleted,
+            done.keys_affected,
+            done.record.as_ref(),
+        )
+    }
+
+    #[tool(
+        description = "Admin: declare how much history a scope keeps (keep_versions, \
+                       max_age_seconds, tombstone_grace_seconds; none of them removes the \
+                       policy). The server applies it at once and then on an interval, \
+                       audited. dry_run previews what it would delete now.",
+        annotations(destructive_hint = true)
+    )]
+    async fn memory_retention(&self, Parameters(args): Parameters<RetentionArgs>) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let seconds = |s: Option<u32>| {
+            s.map(|s| prost_types::Duration {
+                seconds: s.into(),
+                nanos: 0,
+            })
+        };
+        let done = self
+            .admin_client()
+            .set_retention(proto::SetRetentionRequest {
+                scope_type,
+                scope,
+                policy: Some(proto::RetentionPolicy {
+                    keep_versions: args.keep_versions,
+                    max_age: seconds(args.max_age_seconds),
+                    tombstone_grace: seconds(args.tombstone_grace_seconds),
+                }),
+                dry_run: args.dry_run.unwrap_or(false),
+            })
+            .await?
+            .into_inner();
+        ok(json!({
+            "retention": done.retention.as_ref().map(crate::cli::memory::retention_json),
+            "versions_to_delete": done.versions_to_delete,
+            "keys_to_affect": done.keys_to_affect,
+        }))
+    }
+
+    #[tool(
+        description = "Admin: apply a scope's retention policy now (dry_run previews).",
+        annotations(destructive_hint = true)
+    )]
+    async fn memory_retention_apply(
+        &self,
+        Parameters(args): Parameters<ApplyRetentionArgs>,
+    ) -> Reply {
+        let (scope_type, scope) = args.scope.proto();
+        let done = self
+            .admin_client()
+            .apply_retention(proto::ApplyRetentionRequest {
+                scope_type,
+                scope,
                 dry_run: args.dry_run.unwrap_or(false),
             })
             .await?

@@ -88,6 +88,10 @@ impl<S: MemoryStore> MemoryAdmin<S> {
         }
     }
 
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
     pub async fn purge(
         &self,
         ctx: &CallerContext,
@@ -104,13 +108,7 @@ impl<S: MemoryStore> MemoryAdmin<S> {
                 "the audit trail under \"_compaction/\" cannot be purged",
             ));
         }
-        let purge = Purge {
-            scope,
-            key: Some(key),
-            keep,
-            include_deleted: true,
-            dry_run,
-        };
+        let purge = Purge::keeping(scope, Some(key), keep, true, dry_run);
         let record = AuditRecord::new(Operation::Purge, scope, now_micros());
         self.store.purge(&ctx.tenant, &purge, record).await
     }
@@ -124,13 +122,7 @@ impl<S: MemoryStore> MemoryAdmin<S> {
         dry_run: bool,
     ) -> Result<PurgeOutcome> {
         refuse_in_checkpoint(ctx)?;
-        let purge = Purge {
-            scope,
-            key: None,
-            keep,
-            include_deleted,
-            dry_run,
-        };
+        let purge = Purge::keeping(scope, None, keep, include_deleted, dry_run);
         let record = AuditRecord::new(Operation::Purge, scope, now_micros());
         self.store.purge(&ctx.tenant, &purge, record).await
     }

@@ -21,6 +21,8 @@ pub const MAX_RECORDED_KEYS: usize = 1000;
 pub enum Operation {
     Compact,
     Purge,
+    /// A scope's retention policy applied (`SetRetention`, `ApplyRetention`).
+    Retention,
     /// A key set back to an older version's value (`MemoryService.Rollback`).
     Rollback,
     /// A scope's state copied into this one (`MemoryService.ForkScope`).

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod audit;
 mod past;
 pub mod ports;
+pub mod retention;
 mod service;
 mod types;
 

@@ -193,11 +193,40 @@ pub struct Purge<'a> {
     pub scope: &'a Scope,
     /// One key, or every key of the scope (audit keys never).
     pub key: Option<&'a Key>,
-    /// Versions to keep per key; `None` deletes them all.
+    /// Delete all but this many newest versions of each key (0: every
+    /// version); `None` turns this rule off. The rules add up: a version
+    /// goes when any of them takes it.
     pub keep: Option<i64>,
-    /// Also purge keys whose newest version is a tombstone.
+    /// For `keep`: also keys whose newest version is a tombstone.
     pub include_deleted: bool,
+    /// Delete versions written before this time, except each key's newest.
+    pub older_than: Option<DateTime<Utc>>,
+    /// Delete every version of keys whose newest version is a tombstone
+    /// written before this time.
+    pub tombstones_before: Option<DateTime<Utc>>,
     pub dry_run: bool,
+}
+
+impl<'a> Purge<'a> {
+    /// `Purge`/`PurgeScope` as the admin API asks: keep the newest `keep`
+    /// (all versions go without it).
+    pub fn keeping(
+        scope: &'a Scope,
+        key: Option<&'a Key>,
+        keep: Option<i64>,
+        include_deleted: bool,
+        dry_run: bool,
+    ) -> Self {
+        Purge {
+            scope,
+            key,
+            keep: Some(keep.unwrap_or(0)),
+            include_deleted,
+            older_than: None,
+            tombstones_before: None,
+            dry_run,
+        }
+    }
 }
 
 /// What a purge deleted from one key.
@@ -226,7 +255,7 @@ impl PurgeOutcome {
         let wrote = !purge.dry_run && versions_deleted > 0;
         record.versions_deleted = versions_deleted;
         record.keys_affected = keys_affected;
-        record.keep = purge.keep;
+        record.keep = purge.keep.filter(|&keep| keep > 0);
         record.source_keys = deleted
             .iter()
             .take(MAX_RECORDED_KEYS)
@@ -268,6 +297,31 @@ pub struct ReindexOutcome {
     pub tags_added: i64,
     /// Execution scopes whose flow is unknown, with their untagged versions.
     pub unknown: Vec<(String, i64)>,
+}
+
+/// How much history a scope keeps (`SetRetention`); each rule is off when
+/// `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    pub keep_versions: Option<i64>,
+    pub max_age: Option<chrono::Duration>,
+    pub tombstone_grace: Option<chrono::Duration>,
+}
+
+impl RetentionPolicy {
+    pub fn is_empty(&self) -> bool {
+        *self == RetentionPolicy::default()
+    }
+}
+
+/// A scope's retention policy with its schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retention {
+    pub scope: Scope,
+    pub policy: RetentionPolicy,
+    pub next_run_time: DateTime<Utc>,
+    pub last_run_time: Option<DateTime<Utc>>,
+    pub last_versions_deleted: i64,
 }
 
 /// The persistence of scoped memory. Every method is scoped to one tenant,
@@ -371,6 +425,49 @@ pub trait MemoryStore: Clone + Send + Sync + 'static {
         write: &Write<'_>,
         record: AuditRecord,
     ) -> impl Future<Output = Result<Compacted>> + Send;
+
+    /// Declares (`Some`) or removes (`None`) a scope's retention policy,
+    /// first due at `next_run_time`.
+    fn set_retention(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        policy: Option<RetentionPolicy>,
+        next_run_time: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<Retention>>> + Send;
+
+    /// A scope's retention policy.
+    fn retention(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+    ) -> impl Future<Output = Result<Option<Retention>>> + Send;
+
+    /// Every tenant's policies due by `now` (the server's own work).
+    fn due_retentions(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<(Tenant, Retention)>>> + Send;
+
+    /// Takes a due run: moves the policy's next run from `seen` to `next`,
+    /// only if no other replica moved it first.
+    fn claim_retention(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        seen: DateTime<Utc>,
+        next: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Records a run of a scope's policy.
+    fn retention_ran(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        at: DateTime<Utc>,
+        versions_deleted: i64,
+    ) -> impl Future<Output = Result<()>> + Send;
 
     /// Records which flow an execution belongs to (first one wins; blanks
     /// are filled in later).

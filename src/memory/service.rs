@@ -104,6 +104,9 @@ pub struct HistoryCursor {
     pub next_version: i64,
 }
 
+/// How often an unconditional delete that lost a race to a set is retried.
+const DELETE_RETRIES: usize = 5;
+
 /// How many execution -> flow mappings a server keeps in memory.
 const KNOWN_EXECUTIONS: usize = 100_000;
 
@@ -275,7 +278,23 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                 Mutation::Delete => ChangeKind::Delete,
             },
         };
-        match self.store.write(&ctx.tenant, &write).await? {
+        // An unconditional delete is refused only when the key has no live
+        // value; on Postgres a set may revive the key between the refusal
+        // and the read of its head, and then the delete is simply retried
+        // (it comes after that set). Each retry needs a racing writer to
+        // win again, so a few always settle it.
+        let mut written = self.store.write(&ctx.tenant, &write).await?;
+        for _ in 0..DELETE_RETRIES {
+            match &written {
+                Written::Refused(Some(head))
+                    if !head.deleted && write.expected_version.is_none() =>
+                {
+                    written = self.store.write(&ctx.tenant, &write).await?;
+                }
+                _ => break,
+            }
+        }
+        match written {
             Written::Stored(entry) => Ok(entry),
             Written::Refused(head) => Err(write_refused(&write, head)),
             Written::Replayed {
@@ -696,9 +715,19 @@ fn write_refused(write: &Write<'_>, head: Option<Head>) -> Error {
             expected,
             current: live.map_or(0, |head| head.version),
         },
+        // A delete that kept losing races to sets (see `write`).
+        (Mutation::Delete, None) => Error::Conflict {
+            reason: Reason::SourceChanged,
+            message: format!(
+                "{:?} kept being written while it was being deleted; nothing was deleted, retry",
+                write.key.as_str()
+            ),
+        },
         // An unconditional set always writes; reaching here means the head
         // changed under us in a way the statement did not expect.
-        (_, None) => Error::internal("conditional write refused without a condition"),
+        (Mutation::Set(_), None) => {
+            Error::internal("conditional write refused without a condition")
+        }
     }
 }
 

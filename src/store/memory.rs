@@ -8,14 +8,14 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use super::past;
 use super::sql::{Backend, Cols, Param, Run, Sql, Transaction, params, select};
+use super::{past, retention};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{
     Compacted, Fence, Fork, Forked, Head, ListQuery, MemoryStore, Past, Point, Purge, PurgeOutcome,
-    Purged, ReindexOutcome, ScopeFilter, Write, Written,
+    Purged, ReindexOutcome, Retention, RetentionPolicy, ScopeFilter, Write, Written,
 };
 use crate::memory::{
     Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
@@ -199,6 +199,38 @@ static PRUNED_TO: Sql = Sql::new(
 );
 
 static PRUNE_REQUEST_IDS: Sql = Sql::new("DELETE FROM memory_request_ids WHERE create_time < $1");
+
+/// Whether version `v` of the key whose head is `h` goes in a purge (see
+/// [`Purge`]), for `concat!`. Parameters: $1 tenant, $2 scope_type, $3
+/// scope, $4 key (or NULL: every key), $5 whether tombstoned keys count for
+/// `keep`, $6 versions to keep (or NULL), $7 older-than time (or NULL), $8
+/// tombstones-before time (or NULL). A key's versions are a contiguous
+/// range ending at its head, and each rule takes the oldest first, so what
+/// is left stays one.
+macro_rules! purge_victim {
+    () => {
+        "h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
+         AND ($4::text IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
+         AND (($6::bigint IS NOT NULL AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6) \
+           OR ($7::timestamptz IS NOT NULL AND v.create_time < $7 AND v.version < h.version) \
+           OR ($8::timestamptz IS NOT NULL AND h.deleted AND h.update_time < $8))"
+    };
+}
+pub(super) use purge_victim;
+
+/// The parameters of [`purge_victim!`].
+pub(super) fn purge_params<'a>(tenant: &'a Tenant, purge: &'a Purge<'_>) -> [Param<'a>; 8] {
+    [
+        Param::from(tenant.as_str()),
+        Param::from(purge.scope.scope_type.as_i16()),
+        Param::from(purge.scope.name.as_str()),
+        Param::from(purge.key.map(Key::as_str)),
+        Param::from(purge.include_deleted || purge.key.is_some()),
+        Param::from(purge.keep),
+        Param::from(purge.older_than),
+        Param::from(purge.tombstones_before),
+    ]
+}
 
 /// A version of a key (columns as `version_columns!`) in `scope`.
 pub(super) fn entry_row(row: &impl Cols, scope: &Scope) -> Result<Entry> {
@@ -536,6 +568,53 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         record: AuditRecord,
     ) -> Result<Compacted> {
         self.write_summary(tenant, fences, write, record).await
+    }
+
+    async fn set_retention(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        policy: Option<RetentionPolicy>,
+        next_run_time: DateTime<Utc>,
+    ) -> Result<Option<Retention>> {
+        let mut conn = self.writer(tenant).await?;
+        retention::set(&mut conn, tenant, scope, policy, next_run_time).await
+    }
+
+    async fn retention(&self, tenant: &Tenant, scope: &Scope) -> Result<Option<Retention>> {
+        let mut conn = self.reader(tenant).await?;
+        retention::get(&mut conn, tenant, scope).await
+    }
+
+    async fn due_retentions(
+        &self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<(Tenant, Retention)>> {
+        let mut conn = self.system().await?;
+        retention::due(&mut conn, now, limit).await
+    }
+
+    async fn claim_retention(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        seen: DateTime<Utc>,
+        next: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut conn = self.writer(tenant).await?;
+        retention::claim(&mut conn, tenant, scope, seen, next).await
+    }
+
+    async fn retention_ran(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        at: DateTime<Utc>,
+        versions_deleted: i64,
+    ) -> Result<()> {
+        let mut conn = self.writer(tenant).await?;
+        retention::ran(&mut conn, tenant, scope, at, versions_deleted).await
     }
 
     async fn register_execution(

@@ -17,6 +17,7 @@ mod forget;
 mod memory;
 mod past;
 mod postgres;
+mod retention;
 mod search;
 mod sessions;
 mod sql;

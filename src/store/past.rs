@@ -10,7 +10,7 @@
 //! them was written by the point it is the answer, and when none was but a
 //! purged one was (`memory_purges`), the answer is "purged".
 
-use super::memory::{entry_row, version_columns};
+use super::memory::{entry_row, purge_params, purge_victim, version_columns};
 use super::sql::{Cols, Param, Run, Sql, params, select};
 use crate::context::Tenant;
 use crate::error::Result;
@@ -53,25 +53,22 @@ macro_rules! keys_ever {
 }
 
 /// Records, before a purge deletes them, the oldest version each target
-/// key loses (merged with what earlier purges took). Parameters as the
-/// purge's targets: $1 tenant, $2 scope_type, $3 scope, $4 key or NULL,
-/// $5 whether tombstoned keys count, $6 versions to keep; $7 now.
-pub(super) static RECORD_PURGES: Sql = Sql::new(
+/// key loses (merged with what earlier purges took). Parameters as
+/// `purge_victim!`, and $9 now.
+pub(super) static RECORD_PURGES: Sql = Sql::new(concat!(
     "INSERT INTO memory_purges (tenant, scope_type, scope, key, first_revision, first_time, \
      purge_time) \
-     SELECT $1, $2, $3, v.key, min(v.revision), min(v.create_time), $7 FROM memory_versions v \
-     JOIN memory_heads h USING (tenant, scope_type, scope, key) \
-     WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
-     AND ($4::text IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
-     AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6 \
-     GROUP BY v.key \
+     SELECT $1, $2, $3, v.key, min(v.revision), min(v.create_time), $9 FROM memory_versions v \
+     JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
+    purge_victim!(),
+    " GROUP BY v.key \
      ON CONFLICT (tenant, scope_type, scope, key) DO UPDATE SET \
        first_revision = CASE WHEN EXCLUDED.first_revision < memory_purges.first_revision \
          THEN EXCLUDED.first_revision ELSE memory_purges.first_revision END, \
        first_time = CASE WHEN EXCLUDED.first_time < memory_purges.first_time \
          THEN EXCLUDED.first_time ELSE memory_purges.first_time END, \
-       purge_time = EXCLUDED.purge_time",
-);
+       purge_time = EXCLUDED.purge_time"
+));
 
 /// $6 key.
 static GET_AT: Sql = select!(
@@ -235,17 +232,10 @@ pub(super) async fn record_purges(
     purge: &Purge<'_>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<()> {
+    let at: &[Param<'_>] = params![now];
     conn.exec(
         &RECORD_PURGES,
-        params![
-            tenant.as_str(),
-            purge.scope.scope_type.as_i16(),
-            purge.scope.name.as_str(),
-            purge.key.map(Key::as_str),
-            purge.include_deleted || purge.key.is_some(),
-            purge.keep.unwrap_or(0),
-            now,
-        ],
+        &[&purge_params(tenant, purge)[..], at].concat(),
     )
     .await?;
     Ok(())

@@ -48,7 +48,9 @@ impl Cli {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_commands_against_a_server() {
-    let server = TestServer::spawn(Backend::Sqlite).await;
+    // Retention is applied by hand here, not by the server's scheduler.
+    let server =
+        TestServer::spawn_with(Backend::Sqlite, |s| s.retention_interval_secs = Some(0)).await;
     let cli = Cli {
         server: format!(
             "http://{}",
@@ -278,6 +280,31 @@ async fn memory_commands_against_a_server() {
         copied,
         vec![("notes", 1), ("user/summary", 1), ("user/theme", 1)]
     );
+
+    // retention: preview, declare, read back, apply.
+    let preview = cli.json(&with(&["retention", "--keep", "1", "--dry-run"]));
+    assert_eq!(
+        (&preview["retention"], &preview["dry_run"]),
+        (&Value::Null, &json!(true))
+    );
+    let declared = cli.json(&with(&["retention", "--keep", "1", "--max-age", "30d"]));
+    assert_eq!(
+        (
+            &declared["retention"]["keep_versions"],
+            &declared["retention"]["max_age_seconds"]
+        ),
+        (&json!(1), &json!(2_592_000))
+    );
+    let read = cli.json(&with(&["retention-get"]));
+    assert_eq!(read["keep_versions"], json!(1));
+    let applied = cli.json(&with(&["retention-apply"]));
+    assert_eq!(
+        applied["record"]["operation"],
+        json!("retention"),
+        "{applied}"
+    );
+    let bad = cli.run(&with(&["retention", "--max-age", "1w"]));
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
 
     // Usage errors and an unreachable server have their own exit codes.
     let usage = cli.run(&with(&["compact"]));

@@ -17,6 +17,7 @@ mod metrics;
 mod outage;
 mod pool;
 mod races;
+mod retention;
 mod rls;
 mod search;
 mod semantic;

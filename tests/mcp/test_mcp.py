@@ -17,6 +17,8 @@ pytestmark = pytest.mark.anyio
 
 ADMIN_TOOLS = {
     "forget_user",
+    "memory_retention",
+    "memory_retention_apply",
     "memory_purge",
     "memory_purge_scope",
     "memory_compact",
@@ -196,6 +198,19 @@ async def test_admin_tools_need_an_admin_token(connect: Connect) -> None:
         assert done["versions_deleted"] == 2 and done["record"]["operation"] == "purge"
         log = structured(await session.call_tool("memory_compaction_log", scope))
         assert [r["operation"] for r in log["records"]] == ["purge"]
+
+        # Retention: preview, declare, apply.
+        await session.call_tool("memory_set", {**scope, "key": "k", "value": "d"})
+        preview = structured(await session.call_tool("memory_retention", {**scope, "keep_versions": 1, "dry_run": True}))
+        assert preview["retention"] is None and preview["versions_to_delete"] == 1
+        declared = structured(await session.call_tool("memory_retention", {**scope, "keep_versions": 1}))
+        assert declared["retention"]["keep_versions"] == 1
+        bad = error(await session.call_tool("memory_retention", {**scope, "keep_versions": 0}))
+        assert bad["code"] == "INVALID_ARGUMENT"
+        structured(await session.call_tool("memory_retention_apply", scope))
+        # Applied now (or already by the server's scheduler): one version left.
+        history = structured(await session.call_tool("memory_history", {**scope, "key": "k"}))
+        assert [v["version"] for v in history["versions"]] == [4]
 
 
 async def test_forget_user_is_for_admins(connect: Connect) -> None:

@@ -9,6 +9,7 @@ package engramv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -75,10 +76,535 @@ func (SourceMode) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// RetentionPolicy says how much history a scope keeps.
+type RetentionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keep the newest this many versions of each key (tombstones count);
+	// at least 1.
+	KeepVersions *int64 `protobuf:"varint,1,opt,name=keep_versions,json=keepVersions,proto3,oneof" json:"keep_versions,omitempty"`
+	// Delete versions older than this, except each key's newest.
+	MaxAge *durationpb.Duration `protobuf:"bytes,2,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// Delete every version of a key whose newest version is a tombstone
+	// older than this.
+	TombstoneGrace *durationpb.Duration `protobuf:"bytes,3,opt,name=tombstone_grace,json=tombstoneGrace,proto3" json:"tombstone_grace,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RetentionPolicy) Reset() {
+	*x = RetentionPolicy{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetentionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetentionPolicy) ProtoMessage() {}
+
+func (x *RetentionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetentionPolicy.ProtoReflect.Descriptor instead.
+func (*RetentionPolicy) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RetentionPolicy) GetKeepVersions() int64 {
+	if x != nil && x.KeepVersions != nil {
+		return *x.KeepVersions
+	}
+	return 0
+}
+
+func (x *RetentionPolicy) GetMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxAge
+	}
+	return nil
+}
+
+func (x *RetentionPolicy) GetTombstoneGrace() *durationpb.Duration {
+	if x != nil {
+		return x.TombstoneGrace
+	}
+	return nil
+}
+
+// Retention is a scope's policy with its schedule.
+type Retention struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope type.
+	ScopeType ScopeType `protobuf:"varint,1,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
+	// The scope.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The policy.
+	Policy *RetentionPolicy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	// When the server applies it next.
+	NextRunTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=next_run_time,json=nextRunTime,proto3" json:"next_run_time,omitempty"`
+	// When it last ran; unset before the first run.
+	LastRunTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_run_time,json=lastRunTime,proto3" json:"last_run_time,omitempty"`
+	// How many versions the last run deleted.
+	LastVersionsDeleted int64 `protobuf:"varint,6,opt,name=last_versions_deleted,json=lastVersionsDeleted,proto3" json:"last_versions_deleted,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *Retention) Reset() {
+	*x = Retention{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Retention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Retention) ProtoMessage() {}
+
+func (x *Retention) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Retention.ProtoReflect.Descriptor instead.
+func (*Retention) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Retention) GetScopeType() ScopeType {
+	if x != nil {
+		return x.ScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *Retention) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *Retention) GetPolicy() *RetentionPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *Retention) GetNextRunTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRunTime
+	}
+	return nil
+}
+
+func (x *Retention) GetLastRunTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastRunTime
+	}
+	return nil
+}
+
+func (x *Retention) GetLastVersionsDeleted() int64 {
+	if x != nil {
+		return x.LastVersionsDeleted
+	}
+	return 0
+}
+
+// SetRetentionRequest declares a scope's policy.
+type SetRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope type.
+	ScopeType ScopeType `protobuf:"varint,1,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
+	// The scope.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The policy; with every rule unset, the scope's policy is removed.
+	Policy *RetentionPolicy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Store nothing; report what the policy would delete if it ran now. A
+	// stored policy is first due at once, so preview it this way first.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionRequest) Reset() {
+	*x = SetRetentionRequest{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionRequest) ProtoMessage() {}
+
+func (x *SetRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionRequest.ProtoReflect.Descriptor instead.
+func (*SetRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetRetentionRequest) GetScopeType() ScopeType {
+	if x != nil {
+		return x.ScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *SetRetentionRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *SetRetentionRequest) GetPolicy() *RetentionPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *SetRetentionRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// SetRetentionResponse holds the policy now in force.
+type SetRetentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope's retention; unset when the policy was removed or in a dry
+	// run.
+	Retention *Retention `protobuf:"bytes,1,opt,name=retention,proto3" json:"retention,omitempty"`
+	// In a dry run: the versions the policy would delete now.
+	VersionsToDelete int64 `protobuf:"varint,2,opt,name=versions_to_delete,json=versionsToDelete,proto3" json:"versions_to_delete,omitempty"`
+	// In a dry run: the keys that would lose a version.
+	KeysToAffect  int64 `protobuf:"varint,3,opt,name=keys_to_affect,json=keysToAffect,proto3" json:"keys_to_affect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRetentionResponse) Reset() {
+	*x = SetRetentionResponse{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRetentionResponse) ProtoMessage() {}
+
+func (x *SetRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRetentionResponse.ProtoReflect.Descriptor instead.
+func (*SetRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetRetentionResponse) GetRetention() *Retention {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+func (x *SetRetentionResponse) GetVersionsToDelete() int64 {
+	if x != nil {
+		return x.VersionsToDelete
+	}
+	return 0
+}
+
+func (x *SetRetentionResponse) GetKeysToAffect() int64 {
+	if x != nil {
+		return x.KeysToAffect
+	}
+	return 0
+}
+
+// GetRetentionRequest names a scope.
+type GetRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope type.
+	ScopeType ScopeType `protobuf:"varint,1,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
+	// The scope.
+	Scope         string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRetentionRequest) Reset() {
+	*x = GetRetentionRequest{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRetentionRequest) ProtoMessage() {}
+
+func (x *GetRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRetentionRequest.ProtoReflect.Descriptor instead.
+func (*GetRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetRetentionRequest) GetScopeType() ScopeType {
+	if x != nil {
+		return x.ScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *GetRetentionRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+// GetRetentionResponse holds a scope's retention.
+type GetRetentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope's retention.
+	Retention     *Retention `protobuf:"bytes,1,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRetentionResponse) Reset() {
+	*x = GetRetentionResponse{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRetentionResponse) ProtoMessage() {}
+
+func (x *GetRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRetentionResponse.ProtoReflect.Descriptor instead.
+func (*GetRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetRetentionResponse) GetRetention() *Retention {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+// ApplyRetentionRequest runs a scope's policy now.
+type ApplyRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scope type.
+	ScopeType ScopeType `protobuf:"varint,1,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
+	// The scope.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Report what would be deleted, delete nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyRetentionRequest) Reset() {
+	*x = ApplyRetentionRequest{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyRetentionRequest) ProtoMessage() {}
+
+func (x *ApplyRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyRetentionRequest.ProtoReflect.Descriptor instead.
+func (*ApplyRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ApplyRetentionRequest) GetScopeType() ScopeType {
+	if x != nil {
+		return x.ScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *ApplyRetentionRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ApplyRetentionRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// ApplyRetentionResponse says what was (or would be) deleted.
+type ApplyRetentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Versions deleted.
+	VersionsDeleted int64 `protobuf:"varint,1,opt,name=versions_deleted,json=versionsDeleted,proto3" json:"versions_deleted,omitempty"`
+	// Keys that lost at least one version.
+	KeysAffected int64 `protobuf:"varint,2,opt,name=keys_affected,json=keysAffected,proto3" json:"keys_affected,omitempty"`
+	// The audit record written; unset in a dry run or when nothing was deleted.
+	Record        *CompactionRecord `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyRetentionResponse) Reset() {
+	*x = ApplyRetentionResponse{}
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyRetentionResponse) ProtoMessage() {}
+
+func (x *ApplyRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyRetentionResponse.ProtoReflect.Descriptor instead.
+func (*ApplyRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ApplyRetentionResponse) GetVersionsDeleted() int64 {
+	if x != nil {
+		return x.VersionsDeleted
+	}
+	return 0
+}
+
+func (x *ApplyRetentionResponse) GetKeysAffected() int64 {
+	if x != nil {
+		return x.KeysAffected
+	}
+	return 0
+}
+
+func (x *ApplyRetentionResponse) GetRecord() *CompactionRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 // CompactionRecord is one entry of the maintenance audit trail.
 type CompactionRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// `compact`, `purge`, `rollback`, `fork` or `forget`.
+	// `compact`, `purge`, `retention`, `rollback`, `fork` or `forget`.
 	Operation string `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// The type of the scope maintained.
 	ScopeType ScopeType `protobuf:"varint,2,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
@@ -105,7 +631,8 @@ type CompactionRecord struct {
 	KeysAffected int64 `protobuf:"varint,12,opt,name=keys_affected,json=keysAffected,proto3" json:"keys_affected,omitempty"`
 	// How many versions were deleted (purge).
 	VersionsDeleted int64 `protobuf:"varint,13,opt,name=versions_deleted,json=versionsDeleted,proto3" json:"versions_deleted,omitempty"`
-	// The `keep` of the purge; unset when every version was deleted.
+	// The `keep` of the purge; unset when every version was deleted. For
+	// retention, the policy's `keep_versions`.
 	Keep *int64 `protobuf:"varint,14,opt,name=keep,proto3,oneof" json:"keep,omitempty"`
 	// The reserved key this record is stored under.
 	AuditKey string `protobuf:"bytes,15,opt,name=audit_key,json=auditKey,proto3" json:"audit_key,omitempty"`
@@ -130,7 +657,7 @@ type CompactionRecord struct {
 
 func (x *CompactionRecord) Reset() {
 	*x = CompactionRecord{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[0]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -142,7 +669,7 @@ func (x *CompactionRecord) String() string {
 func (*CompactionRecord) ProtoMessage() {}
 
 func (x *CompactionRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[0]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -155,7 +682,7 @@ func (x *CompactionRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionRecord.ProtoReflect.Descriptor instead.
 func (*CompactionRecord) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{0}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CompactionRecord) GetOperation() string {
@@ -325,7 +852,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[1]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +864,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[1]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +877,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{1}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PurgeRequest) GetScopeType() ScopeType {
@@ -403,7 +930,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +942,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +955,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PurgeResponse) GetVersionsDeleted() int64 {
@@ -472,7 +999,7 @@ type PurgeScopeRequest struct {
 
 func (x *PurgeScopeRequest) Reset() {
 	*x = PurgeScopeRequest{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +1011,7 @@ func (x *PurgeScopeRequest) String() string {
 func (*PurgeScopeRequest) ProtoMessage() {}
 
 func (x *PurgeScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +1024,7 @@ func (x *PurgeScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeScopeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeScopeRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PurgeScopeRequest) GetScopeType() ScopeType {
@@ -550,7 +1077,7 @@ type PurgeScopeResponse struct {
 
 func (x *PurgeScopeResponse) Reset() {
 	*x = PurgeScopeResponse{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +1089,7 @@ func (x *PurgeScopeResponse) String() string {
 func (*PurgeScopeResponse) ProtoMessage() {}
 
 func (x *PurgeScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +1102,7 @@ func (x *PurgeScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeScopeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeScopeResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PurgeScopeResponse) GetVersionsDeleted() int64 {
@@ -626,7 +1153,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +1165,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +1178,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CompactRequest) GetScopeType() ScopeType {
@@ -732,7 +1259,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +1271,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1284,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompactResponse) GetEntry() *MemoryEntry {
@@ -799,7 +1326,7 @@ type GetCompactionLogRequest struct {
 
 func (x *GetCompactionLogRequest) Reset() {
 	*x = GetCompactionLogRequest{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +1338,7 @@ func (x *GetCompactionLogRequest) String() string {
 func (*GetCompactionLogRequest) ProtoMessage() {}
 
 func (x *GetCompactionLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +1351,7 @@ func (x *GetCompactionLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCompactionLogRequest.ProtoReflect.Descriptor instead.
 func (*GetCompactionLogRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetCompactionLogRequest) GetScopeType() ScopeType {
@@ -868,7 +1395,7 @@ type GetCompactionLogResponse struct {
 
 func (x *GetCompactionLogResponse) Reset() {
 	*x = GetCompactionLogResponse{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1407,7 @@ func (x *GetCompactionLogResponse) String() string {
 func (*GetCompactionLogResponse) ProtoMessage() {}
 
 func (x *GetCompactionLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1420,7 @@ func (x *GetCompactionLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCompactionLogResponse.ProtoReflect.Descriptor instead.
 func (*GetCompactionLogResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetCompactionLogResponse) GetRecords() []*CompactionRecord {
@@ -921,7 +1448,7 @@ type ReindexRequest struct {
 
 func (x *ReindexRequest) Reset() {
 	*x = ReindexRequest{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1460,7 @@ func (x *ReindexRequest) String() string {
 func (*ReindexRequest) ProtoMessage() {}
 
 func (x *ReindexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1473,7 @@ func (x *ReindexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReindexRequest.ProtoReflect.Descriptor instead.
 func (*ReindexRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReindexRequest) GetApply() bool {
@@ -973,7 +1500,7 @@ type ReindexResponse struct {
 
 func (x *ReindexResponse) Reset() {
 	*x = ReindexResponse{}
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1512,7 @@ func (x *ReindexResponse) String() string {
 func (*ReindexResponse) ProtoMessage() {}
 
 func (x *ReindexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_admin_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1525,7 @@ func (x *ReindexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReindexResponse.ProtoReflect.Descriptor instead.
 func (*ReindexResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReindexResponse) GetVersionsScanned() int64 {
@@ -1033,7 +1560,45 @@ var File_engram_v1_memory_admin_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1cengram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\a\n" +
+	"\x1cengram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc5\x01\n" +
+	"\x0fRetentionPolicy\x12(\n" +
+	"\rkeep_versions\x18\x01 \x01(\x03H\x00R\fkeepVersions\x88\x01\x01\x122\n" +
+	"\amax_age\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12B\n" +
+	"\x0ftombstone_grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0etombstoneGraceB\x10\n" +
+	"\x0e_keep_versions\"\xbe\x02\n" +
+	"\tRetention\x123\n" +
+	"\n" +
+	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x122\n" +
+	"\x06policy\x18\x03 \x01(\v2\x1a.engram.v1.RetentionPolicyR\x06policy\x12>\n" +
+	"\rnext_run_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vnextRunTime\x12>\n" +
+	"\rlast_run_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vlastRunTime\x122\n" +
+	"\x15last_versions_deleted\x18\x06 \x01(\x03R\x13lastVersionsDeleted\"\xad\x01\n" +
+	"\x13SetRetentionRequest\x123\n" +
+	"\n" +
+	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x122\n" +
+	"\x06policy\x18\x03 \x01(\v2\x1a.engram.v1.RetentionPolicyR\x06policy\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x9e\x01\n" +
+	"\x14SetRetentionResponse\x122\n" +
+	"\tretention\x18\x01 \x01(\v2\x14.engram.v1.RetentionR\tretention\x12,\n" +
+	"\x12versions_to_delete\x18\x02 \x01(\x03R\x10versionsToDelete\x12$\n" +
+	"\x0ekeys_to_affect\x18\x03 \x01(\x03R\fkeysToAffect\"`\n" +
+	"\x13GetRetentionRequest\x123\n" +
+	"\n" +
+	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\"J\n" +
+	"\x14GetRetentionResponse\x122\n" +
+	"\tretention\x18\x01 \x01(\v2\x14.engram.v1.RetentionR\tretention\"{\n" +
+	"\x15ApplyRetentionRequest\x123\n" +
+	"\n" +
+	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x9d\x01\n" +
+	"\x16ApplyRetentionResponse\x12)\n" +
+	"\x10versions_deleted\x18\x01 \x01(\x03R\x0fversionsDeleted\x12#\n" +
+	"\rkeys_affected\x18\x02 \x01(\x03R\fkeysAffected\x123\n" +
+	"\x06record\x18\x03 \x01(\v2\x1b.engram.v1.CompactionRecordR\x06record\"\xa2\a\n" +
 	"\x10CompactionRecord\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x123\n" +
 	"\n" +
@@ -1131,14 +1696,17 @@ const file_engram_v1_memory_admin_proto_rawDesc = "" +
 	"SourceMode\x12\x1b\n" +
 	"\x17SOURCE_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SOURCE_MODE_CURRENT\x10\x01\x12\x17\n" +
-	"\x13SOURCE_MODE_HISTORY\x10\x022\xfc\x02\n" +
+	"\x13SOURCE_MODE_HISTORY\x10\x022\xf5\x04\n" +
 	"\x12MemoryAdminService\x12:\n" +
 	"\x05Purge\x12\x17.engram.v1.PurgeRequest\x1a\x18.engram.v1.PurgeResponse\x12I\n" +
 	"\n" +
 	"PurgeScope\x12\x1c.engram.v1.PurgeScopeRequest\x1a\x1d.engram.v1.PurgeScopeResponse\x12@\n" +
 	"\aCompact\x12\x19.engram.v1.CompactRequest\x1a\x1a.engram.v1.CompactResponse\x12[\n" +
 	"\x10GetCompactionLog\x12\".engram.v1.GetCompactionLogRequest\x1a#.engram.v1.GetCompactionLogResponse\x12@\n" +
-	"\aReindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponseb\x06proto3"
+	"\aReindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponse\x12O\n" +
+	"\fSetRetention\x12\x1e.engram.v1.SetRetentionRequest\x1a\x1f.engram.v1.SetRetentionResponse\x12O\n" +
+	"\fGetRetention\x12\x1e.engram.v1.GetRetentionRequest\x1a\x1f.engram.v1.GetRetentionResponse\x12U\n" +
+	"\x0eApplyRetention\x12 .engram.v1.ApplyRetentionRequest\x1a!.engram.v1.ApplyRetentionResponseb\x06proto3"
 
 var (
 	file_engram_v1_memory_admin_proto_rawDescOnce sync.Once
@@ -1153,58 +1721,86 @@ func file_engram_v1_memory_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engram_v1_memory_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_engram_v1_memory_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_engram_v1_memory_admin_proto_goTypes = []any{
 	(SourceMode)(0),                  // 0: engram.v1.SourceMode
-	(*CompactionRecord)(nil),         // 1: engram.v1.CompactionRecord
-	(*PurgeRequest)(nil),             // 2: engram.v1.PurgeRequest
-	(*PurgeResponse)(nil),            // 3: engram.v1.PurgeResponse
-	(*PurgeScopeRequest)(nil),        // 4: engram.v1.PurgeScopeRequest
-	(*PurgeScopeResponse)(nil),       // 5: engram.v1.PurgeScopeResponse
-	(*CompactRequest)(nil),           // 6: engram.v1.CompactRequest
-	(*CompactResponse)(nil),          // 7: engram.v1.CompactResponse
-	(*GetCompactionLogRequest)(nil),  // 8: engram.v1.GetCompactionLogRequest
-	(*GetCompactionLogResponse)(nil), // 9: engram.v1.GetCompactionLogResponse
-	(*ReindexRequest)(nil),           // 10: engram.v1.ReindexRequest
-	(*ReindexResponse)(nil),          // 11: engram.v1.ReindexResponse
-	nil,                              // 12: engram.v1.CompactionRecord.CountsEntry
-	(ScopeType)(0),                   // 13: engram.v1.ScopeType
-	(*timestamppb.Timestamp)(nil),    // 14: google.protobuf.Timestamp
-	(*MemoryEntry)(nil),              // 15: engram.v1.MemoryEntry
+	(*RetentionPolicy)(nil),          // 1: engram.v1.RetentionPolicy
+	(*Retention)(nil),                // 2: engram.v1.Retention
+	(*SetRetentionRequest)(nil),      // 3: engram.v1.SetRetentionRequest
+	(*SetRetentionResponse)(nil),     // 4: engram.v1.SetRetentionResponse
+	(*GetRetentionRequest)(nil),      // 5: engram.v1.GetRetentionRequest
+	(*GetRetentionResponse)(nil),     // 6: engram.v1.GetRetentionResponse
+	(*ApplyRetentionRequest)(nil),    // 7: engram.v1.ApplyRetentionRequest
+	(*ApplyRetentionResponse)(nil),   // 8: engram.v1.ApplyRetentionResponse
+	(*CompactionRecord)(nil),         // 9: engram.v1.CompactionRecord
+	(*PurgeRequest)(nil),             // 10: engram.v1.PurgeRequest
+	(*PurgeResponse)(nil),            // 11: engram.v1.PurgeResponse
+	(*PurgeScopeRequest)(nil),        // 12: engram.v1.PurgeScopeRequest
+	(*PurgeScopeResponse)(nil),       // 13: engram.v1.PurgeScopeResponse
+	(*CompactRequest)(nil),           // 14: engram.v1.CompactRequest
+	(*CompactResponse)(nil),          // 15: engram.v1.CompactResponse
+	(*GetCompactionLogRequest)(nil),  // 16: engram.v1.GetCompactionLogRequest
+	(*GetCompactionLogResponse)(nil), // 17: engram.v1.GetCompactionLogResponse
+	(*ReindexRequest)(nil),           // 18: engram.v1.ReindexRequest
+	(*ReindexResponse)(nil),          // 19: engram.v1.ReindexResponse
+	nil,                              // 20: engram.v1.CompactionRecord.CountsEntry
+	(*durationpb.Duration)(nil),      // 21: google.protobuf.Duration
+	(ScopeType)(0),                   // 22: engram.v1.ScopeType
+	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
+	(*MemoryEntry)(nil),              // 24: engram.v1.MemoryEntry
 }
 var file_engram_v1_memory_admin_proto_depIdxs = []int32{
-	13, // 0: engram.v1.CompactionRecord.scope_type:type_name -> engram.v1.ScopeType
-	14, // 1: engram.v1.CompactionRecord.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 2: engram.v1.CompactionRecord.source_mode:type_name -> engram.v1.SourceMode
-	13, // 3: engram.v1.CompactionRecord.source_scope_type:type_name -> engram.v1.ScopeType
-	14, // 4: engram.v1.CompactionRecord.as_of_time:type_name -> google.protobuf.Timestamp
-	12, // 5: engram.v1.CompactionRecord.counts:type_name -> engram.v1.CompactionRecord.CountsEntry
-	13, // 6: engram.v1.PurgeRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 7: engram.v1.PurgeResponse.record:type_name -> engram.v1.CompactionRecord
-	13, // 8: engram.v1.PurgeScopeRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 9: engram.v1.PurgeScopeResponse.record:type_name -> engram.v1.CompactionRecord
-	13, // 10: engram.v1.CompactRequest.scope_type:type_name -> engram.v1.ScopeType
-	0,  // 11: engram.v1.CompactRequest.source_mode:type_name -> engram.v1.SourceMode
-	15, // 12: engram.v1.CompactResponse.entry:type_name -> engram.v1.MemoryEntry
-	15, // 13: engram.v1.CompactResponse.sources:type_name -> engram.v1.MemoryEntry
-	1,  // 14: engram.v1.CompactResponse.record:type_name -> engram.v1.CompactionRecord
-	13, // 15: engram.v1.GetCompactionLogRequest.scope_type:type_name -> engram.v1.ScopeType
-	1,  // 16: engram.v1.GetCompactionLogResponse.records:type_name -> engram.v1.CompactionRecord
-	2,  // 17: engram.v1.MemoryAdminService.Purge:input_type -> engram.v1.PurgeRequest
-	4,  // 18: engram.v1.MemoryAdminService.PurgeScope:input_type -> engram.v1.PurgeScopeRequest
-	6,  // 19: engram.v1.MemoryAdminService.Compact:input_type -> engram.v1.CompactRequest
-	8,  // 20: engram.v1.MemoryAdminService.GetCompactionLog:input_type -> engram.v1.GetCompactionLogRequest
-	10, // 21: engram.v1.MemoryAdminService.Reindex:input_type -> engram.v1.ReindexRequest
-	3,  // 22: engram.v1.MemoryAdminService.Purge:output_type -> engram.v1.PurgeResponse
-	5,  // 23: engram.v1.MemoryAdminService.PurgeScope:output_type -> engram.v1.PurgeScopeResponse
-	7,  // 24: engram.v1.MemoryAdminService.Compact:output_type -> engram.v1.CompactResponse
-	9,  // 25: engram.v1.MemoryAdminService.GetCompactionLog:output_type -> engram.v1.GetCompactionLogResponse
-	11, // 26: engram.v1.MemoryAdminService.Reindex:output_type -> engram.v1.ReindexResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	21, // 0: engram.v1.RetentionPolicy.max_age:type_name -> google.protobuf.Duration
+	21, // 1: engram.v1.RetentionPolicy.tombstone_grace:type_name -> google.protobuf.Duration
+	22, // 2: engram.v1.Retention.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 3: engram.v1.Retention.policy:type_name -> engram.v1.RetentionPolicy
+	23, // 4: engram.v1.Retention.next_run_time:type_name -> google.protobuf.Timestamp
+	23, // 5: engram.v1.Retention.last_run_time:type_name -> google.protobuf.Timestamp
+	22, // 6: engram.v1.SetRetentionRequest.scope_type:type_name -> engram.v1.ScopeType
+	1,  // 7: engram.v1.SetRetentionRequest.policy:type_name -> engram.v1.RetentionPolicy
+	2,  // 8: engram.v1.SetRetentionResponse.retention:type_name -> engram.v1.Retention
+	22, // 9: engram.v1.GetRetentionRequest.scope_type:type_name -> engram.v1.ScopeType
+	2,  // 10: engram.v1.GetRetentionResponse.retention:type_name -> engram.v1.Retention
+	22, // 11: engram.v1.ApplyRetentionRequest.scope_type:type_name -> engram.v1.ScopeType
+	9,  // 12: engram.v1.ApplyRetentionResponse.record:type_name -> engram.v1.CompactionRecord
+	22, // 13: engram.v1.CompactionRecord.scope_type:type_name -> engram.v1.ScopeType
+	23, // 14: engram.v1.CompactionRecord.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 15: engram.v1.CompactionRecord.source_mode:type_name -> engram.v1.SourceMode
+	22, // 16: engram.v1.CompactionRecord.source_scope_type:type_name -> engram.v1.ScopeType
+	23, // 17: engram.v1.CompactionRecord.as_of_time:type_name -> google.protobuf.Timestamp
+	20, // 18: engram.v1.CompactionRecord.counts:type_name -> engram.v1.CompactionRecord.CountsEntry
+	22, // 19: engram.v1.PurgeRequest.scope_type:type_name -> engram.v1.ScopeType
+	9,  // 20: engram.v1.PurgeResponse.record:type_name -> engram.v1.CompactionRecord
+	22, // 21: engram.v1.PurgeScopeRequest.scope_type:type_name -> engram.v1.ScopeType
+	9,  // 22: engram.v1.PurgeScopeResponse.record:type_name -> engram.v1.CompactionRecord
+	22, // 23: engram.v1.CompactRequest.scope_type:type_name -> engram.v1.ScopeType
+	0,  // 24: engram.v1.CompactRequest.source_mode:type_name -> engram.v1.SourceMode
+	24, // 25: engram.v1.CompactResponse.entry:type_name -> engram.v1.MemoryEntry
+	24, // 26: engram.v1.CompactResponse.sources:type_name -> engram.v1.MemoryEntry
+	9,  // 27: engram.v1.CompactResponse.record:type_name -> engram.v1.CompactionRecord
+	22, // 28: engram.v1.GetCompactionLogRequest.scope_type:type_name -> engram.v1.ScopeType
+	9,  // 29: engram.v1.GetCompactionLogResponse.records:type_name -> engram.v1.CompactionRecord
+	10, // 30: engram.v1.MemoryAdminService.Purge:input_type -> engram.v1.PurgeRequest
+	12, // 31: engram.v1.MemoryAdminService.PurgeScope:input_type -> engram.v1.PurgeScopeRequest
+	14, // 32: engram.v1.MemoryAdminService.Compact:input_type -> engram.v1.CompactRequest
+	16, // 33: engram.v1.MemoryAdminService.GetCompactionLog:input_type -> engram.v1.GetCompactionLogRequest
+	18, // 34: engram.v1.MemoryAdminService.Reindex:input_type -> engram.v1.ReindexRequest
+	3,  // 35: engram.v1.MemoryAdminService.SetRetention:input_type -> engram.v1.SetRetentionRequest
+	5,  // 36: engram.v1.MemoryAdminService.GetRetention:input_type -> engram.v1.GetRetentionRequest
+	7,  // 37: engram.v1.MemoryAdminService.ApplyRetention:input_type -> engram.v1.ApplyRetentionRequest
+	11, // 38: engram.v1.MemoryAdminService.Purge:output_type -> engram.v1.PurgeResponse
+	13, // 39: engram.v1.MemoryAdminService.PurgeScope:output_type -> engram.v1.PurgeScopeResponse
+	15, // 40: engram.v1.MemoryAdminService.Compact:output_type -> engram.v1.CompactResponse
+	17, // 41: engram.v1.MemoryAdminService.GetCompactionLog:output_type -> engram.v1.GetCompactionLogResponse
+	19, // 42: engram.v1.MemoryAdminService.Reindex:output_type -> engram.v1.ReindexResponse
+	4,  // 43: engram.v1.MemoryAdminService.SetRetention:output_type -> engram.v1.SetRetentionResponse
+	6,  // 44: engram.v1.MemoryAdminService.GetRetention:output_type -> engram.v1.GetRetentionResponse
+	8,  // 45: engram.v1.MemoryAdminService.ApplyRetention:output_type -> engram.v1.ApplyRetentionResponse
+	38, // [38:46] is the sub-list for method output_type
+	30, // [30:38] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_admin_proto_init() }
@@ -1214,15 +1810,16 @@ func file_engram_v1_memory_admin_proto_init() {
 	}
 	file_engram_v1_memory_proto_init()
 	file_engram_v1_memory_admin_proto_msgTypes[0].OneofWrappers = []any{}
-	file_engram_v1_memory_admin_proto_msgTypes[1].OneofWrappers = []any{}
-	file_engram_v1_memory_admin_proto_msgTypes[3].OneofWrappers = []any{}
+	file_engram_v1_memory_admin_proto_msgTypes[8].OneofWrappers = []any{}
+	file_engram_v1_memory_admin_proto_msgTypes[9].OneofWrappers = []any{}
+	file_engram_v1_memory_admin_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_admin_proto_rawDesc), len(file_engram_v1_memory_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,9 @@ const (
 	MemoryAdminService_Compact_FullMethodName          = "/engram.v1.MemoryAdminService/Compact"
 	MemoryAdminService_GetCompactionLog_FullMethodName = "/engram.v1.MemoryAdminService/GetCompactionLog"
 	MemoryAdminService_Reindex_FullMethodName          = "/engram.v1.MemoryAdminService/Reindex"
+	MemoryAdminService_SetRetention_FullMethodName     = "/engram.v1.MemoryAdminService/SetRetention"
+	MemoryAdminService_GetRetention_FullMethodName     = "/engram.v1.MemoryAdminService/GetRetention"
+	MemoryAdminService_ApplyRetention_FullMethodName   = "/engram.v1.MemoryAdminService/ApplyRetention"
 )
 
 // MemoryAdminServiceClient is the client API for MemoryAdminService service.
@@ -58,6 +61,21 @@ type MemoryAdminServiceClient interface {
 	// execution-scoped versions whose execution's flow is known. It is a dry
 	// run unless `apply` is set, and running it again changes nothing.
 	Reindex(ctx context.Context, in *ReindexRequest, opts ...grpc.CallOption) (*ReindexResponse, error)
+	// SetRetention declares how much history a scope keeps: the newest
+	// `keep_versions` of each key, no version older than `max_age` but each
+	// key's newest, and no deleted key past `tombstone_grace` (each rule is
+	// off when unset; a version goes when any rule takes it; audit records
+	// never go). The server applies it on its own every
+	// `--retention-interval`, one replica per scope and run, each run
+	// audited as operation "retention". It replaces the scope's policy; a
+	// policy with every rule unset removes it.
+	SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*SetRetentionResponse, error)
+	// GetRetention returns a scope's policy and its last run; NOT_FOUND
+	// (reason RETENTION_NOT_FOUND) when it has none.
+	GetRetention(ctx context.Context, in *GetRetentionRequest, opts ...grpc.CallOption) (*GetRetentionResponse, error)
+	// ApplyRetention runs a scope's policy now; `dry_run` reports what it
+	// would delete.
+	ApplyRetention(ctx context.Context, in *ApplyRetentionRequest, opts ...grpc.CallOption) (*ApplyRetentionResponse, error)
 }
 
 type memoryAdminServiceClient struct {
@@ -118,6 +136,36 @@ func (c *memoryAdminServiceClient) Reindex(ctx context.Context, in *ReindexReque
 	return out, nil
 }
 
+func (c *memoryAdminServiceClient) SetRetention(ctx context.Context, in *SetRetentionRequest, opts ...grpc.CallOption) (*SetRetentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetRetentionResponse)
+	err := c.cc.Invoke(ctx, MemoryAdminService_SetRetention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryAdminServiceClient) GetRetention(ctx context.Context, in *GetRetentionRequest, opts ...grpc.CallOption) (*GetRetentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRetentionResponse)
+	err := c.cc.Invoke(ctx, MemoryAdminService_GetRetention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryAdminServiceClient) ApplyRetention(ctx context.Context, in *ApplyRetentionRequest, opts ...grpc.CallOption) (*ApplyRetentionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyRetentionResponse)
+	err := c.cc.Invoke(ctx, MemoryAdminService_ApplyRetention_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryAdminServiceServer is the server API for MemoryAdminService service.
 // All implementations must embed UnimplementedMemoryAdminServiceServer
 // for forward compatibility.
@@ -150,6 +198,21 @@ type MemoryAdminServiceServer interface {
 	// execution-scoped versions whose execution's flow is known. It is a dry
 	// run unless `apply` is set, and running it again changes nothing.
 	Reindex(context.Context, *ReindexRequest) (*ReindexResponse, error)
+	// SetRetention declares how much history a scope keeps: the newest
+	// `keep_versions` of each key, no version older than `max_age` but each
+	// key's newest, and no deleted key past `tombstone_grace` (each rule is
+	// off when unset; a version goes when any rule takes it; audit records
+	// never go). The server applies it on its own every
+	// `--retention-interval`, one replica per scope and run, each run
+	// audited as operation "retention". It replaces the scope's policy; a
+	// policy with every rule unset removes it.
+	SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error)
+	// GetRetention returns a scope's policy and its last run; NOT_FOUND
+	// (reason RETENTION_NOT_FOUND) when it has none.
+	GetRetention(context.Context, *GetRetentionRequest) (*GetRetentionResponse, error)
+	// ApplyRetention runs a scope's policy now; `dry_run` reports what it
+	// would delete.
+	ApplyRetention(context.Context, *ApplyRetentionRequest) (*ApplyRetentionResponse, error)
 	mustEmbedUnimplementedMemoryAdminServiceServer()
 }
 
@@ -174,6 +237,15 @@ func (UnimplementedMemoryAdminServiceServer) GetCompactionLog(context.Context, *
 }
 func (UnimplementedMemoryAdminServiceServer) Reindex(context.Context, *ReindexRequest) (*ReindexResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reindex not implemented")
+}
+func (UnimplementedMemoryAdminServiceServer) SetRetention(context.Context, *SetRetentionRequest) (*SetRetentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRetention not implemented")
+}
+func (UnimplementedMemoryAdminServiceServer) GetRetention(context.Context, *GetRetentionRequest) (*GetRetentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRetention not implemented")
+}
+func (UnimplementedMemoryAdminServiceServer) ApplyRetention(context.Context, *ApplyRetentionRequest) (*ApplyRetentionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyRetention not implemented")
 }
 func (UnimplementedMemoryAdminServiceServer) mustEmbedUnimplementedMemoryAdminServiceServer() {}
 func (UnimplementedMemoryAdminServiceServer) testEmbeddedByValue()                            {}
@@ -286,6 +358,60 @@ func _MemoryAdminService_Reindex_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryAdminService_SetRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryAdminServiceServer).SetRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryAdminService_SetRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryAdminServiceServer).SetRetention(ctx, req.(*SetRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryAdminService_GetRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryAdminServiceServer).GetRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryAdminService_GetRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryAdminServiceServer).GetRetention(ctx, req.(*GetRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryAdminService_ApplyRetention_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyRetentionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryAdminServiceServer).ApplyRetention(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryAdminService_ApplyRetention_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryAdminServiceServer).ApplyRetention(ctx, req.(*ApplyRetentionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryAdminService_ServiceDesc is the grpc.ServiceDesc for MemoryAdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -312,6 +438,18 @@ var MemoryAdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reindex",
 			Handler:    _MemoryAdminService_Reindex_Handler,
+		},
+		{
+			MethodName: "SetRetention",
+			Handler:    _MemoryAdminService_SetRetention_Handler,
+		},
+		{
+			MethodName: "GetRetention",
+			Handler:    _MemoryAdminService_GetRetention_Handler,
+		},
+		{
+			MethodName: "ApplyRetention",
+			Handler:    _MemoryAdminService_ApplyRetention_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

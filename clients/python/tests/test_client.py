@@ -162,6 +162,26 @@ def test_caller_context_and_admin(server: Server) -> None:
         )
         assert purged.versions_deleted == 1
 
+        # Retention goes through the admin stub the same way.
+        preview = client.call(
+            client.stubs.memory_admin.SetRetention,
+            memory_admin_pb2.SetRetentionRequest(
+                scope_type=memory_pb2.SCOPE_TYPE_FLOW,
+                scope="research_agent",
+                policy=memory_admin_pb2.RetentionPolicy(keep_versions=1),
+                dry_run=True,
+            ),
+        )
+        assert not preview.HasField("retention") and preview.versions_to_delete == 0
+        with pytest.raises(NotFound) as missing:
+            client.call(
+                client.stubs.memory_admin.GetRetention,
+                memory_admin_pb2.GetRetentionRequest(
+                    scope_type=memory_pb2.SCOPE_TYPE_FLOW, scope="research_agent"
+                ),
+            )
+        assert missing.value.reason == "RETENTION_NOT_FOUND"
+
 
 def test_sessions_and_episodes(server: Server) -> None:
     with Engram(server.address) as client:

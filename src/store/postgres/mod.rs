@@ -22,12 +22,15 @@ mod run;
 mod search;
 pub(crate) mod sessions;
 
-use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};
+use super::memory::{
+    AuditWrite, MemoryWrites, fence_moved, head_in, purge_params, purge_victim, purged_row,
+    version_in,
+};
 use super::past;
+use super::sql::{Param, Run, Sql, params};
 use super::{HeadUpdate, StoreOptions, schema_is_current};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
-use crate::memory::Key;
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
 use crate::ports::{Database, Feed, Feeds};
@@ -93,6 +96,38 @@ const DELETE_IF_VERSION: &str = write_statement!(
      AND version = $6 \
      RETURNING version"
 );
+
+/// What a purge would delete, per key (see `purge_victim!`).
+static PURGE_COUNTS: Sql = Sql::new(concat!(
+    "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
+     JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
+    purge_victim!(),
+    " GROUP BY v.key ORDER BY v.key"
+));
+
+/// The purge, in one statement: the versions, the heads left without one
+/// (a rule that takes a key's head takes all of it) unless a write moved
+/// the head meanwhile, and one change per key ($9 time).
+static PURGE: Sql = Sql::new(concat!(
+    "WITH victims AS ( \
+       DELETE FROM memory_versions v USING memory_heads h \
+       WHERE v.tenant = h.tenant AND v.scope_type = h.scope_type AND v.scope = h.scope \
+       AND v.key = h.key AND ",
+    purge_victim!(),
+    " RETURNING v.key, v.version, h.version AS head_version \
+     ), emptied AS ( \
+       DELETE FROM memory_heads h USING (SELECT DISTINCT key, head_version FROM victims \
+         WHERE version = head_version) e \
+       WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
+       AND h.key = e.key AND h.version = e.head_version \
+     ), counted AS ( \
+       SELECT key, count(*) AS n, max(version) AS newest FROM victims GROUP BY key \
+     ), changed AS ( \
+       INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, versions_deleted, create_time) \
+       SELECT $1, $2, $3, key, 3, newest, n, $9 FROM counted ORDER BY key \
+     ) \
+     SELECT key, n, newest FROM counted ORDER BY key"
+));
 
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -448,55 +483,18 @@ impl MemoryWrites for PgStore {
         purge: &Purge<'_>,
         record: AuditRecord,
     ) -> Result<PurgeOutcome> {
-        // The versions to go: all but the newest `keep` of each target key.
-        // Versions of a key are always a contiguous range ending at the head
-        // (purges remove the oldest), so "newest keep" is a version bound.
-        const TARGETS: &str = "h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
-             AND ($4::text IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
-             AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6";
-        let keep = purge.keep.unwrap_or(0);
+        let victims = purge_params(tenant, purge);
         let mut tx = self.scoped(tenant).await?;
         if !purge.dry_run {
             past::record_purges(&mut tx, tenant, purge, record.timestamp).await?;
         }
-        let rows = if purge.dry_run {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
-                 JOIN memory_heads h USING (tenant, scope_type, scope, key) \
-                 WHERE {TARGETS} GROUP BY v.key ORDER BY v.key"
-            )))
+        let deleted = if purge.dry_run {
+            tx.all(&PURGE_COUNTS, &victims, purged_row).await?
         } else {
-            // Keys left with no version lose their head too, unless a write
-            // moved the head meanwhile (then its new version stays).
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "WITH victims AS ( \
-                   DELETE FROM memory_versions v USING memory_heads h \
-                   WHERE v.tenant = h.tenant AND v.scope_type = h.scope_type AND v.scope = h.scope \
-                   AND v.key = h.key AND {TARGETS} \
-                   RETURNING v.key, v.version, h.version AS head_version \
-                 ), emptied AS ( \
-                   DELETE FROM memory_heads h USING (SELECT DISTINCT key, head_version FROM victims) e \
-                   WHERE $6 = 0 AND h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
-                   AND h.key = e.key AND h.version = e.head_version \
-                 ), counted AS ( \
-                   SELECT key, count(*) AS n, max(version) AS newest FROM victims GROUP BY key \
-                 ), changed AS ( \
-                   INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, versions_deleted, create_time) \
-                   SELECT $1, $2, $3, key, 3, newest, n, $7 FROM counted ORDER BY key \
-                 ) \
-                 SELECT key, n, newest FROM counted ORDER BY key"
-            )))
-        }
-        .bind(tenant.as_str())
-        .bind(purge.scope.scope_type.as_i16())
-        .bind(purge.scope.name.as_str())
-        .bind(purge.key.map(Key::as_str))
-        .bind(purge.include_deleted || purge.key.is_some())
-        .bind(keep)
-        .bind(record.timestamp)
-        .fetch_all(&mut tx)
-        .await?;
-        let deleted = rows.iter().map(purged_row).collect::<Result<Vec<_>>>()?;
+            let at: &[Param<'_>] = params![record.timestamp];
+            tx.all(&PURGE, &[&victims[..], at].concat(), purged_row)
+                .await?
+        };
         let outcome = PurgeOutcome::new(purge, &deleted, record);
         if let Some(record) = &outcome.record {
             let audit = AuditWrite::of(record)?;

@@ -20,15 +20,18 @@ mod run;
 mod search;
 mod sessions;
 
-use super::memory::{AuditWrite, MemoryWrites, fence_moved, head_in, purged_row, version_in};
+use super::memory::{
+    AuditWrite, MemoryWrites, fence_moved, head_in, purge_params, purge_victim, purged_row,
+    version_in,
+};
 use super::past;
-use super::sql::{Cols, Param, Run, Sql, params};
+use super::sql::{Cols, Run, Sql, params};
 use super::{HeadUpdate, StoreOptions, schema_is_current, to_micros};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::memory::ChangeKind;
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
-use crate::memory::{ChangeKind, Key};
 use crate::ports::{Database, Feed, Feeds};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -235,32 +238,21 @@ impl Database for SqliteStore {
     }
 }
 
-/// The keys a purge reaches and the versions it deletes of each, for
-/// `concat!`. Parameters: $1 tenant, $2 scope_type, $3 scope, $4 key (or
-/// NULL: every key), $5 whether tombstoned keys count, $6 versions to keep.
-macro_rules! purge_targets {
-    () => {
-        "h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
-         AND ($4 IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
-         AND ($5 OR NOT h.deleted)"
-    };
-}
-
 static PURGE_COUNTS: Sql = Sql::new(concat!(
     "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
      JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
-    purge_targets!(),
-    " AND v.version <= h.version - $6 GROUP BY v.key ORDER BY v.key"
+    purge_victim!(),
+    " GROUP BY v.key ORDER BY v.key"
 ));
 
-/// Also $7 change kind, $8 time.
+/// Also $9 change kind, $10 time.
 static PURGE_CHANGES: Sql = Sql::new(concat!(
     "INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, \
      versions_deleted, create_time) \
-     SELECT $1, $2, $3, v.key, $7, max(v.version), count(*), $8 FROM memory_versions v \
+     SELECT $1, $2, $3, v.key, $9, max(v.version), count(*), $10 FROM memory_versions v \
      JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
-    purge_targets!(),
-    " AND v.version <= h.version - $6 GROUP BY v.key ORDER BY v.key RETURNING revision"
+    purge_victim!(),
+    " GROUP BY v.key ORDER BY v.key RETURNING revision"
 ));
 
 static PURGE_VERSIONS: Sql = Sql::new(concat!(
@@ -268,17 +260,18 @@ static PURGE_VERSIONS: Sql = Sql::new(concat!(
      AND v.scope = $3 AND EXISTS (SELECT 1 FROM memory_heads h \
      WHERE h.tenant = v.tenant AND h.scope_type = v.scope_type AND h.scope = v.scope \
      AND h.key = v.key AND ",
-    purge_targets!(),
-    " AND v.version <= h.version - $6)"
+    purge_victim!(),
+    ")"
 ));
 
-/// Heads left without a version (no $6).
-static PURGE_HEADS: Sql = Sql::new(concat!(
-    "DELETE FROM memory_heads AS h WHERE ",
-    purge_targets!(),
-    " AND NOT EXISTS (SELECT 1 FROM memory_versions v WHERE v.tenant = h.tenant \
-     AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)"
-));
+/// Heads of the purged scope (or key) left without a version: $1 tenant,
+/// $2 scope_type, $3 scope, $4 key or NULL.
+static PURGE_HEADS: Sql = Sql::new(
+    "DELETE FROM memory_heads AS h WHERE h.tenant = $1 AND h.scope_type = $2 \
+     AND h.scope = $3 AND ($4 IS NULL OR h.key = $4) \
+     AND NOT EXISTS (SELECT 1 FROM memory_versions v WHERE v.tenant = h.tenant \
+     AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)",
+);
 
 impl MemoryWrites for SqliteStore {
     async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
@@ -342,14 +335,8 @@ impl MemoryWrites for SqliteStore {
         // See the Postgres store: all but the newest `keep` versions of each
         // target key. The writer transaction is exclusive, so the count and
         // the deletes see the same data.
-        let targets: &[Param<'_>] = params![
-            tenant.as_str(),
-            purge.scope.scope_type.as_i16(),
-            purge.scope.name.as_str(),
-            purge.key.map(Key::as_str),
-            purge.include_deleted || purge.key.is_some(),
-            purge.keep.unwrap_or(0),
-        ];
+        let targets = purge_params(tenant, purge);
+        let targets = &targets[..];
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
         let deleted = tx.all(&PURGE_COUNTS, targets, purged_row).await?;
         let outcome = PurgeOutcome::new(purge, &deleted, record);
@@ -370,9 +357,7 @@ impl MemoryWrites for SqliteStore {
                 .unwrap_or(0);
             past::record_purges(&mut *tx, tenant, purge, record.timestamp).await?;
             tx.exec(&PURGE_VERSIONS, targets).await?;
-            if purge.keep.unwrap_or(0) == 0 {
-                tx.exec(&PURGE_HEADS, &targets[..5]).await?;
-            }
+            tx.exec(&PURGE_HEADS, &targets[..4]).await?;
             let audit = AuditWrite::of(record)?;
             let write = audit.write(purge.scope, record.timestamp);
             if let Some((_, revision)) = Self::write_in(&mut tx, tenant, &write).await? {

@@ -55,13 +55,7 @@ async fn purge_keeps_the_newest_and_audits<S: Store>(store: S, _db: &TestDb) {
         w.set("k", json!(i)).await;
     }
     let k = key("k");
-    let purge = Purge {
-        scope: &w.scope,
-        key: Some(&k),
-        keep: Some(2),
-        include_deleted: false,
-        dry_run: true,
-    };
+    let purge = Purge::keeping(&w.scope, Some(&k), Some(2), false, true);
     let dry = store
         .purge(&w.tenant, &purge, purge_record(&purge))
         .await
@@ -137,13 +131,7 @@ async fn purge_all_versions_removes_the_key<S: Store>(store: S, _db: &TestDb) {
     w.set("k", json!(1)).await;
     w.set("k", json!(2)).await;
     let k = key("k");
-    let purge = Purge {
-        scope: &w.scope,
-        key: Some(&k),
-        keep: None,
-        include_deleted: false,
-        dry_run: false,
-    };
+    let purge = Purge::keeping(&w.scope, Some(&k), None, false, false);
     let done = store
         .purge(&w.tenant, &purge, purge_record(&purge))
         .await
@@ -169,13 +157,7 @@ async fn purge_scope_spares_tombstones_and_the_audit_trail<S: Store>(store: S, _
         w.set(name, json!(2)).await;
     }
     w.stored("dead", Mutation::Delete, None, None).await;
-    let purge = Purge {
-        scope: &w.scope,
-        key: None,
-        keep: Some(1),
-        include_deleted: false,
-        dry_run: false,
-    };
+    let purge = Purge::keeping(&w.scope, None, Some(1), false, false);
     let done = store
         .purge(&w.tenant, &purge, purge_record(&purge))
         .await

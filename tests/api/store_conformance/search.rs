@@ -73,13 +73,7 @@ async fn memory_finds_current_versions_only<S: Store>(store: S, _db: &TestDb) {
 
     w.set("other", json!("invoices again")).await;
     let k = key("other");
-    let purge = Purge {
-        scope: &w.scope,
-        key: Some(&k),
-        keep: None,
-        include_deleted: false,
-        dry_run: false,
-    };
+    let purge = Purge::keeping(&w.scope, Some(&k), None, false, false);
     store
         .purge(
             &w.tenant,

@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from . import memory_pb2 as engram_dot_v1_dot_memory__pb2
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65ngram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16\x65ngram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x05\n\x10\x43ompactionRecord\x12\x11\n\toperation\x18\x01 \x01(\t\x12(\n\nscope_type\x18\x02 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x03 \x01(\t\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bsource_keys\x18\x05 \x03(\t\x12\x17\n\x0fsource_versions\x18\x06 \x03(\x03\x12\x12\n\ntarget_key\x18\x07 \x01(\t\x12\x16\n\x0etarget_version\x18\x08 \x01(\x03\x12\x13\n\x0binstruction\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\x12*\n\x0bsource_mode\x18\x0b \x01(\x0e\x32\x15.engram.v1.SourceMode\x12\x15\n\rkeys_affected\x18\x0c \x01(\x03\x12\x18\n\x10versions_deleted\x18\r \x01(\x03\x12\x11\n\x04keep\x18\x0e \x01(\x03H\x00\x88\x01\x01\x12\x11\n\taudit_key\x18\x0f \x01(\t\x12/\n\x11source_scope_type\x18\x10 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\x14\n\x0csource_scope\x18\x11 \x01(\t\x12\x16\n\x0e\x61s_of_revision\x18\x12 \x01(\x03\x12.\n\nas_of_time\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07subject\x18\x14 \x01(\t\x12\x37\n\x06\x63ounts\x18\x15 \x03(\x0b\x32\'.engram.v1.CompactionRecord.CountsEntry\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x07\n\x05_keep\"\x81\x01\n\x0cPurgeRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x11\n\x04keep\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\x42\x07\n\x05_keep\"m\n\rPurgeResponse\x12\x18\n\x10versions_deleted\x18\x01 \x01(\x03\x12\x15\n\rkeys_affected\x18\x02 \x01(\x03\x12+\n\x06record\x18\x03 \x01(\x0b\x32\x1b.engram.v1.CompactionRecord\"\x92\x01\n\x11PurgeScopeRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\x04keep\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\x0finclude_deleted\x18\x04 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\x42\x07\n\x05_keep\"r\n\x12PurgeScopeResponse\x12\x18\n\x10versions_deleted\x18\x01 \x01(\x03\x12\x15\n\rkeys_affected\x18\x02 \x01(\x03\x12+\n\x06record\x18\x03 \x01(\x0b\x32\x1b.engram.v1.CompactionRecord\"\xdc\x01\n\x0e\x43ompactRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0c\n\x04keys\x18\x04 \x03(\t\x12*\n\x0bsource_mode\x18\x05 \x01(\x0e\x32\x15.engram.v1.SourceMode\x12\x12\n\ntarget_key\x18\x06 \x01(\t\x12\x13\n\x0binstruction\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x12\x12\n\nmax_tokens\x18\t \x01(\x05\"\x8e\x01\n\x0f\x43ompactResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\x12\'\n\x07sources\x18\x02 \x03(\x0b\x32\x16.engram.v1.MemoryEntry\x12+\n\x06record\x18\x03 \x01(\x0b\x32\x1b.engram.v1.CompactionRecord\"y\n\x17GetCompactionLogRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"a\n\x18GetCompactionLogResponse\x12,\n\x07records\x18\x01 \x03(\x0b\x32\x1b.engram.v1.CompactionRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\x0eReindexRequest\x12\r\n\x05\x61pply\x18\x01 \x01(\x08\"`\n\x0fReindexResponse\x12\x18\n\x10versions_scanned\x18\x01 \x01(\x03\x12\x12\n\ntags_added\x18\x02 \x01(\x03\x12\x0e\n\x06issues\x18\x03 \x03(\t\x12\x0f\n\x07\x61pplied\x18\x04 \x01(\x08*[\n\nSourceMode\x12\x1b\n\x17SOURCE_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13SOURCE_MODE_CURRENT\x10\x01\x12\x17\n\x13SOURCE_MODE_HISTORY\x10\x02\x32\xfc\x02\n\x12MemoryAdminService\x12:\n\x05Purge\x12\x17.engram.v1.PurgeRequest\x1a\x18.engram.v1.PurgeResponse\x12I\n\nPurgeScope\x12\x1c.engram.v1.PurgeScopeRequest\x1a\x1d.engram.v1.PurgeScopeResponse\x12@\n\x07\x43ompact\x12\x19.engram.v1.CompactRequest\x1a\x1a.engram.v1.CompactResponse\x12[\n\x10GetCompactionLog\x12\".engram.v1.GetCompactionLogRequest\x1a#.engram.v1.GetCompactionLogResponse\x12@\n\x07Reindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65ngram/v1/memory_admin.proto\x12\tengram.v1\x1a\x16\x65ngram/v1/memory.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x01\n\x0fRetentionPolicy\x12\x1a\n\rkeep_versions\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12*\n\x07max_age\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0ftombstone_grace\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\x10\n\x0e_keep_versions\"\xf5\x01\n\tRetention\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12*\n\x06policy\x18\x03 \x01(\x0b\x32\x1a.engram.v1.RetentionPolicy\x12\x31\n\rnext_run_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rlast_run_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x15last_versions_deleted\x18\x06 \x01(\x03\"\x8b\x01\n\x13SetRetentionRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12*\n\x06policy\x18\x03 \x01(\x0b\x32\x1a.engram.v1.RetentionPolicy\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"s\n\x14SetRetentionResponse\x12\'\n\tretention\x18\x01 \x01(\x0b\x32\x14.engram.v1.Retention\x12\x1a\n\x12versions_to_delete\x18\x02 \x01(\x03\x12\x16\n\x0ekeys_to_affect\x18\x03 \x01(\x03\"N\n\x13GetRetentionRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\"?\n\x14GetRetentionResponse\x12\'\n\tretention\x18\x01 \x01(\x0b\x32\x14.engram.v1.Retention\"a\n\x15\x41pplyRetentionRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"v\n\x16\x41pplyRetentionResponse\x12\x18\n\x10versions_deleted\x18\x01 \x01(\x03\x12\x15\n\rkeys_affected\x18\x02 \x01(\x03\x12+\n\x06record\x18\x03 \x01(\x0b\x32\x1b.engram.v1.CompactionRecord\"\xa1\x05\n\x10\x43ompactionRecord\x12\x11\n\toperation\x18\x01 \x01(\t\x12(\n\nscope_type\x18\x02 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x03 \x01(\t\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bsource_keys\x18\x05 \x03(\t\x12\x17\n\x0fsource_versions\x18\x06 \x03(\x03\x12\x12\n\ntarget_key\x18\x07 \x01(\t\x12\x16\n\x0etarget_version\x18\x08 \x01(\x03\x12\x13\n\x0binstruction\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\x12*\n\x0bsource_mode\x18\x0b \x01(\x0e\x32\x15.engram.v1.SourceMode\x12\x15\n\rkeys_affected\x18\x0c \x01(\x03\x12\x18\n\x10versions_deleted\x18\r \x01(\x03\x12\x11\n\x04keep\x18\x0e \x01(\x03H\x00\x88\x01\x01\x12\x11\n\taudit_key\x18\x0f \x01(\t\x12/\n\x11source_scope_type\x18\x10 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\x14\n\x0csource_scope\x18\x11 \x01(\t\x12\x16\n\x0e\x61s_of_revision\x18\x12 \x01(\x03\x12.\n\nas_of_time\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07subject\x18\x14 \x01(\t\x12\x37\n\x06\x63ounts\x18\x15 \x03(\x0b\x32\'.engram.v1.CompactionRecord.CountsEntry\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x07\n\x05_keep\"\x81\x01\n\x0cPurgeRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x11\n\x04keep\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\x42\x07\n\x05_keep\"m\n\rPurgeResponse\x12\x18\n\x10versions_deleted\x18\x01 \x01(\x03\x12\x15\n\rkeys_affected\x18\x02 \x01(\x03\x12+\n\x06record\x18\x03 \x01(\x0b\x32\x1b.engram.v1.CompactionRecord\"\x92\x01\n\x11PurgeScopeRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\x04keep\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\x0finclude_deleted\x18\x04 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\x42\x07\n\x05_keep\"r\n\x12PurgeScopeResponse\x12\x18\n\x10versions_deleted\x18\x01 \x01(\x03\x12\x15\n\rkeys_affected\x18\x02 \x01(\x03\x12+\n\x06record\x18\x03 \x01(\x0b\x32\x1b.engram.v1.CompactionRecord\"\xdc\x01\n\x0e\x43ompactRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0c\n\x04keys\x18\x04 \x03(\t\x12*\n\x0bsource_mode\x18\x05 \x01(\x0e\x32\x15.engram.v1.SourceMode\x12\x12\n\ntarget_key\x18\x06 \x01(\t\x12\x13\n\x0binstruction\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x12\x12\n\nmax_tokens\x18\t \x01(\x05\"\x8e\x01\n\x0f\x43ompactResponse\x12%\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x16.engram.v1.MemoryEntry\x12\'\n\x07sources\x18\x02 \x03(\x0b\x32\x16.engram.v1.MemoryEntry\x12+\n\x06record\x18\x03 \x01(\x0b\x32\x1b.engram.v1.CompactionRecord\"y\n\x17GetCompactionLogRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"a\n\x18GetCompactionLogResponse\x12,\n\x07records\x18\x01 \x03(\x0b\x32\x1b.engram.v1.CompactionRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\x0eReindexRequest\x12\r\n\x05\x61pply\x18\x01 \x01(\x08\"`\n\x0fReindexResponse\x12\x18\n\x10versions_scanned\x18\x01 \x01(\x03\x12\x12\n\ntags_added\x18\x02 \x01(\x03\x12\x0e\n\x06issues\x18\x03 \x03(\t\x12\x0f\n\x07\x61pplied\x18\x04 \x01(\x08*[\n\nSourceMode\x12\x1b\n\x17SOURCE_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13SOURCE_MODE_CURRENT\x10\x01\x12\x17\n\x13SOURCE_MODE_HISTORY\x10\x02\x32\xf5\x04\n\x12MemoryAdminService\x12:\n\x05Purge\x12\x17.engram.v1.PurgeRequest\x1a\x18.engram.v1.PurgeResponse\x12I\n\nPurgeScope\x12\x1c.engram.v1.PurgeScopeRequest\x1a\x1d.engram.v1.PurgeScopeResponse\x12@\n\x07\x43ompact\x12\x19.engram.v1.CompactRequest\x1a\x1a.engram.v1.CompactResponse\x12[\n\x10GetCompactionLog\x12\".engram.v1.GetCompactionLogRequest\x1a#.engram.v1.GetCompactionLogResponse\x12@\n\x07Reindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponse\x12O\n\x0cSetRetention\x12\x1e.engram.v1.SetRetentionRequest\x1a\x1f.engram.v1.SetRetentionResponse\x12O\n\x0cGetRetention\x12\x1e.engram.v1.GetRetentionRequest\x1a\x1f.engram.v1.GetRetentionResponse\x12U\n\x0e\x41pplyRetention\x12 .engram.v1.ApplyRetentionRequest\x1a!.engram.v1.ApplyRetentionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,32 +36,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_COMPACTIONRECORD_COUNTSENTRY']._loaded_options = None
   _globals['_COMPACTIONRECORD_COUNTSENTRY']._serialized_options = b'8\001'
-  _globals['_SOURCEMODE']._serialized_start=2005
-  _globals['_SOURCEMODE']._serialized_end=2096
-  _globals['_COMPACTIONRECORD']._serialized_start=101
-  _globals['_COMPACTIONRECORD']._serialized_end=774
-  _globals['_COMPACTIONRECORD_COUNTSENTRY']._serialized_start=720
-  _globals['_COMPACTIONRECORD_COUNTSENTRY']._serialized_end=765
-  _globals['_PURGEREQUEST']._serialized_start=777
-  _globals['_PURGEREQUEST']._serialized_end=906
-  _globals['_PURGERESPONSE']._serialized_start=908
-  _globals['_PURGERESPONSE']._serialized_end=1017
-  _globals['_PURGESCOPEREQUEST']._serialized_start=1020
-  _globals['_PURGESCOPEREQUEST']._serialized_end=1166
-  _globals['_PURGESCOPERESPONSE']._serialized_start=1168
-  _globals['_PURGESCOPERESPONSE']._serialized_end=1282
-  _globals['_COMPACTREQUEST']._serialized_start=1285
-  _globals['_COMPACTREQUEST']._serialized_end=1505
-  _globals['_COMPACTRESPONSE']._serialized_start=1508
-  _globals['_COMPACTRESPONSE']._serialized_end=1650
-  _globals['_GETCOMPACTIONLOGREQUEST']._serialized_start=1652
-  _globals['_GETCOMPACTIONLOGREQUEST']._serialized_end=1773
-  _globals['_GETCOMPACTIONLOGRESPONSE']._serialized_start=1775
-  _globals['_GETCOMPACTIONLOGRESPONSE']._serialized_end=1872
-  _globals['_REINDEXREQUEST']._serialized_start=1874
-  _globals['_REINDEXREQUEST']._serialized_end=1905
-  _globals['_REINDEXRESPONSE']._serialized_start=1907
-  _globals['_REINDEXRESPONSE']._serialized_end=2003
-  _globals['_MEMORYADMINSERVICE']._serialized_start=2099
-  _globals['_MEMORYADMINSERVICE']._serialized_end=2479
+  _globals['_SOURCEMODE']._serialized_start=3070
+  _globals['_SOURCEMODE']._serialized_end=3161
+  _globals['_RETENTIONPOLICY']._serialized_start=133
+  _globals['_RETENTIONPOLICY']._serialized_end=292
+  _globals['_RETENTION']._serialized_start=295
+  _globals['_RETENTION']._serialized_end=540
+  _globals['_SETRETENTIONREQUEST']._serialized_start=543
+  _globals['_SETRETENTIONREQUEST']._serialized_end=682
+  _globals['_SETRETENTIONRESPONSE']._serialized_start=684
+  _globals['_SETRETENTIONRESPONSE']._serialized_end=799
+  _globals['_GETRETENTIONREQUEST']._serialized_start=801
+  _globals['_GETRETENTIONREQUEST']._serialized_end=879
+  _globals['_GETRETENTIONRESPONSE']._serialized_start=881
+  _globals['_GETRETENTIONRESPONSE']._serialized_end=944
+  _globals['_APPLYRETENTIONREQUEST']._serialized_start=946
+  _globals['_APPLYRETENTIONREQUEST']._serialized_end=1043
+  _globals['_APPLYRETENTIONRESPONSE']._serialized_start=1045
+  _globals['_APPLYRETENTIONRESPONSE']._serialized_end=1163
+  _globals['_COMPACTIONRECORD']._serialized_start=1166
+  _globals['_COMPACTIONRECORD']._serialized_end=1839
+  _globals['_COMPACTIONRECORD_COUNTSENTRY']._serialized_start=1785
+  _globals['_COMPACTIONRECORD_COUNTSENTRY']._serialized_end=1830
+  _globals['_PURGEREQUEST']._serialized_start=1842
+  _globals['_PURGEREQUEST']._serialized_end=1971
+  _globals['_PURGERESPONSE']._serialized_start=1973
+  _globals['_PURGERESPONSE']._serialized_end=2082
+  _globals['_PURGESCOPEREQUEST']._serialized_start=2085
+  _globals['_PURGESCOPEREQUEST']._serialized_end=2231
+  _globals['_PURGESCOPERESPONSE']._serialized_start=2233
+  _globals['_PURGESCOPERESPONSE']._serialized_end=2347
+  _globals['_COMPACTREQUEST']._serialized_start=2350
+  _globals['_COMPACTREQUEST']._serialized_end=2570
+  _globals['_COMPACTRESPONSE']._serialized_start=2573
+  _globals['_COMPACTRESPONSE']._serialized_end=2715
+  _globals['_GETCOMPACTIONLOGREQUEST']._serialized_start=2717
+  _globals['_GETCOMPACTIONLOGREQUEST']._serialized_end=2838
+  _globals['_GETCOMPACTIONLOGRESPONSE']._serialized_start=2840
+  _globals['_GETCOMPACTIONLOGRESPONSE']._serialized_end=2937
+  _globals['_REINDEXREQUEST']._serialized_start=2939
+  _globals['_REINDEXREQUEST']._serialized_end=2970
+  _globals['_REINDEXRESPONSE']._serialized_start=2972
+  _globals['_REINDEXRESPONSE']._serialized_end=3068
+  _globals['_MEMORYADMINSERVICE']._serialized_start=3164
+  _globals['_MEMORYADMINSERVICE']._serialized_end=3793
 # @@protoc_insertion_point(module_scope)

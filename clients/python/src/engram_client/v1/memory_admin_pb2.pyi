@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from . import memory_pb2 as _memory_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -44,6 +45,278 @@ SOURCE_MODE_CURRENT: SourceMode.ValueType  # 1
 SOURCE_MODE_HISTORY: SourceMode.ValueType  # 2
 """Every non-deleted version of the one source key, oldest first."""
 Global___SourceMode: _TypeAlias = SourceMode  # noqa: Y015
+
+@_typing.final
+class RetentionPolicy(_message.Message):
+    """RetentionPolicy says how much history a scope keeps."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEEP_VERSIONS_FIELD_NUMBER: _builtins.int
+    MAX_AGE_FIELD_NUMBER: _builtins.int
+    TOMBSTONE_GRACE_FIELD_NUMBER: _builtins.int
+    keep_versions: _builtins.int
+    """Keep the newest this many versions of each key (tombstones count);
+    at least 1.
+    """
+    @_builtins.property
+    def max_age(self) -> _duration_pb2.Duration:
+        """Delete versions older than this, except each key's newest."""
+
+    @_builtins.property
+    def tombstone_grace(self) -> _duration_pb2.Duration:
+        """Delete every version of a key whose newest version is a tombstone
+        older than this.
+        """
+
+    def __init__(
+        self,
+        *,
+        keep_versions: _builtins.int | None = ...,
+        max_age: _duration_pb2.Duration | None = ...,
+        tombstone_grace: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_keep_versions", b"_keep_versions", "keep_versions", b"keep_versions", "max_age", b"max_age", "tombstone_grace", b"tombstone_grace"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_keep_versions", b"_keep_versions", "keep_versions", b"keep_versions", "max_age", b"max_age", "tombstone_grace", b"tombstone_grace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__keep_versions: _TypeAlias = _typing.Literal["keep_versions"]  # noqa: Y015
+    _WhichOneofArgType__keep_versions: _TypeAlias = _typing.Literal["_keep_versions", b"_keep_versions"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__keep_versions) -> _WhichOneofReturnType__keep_versions | None: ...
+
+Global___RetentionPolicy: _TypeAlias = RetentionPolicy  # noqa: Y015
+
+@_typing.final
+class Retention(_message.Message):
+    """Retention is a scope's policy with its schedule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    NEXT_RUN_TIME_FIELD_NUMBER: _builtins.int
+    LAST_RUN_TIME_FIELD_NUMBER: _builtins.int
+    LAST_VERSIONS_DELETED_FIELD_NUMBER: _builtins.int
+    scope_type: _memory_pb2.ScopeType.ValueType
+    """The scope type."""
+    scope: _builtins.str
+    """The scope."""
+    last_versions_deleted: _builtins.int
+    """How many versions the last run deleted."""
+    @_builtins.property
+    def policy(self) -> Global___RetentionPolicy:
+        """The policy."""
+
+    @_builtins.property
+    def next_run_time(self) -> _timestamp_pb2.Timestamp:
+        """When the server applies it next."""
+
+    @_builtins.property
+    def last_run_time(self) -> _timestamp_pb2.Timestamp:
+        """When it last ran; unset before the first run."""
+
+    def __init__(
+        self,
+        *,
+        scope_type: _memory_pb2.ScopeType.ValueType = ...,
+        scope: _builtins.str = ...,
+        policy: Global___RetentionPolicy | None = ...,
+        next_run_time: _timestamp_pb2.Timestamp | None = ...,
+        last_run_time: _timestamp_pb2.Timestamp | None = ...,
+        last_versions_deleted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_run_time", b"last_run_time", "next_run_time", b"next_run_time", "policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_run_time", b"last_run_time", "last_versions_deleted", b"last_versions_deleted", "next_run_time", b"next_run_time", "policy", b"policy", "scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Retention: _TypeAlias = Retention  # noqa: Y015
+
+@_typing.final
+class SetRetentionRequest(_message.Message):
+    """SetRetentionRequest declares a scope's policy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    scope_type: _memory_pb2.ScopeType.ValueType
+    """The scope type."""
+    scope: _builtins.str
+    """The scope."""
+    dry_run: _builtins.bool
+    """Store nothing; report what the policy would delete if it ran now. A
+    stored policy is first due at once, so preview it this way first.
+    """
+    @_builtins.property
+    def policy(self) -> Global___RetentionPolicy:
+        """The policy; with every rule unset, the scope's policy is removed."""
+
+    def __init__(
+        self,
+        *,
+        scope_type: _memory_pb2.ScopeType.ValueType = ...,
+        scope: _builtins.str = ...,
+        policy: Global___RetentionPolicy | None = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["policy", b"policy"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "policy", b"policy", "scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetRetentionRequest: _TypeAlias = SetRetentionRequest  # noqa: Y015
+
+@_typing.final
+class SetRetentionResponse(_message.Message):
+    """SetRetentionResponse holds the policy now in force."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RETENTION_FIELD_NUMBER: _builtins.int
+    VERSIONS_TO_DELETE_FIELD_NUMBER: _builtins.int
+    KEYS_TO_AFFECT_FIELD_NUMBER: _builtins.int
+    versions_to_delete: _builtins.int
+    """In a dry run: the versions the policy would delete now."""
+    keys_to_affect: _builtins.int
+    """In a dry run: the keys that would lose a version."""
+    @_builtins.property
+    def retention(self) -> Global___Retention:
+        """The scope's retention; unset when the policy was removed or in a dry
+        run.
+        """
+
+    def __init__(
+        self,
+        *,
+        retention: Global___Retention | None = ...,
+        versions_to_delete: _builtins.int = ...,
+        keys_to_affect: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retention", b"retention"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys_to_affect", b"keys_to_affect", "retention", b"retention", "versions_to_delete", b"versions_to_delete"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetRetentionResponse: _TypeAlias = SetRetentionResponse  # noqa: Y015
+
+@_typing.final
+class GetRetentionRequest(_message.Message):
+    """GetRetentionRequest names a scope."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    scope_type: _memory_pb2.ScopeType.ValueType
+    """The scope type."""
+    scope: _builtins.str
+    """The scope."""
+    def __init__(
+        self,
+        *,
+        scope_type: _memory_pb2.ScopeType.ValueType = ...,
+        scope: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRetentionRequest: _TypeAlias = GetRetentionRequest  # noqa: Y015
+
+@_typing.final
+class GetRetentionResponse(_message.Message):
+    """GetRetentionResponse holds a scope's retention."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RETENTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def retention(self) -> Global___Retention:
+        """The scope's retention."""
+
+    def __init__(
+        self,
+        *,
+        retention: Global___Retention | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retention", b"retention"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["retention", b"retention"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRetentionResponse: _TypeAlias = GetRetentionResponse  # noqa: Y015
+
+@_typing.final
+class ApplyRetentionRequest(_message.Message):
+    """ApplyRetentionRequest runs a scope's policy now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    scope_type: _memory_pb2.ScopeType.ValueType
+    """The scope type."""
+    scope: _builtins.str
+    """The scope."""
+    dry_run: _builtins.bool
+    """Report what would be deleted, delete nothing."""
+    def __init__(
+        self,
+        *,
+        scope_type: _memory_pb2.ScopeType.ValueType = ...,
+        scope: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "scope", b"scope", "scope_type", b"scope_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyRetentionRequest: _TypeAlias = ApplyRetentionRequest  # noqa: Y015
+
+@_typing.final
+class ApplyRetentionResponse(_message.Message):
+    """ApplyRetentionResponse says what was (or would be) deleted."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_DELETED_FIELD_NUMBER: _builtins.int
+    KEYS_AFFECTED_FIELD_NUMBER: _builtins.int
+    RECORD_FIELD_NUMBER: _builtins.int
+    versions_deleted: _builtins.int
+    """Versions deleted."""
+    keys_affected: _builtins.int
+    """Keys that lost at least one version."""
+    @_builtins.property
+    def record(self) -> Global___CompactionRecord:
+        """The audit record written; unset in a dry run or when nothing was deleted."""
+
+    def __init__(
+        self,
+        *,
+        versions_deleted: _builtins.int = ...,
+        keys_affected: _builtins.int = ...,
+        record: Global___CompactionRecord | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys_affected", b"keys_affected", "record", b"record", "versions_deleted", b"versions_deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyRetentionResponse: _TypeAlias = ApplyRetentionResponse  # noqa: Y015
 
 @_typing.final
 class CompactionRecord(_message.Message):
@@ -93,7 +366,7 @@ class CompactionRecord(_message.Message):
     SUBJECT_FIELD_NUMBER: _builtins.int
     COUNTS_FIELD_NUMBER: _builtins.int
     operation: _builtins.str
-    """`compact`, `purge`, `rollback`, `fork` or `forget`."""
+    """`compact`, `purge`, `retention`, `rollback`, `fork` or `forget`."""
     scope_type: _memory_pb2.ScopeType.ValueType
     """The type of the scope maintained."""
     scope: _builtins.str
@@ -113,7 +386,9 @@ class CompactionRecord(_message.Message):
     versions_deleted: _builtins.int
     """How many versions were deleted (purge)."""
     keep: _builtins.int
-    """The `keep` of the purge; unset when every version was deleted."""
+    """The `keep` of the purge; unset when every version was deleted. For
+    retention, the policy's `keep_versions`.
+    """
     audit_key: _builtins.str
     """The reserved key this record is stored under."""
     source_scope_type: _memory_pb2.ScopeType.ValueType

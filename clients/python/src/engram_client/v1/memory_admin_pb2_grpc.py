@@ -66,6 +66,21 @@ class MemoryAdminServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__admin__pb2.ReindexRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__admin__pb2.ReindexResponse.FromString,
                 _registered_method=True)
+        self.SetRetention = channel.unary_unary(
+                '/engram.v1.MemoryAdminService/SetRetention',
+                request_serializer=engram_dot_v1_dot_memory__admin__pb2.SetRetentionRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__admin__pb2.SetRetentionResponse.FromString,
+                _registered_method=True)
+        self.GetRetention = channel.unary_unary(
+                '/engram.v1.MemoryAdminService/GetRetention',
+                request_serializer=engram_dot_v1_dot_memory__admin__pb2.GetRetentionRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__admin__pb2.GetRetentionResponse.FromString,
+                _registered_method=True)
+        self.ApplyRetention = channel.unary_unary(
+                '/engram.v1.MemoryAdminService/ApplyRetention',
+                request_serializer=engram_dot_v1_dot_memory__admin__pb2.ApplyRetentionRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__admin__pb2.ApplyRetentionResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryAdminServiceServicer:
@@ -123,6 +138,36 @@ class MemoryAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetRetention(self, request, context):
+        """SetRetention declares how much history a scope keeps: the newest
+        `keep_versions` of each key, no version older than `max_age` but each
+        key's newest, and no deleted key past `tombstone_grace` (each rule is
+        off when unset; a version goes when any rule takes it; audit records
+        never go). The server applies it on its own every
+        `--retention-interval`, one replica per scope and run, each run
+        audited as operation "retention". It replaces the scope's policy; a
+        policy with every rule unset removes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRetention(self, request, context):
+        """GetRetention returns a scope's policy and its last run; NOT_FOUND
+        (reason RETENTION_NOT_FOUND) when it has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyRetention(self, request, context):
+        """ApplyRetention runs a scope's policy now; `dry_run` reports what it
+        would delete.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -150,6 +195,21 @@ def add_MemoryAdminServiceServicer_to_server(servicer, server):
                     servicer.Reindex,
                     request_deserializer=engram_dot_v1_dot_memory__admin__pb2.ReindexRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__admin__pb2.ReindexResponse.SerializeToString,
+            ),
+            'SetRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRetention,
+                    request_deserializer=engram_dot_v1_dot_memory__admin__pb2.SetRetentionRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__admin__pb2.SetRetentionResponse.SerializeToString,
+            ),
+            'GetRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRetention,
+                    request_deserializer=engram_dot_v1_dot_memory__admin__pb2.GetRetentionRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__admin__pb2.GetRetentionResponse.SerializeToString,
+            ),
+            'ApplyRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyRetention,
+                    request_deserializer=engram_dot_v1_dot_memory__admin__pb2.ApplyRetentionRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__admin__pb2.ApplyRetentionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -294,6 +354,87 @@ class MemoryAdminService:
             '/engram.v1.MemoryAdminService/Reindex',
             engram_dot_v1_dot_memory__admin__pb2.ReindexRequest.SerializeToString,
             engram_dot_v1_dot_memory__admin__pb2.ReindexResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryAdminService/SetRetention',
+            engram_dot_v1_dot_memory__admin__pb2.SetRetentionRequest.SerializeToString,
+            engram_dot_v1_dot_memory__admin__pb2.SetRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryAdminService/GetRetention',
+            engram_dot_v1_dot_memory__admin__pb2.GetRetentionRequest.SerializeToString,
+            engram_dot_v1_dot_memory__admin__pb2.GetRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryAdminService/ApplyRetention',
+            engram_dot_v1_dot_memory__admin__pb2.ApplyRetentionRequest.SerializeToString,
+            engram_dot_v1_dot_memory__admin__pb2.ApplyRetentionResponse.FromString,
             options,
             channel_credentials,
             insecure,

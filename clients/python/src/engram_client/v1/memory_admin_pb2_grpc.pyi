@@ -64,6 +64,24 @@ class MemoryAdminServiceStub:
     execution-scoped versions whose execution's flow is known. It is a dry
     run unless `apply` is set, and running it again changes nothing.
     """
+    SetRetention: _grpc.UnaryUnaryMultiCallable[_memory_admin_pb2.SetRetentionRequest, _memory_admin_pb2.SetRetentionResponse]
+    """SetRetention declares how much history a scope keeps: the newest
+    `keep_versions` of each key, no version older than `max_age` but each
+    key's newest, and no deleted key past `tombstone_grace` (each rule is
+    off when unset; a version goes when any rule takes it; audit records
+    never go). The server applies it on its own every
+    `--retention-interval`, one replica per scope and run, each run
+    audited as operation "retention". It replaces the scope's policy; a
+    policy with every rule unset removes it.
+    """
+    GetRetention: _grpc.UnaryUnaryMultiCallable[_memory_admin_pb2.GetRetentionRequest, _memory_admin_pb2.GetRetentionResponse]
+    """GetRetention returns a scope's policy and its last run; NOT_FOUND
+    (reason RETENTION_NOT_FOUND) when it has none.
+    """
+    ApplyRetention: _grpc.UnaryUnaryMultiCallable[_memory_admin_pb2.ApplyRetentionRequest, _memory_admin_pb2.ApplyRetentionResponse]
+    """ApplyRetention runs a scope's policy now; `dry_run` reports what it
+    would delete.
+    """
 
 @_typing.type_check_only
 class MemoryAdminServiceAsyncStub(MemoryAdminServiceStub):
@@ -100,6 +118,24 @@ class MemoryAdminServiceAsyncStub(MemoryAdminServiceStub):
     """Reindex backfills the flow discovery tags (`flow_id`, `flow_name`) of
     execution-scoped versions whose execution's flow is known. It is a dry
     run unless `apply` is set, and running it again changes nothing.
+    """
+    SetRetention: _aio.UnaryUnaryMultiCallable[_memory_admin_pb2.SetRetentionRequest, _memory_admin_pb2.SetRetentionResponse]  # type: ignore[assignment]
+    """SetRetention declares how much history a scope keeps: the newest
+    `keep_versions` of each key, no version older than `max_age` but each
+    key's newest, and no deleted key past `tombstone_grace` (each rule is
+    off when unset; a version goes when any rule takes it; audit records
+    never go). The server applies it on its own every
+    `--retention-interval`, one replica per scope and run, each run
+    audited as operation "retention". It replaces the scope's policy; a
+    policy with every rule unset removes it.
+    """
+    GetRetention: _aio.UnaryUnaryMultiCallable[_memory_admin_pb2.GetRetentionRequest, _memory_admin_pb2.GetRetentionResponse]  # type: ignore[assignment]
+    """GetRetention returns a scope's policy and its last run; NOT_FOUND
+    (reason RETENTION_NOT_FOUND) when it has none.
+    """
+    ApplyRetention: _aio.UnaryUnaryMultiCallable[_memory_admin_pb2.ApplyRetentionRequest, _memory_admin_pb2.ApplyRetentionResponse]  # type: ignore[assignment]
+    """ApplyRetention runs a scope's policy now; `dry_run` reports what it
+    would delete.
     """
 
 class MemoryAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -164,6 +200,42 @@ class MemoryAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """Reindex backfills the flow discovery tags (`flow_id`, `flow_name`) of
         execution-scoped versions whose execution's flow is known. It is a dry
         run unless `apply` is set, and running it again changes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def SetRetention(
+        self,
+        request: _memory_admin_pb2.SetRetentionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_admin_pb2.SetRetentionResponse, _abc.Awaitable[_memory_admin_pb2.SetRetentionResponse]]:
+        """SetRetention declares how much history a scope keeps: the newest
+        `keep_versions` of each key, no version older than `max_age` but each
+        key's newest, and no deleted key past `tombstone_grace` (each rule is
+        off when unset; a version goes when any rule takes it; audit records
+        never go). The server applies it on its own every
+        `--retention-interval`, one replica per scope and run, each run
+        audited as operation "retention". It replaces the scope's policy; a
+        policy with every rule unset removes it.
+        """
+
+    @_abc_1.abstractmethod
+    def GetRetention(
+        self,
+        request: _memory_admin_pb2.GetRetentionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_admin_pb2.GetRetentionResponse, _abc.Awaitable[_memory_admin_pb2.GetRetentionResponse]]:
+        """GetRetention returns a scope's policy and its last run; NOT_FOUND
+        (reason RETENTION_NOT_FOUND) when it has none.
+        """
+
+    @_abc_1.abstractmethod
+    def ApplyRetention(
+        self,
+        request: _memory_admin_pb2.ApplyRetentionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_admin_pb2.ApplyRetentionResponse, _abc.Awaitable[_memory_admin_pb2.ApplyRetentionResponse]]:
+        """ApplyRetention runs a scope's policy now; `dry_run` reports what it
+        would delete.
         """
 
 def add_MemoryAdminServiceServicer_to_server(servicer: MemoryAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
