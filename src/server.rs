@@ -208,7 +208,21 @@ async fn open<S: Open>(config: &Config) -> anyhow::Result<S> {
 pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     match backend(&config)? {
         Backend::Postgres => start_with(open::<PgStore>(&config).await?, config).await,
-        Backend::Sqlite => start_with(open::<SqliteStore>(&config).await?, config).await,
+        Backend::Sqlite => {
+            let store = open::<SqliteStore>(&config).await?;
+            let lock = store
+                .lock_for_serving()
+                .map_err(|err| anyhow::anyhow!("{err}"))?;
+            let mut running = start_with(store, config).await?;
+            // Held until the server stops (or the process dies).
+            let task = running.task;
+            running.task = tokio::spawn(async move {
+                let result = task.await.context("server task panicked")?;
+                drop(lock);
+                result
+            });
+            Ok(running)
+        }
     }
 }
 

@@ -18,6 +18,34 @@ fn engram(args: &[&str]) -> std::process::Output {
         .expect("run engram")
 }
 
+/// The embedded store is served by one process: a second `engram serve`
+/// on the same file refuses to start, saying why, instead of running
+/// beside the first and missing its writes in tails and watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_one_sqlite_file_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = ChildServer::spawn(&[], &[], Some(dir.path())).await;
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .arg("serve")
+        .env("ENGRAM_GRPC_ADDR", "127.0.0.1:0")
+        .env("ENGRAM_HTTP_ADDR", "127.0.0.1:0")
+        .env_remove("ENGRAM_DATABASE_URL")
+        .current_dir(dir.path())
+        .output()
+        .expect("run a second engram serve");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another engram server is already serving"),
+        "{stderr}"
+    );
+    // Once the first stops, the file can be served again.
+    let status = first.terminate().await;
+    assert!(status.success(), "exit status {status}");
+    let again = ChildServer::spawn(&[], &[], Some(dir.path())).await;
+    again.terminate().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().expect("temp dir");

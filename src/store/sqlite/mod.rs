@@ -76,6 +76,8 @@ const DELETE_IF_VERSION: &str = "UPDATE memory_heads SET version = version + 1, 
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// The database file.
+    path: Arc<std::path::PathBuf>,
     writer: SqlitePool,
     reader: SqlitePool,
     /// The newest committed position of each feed. With a single writer
@@ -93,6 +95,7 @@ impl SqliteStore {
                  use a file such as sqlite://engram.db",
             ));
         }
+        let path = Arc::new(connect.get_filename().to_path_buf());
         let connect = connect
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -113,10 +116,46 @@ impl SqliteStore {
             .connect_with(connect)
             .await?;
         Ok(SqliteStore {
+            path,
             writer,
             reader,
             horizons: Arc::new([watch::channel(0).0, watch::channel(0).0]),
         })
+    }
+
+    /// Makes this process the one that serves the file: an exclusive lock
+    /// on `<file>-serve.lock`, held while the returned handle lives (the
+    /// operating system drops it if the process dies). The embedded store
+    /// is one process by design: its tails and watches follow the writes of
+    /// their own process, so a second server on the file would miss the
+    /// first one's. One-off commands (`migrate`, `reembed`) take no lock.
+    pub fn lock_for_serving(&self) -> Result<std::fs::File> {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push("-serve.lock");
+        let lock_path = std::path::PathBuf::from(name);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|err| {
+                Error::internal(format!("cannot open {}: {err}", lock_path.display()))
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::FailedPrecondition {
+                reason: crate::error::Reason::DatabaseUnavailable,
+                message: format!(
+                    "another engram server is already serving {} (the embedded SQLite store is \
+                     served by one process; stop it first, or use Postgres for several replicas)",
+                    self.path.display()
+                ),
+            }),
+            Err(std::fs::TryLockError::Error(err)) => Err(Error::internal(format!(
+                "cannot lock {}: {err}",
+                lock_path.display()
+            ))),
+        }
     }
 
     /// Bumps the head and inserts the version; `None` when the write's
