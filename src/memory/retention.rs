@@ -28,6 +28,9 @@ const DUE_BATCH: i64 = 100;
 /// How often the scheduler looks for due policies, at most.
 const LOOK_EVERY: Duration = Duration::from_secs(60);
 
+/// The longest age a policy may name.
+const MAX_AGE: chrono::Duration = chrono::Duration::days(36_500);
+
 /// Refuses a policy whose rules make no sense.
 pub fn validate(policy: &RetentionPolicy) -> Result<()> {
     if let Some(keep) = policy.keep_versions
@@ -43,11 +46,11 @@ pub fn validate(policy: &RetentionPolicy) -> Result<()> {
         ("policy.max_age", policy.max_age),
         ("policy.tombstone_grace", policy.tombstone_grace),
     ] {
-        if duration.is_some_and(|d| d <= chrono::Duration::zero()) {
+        if duration.is_some_and(|d| d <= chrono::Duration::zero() || d > MAX_AGE) {
             return Err(Error::invalid(
                 Reason::InvalidArgument,
                 field,
-                "must be positive",
+                "must be positive and at most 100 years",
             ));
         }
     }
@@ -68,8 +71,10 @@ pub async fn apply<S: MemoryStore>(
         key: None,
         keep: policy.keep_versions,
         include_deleted: true,
-        older_than: policy.max_age.map(|age| now - age),
-        tombstones_before: policy.tombstone_grace.map(|grace| now - grace),
+        older_than: policy.max_age.and_then(|age| now.checked_sub_signed(age)),
+        tombstones_before: policy
+            .tombstone_grace
+            .and_then(|grace| now.checked_sub_signed(grace)),
         dry_run,
     };
     let mut record = AuditRecord::new(Operation::Retention, &retention.scope, now);

@@ -120,6 +120,16 @@ async fn each_rule_deletes_what_it_says(backend: Backend) {
         .await
         .expect_err("keep 0");
     assert_eq!(bad_fields(&err), ["policy.keep_versions"]);
+    let mut forever = policy(None, 0, 0);
+    forever.max_age = Some(prost_types::Duration {
+        seconds: i64::MAX / 2,
+        nanos: 0,
+    });
+    let err = admin
+        .set_retention(set_policy("ret", forever, false))
+        .await
+        .expect_err("too old to mean anything");
+    assert_eq!(bad_fields(&err), ["policy.max_age"]);
 
     // A preview stores nothing and deletes nothing.
     let preview = admin
