@@ -28,5 +28,6 @@ mod tail;
 mod telemetry;
 mod time_travel;
 mod tls;
+mod upgrade;
 mod watch;
 mod working_memory;

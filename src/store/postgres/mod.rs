@@ -261,16 +261,17 @@ impl PgStore {
 /// running (holding a lower position) while not being listed in the
 /// snapshot at all.
 async fn horizon_candidate(pool: &Pool, feed: Feed) -> Result<(i64, String)> {
-    // Revisions: the primary key, so max() is one index probe. Cursors are
-    // only indexed after the tenant, so max() would scan; the identity's
-    // sequence says the same thing (every cursor up to its last value has
-    // been handed out, by a writer that then already had its id) for free.
+    // Each feed's identity sequence: every position up to its last value
+    // has been handed out, by a writer that then already had its id. (Not
+    // max() over the rows: rows go when the feed is pruned or a user is
+    // forgotten, and the horizon must not go back with them.)
     // One statement: the materialized CTE is read before the outer row is
     // projected, so the id is assigned after the position was read.
     let sql = match feed {
         Feed::Changes => {
             "WITH newest AS MATERIALIZED \
-             (SELECT coalesce(max(revision), 0) AS position FROM memory_changes) \
+             (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS position \
+              FROM memory_changes_revision_seq) \
              SELECT position, pg_current_xact_id()::text FROM newest"
         }
         Feed::Episodes => {
@@ -368,11 +369,11 @@ async fn run_horizon(
 }
 
 impl Database for PgStore {
-    async fn migrate(&self) -> Result<()> {
+    async fn migrate_through(&self, version: Option<i64>) -> Result<()> {
         // On a connection of its own that sees every tenant's rows, so a
         // data migration under forced row-level security touches them all.
         let mut conn = self.pool.dedicated().await?;
-        MIGRATOR.run_direct(None, &mut conn, false).await?;
+        MIGRATOR.run_direct(version, &mut conn, false).await?;
         sqlx::Connection::close(conn).await?;
         Ok(())
     }

@@ -243,8 +243,11 @@ impl SqliteStore {
 }
 
 impl Database for SqliteStore {
-    async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.writer).await?;
+    async fn migrate_through(&self, version: Option<i64>) -> Result<()> {
+        match version {
+            None => MIGRATOR.run(&self.writer).await?,
+            Some(version) => MIGRATOR.run_to(version, &self.writer).await?,
+        }
         Ok(())
     }
 
@@ -492,9 +495,14 @@ impl Feeds for SqliteStore {
     }
 
     async fn settled(&self, feed: Feed) -> Result<i64> {
-        // One writer: every committed position is final once read.
+        // One writer: every committed position is final once read. The
+        // revision is AUTOINCREMENT's high-water mark, not max() over rows
+        // that pruning or forgetting a user may have deleted.
         let sql = match feed {
-            Feed::Changes => "SELECT coalesce(max(revision), 0) FROM memory_changes",
+            Feed::Changes => {
+                "SELECT max(coalesce((SELECT max(revision) FROM memory_changes), 0), \
+                 coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memory_changes'), 0))"
+            }
             Feed::Episodes => "SELECT coalesce(max(cursor), 0) FROM episodes",
         };
         let newest: i64 = sqlx::query_scalar(sql).fetch_one(&self.reader).await?;
