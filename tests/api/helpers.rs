@@ -257,6 +257,12 @@ impl TestServer {
     }
 
     pub async fn stop(mut self) {
+        self.stop_serving().await;
+    }
+
+    /// Stops the server and keeps the database (a SQLite file is served by
+    /// one process at a time, so another server may then open it).
+    pub async fn stop_serving(&mut self) {
         if let Some(server) = self.server.take() {
             server.shutdown();
             server.wait().await.expect("server stops cleanly");

@@ -484,7 +484,7 @@ async fn two_replicas_embed_each_item_once() {
 /// configured, with progress, then again everything after a model change.
 async fn reembed_backfills(backend: Backend) {
     let (fake, addr) = start_fake().await;
-    let server = TestServer::spawn(backend).await;
+    let mut server = TestServer::spawn(backend).await;
     server
         .memory()
         .set(set("notes", "car", json!("the sedan is blue")))
@@ -509,10 +509,11 @@ async fn reembed_backfills(backend: Backend) {
         .await
         .expect("append");
     let url = format!("http://{addr}/v1");
+    let db_url = server.db.url.clone();
     let reembed = |model: &str| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
             .arg("reembed")
-            .env("ENGRAM_DATABASE_URL", &server.db.url)
+            .env("ENGRAM_DATABASE_URL", &db_url)
             .env("ENGRAM_EMBEDDER_URL", &url)
             .env("ENGRAM_EMBEDDER_MODEL", model)
             .env("ENGRAM_EMBEDDER_BATCH", "7")
@@ -532,11 +533,15 @@ async fn reembed_backfills(backend: Backend) {
         Some("engram reembed: 0 items embedded")
     );
 
-    // A server with the embedder finds what reembed stored.
+    // A server with the embedder finds what reembed stored (beside the
+    // first on Postgres; in its place on SQLite, one server per file).
+    if matches!(backend, Backend::Sqlite) {
+        server.stop_serving().await;
+    }
     let replica = ChildServer::spawn(
         &["--migrate", "off"],
         &[
-            ("ENGRAM_DATABASE_URL", &server.db.url),
+            ("ENGRAM_DATABASE_URL", &db_url),
             ("ENGRAM_EMBEDDER_URL", &url),
             ("ENGRAM_EMBEDDER_MODEL", "fake-1"),
         ],
