@@ -35,12 +35,20 @@ impl<S: Store> MemoryApi<S> {
 }
 
 fn selector(scope_type: i32, scope: String) -> Result<ScopeSelector> {
+    selector_named(("scope_type", scope_type), ("scope", scope))
+}
+
+/// A scope selector from fields of these names (ForkScope's source).
+fn selector_named(
+    (type_field, scope_type): (&str, i32),
+    (scope_field, scope): (&str, String),
+) -> Result<ScopeSelector> {
     Ok(ScopeSelector {
-        scope_type: scope_type_from_proto("scope_type", scope_type)?,
+        scope_type: scope_type_from_proto(type_field, scope_type)?,
         scope: if scope.is_empty() {
             None
         } else {
-            Some(ScopeName::parse("scope", scope)?)
+            Some(ScopeName::parse(scope_field, scope)?)
         },
     })
 }
@@ -242,14 +250,10 @@ impl<S: Store> MemoryService for MemoryApi<S> {
                 scope_type: target_type,
                 name: ScopeName::parse("target_scope", req.target_scope)?,
             };
-            let source = ScopeSelector {
-                scope_type: scope_type_from_proto("source_scope_type", req.source_scope_type)?,
-                scope: if req.source_scope.is_empty() {
-                    None
-                } else {
-                    Some(ScopeName::parse("source_scope", req.source_scope)?)
-                },
-            };
+            let source = selector_named(
+                ("source_scope_type", req.source_scope_type),
+                ("source_scope", req.source_scope),
+            )?;
             Ok::<_, Error>((source, target, as_of(req.as_of)?))
         })();
         let (source, target, as_of) = parsed.map_err(to_status)?;

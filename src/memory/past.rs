@@ -160,15 +160,20 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                 "must differ from the source scope",
             ));
         }
-        // Now is the settled revision, so the copy is one consistent state.
-        let as_of = match as_of {
-            Some(as_of) => as_of,
-            None => AsOf::Revision(self.store().settled(Feed::Changes).await?),
+        // Read at a settled revision, so the copy is one consistent state:
+        // the one given, else the newest (with the time's bound, if any).
+        let at = match as_of {
+            Some(revision @ AsOf::Revision(_)) => self.point(revision).await?,
+            Some(AsOf::Time(time)) => Point {
+                revision: self.store().settled(Feed::Changes).await?,
+                time,
+            },
+            None => Point {
+                revision: self.store().settled(Feed::Changes).await?,
+                time: end_of_time(),
+            },
         };
-        let mut at = self.point(as_of).await?;
-        if let AsOf::Time(_) = as_of {
-            at.revision = self.store().settled(Feed::Changes).await?;
-        }
+        let as_of = as_of.unwrap_or(AsOf::Revision(at.revision));
         let now = now_micros();
         let mut record = AuditRecord::new(Operation::Fork, &target, now);
         record.source_scope_type = source.scope_type.as_str().to_owned();

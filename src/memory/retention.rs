@@ -77,13 +77,9 @@ pub async fn apply<S: MemoryStore>(
             .and_then(|grace| now.checked_sub_signed(grace)),
         dry_run,
     };
-    let mut record = AuditRecord::new(Operation::Retention, &retention.scope, now);
-    record.keep = policy.keep_versions;
-    let mut outcome = store.purge(tenant, &purge, record).await?;
-    // A purge records `keep` only when it deleted something; say it anyway.
-    if let Some(record) = &mut outcome.record {
-        record.keep = policy.keep_versions;
-    }
+    // The purge completes the record, `keep` included.
+    let record = AuditRecord::new(Operation::Retention, &retention.scope, now);
+    let outcome = store.purge(tenant, &purge, record).await?;
     if !dry_run {
         store
             .retention_ran(tenant, &retention.scope, now, outcome.versions_deleted)
@@ -130,13 +126,6 @@ impl<S: MemoryStore> MemoryAdmin<S> {
     ) -> Result<PurgeOutcome> {
         refuse_in_checkpoint(ctx)?;
         validate(&policy)?;
-        let retention = Retention {
-            scope: scope.clone(),
-            policy,
-            next_run_time: now_micros(),
-            last_run_time: None,
-            last_versions_deleted: 0,
-        };
         if policy.is_empty() {
             return Ok(PurgeOutcome {
                 versions_deleted: 0,
@@ -144,6 +133,13 @@ impl<S: MemoryStore> MemoryAdmin<S> {
                 record: None,
             });
         }
+        let retention = Retention {
+            scope: scope.clone(),
+            policy,
+            next_run_time: now_micros(),
+            last_run_time: None,
+            last_versions_deleted: 0,
+        };
         apply(self.store(), &ctx.tenant, &retention, true).await
     }
 
