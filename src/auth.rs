@@ -297,9 +297,10 @@ impl Authenticator {
 
 /// The role a gRPC method needs beyond a valid token, by its path.
 pub fn role_for(path: &str) -> Option<Role> {
-    const ADMIN: [&str; 4] = [
+    const ADMIN: [&str; 5] = [
         "/engram.v1.MemoryAdminService/",
         "/engram.v1.DataService/ForgetUser",
+        "/engram.v1.DataService/Import",
         "/engram.v1.SessionService/DeleteSession",
         "/engram.v1.SessionService/CleanupSessions",
     ];

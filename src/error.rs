@@ -48,6 +48,8 @@ pub enum Reason {
     MissingProvenance,
     TaskNotFound,
     LimitExceeded,
+    ImportMalformed,
+    ImportConflict,
     DatabaseUnavailable,
     Internal,
 }
@@ -97,6 +99,8 @@ impl Reason {
             Reason::MissingProvenance => "MISSING_PROVENANCE",
             Reason::TaskNotFound => "TASK_NOT_FOUND",
             Reason::LimitExceeded => "LIMIT_EXCEEDED",
+            Reason::ImportMalformed => "IMPORT_MALFORMED",
+            Reason::ImportConflict => "IMPORT_CONFLICT",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
             Reason::Internal => "INTERNAL",
         }

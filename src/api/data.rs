@@ -1,15 +1,21 @@
 //! The `DataService` adapter.
 
-use tonic::{Request, Response, Status};
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
 
 use super::context::caller_context;
+use super::convert::scope_type_from_proto;
 use super::error::to_status;
-use crate::data::{Data, DataStore, Forgetting};
-use crate::error::Result;
-use crate::memory::ScopeName;
+use crate::data::{Data, DataStore, Forgetting, Selection};
+use crate::error::{Error, Reason, Result};
+use crate::memory::{Scope, ScopeName};
 use crate::proto;
 use crate::proto::data_service_server::DataService;
-use crate::sessions::Name;
+use crate::sessions::{Id, Name};
+
+type ExportStream = Pin<Box<dyn Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
 
 pub struct DataApi<S> {
     data: Data<S>,
@@ -38,8 +44,93 @@ fn forgetting(req: proto::ForgetUserRequest) -> Result<Forgetting> {
     })
 }
 
+/// The one selection a request may make; none is the whole tenant.
+fn selection(req: proto::ExportRequest) -> Result<Selection> {
+    let scope_type = scope_type_from_proto("scope_type", req.scope_type)?;
+    let chosen = [
+        scope_type.is_some() || !req.scope.is_empty(),
+        !req.session_id.is_empty(),
+        !req.app.is_empty() || !req.user.is_empty(),
+    ];
+    if chosen.iter().filter(|c| **c).count() > 1 {
+        return Err(Error::invalid(
+            Reason::InvalidArgument,
+            "scope",
+            "choose at most one of a scope, a session_id, or an app and user",
+        ));
+    }
+    if chosen[0] {
+        let scope_type = scope_type.ok_or_else(|| {
+            Error::invalid(
+                Reason::InvalidArgument,
+                "scope_type",
+                "is required with scope",
+            )
+        })?;
+        return Ok(Selection::Scope(Scope {
+            scope_type,
+            name: ScopeName::parse("scope", req.scope)?,
+        }));
+    }
+    if chosen[1] {
+        return Ok(Selection::Session(Id::parse("session_id", req.session_id)?));
+    }
+    if chosen[2] {
+        return Ok(Selection::User {
+            app: Name::parse("app", req.app)?,
+            user: Name::parse("user", req.user)?,
+        });
+    }
+    Ok(Selection::Tenant)
+}
+
 #[tonic::async_trait]
 impl<S: DataStore> DataService for DataApi<S> {
+    type ExportStream = ExportStream;
+
+    async fn export(
+        &self,
+        request: Request<proto::ExportRequest>,
+    ) -> Result<Response<Self::ExportStream>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let selection = selection(request.into_inner()).map_err(to_status)?;
+        let stream = self
+            .data
+            .export(&ctx, selection, chrono::Utc::now())
+            .map(|lines| {
+                lines
+                    .map(|lines| proto::ExportChunk { lines })
+                    .map_err(to_status)
+            });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn import(
+        &self,
+        request: Request<Streaming<proto::ImportRequest>>,
+    ) -> Result<Response<proto::ImportResponse>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let lines = request.into_inner().map(|message| {
+            message.map(|m| m.lines).map_err(|status| {
+                Error::invalid(
+                    Reason::ImportMalformed,
+                    "lines",
+                    format!("the stream broke before its end: {}", status.message()),
+                )
+            })
+        });
+        let counts = self
+            .data
+            .import(&ctx, lines, chrono::Utc::now())
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::ImportResponse {
+            imported: counts.imported.into_iter().collect(),
+            unchanged: counts.unchanged.into_iter().collect(),
+            lines: counts.lines,
+        }))
+    }
+
     async fn forget_user(
         &self,
         request: Request<proto::ForgetUserRequest>,
@@ -69,6 +160,33 @@ impl<S: DataStore> DataService for DataApi<S> {
 mod tests {
     use super::*;
     use crate::error::Error;
+
+    #[test]
+    fn an_export_chooses_one_thing() {
+        let two = selection(proto::ExportRequest {
+            session_id: "s1".into(),
+            app: "bot".into(),
+            user: "alice".into(),
+            ..Default::default()
+        });
+        assert!(matches!(two, Err(Error::InvalidArgument { field, .. }) if field == "scope"));
+        let no_type = selection(proto::ExportRequest {
+            scope: "team".into(),
+            ..Default::default()
+        });
+        assert!(
+            matches!(no_type, Err(Error::InvalidArgument { field, .. }) if field == "scope_type")
+        );
+        let half_user = selection(proto::ExportRequest {
+            app: "bot".into(),
+            ..Default::default()
+        });
+        assert!(matches!(half_user, Err(Error::InvalidArgument { field, .. }) if field == "user"));
+        assert_eq!(
+            selection(proto::ExportRequest::default()).expect("tenant"),
+            Selection::Tenant
+        );
+    }
 
     #[test]
     fn every_field_is_checked() {

@@ -1,12 +1,20 @@
-//! A tenant's data as a whole: forgetting a user (`DataService.ForgetUser`).
+//! A tenant's data as a whole: forgetting a user (`DataService.ForgetUser`)
+//! and moving data between stores (`Export`, `Import`; see `transfer`).
 //!
 //! Forgetting crosses every part of the model (sessions, episodes,
 //! working memory, facts, execution-scoped memory), so it lives here and
 //! not in any one of them; the store does it in one transaction and leaves
 //! the audit skeleton in the same one.
 
+pub mod records;
+mod transfer;
+
+pub use transfer::{After, ExportPage, ImportCounts, Part, Selection};
+
 use std::collections::BTreeMap;
 use std::future::Future;
+
+use chrono::{DateTime, Utc};
 
 use sha2::{Digest, Sha256};
 
@@ -69,6 +77,42 @@ pub trait DataStore: Clone + Send + Sync + 'static {
         forget: &Forgetting,
         record: AuditRecord,
     ) -> impl Future<Output = Result<ForgetCounts>> + Send;
+
+    /// One page of a part of an export, in the part's order, starting
+    /// after `after`.
+    fn export_page(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection,
+        part: Part,
+        after: &After,
+    ) -> impl Future<Output = Result<ExportPage>> + Send;
+
+    /// Stages checked import lines (line number, canonical record JSON).
+    fn stage_import(
+        &self,
+        tenant: &Tenant,
+        import_id: &str,
+        lines: &[(i64, String)],
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Applies every staged line of an import in one transaction, in line
+    /// order, and removes them.
+    fn apply_import(
+        &self,
+        tenant: &Tenant,
+        import_id: &str,
+    ) -> impl Future<Output = Result<ImportCounts>> + Send;
+
+    /// Removes an import's staged lines, and any staged before
+    /// `stale_before` (imports that never finished).
+    fn discard_import(
+        &self,
+        tenant: &Tenant,
+        import_id: &str,
+        stale_before: DateTime<Utc>,
+    ) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// The data service over a store.

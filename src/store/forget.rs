@@ -9,23 +9,10 @@
 //! through their episodes' lineage, and everything through their sessions,
 //! so lineage goes before episodes and sessions go last.
 
-use super::memory::MemoryWrites;
-use super::sql::{Backend, Param, Run, Sql, params};
+use super::sql::{Param, Run, Sql, params};
 use crate::context::Tenant;
-use crate::data::{DataStore, ForgetCounts, Forgetting};
+use crate::data::{ForgetCounts, Forgetting};
 use crate::error::Result;
-use crate::memory::audit::AuditRecord;
-
-impl<B: Backend + MemoryWrites> DataStore for B {
-    async fn forget_user(
-        &self,
-        tenant: &Tenant,
-        forget: &Forgetting,
-        record: AuditRecord,
-    ) -> Result<ForgetCounts> {
-        self.forget_with_record(tenant, forget, record).await
-    }
-}
 
 /// The user's session ids, for `concat!`.
 macro_rules! user_sessions {

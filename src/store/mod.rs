@@ -22,6 +22,7 @@ mod search;
 mod sessions;
 mod sql;
 mod sqlite;
+mod transfer;
 mod working;
 
 pub use postgres::PgStore;

@@ -28,6 +28,7 @@ mod tail;
 mod telemetry;
 mod time_travel;
 mod tls;
+mod transfer;
 mod upgrade;
 mod watch;
 mod working_memory;

@@ -1,0 +1,541 @@
+//! The export format: JSON Lines, one [`Record`] per line, tagged by
+//! `kind`, after a [`Header`] naming the format and its version.
+//!
+//! A record holds what a store keeps about a thing, less what the
+//! importing store issues again (change-feed revisions, episode cursors)
+//! and what it recomputes (search vectors). Everything here is checked on
+//! import the way the API checks it ([`Record::check`]), so a file cannot
+//! put into a store what a client could not.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::consolidation::{Cadence, FactKind, NewRule, validate_rule};
+use crate::error::{Error, Reason, Result};
+use crate::memory::{Key, ScopeName, ScopeType};
+use crate::sessions::{EpisodeType, Id, Name};
+use crate::working::TaskStatus;
+
+/// The `format` of the header line.
+pub const FORMAT: &str = "engram.export";
+
+/// The format version this server writes and reads.
+pub const VERSION: u32 = 1;
+
+/// One line of an export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    Header(Header),
+    Execution(Execution),
+    MemoryVersion(MemoryVersion),
+    Session(Session),
+    Episode(Episode),
+    WorkingMemory(WorkingMemory),
+    Fact(Fact),
+    Rule(Rule),
+}
+
+/// The first line: what the file is and what it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    pub format: String,
+    pub version: u32,
+    /// The tenant exported (informational: an import writes into the
+    /// importer's tenant).
+    pub tenant: String,
+    /// What was exported: `tenant`, `scope TYPE/NAME`, `session ID` or
+    /// `user APP/USER`.
+    pub selection: String,
+    pub export_time: DateTime<Utc>,
+}
+
+/// An execution's flow, as the registry keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Execution {
+    pub execution_id: String,
+    pub flow_id: String,
+    pub flow_name: String,
+    pub create_time: DateTime<Utc>,
+}
+
+/// One version of a memory key: a value, or a tombstone (`value` null).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryVersion {
+    /// `namespace`, `flow` or `execution`.
+    pub scope_type: String,
+    pub scope: String,
+    pub key: String,
+    pub version: i64,
+    /// Null on a tombstone (and when the value is JSON null).
+    pub value: Value,
+    pub deleted: bool,
+    #[serde(default)]
+    pub execution_id: String,
+    #[serde(default)]
+    pub flow_id: String,
+    #[serde(default)]
+    pub flow_name: String,
+    pub create_time: DateTime<Utc>,
+}
+
+/// A session with its counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Session {
+    pub id: String,
+    pub app: String,
+    pub user: String,
+    pub metadata: Value,
+    pub create_time: DateTime<Utc>,
+    pub update_time: DateTime<Utc>,
+    pub end_time: Option<DateTime<Utc>>,
+    pub last_seq: i64,
+    pub episode_count: i64,
+    pub episodes_evicted: i64,
+}
+
+/// An episode of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Episode {
+    pub session_id: String,
+    pub seq: i64,
+    pub id: String,
+    pub app: String,
+    pub user: String,
+    pub agent: String,
+    #[serde(rename = "type")]
+    pub episode_type: String,
+    pub content: Value,
+    pub metadata: Value,
+    #[serde(default)]
+    pub source_node: String,
+    pub timestamp: DateTime<Utc>,
+    pub create_time: DateTime<Utc>,
+    /// The fingerprint of the append that wrote it (hex), so a retried
+    /// append is still recognised after the import.
+    pub fingerprint: String,
+}
+
+/// A session's working memory: goal, tasks and cached files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkingMemory {
+    pub session_id: String,
+    pub goal: String,
+    /// The number of the last task id handed out.
+    pub next_task: i64,
+    pub update_time: DateTime<Utc>,
+    pub tasks: Vec<Task>,
+    pub cache: Vec<Cached>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    pub number: i64,
+    pub subject: String,
+    pub description: String,
+    /// `pending`, `in_progress`, `completed` or `blocked`.
+    pub status: String,
+    pub create_time: DateTime<Utc>,
+    pub update_time: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cached {
+    pub path: String,
+    pub content: String,
+    pub bytes: i64,
+    pub update_time: DateTime<Utc>,
+}
+
+/// A fact with every version and its lineage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fact {
+    pub id: String,
+    pub app: String,
+    /// Empty for an app-wide fact.
+    pub user: String,
+    /// `semantic` or `procedural`.
+    pub fact_kind: String,
+    pub subject: String,
+    pub predicate: String,
+    pub version: i64,
+    pub deleted: bool,
+    pub create_time: DateTime<Utc>,
+    pub update_time: DateTime<Utc>,
+    /// Oldest first; the last is `version`.
+    pub versions: Vec<FactVersion>,
+    /// The ids of the episodes it was derived from, sorted.
+    pub sources: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactVersion {
+    pub version: i64,
+    pub deleted: bool,
+    pub subject: String,
+    pub predicate: String,
+    pub object: String,
+    pub content: Value,
+    pub confidence: f64,
+    /// `remember` or the id of the rule that wrote it.
+    pub source: String,
+    pub source_episode_ids: Value,
+    pub channels: Value,
+    pub create_time: DateTime<Utc>,
+}
+
+/// A consolidation rule with its progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub id: String,
+    pub filter: String,
+    pub every_n_episodes: Option<i64>,
+    pub cron: Option<String>,
+    pub then_emits: Vec<String>,
+    /// `semantic` or `procedural`.
+    pub fact_kind: String,
+    pub confidence: f64,
+    pub enabled: bool,
+    /// The newest episode the rule has read past (its watermark), by id;
+    /// none when it has read nothing that still exists.
+    pub watermark_episode: Option<String>,
+    pub episodes_promoted: i64,
+    pub create_time: DateTime<Utc>,
+    pub last_run_time: Option<DateTime<Utc>>,
+}
+
+impl Record {
+    /// The record's kind, as the `kind` field and the import counts name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Header(_) => "header",
+            Record::Execution(_) => "execution",
+            Record::MemoryVersion(_) => "memory_version",
+            Record::Session(_) => "session",
+            Record::Episode(_) => "episode",
+            Record::WorkingMemory(_) => "working_memory",
+            Record::Fact(_) => "fact",
+            Record::Rule(_) => "rule",
+        }
+    }
+
+    /// Checks every field the way the API checks a request's, naming the
+    /// field in the error.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            Record::Header(header) => header.check(),
+            Record::Execution(e) => {
+                ScopeName::parse("execution_id", e.execution_id.as_str())?;
+                optional_scope_name("flow_id", &e.flow_id)?;
+                optional_scope_name("flow_name", &e.flow_name)
+            }
+            Record::MemoryVersion(v) => v.check(),
+            Record::Session(s) => {
+                Id::parse("id", s.id.as_str())?;
+                Name::parse("app", s.app.as_str())?;
+                Name::parse("user", s.user.as_str())?;
+                object("metadata", &s.metadata)?;
+                counts(&[
+                    ("last_seq", s.last_seq),
+                    ("episode_count", s.episode_count),
+                    ("episodes_evicted", s.episodes_evicted),
+                ])
+            }
+            Record::Episode(e) => {
+                Id::parse("session_id", e.session_id.as_str())?;
+                Id::parse("id", e.id.as_str())?;
+                Name::parse("app", e.app.as_str())?;
+                Name::parse("user", e.user.as_str())?;
+                Name::parse("agent", e.agent.as_str())?;
+                EpisodeType::parse("type", e.episode_type.as_str())?;
+                object("metadata", &e.metadata)?;
+                hex("fingerprint", &e.fingerprint)?;
+                positive("seq", e.seq)
+            }
+            Record::WorkingMemory(w) => {
+                Id::parse("session_id", w.session_id.as_str())?;
+                counts(&[("next_task", w.next_task)])?;
+                for (n, task) in w.tasks.iter().enumerate() {
+                    positive(&format!("tasks[{n}].number"), task.number)?;
+                    task_status(&format!("tasks[{n}].status"), &task.status)?;
+                }
+                for (n, cached) in w.cache.iter().enumerate() {
+                    if cached.path.is_empty() {
+                        return Err(invalid(&format!("cache[{n}].path"), "must not be empty"));
+                    }
+                }
+                Ok(())
+            }
+            Record::Fact(f) => f.check(),
+            Record::Rule(r) => {
+                let cadence = match (r.every_n_episodes, &r.cron) {
+                    (Some(n), None) => Cadence::EveryNEpisodes(n),
+                    (None, Some(cron)) => Cadence::Cron(cron.clone()),
+                    _ => {
+                        return Err(invalid(
+                            "every_n_episodes",
+                            "exactly one of every_n_episodes and cron is set",
+                        ));
+                    }
+                };
+                validate_rule(
+                    NewRule {
+                        id: r.id.clone(),
+                        filter: r.filter.clone(),
+                        cadence: Some(cadence),
+                        then_emits: r.then_emits.clone(),
+                        kind: Some(fact_kind("fact_kind", &r.fact_kind)?),
+                        confidence: r.confidence,
+                        enabled: r.enabled,
+                    },
+                    r.create_time,
+                )?;
+                if let Some(id) = &r.watermark_episode {
+                    Id::parse("watermark_episode", id.as_str())?;
+                }
+                counts(&[("episodes_promoted", r.episodes_promoted)])
+            }
+        }
+    }
+}
+
+impl Header {
+    pub fn new(tenant: &str, selection: String, export_time: DateTime<Utc>) -> Self {
+        Header {
+            format: FORMAT.to_owned(),
+            version: VERSION,
+            tenant: tenant.to_owned(),
+            selection,
+            export_time,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.format != FORMAT {
+            return Err(invalid(
+                "format",
+                format!("must be {FORMAT:?}, got {:?}", self.format),
+            ));
+        }
+        if self.version != VERSION {
+            return Err(invalid(
+                "version",
+                format!(
+                    "this server reads version {VERSION} of the format, got {}",
+                    self.version
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl MemoryVersion {
+    /// The scope type named in the record.
+    pub fn scope_type(&self) -> Result<ScopeType> {
+        [ScopeType::Namespace, ScopeType::Flow, ScopeType::Execution]
+            .into_iter()
+            .find(|t| t.as_str() == self.scope_type)
+            .ok_or_else(|| {
+                invalid(
+                    "scope_type",
+                    format!(
+                        "must be namespace, flow or execution, got {:?}",
+                        self.scope_type
+                    ),
+                )
+            })
+    }
+
+    fn check(&self) -> Result<()> {
+        self.scope_type()?;
+        ScopeName::parse("scope", self.scope.as_str())?;
+        // Reserved keys (`_compaction/…`, the audit trail) are exported
+        // and imported like any other.
+        Key::parse("key", self.key.as_str())?;
+        positive("version", self.version)?;
+        if self.deleted && !self.value.is_null() {
+            return Err(invalid("value", "a tombstone (deleted) has no value"));
+        }
+        optional_scope_name("execution_id", &self.execution_id)?;
+        optional_scope_name("flow_id", &self.flow_id)?;
+        optional_scope_name("flow_name", &self.flow_name)
+    }
+}
+
+impl Fact {
+    fn check(&self) -> Result<()> {
+        Id::parse("id", self.id.as_str())?;
+        Name::parse("app", self.app.as_str())?;
+        if !self.user.is_empty() {
+            Name::parse("user", self.user.as_str())?;
+        }
+        fact_kind("fact_kind", &self.fact_kind)?;
+        positive("version", self.version)?;
+        if self.versions.last().map(|v| v.version) != Some(self.version) {
+            return Err(invalid(
+                "versions",
+                "must end with the fact's current version",
+            ));
+        }
+        for (n, pair) in self.versions.windows(2).enumerate() {
+            if pair[1].version <= pair[0].version {
+                return Err(invalid(
+                    &format!("versions[{}].version", n + 1),
+                    "versions must ascend",
+                ));
+            }
+        }
+        for (n, version) in self.versions.iter().enumerate() {
+            positive(&format!("versions[{n}].version"), version.version)?;
+            if !version.source_episode_ids.is_array() {
+                return Err(invalid(
+                    &format!("versions[{n}].source_episode_ids"),
+                    "must be an array",
+                ));
+            }
+        }
+        for (n, id) in self.sources.iter().enumerate() {
+            Id::parse(&format!("sources[{n}]"), id.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+/// The stored number of a fact kind's name.
+pub fn fact_kind(field: &str, name: &str) -> Result<FactKind> {
+    match name {
+        "semantic" => Ok(FactKind::Semantic),
+        "procedural" => Ok(FactKind::Procedural),
+        other => Err(invalid(
+            field,
+            format!("must be semantic or procedural, got {other:?}"),
+        )),
+    }
+}
+
+/// The export name of a stored fact kind.
+pub fn fact_kind_name(kind: FactKind) -> &'static str {
+    match kind {
+        FactKind::Semantic => "semantic",
+        FactKind::Procedural => "procedural",
+    }
+}
+
+/// A task status by its export name.
+pub fn task_status(field: &str, name: &str) -> Result<TaskStatus> {
+    TaskStatus::parse(field, name)
+}
+
+fn optional_scope_name(field: &str, text: &str) -> Result<()> {
+    if !text.is_empty() {
+        ScopeName::parse(field, text)?;
+    }
+    Ok(())
+}
+
+fn object(field: &str, value: &Value) -> Result<()> {
+    if value.is_object() {
+        Ok(())
+    } else {
+        Err(invalid(field, "must be a JSON object"))
+    }
+}
+
+fn hex(field: &str, text: &str) -> Result<()> {
+    if text.len().is_multiple_of(2) && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(invalid(field, "must be hexadecimal"))
+    }
+}
+
+fn positive(field: &str, n: i64) -> Result<()> {
+    if n >= 1 {
+        Ok(())
+    } else {
+        Err(invalid(field, format!("must be at least 1, got {n}")))
+    }
+}
+
+fn counts(fields: &[(&str, i64)]) -> Result<()> {
+    match fields.iter().find(|(_, n)| *n < 0) {
+        Some((field, n)) => Err(invalid(field, format!("must not be negative, got {n}"))),
+        None => Ok(()),
+    }
+}
+
+fn invalid(field: &str, description: impl Into<String>) -> Error {
+    Error::invalid(Reason::InvalidArgument, field, description)
+}
+
+/// Decodes the hex of a fingerprint checked by [`Record::check`].
+pub fn unhex(text: &str) -> Vec<u8> {
+    text.as_bytes()
+        .chunks(2)
+        .filter_map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+        })
+        .collect()
+}
+
+/// The hex of a fingerprint.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_their_line() {
+        let line = r#"{"kind":"memory_version","scope_type":"namespace","scope":"team","key":"a/b","version":2,"value":{"x":[1,"y"]},"deleted":false,"create_time":"2026-11-23T10:00:00.123456Z"}"#;
+        let record: Record = serde_json::from_str(line).expect("parses");
+        record.check().expect("valid");
+        assert_eq!(record.kind(), "memory_version");
+        let again: Record = serde_json::from_str(&serde_json::to_string(&record).expect("encodes"))
+            .expect("parses");
+        assert_eq!(again, record);
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_refused_by_name() {
+        let extra = r#"{"kind":"execution","execution_id":"r1","flow_id":"","flow_name":"","create_time":"2026-11-23T10:00:00Z","colour":"red"}"#;
+        let err = serde_json::from_str::<Record>(extra).expect_err("unknown field");
+        assert!(err.to_string().contains("colour"), "{err}");
+
+        let tombstone_with_value = r#"{"kind":"memory_version","scope_type":"namespace","scope":"team","key":"a","version":1,"value":1,"deleted":true,"create_time":"2026-11-23T10:00:00Z"}"#;
+        let record: Record = serde_json::from_str(tombstone_with_value).expect("parses");
+        assert!(
+            matches!(record.check(), Err(Error::InvalidArgument { field, .. }) if field == "value")
+        );
+
+        let bad_scope = r#"{"kind":"memory_version","scope_type":"galaxy","scope":"team","key":"a","version":1,"value":1,"deleted":false,"create_time":"2026-11-23T10:00:00Z"}"#;
+        let record: Record = serde_json::from_str(bad_scope).expect("parses");
+        assert!(
+            matches!(record.check(), Err(Error::InvalidArgument { field, .. }) if field == "scope_type")
+        );
+    }
+
+    #[test]
+    fn fingerprints_survive_hex() {
+        let bytes = [0u8, 1, 127, 128, 255];
+        assert_eq!(unhex(&to_hex(&bytes)), bytes);
+        assert!(hex("f", "0g").is_err());
+    }
+}

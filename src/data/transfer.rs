@@ -1,0 +1,338 @@
+//! Export and import: what a selection covers, the order of an export's
+//! parts, and the import's checking, staging and all-or-nothing apply.
+//!
+//! An export is pulled page by page as the client reads, so a slow reader
+//! holds one page of server memory, not the tenant. An import checks each
+//! line as it arrives and stages it; only when the stream has ended does
+//! the store apply the staged lines, in one transaction (see the store's
+//! `transfer.rs`), so a stream that breaks, a malformed line or a conflict
+//! leaves nothing visible.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use futures::{Stream, StreamExt};
+
+use super::records::{Header, Record};
+use super::{Data, DataStore};
+use crate::context::CallerContext;
+use crate::error::{Error, Reason, Result};
+use crate::memory::Scope;
+use crate::sessions::{Id, Name};
+
+/// What an export covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Everything of the caller's tenant.
+    Tenant,
+    /// One memory scope.
+    Scope(Scope),
+    /// A session, its episodes and working memory, and the execution scope
+    /// named by its id.
+    Session(Id),
+    /// An app's user: their sessions (as [`Selection::Session`]) and the
+    /// facts they own.
+    User { app: Name, user: Name },
+}
+
+/// The parts of an export, in the order they are written, which is an
+/// order an import can apply them in (sessions before their episodes,
+/// episodes before the rules whose watermarks name them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Executions,
+    Memory,
+    Sessions,
+    Episodes,
+    Working,
+    Facts,
+    Rules,
+}
+
+/// Where the next page of a part starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum After {
+    Start,
+    /// After this id (executions, sessions, working memory, facts, rules).
+    Id(String),
+    /// After this memory version.
+    Key {
+        scope_type: i16,
+        scope: String,
+        key: String,
+        version: i64,
+    },
+    /// After this episode cursor.
+    Cursor(i64),
+}
+
+/// A page of a part, and where the next starts (none after the last).
+#[derive(Debug, Clone)]
+pub struct ExportPage {
+    pub records: Vec<crate::data::records::Record>,
+    pub next: Option<After>,
+}
+
+/// What an import wrote and found in place, by record kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportCounts {
+    pub imported: BTreeMap<String, i64>,
+    pub unchanged: BTreeMap<String, i64>,
+    /// Lines read, header and blank lines included.
+    pub lines: i64,
+}
+
+/// How long a never-finished import's staged lines are kept.
+const STALE_AFTER: Duration = Duration::days(1);
+
+impl Selection {
+    /// The parts the selection covers, in export order.
+    pub fn parts(&self) -> &'static [Part] {
+        use Part::*;
+        match self {
+            Selection::Tenant => &[
+                Executions, Memory, Sessions, Episodes, Working, Facts, Rules,
+            ],
+            Selection::Scope(_) => &[Executions, Memory],
+            Selection::Session(_) => &[Executions, Memory, Sessions, Episodes, Working],
+            Selection::User { .. } => &[Executions, Memory, Sessions, Episodes, Working, Facts],
+        }
+    }
+
+    /// The header's `selection`.
+    pub fn describe(&self) -> String {
+        match self {
+            Selection::Tenant => "tenant".to_owned(),
+            Selection::Scope(scope) => {
+                format!(
+                    "scope {}/{}",
+                    scope.scope_type.as_str(),
+                    scope.name.as_str()
+                )
+            }
+            Selection::Session(id) => format!("session {id}"),
+            Selection::User { app, user } => format!("user {app}/{user}"),
+        }
+    }
+}
+
+/// Where an export stream is.
+enum Position {
+    Header,
+    Part(usize, After),
+}
+
+impl<S: DataStore> Data<S> {
+    /// The export as a stream of chunks of lines, the header first.
+    pub fn export(
+        &self,
+        ctx: &CallerContext,
+        selection: Selection,
+        now: DateTime<Utc>,
+    ) -> impl Stream<Item = Result<Vec<String>>> + Send + 'static {
+        let store = self.store.clone();
+        let tenant = ctx.tenant.clone();
+        futures::stream::try_unfold(Some(Position::Header), move |position| {
+            let store = store.clone();
+            let tenant = tenant.clone();
+            let selection = selection.clone();
+            async move {
+                let (mut at, mut after) = match position {
+                    None => return Ok(None),
+                    Some(Position::Header) => {
+                        let header = Header::new(tenant.as_str(), selection.describe(), now);
+                        let line = encode(&Record::Header(header))?;
+                        return Ok(Some((vec![line], Some(Position::Part(0, After::Start)))));
+                    }
+                    Some(Position::Part(at, after)) => (at, after),
+                };
+                // Skips empty parts, so every chunk sent carries lines.
+                while let Some(&part) = selection.parts().get(at) {
+                    let page = store.export_page(&tenant, &selection, part, &after).await?;
+                    let lines = page
+                        .records
+                        .iter()
+                        .map(encode)
+                        .collect::<Result<Vec<_>>>()?;
+                    let next = match page.next {
+                        Some(next) => Position::Part(at, next),
+                        None => Position::Part(at + 1, After::Start),
+                    };
+                    if !lines.is_empty() {
+                        return Ok(Some((lines, Some(next))));
+                    }
+                    (at, after) = match next {
+                        Position::Part(at, after) => (at, after),
+                        Position::Header => unreachable!("an export never returns to its header"),
+                    };
+                }
+                Ok(None)
+            }
+        })
+    }
+
+    /// Imports the lines of an export into the caller's tenant: checks and
+    /// stages them as they arrive, then applies them all in one
+    /// transaction. On any error nothing is imported and the staged lines
+    /// are removed.
+    pub async fn import(
+        &self,
+        ctx: &CallerContext,
+        lines: impl Stream<Item = Result<Vec<String>>> + Send,
+        now: DateTime<Utc>,
+    ) -> Result<ImportCounts> {
+        let import_id = Id::generate();
+        let outcome = self
+            .stage_and_apply(ctx, import_id.as_str(), lines, now)
+            .await;
+        if outcome.is_err() {
+            // Best effort: what is left is removed by a later import.
+            let stale = now - STALE_AFTER;
+            if let Err(err) = self
+                .store
+                .discard_import(&ctx.tenant, import_id.as_str(), stale)
+                .await
+            {
+                tracing::warn!(error = %err, "could not discard a failed import's staged lines");
+            }
+        }
+        outcome
+    }
+
+    async fn stage_and_apply(
+        &self,
+        ctx: &CallerContext,
+        import_id: &str,
+        lines: impl Stream<Item = Result<Vec<String>>> + Send,
+        now: DateTime<Utc>,
+    ) -> Result<ImportCounts> {
+        self.store
+            .discard_import(&ctx.tenant, import_id, now - STALE_AFTER)
+            .await?;
+        let mut lines = std::pin::pin!(lines);
+        let mut number = 0i64;
+        let mut header = false;
+        while let Some(chunk) = lines.next().await {
+            let mut staged = Vec::new();
+            for text in chunk? {
+                number += 1;
+                if text.trim().is_empty() {
+                    continue;
+                }
+                let record = parse_line(number, &text)?;
+                let is_header = matches!(record, Record::Header(_));
+                if is_header == header {
+                    let why = if header {
+                        "a second header: import one export at a time"
+                    } else {
+                        "the first line must be the export's header"
+                    };
+                    return Err(malformed(number, "kind", why));
+                }
+                header = true;
+                staged.push((number, encode(&record)?));
+            }
+            if !staged.is_empty() {
+                self.store
+                    .stage_import(&ctx.tenant, import_id, &staged, now)
+                    .await?;
+            }
+        }
+        if !header {
+            return Err(malformed(
+                number.max(1),
+                "kind",
+                "the file is empty: an export starts with its header line",
+            ));
+        }
+        let mut counts = self.store.apply_import(&ctx.tenant, import_id).await?;
+        counts.lines = number;
+        Ok(counts)
+    }
+}
+
+fn encode(record: &Record) -> Result<String> {
+    serde_json::to_string(record).map_err(Error::internal)
+}
+
+/// Parses and checks one line, naming the line (and the field) in the
+/// error.
+pub fn parse_line(number: i64, text: &str) -> Result<Record> {
+    let record: Record = serde_json::from_str(text).map_err(|err| {
+        let message = err.to_string();
+        // serde_json ends its message with the position in the text, which
+        // is always line 1 here: keep the column only.
+        let message = message
+            .rsplit_once(" at line ")
+            .map_or(message.as_str(), |(message, _)| message);
+        malformed(
+            number,
+            "",
+            format!("{message} (at column {})", err.column()),
+        )
+    })?;
+    record.check().map_err(|err| match err {
+        Error::InvalidArgument {
+            field, description, ..
+        } => malformed(number, &field, description),
+        other => other,
+    })?;
+    Ok(record)
+}
+
+fn malformed(number: i64, field: &str, description: impl Into<String>) -> Error {
+    let field = if field.is_empty() {
+        format!("line {number}")
+    } else {
+        format!("line {number}.{field}")
+    };
+    Error::invalid(Reason::ImportMalformed, field, description)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_line_is_named_with_its_column_or_field() {
+        let err = parse_line(7, r#"{"kind":"session","id":"#).expect_err("truncated");
+        match err {
+            Error::InvalidArgument {
+                reason,
+                field,
+                description,
+            } => {
+                assert_eq!(reason, Reason::ImportMalformed);
+                assert_eq!(field, "line 7");
+                assert!(description.contains("column"), "{description}");
+                assert!(!description.contains("line 1"), "{description}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = parse_line(
+            3,
+            r#"{"kind":"execution","execution_id":"has space","flow_id":"","flow_name":"","create_time":"2026-11-23T00:00:00Z"}"#,
+        )
+        .expect_err("bad id");
+        assert!(
+            matches!(err, Error::InvalidArgument { field, .. } if field == "line 3.execution_id")
+        );
+        let err = parse_line(4, r#"{"kind":"comet"}"#).expect_err("unknown kind");
+        assert!(matches!(err, Error::InvalidArgument { field, .. } if field == "line 4"));
+    }
+
+    #[test]
+    fn every_selection_exports_parts_in_an_order_an_import_can_apply() {
+        for selection in [
+            Selection::Tenant,
+            Selection::Session(Id::parse("id", "s").expect("id")),
+        ] {
+            let parts = selection.parts();
+            let at = |part| parts.iter().position(|p| *p == part);
+            assert!(at(Part::Sessions) < at(Part::Episodes));
+            assert!(at(Part::Episodes) < at(Part::Working));
+        }
+        let all = Selection::Tenant.parts();
+        assert_eq!(all.last(), Some(&Part::Rules));
+    }
+}

@@ -1,0 +1,621 @@
+//! `DataService.Export` and `Import`: a data set with every kind of record
+//! goes from one store to the other and back with identical exports (but
+//! for the header); importing a file again changes nothing; a malformed
+//! line, a conflict or a stream broken halfway imports nothing; imports
+//! go into the importer's tenant and need an admin; a selection exports
+//! only what it names.
+
+use engram::api::convert::json_to_proto;
+use engram::auth::hash_token;
+use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+use engram::proto::data_service_client::DataServiceClient;
+use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
+use engram::proto::{
+    AppendEpisodeRequest, CacheContentRequest, CreateRuleRequest, CreateTaskRequest, DeleteRequest,
+    EndSessionRequest, ExportRequest, GetRequest, GetSessionRequest, ImportRequest, ImportResponse,
+    PurgeRequest, RememberRequest, RunRuleRequest, ScopeType, SetGoalRequest, SetRequest,
+    TailEpisodesRequest, WatchRequest,
+};
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::consolidation::{episode, rule};
+use crate::helpers::{Backend, Metadata, TestServer, bad_fields, reason};
+use crate::on_both_stores;
+
+const NAMESPACE: i32 = ScopeType::Namespace as i32;
+const EXECUTION: i32 = ScopeType::Execution as i32;
+
+/// Writes a data set with every kind of record an export holds.
+async fn seed(server: &TestServer) {
+    let mut memory = server.memory();
+    let set = |key: &str, value: Value| SetRequest {
+        scope_type: NAMESPACE,
+        scope: "team".into(),
+        key: key.into(),
+        value: Some(json_to_proto(&value)),
+        ..SetRequest::default()
+    };
+    for (key, value) in [
+        ("style", json!({"tone": "dry", "max": 1.5})),
+        ("style", json!({"tone": "warm", "tags": ["a", "b"]})),
+        ("deploy", json!("blue/green on src/auth/validate.ts")),
+        ("deploy", json!(null)),
+        ("deploy", json!(42)),
+    ] {
+        memory.set(set(key, value)).await.expect("set");
+    }
+    memory
+        .delete(DeleteRequest {
+            scope_type: NAMESPACE,
+            scope: "team".into(),
+            key: "style".into(),
+            ..DeleteRequest::default()
+        })
+        .await
+        .expect("delete");
+    // Versions 1 of each key go, and the purge leaves an audit record.
+    MemoryAdminServiceClient::new(server.channel.clone())
+        .purge(PurgeRequest {
+            scope_type: NAMESPACE,
+            scope: "team".into(),
+            key: "deploy".into(),
+            keep: Some(2),
+            dry_run: false,
+        })
+        .await
+        .expect("purge");
+    server
+        .memory_as(&[
+            ("engram-execution-id", "run-1"),
+            ("engram-flow-id", "flow-a"),
+            ("engram-flow-name", "nightly"),
+        ])
+        .set(SetRequest {
+            scope_type: EXECUTION,
+            scope: "run-1".into(),
+            key: "plan".into(),
+            value: Some(json_to_proto(&json!({"step": 1}))),
+            ..SetRequest::default()
+        })
+        .await
+        .expect("set in a run");
+
+    let mut episodes = server.episodes();
+    for (session, user, id, text) in [
+        ("s1", "alice", "e1", "alice deploys on fridays"),
+        ("s1", "alice", "e2", "alice prefers dry humour"),
+        ("s2", "bob", "e3", "bob reviews the plan"),
+    ] {
+        let mut new = episode(id, "observation", json!({"learn": true}));
+        new.content = Some(json_to_proto(&json!({"text": text})));
+        episodes
+            .append_episode(AppendEpisodeRequest {
+                session_id: session.into(),
+                app: "bot".into(),
+                user: user.into(),
+                episode: Some(new),
+            })
+            .await
+            .expect("append");
+    }
+    server
+        .sessions()
+        .end_session(EndSessionRequest {
+            session_id: "s2".into(),
+            ..EndSessionRequest::default()
+        })
+        .await
+        .expect("end");
+
+    let mut working = WorkingMemoryServiceClient::new(server.channel.clone());
+    working
+        .set_goal(SetGoalRequest {
+            session_id: "s1".into(),
+            goal: "ship the release".into(),
+            ..SetGoalRequest::default()
+        })
+        .await
+        .expect("goal");
+    working
+        .create_task(CreateTaskRequest {
+            session_id: "s1".into(),
+            subject: "write notes".into(),
+            ..CreateTaskRequest::default()
+        })
+        .await
+        .expect("task");
+    working
+        .cache_content(CacheContentRequest {
+            session_id: "s1".into(),
+            path: "notes.md".into(),
+            content: "# notes\nship it".into(),
+            ..CacheContentRequest::default()
+        })
+        .await
+        .expect("cache");
+    working
+        .remember(RememberRequest {
+            session_id: "s1".into(),
+            content: "alice prefers dry humour".into(),
+            ..RememberRequest::default()
+        })
+        .await
+        .expect("remember");
+
+    let mut rules = ConsolidationServiceClient::new(server.channel.clone());
+    rules
+        .create_rule(CreateRuleRequest {
+            rule: Some(rule("learn", "metadata.learn:*", true)),
+        })
+        .await
+        .expect("rule");
+    rules
+        .run_rule(RunRuleRequest {
+            rule_id: "learn".into(),
+            dry_run: false,
+            max_episodes: 0,
+        })
+        .await
+        .expect("run");
+}
+
+async fn export(channel: &Channel, request: ExportRequest) -> Vec<String> {
+    let mut stream = DataServiceClient::new(channel.clone())
+        .export(request)
+        .await
+        .expect("export")
+        .into_inner();
+    let mut lines = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        lines.extend(chunk.expect("chunk").lines);
+    }
+    lines
+}
+
+/// The records of an export, without the header (which names the tenant
+/// and the time).
+fn records(lines: &[String]) -> Vec<Value> {
+    let header: Value = serde_json::from_str(&lines[0]).expect("header");
+    assert_eq!(header["kind"], "header");
+    assert_eq!(header["format"], "engram.export");
+    assert_eq!(header["version"], 1);
+    lines[1..]
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+type Authed = InterceptedService<Channel, Metadata>;
+
+async fn import(channel: &Channel, lines: &[String]) -> Result<ImportResponse, tonic::Status> {
+    let client = DataServiceClient::with_interceptor(channel.clone(), Metadata::new(&[]));
+    import_with(client, lines).await
+}
+
+async fn import_with(
+    mut client: DataServiceClient<Authed>,
+    lines: &[String],
+) -> Result<ImportResponse, tonic::Status> {
+    // Several messages, so staging runs more than once.
+    let chunks: Vec<ImportRequest> = lines
+        .chunks(4)
+        .map(|chunk| ImportRequest {
+            lines: chunk.to_vec(),
+        })
+        .collect();
+    client
+        .import(tokio_stream::iter(chunks))
+        .await
+        .map(|r| r.into_inner())
+}
+
+fn kinds(records: &[Value]) -> Vec<&str> {
+    let mut kinds: Vec<&str> = records.iter().filter_map(|r| r["kind"].as_str()).collect();
+    kinds.dedup();
+    kinds
+}
+
+fn the_other(backend: Backend) -> Backend {
+    match backend {
+        Backend::Sqlite => Backend::Postgres,
+        Backend::Postgres => Backend::Sqlite,
+    }
+}
+
+/// From this store to the other and back: every export equal.
+async fn round_trip_across_stores(backend: Backend) {
+    let source = TestServer::spawn(backend).await;
+    seed(&source).await;
+    let original = export(&source.channel, ExportRequest::default()).await;
+    let exported = records(&original);
+    assert_eq!(
+        kinds(&exported),
+        [
+            "execution",
+            "memory_version",
+            "session",
+            "episode",
+            "working_memory",
+            "fact",
+            "rule"
+        ]
+    );
+    // What the data set was written to hold.
+    let deploy: Vec<&Value> = exported
+        .iter()
+        .filter(|r| r["kind"] == "memory_version" && r["key"] == "deploy")
+        .collect();
+    assert_eq!(
+        deploy
+            .iter()
+            .map(|r| r["version"].as_i64())
+            .collect::<Vec<_>>(),
+        [Some(2), Some(3)],
+        "version 1 was purged"
+    );
+    assert!(
+        exported
+            .iter()
+            .any(|r| r["kind"] == "memory_version" && r["key"] == "style" && r["deleted"] == true),
+        "the tombstone is exported"
+    );
+    assert!(
+        exported.iter().any(|r| r["kind"] == "memory_version"
+            && r["key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("_compaction/"))),
+        "the purge's audit record is exported"
+    );
+    let run = exported
+        .iter()
+        .find(|r| r["kind"] == "memory_version" && r["scope"] == "run-1")
+        .expect("the run's memory");
+    assert_eq!(
+        (&run["flow_id"], &run["flow_name"]),
+        (&json!("flow-a"), &json!("nightly"))
+    );
+    let learn = exported
+        .iter()
+        .find(|r| r["kind"] == "rule")
+        .expect("the rule");
+    assert_eq!(learn["watermark_episode"], "e3");
+    assert_eq!(learn["episodes_promoted"], 3);
+
+    let target = TestServer::spawn(the_other(backend)).await;
+    let imported = import(&target.channel, &original).await.expect("import");
+    assert_eq!(imported.lines, original.len() as i64);
+    assert_eq!(imported.imported["memory_version"], 7);
+    assert_eq!(imported.imported["episode"], 3);
+    assert!(imported.unchanged.is_empty(), "{:?}", imported.unchanged);
+    let moved = export(&target.channel, ExportRequest::default()).await;
+    assert_eq!(
+        records(&moved),
+        exported,
+        "the other store exports the same"
+    );
+
+    // The imported data is live: reads, the tail and the change feed see it.
+    let got = target
+        .memory()
+        .get(GetRequest {
+            scope_type: NAMESPACE,
+            scope: "team".into(),
+            key: "deploy".into(),
+            ..GetRequest::default()
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .entry
+        .expect("entry");
+    assert_eq!(got.version, 3);
+    let mut tail = target
+        .episodes()
+        .tail_episodes(TailEpisodesRequest {
+            session_id: "s1".into(),
+            cursor: Some(0),
+            ..TailEpisodesRequest::default()
+        })
+        .await
+        .expect("tail")
+        .into_inner();
+    let first = tail.next().await.expect("an episode").expect("ok");
+    assert_eq!(first.episode.map(|e| e.id), Some("e1".to_owned()));
+    let mut watch = target
+        .memory()
+        .watch(WatchRequest {
+            scope_type: NAMESPACE,
+            scope: "team".into(),
+            from_revision: Some(0),
+            ..WatchRequest::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let change = watch.next().await.expect("a change").expect("ok");
+    // Revisions are issued in the file's order.
+    let first_in_team = exported
+        .iter()
+        .find(|r| r["kind"] == "memory_version" && r["scope"] == "team")
+        .expect("team");
+    assert!(change.revision > 0);
+    assert_eq!(json!(change.key), first_in_team["key"]);
+
+    // Importing again changes nothing.
+    let again = import(&target.channel, &original)
+        .await
+        .expect("import again");
+    assert!(again.imported.is_empty(), "{:?}", again.imported);
+    assert_eq!(again.unchanged["memory_version"], 7);
+    assert_eq!(
+        records(&export(&target.channel, ExportRequest::default()).await),
+        exported
+    );
+
+    // And back into a fresh store of the first kind.
+    let back = TestServer::spawn(backend).await;
+    import(&back.channel, &moved).await.expect("import back");
+    assert_eq!(
+        records(&export(&back.channel, ExportRequest::default()).await),
+        exported
+    );
+}
+
+/// A malformed line, a conflict or a broken stream imports nothing.
+async fn a_failed_import_leaves_nothing(backend: Backend) {
+    let source = TestServer::spawn(backend).await;
+    seed(&source).await;
+    let lines = export(&source.channel, ExportRequest::default()).await;
+    let target = TestServer::spawn(backend).await;
+    let session_exists = |id: &'static str| {
+        let mut sessions = target.sessions();
+        async move {
+            match sessions
+                .get_session(GetSessionRequest {
+                    session_id: id.into(),
+                    ..GetSessionRequest::default()
+                })
+                .await
+            {
+                Ok(_) => true,
+                Err(err) if err.code() == Code::NotFound => false,
+                Err(err) => panic!("get session: {err}"),
+            }
+        }
+    };
+
+    // A malformed line near the end: named, and nothing is imported.
+    let mut broken = lines.clone();
+    let at = broken.len() - 1;
+    broken[at] = broken[at].replace("\"kind\":\"rule\"", "\"kind\":\"rule\",\"colour\":1");
+    let err = import(&target.channel, &broken)
+        .await
+        .expect_err("malformed");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::InvalidArgument, "IMPORT_MALFORMED".into())
+    );
+    assert_eq!(bad_fields(&err), [format!("line {}", at + 1)]);
+    assert!(err.message().contains("colour"), "{}", err.message());
+    assert!(!session_exists("s1").await);
+
+    let mut no_header = lines.clone();
+    no_header.remove(0);
+    let err = import(&target.channel, &no_header)
+        .await
+        .expect_err("no header");
+    assert_eq!(bad_fields(&err), ["line 1.kind"]);
+
+    let mut bad_field = lines.clone();
+    bad_field[1] = bad_field[1].replace("\"execution_id\":\"run-1\"", "\"execution_id\":\"run 1\"");
+    let err = import(&target.channel, &bad_field)
+        .await
+        .expect_err("bad id");
+    assert_eq!(bad_fields(&err), ["line 2.execution_id"]);
+
+    // A stream broken halfway: the lines sent were staged, and none shows.
+    let (sender, receiver) = tokio::sync::mpsc::channel::<ImportRequest>(1);
+    let mut client = DataServiceClient::new(target.channel.clone());
+    let call = tokio::spawn(async move {
+        client
+            .import(tokio_stream::wrappers::ReceiverStream::new(receiver))
+            .await
+    });
+    sender
+        .send(ImportRequest {
+            lines: lines[..lines.len() / 2].to_vec(),
+        })
+        .await
+        .expect("send");
+    staged_lines_appear(&target).await;
+    call.abort();
+    let _ = call.await;
+    drop(sender);
+    assert!(!session_exists("s1").await);
+
+    // A conflict: one record differs from the stored one.
+    import(&target.channel, &lines).await.expect("import");
+    let mut changed = lines.clone();
+    let session = changed
+        .iter()
+        .position(|l| l.contains("\"kind\":\"session\"") && l.contains("\"id\":\"s2\""))
+        .expect("s2");
+    changed[session] = changed[session].replace("\"app\":\"bot\"", "\"app\":\"other\"");
+    let err = import(&target.channel, &changed)
+        .await
+        .expect_err("conflict");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::AlreadyExists, "IMPORT_CONFLICT".into())
+    );
+    assert!(
+        err.message().starts_with(&format!("line {}:", session + 1)),
+        "{}",
+        err.message()
+    );
+    // A new session in the refused file is not imported either.
+    let mut with_new = changed.clone();
+    with_new.push(with_new[session].replace("\"id\":\"s2\"", "\"id\":\"s9\""));
+    import(&target.channel, &with_new)
+        .await
+        .expect_err("conflict");
+    assert!(!session_exists("s9").await);
+}
+
+/// Waits until the target store holds staged import lines: the broken
+/// import got as far as staging before it was cut.
+async fn staged_lines_appear(server: &TestServer) {
+    let count = "SELECT count(*) FROM import_lines";
+    loop {
+        let n: i64 = match server.db.backend {
+            Backend::Sqlite => {
+                let mut conn =
+                    <sqlx::SqliteConnection as sqlx::Connection>::connect(&server.db.url)
+                        .await
+                        .expect("open");
+                sqlx::query_scalar(count)
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("count")
+            }
+            Backend::Postgres => {
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+                    .await
+                    .expect("connect");
+                sqlx::query_scalar(count)
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("count")
+            }
+        };
+        if n > 0 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Imports need an admin and land in the importer's tenant; a selection
+/// exports what it names.
+async fn imports_respect_tenants_and_selections(backend: Backend) {
+    let tokens = format!(
+        "{} acme admin\n{} acme\n{} globex admin",
+        hash_token("acme-admin"),
+        hash_token("acme-user"),
+        hash_token("globex-admin")
+    );
+    let server = TestServer::spawn_with(backend, |s| s.tokens = Some(tokens)).await;
+    let bearer = |token: &str| Metadata::new(&[("authorization", &format!("Bearer {token}"))]);
+    let acme = DataServiceClient::with_interceptor(server.channel.clone(), bearer("acme-admin"));
+    let globex =
+        DataServiceClient::with_interceptor(server.channel.clone(), bearer("globex-admin"));
+    let acme_user =
+        DataServiceClient::with_interceptor(server.channel.clone(), bearer("acme-user"));
+
+    // A small file, written by hand as a user would.
+    let lines: Vec<String> = [
+        json!({"kind": "header", "format": "engram.export", "version": 1, "tenant": "elsewhere",
+               "selection": "tenant", "export_time": "2026-11-23T10:00:00Z"}),
+        json!({"kind": "memory_version", "scope_type": "namespace", "scope": "team", "key": "k",
+               "version": 1, "value": {"v": 1}, "deleted": false,
+               "create_time": "2026-11-23T10:00:00Z"}),
+        json!({"kind": "session", "id": "s1", "app": "bot", "user": "alice", "metadata": {},
+               "create_time": "2026-11-23T10:00:00Z", "update_time": "2026-11-23T10:00:01Z",
+               "end_time": null, "last_seq": 1, "episode_count": 1, "episodes_evicted": 0}),
+        json!({"kind": "episode", "session_id": "s1", "seq": 1, "id": "e1", "app": "bot",
+               "user": "alice", "agent": "a", "type": "observation", "content": "hi",
+               "metadata": {}, "timestamp": "2026-11-23T10:00:01Z",
+               "create_time": "2026-11-23T10:00:01Z", "fingerprint": "00ff"}),
+    ]
+    .iter()
+    .map(Value::to_string)
+    .collect();
+
+    let err = import_with(acme_user, &lines)
+        .await
+        .expect_err("not an admin");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::PermissionDenied, "ADMIN_REQUIRED".into())
+    );
+    let done = import_with(globex.clone(), &lines).await.expect("import");
+    assert_eq!(done.imported.values().sum::<i64>(), 3);
+
+    let export_as = |mut client: DataServiceClient<_>, request: ExportRequest| async move {
+        let mut stream = client.export(request).await.expect("export").into_inner();
+        let mut lines = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            lines.extend(chunk.expect("chunk").lines);
+        }
+        records(&lines)
+    };
+    // Acme sees nothing of it; Globex sees all of it.
+    assert!(
+        export_as(acme.clone(), ExportRequest::default())
+            .await
+            .is_empty()
+    );
+    let theirs = export_as(globex.clone(), ExportRequest::default()).await;
+    assert_eq!(theirs.len(), 3);
+
+    // Selections.
+    let session = export_as(
+        globex.clone(),
+        ExportRequest {
+            session_id: "s1".into(),
+            ..ExportRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(kinds(&session), ["session", "episode"]);
+    let scope = export_as(
+        globex.clone(),
+        ExportRequest {
+            scope_type: NAMESPACE,
+            scope: "team".into(),
+            ..ExportRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(kinds(&scope), ["memory_version"]);
+    let nobody = export_as(
+        globex.clone(),
+        ExportRequest {
+            app: "bot".into(),
+            user: "bob".into(),
+            ..ExportRequest::default()
+        },
+    )
+    .await;
+    assert!(nobody.is_empty());
+    let alice = export_as(
+        globex,
+        ExportRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            ..ExportRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(kinds(&alice), ["session", "episode"]);
+
+    // An episode whose session is nowhere is refused by line.
+    let orphan = [lines[0].clone(), lines[3].clone()];
+    let err = import_with(acme, &orphan).await.expect_err("orphan");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::FailedPrecondition, "IMPORT_CONFLICT".into())
+    );
+    assert!(err.message().starts_with("line 2:"), "{}", err.message());
+}
+
+on_both_stores!(
+    round_trip_across_stores,
+    a_failed_import_leaves_nothing,
+    imports_respect_tenants_and_selections
+);
