@@ -68,6 +68,14 @@ enum Command {
     /// working memory, facts, their runs' execution scopes (admin token;
     /// --dry-run counts first). Exit codes as for `memory`
     ForgetUser(engram::cli::data::ForgetUserCommand),
+    /// Write the tenant, a scope (--scope), a session (--session) or a
+    /// user (--app, --user) as JSON Lines to standard output or --file,
+    /// with progress on stderr. Exit codes as for `memory`
+    Export(engram::cli::data::ExportCommand),
+    /// Restore an export (a file, or `-` for standard input) into the
+    /// token's tenant, all or nothing (admin token). Exit codes as for
+    /// `memory`
+    Import(engram::cli::data::ImportCommand),
     /// Bearer tokens for the tokens file: new (a random token and its
     /// line), hash (the line's hash of a token on stdin)
     Token(engram::cli::token::TokenCommand),
@@ -91,6 +99,8 @@ async fn main() -> ExitCode {
         Command::Working(command) => return client_exit(command.run().await),
         Command::Mcp(command) => return client_exit(command.run().await),
         Command::ForgetUser(command) => return client_exit(command.run().await),
+        Command::Export(command) => return client_exit(command.run().await),
+        Command::Import(command) => return client_exit(command.run().await),
         Command::Token(command) => return client_exit(command.run()),
     };
     match result {
