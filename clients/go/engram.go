@@ -9,10 +9,12 @@
 package engram
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -140,6 +142,74 @@ func (c *Client) Search(ctx context.Context, request *engramv1.SearchRequest) ([
 		return nil, err
 	}
 	return response.GetHits(), nil
+}
+
+// ExportTo writes the tenant, or the part the request chooses (a scope, a
+// session, an app's user), to w as JSON Lines, the header first, as the
+// server streams it; it returns the number of lines written.
+func (c *Client) ExportTo(ctx context.Context, request *engramv1.ExportRequest, w io.Writer) (int, error) {
+	stream, err := c.Data.Export(ctx, request)
+	if err != nil {
+		return 0, err
+	}
+	out := bufio.NewWriter(w)
+	written := 0
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return written, out.Flush()
+		}
+		if err != nil {
+			return written, err
+		}
+		for _, line := range chunk.GetLines() {
+			if _, err := out.WriteString(line + "\n"); err != nil {
+				return written, err
+			}
+			written++
+		}
+	}
+}
+
+// importBatchBytes is about how many bytes of lines one import message
+// carries, well under gRPC's 4 MiB.
+const importBatchBytes = 1 << 20
+
+// Import restores an export read from r into the token's tenant, all or
+// nothing (an admin token). A read error cancels the call, so a file that
+// cannot be read to its end imports nothing.
+func (c *Client) Import(ctx context.Context, r io.Reader) (*engramv1.ImportResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.Data.Import(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lines := bufio.NewScanner(r)
+	lines.Buffer(make([]byte, 64*1024), 64<<20)
+	var batch []string
+	size := 0
+	for lines.Scan() {
+		batch = append(batch, lines.Text())
+		size += len(lines.Text())
+		if size >= importBatchBytes {
+			if err := stream.Send(&engramv1.ImportRequest{Lines: batch}); err != nil {
+				_, err = stream.CloseAndRecv()
+				return nil, err
+			}
+			batch, size = nil, 0
+		}
+	}
+	if err := lines.Err(); err != nil {
+		return nil, fmt.Errorf("reading the export: %w", err)
+	}
+	if len(batch) > 0 {
+		if err := stream.Send(&engramv1.ImportRequest{Lines: batch}); err != nil {
+			_, err = stream.CloseAndRecv()
+			return nil, err
+		}
+	}
+	return stream.CloseAndRecv()
 }
 
 // Close closes the connection.

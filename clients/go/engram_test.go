@@ -228,6 +228,52 @@ func TestMemory(t *testing.T) {
 	}
 }
 
+func TestExportAndImport(t *testing.T) {
+	source := connect(t, start(t, t.TempDir(), "127.0.0.1:0").addr)
+	target := connect(t, start(t, t.TempDir(), "127.0.0.1:0").addr)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		_, err := source.Memory.Set(ctx, &engramv1.SetRequest{
+			ScopeType: engramv1.ScopeType_SCOPE_TYPE_NAMESPACE, Scope: "prefs", Key: "k", Value: value(t, i),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := source.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+		SessionId: "ex-1", App: "bot", User: "erin",
+		Episode: &engramv1.NewEpisode{Type: "observation", Content: value(t, "hi")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file strings.Builder
+	written, err := source.ExportTo(ctx, &engramv1.ExportRequest{}, &file)
+	if err != nil || written != 5 {
+		t.Fatalf("export: %d lines, %v\n%s", written, err, file.String())
+	}
+	done, err := target.Import(ctx, strings.NewReader(file.String()))
+	if err != nil || done.GetImported()["memory_version"] != 2 || done.GetImported()["episode"] != 1 {
+		t.Fatalf("import: %v %v", done, err)
+	}
+	again, err := target.Import(ctx, strings.NewReader(file.String()))
+	if err != nil || len(again.GetImported()) != 0 || again.GetUnchanged()["session"] != 1 {
+		t.Fatalf("import again: %v %v", again, err)
+	}
+	var copied strings.Builder
+	if _, err := target.ExportTo(ctx, &engramv1.ExportRequest{}, &copied); err != nil {
+		t.Fatal(err)
+	}
+	body := func(export string) string { return export[strings.Index(export, "\n"):] }
+	if body(copied.String()) != body(file.String()) {
+		t.Fatalf("exports differ:\n%s\n%s", file.String(), copied.String())
+	}
+	_, err = target.Import(ctx, strings.NewReader("not json\n"))
+	if e, ok := engram.AsError(err); !ok || e.Reason != "IMPORT_MALFORMED" || e.Fields["line 1"] == "" {
+		t.Fatalf("malformed import: %v", err)
+	}
+}
+
 func TestCallerContextAndAdmin(t *testing.T) {
 	srv := start(t, t.TempDir(), "127.0.0.1:0")
 	client := connect(t, srv.addr, engram.WithCallerContext(engram.CallerContext{

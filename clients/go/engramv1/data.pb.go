@@ -21,6 +21,251 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ExportRequest chooses what to export: at most one of a memory scope, a
+// session or an app's user; nothing chosen exports the whole tenant.
+type ExportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A memory scope: its versions, and for an execution scope its flow
+	// registry entry. Set together with `scope`.
+	ScopeType ScopeType `protobuf:"varint,1,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
+	// The scope's name.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// A session: the session, its episodes, its working memory and the
+	// execution scope named by its id.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// An app's user, with `user`: their sessions with episodes and working
+	// memory, the facts they own, and the execution scopes named by their
+	// session ids.
+	App string `protobuf:"bytes,4,opt,name=app,proto3" json:"app,omitempty"`
+	// The user, with `app`.
+	User          string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportRequest) Reset() {
+	*x = ExportRequest{}
+	mi := &file_engram_v1_data_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportRequest) ProtoMessage() {}
+
+func (x *ExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_data_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
+func (*ExportRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_data_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ExportRequest) GetScopeType() ScopeType {
+	if x != nil {
+		return x.ScopeType
+	}
+	return ScopeType_SCOPE_TYPE_UNSPECIFIED
+}
+
+func (x *ExportRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ExportRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ExportRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *ExportRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// ExportChunk carries the next lines of the export, in order.
+type ExportChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// JSON Lines records, each one JSON object without its newline.
+	Lines         []string `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportChunk) Reset() {
+	*x = ExportChunk{}
+	mi := &file_engram_v1_data_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportChunk) ProtoMessage() {}
+
+func (x *ExportChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_data_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportChunk.ProtoReflect.Descriptor instead.
+func (*ExportChunk) Descriptor() ([]byte, []int) {
+	return file_engram_v1_data_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExportChunk) GetLines() []string {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+// ImportRequest carries the next lines of the file, in order.
+type ImportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lines of an export, without their newlines; blank lines are skipped
+	// (but counted, so line numbers match the file's).
+	Lines         []string `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportRequest) Reset() {
+	*x = ImportRequest{}
+	mi := &file_engram_v1_data_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportRequest) ProtoMessage() {}
+
+func (x *ImportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_data_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
+func (*ImportRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_data_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ImportRequest) GetLines() []string {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+// ImportResponse counts what the import wrote and what it found in place.
+type ImportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Records written, by kind ("memory_version", "session", "episode",
+	// "working_memory", "fact", "rule", "execution").
+	Imported map[string]int64 `protobuf:"bytes,1,rep,name=imported,proto3" json:"imported,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Records that existed already, identical, by kind.
+	Unchanged map[string]int64 `protobuf:"bytes,2,rep,name=unchanged,proto3" json:"unchanged,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Lines read, the header and blank lines included.
+	Lines         int64 `protobuf:"varint,3,opt,name=lines,proto3" json:"lines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportResponse) Reset() {
+	*x = ImportResponse{}
+	mi := &file_engram_v1_data_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportResponse) ProtoMessage() {}
+
+func (x *ImportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_data_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
+func (*ImportResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_data_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ImportResponse) GetImported() map[string]int64 {
+	if x != nil {
+		return x.Imported
+	}
+	return nil
+}
+
+func (x *ImportResponse) GetUnchanged() map[string]int64 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return nil
+}
+
+func (x *ImportResponse) GetLines() int64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
 // ForgetUserRequest names the user to forget.
 type ForgetUserRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -39,7 +284,7 @@ type ForgetUserRequest struct {
 
 func (x *ForgetUserRequest) Reset() {
 	*x = ForgetUserRequest{}
-	mi := &file_engram_v1_data_proto_msgTypes[0]
+	mi := &file_engram_v1_data_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +296,7 @@ func (x *ForgetUserRequest) String() string {
 func (*ForgetUserRequest) ProtoMessage() {}
 
 func (x *ForgetUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_data_proto_msgTypes[0]
+	mi := &file_engram_v1_data_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +309,7 @@ func (x *ForgetUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetUserRequest.ProtoReflect.Descriptor instead.
 func (*ForgetUserRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_data_proto_rawDescGZIP(), []int{0}
+	return file_engram_v1_data_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ForgetUserRequest) GetApp() string {
@@ -121,7 +366,7 @@ type ForgetUserResponse struct {
 
 func (x *ForgetUserResponse) Reset() {
 	*x = ForgetUserResponse{}
-	mi := &file_engram_v1_data_proto_msgTypes[1]
+	mi := &file_engram_v1_data_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -133,7 +378,7 @@ func (x *ForgetUserResponse) String() string {
 func (*ForgetUserResponse) ProtoMessage() {}
 
 func (x *ForgetUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_data_proto_msgTypes[1]
+	mi := &file_engram_v1_data_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -146,7 +391,7 @@ func (x *ForgetUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetUserResponse.ProtoReflect.Descriptor instead.
 func (*ForgetUserResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_data_proto_rawDescGZIP(), []int{1}
+	return file_engram_v1_data_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ForgetUserResponse) GetSessions() int64 {
@@ -209,7 +454,29 @@ var File_engram_v1_data_proto protoreflect.FileDescriptor
 
 const file_engram_v1_data_proto_rawDesc = "" +
 	"\n" +
-	"\x14engram/v1/data.proto\x12\tengram.v1\"w\n" +
+	"\x14engram/v1/data.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\"\x9f\x01\n" +
+	"\rExportRequest\x123\n" +
+	"\n" +
+	"scope_type\x18\x01 \x01(\x0e2\x14.engram.v1.ScopeTypeR\tscopeType\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03app\x18\x04 \x01(\tR\x03app\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"#\n" +
+	"\vExportChunk\x12\x14\n" +
+	"\x05lines\x18\x01 \x03(\tR\x05lines\"%\n" +
+	"\rImportRequest\x12\x14\n" +
+	"\x05lines\x18\x01 \x03(\tR\x05lines\"\xae\x02\n" +
+	"\x0eImportResponse\x12C\n" +
+	"\bimported\x18\x01 \x03(\v2'.engram.v1.ImportResponse.ImportedEntryR\bimported\x12F\n" +
+	"\tunchanged\x18\x02 \x03(\v2(.engram.v1.ImportResponse.UnchangedEntryR\tunchanged\x12\x14\n" +
+	"\x05lines\x18\x03 \x01(\x03R\x05lines\x1a;\n" +
+	"\rImportedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a<\n" +
+	"\x0eUnchangedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"w\n" +
 	"\x11ForgetUserRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12#\n" +
@@ -223,10 +490,12 @@ const file_engram_v1_data_proto_rawDesc = "" +
 	"\x10execution_scopes\x18\x05 \x01(\x03R\x0fexecutionScopes\x12'\n" +
 	"\x0fmemory_versions\x18\x06 \x01(\x03R\x0ememoryVersions\x12\x17\n" +
 	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x1b\n" +
-	"\taudit_key\x18\b \x01(\tR\bauditKey2X\n" +
+	"\taudit_key\x18\b \x01(\tR\bauditKey2\xd7\x01\n" +
 	"\vDataService\x12I\n" +
 	"\n" +
-	"ForgetUser\x12\x1c.engram.v1.ForgetUserRequest\x1a\x1d.engram.v1.ForgetUserResponseb\x06proto3"
+	"ForgetUser\x12\x1c.engram.v1.ForgetUserRequest\x1a\x1d.engram.v1.ForgetUserResponse\x12<\n" +
+	"\x06Export\x12\x18.engram.v1.ExportRequest\x1a\x16.engram.v1.ExportChunk0\x01\x12?\n" +
+	"\x06Import\x12\x18.engram.v1.ImportRequest\x1a\x19.engram.v1.ImportResponse(\x01b\x06proto3"
 
 var (
 	file_engram_v1_data_proto_rawDescOnce sync.Once
@@ -240,19 +509,33 @@ func file_engram_v1_data_proto_rawDescGZIP() []byte {
 	return file_engram_v1_data_proto_rawDescData
 }
 
-var file_engram_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_engram_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_engram_v1_data_proto_goTypes = []any{
-	(*ForgetUserRequest)(nil),  // 0: engram.v1.ForgetUserRequest
-	(*ForgetUserResponse)(nil), // 1: engram.v1.ForgetUserResponse
+	(*ExportRequest)(nil),      // 0: engram.v1.ExportRequest
+	(*ExportChunk)(nil),        // 1: engram.v1.ExportChunk
+	(*ImportRequest)(nil),      // 2: engram.v1.ImportRequest
+	(*ImportResponse)(nil),     // 3: engram.v1.ImportResponse
+	(*ForgetUserRequest)(nil),  // 4: engram.v1.ForgetUserRequest
+	(*ForgetUserResponse)(nil), // 5: engram.v1.ForgetUserResponse
+	nil,                        // 6: engram.v1.ImportResponse.ImportedEntry
+	nil,                        // 7: engram.v1.ImportResponse.UnchangedEntry
+	(ScopeType)(0),             // 8: engram.v1.ScopeType
 }
 var file_engram_v1_data_proto_depIdxs = []int32{
-	0, // 0: engram.v1.DataService.ForgetUser:input_type -> engram.v1.ForgetUserRequest
-	1, // 1: engram.v1.DataService.ForgetUser:output_type -> engram.v1.ForgetUserResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	8, // 0: engram.v1.ExportRequest.scope_type:type_name -> engram.v1.ScopeType
+	6, // 1: engram.v1.ImportResponse.imported:type_name -> engram.v1.ImportResponse.ImportedEntry
+	7, // 2: engram.v1.ImportResponse.unchanged:type_name -> engram.v1.ImportResponse.UnchangedEntry
+	4, // 3: engram.v1.DataService.ForgetUser:input_type -> engram.v1.ForgetUserRequest
+	0, // 4: engram.v1.DataService.Export:input_type -> engram.v1.ExportRequest
+	2, // 5: engram.v1.DataService.Import:input_type -> engram.v1.ImportRequest
+	5, // 6: engram.v1.DataService.ForgetUser:output_type -> engram.v1.ForgetUserResponse
+	1, // 7: engram.v1.DataService.Export:output_type -> engram.v1.ExportChunk
+	3, // 8: engram.v1.DataService.Import:output_type -> engram.v1.ImportResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_data_proto_init() }
@@ -260,13 +543,14 @@ func file_engram_v1_data_proto_init() {
 	if File_engram_v1_data_proto != nil {
 		return
 	}
+	file_engram_v1_memory_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_data_proto_rawDesc), len(file_engram_v1_data_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

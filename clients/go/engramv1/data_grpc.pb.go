@@ -20,6 +20,8 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	DataService_ForgetUser_FullMethodName = "/engram.v1.DataService/ForgetUser"
+	DataService_Export_FullMethodName     = "/engram.v1.DataService/Export"
+	DataService_Import_FullMethodName     = "/engram.v1.DataService/Import"
 )
 
 // DataServiceClient is the client API for DataService service.
@@ -45,6 +47,35 @@ type DataServiceClient interface {
 	// the counts, and no content. `dry_run` reports the counts and deletes
 	// nothing.
 	ForgetUser(ctx context.Context, in *ForgetUserRequest, opts ...grpc.CallOption) (*ForgetUserResponse, error)
+	// Export streams the caller's tenant, or a part of it, as JSON Lines
+	// (format "engram.export", version 1; README "Export and import" lists
+	// every record). The first line is a header; then, in this order:
+	// executions (the flow registry), memory versions with tombstones,
+	// provenance and the `_compaction/` audit records (per key in version
+	// order), sessions, episodes (in the order they were appended),
+	// working memory, facts with every version and their lineage, and, for
+	// a whole tenant, consolidation rules with their watermarks (named by
+	// episode id, since cursors are re-issued on import). Pages are read one
+	// at a time, so the server holds one page whatever the size; writes
+	// made while an export runs may or may not be in it. Values that
+	// redaction removed before they were stored are not in the store and so
+	// not in the export. Search vectors and idempotency records are not
+	// exported (vectors are recomputed by the importing store's embedder).
+	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportChunk], error)
+	// Import restores an export into the caller's tenant (admin only),
+	// whatever tenant the file came from. The client streams the file's
+	// lines; the server checks each as it arrives (a malformed line is
+	// refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
+	// line) and stages it, and once the stream ends applies every staged
+	// line in one transaction: all of the import becomes visible or none of
+	// it. A record that exists already and is identical is left unchanged,
+	// so importing a file twice changes nothing; one that exists and differs
+	// refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
+	// naming the line. Memory versions get new change-feed revisions and
+	// episodes new cursors, issued in the file's order; a key's versions
+	// must follow its newest stored version without a gap. A stream that
+	// breaks before its end imports nothing.
+	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error)
 }
 
 type dataServiceClient struct {
@@ -64,6 +95,38 @@ func (c *dataServiceClient) ForgetUser(ctx context.Context, in *ForgetUserReques
 	}
 	return out, nil
 }
+
+func (c *dataServiceClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DataService_ServiceDesc.Streams[0], DataService_Export_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportRequest, ExportChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_ExportClient = grpc.ServerStreamingClient[ExportChunk]
+
+func (c *dataServiceClient) Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DataService_ServiceDesc.Streams[1], DataService_Import_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportRequest, ImportResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_ImportClient = grpc.ClientStreamingClient[ImportRequest, ImportResponse]
 
 // DataServiceServer is the server API for DataService service.
 // All implementations must embed UnimplementedDataServiceServer
@@ -88,6 +151,35 @@ type DataServiceServer interface {
 	// the counts, and no content. `dry_run` reports the counts and deletes
 	// nothing.
 	ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error)
+	// Export streams the caller's tenant, or a part of it, as JSON Lines
+	// (format "engram.export", version 1; README "Export and import" lists
+	// every record). The first line is a header; then, in this order:
+	// executions (the flow registry), memory versions with tombstones,
+	// provenance and the `_compaction/` audit records (per key in version
+	// order), sessions, episodes (in the order they were appended),
+	// working memory, facts with every version and their lineage, and, for
+	// a whole tenant, consolidation rules with their watermarks (named by
+	// episode id, since cursors are re-issued on import). Pages are read one
+	// at a time, so the server holds one page whatever the size; writes
+	// made while an export runs may or may not be in it. Values that
+	// redaction removed before they were stored are not in the store and so
+	// not in the export. Search vectors and idempotency records are not
+	// exported (vectors are recomputed by the importing store's embedder).
+	Export(*ExportRequest, grpc.ServerStreamingServer[ExportChunk]) error
+	// Import restores an export into the caller's tenant (admin only),
+	// whatever tenant the file came from. The client streams the file's
+	// lines; the server checks each as it arrives (a malformed line is
+	// refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
+	// line) and stages it, and once the stream ends applies every staged
+	// line in one transaction: all of the import becomes visible or none of
+	// it. A record that exists already and is identical is left unchanged,
+	// so importing a file twice changes nothing; one that exists and differs
+	// refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
+	// naming the line. Memory versions get new change-feed revisions and
+	// episodes new cursors, issued in the file's order; a key's versions
+	// must follow its newest stored version without a gap. A stream that
+	// breaks before its end imports nothing.
+	Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error
 	mustEmbedUnimplementedDataServiceServer()
 }
 
@@ -100,6 +192,12 @@ type UnimplementedDataServiceServer struct{}
 
 func (UnimplementedDataServiceServer) ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetUser not implemented")
+}
+func (UnimplementedDataServiceServer) Export(*ExportRequest, grpc.ServerStreamingServer[ExportChunk]) error {
+	return status.Error(codes.Unimplemented, "method Export not implemented")
+}
+func (UnimplementedDataServiceServer) Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error {
+	return status.Error(codes.Unimplemented, "method Import not implemented")
 }
 func (UnimplementedDataServiceServer) mustEmbedUnimplementedDataServiceServer() {}
 func (UnimplementedDataServiceServer) testEmbeddedByValue()                     {}
@@ -140,6 +238,24 @@ func _DataService_ForgetUser_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DataService_Export_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(DataServiceServer).Export(m, &grpc.GenericServerStream[ExportRequest, ExportChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_ExportServer = grpc.ServerStreamingServer[ExportChunk]
+
+func _DataService_Import_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DataServiceServer).Import(&grpc.GenericServerStream[ImportRequest, ImportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_ImportServer = grpc.ClientStreamingServer[ImportRequest, ImportResponse]
+
 // DataService_ServiceDesc is the grpc.ServiceDesc for DataService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -152,6 +268,17 @@ var DataService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _DataService_ForgetUser_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Export",
+			Handler:       _DataService_Export_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Import",
+			Handler:       _DataService_Import_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "engram/v1/data.proto",
 }

@@ -58,6 +58,18 @@ def test_forget_user(server: Server) -> None:
     asyncio.run(run())
 
 
+def test_export_and_import(server: Server) -> None:
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            await client.episodes.append("ex-aio-1", "hi", app="ex-aio", user="erin")
+            lines = [line async for line in client.export(app="ex-aio", user="erin")]
+            assert len(lines) == 3  # header, session, episode
+            again = await client.import_lines(lines)
+            assert (again.imported, again.unchanged) == ({}, {"session": 1, "episode": 1})
+
+    asyncio.run(run())
+
+
 def test_memory(server: Server) -> None:
     async def run() -> None:
         assert Engram is AsyncEngram  # engram_client.aio.Engram, as grpc.aio names it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -122,6 +123,40 @@ def test_forget_user(server: Server) -> None:
         with pytest.raises(InvalidArgument) as bad:
             client.forget_user("fg-bot", "")
         assert "user" in bad.value.fields
+
+
+def test_export_and_import(server: Server, tmp_path: Path) -> None:
+    copy = start_server(f"sqlite://{tmp_path}/copy.db")
+    try:
+        with Engram(server.address) as source, Engram(copy.address) as target:
+            source.episodes.append("ex-s1", "first", id="ex-e1", app="ex-bot", user="dora")
+            source.episodes.append("ex-s1", {"n": 2}, id="ex-e2", app="ex-bot", user="dora")
+            source.memory.configure("ex-scope")
+            source.memory.set("k", {"v": 1})
+            source.memory.set("k", {"v": 2})
+
+            session = list(source.export(session_id="ex-s1"))
+            scope = list(source.export(scope="ex-scope"))
+            assert json.loads(session[0])["format"] == "engram.export"
+            assert [json.loads(line)["kind"] for line in session[1:]] == [
+                "session",
+                "episode",
+                "episode",
+            ]
+            done = target.import_lines(session)
+            assert (done.imported, done.lines) == ({"session": 1, "episode": 2}, 4)
+            assert target.import_lines(scope).imported == {"memory_version": 2}
+            assert target.import_lines(scope).unchanged == {"memory_version": 2}
+            assert list(target.export(session_id="ex-s1"))[1:] == session[1:]
+            target.memory.configure("ex-scope")
+            assert target.memory.get("k") == {"v": 2}
+
+            with pytest.raises(InvalidArgument) as bad:
+                target.import_lines([session[0], '{"kind": "session"}'])
+            assert bad.value.reason == "IMPORT_MALFORMED"
+            assert "line 2" in bad.value.fields
+    finally:
+        copy.stop()
 
 
 def test_compare_and_set_and_invalid_input(server: Server) -> None:

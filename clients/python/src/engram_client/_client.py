@@ -118,6 +118,25 @@ class Forgotten:
 
 
 @dataclass(frozen=True)
+class Imported:
+    """What :meth:`Engram.import_lines` wrote and found in place, by record
+    kind (``memory_version``, ``session``, ``episode``, ...)."""
+
+    imported: dict[str, int]
+    unchanged: dict[str, int]
+    #: Lines read, the header and blank lines included.
+    lines: int
+
+    @staticmethod
+    def from_proto(response: data_pb2.ImportResponse) -> Imported:
+        return Imported(
+            imported=dict(response.imported),
+            unchanged=dict(response.unchanged),
+            lines=response.lines,
+        )
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A scope as it was at a point (:meth:`Memory.snapshot`)."""
 
@@ -338,6 +357,37 @@ class Engram(_requests.CallerContext):
         without content."""
         request = _requests.forget_user(app, user, execution_ids, dry_run)
         return Forgotten.from_proto(self.call(self.stubs.data.ForgetUser, request))
+
+    def export(
+        self,
+        *,
+        scope_type: ScopeType | None = None,
+        scope: str = "",
+        session_id: str = "",
+        app: str = "",
+        user: str = "",
+    ) -> Iterator[str]:
+        """The tenant (or one scope, one session, or ``app``'s ``user``) as
+        JSON Lines, the header first, streamed as the server reads it.
+        Write each line with a newline to get an export file."""
+        request = _requests.export(scope_type, scope, session_id, app, user)
+        for chunk in self.stream(self.stubs.data.Export, request):
+            yield from chunk.lines
+
+    def import_lines(self, lines: Iterable[str]) -> Imported:
+        """Restores an export (its lines, e.g. an open file) into this
+        token's tenant, all or nothing (an admin token). Records stored and
+        identical are left unchanged, so importing twice is harmless."""
+        try:
+            response = self.stubs.data.Import(
+                _requests.import_batches(lines),
+                metadata=tuple(self.metadata()),
+                timeout=self.timeout,
+                wait_for_ready=self.wait_for_ready,
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return Imported.from_proto(response)
 
     def search(
         self,

@@ -8,7 +8,7 @@ ask for, and how a broken live stream decides to resume, is here.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -277,6 +277,41 @@ def forget_user(
     return data_pb2.ForgetUserRequest(
         app=app, user=user, execution_ids=list(execution_ids), dry_run=dry_run
     )
+
+
+def export(
+    scope_type: ScopeType | None, scope: str, session_id: str, app: str, user: str
+) -> data_pb2.ExportRequest:
+    if scope_type is not None and scope_type not in SCOPE_TYPES:
+        raise ValueError(f"scope_type must be one of {sorted(SCOPE_TYPES)}")
+    if scope and scope_type is None:
+        scope_type = "namespace"
+    return data_pb2.ExportRequest(
+        scope_type=SCOPE_TYPES[scope_type] if scope_type else memory_pb2.SCOPE_TYPE_UNSPECIFIED,
+        scope=scope,
+        session_id=session_id,
+        app=app,
+        user=user,
+    )
+
+
+#: Bytes of lines sent per import message, well under gRPC's 4 MiB.
+IMPORT_BATCH_BYTES = 1 << 20
+
+
+def import_batches(lines: Iterable[str]) -> Iterator[data_pb2.ImportRequest]:
+    """The lines of an export as import messages of about a mebibyte."""
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        line = line.rstrip("\r\n")
+        batch.append(line)
+        size += len(line)
+        if size >= IMPORT_BATCH_BYTES:
+            yield data_pb2.ImportRequest(lines=batch)
+            batch, size = [], 0
+    if batch:
+        yield data_pb2.ImportRequest(lines=batch)
 
 
 def create_session(

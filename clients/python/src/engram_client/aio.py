@@ -29,7 +29,17 @@ import grpc
 from google.protobuf.message import Message
 
 from . import _requests
-from ._client import Entry, Episode, Fork, Forgotten, Hit, Session, Snapshot, _absent
+from ._client import (
+    Entry,
+    Episode,
+    Fork,
+    Forgotten,
+    Hit,
+    Imported,
+    Session,
+    Snapshot,
+    _absent,
+)
 from ._errors import EngramError, NotFound, from_rpc_error
 from ._requests import ScopeType, SearchMode, SearchSource, new_episode
 from .v1 import (
@@ -119,6 +129,36 @@ class AsyncEngram(_requests.CallerContext):
         :meth:`engram_client.Engram.forget_user`)."""
         request = _requests.forget_user(app, user, execution_ids, dry_run)
         return Forgotten.from_proto(await self.call(self.stubs.data.ForgetUser, request))
+
+    async def export(
+        self,
+        *,
+        scope_type: ScopeType | None = None,
+        scope: str = "",
+        session_id: str = "",
+        app: str = "",
+        user: str = "",
+    ) -> AsyncIterator[str]:
+        """The tenant, or a part of it, as JSON Lines (see
+        :meth:`engram_client.Engram.export`)."""
+        request = _requests.export(scope_type, scope, session_id, app, user)
+        async for chunk in self.stream(self.stubs.data.Export, request):
+            for line in chunk.lines:
+                yield line
+
+    async def import_lines(self, lines: Iterable[str]) -> Imported:
+        """Restores an export, all or nothing (see
+        :meth:`engram_client.Engram.import_lines`)."""
+        try:
+            response = await self.stubs.data.Import(
+                _requests.import_batches(lines),
+                metadata=tuple(self.metadata()),
+                timeout=self.timeout,
+                wait_for_ready=self.wait_for_ready,
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return Imported.from_proto(response)
 
     async def search(
         self,

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from . import memory_pb2 as _memory_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
@@ -17,6 +18,179 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+@_typing.final
+class ExportRequest(_message.Message):
+    """ExportRequest chooses what to export: at most one of a memory scope, a
+    session or an app's user; nothing chosen exports the whole tenant.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCOPE_TYPE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    APP_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    scope_type: _memory_pb2.ScopeType.ValueType
+    """A memory scope: its versions, and for an execution scope its flow
+    registry entry. Set together with `scope`.
+    """
+    scope: _builtins.str
+    """The scope's name."""
+    session_id: _builtins.str
+    """A session: the session, its episodes, its working memory and the
+    execution scope named by its id.
+    """
+    app: _builtins.str
+    """An app's user, with `user`: their sessions with episodes and working
+    memory, the facts they own, and the execution scopes named by their
+    session ids.
+    """
+    user: _builtins.str
+    """The user, with `app`."""
+    def __init__(
+        self,
+        *,
+        scope_type: _memory_pb2.ScopeType.ValueType = ...,
+        scope: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        app: _builtins.str = ...,
+        user: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "scope", b"scope", "scope_type", b"scope_type", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportRequest: _TypeAlias = ExportRequest  # noqa: Y015
+
+@_typing.final
+class ExportChunk(_message.Message):
+    """ExportChunk carries the next lines of the export, in order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """JSON Lines records, each one JSON object without its newline."""
+
+    def __init__(
+        self,
+        *,
+        lines: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lines", b"lines"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportChunk: _TypeAlias = ExportChunk  # noqa: Y015
+
+@_typing.final
+class ImportRequest(_message.Message):
+    """ImportRequest carries the next lines of the file, in order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Lines of an export, without their newlines; blank lines are skipped
+        (but counted, so line numbers match the file's).
+        """
+
+    def __init__(
+        self,
+        *,
+        lines: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lines", b"lines"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportRequest: _TypeAlias = ImportRequest  # noqa: Y015
+
+@_typing.final
+class ImportResponse(_message.Message):
+    """ImportResponse counts what the import wrote and what it found in place."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ImportedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class UnchangedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    IMPORTED_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
+    LINES_FIELD_NUMBER: _builtins.int
+    lines: _builtins.int
+    """Lines read, the header and blank lines included."""
+    @_builtins.property
+    def imported(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Records written, by kind ("memory_version", "session", "episode",
+        "working_memory", "fact", "rule", "execution").
+        """
+
+    @_builtins.property
+    def unchanged(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Records that existed already, identical, by kind."""
+
+    def __init__(
+        self,
+        *,
+        imported: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        unchanged: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        lines: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["imported", b"imported", "lines", b"lines", "unchanged", b"unchanged"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportResponse: _TypeAlias = ImportResponse  # noqa: Y015
 
 @_typing.final
 class ForgetUserRequest(_message.Message):

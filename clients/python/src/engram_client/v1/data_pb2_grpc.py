@@ -40,6 +40,16 @@ class DataServiceStub:
                 request_serializer=engram_dot_v1_dot_data__pb2.ForgetUserRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_data__pb2.ForgetUserResponse.FromString,
                 _registered_method=True)
+        self.Export = channel.unary_stream(
+                '/engram.v1.DataService/Export',
+                request_serializer=engram_dot_v1_dot_data__pb2.ExportRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_data__pb2.ExportChunk.FromString,
+                _registered_method=True)
+        self.Import = channel.stream_unary(
+                '/engram.v1.DataService/Import',
+                request_serializer=engram_dot_v1_dot_data__pb2.ImportRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_data__pb2.ImportResponse.FromString,
+                _registered_method=True)
 
 
 class DataServiceServicer:
@@ -68,6 +78,45 @@ class DataServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Export(self, request, context):
+        """Export streams the caller's tenant, or a part of it, as JSON Lines
+        (format "engram.export", version 1; README "Export and import" lists
+        every record). The first line is a header; then, in this order:
+        executions (the flow registry), memory versions with tombstones,
+        provenance and the `_compaction/` audit records (per key in version
+        order), sessions, episodes (in the order they were appended),
+        working memory, facts with every version and their lineage, and, for
+        a whole tenant, consolidation rules with their watermarks (named by
+        episode id, since cursors are re-issued on import). Pages are read one
+        at a time, so the server holds one page whatever the size; writes
+        made while an export runs may or may not be in it. Values that
+        redaction removed before they were stored are not in the store and so
+        not in the export. Search vectors and idempotency records are not
+        exported (vectors are recomputed by the importing store's embedder).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Import(self, request_iterator, context):
+        """Import restores an export into the caller's tenant (admin only),
+        whatever tenant the file came from. The client streams the file's
+        lines; the server checks each as it arrives (a malformed line is
+        refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
+        line) and stages it, and once the stream ends applies every staged
+        line in one transaction: all of the import becomes visible or none of
+        it. A record that exists already and is identical is left unchanged,
+        so importing a file twice changes nothing; one that exists and differs
+        refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
+        naming the line. Memory versions get new change-feed revisions and
+        episodes new cursors, issued in the file's order; a key's versions
+        must follow its newest stored version without a gap. A stream that
+        breaks before its end imports nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DataServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +124,16 @@ def add_DataServiceServicer_to_server(servicer, server):
                     servicer.ForgetUser,
                     request_deserializer=engram_dot_v1_dot_data__pb2.ForgetUserRequest.FromString,
                     response_serializer=engram_dot_v1_dot_data__pb2.ForgetUserResponse.SerializeToString,
+            ),
+            'Export': grpc.unary_stream_rpc_method_handler(
+                    servicer.Export,
+                    request_deserializer=engram_dot_v1_dot_data__pb2.ExportRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_data__pb2.ExportChunk.SerializeToString,
+            ),
+            'Import': grpc.stream_unary_rpc_method_handler(
+                    servicer.Import,
+                    request_deserializer=engram_dot_v1_dot_data__pb2.ImportRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_data__pb2.ImportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -105,6 +164,60 @@ class DataService:
             '/engram.v1.DataService/ForgetUser',
             engram_dot_v1_dot_data__pb2.ForgetUserRequest.SerializeToString,
             engram_dot_v1_dot_data__pb2.ForgetUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Export(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/engram.v1.DataService/Export',
+            engram_dot_v1_dot_data__pb2.ExportRequest.SerializeToString,
+            engram_dot_v1_dot_data__pb2.ExportChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Import(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/engram.v1.DataService/Import',
+            engram_dot_v1_dot_data__pb2.ImportRequest.SerializeToString,
+            engram_dot_v1_dot_data__pb2.ImportResponse.FromString,
             options,
             channel_credentials,
             insecure,

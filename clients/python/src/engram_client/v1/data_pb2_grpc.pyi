@@ -51,6 +51,37 @@ class DataServiceStub:
     the counts, and no content. `dry_run` reports the counts and deletes
     nothing.
     """
+    Export: _grpc.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportChunk]
+    """Export streams the caller's tenant, or a part of it, as JSON Lines
+    (format "engram.export", version 1; README "Export and import" lists
+    every record). The first line is a header; then, in this order:
+    executions (the flow registry), memory versions with tombstones,
+    provenance and the `_compaction/` audit records (per key in version
+    order), sessions, episodes (in the order they were appended),
+    working memory, facts with every version and their lineage, and, for
+    a whole tenant, consolidation rules with their watermarks (named by
+    episode id, since cursors are re-issued on import). Pages are read one
+    at a time, so the server holds one page whatever the size; writes
+    made while an export runs may or may not be in it. Values that
+    redaction removed before they were stored are not in the store and so
+    not in the export. Search vectors and idempotency records are not
+    exported (vectors are recomputed by the importing store's embedder).
+    """
+    Import: _grpc.StreamUnaryMultiCallable[_data_pb2.ImportRequest, _data_pb2.ImportResponse]
+    """Import restores an export into the caller's tenant (admin only),
+    whatever tenant the file came from. The client streams the file's
+    lines; the server checks each as it arrives (a malformed line is
+    refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
+    line) and stages it, and once the stream ends applies every staged
+    line in one transaction: all of the import becomes visible or none of
+    it. A record that exists already and is identical is left unchanged,
+    so importing a file twice changes nothing; one that exists and differs
+    refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
+    naming the line. Memory versions get new change-feed revisions and
+    episodes new cursors, issued in the file's order; a key's versions
+    must follow its newest stored version without a gap. A stream that
+    breaks before its end imports nothing.
+    """
 
 @_typing.type_check_only
 class DataServiceAsyncStub(DataServiceStub):
@@ -74,6 +105,37 @@ class DataServiceAsyncStub(DataServiceStub):
     (operation "forget") with the app, a SHA-256 of the user, the time and
     the counts, and no content. `dry_run` reports the counts and deletes
     nothing.
+    """
+    Export: _aio.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportChunk]  # type: ignore[assignment]
+    """Export streams the caller's tenant, or a part of it, as JSON Lines
+    (format "engram.export", version 1; README "Export and import" lists
+    every record). The first line is a header; then, in this order:
+    executions (the flow registry), memory versions with tombstones,
+    provenance and the `_compaction/` audit records (per key in version
+    order), sessions, episodes (in the order they were appended),
+    working memory, facts with every version and their lineage, and, for
+    a whole tenant, consolidation rules with their watermarks (named by
+    episode id, since cursors are re-issued on import). Pages are read one
+    at a time, so the server holds one page whatever the size; writes
+    made while an export runs may or may not be in it. Values that
+    redaction removed before they were stored are not in the store and so
+    not in the export. Search vectors and idempotency records are not
+    exported (vectors are recomputed by the importing store's embedder).
+    """
+    Import: _aio.StreamUnaryMultiCallable[_data_pb2.ImportRequest, _data_pb2.ImportResponse]  # type: ignore[assignment]
+    """Import restores an export into the caller's tenant (admin only),
+    whatever tenant the file came from. The client streams the file's
+    lines; the server checks each as it arrives (a malformed line is
+    refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
+    line) and stages it, and once the stream ends applies every staged
+    line in one transaction: all of the import becomes visible or none of
+    it. A record that exists already and is identical is left unchanged,
+    so importing a file twice changes nothing; one that exists and differs
+    refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
+    naming the line. Memory versions get new change-feed revisions and
+    episodes new cursors, issued in the file's order; a key's versions
+    must follow its newest stored version without a gap. A stream that
+    breaks before its end imports nothing.
     """
 
 class DataServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -101,6 +163,49 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         (operation "forget") with the app, a SHA-256 of the user, the time and
         the counts, and no content. `dry_run` reports the counts and deletes
         nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def Export(
+        self,
+        request: _data_pb2.ExportRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_data_pb2.ExportChunk], _abc.AsyncIterator[_data_pb2.ExportChunk]]:
+        """Export streams the caller's tenant, or a part of it, as JSON Lines
+        (format "engram.export", version 1; README "Export and import" lists
+        every record). The first line is a header; then, in this order:
+        executions (the flow registry), memory versions with tombstones,
+        provenance and the `_compaction/` audit records (per key in version
+        order), sessions, episodes (in the order they were appended),
+        working memory, facts with every version and their lineage, and, for
+        a whole tenant, consolidation rules with their watermarks (named by
+        episode id, since cursors are re-issued on import). Pages are read one
+        at a time, so the server holds one page whatever the size; writes
+        made while an export runs may or may not be in it. Values that
+        redaction removed before they were stored are not in the store and so
+        not in the export. Search vectors and idempotency records are not
+        exported (vectors are recomputed by the importing store's embedder).
+        """
+
+    @_abc_1.abstractmethod
+    def Import(
+        self,
+        request_iterator: _MaybeAsyncIterator[_data_pb2.ImportRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_data_pb2.ImportResponse, _abc.Awaitable[_data_pb2.ImportResponse]]:
+        """Import restores an export into the caller's tenant (admin only),
+        whatever tenant the file came from. The client streams the file's
+        lines; the server checks each as it arrives (a malformed line is
+        refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
+        line) and stages it, and once the stream ends applies every staged
+        line in one transaction: all of the import becomes visible or none of
+        it. A record that exists already and is identical is left unchanged,
+        so importing a file twice changes nothing; one that exists and differs
+        refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
+        naming the line. Memory versions get new change-feed revisions and
+        episodes new cursors, issued in the file's order; a key's versions
+        must follow its newest stored version without a gap. A stream that
+        breaks before its end imports nothing.
         """
 
 def add_DataServiceServicer_to_server(servicer: DataServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
