@@ -101,8 +101,9 @@ pub async fn probe_admin(conn: &Conn) -> Result<bool, Status> {
 }
 
 /// Tools only admin tokens see and may call.
-const ADMIN_TOOLS: [&str; 8] = [
+const ADMIN_TOOLS: [&str; 9] = [
     "forget_user",
+    "data_import",
     "memory_retention",
     "memory_retention_apply",
     "memory_purge",
@@ -119,7 +120,8 @@ every memory tool. Every write makes a new version; delete leaves a \
 tombstone; memory_history shows every version and memory_rollback restores \
 an old one. memory_get, memory_list and memory_scopes take as_of (a revision \
 or an RFC 3339 time) to read memory as it was, and memory_fork copies a \
-scope's state into a new scope. Pass expected_version to \
+scope's state into a new scope; data_export shows a scope, session or \
+user as the records `engram export` writes. Pass expected_version to \
 memory_set or memory_delete to write only if nobody wrote since you read. \
 Sessions hold an event log (episode_append, episodes_recent, episodes_list, \
 session_context). search finds memory entries, facts and episodes by what \

@@ -114,6 +114,32 @@ pub struct ForgetUserArgs {
     dry_run: Option<bool>,
 }
 
+/// What an export covers: at most one of a scope, a session, or an app's
+/// user; none is the whole tenant.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ExportArgs {
+    /// A memory scope's type, with scope
+    scope_type: Option<ScopeTypeArg>,
+    /// A memory scope to export
+    scope: Option<String>,
+    /// A session to export, with its episodes and working memory
+    session_id: Option<String>,
+    /// The app of user
+    app: Option<String>,
+    /// A user of app: their sessions and facts
+    user: Option<String>,
+    /// The most records to return (1 to 1000, default 200); use the
+    /// `engram export` command for whole files
+    limit: Option<u32>,
+}
+
+/// Records of an export to restore.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ImportArgs {
+    /// The export's records as JSON objects, its header first
+    records: Vec<Value>,
+}
+
 /// The scope a fork writes into.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct Target {
@@ -635,6 +661,72 @@ impl Engram {
             .await?
             .into_inner();
         ok(crate::cli::data::forgotten_json(&done))
+    }
+
+    #[tool(
+        description = "Export memory, sessions, episodes, working memory, facts and rules \
+                       as JSON records (the engram.export format, header first): the whole \
+                       tenant, or one scope, session or app user. Returns at most `limit` \
+                       records and says whether there were more.",
+        annotations(read_only_hint = true)
+    )]
+    async fn data_export(&self, Parameters(args): Parameters<ExportArgs>) -> Reply {
+        let limit = match args.limit {
+            None => 200,
+            Some(n @ 1..=1000) => n as usize,
+            Some(_) => return Err(Failed::argument("limit must be 1 to 1000")),
+        };
+        let scope_type = match (&args.scope, args.scope_type) {
+            (Some(_), None) => proto::ScopeType::Namespace as i32,
+            (_, Some(scope_type)) => scope_type.to_proto() as i32,
+            (None, None) => 0,
+        };
+        let mut stream = self
+            .data()
+            .export(proto::ExportRequest {
+                scope_type,
+                scope: args.scope.unwrap_or_default(),
+                session_id: args.session_id.unwrap_or_default(),
+                app: args.app.unwrap_or_default(),
+                user: args.user.unwrap_or_default(),
+            })
+            .await?
+            .into_inner();
+        let mut records = Vec::new();
+        let mut truncated = false;
+        'chunks: while let Some(chunk) = stream.next().await {
+            for line in chunk?.lines {
+                if records.len() == limit {
+                    truncated = true;
+                    break 'chunks;
+                }
+                let record: Value = serde_json::from_str(&line).map_err(|err| {
+                    Failed::argument(format!("the server sent a bad line: {err}"))
+                })?;
+                records.push(record);
+            }
+        }
+        ok(json!({ "records": records, "truncated": truncated }))
+    }
+
+    #[tool(
+        description = "Admin: restore exported records (header first) into this tenant, all \
+                       or nothing. Records already stored and identical are left unchanged; \
+                       a record that differs refuses the whole import.",
+        annotations(destructive_hint = false)
+    )]
+    async fn data_import(&self, Parameters(args): Parameters<ImportArgs>) -> Reply {
+        let lines = args.records.iter().map(Value::to_string).collect();
+        let done = self
+            .data()
+            .import(tokio_stream::iter([proto::ImportRequest { lines }]))
+            .await?
+            .into_inner();
+        ok(json!({
+            "imported": done.imported,
+            "unchanged": done.unchanged,
+            "lines": done.lines,
+        }))
     }
 
     #[tool(

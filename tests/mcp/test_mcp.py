@@ -17,6 +17,7 @@ pytestmark = pytest.mark.anyio
 
 ADMIN_TOOLS = {
     "forget_user",
+    "data_import",
     "memory_retention",
     "memory_retention_apply",
     "memory_purge",
@@ -34,6 +35,7 @@ EVERYONE_TOOLS = {
     "memory_scopes",
     "memory_rollback",
     "memory_fork",
+    "data_export",
     "episode_append",
     "episodes_recent",
     "episodes_list",
@@ -211,6 +213,31 @@ async def test_admin_tools_need_an_admin_token(connect: Connect) -> None:
         # Applied now (or already by the server's scheduler): one version left.
         history = structured(await session.call_tool("memory_history", {**scope, "key": "k"}))
         assert [v["version"] for v in history["versions"]] == [4]
+
+
+async def test_export_and_import(connect: Connect) -> None:
+    sid, user = unique("xs"), unique("xu")
+    async with connect("user") as session:
+        structured(
+            await session.call_tool(
+                "episode_append",
+                {"session_id": sid, "app": "mcp-bot", "user": user, "type": "observation", "content": "keep me"},
+            )
+        )
+        exported = structured(await session.call_tool("data_export", {"session_id": sid}))
+        records = exported["records"]
+        assert [r["kind"] for r in records] == ["header", "session", "episode"]
+        assert (exported["truncated"], records[2]["content"]) == (False, "keep me")
+        short = structured(await session.call_tool("data_export", {"session_id": sid, "limit": 1}))
+        assert (len(short["records"]), short["truncated"]) == (1, True)
+        refused = error(await session.call_tool("data_import", {"records": records}))
+        assert refused["reason"] == "ADMIN_REQUIRED"
+    async with connect("admin") as session:
+        again = structured(await session.call_tool("data_import", {"records": records}))
+        assert (again["imported"], again["unchanged"]) == ({}, {"session": 1, "episode": 1})
+        changed = [dict(r, content="edited") if r["kind"] == "episode" else r for r in records]
+        conflict = error(await session.call_tool("data_import", {"records": changed}))
+        assert conflict["reason"] == "IMPORT_CONFLICT"
 
 
 async def test_forget_user_is_for_admins(connect: Connect) -> None:
