@@ -19,9 +19,10 @@ use engram::proto::session_service_client::SessionServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
     AppendEpisodeRequest, CacheContentRequest, ChangeKind, CreateRuleRequest, CreateTaskRequest,
-    FactKind, ForgetUserRequest, ForgetUserResponse, GetCompactionLogRequest, GetRequest,
-    GetSessionRequest, ListFactsRequest, RecordProcedureRequest, RememberRequest, RunRuleRequest,
-    ScopeType, SearchRequest, SetGoalRequest, SetRequest, TailEpisodesRequest, WatchRequest,
+    ExportRequest, FactKind, ForgetUserRequest, ForgetUserResponse, GetCompactionLogRequest,
+    GetRequest, GetSessionRequest, ListFactsRequest, RecordProcedureRequest, RememberRequest,
+    RunRuleRequest, ScopeType, SearchRequest, SetGoalRequest, SetRequest, TailEpisodesRequest,
+    WatchRequest,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -322,6 +323,30 @@ async fn forgets_a_user_and_nobody_else(backend: Backend) {
         .facts;
     assert!(facts.is_empty(), "{facts:?}");
     assert_eq!(app_facts(&mut rules).await, 2, "bob's and the hand-written");
+    // Nor in an export of the tenant, where bob's content still is.
+    let mut export = acme
+        .data()
+        .export(ExportRequest::default())
+        .await
+        .expect("export")
+        .into_inner();
+    let mut lines = Vec::new();
+    while let Some(chunk) = export.next().await {
+        lines.extend(chunk.expect("chunk").lines);
+    }
+    let file = lines.join("\n");
+    assert!(
+        file.contains("bob likes zanzibar"),
+        "bob's episode is exported"
+    );
+    for gone in [
+        "alice likes zanzibar",
+        "alice lives in zanzibar",
+        "plan zanzibar",
+        "run-9",
+    ] {
+        assert!(!file.contains(gone), "{gone:?} is still exported");
+    }
     for run in ["s1", "run-9"] {
         let err = acme
             .memory()
