@@ -405,26 +405,34 @@ pub fn bad_fields(status: &tonic::Status) -> Vec<String> {
 /// A TCP proxy in front of Postgres. `cut` closes its listener and every
 /// connection through it, so the server sees what it would see if Postgres
 /// stopped (resets, then refused connections); `restore` listens again on
-/// the same port.
+/// the same port. `stall` keeps every connection open but moves no bytes
+/// until `resume`, as a network that drops packets would.
 pub struct Proxy {
     pub addr: SocketAddr,
     upstream: SocketAddr,
     running: Mutex<CancellationToken>,
+    stalled: tokio::sync::watch::Sender<bool>,
 }
 
 impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
-        let running = Self::serve(listener, upstream);
+        let (stalled, _) = tokio::sync::watch::channel(false);
+        let running = Self::serve(listener, upstream, stalled.clone());
         Proxy {
             addr,
             upstream,
             running: Mutex::new(running),
+            stalled,
         }
     }
 
-    fn serve(listener: TcpListener, upstream: SocketAddr) -> CancellationToken {
+    fn serve(
+        listener: TcpListener,
+        upstream: SocketAddr,
+        stalled: tokio::sync::watch::Sender<bool>,
+    ) -> CancellationToken {
         let running = CancellationToken::new();
         let stop = running.clone();
         tokio::spawn(async move {
@@ -433,22 +441,48 @@ impl Proxy {
                     _ = stop.cancelled() => return, // drops the listener
                     accepted = listener.accept() => accepted,
                 };
-                let Ok((mut client, _)) = accepted else {
+                let Ok((client, _)) = accepted else {
                     continue;
                 };
                 let stop = stop.clone();
+                let stalled = stalled.clone();
                 tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(upstream).await else {
+                    let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
                     };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
                     tokio::select! {
                         _ = stop.cancelled() => {}
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = Self::pump(client_read, server_write, stalled.subscribe()) => {}
+                        _ = Self::pump(server_read, client_write, stalled.subscribe()) => {}
                     }
                 });
             }
         });
         running
+    }
+
+    /// Copies one direction, holding each chunk while the proxy is stalled.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut stalled: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if stalled.wait_for(|stalled| !*stalled).await.is_err() {
+                return;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
     }
 
     pub fn cut(&self) {
@@ -459,7 +493,16 @@ impl Proxy {
         let listener = TcpListener::bind(self.addr)
             .await
             .expect("listen again on the proxy port");
-        *self.running.lock().expect("proxy") = Self::serve(listener, self.upstream);
+        *self.running.lock().expect("proxy") =
+            Self::serve(listener, self.upstream, self.stalled.clone());
+    }
+
+    pub fn stall(&self) {
+        self.stalled.send_replace(true);
+    }
+
+    pub fn resume(&self) {
+        self.stalled.send_replace(false);
     }
 }
 

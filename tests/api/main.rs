@@ -19,6 +19,7 @@ mod pool;
 mod races;
 mod retention;
 mod rls;
+mod robustness;
 mod search;
 mod semantic;
 mod sessions_api;

@@ -1,0 +1,454 @@
+//! The robustness harness: clients run random operations over a small key
+//! space against real `engram serve` processes while faults are injected;
+//! every call is recorded with its start, end and outcome, and the checker
+//! validates the whole history against what the server holds once the
+//! faults are over (see `check.rs` for the guarantees it checks).
+//!
+//! Faults, each scenario on its own and mixed: `kill -9` of a server and a
+//! restart on the same port (both stores); the connection between server
+//! and Postgres cut, or stalled, by a TCP proxy in this process; two
+//! replicas on one Postgres with one killed; clients cancelling calls after
+//! a few milliseconds; a watch consumer that reads slowly.
+//!
+//! The short profile (the test command) runs each scenario for a few
+//! seconds; `ENGRAM_ROBUSTNESS=long` runs each for a minute with more
+//! clients. Run with `--nocapture` to see the report.
+
+mod check;
+mod history;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::{CreateRuleRequest, GetRuleRequest, RunRuleRequest, ScopeType, SetRequest};
+use tokio::sync::Mutex;
+
+use self::check::{Final, check};
+use self::history::{Outcome, Recorder};
+use self::workload::{Client, KEYS, RULE, Rng, SCOPE, SENTINEL, channel};
+use crate::consolidation::rule;
+use crate::helpers::{Backend, ChildServer, Proxy, TestDb, pg_socket_addr, pg_url_via};
+
+/// How long and how hard a scenario runs.
+struct Profile {
+    seconds: u64,
+    clients: usize,
+}
+
+fn profile() -> Profile {
+    match std::env::var("ENGRAM_ROBUSTNESS").as_deref() {
+        Ok("long") => Profile {
+            seconds: 60,
+            clients: 8,
+        },
+        _ => Profile {
+            seconds: 6,
+            clients: 5,
+        },
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    /// `kill -9` of a server, then a restart on the same port.
+    Kill,
+    /// The server's connections to Postgres cut, restored after a moment.
+    Cut,
+    /// The server's connections to Postgres stalled (no bytes move), then
+    /// resumed.
+    Stall,
+}
+
+struct Scenario {
+    backend: Backend,
+    faults: &'static [Fault],
+    replicas: usize,
+    /// Percent of client calls cancelled after a few milliseconds.
+    cancel_percent: u64,
+}
+
+/// A free port on the loopback interface, for a server that must come back
+/// on the same address after a restart.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The servers of a scenario, each restartable on its own port.
+struct Servers {
+    url: String,
+    addrs: Vec<SocketAddr>,
+    running: Mutex<Vec<Option<ChildServer>>>,
+}
+
+impl Servers {
+    async fn spawn(addr: SocketAddr, url: &str) -> ChildServer {
+        ChildServer::spawn(
+            &["--grpc-addr", &addr.to_string()],
+            &[
+                ("ENGRAM_DATABASE_URL", url),
+                ("ENGRAM_SHUTDOWN_GRACE_SECS", "1"),
+            ],
+            None,
+        )
+        .await
+    }
+
+    async fn start(url: String, replicas: usize) -> Servers {
+        let addrs: Vec<SocketAddr> = (0..replicas)
+            .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+            .collect();
+        let mut running = Vec::new();
+        for addr in &addrs {
+            running.push(Some(Self::spawn(*addr, &url).await));
+        }
+        Servers {
+            url,
+            addrs,
+            running: Mutex::new(running),
+        }
+    }
+
+    /// Kills server `n` outright and starts it again on its port.
+    async fn kill_and_restart(&self, n: usize) {
+        let mut running = self.running.lock().await;
+        if let Some(server) = running[n].take() {
+            server.kill().await;
+        }
+        running[n] = Some(Self::spawn(self.addrs[n], &self.url).await);
+    }
+}
+
+/// Retries a call until it succeeds (the server may be restarting).
+async fn retry<T, F, Fut>(what: &str, mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    for _ in 0..300 {
+        match call().await {
+            Ok(value) => return value,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("{what} kept failing for 30 s after the faults ended");
+}
+
+async fn run(name: &str, scenario: Scenario) {
+    let profile = profile();
+    let db = TestDb::new(scenario.backend).await;
+    let needs_proxy = scenario
+        .faults
+        .iter()
+        .any(|f| matches!(f, Fault::Cut | Fault::Stall));
+    let proxy = if needs_proxy {
+        Some(Proxy::start(pg_socket_addr(&db.url)).await)
+    } else {
+        None
+    };
+    let url = match &proxy {
+        Some(proxy) => pg_url_via(&db.url, proxy.addr),
+        None => db.url.clone(),
+    };
+    let servers = Arc::new(Servers::start(url, scenario.replicas).await);
+    let first = channel(servers.addrs[0]);
+    let mut promote = rule(RULE, "metadata.learn:*", true);
+    promote.then_emits = vec!["robust".into()];
+    ConsolidationServiceClient::new(first.clone())
+        .create_rule(CreateRuleRequest {
+            rule: Some(promote),
+        })
+        .await
+        .expect("create the rule");
+
+    let recorder = Arc::new(Recorder::new());
+    let deadline = recorder.now() + profile.seconds * 1_000_000_000;
+
+    // Consumers on every replica, one of them slow.
+    let mut watchers = Vec::new();
+    let mut tailers = Vec::new();
+    for (n, addr) in servers.addrs.iter().enumerate() {
+        watchers.push(tokio::spawn(workload::watch(*addr, None)));
+        tailers.push(tokio::spawn(workload::tail(*addr)));
+        if n == 0 {
+            watchers.push(tokio::spawn(workload::watch(
+                *addr,
+                Some(Duration::from_millis(1)),
+            )));
+        }
+    }
+    let clients: Vec<_> = (0..profile.clients)
+        .map(|id| {
+            let client = Client {
+                id,
+                channel: channel(servers.addrs[id % servers.addrs.len()]),
+                recorder: recorder.clone(),
+                cancel_percent: scenario.cancel_percent,
+            };
+            tokio::spawn(client.run(deadline))
+        })
+        .collect();
+
+    // The faults, until the clients' deadline.
+    let mut injected: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut rng = Rng::new(deadline);
+    while !scenario.faults.is_empty() && recorder.now() < deadline {
+        tokio::time::sleep(Duration::from_millis(400 + rng.below(600))).await;
+        if recorder.now() >= deadline {
+            break;
+        }
+        let fault = scenario.faults[rng.below(scenario.faults.len() as u64) as usize];
+        match fault {
+            Fault::Kill => {
+                let n = rng.below(servers.addrs.len() as u64) as usize;
+                servers.kill_and_restart(n).await;
+                *injected.entry("kill -9 and restart").or_default() += 1;
+            }
+            Fault::Cut | Fault::Stall => {
+                let proxy = proxy.as_ref().expect("a proxy");
+                let pause = Duration::from_millis(200 + rng.below(400));
+                if fault == Fault::Cut {
+                    proxy.cut();
+                    tokio::time::sleep(pause).await;
+                    proxy.restore().await;
+                    *injected.entry("database connection cut").or_default() += 1;
+                } else {
+                    proxy.stall();
+                    tokio::time::sleep(pause).await;
+                    proxy.resume();
+                    *injected.entry("database connection stalled").or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut calls = 0;
+    for client in clients {
+        calls += client.await.expect("client");
+    }
+
+    // Quiet now: the sentinels tell the consumers they have caught up.
+    let memory = MemoryServiceClient::new(first.clone());
+    retry("the sentinel write", || {
+        let mut memory = memory.clone();
+        async move {
+            memory
+                .set(SetRequest {
+                    scope_type: ScopeType::Namespace as i32,
+                    scope: SCOPE.into(),
+                    key: SENTINEL.into(),
+                    value: Some(engram::api::convert::json_to_proto(&serde_json::json!(0))),
+                    ..SetRequest::default()
+                })
+                .await
+        }
+    })
+    .await;
+    retry("the sentinel append", || {
+        workload::append(&first, "s0", SENTINEL, 0)
+    })
+    .await;
+    let caught_up = Duration::from_secs(120);
+    let mut watched = Vec::new();
+    let mut reconnects = 0;
+    for watcher in watchers {
+        let (seen, again) = tokio::time::timeout(caught_up, watcher)
+            .await
+            .expect("a watch consumer catches up")
+            .expect("watcher");
+        watched.push(seen);
+        reconnects += again;
+    }
+    let mut tailed = Vec::new();
+    for tailer in tailers {
+        let (seen, again) = tokio::time::timeout(caught_up, tailer)
+            .await
+            .expect("a tail consumer catches up")
+            .expect("tailer");
+        tailed.push(seen);
+        reconnects += again;
+    }
+    let rules = ConsolidationServiceClient::new(first.clone());
+    loop {
+        let run = retry("the rule's catch-up run", || {
+            let mut rules = rules.clone();
+            async move {
+                rules
+                    .run_rule(RunRuleRequest {
+                        rule_id: RULE.into(),
+                        dry_run: false,
+                        max_episodes: 1000,
+                    })
+                    .await
+            }
+        })
+        .await
+        .into_inner();
+        if !run.more && run.episodes_scanned == 0 {
+            break;
+        }
+    }
+    let promoted = retry("reading the rule", || {
+        let mut rules = rules.clone();
+        async move {
+            rules
+                .get_rule(GetRuleRequest {
+                    rule_id: RULE.into(),
+                })
+                .await
+        }
+    })
+    .await
+    .into_inner()
+    .rule
+    .map_or(0, |r| r.episodes_promoted);
+    let mut histories = BTreeMap::new();
+    for key in KEYS {
+        let versions = retry("reading a history", || workload::history(&first, key)).await;
+        if !versions.is_empty() {
+            histories.insert(key.to_owned(), versions);
+        }
+    }
+    let (feed, _) = workload::watch(servers.addrs[0], None).await;
+    let (episodes, _) = workload::tail(servers.addrs[0]).await;
+    let end = Final {
+        histories,
+        feed,
+        episodes,
+        watched,
+        tailed,
+        promoted,
+    };
+
+    let ops = recorder.ops();
+    let anomalies = check(&ops, &end);
+    report(name, &ops, calls, &injected, reconnects, &end, &anomalies);
+    let mut running = servers.running.lock().await;
+    for server in running.iter_mut().filter_map(Option::take) {
+        server.kill().await;
+    }
+    assert!(
+        anomalies.is_empty(),
+        "{name}: {} anomalies (see above)",
+        anomalies.len()
+    );
+}
+
+/// Prints what ran, what was injected and what the checker found.
+fn report(
+    name: &str,
+    ops: &[history::Op],
+    calls: usize,
+    injected: &BTreeMap<&'static str, usize>,
+    reconnects: usize,
+    end: &Final,
+    anomalies: &[check::Anomaly],
+) {
+    let mut by_call: BTreeMap<&str, [usize; 3]> = BTreeMap::new();
+    for op in ops {
+        let slot = match op.outcome {
+            Outcome::Refused { .. } => 1,
+            Outcome::Unknown { .. } => 2,
+            _ => 0,
+        };
+        by_call.entry(op.call.name()).or_default()[slot] += 1;
+    }
+    let retried = ops.len() - calls;
+    println!(
+        "robustness {name}: {} calls ({retried} of them retries of an idempotent write), \
+         faults {injected:?}, consumer reconnects {reconnects}, final feed {} changes, \
+         {} episodes, {} anomalies",
+        ops.len(),
+        end.feed.len(),
+        end.episodes.len(),
+        anomalies.len()
+    );
+    for (call, [ok, refused, unknown]) in by_call {
+        println!("    {call:>14}: {ok} ok, {refused} refused, {unknown} unknown");
+    }
+    let mut why: BTreeMap<String, usize> = BTreeMap::new();
+    for op in ops {
+        let reason = match &op.outcome {
+            Outcome::Refused { code, reason } => format!("refused {code:?} {reason}"),
+            Outcome::Unknown { code } => format!("unknown {code:?}"),
+            _ => continue,
+        };
+        *why.entry(reason).or_default() += 1;
+    }
+    println!("    outcomes: {why:?}");
+    for anomaly in anomalies {
+        println!("{anomaly}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_server_killed() {
+    let scenario = Scenario {
+        backend: Backend::Sqlite,
+        faults: &[Fault::Kill],
+        replicas: 1,
+        cancel_percent: 0,
+    };
+    run("sqlite, kill -9", scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_clients_cancelling() {
+    let scenario = Scenario {
+        backend: Backend::Sqlite,
+        faults: &[],
+        replicas: 1,
+        cancel_percent: 15,
+    };
+    run("sqlite, cancelled calls", scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_server_killed() {
+    let scenario = Scenario {
+        backend: Backend::Postgres,
+        faults: &[Fault::Kill],
+        replicas: 1,
+        cancel_percent: 0,
+    };
+    run("postgres, kill -9", scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connection_cut_and_stalled() {
+    let scenario = Scenario {
+        backend: Backend::Postgres,
+        faults: &[Fault::Cut, Fault::Stall],
+        replicas: 1,
+        cancel_percent: 0,
+    };
+    run("postgres, connection cut and stalled", scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_replicas_one_killed() {
+    let scenario = Scenario {
+        backend: Backend::Postgres,
+        faults: &[Fault::Kill],
+        replicas: 2,
+        cancel_percent: 0,
+    };
+    run("postgres, two replicas, kill -9", scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_everything_at_once() {
+    let scenario = Scenario {
+        backend: Backend::Postgres,
+        faults: &[Fault::Kill, Fault::Cut, Fault::Stall],
+        replicas: 2,
+        cancel_percent: 10,
+    };
+    run("postgres, mixed", scenario).await;
+}

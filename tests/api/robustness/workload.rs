@@ -1,0 +1,446 @@
+//! The clients: random operations over a small key space (so they
+//! collide), each recorded with its outcome, and the consumers: watches and
+//! tails that reconnect from the last position they received.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram::api::convert::{json_from_proto, json_to_proto};
+use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+use engram::proto::episode_service_client::EpisodeServiceClient;
+use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::{
+    AppendEpisodeRequest, DeleteRequest, GetRequest, HistoryRequest, ListRequest, MemoryEntry,
+    PurgeRequest, RunRuleRequest, ScopeType, SetRequest, TailEpisodesRequest, WatchRequest,
+};
+use serde_json::json;
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint};
+
+use super::history::{Call, Op, Outcome, Recorder, outcome_of};
+
+pub const SCOPE: &str = "robust";
+pub const APP: &str = "robust";
+pub const RULE: &str = "promote";
+pub const KEYS: [&str; 5] = ["k0", "k1", "k2", "k3", "k4"];
+pub const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
+/// The key and the episode written last, once the faults are over, so a
+/// consumer knows it has caught up.
+pub const SENTINEL: &str = "sentinel";
+const NAMESPACE: i32 = ScopeType::Namespace as i32;
+
+/// How long a call may take before the client gives up on it.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a retried idempotent write is tried before giving up.
+const RETRIES: usize = 40;
+
+/// A small, seeded generator (xorshift64*), so a run can be repeated.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// A lazily connecting channel to a server address, so a client finds a
+/// restarted server on its own.
+pub fn channel(addr: SocketAddr) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect_timeout(Duration::from_millis(500))
+        .connect_lazy()
+}
+
+fn number(value: Option<prost_types::Value>) -> Option<i64> {
+    value
+        .and_then(|v| json_from_proto(v).ok())
+        .and_then(|v| v.as_i64())
+}
+
+fn entry_read(entry: Option<MemoryEntry>) -> Outcome {
+    match entry {
+        Some(entry) => match number(entry.value) {
+            Some(value) => Outcome::Read {
+                version: entry.version,
+                value,
+            },
+            None => Outcome::Done,
+        },
+        None => Outcome::Done,
+    }
+}
+
+/// What one client does until `deadline` (nanoseconds of the run).
+pub struct Client {
+    pub id: usize,
+    pub channel: Channel,
+    pub recorder: Arc<Recorder>,
+    /// Percent of calls made with a deadline of a few milliseconds, which
+    /// the client cancels mid-call.
+    pub cancel_percent: u64,
+}
+
+impl Client {
+    pub async fn run(self, deadline: u64) -> usize {
+        let mut rng = Rng::new(self.id as u64 + 1);
+        let mut written = 0i64;
+        let mut seen_version = [0i64; KEYS.len()];
+        let mut calls = 0;
+        while self.recorder.now() < deadline {
+            calls += 1;
+            let k = rng.below(KEYS.len() as u64) as usize;
+            let key = KEYS[k].to_owned();
+            written += 1;
+            let value = self.id as i64 * 1_000_000 + written;
+            let call = match rng.below(100) {
+                0..=24 => Call::Set {
+                    key,
+                    value,
+                    expected: None,
+                    request_id: None,
+                },
+                25..=34 => Call::Set {
+                    key,
+                    value,
+                    expected: Some(seen_version[k]),
+                    request_id: None,
+                },
+                35..=44 => Call::Set {
+                    key,
+                    value,
+                    expected: None,
+                    request_id: Some(format!("r-{}-{written}", self.id)),
+                },
+                45..=51 => Call::Delete { key },
+                52..=66 => Call::Get { key },
+                67..=70 => Call::GetVersion {
+                    key,
+                    version: 1 + rng.below(seen_version[k].max(1) as u64) as i64,
+                },
+                71..=74 => Call::List,
+                75..=78 => Call::History { key },
+                79..=80 => Call::Purge { key, keep: 3 },
+                81..=97 => Call::Append {
+                    session: SESSIONS[rng.below(SESSIONS.len() as u64) as usize].to_owned(),
+                    id: format!("e-{}-{written}", self.id),
+                    value,
+                },
+                _ => Call::RunRule,
+            };
+            let retried = matches!(
+                call,
+                Call::Append { .. }
+                    | Call::Set {
+                        request_id: Some(_),
+                        ..
+                    }
+            );
+            let mut attempts = 0;
+            loop {
+                let cancel = rng.chance(self.cancel_percent);
+                let op = self.call(call.clone(), cancel, &mut rng).await;
+                if let (Call::Set { .. } | Call::Delete { .. }, Outcome::Wrote { version }) =
+                    (&op.call, &op.outcome)
+                {
+                    seen_version[k] = *version;
+                }
+                if let Outcome::Read { version, .. } = op.outcome {
+                    seen_version[k] = seen_version[k].max(version);
+                }
+                let unknown = matches!(op.outcome, Outcome::Unknown { .. });
+                self.recorder.record(op);
+                attempts += 1;
+                // A write with an id is retried with the same id until its
+                // outcome is known: the point of the id.
+                if !(retried && unknown) || attempts == RETRIES {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20 + rng.below(80))).await;
+            }
+        }
+        calls
+    }
+
+    /// Makes one call and records it.
+    async fn call(&self, call: Call, cancel: bool, rng: &mut Rng) -> Op {
+        let limit = if cancel {
+            Duration::from_millis(1 + rng.below(5))
+        } else {
+            CALL_TIMEOUT
+        };
+        let start = self.recorder.now();
+        let outcome = match tokio::time::timeout(limit, self.send(&call)).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(status)) => outcome_of(&status),
+            Err(_) => Outcome::Unknown {
+                code: tonic::Code::Cancelled,
+            },
+        };
+        Op {
+            client: self.id,
+            start,
+            end: self.recorder.now(),
+            call,
+            outcome,
+        }
+    }
+
+    async fn send(&self, call: &Call) -> Result<Outcome, tonic::Status> {
+        let mut memory = MemoryServiceClient::new(self.channel.clone());
+        Ok(match call {
+            Call::Set {
+                key,
+                value,
+                expected,
+                request_id,
+            } => {
+                let entry = memory
+                    .set(SetRequest {
+                        scope_type: NAMESPACE,
+                        scope: SCOPE.into(),
+                        key: key.clone(),
+                        value: Some(json_to_proto(&json!(value))),
+                        expected_version: *expected,
+                        request_id: request_id.clone().unwrap_or_default(),
+                    })
+                    .await?
+                    .into_inner()
+                    .entry
+                    .unwrap_or_default();
+                Outcome::Wrote {
+                    version: entry.version,
+                }
+            }
+            Call::Delete { key } => {
+                let entry = memory
+                    .delete(DeleteRequest {
+                        scope_type: NAMESPACE,
+                        scope: SCOPE.into(),
+                        key: key.clone(),
+                        ..DeleteRequest::default()
+                    })
+                    .await?
+                    .into_inner()
+                    .entry
+                    .unwrap_or_default();
+                Outcome::Wrote {
+                    version: entry.version,
+                }
+            }
+            Call::Get { key } | Call::GetVersion { key, .. } => {
+                let version = match call {
+                    Call::GetVersion { version, .. } => *version,
+                    _ => 0,
+                };
+                let entry = memory
+                    .get(GetRequest {
+                        scope_type: NAMESPACE,
+                        scope: SCOPE.into(),
+                        key: key.clone(),
+                        version,
+                        as_of: None,
+                    })
+                    .await?
+                    .into_inner()
+                    .entry;
+                entry_read(entry)
+            }
+            Call::List => {
+                let entries = memory
+                    .list(ListRequest {
+                        scope_type: NAMESPACE,
+                        scope: SCOPE.into(),
+                        page_size: 100,
+                        ..ListRequest::default()
+                    })
+                    .await?
+                    .into_inner()
+                    .entries;
+                Outcome::Listed(
+                    entries
+                        .into_iter()
+                        .filter(|e| KEYS.contains(&e.key.as_str()))
+                        .filter_map(|e| Some((e.key.clone(), e.version, number(e.value)?)))
+                        .collect(),
+                )
+            }
+            Call::History { key } => Outcome::Versions(history(&self.channel, key).await?),
+            Call::Purge { key, keep } => {
+                MemoryAdminServiceClient::new(self.channel.clone())
+                    .purge(PurgeRequest {
+                        scope_type: NAMESPACE,
+                        scope: SCOPE.into(),
+                        key: key.clone(),
+                        keep: Some(*keep),
+                        dry_run: false,
+                    })
+                    .await?;
+                Outcome::Done
+            }
+            Call::Append { session, id, value } => {
+                let response = append(&self.channel, session, id, *value).await?;
+                Outcome::Appended {
+                    seq: response.0,
+                    replayed: response.1,
+                }
+            }
+            Call::RunRule => {
+                ConsolidationServiceClient::new(self.channel.clone())
+                    .run_rule(RunRuleRequest {
+                        rule_id: RULE.into(),
+                        dry_run: false,
+                        max_episodes: 50,
+                    })
+                    .await?;
+                Outcome::Done
+            }
+        })
+    }
+}
+
+/// Every kept version of a key: (version, value; None for a tombstone).
+pub async fn history(
+    channel: &Channel,
+    key: &str,
+) -> Result<Vec<(i64, Option<i64>)>, tonic::Status> {
+    let mut stream = MemoryServiceClient::new(channel.clone())
+        .history(HistoryRequest {
+            scope_type: NAMESPACE,
+            scope: SCOPE.into(),
+            key: key.into(),
+            from_version: 0,
+        })
+        .await?
+        .into_inner();
+    let mut versions = Vec::new();
+    while let Some(item) = stream.next().await {
+        let entry = item?.entry.unwrap_or_default();
+        let value = if entry.deleted {
+            None
+        } else {
+            number(entry.value)
+        };
+        versions.push((entry.version, value));
+    }
+    Ok(versions)
+}
+
+/// Appends one episode; its seq and whether it was a replay.
+pub async fn append(
+    channel: &Channel,
+    session: &str,
+    id: &str,
+    value: i64,
+) -> Result<(i64, bool), tonic::Status> {
+    let response = EpisodeServiceClient::new(channel.clone())
+        .append_episode(AppendEpisodeRequest {
+            session_id: session.into(),
+            app: APP.into(),
+            user: "u".into(),
+            episode: Some(engram::proto::NewEpisode {
+                id: id.into(),
+                r#type: "observation".into(),
+                content: Some(json_to_proto(&json!(value))),
+                metadata: match json_to_proto(&json!({"learn": true, "subject": id})).kind {
+                    Some(prost_types::value::Kind::StructValue(s)) => Some(s),
+                    _ => None,
+                },
+                ..engram::proto::NewEpisode::default()
+            }),
+        })
+        .await?
+        .into_inner();
+    let episode = response.episode.unwrap_or_default();
+    Ok((episode.seq, response.replayed))
+}
+
+/// One change as a watch delivered it: revision, kind, key, version.
+pub type Change = (i64, i32, String, i64);
+
+/// One episode as a tail delivered it: cursor, id, session, seq.
+pub type Tailed = (i64, String, String, i64);
+
+/// Watches the scope from the start, reconnecting from the last revision
+/// received after any error, until it sees the sentinel key. `pause`
+/// makes it a slow reader (the server may cut it off as too slow, and it
+/// resumes). Returns what it received, and how often it reconnected.
+pub async fn watch(addr: SocketAddr, pause: Option<Duration>) -> (Vec<Change>, usize) {
+    let channel = channel(addr);
+    let mut seen: Vec<Change> = Vec::new();
+    let mut reconnects = 0;
+    loop {
+        let from = seen.last().map_or(0, |c| c.0);
+        let opened = MemoryServiceClient::new(channel.clone())
+            .watch(WatchRequest {
+                scope_type: NAMESPACE,
+                scope: SCOPE.into(),
+                key_prefix: String::new(),
+                from_revision: Some(from),
+            })
+            .await;
+        if let Ok(stream) = opened {
+            let mut stream = stream.into_inner();
+            while let Some(Ok(change)) = stream.next().await {
+                let done = change.key == SENTINEL;
+                seen.push((change.revision, change.kind, change.key, change.version));
+                if done {
+                    return (seen, reconnects);
+                }
+                if let Some(pause) = pause {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+        reconnects += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Tails the app's episodes from the start, reconnecting from the last
+/// cursor received, until it sees the sentinel episode.
+pub async fn tail(addr: SocketAddr) -> (Vec<Tailed>, usize) {
+    let channel = channel(addr);
+    let mut seen: Vec<Tailed> = Vec::new();
+    let mut reconnects = 0;
+    loop {
+        let from = seen.last().map_or(0, |e| e.0);
+        let opened = EpisodeServiceClient::new(channel.clone())
+            .tail_episodes(TailEpisodesRequest {
+                app: APP.into(),
+                cursor: Some(from),
+                ..TailEpisodesRequest::default()
+            })
+            .await;
+        if let Ok(stream) = opened {
+            let mut stream = stream.into_inner();
+            while let Some(Ok(item)) = stream.next().await {
+                let episode = item.episode.unwrap_or_default();
+                let done = episode.id == SENTINEL;
+                seen.push((episode.cursor, episode.id, episode.session_id, episode.seq));
+                if done {
+                    return (seen, reconnects);
+                }
+            }
+        }
+        reconnects += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
