@@ -16,6 +16,7 @@
 
 mod check;
 mod history;
+mod postgres;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -62,6 +63,9 @@ enum Fault {
     /// The server's connections to Postgres stalled (no bytes move), then
     /// resumed.
     Stall,
+    /// Postgres itself crashed and restarted (`pg_ctl restart -m
+    /// immediate`), on a cluster of the scenario's own.
+    Restart,
 }
 
 struct Scenario {
@@ -143,19 +147,28 @@ where
 
 async fn run(name: &str, scenario: Scenario) {
     let profile = profile();
+    let own = if scenario.faults.contains(&Fault::Restart) {
+        Some(postgres::OwnPostgres::start().await)
+    } else {
+        None
+    };
     let db = TestDb::new(scenario.backend).await;
+    let db_url = match &own {
+        Some(own) => own.url.clone(),
+        None => db.url.clone(),
+    };
     let needs_proxy = scenario
         .faults
         .iter()
         .any(|f| matches!(f, Fault::Cut | Fault::Stall));
     let proxy = if needs_proxy {
-        Some(Proxy::start(pg_socket_addr(&db.url)).await)
+        Some(Proxy::start(pg_socket_addr(&db_url)).await)
     } else {
         None
     };
     let url = match &proxy {
-        Some(proxy) => pg_url_via(&db.url, proxy.addr),
-        None => db.url.clone(),
+        Some(proxy) => pg_url_via(&db_url, proxy.addr),
+        None => db_url.clone(),
     };
     let servers = Arc::new(Servers::start(url, scenario.replicas).await);
     let first = channel(servers.addrs[0]);
@@ -211,6 +224,10 @@ async fn run(name: &str, scenario: Scenario) {
                 servers.kill_and_restart(n).await;
                 *injected.entry("kill -9 and restart").or_default() += 1;
             }
+            Fault::Restart => {
+                own.as_ref().expect("an own cluster").restart_immediately().await;
+                *injected.entry("postgres restarted (immediate)").or_default() += 1;
+            }
             Fault::Cut | Fault::Stall => {
                 let proxy = proxy.as_ref().expect("a proxy");
                 let pause = Duration::from_millis(200 + rng.below(400));
@@ -228,11 +245,13 @@ async fn run(name: &str, scenario: Scenario) {
             }
         }
     }
+    println!("{name}: clients finishing");
     let mut calls = 0;
     for client in clients {
         calls += client.await.expect("client");
     }
 
+    println!("{name}: writing the sentinels");
     // Quiet now: the sentinels tell the consumers they have caught up.
     let memory = MemoryServiceClient::new(first.clone());
     retry("the sentinel write", || {
@@ -254,6 +273,7 @@ async fn run(name: &str, scenario: Scenario) {
         workload::append(&first, "s0", SENTINEL, 0)
     })
     .await;
+    println!("{name}: waiting for the consumers");
     let caught_up = Duration::from_secs(120);
     let mut watched = Vec::new();
     let mut reconnects = 0;
@@ -274,6 +294,7 @@ async fn run(name: &str, scenario: Scenario) {
         tailed.push(seen);
         reconnects += again;
     }
+    println!("{name}: the rule catches up");
     let rules = ConsolidationServiceClient::new(first.clone());
     loop {
         let run = retry("the rule's catch-up run", || {
@@ -308,6 +329,7 @@ async fn run(name: &str, scenario: Scenario) {
     .into_inner()
     .rule
     .map_or(0, |r| r.episodes_promoted);
+    println!("{name}: reading the final state");
     let mut histories = BTreeMap::new();
     for key in KEYS {
         let versions = retry("reading a history", || workload::history(&first, key)).await;
@@ -432,6 +454,17 @@ async fn postgres_connection_cut_and_stalled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_under_load() {
+    let scenario = Scenario {
+        backend: Backend::Postgres,
+        faults: &[Fault::Restart],
+        replicas: 1,
+        cancel_percent: 0,
+    };
+    run("postgres, pg_ctl restart -m immediate", scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_replicas_one_killed() {
     let scenario = Scenario {
         backend: Backend::Postgres,
@@ -446,7 +479,7 @@ async fn postgres_two_replicas_one_killed() {
 async fn postgres_everything_at_once() {
     let scenario = Scenario {
         backend: Backend::Postgres,
-        faults: &[Fault::Kill, Fault::Cut, Fault::Stall],
+        faults: &[Fault::Kill, Fault::Cut, Fault::Stall, Fault::Restart],
         replicas: 2,
         cancel_percent: 10,
     };
