@@ -17,6 +17,7 @@
 mod check;
 mod history;
 mod postgres;
+mod stalled;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -225,8 +226,13 @@ async fn run(name: &str, scenario: Scenario) {
                 *injected.entry("kill -9 and restart").or_default() += 1;
             }
             Fault::Restart => {
-                own.as_ref().expect("an own cluster").restart_immediately().await;
-                *injected.entry("postgres restarted (immediate)").or_default() += 1;
+                own.as_ref()
+                    .expect("an own cluster")
+                    .restart_immediately()
+                    .await;
+                *injected
+                    .entry("postgres restarted (immediate)")
+                    .or_default() += 1;
             }
             Fault::Cut | Fault::Stall => {
                 let proxy = proxy.as_ref().expect("a proxy");

@@ -96,11 +96,18 @@ impl OwnPostgres {
              -c synchronous_commit=on -c max_connections=200",
             cluster.dir.path().display()
         );
-        let log = cluster.dir.path().join("postgres.log").display().to_string();
+        let log = cluster
+            .dir
+            .path()
+            .join("postgres.log")
+            .display()
+            .to_string();
         cluster
             .run(
                 "pg_ctl",
-                &["-D", &data, "-l", &log, "-w", "-t", "60", "-o", &options, "start"],
+                &[
+                    "-D", &data, "-l", &log, "-w", "-t", "60", "-o", &options, "start",
+                ],
             )
             .await;
         cluster

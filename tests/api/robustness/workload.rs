@@ -383,11 +383,24 @@ pub type Tailed = (i64, String, String, i64);
 /// makes it a slow reader (the server may cut it off as too slow, and it
 /// resumes). Returns what it received, and how often it reconnected.
 pub async fn watch(addr: SocketAddr, pause: Option<Duration>) -> (Vec<Change>, usize) {
+    watch_after(addr, 0, pause).await
+}
+
+/// What a watch receives after `revision`, up to the sentinel.
+pub async fn watch_from(addr: SocketAddr, revision: i64) -> Vec<Change> {
+    watch_after(addr, revision, None).await.0
+}
+
+async fn watch_after(
+    addr: SocketAddr,
+    revision: i64,
+    pause: Option<Duration>,
+) -> (Vec<Change>, usize) {
     let channel = channel(addr);
     let mut seen: Vec<Change> = Vec::new();
     let mut reconnects = 0;
     loop {
-        let from = seen.last().map_or(0, |c| c.0);
+        let from = seen.last().map_or(revision, |c| c.0);
         let opened = MemoryServiceClient::new(channel.clone())
             .watch(WatchRequest {
                 scope_type: NAMESPACE,
@@ -417,11 +430,20 @@ pub async fn watch(addr: SocketAddr, pause: Option<Duration>) -> (Vec<Change>, u
 /// Tails the app's episodes from the start, reconnecting from the last
 /// cursor received, until it sees the sentinel episode.
 pub async fn tail(addr: SocketAddr) -> (Vec<Tailed>, usize) {
+    tail_after(addr, 0).await
+}
+
+/// What a tail receives after `cursor`, up to the sentinel.
+pub async fn tail_from(addr: SocketAddr, cursor: i64) -> Vec<Tailed> {
+    tail_after(addr, cursor).await.0
+}
+
+async fn tail_after(addr: SocketAddr, cursor: i64) -> (Vec<Tailed>, usize) {
     let channel = channel(addr);
     let mut seen: Vec<Tailed> = Vec::new();
     let mut reconnects = 0;
     loop {
-        let from = seen.last().map_or(0, |e| e.0);
+        let from = seen.last().map_or(cursor, |e| e.0);
         let opened = EpisodeServiceClient::new(channel.clone())
             .tail_episodes(TailEpisodesRequest {
                 app: APP.into(),
