@@ -9,7 +9,7 @@
 pub mod records;
 mod transfer;
 
-pub use transfer::{After, ExportPage, ImportCounts, Part, Selection};
+pub use transfer::{After, ExportPage, ImportCounts, Part, Selection, parse_line};
 
 use std::collections::BTreeMap;
 use std::future::Future;

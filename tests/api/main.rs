@@ -16,6 +16,7 @@ mod memory_api;
 mod metrics;
 mod outage;
 mod pool;
+mod properties;
 mod races;
 mod retention;
 mod rls;
