@@ -15,7 +15,7 @@ use crate::proto;
 use crate::proto::data_service_server::DataService;
 use crate::sessions::{Id, Name};
 
-type ExportStream = Pin<Box<dyn Stream<Item = Result<proto::ExportChunk, Status>> + Send>>;
+type ExportStream = Pin<Box<dyn Stream<Item = Result<proto::ExportResponse, Status>> + Send>>;
 
 pub struct DataApi<S> {
     data: Data<S>,
@@ -99,7 +99,7 @@ impl<S: DataStore> DataService for DataApi<S> {
             .export(&ctx, selection, chrono::Utc::now())
             .map(|lines| {
                 lines
-                    .map(|lines| proto::ExportChunk { lines })
+                    .map(|lines| proto::ExportResponse { lines })
                     .map_err(to_status)
             });
         Ok(Response::new(Box::pin(stream)))

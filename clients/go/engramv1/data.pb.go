@@ -108,8 +108,8 @@ func (x *ExportRequest) GetUser() string {
 	return ""
 }
 
-// ExportChunk carries the next lines of the export, in order.
-type ExportChunk struct {
+// ExportResponse carries the next lines of the export, in order.
+type ExportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// JSON Lines records, each one JSON object without its newline.
 	Lines         []string `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
@@ -117,20 +117,20 @@ type ExportChunk struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ExportChunk) Reset() {
-	*x = ExportChunk{}
+func (x *ExportResponse) Reset() {
+	*x = ExportResponse{}
 	mi := &file_engram_v1_data_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ExportChunk) String() string {
+func (x *ExportResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ExportChunk) ProtoMessage() {}
+func (*ExportResponse) ProtoMessage() {}
 
-func (x *ExportChunk) ProtoReflect() protoreflect.Message {
+func (x *ExportResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_engram_v1_data_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -142,12 +142,12 @@ func (x *ExportChunk) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ExportChunk.ProtoReflect.Descriptor instead.
-func (*ExportChunk) Descriptor() ([]byte, []int) {
+// Deprecated: Use ExportResponse.ProtoReflect.Descriptor instead.
+func (*ExportResponse) Descriptor() ([]byte, []int) {
 	return file_engram_v1_data_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *ExportChunk) GetLines() []string {
+func (x *ExportResponse) GetLines() []string {
 	if x != nil {
 		return x.Lines
 	}
@@ -462,8 +462,8 @@ const file_engram_v1_data_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12\x12\n" +
-	"\x04user\x18\x05 \x01(\tR\x04user\"#\n" +
-	"\vExportChunk\x12\x14\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"&\n" +
+	"\x0eExportResponse\x12\x14\n" +
 	"\x05lines\x18\x01 \x03(\tR\x05lines\"%\n" +
 	"\rImportRequest\x12\x14\n" +
 	"\x05lines\x18\x01 \x03(\tR\x05lines\"\xae\x02\n" +
@@ -490,11 +490,11 @@ const file_engram_v1_data_proto_rawDesc = "" +
 	"\x10execution_scopes\x18\x05 \x01(\x03R\x0fexecutionScopes\x12'\n" +
 	"\x0fmemory_versions\x18\x06 \x01(\x03R\x0ememoryVersions\x12\x17\n" +
 	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x1b\n" +
-	"\taudit_key\x18\b \x01(\tR\bauditKey2\xd7\x01\n" +
+	"\taudit_key\x18\b \x01(\tR\bauditKey2\xda\x01\n" +
 	"\vDataService\x12I\n" +
 	"\n" +
-	"ForgetUser\x12\x1c.engram.v1.ForgetUserRequest\x1a\x1d.engram.v1.ForgetUserResponse\x12<\n" +
-	"\x06Export\x12\x18.engram.v1.ExportRequest\x1a\x16.engram.v1.ExportChunk0\x01\x12?\n" +
+	"ForgetUser\x12\x1c.engram.v1.ForgetUserRequest\x1a\x1d.engram.v1.ForgetUserResponse\x12?\n" +
+	"\x06Export\x12\x18.engram.v1.ExportRequest\x1a\x19.engram.v1.ExportResponse0\x01\x12?\n" +
 	"\x06Import\x12\x18.engram.v1.ImportRequest\x1a\x19.engram.v1.ImportResponse(\x01b\x06proto3"
 
 var (
@@ -512,7 +512,7 @@ func file_engram_v1_data_proto_rawDescGZIP() []byte {
 var file_engram_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_engram_v1_data_proto_goTypes = []any{
 	(*ExportRequest)(nil),      // 0: engram.v1.ExportRequest
-	(*ExportChunk)(nil),        // 1: engram.v1.ExportChunk
+	(*ExportResponse)(nil),     // 1: engram.v1.ExportResponse
 	(*ImportRequest)(nil),      // 2: engram.v1.ImportRequest
 	(*ImportResponse)(nil),     // 3: engram.v1.ImportResponse
 	(*ForgetUserRequest)(nil),  // 4: engram.v1.ForgetUserRequest
@@ -529,7 +529,7 @@ var file_engram_v1_data_proto_depIdxs = []int32{
 	0, // 4: engram.v1.DataService.Export:input_type -> engram.v1.ExportRequest
 	2, // 5: engram.v1.DataService.Import:input_type -> engram.v1.ImportRequest
 	5, // 6: engram.v1.DataService.ForgetUser:output_type -> engram.v1.ForgetUserResponse
-	1, // 7: engram.v1.DataService.Export:output_type -> engram.v1.ExportChunk
+	1, // 7: engram.v1.DataService.Export:output_type -> engram.v1.ExportResponse
 	3, // 8: engram.v1.DataService.Import:output_type -> engram.v1.ImportResponse
 	6, // [6:9] is the sub-list for method output_type
 	3, // [3:6] is the sub-list for method input_type

@@ -61,7 +61,7 @@ type DataServiceClient interface {
 	// redaction removed before they were stored are not in the store and so
 	// not in the export. Search vectors and idempotency records are not
 	// exported (vectors are recomputed by the importing store's embedder).
-	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportChunk], error)
+	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportResponse], error)
 	// Import restores an export into the caller's tenant (admin only),
 	// whatever tenant the file came from. The client streams the file's
 	// lines; the server checks each as it arrives (a malformed line is
@@ -96,13 +96,13 @@ func (c *dataServiceClient) ForgetUser(ctx context.Context, in *ForgetUserReques
 	return out, nil
 }
 
-func (c *dataServiceClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportChunk], error) {
+func (c *dataServiceClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &DataService_ServiceDesc.Streams[0], DataService_Export_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ExportRequest, ExportChunk]{ClientStream: stream}
+	x := &grpc.GenericClientStream[ExportRequest, ExportResponse]{ClientStream: stream}
 	if err := x.ClientStream.SendMsg(in); err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (c *dataServiceClient) Export(ctx context.Context, in *ExportRequest, opts 
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type DataService_ExportClient = grpc.ServerStreamingClient[ExportChunk]
+type DataService_ExportClient = grpc.ServerStreamingClient[ExportResponse]
 
 func (c *dataServiceClient) Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -165,7 +165,7 @@ type DataServiceServer interface {
 	// redaction removed before they were stored are not in the store and so
 	// not in the export. Search vectors and idempotency records are not
 	// exported (vectors are recomputed by the importing store's embedder).
-	Export(*ExportRequest, grpc.ServerStreamingServer[ExportChunk]) error
+	Export(*ExportRequest, grpc.ServerStreamingServer[ExportResponse]) error
 	// Import restores an export into the caller's tenant (admin only),
 	// whatever tenant the file came from. The client streams the file's
 	// lines; the server checks each as it arrives (a malformed line is
@@ -193,7 +193,7 @@ type UnimplementedDataServiceServer struct{}
 func (UnimplementedDataServiceServer) ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetUser not implemented")
 }
-func (UnimplementedDataServiceServer) Export(*ExportRequest, grpc.ServerStreamingServer[ExportChunk]) error {
+func (UnimplementedDataServiceServer) Export(*ExportRequest, grpc.ServerStreamingServer[ExportResponse]) error {
 	return status.Error(codes.Unimplemented, "method Export not implemented")
 }
 func (UnimplementedDataServiceServer) Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error {
@@ -243,11 +243,11 @@ func _DataService_Export_Handler(srv interface{}, stream grpc.ServerStream) erro
 	if err := stream.RecvMsg(m); err != nil {
 		return err
 	}
-	return srv.(DataServiceServer).Export(m, &grpc.GenericServerStream[ExportRequest, ExportChunk]{ServerStream: stream})
+	return srv.(DataServiceServer).Export(m, &grpc.GenericServerStream[ExportRequest, ExportResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type DataService_ExportServer = grpc.ServerStreamingServer[ExportChunk]
+type DataService_ExportServer = grpc.ServerStreamingServer[ExportResponse]
 
 func _DataService_Import_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(DataServiceServer).Import(&grpc.GenericServerStream[ImportRequest, ImportResponse]{ServerStream: stream})

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import memory_pb2 as engram_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65ngram/v1/data.proto\x12\tengram.v1\x1a\x16\x65ngram/v1/memory.proto\"w\n\rExportRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0b\n\x03\x61pp\x18\x04 \x01(\t\x12\x0c\n\x04user\x18\x05 \x01(\t\"\x1c\n\x0b\x45xportChunk\x12\r\n\x05lines\x18\x01 \x03(\t\"\x1e\n\rImportRequest\x12\r\n\x05lines\x18\x01 \x03(\t\"\xfa\x01\n\x0eImportResponse\x12\x39\n\x08imported\x18\x01 \x03(\x0b\x32\'.engram.v1.ImportResponse.ImportedEntry\x12;\n\tunchanged\x18\x02 \x03(\x0b\x32(.engram.v1.ImportResponse.UnchangedEntry\x12\r\n\x05lines\x18\x03 \x01(\x03\x1a/\n\rImportedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x30\n\x0eUnchangedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"V\n\x11\x46orgetUserRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rexecution_ids\x18\x03 \x03(\t\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"\xb5\x01\n\x12\x46orgetUserResponse\x12\x10\n\x08sessions\x18\x01 \x01(\x03\x12\x10\n\x08\x65pisodes\x18\x02 \x01(\x03\x12\r\n\x05\x66\x61\x63ts\x18\x03 \x01(\x03\x12\x15\n\rworking_items\x18\x04 \x01(\x03\x12\x18\n\x10\x65xecution_scopes\x18\x05 \x01(\x03\x12\x17\n\x0fmemory_versions\x18\x06 \x01(\x03\x12\x0f\n\x07\x64ry_run\x18\x07 \x01(\x08\x12\x11\n\taudit_key\x18\x08 \x01(\t2\xd7\x01\n\x0b\x44\x61taService\x12I\n\nForgetUser\x12\x1c.engram.v1.ForgetUserRequest\x1a\x1d.engram.v1.ForgetUserResponse\x12<\n\x06\x45xport\x12\x18.engram.v1.ExportRequest\x1a\x16.engram.v1.ExportChunk0\x01\x12?\n\x06Import\x12\x18.engram.v1.ImportRequest\x1a\x19.engram.v1.ImportResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65ngram/v1/data.proto\x12\tengram.v1\x1a\x16\x65ngram/v1/memory.proto\"w\n\rExportRequest\x12(\n\nscope_type\x18\x01 \x01(\x0e\x32\x14.engram.v1.ScopeType\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0b\n\x03\x61pp\x18\x04 \x01(\t\x12\x0c\n\x04user\x18\x05 \x01(\t\"\x1f\n\x0e\x45xportResponse\x12\r\n\x05lines\x18\x01 \x03(\t\"\x1e\n\rImportRequest\x12\r\n\x05lines\x18\x01 \x03(\t\"\xfa\x01\n\x0eImportResponse\x12\x39\n\x08imported\x18\x01 \x03(\x0b\x32\'.engram.v1.ImportResponse.ImportedEntry\x12;\n\tunchanged\x18\x02 \x03(\x0b\x32(.engram.v1.ImportResponse.UnchangedEntry\x12\r\n\x05lines\x18\x03 \x01(\x03\x1a/\n\rImportedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x30\n\x0eUnchangedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"V\n\x11\x46orgetUserRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x15\n\rexecution_ids\x18\x03 \x03(\t\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"\xb5\x01\n\x12\x46orgetUserResponse\x12\x10\n\x08sessions\x18\x01 \x01(\x03\x12\x10\n\x08\x65pisodes\x18\x02 \x01(\x03\x12\r\n\x05\x66\x61\x63ts\x18\x03 \x01(\x03\x12\x15\n\rworking_items\x18\x04 \x01(\x03\x12\x18\n\x10\x65xecution_scopes\x18\x05 \x01(\x03\x12\x17\n\x0fmemory_versions\x18\x06 \x01(\x03\x12\x0f\n\x07\x64ry_run\x18\x07 \x01(\x08\x12\x11\n\taudit_key\x18\x08 \x01(\t2\xda\x01\n\x0b\x44\x61taService\x12I\n\nForgetUser\x12\x1c.engram.v1.ForgetUserRequest\x1a\x1d.engram.v1.ForgetUserResponse\x12?\n\x06\x45xport\x12\x18.engram.v1.ExportRequest\x1a\x19.engram.v1.ExportResponse0\x01\x12?\n\x06Import\x12\x18.engram.v1.ImportRequest\x1a\x19.engram.v1.ImportResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,20 +38,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMPORTRESPONSE_UNCHANGEDENTRY']._serialized_options = b'8\001'
   _globals['_EXPORTREQUEST']._serialized_start=59
   _globals['_EXPORTREQUEST']._serialized_end=178
-  _globals['_EXPORTCHUNK']._serialized_start=180
-  _globals['_EXPORTCHUNK']._serialized_end=208
-  _globals['_IMPORTREQUEST']._serialized_start=210
-  _globals['_IMPORTREQUEST']._serialized_end=240
-  _globals['_IMPORTRESPONSE']._serialized_start=243
-  _globals['_IMPORTRESPONSE']._serialized_end=493
-  _globals['_IMPORTRESPONSE_IMPORTEDENTRY']._serialized_start=396
-  _globals['_IMPORTRESPONSE_IMPORTEDENTRY']._serialized_end=443
-  _globals['_IMPORTRESPONSE_UNCHANGEDENTRY']._serialized_start=445
-  _globals['_IMPORTRESPONSE_UNCHANGEDENTRY']._serialized_end=493
-  _globals['_FORGETUSERREQUEST']._serialized_start=495
-  _globals['_FORGETUSERREQUEST']._serialized_end=581
-  _globals['_FORGETUSERRESPONSE']._serialized_start=584
-  _globals['_FORGETUSERRESPONSE']._serialized_end=765
-  _globals['_DATASERVICE']._serialized_start=768
-  _globals['_DATASERVICE']._serialized_end=983
+  _globals['_EXPORTRESPONSE']._serialized_start=180
+  _globals['_EXPORTRESPONSE']._serialized_end=211
+  _globals['_IMPORTREQUEST']._serialized_start=213
+  _globals['_IMPORTREQUEST']._serialized_end=243
+  _globals['_IMPORTRESPONSE']._serialized_start=246
+  _globals['_IMPORTRESPONSE']._serialized_end=496
+  _globals['_IMPORTRESPONSE_IMPORTEDENTRY']._serialized_start=399
+  _globals['_IMPORTRESPONSE_IMPORTEDENTRY']._serialized_end=446
+  _globals['_IMPORTRESPONSE_UNCHANGEDENTRY']._serialized_start=448
+  _globals['_IMPORTRESPONSE_UNCHANGEDENTRY']._serialized_end=496
+  _globals['_FORGETUSERREQUEST']._serialized_start=498
+  _globals['_FORGETUSERREQUEST']._serialized_end=584
+  _globals['_FORGETUSERRESPONSE']._serialized_start=587
+  _globals['_FORGETUSERRESPONSE']._serialized_end=768
+  _globals['_DATASERVICE']._serialized_start=771
+  _globals['_DATASERVICE']._serialized_end=989
 # @@protoc_insertion_point(module_scope)

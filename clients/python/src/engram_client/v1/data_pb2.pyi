@@ -67,8 +67,8 @@ class ExportRequest(_message.Message):
 Global___ExportRequest: _TypeAlias = ExportRequest  # noqa: Y015
 
 @_typing.final
-class ExportChunk(_message.Message):
-    """ExportChunk carries the next lines of the export, in order."""
+class ExportResponse(_message.Message):
+    """ExportResponse carries the next lines of the export, in order."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -88,7 +88,7 @@ class ExportChunk(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ExportChunk: _TypeAlias = ExportChunk  # noqa: Y015
+Global___ExportResponse: _TypeAlias = ExportResponse  # noqa: Y015
 
 @_typing.final
 class ImportRequest(_message.Message):

@@ -43,7 +43,7 @@ class DataServiceStub:
         self.Export = channel.unary_stream(
                 '/engram.v1.DataService/Export',
                 request_serializer=engram_dot_v1_dot_data__pb2.ExportRequest.SerializeToString,
-                response_deserializer=engram_dot_v1_dot_data__pb2.ExportChunk.FromString,
+                response_deserializer=engram_dot_v1_dot_data__pb2.ExportResponse.FromString,
                 _registered_method=True)
         self.Import = channel.stream_unary(
                 '/engram.v1.DataService/Import',
@@ -128,7 +128,7 @@ def add_DataServiceServicer_to_server(servicer, server):
             'Export': grpc.unary_stream_rpc_method_handler(
                     servicer.Export,
                     request_deserializer=engram_dot_v1_dot_data__pb2.ExportRequest.FromString,
-                    response_serializer=engram_dot_v1_dot_data__pb2.ExportChunk.SerializeToString,
+                    response_serializer=engram_dot_v1_dot_data__pb2.ExportResponse.SerializeToString,
             ),
             'Import': grpc.stream_unary_rpc_method_handler(
                     servicer.Import,
@@ -190,7 +190,7 @@ class DataService:
             target,
             '/engram.v1.DataService/Export',
             engram_dot_v1_dot_data__pb2.ExportRequest.SerializeToString,
-            engram_dot_v1_dot_data__pb2.ExportChunk.FromString,
+            engram_dot_v1_dot_data__pb2.ExportResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,7 +51,7 @@ class DataServiceStub:
     the counts, and no content. `dry_run` reports the counts and deletes
     nothing.
     """
-    Export: _grpc.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportChunk]
+    Export: _grpc.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportResponse]
     """Export streams the caller's tenant, or a part of it, as JSON Lines
     (format "engram.export", version 1; README "Export and import" lists
     every record). The first line is a header; then, in this order:
@@ -106,7 +106,7 @@ class DataServiceAsyncStub(DataServiceStub):
     the counts, and no content. `dry_run` reports the counts and deletes
     nothing.
     """
-    Export: _aio.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportChunk]  # type: ignore[assignment]
+    Export: _aio.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportResponse]  # type: ignore[assignment]
     """Export streams the caller's tenant, or a part of it, as JSON Lines
     (format "engram.export", version 1; README "Export and import" lists
     every record). The first line is a header; then, in this order:
@@ -170,7 +170,7 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _data_pb2.ExportRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_data_pb2.ExportChunk], _abc.AsyncIterator[_data_pb2.ExportChunk]]:
+    ) -> _typing.Union[_abc.Iterator[_data_pb2.ExportResponse], _abc.AsyncIterator[_data_pb2.ExportResponse]]:
         """Export streams the caller's tenant, or a part of it, as JSON Lines
         (format "engram.export", version 1; README "Export and import" lists
         every record). The first line is a header; then, in this order:
