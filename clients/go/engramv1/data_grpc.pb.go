@@ -48,8 +48,9 @@ type DataServiceClient interface {
 	// nothing.
 	ForgetUser(ctx context.Context, in *ForgetUserRequest, opts ...grpc.CallOption) (*ForgetUserResponse, error)
 	// Export streams the caller's tenant, or a part of it, as JSON Lines
-	// (format "engram.export", version 1; README "Export and import" lists
-	// every record). The first line is a header; then, in this order:
+	// (format "engram.export", version 1; the README's model section lists
+	// every record kind and its fields). The first line is a header; then,
+	// in this order:
 	// executions (the flow registry), memory versions with tombstones,
 	// provenance and the `_compaction/` audit records (per key in version
 	// order), sessions, episodes (in the order they were appended),
@@ -152,8 +153,9 @@ type DataServiceServer interface {
 	// nothing.
 	ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error)
 	// Export streams the caller's tenant, or a part of it, as JSON Lines
-	// (format "engram.export", version 1; README "Export and import" lists
-	// every record). The first line is a header; then, in this order:
+	// (format "engram.export", version 1; the README's model section lists
+	// every record kind and its fields). The first line is a header; then,
+	// in this order:
 	// executions (the flow registry), memory versions with tombstones,
 	// provenance and the `_compaction/` audit records (per key in version
 	// order), sessions, episodes (in the order they were appended),

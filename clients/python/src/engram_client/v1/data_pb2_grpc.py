@@ -80,8 +80,9 @@ class DataServiceServicer:
 
     def Export(self, request, context):
         """Export streams the caller's tenant, or a part of it, as JSON Lines
-        (format "engram.export", version 1; README "Export and import" lists
-        every record). The first line is a header; then, in this order:
+        (format "engram.export", version 1; the README's model section lists
+        every record kind and its fields). The first line is a header; then,
+        in this order:
         executions (the flow registry), memory versions with tombstones,
         provenance and the `_compaction/` audit records (per key in version
         order), sessions, episodes (in the order they were appended),

@@ -53,8 +53,9 @@ class DataServiceStub:
     """
     Export: _grpc.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportResponse]
     """Export streams the caller's tenant, or a part of it, as JSON Lines
-    (format "engram.export", version 1; README "Export and import" lists
-    every record). The first line is a header; then, in this order:
+    (format "engram.export", version 1; the README's model section lists
+    every record kind and its fields). The first line is a header; then,
+    in this order:
     executions (the flow registry), memory versions with tombstones,
     provenance and the `_compaction/` audit records (per key in version
     order), sessions, episodes (in the order they were appended),
@@ -108,8 +109,9 @@ class DataServiceAsyncStub(DataServiceStub):
     """
     Export: _aio.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportResponse]  # type: ignore[assignment]
     """Export streams the caller's tenant, or a part of it, as JSON Lines
-    (format "engram.export", version 1; README "Export and import" lists
-    every record). The first line is a header; then, in this order:
+    (format "engram.export", version 1; the README's model section lists
+    every record kind and its fields). The first line is a header; then,
+    in this order:
     executions (the flow registry), memory versions with tombstones,
     provenance and the `_compaction/` audit records (per key in version
     order), sessions, episodes (in the order they were appended),
@@ -172,8 +174,9 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_data_pb2.ExportResponse], _abc.AsyncIterator[_data_pb2.ExportResponse]]:
         """Export streams the caller's tenant, or a part of it, as JSON Lines
-        (format "engram.export", version 1; README "Export and import" lists
-        every record). The first line is a header; then, in this order:
+        (format "engram.export", version 1; the README's model section lists
+        every record kind and its fields). The first line is a header; then,
+        in this order:
         executions (the flow registry), memory versions with tombstones,
         provenance and the `_compaction/` audit records (per key in version
         order), sessions, episodes (in the order they were appended),
