@@ -8,6 +8,7 @@ pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod consolidation;
 pub mod context;
 pub mod data;

@@ -547,6 +547,14 @@ fn serve<S: Store>(
             shutdown.clone(),
         )
     });
+    // The console calls them in process too, with the visitor's token.
+    let console = crate::console::router(
+        crate::mcp::connection(
+            tower::Layer::layer(&EdgeLayer::new(config.auth.clone()), routes.clone()),
+            None,
+        ),
+        config.auth.clone(),
+    );
     let router = builder
         .layer(EdgeLayer::new(config.auth.clone()))
         .add_routes(routes);
@@ -575,7 +583,8 @@ fn serve<S: Store>(
         http_listener,
         http_router(ready, store.clone())
             .merge(crate::api::http::router(endpoints))
-            .merge(mcp.unwrap_or_default()),
+            .merge(mcp.unwrap_or_default())
+            .merge(console),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 

@@ -16,6 +16,8 @@ LANGGRAPH_CONFORMANCE_VERSION=0.0.2
 # Google's Agent Development Kit (the Python client's ADK tests).
 ADK_VERSION=2.13.0
 TYPES_GRPCIO_VERSION=1.85.0.20261028
+# Selenium drives Debian's headless Chromium in the console's tests.
+SELENIUM_VERSION=4.51.0
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.1
 GRPCURL_VERSION=v1.9.3
@@ -23,6 +25,7 @@ GRPCURL_VERSION=v1.9.3
 TOOLS_DIR=${TOOLS_DIR:-$PWD/target/tools}
 PY_TOOLS=$TOOLS_DIR/py
 GO_TOOLS=$TOOLS_DIR/go/bin
+BROWSER_TOOLS=$TOOLS_DIR/browser
 
 ensure_python_tools() {
   local stamp="$PY_TOOLS/.pinned-$GRPCIO_VERSION-$MYPY_PROTOBUF_VERSION-$MYPY_VERSION-$PYTEST_VERSION-$MCP_VERSION-$LANGGRAPH_VERSION-$LANGGRAPH_CHECKPOINT_VERSION-$LANGGRAPH_CONFORMANCE_VERSION-$ADK_VERSION"
@@ -37,6 +40,27 @@ ensure_python_tools() {
       "langgraph-checkpoint==$LANGGRAPH_CHECKPOINT_VERSION" \
       "langgraph-checkpoint-conformance==$LANGGRAPH_CONFORMANCE_VERSION" \
       "google-adk==$ADK_VERSION"
+    touch "$stamp"
+  fi
+}
+
+# Debian's chromium and chromium-driver (installed when missing and root),
+# and a venv with Selenium and pytest, for the console's browser tests.
+ensure_browser_tools() {
+  if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "Chromium is missing: run 'sudo apt-get install -y chromium chromium-driver'" >&2
+      return 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  fi
+  local stamp="$BROWSER_TOOLS/.pinned-$SELENIUM_VERSION-$PYTEST_VERSION"
+  if [ ! -e "$stamp" ]; then
+    rm -rf "$BROWSER_TOOLS"
+    python3 -m venv "$BROWSER_TOOLS"
+    "$BROWSER_TOOLS/bin/pip" install --quiet --disable-pip-version-check \
+      "selenium==$SELENIUM_VERSION" "pytest==$PYTEST_VERSION"
     touch "$stamp"
   fi
 }

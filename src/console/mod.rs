@@ -1,0 +1,313 @@
+//! The web console at `/ui` on the HTTP port: scopes and their keys, a
+//! key's history with a diff between any two versions, the audit log,
+//! sessions with their episodes (and a live tail), working memory, rules,
+//! facts with their lineage, and search.
+//!
+//! Pages are rendered on the server with `maud` (compile-time templates:
+//! nothing to ship beside the binary) and work without JavaScript; the
+//! one script, `tail.js`, follows a session's new episodes by server-sent
+//! events. Like MCP, every page is made of gRPC calls to the server's own
+//! services in process, with the visitor's token, so the tenant, the roles,
+//! the validation and the metrics are the API's own. When tokens are
+//! configured the console asks for one and keeps it in an `HttpOnly`,
+//! `SameSite=Strict` cookie scoped to `/ui`. Every response carries a
+//! content security policy that allows only this origin's script and style.
+
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::{DOCTYPE, Markup, html};
+use tonic::Status;
+
+use crate::auth::Authenticator;
+use crate::mcp::{Conn, connection};
+
+mod pages;
+
+/// Where the console is served.
+pub const PATH: &str = "/ui";
+
+/// The cookie that holds the visitor's token.
+const COOKIE: &str = "engram_token";
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+const STYLE: &str = include_str!("console.css");
+const TAIL_SCRIPT: &str = include_str!("tail.js");
+
+/// What every page handler gets: the server's gRPC services behind its
+/// edge, and the authenticator for the login form.
+#[derive(Clone)]
+pub struct Console {
+    grpc: Conn,
+    auth: Authenticator,
+}
+
+pub fn router(grpc: Conn, auth: Authenticator) -> axum::Router {
+    let console = Console { grpc, auth };
+    axum::Router::new()
+        .route(PATH, get(pages::scopes))
+        .route("/ui/", get(pages::scopes))
+        .route("/ui/scope", get(pages::scope))
+        .route("/ui/key", get(pages::key))
+        .route("/ui/log", get(pages::log))
+        .route("/ui/sessions", get(pages::sessions))
+        .route("/ui/session", get(pages::session))
+        .route("/ui/session/tail", get(pages::tail))
+        .route("/ui/rules", get(pages::rules))
+        .route("/ui/facts", get(pages::facts))
+        .route("/ui/fact", get(pages::fact))
+        .route("/ui/search", get(pages::search))
+        .route("/ui/login", get(login_form).post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/static/console.css", get(style))
+        .route("/ui/static/tail.js", get(script))
+        .layer(axum::middleware::from_fn(security_headers))
+        .with_state(console)
+}
+
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        TAIL_SCRIPT,
+    )
+        .into_response()
+}
+
+/// The visitor's token from the cookie, if any.
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, token)| token.to_owned())
+        .filter(|token| !token.is_empty())
+}
+
+/// Whether the request names this machine: `localhost`, `127.0.0.1` or
+/// `[::1]`, with any port.
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    matches!(name, "localhost" | "127.0.0.1" | "::1")
+}
+
+impl Console {
+    /// The visitor's connection, with their token when tokens are on; a
+    /// redirect to the login page when they have none.
+    pub(crate) fn visitor(&self, headers: &HeaderMap) -> Result<Conn, Box<Response>> {
+        if !self.auth.is_on() {
+            // Without tokens anyone who reaches the port may look, so only
+            // a browser on this machine may: a page elsewhere that points
+            // a name of its own at this address (DNS rebinding) is refused.
+            if !loopback_host(headers) {
+                let body = page(
+                    "Refused",
+                    html! {
+                        h1 { "Not from this host" }
+                        p.error role="alert" {
+                            "Without tokens the console answers only on localhost. Configure "
+                            code { "--tokens" } " to use it from elsewhere."
+                        }
+                    },
+                );
+                return Err(Box::new((StatusCode::FORBIDDEN, body).into_response()));
+            }
+            return Ok(connection(self.grpc.clone(), None));
+        }
+        let to_login = || Box::new(Redirect::to("/ui/login").into_response());
+        let token = cookie_token(headers).ok_or_else(to_login)?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| to_login())?;
+        Ok(connection(self.grpc.clone(), Some(bearer)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_str(value).expect("header"));
+        headers
+    }
+
+    #[test]
+    fn only_this_machine_may_use_an_open_console() {
+        for ok in [
+            "localhost:9090",
+            "127.0.0.1:9090",
+            "[::1]:9090",
+            "localhost",
+        ] {
+            assert!(loopback_host(&host(ok)), "{ok}");
+        }
+        for refused in [
+            "evil.example:9090",
+            "127.0.0.1.evil.example",
+            "10.0.0.5:9090",
+        ] {
+            assert!(!loopback_host(&host(refused)), "{refused}");
+        }
+        assert!(!loopback_host(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_token_comes_from_its_cookie() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("theme=dark; engram_token=eg_abc; other=1"),
+        );
+        assert_eq!(cookie_token(&headers).as_deref(), Some("eg_abc"));
+        assert_eq!(cookie_token(&HeaderMap::new()), None);
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login_form() -> Response {
+    page(
+        "Sign in",
+        html! {
+            h1 { "Sign in" }
+            p { "This server requires a bearer token. The console keeps it in a cookie only this site can read." }
+            form id="login" method="post" action="/ui/login" {
+                label for="token" { "Token" }
+                input id="token" name="token" type="password" autocomplete="off" required;
+                button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+async fn login(
+    axum::extract::State(console): axum::extract::State<Console>,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Response {
+    let token = form.token.trim();
+    let header = format!("Bearer {token}");
+    if console.auth.authenticate(Some(header.as_bytes())).is_err() || token.contains(';') {
+        let body = page(
+            "Sign in",
+            html! {
+                h1 { "Sign in" }
+                p.error role="alert" { "That token is not valid on this server." }
+                form id="login" method="post" action="/ui/login" {
+                    label for="token" { "Token" }
+                    input id="token" name="token" type="password" autocomplete="off" required;
+                    button type="submit" { "Sign in" }
+                }
+            },
+        );
+        return (StatusCode::UNAUTHORIZED, body).into_response();
+    }
+    let cookie = format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/ui")).into_response()
+}
+
+async fn logout() -> Response {
+    let cookie = format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/login")).into_response()
+}
+
+/// A whole page: the layout around `content`.
+pub(crate) fn page(title: &str, content: Markup) -> Response {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Engram" }
+                link rel="stylesheet" href="/ui/static/console.css";
+            }
+            body {
+                header {
+                    nav aria-label="Main" {
+                        a.brand href="/ui" { "Engram" }
+                        a href="/ui" { "Scopes" }
+                        a href="/ui/sessions" { "Sessions" }
+                        a href="/ui/rules" { "Rules" }
+                        a href="/ui/facts" { "Facts" }
+                        form.search method="get" action="/ui/search" role="search" {
+                            label.hidden for="q" { "Search" }
+                            input id="q" name="q" type="search" placeholder="Search memory, facts, episodes";
+                        }
+                        form method="post" action="/ui/logout" {
+                            button.link type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                main { (content) }
+            }
+        }
+    };
+    Html(markup.into_string()).into_response()
+}
+
+/// A page for a refused call: the status, the reason and the message, as
+/// the API gives them (never a stack or SQL; the API hides those).
+pub(crate) fn refused(status: Status) -> Response {
+    use tonic_types::StatusExt;
+    let reason = status
+        .get_details_error_info()
+        .map(|info| info.reason)
+        .unwrap_or_default();
+    let code = match status.code() {
+        tonic::Code::NotFound => StatusCode::NOT_FOUND,
+        tonic::Code::InvalidArgument | tonic::Code::OutOfRange => StatusCode::BAD_REQUEST,
+        tonic::Code::Unauthenticated => return Redirect::to("/ui/login").into_response(),
+        tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
+        tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let body = page(
+        "Refused",
+        html! {
+            h1 { "The server refused" }
+            p.error role="alert" {
+                code { (format!("{:?}", status.code())) }
+                @if !reason.is_empty() { " " code { (reason) } }
+                ": " (status.message())
+            }
+        },
+    );
+    (code, body).into_response()
+}

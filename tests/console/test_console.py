@@ -1,0 +1,183 @@
+"""The web console in a real browser: headless Chromium (Debian's chromium
+and chromium-driver) driven by Selenium, against a seeded `engram serve` on
+each store. Checks what a person would see: scopes and key counts, values,
+versions, diff markers, tombstones, an episode appended through gRPC
+appearing in the open session page without a reload, tokens and tenants,
+and the content security policy. Screenshots go to
+target/console-screenshots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "clients" / "python" / "tests"))
+
+from engram_server import ENGRAM_BIN, STORES, database_url, start_server  # noqa: E402
+from engram_server import Server as Running  # noqa: E402
+
+SHOTS = ROOT / "target" / "console-screenshots"
+
+
+@dataclass
+class Server:
+    running: Running
+    tokens: dict[str, str]
+
+    @property
+    def ui(self) -> str:
+        return f"http://{self.running.http_address}/ui"
+
+
+def new_token(tenant: str, admin: bool) -> tuple[str, str]:
+    args = [ENGRAM_BIN, "token", "new", "--tenant", tenant, "--output", "json"]
+    if admin:
+        args.append("--admin")
+    made = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+    return made["token"], made["line"]
+
+
+def grpc(server: Server, token: str, *args: str) -> None:
+    """Writes through the CLI, as a gRPC client."""
+    subprocess.run(
+        [ENGRAM_BIN, *args, "--server", f"http://{server.running.address}", "--token", token],
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="module", params=STORES)
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    with tempfile.TemporaryDirectory() as directory:
+        tokens: dict[str, str] = {}
+        lines = []
+        for name, tenant, admin in [("admin", "acme", True), ("other", "globex", True)]:
+            tokens[name], line = new_token(tenant, admin)
+            lines.append(line)
+        tokens_file = Path(directory) / "tokens"
+        tokens_file.write_text("\n".join(lines) + "\n")
+        running = start_server(database_url(request.param, directory), env={"ENGRAM_TOKENS_FILE": str(tokens_file)})
+        served = Server(running, tokens)
+        admin = tokens["admin"]
+        grpc(served, admin, "memory", "set", "style", '{"tone": "dry", "emoji": false}', "--scope", "team")
+        grpc(served, admin, "memory", "set", "style", '{"tone": "warm", "emoji": false}', "--scope", "team")
+        grpc(served, admin, "memory", "set", "deploy/plan", '"blue green"', "--scope", "team")
+        grpc(served, admin, "memory", "delete", "deploy/plan", "--scope", "team")
+        grpc(served, admin, "episodes", "append", "chat-1", "hello there", "--app", "bot", "--user", "alice")
+        grpc(served, tokens["other"], "memory", "set", "secret-plan", '"globex only"', "--scope", "globex-team")
+        yield served
+        running.stop()
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    for argument in ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"]:
+        options.add_argument(argument)
+    driver = webdriver.Chrome(
+        service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")), options=options
+    )
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(browser: webdriver.Chrome, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def sign_in(browser: webdriver.Chrome, server: Server, token: str) -> None:
+    browser.get(server.ui)
+    assert "/ui/login" in browser.current_url, "an unauthenticated visitor is asked for a token"
+    browser.find_element(By.ID, "token").send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Scopes"))
+
+
+def test_scopes_keys_history_and_diff(server: Server, browser: webdriver.Chrome, request: pytest.FixtureRequest) -> None:
+    sign_in(browser, server, server.tokens["admin"])
+    body = browser.find_element(By.TAG_NAME, "main").text
+    assert "team" in body and "globex-team" not in body, "only the token's tenant"
+    row = browser.find_element(By.XPATH, "//a[text()='team']/ancestor::tr").text
+    assert row.split()[-2:] == ["1", "0"], f"one live key (the other is a tombstone): {row}"
+    shot(browser, f"scopes-{request.node.callspec.id}")
+
+    browser.find_element(By.LINK_TEXT, "team").click()
+    assert "style" in browser.find_element(By.TAG_NAME, "table").text
+    assert "deploy/plan" not in browser.find_element(By.TAG_NAME, "table").text
+
+    browser.find_element(By.LINK_TEXT, "style").click()
+    deleted = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "pre.diff del")]
+    added = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "pre.diff ins")]
+    assert any('"tone": "dry"' in line for line in deleted), deleted
+    assert any('"tone": "warm"' in line for line in added), added
+    versions = [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "table tbody tr")]
+    assert versions == ["2", "1"]
+    shot(browser, f"key-diff-{request.node.callspec.id}")
+
+    # A tombstone is marked in the history; the URL can be shared.
+    browser.get(f"{server.ui}/key?type=namespace&scope=team&key=deploy%2Fplan")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table tbody tr")
+    assert "tombstone" in rows[0].text and "tombstone" in (rows[0].get_attribute("class") or "")
+    assert '"blue green"' in rows[1].text
+
+
+def test_a_session_tails_live_and_shows_working_memory(
+    server: Server, browser: webdriver.Chrome, request: pytest.FixtureRequest
+) -> None:
+    sign_in(browser, server, server.tokens["admin"])
+    browser.get(f"{server.ui}/session?id=chat-1")
+    assert "hello there" in browser.find_element(By.ID, "episodes").text
+    assert "MEMORY" in browser.find_element(By.CSS_SELECTOR, "pre.block").text.upper()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.find_element(By.ID, "live").text.startswith("Live")
+    )
+    grpc(server, server.tokens["admin"], "episodes", "append", "chat-1", "appended while watching")
+    WebDriverWait(browser, 20).until(
+        lambda b: "appended while watching" in b.find_element(By.ID, "episodes").text
+    )
+    seqs = [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "#episodes tr")]
+    assert seqs == sorted(seqs, key=int) and len(set(seqs)) == len(seqs), seqs
+    shot(browser, f"session-tail-{request.node.callspec.id}")
+
+
+def test_tenants_tokens_and_headers(server: Server, browser: webdriver.Chrome) -> None:
+    # A wrong token is refused with a message; no cookie is set.
+    browser.get(f"{server.ui}/login")
+    browser.find_element(By.ID, "token").send_keys("eg_not-a-token")
+    browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+    assert "not valid" in browser.find_element(By.CSS_SELECTOR, "[role=alert]").text
+    assert browser.get_cookie("engram_token") is None
+
+    # Another tenant sees its own scopes only.
+    browser.delete_all_cookies()
+    sign_in(browser, server, server.tokens["other"])
+    body = browser.find_element(By.TAG_NAME, "main").text
+    assert "globex-team" in body and "team\n" not in body
+    cookie = browser.get_cookie("engram_token")
+    assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+    # Every page says what it may load.
+    with urllib.request.urlopen(f"{server.ui}/login") as response:
+        policy = response.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
