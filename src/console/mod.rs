@@ -24,6 +24,7 @@ use tonic::Status;
 use crate::auth::Authenticator;
 use crate::mcp::{Conn, connection};
 
+mod actions;
 mod pages;
 
 /// Where the console is served.
@@ -44,19 +45,28 @@ const TAIL_SCRIPT: &str = include_str!("tail.js");
 pub struct Console {
     grpc: Conn,
     auth: Authenticator,
+    /// This process's secret for anti-forgery tokens when the server runs
+    /// without tokens (see `actions`).
+    secret: String,
 }
 
 pub fn router(grpc: Conn, auth: Authenticator) -> axum::Router {
-    let console = Console { grpc, auth };
+    let console = Console {
+        grpc,
+        auth,
+        secret: uuid::Uuid::new_v4().to_string(),
+    };
     axum::Router::new()
         .route(PATH, get(pages::scopes))
         .route("/ui/", get(pages::scopes))
         .route("/ui/scope", get(pages::scope))
+        .route("/ui/scope/purge", post(actions::purge))
         .route("/ui/key", get(pages::key))
         .route("/ui/log", get(pages::log))
         .route("/ui/sessions", get(pages::sessions))
         .route("/ui/session", get(pages::session))
         .route("/ui/session/tail", get(pages::tail))
+        .route("/ui/session/delete", post(actions::delete_session))
         .route("/ui/rules", get(pages::rules))
         .route("/ui/facts", get(pages::facts))
         .route("/ui/fact", get(pages::fact))

@@ -13,6 +13,7 @@ use futures::{Stream, StreamExt};
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::actions::{csrf_field, csrf_token, is_admin};
 use super::{Console, page, refused};
 use crate::cli::{time, value_json};
 use crate::proto;
@@ -54,7 +55,7 @@ macro_rules! visitor {
 }
 
 /// A link: the path and its query, encoded.
-fn link(path: &str, query: &[(&str, &str)]) -> String {
+pub(super) fn link(path: &str, query: &[(&str, &str)]) -> String {
     let mut url = form_urlencoded::Serializer::new(String::new());
     for (name, value) in query {
         if !value.is_empty() {
@@ -75,7 +76,7 @@ const SCOPE_TYPES: [(&str, proto::ScopeType); 3] = [
     ("execution", proto::ScopeType::Execution),
 ];
 
-fn scope_type(name: &str) -> proto::ScopeType {
+pub(super) fn scope_type(name: &str) -> proto::ScopeType {
     SCOPE_TYPES
         .iter()
         .find(|(n, _)| *n == name)
@@ -190,6 +191,8 @@ pub async fn scope(
     Query(query): Query<ScopeQuery>,
 ) -> Response {
     let conn = visitor!(console, headers);
+    let admin = is_admin(&conn).await;
+    let csrf = csrf_token(&console, &headers);
     let listed = call!(MemoryServiceClient::new(conn).list(proto::ListRequest {
         scope_type: scope_type(&query.r#type) as i32,
         scope: query.scope.clone(),
@@ -234,6 +237,19 @@ pub async fn scope(
                 }
             }
             (next_link("/ui/scope", &[here[0], here[1], ("prefix", &query.prefix)], &listed.next_page_token))
+            @if admin {
+                h2 { "Purge old versions" }
+                form.admin method="post" action="/ui/scope/purge" {
+                    input type="hidden" name="type" value=(query.r#type);
+                    input type="hidden" name="scope" value=(query.scope);
+                    (csrf_field(&csrf))
+                    label for="keep" { "Keep the newest" }
+                    input id="keep" name="keep" type="number" min="1" value="1" required;
+                    label for="include_deleted" { "versions; also purge deleted keys" }
+                    input id="include_deleted" name="include_deleted" type="checkbox";
+                    button type="submit" { "Preview the purge" }
+                }
+            }
         },
     )
 }
@@ -506,6 +522,8 @@ pub async fn session(
     Query(query): Query<SessionQuery>,
 ) -> Response {
     let conn = visitor!(console, headers);
+    let admin = is_admin(&conn).await;
+    let csrf = csrf_token(&console, &headers);
     let session = call!(SessionServiceClient::new(conn.clone()).get_session(
         proto::GetSessionRequest {
             session_id: query.id.clone(),
@@ -557,6 +575,14 @@ pub async fn session(
             (next_link("/ui/session", &[("id", &query.id)], &listed.next_page_token))
             h2 { "Working memory" }
             pre.block { (block.memory_block) }
+            @if admin {
+                h2 { "Delete" }
+                form.admin method="post" action="/ui/session/delete" {
+                    input type="hidden" name="id" value=(session.id);
+                    (csrf_field(&csrf))
+                    button.danger type="submit" { "Delete this session and its episodes" }
+                }
+            }
         },
     )
 }

@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,7 +69,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     with tempfile.TemporaryDirectory() as directory:
         tokens: dict[str, str] = {}
         lines = []
-        for name, tenant, admin in [("admin", "acme", True), ("other", "globex", True)]:
+        for name, tenant, admin in [("admin", "acme", True), ("user", "acme", False), ("other", "globex", True)]:
             tokens[name], line = new_token(tenant, admin)
             lines.append(line)
         tokens_file = Path(directory) / "tokens"
@@ -80,6 +82,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
         grpc(served, admin, "memory", "set", "deploy/plan", '"blue green"', "--scope", "team")
         grpc(served, admin, "memory", "delete", "deploy/plan", "--scope", "team")
         grpc(served, admin, "episodes", "append", "chat-1", "hello there", "--app", "bot", "--user", "alice")
+        grpc(served, admin, "episodes", "append", "chat-2", "delete me", "--app", "bot", "--user", "bob")
         grpc(served, tokens["other"], "memory", "set", "secret-plan", '"globex only"', "--scope", "globex-team")
         yield served
         running.stop()
@@ -181,3 +184,62 @@ def test_tenants_tokens_and_headers(server: Server, browser: webdriver.Chrome) -
     with urllib.request.urlopen(f"{server.ui}/login") as response:
         policy = response.headers["Content-Security-Policy"]
     assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+
+
+def post(server: Server, path: str, token: str, form: dict[str, str], origin: str | None = None) -> int:
+    """A form post as another site would send it, with the visitor's cookie."""
+    request = urllib.request.Request(
+        f"{server.ui}{path}",
+        data=urllib.parse.urlencode(form).encode(),
+        headers={"Cookie": f"engram_token={token}", **({"Origin": origin} if origin else {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_admin_actions_are_for_admins_and_refuse_forgeries(
+    server: Server, browser: webdriver.Chrome, request: pytest.FixtureRequest
+) -> None:
+    # Not an admin: no actions shown.
+    sign_in(browser, server, server.tokens["user"])
+    browser.get(f"{server.ui}/scope?type=namespace&scope=team")
+    assert not browser.find_elements(By.CSS_SELECTOR, "form.admin")
+    browser.get(f"{server.ui}/session?id=chat-2")
+    assert not browser.find_elements(By.CSS_SELECTOR, "form.admin")
+
+    # An admin: a purge is previewed first, then confirmed.
+    browser.delete_all_cookies()
+    sign_in(browser, server, server.tokens["admin"])
+    browser.get(f"{server.ui}/scope?type=namespace&scope=team")
+    browser.find_element(By.CSS_SELECTOR, "form.admin button[type=submit]").click()
+    preview = browser.find_element(By.CSS_SELECTOR, "[role=status]").text
+    assert "would delete 1 version of 1 key" in preview, preview
+    shot(browser, f"purge-preview-{request.node.callspec.id}")
+    browser.get(f"{server.ui}/key?type=namespace&scope=team&key=style")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "table tbody tr")) == 2, "a preview deletes nothing"
+    browser.back()
+    browser.find_element(By.CSS_SELECTOR, "button.danger").click()
+    assert "Deleted 1 version of 1 key" in browser.find_element(By.CSS_SELECTOR, "[role=status]").text
+    browser.get(f"{server.ui}/key?type=namespace&scope=team&key=style")
+    assert [r.text.split()[0] for r in browser.find_elements(By.CSS_SELECTOR, "table tbody tr")] == ["2"]
+    browser.get(f"{server.ui}/log?type=namespace&scope=team")
+    assert "purge" in browser.find_element(By.TAG_NAME, "table").text
+
+    # Forgeries: the admin's cookie without the form's token, or from
+    # another origin, is refused and deletes nothing.
+    browser.get(f"{server.ui}/session?id=chat-2")
+    csrf = browser.find_element(By.CSS_SELECTOR, "form.admin input[name=csrf]").get_attribute("value") or ""
+    admin = server.tokens["admin"]
+    assert post(server, "/session/delete", admin, {"id": "chat-2", "csrf": "forged"}) == 403
+    assert post(server, "/session/delete", admin, {"id": "chat-2", "csrf": csrf}, origin="http://evil.example") == 403
+    browser.refresh()
+    assert "delete me" in browser.find_element(By.ID, "episodes").text
+
+    # The real button deletes it.
+    browser.find_element(By.CSS_SELECTOR, "form.admin button.danger").click()
+    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Sessions"))
+    assert "chat-2" not in browser.find_element(By.TAG_NAME, "main").text
