@@ -111,7 +111,7 @@ pub async fn purge(
     );
     let keep = form.keep.to_string();
     page(
-        "Purge",
+        if confirmed { "Purged" } else { "Purge preview" },
         html! {
             p.crumbs { a href=(back) { (form.scope) } }
             @if confirmed {

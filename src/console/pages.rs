@@ -727,14 +727,14 @@ pub async fn facts(
                 p.empty { "No facts." }
             } @else {
                 table {
-                    thead { tr { th { "Fact" } th { "User" } th { "Subject" } th { "Predicate" } th { "Object" } th.num { "Version" } } }
+                    thead { tr { th { "Fact" } th { "User" } th { "Statement" } th.num { "Version" } } }
                     tbody {
                         @for f in &listed.facts {
                             @let current = f.current.clone().unwrap_or_default();
                             tr {
                                 td { a href=(link("/ui/fact", &[("id", &f.id)])) { (f.id) } }
                                 td { (f.user) }
-                                td { (current.subject) } td { (current.predicate) } td { (current.object) }
+                                td { (statement(&current)) }
                                 td.num { (current.version) }
                             }
                         }
@@ -779,14 +779,10 @@ pub async fn fact(
                             td { (time(v.create_time.as_ref())) }
                             td {
                                 @if v.deleted { span.marker { "deleted" } }
-                                @else { (v.subject) " " (v.predicate) " " (v.object) " " code { (preview(&value_json(v.content.clone()))) } }
+                                @else { (statement(v)) }
                             }
                             td { (lineage.source) }
-                            td {
-                                @for id in &lineage.source_episode_ids {
-                                    a href=(link("/ui/search", &[("q", id)])) { (id) } " "
-                                }
-                            }
+                            td { (lineage.source_episode_ids.join(", ")) }
                         }
                     }
                 }
@@ -837,6 +833,22 @@ pub async fn search(
             }
         },
     )
+}
+
+/// What a fact version says: subject, predicate and object when it has
+/// them, and its content.
+fn statement(version: &proto::FactVersion) -> Markup {
+    let content = value_json(version.content.clone());
+    html! {
+        @if !version.subject.is_empty() {
+            (version.subject) " " (version.predicate) " " (version.object) " "
+        }
+        @match &content {
+            serde_json::Value::String(text) => (text),
+            serde_json::Value::Null => {},
+            other => code { (preview(other)) },
+        }
+    }
 }
 
 fn hit_link(hit: &proto::SearchHit) -> Markup {
