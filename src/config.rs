@@ -292,6 +292,9 @@ settings! {
     /// Serve MCP (streamable HTTP) at /mcp on the HTTP port, with the same
     /// bearer tokens as gRPC
     mcp: bool = "true", env "ENGRAM_MCP";
+    /// Serve the web console at /ui on the HTTP port (read-only pages and,
+    /// for admin tokens, purge and session deletion)
+    console: bool = "true", env "ENGRAM_CONSOLE";
     /// Host headers /mcp accepts, comma-separated (DNS-rebinding protection).
     /// Unset: any host when tokens are required, only localhost, 127.0.0.1 and
     /// ::1 when authentication is off
@@ -419,6 +422,8 @@ pub struct Config {
     pub reflection: bool,
     /// Serve MCP at `/mcp` on the HTTP port.
     pub mcp: bool,
+    /// Serve the web console at `/ui` on the HTTP port.
+    pub console: bool,
     /// The `Host` headers `/mcp` accepts; `None`: the default (see
     /// [`crate::mcp::route`]).
     pub mcp_allowed_hosts: Option<Vec<String>>,
@@ -582,6 +587,7 @@ impl Config {
             tls,
             reflection: v.reflection,
             mcp: v.mcp,
+            console: v.console,
             mcp_allowed_hosts: v.mcp_allowed_hosts.map(|hosts| {
                 hosts
                     .split(',')

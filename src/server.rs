@@ -548,13 +548,15 @@ fn serve<S: Store>(
         )
     });
     // The console calls them in process too, with the visitor's token.
-    let console = crate::console::router(
-        crate::mcp::connection(
-            tower::Layer::layer(&EdgeLayer::new(config.auth.clone()), routes.clone()),
-            None,
-        ),
-        config.auth.clone(),
-    );
+    let console = config.console.then(|| {
+        crate::console::router(
+            crate::mcp::connection(
+                tower::Layer::layer(&EdgeLayer::new(config.auth.clone()), routes.clone()),
+                None,
+            ),
+            config.auth.clone(),
+        )
+    });
     let router = builder
         .layer(EdgeLayer::new(config.auth.clone()))
         .add_routes(routes);
@@ -584,7 +586,7 @@ fn serve<S: Store>(
         http_router(ready, store.clone())
             .merge(crate::api::http::router(endpoints))
             .merge(mcp.unwrap_or_default())
-            .merge(console),
+            .merge(console.unwrap_or_default()),
     )
     .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 

@@ -1,0 +1,49 @@
+//! The console's HTTP side without a browser (tests/console drives it in
+//! Chromium): it can be turned off, an open server answers only requests
+//! for localhost, and every page carries its security headers.
+
+use crate::helpers::{Backend, TestServer, http_get};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_on_localhost_with_a_policy_and_can_be_turned_off() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let (status, content_type, body) = http_get(server.http_addr(), "/ui", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(content_type.as_deref(), Some("text/html; charset=utf-8"));
+    assert!(String::from_utf8_lossy(&body).contains("<h1>Scopes</h1>"));
+    let (status, content_type, _) = http_get(server.http_addr(), "/ui/static/tail.js", None).await;
+    assert_eq!(
+        (status, content_type.as_deref()),
+        (200, Some("text/javascript; charset=utf-8"))
+    );
+
+    let off = TestServer::spawn_with(Backend::Sqlite, |s| s.console = Some(false)).await;
+    let (status, _, _) = http_get(off.http_addr(), "/ui", None).await;
+    assert_eq!(status, 404, "--console false serves no console");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_console_refuses_other_hosts() {
+    use http_body_util::Empty;
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let stream = tokio::net::TcpStream::connect(server.http_addr())
+        .await
+        .expect("connect");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(connection);
+    let request = hyper::Request::get("/ui/scope?type=namespace&scope=team")
+        .header("host", "attacker.example:9090")
+        .body(Empty::<hyper::body::Bytes>::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    assert_eq!(response.status().as_u16(), 403);
+    let policy = response
+        .headers()
+        .get("content-security-policy")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(policy.contains("script-src 'self'"), "{policy}");
+}
