@@ -343,7 +343,7 @@ impl<S: Store> Services<S> {
         );
         Ok(Services {
             memory: Memory::new(store.clone(), config.limits),
-            data: Data::new(store.clone()),
+            data: Data::new(store.clone()).limited(config.limits.max_value_bytes),
             admin: MemoryAdmin::new(store.clone(), config.limits, summarizer),
             consolidation: match (&embedder, config.dedup_similarity) {
                 (Some((embedder, _)), Some(threshold)) => {

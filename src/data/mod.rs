@@ -119,11 +119,23 @@ pub trait DataStore: Clone + Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct Data<S> {
     store: S,
+    /// The largest memory value or episode content an import may bring
+    /// (`--max-value-bytes`, as for a Set or an append).
+    max_value_bytes: usize,
 }
 
 impl<S: DataStore> Data<S> {
     pub fn new(store: S) -> Self {
-        Data { store }
+        Data {
+            store,
+            max_value_bytes: usize::MAX,
+        }
+    }
+
+    /// Refuses imported values larger than a write could store.
+    pub fn limited(mut self, max_value_bytes: usize) -> Self {
+        self.max_value_bytes = max_value_bytes;
+        self
     }
 
     /// Forgets a user; returns the counts and, unless a dry run, the audit

@@ -199,6 +199,28 @@ impl<S: DataStore> Data<S> {
         outcome
     }
 
+    /// Refuses a value or episode content larger than a Set or an append
+    /// may write on this server.
+    fn check_size(&self, number: i64, record: &Record) -> Result<()> {
+        let (field, value) = match record {
+            Record::MemoryVersion(v) => ("value", &v.value),
+            Record::Episode(e) => ("content", &e.content),
+            _ => return Ok(()),
+        };
+        let bytes = value.to_string().len();
+        if bytes > self.max_value_bytes {
+            return Err(malformed(
+                number,
+                field,
+                format!(
+                    "is {bytes} bytes; this server stores at most {} (--max-value-bytes)",
+                    self.max_value_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     async fn stage_and_apply(
         &self,
         ctx: &CallerContext,
@@ -220,6 +242,7 @@ impl<S: DataStore> Data<S> {
                     continue;
                 }
                 let record = parse_line(number, &text)?;
+                self.check_size(number, &record)?;
                 let is_header = matches!(record, Record::Header(_));
                 if is_header == header {
                     let why = if header {

@@ -509,7 +509,11 @@ async fn imports_respect_tenants_and_selections(backend: Backend) {
         hash_token("acme-user"),
         hash_token("globex-admin")
     );
-    let server = TestServer::spawn_with(backend, |s| s.tokens = Some(tokens)).await;
+    let server = TestServer::spawn_with(backend, |s| {
+        s.tokens = Some(tokens);
+        s.max_value_bytes = Some(1024);
+    })
+    .await;
     let bearer = |token: &str| Metadata::new(&[("authorization", &format!("Bearer {token}"))]);
     let acme = DataServiceClient::with_interceptor(server.channel.clone(), bearer("acme-admin"));
     let globex =
@@ -603,6 +607,20 @@ async fn imports_respect_tenants_and_selections(backend: Backend) {
     )
     .await;
     assert_eq!(kinds(&alice), ["session", "episode"]);
+
+    // A value larger than --max-value-bytes is refused, as a Set would be.
+    let big = [
+        lines[0].clone(),
+        json!({"kind": "memory_version", "scope_type": "namespace", "scope": "team",
+               "key": "big", "version": 1, "value": "x".repeat(2048), "deleted": false,
+               "create_time": "2026-11-23T10:00:00Z"})
+        .to_string(),
+    ];
+    let err = import_with(acme.clone(), &big)
+        .await
+        .expect_err("too large");
+    assert_eq!(reason(&err), "IMPORT_MALFORMED");
+    assert_eq!(bad_fields(&err), ["line 2.value"]);
 
     // An episode whose session is nowhere is refused by line.
     let orphan = [lines[0].clone(), lines[3].clone()];
