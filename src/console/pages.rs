@@ -636,13 +636,23 @@ fn events(
         })
 }
 
+#[derive(Deserialize, Default)]
+pub struct RulesQuery {
+    #[serde(default)]
+    page: String,
+}
+
 /// Rules with their cadence, watermark and last run.
-pub async fn rules(State(console): State<Console>, headers: HeaderMap) -> Response {
+pub async fn rules(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<RulesQuery>,
+) -> Response {
     let conn = visitor!(console, headers);
     let listed = call!(
         ConsolidationServiceClient::new(conn).list_rules(proto::ListRulesRequest {
-            page_size: 100,
-            page_token: String::new(),
+            page_size: PAGE,
+            page_token: query.page,
         })
     );
     page(
@@ -675,6 +685,7 @@ pub async fn rules(State(console): State<Console>, headers: HeaderMap) -> Respon
                     }
                 }
             }
+            (next_link("/ui/rules", &[], &listed.next_page_token))
         },
     )
 }
