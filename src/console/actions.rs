@@ -12,10 +12,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::{Console, cookie_token, page, refused};
-use crate::mcp::{Conn, probe_admin};
 use crate::proto;
 use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use crate::proto::session_service_client::SessionServiceClient;
@@ -26,13 +24,7 @@ pub(super) fn csrf_token(console: &Console, headers: &HeaderMap) -> String {
         Some(token) if console.auth.is_on() => token,
         _ => console.secret.clone(),
     };
-    let digest = Sha256::digest(format!("engram-console-csrf:{secret}").as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether the visitor may see the admin actions.
-pub(super) async fn is_admin(conn: &Conn) -> bool {
-    probe_admin(conn).await.unwrap_or(false)
+    crate::auth::hash_token(&format!("engram-console-csrf:{secret}"))
 }
 
 /// Refuses a post that is not from this console: a wrong or missing
@@ -84,7 +76,7 @@ pub async fn purge(
     axum::Form(form): axum::Form<PurgeForm>,
 ) -> Response {
     let conn = match console.visitor(&headers) {
-        Ok(conn) => conn,
+        Ok(visitor) => visitor.conn,
         Err(page) => return *page,
     };
     if let Some(refusal) = forged(&console, &headers, &form.csrf) {
@@ -163,7 +155,7 @@ pub async fn delete_session(
     axum::Form(form): axum::Form<DeleteSessionForm>,
 ) -> Response {
     let conn = match console.visitor(&headers) {
-        Ok(conn) => conn,
+        Ok(visitor) => visitor.conn,
         Err(page) => return *page,
     };
     if let Some(refusal) = forged(&console, &headers, &form.csrf) {

@@ -135,11 +135,22 @@ fn loopback_host(headers: &HeaderMap) -> bool {
     matches!(name, "localhost" | "127.0.0.1" | "::1")
 }
 
+/// Who is looking: their connection to the services (with their token)
+/// and whether their token is an admin's.
+pub(crate) struct Visitor {
+    pub conn: Conn,
+    pub admin: bool,
+}
+
 impl Console {
-    /// The visitor's connection, with their token when tokens are on; a
-    /// redirect to the login page when they have none.
-    pub(crate) fn visitor(&self, headers: &HeaderMap) -> Result<Conn, Box<Response>> {
-        if !self.auth.is_on() {
+    /// The visitor, from their cookie when tokens are on; a redirect to the
+    /// login page when they have no valid token.
+    pub(crate) fn visitor(&self, headers: &HeaderMap) -> Result<Visitor, Box<Response>> {
+        let to_login = || Box::new(Redirect::to("/ui/login").into_response());
+        let bearer = if self.auth.is_on() {
+            let token = cookie_token(headers).ok_or_else(to_login)?;
+            Some(HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| to_login())?)
+        } else {
             // Without tokens anyone who reaches the port may look, so only
             // a browser on this machine may: a page elsewhere that points
             // a name of its own at this address (DNS rebinding) is refused.
@@ -156,12 +167,16 @@ impl Console {
                 );
                 return Err(Box::new((StatusCode::FORBIDDEN, body).into_response()));
             }
-            return Ok(connection(self.grpc.clone(), None));
-        }
-        let to_login = || Box::new(Redirect::to("/ui/login").into_response());
-        let token = cookie_token(headers).ok_or_else(to_login)?;
-        let bearer = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| to_login())?;
-        Ok(connection(self.grpc.clone(), Some(bearer)))
+            None
+        };
+        let principal = self
+            .auth
+            .authenticate(bearer.as_ref().map(HeaderValue::as_bytes))
+            .map_err(|_| to_login())?;
+        Ok(Visitor {
+            conn: connection(self.grpc.clone(), bearer),
+            admin: principal.admin,
+        })
     }
 }
 
@@ -212,12 +227,16 @@ struct LoginForm {
     token: String,
 }
 
-async fn login_form() -> Response {
+/// The sign-in page, with `error` above the form when a token was refused.
+fn login_page(error: Option<&str>) -> Response {
     page(
         "Sign in",
         html! {
             h1 { "Sign in" }
-            p { "This server requires a bearer token. The console keeps it in a cookie only this site can read." }
+            @match error {
+                Some(error) => p.error role="alert" { (error) },
+                None => p { "This server requires a bearer token. The console keeps it in a cookie only this site can read." },
+            }
             form id="login" method="post" action="/ui/login" {
                 label for="token" { "Token" }
                 input id="token" name="token" type="password" autocomplete="off" required;
@@ -227,6 +246,10 @@ async fn login_form() -> Response {
     )
 }
 
+async fn login_form() -> Response {
+    login_page(None)
+}
+
 async fn login(
     axum::extract::State(console): axum::extract::State<Console>,
     axum::Form(form): axum::Form<LoginForm>,
@@ -234,18 +257,7 @@ async fn login(
     let token = form.token.trim();
     let header = format!("Bearer {token}");
     if console.auth.authenticate(Some(header.as_bytes())).is_err() || token.contains(';') {
-        let body = page(
-            "Sign in",
-            html! {
-                h1 { "Sign in" }
-                p.error role="alert" { "That token is not valid on this server." }
-                form id="login" method="post" action="/ui/login" {
-                    label for="token" { "Token" }
-                    input id="token" name="token" type="password" autocomplete="off" required;
-                    button type="submit" { "Sign in" }
-                }
-            },
-        );
+        let body = login_page(Some("That token is not valid on this server."));
         return (StatusCode::UNAUTHORIZED, body).into_response();
     }
     let cookie = format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict");

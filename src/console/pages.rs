@@ -13,8 +13,9 @@ use futures::{Stream, StreamExt};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::actions::{csrf_field, csrf_token, is_admin};
+use super::actions::{csrf_field, csrf_token};
 use super::{Console, page, refused};
+use crate::cli::memory::scope_type_name;
 use crate::cli::{time, value_json};
 use crate::proto;
 use crate::proto::consolidation_service_client::ConsolidationServiceClient;
@@ -44,11 +45,11 @@ macro_rules! call {
     };
 }
 
-/// The visitor's connection or the login redirect.
+/// The visitor or the page to send them to.
 macro_rules! visitor {
     ($console:expr, $headers:expr) => {
         match $console.visitor(&$headers) {
-            Ok(conn) => conn,
+            Ok(visitor) => visitor,
             Err(page) => return *page,
         }
     };
@@ -81,13 +82,6 @@ pub(super) fn scope_type(name: &str) -> proto::ScopeType {
         .iter()
         .find(|(n, _)| *n == name)
         .map_or(proto::ScopeType::Unspecified, |(_, t)| *t)
-}
-
-fn scope_type_name(n: i32) -> &'static str {
-    SCOPE_TYPES
-        .iter()
-        .find(|(_, t)| *t as i32 == n)
-        .map_or("?", |(name, _)| name)
 }
 
 /// A value as compact JSON, cut to a preview.
@@ -124,7 +118,7 @@ pub async fn scopes(
     headers: HeaderMap,
     Query(query): Query<ScopesQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let mut client = MemoryServiceClient::new(conn);
     let mut sections = Vec::new();
     for (name, kind) in SCOPE_TYPES {
@@ -190,8 +184,7 @@ pub async fn scope(
     headers: HeaderMap,
     Query(query): Query<ScopeQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
-    let admin = is_admin(&conn).await;
+    let super::Visitor { conn, admin } = visitor!(console, headers);
     let csrf = csrf_token(&console, &headers);
     let listed = call!(MemoryServiceClient::new(conn).list(proto::ListRequest {
         scope_type: scope_type(&query.r#type) as i32,
@@ -271,7 +264,7 @@ pub async fn key(
     headers: HeaderMap,
     Query(query): Query<KeyQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let mut stream = call!(
         MemoryServiceClient::new(conn).history(proto::HistoryRequest {
             scope_type: scope_type(&query.r#type) as i32,
@@ -390,7 +383,7 @@ pub async fn log(
     headers: HeaderMap,
     Query(query): Query<LogQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let logged = call!(MemoryAdminServiceClient::new(conn).get_compaction_log(
         proto::GetCompactionLogRequest {
             scope_type: scope_type(&query.r#type) as i32,
@@ -454,7 +447,7 @@ pub async fn sessions(
     headers: HeaderMap,
     Query(query): Query<SessionsQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let listed = call!(
         SessionServiceClient::new(conn).list_sessions(proto::ListSessionsRequest {
             app: query.app.clone(),
@@ -521,8 +514,7 @@ pub async fn session(
     headers: HeaderMap,
     Query(query): Query<SessionQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
-    let admin = is_admin(&conn).await;
+    let super::Visitor { conn, admin } = visitor!(console, headers);
     let csrf = csrf_token(&console, &headers);
     let session = call!(SessionServiceClient::new(conn.clone()).get_session(
         proto::GetSessionRequest {
@@ -603,7 +595,7 @@ pub async fn tail(
     headers: HeaderMap,
     Query(query): Query<TailQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let resume = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -648,7 +640,7 @@ pub async fn rules(
     headers: HeaderMap,
     Query(query): Query<RulesQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let listed = call!(
         ConsolidationServiceClient::new(conn).list_rules(proto::ListRulesRequest {
             page_size: PAGE,
@@ -706,7 +698,7 @@ pub async fn facts(
     headers: HeaderMap,
     Query(query): Query<FactsQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let form = html! {
         form method="get" action="/ui/facts" {
             label for="app" { "App" } input id="app" name="app" value=(query.app) required;
@@ -768,7 +760,7 @@ pub async fn fact(
     headers: HeaderMap,
     Query(query): Query<FactQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     let got = call!(
         ConsolidationServiceClient::new(conn).get_fact(proto::GetFactRequest {
             fact_id: query.id.clone(),
@@ -814,7 +806,7 @@ pub async fn search(
     headers: HeaderMap,
     Query(query): Query<SearchQuery>,
 ) -> Response {
-    let conn = visitor!(console, headers);
+    let conn = visitor!(console, headers).conn;
     if query.q.trim().is_empty() {
         return page(
             "Search",

@@ -16,8 +16,6 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use sha2::{Digest, Sha256};
-
 use crate::context::{CallerContext, Tenant};
 use crate::error::{Error, Reason, Result};
 use crate::memory::audit::{AuditRecord, Operation};
@@ -166,9 +164,7 @@ impl<S: DataStore> Data<S> {
 
 /// `app/sha256:HEX`: who was forgotten, without their name.
 fn subject(app: &Name, user: &Name) -> String {
-    let digest = Sha256::digest(user.as_str().as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{app}/sha256:{hex}")
+    format!("{app}/sha256:{}", crate::auth::hash_token(user.as_str()))
 }
 
 /// Completes the skeleton with the counts.

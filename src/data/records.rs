@@ -269,7 +269,7 @@ impl Record {
                 counts(&[("next_task", w.next_task)])?;
                 for (n, task) in w.tasks.iter().enumerate() {
                     positive(&format!("tasks[{n}].number"), task.number)?;
-                    task_status(&format!("tasks[{n}].status"), &task.status)?;
+                    TaskStatus::parse(&format!("tasks[{n}].status"), &task.status)?;
                 }
                 for (n, cached) in w.cache.iter().enumerate() {
                     if cached.path.is_empty() {
@@ -432,11 +432,6 @@ pub fn fact_kind_name(kind: FactKind) -> &'static str {
         FactKind::Semantic => "semantic",
         FactKind::Procedural => "procedural",
     }
-}
-
-/// A task status by its export name.
-pub fn task_status(field: &str, name: &str) -> Result<TaskStatus> {
-    TaskStatus::parse(field, name)
 }
 
 fn optional_scope_name(field: &str, text: &str) -> Result<()> {

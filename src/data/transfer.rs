@@ -154,17 +154,13 @@ impl<S: DataStore> Data<S> {
                         .iter()
                         .map(encode)
                         .collect::<Result<Vec<_>>>()?;
-                    let next = match page.next {
-                        Some(next) => Position::Part(at, next),
-                        None => Position::Part(at + 1, After::Start),
+                    (at, after) = match page.next {
+                        Some(next) => (at, next),
+                        None => (at + 1, After::Start),
                     };
                     if !lines.is_empty() {
-                        return Ok(Some((lines, Some(next))));
+                        return Ok(Some((lines, Some(Position::Part(at, after)))));
                     }
-                    (at, after) = match next {
-                        Position::Part(at, after) => (at, after),
-                        Position::Header => unreachable!("an export never returns to its header"),
-                    };
                 }
                 Ok(None)
             }

@@ -1007,7 +1007,8 @@ async fn apply(
             )
             .await?;
             for (n, task) in w.tasks.iter().enumerate() {
-                let status = records::task_status(&format!("tasks[{n}].status"), &task.status)?;
+                let status =
+                    crate::working::TaskStatus::parse(&format!("tasks[{n}].status"), &task.status)?;
                 conn.exec(
                     &INSERT_TASK,
                     params![
