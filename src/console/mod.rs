@@ -63,6 +63,7 @@ pub fn router(grpc: Conn, auth: Authenticator) -> axum::Router {
         .route("/ui/scope/purge", post(actions::purge))
         .route("/ui/key", get(pages::key))
         .route("/ui/log", get(pages::log))
+        .route("/ui/export", get(pages::export))
         .route("/ui/sessions", get(pages::sessions))
         .route("/ui/session", get(pages::session))
         .route("/ui/session/tail", get(pages::tail))

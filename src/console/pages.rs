@@ -203,7 +203,11 @@ pub async fn scope(
         html! {
             p.crumbs { a href="/ui" { "Scopes" } " / " (query.r#type) }
             h1 { (query.scope) }
-            p { a href=(link("/ui/log", &here)) { "Audit log (compactions, purges, forks)" } }
+            p {
+                a href=(link("/ui/log", &here)) { "Audit log (compactions, purges, forks)" }
+                " · "
+                a href=(link("/ui/export", &here)) download { "Export (JSON Lines)" }
+            }
             form method="get" action="/ui/scope" {
                 input type="hidden" name="type" value=(query.r#type);
                 input type="hidden" name="scope" value=(query.scope);
@@ -565,6 +569,7 @@ pub async fn session(
                 script src="/ui/static/tail.js" defer {}
             }
             (next_link("/ui/session", &[("id", &query.id)], &listed.next_page_token))
+            p { a href=(link("/ui/export", &[("session", &session.id)])) download { "Export this session (JSON Lines)" } }
             h2 { "Working memory" }
             pre.block { (block.memory_block) }
             @if admin {
@@ -632,6 +637,76 @@ fn events(
 pub struct RulesQuery {
     #[serde(default)]
     page: String,
+}
+
+#[derive(Deserialize, Default)]
+pub struct ExportQuery {
+    #[serde(default)]
+    r#type: String,
+    #[serde(default)]
+    scope: String,
+    #[serde(default)]
+    session: String,
+}
+
+/// A scope or a session as the `Export` RPC writes it, as a JSON Lines
+/// download (what `engram export` would save).
+pub async fn export(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<ExportQuery>,
+) -> Response {
+    let conn = visitor!(console, headers).conn;
+    let named = if query.session.is_empty() {
+        &query.scope
+    } else {
+        &query.session
+    };
+    let stream = call!(
+        crate::proto::data_service_client::DataServiceClient::new(conn).export(
+            proto::ExportRequest {
+                scope_type: if query.scope.is_empty() {
+                    0
+                } else {
+                    scope_type(&query.r#type) as i32
+                },
+                scope: query.scope.clone(),
+                session_id: query.session.clone(),
+                ..Default::default()
+            }
+        )
+    );
+    let body = stream.map(|chunk| {
+        chunk.map(|chunk| {
+            let mut text = chunk.lines.join("\n");
+            text.push('\n');
+            text
+        })
+    });
+    let file: String = named
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/x-ndjson".to_owned(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}.jsonl\""),
+            ),
+        ],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// Rules with their cadence, watermark and last run.

@@ -199,6 +199,18 @@ def test_rules_facts_and_search(server: Server, browser: webdriver.Chrome) -> No
     assert browser.find_element(By.TAG_NAME, "h1").text == "style"
 
 
+def test_a_scope_and_a_session_export_as_json_lines(server: Server, browser: webdriver.Chrome) -> None:
+    sign_in(browser, server, server.tokens["admin"])
+    browser.get(f"{server.ui}/scope?type=namespace&scope=team")
+    href = browser.find_element(By.LINK_TEXT, "Export (JSON Lines)").get_attribute("href") or ""
+    path = href.split("/ui", 1)[1]
+    records = [json.loads(line) for line in get(server, path, server.tokens["admin"]).splitlines()]
+    assert records[0]["kind"] == "header" and records[0]["selection"] == "scope namespace/team"
+    assert {r["key"] for r in records[1:] if r["kind"] == "memory_version"} >= {"style"}
+    session = [json.loads(line) for line in get(server, "/export?session=chat-1", server.tokens["admin"]).splitlines()]
+    assert [r["kind"] for r in session[:3]] == ["header", "session", "episode"]
+
+
 def test_tenants_tokens_and_headers(server: Server, browser: webdriver.Chrome) -> None:
     # A wrong token is refused with a message; no cookie is set.
     browser.get(f"{server.ui}/login")
