@@ -330,6 +330,7 @@ func TestSessionsEpisodesAndTheRest(t *testing.T) {
 	if engram.Reason(err) != "SESSION_OWNER_MISMATCH" {
 		t.Fatalf("owner mismatch: %v", err)
 	}
+	first := ""
 	for i, text := range []string{"Hello!", "Hi there!"} {
 		kind := []string{"user_message", "agent_response"}[i]
 		response, err := client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
@@ -338,6 +339,17 @@ func TestSessionsEpisodesAndTheRest(t *testing.T) {
 		if err != nil || response.GetEpisode().GetSeq() != int64(i+1) {
 			t.Fatalf("append: %v %v", response, err)
 		}
+		if i == 0 {
+			first = response.GetEpisode().GetId()
+		}
+	}
+	got, err := client.Episodes.GetEpisode(ctx, &engramv1.GetEpisodeRequest{Id: first})
+	if err != nil || got.GetEpisode().GetSessionId() != "chat-1" || got.GetEpisode().GetSeq() != 1 {
+		t.Fatalf("get episode: %v %v", got, err)
+	}
+	_, err = client.Episodes.GetEpisode(ctx, &engramv1.GetEpisodeRequest{Id: "no-such-episode"})
+	if e, ok := engram.AsError(err); !ok || e.Code != codes.NotFound || e.Reason != "EPISODE_NOT_FOUND" {
+		t.Fatalf("missing episode: %v", err)
 	}
 	built, err := client.Episodes.BuildContext(ctx, &engramv1.BuildContextRequest{SessionId: "chat-1"})
 	if err != nil || built.GetContext() != "User: Hello!\nAssistant: Hi there!" {

@@ -186,6 +186,22 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
         }))
     }
 
+    async fn get_episode(
+        &self,
+        request: Request<proto::GetEpisodeRequest>,
+    ) -> Result<Response<proto::GetEpisodeResponse>, Status> {
+        let ctx = caller_context(&request).map_err(to_status)?;
+        let id = Id::parse("id", request.into_inner().id).map_err(to_status)?;
+        let episode = self
+            .sessions
+            .get_episode(&ctx, &id)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(proto::GetEpisodeResponse {
+            episode: Some(episode_to_proto(episode)),
+        }))
+    }
+
     async fn recent(
         &self,
         request: Request<proto::RecentRequest>,

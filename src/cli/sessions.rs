@@ -371,6 +371,8 @@ enum EpisodeCommand {
         #[arg(long, default_value_t = 0)]
         after_seq: i64,
     },
+    /// Print one episode by its id (such as a fact's source episode)
+    Get { id: String },
     /// Print a user's newest episodes, newest first
     Recent {
         #[arg(long)]
@@ -524,6 +526,18 @@ impl EpisodesCommand {
                 })
                 .await?;
                 print_episodes(output, &all);
+            }
+            EpisodeCommand::Get { id } => {
+                let episode = episodes
+                    .get_episode(proto::GetEpisodeRequest { id })
+                    .await?
+                    .into_inner()
+                    .episode;
+                match (output, episode) {
+                    (Output::Json, Some(episode)) => print_json(&episode_json(&episode)),
+                    (Output::Text, Some(episode)) => println!("{}", episode_line(&episode)),
+                    (_, None) => {}
+                }
             }
             EpisodeCommand::Recent {
                 user,

@@ -71,6 +71,7 @@ pub fn router(grpc: Conn, auth: Authenticator) -> axum::Router {
         .route("/ui/rules", get(pages::rules))
         .route("/ui/facts", get(pages::facts))
         .route("/ui/fact", get(pages::fact))
+        .route("/ui/episode", get(pages::episode))
         .route("/ui/search", get(pages::search))
         .route("/ui/login", get(login_form).post(login))
         .route("/ui/logout", post(logout))

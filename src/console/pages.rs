@@ -496,8 +496,22 @@ pub async fn sessions(
 #[derive(Deserialize)]
 pub struct SessionQuery {
     id: String,
+    /// Start the log after this seq (how an episode's link lands on it).
+    #[serde(default)]
+    after: i64,
     #[serde(default)]
     page: String,
+}
+
+/// Where an episode is shown in its session's log: the page that starts
+/// with it, scrolled to its row.
+fn episode_href(e: &proto::Episode) -> String {
+    let after = (e.seq - 1).max(0).to_string();
+    format!(
+        "{}#episode-{}",
+        link("/ui/session", &[("id", &e.session_id), ("after", &after)]),
+        e.id
+    )
 }
 
 fn episode_row(e: &proto::Episode) -> Markup {
@@ -531,6 +545,7 @@ pub async fn session(
     let listed = call!(EpisodeServiceClient::new(conn.clone()).list_episodes(
         proto::ListEpisodesRequest {
             session_id: query.id.clone(),
+            after_seq: query.after,
             page_size: 100,
             page_token: query.page.clone(),
             ..Default::default()
@@ -568,7 +583,7 @@ pub async fn session(
                 p.live id="live" role="status" aria-live="polite" { "New episodes appear here as they are appended (needs JavaScript)." }
                 script src="/ui/static/tail.js" defer {}
             }
-            (next_link("/ui/session", &[("id", &query.id)], &listed.next_page_token))
+            (next_link("/ui/session", &[("id", &query.id), ("after", &query.after.to_string())], &listed.next_page_token))
             p { a href=(link("/ui/export", &[("session", &session.id)])) download { "Export this session (JSON Lines)" } }
             h2 { "Working memory" }
             pre.block { (block.memory_block) }
@@ -860,10 +875,62 @@ pub async fn fact(
                                 @else { (statement(v)) }
                             }
                             td { (lineage.source) }
-                            td { (lineage.source_episode_ids.join(", ")) }
+                            td {
+                                @for (n, id) in lineage.source_episode_ids.iter().enumerate() {
+                                    @if n > 0 { ", " }
+                                    a href=(link("/ui/episode", &[("id", id)])) { (id) }
+                                }
+                            }
                         }
                     }
                 }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct EpisodeQuery {
+    id: String,
+}
+
+/// One episode, whole: where a fact's lineage leads.
+pub async fn episode(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<EpisodeQuery>,
+) -> Response {
+    let conn = visitor!(console, headers).conn;
+    let got = call!(
+        EpisodeServiceClient::new(conn).get_episode(proto::GetEpisodeRequest {
+            id: query.id.clone(),
+        })
+    );
+    let e = got.episode.unwrap_or_default();
+    let pretty = |value: Option<prost_types::Value>| {
+        serde_json::to_string_pretty(&value_json(value)).unwrap_or_default()
+    };
+    let metadata = e.metadata.clone().map(|m| prost_types::Value {
+        kind: Some(prost_types::value::Kind::StructValue(m)),
+    });
+    page(
+        &e.id,
+        html! {
+            p.crumbs { a href=(link("/ui/session", &[("id", &e.session_id)])) { "Session " (e.session_id) } }
+            h1 { "Episode " (e.id) }
+            dl {
+                dt { "Session" } dd { a href=(episode_href(&e)) { (e.session_id) " #" (e.seq) } }
+                dt { "User" } dd { (e.user) " of " (e.app) }
+                dt { "Agent" } dd { (e.agent) }
+                dt { "Type" } dd { (e.r#type) }
+                dt { "Time" } dd { (time(e.timestamp.as_ref())) }
+                dt { "Cursor" } dd { (e.cursor) }
+            }
+            h2 { "Content" }
+            pre.block { (pretty(e.content.clone())) }
+            @if metadata.is_some() {
+                h2 { "Metadata" }
+                pre.block { (pretty(metadata)) }
             }
         },
     )
@@ -939,7 +1006,7 @@ fn hit_link(hit: &proto::SearchHit) -> Markup {
             html! { "fact " a href=(link("/ui/fact", &[("id", &f.id)])) { (f.id) } }
         }
         Some(Item::Episode(e)) => html! {
-            "episode " a href=(format!("{}#episode-{}", link("/ui/session", &[("id", &e.session_id)]), e.id)) { (e.session_id) " #" (e.seq) }
+            "episode " a href=(episode_href(e)) { (e.session_id) " #" (e.seq) }
         },
         None => html! {},
     }

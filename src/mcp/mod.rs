@@ -124,7 +124,7 @@ scope's state into a new scope; data_export shows a scope, session or \
 user as the records `engram export` writes. Pass expected_version to \
 memory_set or memory_delete to write only if nobody wrote since you read. \
 Sessions hold an event log (episode_append, episodes_recent, episodes_list, \
-session_context). search finds memory entries, facts and episodes by what \
+episode_get, session_context). search finds memory entries, facts and episodes by what \
 they say. A session's working memory is kept with TaskCreate, TaskUpdate, \
 memory.set_goal and Remember, and memory_render gives its MEMORY block for \
 a prompt. Lists are paged: pass next_page_token back as page_token. A \

@@ -332,6 +332,12 @@ pub struct EpisodesArgs {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+pub struct EpisodeArgs {
+    /// The episode id, such as one of a fact's source_episode_ids
+    id: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct SessionsArgs {
     /// Only this app's sessions
     app: Option<String>,
@@ -993,6 +999,20 @@ impl Engram {
             "episodes": page.episodes.iter().map(episode_json).collect::<Vec<_>>(),
             "next_page_token": page.next_page_token,
         }))
+    }
+
+    #[tool(
+        description = "One episode by its id, with its session and seq: follows a fact's \
+                       source_episode_ids back to what was said.",
+        annotations(read_only_hint = true)
+    )]
+    async fn episode_get(&self, Parameters(args): Parameters<EpisodeArgs>) -> Reply {
+        let episode = EpisodeServiceClient::new(self.conn.clone())
+            .get_episode(proto::GetEpisodeRequest { id: args.id })
+            .await?
+            .into_inner()
+            .episode;
+        ok(json!({ "episode": episode.as_ref().map(episode_json) }))
     }
 
     #[tool(

@@ -178,6 +178,13 @@ pub trait SessionStore: Clone + Send + Sync + 'static {
         query: &EpisodeQuery<'_>,
     ) -> impl Future<Output = Result<Vec<Episode>>> + Send;
 
+    /// One episode by its id, in any session.
+    fn get_episode(
+        &self,
+        tenant: &Tenant,
+        id: &Id,
+    ) -> impl Future<Output = Result<Option<Episode>>> + Send;
+
     /// A user's newest episodes, newest first.
     fn recent(
         &self,

@@ -10,8 +10,8 @@ use super::conversation::{AGENT_RESPONSE, USER_MESSAGE, render_conversation};
 use super::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
 use super::types::{
     Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery, Session,
-    SessionFilter, SessionLimits, SessionStats, TailFilter, owner_mismatch, session_ended,
-    session_not_found,
+    SessionFilter, SessionLimits, SessionStats, TailFilter, episode_not_found, owner_mismatch,
+    session_ended, session_not_found,
 };
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
@@ -328,6 +328,14 @@ impl<S: SessionStore + Feeds> Sessions<S> {
                 ),
             }),
         }
+    }
+
+    /// One episode by id, wherever it is in the caller's tenant.
+    pub async fn get_episode(&self, ctx: &CallerContext, id: &Id) -> Result<Episode> {
+        self.store
+            .get_episode(&ctx.tenant, id)
+            .await?
+            .ok_or_else(|| episode_not_found(id.as_str()))
     }
 
     pub async fn list_episodes(

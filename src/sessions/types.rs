@@ -160,6 +160,14 @@ pub fn session_not_found(id: &str) -> Error {
     }
 }
 
+pub fn episode_not_found(id: &str) -> Error {
+    Error::NotFound {
+        reason: Reason::EpisodeNotFound,
+        message: format!("episode {id:?} does not exist"),
+        metadata: vec![("id", id.to_owned())],
+    }
+}
+
 pub fn session_ended(id: &str) -> Error {
     Error::FailedPrecondition {
         reason: Reason::SessionEnded,

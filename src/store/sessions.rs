@@ -48,6 +48,12 @@ pub(super) static EPISODES_BY_ID: Sql = select!(
     ", fingerprint FROM episodes WHERE tenant = $1 AND id = ANY($2::text[])"
 );
 
+/// One episode by id. Parameters: $1 tenant, $2 id.
+static EPISODE: Sql = select!(
+    episode_columns!(),
+    " FROM episodes WHERE tenant = $1 AND id = $2"
+);
+
 /// The widening read: one statement per level, each matching its own index
 /// exactly. Parameters: $1 tenant, $2 user, $3 session, $4 agent, $5
 /// types, $6 limit. (`engram bench` runs the same text through pgbench.)
@@ -509,6 +515,12 @@ impl<B: Backend + AppendEpisodes> SessionStore for B {
             episode_row,
         )
         .await
+    }
+
+    async fn get_episode(&self, tenant: &Tenant, id: &Id) -> Result<Option<Episode>> {
+        let mut conn = self.reader(tenant).await?;
+        conn.first(&EPISODE, params![tenant.as_str(), id.as_str()], episode_row)
+            .await
     }
 
     async fn recent(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {

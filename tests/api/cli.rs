@@ -404,6 +404,11 @@ async fn session_and_episode_commands_against_a_server() {
     assert_eq!(seqs, [1, 2, 3]);
     let tools = episodes.json(&["list", "chat", "--type", "tool_call"]);
     assert_eq!(tools["episodes"][0]["content"], json!({"tool": "calc"}));
+    let got = episodes.json(&["get", "e1"]);
+    assert_eq!(
+        (&got["session_id"], &got["seq"], &got["content"]),
+        (&json!("chat"), &json!(1), &json!("Hello!"))
+    );
     let recent = episodes.json(&["recent", "--user", "u1", "--limit", "1"]);
     assert_eq!(recent["episodes"][0]["content"], json!("Hi there!"));
     let context = episodes.json(&["context", "chat"]);

@@ -9,7 +9,7 @@ use engram::api::convert::json_to_proto;
 use engram::proto::episode_service_client::EpisodeServiceClient;
 use engram::proto::{
     AppendEpisodeRequest, AppendEpisodesRequest, BuildContextRequest, CleanupSessionsRequest,
-    CreateSessionRequest, DeleteSessionRequest, EndSessionRequest, Episode,
+    CreateSessionRequest, DeleteSessionRequest, EndSessionRequest, Episode, GetEpisodeRequest,
     GetOrCreateSessionRequest, GetSessionRequest, GetStatsRequest, ListEpisodesRequest,
     ListSessionsRequest, NewEpisode, RecentRequest,
 };
@@ -349,6 +349,33 @@ async fn appends_are_idempotent_and_atomic(backend: Backend) {
         (1, "rag", "alice")
     );
     assert!(e1.cursor > 0);
+
+    // Found by id alone, in whichever session it is.
+    let got = episodes
+        .get_episode(GetEpisodeRequest { id: "e1".into() })
+        .await
+        .expect("get episode")
+        .into_inner()
+        .episode
+        .expect("episode");
+    assert_eq!(
+        (got.session_id.as_str(), got.seq, got.cursor),
+        ("s1", 1, e1.cursor)
+    );
+    let missing = episodes
+        .get_episode(GetEpisodeRequest { id: "e9".into() })
+        .await
+        .expect_err("no such episode");
+    assert_eq!(
+        (missing.code(), reason(&missing)),
+        (Code::NotFound, "EPISODE_NOT_FOUND".to_owned())
+    );
+    let blank = episodes
+        .get_episode(GetEpisodeRequest::default())
+        .await
+        .expect_err("no id");
+    assert_eq!(blank.code(), Code::InvalidArgument);
+    assert!(bad_fields(&blank).contains(&"id".to_owned()), "{blank:?}");
 
     let again = episodes
         .append_episode(append("s1", new_episode("e1", "user_message", json!("hi"))))

@@ -296,3 +296,29 @@ def test_admin_actions_are_for_admins_and_refuse_forgeries(
     browser.find_element(By.CSS_SELECTOR, "form.admin button.danger").click()
     WebDriverWait(browser, 10).until(expected_conditions.title_contains("Sessions"))
     assert "chat-2" not in browser.find_element(By.TAG_NAME, "main").text
+
+
+def test_a_fact_leads_to_the_episodes_it_came_from(server: Server, browser: webdriver.Chrome) -> None:
+    admin = server.tokens["admin"]
+    said = '{"subject": "carol", "predicate": "prefers", "object": "green tea"}'
+    grpc(server, admin, "episodes", "append", "chat-3", "I like green tea", "--app", "bot", "--user", "carol",
+         "--id", "ep-tea", "--metadata", said)
+    grpc(server, admin, "rules", "create", "subjects", "--filter", "type = observation AND metadata.subject:*",
+         "--every-n-episodes", "100", "--emits", "semantic")
+    grpc(server, admin, "rules", "run", "subjects")
+
+    sign_in(browser, server, admin)
+    browser.get(f"{server.ui}/facts?app=bot&user=carol")
+    browser.find_element(By.CSS_SELECTOR, "tbody a").click()
+    WebDriverWait(browser, 10).until(expected_conditions.presence_of_element_located((By.LINK_TEXT, "ep-tea")))
+    assert "green tea" in browser.find_element(By.TAG_NAME, "table").text
+    browser.find_element(By.LINK_TEXT, "ep-tea").click()
+    WebDriverWait(browser, 10).until(expected_conditions.title_contains("ep-tea"))
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Episode ep-tea"
+    assert "I like green tea" in browser.find_element(By.CSS_SELECTOR, "pre.block").text
+    browser.find_element(By.LINK_TEXT, "chat-3 #1").click()
+    WebDriverWait(browser, 10).until(expected_conditions.title_contains("chat-3"))
+    assert "I like green tea" in browser.find_element(By.ID, "episode-ep-tea").text
+
+    browser.get(f"{server.ui}/episode?id=no-such-episode")
+    assert "EPISODE_NOT_FOUND" in browser.page_source or "does not exist" in browser.page_source

@@ -39,6 +39,7 @@ EVERYONE_TOOLS = {
     "episode_append",
     "episodes_recent",
     "episodes_list",
+    "episode_get",
     "sessions_list",
     "session_context",
     "memory_render",
@@ -283,6 +284,10 @@ async def test_sessions_and_episodes(connect: Connect) -> None:
         assert [e["content"] for e in recent["episodes"]] == ["which cluster?"]
         listed = structured(await session.call_tool("episodes_list", {"session_id": sid, "page_size": 1}))
         assert [e["seq"] for e in listed["episodes"]] == [1] and listed["next_page_token"]
+        got = structured(await session.call_tool("episode_get", {"id": eid}))["episode"]
+        assert (got["session_id"], got["seq"], got["content"]) == (sid, 1, "my deploy fails")
+        gone = error(await session.call_tool("episode_get", {"id": unique("none")}))
+        assert gone["reason"] == "EPISODE_NOT_FOUND"
         sessions = structured(await session.call_tool("sessions_list", {"user": user}))
         assert [s["id"] for s in sessions["sessions"]] == [sid]
         context = structured(await session.call_tool("session_context", {"session_id": sid}))

@@ -674,6 +674,98 @@ func (x *ListEpisodesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// GetEpisodeRequest names one episode.
+type GetEpisodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The episode id (at most 128 characters).
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEpisodeRequest) Reset() {
+	*x = GetEpisodeRequest{}
+	mi := &file_engram_v1_episodes_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEpisodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEpisodeRequest) ProtoMessage() {}
+
+func (x *GetEpisodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_episodes_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEpisodeRequest.ProtoReflect.Descriptor instead.
+func (*GetEpisodeRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetEpisodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// GetEpisodeResponse carries the episode.
+type GetEpisodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The episode, with its session, `seq` and `cursor`.
+	Episode       *Episode `protobuf:"bytes,1,opt,name=episode,proto3" json:"episode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEpisodeResponse) Reset() {
+	*x = GetEpisodeResponse{}
+	mi := &file_engram_v1_episodes_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEpisodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEpisodeResponse) ProtoMessage() {}
+
+func (x *GetEpisodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_episodes_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEpisodeResponse.ProtoReflect.Descriptor instead.
+func (*GetEpisodeResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetEpisodeResponse) GetEpisode() *Episode {
+	if x != nil {
+		return x.Episode
+	}
+	return nil
+}
+
 // RecentRequest asks for a user's newest episodes.
 type RecentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -693,7 +785,7 @@ type RecentRequest struct {
 
 func (x *RecentRequest) Reset() {
 	*x = RecentRequest{}
-	mi := &file_engram_v1_episodes_proto_msgTypes[8]
+	mi := &file_engram_v1_episodes_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +797,7 @@ func (x *RecentRequest) String() string {
 func (*RecentRequest) ProtoMessage() {}
 
 func (x *RecentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_episodes_proto_msgTypes[8]
+	mi := &file_engram_v1_episodes_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +810,7 @@ func (x *RecentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentRequest.ProtoReflect.Descriptor instead.
 func (*RecentRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RecentRequest) GetUser() string {
@@ -767,7 +859,7 @@ type RecentResponse struct {
 
 func (x *RecentResponse) Reset() {
 	*x = RecentResponse{}
-	mi := &file_engram_v1_episodes_proto_msgTypes[9]
+	mi := &file_engram_v1_episodes_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +871,7 @@ func (x *RecentResponse) String() string {
 func (*RecentResponse) ProtoMessage() {}
 
 func (x *RecentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_episodes_proto_msgTypes[9]
+	mi := &file_engram_v1_episodes_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +884,7 @@ func (x *RecentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentResponse.ProtoReflect.Descriptor instead.
 func (*RecentResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RecentResponse) GetEpisodes() []*Episode {
@@ -822,7 +914,7 @@ type TailEpisodesRequest struct {
 
 func (x *TailEpisodesRequest) Reset() {
 	*x = TailEpisodesRequest{}
-	mi := &file_engram_v1_episodes_proto_msgTypes[10]
+	mi := &file_engram_v1_episodes_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +926,7 @@ func (x *TailEpisodesRequest) String() string {
 func (*TailEpisodesRequest) ProtoMessage() {}
 
 func (x *TailEpisodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_episodes_proto_msgTypes[10]
+	mi := &file_engram_v1_episodes_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +939,7 @@ func (x *TailEpisodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailEpisodesRequest.ProtoReflect.Descriptor instead.
 func (*TailEpisodesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TailEpisodesRequest) GetSessionId() string {
@@ -896,7 +988,7 @@ type TailEpisodesResponse struct {
 
 func (x *TailEpisodesResponse) Reset() {
 	*x = TailEpisodesResponse{}
-	mi := &file_engram_v1_episodes_proto_msgTypes[11]
+	mi := &file_engram_v1_episodes_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1000,7 @@ func (x *TailEpisodesResponse) String() string {
 func (*TailEpisodesResponse) ProtoMessage() {}
 
 func (x *TailEpisodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_episodes_proto_msgTypes[11]
+	mi := &file_engram_v1_episodes_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1013,7 @@ func (x *TailEpisodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailEpisodesResponse.ProtoReflect.Descriptor instead.
 func (*TailEpisodesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TailEpisodesResponse) GetEpisode() *Episode {
@@ -945,7 +1037,7 @@ type BuildContextRequest struct {
 
 func (x *BuildContextRequest) Reset() {
 	*x = BuildContextRequest{}
-	mi := &file_engram_v1_episodes_proto_msgTypes[12]
+	mi := &file_engram_v1_episodes_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1049,7 @@ func (x *BuildContextRequest) String() string {
 func (*BuildContextRequest) ProtoMessage() {}
 
 func (x *BuildContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_episodes_proto_msgTypes[12]
+	mi := &file_engram_v1_episodes_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1062,7 @@ func (x *BuildContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildContextRequest.ProtoReflect.Descriptor instead.
 func (*BuildContextRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BuildContextRequest) GetSessionId() string {
@@ -1002,7 +1094,7 @@ type BuildContextResponse struct {
 
 func (x *BuildContextResponse) Reset() {
 	*x = BuildContextResponse{}
-	mi := &file_engram_v1_episodes_proto_msgTypes[13]
+	mi := &file_engram_v1_episodes_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1106,7 @@ func (x *BuildContextResponse) String() string {
 func (*BuildContextResponse) ProtoMessage() {}
 
 func (x *BuildContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_episodes_proto_msgTypes[13]
+	mi := &file_engram_v1_episodes_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1119,7 @@ func (x *BuildContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildContextResponse.ProtoReflect.Descriptor instead.
 func (*BuildContextResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_episodes_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BuildContextResponse) GetContext() string {
@@ -1104,7 +1196,11 @@ const file_engram_v1_episodes_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\"n\n" +
 	"\x14ListEpisodesResponse\x12.\n" +
 	"\bepisodes\x18\x01 \x03(\v2\x12.engram.v1.EpisodeR\bepisodes\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x84\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"#\n" +
+	"\x11GetEpisodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"B\n" +
+	"\x12GetEpisodeResponse\x12,\n" +
+	"\aepisode\x18\x01 \x01(\v2\x12.engram.v1.EpisodeR\aepisode\"\x84\x01\n" +
 	"\rRecentRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1d\n" +
 	"\n" +
@@ -1132,11 +1228,13 @@ const file_engram_v1_episodes_proto_rawDesc = "" +
 	"\x14BuildContextResponse\x12\x18\n" +
 	"\acontext\x18\x01 \x01(\tR\acontext\x12\x1f\n" +
 	"\vevents_used\x18\x02 \x01(\x05R\n" +
-	"eventsUsed2\xef\x03\n" +
+	"eventsUsed2\xba\x04\n" +
 	"\x0eEpisodeService\x12R\n" +
 	"\rAppendEpisode\x12\x1f.engram.v1.AppendEpisodeRequest\x1a .engram.v1.AppendEpisodeResponse\x12U\n" +
 	"\x0eAppendEpisodes\x12 .engram.v1.AppendEpisodesRequest\x1a!.engram.v1.AppendEpisodesResponse\x12O\n" +
-	"\fListEpisodes\x12\x1e.engram.v1.ListEpisodesRequest\x1a\x1f.engram.v1.ListEpisodesResponse\x12=\n" +
+	"\fListEpisodes\x12\x1e.engram.v1.ListEpisodesRequest\x1a\x1f.engram.v1.ListEpisodesResponse\x12I\n" +
+	"\n" +
+	"GetEpisode\x12\x1c.engram.v1.GetEpisodeRequest\x1a\x1d.engram.v1.GetEpisodeResponse\x12=\n" +
 	"\x06Recent\x12\x18.engram.v1.RecentRequest\x1a\x19.engram.v1.RecentResponse\x12Q\n" +
 	"\fTailEpisodes\x12\x1e.engram.v1.TailEpisodesRequest\x1a\x1f.engram.v1.TailEpisodesResponse0\x01\x12O\n" +
 	"\fBuildContext\x12\x1e.engram.v1.BuildContextRequest\x1a\x1f.engram.v1.BuildContextResponseb\x06proto3"
@@ -1153,7 +1251,7 @@ func file_engram_v1_episodes_proto_rawDescGZIP() []byte {
 	return file_engram_v1_episodes_proto_rawDescData
 }
 
-var file_engram_v1_episodes_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_engram_v1_episodes_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_engram_v1_episodes_proto_goTypes = []any{
 	(*Episode)(nil),                // 0: engram.v1.Episode
 	(*NewEpisode)(nil),             // 1: engram.v1.NewEpisode
@@ -1163,48 +1261,53 @@ var file_engram_v1_episodes_proto_goTypes = []any{
 	(*AppendEpisodesResponse)(nil), // 5: engram.v1.AppendEpisodesResponse
 	(*ListEpisodesRequest)(nil),    // 6: engram.v1.ListEpisodesRequest
 	(*ListEpisodesResponse)(nil),   // 7: engram.v1.ListEpisodesResponse
-	(*RecentRequest)(nil),          // 8: engram.v1.RecentRequest
-	(*RecentResponse)(nil),         // 9: engram.v1.RecentResponse
-	(*TailEpisodesRequest)(nil),    // 10: engram.v1.TailEpisodesRequest
-	(*TailEpisodesResponse)(nil),   // 11: engram.v1.TailEpisodesResponse
-	(*BuildContextRequest)(nil),    // 12: engram.v1.BuildContextRequest
-	(*BuildContextResponse)(nil),   // 13: engram.v1.BuildContextResponse
-	(*structpb.Value)(nil),         // 14: google.protobuf.Value
-	(*structpb.Struct)(nil),        // 15: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
+	(*GetEpisodeRequest)(nil),      // 8: engram.v1.GetEpisodeRequest
+	(*GetEpisodeResponse)(nil),     // 9: engram.v1.GetEpisodeResponse
+	(*RecentRequest)(nil),          // 10: engram.v1.RecentRequest
+	(*RecentResponse)(nil),         // 11: engram.v1.RecentResponse
+	(*TailEpisodesRequest)(nil),    // 12: engram.v1.TailEpisodesRequest
+	(*TailEpisodesResponse)(nil),   // 13: engram.v1.TailEpisodesResponse
+	(*BuildContextRequest)(nil),    // 14: engram.v1.BuildContextRequest
+	(*BuildContextResponse)(nil),   // 15: engram.v1.BuildContextResponse
+	(*structpb.Value)(nil),         // 16: google.protobuf.Value
+	(*structpb.Struct)(nil),        // 17: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
 }
 var file_engram_v1_episodes_proto_depIdxs = []int32{
-	14, // 0: engram.v1.Episode.content:type_name -> google.protobuf.Value
-	15, // 1: engram.v1.Episode.metadata:type_name -> google.protobuf.Struct
-	16, // 2: engram.v1.Episode.timestamp:type_name -> google.protobuf.Timestamp
-	16, // 3: engram.v1.Episode.create_time:type_name -> google.protobuf.Timestamp
-	14, // 4: engram.v1.NewEpisode.content:type_name -> google.protobuf.Value
-	15, // 5: engram.v1.NewEpisode.metadata:type_name -> google.protobuf.Struct
-	16, // 6: engram.v1.NewEpisode.timestamp:type_name -> google.protobuf.Timestamp
+	16, // 0: engram.v1.Episode.content:type_name -> google.protobuf.Value
+	17, // 1: engram.v1.Episode.metadata:type_name -> google.protobuf.Struct
+	18, // 2: engram.v1.Episode.timestamp:type_name -> google.protobuf.Timestamp
+	18, // 3: engram.v1.Episode.create_time:type_name -> google.protobuf.Timestamp
+	16, // 4: engram.v1.NewEpisode.content:type_name -> google.protobuf.Value
+	17, // 5: engram.v1.NewEpisode.metadata:type_name -> google.protobuf.Struct
+	18, // 6: engram.v1.NewEpisode.timestamp:type_name -> google.protobuf.Timestamp
 	1,  // 7: engram.v1.AppendEpisodeRequest.episode:type_name -> engram.v1.NewEpisode
 	0,  // 8: engram.v1.AppendEpisodeResponse.episode:type_name -> engram.v1.Episode
 	1,  // 9: engram.v1.AppendEpisodesRequest.episodes:type_name -> engram.v1.NewEpisode
 	0,  // 10: engram.v1.AppendEpisodesResponse.episodes:type_name -> engram.v1.Episode
 	0,  // 11: engram.v1.ListEpisodesResponse.episodes:type_name -> engram.v1.Episode
-	0,  // 12: engram.v1.RecentResponse.episodes:type_name -> engram.v1.Episode
-	0,  // 13: engram.v1.TailEpisodesResponse.episode:type_name -> engram.v1.Episode
-	2,  // 14: engram.v1.EpisodeService.AppendEpisode:input_type -> engram.v1.AppendEpisodeRequest
-	4,  // 15: engram.v1.EpisodeService.AppendEpisodes:input_type -> engram.v1.AppendEpisodesRequest
-	6,  // 16: engram.v1.EpisodeService.ListEpisodes:input_type -> engram.v1.ListEpisodesRequest
-	8,  // 17: engram.v1.EpisodeService.Recent:input_type -> engram.v1.RecentRequest
-	10, // 18: engram.v1.EpisodeService.TailEpisodes:input_type -> engram.v1.TailEpisodesRequest
-	12, // 19: engram.v1.EpisodeService.BuildContext:input_type -> engram.v1.BuildContextRequest
-	3,  // 20: engram.v1.EpisodeService.AppendEpisode:output_type -> engram.v1.AppendEpisodeResponse
-	5,  // 21: engram.v1.EpisodeService.AppendEpisodes:output_type -> engram.v1.AppendEpisodesResponse
-	7,  // 22: engram.v1.EpisodeService.ListEpisodes:output_type -> engram.v1.ListEpisodesResponse
-	9,  // 23: engram.v1.EpisodeService.Recent:output_type -> engram.v1.RecentResponse
-	11, // 24: engram.v1.EpisodeService.TailEpisodes:output_type -> engram.v1.TailEpisodesResponse
-	13, // 25: engram.v1.EpisodeService.BuildContext:output_type -> engram.v1.BuildContextResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 12: engram.v1.GetEpisodeResponse.episode:type_name -> engram.v1.Episode
+	0,  // 13: engram.v1.RecentResponse.episodes:type_name -> engram.v1.Episode
+	0,  // 14: engram.v1.TailEpisodesResponse.episode:type_name -> engram.v1.Episode
+	2,  // 15: engram.v1.EpisodeService.AppendEpisode:input_type -> engram.v1.AppendEpisodeRequest
+	4,  // 16: engram.v1.EpisodeService.AppendEpisodes:input_type -> engram.v1.AppendEpisodesRequest
+	6,  // 17: engram.v1.EpisodeService.ListEpisodes:input_type -> engram.v1.ListEpisodesRequest
+	8,  // 18: engram.v1.EpisodeService.GetEpisode:input_type -> engram.v1.GetEpisodeRequest
+	10, // 19: engram.v1.EpisodeService.Recent:input_type -> engram.v1.RecentRequest
+	12, // 20: engram.v1.EpisodeService.TailEpisodes:input_type -> engram.v1.TailEpisodesRequest
+	14, // 21: engram.v1.EpisodeService.BuildContext:input_type -> engram.v1.BuildContextRequest
+	3,  // 22: engram.v1.EpisodeService.AppendEpisode:output_type -> engram.v1.AppendEpisodeResponse
+	5,  // 23: engram.v1.EpisodeService.AppendEpisodes:output_type -> engram.v1.AppendEpisodesResponse
+	7,  // 24: engram.v1.EpisodeService.ListEpisodes:output_type -> engram.v1.ListEpisodesResponse
+	9,  // 25: engram.v1.EpisodeService.GetEpisode:output_type -> engram.v1.GetEpisodeResponse
+	11, // 26: engram.v1.EpisodeService.Recent:output_type -> engram.v1.RecentResponse
+	13, // 27: engram.v1.EpisodeService.TailEpisodes:output_type -> engram.v1.TailEpisodesResponse
+	15, // 28: engram.v1.EpisodeService.BuildContext:output_type -> engram.v1.BuildContextResponse
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_episodes_proto_init() }
@@ -1212,14 +1315,14 @@ func file_engram_v1_episodes_proto_init() {
 	if File_engram_v1_episodes_proto != nil {
 		return
 	}
-	file_engram_v1_episodes_proto_msgTypes[10].OneofWrappers = []any{}
+	file_engram_v1_episodes_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_episodes_proto_rawDesc), len(file_engram_v1_episodes_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

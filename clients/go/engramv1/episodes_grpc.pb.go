@@ -22,6 +22,7 @@ const (
 	EpisodeService_AppendEpisode_FullMethodName  = "/engram.v1.EpisodeService/AppendEpisode"
 	EpisodeService_AppendEpisodes_FullMethodName = "/engram.v1.EpisodeService/AppendEpisodes"
 	EpisodeService_ListEpisodes_FullMethodName   = "/engram.v1.EpisodeService/ListEpisodes"
+	EpisodeService_GetEpisode_FullMethodName     = "/engram.v1.EpisodeService/GetEpisode"
 	EpisodeService_Recent_FullMethodName         = "/engram.v1.EpisodeService/Recent"
 	EpisodeService_TailEpisodes_FullMethodName   = "/engram.v1.EpisodeService/TailEpisodes"
 	EpisodeService_BuildContext_FullMethodName   = "/engram.v1.EpisodeService/BuildContext"
@@ -54,6 +55,11 @@ type EpisodeServiceClient interface {
 	// ListEpisodes pages through a session's log in `seq` order, optionally
 	// only some types, optionally after a `seq`.
 	ListEpisodes(ctx context.Context, in *ListEpisodesRequest, opts ...grpc.CallOption) (*ListEpisodesResponse, error)
+	// GetEpisode reads one episode by its id, in whichever session it is:
+	// how a fact's lineage (`source_episode_ids`) is followed back to what
+	// was said. An episode evicted, deleted or never appended is NOT_FOUND
+	// (reason EPISODE_NOT_FOUND).
+	GetEpisode(ctx context.Context, in *GetEpisodeRequest, opts ...grpc.CallOption) (*GetEpisodeResponse, error)
 	// Recent returns a user's newest episodes, newest first (by `timestamp`,
 	// then `cursor`), narrowed to one session and/or one agent when those
 	// are given. Users, sessions and agents match exactly: `alice` never
@@ -105,6 +111,16 @@ func (c *episodeServiceClient) ListEpisodes(ctx context.Context, in *ListEpisode
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListEpisodesResponse)
 	err := c.cc.Invoke(ctx, EpisodeService_ListEpisodes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *episodeServiceClient) GetEpisode(ctx context.Context, in *GetEpisodeRequest, opts ...grpc.CallOption) (*GetEpisodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEpisodeResponse)
+	err := c.cc.Invoke(ctx, EpisodeService_GetEpisode_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +193,11 @@ type EpisodeServiceServer interface {
 	// ListEpisodes pages through a session's log in `seq` order, optionally
 	// only some types, optionally after a `seq`.
 	ListEpisodes(context.Context, *ListEpisodesRequest) (*ListEpisodesResponse, error)
+	// GetEpisode reads one episode by its id, in whichever session it is:
+	// how a fact's lineage (`source_episode_ids`) is followed back to what
+	// was said. An episode evicted, deleted or never appended is NOT_FOUND
+	// (reason EPISODE_NOT_FOUND).
+	GetEpisode(context.Context, *GetEpisodeRequest) (*GetEpisodeResponse, error)
 	// Recent returns a user's newest episodes, newest first (by `timestamp`,
 	// then `cursor`), narrowed to one session and/or one agent when those
 	// are given. Users, sessions and agents match exactly: `alice` never
@@ -212,6 +233,9 @@ func (UnimplementedEpisodeServiceServer) AppendEpisodes(context.Context, *Append
 }
 func (UnimplementedEpisodeServiceServer) ListEpisodes(context.Context, *ListEpisodesRequest) (*ListEpisodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEpisodes not implemented")
+}
+func (UnimplementedEpisodeServiceServer) GetEpisode(context.Context, *GetEpisodeRequest) (*GetEpisodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEpisode not implemented")
 }
 func (UnimplementedEpisodeServiceServer) Recent(context.Context, *RecentRequest) (*RecentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Recent not implemented")
@@ -297,6 +321,24 @@ func _EpisodeService_ListEpisodes_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EpisodeService_GetEpisode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEpisodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EpisodeServiceServer).GetEpisode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EpisodeService_GetEpisode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EpisodeServiceServer).GetEpisode(ctx, req.(*GetEpisodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _EpisodeService_Recent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RecentRequest)
 	if err := dec(in); err != nil {
@@ -362,6 +404,10 @@ var EpisodeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEpisodes",
 			Handler:    _EpisodeService_ListEpisodes_Handler,
+		},
+		{
+			MethodName: "GetEpisode",
+			Handler:    _EpisodeService_GetEpisode_Handler,
 		},
 		{
 			MethodName: "Recent",

@@ -154,6 +154,11 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             assert seqs == [1, 2, 3]
             recent = await client.episodes.recent("alice", limit=1)
             assert [e.content for e in recent] == ["staging kubeconfig"]
+            got = await client.episodes.get("e1")
+            assert (got.session_id, got.seq, got.content) == ("chat-1", 1, "my deploy fails")
+            with pytest.raises(NotFound) as no_episode:
+                await client.episodes.get("no-such-episode")
+            assert no_episode.value.reason == "EPISODE_NOT_FOUND"
             context = await client.episodes.context("chat-1")
             assert context.startswith("User: my deploy fails\nAssistant: which cluster?")
             assert [s.id async for s in client.sessions.list(user="alice")] == ["chat-1"]

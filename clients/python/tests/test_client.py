@@ -242,6 +242,11 @@ def test_sessions_and_episodes(server: Server) -> None:
         assert [e.type for e in client.episodes.list("chat-1", types=["tool_call"])] == ["tool_call"]
         assert client.episodes.context("chat-1") == "User: Hello!\nAssistant: Hi there!"
         assert client.episodes.recent("alice", limit=1)[0].content == "Hi there!"
+        got = client.episodes.get("e1")
+        assert (got.session_id, got.seq, got.content) == ("chat-1", 1, "Hello!")
+        with pytest.raises(NotFound) as no_episode:
+            client.episodes.get("no-such-episode")
+        assert no_episode.value.reason == "EPISODE_NOT_FOUND"
         # One call in the episodic-store style creates the session.
         client.episodes.append("s-9", {"doc": 7}, app="rag", user="bob")
         assert client.sessions.get("s-9") is not None

@@ -95,6 +95,20 @@ async fn appends_number_episodes_densely<S: Store>(store: S, _db: &TestDb) {
         vec!["e1", "e2", "e4"]
     );
     assert_eq!(listed[2].content, json!({"x": 1}));
+    let by_id = store
+        .get_episode(&l.tenant, &id("e4"))
+        .await
+        .expect("get episode")
+        .expect("stored");
+    assert_eq!(
+        (by_id.session_id.as_str(), by_id.seq, &by_id.content),
+        ("s1", 3, &json!({"x": 1}))
+    );
+    let elsewhere = store
+        .get_episode(&engram::context::Tenant::new("t2"), &id("e4"))
+        .await
+        .expect("get episode");
+    assert!(elsewhere.is_none(), "another tenant does not see it");
 }
 
 /// An id appended again with the same content comes back as stored (a
@@ -216,6 +230,11 @@ async fn the_event_limit_evicts_the_oldest<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(
         kept.iter().map(|e| e.seq).collect::<Vec<_>>(),
         vec![3, 4, 5]
+    );
+    let evicted = store.get_episode(&l.tenant, &id("e0")).await;
+    assert!(
+        matches!(evicted, Ok(None)),
+        "an evicted episode is gone: {evicted:?}"
     );
     let stats = store.session_stats(&l.tenant).await.expect("stats");
     assert_eq!((stats.total_episodes, stats.episodes_evicted), (3, 2));

@@ -716,6 +716,14 @@ class Episodes:
                 return
             token = page.next_page_token
 
+    def get(self, episode_id: str) -> Episode:
+        """One episode by id, in whichever session it is (a fact's
+        ``source_episode_ids`` lead here); NotFound when there is none."""
+        response = self._client.call(
+            self._client.stubs.episodes.GetEpisode, episodes_pb2.GetEpisodeRequest(id=episode_id)
+        )
+        return Episode.from_proto(response.episode)
+
     def recent(
         self,
         user: str,

@@ -485,6 +485,14 @@ class AsyncEpisodes:
                 return
             token = page.next_page_token
 
+    async def get(self, episode_id: str) -> Episode:
+        """One episode by id, in whichever session it is (a fact's
+        ``source_episode_ids`` lead here); NotFound when there is none."""
+        response = await self._client.call(
+            self._client.stubs.episodes.GetEpisode, episodes_pb2.GetEpisodeRequest(id=episode_id)
+        )
+        return Episode.from_proto(response.episode)
+
     async def recent(
         self,
         user: str,

@@ -366,6 +366,52 @@ class ListEpisodesResponse(_message.Message):
 Global___ListEpisodesResponse: _TypeAlias = ListEpisodesResponse  # noqa: Y015
 
 @_typing.final
+class GetEpisodeRequest(_message.Message):
+    """GetEpisodeRequest names one episode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The episode id (at most 128 characters)."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEpisodeRequest: _TypeAlias = GetEpisodeRequest  # noqa: Y015
+
+@_typing.final
+class GetEpisodeResponse(_message.Message):
+    """GetEpisodeResponse carries the episode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def episode(self) -> Global___Episode:
+        """The episode, with its session, `seq` and `cursor`."""
+
+    def __init__(
+        self,
+        *,
+        episode: Global___Episode | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEpisodeResponse: _TypeAlias = GetEpisodeResponse  # noqa: Y015
+
+@_typing.final
 class RecentRequest(_message.Message):
     """RecentRequest asks for a user's newest episodes."""
 

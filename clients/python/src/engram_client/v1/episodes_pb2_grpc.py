@@ -56,6 +56,11 @@ class EpisodeServiceStub:
                 request_serializer=engram_dot_v1_dot_episodes__pb2.ListEpisodesRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_episodes__pb2.ListEpisodesResponse.FromString,
                 _registered_method=True)
+        self.GetEpisode = channel.unary_unary(
+                '/engram.v1.EpisodeService/GetEpisode',
+                request_serializer=engram_dot_v1_dot_episodes__pb2.GetEpisodeRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_episodes__pb2.GetEpisodeResponse.FromString,
+                _registered_method=True)
         self.Recent = channel.unary_unary(
                 '/engram.v1.EpisodeService/Recent',
                 request_serializer=engram_dot_v1_dot_episodes__pb2.RecentRequest.SerializeToString,
@@ -113,6 +118,16 @@ class EpisodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetEpisode(self, request, context):
+        """GetEpisode reads one episode by its id, in whichever session it is:
+        how a fact's lineage (`source_episode_ids`) is followed back to what
+        was said. An episode evicted, deleted or never appended is NOT_FOUND
+        (reason EPISODE_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Recent(self, request, context):
         """Recent returns a user's newest episodes, newest first (by `timestamp`,
         then `cursor`), narrowed to one session and/or one agent when those
@@ -162,6 +177,11 @@ def add_EpisodeServiceServicer_to_server(servicer, server):
                     servicer.ListEpisodes,
                     request_deserializer=engram_dot_v1_dot_episodes__pb2.ListEpisodesRequest.FromString,
                     response_serializer=engram_dot_v1_dot_episodes__pb2.ListEpisodesResponse.SerializeToString,
+            ),
+            'GetEpisode': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEpisode,
+                    request_deserializer=engram_dot_v1_dot_episodes__pb2.GetEpisodeRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_episodes__pb2.GetEpisodeResponse.SerializeToString,
             ),
             'Recent': grpc.unary_unary_rpc_method_handler(
                     servicer.Recent,
@@ -267,6 +287,33 @@ class EpisodeService:
             '/engram.v1.EpisodeService/ListEpisodes',
             engram_dot_v1_dot_episodes__pb2.ListEpisodesRequest.SerializeToString,
             engram_dot_v1_dot_episodes__pb2.ListEpisodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEpisode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.EpisodeService/GetEpisode',
+            engram_dot_v1_dot_episodes__pb2.GetEpisodeRequest.SerializeToString,
+            engram_dot_v1_dot_episodes__pb2.GetEpisodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

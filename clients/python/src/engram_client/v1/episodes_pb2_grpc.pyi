@@ -58,6 +58,12 @@ class EpisodeServiceStub:
     """ListEpisodes pages through a session's log in `seq` order, optionally
     only some types, optionally after a `seq`.
     """
+    GetEpisode: _grpc.UnaryUnaryMultiCallable[_episodes_pb2.GetEpisodeRequest, _episodes_pb2.GetEpisodeResponse]
+    """GetEpisode reads one episode by its id, in whichever session it is:
+    how a fact's lineage (`source_episode_ids`) is followed back to what
+    was said. An episode evicted, deleted or never appended is NOT_FOUND
+    (reason EPISODE_NOT_FOUND).
+    """
     Recent: _grpc.UnaryUnaryMultiCallable[_episodes_pb2.RecentRequest, _episodes_pb2.RecentResponse]
     """Recent returns a user's newest episodes, newest first (by `timestamp`,
     then `cursor`), narrowed to one session and/or one agent when those
@@ -108,6 +114,12 @@ class EpisodeServiceAsyncStub(EpisodeServiceStub):
     ListEpisodes: _aio.UnaryUnaryMultiCallable[_episodes_pb2.ListEpisodesRequest, _episodes_pb2.ListEpisodesResponse]  # type: ignore[assignment]
     """ListEpisodes pages through a session's log in `seq` order, optionally
     only some types, optionally after a `seq`.
+    """
+    GetEpisode: _aio.UnaryUnaryMultiCallable[_episodes_pb2.GetEpisodeRequest, _episodes_pb2.GetEpisodeResponse]  # type: ignore[assignment]
+    """GetEpisode reads one episode by its id, in whichever session it is:
+    how a fact's lineage (`source_episode_ids`) is followed back to what
+    was said. An episode evicted, deleted or never appended is NOT_FOUND
+    (reason EPISODE_NOT_FOUND).
     """
     Recent: _aio.UnaryUnaryMultiCallable[_episodes_pb2.RecentRequest, _episodes_pb2.RecentResponse]  # type: ignore[assignment]
     """Recent returns a user's newest episodes, newest first (by `timestamp`,
@@ -174,6 +186,18 @@ class EpisodeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_episodes_pb2.ListEpisodesResponse, _abc.Awaitable[_episodes_pb2.ListEpisodesResponse]]:
         """ListEpisodes pages through a session's log in `seq` order, optionally
         only some types, optionally after a `seq`.
+        """
+
+    @_abc_1.abstractmethod
+    def GetEpisode(
+        self,
+        request: _episodes_pb2.GetEpisodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_episodes_pb2.GetEpisodeResponse, _abc.Awaitable[_episodes_pb2.GetEpisodeResponse]]:
+        """GetEpisode reads one episode by its id, in whichever session it is:
+        how a fact's lineage (`source_episode_ids`) is followed back to what
+        was said. An episode evicted, deleted or never appended is NOT_FOUND
+        (reason EPISODE_NOT_FOUND).
         """
 
     @_abc_1.abstractmethod
