@@ -212,6 +212,10 @@ settings! {
     /// How long a call waits for a database connection before it fails with
     /// UNAVAILABLE, in milliseconds
     db_acquire_timeout_ms: u64 = "5000", env "ENGRAM_DB_ACQUIRE_TIMEOUT_MS";
+    /// The most memory writes (Set, Delete) committed together in one
+    /// transaction: writes that arrive while a commit is in flight share the
+    /// next one. 1 turns group commit off
+    group_commit_max: usize = "64", env "ENGRAM_GROUP_COMMIT_MAX";
     /// SQLite durability: full syncs every commit to disk, normal may lose the last
     /// commits on power loss
     sqlite_synchronous: SqliteSynchronous = "full", env "ENGRAM_SQLITE_SYNCHRONOUS";
@@ -566,6 +570,7 @@ impl Config {
                 max_connections: v.db_max_connections,
                 acquire_timeout: millis(v.db_acquire_timeout_ms),
                 sqlite_synchronous: v.sqlite_synchronous,
+                group_commit_max: v.group_commit_max.max(1),
             },
             health_check_interval: millis(v.health_check_interval_ms),
             request_id_ttl: Duration::from_secs(v.request_id_ttl_secs),

@@ -145,6 +145,8 @@ pub struct Registry {
     scheduler: Mutex<BTreeMap<&'static str, u64>>,
     embedded: AtomicU64,
     embedder_failures: AtomicU64,
+    group_commits: AtomicU64,
+    group_committed: AtomicU64,
 }
 
 /// A poisoned lock only means a panic elsewhere mid-update of a counter;
@@ -207,6 +209,13 @@ impl Registry {
             Evicted::Episodes => &self.evicted_episodes,
         };
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A group commit of `writes` writes (see `store::group`).
+    pub fn group_commit(&self, writes: usize) {
+        self.group_commits.fetch_add(1, Ordering::Relaxed);
+        self.group_committed
+            .fetch_add(writes as u64, Ordering::Relaxed);
     }
 
     /// Items the embedding worker stored vectors for.
@@ -292,6 +301,29 @@ impl Registry {
              engram_evictions_total{{kind=\"episode\"}} {}",
             self.evicted_sessions.load(Ordering::Relaxed),
             self.evicted_episodes.load(Ordering::Relaxed)
+        );
+        header(
+            &mut out,
+            "engram_group_commits_total",
+            "counter",
+            "Transactions the write batcher committed; engram_group_committed_writes_total \
+             over this is the mean batch.",
+        );
+        let _ = writeln!(
+            out,
+            "engram_group_commits_total {}",
+            self.group_commits.load(Ordering::Relaxed)
+        );
+        header(
+            &mut out,
+            "engram_group_committed_writes_total",
+            "counter",
+            "Writes committed by the write batcher.",
+        );
+        let _ = writeln!(
+            out,
+            "engram_group_committed_writes_total {}",
+            self.group_committed.load(Ordering::Relaxed)
         );
         header(
             &mut out,

@@ -12,8 +12,11 @@ use crate::sessions::{Episode, Session};
 /// an f64 holds them exactly.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
-/// A protobuf `Value` as JSON. NaN and infinities have no JSON form, and a
-/// `Value` with no kind set is not a value.
+/// Postgres stores JSON as `jsonb`, which has no NUL character.
+const NUL: &str = "contains the NUL character (U+0000), which cannot be stored";
+
+/// A protobuf `Value` as JSON. NaN and infinities have no JSON form, a
+/// `Value` with no kind set is not a value, and text holds no NUL.
 pub fn json_from_proto(value: prost_types::Value) -> Result<serde_json::Value> {
     let invalid = |why: &str| Error::invalid(Reason::InvalidValue, "value", why.to_owned());
     Ok(
@@ -34,6 +37,7 @@ pub fn json_from_proto(value: prost_types::Value) -> Result<serde_json::Value> {
             Kind::NumberValue(n) => serde_json::Number::from_f64(n)
                 .map(serde_json::Value::Number)
                 .ok_or_else(|| invalid("numbers must be finite"))?,
+            Kind::StringValue(s) if s.contains('\0') => return Err(invalid(NUL)),
             Kind::StringValue(s) => serde_json::Value::String(s),
             Kind::ListValue(list) => serde_json::Value::Array(
                 list.values
@@ -45,7 +49,10 @@ pub fn json_from_proto(value: prost_types::Value) -> Result<serde_json::Value> {
                 object
                     .fields
                     .into_iter()
-                    .map(|(k, v)| Ok((k, json_from_proto(v)?)))
+                    .map(|(k, v)| match k.contains('\0') {
+                        true => Err(invalid(NUL)),
+                        false => Ok((k, json_from_proto(v)?)),
+                    })
                     .collect::<Result<_>>()?,
             ),
         },
@@ -140,6 +147,9 @@ pub fn object_from_proto(
         .fields
         .into_iter()
         .map(|(k, v)| {
+            if k.contains('\0') {
+                return Err(Error::invalid(Reason::InvalidValue, field, NUL));
+            }
             let json = json_at(&format!("{field}.{k}"), v)?;
             Ok((k, json))
         })

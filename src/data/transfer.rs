@@ -290,6 +290,18 @@ pub fn parse_line(number: i64, text: &str) -> Result<Record> {
             format!("{message} (at column {})", err.column()),
         )
     })?;
+    // Rare enough to read twice: a NUL escape, which Postgres's jsonb and
+    // text cannot store.
+    if text.contains("u0000")
+        && serde_json::from_str::<serde_json::Value>(text)
+            .is_ok_and(|json| crate::memory::holds_nul(&json))
+    {
+        return Err(malformed(
+            number,
+            "",
+            "contains the NUL character (U+0000), which cannot be stored",
+        ));
+    }
     record.check().map_err(|err| match err {
         Error::InvalidArgument {
             field, description, ..

@@ -161,6 +161,19 @@ pub struct Scope {
     pub name: ScopeName,
 }
 
+/// Whether any string or object key in `json` holds a NUL character, which
+/// Postgres's `jsonb` cannot store.
+pub fn holds_nul(json: &serde_json::Value) -> bool {
+    match json {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(holds_nul),
+        serde_json::Value::Object(fields) => {
+            fields.iter().any(|(k, v)| k.contains('\0') || holds_nul(v))
+        }
+        _ => false,
+    }
+}
+
 /// A JSON value checked against the size limit, kept with its serialised
 /// form so it is encoded once.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,6 +191,13 @@ impl Value {
                 format!("not valid JSON: {err}"),
             )
         })?;
+        if holds_nul(&json) {
+            return Err(Error::invalid(
+                Reason::InvalidValue,
+                "value",
+                "contains the NUL character (U+0000), which cannot be stored",
+            ));
+        }
         if encoded.len() > max_bytes {
             return Err(Error::invalid(
                 Reason::ValueTooLarge,

@@ -14,8 +14,9 @@ use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{
-    Compacted, Fence, Fork, Forked, Head, ListQuery, MemoryStore, Past, Point, Purge, PurgeOutcome,
-    Purged, ReindexOutcome, Retention, RetentionPolicy, ScopeFilter, Write, Written,
+    Compacted, Fence, Fork, Forked, Head, ListQuery, MemoryStore, Mutation, Past, Point, Purge,
+    PurgeOutcome, Purged, ReindexOutcome, RequestStamp, Retention, RetentionPolicy, ScopeFilter,
+    Write, Written,
 };
 use crate::memory::{
     Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
@@ -369,6 +370,73 @@ impl AuditWrite {
     pub(super) fn write<'a>(&'a self, scope: &'a Scope, now: DateTime<Utc>) -> Write<'a> {
         Write::audit(scope, &self.key, &self.value, &self.provenance, now)
     }
+}
+
+/// A [`Write`] that owns what it names, so it can wait in a group commit's
+/// queue (see `group.rs`) while its caller waits for the outcome.
+pub(super) struct OwnedWrite {
+    scope: Scope,
+    key: Key,
+    value: Option<Value>,
+    expected_version: Option<i64>,
+    request: Option<(String, [u8; 32])>,
+    provenance: Provenance,
+    now: DateTime<Utc>,
+    change: crate::memory::ChangeKind,
+}
+
+impl OwnedWrite {
+    pub(super) fn of(write: &Write<'_>) -> Self {
+        OwnedWrite {
+            scope: write.scope.clone(),
+            key: write.key.clone(),
+            value: match write.mutation {
+                Mutation::Set(value) => Some(value.clone()),
+                Mutation::Delete => None,
+            },
+            expected_version: write.expected_version,
+            request: write.request.map(|r| (r.id.to_owned(), r.fingerprint)),
+            provenance: write.provenance.clone(),
+            now: write.now,
+            change: write.change,
+        }
+    }
+
+    pub(super) fn write(&self) -> Write<'_> {
+        Write {
+            scope: &self.scope,
+            key: &self.key,
+            mutation: self.value.as_ref().map_or(Mutation::Delete, Mutation::Set),
+            expected_version: self.expected_version,
+            request: self.request.as_ref().map(|(id, fingerprint)| RequestStamp {
+                id,
+                fingerprint: *fingerprint,
+            }),
+            provenance: &self.provenance,
+            now: self.now,
+            change: self.change,
+        }
+    }
+
+    /// The order a batch takes its keys' row locks in: every batch the
+    /// same, so two batches (of two replicas) cannot deadlock each other.
+    pub(super) fn lock_order(&self) -> (i16, &str, &str) {
+        (
+            self.scope.scope_type.as_i16(),
+            self.scope.name.as_str(),
+            self.key.as_str(),
+        )
+    }
+}
+
+/// Runs a batch's writes in the order their locks are taken (see
+/// [`OwnedWrite::lock_order`]), and gives the outcomes back in the batch's
+/// order. `run` writes one in the open transaction.
+pub(super) fn lock_ordered(jobs: &[OwnedWrite]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    // Stable: two writes of one key keep their order.
+    order.sort_by(|&a, &b| jobs[a].lock_order().cmp(&jobs[b].lock_order()));
+    order
 }
 
 /// The writes, which differ between the backends.

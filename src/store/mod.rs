@@ -14,6 +14,7 @@ use crate::memory::ports::{Mutation, Write};
 mod consolidation;
 mod embeddings;
 mod forget;
+mod group;
 mod memory;
 mod past;
 mod postgres;
@@ -64,6 +65,9 @@ pub struct StoreOptions {
     /// is gone.
     pub acquire_timeout: Duration,
     pub sqlite_synchronous: SqliteSynchronous,
+    /// The most memory writes one transaction commits together (group
+    /// commit, see `group.rs`); 1 commits every write on its own.
+    pub group_commit_max: usize,
 }
 
 /// Which backend a database URL selects.

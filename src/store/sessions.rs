@@ -347,6 +347,41 @@ pub(super) fn missing_session<'a>(append: &'a Append<'_>) -> Option<NewSession<'
 }
 
 /// The one write that differs between the backends.
+/// An [`Append`] that owns what it names, so it can wait in a group
+/// commit's queue (see `group.rs`).
+pub(super) struct OwnedAppend {
+    session_id: Id,
+    owner: Owner,
+    episodes: Vec<NewEpisode>,
+    now: DateTime<Utc>,
+    max_sessions: i64,
+    max_events: i64,
+}
+
+impl OwnedAppend {
+    pub(super) fn of(append: &Append<'_>) -> Self {
+        OwnedAppend {
+            session_id: append.session_id.clone(),
+            owner: append.owner.clone(),
+            episodes: append.episodes.to_vec(),
+            now: append.now,
+            max_sessions: append.max_sessions,
+            max_events: append.max_events,
+        }
+    }
+
+    pub(super) fn append(&self) -> Append<'_> {
+        Append {
+            session_id: &self.session_id,
+            owner: &self.owner,
+            episodes: &self.episodes,
+            now: self.now,
+            max_sessions: self.max_sessions,
+            max_events: self.max_events,
+        }
+    }
+}
+
 pub(super) trait AppendEpisodes {
     /// See [`SessionStore::append`].
     fn append_episodes(

@@ -468,6 +468,22 @@ async fn invalid_identifiers_and_values(backend: Backend) {
         .await
         .expect_err("NaN");
     assert_eq!(reason(&err), "INVALID_VALUE");
+    // A NUL has no place in Postgres's jsonb: refused on both stores alike,
+    // in a string and in an object's key.
+    for nul in [json!({"note": "a\u{0}b"}), json!({"a\u{0}b": 1})] {
+        let err = client
+            .set(set("ns", "k", nul))
+            .await
+            .expect_err("a NUL character");
+        assert_eq!(
+            (err.code(), reason(&err).as_str(), bad_fields(&err)),
+            (
+                tonic::Code::InvalidArgument,
+                "INVALID_VALUE",
+                vec!["value".to_owned()]
+            )
+        );
+    }
     let at_limit = "x".repeat(1022); // plus two quotes = 1024 bytes
     client
         .set(set("ns", "big", json!(at_limit)))

@@ -678,6 +678,7 @@ mod consolidation;
 mod embeddings;
 mod feeds;
 mod fixtures;
+mod group_commit;
 mod maintenance;
 mod search;
 mod sessions;

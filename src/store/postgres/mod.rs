@@ -22,9 +22,10 @@ mod run;
 mod search;
 pub(crate) mod sessions;
 
+use super::group::{Group, commit_failed};
 use super::memory::{
-    AuditWrite, MemoryWrites, fence_moved, head_in, purge_params, purge_victim, purged_row,
-    version_in,
+    AuditWrite, MemoryWrites, OwnedWrite, fence_moved, head_in, lock_ordered, purge_params,
+    purge_victim, purged_row, version_in,
 };
 use super::past;
 use super::sql::{Param, Run, Sql, params};
@@ -34,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
 use crate::ports::{Database, Feed, Feeds};
+use futures::FutureExt;
 use pool::{Lease, Pool};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -138,6 +140,11 @@ pub struct PgStore {
     /// The settled horizon of each feed, computed by one background task
     /// per feed and store, started by the first reader.
     horizons: Arc<[OnceCell<watch::Receiver<i64>>; 2]>,
+    /// Memory writes committed together (none when group commit is off,
+    /// and in the store the batcher itself writes with).
+    writes: Option<Group<OwnedWrite, Written>>,
+    /// Appends' writes committed together, likewise.
+    appends: Option<Group<sessions::AppendWrite, Option<sessions::Inserted>>>,
 }
 
 /// How often the horizon is re-read without a notification (a missed
@@ -160,11 +167,32 @@ impl PgStore {
             .max_connections(2)
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(connect);
-        Ok(PgStore {
+        let mut store = PgStore {
             pool,
             listen,
             horizons: Arc::default(),
-        })
+            writes: None,
+            appends: None,
+        };
+        if options.group_commit_max > 1 {
+            let writer = store.clone();
+            store.writes = Some(Group::new(
+                options.group_commit_max,
+                Arc::new(move |tenant, jobs| {
+                    let writer = writer.clone();
+                    async move { writer.write_group(&tenant, jobs).await }.boxed()
+                }),
+            ));
+            let writer = store.clone();
+            store.appends = Some(Group::new(
+                options.group_commit_max,
+                Arc::new(move |tenant, jobs| {
+                    let writer = writer.clone();
+                    async move { writer.append_group(&tenant, jobs).await }.boxed()
+                }),
+            ));
+        }
+        Ok(store)
     }
 
     /// Grants a role the use (not the ownership) of every table and
@@ -246,6 +274,130 @@ impl PgStore {
             .fetch_optional(executor)
             .await?;
         Ok(version)
+    }
+}
+
+impl PgStore {
+    /// A write in its own transaction: a plain one is one statement,
+    /// committed as it returns.
+    async fn write_alone(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+        if write.request.is_none() {
+            let mut conn = self.session(tenant).await?;
+            return Self::write_one_in(&mut conn, tenant, write).await;
+        }
+        let mut tx = self.scoped(tenant).await?;
+        let written = Self::write_one_in(&mut tx, tenant, write).await?;
+        if matches!(written, Written::Stored(_)) {
+            tx.commit().await?;
+        }
+        // A replay or a refusal wrote nothing to keep: rolled back as the
+        // lease goes.
+        Ok(written)
+    }
+
+    /// A batch of writes in one transaction (see `store::group`), each
+    /// with its own outcome.
+    async fn write_group(&self, tenant: &Tenant, jobs: Vec<OwnedWrite>) -> Vec<Result<Written>> {
+        if let [job] = &jobs[..] {
+            return vec![self.write_alone(tenant, &job.write()).await];
+        }
+        let mut tx = match self.scoped(tenant).await {
+            Ok(tx) => tx,
+            Err(err) => return commit_failed(&err, jobs.len()),
+        };
+        let mut outcomes: Vec<Option<Written>> = jobs.iter().map(|_| None).collect();
+        for at in lock_ordered(&jobs) {
+            match Self::write_one_in(&mut tx, tenant, &jobs[at].write()).await {
+                Ok(written) => outcomes[at] = Some(written),
+                Err(_) => {
+                    // Rolled back as the lease goes; each on its own now,
+                    // so the error reaches its own call only.
+                    drop(tx);
+                    let mut alone = Vec::with_capacity(jobs.len());
+                    for job in &jobs {
+                        alone.push(self.write_alone(tenant, &job.write()).await);
+                    }
+                    return alone;
+                }
+            }
+        }
+        if let Err(err) = tx.commit().await {
+            return commit_failed(&err, jobs.len());
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| Error::internal("a grouped write without an outcome")))
+            .collect()
+    }
+
+    /// One write in the open transaction or session `conn`. With a request
+    /// id, the id is claimed first (a concurrent twin waits on that row
+    /// until this commits, then replays), and released again when the
+    /// write is refused, so a batch that commits keeps no claim of a
+    /// refused write.
+    async fn write_one_in(conn: &mut Lease, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+        let Some(stamp) = write.request else {
+            return match Self::write_in(&mut *conn, tenant, write).await? {
+                Some(version) => Ok(Written::Stored(write.entry(version))),
+                None => Ok(Written::Refused(
+                    head_in(conn, tenant, write.scope, write.key).await?,
+                )),
+            };
+        };
+        let claimed = sqlx::query(
+            "INSERT INTO memory_request_ids \
+             (tenant, request_id, fingerprint, scope_type, scope, key, create_time) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        )
+        .bind(tenant.as_str())
+        .bind(stamp.id)
+        .bind(&stamp.fingerprint[..])
+        .bind(write.scope.scope_type.as_i16())
+        .bind(write.scope.name.as_str())
+        .bind(write.key.as_str())
+        .bind(write.now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1;
+        if !claimed {
+            let row = sqlx::query(
+                "SELECT fingerprint, version FROM memory_request_ids \
+                 WHERE tenant = $1 AND request_id = $2",
+            )
+            .bind(tenant.as_str())
+            .bind(stamp.id)
+            .fetch_one(&mut *conn)
+            .await?;
+            let fingerprint: Vec<u8> = row.try_get(0)?;
+            let version: Option<i64> = row.try_get(1)?;
+            let version =
+                version.ok_or_else(|| Error::internal("request record without a version"))?;
+            let entry = version_in(conn, tenant, write.scope, write.key, version).await?;
+            return Ok(Written::Replayed {
+                fingerprint,
+                version,
+                entry,
+            });
+        }
+        let Some(version) = Self::write_in(&mut *conn, tenant, write).await? else {
+            sqlx::query("DELETE FROM memory_request_ids WHERE tenant = $1 AND request_id = $2")
+                .bind(tenant.as_str())
+                .bind(stamp.id)
+                .execute(&mut *conn)
+                .await?;
+            let head = head_in(conn, tenant, write.scope, write.key).await?;
+            return Ok(Written::Refused(head));
+        };
+        sqlx::query(
+            "UPDATE memory_request_ids SET version = $3 WHERE tenant = $1 AND request_id = $2",
+        )
+        .bind(tenant.as_str())
+        .bind(stamp.id)
+        .bind(version)
+        .execute(&mut *conn)
+        .await?;
+        Ok(Written::Stored(write.entry(version)))
     }
 }
 
@@ -409,73 +561,10 @@ impl Database for PgStore {
 
 impl MemoryWrites for PgStore {
     async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
-        let Some(stamp) = write.request else {
-            // One statement, committed as it returns.
-            let mut conn = self.session(tenant).await?;
-            return match Self::write_in(&mut conn, tenant, write).await? {
-                Some(version) => Ok(Written::Stored(write.entry(version))),
-                None => {
-                    let head = head_in(&mut conn, tenant, write.scope, write.key).await?;
-                    Ok(Written::Refused(head))
-                }
-            };
-        };
-        let mut tx = self.scoped(tenant).await?;
-
-        // A concurrent twin of this request waits here until the first
-        // commits, then sees its record.
-        let claimed = sqlx::query(
-            "INSERT INTO memory_request_ids \
-             (tenant, request_id, fingerprint, scope_type, scope, key, create_time) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-        )
-        .bind(tenant.as_str())
-        .bind(stamp.id)
-        .bind(&stamp.fingerprint[..])
-        .bind(write.scope.scope_type.as_i16())
-        .bind(write.scope.name.as_str())
-        .bind(write.key.as_str())
-        .bind(write.now)
-        .execute(&mut tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !claimed {
-            let row = sqlx::query(
-                "SELECT fingerprint, version FROM memory_request_ids \
-                 WHERE tenant = $1 AND request_id = $2",
-            )
-            .bind(tenant.as_str())
-            .bind(stamp.id)
-            .fetch_one(&mut tx)
-            .await?;
-            let fingerprint: Vec<u8> = row.try_get(0)?;
-            let version: Option<i64> = row.try_get(1)?;
-            let version =
-                version.ok_or_else(|| Error::internal("request record without a version"))?;
-            let entry = version_in(&mut tx, tenant, write.scope, write.key, version).await?;
-            return Ok(Written::Replayed {
-                fingerprint,
-                version,
-                entry,
-            });
+        match &self.writes {
+            Some(group) => group.submit(tenant, OwnedWrite::of(write)).await,
+            None => self.write_alone(tenant, write).await,
         }
-
-        let Some(version) = Self::write_in(&mut tx, tenant, write).await? else {
-            // Rolled back as the lease goes: the request record with it.
-            let head = head_in(&mut tx, tenant, write.scope, write.key).await?;
-            return Ok(Written::Refused(head));
-        };
-        sqlx::query(
-            "UPDATE memory_request_ids SET version = $3 WHERE tenant = $1 AND request_id = $2",
-        )
-        .bind(tenant.as_str())
-        .bind(stamp.id)
-        .bind(version)
-        .execute(&mut tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Written::Stored(write.entry(version)))
     }
 
     async fn purge_versions(

@@ -15,9 +15,12 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::PgStore;
+use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended};
+use crate::sessions::{NewEpisode, Session};
+use crate::store::group::commit_failed;
 use crate::store::sessions::{
     AppendEpisodes, episode_ids, filled, insert_session_in, missing_session, session_in, sort_out,
     stored_episodes,
@@ -63,6 +66,23 @@ fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
 
+/// An append's write, owning what it writes so it can wait in a group
+/// commit's queue (see `store::group`): the session as read, the episodes
+/// not stored yet.
+pub(super) struct AppendWrite {
+    session: Session,
+    fresh: Vec<NewEpisode>,
+    now: DateTime<Utc>,
+    max_events: i64,
+}
+
+/// What an append's write stored: the session's newest seq and episode
+/// count after it, and the cursor of each new seq.
+pub(super) struct Inserted {
+    last_seq: i64,
+    cursors: HashMap<i64, i64>,
+}
+
 impl PgStore {
     /// One attempt at an append; `None` when a concurrent writer took one of
     /// the ids (or the session id) first and the whole append should rerun.
@@ -91,6 +111,9 @@ impl PgStore {
         }
 
         let stored = stored_episodes(&mut conn, tenant, &episode_ids(append.episodes)).await?;
+        // The write may wait for a group commit: it must not hold a
+        // connection the group needs meanwhile.
+        drop(conn);
         let (mut slots, fresh) = match sort_out(append.episodes, stored) {
             Ok(sorted) => sorted,
             Err(id) => return Ok(Some(Appended::Conflict(id))),
@@ -98,58 +121,23 @@ impl PgStore {
         if fresh.is_empty() {
             return filled(slots).map(|done| Some(Appended::Stored(done)));
         }
-
-        let n = fresh.len() as i64;
-        let column = |f: &dyn Fn(&crate::sessions::NewEpisode) -> String| -> Vec<String> {
-            fresh.iter().map(|e| f(e)).collect()
+        let write = AppendWrite {
+            fresh: fresh.into_iter().cloned().collect(),
+            session: session.clone(),
+            now: append.now,
+            max_events: append.max_events,
         };
-        let inserted = sqlx::query(APPEND_SQL)
-            .bind(tenant.as_str())
-            .bind(&session.id)
-            .bind(n)
-            .bind(append.now)
-            .bind(&session.app)
-            .bind(&session.user)
-            .bind(column(&|e| e.id.as_str().to_owned()))
-            .bind(column(&|e| {
-                e.agent
-                    .as_ref()
-                    .map_or(session.app.clone(), |a| a.as_str().to_owned())
-            }))
-            .bind(column(&|e| e.kind.as_str().to_owned()))
-            .bind(column(&|e| e.content_json.clone()))
-            .bind(column(&|e| e.metadata_json.clone()))
-            .bind(column(&|e| e.source_node.clone()))
-            .bind(
-                fresh
-                    .iter()
-                    .map(|e| e.timestamp.unwrap_or(append.now))
-                    .collect::<Vec<DateTime<Utc>>>(),
-            )
-            .bind(
-                fresh
-                    .iter()
-                    .map(|e| e.fingerprint.to_vec())
-                    .collect::<Vec<_>>(),
-            )
-            .fetch_all(&mut conn)
-            .await;
-        let inserted = match inserted {
-            Ok(rows) => rows,
-            // Another append took one of the ids first: rerun, and replay it.
-            Err(err) if is_unique_violation(&err) => return Ok(None),
-            Err(err) => return Err(err.into()),
+        let n = write.fresh.len() as i64;
+        let inserted = match &self.appends {
+            Some(group) => group.submit(tenant, write).await?,
+            None => self.append_alone(tenant, &write).await?,
         };
         // Nothing: the session ended, went or changed hands since it was
-        // read; the rerun reads it again and says which.
-        let Some(first) = inserted.first() else {
+        // read, or another append took one of the ids; the rerun reads
+        // again and says which.
+        let Some(Inserted { last_seq, cursors }) = inserted else {
             return Ok(None);
         };
-        let (last_seq, present): (i64, i64) = (first.try_get(2)?, first.try_get(3)?);
-        let mut cursors = HashMap::with_capacity(inserted.len());
-        for row in &inserted {
-            cursors.insert(row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?);
-        }
         let mut seq = last_seq - n;
         for (slot, new) in slots.iter_mut().zip(append.episodes) {
             if slot.is_some() {
@@ -161,21 +149,127 @@ impl PgStore {
                 .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
             *slot = Some((new.stored(&session, seq, cursor, append.now), false));
         }
-
-        if append.max_events > 0 && present > append.max_events {
-            // Its own statement after the append: a reader may glimpse the
-            // log over its limit for that long, never under it.
-            let evicted: i64 = sqlx::query_scalar(EVICT_EPISODES)
-                .bind(tenant.as_str())
-                .bind(&session.id)
-                .bind(last_seq - append.max_events)
-                .fetch_optional(&mut conn)
-                .await?
-                .unwrap_or(0);
-            crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
-        }
         filled(slots).map(|done| Some(Appended::Stored(done)))
     }
+
+    /// An append's write on its own: the insert, then the eviction, each a
+    /// statement committed as it returns.
+    async fn append_alone(&self, tenant: &Tenant, write: &AppendWrite) -> Result<Option<Inserted>> {
+        let mut conn = self.session(tenant).await?;
+        match append_in(&mut conn, tenant, write).await {
+            Ok(inserted) => Ok(inserted),
+            // Another append took one of the ids first: rerun, and replay it.
+            Err(err) if is_unique_violation(&err) => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Appends of several sessions in one transaction (see
+    /// `store::group`), each with its own outcome.
+    pub(super) async fn append_group(
+        &self,
+        tenant: &Tenant,
+        writes: Vec<AppendWrite>,
+    ) -> Vec<Result<Option<Inserted>>> {
+        if let [write] = &writes[..] {
+            return vec![self.append_alone(tenant, write).await];
+        }
+        let mut tx = match self.scoped(tenant).await {
+            Ok(tx) => tx,
+            Err(err) => return commit_failed(&err, writes.len()),
+        };
+        // Sessions' rows are locked in one order by every group.
+        let mut order: Vec<usize> = (0..writes.len()).collect();
+        order.sort_by(|&a, &b| writes[a].session.id.cmp(&writes[b].session.id));
+        let mut outcomes: Vec<Option<Option<Inserted>>> = writes.iter().map(|_| None).collect();
+        for at in order {
+            match append_in(&mut tx, tenant, &writes[at]).await {
+                Ok(inserted) => outcomes[at] = Some(inserted),
+                Err(_) => {
+                    // Rolled back as the lease goes; each on its own now,
+                    // so the error (a taken id) reaches its own call only.
+                    drop(tx);
+                    let mut alone = Vec::with_capacity(writes.len());
+                    for write in &writes {
+                        alone.push(self.append_alone(tenant, write).await);
+                    }
+                    return alone;
+                }
+            }
+        }
+        if let Err(err) = tx.commit().await {
+            return commit_failed(&err, writes.len());
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| Error::internal("a grouped append without an outcome")))
+            .collect()
+    }
+}
+
+/// An append's write in `conn`: the episodes, then, past the per-session
+/// limit, the eviction of the oldest (a reader outside the transaction may
+/// glimpse the log over its limit for that long, never under it). `None`
+/// when the session no longer matched.
+async fn append_in(
+    conn: &mut Lease,
+    tenant: &Tenant,
+    write: &AppendWrite,
+) -> std::result::Result<Option<Inserted>, sqlx::Error> {
+    let (session, fresh) = (&write.session, &write.fresh);
+    let n = fresh.len() as i64;
+    let column =
+        |f: &dyn Fn(&NewEpisode) -> String| -> Vec<String> { fresh.iter().map(f).collect() };
+    let inserted = sqlx::query(APPEND_SQL)
+        .bind(tenant.as_str())
+        .bind(&session.id)
+        .bind(n)
+        .bind(write.now)
+        .bind(&session.app)
+        .bind(&session.user)
+        .bind(column(&|e| e.id.as_str().to_owned()))
+        .bind(column(&|e| {
+            e.agent
+                .as_ref()
+                .map_or(session.app.clone(), |a| a.as_str().to_owned())
+        }))
+        .bind(column(&|e| e.kind.as_str().to_owned()))
+        .bind(column(&|e| e.content_json.clone()))
+        .bind(column(&|e| e.metadata_json.clone()))
+        .bind(column(&|e| e.source_node.clone()))
+        .bind(
+            fresh
+                .iter()
+                .map(|e| e.timestamp.unwrap_or(write.now))
+                .collect::<Vec<DateTime<Utc>>>(),
+        )
+        .bind(
+            fresh
+                .iter()
+                .map(|e| e.fingerprint.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+    let Some(first) = inserted.first() else {
+        return Ok(None);
+    };
+    let (last_seq, present): (i64, i64) = (first.try_get(2)?, first.try_get(3)?);
+    let mut cursors = HashMap::with_capacity(inserted.len());
+    for row in &inserted {
+        cursors.insert(row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?);
+    }
+    if write.max_events > 0 && present > write.max_events {
+        let evicted: i64 = sqlx::query_scalar(EVICT_EPISODES)
+            .bind(tenant.as_str())
+            .bind(&session.id)
+            .bind(last_seq - write.max_events)
+            .fetch_optional(&mut *conn)
+            .await?
+            .unwrap_or(0);
+        crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
+    }
+    Ok(Some(Inserted { last_seq, cursors }))
 }
 
 impl AppendEpisodes for PgStore {

@@ -12,6 +12,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::watch;
@@ -20,9 +21,10 @@ mod run;
 mod search;
 mod sessions;
 
+use super::group::{Group, commit_failed};
 use super::memory::{
-    AuditWrite, MemoryWrites, fence_moved, head_in, purge_params, purge_victim, purged_row,
-    version_in,
+    AuditWrite, MemoryWrites, OwnedWrite, fence_moved, head_in, lock_ordered, purge_params,
+    purge_victim, purged_row, version_in,
 };
 use super::past;
 use super::sql::{Cols, Run, Sql, params};
@@ -83,6 +85,11 @@ pub struct SqliteStore {
     /// The newest committed position of each feed. With a single writer
     /// connection positions commit in order, so the newest is settled.
     horizons: Arc<[watch::Sender<i64>; 2]>,
+    /// Memory writes committed together (none when group commit is off,
+    /// and in the store the batcher itself writes with).
+    writes: Option<Group<OwnedWrite, Written>>,
+    /// Appends committed together, likewise.
+    appends: Option<Group<super::sessions::OwnedAppend, crate::sessions::ports::Appended>>,
 }
 
 impl SqliteStore {
@@ -115,12 +122,33 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(SqliteStore {
+        let mut store = SqliteStore {
             path,
             writer,
             reader,
             horizons: Arc::new([watch::channel(0).0, watch::channel(0).0]),
-        })
+            writes: None,
+            appends: None,
+        };
+        if options.group_commit_max > 1 {
+            let writer = store.clone();
+            store.writes = Some(Group::new(
+                options.group_commit_max,
+                Arc::new(move |tenant, jobs| {
+                    let writer = writer.clone();
+                    async move { writer.write_group(&tenant, jobs).await }.boxed()
+                }),
+            ));
+            let writer = store.clone();
+            store.appends = Some(Group::new(
+                options.group_commit_max,
+                Arc::new(move |tenant, jobs| {
+                    let writer = writer.clone();
+                    async move { writer.append_group(&tenant, jobs).await }.boxed()
+                }),
+            ));
+        }
+        Ok(store)
     }
 
     /// Makes this process the one that serves the file: an exclusive lock
@@ -315,9 +343,55 @@ static PURGE_HEADS: Sql = Sql::new(
      AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)",
 );
 
-impl MemoryWrites for SqliteStore {
-    async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+impl SqliteStore {
+    /// Writes in one transaction on the single writer, each with its own
+    /// outcome (see `store::group`); one write is the same transaction
+    /// with one write in it.
+    async fn write_group(&self, tenant: &Tenant, jobs: Vec<OwnedWrite>) -> Vec<Result<Written>> {
+        let grouped = async {
+            let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+            let mut outcomes: Vec<Option<Written>> = jobs.iter().map(|_| None).collect();
+            let mut newest = None;
+            for at in lock_ordered(&jobs) {
+                let (written, revision) =
+                    Self::write_one_in(&mut tx, tenant, &jobs[at].write()).await?;
+                outcomes[at] = Some(written);
+                newest = newest.max(revision);
+            }
+            Ok::<_, Error>((tx, outcomes, newest))
+        };
+        let (tx, outcomes, newest) = match grouped.await {
+            Ok(done) => done,
+            // Rolled back as the transaction goes; each on its own now, so
+            // an error reaches its own call only.
+            Err(err) if jobs.len() == 1 => return vec![Err(err)],
+            Err(_) => {
+                let mut alone = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    alone.extend(Box::pin(self.write_group(tenant, vec![job])).await);
+                }
+                return alone;
+            }
+        };
+        if let Err(err) = tx.commit().await {
+            return commit_failed(&err.into(), jobs.len());
+        }
+        if let Some(revision) = newest {
+            self.committed(revision);
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| Error::internal("a grouped write without an outcome")))
+            .collect()
+    }
+
+    /// One write in the writer's open transaction, and the revision it
+    /// took when it stored something.
+    async fn write_one_in(
+        conn: &mut SqliteConnection,
+        tenant: &Tenant,
+        write: &Write<'_>,
+    ) -> Result<(Written, Option<i64>)> {
         if let Some(stamp) = write.request {
             let existing = sqlx::query(
                 "SELECT fingerprint, version FROM memory_request_ids \
@@ -325,25 +399,26 @@ impl MemoryWrites for SqliteStore {
             )
             .bind(tenant.as_str())
             .bind(stamp.id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *conn)
             .await?;
             if let Some(row) = existing {
                 let fingerprint: Vec<u8> = row.try_get(0)?;
                 let version: Option<i64> = row.try_get(1)?;
                 let version =
                     version.ok_or_else(|| Error::internal("request record without a version"))?;
-                let entry = version_in(&mut *tx, tenant, write.scope, write.key, version).await?;
-                return Ok(Written::Replayed {
+                let entry = version_in(&mut *conn, tenant, write.scope, write.key, version).await?;
+                let replayed = Written::Replayed {
                     fingerprint,
                     version,
                     entry,
-                });
+                };
+                return Ok((replayed, None));
             }
         }
 
-        let Some((version, revision)) = Self::write_in(&mut tx, tenant, write).await? else {
-            let head = head_in(&mut *tx, tenant, write.scope, write.key).await?;
-            return Ok(Written::Refused(head));
+        let Some((version, revision)) = Self::write_in(conn, tenant, write).await? else {
+            let head = head_in(&mut *conn, tenant, write.scope, write.key).await?;
+            return Ok((Written::Refused(head), None));
         };
 
         if let Some(stamp) = write.request {
@@ -360,12 +435,23 @@ impl MemoryWrites for SqliteStore {
             .bind(write.key.as_str())
             .bind(version)
             .bind(to_micros(write.now))
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
         }
-        tx.commit().await?;
-        self.committed(revision);
-        Ok(Written::Stored(write.entry(version)))
+        Ok((Written::Stored(write.entry(version)), Some(revision)))
+    }
+}
+
+impl MemoryWrites for SqliteStore {
+    async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+        match &self.writes {
+            Some(group) => group.submit(tenant, OwnedWrite::of(write)).await,
+            None => self
+                .write_group(tenant, vec![OwnedWrite::of(write)])
+                .await
+                .pop()
+                .unwrap_or_else(|| Err(Error::internal("a write without an outcome"))),
+        }
     }
 
     async fn purge_versions(

@@ -3,14 +3,17 @@
 //! change it, and cursors (the episodes' rowid) commit in order: the
 //! newest committed cursor is the horizon.
 
+use sqlx::SqliteConnection;
+
 use super::SqliteStore;
 use crate::context::Tenant;
 use crate::error::Result;
 use crate::ports::Feed;
 use crate::sessions::ports::{Append, Appended};
+use crate::store::group::commit_failed;
 use crate::store::sessions::{
-    AppendEpisodes, episode_ids, filled, insert_session_in, missing_session, session_in, sort_out,
-    stored_episodes,
+    AppendEpisodes, OwnedAppend, episode_ids, filled, insert_session_in, missing_session,
+    session_in, sort_out, stored_episodes,
 };
 use crate::store::sql::{Cols, Run, Sql, params};
 
@@ -31,94 +34,164 @@ static COUNT_APPENDED: Sql = Sql::new(
 
 impl AppendEpisodes for SqliteStore {
     async fn append_episodes(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
-        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let session = match session_in(&mut tx, tenant, append.session_id.as_str()).await? {
-            Some(session) => session,
-            None => {
-                let Some(new) = missing_session(append) else {
-                    return Ok(Appended::NoSession);
-                };
-                // The id was free a moment ago in this same transaction.
-                insert_session_in(&mut tx, tenant, &new)
-                    .await?
-                    .ok_or_else(|| crate::error::Error::internal("a free session id was taken"))?
+        let owned = OwnedAppend::of(append);
+        match &self.appends {
+            Some(group) => group.submit(tenant, owned).await,
+            None => self
+                .append_group(tenant, vec![owned])
+                .await
+                .pop()
+                .unwrap_or_else(|| {
+                    Err(crate::error::Error::internal(
+                        "an append without an outcome",
+                    ))
+                }),
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Appends in one transaction on the single writer (see
+    /// `store::group`), each with its own outcome. Each runs inside a
+    /// savepoint, so one that is refused leaves nothing behind (not the
+    /// session it created).
+    pub(super) async fn append_group(
+        &self,
+        tenant: &Tenant,
+        jobs: Vec<OwnedAppend>,
+    ) -> Vec<Result<Appended>> {
+        let grouped = async {
+            let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+            let mut outcomes = Vec::with_capacity(jobs.len());
+            let mut newest = 0;
+            for job in &jobs {
+                tx.exec(&SAVEPOINT, params![]).await?;
+                let (appended, cursor) = append_in(&mut tx, tenant, &job.append()).await?;
+                if !matches!(appended, Appended::Stored(_)) {
+                    tx.exec(&ROLLBACK_TO, params![]).await?;
+                }
+                tx.exec(&RELEASE, params![]).await?;
+                newest = newest.max(cursor);
+                outcomes.push(Ok(appended));
+            }
+            Ok::<_, crate::error::Error>((tx, outcomes, newest))
+        };
+        let (tx, outcomes, newest) = match grouped.await {
+            Ok(done) => done,
+            Err(err) if jobs.len() == 1 => return vec![Err(err)],
+            // Rolled back as the transaction goes; each on its own now, so
+            // an error reaches its own call only.
+            Err(_) => {
+                let mut alone = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    alone.extend(Box::pin(self.append_group(tenant, vec![job])).await);
+                }
+                return alone;
             }
         };
-        if !append.owner.admits(&session) || session.end_time.is_some() {
-            return Ok(Appended::Refused(session));
+        if let Err(err) = tx.commit().await {
+            return commit_failed(&err.into(), jobs.len());
         }
+        self.advance(Feed::Episodes, newest);
+        outcomes
+    }
+}
 
-        let stored = stored_episodes(&mut tx, tenant, &episode_ids(append.episodes)).await?;
-        let (mut slots, _) = match sort_out(append.episodes, stored) {
-            Ok(sorted) => sorted,
-            Err(id) => return Ok(Appended::Conflict(id)),
-        };
-        let mut seq = session.last_seq;
-        let mut newest_cursor = 0;
-        for (slot, new) in slots.iter_mut().zip(append.episodes) {
-            if slot.is_some() {
-                continue;
-            }
-            seq += 1;
-            let agent = new
-                .agent
-                .as_ref()
-                .map_or(session.app.as_str(), |a| a.as_str());
-            let cursor = tx
-                .row(
-                    &INSERT_EPISODE,
-                    params![
-                        tenant.as_str(),
-                        &session.id,
-                        seq,
-                        new.id.as_str(),
-                        &session.app,
-                        &session.user,
-                        agent,
-                        new.kind.as_str(),
-                        &new.content_json,
-                        &new.metadata_json,
-                        &new.source_node,
-                        new.timestamp.unwrap_or(append.now),
-                        append.now,
-                        &new.fingerprint[..],
-                    ],
-                )
-                .await?
-                .ok_or_else(|| crate::error::Error::internal("an episode's cursor is missing"))?
-                .int(0)?;
-            newest_cursor = cursor;
-            *slot = Some((new.stored(&session, seq, cursor, append.now), false));
-        }
+static SAVEPOINT: Sql = Sql::new("SAVEPOINT append");
+static ROLLBACK_TO: Sql = Sql::new("ROLLBACK TO append");
+static RELEASE: Sql = Sql::new("RELEASE append");
 
-        let added = seq - session.last_seq;
-        if added > 0 {
-            let present = session.episode_count + added;
-            let evicted = if append.max_events > 0 && present > append.max_events {
-                tx.exec(
-                    &EVICT_EPISODES,
-                    params![tenant.as_str(), &session.id, seq - append.max_events],
-                )
-                .await? as i64
-            } else {
-                0
+/// One append in the writer's open transaction, and the newest cursor it
+/// took (0: none).
+async fn append_in(
+    tx: &mut SqliteConnection,
+    tenant: &Tenant,
+    append: &Append<'_>,
+) -> Result<(Appended, i64)> {
+    let session = match session_in(tx, tenant, append.session_id.as_str()).await? {
+        Some(session) => session,
+        None => {
+            let Some(new) = missing_session(append) else {
+                return Ok((Appended::NoSession, 0));
             };
-            tx.exec(
-                &COUNT_APPENDED,
+            // The id was free a moment ago in this same transaction.
+            insert_session_in(tx, tenant, &new)
+                .await?
+                .ok_or_else(|| crate::error::Error::internal("a free session id was taken"))?
+        }
+    };
+    if !append.owner.admits(&session) || session.end_time.is_some() {
+        return Ok((Appended::Refused(session), 0));
+    }
+
+    let stored = stored_episodes(tx, tenant, &episode_ids(append.episodes)).await?;
+    let (mut slots, _) = match sort_out(append.episodes, stored) {
+        Ok(sorted) => sorted,
+        Err(id) => return Ok((Appended::Conflict(id), 0)),
+    };
+    let mut seq = session.last_seq;
+    let mut newest_cursor = 0;
+    for (slot, new) in slots.iter_mut().zip(append.episodes) {
+        if slot.is_some() {
+            continue;
+        }
+        seq += 1;
+        let agent = new
+            .agent
+            .as_ref()
+            .map_or(session.app.as_str(), |a| a.as_str());
+        let cursor = tx
+            .row(
+                &INSERT_EPISODE,
                 params![
                     tenant.as_str(),
                     &session.id,
                     seq,
-                    added,
-                    evicted,
-                    append.now
+                    new.id.as_str(),
+                    &session.app,
+                    &session.user,
+                    agent,
+                    new.kind.as_str(),
+                    &new.content_json,
+                    &new.metadata_json,
+                    &new.source_node,
+                    new.timestamp.unwrap_or(append.now),
+                    append.now,
+                    &new.fingerprint[..],
                 ],
             )
-            .await?;
-            crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
-        }
-        tx.commit().await?;
-        self.advance(Feed::Episodes, newest_cursor);
-        filled(slots).map(Appended::Stored)
+            .await?
+            .ok_or_else(|| crate::error::Error::internal("an episode's cursor is missing"))?
+            .int(0)?;
+        newest_cursor = cursor;
+        *slot = Some((new.stored(&session, seq, cursor, append.now), false));
     }
+
+    let added = seq - session.last_seq;
+    if added > 0 {
+        let present = session.episode_count + added;
+        let evicted = if append.max_events > 0 && present > append.max_events {
+            tx.exec(
+                &EVICT_EPISODES,
+                params![tenant.as_str(), &session.id, seq - append.max_events],
+            )
+            .await? as i64
+        } else {
+            0
+        };
+        tx.exec(
+            &COUNT_APPENDED,
+            params![
+                tenant.as_str(),
+                &session.id,
+                seq,
+                added,
+                evicted,
+                append.now
+            ],
+        )
+        .await?;
+        crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
+    }
+    Ok((Appended::Stored(filled(slots)?), newest_cursor))
 }

@@ -1,0 +1,254 @@
+//! Group commit: concurrent writes of one tenant share a transaction, so
+//! they share its commit (one WAL flush on Postgres, one fsync on SQLite)
+//! instead of paying one each.
+//!
+//! There is no timer. The first write of a tenant starts a flusher task
+//! that takes whatever is queued (up to the batch bound) and commits it;
+//! writes arriving while that commit is in flight queue up and form the
+//! next batch. At one client a batch is a single write, which the backends
+//! run on their plain path, so an idle server answers as fast as before.
+//!
+//! The flusher is a task of its own, not the caller that started it, so a
+//! caller that gives up (a cancelled call) does not strand the writes queued
+//! behind it. Each write keeps its own outcome: the backends run a batch's
+//! writes one after another in the transaction and report each one, and
+//! when a statement fails (not a refusal, an error) they roll the batch back
+//! and run its writes one by one, so the error reaches only its own call.
+//!
+//! Written by hand: this is a queue, a map and a task, not a dependency.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use tokio::sync::oneshot;
+
+use crate::context::Tenant;
+use crate::error::{Error, Result};
+
+/// Commits a batch of jobs of one tenant, one result per job, in order.
+pub(super) type Flush<J, R> =
+    Arc<dyn Fn(Tenant, Vec<J>) -> BoxFuture<'static, Vec<Result<R>>> + Send + Sync>;
+
+struct Waiting<J, R> {
+    job: J,
+    done: oneshot::Sender<Result<R>>,
+}
+
+/// A tenant is in the map while its flusher runs; what waits for the next
+/// batch is its queue.
+type Queues<J, R> = Arc<Mutex<HashMap<Tenant, Vec<Waiting<J, R>>>>>;
+
+pub(super) struct Group<J, R> {
+    queues: Queues<J, R>,
+    max: usize,
+    flush: Flush<J, R>,
+}
+
+impl<J, R> std::fmt::Debug for Group<J, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group").field("max", &self.max).finish()
+    }
+}
+
+impl<J, R> Clone for Group<J, R> {
+    fn clone(&self) -> Self {
+        Group {
+            queues: self.queues.clone(),
+            max: self.max,
+            flush: self.flush.clone(),
+        }
+    }
+}
+
+impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
+    /// Batches of at most `max` jobs (at least one).
+    pub(super) fn new(max: usize, flush: Flush<J, R>) -> Self {
+        Group {
+            queues: Arc::default(),
+            max: max.max(1),
+            flush,
+        }
+    }
+
+    /// Queues a job and waits for its outcome.
+    pub(super) async fn submit(&self, tenant: &Tenant, job: J) -> Result<R> {
+        let (done, outcome) = oneshot::channel();
+        let start = {
+            let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            let waiting = Waiting { job, done };
+            match queues.get_mut(tenant) {
+                Some(queue) => {
+                    queue.push(waiting);
+                    false
+                }
+                None => {
+                    queues.insert(tenant.clone(), vec![waiting]);
+                    true
+                }
+            }
+        };
+        if start {
+            tokio::spawn(drain(self.clone(), tenant.clone()));
+        }
+        outcome
+            .await
+            .map_err(|_| Error::internal("a group commit ended without an outcome"))?
+    }
+}
+
+/// The outcomes of a group whose commit failed: unknown (it may have
+/// committed), so every call hears so, and none is retried here.
+pub(super) fn commit_failed<T>(err: &Error, n: usize) -> Vec<Result<T>> {
+    (0..n)
+        .map(|_| {
+            let source = format!("the commit of a group of writes failed: {err}").into();
+            Err(match err {
+                Error::Unavailable { .. } => Error::Unavailable { source },
+                _ => Error::Internal { source },
+            })
+        })
+        .collect()
+}
+
+/// Takes the tenant's queue out of the map when the flusher stops, however
+/// it stops: a flusher that panicked must not leave the tenant's writes
+/// queued for a flusher that will never come (dropping them tells their
+/// callers).
+struct Leaving<J, R> {
+    queues: Queues<J, R>,
+    tenant: Tenant,
+    /// Set when the flusher left the map itself: the tenant may have a new
+    /// flusher by the time this drops, whose queue is not this one's.
+    left: bool,
+}
+
+impl<J, R> Drop for Leaving<J, R> {
+    fn drop(&mut self) {
+        if !self.left {
+            let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            queues.remove(&self.tenant);
+        }
+    }
+}
+
+/// Commits the tenant's queue batch by batch until it is empty.
+async fn drain<J: Send + 'static, R: Send + 'static>(group: Group<J, R>, tenant: Tenant) {
+    let mut leaving = Leaving {
+        queues: group.queues.clone(),
+        tenant: tenant.clone(),
+        left: false,
+    };
+    loop {
+        let batch: Vec<Waiting<J, R>> = {
+            let mut queues = group.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(queue) = queues.get_mut(&tenant) else {
+                leaving.left = true;
+                return;
+            };
+            if queue.is_empty() {
+                // Removed under the same lock a submitter takes, so a write
+                // queued from now on starts a new flusher.
+                queues.remove(&tenant);
+                leaving.left = true;
+                return;
+            }
+            let n = queue.len().min(group.max);
+            queue.drain(..n).collect()
+        };
+        let (jobs, dones): (Vec<J>, Vec<_>) = batch.into_iter().map(|w| (w.job, w.done)).unzip();
+        crate::metrics::global().group_commit(jobs.len());
+        let outcomes = (group.flush)(tenant.clone(), jobs).await;
+        let mut outcomes = outcomes.into_iter();
+        for done in dones {
+            let outcome = outcomes.next().unwrap_or_else(|| {
+                Err(Error::internal("a group commit returned too few outcomes"))
+            });
+            // A caller that gave up no longer listens.
+            let _ = done.send(outcome);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::FutureExt;
+
+    use super::*;
+
+    /// Jobs that arrive while a batch commits form the next batch, each
+    /// gets its own outcome, and a job that fails fails alone.
+    #[tokio::test]
+    async fn waiting_jobs_form_the_next_batch_and_keep_their_outcomes() {
+        let (release, gate) = tokio::sync::watch::channel(false);
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let flushes = Arc::new(AtomicUsize::new(0));
+        let flush: Flush<i64, i64> = {
+            let (sizes, flushes) = (sizes.clone(), flushes.clone());
+            Arc::new(move |_tenant, jobs: Vec<i64>| {
+                let (sizes, flushes, mut gate) = (sizes.clone(), flushes.clone(), gate.clone());
+                async move {
+                    // The first batch holds until every other job queued.
+                    if flushes.fetch_add(1, Ordering::SeqCst) == 0 {
+                        let _ = gate.wait_for(|open| *open).await;
+                    }
+                    sizes.lock().expect("sizes").push(jobs.len());
+                    jobs.into_iter()
+                        .map(|n| {
+                            if n < 0 {
+                                Err(Error::internal("negative"))
+                            } else {
+                                Ok(n * 10)
+                            }
+                        })
+                        .collect()
+                }
+                .boxed()
+            })
+        };
+        let group = Group::new(3, flush);
+        let tenant = Tenant::new("t");
+        let first = tokio::spawn({
+            let (group, tenant) = (group.clone(), tenant.clone());
+            async move { group.submit(&tenant, 1).await }
+        });
+        // Wait until the first batch is in flight.
+        while flushes.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let rest: Vec<_> = [2, -3, 4, 5]
+            .into_iter()
+            .map(|n| {
+                let (group, tenant) = (group.clone(), tenant.clone());
+                tokio::spawn(async move { group.submit(&tenant, n).await })
+            })
+            .collect();
+        while group
+            .queues
+            .lock()
+            .expect("queues")
+            .get(&tenant)
+            .map_or(0, Vec::len)
+            < 4
+        {
+            tokio::task::yield_now().await;
+        }
+        release.send_replace(true);
+        assert_eq!(first.await.expect("join").expect("first"), 10);
+        let mut outcomes = Vec::new();
+        for job in rest {
+            outcomes.push(job.await.expect("join").map_err(|e| e.to_string()));
+        }
+        assert_eq!(outcomes[0], Ok(20));
+        assert!(outcomes[1].is_err(), "the failing job fails");
+        assert_eq!((outcomes[2].clone(), outcomes[3].clone()), (Ok(40), Ok(50)));
+        // One alone, then the four that waited in batches of at most three.
+        assert_eq!(*sizes.lock().expect("sizes"), vec![1, 3, 1]);
+        assert!(
+            group.queues.lock().expect("queues").is_empty(),
+            "the flusher left"
+        );
+    }
+}
