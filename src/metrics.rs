@@ -89,6 +89,8 @@ pub struct PoolStatus {
     pub open: u32,
     pub idle: u32,
     pub max: u32,
+    /// Writes queued for the next group commit (see `store::group`).
+    pub queued_writes: u32,
 }
 
 /// The server streams among the methods served; every other one is unary
@@ -291,6 +293,17 @@ impl Registry {
         let _ = writeln!(out, "engram_db_pool_max_connections {}", pool.max);
         header(
             &mut out,
+            "engram_group_commit_queued_writes",
+            "gauge",
+            "Writes waiting for the commit in flight to finish, to commit together in the next.",
+        );
+        let _ = writeln!(
+            out,
+            "engram_group_commit_queued_writes {}",
+            pool.queued_writes
+        );
+        header(
+            &mut out,
             "engram_evictions_total",
             "counter",
             "Sessions and episodes evicted by the configured limits.",
@@ -445,8 +458,10 @@ mod tests {
             open: 5,
             idle: 2,
             max: 10,
+            queued_writes: 3,
         });
         for line in [
+            "engram_group_commit_queued_writes 3",
             "engram_rpc_total{method=\"/m/A\",code=\"OK\"} 2",
             "engram_rpc_total{method=\"/m/A\",code=\"NOT_FOUND\"} 1",
             "engram_rpc_duration_seconds_bucket{method=\"/m/A\",le=\"0.0005\"} 1",

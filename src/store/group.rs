@@ -71,6 +71,12 @@ impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
         }
     }
 
+    /// Jobs waiting for the commit in flight to finish (not those in it).
+    pub(super) fn queued(&self) -> usize {
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.values().map(Vec::len).sum()
+    }
+
     /// Queues a job and waits for its outcome.
     pub(super) async fn submit(&self, tenant: &Tenant, job: J) -> Result<R> {
         let (done, outcome) = oneshot::channel();

@@ -551,6 +551,8 @@ impl Database for PgStore {
             open: self.pool.open(),
             idle: self.pool.idle(),
             max: self.pool.max(),
+            queued_writes: (self.writes.as_ref().map_or(0, Group::queued)
+                + self.appends.as_ref().map_or(0, Group::queued)) as u32,
         }
     }
 

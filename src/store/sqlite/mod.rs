@@ -299,6 +299,8 @@ impl Database for SqliteStore {
             open: writer.size() + reader.size(),
             idle: (writer.num_idle() + reader.num_idle()) as u32,
             max: writer.options().get_max_connections() + reader.options().get_max_connections(),
+            queued_writes: (self.writes.as_ref().map_or(0, Group::queued)
+                + self.appends.as_ref().map_or(0, Group::queued)) as u32,
         }
     }
 

@@ -277,6 +277,270 @@ async fn a_failing_write_fails_alone<S: Store>(store: S, db: &TestDb) {
     assert!(poisoned.is_none());
 }
 
+/// Appends of a group, each with its own outcome: stored, a replay, an
+/// owner mismatch, an ended session, no session, a clashing id, and one
+/// past the per-session limit that evicts. On Postgres an append reads
+/// before it queues, so the group is formed behind a commit held up by a
+/// row lock; on SQLite the whole append is in the group, and one poll
+/// queues them all.
+async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
+    use engram::sessions::ports::{Append, Appended};
+    use engram::sessions::{NewEpisode, Owner};
+
+    use super::fixtures::{episode, id, log, now, owner};
+
+    let l = log(&store, "g");
+    for (session, user) in [
+        ("gate", "alice"),
+        ("s1", "alice"),
+        ("ended", "alice"),
+        ("s2", "bob"),
+        ("limit", "alice"),
+    ] {
+        l.create(session, "app", user, 0).await;
+    }
+    let on = |session: &str, episode_id: &str, content: serde_json::Value| {
+        episode(
+            &id(session),
+            Some(episode_id),
+            Some("observation"),
+            None,
+            content,
+        )
+    };
+    l.append("s1", &[on("s1", "e1", json!("one"))]).await;
+    l.append_as(
+        "s2",
+        &owner("app", "bob"),
+        &[on("s2", "dup", json!("x"))],
+        0,
+    )
+    .await;
+    l.append(
+        "limit",
+        &[on("limit", "l1", json!(1)), on("limit", "l2", json!(2))],
+    )
+    .await;
+    store
+        .end_session(&l.tenant, &id("ended"), &Owner::default(), now(), false)
+        .await
+        .expect("end")
+        .expect("ended");
+
+    let alice = owner("app", "alice");
+    let planned: Vec<(&str, Owner, Vec<NewEpisode>, i64)> = vec![
+        ("s1", alice.clone(), vec![on("s1", "e2", json!("two"))], 0),
+        (
+            "s1",
+            owner("app", "bob"),
+            vec![on("s1", "x1", json!("bob's"))],
+            0,
+        ),
+        (
+            "ended",
+            alice.clone(),
+            vec![on("ended", "x2", json!("late"))],
+            0,
+        ),
+        (
+            "s-new",
+            owner("app", "carol"),
+            vec![on("s-new", "c1", json!("hi"))],
+            0,
+        ),
+        (
+            "s-none",
+            Owner::default(),
+            vec![on("s-none", "x3", json!("lost"))],
+            0,
+        ),
+        (
+            "s2",
+            owner("app", "bob"),
+            vec![on("s2", "dup", json!("y"))],
+            0,
+        ),
+        ("s1", alice.clone(), vec![on("s1", "e1", json!("one"))], 0),
+        ("limit", alice.clone(), vec![on("limit", "l3", json!(3))], 2),
+        ("s1", alice.clone(), vec![on("s1", "e3", json!("three"))], 0),
+    ];
+    let ids: Vec<_> = planned.iter().map(|(session, ..)| id(session)).collect();
+    let appends: Vec<Append<'_>> = planned
+        .iter()
+        .zip(&ids)
+        .map(|((_, owner, episodes, max_events), session_id)| Append {
+            session_id,
+            owner,
+            episodes,
+            now: now(),
+            max_sessions: 0,
+            max_events: *max_events,
+        })
+        .collect();
+    let tenant = l.tenant.clone();
+    let outcomes = match db.backend {
+        Backend::Sqlite => {
+            let mut all = pin!(futures::future::join_all(
+                appends.iter().map(|append| store.append(&tenant, append))
+            ));
+            assert!(futures::poll!(all.as_mut()).is_pending());
+            all.await
+        }
+        Backend::Postgres => {
+            // Hold the gate session's row, so the gate's append commits
+            // only when told to and the others queue behind it.
+            let mut holder = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+                .await
+                .expect("connect");
+            sqlx::raw_sql("BEGIN; SELECT 1 FROM sessions WHERE id = 'gate' FOR UPDATE")
+                .execute(&mut holder)
+                .await
+                .expect("lock the gate");
+            let gate = [on("gate", "g1", json!("gate"))];
+            let gate_id = id("gate");
+            let gate_append = Append {
+                session_id: &gate_id,
+                owner: &alice,
+                episodes: &gate,
+                now: now(),
+                max_sessions: 0,
+                max_events: 0,
+            };
+            let mut gate_done = pin!(store.append(&tenant, &gate_append));
+            let mut watcher = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+                .await
+                .expect("connect");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            // Until the gate's commit waits on the lock.
+            loop {
+                assert!(futures::poll!(gate_done.as_mut()).is_pending());
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(&mut watcher)
+                .await
+                .expect("activity");
+                if waiting > 0 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the gate never waited"
+                );
+            }
+            let mut all = pin!(futures::future::join_all(
+                appends.iter().map(|append| store.append(&tenant, append))
+            ));
+            // Only appends with something to write queue: four of them.
+            while store.pool_status().queued_writes < 4 {
+                assert!(futures::poll!(all.as_mut()).is_pending());
+                assert!(futures::poll!(gate_done.as_mut()).is_pending());
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the appends never queued"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            sqlx::raw_sql("COMMIT")
+                .execute(&mut holder)
+                .await
+                .expect("release");
+            let (outcomes, gated) = tokio::join!(all, gate_done);
+            assert!(matches!(gated, Ok(Appended::Stored(_))), "{gated:?}");
+            outcomes
+        }
+    };
+    let seqs = |n: usize| -> Vec<(i64, bool)> {
+        match &outcomes[n] {
+            Ok(Appended::Stored(done)) => done
+                .iter()
+                .map(|(e, replayed)| (e.seq, *replayed))
+                .collect(),
+            other => panic!("append {n}: {other:?}"),
+        }
+    };
+    assert_eq!(seqs(0), vec![(2, false)]);
+    assert!(
+        matches!(&outcomes[1], Ok(Appended::Refused(s)) if s.user == "alice"),
+        "{:?}",
+        outcomes[1]
+    );
+    assert!(
+        matches!(&outcomes[2], Ok(Appended::Refused(s)) if s.end_time.is_some()),
+        "{:?}",
+        outcomes[2]
+    );
+    assert_eq!(seqs(3), vec![(1, false)], "the session is created");
+    assert!(
+        matches!(&outcomes[4], Ok(Appended::NoSession)),
+        "{:?}",
+        outcomes[4]
+    );
+    assert!(
+        matches!(&outcomes[5], Ok(Appended::Conflict(clash)) if clash == "dup"),
+        "{:?}",
+        outcomes[5]
+    );
+    assert_eq!(seqs(6), vec![(1, true)], "a replay");
+    assert_eq!(seqs(7), vec![(3, false)]);
+    assert_eq!(seqs(8), vec![(3, false)]);
+
+    let s1 = store
+        .get_session(&tenant, &id("s1"))
+        .await
+        .expect("get")
+        .expect("s1");
+    assert_eq!((s1.last_seq, s1.episode_count), (3, 3), "dense, each once");
+    let limit = store
+        .get_session(&tenant, &id("limit"))
+        .await
+        .expect("get")
+        .expect("limit");
+    assert_eq!(
+        (limit.episode_count, limit.episodes_evicted),
+        (2, 1),
+        "the limit evicted the oldest"
+    );
+    assert!(
+        store
+            .get_episode(&tenant, &id("x1"))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        store
+            .get_episode(&tenant, &id("x2"))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        store
+            .get_session(&tenant, &id("s-none"))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    if db.backend == Backend::Postgres {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+            .await
+            .expect("connect");
+        let transactions: i64 = sqlx::query_scalar(
+            "SELECT count(DISTINCT xmin::text) FROM episodes WHERE tenant = 'g' \
+             AND id IN ('e2', 'e3', 'c1', 'l3')",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("count");
+        assert_eq!(
+            transactions, 1,
+            "the four writes committed as one transaction"
+        );
+    }
+}
+
 macro_rules! single_threaded_suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -306,4 +570,8 @@ macro_rules! single_threaded_suite {
     };
 }
 
-single_threaded_suite!(a_batch_keeps_each_outcome, a_failing_write_fails_alone);
+single_threaded_suite!(
+    a_batch_keeps_each_outcome,
+    a_failing_write_fails_alone,
+    appends_in_a_group_keep_each_outcome,
+);
