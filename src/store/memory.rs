@@ -309,6 +309,26 @@ pub(super) async fn head_in(
     .transpose()
 }
 
+/// The newest version of a key (a tombstone too), if it has one.
+pub(super) async fn current_in(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    scope: &Scope,
+    key: &Key,
+) -> Result<Option<Entry>> {
+    conn.first(
+        &CURRENT,
+        params![
+            tenant.as_str(),
+            scope.scope_type.as_i16(),
+            scope.name.as_str(),
+            key.as_str(),
+        ],
+        |row| entry_row(row, scope),
+    )
+    .await
+}
+
 /// One version of a key, if it is stored.
 pub(super) async fn version_in(
     conn: &mut impl Run,
@@ -439,8 +459,17 @@ pub(super) fn lock_ordered(jobs: &[OwnedWrite]) -> Vec<usize> {
     order
 }
 
-/// The writes, which differ between the backends.
+/// What differs between the backends: the writes, and how a key's newest
+/// version is read (Postgres reads concurrent ones together).
 pub(super) trait MemoryWrites {
+    /// See [`MemoryStore::get`] without a version.
+    fn current(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+    ) -> impl Future<Output = Result<Option<Entry>>> + Send;
+
     /// See [`MemoryStore::write`].
     fn write_version(
         &self,
@@ -497,21 +526,13 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         key: &Key,
         version: Option<i64>,
     ) -> Result<Option<Entry>> {
-        let mut conn = self.reader(tenant).await?;
-        if let Some(version) = version {
-            return version_in(&mut conn, tenant, scope, key, version).await;
+        match version {
+            Some(version) => {
+                let mut conn = self.reader(tenant).await?;
+                version_in(&mut conn, tenant, scope, key, version).await
+            }
+            None => self.current(tenant, scope, key).await,
         }
-        conn.first(
-            &CURRENT,
-            params![
-                tenant.as_str(),
-                scope.scope_type.as_i16(),
-                scope.name.as_str(),
-                key.as_str(),
-            ],
-            |row| entry_row(row, scope),
-        )
-        .await
     }
 
     async fn head(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Head>> {

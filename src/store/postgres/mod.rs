@@ -24,8 +24,8 @@ pub(crate) mod sessions;
 
 use super::group::{Group, commit_failed};
 use super::memory::{
-    AuditWrite, MemoryWrites, OwnedWrite, fence_moved, head_in, lock_ordered, purge_params,
-    purge_victim, purged_row, version_in,
+    AuditWrite, MemoryWrites, OwnedWrite, current_in, entry_row, fence_moved, head_in,
+    lock_ordered, purge_params, purge_victim, purged_row, version_columns, version_in,
 };
 use super::past;
 use super::sql::{Param, Run, Sql, params};
@@ -34,6 +34,7 @@ use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
+use crate::memory::{Entry, Key, Scope};
 use crate::ports::{Database, Feed, Feeds};
 use futures::FutureExt;
 use pool::{Lease, Pool};
@@ -143,6 +144,8 @@ pub struct PgStore {
     /// Memory writes committed together (none when group commit is off,
     /// and in the store the batcher itself writes with).
     writes: Option<Group<OwnedWrite, Written>>,
+    /// Concurrent reads of keys' newest versions, read together.
+    gets: Option<Group<(Scope, Key), Option<Entry>>>,
     /// Appends' writes committed together, likewise.
     appends: Option<Group<sessions::AppendWrite, Option<sessions::Inserted>>>,
 }
@@ -173,6 +176,7 @@ impl PgStore {
             horizons: Arc::default(),
             writes: None,
             appends: None,
+            gets: None,
         };
         if options.group_commit_max > 1 {
             let writer = store.clone();
@@ -181,6 +185,14 @@ impl PgStore {
                 Arc::new(move |tenant, jobs| {
                     let writer = writer.clone();
                     async move { writer.write_group(&tenant, jobs).await }.boxed()
+                }),
+            ));
+            let reader = store.clone();
+            store.gets = Some(Group::new(
+                options.group_commit_max,
+                Arc::new(move |tenant, keys| {
+                    let reader = reader.clone();
+                    async move { reader.current_group(&tenant, keys).await }.boxed()
                 }),
             ));
             let writer = store.clone();
@@ -277,7 +289,84 @@ impl PgStore {
     }
 }
 
+/// The newest versions of several keys in one statement, for a group of
+/// concurrent Gets. Parameters: $1 tenant, then the keys' scope types,
+/// scopes and names as arrays; each row ends with its key's place in the
+/// arrays (from 1).
+const CURRENT_ANY: &str = concat!(
+    "SELECT ",
+    version_columns!(),
+    ", u.ord FROM unnest($2::smallint[], $3::text[], $4::text[]) \
+     WITH ORDINALITY AS u(scope_type, scope, key, ord) \
+     JOIN memory_heads h ON h.tenant = $1 AND h.scope_type = u.scope_type \
+       AND h.scope = u.scope AND h.key = u.key \
+     JOIN memory_versions v ON v.tenant = $1 AND v.scope_type = h.scope_type \
+       AND v.scope = h.scope AND v.key = h.key AND v.version = h.version"
+);
+
 impl PgStore {
+    async fn current_alone(
+        &self,
+        tenant: &Tenant,
+        scope: &Scope,
+        key: &Key,
+    ) -> Result<Option<Entry>> {
+        let mut conn = self.session(tenant).await?;
+        current_in(&mut conn, tenant, scope, key).await
+    }
+
+    /// Gets that arrived while others were being read, in one statement
+    /// (the reads' side of `store::group`: one round trip and one
+    /// statement for the group instead of one each).
+    async fn current_group(
+        &self,
+        tenant: &Tenant,
+        keys: Vec<(Scope, Key)>,
+    ) -> Vec<Result<Option<Entry>>> {
+        if let [(scope, key)] = &keys[..] {
+            return vec![self.current_alone(tenant, scope, key).await];
+        }
+        let read = async {
+            let mut conn = self.session(tenant).await?;
+            let rows = sqlx::query(CURRENT_ANY)
+                .bind(tenant.as_str())
+                .bind(
+                    keys.iter()
+                        .map(|(s, _)| s.scope_type.as_i16())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    keys.iter()
+                        .map(|(s, _)| s.name.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(keys.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>())
+                .fetch_all(&mut conn)
+                .await?;
+            let mut found: Vec<Option<Entry>> = keys.iter().map(|_| None).collect();
+            for row in &rows {
+                let ord: i64 = row.try_get(8)?;
+                let at = usize::try_from(ord - 1).map_err(Error::internal)?;
+                let (scope, _) = keys
+                    .get(at)
+                    .ok_or_else(|| Error::internal("a row for no key asked for"))?;
+                found[at] = Some(entry_row(row, scope)?);
+            }
+            Ok::<_, Error>(found)
+        };
+        match read.await {
+            Ok(found) => found.into_iter().map(Ok).collect(),
+            // Each on its own, so an error reaches its own call only.
+            Err(_) => {
+                let mut alone = Vec::with_capacity(keys.len());
+                for (scope, key) in &keys {
+                    alone.push(self.current_alone(tenant, scope, key).await);
+                }
+                alone
+            }
+        }
+    }
+
     /// A write in its own transaction: a plain one is one statement,
     /// committed as it returns.
     async fn write_alone(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
@@ -562,6 +651,13 @@ impl Database for PgStore {
 }
 
 impl MemoryWrites for PgStore {
+    async fn current(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Entry>> {
+        match &self.gets {
+            Some(group) => group.submit(tenant, (scope.clone(), key.clone())).await,
+            None => self.current_alone(tenant, scope, key).await,
+        }
+    }
+
     async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
         match &self.writes {
             Some(group) => group.submit(tenant, OwnedWrite::of(write)).await,

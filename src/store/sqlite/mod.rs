@@ -23,17 +23,17 @@ mod sessions;
 
 use super::group::{Group, commit_failed};
 use super::memory::{
-    AuditWrite, MemoryWrites, OwnedWrite, fence_moved, head_in, lock_ordered, purge_params,
-    purge_victim, purged_row, version_in,
+    AuditWrite, MemoryWrites, OwnedWrite, current_in, fence_moved, head_in, lock_ordered,
+    purge_params, purge_victim, purged_row, version_in,
 };
 use super::past;
 use super::sql::{Cols, Run, Sql, params};
 use super::{HeadUpdate, StoreOptions, schema_is_current, to_micros};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
-use crate::memory::ChangeKind;
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
+use crate::memory::{ChangeKind, Entry, Key, Scope};
 use crate::ports::{Database, Feed, Feeds};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -445,6 +445,12 @@ impl SqliteStore {
 }
 
 impl MemoryWrites for SqliteStore {
+    async fn current(&self, tenant: &Tenant, scope: &Scope, key: &Key) -> Result<Option<Entry>> {
+        // Reads run in process on their own connections: nothing to group.
+        let mut conn = self.reader.acquire().await?;
+        current_in(&mut conn, tenant, scope, key).await
+    }
+
     async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
         match &self.writes {
             Some(group) => group.submit(tenant, OwnedWrite::of(write)).await,

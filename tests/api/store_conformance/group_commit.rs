@@ -541,6 +541,66 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
     }
 }
 
+/// Gets that arrive together are read together (one statement on
+/// Postgres), and each finds its own key: a live one, one read twice, a
+/// tombstone, one never written, one of another scope.
+async fn gets_in_a_group_each_find_their_key<S: Store>(store: S, _db: &TestDb) {
+    let tenant = Tenant::new("g");
+    let outcomes = all_at_once(
+        &store,
+        &tenant,
+        &[
+            set("a", 1),
+            set("b", 1),
+            set("b", 2),
+            set("gone", 1),
+            Planned {
+                value: None,
+                ..set("gone", 0)
+            },
+        ],
+    )
+    .await;
+    assert!(outcomes.iter().all(|o| stored(o).is_some()));
+    let (batch, other) = (
+        scope(ScopeType::Namespace, "batch"),
+        scope(ScopeType::Namespace, "other"),
+    );
+    let asked = [
+        (&batch, key("a")),
+        (&batch, key("b")),
+        (&batch, key("a")),
+        (&batch, key("gone")),
+        (&batch, key("never")),
+        (&other, key("a")),
+    ];
+    let mut all = pin!(futures::future::join_all(
+        asked
+            .iter()
+            .map(|(scope, key)| store.get(&tenant, scope, key, None))
+    ));
+    assert!(futures::poll!(all.as_mut()).is_pending());
+    let found: Vec<Option<(i64, bool, Option<serde_json::Value>)>> = all
+        .await
+        .into_iter()
+        .map(|got| {
+            got.expect("get")
+                .map(|e| (e.version, e.deleted, e.value.map(|v| v.json().clone())))
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            Some((1, false, Some(json!(1)))),
+            Some((2, false, Some(json!(2)))),
+            Some((1, false, Some(json!(1)))),
+            Some((2, true, None)),
+            None,
+            None,
+        ]
+    );
+}
+
 macro_rules! single_threaded_suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -574,4 +634,5 @@ single_threaded_suite!(
     a_batch_keeps_each_outcome,
     a_failing_write_fails_alone,
     appends_in_a_group_keep_each_outcome,
+    gets_in_a_group_each_find_their_key,
 );
