@@ -20,6 +20,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use std::future::Future;
+
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
@@ -69,6 +72,22 @@ impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
             max: max.max(1),
             flush,
         }
+    }
+
+    /// Batches of at most `max` jobs, each flushed by `flush` on a clone of
+    /// `store` as it is now, before this group is part of it: the flusher
+    /// writes on the plain path.
+    pub(super) fn on<S, F, Fut>(store: &S, max: usize, flush: F) -> Self
+    where
+        S: Clone + Send + Sync + 'static,
+        F: Fn(S, Tenant, Vec<J>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<Result<R>>> + Send + 'static,
+    {
+        let store = store.clone();
+        Group::new(
+            max,
+            Arc::new(move |tenant, jobs| flush(store.clone(), tenant, jobs).boxed()),
+        )
     }
 
     /// Jobs waiting for the commit in flight to finish (not those in it).
@@ -179,8 +198,6 @@ async fn drain<J: Send + 'static, R: Send + 'static>(group: Group<J, R>, tenant:
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use futures::FutureExt;
 
     use super::*;
 

@@ -36,7 +36,6 @@ use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
 use crate::memory::{Entry, Key, Scope};
 use crate::ports::{Database, Feed, Feeds};
-use futures::FutureExt;
 use pool::{Lease, Pool};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -179,29 +178,21 @@ impl PgStore {
             gets: None,
         };
         if options.group_commit_max > 1 {
-            let writer = store.clone();
-            store.writes = Some(Group::new(
-                options.group_commit_max,
-                Arc::new(move |tenant, jobs| {
-                    let writer = writer.clone();
-                    async move { writer.write_group(&tenant, jobs).await }.boxed()
-                }),
+            let max = options.group_commit_max;
+            store.writes = Some(Group::on(
+                &store,
+                max,
+                |store: Self, tenant, jobs| async move { store.write_group(&tenant, jobs).await },
             ));
-            let reader = store.clone();
-            store.gets = Some(Group::new(
-                options.group_commit_max,
-                Arc::new(move |tenant, keys| {
-                    let reader = reader.clone();
-                    async move { reader.current_group(&tenant, keys).await }.boxed()
-                }),
+            store.gets = Some(Group::on(
+                &store,
+                max,
+                |store: Self, tenant, keys| async move { store.current_group(&tenant, keys).await },
             ));
-            let writer = store.clone();
-            store.appends = Some(Group::new(
-                options.group_commit_max,
-                Arc::new(move |tenant, jobs| {
-                    let writer = writer.clone();
-                    async move { writer.append_group(&tenant, jobs).await }.boxed()
-                }),
+            store.appends = Some(Group::on(
+                &store,
+                max,
+                |store: Self, tenant, jobs| async move { store.append_group(&tenant, jobs).await },
             ));
         }
         Ok(store)

@@ -12,7 +12,6 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use futures::FutureExt;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::watch;
@@ -131,21 +130,16 @@ impl SqliteStore {
             appends: None,
         };
         if options.group_commit_max > 1 {
-            let writer = store.clone();
-            store.writes = Some(Group::new(
-                options.group_commit_max,
-                Arc::new(move |tenant, jobs| {
-                    let writer = writer.clone();
-                    async move { writer.write_group(&tenant, jobs).await }.boxed()
-                }),
+            let max = options.group_commit_max;
+            store.writes = Some(Group::on(
+                &store,
+                max,
+                |store: Self, tenant, jobs| async move { store.write_group(&tenant, jobs).await },
             ));
-            let writer = store.clone();
-            store.appends = Some(Group::new(
-                options.group_commit_max,
-                Arc::new(move |tenant, jobs| {
-                    let writer = writer.clone();
-                    async move { writer.append_group(&tenant, jobs).await }.boxed()
-                }),
+            store.appends = Some(Group::on(
+                &store,
+                max,
+                |store: Self, tenant, jobs| async move { store.append_group(&tenant, jobs).await },
             ));
         }
         Ok(store)
