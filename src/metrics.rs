@@ -56,6 +56,26 @@ impl Histogram {
     }
 }
 
+/// What kind of calls a group holds (see `store::group`).
+#[derive(Debug, Clone, Copy)]
+pub enum Grouped {
+    Write = 0,
+    Append = 1,
+    Get = 2,
+}
+
+impl Grouped {
+    const ALL: [Grouped; 3] = [Grouped::Write, Grouped::Append, Grouped::Get];
+
+    fn label(self) -> &'static str {
+        match self {
+            Grouped::Write => "write",
+            Grouped::Append => "append",
+            Grouped::Get => "get",
+        }
+    }
+}
+
 /// What one scheduler look at a rule came to.
 #[derive(Debug, Clone, Copy)]
 pub enum RunOutcome {
@@ -147,8 +167,9 @@ pub struct Registry {
     scheduler: Mutex<BTreeMap<&'static str, u64>>,
     embedded: AtomicU64,
     embedder_failures: AtomicU64,
-    group_commits: AtomicU64,
-    group_committed: AtomicU64,
+    /// Groups run and calls in them, by [`Grouped`].
+    groups: [AtomicU64; 3],
+    grouped: [AtomicU64; 3],
 }
 
 /// A poisoned lock only means a panic elsewhere mid-update of a counter;
@@ -213,11 +234,10 @@ impl Registry {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// A group commit of `writes` writes (see `store::group`).
-    pub fn group_commit(&self, writes: usize) {
-        self.group_commits.fetch_add(1, Ordering::Relaxed);
-        self.group_committed
-            .fetch_add(writes as u64, Ordering::Relaxed);
+    /// A group of `calls` calls run together (see `store::group`).
+    pub fn group(&self, kind: Grouped, calls: usize) {
+        self.groups[kind as usize].fetch_add(1, Ordering::Relaxed);
+        self.grouped[kind as usize].fetch_add(calls as u64, Ordering::Relaxed);
     }
 
     /// Items the embedding worker stored vectors for.
@@ -293,15 +313,11 @@ impl Registry {
         let _ = writeln!(out, "engram_db_pool_max_connections {}", pool.max);
         header(
             &mut out,
-            "engram_group_commit_queued_writes",
+            "engram_group_queued_calls",
             "gauge",
-            "Writes waiting for the commit in flight to finish, to commit together in the next.",
+            "Calls waiting for the group in flight to finish, to run together in the next.",
         );
-        let _ = writeln!(
-            out,
-            "engram_group_commit_queued_writes {}",
-            pool.queued_writes
-        );
+        let _ = writeln!(out, "engram_group_queued_calls {}", pool.queued_writes);
         header(
             &mut out,
             "engram_evictions_total",
@@ -317,27 +333,33 @@ impl Registry {
         );
         header(
             &mut out,
-            "engram_group_commits_total",
+            "engram_groups_total",
             "counter",
-            "Transactions the write batcher committed; engram_group_committed_writes_total \
-             over this is the mean batch.",
+            "Groups of concurrent calls run as one transaction (write, append) or one \
+             statement (get); engram_grouped_calls_total over this is the mean group.",
         );
-        let _ = writeln!(
-            out,
-            "engram_group_commits_total {}",
-            self.group_commits.load(Ordering::Relaxed)
-        );
+        for kind in Grouped::ALL {
+            let _ = writeln!(
+                out,
+                "engram_groups_total{{kind=\"{}\"}} {}",
+                kind.label(),
+                self.groups[kind as usize].load(Ordering::Relaxed)
+            );
+        }
         header(
             &mut out,
-            "engram_group_committed_writes_total",
+            "engram_grouped_calls_total",
             "counter",
-            "Writes committed by the write batcher.",
+            "Calls run in groups, by kind.",
         );
-        let _ = writeln!(
-            out,
-            "engram_group_committed_writes_total {}",
-            self.group_committed.load(Ordering::Relaxed)
-        );
+        for kind in Grouped::ALL {
+            let _ = writeln!(
+                out,
+                "engram_grouped_calls_total{{kind=\"{}\"}} {}",
+                kind.label(),
+                self.grouped[kind as usize].load(Ordering::Relaxed)
+            );
+        }
         header(
             &mut out,
             "engram_scheduler_runs_total",
@@ -454,6 +476,7 @@ mod tests {
         registry.stream_delta("/m/S", 1);
         registry.evicted(Evicted::Episodes, 4);
         registry.scheduler_run(RunOutcome::Busy);
+        registry.group(Grouped::Append, 5);
         let text = registry.render(PoolStatus {
             open: 5,
             idle: 2,
@@ -461,7 +484,9 @@ mod tests {
             queued_writes: 3,
         });
         for line in [
-            "engram_group_commit_queued_writes 3",
+            "engram_group_queued_calls 3",
+            "engram_groups_total{kind=\"append\"} 1",
+            "engram_grouped_calls_total{kind=\"append\"} 5",
             "engram_rpc_total{method=\"/m/A\",code=\"OK\"} 2",
             "engram_rpc_total{method=\"/m/A\",code=\"NOT_FOUND\"} 1",
             "engram_rpc_duration_seconds_bucket{method=\"/m/A\",le=\"0.0005\"} 1",

@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::metrics::Grouped;
 
 /// Commits a batch of jobs of one tenant, one result per job, in order.
 pub(super) type Flush<J, R> =
@@ -46,6 +47,7 @@ pub(super) struct Group<J, R> {
     queues: Queues<J, R>,
     max: usize,
     flush: Flush<J, R>,
+    kind: Grouped,
 }
 
 impl<J, R> std::fmt::Debug for Group<J, R> {
@@ -60,24 +62,26 @@ impl<J, R> Clone for Group<J, R> {
             queues: self.queues.clone(),
             max: self.max,
             flush: self.flush.clone(),
+            kind: self.kind,
         }
     }
 }
 
 impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
     /// Batches of at most `max` jobs (at least one).
-    pub(super) fn new(max: usize, flush: Flush<J, R>) -> Self {
+    pub(super) fn new(kind: Grouped, max: usize, flush: Flush<J, R>) -> Self {
         Group {
             queues: Arc::default(),
             max: max.max(1),
             flush,
+            kind,
         }
     }
 
     /// Batches of at most `max` jobs, each flushed by `flush` on a clone of
     /// `store` as it is now, before this group is part of it: the flusher
     /// writes on the plain path.
-    pub(super) fn on<S, F, Fut>(store: &S, max: usize, flush: F) -> Self
+    pub(super) fn on<S, F, Fut>(kind: Grouped, store: &S, max: usize, flush: F) -> Self
     where
         S: Clone + Send + Sync + 'static,
         F: Fn(S, Tenant, Vec<J>) -> Fut + Send + Sync + 'static,
@@ -85,6 +89,7 @@ impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
     {
         let store = store.clone();
         Group::new(
+            kind,
             max,
             Arc::new(move |tenant, jobs| flush(store.clone(), tenant, jobs).boxed()),
         )
@@ -182,7 +187,7 @@ async fn drain<J: Send + 'static, R: Send + 'static>(group: Group<J, R>, tenant:
             queue.drain(..n).collect()
         };
         let (jobs, dones): (Vec<J>, Vec<_>) = batch.into_iter().map(|w| (w.job, w.done)).unzip();
-        crate::metrics::global().group_commit(jobs.len());
+        crate::metrics::global().group(group.kind, jobs.len());
         let outcomes = (group.flush)(tenant.clone(), jobs).await;
         let mut outcomes = outcomes.into_iter();
         for done in dones {
@@ -231,7 +236,7 @@ mod tests {
                 .boxed()
             })
         };
-        let group = Group::new(3, flush);
+        let group = Group::new(Grouped::Write, 3, flush);
         let tenant = Tenant::new("t");
         let first = tokio::spawn({
             let (group, tenant) = (group.clone(), tenant.clone());

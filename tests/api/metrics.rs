@@ -157,6 +157,13 @@ async fn counters_move_with_traffic(backend: Backend) {
     assert!(grew(GRPC_WATCH_STARTED) >= 1.0, "the watch started");
     assert!(sample(&after, WATCHES) >= 1.0, "the open watch is live");
     assert!(grew(EPISODES_EVICTED) >= 2.0, "4 appends over a limit of 2");
+    // Every write goes through group commit, alone when nothing else waits.
+    for (kind, calls) in [("write", 5.0), ("append", 4.0)] {
+        let grouped = format!("engram_grouped_calls_total{{kind=\"{kind}\"}}");
+        let groups = format!("engram_groups_total{{kind=\"{kind}\"}}");
+        assert!(grew(&grouped) >= calls, "{kind}: {}", grew(&grouped));
+        assert!(grew(&groups) >= 1.0, "{kind} groups: {}", grew(&groups));
+    }
 
     // The scheduler runs the rule in the background: poll until it has.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
 use crate::memory::{Entry, Key, Scope};
+use crate::metrics::Grouped;
 use crate::ports::{Database, Feed, Feeds};
 use pool::{Lease, Pool};
 
@@ -180,16 +181,19 @@ impl PgStore {
         if options.group_commit_max > 1 {
             let max = options.group_commit_max;
             store.writes = Some(Group::on(
+                Grouped::Write,
                 &store,
                 max,
                 |store: Self, tenant, jobs| async move { store.write_group(&tenant, jobs).await },
             ));
             store.gets = Some(Group::on(
+                Grouped::Get,
                 &store,
                 max,
                 |store: Self, tenant, keys| async move { store.current_group(&tenant, keys).await },
             ));
             store.appends = Some(Group::on(
+                Grouped::Append,
                 &store,
                 max,
                 |store: Self, tenant, jobs| async move { store.append_group(&tenant, jobs).await },

@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
 use crate::memory::{ChangeKind, Entry, Key, Scope};
+use crate::metrics::Grouped;
 use crate::ports::{Database, Feed, Feeds};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -132,11 +133,13 @@ impl SqliteStore {
         if options.group_commit_max > 1 {
             let max = options.group_commit_max;
             store.writes = Some(Group::on(
+                Grouped::Write,
                 &store,
                 max,
                 |store: Self, tenant, jobs| async move { store.write_group(&tenant, jobs).await },
             ));
             store.appends = Some(Group::on(
+                Grouped::Append,
                 &store,
                 max,
                 |store: Self, tenant, jobs| async move { store.append_group(&tenant, jobs).await },
