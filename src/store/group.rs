@@ -15,12 +15,14 @@
 //! when a statement fails (not a refusal, an error) they roll the batch back
 //! and run its writes one by one, so the error reaches only its own call.
 //!
+//! Reads use the same queue where one statement can answer many: on
+//! Postgres, concurrent `Get`s of a tenant are read by one statement.
+//!
 //! Written by hand: this is a queue, a map and a task, not a dependency.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
