@@ -27,6 +27,20 @@ pub(super) fn csrf_token(console: &Console, headers: &HeaderMap) -> String {
     crate::auth::hash_token(&format!("engram-console-csrf:{secret}"))
 }
 
+/// The connection an action posted by this visitor runs on, or the page
+/// that refuses it: no visitor, or a post that is not from this console.
+fn poster(
+    console: &Console,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<super::Conn, Box<Response>> {
+    let conn = console.visitor(headers)?.conn;
+    match forged(console, headers, csrf) {
+        Some(refusal) => Err(Box::new(refusal)),
+        None => Ok(conn),
+    }
+}
+
 /// Refuses a post that is not from this console: a wrong or missing
 /// anti-forgery token, or another site's `Origin`.
 fn forged(console: &Console, headers: &HeaderMap, csrf: &str) -> Option<Response> {
@@ -75,13 +89,10 @@ pub async fn purge(
     headers: HeaderMap,
     axum::Form(form): axum::Form<PurgeForm>,
 ) -> Response {
-    let conn = match console.visitor(&headers) {
-        Ok(visitor) => visitor.conn,
-        Err(page) => return *page,
+    let conn = match poster(&console, &headers, &form.csrf) {
+        Ok(conn) => conn,
+        Err(refusal) => return *refusal,
     };
-    if let Some(refusal) = forged(&console, &headers, &form.csrf) {
-        return refusal;
-    }
     let confirmed = form.confirm.as_deref() == Some("yes");
     let include_deleted = form.include_deleted.is_some();
     let done = match MemoryAdminServiceClient::new(conn)
@@ -154,13 +165,10 @@ pub async fn delete_session(
     headers: HeaderMap,
     axum::Form(form): axum::Form<DeleteSessionForm>,
 ) -> Response {
-    let conn = match console.visitor(&headers) {
-        Ok(visitor) => visitor.conn,
-        Err(page) => return *page,
+    let conn = match poster(&console, &headers, &form.csrf) {
+        Ok(conn) => conn,
+        Err(refusal) => return *refusal,
     };
-    if let Some(refusal) = forged(&console, &headers, &form.csrf) {
-        return refusal;
-    }
     match SessionServiceClient::new(conn)
         .delete_session(proto::DeleteSessionRequest {
             session_id: form.id,

@@ -839,8 +839,9 @@ pub async fn facts(
     )
 }
 
+/// A page about one thing named by its id.
 #[derive(Deserialize)]
-pub struct FactQuery {
+pub struct IdQuery {
     id: String,
 }
 
@@ -848,7 +849,7 @@ pub struct FactQuery {
 pub async fn fact(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<FactQuery>,
+    Query(query): Query<IdQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let got = call!(
@@ -889,16 +890,11 @@ pub async fn fact(
     )
 }
 
-#[derive(Deserialize)]
-pub struct EpisodeQuery {
-    id: String,
-}
-
 /// One episode, whole: where a fact's lineage leads.
 pub async fn episode(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<EpisodeQuery>,
+    Query(query): Query<IdQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let got = call!(

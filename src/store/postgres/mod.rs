@@ -13,6 +13,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Executor, Postgres, Row};
 use tokio::sync::{OnceCell, watch};
@@ -299,6 +301,14 @@ const CURRENT_ANY: &str = concat!(
        AND v.scope = h.scope AND v.key = h.key AND v.version = h.version"
 );
 
+/// Runs one job of a group in the group's open transaction.
+pub(super) type InGroup<J, R> =
+    for<'c> fn(&'c mut Lease, &'c Tenant, &'c J) -> BoxFuture<'c, Result<R>>;
+
+/// Runs one job of a group in a transaction of its own.
+pub(super) type Alone<J, R> =
+    for<'c> fn(&'c PgStore, &'c Tenant, &'c J) -> BoxFuture<'c, Result<R>>;
+
 impl PgStore {
     async fn current_alone(
         &self,
@@ -379,29 +389,39 @@ impl PgStore {
         Ok(written)
     }
 
-    /// A batch of writes in one transaction (see `store::group`), each
-    /// with its own outcome.
-    async fn write_group(&self, tenant: &Tenant, jobs: Vec<OwnedWrite>) -> Vec<Result<Written>> {
+    /// A group's jobs in one transaction (see `store::group`), taking
+    /// their rows' locks in `order` (every group takes them in the same
+    /// order, so two replicas' groups cannot deadlock), committed once. A
+    /// group of one runs `alone`, on the plain path. A failed statement
+    /// rolls the group back and runs each job `alone`, so the error reaches
+    /// its own call only; a failed commit leaves every outcome unknown.
+    pub(super) async fn run_group<J: Sync, R: Send>(
+        &self,
+        tenant: &Tenant,
+        jobs: Vec<J>,
+        order: Vec<usize>,
+        in_group: InGroup<J, R>,
+        alone: Alone<J, R>,
+    ) -> Vec<Result<R>> {
         if let [job] = &jobs[..] {
-            return vec![self.write_alone(tenant, &job.write()).await];
+            return vec![alone(self, tenant, job).await];
         }
         let mut tx = match self.scoped(tenant).await {
             Ok(tx) => tx,
             Err(err) => return commit_failed(&err, jobs.len()),
         };
-        let mut outcomes: Vec<Option<Written>> = jobs.iter().map(|_| None).collect();
-        for at in lock_ordered(&jobs) {
-            match Self::write_one_in(&mut tx, tenant, &jobs[at].write()).await {
-                Ok(written) => outcomes[at] = Some(written),
+        let mut outcomes: Vec<Option<R>> = jobs.iter().map(|_| None).collect();
+        for at in order {
+            match in_group(&mut tx, tenant, &jobs[at]).await {
+                Ok(outcome) => outcomes[at] = Some(outcome),
                 Err(_) => {
-                    // Rolled back as the lease goes; each on its own now,
-                    // so the error reaches its own call only.
+                    // Rolled back as the lease goes.
                     drop(tx);
-                    let mut alone = Vec::with_capacity(jobs.len());
+                    let mut each = Vec::with_capacity(jobs.len());
                     for job in &jobs {
-                        alone.push(self.write_alone(tenant, &job.write()).await);
+                        each.push(alone(self, tenant, job).await);
                     }
-                    return alone;
+                    return each;
                 }
             }
         }
@@ -410,8 +430,25 @@ impl PgStore {
         }
         outcomes
             .into_iter()
-            .map(|o| o.ok_or_else(|| Error::internal("a grouped write without an outcome")))
+            .map(|o| o.ok_or_else(|| Error::internal("a grouped job without an outcome")))
             .collect()
+    }
+
+    /// Writes in one transaction (see [`Self::run_group`]).
+    async fn write_group(&self, tenant: &Tenant, jobs: Vec<OwnedWrite>) -> Vec<Result<Written>> {
+        let order = lock_ordered(&jobs);
+        self.run_group(
+            tenant,
+            jobs,
+            order,
+            |tx, tenant, job| {
+                async move { Self::write_one_in(tx, tenant, &job.write()).await }.boxed()
+            },
+            |store, tenant, job| {
+                async move { store.write_alone(tenant, &job.write()).await }.boxed()
+            },
+        )
+        .await
     }
 
     /// One write in the open transaction or session `conn`. With a request

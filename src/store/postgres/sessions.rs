@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use futures::FutureExt;
 use sqlx::Row;
 
 use super::PgStore;
@@ -20,7 +21,6 @@ use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended};
 use crate::sessions::{NewEpisode, Session};
-use crate::store::group::commit_failed;
 use crate::store::sessions::{
     AppendEpisodes, episode_ids, filled, insert_session_in, missing_session, session_in, sort_out,
     stored_episodes,
@@ -164,46 +164,23 @@ impl PgStore {
         }
     }
 
-    /// Appends of several sessions in one transaction (see
-    /// `store::group`), each with its own outcome.
+    /// Appends' writes in one transaction (see [`PgStore::run_group`]),
+    /// each with its own outcome; sessions' rows are locked in id order.
     pub(super) async fn append_group(
         &self,
         tenant: &Tenant,
         writes: Vec<AppendWrite>,
     ) -> Vec<Result<Option<Inserted>>> {
-        if let [write] = &writes[..] {
-            return vec![self.append_alone(tenant, write).await];
-        }
-        let mut tx = match self.scoped(tenant).await {
-            Ok(tx) => tx,
-            Err(err) => return commit_failed(&err, writes.len()),
-        };
-        // Sessions' rows are locked in one order by every group.
         let mut order: Vec<usize> = (0..writes.len()).collect();
         order.sort_by(|&a, &b| writes[a].session.id.cmp(&writes[b].session.id));
-        let mut outcomes: Vec<Option<Option<Inserted>>> = writes.iter().map(|_| None).collect();
-        for at in order {
-            match append_in(&mut tx, tenant, &writes[at]).await {
-                Ok(inserted) => outcomes[at] = Some(inserted),
-                Err(_) => {
-                    // Rolled back as the lease goes; each on its own now,
-                    // so the error (a taken id) reaches its own call only.
-                    drop(tx);
-                    let mut alone = Vec::with_capacity(writes.len());
-                    for write in &writes {
-                        alone.push(self.append_alone(tenant, write).await);
-                    }
-                    return alone;
-                }
-            }
-        }
-        if let Err(err) = tx.commit().await {
-            return commit_failed(&err, writes.len());
-        }
-        outcomes
-            .into_iter()
-            .map(|o| o.ok_or_else(|| Error::internal("a grouped append without an outcome")))
-            .collect()
+        self.run_group(
+            tenant,
+            writes,
+            order,
+            |tx, tenant, write| async move { Ok(append_in(tx, tenant, write).await?) }.boxed(),
+            |store, tenant, write| store.append_alone(tenant, write).boxed(),
+        )
+        .await
     }
 }
 

@@ -12,6 +12,8 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::watch;
@@ -22,8 +24,8 @@ mod sessions;
 
 use super::group::{Group, commit_failed};
 use super::memory::{
-    AuditWrite, MemoryWrites, OwnedWrite, current_in, fence_moved, head_in, lock_ordered,
-    purge_params, purge_victim, purged_row, version_in,
+    AuditWrite, MemoryWrites, OwnedWrite, current_in, fence_moved, head_in, purge_params,
+    purge_victim, purged_row, version_in,
 };
 use super::past;
 use super::sql::{Cols, Run, Sql, params};
@@ -342,32 +344,43 @@ static PURGE_HEADS: Sql = Sql::new(
      AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)",
 );
 
+/// Runs one job of a group in the writer's open transaction: its outcome
+/// and the feed position it took (0: none).
+pub(super) type RunOne<J, R> =
+    for<'c> fn(&'c mut SqliteConnection, &'c Tenant, &'c J) -> BoxFuture<'c, Result<(R, i64)>>;
+
 impl SqliteStore {
-    /// Writes in one transaction on the single writer, each with its own
-    /// outcome (see `store::group`); one write is the same transaction
-    /// with one write in it.
-    async fn write_group(&self, tenant: &Tenant, jobs: Vec<OwnedWrite>) -> Vec<Result<Written>> {
+    /// A group's jobs in one transaction on the single writer, in the
+    /// order they came (one writer has no locks to order), committed once
+    /// and announced on `feed`; `run` runs one job and says which position
+    /// of the feed it took (0: none). A failed statement rolls the group
+    /// back and runs each job in a transaction of its own, so the error
+    /// reaches its own call only.
+    pub(super) async fn run_group<J: Sync, R: Send>(
+        &self,
+        tenant: &Tenant,
+        feed: Feed,
+        jobs: Vec<J>,
+        run: RunOne<J, R>,
+    ) -> Vec<Result<R>> {
         let grouped = async {
             let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-            let mut outcomes: Vec<Option<Written>> = jobs.iter().map(|_| None).collect();
-            let mut newest = None;
-            for at in lock_ordered(&jobs) {
-                let (written, revision) =
-                    Self::write_one_in(&mut tx, tenant, &jobs[at].write()).await?;
-                outcomes[at] = Some(written);
-                newest = newest.max(revision);
+            let mut outcomes = Vec::with_capacity(jobs.len());
+            let mut newest = 0;
+            for job in &jobs {
+                let (outcome, position) = run(&mut tx, tenant, job).await?;
+                newest = newest.max(position);
+                outcomes.push(Ok(outcome));
             }
             Ok::<_, Error>((tx, outcomes, newest))
         };
         let (tx, outcomes, newest) = match grouped.await {
             Ok(done) => done,
-            // Rolled back as the transaction goes; each on its own now, so
-            // an error reaches its own call only.
             Err(err) if jobs.len() == 1 => return vec![Err(err)],
             Err(_) => {
                 let mut alone = Vec::with_capacity(jobs.len());
                 for job in jobs {
-                    alone.extend(Box::pin(self.write_group(tenant, vec![job])).await);
+                    alone.extend(Box::pin(self.run_group(tenant, feed, vec![job], run)).await);
                 }
                 return alone;
             }
@@ -375,13 +388,20 @@ impl SqliteStore {
         if let Err(err) = tx.commit().await {
             return commit_failed(&err.into(), jobs.len());
         }
-        if let Some(revision) = newest {
-            self.committed(revision);
-        }
+        self.advance(feed, newest);
         outcomes
-            .into_iter()
-            .map(|o| o.ok_or_else(|| Error::internal("a grouped write without an outcome")))
-            .collect()
+    }
+
+    /// Writes in one transaction (see [`Self::run_group`]).
+    async fn write_group(&self, tenant: &Tenant, jobs: Vec<OwnedWrite>) -> Vec<Result<Written>> {
+        self.run_group(tenant, Feed::Changes, jobs, |conn, tenant, job| {
+            async move {
+                let (written, revision) = Self::write_one_in(conn, tenant, &job.write()).await?;
+                Ok((written, revision.unwrap_or(0)))
+            }
+            .boxed()
+        })
+        .await
     }
 
     /// One write in the writer's open transaction, and the revision it

@@ -3,6 +3,7 @@
 //! change it, and cursors (the episodes' rowid) commit in order: the
 //! newest committed cursor is the horizon.
 
+use futures::FutureExt;
 use sqlx::SqliteConnection;
 
 use super::SqliteStore;
@@ -10,7 +11,6 @@ use crate::context::Tenant;
 use crate::error::Result;
 use crate::ports::Feed;
 use crate::sessions::ports::{Append, Appended};
-use crate::store::group::commit_failed;
 use crate::store::sessions::{
     AppendEpisodes, OwnedAppend, episode_ids, filled, insert_session_in, missing_session,
     session_in, sort_out, stored_episodes,
@@ -52,48 +52,26 @@ impl AppendEpisodes for SqliteStore {
 
 impl SqliteStore {
     /// Appends in one transaction on the single writer (see
-    /// `store::group`), each with its own outcome. Each runs inside a
-    /// savepoint, so one that is refused leaves nothing behind (not the
-    /// session it created).
+    /// [`SqliteStore::run_group`]), each inside a savepoint, so one that is
+    /// refused leaves nothing behind (not the session it created).
     pub(super) async fn append_group(
         &self,
         tenant: &Tenant,
         jobs: Vec<OwnedAppend>,
     ) -> Vec<Result<Appended>> {
-        let grouped = async {
-            let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-            let mut outcomes = Vec::with_capacity(jobs.len());
-            let mut newest = 0;
-            for job in &jobs {
+        self.run_group(tenant, Feed::Episodes, jobs, |tx, tenant, job| {
+            async move {
                 tx.exec(&SAVEPOINT, params![]).await?;
-                let (appended, cursor) = append_in(&mut tx, tenant, &job.append()).await?;
+                let (appended, cursor) = append_in(tx, tenant, &job.append()).await?;
                 if !matches!(appended, Appended::Stored(_)) {
                     tx.exec(&ROLLBACK_TO, params![]).await?;
                 }
                 tx.exec(&RELEASE, params![]).await?;
-                newest = newest.max(cursor);
-                outcomes.push(Ok(appended));
+                Ok((appended, cursor))
             }
-            Ok::<_, crate::error::Error>((tx, outcomes, newest))
-        };
-        let (tx, outcomes, newest) = match grouped.await {
-            Ok(done) => done,
-            Err(err) if jobs.len() == 1 => return vec![Err(err)],
-            // Rolled back as the transaction goes; each on its own now, so
-            // an error reaches its own call only.
-            Err(_) => {
-                let mut alone = Vec::with_capacity(jobs.len());
-                for job in jobs {
-                    alone.extend(Box::pin(self.append_group(tenant, vec![job])).await);
-                }
-                return alone;
-            }
-        };
-        if let Err(err) = tx.commit().await {
-            return commit_failed(&err.into(), jobs.len());
-        }
-        self.advance(Feed::Episodes, newest);
-        outcomes
+            .boxed()
+        })
+        .await
     }
 }
 
