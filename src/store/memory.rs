@@ -438,6 +438,12 @@ impl OwnedWrite {
         }
     }
 
+    /// An unconditional set without a request id: it always stores, so
+    /// several of distinct keys can share one statement.
+    pub(super) fn is_plain_set(&self) -> bool {
+        self.value.is_some() && self.expected_version.is_none() && self.request.is_none()
+    }
+
     /// The order a batch takes its keys' row locks in: every batch the
     /// same, so two batches (of two replicas) cannot deadlock each other.
     pub(super) fn lock_order(&self) -> (i16, &str, &str) {

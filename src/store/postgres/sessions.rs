@@ -176,8 +176,17 @@ impl PgStore {
         self.run_group(
             tenant,
             writes,
-            order,
-            |tx, tenant, write| async move { Ok(append_in(tx, tenant, write).await?) }.boxed(),
+            order.into_iter().map(|at| vec![at]).collect(),
+            |tx, tenant, step| {
+                async move {
+                    let mut done = Vec::with_capacity(step.len());
+                    for write in step {
+                        done.push(append_in(tx, tenant, write).await?);
+                    }
+                    Ok(done)
+                }
+                .boxed()
+            },
             |store, tenant, write| store.append_alone(tenant, write).boxed(),
         )
         .await

@@ -200,6 +200,102 @@ async fn a_batch_keeps_each_outcome<S: Store>(store: S, db: &TestDb) {
     }
 }
 
+/// Plain sets of distinct keys next to each other in lock order share
+/// one statement on Postgres; a key set twice, or a conditional write
+/// between them, splits the run. Every write still gets its own dense
+/// version, its value at that version, and its own change in the feed.
+async fn plain_sets_share_a_statement<S: Store>(store: S, _db: &TestDb) {
+    let tenant = Tenant::new("g");
+    let before = all_at_once(&store, &tenant, &[set("m2", 0), set("m2", 0)]).await;
+    assert_eq!(
+        before.iter().map(stored).collect::<Vec<_>>(),
+        [Some(1), Some(2)]
+    );
+    let outcomes = all_at_once(
+        &store,
+        &tenant,
+        &[
+            set("m3", 31),
+            set("m1", 11),
+            set("m2", 21),
+            set("m3", 32).expecting(1),
+            set("m2", 22),
+            set("m4", 41),
+            set("m5", 51).expecting(0),
+            set("m6", 61),
+        ],
+    )
+    .await;
+    assert_eq!(
+        outcomes.iter().map(stored).collect::<Vec<_>>(),
+        [
+            Some(1),
+            Some(1),
+            Some(3),
+            Some(2),
+            Some(4),
+            Some(1),
+            Some(1),
+            Some(1)
+        ],
+        "each write its own version, a key's writes in the batch's order"
+    );
+    let batch = scope(ScopeType::Namespace, "batch");
+    for (name, expected) in [
+        ("m1", vec![(1, 11)]),
+        ("m2", vec![(1, 0), (2, 0), (3, 21), (4, 22)]),
+        ("m3", vec![(1, 31), (2, 32)]),
+        ("m4", vec![(1, 41)]),
+        ("m6", vec![(1, 61)]),
+    ] {
+        let history = store
+            .history(&tenant, &batch, &key(name), 1, 10)
+            .await
+            .expect("history");
+        assert_eq!(
+            history
+                .iter()
+                .map(|e| (e.version, e.value.as_ref().map(|v| v.json().clone())))
+                .collect::<Vec<_>>(),
+            expected
+                .iter()
+                .map(|(v, n)| (*v, Some(json!(n))))
+                .collect::<Vec<_>>(),
+            "{name}: each value at its version"
+        );
+    }
+    let changes = store
+        .changes(&tenant, &batch, &Default::default(), 0, i64::MAX, 100)
+        .await
+        .expect("changes");
+    let mut seen: Vec<(String, i64)> = changes
+        .iter()
+        .map(|c| (c.key.as_str().to_owned(), c.version))
+        .collect();
+    assert!(
+        changes.windows(2).all(|w| w[0].revision < w[1].revision),
+        "revisions increase"
+    );
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("m1", 1),
+            ("m2", 1),
+            ("m2", 2),
+            ("m2", 3),
+            ("m2", 4),
+            ("m3", 1),
+            ("m3", 2),
+            ("m4", 1),
+            ("m5", 1),
+            ("m6", 1)
+        ]
+        .map(|(k, v)| (k.to_owned(), v)),
+        "one change per stored write"
+    );
+}
+
 /// A write the database itself refuses (a trigger stands in for any
 /// statement error) fails alone: the batch is rolled back and its writes
 /// run one by one, so the others are stored once each.
@@ -636,6 +732,7 @@ macro_rules! single_threaded_suite {
 single_threaded_suite!(
     a_batch_keeps_each_outcome,
     a_failing_write_fails_alone,
+    plain_sets_share_a_statement,
     appends_in_a_group_keep_each_outcome,
     gets_in_a_group_each_find_their_key,
 );
