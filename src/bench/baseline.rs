@@ -217,23 +217,14 @@ fn pgbench_script(workload: Workload) -> String {
                 ],
             )
         ),
-        // The statements of PgStore::try_append for one new episode: read
-        // the session, look for the id, bump the counter and insert.
+        // The statement of an append of one new episode to a live session
+        // (PgStore's blind first try): bump the counter and insert.
         _ => {
             let content = format!("\"{}\"", super::workloads::text(&mut Rng::new(11), 1024));
             let session = "('bench-raw-' || :client_id)";
             let id = "('raw-' || :client_id || '-' || :r)";
             format!(
-                "\\set r random(1, 9000000000000000000)\n\
-                 {};\n{};\n{};\n",
-                substitute(
-                    pg_statements::session_sql(),
-                    &[(1, "'default'"), (2, session)]
-                ),
-                substitute(
-                    pg_statements::episodes_by_id_sql(),
-                    &[(1, "'default'"), (2, &format!("ARRAY[{id}]"))]
-                ),
+                "\\set r random(1, 9000000000000000000)\n{};\n",
                 substitute(
                     pg_statements::APPEND_SQL,
                     &[

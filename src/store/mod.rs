@@ -43,16 +43,6 @@ pub(crate) mod pg_statements {
     pub(crate) fn recent_sql(session: bool, agent: bool) -> &'static str {
         super::sessions::recent_sql(session, agent).postgres()
     }
-
-    /// An append's first statement: the session.
-    pub(crate) fn session_sql() -> &'static str {
-        super::sessions::SESSION.postgres()
-    }
-
-    /// An append's second statement: the ids already stored.
-    pub(crate) fn episodes_by_id_sql() -> &'static str {
-        super::sessions::EPISODES_BY_ID.postgres()
-    }
 }
 pub use sqlite::{SqliteStore, SqliteSynchronous};
 

@@ -33,16 +33,14 @@ macro_rules! session_columns {
     };
 }
 
-/// Reads one session. Parameters: $1 tenant, $2 id. (`engram bench` runs
-/// the same text through pgbench, as the first statement of an append.)
+/// Reads one session. Parameters: $1 tenant, $2 id.
 pub(super) static SESSION: Sql = select!(
     session_columns!(),
     " FROM sessions WHERE tenant = $1 AND id = $2"
 );
 
 /// Finds the stored episodes among an append's ids, with the fingerprints
-/// a replay is checked against. Parameters: $1 tenant, $2 ids. (Also run
-/// by `engram bench` as an append's second statement.)
+/// a replay is checked against. Parameters: $1 tenant, $2 ids.
 pub(super) static EPISODES_BY_ID: Sql = select!(
     episode_columns!(),
     ", fingerprint FROM episodes WHERE tenant = $1 AND id = ANY($2::text[])"

@@ -1,11 +1,18 @@
 //! The append on Postgres.
 //!
-//! An append reads the session and looks for its episode ids, then writes
-//! in one statement (`APPEND_SQL`): bumping the session's counter locks its
-//! row, which gives the transaction its id, and only then are the episodes
-//! inserted, their `seq` values taken from the counter and their cursors
-//! from an identity. So every cursor is taken by a transaction that already
-//! has an id, which is what the settled horizon of the tail needs (see
+//! An append is first tried blind, as one statement (`APPEND_SQL`) that
+//! checks what the reads would: the session is live and the caller's, and
+//! none of the ids is stored yet. That is every append of a running agent,
+//! and it costs one statement where reading first costs three. When the
+//! statement matches nothing (no session yet, someone else's, ended, a
+//! retried id) the append reads the session and its ids and writes again,
+//! so creating, refusing and replaying work as they always did.
+//!
+//! The write bumps the session's counter first, which locks its row and
+//! gives the transaction its id, and only then are the episodes inserted,
+//! their `seq` values taken from the counter and their cursors from an
+//! identity. So every cursor is taken by a transaction that already has an
+//! id, which is what the settled horizon of the tail needs (see
 //! `horizon_candidate`), and the transaction holds its id for one
 //! statement, which is how long a tail waits for it to settle.
 
@@ -20,10 +27,10 @@ use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended};
-use crate::sessions::{NewEpisode, Session};
+use crate::sessions::{Episode, NewEpisode, Session};
 use crate::store::sessions::{
-    AppendEpisodes, episode_ids, filled, insert_session_in, missing_session, session_in, sort_out,
-    stored_episodes,
+    AppendEpisodes, episode_ids, filled, insert_session_in, missing_session, session_in,
+    session_row, sort_out, stored_episodes,
 };
 
 /// How often an append is retried when a concurrent append to another
@@ -34,24 +41,32 @@ const APPEND_ATTEMPTS: usize = 3;
 /// locks its row and gives the transaction its id), then insert the
 /// episodes numbered from the counter, their cursors taken from an identity
 /// only as each row is inserted, after the update. The update matches only
-/// the live session of the owner that was read; no row means it changed
-/// since. Parameters: $1 tenant, $2 session, $3 count, $4 now, $5 app,
-/// $6 user, $7.. the episodes' columns as arrays. (`engram bench` runs the
-/// same text through pgbench.)
+/// a live session of the owner given (a part left NULL matches any) that
+/// holds none of the ids yet; no row means one of those does not hold.
+/// Parameters: $1 tenant, $2 session, $3 count, $4 now, $5 app or NULL,
+/// $6 user or NULL, $7.. the episodes' columns as arrays (a NULL agent is
+/// the session's app). Returns each episode's seq and cursor with the
+/// session as updated (its columns first). (`engram bench` runs the same text through pgbench.)
 pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
        UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
-       update_time = $4 WHERE tenant = $1 AND id = $2 AND app = $5 AND user_id = $6 \
-       AND end_time IS NULL RETURNING last_seq, episode_count), \
+       update_time = $4 WHERE tenant = $1 AND id = $2 AND ($5::text IS NULL OR app = $5) \
+       AND ($6::text IS NULL OR user_id = $6) AND end_time IS NULL \
+       AND NOT EXISTS (SELECT 1 FROM episodes WHERE tenant = $1 AND id = ANY($7::text[])) \
+       RETURNING id, app, user_id, metadata::text AS metadata, create_time, update_time, \
+       end_time, episode_count, last_seq, episodes_evicted), \
      inserted AS (\
        INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
        content, metadata, source_node, timestamp, create_time, fingerprint) \
-       SELECT $1, $2, b.last_seq - $3 + u.ord, u.id, $5, $6, u.agent, u.type, \
-       u.content::jsonb, u.metadata::jsonb, u.source_node, u.ts, $4, u.fp \
+       SELECT $1, $2, b.last_seq - $3 + u.ord, u.id, b.app, b.user_id, \
+       coalesce(u.agent, b.app), u.type, u.content::jsonb, u.metadata::jsonb, u.source_node, \
+       u.ts, $4, u.fp \
        FROM bumped b, unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
        $12::text[], $13::timestamptz[], $14::bytea[]) \
        WITH ORDINALITY AS u(id, agent, type, content, metadata, source_node, ts, fp, ord) \
        RETURNING seq, cursor) \
-     SELECT i.seq, i.cursor, b.last_seq, b.episode_count FROM inserted i, bumped b";
+     SELECT b.id, b.app, b.user_id, b.metadata, b.create_time, b.update_time, b.end_time, \
+       b.episode_count, b.last_seq, b.episodes_evicted, i.seq, i.cursor \
+     FROM inserted i, bumped b";
 
 /// Past the per-session limit, the oldest episodes go, counted on the
 /// session. Parameters: $1 tenant, $2 session, $3 the newest seq to go.
@@ -67,25 +82,46 @@ fn is_unique_violation(err: &sqlx::Error) -> bool {
 }
 
 /// An append's write, owning what it writes so it can wait in a group
-/// commit's queue (see `store::group`): the session as read, the episodes
-/// not stored yet.
+/// commit's queue (see `store::group`): the session and the owner it must
+/// have, the episodes not stored yet.
 pub(super) struct AppendWrite {
-    session: Session,
+    session_id: String,
+    app: Option<String>,
+    user: Option<String>,
     fresh: Vec<NewEpisode>,
     now: DateTime<Utc>,
     max_events: i64,
 }
 
-/// What an append's write stored: the session's newest seq and episode
-/// count after it, and the cursor of each new seq.
+/// What an append's write stored: the session after it, and the cursor of
+/// each new seq.
 pub(super) struct Inserted {
-    last_seq: i64,
+    session: Session,
     cursors: HashMap<i64, i64>,
 }
 
 impl PgStore {
-    /// One attempt at an append; `None` when a concurrent writer took one of
-    /// the ids (or the session id) first and the whole append should rerun.
+    /// The blind first try (see the module comment): `None` when the
+    /// statement matched nothing and the append must read first.
+    async fn try_blind(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Option<Appended>> {
+        let write = AppendWrite {
+            session_id: append.session_id.as_str().to_owned(),
+            app: append.owner.app.as_ref().map(|a| a.as_str().to_owned()),
+            user: append.owner.user.as_ref().map(|u| u.as_str().to_owned()),
+            fresh: append.episodes.to_vec(),
+            now: append.now,
+            max_events: append.max_events,
+        };
+        let Some(inserted) = self.write_append(tenant, write).await? else {
+            return Ok(None);
+        };
+        let slots = append.episodes.iter().map(|_| None).collect();
+        self.fill(append, slots, inserted).map(Some)
+    }
+
+    /// One attempt at an append after reading; `None` when a concurrent
+    /// writer took one of the ids (or the session id) first and the whole
+    /// append should rerun.
     async fn try_append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Option<Appended>> {
         // Reads first, each its own statement: the session, and which of
         // the ids are already stored (a retried append replays those).
@@ -114,7 +150,7 @@ impl PgStore {
         // The write may wait for a group commit: it must not hold a
         // connection the group needs meanwhile.
         drop(conn);
-        let (mut slots, fresh) = match sort_out(append.episodes, stored) {
+        let (slots, fresh) = match sort_out(append.episodes, stored) {
             Ok(sorted) => sorted,
             Err(id) => return Ok(Some(Appended::Conflict(id))),
         };
@@ -122,23 +158,42 @@ impl PgStore {
             return filled(slots).map(|done| Some(Appended::Stored(done)));
         }
         let write = AppendWrite {
+            session_id: session.id.clone(),
+            app: Some(session.app.clone()),
+            user: Some(session.user.clone()),
             fresh: fresh.into_iter().cloned().collect(),
-            session: session.clone(),
             now: append.now,
             max_events: append.max_events,
-        };
-        let n = write.fresh.len() as i64;
-        let inserted = match &self.appends {
-            Some(group) => group.submit(tenant, write).await?,
-            None => self.append_alone(tenant, &write).await?,
         };
         // Nothing: the session ended, went or changed hands since it was
         // read, or another append took one of the ids; the rerun reads
         // again and says which.
-        let Some(Inserted { last_seq, cursors }) = inserted else {
-            return Ok(None);
-        };
-        let mut seq = last_seq - n;
+        match self.write_append(tenant, write).await? {
+            Some(inserted) => self.fill(append, slots, inserted).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs an append's write, in a group commit when there is one.
+    async fn write_append(&self, tenant: &Tenant, write: AppendWrite) -> Result<Option<Inserted>> {
+        match &self.appends {
+            Some(group) => group.submit(tenant, write).await,
+            None => self.append_alone(tenant, &write).await,
+        }
+    }
+
+    /// The append's answer: the slots already replayed, and the episodes
+    /// the write numbered (the empty slots, in order, up to the session's
+    /// newest seq).
+    fn fill(
+        &self,
+        append: &Append<'_>,
+        mut slots: Vec<Option<(Episode, bool)>>,
+        inserted: Inserted,
+    ) -> Result<Appended> {
+        let Inserted { session, cursors } = inserted;
+        let n = slots.iter().filter(|slot| slot.is_none()).count() as i64;
+        let mut seq = session.last_seq - n;
         for (slot, new) in slots.iter_mut().zip(append.episodes) {
             if slot.is_some() {
                 continue;
@@ -149,7 +204,7 @@ impl PgStore {
                 .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
             *slot = Some((new.stored(&session, seq, cursor, append.now), false));
         }
-        filled(slots).map(|done| Some(Appended::Stored(done)))
+        filled(slots).map(Appended::Stored)
     }
 
     /// An append's write on its own: the insert, then the eviction, each a
@@ -172,7 +227,7 @@ impl PgStore {
         writes: Vec<AppendWrite>,
     ) -> Vec<Result<Option<Inserted>>> {
         let mut order: Vec<usize> = (0..writes.len()).collect();
-        order.sort_by(|&a, &b| writes[a].session.id.cmp(&writes[b].session.id));
+        order.sort_by(|&a, &b| writes[a].session_id.cmp(&writes[b].session_id));
         self.run_group(
             tenant,
             writes,
@@ -202,23 +257,24 @@ async fn append_in(
     tenant: &Tenant,
     write: &AppendWrite,
 ) -> std::result::Result<Option<Inserted>, sqlx::Error> {
-    let (session, fresh) = (&write.session, &write.fresh);
+    let fresh = &write.fresh;
     let n = fresh.len() as i64;
     let column =
         |f: &dyn Fn(&NewEpisode) -> String| -> Vec<String> { fresh.iter().map(f).collect() };
     let inserted = sqlx::query(APPEND_SQL)
         .bind(tenant.as_str())
-        .bind(&session.id)
+        .bind(&write.session_id)
         .bind(n)
         .bind(write.now)
-        .bind(&session.app)
-        .bind(&session.user)
+        .bind(&write.app)
+        .bind(&write.user)
         .bind(column(&|e| e.id.as_str().to_owned()))
-        .bind(column(&|e| {
-            e.agent
-                .as_ref()
-                .map_or(session.app.clone(), |a| a.as_str().to_owned())
-        }))
+        .bind(
+            fresh
+                .iter()
+                .map(|e| e.agent.as_ref().map(|a| a.as_str().to_owned()))
+                .collect::<Vec<_>>(),
+        )
         .bind(column(&|e| e.kind.as_str().to_owned()))
         .bind(column(&|e| e.content_json.clone()))
         .bind(column(&|e| e.metadata_json.clone()))
@@ -240,26 +296,29 @@ async fn append_in(
     let Some(first) = inserted.first() else {
         return Ok(None);
     };
-    let (last_seq, present): (i64, i64) = (first.try_get(2)?, first.try_get(3)?);
+    let session = session_row(first).map_err(|err| sqlx::Error::Protocol(err.to_string()))?;
     let mut cursors = HashMap::with_capacity(inserted.len());
     for row in &inserted {
-        cursors.insert(row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?);
+        cursors.insert(row.try_get::<i64, _>(10)?, row.try_get::<i64, _>(11)?);
     }
-    if write.max_events > 0 && present > write.max_events {
+    if write.max_events > 0 && session.episode_count > write.max_events {
         let evicted: i64 = sqlx::query_scalar(EVICT_EPISODES)
             .bind(tenant.as_str())
-            .bind(&session.id)
-            .bind(last_seq - write.max_events)
+            .bind(&write.session_id)
+            .bind(session.last_seq - write.max_events)
             .fetch_optional(&mut *conn)
             .await?
             .unwrap_or(0);
         crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
     }
-    Ok(Some(Inserted { last_seq, cursors }))
+    Ok(Some(Inserted { session, cursors }))
 }
 
 impl AppendEpisodes for PgStore {
     async fn append_episodes(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
+        if let Some(done) = self.try_blind(tenant, append).await? {
+            return Ok(done);
+        }
         for _ in 0..APPEND_ATTEMPTS {
             if let Some(done) = self.try_append(tenant, append).await? {
                 return Ok(done);
