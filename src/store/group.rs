@@ -7,11 +7,15 @@
 //! writes arriving while that commit is in flight queue up and form the
 //! next batch. At one client a batch is a single write, which the backends
 //! run on their plain path, so an idle server answers as fast as before.
+//! A group may let a tenant have more than one batch in flight (Postgres's
+//! appends have two): a write then starts another flusher while fewer than
+//! that many run, and each takes what is queued when it is free.
 //!
 //! The flusher is a task of its own, not the caller that started it, so a
 //! caller that gives up (a cancelled call) does not strand the writes queued
 //! behind it. Each write keeps its own outcome: the backends run a batch's
-//! writes one after another in the transaction and report each one, and
+//! writes one after another in the transaction (on Postgres, plain sets of
+//! distinct keys share a statement) and report each one, and
 //! when a statement fails (not a refusal, an error) they roll the batch back
 //! and run its writes one by one, so the error reaches only its own call.
 //!
@@ -41,13 +45,19 @@ struct Waiting<J, R> {
     done: oneshot::Sender<Result<R>>,
 }
 
-/// A tenant is in the map while its flusher runs; what waits for the next
-/// batch is its queue.
-type Queues<J, R> = Arc<Mutex<HashMap<Tenant, Vec<Waiting<J, R>>>>>;
+/// A tenant's jobs waiting for a batch, and how many flushers serve them.
+struct Lane<J, R> {
+    queue: Vec<Waiting<J, R>>,
+    flushers: usize,
+}
+
+/// A tenant is in the map while a flusher of its runs.
+type Queues<J, R> = Arc<Mutex<HashMap<Tenant, Lane<J, R>>>>;
 
 pub(super) struct Group<J, R> {
     queues: Queues<J, R>,
     max: usize,
+    flushers: usize,
     flush: Flush<J, R>,
     kind: Grouped,
 }
@@ -63,6 +73,7 @@ impl<J, R> Clone for Group<J, R> {
         Group {
             queues: self.queues.clone(),
             max: self.max,
+            flushers: self.flushers,
             flush: self.flush.clone(),
             kind: self.kind,
         }
@@ -70,20 +81,28 @@ impl<J, R> Clone for Group<J, R> {
 }
 
 impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
-    /// Batches of at most `max` jobs (at least one).
-    pub(super) fn new(kind: Grouped, max: usize, flush: Flush<J, R>) -> Self {
+    /// Batches of at most `max` jobs (at least one), with up to
+    /// `flushers` batches of a tenant in flight at once (at least one).
+    pub(super) fn new(kind: Grouped, max: usize, flushers: usize, flush: Flush<J, R>) -> Self {
         Group {
             queues: Arc::default(),
             max: max.max(1),
+            flushers: flushers.max(1),
             flush,
             kind,
         }
     }
 
-    /// Batches of at most `max` jobs, each flushed by `flush` on a clone of
-    /// `store` as it is now, before this group is part of it: the flusher
-    /// writes on the plain path.
-    pub(super) fn on<S, F, Fut>(kind: Grouped, store: &S, max: usize, flush: F) -> Self
+    /// Batches of at most `max` jobs, up to `flushers` at once, each
+    /// flushed by `flush` on a clone of `store` as it is now, before this
+    /// group is part of it: the flusher writes on the plain path.
+    pub(super) fn on<S, F, Fut>(
+        kind: Grouped,
+        store: &S,
+        max: usize,
+        flushers: usize,
+        flush: F,
+    ) -> Self
     where
         S: Clone + Send + Sync + 'static,
         F: Fn(S, Tenant, Vec<J>) -> Fut + Send + Sync + 'static,
@@ -93,6 +112,7 @@ impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
         Group::new(
             kind,
             max,
+            flushers,
             Arc::new(move |tenant, jobs| flush(store.clone(), tenant, jobs).boxed()),
         )
     }
@@ -100,7 +120,7 @@ impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
     /// Jobs waiting for the commit in flight to finish (not those in it).
     pub(super) fn queued(&self) -> usize {
         let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.values().map(Vec::len).sum()
+        queues.values().map(|lane| lane.queue.len()).sum()
     }
 
     /// Queues a job and waits for its outcome.
@@ -108,17 +128,16 @@ impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
         let (done, outcome) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-            let waiting = Waiting { job, done };
-            match queues.get_mut(tenant) {
-                Some(queue) => {
-                    queue.push(waiting);
-                    false
-                }
-                None => {
-                    queues.insert(tenant.clone(), vec![waiting]);
-                    true
-                }
+            let lane = queues.entry(tenant.clone()).or_insert_with(|| Lane {
+                queue: Vec::new(),
+                flushers: 0,
+            });
+            lane.queue.push(Waiting { job, done });
+            let start = lane.flushers < self.flushers;
+            if start {
+                lane.flushers += 1;
             }
+            start
         };
         if start {
             tokio::spawn(drain(self.clone(), tenant.clone()));
@@ -143,15 +162,14 @@ pub(super) fn commit_failed<T>(err: &Error, n: usize) -> Vec<Result<T>> {
         .collect()
 }
 
-/// Takes the tenant's queue out of the map when the flusher stops, however
-/// it stops: a flusher that panicked must not leave the tenant's writes
-/// queued for a flusher that will never come (dropping them tells their
-/// callers).
+/// Counts a flusher out of its tenant's lane however it stops, and takes
+/// the lane out of the map with the last one: a flusher that panicked must
+/// not leave the tenant's writes queued for a flusher that will never come
+/// (dropping them tells their callers).
 struct Leaving<J, R> {
     queues: Queues<J, R>,
     tenant: Tenant,
-    /// Set when the flusher left the map itself: the tenant may have a new
-    /// flusher by the time this drops, whose queue is not this one's.
+    /// Set when the flusher counted itself out.
     left: bool,
 }
 
@@ -159,7 +177,17 @@ impl<J, R> Drop for Leaving<J, R> {
     fn drop(&mut self) {
         if !self.left {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-            queues.remove(&self.tenant);
+            leave(&mut queues, &self.tenant);
+        }
+    }
+}
+
+/// Counts one flusher out of the tenant's lane; the last one removes it.
+fn leave<J, R>(queues: &mut HashMap<Tenant, Lane<J, R>>, tenant: &Tenant) {
+    if let Some(lane) = queues.get_mut(tenant) {
+        lane.flushers = lane.flushers.saturating_sub(1);
+        if lane.flushers == 0 {
+            queues.remove(tenant);
         }
     }
 }
@@ -174,19 +202,19 @@ async fn drain<J: Send + 'static, R: Send + 'static>(group: Group<J, R>, tenant:
     loop {
         let batch: Vec<Waiting<J, R>> = {
             let mut queues = group.queues.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some(queue) = queues.get_mut(&tenant) else {
+            let Some(lane) = queues.get_mut(&tenant) else {
                 leaving.left = true;
                 return;
             };
-            if queue.is_empty() {
-                // Removed under the same lock a submitter takes, so a write
-                // queued from now on starts a new flusher.
-                queues.remove(&tenant);
+            if lane.queue.is_empty() {
+                // Counted out under the same lock a submitter takes, so a
+                // write queued from now on starts a new flusher if needed.
+                leave(&mut queues, &tenant);
                 leaving.left = true;
                 return;
             }
-            let n = queue.len().min(group.max);
-            queue.drain(..n).collect()
+            let n = lane.queue.len().min(group.max);
+            lane.queue.drain(..n).collect()
         };
         let (jobs, dones): (Vec<J>, Vec<_>) = batch.into_iter().map(|w| (w.job, w.done)).unzip();
         crate::metrics::global().group(group.kind, jobs.len());
@@ -238,7 +266,7 @@ mod tests {
                 .boxed()
             })
         };
-        let group = Group::new(Grouped::Write, 3, flush);
+        let group = Group::new(Grouped::Write, 3, 1, flush);
         let tenant = Tenant::new("t");
         let first = tokio::spawn({
             let (group, tenant) = (group.clone(), tenant.clone());
@@ -260,7 +288,7 @@ mod tests {
             .lock()
             .expect("queues")
             .get(&tenant)
-            .map_or(0, Vec::len)
+            .map_or(0, |lane| lane.queue.len())
             < 4
         {
             tokio::task::yield_now().await;

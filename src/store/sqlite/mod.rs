@@ -138,12 +138,14 @@ impl SqliteStore {
                 Grouped::Write,
                 &store,
                 max,
+                1,
                 |store: Self, tenant, jobs| async move { store.write_group(&tenant, jobs).await },
             ));
             store.appends = Some(Group::on(
                 Grouped::Append,
                 &store,
                 max,
+                1,
                 |store: Self, tenant, jobs| async move { store.append_group(&tenant, jobs).await },
             ));
         }

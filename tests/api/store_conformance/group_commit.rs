@@ -377,7 +377,8 @@ async fn a_failing_write_fails_alone<S: Store>(store: S, db: &TestDb) {
 /// owner mismatch, an ended session, no session, a clashing id, and one
 /// past the per-session limit that evicts. On Postgres an append first
 /// queues a blind write (see `store/postgres/sessions.rs`), and the group
-/// is formed behind a commit held up by a row lock; those the blind write
+/// is formed behind commits held up by row locks (two: appends have two
+/// groups in flight there); those the blind write
 /// cannot take read and write again. On SQLite the whole append is in the
 /// group, and one poll queues them all.
 async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
@@ -389,6 +390,7 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
     let l = log(&store, "g");
     for (session, user) in [
         ("gate", "alice"),
+        ("gate2", "alice"),
         ("s1", "alice"),
         ("ended", "alice"),
         ("s2", "bob"),
@@ -484,48 +486,64 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
             all.await
         }
         Backend::Postgres => {
-            // Hold the gate session's row, so the gate's append commits
-            // only when told to and the others queue behind it.
+            // Hold the gate sessions' rows, so each gate's append commits
+            // only when told to and the others queue behind them (appends
+            // have two groups in flight on Postgres: one gate each).
             let mut holder = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
                 .await
                 .expect("connect");
-            sqlx::raw_sql("BEGIN; SELECT 1 FROM sessions WHERE id = 'gate' FOR UPDATE")
+            sqlx::raw_sql("BEGIN; SELECT 1 FROM sessions WHERE id IN ('gate', 'gate2') FOR UPDATE")
                 .execute(&mut holder)
                 .await
-                .expect("lock the gate");
-            let gate = [on("gate", "g1", json!("gate"))];
-            let gate_id = id("gate");
-            let gate_append = Append {
-                session_id: &gate_id,
-                owner: &alice,
-                episodes: &gate,
-                now: now(),
-                max_sessions: 0,
-                max_events: 0,
-            };
-            let mut gate_done = pin!(store.append(&tenant, &gate_append));
+                .expect("lock the gates");
+            let gates = [
+                [on("gate", "g1", json!("gate"))],
+                [on("gate2", "g2", json!("gate"))],
+            ];
+            let gate_ids = [id("gate"), id("gate2")];
+            let gate_appends: Vec<Append<'_>> = gates
+                .iter()
+                .zip(&gate_ids)
+                .map(|(episodes, session_id)| Append {
+                    session_id,
+                    owner: &alice,
+                    episodes,
+                    now: now(),
+                    max_sessions: 0,
+                    max_events: 0,
+                })
+                .collect();
             let mut watcher = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
                 .await
                 .expect("connect");
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            // Until the gate's commit waits on the lock.
-            loop {
-                assert!(futures::poll!(gate_done.as_mut()).is_pending());
-                let waiting: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                )
-                .fetch_one(&mut watcher)
-                .await
-                .expect("activity");
-                if waiting > 0 {
-                    break;
+            // One gate after the other (together they would share a group),
+            // until both gates' commits wait on the locks.
+            let mut first_gate = pin!(store.append(&tenant, &gate_appends[0]));
+            let mut second_gate = pin!(store.append(&tenant, &gate_appends[1]));
+            for waiters in [1, 2] {
+                loop {
+                    assert!(futures::poll!(first_gate.as_mut()).is_pending());
+                    if waiters == 2 {
+                        assert!(futures::poll!(second_gate.as_mut()).is_pending());
+                    }
+                    let waiting: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    )
+                    .fetch_one(&mut watcher)
+                    .await
+                    .expect("activity");
+                    if waiting >= waiters {
+                        break;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the gates never waited"
+                    );
                 }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the gate never waited"
-                );
             }
+            let mut gate_done = pin!(futures::future::join(first_gate, second_gate));
             let mut all = pin!(futures::future::join_all(
                 appends.iter().map(|append| store.append(&tenant, append))
             ));
@@ -547,7 +565,9 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
                 .await
                 .expect("release");
             let (outcomes, gated) = tokio::join!(all, gate_done);
-            assert!(matches!(gated, Ok(Appended::Stored(_))), "{gated:?}");
+            for gate in [gated.0, gated.1] {
+                assert!(matches!(gate, Ok(Appended::Stored(_))), "{gate:?}");
+            }
             outcomes
         }
     };
