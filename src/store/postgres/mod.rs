@@ -339,18 +339,20 @@ const SET_MANY: &str = "WITH u AS (SELECT * FROM unnest($2::smallint[], $3::text
      FROM changed c JOIN u USING (scope_type, scope, key) \
      RETURNING scope_type, scope, key, version";
 
-/// A write group's steps (see [`PgStore::run_group`]) in lock order:
-/// runs of plain sets of distinct keys share a step, every other write is
-/// one of its own.
-fn set_many_steps(jobs: &[OwnedWrite], order: Vec<usize>) -> Vec<Vec<usize>> {
+/// A group's steps (see [`PgStore::run_group`]) in lock order: runs of
+/// jobs that can share a statement (`shares`) and lock distinct rows
+/// (`row`: equal rows are next to each other in lock order) make one step
+/// each, every other job is a step of its own.
+pub(super) fn shared_steps<K: PartialEq>(
+    order: Vec<usize>,
+    shares: impl Fn(usize) -> bool,
+    row: impl Fn(usize) -> K,
+) -> Vec<Vec<usize>> {
     let mut steps: Vec<Vec<usize>> = Vec::new();
     for at in order {
         let joins = steps.last().is_some_and(|step| {
-            step.last().is_some_and(|&before| {
-                jobs[before].is_plain_set()
-                    && jobs[at].is_plain_set()
-                    && jobs[before].lock_order() != jobs[at].lock_order()
-            })
+            step.last()
+                .is_some_and(|&before| shares(before) && shares(at) && row(before) != row(at))
         });
         match steps.last_mut() {
             Some(step) if joins => step.push(at),
@@ -557,7 +559,11 @@ impl PgStore {
     /// than a row does. The others run one by one, each keeping its own
     /// outcome.
     async fn write_group(&self, tenant: &Tenant, jobs: Vec<OwnedWrite>) -> Vec<Result<Written>> {
-        let steps = set_many_steps(&jobs, lock_ordered(&jobs));
+        let steps = shared_steps(
+            lock_ordered(&jobs),
+            |at| jobs[at].is_plain_set(),
+            |at| jobs[at].lock_order(),
+        );
         self.run_group(
             tenant,
             jobs,

@@ -22,8 +22,8 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use sqlx::Row;
 
-use super::PgStore;
 use super::pool::Lease;
+use super::{PgStore, shared_steps};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended};
@@ -67,6 +67,39 @@ pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
      SELECT b.id, b.app, b.user_id, b.metadata, b.create_time, b.update_time, b.end_time, \
        b.episode_count, b.last_seq, b.episodes_evicted, i.seq, i.cursor \
      FROM inserted i, bumped b";
+
+/// Appends' writes to distinct sessions in one statement, for a group:
+/// [`APPEND_SQL`] for many. Parameters: $1 tenant; per append (as arrays)
+/// $2 session, $3 count, $4 app or NULL, $5 user or NULL, $6 now; per
+/// episode $7 its append (from 1), $8 its place in the append (from 1),
+/// then $9.. its columns as in `APPEND_SQL`. Returns, per episode stored,
+/// its append's session as updated, the append, the seq and the cursor.
+const APPEND_MANY: &str = "WITH a AS (SELECT * FROM unnest($2::text[], $3::bigint[], \
+       $4::text[], $5::text[], $6::timestamptz[]) \
+       WITH ORDINALITY AS a(session_id, n, app, user_id, now, ord)), \
+     u AS (SELECT * FROM unnest($7::bigint[], $8::bigint[], $9::text[], $10::text[], \
+       $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::bytea[]) \
+       AS u(append, place, id, agent, type, content, metadata, source_node, ts, fp)), \
+     bumped AS (\
+       UPDATE sessions s SET last_seq = s.last_seq + a.n, episode_count = s.episode_count + a.n, \
+       update_time = a.now FROM a WHERE s.tenant = $1 AND s.id = a.session_id \
+       AND (a.app IS NULL OR s.app = a.app) AND (a.user_id IS NULL OR s.user_id = a.user_id) \
+       AND s.end_time IS NULL AND NOT EXISTS (SELECT 1 FROM u JOIN episodes e \
+         ON e.tenant = $1 AND e.id = u.id WHERE u.append = a.ord) \
+       RETURNING s.id, s.app, s.user_id, s.metadata::text AS metadata, s.create_time, \
+       s.update_time, s.end_time, s.episode_count, s.last_seq, s.episodes_evicted, \
+       a.ord, a.n, a.now), \
+     inserted AS (\
+       INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
+       content, metadata, source_node, timestamp, create_time, fingerprint) \
+       SELECT $1, b.id, b.last_seq - b.n + u.place, u.id, b.app, b.user_id, \
+       coalesce(u.agent, b.app), u.type, u.content::jsonb, u.metadata::jsonb, u.source_node, \
+       u.ts, b.now, u.fp \
+       FROM bumped b JOIN u ON u.append = b.ord \
+       RETURNING session_id, seq, cursor) \
+     SELECT b.id, b.app, b.user_id, b.metadata, b.create_time, b.update_time, b.end_time, \
+       b.episode_count, b.last_seq, b.episodes_evicted, b.ord, i.seq, i.cursor \
+     FROM inserted i JOIN bumped b ON b.id = i.session_id";
 
 /// Past the per-session limit, the oldest episodes go, counted on the
 /// session. Parameters: $1 tenant, $2 session, $3 the newest seq to go.
@@ -228,17 +261,17 @@ impl PgStore {
     ) -> Vec<Result<Option<Inserted>>> {
         let mut order: Vec<usize> = (0..writes.len()).collect();
         order.sort_by(|&a, &b| writes[a].session_id.cmp(&writes[b].session_id));
+        let steps = shared_steps(order, |_| true, |at| writes[at].session_id.as_str());
         self.run_group(
             tenant,
             writes,
-            order.into_iter().map(|at| vec![at]).collect(),
+            steps,
             |tx, tenant, step| {
                 async move {
-                    let mut done = Vec::with_capacity(step.len());
-                    for write in step {
-                        done.push(append_in(tx, tenant, write).await?);
+                    match &step[..] {
+                        [write] => Ok(vec![append_in(tx, tenant, write).await?]),
+                        _ => append_many_in(tx, tenant, &step).await,
                     }
-                    Ok(done)
                 }
                 .boxed()
             },
@@ -301,6 +334,100 @@ async fn append_in(
     for row in &inserted {
         cursors.insert(row.try_get::<i64, _>(10)?, row.try_get::<i64, _>(11)?);
     }
+    evict_past_limit(conn, tenant, write, &session).await?;
+    Ok(Some(Inserted { session, cursors }))
+}
+
+/// Appends' writes to distinct sessions in `conn`, one statement
+/// ([`APPEND_MANY`]), then each eviction past its session's limit. `None`
+/// for an append whose session no longer matched.
+async fn append_many_in(
+    conn: &mut Lease,
+    tenant: &Tenant,
+    writes: &[&AppendWrite],
+) -> Result<Vec<Option<Inserted>>> {
+    let episodes = || writes.iter().flat_map(|w| &w.fresh);
+    let column = |f: &dyn Fn(&NewEpisode) -> String| -> Vec<String> { episodes().map(f).collect() };
+    let (mut append, mut place) = (Vec::new(), Vec::new());
+    let mut timestamps = Vec::new();
+    for (at, write) in (1i64..).zip(writes) {
+        for (n, episode) in (1i64..).zip(&write.fresh) {
+            append.push(at);
+            place.push(n);
+            timestamps.push(episode.timestamp.unwrap_or(write.now));
+        }
+    }
+    let rows = sqlx::query(APPEND_MANY)
+        .bind(tenant.as_str())
+        .bind(
+            writes
+                .iter()
+                .map(|w| w.session_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            writes
+                .iter()
+                .map(|w| w.fresh.len() as i64)
+                .collect::<Vec<_>>(),
+        )
+        .bind(writes.iter().map(|w| w.app.as_deref()).collect::<Vec<_>>())
+        .bind(writes.iter().map(|w| w.user.as_deref()).collect::<Vec<_>>())
+        .bind(writes.iter().map(|w| w.now).collect::<Vec<_>>())
+        .bind(append)
+        .bind(place)
+        .bind(column(&|e| e.id.as_str().to_owned()))
+        .bind(
+            episodes()
+                .map(|e| e.agent.as_ref().map(|a| a.as_str().to_owned()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(column(&|e| e.kind.as_str().to_owned()))
+        .bind(column(&|e| e.content_json.clone()))
+        .bind(column(&|e| e.metadata_json.clone()))
+        .bind(column(&|e| e.source_node.clone()))
+        .bind(timestamps)
+        .bind(
+            episodes()
+                .map(|e| e.fingerprint.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut inserted: Vec<Option<Inserted>> = writes.iter().map(|_| None).collect();
+    for row in &rows {
+        let ord: i64 = row.try_get(10)?;
+        let slot = usize::try_from(ord - 1)
+            .ok()
+            .and_then(|at| inserted.get_mut(at))
+            .ok_or_else(|| Error::internal("an episode stored for no append"))?;
+        let done = match slot {
+            Some(done) => done,
+            None => slot.insert(Inserted {
+                session: session_row(row)?,
+                cursors: HashMap::new(),
+            }),
+        };
+        done.cursors
+            .insert(row.try_get::<i64, _>(11)?, row.try_get::<i64, _>(12)?);
+    }
+    for (write, done) in writes.iter().zip(&inserted) {
+        if let Some(done) = done {
+            evict_past_limit(conn, tenant, write, &done.session).await?;
+        }
+    }
+    Ok(inserted)
+}
+
+/// Past the session's limit, the oldest episodes go (a reader outside the
+/// transaction may glimpse the log over its limit for that long, never
+/// under it).
+async fn evict_past_limit(
+    conn: &mut Lease,
+    tenant: &Tenant,
+    write: &AppendWrite,
+    session: &Session,
+) -> std::result::Result<(), sqlx::Error> {
     if write.max_events > 0 && session.episode_count > write.max_events {
         let evicted: i64 = sqlx::query_scalar(EVICT_EPISODES)
             .bind(tenant.as_str())
@@ -311,7 +438,7 @@ async fn append_in(
             .unwrap_or(0);
         crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
     }
-    Ok(Some(Inserted { session, cursors }))
+    Ok(())
 }
 
 impl AppendEpisodes for PgStore {

@@ -625,6 +625,32 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
         (2, 1),
         "the limit evicted the oldest"
     );
+    // Each episode stored where its own append put it (on Postgres the
+    // appends to distinct sessions shared one statement).
+    for (episode_id, session, seq, content) in [
+        ("e2", "s1", None, json!("two")),
+        ("e3", "s1", None, json!("three")),
+        ("l3", "limit", Some(3), json!(3)),
+        ("c1", "s-new", Some(1), json!("hi")),
+    ] {
+        let stored = store
+            .get_episode(&tenant, &id(episode_id))
+            .await
+            .expect("get")
+            .unwrap_or_else(|| panic!("{episode_id} stored"));
+        assert_eq!(
+            (
+                stored.session_id.as_str(),
+                stored.content,
+                stored.agent.as_str()
+            ),
+            (session, content, "app"),
+            "{episode_id}"
+        );
+        if let Some(seq) = seq {
+            assert_eq!(stored.seq, seq, "{episode_id}");
+        }
+    }
     assert!(
         store
             .get_episode(&tenant, &id("x1"))
