@@ -45,8 +45,9 @@ const APPEND_ATTEMPTS: usize = 3;
 /// holds none of the ids yet; no row means one of those does not hold.
 /// Parameters: $1 tenant, $2 session, $3 count, $4 now, $5 app or NULL,
 /// $6 user or NULL, $7.. the episodes' columns as arrays (a NULL agent is
-/// the session's app). Returns each episode's seq and cursor with the
-/// session as updated (its columns first). (`engram bench` runs the same text through pgbench.)
+/// the session's app). Returns the session as updated (its columns first)
+/// with each episode's seq and cursor. (`engram bench` runs the same text
+/// through pgbench.)
 pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
        UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
        update_time = $4 WHERE tenant = $1 AND id = $2 AND ($5::text IS NULL OR app = $5) \
@@ -149,7 +150,7 @@ impl PgStore {
             return Ok(None);
         };
         let slots = append.episodes.iter().map(|_| None).collect();
-        self.fill(append, slots, inserted).map(Some)
+        fill(append, slots, inserted).map(Some)
     }
 
     /// One attempt at an append after reading; `None` when a concurrent
@@ -202,7 +203,7 @@ impl PgStore {
         // read, or another append took one of the ids; the rerun reads
         // again and says which.
         match self.write_append(tenant, write).await? {
-            Some(inserted) => self.fill(append, slots, inserted).map(Some),
+            Some(inserted) => fill(append, slots, inserted).map(Some),
             None => Ok(None),
         }
     }
@@ -213,31 +214,6 @@ impl PgStore {
             Some(group) => group.submit(tenant, write).await,
             None => self.append_alone(tenant, &write).await,
         }
-    }
-
-    /// The append's answer: the slots already replayed, and the episodes
-    /// the write numbered (the empty slots, in order, up to the session's
-    /// newest seq).
-    fn fill(
-        &self,
-        append: &Append<'_>,
-        mut slots: Vec<Option<(Episode, bool)>>,
-        inserted: Inserted,
-    ) -> Result<Appended> {
-        let Inserted { session, cursors } = inserted;
-        let n = slots.iter().filter(|slot| slot.is_none()).count() as i64;
-        let mut seq = session.last_seq - n;
-        for (slot, new) in slots.iter_mut().zip(append.episodes) {
-            if slot.is_some() {
-                continue;
-            }
-            seq += 1;
-            let cursor = *cursors
-                .get(&seq)
-                .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
-            *slot = Some((new.stored(&session, seq, cursor, append.now), false));
-        }
-        filled(slots).map(Appended::Stored)
     }
 
     /// An append's write on its own: the insert, then the eviction, each a
@@ -279,6 +255,30 @@ impl PgStore {
         )
         .await
     }
+}
+
+/// The append's answer: the slots already replayed, and the episodes
+/// the write numbered (the empty slots, in order, up to the session's
+/// newest seq).
+fn fill(
+    append: &Append<'_>,
+    mut slots: Vec<Option<(Episode, bool)>>,
+    inserted: Inserted,
+) -> Result<Appended> {
+    let Inserted { session, cursors } = inserted;
+    let n = slots.iter().filter(|slot| slot.is_none()).count() as i64;
+    let mut seq = session.last_seq - n;
+    for (slot, new) in slots.iter_mut().zip(append.episodes) {
+        if slot.is_some() {
+            continue;
+        }
+        seq += 1;
+        let cursor = *cursors
+            .get(&seq)
+            .ok_or_else(|| Error::internal("an inserted episode was not returned"))?;
+        *slot = Some((new.stored(&session, seq, cursor, append.now), false));
+    }
+    filled(slots).map(Appended::Stored)
 }
 
 /// An append's write in `conn`: the episodes, then, past the per-session
