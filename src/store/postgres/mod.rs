@@ -413,7 +413,7 @@ async fn set_many_in(
         .collect()
 }
 
-/// Runs one step of a group (one job, or several one statement writes)
+/// Runs one step of a group (one job, or several that share a statement)
 /// in the group's open transaction: one outcome per job, in order.
 pub(super) type InGroup<J, R> =
     for<'c> fn(&'c mut Lease, &'c Tenant, Vec<&'c J>) -> BoxFuture<'c, Result<Vec<R>>>;
