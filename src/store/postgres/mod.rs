@@ -953,3 +953,34 @@ impl Feeds for PgStore {
         Ok(newest)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::shared_steps;
+
+    /// Runs of jobs that share a statement and lock distinct rows make one
+    /// step; a row seen again, or a job that cannot share, starts anew.
+    #[test]
+    fn steps_split_on_a_repeated_row_and_on_jobs_that_cannot_share() {
+        // (row, shares), already in lock order.
+        let jobs = [
+            ("a", true),
+            ("b", true),
+            ("b", true),
+            ("c", true),
+            ("c", false),
+            ("d", true),
+            ("e", true),
+            ("f", false),
+        ];
+        let steps = shared_steps((0..jobs.len()).collect(), |at| jobs[at].1, |at| jobs[at].0);
+        assert_eq!(
+            steps,
+            vec![vec![0, 1], vec![2, 3], vec![4], vec![5, 6], vec![7]]
+        );
+        // The order given is kept, whatever the indexes.
+        let steps = shared_steps(vec![2, 0, 1], |_| true, |at| ["x", "y", "w"][at]);
+        assert_eq!(steps, vec![vec![2, 0, 1]]);
+        assert!(shared_steps(Vec::new(), |_| true, |at: usize| at).is_empty());
+    }
+}
