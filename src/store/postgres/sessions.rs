@@ -70,7 +70,9 @@ pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
      FROM inserted i, bumped b";
 
 /// Appends' writes to distinct sessions in one statement, for a group:
-/// [`APPEND_SQL`] for many. Parameters: $1 tenant; per append (as arrays)
+/// [`APPEND_SQL`] for many. The sessions' rows are locked first, in id
+/// order (an `UPDATE … FROM` takes them in whatever order its plan
+/// joins), so concurrent groups take them in one order. Parameters: $1 tenant; per append (as arrays)
 /// $2 session, $3 count, $4 app or NULL, $5 user or NULL, $6 now; per
 /// episode $7 its append (from 1), $8 its place in the append (from 1),
 /// then $9.. its columns as in `APPEND_SQL`. Returns, per episode stored,
@@ -81,9 +83,12 @@ const APPEND_MANY: &str = "WITH a AS (SELECT * FROM unnest($2::text[], $3::bigin
      u AS (SELECT * FROM unnest($7::bigint[], $8::bigint[], $9::text[], $10::text[], \
        $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::bytea[]) \
        AS u(append, place, id, agent, type, content, metadata, source_node, ts, fp)), \
+     locked AS (SELECT s.id FROM sessions s JOIN a ON s.tenant = $1 AND s.id = a.session_id \
+       ORDER BY s.id FOR UPDATE OF s), \
      bumped AS (\
        UPDATE sessions s SET last_seq = s.last_seq + a.n, episode_count = s.episode_count + a.n, \
-       update_time = a.now FROM a WHERE s.tenant = $1 AND s.id = a.session_id \
+       update_time = a.now FROM a JOIN locked l ON l.id = a.session_id \
+       WHERE s.tenant = $1 AND s.id = a.session_id \
        AND (a.app IS NULL OR s.app = a.app) AND (a.user_id IS NULL OR s.user_id = a.user_id) \
        AND s.end_time IS NULL AND NOT EXISTS (SELECT 1 FROM u JOIN episodes e \
          ON e.tenant = $1 AND e.id = u.id WHERE u.append = a.ord) \
