@@ -646,11 +646,19 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S, _db: &Tes
 /// Runs each case on SQLite and on Postgres, each with a fresh, migrated
 /// database.
 macro_rules! store_suite {
+    // `single_threaded;` first runs the cases on a current-thread runtime,
+    // where a case can tell which calls one poll queued together.
+    (single_threaded; $($name:ident),* $(,)?) => {
+        store_suite!(@each (flavor = "current_thread"); $($name),*);
+    };
     ($($name:ident),* $(,)?) => {
+        store_suite!(@each (flavor = "multi_thread", worker_threads = 2); $($name),*);
+    };
+    (@each $runtime:tt; $($name:ident),*) => {
         mod sqlite {
             use engram::ports::Database;
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test $runtime]
                 async fn $name() {
                     let db = crate::helpers::TestDb::new(crate::helpers::Backend::Sqlite).await;
                     let store = db.sqlite_store().await;
@@ -662,7 +670,7 @@ macro_rules! store_suite {
         mod postgres {
             use engram::ports::Database;
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test $runtime]
                 async fn $name() {
                     let db = crate::helpers::TestDb::new(crate::helpers::Backend::Postgres).await;
                     let store = db.pg_store().await;

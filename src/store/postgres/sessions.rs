@@ -20,7 +20,9 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
-use sqlx::Row;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
 use super::pool::Lease;
 use super::{PgStore, shared_steps};
@@ -286,6 +288,45 @@ fn fill(
     filled(slots).map(Appended::Stored)
 }
 
+/// Binds the episodes of `writes`, one array per column, in the order
+/// both append statements take them: id, agent (NULL: the session's app),
+/// type, content, metadata, source node, timestamp (the append's time when
+/// not given), fingerprint.
+fn bind_episodes<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    writes: &[&AppendWrite],
+) -> Query<'q, Postgres, PgArguments> {
+    let episodes = || {
+        writes
+            .iter()
+            .flat_map(|w| w.fresh.iter().map(move |e| (w, e)))
+    };
+    let column = |f: &dyn Fn(&NewEpisode) -> String| -> Vec<String> {
+        episodes().map(|(_, e)| f(e)).collect()
+    };
+    query
+        .bind(column(&|e| e.id.as_str().to_owned()))
+        .bind(
+            episodes()
+                .map(|(_, e)| e.agent.as_ref().map(|a| a.as_str().to_owned()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(column(&|e| e.kind.as_str().to_owned()))
+        .bind(column(&|e| e.content_json.clone()))
+        .bind(column(&|e| e.metadata_json.clone()))
+        .bind(column(&|e| e.source_node.clone()))
+        .bind(
+            episodes()
+                .map(|(w, e)| e.timestamp.unwrap_or(w.now))
+                .collect::<Vec<DateTime<Utc>>>(),
+        )
+        .bind(
+            episodes()
+                .map(|(_, e)| e.fingerprint.to_vec())
+                .collect::<Vec<_>>(),
+        )
+}
+
 /// An append's write in `conn`: the episodes, then, past the per-session
 /// limit, the eviction of the oldest (a reader outside the transaction may
 /// glimpse the log over its limit for that long, never under it). `None`
@@ -295,42 +336,18 @@ async fn append_in(
     tenant: &Tenant,
     write: &AppendWrite,
 ) -> std::result::Result<Option<Inserted>, sqlx::Error> {
-    let fresh = &write.fresh;
-    let n = fresh.len() as i64;
-    let column =
-        |f: &dyn Fn(&NewEpisode) -> String| -> Vec<String> { fresh.iter().map(f).collect() };
-    let inserted = sqlx::query(APPEND_SQL)
-        .bind(tenant.as_str())
-        .bind(&write.session_id)
-        .bind(n)
-        .bind(write.now)
-        .bind(&write.app)
-        .bind(&write.user)
-        .bind(column(&|e| e.id.as_str().to_owned()))
-        .bind(
-            fresh
-                .iter()
-                .map(|e| e.agent.as_ref().map(|a| a.as_str().to_owned()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(column(&|e| e.kind.as_str().to_owned()))
-        .bind(column(&|e| e.content_json.clone()))
-        .bind(column(&|e| e.metadata_json.clone()))
-        .bind(column(&|e| e.source_node.clone()))
-        .bind(
-            fresh
-                .iter()
-                .map(|e| e.timestamp.unwrap_or(write.now))
-                .collect::<Vec<DateTime<Utc>>>(),
-        )
-        .bind(
-            fresh
-                .iter()
-                .map(|e| e.fingerprint.to_vec())
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(&mut *conn)
-        .await?;
+    let inserted = bind_episodes(
+        sqlx::query(APPEND_SQL)
+            .bind(tenant.as_str())
+            .bind(&write.session_id)
+            .bind(write.fresh.len() as i64)
+            .bind(write.now)
+            .bind(&write.app)
+            .bind(&write.user),
+        &[write],
+    )
+    .fetch_all(&mut *conn)
+    .await?;
     let Some(first) = inserted.first() else {
         return Ok(None);
     };
@@ -351,18 +368,14 @@ async fn append_many_in(
     tenant: &Tenant,
     writes: &[&AppendWrite],
 ) -> Result<Vec<Option<Inserted>>> {
-    let episodes = || writes.iter().flat_map(|w| &w.fresh);
-    let column = |f: &dyn Fn(&NewEpisode) -> String| -> Vec<String> { episodes().map(f).collect() };
     let (mut append, mut place) = (Vec::new(), Vec::new());
-    let mut timestamps = Vec::new();
     for (at, write) in (1i64..).zip(writes) {
-        for (n, episode) in (1i64..).zip(&write.fresh) {
+        for n in 1..=write.fresh.len() as i64 {
             append.push(at);
             place.push(n);
-            timestamps.push(episode.timestamp.unwrap_or(write.now));
         }
     }
-    let rows = sqlx::query(APPEND_MANY)
+    let query = sqlx::query(APPEND_MANY)
         .bind(tenant.as_str())
         .bind(
             writes
@@ -380,25 +393,8 @@ async fn append_many_in(
         .bind(writes.iter().map(|w| w.user.as_deref()).collect::<Vec<_>>())
         .bind(writes.iter().map(|w| w.now).collect::<Vec<_>>())
         .bind(append)
-        .bind(place)
-        .bind(column(&|e| e.id.as_str().to_owned()))
-        .bind(
-            episodes()
-                .map(|e| e.agent.as_ref().map(|a| a.as_str().to_owned()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(column(&|e| e.kind.as_str().to_owned()))
-        .bind(column(&|e| e.content_json.clone()))
-        .bind(column(&|e| e.metadata_json.clone()))
-        .bind(column(&|e| e.source_node.clone()))
-        .bind(timestamps)
-        .bind(
-            episodes()
-                .map(|e| e.fingerprint.to_vec())
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(&mut *conn)
-        .await?;
+        .bind(place);
+    let rows = bind_episodes(query, writes).fetch_all(&mut *conn).await?;
     let mut inserted: Vec<Option<Inserted>> = writes.iter().map(|_| None).collect();
     for row in &rows {
         let ord: i64 = row.try_get(10)?;

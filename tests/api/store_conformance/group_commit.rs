@@ -750,36 +750,8 @@ async fn gets_in_a_group_each_find_their_key<S: Store>(store: S, _db: &TestDb) {
     );
 }
 
-macro_rules! single_threaded_suite {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            use engram::ports::Database;
-            $(
-                #[tokio::test(flavor = "current_thread")]
-                async fn $name() {
-                    let db = crate::helpers::TestDb::new(crate::helpers::Backend::Sqlite).await;
-                    let store = db.sqlite_store().await;
-                    store.migrate().await.expect("migrate");
-                    super::$name(store, &db).await
-                }
-            )*
-        }
-        mod postgres {
-            use engram::ports::Database;
-            $(
-                #[tokio::test(flavor = "current_thread")]
-                async fn $name() {
-                    let db = crate::helpers::TestDb::new(crate::helpers::Backend::Postgres).await;
-                    let store = db.pg_store().await;
-                    store.migrate().await.expect("migrate");
-                    super::$name(store, &db).await
-                }
-            )*
-        }
-    };
-}
-
-single_threaded_suite!(
+store_suite!(
+    single_threaded;
     a_batch_keeps_each_outcome,
     a_failing_write_fails_alone,
     plain_sets_share_a_statement,
