@@ -81,7 +81,12 @@ async fn all_at_once<S: Store>(
     let mut all = pin!(futures::future::join_all(
         writes.iter().map(|write| store.write(tenant, write))
     ));
-    // One poll queues them all; the flusher has not run yet.
+    // One poll queues them all; the flusher has not run yet (it is a task
+    // of this single thread's runtime).
+    assert_eq!(
+        tokio::runtime::Handle::current().runtime_flavor(),
+        tokio::runtime::RuntimeFlavor::CurrentThread
+    );
     assert!(futures::poll!(all.as_mut()).is_pending());
     all.await
 }
