@@ -8,15 +8,15 @@
 //! part of a search over many matches. BM25 needs document frequencies.
 //! Keeping term statistics on every write would cost the append path, and
 //! Postgres's own (`pg_stats`) are hidden under row-level security, so the
-//! search statement counts them in the items the filters allow, all of
-//! them up to [`SAMPLE`] and a sample past it. Matches are bounded by
-//! [`MATCHES`] (the bound on a query with no narrowing filter). The [`CANDIDATES`]
-//! best by the idf-weighted terms they hold are read back whole (by
-//! `ctid`, in the same statement) and scored with BM25, plus a bonus for
-//! query words that stand next to each other in the item (so an exact
-//! phrase beats the same words scattered).
-
-use std::collections::HashMap;
+//! search statement takes them from what it reads anyway: a word's
+//! document frequency is how many of the matches hold it (matches are
+//! bounded by [`MATCHES`], the bound on a query with no narrowing filter),
+//! and the number of items the filters allow is counted without reading
+//! any vector (for episodes, from their sessions' counts; see
+//! [`population`]). The [`CANDIDATES`] best by the idf-weighted terms they
+//! hold are read back whole (by `ctid`, in the same statement) and scored
+//! with BM25, plus a bonus for query words that stand next to each other
+//! in the item (so an exact phrase beats the same words scattered).
 
 use sqlx::Row;
 
@@ -39,9 +39,9 @@ const CANDIDATES: usize = 200;
 /// ranked and the rest are not seen.
 const MATCHES: usize = 20_000;
 
-/// Document frequencies are counted in at most this many of the items the
-/// filters allow: all of a conversation or a small user, a sample of more.
-const SAMPLE: usize = 2_000;
+/// The number of items the filters allow counts at most this many
+/// sessions' episodes (episodes) or this many items (memory and facts).
+const POPULATION: usize = 20_000;
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -136,39 +136,46 @@ async fn ranked(
     // Parameters: $1 the tsquery, $2 the quoted terms, then the filters.
     let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
     let terms = plan.terms.len();
+    // Each term parsed once, in a subquery Postgres runs before the scan:
+    // a cached plan would otherwise cast it from text for every match.
     let has: Vec<String> = (1..=terms)
-        .map(|i| format!("{vector} @@ ($2::text[])[{i}]::tsquery AS h{i}"))
+        .map(|i| format!("{vector} @@ (SELECT ($2::text[])[{i}]::tsquery) AS h{i}"))
         .collect();
     let df: Vec<String> = (1..=terms)
-        .map(|i| format!("count(*) FILTER (WHERE s @@ ($2::text[])[{i}]::tsquery) AS d{i}"))
+        .map(|i| format!("count(*) FILTER (WHERE h{i}) AS d{i}"))
+        .collect();
+    let idf: Vec<String> = (1..=terms)
+        .map(|i| format!("ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}"))
         .collect();
     let weight: Vec<String> = (1..=terms)
-        .map(|i| format!("h{i}::int * ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5))"))
+        .map(|i| format!("CASE WHEN h{i} THEN w{i} ELSE 0 END"))
         .collect();
     let stats: Vec<String> = (1..=terms).map(|i| format!("stats.d{i}")).collect();
-    // One statement: each term's document frequency in (a sample of)
-    // what the filters allow, the matches (bounded), the best of them
-    // by the idf-weighted terms they hold, and only those read whole.
-    let sql = format!(
-        "WITH sample AS (SELECT {vector} AS s FROM {from} WHERE {w} LIMIT {SAMPLE}), \
-             stats AS (SELECT count(*) AS n, {df} FROM sample), \
-             m AS (SELECT {row}.ctid AS t, {has} FROM {from} WHERE {w} \
-             AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
-             top AS (SELECT m.t FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
-             SELECT {columns}, {vector}::text, stats.n, ARRAY[{stats}]::bigint[] \
-             FROM top JOIN {rejoin} CROSS JOIN stats",
-        has = has.join(", "),
-        w = filter.sql,
-        df = df.join(", "),
-        weight = weight.join(" + "),
-        columns = columns(source),
-        stats = stats.join(", "),
-    );
     let mut params = vec![
         Param::Text(&plan.tsquery),
         Param::TextList(&plan.quoted_terms),
     ];
     params.extend(filter.params.iter().copied());
+    let n = population(source, tenant, filters, &filter.sql, &mut params);
+    // One statement: the matches (bounded), each term's document
+    // frequency among them, the best of them by the idf-weighted terms
+    // they hold, and only those read whole.
+    let sql = format!(
+        "WITH m AS (SELECT {row}.ctid AS t, {has} FROM {from} WHERE {w} \
+             AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
+             counts AS (SELECT {n}::float8 AS n, {df} FROM m), \
+             stats AS (SELECT *, {idf} FROM counts), \
+             top AS (SELECT m.t FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
+             SELECT {columns}, {vector}, stats.n::bigint, ARRAY[{stats}]::bigint[] \
+             FROM top JOIN {rejoin} CROSS JOIN stats",
+        has = has.join(", "),
+        w = filter.sql,
+        df = df.join(", "),
+        idf = idf.join(", "),
+        weight = weight.join(" + "),
+        columns = columns(source),
+        stats = stats.join(", "),
+    );
     let rows = conn.rows_built(sql, &params).await?;
     let Some(first) = rows.first() else {
         return Ok(Vec::new());
@@ -178,7 +185,7 @@ async fn ranked(
 
     let docs: Vec<Doc> = rows
         .iter()
-        .map(|row| Ok(Doc::parse(&row.try_get::<String, _>(width(source))?)))
+        .map(|row| Doc::decode(row.try_get::<Vector, _>(width(source))?.0, &plan.terms))
         .collect::<Result<_>>()?;
     let scores = plan.bm25(&docs, n, &df);
     let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
@@ -189,6 +196,50 @@ async fn ranked(
         .into_iter()
         .map(|(score, at)| Ok((score, item(source, &rows[at])?)))
         .collect()
+}
+
+/// The number of items the filters allow, BM25's `n`, as a scalar
+/// subquery that reads no vector. Episodes narrowed only by app, user or
+/// session are counted from their sessions' live counts (one row per
+/// session, however long the conversation); other filters count the
+/// items themselves. Either stops at [`POPULATION`]. Parameters it needs
+/// are appended to `params`.
+fn population<'a>(
+    source: Source,
+    tenant: &'a Tenant,
+    filters: &'a Filters,
+    filter: &str,
+    params: &mut Vec<Param<'a>>,
+) -> String {
+    let by_session = source == Source::Episodes
+        && filters.agent.is_none()
+        && filters.types.is_empty()
+        && filters.start.is_none()
+        && filters.end.is_none();
+    if !by_session {
+        return format!(
+            "(SELECT count(*) FROM (SELECT 1 FROM {from} WHERE {filter} LIMIT {POPULATION}) a)",
+            from = from(source),
+        );
+    }
+    let bind = |column: &str, value: &'a str, params: &mut Vec<Param<'a>>| {
+        params.push(Param::Text(value));
+        format!(" AND s.{column} = ${}", params.len())
+    };
+    let mut conditions = bind("tenant", tenant.as_str(), params);
+    for (column, value) in [
+        ("app", filters.app.as_ref().map(|a| a.as_str())),
+        ("user_id", filters.user.as_ref().map(|u| u.as_str())),
+        ("id", filters.session_id.as_ref().map(|s| s.as_str())),
+    ] {
+        if let Some(value) = value {
+            conditions.push_str(&bind(column, value, params));
+        }
+    }
+    format!(
+        "(SELECT coalesce(sum(c), 0) FROM (SELECT s.episode_count AS c FROM sessions s \
+         WHERE true{conditions} LIMIT {POPULATION}) a)"
+    )
 }
 
 /// The query as Postgres reads it: the tsquery that selects candidates,
@@ -318,13 +369,13 @@ impl Plan {
                 let norm = K1 * (1.0 - B + B * doc.length as f64 / average);
                 let saturate = |tf: f64| tf * (K1 + 1.0) / (tf + norm);
                 let mut score = 0.0;
-                for (at, term) in self.terms.iter().enumerate() {
-                    if let Some(positions) = doc.positions.get(term) {
+                for (at, positions) in doc.positions.iter().enumerate() {
+                    if !positions.is_empty() {
                         score += idf[at] * saturate(positions.len() as f64);
                     }
                 }
                 for (a, b) in &self.pairs {
-                    let adjacent = doc.adjacent(&self.terms[*a], &self.terms[*b]);
+                    let adjacent = doc.adjacent(*a, *b);
                     if adjacent > 0 {
                         score += ADJACENT_WEIGHT * idf[*a].min(idf[*b]) * saturate(adjacent as f64);
                     }
@@ -340,63 +391,73 @@ fn quote(lexeme: &str) -> String {
     format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// A candidate's vector, read from its text form (`'lexeme':1,4A 'x':2`).
+/// What BM25 needs of a candidate's vector: the positions of each query
+/// term (by its index in the plan's terms) and the item's length in
+/// words.
+#[derive(Debug)]
 struct Doc {
-    positions: HashMap<String, Vec<u16>>,
+    positions: Vec<Vec<u16>>,
     length: usize,
 }
 
 impl Doc {
-    fn parse(text: &str) -> Doc {
-        let mut positions: HashMap<String, Vec<u16>> = HashMap::new();
-        let mut chars = text.chars().peekable();
+    /// Reads a vector in Postgres's binary form (`tsvectorsend`): the
+    /// number of lexemes, then each lexeme as a NUL-terminated string, its
+    /// number of positions and the positions (16 bits each, the weight in
+    /// the top two). Runs once per candidate, so it allocates only for the
+    /// query's terms; other lexemes just add to the length. The binary form
+    /// is read rather than the text one because printing and re-parsing
+    /// every candidate's vector was a tenth of a search's CPU.
+    fn decode(bytes: &[u8], terms: &[String]) -> Result<Doc> {
+        let malformed = || Error::internal("a search vector is malformed");
+        let mut positions = vec![Vec::new(); terms.len()];
         let mut length = 0;
-        while let Some(c) = chars.next() {
-            if c != '\'' {
-                continue;
+        let (count, mut rest) = bytes.split_first_chunk::<4>().ok_or_else(malformed)?;
+        for _ in 0..u32::from_be_bytes(*count) {
+            let end = rest.iter().position(|b| *b == 0).ok_or_else(malformed)?;
+            let lexeme = &rest[..end];
+            let term = terms.iter().position(|t| t.as_bytes() == lexeme);
+            let (npos, after) = rest[end + 1..]
+                .split_first_chunk::<2>()
+                .ok_or_else(malformed)?;
+            let npos = usize::from(u16::from_be_bytes(*npos));
+            let list = after.get(..2 * npos).ok_or_else(malformed)?;
+            if let Some(term) = term {
+                positions[term] = list
+                    .chunks_exact(2)
+                    .map(|p| u16::from_be_bytes([p[0], p[1]]) & 0x3fff)
+                    .collect();
             }
-            let mut lexeme = String::new();
-            while let Some(c) = chars.next() {
-                match c {
-                    '\\' => lexeme.extend(chars.next()),
-                    '\'' if chars.peek() == Some(&'\'') => {
-                        chars.next();
-                        lexeme.push('\'');
-                    }
-                    '\'' => break,
-                    c => lexeme.push(c),
-                }
-            }
-            let mut at = Vec::new();
-            if chars.peek() == Some(&':') {
-                chars.next();
-                let mut number = String::new();
-                while let Some(&c) = chars.peek() {
-                    if c.is_ascii_digit() {
-                        number.push(c);
-                    } else if c == ',' || c == ' ' {
-                        at.extend(number.parse::<u16>().ok());
-                        number.clear();
-                        if c == ' ' {
-                            break;
-                        }
-                    }
-                    chars.next();
-                }
-                at.extend(number.parse::<u16>().ok());
-            }
-            length += at.len().max(1);
-            positions.entry(lexeme).or_default().extend(at);
+            length += npos.max(1);
+            rest = &after[2 * npos..];
         }
-        Doc { positions, length }
+        Ok(Doc { positions, length })
     }
 
-    /// How often `b` stands right after `a`.
-    fn adjacent(&self, a: &str, b: &str) -> usize {
-        match (self.positions.get(a), self.positions.get(b)) {
-            (Some(a), Some(b)) => a.iter().filter(|p| b.contains(&(*p + 1))).count(),
-            _ => 0,
+    /// How often term `b` stands right after term `a`.
+    fn adjacent(&self, a: usize, b: usize) -> usize {
+        let (a, b) = (&self.positions[a], &self.positions[b]);
+        a.iter().filter(|p| b.contains(&(*p + 1))).count()
+    }
+}
+
+/// A `tsvector` column in its binary form, for [`Doc::decode`].
+struct Vector<'r>(&'r [u8]);
+
+impl sqlx::Type<sqlx::Postgres> for Vector<'_> {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::with_name("tsvector")
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Vector<'r> {
+    fn decode(
+        value: sqlx::postgres::PgValueRef<'r>,
+    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        if value.format() != sqlx::postgres::PgValueFormat::Binary {
+            return Err("a search vector came in text form".into());
         }
+        Ok(Vector(value.as_bytes()?))
     }
 }
 
@@ -424,16 +485,52 @@ async fn headlines(conn: &mut Lease, texts: &[String], tsquery: &str) -> Result<
 mod tests {
     use super::*;
 
+    /// `tsvectorsend` of `'deploy':1,7A 'it''s':3 'other':4,5 'setup':2 'bare'`.
+    fn binary() -> Vec<u8> {
+        let mut out = 5u32.to_be_bytes().to_vec();
+        let entries: [(&str, &[u16]); 5] = [
+            ("bare", &[]),
+            ("deploy", &[1, 7 | 0xc000]),
+            ("it's", &[3]),
+            ("other", &[4, 5]),
+            ("setup", &[2]),
+        ];
+        for (lexeme, positions) in entries {
+            out.extend(lexeme.as_bytes());
+            out.push(0);
+            out.extend((positions.len() as u16).to_be_bytes());
+            for p in positions {
+                out.extend(p.to_be_bytes());
+            }
+        }
+        out
+    }
+
     #[test]
-    fn reads_vectors_in_their_text_form() {
-        let doc = Doc::parse("'deploy':1,7A 'it''s':3 'setup':2 'x\\\\y':9 'bare'");
-        assert_eq!(doc.positions["deploy"], vec![1, 7]);
-        assert_eq!(doc.positions["it's"], vec![3]);
-        assert_eq!(doc.positions["x\\y"], vec![9]);
-        assert!(doc.positions["bare"].is_empty());
-        assert_eq!(doc.length, 6);
-        assert_eq!(doc.adjacent("deploy", "setup"), 1);
-        assert_eq!(doc.adjacent("setup", "deploy"), 0);
+    fn reads_vectors_in_their_binary_form() {
+        let terms: Vec<String> = ["deploy", "it's", "setup", "bare", "absent"]
+            .map(String::from)
+            .to_vec();
+        let doc = Doc::decode(&binary(), &terms).expect("well-formed");
+        assert_eq!(doc.positions[0], vec![1, 7], "the weight bits are dropped");
+        assert_eq!(doc.positions[1], vec![3]);
+        assert_eq!(doc.positions[2], vec![2]);
+        assert!(doc.positions[3].is_empty());
+        assert!(doc.positions[4].is_empty());
+        assert_eq!(doc.length, 7);
+        assert_eq!(doc.adjacent(0, 2), 1);
+        assert_eq!(doc.adjacent(2, 0), 0);
+    }
+
+    #[test]
+    fn a_cut_vector_is_an_error_not_a_panic() {
+        let whole = binary();
+        for end in 0..whole.len() {
+            assert!(
+                Doc::decode(&whole[..end], &["deploy".to_owned()]).is_err(),
+                "cut at {end}"
+            );
+        }
     }
 
     #[test]
