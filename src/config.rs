@@ -214,8 +214,8 @@ settings! {
     db_acquire_timeout_ms: u64 = "5000", env "ENGRAM_DB_ACQUIRE_TIMEOUT_MS";
     /// The most writes (Set, Delete, appends) of a tenant committed together in
     /// one transaction: writes that arrive while a commit is in flight share
-    /// the next one (and on Postgres Gets are read together likewise). 1 turns
-    /// it off
+    /// the next one (and on Postgres Gets and Recents are read together
+    /// likewise). 1 turns it off
     group_commit_max: usize = "64", env "ENGRAM_GROUP_COMMIT_MAX";
     /// SQLite durability: full syncs every commit to disk, normal may lose the last
     /// commits on power loss

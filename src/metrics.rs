@@ -62,16 +62,23 @@ pub enum Grouped {
     Write = 0,
     Append = 1,
     Get = 2,
+    Recent = 3,
 }
 
 impl Grouped {
-    const ALL: [Grouped; 3] = [Grouped::Write, Grouped::Append, Grouped::Get];
+    const ALL: [Grouped; 4] = [
+        Grouped::Write,
+        Grouped::Append,
+        Grouped::Get,
+        Grouped::Recent,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Grouped::Write => "write",
             Grouped::Append => "append",
             Grouped::Get => "get",
+            Grouped::Recent => "recent",
         }
     }
 }
@@ -168,8 +175,8 @@ pub struct Registry {
     embedded: AtomicU64,
     embedder_failures: AtomicU64,
     /// Groups run and calls in them, by [`Grouped`].
-    groups: [AtomicU64; 3],
-    grouped: [AtomicU64; 3],
+    groups: [AtomicU64; 4],
+    grouped: [AtomicU64; 4],
 }
 
 /// A poisoned lock only means a panic elsewhere mid-update of a counter;

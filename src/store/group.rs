@@ -20,7 +20,8 @@
 //! and run its writes one by one, so the error reaches only its own call.
 //!
 //! Reads use the same queue where one statement can answer many: on
-//! Postgres, concurrent `Get`s of a tenant are read by one statement.
+//! Postgres, concurrent `Get`s of a tenant are read by one statement, and
+//! so are concurrent `Recent`s of one level.
 //!
 //! Written by hand: this is a queue, a map and a task, not a dependency.
 

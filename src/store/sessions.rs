@@ -389,7 +389,42 @@ pub(super) trait AppendEpisodes {
     ) -> impl Future<Output = Result<Appended>> + Send;
 }
 
-impl<B: Backend + AppendEpisodes> SessionStore for B {
+/// How a backend answers [`SessionStore::recent`]: Postgres reads
+/// concurrent calls of a tenant together, SQLite each on its own
+/// ([`recent_alone`]).
+pub(super) trait RecentEpisodes {
+    fn recent_episodes(
+        &self,
+        tenant: &Tenant,
+        query: &RecentQuery,
+    ) -> impl Future<Output = Result<Vec<Episode>>> + Send;
+}
+
+/// The newest episodes of one [`RecentQuery`], by its own statement.
+pub(super) async fn recent_alone<B: Backend>(
+    store: &B,
+    tenant: &Tenant,
+    query: &RecentQuery,
+) -> Result<Vec<Episode>> {
+    let sql = recent_sql(query.session_id.is_some(), query.agent.is_some());
+    let types = type_names(&query.types);
+    let mut conn = store.reader(tenant).await?;
+    conn.all(
+        sql,
+        params![
+            tenant.as_str(),
+            query.user.as_str(),
+            query.session_id.as_ref().map_or("", |s| s.as_str()),
+            query.agent.as_ref().map_or("", |a| a.as_str()),
+            &types[..],
+            query.limit,
+        ],
+        episode_row,
+    )
+    .await
+}
+
+impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
     async fn create_session(
         &self,
         tenant: &Tenant,
@@ -557,22 +592,7 @@ impl<B: Backend + AppendEpisodes> SessionStore for B {
     }
 
     async fn recent(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
-        let sql = recent_sql(query.session_id.is_some(), query.agent.is_some());
-        let types = type_names(&query.types);
-        let mut conn = self.reader(tenant).await?;
-        conn.all(
-            sql,
-            params![
-                tenant.as_str(),
-                query.user.as_str(),
-                query.session_id.as_ref().map_or("", |s| s.as_str()),
-                query.agent.as_ref().map_or("", |a| a.as_str()),
-                &types[..],
-                query.limit,
-            ],
-            episode_row,
-        )
-        .await
+        self.recent_episodes(tenant, query).await
     }
 
     async fn latest_episodes(&self, tenant: &Tenant, limit: i64) -> Result<Vec<Episode>> {

@@ -39,6 +39,7 @@ use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, 
 use crate::memory::{Entry, Key, Scope};
 use crate::metrics::Grouped;
 use crate::ports::{Database, Feed, Feeds};
+use crate::sessions::{Episode, RecentQuery};
 use pool::{Lease, Pool};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -160,6 +161,8 @@ pub struct PgStore {
     gets: Option<Group<(Scope, Key), Option<Entry>>>,
     /// Appends' writes committed together, likewise.
     appends: Option<Group<sessions::AppendWrite, Option<sessions::Inserted>>>,
+    /// Concurrent `Recent` reads, read together.
+    recents: Option<Group<RecentQuery, Vec<Episode>>>,
 }
 
 /// How often the horizon is re-read without a notification (a missed
@@ -189,6 +192,7 @@ impl PgStore {
             writes: None,
             appends: None,
             gets: None,
+            recents: None,
         };
         if options.group_commit_max > 1 {
             let max = options.group_commit_max;
@@ -212,6 +216,13 @@ impl PgStore {
                 max,
                 APPEND_FLUSHERS,
                 |store: Self, tenant, jobs| async move { store.append_group(&tenant, jobs).await },
+            ));
+            store.recents = Some(Group::on(
+                Grouped::Recent,
+                &store,
+                max,
+                1,
+                |store: Self, tenant, queries| async move { store.recent_group(&tenant, queries).await },
             ));
         }
         Ok(store)

@@ -29,10 +29,11 @@ use super::{PgStore, shared_steps};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended};
-use crate::sessions::{Episode, NewEpisode, Session};
+use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
 use crate::store::sessions::{
-    AppendEpisodes, episode_ids, filled, insert_session_in, missing_session, session_in,
-    session_row, sort_out, stored_episodes,
+    AppendEpisodes, RecentEpisodes, episode_columns, episode_ids, episode_row, filled,
+    insert_session_in, missing_session, recent_alone, session_in, session_row, sort_out,
+    stored_episodes, type_names,
 };
 
 /// How often an append is retried when a concurrent append to another
@@ -440,6 +441,132 @@ async fn evict_past_limit(
         crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
     }
     Ok(())
+}
+
+/// Several `Recent` reads of one level (session given, agent given) as
+/// one statement: each query's newest episodes through the same index
+/// scan it would run alone (`LATERAL`), tagged with the query's place.
+/// Types travel comma-joined (a type name is lowercase letters, digits
+/// and `_`), empty for any type.
+macro_rules! recent_many {
+    ($level:literal) => {
+        concat!(
+            "SELECT e.*, q.ord FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], \
+             $6::bigint[]) WITH ORDINALITY AS q(u, s, a, t, n, ord) \
+             CROSS JOIN LATERAL (SELECT ",
+            episode_columns!(),
+            " FROM episodes WHERE tenant = $1 AND ",
+            $level,
+            " AND (q.t = '' OR type = ANY(string_to_array(q.t, ','))) \
+             ORDER BY timestamp DESC, cursor DESC LIMIT q.n) e \
+             ORDER BY q.ord, e.timestamp DESC, e.cursor DESC"
+        )
+    };
+}
+
+static RECENT_MANY: [&str; 4] = [
+    recent_many!("user_id = q.u"),
+    recent_many!("user_id = q.u AND agent = q.a"),
+    recent_many!("session_id = q.s AND user_id = q.u"),
+    recent_many!("session_id = q.s AND user_id = q.u AND agent = q.a"),
+];
+
+fn level(query: &RecentQuery) -> usize {
+    usize::from(query.session_id.is_some()) * 2 + usize::from(query.agent.is_some())
+}
+
+impl RecentEpisodes for PgStore {
+    async fn recent_episodes(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
+        match &self.recents {
+            Some(group) => group.submit(tenant, query.clone()).await,
+            None => recent_alone(self, tenant, query).await,
+        }
+    }
+}
+
+impl PgStore {
+    /// Concurrent `Recent` reads of a tenant: those of one level share a
+    /// statement ([`RECENT_MANY`]), a level asked once runs its own. When
+    /// a shared statement fails, its queries run alone, so an error
+    /// reaches only its own call.
+    pub(super) async fn recent_group(
+        &self,
+        tenant: &Tenant,
+        queries: Vec<RecentQuery>,
+    ) -> Vec<Result<Vec<Episode>>> {
+        let mut outcomes: Vec<Option<Result<Vec<Episode>>>> =
+            queries.iter().map(|_| None).collect();
+        for at_level in 0..RECENT_MANY.len() {
+            let asked: Vec<usize> = (0..queries.len())
+                .filter(|at| level(&queries[*at]) == at_level)
+                .collect();
+            if let [one] = asked[..] {
+                outcomes[one] = Some(recent_alone(self, tenant, &queries[one]).await);
+                continue;
+            }
+            if asked.is_empty() {
+                continue;
+            }
+            let shared: Vec<&RecentQuery> = asked.iter().map(|at| &queries[*at]).collect();
+            match self.recent_many(tenant, at_level, &shared).await {
+                Ok(found) => {
+                    for (at, episodes) in asked.iter().zip(found) {
+                        outcomes[*at] = Some(Ok(episodes));
+                    }
+                }
+                Err(_) => {
+                    for at in asked {
+                        outcomes[at] = Some(recent_alone(self, tenant, &queries[at]).await);
+                    }
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| Err(Error::internal("a recent read without an outcome")))
+            })
+            .collect()
+    }
+
+    /// The episodes of each of `queries` (all of one level), in order.
+    async fn recent_many(
+        &self,
+        tenant: &Tenant,
+        level: usize,
+        queries: &[&RecentQuery],
+    ) -> Result<Vec<Vec<Episode>>> {
+        let texts =
+            |get: fn(&RecentQuery) -> String| queries.iter().map(|q| get(q)).collect::<Vec<_>>();
+        let mut conn = self.session(tenant).await?;
+        let rows = sqlx::query(RECENT_MANY[level])
+            .bind(tenant.as_str())
+            .bind(texts(|q| q.user.as_str().to_owned()))
+            .bind(texts(|q| {
+                q.session_id
+                    .as_ref()
+                    .map_or(String::new(), |s| s.as_str().to_owned())
+            }))
+            .bind(texts(|q| {
+                q.agent
+                    .as_ref()
+                    .map_or(String::new(), |a| a.as_str().to_owned())
+            }))
+            .bind(texts(|q| type_names(&q.types).join(",")))
+            .bind(queries.iter().map(|q| q.limit).collect::<Vec<i64>>())
+            .fetch_all(&mut conn)
+            .await?;
+        let mut found: Vec<Vec<Episode>> = queries.iter().map(|_| Vec::new()).collect();
+        for row in &rows {
+            let ord: i64 = row.try_get(13)?;
+            let episodes = usize::try_from(ord - 1)
+                .ok()
+                .and_then(|at| found.get_mut(at))
+                .ok_or_else(|| Error::internal("a row for no query asked"))?;
+            episodes.push(episode_row(row)?);
+        }
+        Ok(found)
+    }
 }
 
 impl AppendEpisodes for PgStore {

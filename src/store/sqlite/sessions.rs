@@ -11,9 +11,10 @@ use crate::context::Tenant;
 use crate::error::Result;
 use crate::ports::Feed;
 use crate::sessions::ports::{Append, Appended};
+use crate::sessions::{Episode, RecentQuery};
 use crate::store::sessions::{
-    AppendEpisodes, OwnedAppend, episode_ids, filled, insert_session_in, missing_session,
-    session_in, sort_out, stored_episodes,
+    AppendEpisodes, OwnedAppend, RecentEpisodes, episode_ids, filled, insert_session_in,
+    missing_session, recent_alone, session_in, sort_out, stored_episodes,
 };
 use crate::store::sql::{Cols, Run, Sql, params};
 
@@ -47,6 +48,14 @@ impl AppendEpisodes for SqliteStore {
                     ))
                 }),
         }
+    }
+}
+
+/// Each on its own: a read on SQLite is a call into the library on a
+/// reader connection, with no round trip to share.
+impl RecentEpisodes for SqliteStore {
+    async fn recent_episodes(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
+        recent_alone(self, tenant, query).await
     }
 }
 

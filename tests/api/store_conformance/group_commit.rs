@@ -13,8 +13,10 @@ use engram::context::Tenant;
 use engram::memory::ports::{Head, Mutation, RequestStamp, Write, Written};
 use engram::memory::{ChangeKind, Provenance, ScopeType, Value};
 use engram::ports::Store;
+use engram::sessions::{Episode, EpisodeType, RecentQuery};
 use serde_json::json;
 
+use super::fixtures::{episode, id, log, name, owner};
 use super::{key, scope, value};
 use crate::helpers::{Backend, TestDb};
 
@@ -755,6 +757,112 @@ async fn gets_in_a_group_each_find_their_key<S: Store>(store: S, _db: &TestDb) {
     );
 }
 
+/// `Recent` reads that arrive together are read together on Postgres (one
+/// statement per level of those asked more than once), and each gets what
+/// it gets alone: by user, limit, types, session, agent, another user's,
+/// a user with nothing.
+async fn recents_in_a_group_each_get_their_episodes<S: Store>(store: S, _db: &TestDb) {
+    let l = log(&store, "r");
+    l.create("s1", "app", "alice", 0).await;
+    l.create("s2", "app", "alice", 0).await;
+    l.create("s3", "app", "bob", 0).await;
+    let (s1, s2, s3) = (id("s1"), id("s2"), id("s3"));
+    l.append(
+        "s1",
+        &[
+            episode(&s1, Some("a1"), Some("user_message"), None, json!(1)),
+            episode(&s1, Some("a2"), Some("tool_call"), Some("tools"), json!(2)),
+            episode(
+                &s1,
+                Some("a3"),
+                Some("agent_response"),
+                Some("bot"),
+                json!(3),
+            ),
+        ],
+    )
+    .await;
+    l.append(
+        "s2",
+        &[episode(
+            &s2,
+            Some("b1"),
+            Some("user_message"),
+            None,
+            json!(4),
+        )],
+    )
+    .await;
+    let bob = [episode(
+        &s3,
+        Some("c1"),
+        Some("user_message"),
+        None,
+        json!(5),
+    )];
+    l.append_as("s3", &owner("app", "bob"), &bob, 0).await;
+
+    let types = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| EpisodeType::parse("type", *n).expect("type"))
+            .collect::<Vec<_>>()
+    };
+    let query =
+        |user: &str, session: Option<&str>, agent: Option<&str>, types, limit| RecentQuery {
+            user: name("user", user),
+            session_id: session.map(id),
+            agent: agent.map(|a| name("agent", a)),
+            types,
+            limit,
+        };
+    let asked = [
+        query("alice", None, None, vec![], 10),
+        query("alice", None, None, vec![], 2),
+        query("alice", None, None, types(&["user_message"]), 10),
+        query("alice", Some("s1"), None, vec![], 10),
+        query("alice", Some("s1"), Some("tools"), vec![], 10),
+        query("alice", Some("s1"), Some("bot"), vec![], 10),
+        query(
+            "alice",
+            Some("s2"),
+            None,
+            types(&["tool_call", "user_message"]),
+            10,
+        ),
+        query("bob", None, None, vec![], 10),
+        query("carol", None, None, vec![], 10),
+        query("alice", None, Some("bot"), vec![], 10),
+    ];
+    let ids = |episodes: Vec<Episode>| episodes.into_iter().map(|e| e.id).collect::<Vec<_>>();
+    let mut all = pin!(futures::future::join_all(
+        asked.iter().map(|q| store.recent(&l.tenant, q))
+    ));
+    assert!(futures::poll!(all.as_mut()).is_pending());
+    let together: Vec<Vec<String>> = all
+        .await
+        .into_iter()
+        .map(|found| ids(found.expect("recent")))
+        .collect();
+    let expected: [&[&str]; 10] = [
+        &["b1", "a3", "a2", "a1"],
+        &["b1", "a3"],
+        &["b1", "a1"],
+        &["a3", "a2", "a1"],
+        &["a2"],
+        &["a3"],
+        &["b1"],
+        &["c1"],
+        &[],
+        &["a3"],
+    ];
+    assert_eq!(together, expected);
+    for (q, expected) in asked.iter().zip(expected) {
+        let alone = ids(store.recent(&l.tenant, q).await.expect("recent"));
+        assert_eq!(alone, expected, "{q:?} alone");
+    }
+}
+
 store_suite!(
     single_threaded;
     a_batch_keeps_each_outcome,
@@ -762,4 +870,5 @@ store_suite!(
     plain_sets_share_a_statement,
     appends_in_a_group_keep_each_outcome,
     gets_in_a_group_each_find_their_key,
+    recents_in_a_group_each_get_their_episodes,
 );
