@@ -216,7 +216,11 @@ def test_tenants_tokens_and_headers(server: Server, browser: webdriver.Chrome) -
     browser.get(f"{server.ui}/login")
     browser.find_element(By.ID, "token").send_keys("eg_not-a-token")
     browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
-    assert "not valid" in browser.find_element(By.CSS_SELECTOR, "[role=alert]").text
+    # The refusal is a new page: wait for it, not for the click to return.
+    alert = WebDriverWait(browser, 10).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "[role=alert]"))
+    )
+    assert "not valid" in alert.text
     assert browser.get_cookie("engram_token") is None
 
     # Another tenant sees its own scopes only.
