@@ -75,9 +75,15 @@ static RECENT: [Sql; 4] = [
     recent!("session_id = $3 AND user_id = $2 AND agent = $4"),
 ];
 
+/// The level of a `Recent` read, which picks its statement: 0 user, 1 user
+/// and agent, 2 session, 3 session and agent.
+pub(super) fn recent_level(session: bool, agent: bool) -> usize {
+    usize::from(session) * 2 + usize::from(agent)
+}
+
 /// The `Recent` statement of a level (session given, agent given).
 pub(super) fn recent_sql(session: bool, agent: bool) -> &'static Sql {
-    &RECENT[usize::from(session) * 2 + usize::from(agent)]
+    &RECENT[recent_level(session, agent)]
 }
 
 static INSERT_SESSION: Sql = Sql::new(concat!(

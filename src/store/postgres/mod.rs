@@ -424,6 +424,14 @@ async fn set_many_in(
         .collect()
 }
 
+/// The slot of a grouped statement's row, by the 1-based `ord` the
+/// statement tagged it with (`WITH ORDINALITY` over the group's inputs).
+pub(super) fn slot_of<T>(slots: &mut [T], ord: i64) -> Option<&mut T> {
+    usize::try_from(ord - 1)
+        .ok()
+        .and_then(|at| slots.get_mut(at))
+}
+
 /// Runs one step of a group (one job, or several that share a statement)
 /// in the group's open transaction: one outcome per job, in order.
 pub(super) type InGroup<J, R> =

@@ -25,15 +25,15 @@ use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use super::pool::Lease;
-use super::{PgStore, shared_steps};
+use super::{PgStore, shared_steps, slot_of};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended};
 use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
 use crate::store::sessions::{
     AppendEpisodes, RecentEpisodes, episode_columns, episode_ids, episode_row, filled,
-    insert_session_in, missing_session, recent_alone, session_in, session_row, sort_out,
-    stored_episodes, type_names,
+    insert_session_in, missing_session, recent_alone, recent_level, session_in, session_row,
+    sort_out, stored_episodes, type_names,
 };
 
 /// How often an append is retried when a concurrent append to another
@@ -399,9 +399,7 @@ async fn append_many_in(
     let mut inserted: Vec<Option<Inserted>> = writes.iter().map(|_| None).collect();
     for row in &rows {
         let ord: i64 = row.try_get(10)?;
-        let slot = usize::try_from(ord - 1)
-            .ok()
-            .and_then(|at| inserted.get_mut(at))
+        let slot = slot_of(&mut inserted, ord)
             .ok_or_else(|| Error::internal("an episode stored for no append"))?;
         let done = match slot {
             Some(done) => done,
@@ -471,10 +469,6 @@ static RECENT_MANY: [&str; 4] = [
     recent_many!("session_id = q.s AND user_id = q.u AND agent = q.a"),
 ];
 
-fn level(query: &RecentQuery) -> usize {
-    usize::from(query.session_id.is_some()) * 2 + usize::from(query.agent.is_some())
-}
-
 impl RecentEpisodes for PgStore {
     async fn recent_episodes(&self, tenant: &Tenant, query: &RecentQuery) -> Result<Vec<Episode>> {
         match &self.recents {
@@ -498,14 +492,18 @@ impl PgStore {
             queries.iter().map(|_| None).collect();
         for at_level in 0..RECENT_MANY.len() {
             let asked: Vec<usize> = (0..queries.len())
-                .filter(|at| level(&queries[*at]) == at_level)
+                .filter(|at| {
+                    let q = &queries[*at];
+                    recent_level(q.session_id.is_some(), q.agent.is_some()) == at_level
+                })
                 .collect();
-            if let [one] = asked[..] {
-                outcomes[one] = Some(recent_alone(self, tenant, &queries[one]).await);
-                continue;
-            }
-            if asked.is_empty() {
-                continue;
+            match asked[..] {
+                [] => continue,
+                [one] => {
+                    outcomes[one] = Some(recent_alone(self, tenant, &queries[one]).await);
+                    continue;
+                }
+                _ => {}
             }
             let shared: Vec<&RecentQuery> = asked.iter().map(|at| &queries[*at]).collect();
             match self.recent_many(tenant, at_level, &shared).await {
@@ -559,9 +557,7 @@ impl PgStore {
         let mut found: Vec<Vec<Episode>> = queries.iter().map(|_| Vec::new()).collect();
         for row in &rows {
             let ord: i64 = row.try_get(13)?;
-            let episodes = usize::try_from(ord - 1)
-                .ok()
-                .and_then(|at| found.get_mut(at))
+            let episodes = slot_of(&mut found, ord)
                 .ok_or_else(|| Error::internal("a row for no query asked"))?;
             episodes.push(episode_row(row)?);
         }
