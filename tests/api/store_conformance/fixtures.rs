@@ -6,7 +6,9 @@ use chrono::{DateTime, Utc};
 use engram::context::Tenant;
 use engram::ports::Store;
 use engram::sessions::ports::{Append, Appended, NewSession};
-use engram::sessions::{Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, Session};
+use engram::sessions::{
+    Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery, Session,
+};
 
 pub(crate) fn name(field: &str, text: &str) -> Name {
     Name::parse(field, text).expect("name")
@@ -25,6 +27,24 @@ pub(crate) fn owner(app: &str, user: &str) -> Owner {
     Owner {
         app: Some(name("app", app)),
         user: Some(name("user", user)),
+    }
+}
+
+/// A `Recent` read of `user`, widened to a session and an agent when
+/// given.
+pub(crate) fn recent(
+    user: &str,
+    session: Option<&str>,
+    agent: Option<&str>,
+    types: Vec<EpisodeType>,
+    limit: i64,
+) -> RecentQuery {
+    RecentQuery {
+        user: name("user", user),
+        session_id: session.map(id),
+        agent: agent.map(|a| name("agent", a)),
+        types,
+        limit,
     }
 }
 

@@ -13,10 +13,10 @@ use engram::context::Tenant;
 use engram::memory::ports::{Head, Mutation, RequestStamp, Write, Written};
 use engram::memory::{ChangeKind, Provenance, ScopeType, Value};
 use engram::ports::Store;
-use engram::sessions::{Episode, EpisodeType, RecentQuery};
+use engram::sessions::{Episode, EpisodeType};
 use serde_json::json;
 
-use super::fixtures::{episode, id, log, name, owner};
+use super::fixtures::{episode, id, log, owner, recent as query};
 use super::{key, scope, value};
 use crate::helpers::{Backend, TestDb};
 
@@ -808,14 +808,6 @@ async fn recents_in_a_group_each_get_their_episodes<S: Store>(store: S, _db: &Te
             .map(|n| EpisodeType::parse("type", *n).expect("type"))
             .collect::<Vec<_>>()
     };
-    let query =
-        |user: &str, session: Option<&str>, agent: Option<&str>, types, limit| RecentQuery {
-            user: name("user", user),
-            session_id: session.map(id),
-            agent: agent.map(|a| name("agent", a)),
-            types,
-            limit,
-        };
     let asked = [
         query("alice", None, None, vec![], 10),
         query("alice", None, None, vec![], 2),

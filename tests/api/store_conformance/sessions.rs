@@ -3,9 +3,7 @@
 
 use engram::ports::Store;
 use engram::sessions::ports::{Appended, EpisodeQuery};
-use engram::sessions::{
-    Episode, EpisodeType, Id, NewEpisode, Owner, RecentQuery, SessionFilter, TailFilter,
-};
+use engram::sessions::{Episode, EpisodeType, Id, NewEpisode, Owner, SessionFilter, TailFilter};
 use serde_json::json;
 
 use super::fixtures::{self, id, log, name, now, owner};
@@ -382,14 +380,9 @@ async fn recent_widens_by_columns<S: Store>(store: S, _db: &TestDb) {
         Appended::Stored(_) => {}
         other => panic!("{other:?}"),
     }
-    let recent =
-        |session: Option<&str>, agent: Option<&str>, types: Vec<EpisodeType>| RecentQuery {
-            user: name("user", "alice"),
-            session_id: session.map(id),
-            agent: agent.map(|a| name("agent", a)),
-            types,
-            limit: 10,
-        };
+    let recent = |session: Option<&str>, agent: Option<&str>, types: Vec<EpisodeType>| {
+        fixtures::recent("alice", session, agent, types, 10)
+    };
     let ids = |episodes: Vec<Episode>| episodes.into_iter().map(|e| e.id).collect::<Vec<_>>();
     let all = store
         .recent(&l.tenant, &recent(None, None, vec![]))
