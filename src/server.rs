@@ -48,7 +48,8 @@ use crate::store::{Backend, PgStore, SqliteStore};
 use crate::summarizer::{Extractive, OpenAi, Summarizer};
 use crate::working::WorkingMemory;
 
-/// How often expired idempotency records are pruned.
+/// How often expired idempotency records, old changes and the lines of
+/// unfinished imports are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 /// The health service name a liveness probe checks.
@@ -698,6 +699,12 @@ async fn watch_database<S: Store>(
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned old changes"),
                 Err(err) => tracing::warn!(error = %err, "cannot prune old changes"),
+            }
+            let before = chrono::Utc::now() - crate::data::STALE_IMPORT_AFTER;
+            match store.prune_imports(before).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned lines of unfinished imports"),
+                Err(err) => tracing::warn!(error = %err, "cannot prune unfinished imports"),
             }
         }
     }

@@ -9,7 +9,9 @@
 pub mod records;
 mod transfer;
 
-pub use transfer::{After, ExportPage, ImportCounts, Part, Selection, parse_line};
+pub use transfer::{
+    After, ExportPage, ImportCounts, Part, STALE_AFTER as STALE_IMPORT_AFTER, Selection, parse_line,
+};
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -111,6 +113,12 @@ pub trait DataStore: Clone + Send + Sync + 'static {
         import_id: &str,
         stale_before: DateTime<Utc>,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Removes the staged lines of every tenant's imports that began before
+    /// `before` and never finished (a dropped stream, a killed server), so
+    /// the data they carry does not outlive them when no import follows;
+    /// returns how many lines.
+    fn prune_imports(&self, before: DateTime<Utc>) -> impl Future<Output = Result<u64>> + Send;
 }
 
 /// The data service over a store.

@@ -82,8 +82,9 @@ pub struct ImportCounts {
     pub lines: i64,
 }
 
-/// How long a never-finished import's staged lines are kept.
-const STALE_AFTER: Duration = Duration::days(1);
+/// How long a never-finished import's staged lines are kept (the next
+/// import of the tenant and the server's periodic pruning remove them).
+pub const STALE_AFTER: Duration = Duration::days(1);
 
 impl Selection {
     /// The parts the selection covers, in export order.

@@ -384,6 +384,9 @@ static STAGED: Sql = Sql::new(
 static DISCARD: Sql =
     Sql::new("DELETE FROM import_lines WHERE tenant = $1 AND (import_id = $2 OR create_time < $3)");
 
+/// Every tenant's lines staged before $1.
+static PRUNE_IMPORTS: Sql = Sql::new("DELETE FROM import_lines WHERE create_time < $1");
+
 impl<B: Backend + MemoryWrites + Feeds> DataStore for B {
     async fn forget_user(
         &self,
@@ -443,6 +446,11 @@ impl<B: Backend + MemoryWrites + Feeds> DataStore for B {
         conn.exec(&DISCARD, params![tenant.as_str(), import_id, stale_before])
             .await?;
         Ok(())
+    }
+
+    async fn prune_imports(&self, before: DateTime<Utc>) -> Result<u64> {
+        let mut conn = self.system_writer().await?;
+        conn.exec(&PRUNE_IMPORTS, params![before]).await
     }
 }
 

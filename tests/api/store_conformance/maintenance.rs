@@ -443,7 +443,32 @@ async fn unconditional_writes_always_land<S: Store>(store: S, _db: &TestDb) {
     );
 }
 
+/// Lines staged by imports that never finished are pruned by age across
+/// tenants; a newer import's lines stay.
+async fn unfinished_imports_are_pruned<S: Store>(store: S, _db: &TestDb) {
+    let day_ago = Utc::now() - chrono::Duration::days(1);
+    let line = |n: i64| (n, format!("{{\"line\":{n}}}"));
+    for (tenant, import) in [("t1", "old-a"), ("t2", "old-b")] {
+        store
+            .stage_import(&Tenant::new(tenant), import, &[line(1), line(2)], day_ago)
+            .await
+            .expect("stage");
+    }
+    store
+        .stage_import(&Tenant::new("t1"), "new", &[line(1)], Utc::now())
+        .await
+        .expect("stage");
+
+    let hour_ago = Utc::now() - chrono::Duration::hours(1);
+    assert_eq!(store.prune_imports(hour_ago).await.expect("prune"), 4);
+    assert_eq!(store.prune_imports(hour_ago).await.expect("prune"), 0);
+    // The newer import's line was kept until it too is old enough.
+    let later = Utc::now() + chrono::Duration::seconds(1);
+    assert_eq!(store.prune_imports(later).await.expect("prune"), 1);
+}
+
 store_suite!(
+    unfinished_imports_are_pruned,
     racing_writers_get_dense_versions,
     purge_keeps_the_newest_and_audits,
     purge_all_versions_removes_the_key,
