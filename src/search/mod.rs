@@ -13,6 +13,7 @@ pub mod embedder;
 pub mod ports;
 mod query;
 mod service;
+pub mod snippet;
 pub mod worker;
 
 use chrono::{DateTime, Utc};

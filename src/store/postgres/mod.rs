@@ -163,6 +163,8 @@ pub struct PgStore {
     appends: Option<Group<sessions::AppendWrite, Option<sessions::Inserted>>>,
     /// Concurrent `Recent` reads, read together.
     recents: Option<Group<RecentQuery, Vec<Episode>>>,
+    /// Query words as Postgres normalised them, shared by the searches.
+    normalized: Arc<search::Normalized>,
 }
 
 /// How often the horizon is re-read without a notification (a missed
@@ -193,6 +195,7 @@ impl PgStore {
             appends: None,
             gets: None,
             recents: None,
+            normalized: Arc::default(),
         };
         if options.group_commit_max > 1 {
             let max = options.group_commit_max;

@@ -1,6 +1,6 @@
 //! Search on Postgres: a tsquery over the generated `search` vectors
-//! (GIN), BM25 in Rust over the best candidates, `ts_headline` for the
-//! snippets of the hits returned.
+//! (GIN), BM25 in Rust over the best candidates, snippets of the hits
+//! returned made in Rust ([`crate::search::snippet`]).
 //!
 //! Why BM25 here rather than `ts_rank`: `ts_rank` counts how often the
 //! words occur but not how rare they are, so a common word repeated
@@ -18,6 +18,9 @@
 //! with BM25, plus a bonus for query words that stand next to each other
 //! in the item (so an exact phrase beats the same words scattered).
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use sqlx::Row;
 
 use super::PgStore;
@@ -25,6 +28,7 @@ use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::ports::SearchStore;
+use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
 use crate::store::search::{Bounds, columns, conditions, from, item, width};
 use crate::store::sql::{Backend, Dialect, Param, Run};
@@ -96,21 +100,18 @@ impl SearchStore for PgStore {
         limit: usize,
     ) -> Result<Vec<Hit>> {
         let mut conn = self.reader(tenant).await?;
-        let Some(plan) = Plan::prepare(&mut conn, query).await? else {
+        let Some(plan) = Plan::prepare(&mut conn, &self.normalized, query).await? else {
             return Ok(Vec::new()); // only stop words
         };
         let mut items = Vec::new();
         for &source in sources {
             items.extend(ranked(&mut conn, &plan, tenant, source, filters, limit).await?);
         }
-        let texts: Vec<String> = items.iter().map(|(_, item)| item.text()).collect();
-        let snippets = headlines(&mut conn, &texts, &plan.tsquery).await?;
         Ok(items
             .into_iter()
-            .zip(snippets)
-            .map(|((score, item), snippet)| Hit {
+            .map(|(score, item)| Hit {
                 score,
-                snippet,
+                snippet: snippet(&item.text(), &plan.terms),
                 item,
             })
             .collect())
@@ -256,11 +257,97 @@ struct Plan {
     pairs: Vec<(usize, usize)>,
 }
 
+/// Query words and phrases as the `english` configuration normalises them,
+/// kept so that a search whose every word and phrase was seen before skips
+/// the round trip that asks Postgres. The normalisation depends on the text
+/// alone (the configuration is Postgres's built-in one, which the search
+/// vectors were made with too), so an entry never goes stale.
+///
+/// Bounded by [`NORMALIZED`] entries: when full it is emptied and fills
+/// again with what is asked next. A hand-rolled map rather than an LRU
+/// crate: a refill costs only the round trips the entries saved.
+#[derive(Debug, Default)]
+pub(super) struct Normalized(Mutex<NormalizedMaps>);
+
+#[derive(Debug, Default)]
+struct NormalizedMaps {
+    /// A word or phrase → its lexemes in order, space-separated (empty for
+    /// stop words only).
+    lexemes: HashMap<String, String>,
+    /// A phrase (or an excluded term) → its `phraseto_tsquery` text.
+    tsqueries: HashMap<String, String>,
+}
+
+/// The most words and phrases [`Normalized`] keeps of each kind.
+const NORMALIZED: usize = 20_000;
+
+/// What [`Plan::build`] takes: each word and phrase's lexemes, each
+/// phrase's and each exclusion's tsquery, in query order.
+struct Normal {
+    lexemes: Vec<String>,
+    phrases: Vec<String>,
+    excluded: Vec<String>,
+}
+
+impl Normalized {
+    fn maps(&self) -> std::sync::MutexGuard<'_, NormalizedMaps> {
+        // A panic mid-insert leaves whole entries only.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The query normalised from what is kept, if every part of it is.
+    fn get(&self, texts: &[String], query: &Query) -> Option<Normal> {
+        let maps = self.maps();
+        let look = |map: &HashMap<String, String>, list: &[String]| -> Option<Vec<String>> {
+            list.iter().map(|t| map.get(t).cloned()).collect()
+        };
+        Some(Normal {
+            lexemes: look(&maps.lexemes, texts)?,
+            phrases: look(&maps.tsqueries, &query.phrases)?,
+            excluded: look(&maps.tsqueries, &query.excluded)?,
+        })
+    }
+
+    fn keep(&self, texts: &[String], query: &Query, normal: &Normal) {
+        fn put(map: &mut HashMap<String, String>, keys: &[String], values: &[String]) {
+            for (key, value) in keys.iter().zip(values) {
+                if map.len() >= NORMALIZED {
+                    map.clear();
+                }
+                map.insert(key.clone(), value.clone());
+            }
+        }
+        let mut maps = self.maps();
+        put(&mut maps.lexemes, texts, &normal.lexemes);
+        put(&mut maps.tsqueries, &query.phrases, &normal.phrases);
+        put(&mut maps.tsqueries, &query.excluded, &normal.excluded);
+    }
+}
+
 impl Plan {
-    /// Normalises the query's words with the `english` configuration; `None`
-    /// when nothing but stop words is left to look for.
-    async fn prepare(conn: &mut Lease, query: &Query) -> Result<Option<Plan>> {
+    /// Normalises the query's words with the `english` configuration (from
+    /// `normalized` when it holds them all, else from Postgres, then kept
+    /// there); `None` when nothing but stop words is left to look for.
+    async fn prepare(
+        conn: &mut Lease,
+        normalized: &Normalized,
+        query: &Query,
+    ) -> Result<Option<Plan>> {
         let texts: Vec<String> = query.words.iter().chain(&query.phrases).cloned().collect();
+        let normal = match normalized.get(&texts, query) {
+            Some(normal) => normal,
+            None => {
+                let normal = Self::normalize(conn, &texts, query).await?;
+                normalized.keep(&texts, query, &normal);
+                normal
+            }
+        };
+        Ok(Self::build(query, &normal))
+    }
+
+    /// Asks Postgres for the lexemes of each word and phrase (`texts`) and
+    /// the tsquery of each phrase and exclusion.
+    async fn normalize(conn: &mut Lease, texts: &[String], query: &Query) -> Result<Normal> {
         let row = conn
             .rows_built(
                 "SELECT ARRAY(SELECT array_to_string(ARRAY(SELECT u.lexeme \
@@ -272,7 +359,7 @@ impl Plan {
                  FROM unnest($3::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i)"
                     .to_owned(),
                 &[
-                    Param::TextList(&texts),
+                    Param::TextList(texts),
                     Param::TextList(&query.phrases),
                     Param::TextList(&query.excluded),
                 ],
@@ -281,10 +368,21 @@ impl Plan {
             .into_iter()
             .next()
             .ok_or_else(|| Error::internal("query normalisation returned no row"))?;
-        let lexemes: Vec<String> = row.try_get(0)?;
-        let phrases: Vec<String> = row.try_get(1)?;
-        let excluded: Vec<String> = row.try_get(2)?;
+        Ok(Normal {
+            lexemes: row.try_get(0)?,
+            phrases: row.try_get(1)?,
+            excluded: row.try_get(2)?,
+        })
+    }
 
+    /// The plan of a normalised query; `None` when nothing but stop words
+    /// is left to look for.
+    fn build(query: &Query, normal: &Normal) -> Option<Plan> {
+        let Normal {
+            lexemes,
+            phrases,
+            excluded,
+        } = normal;
         let mut terms: Vec<String> = Vec::new();
         let index =
             |lexeme: &str, terms: &mut Vec<String>| match terms.iter().position(|t| t == lexeme) {
@@ -334,18 +432,18 @@ impl Plan {
                 .map(|p| format!("({p})")),
         );
         if required.is_empty() {
-            return Ok(None);
+            return None;
         }
         let mut tsquery = required.join(" & ");
         for x in excluded.iter().filter(|x| !x.is_empty()) {
             tsquery.push_str(&format!(" & !({x})"));
         }
-        Ok(Some(Plan {
+        Some(Plan {
             tsquery,
             terms,
             quoted_terms,
             pairs,
-        }))
+        })
     }
 
     /// BM25 of each candidate, plus the adjacency bonus. `n` is the
@@ -461,26 +559,6 @@ impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Vector<'r> {
     }
 }
 
-/// The snippet of each text, matched words marked `**like this**`.
-async fn headlines(conn: &mut Lease, texts: &[String], tsquery: &str) -> Result<Vec<String>> {
-    if texts.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = conn
-        .rows_built(
-            "SELECT ts_headline('english', t.x, $2::tsquery, \
-             'StartSel=**, StopSel=**, MaxWords=30, MinWords=12, MaxFragments=2, \
-             FragmentDelimiter=\" … \"') \
-             FROM unnest($1::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i"
-                .to_owned(),
-            &[Param::TextList(texts), Param::Text(tsquery)],
-        )
-        .await?;
-    rows.iter()
-        .map(|row| Ok(row.try_get::<String, _>(0)?.trim().to_owned()))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,6 +609,76 @@ mod tests {
                 "cut at {end}"
             );
         }
+    }
+
+    fn query(words: &[&str], phrases: &[&str], excluded: &[&str]) -> Query {
+        let owned = |list: &[&str]| list.iter().map(|t| t.to_string()).collect();
+        Query {
+            words: owned(words),
+            phrases: owned(phrases),
+            excluded: owned(excluded),
+        }
+    }
+
+    #[test]
+    fn normalised_queries_are_kept_whole_or_not_at_all() {
+        let normalized = Normalized::default();
+        let first = query(&["deploying"], &["setup guide"], &["staging"]);
+        let texts = vec!["deploying".to_owned(), "setup guide".to_owned()];
+        assert!(normalized.get(&texts, &first).is_none());
+        normalized.keep(
+            &texts,
+            &first,
+            &Normal {
+                lexemes: vec!["deploy".into(), "setup guid".into()],
+                phrases: vec!["'setup' <-> 'guid'".into()],
+                excluded: vec!["'stage'".into()],
+            },
+        );
+        let kept = normalized.get(&texts, &first).expect("all parts kept");
+        assert_eq!(kept.lexemes, ["deploy", "setup guid"]);
+        assert_eq!(kept.phrases, ["'setup' <-> 'guid'"]);
+        assert_eq!(kept.excluded, ["'stage'"]);
+        let plan = Plan::build(&first, &kept).expect("words to look for");
+        assert_eq!(plan.terms, ["deploy", "setup", "guid"]);
+        assert_eq!(
+            plan.tsquery,
+            "('deploy') & ('setup' <-> 'guid') & !('stage')"
+        );
+
+        // One part never seen: the whole query goes to Postgres.
+        let second = query(&["deploying", "rollback"], &[], &[]);
+        let texts = vec!["deploying".to_owned(), "rollback".to_owned()];
+        assert!(normalized.get(&texts, &second).is_none());
+        // A word seen as a phrase is not taken for an exclusion.
+        assert!(
+            normalized
+                .get(&[], &query(&[], &[], &["setup guide"]))
+                .is_some()
+        );
+        assert!(
+            normalized
+                .get(&[], &query(&[], &[], &["deploying"]))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_normalised_words_kept_are_bounded() {
+        let normalized = Normalized::default();
+        let empty = query(&[], &[], &[]);
+        for n in 0..NORMALIZED + 5 {
+            let word = format!("w{n}");
+            let normal = Normal {
+                lexemes: vec![word.clone()],
+                phrases: vec![],
+                excluded: vec![],
+            };
+            normalized.keep(&[word], &empty, &normal);
+        }
+        assert!(normalized.maps().lexemes.len() <= NORMALIZED);
+        let last = format!("w{}", NORMALIZED + 4);
+        assert!(normalized.get(&[last], &empty).is_some());
     }
 
     #[test]

@@ -130,6 +130,36 @@ async fn episodes_rank_and_filter<S: Store>(store: S, _db: &TestDb) {
     let any = Filters::default();
     let hits = found(&store, "t1", Source::Episodes, "deployment setup", &any).await;
     assert_eq!(described(&hits), vec!["near", "far", "tool"]);
+    // Asked again (the words' normalisation may now be kept by the store,
+    // phrases and exclusions too), the same hits with the same scores.
+    for text in [
+        "deployment setup",
+        "\"deployment setup\" -long",
+        "setup -\"was long\"",
+    ] {
+        let first = found(&store, "t1", Source::Episodes, text, &any).await;
+        let again = found(&store, "t1", Source::Episodes, text, &any).await;
+        let scores = |hits: &[Hit]| hits.iter().map(|h| h.score).collect::<Vec<_>>();
+        assert_eq!(described(&again), described(&first), "{text}");
+        assert_eq!(scores(&again), scores(&first), "{text}");
+    }
+    assert_eq!(
+        described(
+            &found(
+                &store,
+                "t1",
+                Source::Episodes,
+                "\"deployment setup\" -long",
+                &any
+            )
+            .await
+        ),
+        vec!["near"]
+    );
+    assert_eq!(
+        described(&found(&store, "t1", Source::Episodes, "setup -\"was long\"", &any).await),
+        vec!["near"]
+    );
     let tools = Filters {
         agent: Some(name("agent", "tools")),
         ..Filters::default()

@@ -1,0 +1,226 @@
+//! Snippets of Postgres's hits: the part of an item's text around the
+//! query's words, with those words marked `**like this**`, in up to
+//! [`FRAGMENTS`] fragments of at most [`FRAGMENT_WORDS`] words.
+//!
+//! Made here rather than with Postgres's `ts_headline`, which took a second
+//! statement per search and ran Postgres's parser over every hit's text
+//! again. A word is marked when its lexeme is one of the query's: the word
+//! lowercased, then, when it is all letters, stemmed with Snowball's English
+//! stemmer (`rust-stemmers`, the algorithm of Postgres's `english`
+//! configuration); words with digits are kept whole, as that configuration
+//! keeps them. A token Postgres's parser reads as a unit (an email, a URL,
+//! a hyphenated compound) may go unmarked here; which items are found and
+//! how they rank never depends on it. SQLite's snippets are FTS5's own.
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use rust_stemmers::{Algorithm, Stemmer};
+
+/// The most words in one fragment.
+pub const FRAGMENT_WORDS: usize = 30;
+
+/// The most fragments in a snippet.
+pub const FRAGMENTS: usize = 2;
+
+/// Words of context kept before the first marked word of a fragment.
+const LEAD: usize = 5;
+
+/// Between two fragments.
+const DELIMITER: &str = " … ";
+
+static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
+
+/// The lexeme a word is indexed under, as Postgres's `english`
+/// configuration makes it for a plain word.
+pub fn lexeme(word: &str) -> String {
+    let lower = word.to_lowercase();
+    if lower.chars().all(char::is_alphabetic) {
+        ENGLISH.stem(&lower).into_owned()
+    } else {
+        lower
+    }
+}
+
+/// A word of the text: its byte range and whether it is marked.
+struct Word {
+    start: usize,
+    end: usize,
+    marked: bool,
+}
+
+/// The snippet of `text` for a query whose lexemes are `terms`.
+pub fn snippet(text: &str, terms: &[String]) -> String {
+    let terms: HashSet<&str> = terms.iter().map(String::as_str).collect();
+    let words = words(text, &terms);
+    if words.is_empty() {
+        return String::new();
+    }
+    let mut fragments: Vec<(usize, usize)> = Vec::new();
+    while fragments.len() < FRAGMENTS {
+        let Some(fragment) = best_fragment(&words, &fragments) else {
+            break;
+        };
+        fragments.push(fragment);
+    }
+    if fragments.is_empty() {
+        // Nothing marked (the item matched by a token read differently
+        // here): its opening words.
+        fragments.push((0, words.len().min(FRAGMENT_WORDS)));
+    }
+    fragments.sort_unstable();
+    fragments
+        .iter()
+        .map(|&(from, to)| render(text, &words[from..to]))
+        .collect::<Vec<_>>()
+        .join(DELIMITER)
+}
+
+/// The words of `text`: runs of letters and digits.
+fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
+    let mut words = Vec::new();
+    let mut start = None;
+    for (at, c) in text.char_indices().chain([(text.len(), ' ')]) {
+        match (c.is_alphanumeric(), start) {
+            (true, None) => start = Some(at),
+            (false, Some(from)) => {
+                words.push(Word {
+                    start: from,
+                    end: at,
+                    marked: terms.contains(lexeme(&text[from..at]).as_str()),
+                });
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    words
+}
+
+/// The word range of the fragment holding the most marked words not yet
+/// shown, starting a little before one of them and overlapping no chosen
+/// fragment; `None` when every marked word is shown.
+fn best_fragment(words: &[Word], chosen: &[(usize, usize)]) -> Option<(usize, usize)> {
+    let shown = |at: usize| chosen.iter().any(|&(from, to)| (from..to).contains(&at));
+    let mut best: Option<((usize, usize), usize)> = None;
+    for anchor in (0..words.len()).filter(|&at| words[at].marked && !shown(at)) {
+        let mut from = anchor.saturating_sub(LEAD);
+        // Not into a fragment already chosen.
+        if let Some(&(_, to)) = chosen.iter().filter(|(_, to)| *to <= anchor).max() {
+            from = from.max(to);
+        }
+        let mut to = (from + FRAGMENT_WORDS).min(words.len());
+        if let Some(&(next, _)) = chosen.iter().filter(|(f, _)| *f > anchor).min() {
+            to = to.min(next);
+        }
+        let count = (from..to).filter(|&at| words[at].marked).count();
+        if best.is_none_or(|(_, most)| count > most) {
+            best = Some(((from, to), count));
+        }
+    }
+    best.map(|(fragment, _)| fragment)
+}
+
+/// The text from the first word to the last, marked words in `**`, with
+/// the punctuation that clings to them (up to the whitespace around).
+fn render(text: &str, words: &[Word]) -> String {
+    let (Some(first), Some(last)) = (words.first(), words.last()) else {
+        return String::new();
+    };
+    let start = text[..first.start]
+        .rfind(char::is_whitespace)
+        .map_or(0, |at| {
+            at + text[at..].chars().next().map_or(1, char::len_utf8)
+        });
+    let end = text[last.end..]
+        .find(char::is_whitespace)
+        .map_or(text.len(), |at| last.end + at);
+    let mut out = String::with_capacity(end - start + 16);
+    let mut at = start;
+    for word in words {
+        out.push_str(&text[at..word.start]);
+        if word.marked {
+            out.push_str("**");
+            out.push_str(&text[word.start..word.end]);
+            out.push_str("**");
+        } else {
+            out.push_str(&text[word.start..word.end]);
+        }
+        at = word.end;
+    }
+    out.push_str(&text[at..end]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(list: &[&str]) -> Vec<String> {
+        list.iter().map(|t| t.to_string()).collect()
+    }
+
+    #[test]
+    fn lexemes_are_stemmed_words_and_whole_identifiers() {
+        assert_eq!(lexeme("Deployments"), "deploy");
+        assert_eq!(lexeme("running"), "run");
+        assert_eq!(lexeme("user42"), "user42");
+        assert_eq!(lexeme("W448"), "w448");
+    }
+
+    #[test]
+    fn a_short_text_is_whole_with_its_words_marked() {
+        assert_eq!(
+            snippet(
+                "Our deployment setup, documented (deploys: 3).",
+                &terms(&["deploy", "setup"])
+            ),
+            "Our **deployment** **setup**, documented (**deploys**: 3)."
+        );
+    }
+
+    #[test]
+    fn a_long_text_shows_the_fragments_around_its_matches() {
+        let filler = |from: usize, n: usize| -> Vec<String> {
+            (from..from + n).map(|i| format!("f{i}")).collect()
+        };
+        let mut words = filler(0, 100);
+        words[50] = "kubernetes".into();
+        words[52] = "cluster".into();
+        words[90] = "clusters".into();
+        let text = words.join(" ");
+        let got = snippet(&text, &terms(&["kubernet", "cluster"]));
+        let fragments: Vec<&str> = got.split(DELIMITER).collect();
+        assert_eq!(fragments.len(), 2, "{got}");
+        assert!(fragments[0].starts_with("f45 "), "{got}");
+        assert!(
+            fragments[0].contains("**kubernetes** f51 **cluster**"),
+            "{got}"
+        );
+        assert_eq!(fragments[0].split(' ').count(), FRAGMENT_WORDS);
+        assert!(fragments[1].starts_with("f85 "), "{got}");
+        assert!(fragments[1].contains("**clusters**"), "{got}");
+        assert!(fragments[1].ends_with("f99"), "{got}");
+    }
+
+    #[test]
+    fn without_a_marked_word_the_opening_words() {
+        let text = (0..50)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let got = snippet(&text, &terms(&["absent"]));
+        assert!(got.starts_with("w0 w1"), "{got}");
+        assert_eq!(got.split(' ').count(), FRAGMENT_WORDS);
+        assert_eq!(snippet("", &terms(&["x"])), "");
+        assert_eq!(snippet(" … ", &terms(&["x"])), "");
+    }
+
+    #[test]
+    fn unicode_words_are_cut_on_character_boundaries() {
+        assert_eq!(
+            snippet("Café crème — naïve résumé", &terms(&["naïv"])),
+            "Café crème — **naïve** résumé"
+        );
+    }
+}
