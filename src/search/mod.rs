@@ -10,6 +10,7 @@
 //! deleted fact is gone in the same transaction that removed it.
 
 pub mod embedder;
+pub mod english;
 pub mod ports;
 mod query;
 mod service;

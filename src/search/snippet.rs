@@ -4,18 +4,14 @@
 //!
 //! Made here rather than with Postgres's `ts_headline`, which took a second
 //! statement per search and ran Postgres's parser over every hit's text
-//! again. A word is marked when its lexeme is one of the query's: the word
-//! lowercased, then, when it is all letters, stemmed with Snowball's English
-//! stemmer (`rust-stemmers`, the algorithm of Postgres's `english`
-//! configuration); words with digits are kept whole, as that configuration
-//! keeps them. A token Postgres's parser reads as a unit (an email, a URL,
+//! again. A word is marked when its lexeme ([`super::english::lexeme`]) is one of
+//! the query's. A token Postgres's parser reads as a unit (an email, a URL,
 //! a hyphenated compound) may go unmarked here; which items are found and
 //! how they rank never depends on it. SQLite's snippets are FTS5's own.
 
 use std::collections::HashSet;
-use std::sync::LazyLock;
 
-use rust_stemmers::{Algorithm, Stemmer};
+use super::english::lexeme;
 
 /// The most words in one fragment.
 pub const FRAGMENT_WORDS: usize = 30;
@@ -28,19 +24,6 @@ const LEAD: usize = 5;
 
 /// Between two fragments.
 const DELIMITER: &str = " … ";
-
-static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
-
-/// The lexeme a word is indexed under, as Postgres's `english`
-/// configuration makes it for a plain word.
-pub fn lexeme(word: &str) -> String {
-    let lower = word.to_lowercase();
-    if lower.chars().all(char::is_alphabetic) {
-        ENGLISH.stem(&lower).into_owned()
-    } else {
-        lower
-    }
-}
 
 /// A word of the text: its byte range and whether it is marked.
 struct Word {
@@ -158,14 +141,6 @@ mod tests {
 
     fn terms(list: &[&str]) -> Vec<String> {
         list.iter().map(|t| t.to_string()).collect()
-    }
-
-    #[test]
-    fn lexemes_are_stemmed_words_and_whole_identifiers() {
-        assert_eq!(lexeme("Deployments"), "deploy");
-        assert_eq!(lexeme("running"), "run");
-        assert_eq!(lexeme("user42"), "user42");
-        assert_eq!(lexeme("W448"), "w448");
     }
 
     #[test]

@@ -908,3 +908,78 @@ on_both_stores!(
     following_episodes_bring_the_answer,
     bad_requests_name_the_field,
 );
+
+/// Plain queries are normalised in Rust, the rest by Postgres: the two
+/// must agree. Every word of this project's README (a few thousand, plain
+/// ones only) and each of its lines as a phrase, against Postgres's own
+/// `to_tsvector` and `phraseto_tsquery`, plus every stop word.
+#[tokio::test]
+async fn plain_queries_normalise_as_postgres_does() {
+    use engram::search::english;
+
+    let readme = include_str!("../../README.md");
+    let mut words: Vec<String> = readme
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    words.extend(
+        [
+            "THE", "Of", "s", "t", "don", "Running", "W448", "user42", "007",
+        ]
+        .map(String::from),
+    );
+    let phrases: Vec<String> = readme
+        .lines()
+        .map(|line| {
+            line.split(|c: char| !c.is_ascii_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|line| !line.is_empty())
+        .collect();
+    assert!(words.len() > 1_000 && phrases.len() > 500);
+
+    let mut conn =
+        <sqlx::PgConnection as sqlx::Connection>::connect(&crate::helpers::pg_admin_url())
+            .await
+            .expect("connect");
+    let (lexemes, tsqueries): (Vec<String>, Vec<String>) = sqlx::query_as(
+        "SELECT ARRAY(SELECT array_to_string(ARRAY(SELECT u.lexeme \
+         FROM unnest(to_tsvector('english', t.w)) u ORDER BY u.positions[1]), ' ') \
+         FROM unnest($1::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i), \
+         ARRAY(SELECT phraseto_tsquery('english', t.p)::text \
+         FROM unnest($2::text[]) WITH ORDINALITY AS t(p, i) ORDER BY t.i)",
+    )
+    .bind(&words)
+    .bind(&phrases)
+    .fetch_one(&mut conn)
+    .await
+    .expect("normalise");
+
+    let mut differ = Vec::new();
+    for (word, postgres) in words.iter().zip(&lexemes) {
+        let ours = english::distinct(&english::plain(word).expect("a plain word"));
+        if &ours != postgres {
+            differ.push(format!("{word}: {ours:?} against {postgres:?}"));
+        }
+    }
+    for (phrase, postgres) in phrases.iter().zip(&tsqueries) {
+        let ours = english::phrase(&english::plain(phrase).expect("a plain phrase"));
+        if &ours != postgres {
+            differ.push(format!("{phrase:?}: {ours:?} against {postgres:?}"));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} differ: {:#?}",
+        differ.len(),
+        &differ[..differ.len().min(20)]
+    );
+    // Postgres drops the stop words Rust knows, and only those.
+    let stops = lexemes.iter().filter(|l| l.is_empty()).count();
+    assert!(stops >= 100, "{stops} stop words among the README's words");
+}

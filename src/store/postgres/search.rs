@@ -27,6 +27,7 @@ use super::PgStore;
 use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::search::english;
 use crate::search::ports::SearchStore;
 use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
@@ -324,17 +325,33 @@ impl Normalized {
     }
 }
 
+/// The query normalised in Rust, when every word and phrase of it is
+/// plain text ([`english::plain`]), as Postgres would normalise it.
+fn plain(texts: &[String], query: &Query) -> Option<Normal> {
+    let each = |list: &[String], f: fn(&[Option<String>]) -> String| -> Option<Vec<String>> {
+        list.iter()
+            .map(|text| english::plain(text).map(|words| f(&words)))
+            .collect()
+    };
+    Some(Normal {
+        lexemes: each(texts, english::distinct)?,
+        phrases: each(&query.phrases, english::phrase)?,
+        excluded: each(&query.excluded, english::phrase)?,
+    })
+}
+
 impl Plan {
-    /// Normalises the query's words with the `english` configuration (from
-    /// `normalized` when it holds them all, else from Postgres, then kept
-    /// there); `None` when nothing but stop words is left to look for.
+    /// Normalises the query's words with the `english` configuration: in
+    /// Rust when the query is plain text, else from `normalized` when it
+    /// holds every part, else by Postgres (then kept in `normalized`);
+    /// `None` when nothing but stop words is left to look for.
     async fn prepare(
         conn: &mut Lease,
         normalized: &Normalized,
         query: &Query,
     ) -> Result<Option<Plan>> {
         let texts: Vec<String> = query.words.iter().chain(&query.phrases).cloned().collect();
-        let normal = match normalized.get(&texts, query) {
+        let normal = match plain(&texts, query).or_else(|| normalized.get(&texts, query)) {
             Some(normal) => normal,
             None => {
                 let normal = Self::normalize(conn, &texts, query).await?;
