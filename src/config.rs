@@ -275,6 +275,11 @@ settings! {
     /// How often each scope's retention policy is applied, in seconds; 0 turns
     /// the retention scheduler off on this replica (ApplyRetention still works)
     retention_interval_secs: u64 = "3600", env "ENGRAM_RETENTION_INTERVAL_SECS";
+    /// How often this replica merges the Postgres search indexes' pending
+    /// lists (recent writes' entries, which every search reads whole), in
+    /// milliseconds; 0 leaves them to Postgres (merged by the write that fills
+    /// one, or by vacuum)
+    search_merge_interval_ms: u64 = "1000", env "ENGRAM_SEARCH_MERGE_INTERVAL_MS";
     /// Log format
     log_format: LogFormat = "text", env "ENGRAM_LOG_FORMAT";
     /// Authentication: `tokens` requires a bearer token on every call but health
@@ -411,6 +416,8 @@ pub struct Config {
     pub scheduler_interval: Option<Duration>,
     /// How often each scope's retention policy runs; `None`: off here.
     pub retention_interval: Option<Duration>,
+    /// How often the search indexes' pending lists are merged; `None`: off.
+    pub search_merge_interval: Option<Duration>,
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,
     /// The embeddings endpoint; `None`: lexical search only.
@@ -583,6 +590,8 @@ impl Config {
                 .then(|| millis(v.scheduler_interval_ms)),
             retention_interval: (v.retention_interval_secs > 0)
                 .then(|| Duration::from_secs(v.retention_interval_secs)),
+            search_merge_interval: (v.search_merge_interval_ms > 0)
+                .then(|| millis(v.search_merge_interval_ms)),
             summarizer,
             embedder,
             dedup_similarity,

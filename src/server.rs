@@ -372,8 +372,8 @@ impl<S: Store> Services<S> {
 }
 
 /// The work that runs beside the calls until shutdown: the database health
-/// check (and pruning), the rule scheduler, the embedding worker, the
-/// tokens file reload.
+/// check (and pruning), the search indexes' merge, the rule scheduler, the
+/// embedding worker, the tokens file reload.
 fn spawn_background<S: Store>(
     store: &S,
     config: &Config,
@@ -391,6 +391,13 @@ fn spawn_background<S: Store>(
     ));
     if let Some(interval) = config.retention_interval {
         tokio::spawn(crate::memory::retention::run(
+            store.clone(),
+            interval,
+            shutdown.clone(),
+        ));
+    }
+    if let Some(interval) = config.search_merge_interval {
+        tokio::spawn(merge_search_pending(
             store.clone(),
             interval,
             shutdown.clone(),
@@ -649,6 +656,22 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
 /// service: NOT_SERVING while it is unreachable, SERVING again when it comes
 /// back, NOT_SERVING for good once shutdown starts. Also prunes expired
 /// idempotency records now and then.
+/// Merges the search indexes' pending lists every `interval`, so that
+/// searches read short ones and no write waits for a merge. An error is
+/// logged and the next tick tries again.
+async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: CancellationToken) {
+    let mut ticks = crate::ticks::Ticks::new(interval, shutdown);
+    while ticks.next().await {
+        match store.merge_search_pending().await {
+            Ok(0) => {}
+            Ok(pages) => tracing::debug!(pages, "merged the search indexes' pending lists"),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot merge the search indexes' pending lists")
+            }
+        }
+    }
+}
+
 async fn watch_database<S: Store>(
     store: S,
     reporter: HealthReporter,

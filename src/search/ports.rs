@@ -24,6 +24,12 @@ pub trait SearchStore: Clone + Send + Sync + 'static {
         filters: &Filters,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Hit>>> + Send;
+
+    /// Merges what recent writes added to the search indexes but left
+    /// aside (Postgres's GIN pending lists, which every search reads whole)
+    /// into the indexes; returns how many pages were merged. Nothing to do
+    /// on SQLite, whose FTS5 merges as it writes.
+    fn merge_search_pending(&self) -> impl Future<Output = Result<u64>> + Send;
 }
 
 /// An item waiting in the embedding outbox: which item, at which version

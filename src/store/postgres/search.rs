@@ -117,6 +117,17 @@ impl SearchStore for PgStore {
             })
             .collect())
     }
+
+    async fn merge_search_pending(&self) -> Result<u64> {
+        let mut conn = self.system().await?;
+        let row = conn
+            .rows_built("SELECT engram_merge_search_pending()".to_owned(), &[])
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::internal("the merge returned no row"))?;
+        Ok(row.try_get::<i64, _>(0)?.max(0) as u64)
+    }
 }
 
 /// The best `limit` items of one source with their BM25 scores.

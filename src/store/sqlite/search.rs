@@ -67,6 +67,10 @@ impl SearchStore for SqliteStore {
         }
         Ok(hits)
     }
+
+    async fn merge_search_pending(&self) -> Result<u64> {
+        Ok(0)
+    }
 }
 
 /// The best `limit` items of one source, scored by FTS5's bm25().

@@ -194,4 +194,46 @@ async fn episodes_rank_and_filter<S: Store>(store: S, _db: &TestDb) {
     );
 }
 
-store_suite!(memory_finds_current_versions_only, episodes_rank_and_filter);
+/// What writes left in Postgres's pending lists is merged into the search
+/// indexes on demand, and found the same before and after; SQLite has
+/// nothing to merge.
+async fn pending_search_entries_merge<S: Store>(store: S, db: &TestDb) {
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let episodes: Vec<_> = (0..20)
+        .map(|n| {
+            episode(
+                &s1,
+                Some(&format!("e{n}")),
+                Some("user_message"),
+                None,
+                json!(format!("kubernetes cluster number {n}")),
+            )
+        })
+        .collect();
+    l.append("s1", &episodes).await;
+    writer(&store, "t1")
+        .set("runbook", json!({"text": "kubernetes upgrade"}))
+        .await;
+    let any = Filters::default();
+    let before = described(&found(&store, "t1", Source::Episodes, "kubernetes", &any).await);
+    assert_eq!(before.len(), 10);
+
+    let merged = store.merge_search_pending().await.expect("merge");
+    match db.backend {
+        crate::helpers::Backend::Postgres => assert!(merged > 0, "{merged} pages merged"),
+        crate::helpers::Backend::Sqlite => assert_eq!(merged, 0),
+    }
+    assert_eq!(store.merge_search_pending().await.expect("merge"), 0);
+    let after = described(&found(&store, "t1", Source::Episodes, "kubernetes", &any).await);
+    assert_eq!(after, before);
+    let memory = found(&store, "t1", Source::Memory, "kubernetes", &any).await;
+    assert_eq!(described(&memory), vec!["runbook@1"]);
+}
+
+store_suite!(
+    memory_finds_current_versions_only,
+    episodes_rank_and_filter,
+    pending_search_entries_merge,
+);
