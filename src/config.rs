@@ -275,8 +275,9 @@ settings! {
     /// How often each scope's retention policy is applied, in seconds; 0 turns
     /// the retention scheduler off on this replica (ApplyRetention still works)
     retention_interval_secs: u64 = "3600", env "ENGRAM_RETENTION_INTERVAL_SECS";
-    /// How often this replica merges the Postgres search indexes' pending
-    /// lists (recent writes' entries, which every search reads whole), in
+    /// How often this replica checks whether writes to the searchable tables
+    /// have paused, and then merges the Postgres search indexes' pending lists
+    /// (recent writes' entries, which every search reads whole), in
     /// milliseconds; 0 leaves them to Postgres (merged by the write that fills
     /// one, or by vacuum)
     search_merge_interval_ms: u64 = "1000", env "ENGRAM_SEARCH_MERGE_INTERVAL_MS";
@@ -416,7 +417,8 @@ pub struct Config {
     pub scheduler_interval: Option<Duration>,
     /// How often each scope's retention policy runs; `None`: off here.
     pub retention_interval: Option<Duration>,
-    /// How often the search indexes' pending lists are merged; `None`: off.
+    /// How often this replica looks for a pause in writes to merge the
+    /// search indexes' pending lists; `None`: off.
     pub search_merge_interval: Option<Duration>,
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,

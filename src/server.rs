@@ -656,15 +656,37 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
 /// service: NOT_SERVING while it is unreachable, SERVING again when it comes
 /// back, NOT_SERVING for good once shutdown starts. Also prunes expired
 /// idempotency records now and then.
-/// Merges the search indexes' pending lists every `interval`, so that
-/// searches read short ones and no write waits for a merge. An error is
-/// logged and the next tick tries again.
+/// Merges the search indexes' pending lists once writes to the searchable
+/// tables have stopped for an `interval` (the database's write count
+/// unchanged between two ticks), so searches after a burst of writes read
+/// short lists. While writes go on, the write that fills a list merges it,
+/// in the large batch that costs least: merging every second under a
+/// steady load of appends halved their throughput. An error is logged and
+/// the next tick tries again.
 async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: CancellationToken) {
     let mut ticks = crate::ticks::Ticks::new(interval, shutdown);
+    let mut last: Option<i64> = None;
+    let mut merged_at: Option<i64> = None;
     while ticks.next().await {
+        let writes = match store.search_writes().await {
+            Ok(writes) => writes,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the search tables' write count");
+                continue;
+            }
+        };
+        let quiet = last == Some(writes) && merged_at != Some(writes);
+        last = Some(writes);
+        if !quiet {
+            continue;
+        }
         match store.merge_search_pending().await {
-            Ok(0) => {}
-            Ok(pages) => tracing::debug!(pages, "merged the search indexes' pending lists"),
+            Ok(pages) => {
+                merged_at = Some(writes);
+                if pages > 0 {
+                    tracing::debug!(pages, "merged the search indexes' pending lists");
+                }
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "cannot merge the search indexes' pending lists")
             }

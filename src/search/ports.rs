@@ -30,6 +30,14 @@ pub trait SearchStore: Clone + Send + Sync + 'static {
     /// into the indexes; returns how many pages were merged. Nothing to do
     /// on SQLite, whose FTS5 merges as it writes.
     fn merge_search_pending(&self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// A count that grows with every write to the searchable tables (every
+    /// replica's, as the database counts them: a busy connection reports
+    /// within a second, an idle one within about ten): the
+    /// server merges the pending lists only once it stops growing, so a
+    /// write burst's merges stay with the writes that fill a list, in the
+    /// large batches that cost least. Always 0 on SQLite.
+    fn search_writes(&self) -> impl Future<Output = Result<i64>> + Send;
 }
 
 /// An item waiting in the embedding outbox: which item, at which version

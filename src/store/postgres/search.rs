@@ -128,6 +128,24 @@ impl SearchStore for PgStore {
             .ok_or_else(|| Error::internal("the merge returned no row"))?;
         Ok(row.try_get::<i64, _>(0)?.max(0) as u64)
     }
+
+    async fn search_writes(&self) -> Result<i64> {
+        let mut conn = self.system().await?;
+        let row = conn
+            .rows_built(
+                "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint \
+                 FROM pg_stat_user_tables \
+                 WHERE relid IN ('episodes'::regclass, 'memory_versions'::regclass, \
+                 'fact_versions'::regclass)"
+                    .to_owned(),
+                &[],
+            )
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::internal("the write count returned no row"))?;
+        Ok(row.try_get::<i64, _>(0)?)
+    }
 }
 
 /// The best `limit` items of one source with their BM25 scores.

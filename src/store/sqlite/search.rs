@@ -71,6 +71,10 @@ impl SearchStore for SqliteStore {
     async fn merge_search_pending(&self) -> Result<u64> {
         Ok(0)
     }
+
+    async fn search_writes(&self) -> Result<i64> {
+        Ok(0)
+    }
 }
 
 /// The best `limit` items of one source, scored by FTS5's bm25().

@@ -198,6 +198,7 @@ async fn episodes_rank_and_filter<S: Store>(store: S, _db: &TestDb) {
 /// indexes on demand, and found the same before and after; SQLite has
 /// nothing to merge.
 async fn pending_search_entries_merge<S: Store>(store: S, db: &TestDb) {
+    let writes_before = store.search_writes().await.expect("write count");
     let l = log(&store, "t1");
     l.create("s1", "app", "alice", 0).await;
     let s1 = id("s1");
@@ -230,6 +231,28 @@ async fn pending_search_entries_merge<S: Store>(store: S, db: &TestDb) {
     assert_eq!(after, before);
     let memory = found(&store, "t1", Source::Memory, "kubernetes", &any).await;
     assert_eq!(described(&memory), vec!["runbook@1"]);
+
+    // The write count the server watches for a pause: Postgres's own,
+    // which the writing connections report within a second or so.
+    match db.backend {
+        crate::helpers::Backend::Postgres => {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            loop {
+                let writes = store.search_writes().await.expect("write count");
+                if writes >= writes_before + 21 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the write count stayed at {writes} (from {writes_before}) after 21 writes"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        crate::helpers::Backend::Sqlite => {
+            assert_eq!(store.search_writes().await.expect("write count"), 0);
+        }
+    }
 }
 
 store_suite!(
