@@ -657,15 +657,20 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
 /// back, NOT_SERVING for good once shutdown starts. Also prunes expired
 /// idempotency records now and then.
 /// Merges the search indexes' pending lists once writes to the searchable
-/// tables have stopped for an `interval` (the database's write count
-/// unchanged between two ticks), so searches after a burst of writes read
-/// short lists. While writes go on, the write that fills a list merges it,
-/// in the large batch that costs least: merging every second under a
-/// steady load of appends halved their throughput. An error is logged and
-/// the next tick tries again.
+/// tables have stopped (the database's write count unchanged over
+/// [`QUIET_TICKS`] ticks of `interval`), so searches after a burst of
+/// writes read short lists. While writes go on, the write that fills a
+/// list merges it, in the large batch that costs least: merging every
+/// second under a steady load of appends halved their throughput, since a
+/// forced merge also takes in what is added while it runs. Two ticks, not
+/// one: each connection reports its writes about once a second, so one
+/// tick may see none from a few busy ones. An error is logged and the next
+/// tick tries again.
 async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: CancellationToken) {
+    const QUIET_TICKS: u32 = 2;
     let mut ticks = crate::ticks::Ticks::new(interval, shutdown);
     let mut last: Option<i64> = None;
+    let mut unchanged = 0;
     let mut merged_at: Option<i64> = None;
     while ticks.next().await {
         let writes = match store.search_writes().await {
@@ -675,9 +680,13 @@ async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: 
                 continue;
             }
         };
-        let quiet = last == Some(writes) && merged_at != Some(writes);
+        unchanged = if last == Some(writes) {
+            unchanged + 1
+        } else {
+            0
+        };
         last = Some(writes);
-        if !quiet {
+        if unchanged < QUIET_TICKS || merged_at == Some(writes) {
             continue;
         }
         match store.merge_search_pending().await {
