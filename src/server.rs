@@ -652,13 +652,9 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
         )
 }
 
-/// Pings the database on an interval and reports the result to the health
-/// service: NOT_SERVING while it is unreachable, SERVING again when it comes
-/// back, NOT_SERVING for good once shutdown starts. Also prunes expired
-/// idempotency records now and then.
 /// Merges the search indexes' pending lists once writes to the searchable
 /// tables have stopped (the database's write count unchanged over
-/// [`QUIET_TICKS`] ticks of `interval`), so searches after a burst of
+/// `QUIET_TICKS` ticks of `interval`), so searches after a burst of
 /// writes read short lists. While writes go on, the write that fills a
 /// list merges it, in the large batch that costs least: merging every
 /// second under a steady load of appends halved their throughput, since a
@@ -703,6 +699,11 @@ async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: 
     }
 }
 
+/// Pings the database on an interval and reports the result to the health
+/// service: NOT_SERVING while it is unreachable, SERVING again when it comes
+/// back, NOT_SERVING for good once shutdown starts. Also prunes expired
+/// idempotency records, old changes and the lines of unfinished imports
+/// every [`PRUNE_EVERY`].
 async fn watch_database<S: Store>(
     store: S,
     reporter: HealthReporter,
