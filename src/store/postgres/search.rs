@@ -32,7 +32,7 @@ use crate::search::ports::SearchStore;
 use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
 use crate::store::search::{Bounds, columns, conditions, from, item, width};
-use crate::store::sql::{Backend, Dialect, Param, Run};
+use crate::store::sql::{Backend, Cols, Dialect, Param, Run, Sql};
 
 /// Candidates re-scored with BM25: the best by the idf-weighted query
 /// terms they hold.
@@ -119,32 +119,35 @@ impl SearchStore for PgStore {
     }
 
     async fn merge_search_pending(&self) -> Result<u64> {
-        let mut conn = self.system().await?;
-        let row = conn
-            .rows_built("SELECT engram_merge_search_pending()".to_owned(), &[])
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::internal("the merge returned no row"))?;
-        Ok(row.try_get::<i64, _>(0)?.max(0) as u64)
+        Ok(self.system_count(&MERGE_PENDING).await?.max(0) as u64)
     }
 
     async fn search_writes(&self) -> Result<i64> {
+        self.system_count(&SEARCH_WRITES).await
+    }
+}
+
+/// Merges the search indexes' pending lists (migration 0014); returns the
+/// pages merged.
+static MERGE_PENDING: Sql = Sql::new("SELECT engram_merge_search_pending()");
+
+/// Rows written to the searchable tables, as Postgres's statistics count
+/// them.
+static SEARCH_WRITES: Sql = Sql::new(
+    "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint \
+     FROM pg_stat_user_tables \
+     WHERE relid IN ('episodes'::regclass, 'memory_versions'::regclass, \
+     'fact_versions'::regclass)",
+);
+
+impl PgStore {
+    /// The one number a statement of the server's own work returns.
+    async fn system_count(&self, sql: &'static Sql) -> Result<i64> {
         let mut conn = self.system().await?;
-        let row = conn
-            .rows_built(
-                "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint \
-                 FROM pg_stat_user_tables \
-                 WHERE relid IN ('episodes'::regclass, 'memory_versions'::regclass, \
-                 'fact_versions'::regclass)"
-                    .to_owned(),
-                &[],
-            )
+        conn.row(sql, &[])
             .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::internal("the write count returned no row"))?;
-        Ok(row.try_get::<i64, _>(0)?)
+            .ok_or_else(|| Error::internal("a count returned no row"))?
+            .int(0)
     }
 }
 
