@@ -661,7 +661,8 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
 /// forced merge also takes in what is added while it runs. Two ticks, not
 /// one: each connection reports its writes about once a second, so one
 /// tick may see none from a few busy ones. An error is logged and the next
-/// tick tries again.
+/// tick tries again. On a store with no pending lists (SQLite) it ends at
+/// the first tick.
 async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: CancellationToken) {
     const QUIET_TICKS: u32 = 2;
     let mut ticks = crate::ticks::Ticks::new(interval, shutdown);
@@ -670,7 +671,8 @@ async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: 
     let mut merged_at: Option<i64> = None;
     while ticks.next().await {
         let writes = match store.search_writes().await {
-            Ok(writes) => writes,
+            Ok(Some(writes)) => writes,
+            Ok(None) => return,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the search tables' write count");
                 continue;

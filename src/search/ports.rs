@@ -36,8 +36,9 @@ pub trait SearchStore: Clone + Send + Sync + 'static {
     /// within a second, an idle one within about ten): the
     /// server merges the pending lists only once it stops growing, so a
     /// write burst's merges stay with the writes that fill a list, in the
-    /// large batches that cost least. Always 0 on SQLite.
-    fn search_writes(&self) -> impl Future<Output = Result<i64>> + Send;
+    /// large batches that cost least. `None` on SQLite, which keeps no
+    /// pending lists: the server then stops watching.
+    fn search_writes(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
 }
 
 /// An item waiting in the embedding outbox: which item, at which version

@@ -72,8 +72,8 @@ impl SearchStore for SqliteStore {
         Ok(0)
     }
 
-    async fn search_writes(&self) -> Result<i64> {
-        Ok(0)
+    async fn search_writes(&self) -> Result<Option<i64>> {
+        Ok(None)
     }
 }
 
