@@ -2,7 +2,9 @@
 //! (kept by the triggers of migration 0007), ranked by FTS5's `bm25()`,
 //! snippets by its `snippet()`. Unquoted words are alternatives; each pair
 //! of neighbouring words is also looked for as a phrase, so an item with
-//! the words side by side outranks one with them scattered.
+//! the words side by side outranks one with them scattered. Episodes'
+//! rows also hold their tenant and user as tokens (migration 0011), so a
+//! search reads only its owner's matches rather than every tenant's.
 
 use super::SqliteStore;
 use crate::context::Tenant;
@@ -89,14 +91,26 @@ async fn ranked(
 ) -> Result<Vec<Hit>> {
     let filter = conditions(source, Dialect::Sqlite, tenant, filters, bounds, 3);
     let (fts, joins) = table(source);
+    // Episodes are narrowed to their owner by the index (migration 0011);
+    // the owner column weighs nothing in bm25().
+    let (expression, rank) = match source {
+        Source::Episodes => (
+            format!(
+                "owner : \"{}\" AND text : {expression}",
+                owner_token(tenant, filters.user.as_ref().map(|u| u.as_str()))
+            ),
+            format!("bm25({fts}, 1.0, 0.0)"),
+        ),
+        Source::Memory | Source::Facts => (expression.to_owned(), format!("bm25({fts})")),
+    };
     let sql = format!(
-        "SELECT {columns}, -bm25({fts}), snippet({fts}, 0, '**', '**', '…', 24) \
-             FROM {fts} {joins} WHERE {fts} MATCH $1 AND {w} ORDER BY bm25({fts}) LIMIT $2",
+        "SELECT {columns}, -{rank}, snippet({fts}, 0, '**', '**', '…', 24) \
+             FROM {fts} {joins} WHERE {fts} MATCH $1 AND {w} ORDER BY {rank} LIMIT $2",
         columns = without_casts(columns(source)),
         w = filter.sql
     );
     let mut params = vec![
-        Param::Text(expression),
+        Param::Text(&expression),
         Param::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
     ];
     params.extend(filter.params.iter().copied());
@@ -111,6 +125,23 @@ async fn ranked(
             })
         })
         .collect()
+}
+
+/// The token of an episode's `owner` column (migration 0011) that a
+/// search matches: `t<hex>x` for the tenant's episodes, `u<hex>x` for one
+/// user's (hex of the UTF-8 bytes of the tenant, and of the tenant and the
+/// user joined by a NUL, as SQLite's `hex()` writes them).
+fn owner_token(tenant: &Tenant, user: Option<&str>) -> String {
+    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02X}")).collect() };
+    match user {
+        Some(user) => {
+            let mut bytes = tenant.as_str().as_bytes().to_vec();
+            bytes.push(0);
+            bytes.extend(user.as_bytes());
+            format!("u{}x", hex(&bytes))
+        }
+        None => format!("t{}x", hex(tenant.as_str().as_bytes())),
+    }
 }
 
 /// The English stop words (Postgres's `english` list), dropped from a
