@@ -2,9 +2,10 @@
 //! (kept by the triggers of migration 0007), ranked by FTS5's `bm25()`,
 //! snippets by its `snippet()`. Unquoted words are alternatives; each pair
 //! of neighbouring words is also looked for as a phrase, so an item with
-//! the words side by side outranks one with them scattered. Episodes'
-//! rows also hold their tenant and user as tokens (migration 0011), so a
-//! search reads only its owner's matches rather than every tenant's.
+//! the words side by side outranks one with them scattered. Each FTS row
+//! also holds its owner as tokens (its tenant, and its user or memory
+//! scope; migrations 0011 and 0012), so a search reads only its owner's
+//! matches rather than every tenant's.
 
 use super::SqliteStore;
 use crate::context::Tenant;
@@ -91,17 +92,17 @@ async fn ranked(
 ) -> Result<Vec<Hit>> {
     let filter = conditions(source, Dialect::Sqlite, tenant, filters, bounds, 3);
     let (fts, joins) = table(source);
-    // Episodes are narrowed to their owner by the index (migration 0011);
-    // the owner column weighs nothing in bm25().
-    let (expression, rank) = match source {
-        Source::Episodes => (
-            format!(
-                "owner : \"{}\" AND text : {expression}",
-                owner_token(tenant, filters.user.as_ref().map(|u| u.as_str()))
-            ),
-            format!("bm25({fts}, 1.0, 0.0)"),
-        ),
-        Source::Memory | Source::Facts => (expression.to_owned(), format!("bm25({fts})")),
+    // Narrowed to the owner by the index (migrations 0011 and 0012); the
+    // owner column weighs nothing in bm25(): its weight is the third
+    // column's for memory and facts (after `version`), the second's for
+    // episodes.
+    let expression = format!(
+        "owner : \"{}\" AND text : {expression}",
+        owner_token(source, tenant, filters)
+    );
+    let rank = match source {
+        Source::Episodes => format!("bm25({fts}, 1.0, 0.0)"),
+        Source::Memory | Source::Facts => format!("bm25({fts}, 1.0, 0.0, 0.0)"),
     };
     let sql = format!(
         "SELECT {columns}, -{rank}, snippet({fts}, 0, '**', '**', '…', 24) \
@@ -127,20 +128,31 @@ async fn ranked(
         .collect()
 }
 
-/// The token of an episode's `owner` column (migration 0011) that a
-/// search matches: `t<hex>x` for the tenant's episodes, `u<hex>x` for one
-/// user's (hex of the UTF-8 bytes of the tenant, and of the tenant and the
-/// user joined by a NUL, as SQLite's `hex()` writes them).
-fn owner_token(tenant: &Tenant, user: Option<&str>) -> String {
-    let hex = |bytes: &[u8]| -> String { bytes.iter().map(|b| format!("{b:02X}")).collect() };
-    match user {
-        Some(user) => {
-            let mut bytes = tenant.as_str().as_bytes().to_vec();
-            bytes.push(0);
-            bytes.extend(user.as_bytes());
-            format!("u{}x", hex(&bytes))
+/// The token of a row's `owner` column (migrations 0011 and 0012) that a
+/// search matches: the narrowest its filters name. `t<hex>x` is a
+/// tenant's rows; `u<hex>x` one user's episodes or facts (the tenant and
+/// the user); `s<hex>x` one memory scope (the tenant, the scope type in
+/// decimal and the scope). Hex of the UTF-8 bytes with the parts joined by
+/// a NUL, as SQLite's `hex()` writes them.
+fn owner_token(source: Source, tenant: &Tenant, filters: &Filters) -> String {
+    let token = |kind: char, parts: &[&str]| -> String {
+        let hex: String = parts
+            .join("\0")
+            .bytes()
+            .map(|b| format!("{b:02X}"))
+            .collect();
+        format!("{kind}{hex}x")
+    };
+    let tenant = tenant.as_str();
+    match (source, &filters.user, filters.scope_type, &filters.scope) {
+        (Source::Episodes | Source::Facts, Some(user), _, _) => {
+            token('u', &[tenant, user.as_str()])
         }
-        None => format!("t{}x", hex(tenant.as_str().as_bytes())),
+        (Source::Memory, _, Some(scope_type), Some(scope)) => token(
+            's',
+            &[tenant, &scope_type.as_i16().to_string(), scope.as_str()],
+        ),
+        _ => token('t', &[tenant]),
     }
 }
 
