@@ -661,8 +661,7 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
 /// forced merge also takes in what is added while it runs. Two ticks, not
 /// one: each connection reports its writes about once a second, so one
 /// tick may see none from a few busy ones. An error is logged and the next
-/// tick tries again. On a store with no pending lists (SQLite) it ends at
-/// the first tick.
+/// tick tries again.
 async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: CancellationToken) {
     const QUIET_TICKS: u32 = 2;
     let mut ticks = crate::ticks::Ticks::new(interval, shutdown);
@@ -671,8 +670,7 @@ async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: 
     let mut merged_at: Option<i64> = None;
     while ticks.next().await {
         let writes = match store.search_writes().await {
-            Ok(Some(writes)) => writes,
-            Ok(None) => return,
+            Ok(writes) => writes,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the search tables' write count");
                 continue;

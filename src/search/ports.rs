@@ -27,8 +27,9 @@ pub trait SearchStore: Clone + Send + Sync + 'static {
 
     /// Merges what recent writes added to the search indexes but left
     /// aside (Postgres's GIN pending lists, which every search reads whole)
-    /// into the indexes; returns how many pages were merged. Nothing to do
-    /// on SQLite, whose FTS5 merges as it writes.
+    /// into the indexes; returns how many pages were merged. On SQLite, the
+    /// FTS5 segments each write transaction adds (a search reads every
+    /// segment), merged likewise.
     fn merge_search_pending(&self) -> impl Future<Output = Result<u64>> + Send;
 
     /// A count that grows with every write to the searchable tables (every
@@ -36,9 +37,8 @@ pub trait SearchStore: Clone + Send + Sync + 'static {
     /// within a second, an idle one within about ten): the
     /// server merges the pending lists only once it stops growing, so a
     /// write burst's merges stay with the writes that fill a list, in the
-    /// large batches that cost least. `None` on SQLite, which keeps no
-    /// pending lists: the server then stops watching.
-    fn search_writes(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
+    /// large batches that cost least.
+    fn search_writes(&self) -> impl Future<Output = Result<i64>> + Send;
 }
 
 /// An item waiting in the embedding outbox: which item, at which version

@@ -122,8 +122,8 @@ impl SearchStore for PgStore {
         Ok(self.system_count(&MERGE_PENDING).await?.max(0) as u64)
     }
 
-    async fn search_writes(&self) -> Result<Option<i64>> {
-        self.system_count(&SEARCH_WRITES).await.map(Some)
+    async fn search_writes(&self) -> Result<i64> {
+        self.system_count(&SEARCH_WRITES).await
     }
 }
 

@@ -10,6 +10,7 @@
 use super::SqliteStore;
 use crate::context::Tenant;
 use crate::error::Result;
+use crate::ports::Feed;
 use crate::search::ports::SearchStore;
 use crate::search::{Filters, Hit, Query, Source};
 use crate::store::search::{Bounds, columns, conditions, item, width};
@@ -71,13 +72,58 @@ impl SearchStore for SqliteStore {
         Ok(hits)
     }
 
+    /// Merges each FTS table's segments step by step (FTS5's `merge`
+    /// command with a negative page count, which merges segments of any
+    /// level, [`MERGE_STEPS`]) until a step finds nothing to merge. Each
+    /// step is its own write and takes the writer connection only for
+    /// itself, so writes go on between steps; once one has, the merge
+    /// stops and leaves the rest to the next pause. Returns the rows of FTS
+    /// data written.
     async fn merge_search_pending(&self) -> Result<u64> {
-        Ok(0)
+        let start = self.search_writes().await?;
+        let mut written = 0;
+        for merge in MERGE_STEPS {
+            loop {
+                if self.search_writes().await? != start {
+                    return Ok(written);
+                }
+                let mut conn = self.system_writer().await?;
+                let before = total_changes(&mut conn).await?;
+                sqlx::query(merge).execute(&mut *conn).await?;
+                // FTS5 changes fewer than two rows when there was nothing
+                // to merge.
+                let changed = total_changes(&mut conn).await? - before;
+                if changed < 2 {
+                    break;
+                }
+                written += changed.max(0) as u64;
+            }
+        }
+        Ok(written)
     }
 
-    async fn search_writes(&self) -> Result<Option<i64>> {
-        Ok(None)
+    /// The feeds' committed positions: memory writes and deletes move the
+    /// change feed, appends the episode cursor. One process owns the file,
+    /// so they count every write the FTS tables take but facts'.
+    async fn search_writes(&self) -> Result<i64> {
+        let at = |feed: Feed| *self.horizons[feed as usize].borrow();
+        Ok(at(Feed::Changes) + at(Feed::Episodes))
     }
+}
+
+/// One merge step of each FTS table: about 500 pages (2 MB) of merged
+/// data, from segments of any level (the negative count).
+const MERGE_STEPS: [&str; 3] = [
+    "INSERT INTO episodes_fts (episodes_fts, rank) VALUES ('merge', -500)",
+    "INSERT INTO memory_fts (memory_fts, rank) VALUES ('merge', -500)",
+    "INSERT INTO facts_fts (facts_fts, rank) VALUES ('merge', -500)",
+];
+
+/// `total_changes()` of the connection: every row it has changed.
+async fn total_changes(conn: &mut sqlx::SqliteConnection) -> Result<i64> {
+    Ok(sqlx::query_scalar("SELECT total_changes()")
+        .fetch_one(conn)
+        .await?)
 }
 
 /// The best `limit` items of one source, scored by FTS5's bm25().
