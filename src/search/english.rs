@@ -34,6 +34,12 @@ const STOP_WORDS: [&str; 127] = [
     "than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now",
 ];
 
+/// Whether a lowercase word is one of the `english` configuration's stop
+/// words.
+pub fn is_stop_word(word: &str) -> bool {
+    STOP_WORDS.contains(&word)
+}
+
 /// The longest word read here; longer ones are left to Postgres.
 const LONGEST: usize = 256;
 
@@ -58,7 +64,7 @@ pub fn plain(text: &str) -> Option<Vec<Option<String>>> {
                 return None;
             }
             let lower = word.to_ascii_lowercase();
-            Some((!STOP_WORDS.contains(&lower.as_str())).then(|| lexeme(&lower)))
+            Some((!is_stop_word(&lower)).then(|| lexeme(&lower)))
         })
         .collect()
 }

@@ -32,9 +32,10 @@ pub trait SearchStore: Clone + Send + Sync + 'static {
     /// segment), merged likewise.
     fn merge_search_pending(&self) -> impl Future<Output = Result<u64>> + Send;
 
-    /// A count that grows with every write to the searchable tables (every
-    /// replica's, as the database counts them: a busy connection reports
-    /// within a second, an idle one within about ten): the
+    /// A count that grows with every write to the searchable tables (on
+    /// Postgres every replica's, as the database counts them: a busy
+    /// connection reports within a second, an idle one within about ten;
+    /// on SQLite the store's own): the
     /// server merges the pending lists only once it stops growing, so a
     /// write burst's merges stay with the writes that fill a list, in the
     /// large batches that cost least.
