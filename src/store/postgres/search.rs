@@ -236,8 +236,10 @@ async fn ranked(
 /// subquery that reads no vector. Episodes narrowed only by app, user or
 /// session are counted from their sessions' live counts (one row per
 /// session, however long the conversation); other filters count the
-/// items themselves. Either stops at [`POPULATION`]. Parameters it needs
-/// are appended to `params`.
+/// items themselves, from the one table the filters name (a memory key's
+/// head, a fact's row: joining each to its version row cost about 9 µs an
+/// item, 92 ms of a search over 10,000 keys). Either stops at
+/// [`POPULATION`]. Parameters it needs are appended to `params`.
 fn population<'a>(
     source: Source,
     tenant: &'a Tenant,
@@ -251,9 +253,15 @@ fn population<'a>(
         && filters.start.is_none()
         && filters.end.is_none();
     if !by_session {
+        // The filters' conditions name only these tables' columns (see
+        // `store::search::conditions`).
+        let live = match source {
+            Source::Memory => "memory_heads h",
+            Source::Facts => "facts f",
+            Source::Episodes => "episodes e",
+        };
         return format!(
-            "(SELECT count(*) FROM (SELECT 1 FROM {from} WHERE {filter} LIMIT {POPULATION}) a)",
-            from = from(source),
+            "(SELECT count(*) FROM (SELECT 1 FROM {live} WHERE {filter} LIMIT {POPULATION}) a)"
         );
     }
     let bind = |column: &str, value: &'a str, params: &mut Vec<Param<'a>>| {
