@@ -103,14 +103,23 @@ impl SearchStore for SqliteStore {
         Ok(written)
     }
 
-    /// The feeds' committed positions: memory writes and deletes move the
-    /// change feed, appends the episode cursor. One process owns the file,
-    /// so they count every write the FTS tables take but facts'.
+    /// The feeds' committed positions plus the newest fact version's row
+    /// id: memory writes and deletes move the change feed, appends the
+    /// episode cursor, and every fact written adds a version (one process
+    /// owns the file, so the feeds are exact and immediate; the row id is
+    /// the b-tree's last key, one page read).
     async fn search_writes(&self) -> Result<i64> {
         let at = |feed: Feed| *self.horizons[feed as usize].borrow();
-        Ok(at(Feed::Changes) + at(Feed::Episodes))
+        let mut conn = self.system().await?;
+        let facts: i64 = sqlx::query_scalar(LAST_FACT_VERSION)
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(at(Feed::Changes) + at(Feed::Episodes) + facts)
     }
 }
+
+/// The row id of the newest fact version, 0 with none.
+const LAST_FACT_VERSION: &str = "SELECT coalesce(max(rowid), 0) FROM fact_versions";
 
 /// One merge step of each FTS table: about 500 pages (2 MB) of merged
 /// data, from segments of any level (the negative count).

@@ -28,7 +28,7 @@ fn rule(id: &str) -> Rule {
     }
 }
 
-fn payload(subject: &str, object: &str) -> FactPayload {
+pub(super) fn payload(subject: &str, object: &str) -> FactPayload {
     FactPayload {
         app: "app".to_owned(),
         user: "alice".to_owned(),
@@ -51,7 +51,7 @@ fn provenance(episodes: &[&str]) -> Provenance {
 }
 
 /// Stores a fact in its own transaction and returns its id.
-async fn insert<S: Store>(
+pub(super) async fn insert<S: Store>(
     store: &S,
     tenant: &Tenant,
     payload: &FactPayload,

@@ -9,6 +9,7 @@ use engram::ports::Store;
 use engram::search::{Filters, Hit, Item, Query, Source};
 use serde_json::json;
 
+use super::consolidation::{insert, payload};
 use super::fixtures::{episode, id, log, name, owner};
 use super::{key, writer};
 use crate::helpers::TestDb;
@@ -222,6 +223,8 @@ async fn pending_search_entries_merge<S: Store>(store: S, db: &TestDb) {
     writer(&store, "t1")
         .set("runbook", json!({"text": "kubernetes upgrade"}))
         .await;
+    let tenant = Tenant::new("t1");
+    insert(&store, &tenant, &payload("alice", "kubernetes"), &[]).await;
     let any = Filters::default();
     let before = described(&found(&store, "t1", Source::Episodes, "kubernetes", &any).await);
     assert_eq!(before.len(), 10);
@@ -234,18 +237,19 @@ async fn pending_search_entries_merge<S: Store>(store: S, db: &TestDb) {
     let memory = found(&store, "t1", Source::Memory, "kubernetes", &any).await;
     assert_eq!(described(&memory), vec!["runbook@1"]);
 
-    // The write count the server watches for a pause. Postgres's own,
-    // which the writing connections report within a second or so (idle
-    // ones within about ten); SQLite's is the store's, exact at once.
+    // The write count the server watches for a pause, facts' included.
+    // Postgres's own, which the writing connections report within a
+    // second or so (idle ones within about ten); SQLite's is the store's,
+    // exact at once.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {
         let writes = store.search_writes().await.expect("write count");
-        if writes >= writes_before + 21 {
+        if writes >= writes_before + 22 {
             break;
         }
         assert!(
             db.backend == crate::helpers::Backend::Postgres && std::time::Instant::now() < deadline,
-            "the write count stayed at {writes} (from {writes_before}) after 21 writes"
+            "the write count stayed at {writes} (from {writes_before}) after 22 writes"
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
