@@ -2,7 +2,8 @@
 //! (live items of every source, with marked snippets), ranking, every
 //! filter, tenant isolation, removals that take effect in the call that
 //! made them, writes found as soon as they return (also under a burst of
-//! concurrent writers), and refusals with their fields and reasons.
+//! concurrent writers), and refusals with their fields and reasons; on
+//! Postgres, kilobyte episodes' vectors kept in their rows.
 
 use std::collections::BTreeSet;
 
@@ -982,4 +983,59 @@ async fn plain_queries_normalise_as_postgres_does() {
     // Postgres drops the stop words Rust knows, and only those.
     let stops = lexemes.iter().filter(|l| l.is_empty()).count();
     assert!(stops >= 100, "{stops} stop words among the README's words");
+}
+
+/// On Postgres a kilobyte episode keeps its search vector in its row
+/// (migration 0015), so a search reads it without a TOAST lookup: the
+/// vector is past the 2 KB at which Postgres would otherwise move it
+/// out, the episodes' TOAST relation stays empty, and the episode is
+/// found by a word of it.
+#[tokio::test]
+async fn kilobyte_episodes_keep_their_vectors_in_the_row() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    // Words that do not repeat, like a conversation's, which pglz
+    // cannot shrink enough to keep the row under 2 KB.
+    let mut at: u64 = 7;
+    let words: Vec<String> = (0..150)
+        .map(|_| {
+            at = at * 48_271 % 2_147_483_647;
+            format!("w{at}")
+        })
+        .collect();
+    server
+        .episodes()
+        .append_episodes(append(
+            "s1",
+            "alice",
+            vec![episode(
+                "big",
+                "user_message",
+                "",
+                json!(format!("{} needle", words.join(" "))),
+            )],
+        ))
+        .await
+        .expect("append");
+    let hits = search(
+        &server,
+        SearchRequest {
+            sources: vec![EPISODES],
+            ..query("needle")
+        },
+    )
+    .await;
+    assert_eq!(names(&hits), vec!["episode:big"]);
+
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let (vector, toast): (i32, i64) = sqlx::query_as(
+        "SELECT (SELECT pg_column_size(search) FROM episodes WHERE id = 'big'), \
+         pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'episodes'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("sizes");
+    assert!(vector > 2_000, "the vector takes {vector} bytes");
+    assert_eq!(toast, 0, "bytes in the episodes' TOAST relation");
 }
