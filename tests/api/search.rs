@@ -993,8 +993,8 @@ async fn plain_queries_normalise_as_postgres_does() {
 #[tokio::test]
 async fn kilobyte_episodes_keep_their_vectors_in_the_row() {
     let server = TestServer::spawn(Backend::Postgres).await;
-    // Words that do not repeat, like a conversation's, which pglz
-    // cannot shrink enough to keep the row under 2 KB.
+    // Distinct, random-looking words: pglz cannot shrink their vector
+    // by the quarter it requires, as with most real text of this size.
     let mut at: u64 = 7;
     let words: Vec<String> = (0..150)
         .map(|_| {
