@@ -102,8 +102,19 @@ impl<'a> Conditions<'a> {
     }
 }
 
+/// The one table, with its alias, whose columns [`conditions`] names for
+/// `source`: a memory key's head, a fact's row, an episode.
+pub(super) fn filtered(source: Source) -> &'static str {
+    match source {
+        Source::Memory => "memory_heads h",
+        Source::Facts => "facts f",
+        Source::Episodes => "episodes e",
+    }
+}
+
 /// The conditions that confine `source` to the tenant's live items and to
-/// the filters that apply to it; its parameters start at `$first`.
+/// the filters that apply to it, on the columns of [`filtered`]'s table;
+/// its parameters start at `$first`.
 pub(super) fn conditions<'a>(
     source: Source,
     dialect: Dialect,

@@ -31,7 +31,7 @@ use crate::search::english;
 use crate::search::ports::SearchStore;
 use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
-use crate::store::search::{Bounds, columns, conditions, from, item, width};
+use crate::store::search::{Bounds, columns, conditions, filtered, from, item, width};
 use crate::store::sql::{Backend, Cols, Dialect, Param, Run, Sql};
 
 /// Candidates re-scored with BM25: the best by the idf-weighted query
@@ -253,15 +253,9 @@ fn population<'a>(
         && filters.start.is_none()
         && filters.end.is_none();
     if !by_session {
-        // The filters' conditions name only these tables' columns (see
-        // `store::search::conditions`).
-        let live = match source {
-            Source::Memory => "memory_heads h",
-            Source::Facts => "facts f",
-            Source::Episodes => "episodes e",
-        };
         return format!(
-            "(SELECT count(*) FROM (SELECT 1 FROM {live} WHERE {filter} LIMIT {POPULATION}) a)"
+            "(SELECT count(*) FROM (SELECT 1 FROM {live} WHERE {filter} LIMIT {POPULATION}) a)",
+            live = filtered(source),
         );
     }
     let bind = |column: &str, value: &'a str, params: &mut Vec<Param<'a>>| {
