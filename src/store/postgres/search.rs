@@ -14,9 +14,10 @@
 //! and the number of items the filters allow is counted without reading
 //! any vector (for episodes, from their sessions' counts; see
 //! [`population`]). The [`CANDIDATES`] best by the idf-weighted terms they
-//! hold are read back whole (by `ctid`, in the same statement) and scored
-//! with BM25, plus a bonus for query words that stand next to each other
-//! in the item (so an exact phrase beats the same words scattered).
+//! hold are scored with BM25 from their vectors, plus a bonus for query
+//! words that stand next to each other in the item (so an exact phrase
+//! beats the same words scattered), and only the best `limit` are then
+//! read whole ([`ranked`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -44,6 +45,14 @@ const CANDIDATES: usize = 200;
 /// ranked and the rest are not seen.
 const MATCHES: usize = 20_000;
 
+/// A match's vector up to this size (in bytes; about 40 words) is kept
+/// with the matches, so a candidate's is not read again: the second read
+/// of 200 candidates' rows was a fifth of a search over 30-word episodes
+/// (pgbench, one client: 1.72–2.04 against 1.49–1.61 ms). Larger ones are
+/// read again by `ctid`, which bounds what the matches hold (at most
+/// [`MATCHES`] of them) to about 10 MB.
+const CARRIED: usize = 512;
+
 /// The number of items the filters allow counts at most this many
 /// sessions' episodes (episodes) or this many items (memory and facts).
 const POPULATION: usize = 20_000;
@@ -56,14 +65,17 @@ const B: f64 = 0.75;
 const ADJACENT_WEIGHT: f64 = 0.5;
 
 /// How a source is searched: the tables and conditions' aliases, the
-/// vector column, and how a matched row (by the `ctid` of the table holding
-/// the vector) joins back to the item's columns.
+/// vector column, the table holding it (joined by the `ctid` of a match),
+/// and the columns that name an item, with their types.
 struct Table {
     from: &'static str,
     vector: &'static str,
     /// The alias whose `ctid` names a match.
     row: &'static str,
-    rejoin: &'static str,
+    /// The table holding the vector, with the alias `row` names.
+    holder: &'static str,
+    /// The item's identity: each column and its Postgres type.
+    keys: &'static [(&'static str, &'static str)],
 }
 
 fn table(source: Source) -> Table {
@@ -72,21 +84,27 @@ fn table(source: Source) -> Table {
             from: from(Source::Memory),
             vector: "v.search",
             row: "v",
-            rejoin: "memory_versions v ON v.ctid = top.t \
-                     JOIN memory_heads h USING (tenant, scope_type, scope, key, version)",
+            holder: "memory_versions v",
+            keys: &[
+                ("v.scope_type", "int2"),
+                ("v.scope", "text"),
+                ("v.key", "text"),
+                ("v.version", "int8"),
+            ],
         },
         Source::Facts => Table {
             from: from(Source::Facts),
             vector: "v.search",
             row: "v",
-            rejoin: "fact_versions v ON v.ctid = top.t JOIN facts f \
-                     ON f.tenant = v.tenant AND f.id = v.fact_id AND f.version = v.version",
+            holder: "fact_versions v",
+            keys: &[("v.fact_id", "text"), ("v.version", "int8")],
         },
         Source::Episodes => Table {
             from: from(Source::Episodes),
             vector: "e.search",
             row: "e",
-            rejoin: "episodes e ON e.ctid = top.t",
+            holder: "episodes e",
+            keys: &[("e.cursor", "int8")],
         },
     }
 }
@@ -152,6 +170,19 @@ impl PgStore {
 }
 
 /// The best `limit` items of one source with their BM25 scores.
+///
+/// Two statements: the first ranks (the matches, their document
+/// frequencies, the candidates' identities and vectors), the second reads
+/// whole only the items returned. Reading all 200 candidates whole in the
+/// first, by `ctid` after the ranking, cost Postgres a second visit of
+/// each row and the printing of each one's JSON, for 190 of every 200 to
+/// be dropped (alternating runs of the bench's `search`: 16 clients
+/// 810–956 → 873–934 ops/s, p99 58–75 → 53–55 ms; one client p50 2.96,
+/// 3.14 → 2.31, 2.60 ms). The second reads by identity, not by `ctid`,
+/// and checks the filters and that the item is live again: an item
+/// changed in between (its embedding written, say) keeps its identity,
+/// and one removed in between is left out, as a search a moment later
+/// would leave it.
 async fn ranked(
     conn: &mut Lease,
     plan: &Plan,
@@ -165,7 +196,8 @@ async fn ranked(
         from,
         vector,
         row,
-        rejoin,
+        holder,
+        keys,
     } = table(source);
     // Parameters: $1 the tsquery, $2 the quoted terms, then the filters.
     let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
@@ -185,51 +217,139 @@ async fn ranked(
         .map(|i| format!("CASE WHEN h{i} THEN w{i} ELSE 0 END"))
         .collect();
     let stats: Vec<String> = (1..=terms).map(|i| format!("stats.d{i}")).collect();
+    let carried: Vec<String> = (1..)
+        .zip(keys)
+        .map(|(at, (column, _))| format!("{column}::text AS i{at}"))
+        .collect();
+    let named: Vec<String> = (1..=keys.len()).map(|at| format!("top.i{at}")).collect();
     let mut params = vec![
         Param::Text(&plan.tsquery),
         Param::TextList(&plan.quoted_terms),
     ];
     params.extend(filter.params.iter().copied());
     let n = population(source, tenant, filters, &filter.sql, &mut params);
-    // One statement: the matches (bounded), each term's document
-    // frequency among them, the best of them by the idf-weighted terms
-    // they hold, and only those read whole.
+    // The matches (bounded) with their identities and, when small, their
+    // vectors; each term's document frequency among them; the best of
+    // them by the idf-weighted terms they hold, with their vectors (a
+    // large one read again by `ctid`).
     let sql = format!(
-        "WITH m AS (SELECT {row}.ctid AS t, {has} FROM {from} WHERE {w} \
+        "WITH m AS (SELECT {row}.ctid AS t, {carried}, CASE WHEN pg_column_size({vector}) \
+             <= {CARRIED} THEN {vector} END AS v, {has} FROM {from} WHERE {w} \
              AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
              counts AS (SELECT {n}::float8 AS n, {df} FROM m), \
              stats AS (SELECT *, {idf} FROM counts), \
-             top AS (SELECT m.t FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
-             SELECT {columns}, {vector}, stats.n::bigint, ARRAY[{stats}]::bigint[] \
-             FROM top JOIN {rejoin} CROSS JOIN stats",
+             top AS (SELECT m.* FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
+             SELECT {named}, coalesce(top.v, (SELECT {vector} FROM {holder} \
+             WHERE {row}.ctid = top.t)), stats.n::bigint, ARRAY[{stats}]::bigint[] \
+             FROM top CROSS JOIN stats",
+        carried = carried.join(", "),
+        named = named.join(", "),
         has = has.join(", "),
         w = filter.sql,
         df = df.join(", "),
         idf = idf.join(", "),
         weight = weight.join(" + "),
-        columns = columns(source),
         stats = stats.join(", "),
     );
     let rows = conn.rows_built(sql, &params).await?;
     let Some(first) = rows.first() else {
         return Ok(Vec::new());
     };
-    let n: i64 = first.try_get(width(source) + 1)?;
-    let df: Vec<i64> = first.try_get(width(source) + 2)?;
-
+    let arity = keys.len();
+    let n: i64 = first.try_get(arity + 1)?;
+    let df: Vec<i64> = first.try_get(arity + 2)?;
     let docs: Vec<Doc> = rows
         .iter()
-        .map(|row| Doc::decode(row.try_get::<Vector, _>(width(source))?.0, &plan.terms))
+        .map(|row| Doc::decode(row.try_get::<Vector, _>(arity)?.0, &plan.terms))
         .collect::<Result<_>>()?;
     let scores = plan.bm25(&docs, n, &df);
     let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
     ranked.truncate(limit);
 
-    ranked
-        .into_iter()
-        .map(|(score, at)| Ok((score, item(source, &rows[at])?)))
+    // The identities of the best, one list per key column.
+    let mut lists = vec![Vec::with_capacity(ranked.len()); arity];
+    let mut best = Vec::with_capacity(ranked.len());
+    for &(score, at) in &ranked {
+        let identity = identity_at(&rows[at], 0, arity)?;
+        for (list, part) in lists.iter_mut().zip(identity.split('\0')) {
+            list.push(part.to_owned());
+        }
+        best.push((score, identity));
+    }
+    let found = whole(conn, source, tenant, filters, &bounds, &lists).await?;
+    let mut by_identity: HashMap<String, &sqlx::postgres::PgRow> = HashMap::new();
+    for row in &found {
+        by_identity.insert(identity_at(row, width(source), arity)?, row);
+    }
+    best.into_iter()
+        .filter_map(|(score, identity)| by_identity.get(&identity).map(|row| (score, *row)))
+        .map(|(score, row)| Ok((score, item(source, row)?)))
         .collect()
+}
+
+/// The select list of an item's identity: its key columns as text.
+fn identity(keys: &[(&str, &str)]) -> String {
+    let columns: Vec<String> = keys.iter().map(|(c, _)| format!("{c}::text")).collect();
+    columns.join(", ")
+}
+
+/// The identity of an item: its key columns (as text) from `first` on,
+/// joined by NUL (which no Postgres text holds).
+fn identity_at(row: &sqlx::postgres::PgRow, first: usize, width: usize) -> Result<String> {
+    let parts = (first..first + width)
+        .map(|at| row.try_get::<String, _>(at))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(parts.join("\0"))
+}
+
+/// The items named by `lists` (one list per key column of the source's
+/// identity), still live and still within the filters, each row followed
+/// by its identity's columns as text.
+async fn whole(
+    conn: &mut Lease,
+    source: Source,
+    tenant: &Tenant,
+    filters: &Filters,
+    bounds: &Bounds,
+    lists: &[Vec<String>],
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let keys = table(source).keys;
+    let filter = conditions(
+        source,
+        Dialect::Postgres,
+        tenant,
+        filters,
+        bounds,
+        keys.len() + 1,
+    );
+    let arrays: Vec<String> = (1..)
+        .zip(keys)
+        .map(|(at, (_, kind))| format!("${at}::text[]::{kind}[]"))
+        .collect();
+    let names: Vec<String> = (1..=keys.len()).map(|at| format!("k{at}")).collect();
+    let matches: Vec<String> = (1..)
+        .zip(keys)
+        .map(|(at, (column, _))| format!("{column} = k.k{at}"))
+        .collect();
+    // A lateral subquery behind `OFFSET 0`, so that each item is looked up
+    // by its keys' index whatever the plan's estimates: a generic plan of
+    // the plain join hashed every live key of the tenant (6 ms for 10,000
+    // memory keys, against 0.3).
+    let sql = format!(
+        "SELECT i.* FROM unnest({arrays}) AS k({names}) CROSS JOIN LATERAL \
+         (SELECT {columns}, {identity} FROM {from} WHERE {matches} AND {w} OFFSET 0) i",
+        columns = columns(source),
+        identity = identity(keys),
+        from = from(source),
+        arrays = arrays.join(", "),
+        names = names.join(", "),
+        matches = matches.join(" AND "),
+        w = filter.sql,
+    );
+    let mut params: Vec<Param> = lists.iter().map(|list| Param::TextList(list)).collect();
+    params.extend(filter.params.iter().copied());
+    conn.rows_built(sql, &params).await
 }
 
 /// The number of items the filters allow, BM25's `n`, as a scalar
