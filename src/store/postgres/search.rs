@@ -219,9 +219,11 @@ async fn ranked(
     let stats: Vec<String> = (1..=terms).map(|i| format!("stats.d{i}")).collect();
     let carried: Vec<String> = (1..)
         .zip(keys)
-        .map(|(at, (column, _))| format!("{column}::text AS i{at}"))
+        .map(|(at, (column, _))| format!("{column} AS i{at}"))
         .collect();
-    let named: Vec<String> = (1..=keys.len()).map(|at| format!("top.i{at}")).collect();
+    let named: Vec<String> = (1..=keys.len())
+        .map(|at| format!("top.i{at}::text"))
+        .collect();
     let mut params = vec![
         Param::Text(&plan.tsquery),
         Param::TextList(&plan.quoted_terms),
