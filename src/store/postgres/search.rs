@@ -230,6 +230,17 @@ async fn ranked(
     ];
     params.extend(filter.params.iter().copied());
     let n = population(source, tenant, filters, &filter.sql, &mut params);
+    // One session's episodes are read through the session's index and
+    // each checked for the words, since a conversation is short: as an
+    // index condition the words' entries of every session of every tenant
+    // were read first (a generic plan ANDed the session's 50 episodes with
+    // 112,960 matches: 24 ms, against 0.35 as a filter). `IS TRUE` keeps
+    // the words' condition out of the index and means the same here.
+    let matched = if source == Source::Episodes && filters.session_id.is_some() {
+        format!("({vector} @@ $1::tsquery) IS TRUE")
+    } else {
+        format!("{vector} @@ $1::tsquery")
+    };
     // The matches (bounded) with their identities and, when small, their
     // vectors; each term's document frequency among them; the best of
     // them by the idf-weighted terms they hold, with their vectors (a
@@ -237,7 +248,7 @@ async fn ranked(
     let sql = format!(
         "WITH m AS (SELECT {row}.ctid AS t, {carried}, CASE WHEN pg_column_size({vector}) \
              <= {CARRIED} THEN {vector} END AS v, {has} FROM {from} WHERE {w} \
-             AND {vector} @@ $1::tsquery LIMIT {MATCHES}), \
+             AND {matched} LIMIT {MATCHES}), \
              counts AS (SELECT {n}::float8 AS n, {df} FROM m), \
              stats AS (SELECT *, {idf} FROM counts), \
              top AS (SELECT m.* FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
