@@ -285,13 +285,13 @@ async fn ranked(
     let mut best = Vec::with_capacity(ranked.len());
     for &(score, at) in &ranked {
         let identity = identity_at(&rows[at], 0, arity)?;
-        for (list, part) in lists.iter_mut().zip(identity.split('\0')) {
-            list.push(part.to_owned());
+        for (list, part) in lists.iter_mut().zip(&identity) {
+            list.push(part.clone());
         }
         best.push((score, identity));
     }
-    let found = whole(conn, source, tenant, filters, &bounds, &lists).await?;
-    let mut by_identity: HashMap<String, &sqlx::postgres::PgRow> = HashMap::new();
+    let found = whole(conn, source, keys, tenant, filters, &bounds, &lists).await?;
+    let mut by_identity = HashMap::with_capacity(found.len());
     for row in &found {
         by_identity.insert(identity_at(row, width(source), arity)?, row);
     }
@@ -307,27 +307,24 @@ fn identity(keys: &[(&str, &str)]) -> String {
     columns.join(", ")
 }
 
-/// The identity of an item: its key columns (as text) from `first` on,
-/// joined by NUL (which no Postgres text holds).
-fn identity_at(row: &sqlx::postgres::PgRow, first: usize, width: usize) -> Result<String> {
-    let parts = (first..first + width)
-        .map(|at| row.try_get::<String, _>(at))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(parts.join("\0"))
+/// The identity of an item: its `width` key columns (as text) from
+/// `first` on.
+fn identity_at(row: &impl Cols, first: usize, width: usize) -> Result<Vec<String>> {
+    (first..first + width).map(|at| row.text(at)).collect()
 }
 
-/// The items named by `lists` (one list per key column of the source's
-/// identity), still live and still within the filters, each row followed
+/// The items named by `lists` (one list per column of `keys`, the
+/// source's identity), still live and still within the filters, each row followed
 /// by its identity's columns as text.
 async fn whole(
     conn: &mut Lease,
     source: Source,
+    keys: &[(&str, &str)],
     tenant: &Tenant,
     filters: &Filters,
     bounds: &Bounds,
     lists: &[Vec<String>],
 ) -> Result<Vec<sqlx::postgres::PgRow>> {
-    let keys = table(source).keys;
     let filter = conditions(
         source,
         Dialect::Postgres,
