@@ -27,6 +27,13 @@ use crate::auth::{self, Authenticator};
 /// The path MCP is served at.
 pub const PATH: &str = "/mcp";
 
+/// Up to how much of a refused request's body is read before the 401, so
+/// the connection stays usable: a response sent while the body is still
+/// arriving makes hyper close the connection after it, and a client that
+/// reuses the connection meanwhile gets a broken read instead of an answer.
+/// A bigger body is not read; the refusal then says `Connection: close`.
+const REFUSED_BODY_LIMIT: usize = 64 * 1024;
+
 struct Mcp {
     /// The server's gRPC services behind its edge, without a token.
     grpc: Conn,
@@ -61,7 +68,7 @@ async fn serve(State(mcp): State<Arc<Mcp>>, request: Request) -> Response {
     let header = request.headers().get(auth::AUTHORIZATION).cloned();
     let principal = match mcp.auth.authenticate(header.as_ref().map(|v| v.as_bytes())) {
         Ok(principal) => principal,
-        Err(refusal) => return crate::api::http::refused(refusal),
+        Err(refusal) => return refuse(request, refusal).await,
     };
     let engram = Engram::new(connection(mcp.grpc.clone(), header), principal.admin);
     let service = StreamableHttpService::new(
@@ -70,4 +77,20 @@ async fn serve(State(mcp): State<Arc<Mcp>>, request: Request) -> Response {
         mcp.config.clone(),
     );
     service.handle(request).await.into_response()
+}
+
+/// The 401 (or 403) for `request`, after reading its body (see
+/// [`REFUSED_BODY_LIMIT`]).
+async fn refuse(request: Request, refusal: auth::Refusal) -> Response {
+    let drained = axum::body::to_bytes(request.into_body(), REFUSED_BODY_LIMIT)
+        .await
+        .is_ok();
+    let mut response = crate::api::http::refused(refusal);
+    if !drained {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime, timezone
 
@@ -373,3 +374,45 @@ async def test_http_refuses_requests_without_a_valid_token(server: Server) -> No
             headers={**headers, "authorization": f"Bearer {server.tokens['user']}"},
         )
         assert ok.status_code == 200
+
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a content-length: status, headers, body."""
+    status = int((await reader.readline()).split()[1])
+    headers = {}
+    while (line := (await reader.readline()).decode().strip()) != "":
+        name, value = line.split(":", 1)
+        headers[name.lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers, body
+
+
+async def test_a_refused_request_leaves_its_connection_usable(server: Server) -> None:
+    # A client that waits for "100 Continue" before sending the body (curl
+    # does for big bodies) gets it: the body is read before the 401, so the
+    # connection carries the next request instead of being closed under it.
+    host, port = server.http.rsplit(":", 1)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    head = f"POST /mcp HTTP/1.1\r\nhost: {server.http}\r\ncontent-type: application/json\r\n"
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(f"{head}content-length: {len(body)}\r\nexpect: 100-continue\r\n\r\n".encode())
+        status, _, _ = await read_response(reader)
+        assert status == 100
+        writer.write(body)
+        status, headers, answer = await read_response(reader)
+        assert status == 401 and json.loads(answer)["reason"] == "TOKEN_MISSING"
+        assert headers.get("connection") != "close"
+        writer.write(f"{head}content-length: {len(body)}\r\n\r\n".encode() + body)
+        status, _, answer = await read_response(reader)
+        assert status == 401 and json.loads(answer)["reason"] == "TOKEN_MISSING"
+    finally:
+        writer.close()
+    # A body past the server's bound is not read, and the 401 says so.
+    big = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 128 * 1024}}
+    async with httpx2.AsyncClient() as client:
+        refused = await client.post(f"http://{server.http}/mcp", json=big)
+        assert refused.status_code == 401 and refused.headers["connection"] == "close"
+        again = await client.post(f"http://{server.http}/mcp", json=big)
+        assert again.status_code == 401 and again.json()["reason"] == "TOKEN_MISSING"
