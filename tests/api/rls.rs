@@ -190,7 +190,7 @@ async fn postgres_confines_each_transaction_to_its_tenant() {
     .fetch_all(&mut owner)
     .await
     .expect("catalog");
-    assert_eq!(rows.len(), 19, "every table with a tenant column");
+    assert_eq!(rows.len(), 21, "every table with a tenant column");
     for row in rows {
         let table: String = row.get(0);
         assert!(

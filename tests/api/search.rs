@@ -11,13 +11,15 @@ use engram::api::convert::json_to_proto;
 use engram::auth::hash_token;
 use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use engram::proto::memory_delta::Delta;
 use engram::proto::search_hit::Item;
 use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
-    AppendEpisodesRequest, DeleteFactRequest, DeleteRequest, DeleteSessionRequest, FactKind,
-    NewEpisode, PurgeRequest, RecordProcedureRequest, RememberRequest, ScopeType, SearchHit,
-    SearchMode, SearchRequest, SearchSource, SetRequest,
+    AppendEpisodesRequest, ApplyDeltasRequest, DeleteFactRequest, DeleteRequest,
+    DeleteSessionRequest, DeltaProvenance, FactKind, FactPayload, MemoryDelta, NewEpisode,
+    PurgeRequest, RecordProcedureRequest, RememberRequest, ScopeType, SearchHit, SearchMode,
+    SearchRequest, SearchSource, SetRequest, UpdateDelta,
 };
 use serde_json::json;
 use tonic::Code;
@@ -646,11 +648,56 @@ async fn removals_take_effect_at_once(backend: Backend) {
         names(&search(&server, llama.clone()).await),
         vec!["fact:bob"]
     );
-    ConsolidationServiceClient::new(server.channel.clone())
+    // A new version of the fact: found by its new words only.
+    let mut consolidation = ConsolidationServiceClient::new(server.channel.clone());
+    consolidation
+        .apply_deltas(ApplyDeltasRequest {
+            deltas: vec![MemoryDelta {
+                delta: Some(Delta::Update(UpdateDelta {
+                    fact_payload: Some(FactPayload {
+                        app: "app".to_owned(),
+                        user: "bob".to_owned(),
+                        kind: FactKind::Semantic as i32,
+                        subject: "bob".to_owned(),
+                        predicate: "uses".to_owned(),
+                        object: String::new(),
+                        content: Some(json_to_proto(&json!("bob keeps a yak"))),
+                        channels: vec![],
+                    }),
+                    replaces: vec![fact.id.clone()],
+                    provenance: Some(DeltaProvenance {
+                        source_episode_ids: vec!["e0".to_owned()],
+                        promotion_ts: Some(prost_types::Timestamp::default()),
+                        rule_id: "manual".to_owned(),
+                        confidence: 1.0,
+                    }),
+                })),
+            }],
+        })
+        .await
+        .expect("update the fact");
+    assert!(
+        search(&server, llama.clone()).await.is_empty(),
+        "an older version"
+    );
+    let yak = SearchRequest {
+        sources: vec![FACTS],
+        ..query("yak")
+    };
+    let hits = search(&server, yak.clone()).await;
+    assert_eq!(names(&hits), vec!["fact:bob"]);
+    match hits[0].item.as_ref() {
+        Some(Item::Fact(found)) => assert_eq!(
+            (found.id.as_str(), found.current.as_ref().map(|v| v.version)),
+            (fact.id.as_str(), Some(2))
+        ),
+        other => panic!("not a fact: {other:?}"),
+    }
+    consolidation
         .delete_fact(DeleteFactRequest { fact_id: fact.id })
         .await
         .expect("delete fact");
-    assert!(search(&server, llama).await.is_empty(), "a deleted fact");
+    assert!(search(&server, yak).await.is_empty(), "a deleted fact");
 }
 
 /// Writers append while searchers search: every append is found by the
@@ -703,6 +750,118 @@ async fn writes_are_found_during_a_burst(backend: Backend) {
     )
     .await;
     assert_eq!(all.len(), 90);
+}
+
+/// A memory key is found at its current version whatever wrote it:
+/// concurrent sets (one statement on Postgres), updates, a tombstone and a
+/// set after it, a rollback, a purge of older versions, a fork.
+async fn memory_hits_follow_every_kind_of_write(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let in_scope = |text: &str, scope: &str| SearchRequest {
+        sources: vec![MEMORY],
+        scope_type: NS,
+        scope: scope.to_owned(),
+        limit: 100,
+        ..query(text)
+    };
+    let found = |text: &'static str, scope: &'static str| {
+        let server = &server;
+        async move {
+            let mut hits = names(&search(server, in_scope(text, scope)).await);
+            hits.sort();
+            hits
+        }
+    };
+    futures::future::join_all((0..12).map(|i| {
+        let mut memory = server.memory();
+        async move {
+            memory
+                .set(set(
+                    "mem",
+                    &format!("k{i:02}"),
+                    json!(format!("alpha note {i}")),
+                ))
+                .await
+                .expect("set")
+        }
+    }))
+    .await;
+    let all: Vec<String> = (0..12).map(|i| format!("memory:mem/k{i:02}@1")).collect();
+    assert_eq!(found("alpha", "mem").await, all);
+
+    let mut memory = server.memory();
+    for value in ["beta", "gamma", "alpha again"] {
+        memory
+            .set(set("mem", "k00", json!(value)))
+            .await
+            .expect("set");
+    }
+    assert!(found("beta", "mem").await.is_empty(), "an older version");
+    assert!(found("gamma", "mem").await.is_empty(), "an older version");
+    memory
+        .delete(DeleteRequest {
+            scope_type: NS,
+            scope: "mem".to_owned(),
+            key: "k01".to_owned(),
+            ..DeleteRequest::default()
+        })
+        .await
+        .expect("delete");
+    memory
+        .set(set("mem", "k01", json!("alpha revived")))
+        .await
+        .expect("set after the tombstone");
+    memory
+        .set(set("mem", "k02", json!("delta")))
+        .await
+        .expect("set");
+    let rolled = memory
+        .rollback(engram::proto::RollbackRequest {
+            scope_type: NS,
+            scope: "mem".to_owned(),
+            key: "k02".to_owned(),
+            to_version: 1,
+        })
+        .await
+        .expect("rollback")
+        .into_inner()
+        .entry
+        .expect("entry");
+    assert_eq!(rolled.version, 3);
+    assert!(found("delta", "mem").await.is_empty(), "rolled back");
+    MemoryAdminServiceClient::new(server.channel.clone())
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "mem".to_owned(),
+            key: "k00".to_owned(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge the older versions");
+    let mut now = all.clone();
+    now[0] = "memory:mem/k00@4".to_owned();
+    now[1] = "memory:mem/k01@3".to_owned();
+    now[2] = "memory:mem/k02@3".to_owned();
+    assert_eq!(found("alpha", "mem").await, now);
+
+    memory
+        .fork_scope(engram::proto::ForkScopeRequest {
+            source_scope_type: NS,
+            source_scope: "mem".to_owned(),
+            target_scope_type: NS,
+            target_scope: "copy".to_owned(),
+            as_of: None,
+        })
+        .await
+        .expect("fork");
+    let copied = found("alpha", "copy").await;
+    assert_eq!(copied.len(), 12, "{copied:?}");
+    assert!(
+        copied.iter().all(|n| n.starts_with("memory:copy/k")),
+        "{copied:?}"
+    );
+    assert_eq!(found("alpha", "mem").await, now, "the source is unchanged");
 }
 
 /// `following_episodes` adds the turns after each episode hit, scored
@@ -906,6 +1065,7 @@ on_both_stores!(
     tenants_never_see_each_other,
     removals_take_effect_at_once,
     writes_are_found_during_a_burst,
+    memory_hits_follow_every_kind_of_write,
     following_episodes_bring_the_answer,
     bad_requests_name_the_field,
 );

@@ -314,6 +314,18 @@ async fn round_trip_across_stores(backend: Backend) {
         .entry
         .expect("entry");
     assert_eq!(got.version, 3);
+    // And searchable at its current versions only (the tombstoned key and
+    // the purged version's words are not found).
+    let memory = |text: &str| engram::proto::SearchRequest {
+        sources: vec![engram::proto::SearchSource::Memory as i32],
+        ..crate::search::query(text)
+    };
+    let hits = crate::search::search(&target, memory("deploy")).await;
+    assert_eq!(crate::search::names(&hits), ["memory:team/deploy@3"]);
+    for gone in ["warm", "validate"] {
+        let hits = crate::search::search(&target, memory(gone)).await;
+        assert!(hits.is_empty(), "{gone}: {hits:?}");
+    }
     let mut tail = target
         .episodes()
         .tail_episodes(TailEpisodesRequest {

@@ -80,24 +80,27 @@ struct Table {
 
 fn table(source: Source) -> Table {
     match source {
+        // The current versions' vectors (migration 0016): older versions
+        // are not read.
         Source::Memory => Table {
-            from: from(Source::Memory),
-            vector: "v.search",
-            row: "v",
-            holder: "memory_versions v",
+            from: "memory_heads h JOIN memory_search s USING (tenant, scope_type, scope, key, version)",
+            vector: "s.search",
+            row: "s",
+            holder: "memory_search s",
             keys: &[
-                ("v.scope_type", "int2"),
-                ("v.scope", "text"),
-                ("v.key", "text"),
-                ("v.version", "int8"),
+                ("h.scope_type", "int2"),
+                ("h.scope", "text"),
+                ("h.key", "text"),
+                ("h.version", "int8"),
             ],
         },
         Source::Facts => Table {
-            from: from(Source::Facts),
-            vector: "v.search",
-            row: "v",
-            holder: "fact_versions v",
-            keys: &[("v.fact_id", "text"), ("v.version", "int8")],
+            from: "facts f JOIN fact_search s \
+                   ON s.tenant = f.tenant AND s.fact_id = f.id AND s.version = f.version",
+            vector: "s.search",
+            row: "s",
+            holder: "fact_search s",
+            keys: &[("f.id", "text"), ("f.version", "int8")],
         },
         Source::Episodes => Table {
             from: from(Source::Episodes),
@@ -154,8 +157,8 @@ static MERGE_PENDING: Sql = Sql::new("SELECT engram_merge_search_pending()");
 static SEARCH_WRITES: Sql = Sql::new(
     "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint \
      FROM pg_stat_user_tables \
-     WHERE relid IN ('episodes'::regclass, 'memory_versions'::regclass, \
-     'fact_versions'::regclass)",
+     WHERE relid IN ('episodes'::regclass, 'memory_search'::regclass, \
+     'fact_search'::regclass)",
 );
 
 impl PgStore {
