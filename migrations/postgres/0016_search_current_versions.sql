@@ -18,18 +18,17 @@
 -- user deletes the facts, and their versions with them). SQLite's FTS
 -- tables have kept one row per key and fact this way since migration 0007.
 --
--- The vectors of old versions go with their columns and indexes: a search
--- never read them.
+-- The versions keep their generated vectors, which the triggers copy, but
+-- lose their GIN indexes: a server of the previous release, still running
+-- during a rolling upgrade, then searches by walking the live keys and
+-- checking each current version's vector, slower but correct. A later
+-- migration may drop the columns.
+--
+-- The versions' tables are locked against writes for the migration, so
+-- that no write falls between the copy of the live items' vectors and the
+-- triggers that take over (about 2 s per 100,000 keys here; see README).
 
-CREATE FUNCTION engram_memory_vector(key text, value jsonb) RETURNS tsvector
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT setweight(to_tsvector('english'::regconfig, translate(key, '/', ' ')), 'A')
-              || CASE WHEN value IS NULL THEN ''::tsvector ELSE jsonb_to_tsvector(
-                     'english'::regconfig, translate(value::text, '/', ' ')::jsonb,
-                     '["string", "numeric"]') END $$;
-
-COMMENT ON FUNCTION engram_memory_vector(text, jsonb) IS
-    'The search vector of a memory version: its key (weight A) and the strings and numbers of its value.';
+LOCK TABLE memory_versions, fact_versions IN SHARE ROW EXCLUSIVE MODE;
 
 CREATE TABLE memory_search (
     tenant      text COLLATE "C" NOT NULL,
@@ -64,7 +63,7 @@ CREATE FUNCTION engram_memory_search_added() RETURNS trigger
 BEGIN
     WITH newest AS (
         SELECT DISTINCT ON (tenant, scope_type, scope, key)
-               tenant, scope_type, scope, key, version, value, deleted
+               tenant, scope_type, scope, key, version, deleted, search
         FROM added ORDER BY tenant, scope_type, scope, key, version DESC
     ), removed AS (
         DELETE FROM memory_search s USING newest n
@@ -72,7 +71,7 @@ BEGIN
           AND s.scope = n.scope AND s.key = n.key AND s.version < n.version
     )
     INSERT INTO memory_search AS s (tenant, scope_type, scope, key, version, search)
-    SELECT tenant, scope_type, scope, key, version, engram_memory_vector(key, value)
+    SELECT tenant, scope_type, scope, key, version, search
     FROM newest WHERE NOT deleted
     ORDER BY tenant, scope_type, scope, key
     ON CONFLICT (tenant, scope_type, scope, key) DO UPDATE
@@ -102,16 +101,6 @@ CREATE TRIGGER memory_search_removed AFTER DELETE ON memory_versions
     EXECUTE FUNCTION engram_memory_search_removed();
 
 -- Facts: the same, by fact id.
-CREATE FUNCTION engram_fact_vector(subject text, predicate text, object text, content jsonb)
-    RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT setweight(to_tsvector('english'::regconfig,
-                  translate(subject || ' ' || predicate || ' ' || object, '/', ' ')), 'A')
-              || jsonb_to_tsvector('english'::regconfig, translate(content::text, '/', ' ')::jsonb,
-                  '["string", "numeric"]') $$;
-
-COMMENT ON FUNCTION engram_fact_vector(text, text, text, jsonb) IS
-    'The search vector of a fact version: subject, predicate and object (weight A) and the strings and numbers of its content.';
-
 CREATE TABLE fact_search (
     tenant   text COLLATE "C" NOT NULL,
     fact_id  text COLLATE "C" NOT NULL,
@@ -140,8 +129,7 @@ CREATE FUNCTION engram_fact_search_added() RETURNS trigger
     AS $$
 BEGIN
     WITH newest AS (
-        SELECT DISTINCT ON (tenant, fact_id) tenant, fact_id, version, deleted,
-               subject, predicate, object, content
+        SELECT DISTINCT ON (tenant, fact_id) tenant, fact_id, version, deleted, search
         FROM added ORDER BY tenant, fact_id, version DESC
     ), removed AS (
         DELETE FROM fact_search s USING newest n
@@ -149,7 +137,7 @@ BEGIN
           AND s.version < n.version
     )
     INSERT INTO fact_search AS s (tenant, fact_id, version, search)
-    SELECT tenant, fact_id, version, engram_fact_vector(subject, predicate, object, content)
+    SELECT tenant, fact_id, version, search
     FROM newest WHERE NOT deleted
     ORDER BY tenant, fact_id
     ON CONFLICT (tenant, fact_id) DO UPDATE
@@ -178,9 +166,7 @@ CREATE TRIGGER fact_search_removed AFTER DELETE ON fact_versions
     EXECUTE FUNCTION engram_fact_search_removed();
 
 DROP INDEX memory_versions_search;
-ALTER TABLE memory_versions DROP COLUMN search;
 DROP INDEX fact_versions_search;
-ALTER TABLE fact_versions DROP COLUMN search;
 
 CREATE OR REPLACE FUNCTION engram_merge_search_pending() RETURNS bigint
     LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
