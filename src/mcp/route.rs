@@ -31,8 +31,13 @@ pub const PATH: &str = "/mcp";
 /// the connection stays usable: a response sent while the body is still
 /// arriving makes hyper close the connection after it, and a client that
 /// reuses the connection meanwhile gets a broken read instead of an answer.
-/// A bigger body is not read; the refusal then says `Connection: close`.
+/// A bigger body, or one still arriving after [`REFUSED_BODY_WAIT`], is not
+/// read; the refusal then says `Connection: close`.
 const REFUSED_BODY_LIMIT: usize = 64 * 1024;
+
+/// How long a refused request's body may take to arrive: a client without
+/// a token does not hold a task and a connection by sending slowly.
+const REFUSED_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct Mcp {
     /// The server's gRPC services behind its edge, without a token.
@@ -82,9 +87,11 @@ async fn serve(State(mcp): State<Arc<Mcp>>, request: Request) -> Response {
 /// The 401 (or 403) for `request`, after reading its body (see
 /// [`REFUSED_BODY_LIMIT`]).
 async fn refuse(request: Request, refusal: auth::Refusal) -> Response {
-    let drained = axum::body::to_bytes(request.into_body(), REFUSED_BODY_LIMIT)
-        .await
-        .is_ok();
+    let body = axum::body::to_bytes(request.into_body(), REFUSED_BODY_LIMIT);
+    let drained = matches!(
+        tokio::time::timeout(REFUSED_BODY_WAIT, body).await,
+        Ok(Ok(_))
+    );
     let mut response = crate::api::http::refused(refusal);
     if !drained {
         response.headers_mut().insert(

@@ -409,6 +409,14 @@ async def test_a_refused_request_leaves_its_connection_usable(server: Server) ->
         assert status == 401 and json.loads(answer)["reason"] == "TOKEN_MISSING"
     finally:
         writer.close()
+    # A body that stops arriving is waited for a few seconds, not for ever.
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(f"{head}content-length: {len(body)}\r\n\r\n".encode() + body[:5])
+        status, headers, _ = await read_response(reader)
+        assert status == 401 and headers["connection"] == "close"
+    finally:
+        writer.close()
     # A body past the server's bound is not read, and the 401 says so.
     big = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 128 * 1024}}
     async with httpx2.AsyncClient() as client:

@@ -1,6 +1,8 @@
-//! Search on Postgres: a tsquery over the generated `search` vectors
-//! (GIN), BM25 in Rust over the best candidates, snippets of the hits
-//! returned made in Rust ([`crate::search::snippet`]).
+//! Search on Postgres: a tsquery over the `search` vectors (GIN; a
+//! generated column of episodes, and for memory and facts one row per live
+//! key or fact in `memory_search` and `fact_search`, kept by triggers,
+//! migration 0016), BM25 in Rust over the best candidates, snippets of the
+//! hits returned made in Rust ([`crate::search::snippet`]).
 //!
 //! Why BM25 here rather than `ts_rank`: `ts_rank` counts how often the
 //! words occur but not how rare they are, so a common word repeated
