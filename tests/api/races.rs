@@ -4,7 +4,10 @@
 use std::collections::BTreeSet;
 
 use engram::api::convert::json_to_proto;
-use engram::proto::{HistoryRequest, ScopeType, SetRequest};
+use engram::proto::search_service_client::SearchServiceClient;
+use engram::proto::{
+    DeleteRequest, HistoryRequest, ListRequest, ScopeType, SearchRequest, SearchSource, SetRequest,
+};
 use serde_json::json;
 use tonic::Code;
 
@@ -145,8 +148,79 @@ async fn racing_retries_write_once(backend: Backend) {
     }
 }
 
+/// Writers race sets and deletes over a few shared keys (on Postgres, a
+/// group's sets share a statement and its search triggers): afterwards a
+/// search finds exactly the live keys, each at its current version.
+async fn search_follows_racing_writes(backend: Backend) {
+    let server = TestServer::spawn_with(backend, |s| s.db_max_connections = Some(16)).await;
+    let mut tasks = Vec::new();
+    for writer in 0..16usize {
+        let mut client = server.memory();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..12usize {
+                let key = format!("shared{}", (writer + i) % 6);
+                if (writer + i) % 5 == 0 {
+                    let deleted = client
+                        .delete(DeleteRequest {
+                            scope_type: ScopeType::Namespace as i32,
+                            scope: "race".to_owned(),
+                            key,
+                            ..DeleteRequest::default()
+                        })
+                        .await;
+                    // Another writer may have deleted it first, or not
+                    // yet written it.
+                    if let Err(status) = deleted {
+                        let why = reason(&status);
+                        assert!(why == "KEY_DELETED" || why == "KEY_NOT_FOUND", "{status}");
+                    }
+                } else {
+                    client
+                        .set(set(&key, json!(format!("marker from {writer} at {i}"))))
+                        .await
+                        .expect("set");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let live: BTreeSet<String> = server
+        .memory()
+        .list(ListRequest {
+            scope_type: ScopeType::Namespace as i32,
+            scope: "race".to_owned(),
+            page_size: 100,
+            ..ListRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .entries
+        .iter()
+        .map(|e| format!("memory:race/{}@{}", e.key, e.version))
+        .collect();
+    let hits = SearchServiceClient::new(server.channel.clone())
+        .search(SearchRequest {
+            query: "marker".to_owned(),
+            sources: vec![SearchSource::Memory as i32],
+            scope_type: ScopeType::Namespace as i32,
+            scope: "race".to_owned(),
+            limit: 100,
+            ..SearchRequest::default()
+        })
+        .await
+        .expect("search")
+        .into_inner()
+        .hits;
+    let found: BTreeSet<String> = hits.iter().map(crate::search::name).collect();
+    assert_eq!(found, live);
+}
+
 on_both_stores!(
     dense_versions_under_32_writers,
     one_winner_among_16_cas_writers,
     racing_retries_write_once,
+    search_follows_racing_writes,
 );
