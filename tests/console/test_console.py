@@ -26,6 +26,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,12 +115,20 @@ def shot(browser: webdriver.Chrome, name: str) -> None:
     browser.save_screenshot(str(SHOTS / f"{name}.png"))
 
 
+
+def wait(browser: webdriver.Chrome, seconds: float) -> WebDriverWait[webdriver.Chrome]:
+    """A wait that keeps polling through a navigation: ChromeDriver answers
+    a lookup made while the page is being replaced with "aborted by
+    navigation", which says nothing about the element."""
+    return WebDriverWait(browser, seconds, ignored_exceptions=(WebDriverException,))
+
+
 def sign_in(browser: webdriver.Chrome, server: Server, token: str) -> None:
     browser.get(server.ui)
     assert "/ui/login" in browser.current_url, "an unauthenticated visitor is asked for a token"
     browser.find_element(By.ID, "token").send_keys(token)
     browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Scopes"))
+    wait(browser, 10).until(expected_conditions.title_contains("Scopes"))
 
 
 def test_scopes_keys_history_and_diff(server: Server, browser: webdriver.Chrome, request: pytest.FixtureRequest) -> None:
@@ -131,12 +140,12 @@ def test_scopes_keys_history_and_diff(server: Server, browser: webdriver.Chrome,
     shot(browser, f"scopes-{request.node.callspec.id}")
 
     browser.find_element(By.LINK_TEXT, "team").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("team"))
+    wait(browser, 10).until(expected_conditions.title_contains("team"))
     assert "style" in browser.find_element(By.TAG_NAME, "table").text
     assert "deploy/plan" not in browser.find_element(By.TAG_NAME, "table").text
 
     browser.find_element(By.LINK_TEXT, "style").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("style"))
+    wait(browser, 10).until(expected_conditions.title_contains("style"))
     deleted = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "pre.diff del")]
     added = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "pre.diff ins")]
     assert any('"tone": "dry"' in line for line in deleted), deleted
@@ -159,11 +168,11 @@ def test_a_session_tails_live_and_shows_working_memory(
     browser.get(f"{server.ui}/session?id=chat-1")
     assert "hello there" in browser.find_element(By.ID, "episodes").text
     assert "MEMORY" in browser.find_element(By.CSS_SELECTOR, "pre.block").text.upper()
-    WebDriverWait(browser, 10).until(
+    wait(browser, 10).until(
         lambda b: b.find_element(By.ID, "live").text.startswith("Live")
     )
     grpc(server, server.tokens["admin"], "episodes", "append", "chat-1", "appended while watching")
-    WebDriverWait(browser, 20).until(
+    wait(browser, 20).until(
         lambda b: "appended while watching" in b.find_element(By.ID, "episodes").text
     )
     seqs = [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "#episodes tr")]
@@ -174,7 +183,7 @@ def test_a_session_tails_live_and_shows_working_memory(
 def test_rules_facts_and_search(server: Server, browser: webdriver.Chrome) -> None:
     sign_in(browser, server, server.tokens["admin"])
     browser.find_element(By.LINK_TEXT, "Rules").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Rules"))
+    wait(browser, 10).until(expected_conditions.title_contains("Rules"))
     rule = browser.find_element(By.XPATH, "//td[text()='prefs']/ancestor::tr").text
     assert "type = observation" in rule and "every 5 episodes" in rule, rule
 
@@ -182,7 +191,7 @@ def test_rules_facts_and_search(server: Server, browser: webdriver.Chrome) -> No
     facts = browser.find_element(By.TAG_NAME, "table")
     assert "alice prefers dry humour" in facts.text or "dry humour" in facts.text, facts.text
     facts.find_element(By.CSS_SELECTOR, "tbody a").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("01"))
+    wait(browser, 10).until(expected_conditions.title_contains("01"))
     versions = browser.find_element(By.TAG_NAME, "table").text
     assert "remember" in versions, versions
 
@@ -190,12 +199,12 @@ def test_rules_facts_and_search(server: Server, browser: webdriver.Chrome) -> No
     box = browser.find_element(By.ID, "q")
     box.send_keys("warm")
     box.submit()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Search"))
+    wait(browser, 10).until(expected_conditions.title_contains("Search"))
     hit = browser.find_element(By.CSS_SELECTOR, "ol.hits li")
     assert "team / style" in hit.text
     assert hit.find_element(By.TAG_NAME, "mark").text.lower() == "warm"
     hit.find_element(By.LINK_TEXT, "team / style").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("style"))
+    wait(browser, 10).until(expected_conditions.title_contains("style"))
     assert browser.find_element(By.TAG_NAME, "h1").text == "style"
 
 
@@ -217,7 +226,7 @@ def test_tenants_tokens_and_headers(server: Server, browser: webdriver.Chrome) -
     browser.find_element(By.ID, "token").send_keys("eg_not-a-token")
     browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
     # The refusal is a new page: wait for it, not for the click to return.
-    alert = WebDriverWait(browser, 10).until(
+    alert = wait(browser, 10).until(
         expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "[role=alert]"))
     )
     assert "not valid" in alert.text
@@ -273,14 +282,14 @@ def test_admin_actions_are_for_admins_and_refuse_forgeries(
     sign_in(browser, server, server.tokens["admin"])
     browser.get(f"{server.ui}/scope?type=namespace&scope=team")
     browser.find_element(By.CSS_SELECTOR, "form.admin button[type=submit]").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Purge preview"))
+    wait(browser, 10).until(expected_conditions.title_contains("Purge preview"))
     preview = browser.find_element(By.CSS_SELECTOR, "[role=status]").text
     assert "would delete 1 version of 1 key" in preview, preview
     shot(browser, f"purge-preview-{request.node.callspec.id}")
     history = get(server, "/key?type=namespace&scope=team&key=style", server.tokens["admin"])
     assert history.count('<td class="num">') >= 2, "a preview deletes nothing"
     browser.find_element(By.CSS_SELECTOR, "button.danger").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Purged"))
+    wait(browser, 10).until(expected_conditions.title_contains("Purged"))
     assert "Deleted 1 version of 1 key" in browser.find_element(By.CSS_SELECTOR, "[role=status]").text
     browser.get(f"{server.ui}/key?type=namespace&scope=team&key=style")
     assert [r.text.split()[0] for r in browser.find_elements(By.CSS_SELECTOR, "table tbody tr")] == ["2"]
@@ -298,7 +307,7 @@ def test_admin_actions_are_for_admins_and_refuse_forgeries(
 
     # The real button deletes it.
     browser.find_element(By.CSS_SELECTOR, "form.admin button.danger").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("Sessions"))
+    wait(browser, 10).until(expected_conditions.title_contains("Sessions"))
     assert "chat-2" not in browser.find_element(By.TAG_NAME, "main").text
 
 
@@ -314,14 +323,14 @@ def test_a_fact_leads_to_the_episodes_it_came_from(server: Server, browser: webd
     sign_in(browser, server, admin)
     browser.get(f"{server.ui}/facts?app=bot&user=carol")
     browser.find_element(By.CSS_SELECTOR, "tbody a").click()
-    WebDriverWait(browser, 10).until(expected_conditions.presence_of_element_located((By.LINK_TEXT, "ep-tea")))
+    wait(browser, 10).until(expected_conditions.presence_of_element_located((By.LINK_TEXT, "ep-tea")))
     assert "green tea" in browser.find_element(By.TAG_NAME, "table").text
     browser.find_element(By.LINK_TEXT, "ep-tea").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("ep-tea"))
+    wait(browser, 10).until(expected_conditions.title_contains("ep-tea"))
     assert browser.find_element(By.TAG_NAME, "h1").text == "Episode ep-tea"
     assert "I like green tea" in browser.find_element(By.CSS_SELECTOR, "pre.block").text
     browser.find_element(By.LINK_TEXT, "chat-3 #1").click()
-    WebDriverWait(browser, 10).until(expected_conditions.title_contains("chat-3"))
+    wait(browser, 10).until(expected_conditions.title_contains("chat-3"))
     assert "I like green tea" in browser.find_element(By.ID, "episode-ep-tea").text
 
     browser.get(f"{server.ui}/episode?id=no-such-episode")
