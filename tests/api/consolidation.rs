@@ -56,7 +56,7 @@ pub(crate) fn batch(session: &str, user: &str, episodes: Vec<NewEpisode>) -> App
     }
 }
 
-fn provenance(episodes: &[&str]) -> DeltaProvenance {
+pub(crate) fn provenance(episodes: &[&str]) -> DeltaProvenance {
     DeltaProvenance {
         source_episode_ids: episodes.iter().map(|e| (*e).to_owned()).collect(),
         promotion_ts: Some(prost_types::Timestamp {

@@ -46,7 +46,7 @@ fn delete(scope: &str, key: &str) -> DeleteRequest {
     }
 }
 
-fn purge(scope: &str, key: &str, keep: Option<i64>, dry_run: bool) -> PurgeRequest {
+pub(crate) fn purge(scope: &str, key: &str, keep: Option<i64>, dry_run: bool) -> PurgeRequest {
     PurgeRequest {
         scope_type: NS,
         scope: scope.to_owned(),

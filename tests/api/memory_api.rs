@@ -1089,7 +1089,7 @@ on_both_stores!(
     rollback,
 );
 
-fn rollback_to(scope: &str, key: &str, to_version: i64) -> RollbackRequest {
+pub(crate) fn rollback_to(scope: &str, key: &str, to_version: i64) -> RollbackRequest {
     RollbackRequest {
         scope_type: NS,
         scope: scope.into(),

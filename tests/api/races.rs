@@ -4,9 +4,8 @@
 use std::collections::BTreeSet;
 
 use engram::api::convert::json_to_proto;
-use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::{
-    DeleteRequest, HistoryRequest, ListRequest, ScopeType, SearchRequest, SearchSource, SetRequest,
+    DeleteRequest, HistoryRequest, ListRequest, ScopeType, SearchRequest, SetRequest,
 };
 use serde_json::json;
 use tonic::Code;
@@ -201,19 +200,16 @@ async fn search_follows_racing_writes(backend: Backend) {
         .iter()
         .map(|e| format!("memory:race/{}@{}", e.key, e.version))
         .collect();
-    let hits = SearchServiceClient::new(server.channel.clone())
-        .search(SearchRequest {
-            query: "marker".to_owned(),
-            sources: vec![SearchSource::Memory as i32],
+    let hits = crate::search::search(
+        &server,
+        SearchRequest {
             scope_type: ScopeType::Namespace as i32,
             scope: "race".to_owned(),
             limit: 100,
-            ..SearchRequest::default()
-        })
-        .await
-        .expect("search")
-        .into_inner()
-        .hits;
+            ..crate::search::memory_query("marker")
+        },
+    )
+    .await;
     let found: BTreeSet<String> = hits.iter().map(crate::search::name).collect();
     assert_eq!(found, live);
 }

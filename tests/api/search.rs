@@ -17,9 +17,9 @@ use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
     AppendEpisodesRequest, ApplyDeltasRequest, DeleteFactRequest, DeleteRequest,
-    DeleteSessionRequest, DeltaProvenance, FactKind, FactPayload, MemoryDelta, NewEpisode,
-    PurgeRequest, RecordProcedureRequest, RememberRequest, ScopeType, SearchHit, SearchMode,
-    SearchRequest, SearchSource, SetRequest, UpdateDelta,
+    DeleteSessionRequest, FactKind, FactPayload, MemoryDelta, NewEpisode, PurgeRequest,
+    RecordProcedureRequest, RememberRequest, ScopeType, SearchHit, SearchMode, SearchRequest,
+    SearchSource, SetRequest, UpdateDelta,
 };
 use serde_json::json;
 use tonic::Code;
@@ -63,6 +63,14 @@ pub(crate) fn name(hit: &SearchHit) -> String {
             f.current.as_ref().map(|v| v.subject.as_str()).unwrap_or("")
         ),
         Item::Episode(e) => format!("episode:{}", e.id),
+    }
+}
+
+/// A search of memory only.
+pub(crate) fn memory_query(text: &str) -> SearchRequest {
+    SearchRequest {
+        sources: vec![MEMORY],
+        ..query(text)
     }
 }
 
@@ -536,16 +544,12 @@ async fn tenants_never_see_each_other(backend: Backend) {
 async fn removals_take_effect_at_once(backend: Backend) {
     let server = TestServer::spawn_with(backend, |s| s.max_events_per_session = Some(2)).await;
     let mut memory = server.memory();
-    let memory_only = |text: &str| SearchRequest {
-        sources: vec![MEMORY],
-        ..query(text)
-    };
     memory
         .set(set("ns", "k", json!("alpha version")))
         .await
         .expect("set");
     assert_eq!(
-        names(&search(&server, memory_only("alpha")).await),
+        names(&search(&server, memory_query("alpha")).await),
         vec!["memory:ns/k@1"]
     );
     memory
@@ -553,11 +557,11 @@ async fn removals_take_effect_at_once(backend: Backend) {
         .await
         .expect("set");
     assert!(
-        search(&server, memory_only("alpha")).await.is_empty(),
+        search(&server, memory_query("alpha")).await.is_empty(),
         "an old version"
     );
     assert_eq!(
-        names(&search(&server, memory_only("beta")).await),
+        names(&search(&server, memory_query("beta")).await),
         vec!["memory:ns/k@2"]
     );
     memory
@@ -570,7 +574,7 @@ async fn removals_take_effect_at_once(backend: Backend) {
         .await
         .expect("delete");
     assert!(
-        search(&server, memory_only("beta")).await.is_empty(),
+        search(&server, memory_query("beta")).await.is_empty(),
         "a deleted key"
     );
     memory
@@ -578,7 +582,7 @@ async fn removals_take_effect_at_once(backend: Backend) {
         .await
         .expect("set");
     assert_eq!(
-        names(&search(&server, memory_only("gamma")).await),
+        names(&search(&server, memory_query("gamma")).await),
         vec!["memory:ns/k@4"]
     );
     MemoryAdminServiceClient::new(server.channel.clone())
@@ -592,7 +596,7 @@ async fn removals_take_effect_at_once(backend: Backend) {
         .await
         .expect("purge");
     assert!(
-        search(&server, memory_only("gamma")).await.is_empty(),
+        search(&server, memory_query("gamma")).await.is_empty(),
         "a purged key"
     );
 
@@ -665,12 +669,7 @@ async fn removals_take_effect_at_once(backend: Backend) {
                         channels: vec![],
                     }),
                     replaces: vec![fact.id.clone()],
-                    provenance: Some(DeltaProvenance {
-                        source_episode_ids: vec!["e0".to_owned()],
-                        promotion_ts: Some(prost_types::Timestamp::default()),
-                        rule_id: "manual".to_owned(),
-                        confidence: 1.0,
-                    }),
+                    provenance: Some(crate::consolidation::provenance(&["e0"])),
                 })),
             }],
         })
@@ -758,11 +757,10 @@ async fn writes_are_found_during_a_burst(backend: Backend) {
 async fn memory_hits_follow_every_kind_of_write(backend: Backend) {
     let server = TestServer::spawn(backend).await;
     let in_scope = |text: &str, scope: &str| SearchRequest {
-        sources: vec![MEMORY],
         scope_type: NS,
         scope: scope.to_owned(),
         limit: 100,
-        ..query(text)
+        ..memory_query(text)
     };
     let found = |text: &'static str, scope: &'static str| {
         let server = &server;
@@ -816,12 +814,7 @@ async fn memory_hits_follow_every_kind_of_write(backend: Backend) {
         .await
         .expect("set");
     let rolled = memory
-        .rollback(engram::proto::RollbackRequest {
-            scope_type: NS,
-            scope: "mem".to_owned(),
-            key: "k02".to_owned(),
-            to_version: 1,
-        })
+        .rollback(crate::memory_api::rollback_to("mem", "k02", 1))
         .await
         .expect("rollback")
         .into_inner()
@@ -830,13 +823,7 @@ async fn memory_hits_follow_every_kind_of_write(backend: Backend) {
     assert_eq!(rolled.version, 3);
     assert!(found("delta", "mem").await.is_empty(), "rolled back");
     MemoryAdminServiceClient::new(server.channel.clone())
-        .purge(PurgeRequest {
-            scope_type: NS,
-            scope: "mem".to_owned(),
-            key: "k00".to_owned(),
-            keep: Some(1),
-            dry_run: false,
-        })
+        .purge(crate::memory_admin::purge("mem", "k00", Some(1), false))
         .await
         .expect("purge the older versions");
     let mut now = all.clone();
@@ -846,13 +833,7 @@ async fn memory_hits_follow_every_kind_of_write(backend: Backend) {
     assert_eq!(found("alpha", "mem").await, now);
 
     memory
-        .fork_scope(engram::proto::ForkScopeRequest {
-            source_scope_type: NS,
-            source_scope: "mem".to_owned(),
-            target_scope_type: NS,
-            target_scope: "copy".to_owned(),
-            as_of: None,
-        })
+        .fork_scope(crate::time_travel::fork("mem", "copy", None))
         .await
         .expect("fork");
     let copied = found("alpha", "copy").await;

@@ -310,7 +310,7 @@ async fn reads_at_a_point(backend: Backend) {
     }
 }
 
-fn fork(source: &str, target: &str, as_of: Option<AsOf>) -> ForkScopeRequest {
+pub(crate) fn fork(source: &str, target: &str, as_of: Option<AsOf>) -> ForkScopeRequest {
     ForkScopeRequest {
         source_scope_type: NS,
         source_scope: source.into(),

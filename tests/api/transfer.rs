@@ -316,14 +316,10 @@ async fn round_trip_across_stores(backend: Backend) {
     assert_eq!(got.version, 3);
     // And searchable at its current versions only (the tombstoned key and
     // the purged version's words are not found).
-    let memory = |text: &str| engram::proto::SearchRequest {
-        sources: vec![engram::proto::SearchSource::Memory as i32],
-        ..crate::search::query(text)
-    };
-    let hits = crate::search::search(&target, memory("deploy")).await;
+    let hits = crate::search::search(&target, crate::search::memory_query("deploy")).await;
     assert_eq!(crate::search::names(&hits), ["memory:team/deploy@3"]);
     for gone in ["warm", "validate"] {
-        let hits = crate::search::search(&target, memory(gone)).await;
+        let hits = crate::search::search(&target, crate::search::memory_query(gone)).await;
         assert!(hits.is_empty(), "{gone}: {hits:?}");
     }
     let mut tail = target

@@ -145,16 +145,12 @@ async fn versions_take_their_revisions_from_the_feed(backend: Backend) {
 
     // The keys are searchable at their current versions (on Postgres,
     // migration 0016 indexed them).
-    let memory = |text: &str| engram::proto::SearchRequest {
-        sources: vec![engram::proto::SearchSource::Memory as i32],
-        ..crate::search::query(text)
-    };
     for (text, want) in [
         ("k2", vec!["memory:old/k@2"]),
         ("j1", vec!["memory:old/j@1"]),
         ("k1", vec![]),
     ] {
-        let hits = crate::search::search(&server, memory(text)).await;
+        let hits = crate::search::search(&server, crate::search::memory_query(text)).await;
         assert_eq!(crate::search::names(&hits), want, "{text}");
     }
 }
