@@ -149,6 +149,30 @@ impl<J: Send + 'static, R: Send + 'static> Group<J, R> {
     }
 }
 
+/// A group's steps (one transaction's statements; see the backends'
+/// `run_group`) in lock order: runs of
+/// jobs that can share a statement (`shares`) and lock distinct rows
+/// (`row`: equal rows are next to each other in lock order) make one step
+/// each, every other job is a step of its own.
+pub(super) fn shared_steps<K: PartialEq>(
+    order: Vec<usize>,
+    shares: impl Fn(usize) -> bool,
+    row: impl Fn(usize) -> K,
+) -> Vec<Vec<usize>> {
+    let mut steps: Vec<Vec<usize>> = Vec::new();
+    for at in order {
+        let joins = steps.last().is_some_and(|step| {
+            step.last()
+                .is_some_and(|&before| shares(before) && shares(at) && row(before) != row(at))
+        });
+        match steps.last_mut() {
+            Some(step) if joins => step.push(at),
+            _ => steps.push(vec![at]),
+        }
+    }
+    steps
+}
+
 /// The outcomes of a group whose commit failed: unknown (it may have
 /// committed), so every call hears so, and none is retried here.
 pub(super) fn commit_failed<T>(err: &Error, n: usize) -> Vec<Result<T>> {
@@ -309,5 +333,31 @@ mod tests {
             group.queues.lock().expect("queues").is_empty(),
             "the flusher left"
         );
+    }
+
+    /// Runs of jobs that share a statement and lock distinct rows make one
+    /// step; a row seen again, or a job that cannot share, starts anew.
+    #[test]
+    fn steps_split_on_a_repeated_row_and_on_jobs_that_cannot_share() {
+        // (row, shares), already in lock order.
+        let jobs = [
+            ("a", true),
+            ("b", true),
+            ("b", true),
+            ("c", true),
+            ("c", false),
+            ("d", true),
+            ("e", true),
+            ("f", false),
+        ];
+        let steps = shared_steps((0..jobs.len()).collect(), |at| jobs[at].1, |at| jobs[at].0);
+        assert_eq!(
+            steps,
+            vec![vec![0, 1], vec![2, 3], vec![4], vec![5, 6], vec![7]]
+        );
+        // The order given is kept, whatever the indexes.
+        let steps = shared_steps(vec![2, 0, 1], |_| true, |at| ["x", "y", "w"][at]);
+        assert_eq!(steps, vec![vec![2, 0, 1]]);
+        assert!(shared_steps(Vec::new(), |_| true, |at: usize| at).is_empty());
     }
 }

@@ -24,7 +24,7 @@ mod run;
 mod search;
 pub(crate) mod sessions;
 
-use super::group::{Group, commit_failed};
+use super::group::{Group, commit_failed, shared_steps};
 use super::memory::{
     AuditWrite, MemoryWrites, OwnedWrite, current_in, entry_row, fence_moved, head_in,
     lock_ordered, purge_params, purge_victim, purged_row, version_columns, version_in,
@@ -352,29 +352,6 @@ const SET_MANY: &str = "WITH u AS (SELECT * FROM unnest($2::smallint[], $3::text
        u.flow_id, u.flow_name, u.now, c.revision \
      FROM changed c JOIN u USING (scope_type, scope, key) \
      RETURNING scope_type, scope, key, version";
-
-/// A group's steps (see [`PgStore::run_group`]) in lock order: runs of
-/// jobs that can share a statement (`shares`) and lock distinct rows
-/// (`row`: equal rows are next to each other in lock order) make one step
-/// each, every other job is a step of its own.
-pub(super) fn shared_steps<K: PartialEq>(
-    order: Vec<usize>,
-    shares: impl Fn(usize) -> bool,
-    row: impl Fn(usize) -> K,
-) -> Vec<Vec<usize>> {
-    let mut steps: Vec<Vec<usize>> = Vec::new();
-    for at in order {
-        let joins = steps.last().is_some_and(|step| {
-            step.last()
-                .is_some_and(|&before| shares(before) && shares(at) && row(before) != row(at))
-        });
-        match steps.last_mut() {
-            Some(step) if joins => step.push(at),
-            _ => steps.push(vec![at]),
-        }
-    }
-    steps
-}
 
 /// Plain sets of distinct keys stored by one statement ([`SET_MANY`]).
 async fn set_many_in(
@@ -973,36 +950,5 @@ impl Feeds for PgStore {
         let (newest, fence) = horizon_candidate(&self.pool, feed).await?;
         wait_settled(&self.pool, &fence).await?;
         Ok(newest)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shared_steps;
-
-    /// Runs of jobs that share a statement and lock distinct rows make one
-    /// step; a row seen again, or a job that cannot share, starts anew.
-    #[test]
-    fn steps_split_on_a_repeated_row_and_on_jobs_that_cannot_share() {
-        // (row, shares), already in lock order.
-        let jobs = [
-            ("a", true),
-            ("b", true),
-            ("b", true),
-            ("c", true),
-            ("c", false),
-            ("d", true),
-            ("e", true),
-            ("f", false),
-        ];
-        let steps = shared_steps((0..jobs.len()).collect(), |at| jobs[at].1, |at| jobs[at].0);
-        assert_eq!(
-            steps,
-            vec![vec![0, 1], vec![2, 3], vec![4], vec![5, 6], vec![7]]
-        );
-        // The order given is kept, whatever the indexes.
-        let steps = shared_steps(vec![2, 0, 1], |_| true, |at| ["x", "y", "w"][at]);
-        assert_eq!(steps, vec![vec![2, 0, 1]]);
-        assert!(shared_steps(Vec::new(), |_| true, |at: usize| at).is_empty());
     }
 }

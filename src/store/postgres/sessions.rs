@@ -25,11 +25,12 @@ use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use super::pool::Lease;
-use super::{PgStore, shared_steps, slot_of};
+use super::{PgStore, slot_of};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended};
 use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
+use crate::store::group::shared_steps;
 use crate::store::sessions::{
     AppendEpisodes, RecentEpisodes, episode_columns, episode_ids, episode_row, filled,
     insert_session_in, missing_session, recent_alone, recent_level, session_in, session_row,

@@ -68,15 +68,20 @@ impl SqliteStore {
         tenant: &Tenant,
         jobs: Vec<OwnedAppend>,
     ) -> Vec<Result<Appended>> {
-        self.run_group(tenant, Feed::Episodes, jobs, |tx, tenant, job| {
+        let steps = (0..jobs.len()).map(|at| vec![at]).collect();
+        self.run_group(tenant, Feed::Episodes, jobs, steps, |tx, tenant, step| {
             async move {
-                tx.exec(&SAVEPOINT, params![]).await?;
-                let (appended, cursor) = append_in(tx, tenant, &job.append()).await?;
-                if !matches!(appended, Appended::Stored(_)) {
-                    tx.exec(&ROLLBACK_TO, params![]).await?;
+                let mut done = Vec::with_capacity(step.len());
+                for job in step {
+                    tx.exec(&SAVEPOINT, params![]).await?;
+                    let (appended, cursor) = append_in(tx, tenant, &job.append()).await?;
+                    if !matches!(appended, Appended::Stored(_)) {
+                        tx.exec(&ROLLBACK_TO, params![]).await?;
+                    }
+                    tx.exec(&RELEASE, params![]).await?;
+                    done.push((appended, cursor));
                 }
-                tx.exec(&RELEASE, params![]).await?;
-                Ok((appended, cursor))
+                Ok(done)
             }
             .boxed()
         })

@@ -208,8 +208,8 @@ async fn a_batch_keeps_each_outcome<S: Store>(store: S, db: &TestDb) {
 }
 
 /// Plain sets of distinct keys next to each other in lock order share
-/// one statement on Postgres; a key set twice, or a conditional write
-/// between them, splits the run. Every write still gets its own dense
+/// statements (one on Postgres, three on SQLite); a key set twice, or a
+/// conditional write between them, splits the run. Every write still gets its own dense
 /// version, its value at that version, and its own change in the feed.
 async fn plain_sets_share_a_statement<S: Store>(store: S, _db: &TestDb) {
     let tenant = Tenant::new("g");
