@@ -175,6 +175,13 @@ impl PgStore {
                 let Some(new) = missing_session(append) else {
                     return Ok(Some(Appended::NoSession));
                 };
+                // A clashing id refuses the append before its session is
+                // created, so a refused append leaves nothing behind.
+                let stored =
+                    stored_episodes(&mut conn, tenant, &episode_ids(append.episodes)).await?;
+                if let Err(id) = sort_out(append.episodes, stored) {
+                    return Ok(Some(Appended::Conflict(id)));
+                }
                 drop(conn);
                 let mut tx = self.scoped(tenant).await?;
                 let Some(session) = insert_session_in(&mut tx, tenant, &new).await? else {

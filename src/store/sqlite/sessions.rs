@@ -11,7 +11,7 @@ use crate::context::Tenant;
 use crate::error::Result;
 use crate::ports::Feed;
 use crate::sessions::ports::{Append, Appended};
-use crate::sessions::{Episode, RecentQuery};
+use crate::sessions::{Episode, RecentQuery, Session};
 use crate::store::sessions::{
     AppendEpisodes, OwnedAppend, RecentEpisodes, episode_ids, filled, insert_session_in,
     missing_session, recent_alone, session_in, sort_out, stored_episodes,
@@ -61,8 +61,8 @@ impl RecentEpisodes for SqliteStore {
 
 impl SqliteStore {
     /// Appends in one transaction on the single writer (see
-    /// [`SqliteStore::run_group`]), each inside a savepoint, so one that is
-    /// refused leaves nothing behind (not the session it created).
+    /// [`SqliteStore::run_group`]); one that is refused leaves nothing
+    /// behind, not even the session it created (see [`append_in`]).
     pub(super) async fn append_group(
         &self,
         tenant: &Tenant,
@@ -73,13 +73,7 @@ impl SqliteStore {
             async move {
                 let mut done = Vec::with_capacity(step.len());
                 for job in step {
-                    tx.exec(&SAVEPOINT, params![]).await?;
-                    let (appended, cursor) = append_in(tx, tenant, &job.append()).await?;
-                    if !matches!(appended, Appended::Stored(_)) {
-                        tx.exec(&ROLLBACK_TO, params![]).await?;
-                    }
-                    tx.exec(&RELEASE, params![]).await?;
-                    done.push((appended, cursor));
+                    done.push(append_in(tx, tenant, &job.append()).await?);
                 }
                 Ok(done)
             }
@@ -94,24 +88,43 @@ static ROLLBACK_TO: Sql = Sql::new("ROLLBACK TO append");
 static RELEASE: Sql = Sql::new("RELEASE append");
 
 /// One append in the writer's open transaction, and the newest cursor it
-/// took (0: none).
+/// took (0: none). An append to a stored session refuses before it writes
+/// anything; one that creates its session does so in a savepoint, rolled
+/// back when the append is refused after all (a clashing episode id).
+/// Each statement is a hop to the connection's thread, so the savepoint
+/// is taken only there.
 async fn append_in(
     tx: &mut SqliteConnection,
     tenant: &Tenant,
     append: &Append<'_>,
 ) -> Result<(Appended, i64)> {
-    let session = match session_in(tx, tenant, append.session_id.as_str()).await? {
-        Some(session) => session,
-        None => {
-            let Some(new) = missing_session(append) else {
-                return Ok((Appended::NoSession, 0));
-            };
-            // The id was free a moment ago in this same transaction.
-            insert_session_in(tx, tenant, &new)
-                .await?
-                .ok_or_else(|| crate::error::Error::internal("a free session id was taken"))?
-        }
+    if let Some(session) = session_in(tx, tenant, append.session_id.as_str()).await? {
+        return append_to(tx, tenant, append, session).await;
+    }
+    let Some(new) = missing_session(append) else {
+        return Ok((Appended::NoSession, 0));
     };
+    tx.exec(&SAVEPOINT, params![]).await?;
+    // The id was free a moment ago in this same transaction.
+    let session = insert_session_in(tx, tenant, &new)
+        .await?
+        .ok_or_else(|| crate::error::Error::internal("a free session id was taken"))?;
+    let outcome = append_to(tx, tenant, append, session).await?;
+    if !matches!(outcome.0, Appended::Stored(_)) {
+        tx.exec(&ROLLBACK_TO, params![]).await?;
+    }
+    tx.exec(&RELEASE, params![]).await?;
+    Ok(outcome)
+}
+
+/// The rest of [`append_in`], to a session that exists: refused before
+/// anything is written, or stored.
+async fn append_to(
+    tx: &mut SqliteConnection,
+    tenant: &Tenant,
+    append: &Append<'_>,
+    session: Session,
+) -> Result<(Appended, i64)> {
     if !append.owner.admits(&session) || session.end_time.is_some() {
         return Ok((Appended::Refused(session), 0));
     }

@@ -151,6 +151,27 @@ async fn appends_replay_ids_and_refuse_reused_ones<S: Store>(store: S, _db: &Tes
         .expect("get")
         .expect("session");
     assert_eq!(session.last_seq, 2, "the refused append wrote nothing");
+
+    // An append that creates its session and then finds one of its ids
+    // stored with other content leaves no session behind.
+    let s7 = id("s7");
+    let clash = l
+        .append_as(
+            "s7",
+            &owner("app", "alice"),
+            &[episode(&s7, "e1", "user_message", None, json!("other"))],
+            0,
+        )
+        .await;
+    assert_eq!(clash, Appended::Conflict("e1".to_owned()));
+    assert!(
+        store
+            .get_session(&l.tenant, &s7)
+            .await
+            .expect("get")
+            .is_none(),
+        "the session it created was rolled back"
+    );
 }
 
 /// An append is refused for another owner and for an ended session, finds
