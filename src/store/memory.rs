@@ -455,6 +455,24 @@ impl OwnedWrite {
     }
 }
 
+/// The place in `writes` (of distinct keys) of the key a statement shared
+/// by a group's sets returned a row for.
+pub(super) fn key_at(
+    writes: &[Write<'_>],
+    scope_type: i16,
+    scope: &str,
+    key: &str,
+) -> Result<usize> {
+    writes
+        .iter()
+        .position(|w| {
+            w.scope.scope_type.as_i16() == scope_type
+                && w.scope.name.as_str() == scope
+                && w.key.as_str() == key
+        })
+        .ok_or_else(|| Error::internal("a set stored a key not asked for"))
+}
+
 /// Runs a batch's writes in the order their locks are taken (see
 /// [`OwnedWrite::lock_order`]), and gives the outcomes back in the batch's
 /// order. `run` writes one in the open transaction.

@@ -26,7 +26,7 @@ pub(crate) mod sessions;
 
 use super::group::{Group, commit_failed, shared_steps};
 use super::memory::{
-    AuditWrite, MemoryWrites, OwnedWrite, current_in, entry_row, fence_moved, head_in,
+    AuditWrite, MemoryWrites, OwnedWrite, current_in, entry_row, fence_moved, head_in, key_at,
     lock_ordered, purge_params, purge_victim, purged_row, version_columns, version_in,
 };
 use super::past;
@@ -384,15 +384,7 @@ async fn set_many_in(
     for row in &rows {
         let (scope_type, scope, key): (i16, String, String) =
             (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        let at = writes
-            .iter()
-            .position(|w| {
-                w.scope.scope_type.as_i16() == scope_type
-                    && w.scope.name.as_str() == scope
-                    && w.key.as_str() == key
-            })
-            .ok_or_else(|| Error::internal("a set stored a key not asked for"))?;
-        versions[at] = Some(row.try_get(3)?);
+        versions[key_at(&writes, scope_type, &scope, &key)?] = Some(row.try_get(3)?);
     }
     writes
         .iter()

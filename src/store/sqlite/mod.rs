@@ -24,7 +24,7 @@ mod sessions;
 
 use super::group::{Group, commit_failed, shared_steps};
 use super::memory::{
-    AuditWrite, MemoryWrites, OwnedWrite, current_in, fence_moved, head_in, lock_ordered,
+    AuditWrite, MemoryWrites, OwnedWrite, current_in, fence_moved, head_in, key_at, lock_ordered,
     purge_params, purge_victim, purged_row, version_in,
 };
 use super::past;
@@ -85,7 +85,8 @@ const DELETE_IF_VERSION: &str = "UPDATE memory_heads SET version = version + 1, 
 /// value, execution_id, flow_id, flow_name, change]`, to which each
 /// statement's results are added (the version taken, then the revision),
 /// so no statement joins: a join of `json_each` with a table is planned
-/// from the table's statistics and scanned it (100 ms a statement).
+/// from the table's statistics as a scan of the table (100 ms a
+/// statement).
 const HEADS_MANY: &str = "INSERT INTO memory_heads \
      (tenant, scope_type, scope, key, version, deleted, update_time) \
      SELECT ?1, w.value ->> 0, w.value ->> 1, w.value ->> 2, 1, 0, w.value ->> 3 \
@@ -164,15 +165,7 @@ async fn returned_in(
     for row in &returned {
         let (scope_type, scope, key): (i16, String, String) =
             (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        let at = writes
-            .iter()
-            .position(|w| {
-                w.scope.scope_type.as_i16() == scope_type
-                    && w.scope.name.as_str() == scope
-                    && w.key.as_str() == key
-            })
-            .ok_or_else(|| Error::internal("a set stored a key not asked for"))?;
-        taken[at] = Some(row.try_get(3)?);
+        taken[key_at(writes, scope_type, &scope, &key)?] = Some(row.try_get(3)?);
     }
     let taken: Vec<i64> = taken
         .into_iter()
