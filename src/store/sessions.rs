@@ -32,6 +32,7 @@ macro_rules! session_columns {
          episode_count, last_seq, episodes_evicted"
     };
 }
+pub(super) use session_columns;
 
 /// Reads one session. Parameters: $1 tenant, $2 id.
 pub(super) static SESSION: Sql = select!(

@@ -3,6 +3,7 @@
 //! change it, and cursors (the episodes' rowid) commit in order: the
 //! newest committed cursor is the horizon.
 
+use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use sqlx::SqliteConnection;
 
@@ -11,10 +12,11 @@ use crate::context::Tenant;
 use crate::error::Result;
 use crate::ports::Feed;
 use crate::sessions::ports::{Append, Appended};
-use crate::sessions::{Episode, RecentQuery, Session};
+use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
 use crate::store::sessions::{
     AppendEpisodes, OwnedAppend, RecentEpisodes, episode_ids, filled, insert_session_in,
-    missing_session, recent_alone, session_in, sort_out, stored_episodes,
+    missing_session, recent_alone, session_columns, session_in, session_row, sort_out,
+    stored_episodes,
 };
 use crate::store::sql::{Cols, Run, Sql, params};
 
@@ -32,6 +34,21 @@ static COUNT_APPENDED: Sql = Sql::new(
      episodes_evicted = episodes_evicted + $5, update_time = $6 \
      WHERE tenant = $1 AND id = $2",
 );
+
+/// An append to a live session of its owner that holds none of its ids
+/// yet, without reading first: bumps the session's counters by the
+/// episodes' count and returns it as updated, or nothing when any of that
+/// does not hold (then [`append_in`] reads and says which). Parameters:
+/// $1 tenant, $2 session, $3 count, $4 now, $5 app or NULL, $6 user or
+/// NULL, $7 the ids.
+static BUMP: Sql = Sql::new(concat!(
+    "UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
+     update_time = $4 WHERE tenant = $1 AND id = $2 AND ($5 IS NULL OR app = $5) \
+     AND ($6 IS NULL OR user_id = $6) AND end_time IS NULL \
+     AND NOT EXISTS (SELECT 1 FROM episodes WHERE tenant = $1 AND id = ANY($7)) \
+     RETURNING ",
+    session_columns!()
+));
 
 impl AppendEpisodes for SqliteStore {
     async fn append_episodes(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
@@ -73,7 +90,12 @@ impl SqliteStore {
             async move {
                 let mut done = Vec::with_capacity(step.len());
                 for job in step {
-                    done.push(append_in(tx, tenant, &job.append()).await?);
+                    let append = job.append();
+                    let blind = append_blind(tx, tenant, &append).await?;
+                    done.push(match blind {
+                        Some(appended) => appended,
+                        None => append_in(tx, tenant, &append).await?,
+                    });
                 }
                 Ok(done)
             }
@@ -86,6 +108,52 @@ impl SqliteStore {
 static SAVEPOINT: Sql = Sql::new("SAVEPOINT append");
 static ROLLBACK_TO: Sql = Sql::new("ROLLBACK TO append");
 static RELEASE: Sql = Sql::new("RELEASE append");
+
+/// An append in the writer's open transaction without reading first
+/// ([`BUMP`], then the episodes): two statements where reading first took
+/// four, each a hop to the connection's thread. `None` when the session
+/// is not a live one of the owner's holding none of the ids, with nothing
+/// written: [`append_in`] then reads and answers.
+async fn append_blind(
+    tx: &mut SqliteConnection,
+    tenant: &Tenant,
+    append: &Append<'_>,
+) -> Result<Option<(Appended, i64)>> {
+    if append.episodes.is_empty() {
+        return Ok(None);
+    }
+    let added = i64::try_from(append.episodes.len()).unwrap_or(i64::MAX);
+    let ids = episode_ids(append.episodes);
+    let bumped = tx
+        .first(
+            &BUMP,
+            params![
+                tenant.as_str(),
+                append.session_id.as_str(),
+                added,
+                append.now,
+                append.owner.app.as_ref().map(|a| a.as_str()),
+                append.owner.user.as_ref().map(|u| u.as_str()),
+                &ids[..],
+            ],
+            session_row,
+        )
+        .await?;
+    let Some(session) = bumped else {
+        return Ok(None);
+    };
+    let first = session.last_seq - added + 1;
+    let mut done = Vec::with_capacity(append.episodes.len());
+    let mut newest_cursor = 0;
+    for (seq, new) in (first..).zip(append.episodes) {
+        newest_cursor = insert_episode_in(tx, tenant, &session, seq, new, append.now).await?;
+        done.push((new.stored(&session, seq, newest_cursor, append.now), false));
+    }
+    // The counters are bumped: only an eviction is left to count.
+    let (last, present) = (session.last_seq, session.episode_count);
+    count_in(tx, tenant, &session.id, last, present, 0, append).await?;
+    Ok(Some((Appended::Stored(done), newest_cursor)))
+}
 
 /// One append in the writer's open transaction, and the newest cursor it
 /// took (0: none). An append to a stored session refuses before it writes
@@ -141,62 +209,83 @@ async fn append_to(
             continue;
         }
         seq += 1;
-        let agent = new
-            .agent
-            .as_ref()
-            .map_or(session.app.as_str(), |a| a.as_str());
-        let cursor = tx
-            .row(
-                &INSERT_EPISODE,
-                params![
-                    tenant.as_str(),
-                    &session.id,
-                    seq,
-                    new.id.as_str(),
-                    &session.app,
-                    &session.user,
-                    agent,
-                    new.kind.as_str(),
-                    &new.content_json,
-                    &new.metadata_json,
-                    &new.source_node,
-                    new.timestamp.unwrap_or(append.now),
-                    append.now,
-                    &new.fingerprint[..],
-                ],
-            )
-            .await?
-            .ok_or_else(|| crate::error::Error::internal("an episode's cursor is missing"))?
-            .int(0)?;
-        newest_cursor = cursor;
-        *slot = Some((new.stored(&session, seq, cursor, append.now), false));
+        newest_cursor = insert_episode_in(tx, tenant, &session, seq, new, append.now).await?;
+        *slot = Some((new.stored(&session, seq, newest_cursor, append.now), false));
     }
-
     let added = seq - session.last_seq;
     if added > 0 {
         let present = session.episode_count + added;
-        let evicted = if append.max_events > 0 && present > append.max_events {
-            tx.exec(
-                &EVICT_EPISODES,
-                params![tenant.as_str(), &session.id, seq - append.max_events],
-            )
-            .await? as i64
-        } else {
-            0
-        };
-        tx.exec(
-            &COUNT_APPENDED,
-            params![
-                tenant.as_str(),
-                &session.id,
-                seq,
-                added,
-                evicted,
-                append.now
-            ],
-        )
-        .await?;
-        crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
+        count_in(tx, tenant, &session.id, seq, present, added, append).await?;
     }
     Ok((Appended::Stored(filled(slots)?), newest_cursor))
+}
+
+/// Inserts one episode of the session at `seq`: its cursor.
+async fn insert_episode_in(
+    tx: &mut SqliteConnection,
+    tenant: &Tenant,
+    session: &Session,
+    seq: i64,
+    new: &NewEpisode,
+    now: DateTime<Utc>,
+) -> Result<i64> {
+    let agent = new
+        .agent
+        .as_ref()
+        .map_or(session.app.as_str(), |a| a.as_str());
+    tx.row(
+        &INSERT_EPISODE,
+        params![
+            tenant.as_str(),
+            &session.id,
+            seq,
+            new.id.as_str(),
+            &session.app,
+            &session.user,
+            agent,
+            new.kind.as_str(),
+            &new.content_json,
+            &new.metadata_json,
+            &new.source_node,
+            new.timestamp.unwrap_or(now),
+            now,
+            &new.fingerprint[..],
+        ],
+    )
+    .await?
+    .ok_or_else(|| crate::error::Error::internal("an episode's cursor is missing"))?
+    .int(0)
+}
+
+/// Counts `added` episodes on the session, whose newest seq is now `seq`
+/// and which holds `present` episodes with them, after evicting the
+/// oldest past the append's limit. Nothing to count and nothing to evict
+/// writes nothing.
+async fn count_in(
+    tx: &mut SqliteConnection,
+    tenant: &Tenant,
+    session: &str,
+    seq: i64,
+    present: i64,
+    added: i64,
+    append: &Append<'_>,
+) -> Result<()> {
+    let evicted = if append.max_events > 0 && present > append.max_events {
+        tx.exec(
+            &EVICT_EPISODES,
+            params![tenant.as_str(), session, seq - append.max_events],
+        )
+        .await? as i64
+    } else {
+        0
+    };
+    if added > 0 || evicted > 0 {
+        tx.exec(
+            &COUNT_APPENDED,
+            params![tenant.as_str(), session, seq, added, evicted, append.now],
+        )
+        .await?;
+    }
+    crate::metrics::global().evicted(crate::metrics::Evicted::Episodes, evicted as u64);
+    Ok(())
 }
