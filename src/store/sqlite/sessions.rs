@@ -3,6 +3,8 @@
 //! change it, and cursors (the episodes' rowid) commit in order: the
 //! newest committed cursor is the horizon.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use sqlx::SqliteConnection;
@@ -13,12 +15,14 @@ use crate::error::Result;
 use crate::ports::Feed;
 use crate::sessions::ports::{Append, Appended};
 use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
+use crate::store::group::shared_steps;
 use crate::store::sessions::{
     AppendEpisodes, OwnedAppend, RecentEpisodes, episode_ids, filled, insert_session_in,
     missing_session, recent_alone, session_columns, session_in, session_row, sort_out,
     stored_episodes,
 };
 use crate::store::sql::{Cols, Run, Sql, params};
+use crate::store::to_micros;
 
 static INSERT_EPISODE: Sql = Sql::new(
     "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
@@ -49,6 +53,39 @@ static BUMP: Sql = Sql::new(concat!(
      RETURNING ",
     session_columns!()
 ));
+
+/// [`BUMP`] for the appends of a group to distinct sessions, together.
+/// Parameters: $1 tenant, $2 a JSON array of rows `[session, count, app or
+/// null, user or null, [ids], time]`. Returns each session bumped, as
+/// updated. The sessions are found by key from the rows' ids; the rest of
+/// each row is matched per session.
+static BUMP_MANY: Sql = Sql::new(concat!(
+    "UPDATE sessions SET (last_seq, episode_count, update_time) = \
+       (SELECT last_seq + (w.value ->> 1), episode_count + (w.value ->> 1), w.value ->> 5 \
+        FROM json_each($2) w WHERE w.value ->> 0 = sessions.id) \
+     WHERE tenant = $1 AND id IN (SELECT w.value ->> 0 FROM json_each($2) w) \
+     AND end_time IS NULL AND EXISTS (SELECT 1 FROM json_each($2) w \
+       WHERE w.value ->> 0 = sessions.id \
+       AND (w.value ->> 2 IS NULL OR w.value ->> 2 = sessions.app) \
+       AND (w.value ->> 3 IS NULL OR w.value ->> 3 = sessions.user_id) \
+       AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.tenant = $1 \
+         AND e.id IN (SELECT value FROM json_each(w.value -> 4)))) \
+     RETURNING ",
+    session_columns!()
+));
+
+/// The episodes of bumped appends, together. Parameters: $1 tenant, $2 a
+/// JSON array of rows `[session, seq, id, app, user, agent, type, content,
+/// metadata, source_node, timestamp, create_time, fingerprint in hex]`.
+static INSERT_MANY: Sql = Sql::new(
+    "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
+     content, metadata, source_node, timestamp, create_time, fingerprint) \
+     SELECT $1, w.value ->> 0, w.value ->> 1, w.value ->> 2, w.value ->> 3, w.value ->> 4, \
+       w.value ->> 5, w.value ->> 6, w.value ->> 7, w.value ->> 8, w.value ->> 9, \
+       w.value ->> 10, w.value ->> 11, unhex(w.value ->> 12) \
+     FROM json_each($2) w ORDER BY w.key \
+     RETURNING session_id, seq, cursor",
+);
 
 impl AppendEpisodes for SqliteStore {
     async fn append_episodes(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
@@ -85,19 +122,23 @@ impl SqliteStore {
         tenant: &Tenant,
         jobs: Vec<OwnedAppend>,
     ) -> Vec<Result<Appended>> {
-        let steps = (0..jobs.len()).map(|at| vec![at]).collect();
+        // By session (a session's appends in the order they came), so
+        // appends to distinct sessions next to each other share a step.
+        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        let session = |at: usize| jobs[at].append().session_id.as_str();
+        order.sort_by(|&a, &b| session(a).cmp(session(b)));
+        let steps = shared_steps(order, |_| true, session);
         self.run_group(tenant, Feed::Episodes, jobs, steps, |tx, tenant, step| {
             async move {
-                let mut done = Vec::with_capacity(step.len());
-                for job in step {
-                    let append = job.append();
-                    let blind = append_blind(tx, tenant, &append).await?;
-                    done.push(match blind {
+                let appends: Vec<Append<'_>> = step.iter().map(|job| job.append()).collect();
+                if let [append] = &appends[..] {
+                    let blind = append_blind(tx, tenant, append).await?;
+                    return Ok(vec![match blind {
                         Some(appended) => appended,
-                        None => append_in(tx, tenant, &append).await?,
-                    });
+                        None => append_in(tx, tenant, append).await?,
+                    }]);
                 }
-                Ok(done)
+                append_many(tx, tenant, &appends).await
             }
             .boxed()
         })
@@ -153,6 +194,110 @@ async fn append_blind(
     let (last, present) = (session.last_seq, session.episode_count);
     count_in(tx, tenant, &session.id, last, present, 0, append).await?;
     Ok(Some((Appended::Stored(done), newest_cursor)))
+}
+
+/// Appends to distinct sessions in the writer's open transaction: tried
+/// blind together ([`BUMP_MANY`], then [`INSERT_MANY`]: two statements for
+/// the step, where each append alone takes two), then each one that the
+/// blind write did not take read and answered on its own ([`append_in`]).
+async fn append_many(
+    tx: &mut SqliteConnection,
+    tenant: &Tenant,
+    appends: &[Append<'_>],
+) -> Result<Vec<(Appended, i64)>> {
+    let count = |append: &Append<'_>| i64::try_from(append.episodes.len()).unwrap_or(i64::MAX);
+    let rows: Vec<serde_json::Value> = appends
+        .iter()
+        .filter(|append| !append.episodes.is_empty())
+        .map(|append| {
+            serde_json::json!([
+                append.session_id.as_str(),
+                count(append),
+                append.owner.app.as_ref().map(|a| a.as_str()),
+                append.owner.user.as_ref().map(|u| u.as_str()),
+                episode_ids(append.episodes),
+                to_micros(append.now),
+            ])
+        })
+        .collect();
+    let bumped = tx
+        .all(
+            &BUMP_MANY,
+            params![
+                tenant.as_str(),
+                serde_json::Value::from(rows).to_string().as_str()
+            ],
+            session_row,
+        )
+        .await?;
+    let sessions: Vec<Option<Session>> = appends
+        .iter()
+        .map(|append| {
+            bumped
+                .iter()
+                .find(|session| session.id == append.session_id.as_str())
+                .cloned()
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for (append, session) in appends.iter().zip(&sessions) {
+        let Some(session) = session else { continue };
+        let first = session.last_seq - count(append) + 1;
+        for (seq, new) in (first..).zip(append.episodes) {
+            let agent = new
+                .agent
+                .as_ref()
+                .map_or(session.app.as_str(), |a| a.as_str());
+            let fingerprint: String = new.fingerprint.iter().map(|b| format!("{b:02x}")).collect();
+            rows.push(serde_json::json!([
+                session.id,
+                seq,
+                new.id.as_str(),
+                session.app,
+                session.user,
+                agent,
+                new.kind.as_str(),
+                new.content_json,
+                new.metadata_json,
+                new.source_node,
+                to_micros(new.timestamp.unwrap_or(append.now)),
+                to_micros(append.now),
+                fingerprint,
+            ]));
+        }
+    }
+    let cursors: HashMap<(String, i64), i64> = tx
+        .all(
+            &INSERT_MANY,
+            params![
+                tenant.as_str(),
+                serde_json::Value::from(rows).to_string().as_str()
+            ],
+            |row| Ok(((row.text(0)?, row.int(1)?), row.int(2)?)),
+        )
+        .await?
+        .into_iter()
+        .collect();
+    let mut done = Vec::with_capacity(appends.len());
+    for (append, session) in appends.iter().zip(sessions) {
+        let Some(session) = session else {
+            done.push(append_in(tx, tenant, append).await?);
+            continue;
+        };
+        let first = session.last_seq - count(append) + 1;
+        let mut stored = Vec::with_capacity(append.episodes.len());
+        let mut newest_cursor = 0;
+        for (seq, new) in (first..).zip(append.episodes) {
+            newest_cursor = *cursors
+                .get(&(session.id.clone(), seq))
+                .ok_or_else(|| crate::error::Error::internal("an episode's cursor is missing"))?;
+            stored.push((new.stored(&session, seq, newest_cursor, append.now), false));
+        }
+        let (last, present) = (session.last_seq, session.episode_count);
+        count_in(tx, tenant, &session.id, last, present, 0, append).await?;
+        done.push((Appended::Stored(stored), newest_cursor));
+    }
+    Ok(done)
 }
 
 /// One append in the writer's open transaction, and the newest cursor it

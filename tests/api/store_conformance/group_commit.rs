@@ -387,7 +387,9 @@ async fn a_failing_write_fails_alone<S: Store>(store: S, db: &TestDb) {
 /// is formed behind commits held up by row locks (two: appends have two
 /// groups in flight there); those the blind write
 /// cannot take read and write again. On SQLite the whole append is in the
-/// group, and one poll queues them all.
+/// group, and one poll queues them all; there too the appends to distinct
+/// sessions are written blind together, and those that cannot be read and
+/// answer on their own.
 async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
     use engram::sessions::ports::{Append, Appended};
     use engram::sessions::{NewEpisode, Owner};
@@ -632,8 +634,8 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
         (2, 1),
         "the limit evicted the oldest"
     );
-    // Each episode stored where its own append put it (on Postgres the
-    // appends to distinct sessions shared one statement).
+    // Each episode stored where its own append put it (the appends to
+    // distinct sessions shared statements: one on Postgres, two on SQLite).
     for (episode_id, session, seq, content) in [
         ("e2", "s1", None, json!("two")),
         ("e3", "s1", None, json!("three")),
@@ -695,6 +697,80 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
             "the three blind writes committed as one transaction"
         );
     }
+}
+
+/// Two appends of one group to distinct sessions with the same new
+/// episode id: one is stored, the other refused as a clash, and its
+/// session is untouched. On SQLite they share the blind statements, whose
+/// insert then fails, so each runs alone.
+async fn appends_clashing_across_sessions<S: Store>(store: S, _db: &TestDb) {
+    use engram::sessions::NewEpisode;
+    use engram::sessions::ports::{Append, Appended};
+
+    use super::fixtures::{episode, id, log, now, owner};
+
+    let l = log(&store, "g");
+    l.create("a", "app", "alice", 0).await;
+    l.create("b", "app", "alice", 0).await;
+    let alice = owner("app", "alice");
+    let sessions = [id("a"), id("b")];
+    let contents = [json!("in a"), json!("in b")];
+    let episodes: Vec<[NewEpisode; 1]> = sessions
+        .iter()
+        .zip(&contents)
+        .map(|(session, content)| {
+            [episode(
+                session,
+                Some("same"),
+                Some("observation"),
+                None,
+                content.clone(),
+            )]
+        })
+        .collect();
+    let appends: Vec<Append<'_>> = sessions
+        .iter()
+        .zip(&episodes)
+        .map(|(session_id, episodes)| Append {
+            session_id,
+            owner: &alice,
+            episodes,
+            now: now(),
+            max_sessions: 0,
+            max_events: 0,
+        })
+        .collect();
+    let outcomes =
+        futures::future::join_all(appends.iter().map(|append| store.append(&l.tenant, append)))
+            .await;
+    let stored: Vec<usize> = (0..2)
+        .filter(|&at| matches!(outcomes[at], Ok(Appended::Stored(_))))
+        .collect();
+    assert_eq!(stored.len(), 1, "{outcomes:?}");
+    let (kept, refused) = (stored[0], 1 - stored[0]);
+    assert!(
+        matches!(&outcomes[refused], Ok(Appended::Conflict(clash)) if clash == "same"),
+        "{outcomes:?}"
+    );
+    let untouched = store
+        .get_session(&l.tenant, &sessions[refused])
+        .await
+        .expect("get")
+        .expect("session");
+    assert_eq!(
+        (untouched.last_seq, untouched.episode_count),
+        (0, 0),
+        "the refused append wrote nothing"
+    );
+    let episode = store
+        .get_episode(&l.tenant, &id("same"))
+        .await
+        .expect("get")
+        .expect("stored");
+    assert_eq!(
+        (episode.session_id.as_str(), episode.seq, episode.content),
+        (sessions[kept].as_str(), 1, contents[kept].clone())
+    );
 }
 
 /// Gets that arrive together are read together (one statement on
@@ -861,6 +937,7 @@ store_suite!(
     a_failing_write_fails_alone,
     plain_sets_share_a_statement,
     appends_in_a_group_keep_each_outcome,
+    appends_clashing_across_sessions,
     gets_in_a_group_each_find_their_key,
     recents_in_a_group_each_get_their_episodes,
 );
