@@ -660,6 +660,15 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
             assert_eq!(stored.seq, seq, "{episode_id}");
         }
     }
+    // Retried alone, appends the group stored are replays: their
+    // fingerprints were stored as given.
+    for at in [3, 7] {
+        let retry = store.append(&tenant, &appends[at]).await.expect("retry");
+        assert!(
+            matches!(&retry, Appended::Stored(done) if done.iter().all(|(_, replayed)| *replayed)),
+            "append {at} again: {retry:?}"
+        );
+    }
     assert!(
         store
             .get_episode(&tenant, &id("x1"))
