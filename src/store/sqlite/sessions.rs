@@ -131,6 +131,9 @@ impl SqliteStore {
         self.run_group(tenant, Feed::Episodes, jobs, steps, |tx, tenant, step| {
             async move {
                 let appends: Vec<Append<'_>> = step.iter().map(|job| job.append()).collect();
+                // One append alone keeps its own statements: the shared
+                // ones' lookups in JSON cost one append about a tenth more
+                // (one client: 1,102 against 992 appends/s).
                 if let [append] = &appends[..] {
                     let blind = append_blind(tx, tenant, append).await?;
                     return Ok(vec![match blind {
