@@ -269,8 +269,11 @@ async fn append_many(
             ]));
         }
     }
-    let cursors: HashMap<(String, i64), i64> = tx
-        .all(
+    // Nothing bumped (new sessions, refusals, replays): no insert to run.
+    let cursors: HashMap<(String, i64), i64> = if rows.is_empty() {
+        HashMap::new()
+    } else {
+        tx.all(
             &INSERT_MANY,
             params![
                 tenant.as_str(),
@@ -280,7 +283,8 @@ async fn append_many(
         )
         .await?
         .into_iter()
-        .collect();
+        .collect()
+    };
     let mut done = Vec::with_capacity(appends.len());
     for (append, session) in appends.iter().zip(sessions) {
         let Some(session) = session else {

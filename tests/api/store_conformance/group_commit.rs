@@ -380,6 +380,27 @@ async fn a_failing_write_fails_alone<S: Store>(store: S, db: &TestDb) {
     assert!(poisoned.is_none());
 }
 
+/// One append per session, of that session's episodes, by one owner,
+/// with no limits.
+fn appends_of<'a>(
+    sessions: &'a [engram::sessions::Id],
+    episodes: &'a [[engram::sessions::NewEpisode; 1]],
+    owner: &'a engram::sessions::Owner,
+) -> Vec<engram::sessions::ports::Append<'a>> {
+    sessions
+        .iter()
+        .zip(episodes)
+        .map(|(session_id, episodes)| engram::sessions::ports::Append {
+            session_id,
+            owner,
+            episodes,
+            now: super::fixtures::now(),
+            max_sessions: 0,
+            max_events: 0,
+        })
+        .collect()
+}
+
 /// Appends of a group, each with its own outcome: stored, a replay, an
 /// owner mismatch, an ended session, no session, a clashing id, and one
 /// past the per-session limit that evicts. On Postgres an append first
@@ -510,18 +531,7 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
                 [on("gate2", "g2", json!("gate"))],
             ];
             let gate_ids = [id("gate"), id("gate2")];
-            let gate_appends: Vec<Append<'_>> = gates
-                .iter()
-                .zip(&gate_ids)
-                .map(|(episodes, session_id)| Append {
-                    session_id,
-                    owner: &alice,
-                    episodes,
-                    now: now(),
-                    max_sessions: 0,
-                    max_events: 0,
-                })
-                .collect();
+            let gate_appends = appends_of(&gate_ids, &gates, &alice);
             let mut watcher = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
                 .await
                 .expect("connect");
@@ -714,9 +724,9 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
 /// insert then fails, so each runs alone.
 async fn appends_clashing_across_sessions<S: Store>(store: S, _db: &TestDb) {
     use engram::sessions::NewEpisode;
-    use engram::sessions::ports::{Append, Appended};
+    use engram::sessions::ports::Appended;
 
-    use super::fixtures::{episode, id, log, now, owner};
+    use super::fixtures::{episode, id, log, owner};
 
     let l = log(&store, "g");
     l.create("a", "app", "alice", 0).await;
@@ -737,18 +747,7 @@ async fn appends_clashing_across_sessions<S: Store>(store: S, _db: &TestDb) {
             )]
         })
         .collect();
-    let appends: Vec<Append<'_>> = sessions
-        .iter()
-        .zip(&episodes)
-        .map(|(session_id, episodes)| Append {
-            session_id,
-            owner: &alice,
-            episodes,
-            now: now(),
-            max_sessions: 0,
-            max_events: 0,
-        })
-        .collect();
+    let appends = appends_of(&sessions, &episodes, &alice);
     let outcomes =
         futures::future::join_all(appends.iter().map(|append| store.append(&l.tenant, append)))
             .await;
