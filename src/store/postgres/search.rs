@@ -16,7 +16,8 @@
 //! and the number of items the filters allow is counted without reading
 //! any vector (for episodes, from their sessions' counts; see
 //! [`population`]). The [`CANDIDATES`] best by the idf-weighted terms they
-//! hold are scored with BM25 from their vectors, plus a bonus for query
+//! hold are scored with BM25 from their vectors (cut down to the query's
+//! terms by Postgres), plus a bonus for query
 //! words that stand next to each other in the item (so an exact phrase
 //! beats the same words scattered), and only the best `limit` are then
 //! read whole ([`ranked`]).
@@ -47,14 +48,6 @@ const CANDIDATES: usize = 200;
 /// ranked and the rest are not seen.
 const MATCHES: usize = 20_000;
 
-/// A match's vector up to this size (in bytes; about 40 words) is kept
-/// with the matches, so a candidate's is not read again: the second read
-/// of 200 candidates' rows was a fifth of a search over 30-word episodes
-/// (pgbench, one client: 1.72–2.04 against 1.49–1.61 ms). Larger ones are
-/// read again by `ctid`, which bounds what the matches hold (at most
-/// [`MATCHES`] of them) to about 10 MB.
-const CARRIED: usize = 512;
-
 /// The number of items the filters allow counts at most this many
 /// sessions' episodes (episodes) or this many items (memory and facts).
 const POPULATION: usize = 20_000;
@@ -67,15 +60,10 @@ const B: f64 = 0.75;
 const ADJACENT_WEIGHT: f64 = 0.5;
 
 /// How a source is searched: the tables and conditions' aliases, the
-/// vector column, the table holding it (joined by the `ctid` of a match),
-/// and the columns that name an item, with their types.
+/// vector column, and the columns that name an item, with their types.
 struct Table {
     from: &'static str,
     vector: &'static str,
-    /// The alias whose `ctid` names a match.
-    row: &'static str,
-    /// The table holding the vector, with the alias `row` names.
-    holder: &'static str,
     /// The item's identity: each column and its Postgres type.
     keys: &'static [(&'static str, &'static str)],
 }
@@ -87,8 +75,6 @@ fn table(source: Source) -> Table {
         Source::Memory => Table {
             from: "memory_heads h JOIN memory_search s USING (tenant, scope_type, scope, key, version)",
             vector: "s.search",
-            row: "s",
-            holder: "memory_search s",
             keys: &[
                 ("h.scope_type", "int2"),
                 ("h.scope", "text"),
@@ -100,15 +86,11 @@ fn table(source: Source) -> Table {
             from: "facts f JOIN fact_search s \
                    ON s.tenant = f.tenant AND s.fact_id = f.id AND s.version = f.version",
             vector: "s.search",
-            row: "s",
-            holder: "fact_search s",
             keys: &[("f.id", "text"), ("f.version", "int8")],
         },
         Source::Episodes => Table {
             from: from(Source::Episodes),
             vector: "e.search",
-            row: "e",
-            holder: "episodes e",
             keys: &[("e.cursor", "int8")],
         },
     }
@@ -197,14 +179,9 @@ async fn ranked(
     limit: usize,
 ) -> Result<Vec<(f64, Item)>> {
     let bounds = Bounds::of(filters);
-    let Table {
-        from,
-        vector,
-        row,
-        holder,
-        keys,
-    } = table(source);
-    // Parameters: $1 the tsquery, $2 the quoted terms, then the filters.
+    let Table { from, vector, keys } = table(source);
+    // Parameters: $1 the tsquery, $2 the quoted terms, then the filters',
+    // the population's, and last the terms as they are.
     let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
     let terms = plan.terms.len();
     // Each term parsed once, in a subquery Postgres runs before the scan:
@@ -246,19 +223,23 @@ async fn ranked(
     } else {
         format!("{vector} @@ $1::tsquery")
     };
-    // The matches (bounded) with their identities and, when small, their
-    // vectors; each term's document frequency among them; the best of
-    // them by the idf-weighted terms they hold, with their vectors (a
-    // large one read again by `ctid`).
+    // The query's own terms, which each match's vector is cut down to.
+    params.push(Param::TextList(&plan.terms));
+    let own = params.len();
+    // The matches (bounded) with their identities, their lengths and
+    // their vectors cut down to the query's terms (marked with weight A,
+    // then only what weighs A kept: what BM25 reads, a few bytes where
+    // the whole vector of a 30-word episode was about 400, and a large
+    // vector no longer read twice); each term's document frequency among
+    // them; the best of them by the idf-weighted terms they hold.
     let sql = format!(
-        "WITH m AS (SELECT {row}.ctid AS t, {carried}, CASE WHEN pg_column_size({vector}) \
-             <= {CARRIED} THEN {vector} END AS v, {has} FROM {from} WHERE {w} \
+        "WITH m AS (SELECT {carried}, ts_filter(setweight({vector}, 'A', ${own}::text[]), \
+             '{{a}}') AS v, length({vector}) AS l, {has} FROM {from} WHERE {w} \
              AND {matched} LIMIT {MATCHES}), \
              counts AS (SELECT {n}::float8 AS n, {df} FROM m), \
              stats AS (SELECT *, {idf} FROM counts), \
              top AS (SELECT m.* FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
-             SELECT {named}, coalesce(top.v, (SELECT {vector} FROM {holder} \
-             WHERE {row}.ctid = top.t)), stats.n::bigint, ARRAY[{stats}]::bigint[] \
+             SELECT {named}, top.v, top.l, stats.n::bigint, ARRAY[{stats}]::bigint[] \
              FROM top CROSS JOIN stats",
         carried = carried.join(", "),
         named = named.join(", "),
@@ -274,11 +255,14 @@ async fn ranked(
         return Ok(Vec::new());
     };
     let arity = keys.len();
-    let n: i64 = first.try_get(arity + 1)?;
-    let df: Vec<i64> = first.try_get(arity + 2)?;
+    let n: i64 = first.try_get(arity + 2)?;
+    let df: Vec<i64> = first.try_get(arity + 3)?;
     let docs: Vec<Doc> = rows
         .iter()
-        .map(|row| Doc::decode(row.try_get::<Vector, _>(arity)?.0, &plan.terms))
+        .map(|row| {
+            let length: i32 = row.try_get(arity + 1)?;
+            Doc::decode(row.try_get::<Vector, _>(arity)?.0, &plan.terms, length)
+        })
         .collect::<Result<_>>()?;
     let scores = plan.bm25(&docs, n, &df);
     let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
@@ -678,9 +662,11 @@ fn quote(lexeme: &str) -> String {
     format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// What BM25 needs of a candidate's vector: the positions of each query
-/// term (by its index in the plan's terms) and the item's length in
-/// words.
+/// What BM25 needs of a candidate: the positions of each query term (by
+/// its index in the plan's terms) and the item's length, in distinct
+/// lexemes (`length(tsvector)`: what Postgres counts without reading the
+/// positions; an item's words rarely repeat enough for its words and its
+/// lexemes to rank differently).
 #[derive(Debug)]
 struct Doc {
     positions: Vec<Vec<u16>>,
@@ -691,14 +677,12 @@ impl Doc {
     /// Reads a vector in Postgres's binary form (`tsvectorsend`): the
     /// number of lexemes, then each lexeme as a NUL-terminated string, its
     /// number of positions and the positions (16 bits each, the weight in
-    /// the top two). Runs once per candidate, so it allocates only for the
-    /// query's terms; other lexemes just add to the length. The binary form
-    /// is read rather than the text one because printing and re-parsing
-    /// every candidate's vector was a tenth of a search's CPU.
-    fn decode(bytes: &[u8], terms: &[String]) -> Result<Doc> {
+    /// the top two). The vector is the candidate's cut down to the query's
+    /// terms (and any other lexeme the item itself weighs A, which is
+    /// skipped); `length` is the whole vector's.
+    fn decode(bytes: &[u8], terms: &[String], length: i32) -> Result<Doc> {
         let malformed = || Error::internal("a search vector is malformed");
         let mut positions = vec![Vec::new(); terms.len()];
-        let mut length = 0;
         let (count, mut rest) = bytes.split_first_chunk::<4>().ok_or_else(malformed)?;
         for _ in 0..u32::from_be_bytes(*count) {
             let end = rest.iter().position(|b| *b == 0).ok_or_else(malformed)?;
@@ -715,10 +699,12 @@ impl Doc {
                     .map(|p| u16::from_be_bytes([p[0], p[1]]) & 0x3fff)
                     .collect();
             }
-            length += npos.max(1);
             rest = &after[2 * npos..];
         }
-        Ok(Doc { positions, length })
+        Ok(Doc {
+            positions,
+            length: usize::try_from(length).unwrap_or(0).max(1),
+        })
     }
 
     /// How often term `b` stands right after term `a`.
@@ -778,13 +764,13 @@ mod tests {
         let terms: Vec<String> = ["deploy", "it's", "setup", "bare", "absent"]
             .map(String::from)
             .to_vec();
-        let doc = Doc::decode(&binary(), &terms).expect("well-formed");
+        let doc = Doc::decode(&binary(), &terms, 5).expect("well-formed");
         assert_eq!(doc.positions[0], vec![1, 7], "the weight bits are dropped");
         assert_eq!(doc.positions[1], vec![3]);
         assert_eq!(doc.positions[2], vec![2]);
         assert!(doc.positions[3].is_empty());
         assert!(doc.positions[4].is_empty());
-        assert_eq!(doc.length, 7);
+        assert_eq!(doc.length, 5, "the length is the one Postgres gave");
         assert_eq!(doc.adjacent(0, 2), 1);
         assert_eq!(doc.adjacent(2, 0), 0);
     }
@@ -794,7 +780,7 @@ mod tests {
         let whole = binary();
         for end in 0..whole.len() {
             assert!(
-                Doc::decode(&whole[..end], &["deploy".to_owned()]).is_err(),
+                Doc::decode(&whole[..end], &["deploy".to_owned()], 5).is_err(),
                 "cut at {end}"
             );
         }

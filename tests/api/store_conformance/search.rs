@@ -255,8 +255,64 @@ async fn pending_search_entries_merge<S: Store>(store: S, db: &TestDb) {
     }
 }
 
+/// Long items are ranked like short ones: a match deep in a long value or
+/// episode (its search vector far past a few hundred bytes) is found, with
+/// its words marked, and ranks below a short item holding the same word
+/// once; an exact phrase at the end of a long item beats the same words
+/// apart in another as long.
+async fn long_items_rank_by_their_length<S: Store>(store: S, _db: &TestDb) {
+    let filler: Vec<String> = (0..150).map(|n| format!("filler{n}")).collect();
+    let long = format!("{} invoices overdue", filler.join(" "));
+    let apart = format!("invoices {} overdue", filler.join(" "));
+    let w = writer(&store, "t1");
+    w.set("billing/long", json!({"text": long})).await;
+    w.set("billing/short", json!({"text": "invoices sent"}))
+        .await;
+    w.set("billing/apart", json!({"text": apart})).await;
+    let any = Filters::default();
+    let hits = found(&store, "t1", Source::Memory, "invoices", &any).await;
+    let mut order = described(&hits);
+    assert_eq!(order[0], "billing/short@1", "{hits:?}");
+    order[1..].sort();
+    assert_eq!(order[1..], ["billing/apart@1", "billing/long@1"]);
+    assert!(hits[2].score > 0.0, "{hits:?}");
+    assert!(hits[1].score < hits[0].score, "{hits:?}");
+    assert_eq!(
+        hits[1].score, hits[2].score,
+        "the same words, the same length"
+    );
+    assert!(
+        hits.iter().all(|h| h.snippet.contains("**invoices**")),
+        "{hits:?}"
+    );
+    let phrase = found(&store, "t1", Source::Memory, "\"invoices overdue\"", &any).await;
+    assert_eq!(described(&phrase), vec!["billing/long@1"]);
+    let words = found(&store, "t1", Source::Memory, "invoices overdue", &any).await;
+    assert_eq!(
+        described(&words),
+        ["billing/long@1", "billing/apart@1", "billing/short@1"],
+        "of two items alike in length, the words side by side first: {words:?}"
+    );
+
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    l.append(
+        "s1",
+        &[
+            episode(&s1, Some("long"), None, None, json!(long)),
+            episode(&s1, Some("short"), None, None, json!("invoices sent")),
+        ],
+    )
+    .await;
+    let hits = found(&store, "t1", Source::Episodes, "invoices", &any).await;
+    assert_eq!(described(&hits), vec!["short", "long"]);
+    assert!(hits[1].snippet.contains("**invoices**"), "{hits:?}");
+}
+
 store_suite!(
     memory_finds_current_versions_only,
     episodes_rank_and_filter,
+    long_items_rank_by_their_length,
     pending_search_entries_merge,
 );
