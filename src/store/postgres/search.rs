@@ -1,7 +1,7 @@
 //! Search on Postgres: a tsquery over the `search` vectors (GIN; a
 //! generated column of episodes, and for memory and facts one row per live
 //! key or fact in `memory_search` and `fact_search`, kept by triggers,
-//! migration 0016), BM25 in Rust over the best candidates, snippets of the
+//! migration 0016), BM25 in Rust over the matches, snippets of the
 //! hits returned made in Rust ([`crate::search::snippet`]).
 //!
 //! Why BM25 here rather than `ts_rank`: `ts_rank` counts how often the
@@ -15,12 +15,11 @@
 //! bounded by [`MATCHES`], the bound on a query with no narrowing filter),
 //! and the number of items the filters allow is counted without reading
 //! any vector (for episodes, from their sessions' counts; see
-//! [`population`]). The [`CANDIDATES`] best by the idf-weighted terms they
-//! hold are scored with BM25 from their vectors (cut down to the query's
-//! terms by Postgres), plus a bonus for query
-//! words that stand next to each other in the item (so an exact phrase
-//! beats the same words scattered), and only the best `limit` are then
-//! read whole ([`ranked`]).
+//! [`population`]). Every match is scored with BM25 from its vector (cut
+//! down to the query's terms by Postgres), plus a bonus for query words
+//! that stand next to each other in the item (so an exact phrase beats the
+//! same words scattered), and only the best `limit` are then read whole
+//! ([`ranked`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -37,10 +36,6 @@ use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
 use crate::store::search::{Bounds, columns, conditions, filtered, from, item, width};
 use crate::store::sql::{Backend, Cols, Dialect, Param, Run, Sql};
-
-/// Candidates re-scored with BM25: the best by the idf-weighted query
-/// terms they hold.
-const CANDIDATES: usize = 200;
 
 /// At most this many matching items are looked at: the bound on a query
 /// whose words match a large part of what the filters allow (a common
@@ -158,18 +153,19 @@ impl PgStore {
 
 /// The best `limit` items of one source with their BM25 scores.
 ///
-/// Two statements: the first ranks (the matches, their document
-/// frequencies, the candidates' identities and vectors), the second reads
-/// whole only the items returned. Reading all 200 candidates whole in the
-/// first, by `ctid` after the ranking, cost Postgres a second visit of
-/// each row and the printing of each one's JSON, for 190 of every 200 to
-/// be dropped (alternating runs of the bench's `search`: 16 clients
-/// 810–956 → 873–934 ops/s, p99 58–75 → 53–55 ms; one client p50 2.96,
-/// 3.14 → 2.31, 2.60 ms). The second reads by identity, not by `ctid`,
-/// and checks the filters and that the item is live again: an item
-/// changed in between (its embedding written, say) keeps its identity,
-/// and one removed in between is left out, as a search a moment later
-/// would leave it.
+/// Two statements: the first reads the matches (bounded by [`MATCHES`]):
+/// each one's identity, length and vector cut down to the query's terms,
+/// which BM25 then scores here, every match (a term's document frequency
+/// is how many of the matches hold it); the second reads whole only the
+/// items returned. Reading all candidates whole in the first cost
+/// Postgres a second visit of each row and the printing of each one's
+/// JSON, for most of them to be dropped (alternating runs of the bench's
+/// `search`: 16 clients 810–956 → 873–934 ops/s, p99 58–75 → 53–55 ms;
+/// one client p50 2.96, 3.14 → 2.31, 2.60 ms). The second reads by
+/// identity and checks the filters and that the item is live again: an
+/// item changed in between (its embedding written, say) keeps its
+/// identity, and one removed in between is left out, as a search a moment
+/// later would leave it.
 async fn ranked(
     conn: &mut Lease,
     plan: &Plan,
@@ -180,36 +176,17 @@ async fn ranked(
 ) -> Result<Vec<(f64, Item)>> {
     let bounds = Bounds::of(filters);
     let Table { from, vector, keys } = table(source);
-    // Parameters: $1 the tsquery, $2 the quoted terms, then the filters',
-    // the population's, and last the terms as they are.
+    // Parameters: $1 the tsquery, $2 the terms, then the filters' and the
+    // population's.
     let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
-    let terms = plan.terms.len();
-    // Each term parsed once, in a subquery Postgres runs before the scan:
-    // a cached plan would otherwise cast it from text for every match.
-    let has: Vec<String> = (1..=terms)
-        .map(|i| format!("{vector} @@ (SELECT ($2::text[])[{i}]::tsquery) AS h{i}"))
-        .collect();
-    let df: Vec<String> = (1..=terms)
-        .map(|i| format!("count(*) FILTER (WHERE h{i}) AS d{i}"))
-        .collect();
-    let idf: Vec<String> = (1..=terms)
-        .map(|i| format!("ln(1 + (n - d{i} + 0.5) / (d{i} + 0.5)) AS w{i}"))
-        .collect();
-    let weight: Vec<String> = (1..=terms)
-        .map(|i| format!("CASE WHEN h{i} THEN w{i} ELSE 0 END"))
-        .collect();
-    let stats: Vec<String> = (1..=terms).map(|i| format!("stats.d{i}")).collect();
-    let carried: Vec<String> = (1..)
+    let named: Vec<String> = (1..)
         .zip(keys)
-        .map(|(at, (column, _))| format!("{column} AS i{at}"))
+        .map(|(at, (column, _))| format!("{column}::text AS i{at}"))
         .collect();
-    let named: Vec<String> = (1..=keys.len())
-        .map(|at| format!("top.i{at}::text"))
+    let lists: Vec<String> = (1..=keys.len())
+        .map(|at| format!("array_agg(i{at})"))
         .collect();
-    let mut params = vec![
-        Param::Text(&plan.tsquery),
-        Param::TextList(&plan.quoted_terms),
-    ];
+    let mut params = vec![Param::Text(&plan.tsquery), Param::TextList(&plan.terms)];
     params.extend(filter.params.iter().copied());
     let n = population(source, tenant, filters, &filter.sql, &mut params);
     // One session's episodes are read through the session's index and
@@ -223,57 +200,60 @@ async fn ranked(
     } else {
         format!("{vector} @@ $1::tsquery")
     };
-    // The query's own terms, which each match's vector is cut down to.
-    params.push(Param::TextList(&plan.terms));
-    let own = params.len();
-    // The matches (bounded) with their identities, their lengths and
-    // their vectors cut down to the query's terms (marked with weight A,
-    // then only what weighs A kept: what BM25 reads, a few bytes where
-    // the whole vector of a 30-word episode was about 400, and a large
-    // vector no longer read twice); each term's document frequency among
-    // them; the best of them by the idf-weighted terms they hold.
+    // Each match's vector is cut down to the query's terms as it is read
+    // (the terms marked with weight A, then only what weighs A kept): a few
+    // bytes where a 30-word episode's whole vector is about 400. Ranking
+    // in the statement instead (document frequencies, then the 200 best
+    // by the idf-weighted terms they hold, sent with their whole vectors)
+    // cost Postgres a third more (pgbench, one client, three words over
+    // 393 matches: 1.13–1.26 ms, against 0.79–0.83 for the matches as
+    // rows). They come back as one row of arrays: a row per match cost the
+    // server more than the aggregation costs Postgres (CPU a search at 16
+    // clients, server and Postgres: 447–504 and 1,231–1,327 µs as rows,
+    // 352–422 and 1,213–1,378 as arrays).
     let sql = format!(
-        "WITH m AS (SELECT {carried}, ts_filter(setweight({vector}, 'A', ${own}::text[]), \
-             '{{a}}') AS v, length({vector}) AS l, {has} FROM {from} WHERE {w} \
-             AND {matched} LIMIT {MATCHES}), \
-             counts AS (SELECT {n}::float8 AS n, {df} FROM m), \
-             stats AS (SELECT *, {idf} FROM counts), \
-             top AS (SELECT m.* FROM m, stats ORDER BY {weight} DESC LIMIT {CANDIDATES}) \
-             SELECT {named}, top.v, top.l, stats.n::bigint, ARRAY[{stats}]::bigint[] \
-             FROM top CROSS JOIN stats",
-        carried = carried.join(", "),
+        "SELECT {n}::bigint, array_agg(v), array_agg(l), {lists} FROM (SELECT {named}, \
+         tsvectorsend(ts_filter(setweight({vector}, 'A', $2::text[]), '{{a}}')) AS v, \
+         length({vector}) AS l FROM {from} WHERE {w} AND {matched} LIMIT {MATCHES}) m",
         named = named.join(", "),
-        has = has.join(", "),
+        lists = lists.join(", "),
         w = filter.sql,
-        df = df.join(", "),
-        idf = idf.join(", "),
-        weight = weight.join(" + "),
-        stats = stats.join(", "),
     );
-    let rows = conn.rows_built(sql, &params).await?;
-    let Some(first) = rows.first() else {
-        return Ok(Vec::new());
+    let row = conn
+        .rows_built(sql, &params)
+        .await?
+        .pop()
+        .ok_or_else(|| Error::internal("the matches returned no row"))?;
+    let Some(vectors) = row.try_get::<Option<Vec<Vec<u8>>>, _>(1)? else {
+        return Ok(Vec::new()); // no match
     };
-    let arity = keys.len();
-    let n: i64 = first.try_get(arity + 2)?;
-    let df: Vec<i64> = first.try_get(arity + 3)?;
-    let docs: Vec<Doc> = rows
+    let n: i64 = row.try_get(0)?;
+    let lengths: Vec<i32> = row.try_get(2)?;
+    let identities: Vec<Vec<String>> = (0..keys.len())
+        .map(|at| row.try_get(3 + at))
+        .collect::<std::result::Result<_, _>>()?;
+    let docs: Vec<Doc> = vectors
         .iter()
-        .map(|row| {
-            let length: i32 = row.try_get(arity + 1)?;
-            Doc::decode(row.try_get::<Vector, _>(arity)?.0, &plan.terms, length)
-        })
+        .zip(&lengths)
+        .map(|(vector, &length)| Doc::decode(vector, &plan.terms, length))
         .collect::<Result<_>>()?;
+    let df: Vec<i64> = (0..plan.terms.len())
+        .map(|at| docs.iter().filter(|d| !d.positions[at].is_empty()).count() as i64)
+        .collect();
     let scores = plan.bm25(&docs, n, &df);
     let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
     ranked.truncate(limit);
 
     // The identities of the best, one list per key column.
-    let mut lists = vec![Vec::with_capacity(ranked.len()); arity];
+    let mut lists = vec![Vec::with_capacity(ranked.len()); keys.len()];
     let mut best = Vec::with_capacity(ranked.len());
     for &(score, at) in &ranked {
-        let identity = identity_at(&rows[at], 0, arity)?;
+        let identity: Vec<String> = identities
+            .iter()
+            .map(|list| list.get(at).cloned())
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::internal("the matches' lists differ in length"))?;
         for (list, part) in lists.iter_mut().zip(&identity) {
             list.push(part.clone());
         }
@@ -282,7 +262,7 @@ async fn ranked(
     let found = whole(conn, source, keys, tenant, filters, &bounds, &lists).await?;
     let mut by_identity = HashMap::with_capacity(found.len());
     for row in &found {
-        by_identity.insert(identity_at(row, width(source), arity)?, row);
+        by_identity.insert(identity_at(row, width(source), keys.len())?, row);
     }
     best.into_iter()
         .filter_map(|(score, identity)| by_identity.get(&identity).map(|row| (score, *row)))
@@ -407,8 +387,6 @@ struct Plan {
     tsquery: String,
     /// Each distinct lexeme of the words and phrases, in query order.
     terms: Vec<String>,
-    /// The same, quoted as tsquery operands.
-    quoted_terms: Vec<String>,
     /// Pairs of terms (indexes into `terms`) next to each other in the
     /// query.
     pairs: Vec<(usize, usize)>,
@@ -614,7 +592,6 @@ impl Plan {
         Some(Plan {
             tsquery,
             terms,
-            quoted_terms,
             pairs,
         })
     }
@@ -711,26 +688,6 @@ impl Doc {
     fn adjacent(&self, a: usize, b: usize) -> usize {
         let (a, b) = (&self.positions[a], &self.positions[b]);
         a.iter().filter(|p| b.contains(&(*p + 1))).count()
-    }
-}
-
-/// A `tsvector` column in its binary form, for [`Doc::decode`].
-struct Vector<'r>(&'r [u8]);
-
-impl sqlx::Type<sqlx::Postgres> for Vector<'_> {
-    fn type_info() -> sqlx::postgres::PgTypeInfo {
-        sqlx::postgres::PgTypeInfo::with_name("tsvector")
-    }
-}
-
-impl<'r> sqlx::Decode<'r, sqlx::Postgres> for Vector<'r> {
-    fn decode(
-        value: sqlx::postgres::PgValueRef<'r>,
-    ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
-        if value.format() != sqlx::postgres::PgValueFormat::Binary {
-            return Err("a search vector came in text form".into());
-        }
-        Ok(Vector(value.as_bytes()?))
     }
 }
 
