@@ -153,10 +153,10 @@ impl PgStore {
 
 /// The best `limit` items of one source with their BM25 scores.
 ///
-/// Two statements: the first reads the matches (bounded by [`MATCHES`]):
+/// Two statements: the first reads the matches (bounded by [`MATCHES`]),
 /// each one's identity, length and vector cut down to the query's terms,
-/// which BM25 then scores here, every match (a term's document frequency
-/// is how many of the matches hold it); the second reads whole only the
+/// and BM25 scores every one of them here (a term's document frequency is
+/// how many of the matches hold it); the second reads whole only the
 /// items returned. Reading all candidates whole in the first cost
 /// Postgres a second visit of each row and the printing of each one's
 /// JSON, for most of them to be dropped (alternating runs of the bench's
@@ -232,6 +232,9 @@ async fn ranked(
     let identities: Vec<Vec<String>> = (0..keys.len())
         .map(|at| row.try_get(3 + at))
         .collect::<std::result::Result<_, _>>()?;
+    if lengths.len() != vectors.len() || identities.iter().any(|i| i.len() != vectors.len()) {
+        return Err(Error::internal("the matches' lists differ in length"));
+    }
     let docs: Vec<Doc> = vectors
         .iter()
         .zip(&lengths)
@@ -249,11 +252,7 @@ async fn ranked(
     let mut lists = vec![Vec::with_capacity(ranked.len()); keys.len()];
     let mut best = Vec::with_capacity(ranked.len());
     for &(score, at) in &ranked {
-        let identity: Vec<String> = identities
-            .iter()
-            .map(|list| list.get(at).cloned())
-            .collect::<Option<_>>()
-            .ok_or_else(|| Error::internal("the matches' lists differ in length"))?;
+        let identity: Vec<String> = identities.iter().map(|list| list[at].clone()).collect();
         for (list, part) in lists.iter_mut().zip(&identity) {
             list.push(part.clone());
         }
