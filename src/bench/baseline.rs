@@ -167,7 +167,10 @@ fn substitute(sql: &str, values: &[(usize, &str)]) -> String {
     out
 }
 
-fn pgbench_script(workload: Workload) -> String {
+/// The pgbench script of a workload; `vector` is the append's search
+/// vector as `tsvector` text (the server sends the same one, built in
+/// Rust, in binary).
+fn pgbench_script(workload: Workload, vector: &str) -> String {
     let key_expr = "('k' || lpad(:n::text, 5, '0'))";
     let value = set_value(1).to_string().replace('\'', "''");
     match workload {
@@ -220,7 +223,7 @@ fn pgbench_script(workload: Workload) -> String {
         // The statement of an append of one new episode to a live session
         // (PgStore's blind first try): bump the counter and insert.
         _ => {
-            let content = format!("\"{}\"", super::workloads::text(&mut Rng::new(11), 1024));
+            let content = format!("\"{}\"", raw_append_text());
             let session = "('bench-raw-' || :client_id)";
             let id = "('raw-' || :client_id || '-' || :r)";
             format!(
@@ -242,11 +245,20 @@ fn pgbench_script(workload: Workload) -> String {
                         (12, "ARRAY['']"),
                         (13, "ARRAY[now()]"),
                         (14, "ARRAY['\\x00'::bytea]"),
+                        (
+                            15,
+                            &format!("ARRAY['{}'::tsvector]", vector.replace('\'', "''"))
+                        ),
                     ],
                 )
             )
         }
     }
+}
+
+/// The content of the raw statement's appends.
+fn raw_append_text() -> String {
+    super::workloads::text(&mut Rng::new(11), 1024)
 }
 
 fn pgbench_binary() -> String {
@@ -262,6 +274,7 @@ fn pgbench_binary() -> String {
 }
 
 async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
+    let mut vector = String::new();
     if workload == Workload::Append {
         let pool = sqlx::PgPool::connect(&args.database_url).await?;
         sqlx::query(
@@ -272,10 +285,17 @@ async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, O
         .bind(args.clients as i64)
         .execute(&pool)
         .await?;
+        // Built by Postgres here; the server builds the same in Rust.
+        vector = sqlx::query_scalar(
+            "SELECT jsonb_to_tsvector('english', to_jsonb($1::text), '[\"string\", \"numeric\"]')::text",
+        )
+        .bind(raw_append_text())
+        .fetch_one(&pool)
+        .await?;
     }
     let dir = tempfile_dir()?;
     let script = dir.join(format!("{}.sql", workload.name()));
-    std::fs::write(&script, pgbench_script(workload))?;
+    std::fs::write(&script, pgbench_script(workload, &vector))?;
     let seconds = args.duration.as_secs().max(1).to_string();
     let clients = args.clients.to_string();
     let threads = args.clients.min(2).to_string();

@@ -15,6 +15,7 @@ pub mod ports;
 mod query;
 mod service;
 pub mod snippet;
+pub mod vector;
 pub mod worker;
 
 use chrono::{DateTime, Utc};

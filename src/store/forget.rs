@@ -1,8 +1,8 @@
 //! Forgetting a user: every row that holds their content, counted and then
 //! hard-deleted in one transaction, on both backends with the same
 //! statements. Search needs no statement of its own: Postgres keeps the
-//! text in generated columns of the rows deleted here, and SQLite's FTS
-//! tables are kept by triggers on them.
+//! vectors in columns of the rows deleted here (and rows the triggers keep
+//! beside them), and SQLite's FTS tables are kept by triggers on them.
 //!
 //! Every statement takes $1 tenant, $2 app, $3 user and $4 the further
 //! execution ids. The order matters: the statements find the user's facts

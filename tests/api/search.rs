@@ -1084,6 +1084,20 @@ async fn plain_queries_normalise_as_postgres_does() {
         .filter(|line| !line.is_empty())
         .collect();
     assert!(words.len() > 1_000 && phrases.len() > 500);
+    // And the lines as written, punctuation and all, where Rust reads them.
+    let mut phrases = phrases;
+    let written = phrases.len();
+    phrases.extend(
+        readme
+            .lines()
+            .filter(|line| english::plain(line).is_some_and(|w| w.iter().any(Option::is_some)))
+            .map(String::from),
+    );
+    assert!(
+        phrases.len() - written > 200,
+        "{} lines read as written",
+        phrases.len() - written
+    );
 
     let mut conn =
         <sqlx::PgConnection as sqlx::Connection>::connect(&crate::helpers::pg_admin_url())
@@ -1124,6 +1138,210 @@ async fn plain_queries_normalise_as_postgres_does() {
     // Postgres drops the stop words Rust knows, and only those.
     let stops = lexemes.iter().filter(|l| l.is_empty()).count();
     assert!(stops >= 100, "{stops} stop words among the README's words");
+}
+
+/// Episodes' JSON for [`episode_vectors_built_by_the_server_match_postgres`]:
+/// deterministic (xorshift), mostly text Rust reads, some that only
+/// Postgres's parser does.
+struct Generated(u64);
+
+impl Generated {
+    const WORDS: &[&str] = &[
+        "Deployments",
+        "running",
+        "the",
+        "of",
+        "it",
+        "s",
+        "t",
+        "don",
+        "user",
+        "USERS",
+        "w448",
+        "42",
+        "007",
+        "1e5",
+        "0x1f",
+        "v2",
+        "ab12cd",
+        "setup",
+        "Kubernetes",
+        "a",
+        "I",
+        "caching",
+        "src",
+        "auth",
+        "validate",
+        "ts",
+        "com",
+        "www",
+        "http",
+        "amp",
+        "lt",
+        "nbsp",
+    ];
+    /// What follows a word: the first [`Self::PLAIN`] are breaks Rust
+    /// reads, the rest are what Postgres's parser reads its own way.
+    const MARKS: &[&str] = &[
+        " ", " ", " ", " ", "  ", "\n", "\t", "\r\n", ", ", ". ", ".", "!", "?", ";", ":", "'",
+        "\"", "(", ")", "[", "]", "{", "}", "_", "*", "#", "$", "%", "=", "^", "`", "|", "\\", "/",
+        "-", "@", ".x", "+", "~", "é", "&", "<", ">", "1.5",
+    ];
+    const PLAIN: usize = 33;
+
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+
+    fn text(&mut self) -> String {
+        let mut out = String::new();
+        for _ in 0..self.below(14) {
+            out.push_str(Self::WORDS[self.below(Self::WORDS.len())]);
+            let mark = if self.below(8) == 0 {
+                self.below(Self::MARKS.len())
+            } else {
+                self.below(Self::PLAIN)
+            };
+            out.push_str(Self::MARKS[mark]);
+        }
+        out
+    }
+
+    fn value(&mut self, depth: usize) -> serde_json::Value {
+        use serde_json::Value;
+        match if depth > 2 { 0 } else { self.below(10) } {
+            0..=5 => Value::String(self.text()),
+            6 => Value::Array((0..self.below(4)).map(|_| self.value(depth + 1)).collect()),
+            7 => Value::Object(
+                (0..self.below(4))
+                    .map(|k| {
+                        let key = ["k", "bb", "a", "zz", "key", "a/b", "é"][self.below(7)];
+                        (format!("{key}{k}"), self.value(depth + 1))
+                    })
+                    .collect(),
+            ),
+            8 => [Value::Bool(true), Value::Null][self.below(2)].clone(),
+            _ => json!(self.below(1000)),
+        }
+    }
+}
+
+/// The search vector the server builds for an episode
+/// (`search/vector.rs`) is byte for byte the one Postgres builds from the
+/// same JSON (migration 0017's trigger, as the generated column did), on
+/// generated episodes that mix words, punctuation, objects, arrays and
+/// what Postgres's parser reads its own way; the server builds most of
+/// them. Then, through a server: an episode appended with a vector built
+/// here and one left to the trigger both hold Postgres's vector, and an
+/// update of an episode's content builds it again.
+#[tokio::test]
+async fn episode_vectors_built_by_the_server_match_postgres() {
+    use engram::search::vector;
+    use serde_json::Value;
+
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let mut make = Generated(0x9e37_79b9_7f4a_7c15);
+    let mut contents = Vec::new();
+    let mut metadatas = Vec::new();
+    for _ in 0..20_000 {
+        contents.push(make.value(0));
+        let mut metadata = serde_json::Map::new();
+        for k in 0..make.below(3) {
+            metadata.insert(format!("m{k}"), Value::String(make.text()));
+        }
+        metadatas.push(metadata);
+    }
+    let built: Vec<Option<Vec<u8>>> = contents
+        .iter()
+        .zip(&metadatas)
+        .map(|(content, metadata)| vector::episode(content, metadata))
+        .collect();
+
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let postgres: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT ARRAY(SELECT tsvectorsend(\
+           jsonb_to_tsvector('english', translate(c::jsonb::text, '/', ' ')::jsonb, \
+             '[\"string\", \"numeric\"]') \
+           || jsonb_to_tsvector('english', translate(m::jsonb::text, '/', ' ')::jsonb, \
+             '[\"string\", \"numeric\"]')) \
+         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(c, m, i) ORDER BY i)",
+    )
+    .bind(contents.iter().map(Value::to_string).collect::<Vec<_>>())
+    .bind(
+        metadatas
+            .iter()
+            .map(|m| Value::Object(m.clone()).to_string())
+            .collect::<Vec<_>>(),
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("Postgres's vectors");
+    let mut differ = Vec::new();
+    for (at, ours) in built.iter().enumerate() {
+        if let Some(ours) = ours
+            && ours != &postgres[at]
+        {
+            differ.push(format!("{} {:?}", contents[at], metadatas[at]));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} differ: {:#?}",
+        differ.len(),
+        &differ[..differ.len().min(10)]
+    );
+    let ours = built.iter().filter(|v| v.is_some()).count();
+    assert!(
+        (8_000..19_000).contains(&ours),
+        "{ours} of 20,000 built by the server: both ways must be tried"
+    );
+
+    // Through the server: one episode whose vector it builds, one it
+    // leaves to the trigger, then an update.
+    let plain = json!({"text": "Deployments: the cluster's setup (w448)."});
+    let parsed = json!("blue-green deploys of src/auth/validate.ts");
+    assert!(vector::episode(&plain, &serde_json::Map::new()).is_some());
+    assert!(vector::episode(&parsed, &serde_json::Map::new()).is_none());
+    server
+        .episodes()
+        .append_episodes(append(
+            "s1",
+            "alice",
+            vec![
+                episode("plain", "user_message", "", plain),
+                episode("parsed", "user_message", "", parsed),
+            ],
+        ))
+        .await
+        .expect("append");
+    const CHECK: &str = "SELECT id, search = jsonb_to_tsvector('english', \
+         translate(content::text, '/', ' ')::jsonb, '[\"string\", \"numeric\"]') \
+         || jsonb_to_tsvector('english', translate(metadata::text, '/', ' ')::jsonb, \
+         '[\"string\", \"numeric\"]'), search::text FROM episodes ORDER BY id";
+    let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
+        .fetch_all(&mut conn)
+        .await
+        .expect("vectors");
+    assert_eq!(rows.len(), 2);
+    for (id, same, vector) in &rows {
+        assert!(same, "{id}: {vector}");
+    }
+    assert!(rows[1].2.contains("'w448'"), "{}", rows[1].2);
+    sqlx::query("UPDATE episodes SET content = '\"w777 rebuilt\"' WHERE id = 'plain'")
+        .execute(&mut conn)
+        .await
+        .expect("update");
+    let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
+        .fetch_all(&mut conn)
+        .await
+        .expect("vectors");
+    assert!(rows.iter().all(|(_, same, _)| *same), "{rows:?}");
+    assert_eq!(rows[1].2, "'rebuilt':2 'w777':1");
 }
 
 /// On Postgres a kilobyte episode keeps its search vector in its row

@@ -1,5 +1,6 @@
 //! Search on Postgres: a tsquery over the `search` vectors (GIN; a
-//! generated column of episodes, and for memory and facts one row per live
+//! column of episodes, built by the server or a trigger (migration 0017,
+//! [`crate::search::vector`]), and for memory and facts one row per live
 //! key or fact in `memory_search` and `fact_search`, kept by triggers,
 //! migration 0016), BM25 in Rust over the matches, snippets of the
 //! hits returned made in Rust ([`crate::search::snippet`]).

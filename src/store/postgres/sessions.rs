@@ -20,7 +20,8 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
-use sqlx::postgres::PgArguments;
+use sqlx::encode::IsNull;
+use sqlx::postgres::{PgArgumentBuffer, PgArguments, PgHasArrayType, PgTypeInfo};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
@@ -28,6 +29,7 @@ use super::pool::Lease;
 use super::{PgStore, slot_of};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::search::vector;
 use crate::sessions::ports::{Append, Appended};
 use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
 use crate::store::group::shared_steps;
@@ -49,7 +51,8 @@ const APPEND_ATTEMPTS: usize = 3;
 /// holds none of the ids yet; no row means one of those does not hold.
 /// Parameters: $1 tenant, $2 session, $3 count, $4 now, $5 app or NULL,
 /// $6 user or NULL, $7.. the episodes' columns as arrays (a NULL agent is
-/// the session's app). Returns the session as updated (its columns first)
+/// the session's app; a NULL vector is built by Postgres, migration 0017).
+/// Returns the session as updated (its columns first)
 /// with each episode's seq and cursor. (`engram bench` runs the same text
 /// through pgbench.)
 pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
@@ -61,13 +64,13 @@ pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
        end_time, episode_count, last_seq, episodes_evicted), \
      inserted AS (\
        INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
-       content, metadata, source_node, timestamp, create_time, fingerprint) \
+       content, metadata, source_node, timestamp, create_time, fingerprint, search) \
        SELECT $1, $2, b.last_seq - $3 + u.ord, u.id, b.app, b.user_id, \
        coalesce(u.agent, b.app), u.type, u.content::jsonb, u.metadata::jsonb, u.source_node, \
-       u.ts, $4, u.fp \
+       u.ts, $4, u.fp, u.search \
        FROM bumped b, unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
-       $12::text[], $13::timestamptz[], $14::bytea[]) \
-       WITH ORDINALITY AS u(id, agent, type, content, metadata, source_node, ts, fp, ord) \
+       $12::text[], $13::timestamptz[], $14::bytea[], $15::tsvector[]) \
+       WITH ORDINALITY AS u(id, agent, type, content, metadata, source_node, ts, fp, search, ord) \
        RETURNING seq, cursor) \
      SELECT b.id, b.app, b.user_id, b.metadata, b.create_time, b.update_time, b.end_time, \
        b.episode_count, b.last_seq, b.episodes_evicted, i.seq, i.cursor \
@@ -85,8 +88,9 @@ const APPEND_MANY: &str = "WITH a AS (SELECT * FROM unnest($2::text[], $3::bigin
        $4::text[], $5::text[], $6::timestamptz[]) \
        WITH ORDINALITY AS a(session_id, n, app, user_id, now, ord)), \
      u AS (SELECT * FROM unnest($7::bigint[], $8::bigint[], $9::text[], $10::text[], \
-       $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::bytea[]) \
-       AS u(append, place, id, agent, type, content, metadata, source_node, ts, fp)), \
+       $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::bytea[], \
+       $17::tsvector[]) \
+       AS u(append, place, id, agent, type, content, metadata, source_node, ts, fp, search)), \
      locked AS (SELECT s.id FROM sessions s JOIN a ON s.tenant = $1 AND s.id = a.session_id \
        ORDER BY s.id FOR UPDATE OF s), \
      bumped AS (\
@@ -101,10 +105,10 @@ const APPEND_MANY: &str = "WITH a AS (SELECT * FROM unnest($2::text[], $3::bigin
        a.ord, a.n, a.now), \
      inserted AS (\
        INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, \
-       content, metadata, source_node, timestamp, create_time, fingerprint) \
+       content, metadata, source_node, timestamp, create_time, fingerprint, search) \
        SELECT $1, b.id, b.last_seq - b.n + u.place, u.id, b.app, b.user_id, \
        coalesce(u.agent, b.app), u.type, u.content::jsonb, u.metadata::jsonb, u.source_node, \
-       u.ts, b.now, u.fp \
+       u.ts, b.now, u.fp, u.search \
        FROM bumped b JOIN u ON u.append = b.ord \
        RETURNING session_id, seq, cursor) \
      SELECT b.id, b.app, b.user_id, b.metadata, b.create_time, b.update_time, b.end_time, \
@@ -132,8 +136,50 @@ pub(super) struct AppendWrite {
     app: Option<String>,
     user: Option<String>,
     fresh: Vec<NewEpisode>,
+    /// Each fresh episode's search vector, when the server builds it
+    /// ([`vector::episode`]); built as the write is made, before it waits
+    /// for a group.
+    vectors: Vec<Option<Vec<u8>>>,
     now: DateTime<Utc>,
     max_events: i64,
+}
+
+/// The search vectors of `fresh`, as [`AppendWrite::vectors`].
+fn vectors(fresh: &[NewEpisode]) -> Vec<Option<Vec<u8>>> {
+    fresh
+        .iter()
+        .map(|e| vector::episode(&e.content, &e.metadata))
+        .collect()
+}
+
+/// A `tsvector` in its binary form (`tsvectorsend`'s), bound as itself: a
+/// type sqlx does not know.
+struct Tsvector(Vec<u8>);
+
+/// `tsvector` and `tsvector[]`, fixed in Postgres's catalog.
+const TSVECTOR_OID: sqlx::postgres::types::Oid = sqlx::postgres::types::Oid(3614);
+const TSVECTOR_ARRAY_OID: sqlx::postgres::types::Oid = sqlx::postgres::types::Oid(3643);
+
+impl sqlx::Type<Postgres> for Tsvector {
+    fn type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(TSVECTOR_OID)
+    }
+}
+
+impl PgHasArrayType for Tsvector {
+    fn array_type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(TSVECTOR_ARRAY_OID)
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for Tsvector {
+    fn encode_by_ref(
+        &self,
+        buf: &mut PgArgumentBuffer,
+    ) -> std::result::Result<IsNull, sqlx::error::BoxDynError> {
+        buf.extend_from_slice(&self.0);
+        Ok(IsNull::No)
+    }
 }
 
 /// What an append's write stored: the session after it, and the cursor of
@@ -152,6 +198,7 @@ impl PgStore {
             app: append.owner.app.as_ref().map(|a| a.as_str().to_owned()),
             user: append.owner.user.as_ref().map(|u| u.as_str().to_owned()),
             fresh: append.episodes.to_vec(),
+            vectors: vectors(append.episodes),
             now: append.now,
             max_events: append.max_events,
         };
@@ -207,11 +254,13 @@ impl PgStore {
         if fresh.is_empty() {
             return filled(slots).map(|done| Some(Appended::Stored(done)));
         }
+        let fresh: Vec<NewEpisode> = fresh.into_iter().cloned().collect();
         let write = AppendWrite {
             session_id: session.id.clone(),
             app: Some(session.app.clone()),
             user: Some(session.user.clone()),
-            fresh: fresh.into_iter().cloned().collect(),
+            vectors: vectors(&fresh),
+            fresh,
             now: append.now,
             max_events: append.max_events,
         };
@@ -300,7 +349,7 @@ fn fill(
 /// Binds the episodes of `writes`, one array per column, in the order
 /// both append statements take them: id, agent (NULL: the session's app),
 /// type, content, metadata, source node, timestamp (the append's time when
-/// not given), fingerprint.
+/// not given), fingerprint, search vector (NULL: Postgres builds it).
 fn bind_episodes<'q>(
     query: Query<'q, Postgres, PgArguments>,
     writes: &[&AppendWrite],
@@ -332,6 +381,12 @@ fn bind_episodes<'q>(
         .bind(
             episodes()
                 .map(|(_, e)| e.fingerprint.to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            writes
+                .iter()
+                .flat_map(|w| w.vectors.iter().map(|v| v.clone().map(Tsvector)))
                 .collect::<Vec<_>>(),
         )
 }

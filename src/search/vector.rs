@@ -1,0 +1,245 @@
+//! An episode's search vector built by the server, as Postgres would build
+//! it: `jsonb_to_tsvector('english', content, '["string", "numeric"]') ||
+//! jsonb_to_tsvector('english', metadata, …)`, each JSON with `/` read as
+//! a space (migration 0009), in `tsvector`'s binary form (what
+//! `tsvectorsend` writes and `tsvectorrecv` reads).
+//!
+//! Why here: building the vector was Postgres's largest cost of an append
+//! (about 160 µs of parsing for a 1 KB episode; see README, "Search").
+//! Built here, Postgres only reads it. It is built only when every string
+//! is plain text ([`english::plain`]) and Postgres would cap nothing; for
+//! anything else (a number, a URL, a hyphenated word, non-ASCII text, a
+//! key holding `/`) the append sends no vector and Postgres builds it
+//! (migration 0017's trigger), so the stored vector is the same either
+//! way. A test against a live Postgres compares the two on generated
+//! episodes.
+//!
+//! How `jsonb_to_tsvector` numbers words: it reads the strings in jsonb's
+//! order (an object's keys shortest first, then bytewise), one position per
+//! word, stop words included, and one more after each string that gave a
+//! lexeme, so a phrase never spans two strings. `||` then moves the
+//! metadata's positions past the content's highest.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::english;
+
+/// Postgres keeps at most this many positions of a lexeme
+/// (`MAXNUMPOS - 1` in `to_tsvector`).
+const MOST_POSITIONS: usize = 255;
+
+/// Positions from this one on are all stored as this one (`MAXENTRYPOS -
+/// 1`): past it the vector is left to Postgres.
+const LAST_POSITION: u32 = 16_383;
+
+/// Each lexeme's positions, in order.
+type Positions = BTreeMap<String, Vec<u32>>;
+
+/// The episode's vector in binary form, or `None` when Postgres must build
+/// it (see the module comment).
+pub fn episode(content: &Value, metadata: &Map<String, Value>) -> Option<Vec<u8>> {
+    let mut lexemes = json(content)?;
+    let shift = lexemes.values().flatten().max().copied().unwrap_or(0);
+    for (lexeme, positions) in json_object(metadata)? {
+        let all = lexemes.entry(lexeme).or_default();
+        all.extend(positions.into_iter().map(|p| p + shift));
+    }
+    send(&lexemes)
+}
+
+/// The positions of a JSON value's words, numbered from 1.
+fn json(value: &Value) -> Option<Positions> {
+    let mut reader = Reader::default();
+    reader.value(value)?;
+    Some(reader.lexemes)
+}
+
+fn json_object(object: &Map<String, Value>) -> Option<Positions> {
+    let mut reader = Reader::default();
+    reader.object(object)?;
+    Some(reader.lexemes)
+}
+
+#[derive(Default)]
+struct Reader {
+    lexemes: Positions,
+    /// The last position given.
+    at: u32,
+}
+
+impl Reader {
+    fn value(&mut self, value: &Value) -> Option<()> {
+        match value {
+            Value::String(text) => self.text(text),
+            // Postgres prints a number as jsonb keeps it (`1.50`, `1e3`),
+            // which serde_json does not know.
+            Value::Number(_) => None,
+            Value::Array(items) => items.iter().try_for_each(|item| self.value(item)),
+            Value::Object(object) => self.object(object),
+            Value::Bool(_) | Value::Null => Some(()),
+        }
+    }
+
+    fn object(&mut self, object: &Map<String, Value>) -> Option<()> {
+        // Read as a space, a `/` could make two keys one.
+        if object.keys().any(|key| key.contains('/')) {
+            return None;
+        }
+        let mut keys: Vec<&String> = object.keys().collect();
+        keys.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+        keys.into_iter()
+            .try_for_each(|key| self.value(object.get(key)?))
+    }
+
+    fn text(&mut self, text: &str) -> Option<()> {
+        let words = if text.contains('/') {
+            english::plain(&text.replace('/', " "))?
+        } else {
+            english::plain(text)?
+        };
+        let mut kept = false;
+        for word in words {
+            self.at += 1;
+            if let Some(lexeme) = word {
+                self.lexemes.entry(lexeme).or_default().push(self.at);
+                kept = true;
+            }
+        }
+        if kept {
+            self.at += 1;
+        }
+        Some(())
+    }
+}
+
+/// `tsvectorsend`'s form: the number of lexemes, then each lexeme (in
+/// bytewise order) NUL-terminated, its number of positions and each
+/// position (weight D), big-endian. `None` past what Postgres would keep.
+fn send(lexemes: &Positions) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(4 + lexemes.len() * 16);
+    out.extend_from_slice(&i32::try_from(lexemes.len()).ok()?.to_be_bytes());
+    for (lexeme, positions) in lexemes {
+        if positions.len() > MOST_POSITIONS || positions.iter().any(|&p| p >= LAST_POSITION) {
+            return None;
+        }
+        out.extend_from_slice(lexeme.as_bytes());
+        out.push(0);
+        out.extend_from_slice(&(positions.len() as u16).to_be_bytes());
+        for &position in positions {
+            out.extend_from_slice(&(position as u16).to_be_bytes());
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The vector as `(lexeme, positions)`, decoded back from its binary
+    /// form.
+    fn decoded(bytes: &[u8]) -> Vec<(String, Vec<u16>)> {
+        let count = i32::from_be_bytes(bytes[..4].try_into().expect("count")) as usize;
+        let mut rest = &bytes[4..];
+        let mut out = Vec::new();
+        for _ in 0..count {
+            let end = rest.iter().position(|&b| b == 0).expect("NUL");
+            let lexeme = String::from_utf8(rest[..end].to_vec()).expect("utf-8");
+            let n = u16::from_be_bytes([rest[end + 1], rest[end + 2]]) as usize;
+            let positions = (0..n)
+                .map(|i| u16::from_be_bytes([rest[end + 3 + 2 * i], rest[end + 4 + 2 * i]]))
+                .collect();
+            rest = &rest[end + 3 + 2 * n..];
+            out.push((lexeme, positions));
+        }
+        assert!(rest.is_empty());
+        out
+    }
+
+    fn vector(content: Value, metadata: Value) -> Option<Vec<(String, Vec<u16>)>> {
+        let Value::Object(metadata) = metadata else {
+            panic!("metadata is an object")
+        };
+        episode(&content, &metadata).map(|bytes| decoded(&bytes))
+    }
+
+    fn entry(lexeme: &str, positions: &[u16]) -> (String, Vec<u16>) {
+        (lexeme.to_owned(), positions.to_vec())
+    }
+
+    #[test]
+    fn strings_are_numbered_in_jsonb_order_with_a_gap_after_each() {
+        // As Postgres numbers them: "deploy b1" 1-2, "c1 d1" 4-5, "the"
+        // gives no lexeme and no gap, "e1" 8, "f1" 10.
+        assert_eq!(
+            vector(
+                json!(["deploy b1", "c1 d1", "the", "e1", "", "f1"]),
+                json!({})
+            ),
+            Some(vec![
+                entry("b1", &[2]),
+                entry("c1", &[4]),
+                entry("d1", &[5]),
+                entry("deploy", &[1]),
+                entry("e1", &[8]),
+                entry("f1", &[10]),
+            ])
+        );
+        // Keys shortest first, then bytewise; booleans and nulls skipped.
+        assert_eq!(
+            vector(
+                json!({"bb": "x2", "a": "x1", "ccc": {"z": "x3", "y": ["x4", true, null, "x5"]}}),
+                json!({})
+            ),
+            Some(vec![
+                entry("x1", &[1]),
+                entry("x2", &[3]),
+                entry("x3", &[9]),
+                entry("x4", &[5]),
+                entry("x5", &[7]),
+            ])
+        );
+    }
+
+    #[test]
+    fn metadata_follows_the_contents_highest_position() {
+        assert_eq!(
+            vector(json!("the a1"), json!({"k": "b1 the a1"})),
+            Some(vec![entry("a1", &[2, 5]), entry("b1", &[3])])
+        );
+        assert_eq!(
+            vector(json!("the"), json!({"k": "src/auth/b1"})),
+            Some(vec![
+                entry("auth", &[2]),
+                entry("b1", &[3]),
+                entry("src", &[1])
+            ])
+        );
+    }
+
+    #[test]
+    fn what_postgres_reads_otherwise_is_left_to_it() {
+        for content in [
+            json!(42),
+            json!({"n": 1.5}),
+            json!("blue-green"),
+            json!("naïve"),
+            json!({"a/b": "x"}),
+            json!("w1 ".repeat(MOST_POSITIONS + 1)),
+            json!(format!("{}w1", "the ".repeat(LAST_POSITION as usize - 1))),
+        ] {
+            assert_eq!(vector(content.clone(), json!({})), None, "{content}");
+        }
+        assert!(vector(json!("w1 ".repeat(MOST_POSITIONS)), json!({})).is_some());
+        let last = vector(
+            json!(format!("{}w1", "the ".repeat(LAST_POSITION as usize - 2))),
+            json!({}),
+        );
+        assert_eq!(last, Some(vec![entry("w1", &[16_382])]));
+        assert_eq!(vector(json!("ok"), json!({"n": 3})), None);
+    }
+}
