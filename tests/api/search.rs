@@ -1179,15 +1179,23 @@ impl Generated {
         "amp",
         "lt",
         "nbsp",
+        "well-known",
+        "state-of-the-art",
+        "Running-Deployments",
+        "the-end",
+        "of-the",
+        "e-mail",
+        "x1-y",
+        "covid-19",
     ];
     /// What follows a word: the first [`Self::PLAIN`] are breaks Rust
     /// reads, the rest are what Postgres's parser reads its own way.
     const MARKS: &[&str] = &[
         " ", " ", " ", " ", "  ", "\n", "\t", "\r\n", ", ", ". ", ".", "!", "?", ";", ":", "'",
-        "\"", "(", ")", "[", "]", "{", "}", "_", "*", "#", "$", "%", "=", "^", "`", "|", "\\", "/",
-        "-", "@", ".x", "+", "~", "é", "&", "<", ">", "1.5",
+        "\"", "(", ")", "[", "]", "{", "}", "_", "*", "#", "$", "%", "=", "^", "`", "|", "\\", "-",
+        " - ", "- ", "--", "-\n", "/", " -", "@", ".x", "+", "~", "é", "&", "<", ">", "1.5",
     ];
-    const PLAIN: usize = 33;
+    const PLAIN: usize = 38;
 
     fn below(&mut self, n: usize) -> usize {
         self.0 ^= self.0 << 13;
@@ -1297,7 +1305,7 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
     );
     let ours = built.iter().filter(|v| v.is_some()).count();
     assert!(
-        (8_000..19_000).contains(&ours),
+        (4_000..16_000).contains(&ours),
         "{ours} of 20,000 built by the server: both ways must be tried"
     );
 
