@@ -20,8 +20,6 @@
 //! lexeme, so a phrase never spans two strings. `||` then moves the
 //! metadata's positions past the content's highest.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value};
 
 use super::english;
@@ -34,37 +32,32 @@ const MOST_POSITIONS: usize = 255;
 /// 1`): past it the vector is left to Postgres.
 const LAST_POSITION: u32 = 16_383;
 
-/// Each lexeme's positions, in order.
-type Positions = BTreeMap<String, Vec<u32>>;
+/// Each word kept, as its lexeme and position, in the order read.
+type Words = Vec<(String, u32)>;
 
 /// The episode's vector in binary form, or `None` when Postgres must build
 /// it (see the module comment).
 pub fn episode(content: &Value, metadata: &Map<String, Value>) -> Option<Vec<u8>> {
-    let mut lexemes = json(content)?;
-    let shift = lexemes.values().flatten().max().copied().unwrap_or(0);
-    for (lexeme, positions) in json_object(metadata)? {
-        let all = lexemes.entry(lexeme).or_default();
-        all.extend(positions.into_iter().map(|p| p + shift));
-    }
-    send(&lexemes)
-}
-
-/// The positions of a JSON value's words, numbered from 1.
-fn json(value: &Value) -> Option<Positions> {
     let mut reader = Reader::default();
-    reader.value(value)?;
-    Some(reader.lexemes)
-}
-
-fn json_object(object: &Map<String, Value>) -> Option<Positions> {
+    reader.value(content)?;
+    let mut words = reader.words;
+    // Positions only grow as words are read: the last is the highest.
+    let shift = words.last().map_or(0, |(_, at)| *at);
     let mut reader = Reader::default();
-    reader.object(object)?;
-    Some(reader.lexemes)
+    reader.object(metadata)?;
+    words.extend(
+        reader
+            .words
+            .into_iter()
+            .map(|(lexeme, at)| (lexeme, at + shift)),
+    );
+    words.sort_unstable();
+    send(&words)
 }
 
 #[derive(Default)]
 struct Reader {
-    lexemes: Positions,
+    words: Words,
     /// The last position given.
     at: u32,
 }
@@ -99,38 +92,41 @@ impl Reader {
         } else {
             english::plain(text)?
         };
-        let mut kept = false;
+        let kept = self.words.len();
         for word in words {
             self.at += 1;
             if let Some(lexeme) = word {
-                self.lexemes.entry(lexeme).or_default().push(self.at);
-                kept = true;
+                self.words.push((lexeme, self.at));
             }
         }
-        if kept {
+        if self.words.len() > kept {
             self.at += 1;
         }
         Some(())
     }
 }
 
-/// `tsvectorsend`'s form: the number of lexemes, then each lexeme (in
-/// bytewise order) NUL-terminated, its number of positions and each
-/// position (weight D), big-endian. `None` past what Postgres would keep.
-fn send(lexemes: &Positions) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(4 + lexemes.len() * 16);
-    out.extend_from_slice(&i32::try_from(lexemes.len()).ok()?.to_be_bytes());
-    for (lexeme, positions) in lexemes {
-        if positions.len() > MOST_POSITIONS || positions.iter().any(|&p| p >= LAST_POSITION) {
+/// `tsvectorsend`'s form of `words` sorted by lexeme, then position: the
+/// number of lexemes, then each lexeme (in bytewise order) NUL-terminated,
+/// its number of positions and each position (weight D), big-endian.
+/// `None` past what Postgres would keep.
+fn send(words: &[(String, u32)]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(4 + words.len() * 12);
+    out.extend_from_slice(&[0; 4]);
+    let mut lexemes: i32 = 0;
+    for group in words.chunk_by(|a, b| a.0 == b.0) {
+        if group.len() > MOST_POSITIONS || group.iter().any(|(_, at)| *at >= LAST_POSITION) {
             return None;
         }
-        out.extend_from_slice(lexeme.as_bytes());
+        out.extend_from_slice(group[0].0.as_bytes());
         out.push(0);
-        out.extend_from_slice(&(positions.len() as u16).to_be_bytes());
-        for &position in positions {
-            out.extend_from_slice(&(position as u16).to_be_bytes());
+        out.extend_from_slice(&(group.len() as u16).to_be_bytes());
+        for (_, at) in group {
+            out.extend_from_slice(&(*at as u16).to_be_bytes());
         }
+        lexemes += 1;
     }
+    out[..4].copy_from_slice(&lexemes.to_be_bytes());
     Some(out)
 }
 
