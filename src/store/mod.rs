@@ -160,6 +160,43 @@ fn schema_is_current(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Res
     }
 }
 
+/// Whether a database is ahead of this binary: every embedded migration is
+/// applied, and so is at least one newer (a later release migrated it).
+/// Each migration keeps the release before it working (a rolling upgrade
+/// runs both), so a server of the older release may serve such a
+/// database; the migrator, which refuses migrations it does not know,
+/// is then not run. `Some` with the newest applied version when ahead.
+fn ahead_of(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Option<i64> {
+    let ours = migrator
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+        .map(|m| m.version);
+    let newest_ours = ours.clone().max().unwrap_or(0);
+    let newest = applied.iter().copied().max()?;
+    (newest > newest_ours && ours.into_iter().all(|v| applied.contains(&v))).then_some(newest)
+}
+
+/// Applies the pending migrations unless the database is ahead of this
+/// binary ([`ahead_of`]), which it says in a warning.
+async fn migrate_unless_ahead<F>(
+    migrator: &sqlx::migrate::Migrator,
+    applied: &[i64],
+    run: F,
+) -> Result<()>
+where
+    F: std::future::Future<Output = std::result::Result<(), sqlx::migrate::MigrateError>>,
+{
+    if let Some(newest) = ahead_of(migrator, applied) {
+        tracing::warn!(
+            newest,
+            "the database schema is newer than this release (a later one migrated it); \
+             serving it without migrating"
+        );
+        return Ok(());
+    }
+    Ok(run.await?)
+}
+
 /// The shape of the head update a write needs: unconditional, "no live
 /// value" (expected version 0) or "newest version is n".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

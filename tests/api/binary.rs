@@ -157,7 +157,52 @@ fn bad_configuration_is_refused_with_a_clear_message() {
     }
 }
 
-on_both_stores!(migrate_then_serve_with_migrations_off);
+/// A database a later release migrated (a migration this binary does not
+/// know is applied) is served as it is: `engram migrate` and `serve`
+/// start, saying so, instead of refusing the unknown migration. A rolling
+/// upgrade's old replicas restart this way, as each migration keeps the
+/// release before it working.
+async fn a_database_migrated_by_a_later_release_is_served(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    assert!(
+        engram(&["migrate", "--database-url", &db.url])
+            .status
+            .success()
+    );
+    let later = "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+                 execution_time) VALUES (99999, 'from a later release', true, ";
+    match backend {
+        Backend::Sqlite => {
+            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db.url)
+                .await
+                .expect("connect");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{later}X'00', 0)")))
+                .execute(&mut conn)
+                .await
+                .expect("a later migration");
+        }
+        Backend::Postgres => {
+            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+                .await
+                .expect("connect");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{later}'\\x00'::bytea, 0)")))
+                .execute(&mut conn)
+                .await
+                .expect("a later migration");
+        }
+    }
+    let migrated = engram(&["migrate", "--database-url", &db.url]);
+    let stderr = String::from_utf8_lossy(&migrated.stderr);
+    assert!(migrated.status.success(), "{stderr}");
+    assert!(stderr.contains("newer than this release"), "{stderr}");
+    let server = ChildServer::spawn(&["--database-url", &db.url], &[], None).await;
+    assert!(server.terminate().await.success());
+}
+
+on_both_stores!(
+    migrate_then_serve_with_migrations_off,
+    a_database_migrated_by_a_later_release_is_served
+);
 
 /// `engram token new` makes a token whose line a server accepts; the CLI
 /// calls with `--token` (or `ENGRAM_TOKEN`) and is refused without it

@@ -31,7 +31,7 @@ use super::memory::{
 };
 use super::past;
 use super::sql::{Param, Run, Sql, params};
-use super::{HeadUpdate, StoreOptions, schema_is_current};
+use super::{HeadUpdate, StoreOptions, migrate_unless_ahead, schema_is_current};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
@@ -765,22 +765,37 @@ async fn run_horizon(
     }
 }
 
+/// The versions of the migrations applied to the database (none before
+/// the first).
+async fn applied_migrations<'c>(conn: impl Executor<'c, Database = Postgres>) -> Vec<i64> {
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(conn)
+        .await
+        .unwrap_or_default()
+}
+
 impl Database for PgStore {
     async fn migrate_through(&self, version: Option<i64>) -> Result<()> {
         // On a connection of its own that sees every tenant's rows, so a
         // data migration under forced row-level security touches them all.
         let mut conn = self.pool.dedicated().await?;
-        MIGRATOR.run_direct(version, &mut conn, false).await?;
+        if version.is_some() {
+            MIGRATOR.run_direct(version, &mut conn, false).await?;
+        } else {
+            let applied = applied_migrations(&mut conn).await;
+            migrate_unless_ahead(
+                &MIGRATOR,
+                &applied,
+                MIGRATOR.run_direct(None, &mut conn, false),
+            )
+            .await?;
+        }
         sqlx::Connection::close(conn).await?;
         Ok(())
     }
 
     async fn check_schema(&self) -> Result<()> {
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&mut self.pool.system().await?)
-                .await
-                .unwrap_or_default();
+        let applied = applied_migrations(&mut self.pool.system().await?).await;
         schema_is_current(&MIGRATOR, &applied)
     }
 

@@ -29,7 +29,7 @@ use super::memory::{
 };
 use super::past;
 use super::sql::{Cols, Run, Sql, params};
-use super::{HeadUpdate, StoreOptions, schema_is_current, to_micros};
+use super::{HeadUpdate, StoreOptions, migrate_unless_ahead, schema_is_current, to_micros};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
@@ -370,22 +370,29 @@ impl SqliteStore {
     }
 }
 
+/// The versions of the migrations applied to the database (none before
+/// the first).
+async fn applied_migrations(pool: &sqlx::SqlitePool) -> Vec<i64> {
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_default()
+}
+
 impl Database for SqliteStore {
     async fn migrate_through(&self, version: Option<i64>) -> Result<()> {
         match version {
-            None => MIGRATOR.run(&self.writer).await?,
+            None => {
+                let applied = applied_migrations(&self.writer).await;
+                migrate_unless_ahead(&MIGRATOR, &applied, MIGRATOR.run(&self.writer)).await?
+            }
             Some(version) => MIGRATOR.run_to(version, &self.writer).await?,
         }
         Ok(())
     }
 
     async fn check_schema(&self) -> Result<()> {
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.reader)
-                .await
-                .unwrap_or_default();
-        schema_is_current(&MIGRATOR, &applied)
+        schema_is_current(&MIGRATOR, &applied_migrations(&self.reader).await)
     }
 
     async fn ping(&self) -> Result<()> {
