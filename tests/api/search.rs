@@ -1321,7 +1321,7 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
             "s1",
             "alice",
             vec![
-                episode("plain", "user_message", "", plain),
+                episode("plain", "user_message", "", plain.clone()),
                 episode("parsed", "user_message", "", parsed),
             ],
         ))
@@ -1340,6 +1340,26 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
         assert!(same, "{id}: {vector}");
     }
     assert!(rows[1].2.contains("'w448'"), "{}", rows[1].2);
+    // A replay beside a new episode (the append reads first, then writes
+    // the new one only): the new one gets its own vector.
+    server
+        .episodes()
+        .append_episodes(append(
+            "s1",
+            "alice",
+            vec![
+                episode("plain", "user_message", "", plain.clone()),
+                episode("third", "user_message", "", json!("w999 third")),
+            ],
+        ))
+        .await
+        .expect("append again");
+    let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
+        .fetch_all(&mut conn)
+        .await
+        .expect("vectors");
+    assert!(rows.iter().all(|(_, same, _)| *same), "{rows:?}");
+    assert_eq!(rows[2].2, "'third':2 'w999':1");
     sqlx::query("UPDATE episodes SET content = '\"w777 rebuilt\"' WHERE id = 'plain'")
         .execute(&mut conn)
         .await

@@ -137,8 +137,8 @@ pub(super) struct AppendWrite {
     user: Option<String>,
     fresh: Vec<NewEpisode>,
     /// Each fresh episode's search vector, when the server builds it
-    /// ([`vector::episode`]); built as the write is made, before it waits
-    /// for a group.
+    /// ([`vector::episode`]); built before the write waits for a group, and
+    /// once for all of an append's tries.
     vectors: Vec<Option<Vec<u8>>>,
     now: DateTime<Utc>,
     max_events: i64,
@@ -191,14 +191,20 @@ pub(super) struct Inserted {
 
 impl PgStore {
     /// The blind first try (see the module comment): `None` when the
-    /// statement matched nothing and the append must read first.
-    async fn try_blind(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Option<Appended>> {
+    /// statement matched nothing and the append must read first. `vectors`
+    /// are the episodes' ([`vectors`]), built once for every try.
+    async fn try_blind(
+        &self,
+        tenant: &Tenant,
+        append: &Append<'_>,
+        vectors: &[Option<Vec<u8>>],
+    ) -> Result<Option<Appended>> {
         let write = AppendWrite {
             session_id: append.session_id.as_str().to_owned(),
             app: append.owner.app.as_ref().map(|a| a.as_str().to_owned()),
             user: append.owner.user.as_ref().map(|u| u.as_str().to_owned()),
             fresh: append.episodes.to_vec(),
-            vectors: vectors(append.episodes),
+            vectors: vectors.to_vec(),
             now: append.now,
             max_events: append.max_events,
         };
@@ -212,7 +218,12 @@ impl PgStore {
     /// One attempt at an append after reading; `None` when a concurrent
     /// writer took one of the ids (or the session id) first and the whole
     /// append should rerun.
-    async fn try_append(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Option<Appended>> {
+    async fn try_append(
+        &self,
+        tenant: &Tenant,
+        append: &Append<'_>,
+        vectors: &[Option<Vec<u8>>],
+    ) -> Result<Option<Appended>> {
         // Reads first, each its own statement: the session, and which of
         // the ids are already stored (a retried append replays those).
         let mut conn = self.session(tenant).await?;
@@ -254,13 +265,18 @@ impl PgStore {
         if fresh.is_empty() {
             return filled(slots).map(|done| Some(Appended::Stored(done)));
         }
-        let fresh: Vec<NewEpisode> = fresh.into_iter().cloned().collect();
         let write = AppendWrite {
             session_id: session.id.clone(),
             app: Some(session.app.clone()),
             user: Some(session.user.clone()),
-            vectors: vectors(&fresh),
-            fresh,
+            fresh: fresh.into_iter().cloned().collect(),
+            // The fresh episodes are those whose slot is empty.
+            vectors: vectors
+                .iter()
+                .zip(&slots)
+                .filter(|(_, slot)| slot.is_none())
+                .map(|(vector, _)| vector.clone())
+                .collect(),
             now: append.now,
             max_events: append.max_events,
         };
@@ -630,11 +646,12 @@ impl PgStore {
 
 impl AppendEpisodes for PgStore {
     async fn append_episodes(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
-        if let Some(done) = self.try_blind(tenant, append).await? {
+        let vectors = vectors(append.episodes);
+        if let Some(done) = self.try_blind(tenant, append, &vectors).await? {
             return Ok(done);
         }
         for _ in 0..APPEND_ATTEMPTS {
-            if let Some(done) = self.try_append(tenant, append).await? {
+            if let Some(done) = self.try_append(tenant, append, &vectors).await? {
                 return Ok(done);
             }
         }
