@@ -169,28 +169,15 @@ async fn a_database_migrated_by_a_later_release_is_served(backend: Backend) {
             .status
             .success()
     );
-    let later = "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
-                 execution_time) VALUES (99999, 'from a later release', true, ";
-    match backend {
-        Backend::Sqlite => {
-            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db.url)
-                .await
-                .expect("connect");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{later}X'00', 0)")))
-                .execute(&mut conn)
-                .await
-                .expect("a later migration");
-        }
-        Backend::Postgres => {
-            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
-                .await
-                .expect("connect");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{later}'\\x00'::bytea, 0)")))
-                .execute(&mut conn)
-                .await
-                .expect("a later migration");
-        }
-    }
+    let checksum = match backend {
+        Backend::Sqlite => "X'00'",
+        Backend::Postgres => "'\\x00'::bytea",
+    };
+    db.execute(format!(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, \
+         execution_time) VALUES (99999, 'from a later release', true, {checksum}, 0)"
+    ))
+    .await;
     let migrated = engram(&["migrate", "--database-url", &db.url]);
     let stderr = String::from_utf8_lossy(&migrated.stderr);
     assert!(migrated.status.success(), "{stderr}");

@@ -107,6 +107,32 @@ impl TestDb {
             .await
             .expect("open postgres store")
     }
+
+    /// Runs statements straight on the database (its own connection, as
+    /// its owner): setting up what no RPC writes.
+    pub async fn execute(&self, sql: String) {
+        let sql = sqlx::AssertSqlSafe(sql);
+        match self.backend {
+            Backend::Sqlite => {
+                let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&self.url)
+                    .await
+                    .expect("connect");
+                sqlx::raw_sql(sql)
+                    .execute(&mut conn)
+                    .await
+                    .expect("execute");
+            }
+            Backend::Postgres => {
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&self.url)
+                    .await
+                    .expect("connect");
+                sqlx::raw_sql(sql)
+                    .execute(&mut conn)
+                    .await
+                    .expect("execute");
+            }
+        }
+    }
 }
 
 impl Drop for TestDb {

@@ -1051,6 +1051,17 @@ on_both_stores!(
     bad_requests_name_the_field,
 );
 
+/// Fails listing the first of `differ` (what Rust and Postgres made
+/// differently) unless it is empty.
+fn assert_none_differ(differ: &[String]) {
+    assert!(
+        differ.is_empty(),
+        "{} differ: {:#?}",
+        differ.len(),
+        &differ[..differ.len().min(20)]
+    );
+}
+
 /// Plain queries are normalised in Rust, the rest by Postgres: the two
 /// must agree. Every word of this project's README (a few thousand, plain
 /// ones only) and each of its lines as a phrase, against Postgres's own
@@ -1129,12 +1140,7 @@ async fn plain_queries_normalise_as_postgres_does() {
             differ.push(format!("{phrase:?}: {ours:?} against {postgres:?}"));
         }
     }
-    assert!(
-        differ.is_empty(),
-        "{} differ: {:#?}",
-        differ.len(),
-        &differ[..differ.len().min(20)]
-    );
+    assert_none_differ(&differ);
     // Postgres drops the stop words Rust knows, and only those.
     let stops = lexemes.iter().filter(|l| l.is_empty()).count();
     assert!(stops >= 100, "{stops} stop words among the README's words");
@@ -1297,12 +1303,7 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
             differ.push(format!("{} {:?}", contents[at], metadatas[at]));
         }
     }
-    assert!(
-        differ.is_empty(),
-        "{} differ: {:#?}",
-        differ.len(),
-        &differ[..differ.len().min(10)]
-    );
+    assert_none_differ(&differ);
     let ours = built.iter().filter(|v| v.is_some()).count();
     assert!(
         (4_000..16_000).contains(&ours),

@@ -62,35 +62,20 @@ async fn versions_take_their_revisions_from_the_feed(backend: Backend) {
         old_rows(backend),
     );
     match backend {
-        Backend::Sqlite => {
-            let store = db.sqlite_store().await;
-            store
-                .migrate_through(Some(before_time_travel))
-                .await
-                .expect("old schema");
-            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db.url)
-                .await
-                .expect("connect");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&mut conn)
-                .await
-                .expect("old rows");
-        }
-        Backend::Postgres => {
-            let store = db.pg_store().await;
-            store
-                .migrate_through(Some(before_time_travel))
-                .await
-                .expect("old schema");
-            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
-                .await
-                .expect("connect");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(&mut conn)
-                .await
-                .expect("old rows");
-        }
+        Backend::Sqlite => db
+            .sqlite_store()
+            .await
+            .migrate_through(Some(before_time_travel))
+            .await
+            .expect("old schema"),
+        Backend::Postgres => db
+            .pg_store()
+            .await
+            .migrate_through(Some(before_time_travel))
+            .await
+            .expect("old schema"),
     }
+    db.execute(sql).await;
 
     // The server migrates the rest at start.
     let server = TestServer::start(db, |_| {}).await;

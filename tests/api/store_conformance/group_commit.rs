@@ -307,34 +307,19 @@ async fn plain_sets_share_a_statement<S: Store>(store: S, _db: &TestDb) {
 /// statement error) fails alone: the batch is rolled back and its writes
 /// run one by one, so the others are stored once each.
 async fn a_failing_write_fails_alone<S: Store>(store: S, db: &TestDb) {
-    match db.backend {
+    let poison = match db.backend {
         Backend::Postgres => {
-            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
-                .await
-                .expect("connect");
-            sqlx::raw_sql(
-                "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-                 IF NEW.key = 'poison' THEN RAISE EXCEPTION 'poisoned'; END IF; RETURN NEW; END $$; \
-                 CREATE TRIGGER poison BEFORE INSERT ON memory_versions \
-                 FOR EACH ROW EXECUTE FUNCTION poison()",
-            )
-            .execute(&mut conn)
-            .await
-            .expect("trigger");
+            "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF NEW.key = 'poison' THEN RAISE EXCEPTION 'poisoned'; END IF; RETURN NEW; END $$; \
+             CREATE TRIGGER poison BEFORE INSERT ON memory_versions \
+             FOR EACH ROW EXECUTE FUNCTION poison()"
         }
         Backend::Sqlite => {
-            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db.url)
-                .await
-                .expect("connect");
-            sqlx::raw_sql(
-                "CREATE TRIGGER poison BEFORE INSERT ON memory_versions \
-                 WHEN NEW.key = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
-            )
-            .execute(&mut conn)
-            .await
-            .expect("trigger");
+            "CREATE TRIGGER poison BEFORE INSERT ON memory_versions \
+             WHEN NEW.key = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END"
         }
-    }
+    };
+    db.execute(poison.to_owned()).await;
     let tenant = Tenant::new("g");
     let outcomes = all_at_once(
         &store,
