@@ -142,10 +142,24 @@ static END_WORKING_MEMORY: [Sql; 3] = [
 static DELETE_EPISODES: Sql =
     Sql::new("DELETE FROM episodes WHERE tenant = $1 AND session_id = $2");
 
-static COUNT_IDLE: Sql =
-    Sql::new("SELECT count(*) FROM sessions WHERE tenant = $1 AND update_time < $2");
+/// The sessions idle since before $2: a session's last activity is not
+/// before its creation, so they are among those created before $2, which
+/// `sessions_create` finds (there is no index on the last activity, so
+/// that appends update the session row in place: migration 0018). A
+/// session whose append another replica stamped a little before its
+/// creation (clocks apart) waits for a later cleanup.
+macro_rules! idle {
+    ($verb:literal) => {
+        Sql::new(concat!(
+            $verb,
+            " FROM sessions WHERE tenant = $1 AND create_time < $2 AND update_time < $2"
+        ))
+    };
+}
 
-static DELETE_IDLE: Sql = Sql::new("DELETE FROM sessions WHERE tenant = $1 AND update_time < $2");
+static COUNT_IDLE: Sql = idle!("SELECT count(*)");
+
+static DELETE_IDLE: Sql = idle!("DELETE");
 
 static STATS: Sql = Sql::new(
     "SELECT count(*), coalesce(sum(episode_count), 0)::bigint, \
