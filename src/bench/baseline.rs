@@ -249,6 +249,8 @@ fn pgbench_script(workload: Workload, vector: &str) -> String {
                             15,
                             &format!("ARRAY['{}'::tsvector]", vector.replace('\'', "''"))
                         ),
+                        // A random id, as a server-generated one: not looked up.
+                        (16, "true"),
                     ],
                 )
             )

@@ -213,6 +213,9 @@ pub struct Episode {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEpisode {
     pub id: Id,
+    /// The server generated `id` (the caller gave none), so no stored
+    /// episode holds it.
+    pub id_generated: bool,
     /// `None`: the session's app.
     pub agent: Option<Name>,
     pub kind: EpisodeType,
@@ -273,6 +276,7 @@ impl NewEpisode {
         let kind = input
             .kind
             .unwrap_or_else(|| EpisodeType(DEFAULT_TYPE.to_owned()));
+        let id_generated = input.id.is_none();
         let id = input.id.unwrap_or_else(Id::generate);
         let mut hasher = Sha256::new();
         for part in [
@@ -295,6 +299,7 @@ impl NewEpisode {
         );
         Ok(NewEpisode {
             id,
+            id_generated,
             agent: input.agent,
             kind,
             content: input.content,

@@ -49,17 +49,23 @@ const APPEND_ATTEMPTS: usize = 3;
 /// only as each row is inserted, after the update. The update matches only
 /// a live session of the owner given (a part left NULL matches any) that
 /// holds none of the ids yet; no row means one of those does not hold.
+/// Ids the server generated are not looked for ($16 true): no episode can
+/// hold one yet (the unique index still stands behind them), and the
+/// lookup's generic plan, made while the table was new and nearly empty,
+/// read every episode of the tenant until the table was next analyzed
+/// (appends on a fresh database fell to a fifth within ten seconds).
 /// Parameters: $1 tenant, $2 session, $3 count, $4 now, $5 app or NULL,
-/// $6 user or NULL, $7.. the episodes' columns as arrays (a NULL agent is
-/// the session's app; a NULL vector is built by Postgres, migration 0017).
-/// Returns the session as updated (its columns first)
+/// $6 user or NULL, $7..$15 the episodes' columns as arrays (a NULL agent
+/// is the session's app; a NULL vector is built by Postgres, migration
+/// 0017), $16 whether the server generated every id. Returns the session as updated (its columns first)
 /// with each episode's seq and cursor. (`engram bench` runs the same text
 /// through pgbench.)
 pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
        UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
        update_time = $4 WHERE tenant = $1 AND id = $2 AND ($5::text IS NULL OR app = $5) \
        AND ($6::text IS NULL OR user_id = $6) AND end_time IS NULL \
-       AND NOT EXISTS (SELECT 1 FROM episodes WHERE tenant = $1 AND id = ANY($7::text[])) \
+       AND ($16::boolean OR NOT EXISTS (SELECT 1 FROM episodes WHERE tenant = $1 \
+         AND id = ANY($7::text[]))) \
        RETURNING id, app, user_id, metadata::text AS metadata, create_time, update_time, \
        end_time, episode_count, last_seq, episodes_evicted), \
      inserted AS (\
@@ -80,26 +86,29 @@ pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
 /// [`APPEND_SQL`] for many. The sessions' rows are locked first, in id
 /// order (an `UPDATE … FROM` takes them in whatever order its plan
 /// joins), so concurrent groups take them in one order. Parameters: $1 tenant; per append (as arrays)
-/// $2 session, $3 count, $4 app or NULL, $5 user or NULL, $6 now; per
+/// $2 session, $3 count, $4 app or NULL, $5 user or NULL, $6 now, $18
+/// whether the server generated every id (as `APPEND_SQL`'s $16); per
 /// episode $7 its append (from 1), $8 its place in the append (from 1),
-/// then $9.. its columns as in `APPEND_SQL`. Returns, per episode stored,
+/// then $9..$17 its columns as in `APPEND_SQL`. The sessions are locked by
+/// their key (`= ANY`), which any plan reads through the key's index.
+/// Returns, per episode stored,
 /// its append's session as updated, the append, the seq and the cursor.
 const APPEND_MANY: &str = "WITH a AS (SELECT * FROM unnest($2::text[], $3::bigint[], \
-       $4::text[], $5::text[], $6::timestamptz[]) \
-       WITH ORDINALITY AS a(session_id, n, app, user_id, now, ord)), \
+       $4::text[], $5::text[], $6::timestamptz[], $18::boolean[]) \
+       WITH ORDINALITY AS a(session_id, n, app, user_id, now, ids_new, ord)), \
      u AS (SELECT * FROM unnest($7::bigint[], $8::bigint[], $9::text[], $10::text[], \
        $11::text[], $12::text[], $13::text[], $14::text[], $15::timestamptz[], $16::bytea[], \
        $17::tsvector[]) \
        AS u(append, place, id, agent, type, content, metadata, source_node, ts, fp, search)), \
-     locked AS (SELECT s.id FROM sessions s JOIN a ON s.tenant = $1 AND s.id = a.session_id \
+     locked AS (SELECT s.id FROM sessions s WHERE s.tenant = $1 AND s.id = ANY($2::text[]) \
        ORDER BY s.id FOR UPDATE OF s), \
      bumped AS (\
        UPDATE sessions s SET last_seq = s.last_seq + a.n, episode_count = s.episode_count + a.n, \
        update_time = a.now FROM a JOIN locked l ON l.id = a.session_id \
        WHERE s.tenant = $1 AND s.id = a.session_id \
        AND (a.app IS NULL OR s.app = a.app) AND (a.user_id IS NULL OR s.user_id = a.user_id) \
-       AND s.end_time IS NULL AND NOT EXISTS (SELECT 1 FROM u JOIN episodes e \
-         ON e.tenant = $1 AND e.id = u.id WHERE u.append = a.ord) \
+       AND s.end_time IS NULL AND (a.ids_new OR NOT EXISTS (SELECT 1 FROM u JOIN episodes e \
+         ON e.tenant = $1 AND e.id = u.id WHERE u.append = a.ord)) \
        RETURNING s.id, s.app, s.user_id, s.metadata::text AS metadata, s.create_time, \
        s.update_time, s.end_time, s.episode_count, s.last_seq, s.episodes_evicted, \
        a.ord, a.n, a.now), \
@@ -142,6 +151,14 @@ pub(super) struct AppendWrite {
     vectors: Vec<Option<Vec<u8>>>,
     now: DateTime<Utc>,
     max_events: i64,
+}
+
+impl AppendWrite {
+    /// Whether the server generated every id of the episodes, which then
+    /// need no lookup before they are stored.
+    fn ids_new(&self) -> bool {
+        self.fresh.iter().all(|e| e.id_generated)
+    }
 }
 
 /// The search vectors of `fresh`, as [`AppendWrite::vectors`].
@@ -426,6 +443,7 @@ async fn append_in(
             .bind(&write.user),
         &[write],
     )
+    .bind(write.ids_new())
     .fetch_all(&mut *conn)
     .await?;
     let Some(first) = inserted.first() else {
@@ -474,7 +492,10 @@ async fn append_many_in(
         .bind(writes.iter().map(|w| w.now).collect::<Vec<_>>())
         .bind(append)
         .bind(place);
-    let rows = bind_episodes(query, writes).fetch_all(&mut *conn).await?;
+    let rows = bind_episodes(query, writes)
+        .bind(writes.iter().map(|w| w.ids_new()).collect::<Vec<_>>())
+        .fetch_all(&mut *conn)
+        .await?;
     let mut inserted: Vec<Option<Inserted>> = writes.iter().map(|_| None).collect();
     for row in &rows {
         let ord: i64 = row.try_get(10)?;
