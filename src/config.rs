@@ -281,6 +281,11 @@ settings! {
     /// milliseconds; 0 leaves them to Postgres (merged by the write that fills
     /// one, or by vacuum)
     search_merge_interval_ms: u64 = "1000", env "ENGRAM_SEARCH_MERGE_INTERVAL_MS";
+    /// How often this replica looks for Postgres tables that have doubled
+    /// since their planner statistics were taken, and analyzes them (plans
+    /// made while a table was nearly empty read it whole), in milliseconds;
+    /// 0 leaves that to autovacuum. Ignored on SQLite
+    analyze_interval_ms: u64 = "1000", env "ENGRAM_ANALYZE_INTERVAL_MS";
     /// Log format
     log_format: LogFormat = "text", env "ENGRAM_LOG_FORMAT";
     /// Authentication: `tokens` requires a bearer token on every call but health
@@ -420,6 +425,9 @@ pub struct Config {
     /// How often this replica looks for a pause in writes to merge the
     /// search indexes' pending lists; `None`: off.
     pub search_merge_interval: Option<Duration>,
+    /// How often this replica analyzes the tables that have doubled since
+    /// their statistics were taken; `None`: off.
+    pub analyze_interval: Option<Duration>,
     /// The HTTP summarizer; `None` uses the built-in extractive one.
     pub summarizer: Option<OpenAiConfig>,
     /// The embeddings endpoint; `None`: lexical search only.
@@ -594,6 +602,7 @@ impl Config {
                 .then(|| Duration::from_secs(v.retention_interval_secs)),
             search_merge_interval: (v.search_merge_interval_ms > 0)
                 .then(|| millis(v.search_merge_interval_ms)),
+            analyze_interval: (v.analyze_interval_ms > 0).then(|| millis(v.analyze_interval_ms)),
             summarizer,
             embedder,
             dedup_similarity,

@@ -403,6 +403,9 @@ fn spawn_background<S: Store>(
             shutdown.clone(),
         ));
     }
+    if let Some(interval) = config.analyze_interval {
+        tokio::spawn(analyze_grown(store.clone(), interval, shutdown.clone()));
+    }
     if let Some(interval) = config.scheduler_interval {
         tokio::spawn(crate::consolidation::scheduler::run(
             services.consolidation.clone(),
@@ -695,6 +698,22 @@ async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: 
             Err(err) => {
                 tracing::warn!(error = %err, "cannot merge the search indexes' pending lists")
             }
+        }
+    }
+}
+
+/// Analyzes the tables that have doubled since their planner statistics
+/// were taken, every `interval` (see [`Database::analyze_grown`]): a new
+/// database's statements otherwise keep the plans made while its tables
+/// were nearly empty until autovacuum's first analyze. An error is logged
+/// and the next tick tries again.
+async fn analyze_grown<S: Store>(store: S, interval: Duration, shutdown: CancellationToken) {
+    let mut ticks = crate::ticks::Ticks::new(interval, shutdown);
+    while ticks.next().await {
+        match store.analyze_grown().await {
+            Ok(0) => {}
+            Ok(tables) => tracing::debug!(tables, "analyzed the tables that doubled"),
+            Err(err) => tracing::warn!(error = %err, "cannot analyze the tables that doubled"),
         }
     }
 }

@@ -806,6 +806,13 @@ impl Database for PgStore {
         Ok(())
     }
 
+    async fn analyze_grown(&self) -> Result<u64> {
+        let analyzed: i32 = sqlx::query_scalar("SELECT engram_analyze_grown()")
+            .fetch_one(&mut self.pool.system().await?)
+            .await?;
+        Ok(analyzed.max(0) as u64)
+    }
+
     fn pool_status(&self) -> crate::metrics::PoolStatus {
         crate::metrics::PoolStatus {
             open: self.pool.open(),

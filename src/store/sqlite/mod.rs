@@ -400,6 +400,10 @@ impl Database for SqliteStore {
         Ok(())
     }
 
+    async fn analyze_grown(&self) -> Result<u64> {
+        Ok(0)
+    }
+
     fn pool_status(&self) -> crate::metrics::PoolStatus {
         let [writer, reader] = [&self.writer, &self.reader];
         crate::metrics::PoolStatus {

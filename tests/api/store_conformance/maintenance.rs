@@ -467,7 +467,61 @@ async fn unfinished_imports_are_pruned<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(store.prune_imports(later).await.expect("prune"), 1);
 }
 
+/// A table that has doubled since its planner statistics were taken is
+/// analyzed (its statistics then count its rows), and is left alone until
+/// it doubles again; tables that did not grow are never analyzed. SQLite
+/// plans without statistics and analyzes nothing.
+async fn tables_that_doubled_are_analyzed<S: Store>(store: S, db: &TestDb) {
+    use crate::helpers::Backend;
+
+    if db.backend == Backend::Sqlite {
+        assert_eq!(store.analyze_grown().await.expect("analyze"), 0);
+        return;
+    }
+    // Autovacuum off for the table, so that only the call analyzes it.
+    db.execute(
+        "ALTER TABLE sessions SET (autovacuum_enabled = false); \
+         INSERT INTO sessions (tenant, id, app, user_id, metadata, create_time, update_time) \
+         SELECT 't1', 's' || n, 'app', 'u', '{}', now(), now() FROM generate_series(1, 2000) n"
+            .to_owned(),
+    )
+    .await;
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .expect("connect");
+    let statistics = async |conn: &mut sqlx::PgConnection| -> (i64, f32) {
+        sqlx::query_as(
+            "SELECT s.n_live_tup, c.reltuples FROM pg_stat_user_tables s \
+             JOIN pg_class c ON c.oid = s.relid WHERE s.relname = 'sessions'",
+        )
+        .fetch_one(conn)
+        .await
+        .expect("statistics")
+    };
+    // The inserting connection reports its rows as it closes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while statistics(&mut conn).await.0 < 2000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the inserts were never counted"
+        );
+    }
+    assert_eq!(
+        statistics(&mut conn).await.1,
+        -1.0,
+        "never analyzed before the call"
+    );
+    assert_eq!(store.analyze_grown().await.expect("analyze"), 1);
+    assert_eq!(statistics(&mut conn).await.1, 2000.0);
+    assert_eq!(
+        store.analyze_grown().await.expect("analyze"),
+        0,
+        "nothing doubled since"
+    );
+}
+
 store_suite!(
+    tables_that_doubled_are_analyzed,
     unfinished_imports_are_pruned,
     racing_writers_get_dense_versions,
     purge_keeps_the_newest_and_audits,
