@@ -57,9 +57,9 @@ const APPEND_ATTEMPTS: usize = 3;
 /// Parameters: $1 tenant, $2 session, $3 count, $4 now, $5 app or NULL,
 /// $6 user or NULL, $7..$15 the episodes' columns as arrays (a NULL agent
 /// is the session's app; a NULL vector is built by Postgres, migration
-/// 0017), $16 whether the server generated every id. Returns the session as updated (its columns first)
-/// with each episode's seq and cursor. (`engram bench` runs the same text
-/// through pgbench.)
+/// 0017), $16 whether the server generated every id. Returns the session
+/// as updated (its columns first) with each episode's seq and cursor.
+/// (`engram bench` runs the same text through pgbench.)
 pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
        UPDATE sessions SET last_seq = last_seq + $3, episode_count = episode_count + $3, \
        update_time = $4 WHERE tenant = $1 AND id = $2 AND ($5::text IS NULL OR app = $5) \
@@ -85,14 +85,16 @@ pub(crate) const APPEND_SQL: &str = "WITH bumped AS (\
 /// Appends' writes to distinct sessions in one statement, for a group:
 /// [`APPEND_SQL`] for many. The sessions' rows are locked first, in id
 /// order (an `UPDATE … FROM` takes them in whatever order its plan
-/// joins), so concurrent groups take them in one order. Parameters: $1 tenant; per append (as arrays)
-/// $2 session, $3 count, $4 app or NULL, $5 user or NULL, $6 now, $18
-/// whether the server generated every id (as `APPEND_SQL`'s $16); per
-/// episode $7 its append (from 1), $8 its place in the append (from 1),
-/// then $9..$17 its columns as in `APPEND_SQL`. The sessions are locked by
-/// their key (`= ANY`), which any plan reads through the key's index.
-/// Returns, per episode stored,
-/// its append's session as updated, the append, the seq and the cursor.
+/// joins), so concurrent groups take them in one order, and by their key
+/// (`= ANY`: even the generic plan made on a new, empty table reads that
+/// through the primary key, where it hashed a join with the appends
+/// against every session of the tenant). Parameters:
+/// $1 tenant; per append (as arrays) $2 session, $3 count, $4 app or
+/// NULL, $5 user or NULL, $6 now, $18 whether the server generated every
+/// id (as `APPEND_SQL`'s $16); per episode $7 its append (from 1), $8 its
+/// place in the append (from 1), then $9..$17 its columns as in
+/// `APPEND_SQL`. Returns, per episode stored, its append's session as
+/// updated, the append, the seq and the cursor.
 const APPEND_MANY: &str = "WITH a AS (SELECT * FROM unnest($2::text[], $3::bigint[], \
        $4::text[], $5::text[], $6::timestamptz[], $18::boolean[]) \
        WITH ORDINALITY AS a(session_id, n, app, user_id, now, ids_new, ord)), \
