@@ -1332,14 +1332,17 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
          translate(content::text, '/', ' ')::jsonb, '[\"string\", \"numeric\"]') \
          || jsonb_to_tsvector('english', translate(metadata::text, '/', ' ')::jsonb, \
          '[\"string\", \"numeric\"]'), search::text FROM episodes ORDER BY id";
-    let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
-        .fetch_all(&mut conn)
-        .await
-        .expect("vectors");
+    // Every stored episode's vector, each checked against Postgres's.
+    let checked = async |conn: &mut sqlx::PgConnection| {
+        let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
+            .fetch_all(conn)
+            .await
+            .expect("vectors");
+        assert!(rows.iter().all(|(_, same, _)| *same), "{rows:?}");
+        rows
+    };
+    let rows = checked(&mut conn).await;
     assert_eq!(rows.len(), 2);
-    for (id, same, vector) in &rows {
-        assert!(same, "{id}: {vector}");
-    }
     assert!(rows[1].2.contains("'w448'"), "{}", rows[1].2);
     // A replay beside a new episode (the append reads first, then writes
     // the new one only): the new one gets its own vector.
@@ -1355,21 +1358,13 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
         ))
         .await
         .expect("append again");
-    let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
-        .fetch_all(&mut conn)
-        .await
-        .expect("vectors");
-    assert!(rows.iter().all(|(_, same, _)| *same), "{rows:?}");
+    let rows = checked(&mut conn).await;
     assert_eq!(rows[2].2, "'third':2 'w999':1");
     sqlx::query("UPDATE episodes SET content = '\"w777 rebuilt\"' WHERE id = 'plain'")
         .execute(&mut conn)
         .await
         .expect("update");
-    let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
-        .fetch_all(&mut conn)
-        .await
-        .expect("vectors");
-    assert!(rows.iter().all(|(_, same, _)| *same), "{rows:?}");
+    let rows = checked(&mut conn).await;
     assert_eq!(rows[1].2, "'rebuilt':2 'w777':1");
 }
 
