@@ -3,11 +3,12 @@
 //! The domain parses the query ([`Query`]), checks the filters and the mode,
 //! asks the store for each source's best live items ([`ports::SearchStore`])
 //! and merges them by score. The stores keep their lexical indexes in the
-//! writing transaction (Postgres: generated `tsvector` columns under GIN,
-//! ranked by BM25 over the candidates; SQLite: FTS5 tables kept by
-//! triggers, ranked by its `bm25()`), so a write is findable once its call
-//! returned, and a deleted key, a purged version, an evicted episode or a
-//! deleted fact is gone in the same transaction that removed it.
+//! writing transaction (Postgres: stored `tsvector` columns under GIN;
+//! SQLite: FTS5 tables kept by triggers; both ranked by the same BM25 over
+//! the matches, with statistics of the caller's own items), so a write is
+//! findable once its call returned, and a deleted key, a purged version,
+//! an evicted episode or a deleted fact is gone in the same transaction
+//! that removed it.
 
 pub mod embedder;
 pub mod english;

@@ -1,4 +1,4 @@
-//! Snippets of Postgres's hits: the part of an item's text around the
+//! Snippets of search hits (both stores): the part of an item's text around the
 //! query's words, with those words marked `**like this**`, in up to
 //! [`FRAGMENTS`] fragments of at most [`FRAGMENT_WORDS`] words.
 //!
@@ -7,7 +7,8 @@
 //! again. A word is marked when its lexeme ([`super::english::lexeme`]) is one of
 //! the query's. A token Postgres's parser reads as a unit (an email, a URL,
 //! a hyphenated compound) may go unmarked here; which items are found and
-//! how they rank never depends on it. SQLite's snippets are FTS5's own.
+//! how they rank never depends on it. SQLite's hits were marked by FTS5's
+//! `snippet()` until that statement proved as dear as the search itself.
 
 use std::collections::HashSet;
 

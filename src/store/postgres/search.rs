@@ -35,21 +35,10 @@ use crate::search::english;
 use crate::search::ports::SearchStore;
 use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
-use crate::store::search::{Bounds, columns, conditions, filtered, from, item, width};
+use crate::store::search::{
+    Bounds, MATCHES, bm25, columns, conditions, from, item, population, width,
+};
 use crate::store::sql::{Backend, Cols, Dialect, Param, Run, Sql};
-
-/// At most this many matching items are looked at: the bound on a query
-/// whose words match a large part of what the filters allow (a common
-/// word, no user filter). Past it, the items the index yields first are
-/// ranked and the rest are not seen.
-const MATCHES: usize = 20_000;
-
-/// The number of items the filters allow counts at most this many
-/// sessions' episodes (episodes) or this many items (memory and facts).
-const POPULATION: usize = 20_000;
-
-const K1: f64 = 1.2;
-const B: f64 = 0.75;
 
 /// How much a pair of query words found side by side adds, relative to
 /// the rarer word's weight.
@@ -334,52 +323,6 @@ async fn whole(
     conn.rows_built(sql, &params).await
 }
 
-/// The number of items the filters allow, BM25's `n`, as a scalar
-/// subquery that reads no vector. Episodes narrowed only by app, user or
-/// session are counted from their sessions' live counts (one row per
-/// session, however long the conversation); other filters count the
-/// items themselves, from the one table the filters name (a memory key's
-/// head, a fact's row: joining each to its version row cost about 9 µs an
-/// item, 92 ms of a search over 10,000 keys). Either stops at
-/// [`POPULATION`]. Parameters it needs are appended to `params`.
-fn population<'a>(
-    source: Source,
-    tenant: &'a Tenant,
-    filters: &'a Filters,
-    filter: &str,
-    params: &mut Vec<Param<'a>>,
-) -> String {
-    let by_session = source == Source::Episodes
-        && filters.agent.is_none()
-        && filters.types.is_empty()
-        && filters.start.is_none()
-        && filters.end.is_none();
-    if !by_session {
-        return format!(
-            "(SELECT count(*) FROM (SELECT 1 FROM {live} WHERE {filter} LIMIT {POPULATION}) a)",
-            live = filtered(source),
-        );
-    }
-    let bind = |column: &str, value: &'a str, params: &mut Vec<Param<'a>>| {
-        params.push(Param::Text(value));
-        format!(" AND s.{column} = ${}", params.len())
-    };
-    let mut conditions = bind("tenant", tenant.as_str(), params);
-    for (column, value) in [
-        ("app", filters.app.as_ref().map(|a| a.as_str())),
-        ("user_id", filters.user.as_ref().map(|u| u.as_str())),
-        ("id", filters.session_id.as_ref().map(|s| s.as_str())),
-    ] {
-        if let Some(value) = value {
-            conditions.push_str(&bind(column, value, params));
-        }
-    }
-    format!(
-        "(SELECT coalesce(sum(c), 0) FROM (SELECT s.episode_count AS c FROM sessions s \
-         WHERE true{conditions} LIMIT {POPULATION}) a)"
-    )
-}
-
 /// The query as Postgres reads it: the tsquery that selects candidates,
 /// and the lexemes BM25 weighs.
 struct Plan {
@@ -602,20 +545,12 @@ impl Plan {
     fn bm25(&self, docs: &[Doc], n: i64, df: &[i64]) -> Vec<f64> {
         let total = docs.iter().map(|d| d.length).sum::<usize>().max(1);
         let average = total as f64 / docs.len().max(1) as f64;
-        let idf: Vec<f64> = self
-            .terms
-            .iter()
-            .enumerate()
-            .map(|(at, _)| {
-                let df = df.get(at).copied().unwrap_or(0).max(0) as f64;
-                let n = (n as f64).max(df);
-                (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-            })
+        let idf: Vec<f64> = (0..self.terms.len())
+            .map(|at| bm25::idf(n, df.get(at).copied().unwrap_or(0)))
             .collect();
         docs.iter()
             .map(|doc| {
-                let norm = K1 * (1.0 - B + B * doc.length as f64 / average);
-                let saturate = |tf: f64| tf * (K1 + 1.0) / (tf + norm);
+                let saturate = bm25::saturation(doc.length, average);
                 let mut score = 0.0;
                 for (at, positions) in doc.positions.iter().enumerate() {
                     if !positions.is_empty() {

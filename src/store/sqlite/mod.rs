@@ -18,6 +18,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{Row, SqliteConnection};
 use tokio::sync::watch;
 
+mod fts;
 mod run;
 mod search;
 mod sessions;
@@ -213,14 +214,15 @@ impl SqliteStore {
             })
             .busy_timeout(options.acquire_timeout)
             .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect.clone())
-            .await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(options.max_connections.max(1))
-            .acquire_timeout(options.acquire_timeout)
+        // Every connection gets the FTS5 function search scores with.
+        let pool = |max: u32| {
+            SqlitePoolOptions::new()
+                .max_connections(max)
+                .acquire_timeout(options.acquire_timeout)
+                .after_connect(|conn, _| Box::pin(fts::register(conn)))
+        };
+        let writer = pool(1).connect_with(connect.clone()).await?;
+        let reader = pool(options.max_connections.max(1))
             .connect_with(connect)
             .await?;
         let mut store = SqliteStore {

@@ -1,45 +1,77 @@
 //! Search on SQLite: an FTS5 expression over each source's FTS table
-//! (kept by the triggers of migration 0007), ranked by FTS5's `bm25()`,
-//! snippets by its `snippet()`. Unquoted words are alternatives; each pair
-//! of neighbouring words is also looked for as a phrase, so an item with
-//! the words side by side outranks one with them scattered. Each FTS row
-//! also holds its owner as tokens (its tenant, and its user or memory
-//! scope; migrations 0011 and 0012), so a search reads only its owner's
-//! matches rather than every tenant's.
+//! (kept by the triggers of migration 0007), scored by BM25 in Rust from
+//! each match's counts ([`fts`](super::fts)'s `engram_hits`) and the
+//! statistics of the caller's own items, snippets made in Rust as on
+//! Postgres ([`crate::search::snippet`]).
+//! FTS5's own `bm25()` counted every tenant's rows in its statistics, so
+//! one tenant's scores, and the order of close hits, moved with what other
+//! tenants wrote. Unquoted words are alternatives; each pair of
+//! neighbouring words is also looked for as a phrase, so an item with the
+//! words side by side outranks one with them scattered. Each FTS row also
+//! holds its owner as tokens (its tenant, and its user or memory scope;
+//! migrations 0011 and 0012), so a search reads only its owner's matches
+//! rather than every tenant's.
+
+use std::collections::HashMap;
 
 use super::SqliteStore;
+use super::fts::{self, HITS};
 use crate::context::Tenant;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ports::Feed;
 use crate::search::english;
 use crate::search::ports::SearchStore;
+use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Query, Source};
-use crate::store::search::{Bounds, columns, conditions, item, width};
+use crate::store::search::{Bounds, MATCHES, bm25, columns, conditions, item, population, width};
 use crate::store::sql::{Backend, Cols, Dialect, Param, Run, without_casts};
 
-/// The FTS table of a source and how its rows join the source's tables.
-fn table(source: Source) -> (&'static str, &'static str) {
+/// How a source is searched: its FTS table, how an FTS row joins the
+/// item's tables (at the item's current version), and how an item is read
+/// again by the id its FTS row has.
+struct Table {
+    fts: &'static str,
+    joins: &'static str,
+    /// The item's tables, for reading the hits by `id`.
+    items: &'static str,
+    /// The column of `items` that equals an FTS row's `rowid`.
+    id: &'static str,
+}
+
+fn table(source: Source) -> Table {
     match source {
-        Source::Memory => (
-            "memory_fts",
-            "JOIN memory_search_ids i ON i.id = memory_fts.rowid \
-             JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
-             AND h.scope = i.scope AND h.key = i.key AND h.version = memory_fts.version \
-             JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
-             AND v.scope = h.scope AND v.key = h.key AND v.version = h.version",
-        ),
-        Source::Facts => (
-            "facts_fts",
-            "JOIN fact_search_ids i ON i.id = facts_fts.rowid \
-             JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
-             AND f.version = facts_fts.version \
-             JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
-             AND v.version = f.version",
-        ),
-        Source::Episodes => (
-            "episodes_fts",
-            "JOIN episodes e ON e.cursor = episodes_fts.rowid",
-        ),
+        Source::Memory => Table {
+            fts: "memory_fts",
+            joins: "JOIN memory_search_ids i ON i.id = memory_fts.rowid \
+                    JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
+                    AND h.scope = i.scope AND h.key = i.key AND h.version = memory_fts.version \
+                    JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
+                    AND v.scope = h.scope AND v.key = h.key AND v.version = h.version",
+            items: "memory_search_ids i \
+                    JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
+                    AND h.scope = i.scope AND h.key = i.key \
+                    JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
+                    AND v.scope = h.scope AND v.key = h.key AND v.version = h.version",
+            id: "i.id",
+        },
+        Source::Facts => Table {
+            fts: "facts_fts",
+            joins: "JOIN fact_search_ids i ON i.id = facts_fts.rowid \
+                    JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
+                    AND f.version = facts_fts.version \
+                    JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
+                    AND v.version = f.version",
+            items: "fact_search_ids i JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
+                    JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
+                    AND v.version = f.version",
+            id: "i.id",
+        },
+        Source::Episodes => Table {
+            fts: "episodes_fts",
+            joins: "JOIN episodes e ON e.cursor = episodes_fts.rowid",
+            items: "episodes e",
+            id: "e.cursor",
+        },
     }
 }
 
@@ -54,22 +86,22 @@ impl SearchStore for SqliteStore {
     ) -> Result<Vec<Hit>> {
         let expression = expression(query);
         let bounds = Bounds::of(filters);
-        let mut conn = self.reader(tenant).await?;
+        let ask = Ask {
+            expression: &expression,
+            terms: &terms(query),
+            bounds: &bounds,
+            tenant,
+            filters,
+            limit,
+        };
+        // One snapshot for the matches and the hits read after them, of
+        // every source.
+        let mut tx = self.reader.begin().await?;
         let mut hits = Vec::new();
         for &source in sources {
-            hits.extend(
-                ranked(
-                    &mut conn,
-                    &expression,
-                    &bounds,
-                    tenant,
-                    source,
-                    filters,
-                    limit,
-                )
-                .await?,
-            );
+            hits.extend(ranked(&mut tx, &ask, source).await?);
         }
+        tx.rollback().await?;
         Ok(hits)
     }
 
@@ -136,52 +168,171 @@ async fn total_changes(conn: &mut sqlx::SqliteConnection) -> Result<i64> {
         .await?)
 }
 
-/// The best `limit` items of one source, scored by FTS5's bm25().
+/// A search as each source's statements take it.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    /// The FTS5 expression of the query's words ([`expression`]).
+    expression: &'a str,
+    /// The lexemes snippets mark ([`terms`]).
+    terms: &'a [String],
+    bounds: &'a Bounds,
+    tenant: &'a Tenant,
+    filters: &'a Filters,
+    limit: usize,
+}
+
+/// The lexemes a hit's snippet marks: each word of the query's words and
+/// phrases (a run of letters and digits, as snippets read the text) but
+/// the stop words, as the `english` configuration normalises it.
+fn terms(query: &Query) -> Vec<String> {
+    query
+        .words
+        .iter()
+        .chain(&query.phrases)
+        .flat_map(|text| text.split(|c: char| !c.is_alphanumeric()))
+        .filter(|word| !word.is_empty() && !english::is_stop_word(&word.to_lowercase()))
+        .map(english::lexeme)
+        .collect()
+}
+
+/// The best `limit` items of one source.
+///
+/// Two statements: the first reads every match (up to [`MATCHES`]) with
+/// its row id and counts, and the number of items the filters allow
+/// (BM25's `n`, [`population`]); each match is scored here, a phrase's
+/// document frequency being how many of the matches hold it, as on
+/// Postgres. The second reads whole only the items returned.
 async fn ranked(
     conn: &mut impl Run<Row = sqlx::sqlite::SqliteRow>,
-    expression: &str,
-    bounds: &Bounds,
-    tenant: &Tenant,
+    ask: &Ask<'_>,
     source: Source,
-    filters: &Filters,
-    limit: usize,
 ) -> Result<Vec<Hit>> {
-    let filter = conditions(source, Dialect::Sqlite, tenant, filters, bounds, 3);
-    let (fts, joins) = table(source);
-    // Narrowed to the owner by the index (migrations 0011 and 0012); the
-    // owner column weighs nothing in bm25(): its weight is the third
-    // column's for memory and facts (after `version`), the second's for
-    // episodes.
+    let Ask {
+        expression,
+        terms,
+        bounds,
+        tenant,
+        filters,
+        limit,
+    } = *ask;
+    let Table {
+        fts,
+        joins,
+        items,
+        id,
+    } = table(source);
+    // Narrowed to the owner by the index (migrations 0011 and 0012). The
+    // owner is phrase 0; its tokens are in their own column, which
+    // `engram_hits` does not count.
     let expression = format!(
         "owner : \"{}\" AND text : {expression}",
         owner_token(source, tenant, filters)
     );
-    let rank = match source {
-        Source::Episodes => format!("bm25({fts}, 1.0, 0.0)"),
-        Source::Memory | Source::Facts => format!("bm25({fts}, 1.0, 0.0, 0.0)"),
-    };
+    let filter = conditions(source, Dialect::Sqlite, tenant, filters, bounds, 2);
+    let mut params = vec![Param::Text(&expression)];
+    params.extend(filter.params.iter().copied());
+    let n = population(source, tenant, filters, &filter.sql, &mut params);
     let sql = format!(
-        "SELECT {columns}, -{rank}, snippet({fts}, 0, '**', '**', '…', 24) \
-             FROM {fts} {joins} WHERE {fts} MATCH $1 AND {w} ORDER BY {rank} LIMIT $2",
+        "SELECT {n}, {fts}.rowid, {HITS}({fts}) FROM {fts} {joins} \
+         WHERE {fts} MATCH $1 AND {w} LIMIT {MATCHES}",
+        w = filter.sql
+    );
+    let rows = conn.rows_built(sql, &params).await?;
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let n = first.int(0)?;
+    let matches: Vec<Match> = rows
+        .iter()
+        .map(|row| {
+            let (length, counts) = fts::decode(&row.bytes(2)?)
+                .ok_or_else(|| Error::internal("a match's counts are malformed"))?;
+            Ok(Match {
+                id: row.int(1)?,
+                length,
+                counts,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let mut best = scored(&matches, n);
+    best.truncate(limit);
+
+    // The hits whole, by id, with the same conditions (numbered from $2
+    // again), in the snapshot the matches were read in, so each is still
+    // current and live. Reading them through FTS5 again, for its
+    // `snippet()`, cost about as much as finding the matches (the words'
+    // lists read a second time); the snippets are made in Rust, as on
+    // Postgres.
+    let ids: Vec<String> = best.iter().map(|(_, id)| id.to_string()).collect();
+    let ids = format!("[{}]", ids.join(","));
+    let sql = format!(
+        "SELECT {columns}, {id} FROM {items} \
+         WHERE {id} IN (SELECT value FROM json_each($1)) AND {w}",
         columns = without_casts(columns(source)),
         w = filter.sql
     );
-    let mut params = vec![
-        Param::Text(&expression),
-        Param::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
-    ];
+    let mut params = vec![Param::Text(&ids)];
     params.extend(filter.params.iter().copied());
-    let rows = conn.rows_built(sql, &params).await?;
     let at = width(source);
-    rows.iter()
-        .map(|row| {
-            Ok(Hit {
-                score: row.float(at)?,
-                snippet: row.text(at + 1)?,
-                item: item(source, row)?,
+    let mut found = HashMap::new();
+    for row in conn.rows_built(sql, &params).await? {
+        found.insert(row.int(at)?, item(source, &row)?);
+    }
+    Ok(best
+        .into_iter()
+        .filter_map(|(score, id)| {
+            let item = found.remove(&id)?;
+            Some(Hit {
+                score,
+                snippet: snippet(&item.text(), terms),
+                item,
             })
         })
-        .collect()
+        .collect())
+}
+
+/// What `engram_hits` gives of a match: its text's length in tokens and
+/// each phrase's occurrences in it, by the phrase's place in the
+/// expression.
+struct Match {
+    id: i64,
+    length: u32,
+    counts: Vec<u32>,
+}
+
+/// Each match's BM25 score with its row id, best first (the row id breaks
+/// ties, oldest first). Every phrase but the owner's (phrase 0) is a term:
+/// each word, each pair of neighbouring words, each quoted phrase.
+fn scored(matches: &[Match], n: i64) -> Vec<(f64, i64)> {
+    let phrases = matches.iter().map(|m| m.counts.len()).max().unwrap_or(0);
+    let idf: Vec<f64> = (0..phrases)
+        .map(|p| {
+            let df = matches
+                .iter()
+                .filter(|m| m.counts.get(p).is_some_and(|c| *c > 0))
+                .count();
+            bm25::idf(n, i64::try_from(df).unwrap_or(i64::MAX))
+        })
+        .collect();
+    let total: f64 = matches.iter().map(|m| f64::from(m.length.max(1))).sum();
+    let average = total / matches.len().max(1) as f64;
+    let mut scored: Vec<(f64, i64)> = matches
+        .iter()
+        .map(|m| {
+            let saturate = bm25::saturation(m.length.max(1) as usize, average);
+            let score = m
+                .counts
+                .iter()
+                .zip(&idf)
+                .skip(1)
+                .filter(|(count, _)| **count > 0)
+                .map(|(count, idf)| idf * saturate(f64::from(*count)))
+                .sum();
+            (score, m.id)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored
 }
 
 /// The token of a row's `owner` column (migrations 0011 and 0012) that a
@@ -263,6 +414,55 @@ fn expression(query: &Query) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at(id: i64, length: u32, counts: &[u32]) -> Match {
+        Match {
+            id,
+            length,
+            counts: counts.to_vec(),
+        }
+    }
+
+    #[test]
+    fn matches_score_by_their_own_statistics() {
+        // Phrase 0 is the owner's: counted or not, it weighs nothing.
+        let matches = [
+            at(1, 10, &[0, 1, 0]), // the common word
+            at(2, 10, &[5, 1, 0]),
+            at(3, 10, &[0, 0, 1]), // the rare one
+            at(4, 10, &[0, 1, 1]), // both
+        ];
+        let ranked = scored(&matches, 100);
+        let ids: Vec<i64> = ranked.iter().map(|(_, id)| *id).collect();
+        assert_eq!(ids, [4, 3, 1, 2], "both, the rare word, then ties by id");
+        assert_eq!(ranked[2].0, ranked[3].0, "the owner's count adds nothing");
+        assert!(ranked[1].0 > ranked[2].0, "the rarer word weighs more");
+        // More items the filters allow: every word rarer, every score higher.
+        let wider = scored(&matches, 1_000);
+        assert!(
+            wider
+                .iter()
+                .zip(&ranked)
+                .all(|(w, r)| w.1 == r.1 && w.0 > r.0)
+        );
+        // A shorter item ranks first among equals.
+        let short = scored(&[at(1, 20, &[0, 1]), at(2, 5, &[0, 1])], 10);
+        assert_eq!(short[0].1, 2);
+        assert!(scored(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn snippet_terms_are_the_words_lexemes() {
+        let query = Query::parse(
+            "query",
+            r#"Deploying the user_42 "blue-green setups" -staging"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            terms(&query),
+            ["deploy", "user", "42", "blue", "green", "setup"]
+        );
+    }
 
     #[test]
     fn stop_words_go_unless_nothing_else_is_left() {

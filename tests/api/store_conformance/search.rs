@@ -310,8 +310,89 @@ async fn long_items_rank_by_their_length<S: Store>(store: S, _db: &TestDb) {
     assert!(hits[1].snippet.contains("**invoices**"), "{hits:?}");
 }
 
+/// A tenant's scores come from its own items alone: another tenant writing
+/// the same words under the same names (app, user, session, keys) changes
+/// neither the order nor a single score of its hits. (FTS5's `bm25()`
+/// counted every tenant's rows in its statistics; SQLite now scores as
+/// Postgres does.)
+async fn scores_do_not_depend_on_other_tenants<S: Store>(store: S, _db: &TestDb) {
+    let any = Filters::default();
+    let alice = Filters {
+        user: Some(name("user", "alice")),
+        ..Filters::default()
+    };
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let mine = [
+        "deploy the billing service tonight",
+        "billing invoices are overdue",
+        "deploy went fine, billing untouched",
+        "lunch plans for friday",
+    ];
+    let episodes: Vec<_> = (0..)
+        .zip(mine)
+        .map(|(n, text)| episode(&s1, Some(&format!("e{n}")), None, None, json!(text)))
+        .collect();
+    l.append("s1", &episodes).await;
+    let w = writer(&store, "t1");
+    w.set("runbook", json!({"text": "deploy billing with care"}))
+        .await;
+    w.set("notes", json!({"text": "billing questions go to finance"}))
+        .await;
+
+    let scored = |hits: Vec<Hit>| -> Vec<(String, f64)> {
+        let names = described(&hits);
+        names
+            .into_iter()
+            .zip(hits.iter().map(|h| h.score))
+            .collect()
+    };
+    let searches = [
+        (Source::Episodes, "billing deploy", &any),
+        (Source::Episodes, "deploy billing", &alice),
+        (Source::Memory, "billing deploy", &any),
+    ];
+    let mut before = Vec::new();
+    for (source, text, filters) in searches {
+        before.push(scored(found(&store, "t1", source, text, filters).await));
+    }
+    assert_eq!(before[0].len(), 3, "{before:?}");
+    assert_eq!(before[2].len(), 2, "{before:?}");
+
+    // Another tenant, the same names, many more items with the words.
+    let other = log(&store, "t2");
+    other.create("s1", "app", "alice", 0).await;
+    let theirs: Vec<_> = (0..60)
+        .map(|n| {
+            let text = if n % 3 == 0 {
+                format!("billing run {n}")
+            } else {
+                format!("deploy billing billing step {n}")
+            };
+            episode(&s1, Some(&format!("e{n}")), None, None, json!(text))
+        })
+        .collect();
+    for batch in theirs.chunks(20) {
+        other.append("s1", batch).await;
+    }
+    let w2 = writer(&store, "t2");
+    for n in 0..30 {
+        w2.set(&format!("k{n}"), json!({"text": format!("billing {n}")}))
+            .await;
+    }
+    w2.set("runbook", json!("deploy")).await;
+    store.merge_search_pending().await.expect("merge");
+
+    for ((source, text, filters), before) in searches.into_iter().zip(&before) {
+        let after = scored(found(&store, "t1", source, text, filters).await);
+        assert_eq!(&after, before, "{source:?} {text}");
+    }
+}
+
 store_suite!(
     memory_finds_current_versions_only,
+    scores_do_not_depend_on_other_tenants,
     episodes_rank_and_filter,
     long_items_rank_by_their_length,
     pending_search_entries_merge,
