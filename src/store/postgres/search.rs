@@ -233,7 +233,7 @@ async fn ranked(
     let df: Vec<i64> = (0..plan.terms.len())
         .map(|at| docs.iter().filter(|d| !d.positions[at].is_empty()).count() as i64)
         .collect();
-    let scores = plan.bm25(&docs, n, &df);
+    let scores = plan.bm25(&docs, bm25::items(n, docs.len()), &df);
     let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
     ranked.truncate(limit);

@@ -254,7 +254,7 @@ async fn ranked(
             })
         })
         .collect::<Result<_>>()?;
-    let mut best = scored(&matches, n);
+    let mut best = scored(&matches, bm25::items(n, matches.len()));
     best.truncate(limit);
 
     // The hits whole, by id, with the same conditions (numbered from $2
