@@ -74,25 +74,37 @@ impl TestDb {
                     pg_name: None,
                 }
             }
-            Backend::Postgres => {
-                let admin = pg_admin_url();
-                let name = format!("engram_test_{}", uuid::Uuid::new_v4().simple());
-                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
-                    .await
-                    .expect("connect to the test Postgres");
-                sqlx::Executor::execute(
-                    &mut conn,
-                    sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")),
-                )
-                .await
-                .expect("create test database");
-                TestDb {
-                    backend,
-                    url: with_database(&admin, &name),
-                    _dir: None,
-                    pg_name: Some(name),
-                }
-            }
+            Backend::Postgres => Self::postgres("").await,
+        }
+    }
+
+    /// A fresh Postgres database whose text is classified by `locale`
+    /// (its `LC_CTYPE` and `LC_COLLATE`), which the operating system must
+    /// have (`scripts/test` makes `tr_TR.UTF-8` with `localedef`).
+    pub async fn postgres_with_locale(locale: &str) -> TestDb {
+        Self::postgres(&format!(
+            " TEMPLATE template0 LC_COLLATE '{locale}' LC_CTYPE '{locale}'"
+        ))
+        .await
+    }
+
+    async fn postgres(options: &str) -> TestDb {
+        let admin = pg_admin_url();
+        let name = format!("engram_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+            .await
+            .expect("connect to the test Postgres");
+        sqlx::Executor::execute(
+            &mut conn,
+            sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}{options}")),
+        )
+        .await
+        .expect("create test database (a locale must exist where Postgres runs)");
+        TestDb {
+            backend: Backend::Postgres,
+            url: with_database(&admin, &name),
+            _dir: None,
+            pg_name: Some(name),
         }
     }
 

@@ -30,7 +30,7 @@ use super::memory::{
     lock_ordered, purge_params, purge_victim, purged_row, version_columns, version_in,
 };
 use super::past;
-use super::sql::{Param, Run, Sql, params};
+use super::sql::{Cols, Param, Run, Sql, params};
 use super::{HeadUpdate, StoreOptions, migrate_unless_ahead, schema_is_current};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
@@ -165,7 +165,17 @@ pub struct PgStore {
     recents: Option<Group<RecentQuery, Vec<Episode>>>,
     /// Query words as Postgres normalised them, shared by the searches.
     normalized: Arc<search::Normalized>,
+    /// Whether the database lowercases text as the server does
+    /// ([`PgStore::text_in_rust`]), once asked.
+    rust_text: Arc<OnceCell<bool>>,
 }
+
+/// Whether text search lowercases every ASCII letter to its ASCII
+/// lowercase ([`PgStore::text_in_rust`]).
+static ASCII_CASE: Sql = Sql::new(
+    "SELECT to_tsvector('simple', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ') \
+     = 'abcdefghijklmnopqrstuvwxyz'::tsvector",
+);
 
 /// How often the horizon is re-read without a notification (a missed
 /// NOTIFY, a dropped listener): the bound on delivery delay then.
@@ -196,6 +206,7 @@ impl PgStore {
             gets: None,
             recents: None,
             normalized: Arc::default(),
+            rust_text: Arc::default(),
         };
         if options.group_commit_max > 1 {
             let max = options.group_commit_max;
@@ -279,6 +290,26 @@ impl PgStore {
     /// list, pruning).
     async fn system(&self) -> Result<Lease> {
         self.pool.system().await
+    }
+
+    /// Whether the server may normalise plain text itself, as Postgres's
+    /// `english` configuration would (episodes' search vectors, search
+    /// queries; [`crate::search::english`]): when the database lowercases
+    /// ASCII letters as Rust does. Text search lowercases by the database's
+    /// `LC_CTYPE`, and in a Turkish or Azerbaijani one `I` becomes a
+    /// dotless `ı` (`INVOICE` is indexed as `ınvoıc`): there Postgres does
+    /// all of it, or the vectors the server built and those Postgres built
+    /// (memory, facts, queries that are not plain) would not meet. Asked
+    /// once per store, on a connection of its own: call it holding none.
+    pub(super) async fn text_in_rust(&self) -> Result<bool> {
+        let ask = async {
+            let mut conn = self.system().await?;
+            conn.row(&ASCII_CASE, &[])
+                .await?
+                .ok_or_else(|| Error::internal("the lowercasing check returned no row"))?
+                .boolean(0)
+        };
+        self.rust_text.get_or_try_init(|| ask).await.copied()
     }
 
     /// Runs the write statement; `None` when its condition refused the write.

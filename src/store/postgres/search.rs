@@ -90,8 +90,9 @@ impl SearchStore for PgStore {
         filters: &Filters,
         limit: usize,
     ) -> Result<Vec<Hit>> {
+        let in_rust = self.text_in_rust().await?;
         let mut conn = self.reader(tenant).await?;
-        let Some(plan) = Plan::prepare(&mut conn, &self.normalized, query).await? else {
+        let Some(plan) = Plan::prepare(&mut conn, &self.normalized, query, in_rust).await? else {
             return Ok(Vec::new()); // only stop words
         };
         let mut items = Vec::new();
@@ -419,16 +420,19 @@ fn plain(texts: &[String], query: &Query) -> Option<Normal> {
 
 impl Plan {
     /// Normalises the query's words with the `english` configuration: in
-    /// Rust when the query is plain text, else from `normalized` when it
+    /// Rust when the query is plain text and the database lowercases as
+    /// Rust does (`in_rust`, [`PgStore::text_in_rust`]), else from `normalized` when it
     /// holds every part, else by Postgres (then kept in `normalized`);
     /// `None` when nothing but stop words is left to look for.
     async fn prepare(
         conn: &mut Lease,
         normalized: &Normalized,
         query: &Query,
+        in_rust: bool,
     ) -> Result<Option<Plan>> {
         let texts: Vec<String> = query.words.iter().chain(&query.phrases).cloned().collect();
-        let normal = match plain(&texts, query).or_else(|| normalized.get(&texts, query)) {
+        let rust = in_rust.then(|| plain(&texts, query)).flatten();
+        let normal = match rust.or_else(|| normalized.get(&texts, query)) {
             Some(normal) => normal,
             None => {
                 let normal = Self::normalize(conn, &texts, query).await?;

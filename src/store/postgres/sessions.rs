@@ -163,11 +163,16 @@ impl AppendWrite {
     }
 }
 
-/// The search vectors of `fresh`, as [`AppendWrite::vectors`].
-fn vectors(fresh: &[NewEpisode]) -> Vec<Option<Vec<u8>>> {
+/// The search vectors of `fresh`, as [`AppendWrite::vectors`]; none when
+/// the database lowercases otherwise ([`PgStore::text_in_rust`]).
+fn vectors(fresh: &[NewEpisode], in_rust: bool) -> Vec<Option<Vec<u8>>> {
     fresh
         .iter()
-        .map(|e| vector::episode(&e.content, &e.metadata))
+        .map(|e| {
+            in_rust
+                .then(|| vector::episode(&e.content, &e.metadata))
+                .flatten()
+        })
         .collect()
 }
 
@@ -669,7 +674,7 @@ impl PgStore {
 
 impl AppendEpisodes for PgStore {
     async fn append_episodes(&self, tenant: &Tenant, append: &Append<'_>) -> Result<Appended> {
-        let vectors = vectors(append.episodes);
+        let vectors = vectors(append.episodes, self.text_in_rust().await?);
         if let Some(done) = self.try_blind(tenant, append, &vectors).await? {
             return Ok(done);
         }

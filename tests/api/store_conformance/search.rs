@@ -390,6 +390,53 @@ async fn scores_do_not_depend_on_other_tenants<S: Store>(store: S, _db: &TestDb)
     }
 }
 
+/// In a database whose text search lowercases `I` to a dotless `ı` (a
+/// Turkish `LC_CTYPE`), Postgres normalises everything: an episode's
+/// vector and a plain query are then made as the memory's vectors are, and
+/// meet them. Built by the server, the episode held `invoic` and the query
+/// asked for it, where Postgres indexed the memory key under `ınvoıc`.
+#[tokio::test]
+async fn a_turkish_database_normalises_text_in_postgres() {
+    use engram::ports::Database;
+
+    let db = TestDb::postgres_with_locale("tr_TR.UTF-8").await;
+    let store = db.pg_store().await;
+    store.migrate().await.expect("migrate");
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    l.append(
+        "s1",
+        &[episode(
+            &s1,
+            Some("e1"),
+            None,
+            None,
+            json!("INVOICE overdue"),
+        )],
+    )
+    .await;
+    writer(&store, "t1")
+        .set("billing", json!({"text": "INVOICE paid"}))
+        .await;
+    let any = Filters::default();
+    let mut found_both = Vec::new();
+    for source in [Source::Memory, Source::Episodes] {
+        found_both.extend(described(
+            &found(&store, "t1", source, "INVOICE", &any).await,
+        ));
+    }
+    assert_eq!(found_both, ["billing@1", "e1"]);
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .expect("connect");
+    let vector: String = sqlx::query_scalar("SELECT search::text FROM episodes")
+        .fetch_one(&mut conn)
+        .await
+        .expect("the episode's vector");
+    assert!(vector.contains("'ınvoıc'"), "{vector}");
+}
+
 store_suite!(
     memory_finds_current_versions_only,
     scores_do_not_depend_on_other_tenants,
