@@ -17,14 +17,20 @@
 //! SQLite copies. Nothing in it can panic across the C boundary (no
 //! indexing, no unwrapping; a failed call answers an SQLite error code).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::ptr;
 
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
 
-/// The function's SQL name.
-pub(super) const HITS: &str = "engram_hits";
+/// The function's SQL name, as FTS5 takes it (NUL-terminated).
+const NAME: &CStr = c"engram_hits";
+
+/// The function's SQL name, for statements.
+pub(super) const HITS: &str = match NAME.to_str() {
+    Ok(name) => name,
+    Err(_) => panic!("the name is ASCII"),
+};
 
 /// Registers [`HITS`] on a connection (each connection of a pool, when it
 /// opens).
@@ -57,15 +63,7 @@ unsafe fn register_on(db: *mut ffi::sqlite3) -> c_int {
     };
     // SAFETY: the name is NUL-terminated and copied by FTS5; the function
     // has the documented signature and needs no user data.
-    unsafe {
-        create(
-            api,
-            c"engram_hits".as_ptr(),
-            ptr::null_mut(),
-            Some(hits),
-            None,
-        )
-    }
+    unsafe { create(api, NAME.as_ptr(), ptr::null_mut(), Some(hits), None) }
 }
 
 /// The connection's `fts5_api` pointer, as FTS5 documents getting it.
