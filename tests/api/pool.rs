@@ -335,3 +335,29 @@ async fn cancelled_calls_leave_no_connection_bound_to_the_wrong_tenant() {
     assert!(store.pool_status().open <= 1, "{:?}", store.pool_status());
     store.close().await;
 }
+
+/// The store's connections run with JIT off (a compiled plan costs 100 ms
+/// and more a call), unless the URL's options say otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_run_without_jit_unless_the_url_sets_it() {
+    use engram::store::PgStore;
+    use sqlx::Connection;
+
+    async fn jit(url: &str) -> String {
+        let options = PgStore::connect_options(url).expect("options");
+        let mut conn = sqlx::PgConnection::connect_with(&options)
+            .await
+            .expect("connect");
+        sqlx::query_scalar("SHOW jit")
+            .fetch_one(&mut conn)
+            .await
+            .expect("show jit")
+    }
+
+    let url = crate::helpers::pg_admin_url();
+    assert_eq!(jit(&url).await, "off");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let on = format!("{url}{separator}options=-c%20jit%3Don");
+    assert_eq!(jit(&on).await, "on");
+    assert!(PgStore::connect_options("not a url").is_err());
+}

@@ -182,10 +182,25 @@ static ASCII_CASE: Sql = Sql::new(
 const HORIZON_POLL: Duration = Duration::from_millis(500);
 
 impl PgStore {
-    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
+    /// The options every connection of the store opens with: the URL's
+    /// (and libpq's `PG*` variables'), named `engram`, with JIT off unless
+    /// the URL's `options` (or `PGOPTIONS`) set it. Postgres JIT-compiles a
+    /// plan whose estimated cost passes `jit_above_cost`, which takes 100 ms
+    /// and more on every call, and Engram's statements are short: a search
+    /// whose never-run branch had a large estimate once spent 180–270 ms
+    /// compiling for 4 ms of work.
+    pub fn connect_options(url: &str) -> Result<PgConnectOptions> {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|err| Error::internal(format!("invalid postgres URL: {err}")))?
             .application_name("engram");
+        if connect.get_options().is_some_and(|set| set.contains("jit")) {
+            return Ok(connect);
+        }
+        Ok(connect.options([("jit", "off")]))
+    }
+
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
+        let connect = Self::connect_options(url)?;
         let pool = Pool::connect(
             connect.clone(),
             options.max_connections,
