@@ -47,6 +47,7 @@ pub struct RulesCommand {
 enum RuleCommand {
     /// Create a rule; give --every-n-episodes or --cron
     Create {
+        /// The rule's id
         id: String,
         /// The filter, e.g. 'type = user_message AND metadata.subject:*'
         #[arg(long, default_value = "")]
@@ -72,11 +73,18 @@ enum RuleCommand {
     /// List the rules (every page)
     List,
     /// Print a rule with its watermark
-    Get { id: String },
+    Get {
+        /// The rule's id
+        id: String,
+    },
     /// Delete a rule (its facts stay)
-    Delete { id: String },
+    Delete {
+        /// The rule's id
+        id: String,
+    },
     /// Run a rule now and print its deltas
     Run {
+        /// The rule's id
         id: String,
         /// Print the deltas, write nothing
         #[arg(long)]
@@ -409,17 +417,26 @@ pub struct FactsCommand {
 enum FactCommand {
     /// List live facts (every page)
     List {
+        /// Only facts of this app
         #[arg(long, default_value = "")]
         app: String,
+        /// Only facts about this user
         #[arg(long, default_value = "")]
         user: String,
+        /// Only facts of this kind
         #[arg(long, value_enum)]
         kind: Option<KindArg>,
     },
     /// Print a fact with every version and its lineage
-    Get { id: String },
+    Get {
+        /// The fact's id
+        id: String,
+    },
     /// Tombstone a fact
-    Delete { id: String },
+    Delete {
+        /// The fact's id
+        id: String,
+    },
 }
 
 fn version_json(version: &proto::FactVersion) -> serde_json::Value {

@@ -107,6 +107,7 @@ enum Command {
     },
     /// Print a key's current value (or the value at --version or --as-of)
     Get {
+        /// The key, e.g. preferences/editor
         key: String,
         #[command(flatten)]
         scope: ScopeArgs,
@@ -134,7 +135,9 @@ enum Command {
     },
     /// Write a new version; VALUE is parsed as JSON when it can be, else stored as a string
     Set {
+        /// The key, e.g. preferences/editor
         key: String,
+        /// The value: JSON (`{"theme": "dark"}`, `42`), or else the text as a string
         value: String,
         #[command(flatten)]
         scope: ScopeArgs,
@@ -147,6 +150,7 @@ enum Command {
     },
     /// Tombstone a key
     Delete {
+        /// The key, e.g. preferences/editor
         key: String,
         #[command(flatten)]
         scope: ScopeArgs,
@@ -157,6 +161,7 @@ enum Command {
     /// Write a new version holding an older version's value (restores a
     /// deleted key too); recorded in the scope's audit log
     Rollback {
+        /// The key, e.g. preferences/editor
         key: String,
         #[command(flatten)]
         scope: ScopeArgs,
@@ -166,6 +171,7 @@ enum Command {
     },
     /// Print every version of a key, oldest first, tombstones included
     History {
+        /// The key, e.g. preferences/editor
         key: String,
         #[command(flatten)]
         scope: ScopeArgs,
@@ -175,9 +181,11 @@ enum Command {
     },
     /// Hard-delete all but the newest --keep versions of a key (all without --keep)
     Purge {
+        /// The key, e.g. preferences/editor
         key: String,
         #[command(flatten)]
         scope: ScopeArgs,
+        /// How many of the newest versions to keep, tombstones included
         #[arg(long)]
         keep: Option<i64>,
         /// Report what would be deleted, delete nothing
@@ -188,6 +196,7 @@ enum Command {
     PurgeScope {
         #[command(flatten)]
         scope: ScopeArgs,
+        /// How many of each key's newest versions to keep, tombstones included
         #[arg(long)]
         keep: Option<i64>,
         /// Also purge keys whose newest version is a tombstone
@@ -212,10 +221,13 @@ enum Command {
         /// Summarise the key's whole non-deleted history instead of its current value
         #[arg(long)]
         history: bool,
+        /// An extra instruction for the summarizer, e.g. "keep only decisions"
         #[arg(long, default_value = "")]
         instruction: String,
+        /// The model to ask (default: the server's)
         #[arg(long, default_value = "")]
         model: String,
+        /// The most tokens the summary may take (0: the server's default)
         #[arg(long, default_value_t = 0)]
         max_tokens: i32,
     },
@@ -272,6 +284,7 @@ enum Command {
     },
     /// Backfill flow tags on execution-scoped versions (a dry run unless --apply)
     Reindex {
+        /// Write the missing tags (without it, only report them)
         #[arg(long)]
         apply: bool,
     },

@@ -36,8 +36,10 @@ pub struct OwnerArgs {
 enum SessionCommand {
     /// Create a session (prints it); --id is optional, a UUIDv7 otherwise
     Create {
+        /// The app the session belongs to
         #[arg(long)]
         app: String,
+        /// The user the session belongs to
         #[arg(long)]
         user: String,
         /// The id to give the session
@@ -52,6 +54,7 @@ enum SessionCommand {
     },
     /// Print a session
     Get {
+        /// The session's id
         id: String,
         #[command(flatten)]
         owner: OwnerArgs,
@@ -63,12 +66,14 @@ enum SessionCommand {
     },
     /// Delete a session with its episodes
     Delete {
+        /// The session's id
         id: String,
         #[command(flatten)]
         owner: OwnerArgs,
     },
     /// End a session: later appends are refused
     End {
+        /// The session's id
         id: String,
         #[command(flatten)]
         owner: OwnerArgs,
@@ -78,6 +83,7 @@ enum SessionCommand {
     },
     /// Delete the sessions idle for longer than --max-age (e.g. 24h, 30m, 7d)
     Cleanup {
+        /// How long a session must have been idle (90s, 30m, 24h, 7d)
         #[arg(long, value_parser = parse_age)]
         max_age: std::time::Duration,
         /// Count what would go, delete nothing
@@ -344,7 +350,9 @@ enum EpisodeCommand {
     /// Append an episode; CONTENT is parsed as JSON when it can be, else a
     /// string. With --app and --user a missing session is created.
     Append {
+        /// The session to append to
         session_id: String,
+        /// The episode's content: JSON, or else the text as a string
         content: String,
         /// The event type (user_message, agent_response, tool_call, ...)
         #[arg(long = "type", default_value = "observation")]
@@ -363,6 +371,7 @@ enum EpisodeCommand {
     },
     /// Print a session's log in seq order (every page)
     List {
+        /// The session whose log to print
         session_id: String,
         /// Only these types (repeatable)
         #[arg(long = "type")]
@@ -372,15 +381,22 @@ enum EpisodeCommand {
         after_seq: i64,
     },
     /// Print one episode by its id (such as a fact's source episode)
-    Get { id: String },
+    Get {
+        /// The episode's id
+        id: String,
+    },
     /// Print a user's newest episodes, newest first
     Recent {
+        /// The user whose episodes to print
         #[arg(long)]
         user: String,
+        /// Only this session of the user
         #[arg(long, default_value = "")]
         session_id: String,
+        /// Only episodes of this agent
         #[arg(long, default_value = "")]
         agent: String,
+        /// How many episodes (1 to 1000)
         #[arg(long, default_value_t = 20)]
         limit: i32,
         /// Only these types (repeatable)
@@ -389,6 +405,7 @@ enum EpisodeCommand {
     },
     /// Print a session's conversation as "User: ... / Assistant: ..." text
     Context {
+        /// The session whose conversation to print
         session_id: String,
         /// How many of the newest messages
         #[arg(long, default_value_t = 20)]
@@ -397,10 +414,13 @@ enum EpisodeCommand {
     /// Follow appended episodes until Ctrl-C, then print the cursor to
     /// resume from
     Tail {
+        /// Only episodes of this session
         #[arg(long, default_value = "")]
         session_id: String,
+        /// Only episodes of this user's sessions
         #[arg(long, default_value = "")]
         user: String,
+        /// Only episodes of this app's sessions
         #[arg(long, default_value = "")]
         app: String,
         /// Only these types (repeatable)

@@ -53,31 +53,51 @@ impl StatusArg {
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Set (or with "" clear) the session's goal
-    Goal { goal: String },
+    Goal {
+        /// What the session is trying to achieve ("" clears it)
+        goal: String,
+    },
     /// Add a task; prints its id (t1, t2, ...)
     TaskCreate {
+        /// The task in a few words
         subject: String,
+        /// More about the task
         #[arg(long, default_value = "")]
         description: String,
     },
     /// Change a task's status
     TaskUpdate {
+        /// The task's id (t1, t2, ...)
         task_id: String,
+        /// Its new status
         #[arg(long, value_enum)]
         status: StatusArg,
     },
     /// List the session's tasks
     Tasks,
     /// Remember a fact for the session's app and user (secrets are redacted)
-    Remember { content: String },
+    Remember {
+        /// The fact, in a sentence
+        content: String,
+    },
     /// Record a procedure for an app (--app)
-    Procedure { content: String },
+    Procedure {
+        /// The procedure: how to do something, in the app's words
+        content: String,
+    },
     /// Cache content (a file's text) under a path
-    Cache { path: String, content: String },
+    Cache {
+        /// The path the content is known by, e.g. src/main.rs
+        path: String,
+        /// The content to keep
+        content: String,
+    },
     /// Print the MEMORY block and the memory instructions
     Render {
+        /// How many facts (and procedures) at most (0: 20; at most 1000)
         #[arg(long, default_value_t = 0)]
         max_facts: i32,
+        /// How many recent episodes at most (0: 10; at most 1000)
         #[arg(long, default_value_t = 0)]
         max_events: i32,
         /// Show the facts most relevant to this text first (else the newest)
@@ -87,7 +107,12 @@ enum Command {
     /// List the LLM-callable tools with their JSON schemas
     Tools,
     /// Run a tool call as an LLM would emit it: NAME and JSON ARGUMENTS
-    Call { name: String, arguments: String },
+    Call {
+        /// The tool's name, as `tools` lists it
+        name: String,
+        /// The call's arguments as a JSON object
+        arguments: String,
+    },
 }
 
 fn task_json(task: &proto::Task) -> serde_json::Value {

@@ -867,3 +867,82 @@ async fn export_and_import_commands_move_a_tenant() {
         "{stderr}"
     );
 }
+
+/// Every command, argument and flag says in its `--help` what it is for:
+/// the commands are walked as a user would, from `engram --help` down.
+#[test]
+fn every_argument_is_documented_in_help() {
+    fn help(path: &[String]) -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(path)
+            .arg("--help")
+            .output()
+            .expect("run engram --help");
+        assert!(out.status.success(), "engram {path:?} --help failed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The entries of a section (`Commands:`, `Arguments:`, `Options:`),
+    /// each with its description, whether on its line or the next ones.
+    fn entries(text: &str, section: &str) -> Vec<(String, String)> {
+        let mut found: Vec<(String, String)> = Vec::new();
+        let mut inside = false;
+        for line in text.lines() {
+            if !line.starts_with(' ') {
+                inside = line == section;
+                continue;
+            }
+            if !inside {
+                continue;
+            }
+            if line.starts_with("          ") {
+                // A long description under its entry.
+                if let Some((_, described)) = found.last_mut() {
+                    described.push_str(line.trim());
+                }
+                continue;
+            }
+            let entry = line.trim_start();
+            let (name, described) = entry.split_once("  ").unwrap_or((entry, ""));
+            // `[default: …]` and `[possible values: …]` describe nothing.
+            let described = if described.trim_start().starts_with('[') {
+                ""
+            } else {
+                described.trim()
+            };
+            found.push((name.to_owned(), described.to_owned()));
+        }
+        found
+    }
+
+    let mut undocumented = Vec::new();
+    let mut pending = vec![Vec::<String>::new()];
+    let mut walked = 0;
+    while let Some(path) = pending.pop() {
+        let text = help(&path);
+        walked += 1;
+        for (name, described) in entries(&text, "Commands:") {
+            if described.is_empty() {
+                undocumented.push(format!("engram {} {name}", path.join(" ")));
+            }
+            if name != "help" {
+                let mut below = path.clone();
+                below.push(name);
+                pending.push(below);
+            }
+        }
+        for section in ["Arguments:", "Options:"] {
+            for (name, described) in entries(&text, section) {
+                if described.is_empty() {
+                    undocumented.push(format!("engram {} {name}", path.join(" ")));
+                }
+            }
+        }
+    }
+    assert!(walked > 60, "only {walked} commands were walked");
+    assert!(
+        undocumented.is_empty(),
+        "arguments without a description:\n{}",
+        undocumented.join("\n")
+    );
+}
