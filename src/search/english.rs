@@ -7,7 +7,10 @@
 //! its English test vocabulary stem alike (checked with `ts_lexize`), and a
 //! test against a live Postgres checks the normalisation below.
 //!
-//! Text that is not plain (a dot inside a word, `@`, `&`, `<`, `+`, `~`, a
+//! Text for Postgres, and every query, is read through [`spaced`] first,
+//! which makes the `/` of a path and the `.` and `@` of a file name, host
+//! or email spaces (SQLite's tokenizer splits them itself). Text that is
+//! not plain then (a dot inside a number, `@`, `&`, `<`, `+`, `~`, a
 //! sign, a compound with digits, non-ASCII characters: what Postgres's
 //! parser may read as an email, a URL, a host, a number, a tag or a
 //! Unicode word, or reads by the database's locale) is left to Postgres.
@@ -18,6 +21,7 @@
 //! this with a live Postgres on generated text and on this project's
 //! README.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
@@ -81,6 +85,39 @@ fn lowercase_lexeme(lower: String) -> String {
     } else {
         lower
     }
+}
+
+/// A text as both stores read it before splitting it into words: `/` is a
+/// space, and so is a `.` or `@` between letters and digits with a letter
+/// on at least one side (`validate.ts`, `ops@example.com`, `file1.txt`),
+/// which Postgres's parser would otherwise keep whole as a file name, a
+/// host or an email, so that each part is found on its own, as SQLite's
+/// tokenizer finds it. A number's point stays (`3.14`, `v1.2`). Postgres
+/// reads text the same way with `engram_search_text` (migration 0020).
+pub fn spaced(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let space = |at: usize| -> bool {
+        match bytes.get(at) {
+            Some(b'/') => true,
+            Some(b'.' | b'@') => {
+                let before = at.checked_sub(1).and_then(|i| bytes.get(i));
+                let after = bytes.get(at + 1);
+                matches!((before, after), (Some(b), Some(a))
+                    if b.is_ascii_alphanumeric() && a.is_ascii_alphanumeric()
+                        && (b.is_ascii_alphabetic() || a.is_ascii_alphabetic()))
+            }
+            _ => false,
+        }
+    };
+    if !(0..bytes.len()).any(space) {
+        return Cow::Borrowed(text);
+    }
+    // Only ASCII marks are replaced, so every other character stays whole.
+    Cow::Owned(
+        text.char_indices()
+            .map(|(at, c)| if space(at) { ' ' } else { c })
+            .collect(),
+    )
 }
 
 /// Punctuation Postgres's default parser reads as a break between words
@@ -217,6 +254,27 @@ mod tests {
         assert_eq!(lexeme("running"), "run");
         assert_eq!(lexeme("user42"), "user42");
         assert_eq!(lexeme("W448"), "w448");
+    }
+
+    #[test]
+    fn compounds_are_read_by_their_parts() {
+        for (text, read) in [
+            ("src/auth/validate.ts", "src auth validate ts"),
+            (
+                "mail ops-team@example.com now",
+                "mail ops-team example com now",
+            ),
+            ("file1.txt v1.2.3 3.14 1.5e3", "file1 txt v1.2.3 3.14 1.5e3"),
+            (
+                "a.1 1.a a..b .a a. end. Next",
+                "a 1 1 a a..b .a a. end. Next",
+            ),
+            ("é.b x.é", "é.b x.é"),
+            ("a.b.c.d 1.a.2 1.2.a", "a b c d 1 a 2 1.2 a"),
+        ] {
+            assert_eq!(spaced(text), read, "{text}");
+        }
+        assert!(matches!(spaced("plain words."), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -13,8 +13,9 @@ pub const MAX_QUERY_BYTES: usize = 4096;
 pub const MAX_TERMS: usize = 64;
 
 /// A parsed query. Every word and phrase has at least one letter or digit,
-/// and `/` is read as a space, so `src/auth/validate.ts` is found by its
-/// parts as the indexes store them.
+/// and `/`, and a `.` or `@` inside a compound, are read as spaces
+/// ([`english::spaced`]), so `src/auth/validate.ts` is found by its parts
+/// as the indexes store them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     /// Optional words: an item matching any is a candidate.
@@ -115,9 +116,10 @@ impl Query {
     }
 }
 
-/// Collapses whitespace and reads `/` as a space.
+/// Collapses whitespace and reads compounds as the indexes do
+/// ([`english::spaced`]).
 fn normalize(term: &str) -> String {
-    term.replace('/', " ")
+    super::english::spaced(term)
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
@@ -134,7 +136,7 @@ mod tests {
             r#"deploy "blue green" -staging src/auth/validate.ts -"old cluster""#,
         )
         .expect("valid");
-        assert_eq!(q.words, vec!["deploy", "src auth validate.ts"]);
+        assert_eq!(q.words, vec!["deploy", "src auth validate ts"]);
         assert_eq!(q.phrases, vec!["blue green"]);
         assert_eq!(q.excluded, vec!["staging", "old cluster"]);
         let unclosed = Query::parse("query", r#"say "hello there"#).expect("valid");

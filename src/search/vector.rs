@@ -1,7 +1,8 @@
 //! An episode's search vector built by the server, as Postgres would build
 //! it: `jsonb_to_tsvector('english', content, '["string", "numeric"]') ||
-//! jsonb_to_tsvector('english', metadata, …)`, each JSON with `/` read as
-//! a space (migration 0009), in `tsvector`'s binary form (what
+//! jsonb_to_tsvector('english', metadata, …)`, each JSON's text read as
+//! [`english::spaced`] reads it (`/` and compounds' `.` and `@` as spaces;
+//! migration 0020's `engram_search_text`), in `tsvector`'s binary form (what
 //! `tsvectorsend` writes and `tsvectorrecv` reads).
 //!
 //! Why here: building the vector was Postgres's largest cost of an append
@@ -9,7 +10,7 @@
 //! Built here, Postgres only reads it. It is built only when every string
 //! is plain text ([`english::plain`]) and Postgres would cap nothing; for
 //! anything else (a number, a URL, a hyphenated word, non-ASCII text, a
-//! key holding `/`) the append sends no vector and Postgres builds it
+//! key holding `/`, `.` or `@` in a compound) the append sends no vector and Postgres builds it
 //! (migration 0017's trigger), so the stored vector is the same either
 //! way. A test against a live Postgres compares the two on generated
 //! episodes.
@@ -19,6 +20,8 @@
 //! word, stop words included, and one more after each string that gave a
 //! lexeme, so a phrase never spans two strings. `||` then moves the
 //! metadata's positions past the content's highest.
+
+use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
@@ -76,8 +79,12 @@ impl Reader {
     }
 
     fn object(&mut self, object: &Map<String, Value>) -> Option<()> {
-        // Read as a space, a `/` could make two keys one.
-        if object.keys().any(|key| key.contains('/')) {
+        // Postgres reads the keys as spaced too, which could make two keys
+        // one or change their order.
+        if object
+            .keys()
+            .any(|key| matches!(english::spaced(key), Cow::Owned(_)))
+        {
             return None;
         }
         let mut keys: Vec<&String> = object.keys().collect();
@@ -87,11 +94,7 @@ impl Reader {
     }
 
     fn text(&mut self, text: &str) -> Option<()> {
-        let words = if text.contains('/') {
-            english::plain(&text.replace('/', " "))?
-        } else {
-            english::plain(text)?
-        };
+        let words = english::plain(&english::spaced(text))?;
         let kept = self.words.len();
         for word in words {
             self.at += 1;

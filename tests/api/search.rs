@@ -1199,7 +1199,8 @@ impl Generated {
     const MARKS: &[&str] = &[
         " ", " ", " ", " ", "  ", "\n", "\t", "\r\n", ", ", ". ", ".", "!", "?", ";", ":", "'",
         "\"", "(", ")", "[", "]", "{", "}", "_", "*", "#", "$", "%", "=", "^", "`", "|", "\\", "-",
-        " - ", "- ", "--", "-\n", "/", " -", "@", ".x", "+", "~", "é", "&", "<", ">", "1.5",
+        " - ", "- ", "--", "-\n", "/", " -", "@", ".x", "+", "~", "é", "&", "<", ">", "1.5", "@x.",
+        ".1", "1.",
     ];
     const PLAIN: usize = 38;
 
@@ -1232,7 +1233,8 @@ impl Generated {
             7 => Value::Object(
                 (0..self.below(4))
                     .map(|k| {
-                        let key = ["k", "bb", "a", "zz", "key", "a/b", "é"][self.below(7)];
+                        let key =
+                            ["k", "bb", "a", "zz", "key", "a/b", "é", "a.b", "x@y"][self.below(9)];
                         (format!("{key}{k}"), self.value(depth + 1))
                     })
                     .collect(),
@@ -1245,7 +1247,7 @@ impl Generated {
 
 /// The search vector the server builds for an episode
 /// (`search/vector.rs`) is byte for byte the one Postgres builds from the
-/// same JSON (migration 0017's trigger, as the generated column did), on
+/// same JSON (the trigger's `engram_episode_vector`, migration 0020), on
 /// generated episodes that mix words, punctuation, objects, arrays and
 /// what Postgres's parser reads its own way; the server builds most of
 /// them. Then, through a server: an episode appended with a vector built
@@ -1278,11 +1280,7 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
         .await
         .expect("connect");
     let postgres: Vec<Vec<u8>> = sqlx::query_scalar(
-        "SELECT ARRAY(SELECT tsvectorsend(\
-           jsonb_to_tsvector('english', translate(c::jsonb::text, '/', ' ')::jsonb, \
-             '[\"string\", \"numeric\"]') \
-           || jsonb_to_tsvector('english', translate(m::jsonb::text, '/', ' ')::jsonb, \
-             '[\"string\", \"numeric\"]')) \
+        "SELECT ARRAY(SELECT tsvectorsend(engram_episode_vector(c::jsonb, m::jsonb)) \
          FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(c, m, i) ORDER BY i)",
     )
     .bind(contents.iter().map(Value::to_string).collect::<Vec<_>>())
@@ -1304,6 +1302,23 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
         }
     }
     assert_none_differ(&differ);
+    // And the text itself is read alike, compounds and all.
+    let texts: Vec<String> = (0..5_000).map(|_| make.text()).collect();
+    let spaced: Vec<String> = sqlx::query_scalar(
+        "SELECT ARRAY(SELECT engram_search_text(t) \
+         FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i) ORDER BY i)",
+    )
+    .bind(&texts)
+    .fetch_one(&mut conn)
+    .await
+    .expect("Postgres's reading");
+    let differ: Vec<String> = texts
+        .iter()
+        .zip(&spaced)
+        .filter(|(text, postgres)| engram::search::english::spaced(text) != postgres.as_str())
+        .map(|(text, postgres)| format!("{text:?}: {postgres:?}"))
+        .collect();
+    assert_none_differ(&differ);
     let ours = built.iter().filter(|v| v.is_some()).count();
     assert!(
         (4_000..16_000).contains(&ours),
@@ -1312,8 +1327,8 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
 
     // Through the server: one episode whose vector it builds, one it
     // leaves to the trigger, then an update.
-    let plain = json!({"text": "Deployments: the cluster's setup (w448)."});
-    let parsed = json!("blue-green deploys of src/auth/validate.ts");
+    let plain = json!({"text": "Deployments: the cluster's setup (w448) in src/auth/validate.ts."});
+    let parsed = json!("blue-green deploys of covid-19 fixes, 1.5 GB");
     assert!(vector::episode(&plain, &serde_json::Map::new()).is_some());
     assert!(vector::episode(&parsed, &serde_json::Map::new()).is_none());
     server
@@ -1328,10 +1343,8 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
         ))
         .await
         .expect("append");
-    const CHECK: &str = "SELECT id, search = jsonb_to_tsvector('english', \
-         translate(content::text, '/', ' ')::jsonb, '[\"string\", \"numeric\"]') \
-         || jsonb_to_tsvector('english', translate(metadata::text, '/', ' ')::jsonb, \
-         '[\"string\", \"numeric\"]'), search::text FROM episodes ORDER BY id";
+    const CHECK: &str = "SELECT id, search = engram_episode_vector(content, metadata), \
+         search::text FROM episodes ORDER BY id";
     // Every stored episode's vector, each checked against Postgres's.
     let checked = async |conn: &mut sqlx::PgConnection| {
         let rows: Vec<(String, bool, String)> = sqlx::query_as(CHECK)
@@ -1344,6 +1357,11 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
     let rows = checked(&mut conn).await;
     assert_eq!(rows.len(), 2);
     assert!(rows[1].2.contains("'w448'"), "{}", rows[1].2);
+    assert!(
+        rows[1].2.contains("'valid'") && rows[1].2.contains("'ts'"),
+        "{}",
+        rows[1].2
+    );
     // A replay beside a new episode (the append reads first, then writes
     // the new one only): the new one gets its own vector.
     server

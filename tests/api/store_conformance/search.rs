@@ -390,6 +390,107 @@ async fn scores_do_not_depend_on_other_tenants<S: Store>(store: S, _db: &TestDb)
     }
 }
 
+/// Writes `text` to tenant t1 as episode `e1` of alice's session s1 and as
+/// the value of `key`, and a fact of `ops@example.com` liking `object`.
+async fn write_everywhere<S: Store>(store: &S, text: &str, key: &str, object: &str) {
+    let l = log(store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    l.append("s1", &[episode(&s1, Some("e1"), None, None, json!(text))])
+        .await;
+    writer(store, "t1").set(key, json!({"text": text})).await;
+    insert(
+        store,
+        &Tenant::new("t1"),
+        &payload("ops@example.com", object),
+        &[],
+    )
+    .await;
+}
+
+/// A file name, a host and an email are found by each of their parts and
+/// whole, in memory, facts and episodes alike, and the snippet marks the
+/// part found.
+async fn compounds_are_found_by_their_parts<S: Store>(store: S, _db: &TestDb) {
+    let any = Filters::default();
+    let text = "fixed src/auth/validate.ts, README.md and config1.yaml; \
+                mail ops-team@example.com about build 3.14";
+    write_everywhere(&store, text, "notes/deploy.md", "validate.ts").await;
+    let expected = [
+        (Source::Episodes, "e1"),
+        (Source::Memory, "notes/deploy.md@1"),
+        (Source::Facts, "ops@example.com"),
+    ];
+    for (source, item) in expected {
+        for (query, marked) in [
+            ("validate", "**validate**"),
+            ("ts", "**ts**"),
+            ("validate.ts", "**validate**.**ts**"),
+            ("example", "**example**"),
+            ("example.com", "**example**.**com**"),
+        ] {
+            let hits = found(&store, "t1", source, query, &any).await;
+            assert_eq!(described(&hits), [item], "{source:?} {query}");
+            assert!(
+                hits[0].snippet.contains(marked),
+                "{source:?} {query}: {}",
+                hits[0].snippet
+            );
+        }
+    }
+    for (source, item) in &expected[..2] {
+        for query in [
+            "readme",
+            "README.md",
+            "yaml",
+            "config1",
+            "ops-team",
+            "\"3.14\"",
+        ] {
+            let hits = found(&store, "t1", *source, query, &any).await;
+            assert_eq!(described(&hits), [*item], "{source:?} {query}");
+        }
+    }
+    // The memory key's own parts.
+    let hits = found(&store, "t1", Source::Memory, "deploy", &any).await;
+    assert_eq!(described(&hits), ["notes/deploy.md@1"]);
+}
+
+/// What a database held before migration 0020 read compounds whole; the
+/// migration reads them again, so a memory value, a fact and an episode
+/// written then are found by their parts after it, as before it only by
+/// the whole compound.
+#[tokio::test]
+async fn compounds_written_before_their_reading_are_found_after_the_migration() {
+    use engram::ports::Database;
+
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    let store = db.pg_store().await;
+    store
+        .migrate_through(Some(19))
+        .await
+        .expect("the schema before");
+    // A decimal keeps the episode's text from the server's reader, so the
+    // previous trigger builds its vector, as it did then.
+    let text = "validate.ts takes 1.5 s";
+    write_everywhere(&store, text, "notes", "cats").await;
+    let any = Filters::default();
+    let everywhere = async |query: &str| {
+        let mut hits = Vec::new();
+        for source in [Source::Episodes, Source::Memory, Source::Facts] {
+            hits.extend(described(&found(&store, "t1", source, query, &any).await));
+        }
+        hits
+    };
+    assert_eq!(everywhere("validate").await, Vec::<String>::new());
+    assert_eq!(everywhere("example").await, Vec::<String>::new());
+
+    store.migrate().await.expect("migrate");
+    assert_eq!(everywhere("validate").await, ["e1", "notes@1"]);
+    assert_eq!(everywhere("validate.ts").await, ["e1", "notes@1"]);
+    assert_eq!(everywhere("example").await, ["ops@example.com"]);
+}
+
 /// In a database whose text search lowercases `I` to a dotless `ı` (a
 /// Turkish `LC_CTYPE`), Postgres normalises everything: an episode's
 /// vector and a plain query are then made as the memory's vectors are, and
@@ -443,4 +544,5 @@ store_suite!(
     episodes_rank_and_filter,
     long_items_rank_by_their_length,
     pending_search_entries_merge,
+    compounds_are_found_by_their_parts,
 );
