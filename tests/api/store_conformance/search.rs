@@ -25,7 +25,7 @@ async fn found<S: Store>(
     store
         .search(&Tenant::new(tenant), &[source], &query, filters, 10)
         .await
-        .expect("search")
+        .unwrap_or_else(|err| panic!("search {text:?} in {source:?}: {err}"))
 }
 
 fn described(hits: &[Hit]) -> Vec<String> {
@@ -491,6 +491,18 @@ async fn compounds_written_before_their_reading_are_found_after_the_migration() 
     assert_eq!(everywhere("example").await, ["ops@example.com"]);
 }
 
+/// In a database that lowercases as Rust does (the test cluster's), the
+/// server builds plain episodes' vectors and normalises plain queries
+/// itself. The check that decides it once compared a vector with
+/// positions to one without, which never matched: every database looked
+/// Turkish, and Postgres parsed every appended episode again.
+#[tokio::test]
+async fn the_server_reads_plain_text_itself_where_the_database_lowercases_alike() {
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    let store = db.pg_store().await;
+    assert!(store.text_in_rust().await.expect("the lowercasing check"));
+}
+
 /// In a database whose text search lowercases `I` to a dotless `ı` (a
 /// Turkish `LC_CTYPE`), Postgres normalises everything: an episode's
 /// vector and a plain query are then made as the memory's vectors are, and
@@ -503,6 +515,7 @@ async fn a_turkish_database_normalises_text_in_postgres() {
     let db = TestDb::postgres_with_locale("tr_TR.UTF-8").await;
     let store = db.pg_store().await;
     store.migrate().await.expect("migrate");
+    assert!(!store.text_in_rust().await.expect("the lowercasing check"));
     let l = log(&store, "t1");
     l.create("s1", "app", "alice", 0).await;
     let s1 = id("s1");
