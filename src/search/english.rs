@@ -25,6 +25,7 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
+use unicode_normalization::UnicodeNormalization;
 
 static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
@@ -73,9 +74,21 @@ fn packed(word: &str) -> Option<u128> {
 const LONGEST: usize = 256;
 
 /// The lexeme a word of letters or digits is indexed under, stop words
-/// aside: lowercased, and stemmed when it is all letters.
+/// aside: lowercased, without diacritics (as `engram_english`'s
+/// `unaccent` reads a word with a non-ASCII letter, and SQLite's
+/// tokenizer any word), and stemmed when it is all letters.
 pub fn lexeme(word: &str) -> String {
-    lowercase_lexeme(word.to_lowercase())
+    lowercase_lexeme(without_diacritics(word.to_lowercase()))
+}
+
+/// A word with its letters' combining marks taken off (`café` → `cafe`).
+fn without_diacritics(word: String) -> String {
+    if word.is_ascii() {
+        return word;
+    }
+    word.nfd()
+        .filter(|&c| !unicode_normalization::char::is_combining_mark(c))
+        .collect()
 }
 
 /// [`lexeme`] of a word already lowercase.
@@ -87,13 +100,14 @@ fn lowercase_lexeme(lower: String) -> String {
     }
 }
 
-/// A text as both stores read it before splitting it into words: `/` is a
-/// space, and so is a `.` or `@` between letters and digits with a letter
-/// on at least one side (`validate.ts`, `ops@example.com`, `file1.txt`),
-/// which Postgres's parser would otherwise keep whole as a file name, a
-/// host or an email, so that each part is found on its own, as SQLite's
-/// tokenizer finds it. A number's point stays (`3.14`, `v1.2`). Postgres
-/// reads text the same way with `engram_search_text` (migration 0020).
+/// A text as Postgres's indexes and every query read it before splitting
+/// it into words: `/` is a space, and so is a `.` or `@` between letters
+/// and digits with a letter on at least one side (`validate.ts`,
+/// `ops@example.com`, `file1.txt`), which Postgres's parser would
+/// otherwise keep whole as a file name, a host or an email, so that each
+/// part is found on its own, as SQLite's tokenizer finds it. A number's
+/// point stays (`3.14`, `v1.2`). Postgres reads text the same way with
+/// `engram_search_text` (migration 0020).
 pub fn spaced(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
     let space = |at: usize| -> bool {
@@ -254,6 +268,8 @@ mod tests {
         assert_eq!(lexeme("running"), "run");
         assert_eq!(lexeme("user42"), "user42");
         assert_eq!(lexeme("W448"), "w448");
+        assert_eq!(lexeme("Café"), "cafe");
+        assert_eq!(lexeme("naïve"), lexeme("naive"));
     }
 
     #[test]

@@ -4,10 +4,11 @@
 //!
 //! Made here rather than with Postgres's `ts_headline`, which took a second
 //! statement per search and ran Postgres's parser over every hit's text
-//! again. A word is marked when its lexeme ([`super::english::lexeme`]) is one of
-//! the query's. A token Postgres's parser reads as a unit (an email, a URL,
-//! a hyphenated compound) may go unmarked here; which items are found and
-//! how they rank never depends on it. SQLite's hits were marked by FTS5's
+//! again. A word is marked when its lexeme ([`super::english::lexeme`],
+//! diacritics removed) is one of the query's. A token Postgres's parser
+//! reads as a unit (a URL's path, a hyphenated compound with digits) may
+//! go unmarked here; which items are found and how they rank never
+//! depends on it. SQLite's hits were marked by FTS5's
 //! `snippet()` until that statement proved as dear as the search itself.
 
 use std::collections::HashSet;

@@ -1,6 +1,7 @@
 //! An episode's search vector built by the server, as Postgres would build
-//! it: `jsonb_to_tsvector('english', content, '["string", "numeric"]') ||
-//! jsonb_to_tsvector('english', metadata, …)`, each JSON's text read as
+//! it (`engram_episode_vector`, migration 0020):
+//! `jsonb_to_tsvector('engram_english', content, '["string", "numeric"]') ||
+//! jsonb_to_tsvector('engram_english', metadata, …)`, each JSON's text read as
 //! [`english::spaced`] reads it (`/` and compounds' `.` and `@` as spaces;
 //! migration 0020's `engram_search_text`), in `tsvector`'s binary form (what
 //! `tsvectorsend` writes and `tsvectorrecv` reads).

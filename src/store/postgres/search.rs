@@ -444,16 +444,18 @@ impl Plan {
     }
 
     /// Asks Postgres for the lexemes of each word and phrase (`texts`) and
-    /// the tsquery of each phrase and exclusion.
+    /// the tsquery of each phrase and exclusion, read as the vectors are
+    /// (`engram_english`, migration 0020: `english`, with diacritics
+    /// removed from words that hold a non-ASCII letter).
     async fn normalize(conn: &mut Lease, texts: &[String], query: &Query) -> Result<Normal> {
         let row = conn
             .rows_built(
                 "SELECT ARRAY(SELECT array_to_string(ARRAY(SELECT u.lexeme \
-                 FROM unnest(to_tsvector('english', t.w)) u ORDER BY u.positions[1]), ' ') \
+                 FROM unnest(to_tsvector('engram_english', t.w)) u ORDER BY u.positions[1]), ' ') \
                  FROM unnest($1::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i), \
-                 ARRAY(SELECT phraseto_tsquery('english', t.p)::text \
+                 ARRAY(SELECT phraseto_tsquery('engram_english', t.p)::text \
                  FROM unnest($2::text[]) WITH ORDINALITY AS t(p, i) ORDER BY t.i), \
-                 ARRAY(SELECT phraseto_tsquery('english', t.x)::text \
+                 ARRAY(SELECT phraseto_tsquery('engram_english', t.x)::text \
                  FROM unnest($3::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i)"
                     .to_owned(),
                 &[

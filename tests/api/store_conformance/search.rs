@@ -456,6 +456,40 @@ async fn compounds_are_found_by_their_parts<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(described(&hits), ["notes/deploy.md@1"]);
 }
 
+/// Letters with diacritics are found without them and with them (`café`
+/// by `cafe`, `naive` by `naïve`), in memory, facts and episodes alike.
+async fn diacritics_are_read_without_them<S: Store>(store: S, _db: &TestDb) {
+    let any = Filters::default();
+    write_everywhere(
+        &store,
+        "the café menu and naïve Bayes",
+        "menu",
+        "crème brûlée",
+    )
+    .await;
+    for (source, item) in [(Source::Episodes, "e1"), (Source::Memory, "menu@1")] {
+        for (query, marked) in [
+            ("cafe", "**café**"),
+            ("café", "**café**"),
+            ("CAFÉ", "**café**"),
+            ("naive", "**naïve**"),
+            ("naïve", "**naïve**"),
+        ] {
+            let hits = found(&store, "t1", source, query, &any).await;
+            assert_eq!(described(&hits), [item], "{source:?} {query}");
+            assert!(
+                hits[0].snippet.contains(marked),
+                "{source:?} {query}: {}",
+                hits[0].snippet
+            );
+        }
+    }
+    for query in ["creme", "brûlée", "brulee"] {
+        let hits = found(&store, "t1", Source::Facts, query, &any).await;
+        assert_eq!(described(&hits), ["ops@example.com"], "{query}");
+    }
+}
+
 /// What a database held before migration 0020 read compounds whole; the
 /// migration reads them again, so a memory value, a fact and an episode
 /// written then are found by their parts after it, as before it only by
@@ -558,4 +592,5 @@ store_suite!(
     long_items_rank_by_their_length,
     pending_search_entries_merge,
     compounds_are_found_by_their_parts,
+    diacritics_are_read_without_them,
 );

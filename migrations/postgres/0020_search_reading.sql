@@ -8,6 +8,15 @@
 -- text and queries the same way (src/search/english.rs, `spaced`), and a
 -- test holds the two to agreeing.
 --
+-- Letters with diacritics are read without them too (`café` as `cafe`,
+-- `naïve` as `naive`), as SQLite's tokenizer reads them
+-- (`remove_diacritics 2`): the vectors and queries use `engram_english`,
+-- Postgres's `english` configuration with the `unaccent` dictionary (a
+-- trusted extension shipped with Postgres, as btree_gin is) before the
+-- stemmer for the words that hold a non-ASCII letter. Words of ASCII
+-- letters and digits are read as `english` reads them, so the vectors the
+-- server builds from plain text stay the same.
+--
 -- Memory and fact vectors were generated columns of their versions,
 -- copied to memory_search and fact_search by statement triggers (0016).
 -- The triggers now build the vector themselves, from the newest version
@@ -16,14 +25,20 @@
 -- is left (servers of the previous release search memory_search and
 -- fact_search too, kept by these triggers).
 --
--- The live items whose text holds such a compound get their vectors again
--- here: memory_search and fact_search rows, and episodes. That reads every
+-- The live items whose text holds such a compound or a non-ASCII letter
+-- get their vectors again here: memory_search and fact_search rows, and episodes. That reads every
 -- episode's text once (7.5 s for 1.8 million episodes on a 2-core machine)
 -- and rewrites only the rows that hold one; appends go on meanwhile.
 -- Servers of the previous release keep working during a rolling upgrade
 -- (the vectors they build from plain text are the same under both
 -- readings), but until they are replaced they ask for such a compound
 -- whole, which the rows read again no longer hold.
+
+CREATE EXTENSION IF NOT EXISTS unaccent;
+
+CREATE TEXT SEARCH CONFIGURATION engram_english (COPY = english);
+ALTER TEXT SEARCH CONFIGURATION engram_english
+    ALTER MAPPING FOR word, hword, hword_part WITH unaccent, english_stem;
 
 CREATE FUNCTION engram_search_text(t text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
@@ -32,24 +47,24 @@ CREATE FUNCTION engram_search_text(t text) RETURNS text
 
 CREATE FUNCTION engram_memory_vector(key text, value jsonb) RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT setweight(to_tsvector('english'::regconfig, engram_search_text(key)), 'A')
+    AS $$ SELECT setweight(to_tsvector('engram_english'::regconfig, engram_search_text(key)), 'A')
         || CASE WHEN value IS NULL THEN ''::tsvector ELSE jsonb_to_tsvector(
-            'english'::regconfig, engram_search_text(value::text)::jsonb,
+            'engram_english'::regconfig, engram_search_text(value::text)::jsonb,
             '["string", "numeric"]') END $$;
 
 CREATE FUNCTION engram_fact_vector(subject text, predicate text, object text, content jsonb)
     RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT setweight(to_tsvector('english'::regconfig,
+    AS $$ SELECT setweight(to_tsvector('engram_english'::regconfig,
             engram_search_text(subject || ' ' || predicate || ' ' || object)), 'A')
-        || jsonb_to_tsvector('english'::regconfig, engram_search_text(content::text)::jsonb,
+        || jsonb_to_tsvector('engram_english'::regconfig, engram_search_text(content::text)::jsonb,
             '["string", "numeric"]') $$;
 
 CREATE FUNCTION engram_episode_vector(content jsonb, metadata jsonb) RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$ SELECT jsonb_to_tsvector('english'::regconfig,
+    AS $$ SELECT jsonb_to_tsvector('engram_english'::regconfig,
             engram_search_text(content::text)::jsonb, '["string", "numeric"]')
-        || jsonb_to_tsvector('english'::regconfig,
+        || jsonb_to_tsvector('engram_english'::regconfig,
             engram_search_text(metadata::text)::jsonb, '["string", "numeric"]') $$;
 
 CREATE OR REPLACE FUNCTION engram_episode_search() RETURNS trigger
@@ -112,21 +127,29 @@ BEGIN
 END
 $$;
 
--- The live items holding a compound, again. The pattern finds every text
--- the reading above may change (and some it leaves, such as `3.14`).
+-- The live items holding a compound or a non-ASCII letter, again. The
+-- pattern finds every text the reading above may change (and some it
+-- leaves, such as `3.14`); a text holds a non-ASCII letter only where it
+-- has more bytes than characters.
 UPDATE memory_search s SET search = engram_memory_vector(v.key, v.value)
 FROM memory_versions v
 WHERE v.tenant = s.tenant AND v.scope_type = s.scope_type AND v.scope = s.scope
   AND v.key = s.key AND v.version = s.version
-  AND (v.key ~ '[A-Za-z0-9][.@][A-Za-z0-9]' OR v.value::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]');
+  AND (v.key ~ '[A-Za-z0-9][.@][A-Za-z0-9]' OR v.value::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
+       OR octet_length(v.key) <> char_length(v.key)
+       OR octet_length(v.value::text) <> char_length(v.value::text));
 
 UPDATE fact_search s
 SET search = engram_fact_vector(v.subject, v.predicate, v.object, v.content)
 FROM fact_versions v
 WHERE v.tenant = s.tenant AND v.fact_id = s.fact_id AND v.version = s.version
-  AND ((v.subject || ' ' || v.predicate || ' ' || v.object) ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
-       OR v.content::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]');
+  AND ((v.subject || ' ' || v.predicate || ' ' || v.object || ' ' || v.content::text)
+       ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
+       OR octet_length(v.subject || v.predicate || v.object || v.content::text)
+          <> char_length(v.subject || v.predicate || v.object || v.content::text));
 
 UPDATE episodes SET search = engram_episode_vector(content, metadata)
 WHERE content::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
-   OR metadata::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]';
+   OR metadata::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
+   OR octet_length(content::text) <> char_length(content::text)
+   OR octet_length(metadata::text) <> char_length(metadata::text);
