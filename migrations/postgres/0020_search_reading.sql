@@ -27,7 +27,7 @@
 --
 -- The live items whose text holds such a compound or a non-ASCII letter
 -- get their vectors again here: memory_search and fact_search rows, and episodes. That reads every
--- episode's text once (7.5 s for 1.8 million episodes on a 2-core machine)
+-- episode's text once (19 s for 1.8 million episodes on a 2-core machine)
 -- and rewrites only the rows that hold one; appends go on meanwhile.
 -- Servers of the previous release keep working during a rolling upgrade
 -- (the vectors they build from plain text are the same under both
