@@ -361,9 +361,10 @@ struct NormalizedMaps {
 const NORMALIZED: usize = 20_000;
 
 /// What [`Plan::build`] takes: each word and phrase's lexemes, each
-/// phrase's and each exclusion's tsquery, in query order.
+/// word's, phrase's and exclusion's tsquery, in query order.
 struct Normal {
     lexemes: Vec<String>,
+    words: Vec<String>,
     phrases: Vec<String>,
     excluded: Vec<String>,
 }
@@ -382,6 +383,7 @@ impl Normalized {
         };
         Some(Normal {
             lexemes: look(&maps.lexemes, texts)?,
+            words: look(&maps.tsqueries, &query.words)?,
             phrases: look(&maps.tsqueries, &query.phrases)?,
             excluded: look(&maps.tsqueries, &query.excluded)?,
         })
@@ -398,6 +400,7 @@ impl Normalized {
         }
         let mut maps = self.maps();
         put(&mut maps.lexemes, texts, &normal.lexemes);
+        put(&mut maps.tsqueries, &query.words, &normal.words);
         put(&mut maps.tsqueries, &query.phrases, &normal.phrases);
         put(&mut maps.tsqueries, &query.excluded, &normal.excluded);
     }
@@ -413,6 +416,7 @@ fn plain(texts: &[String], query: &Query) -> Option<Normal> {
     };
     Some(Normal {
         lexemes: each(texts, english::distinct)?,
+        words: each(&query.words, english::phrase)?,
         phrases: each(&query.phrases, english::phrase)?,
         excluded: each(&query.excluded, english::phrase)?,
     })
@@ -456,12 +460,15 @@ impl Plan {
                  ARRAY(SELECT phraseto_tsquery('engram_english', t.p)::text \
                  FROM unnest($2::text[]) WITH ORDINALITY AS t(p, i) ORDER BY t.i), \
                  ARRAY(SELECT phraseto_tsquery('engram_english', t.x)::text \
-                 FROM unnest($3::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i)"
+                 FROM unnest($3::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i), \
+                 ARRAY(SELECT phraseto_tsquery('engram_english', t.w)::text \
+                 FROM unnest($4::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i)"
                     .to_owned(),
                 &[
                     Param::TextList(texts),
                     Param::TextList(&query.phrases),
                     Param::TextList(&query.excluded),
+                    Param::TextList(&query.words),
                 ],
             )
             .await?
@@ -472,6 +479,7 @@ impl Plan {
             lexemes: row.try_get(0)?,
             phrases: row.try_get(1)?,
             excluded: row.try_get(2)?,
+            words: row.try_get(3)?,
         })
     }
 
@@ -480,6 +488,7 @@ impl Plan {
     fn build(query: &Query, normal: &Normal) -> Option<Plan> {
         let Normal {
             lexemes,
+            words,
             phrases,
             excluded,
         } = normal;
@@ -493,7 +502,10 @@ impl Plan {
                 }
             };
         let mut pairs = Vec::new();
-        let mut any = Vec::new();
+        // The words' alternatives: a word of one lexeme as itself, a word
+        // of several (`user_42`, `validate.ts`) as their phrase, as SQLite
+        // reads a quoted word.
+        let mut any: Vec<String> = Vec::new();
         let mut previous: Option<usize> = None;
         for (at, text) in lexemes.iter().enumerate() {
             let is_word = at < query.words.len();
@@ -504,11 +516,16 @@ impl Plan {
                 previous = None; // a stop word breaks adjacency
                 continue;
             }
+            let alternative = match (is_word, text.contains(' ')) {
+                (false, _) => None,
+                (true, false) => Some(quote(text)),
+                (true, true) => words.get(at).map(|phrase| format!("({phrase})")),
+            };
+            if let Some(alternative) = alternative.filter(|a| !any.contains(a)) {
+                any.push(alternative);
+            }
             for lexeme in text.split(' ') {
                 let term = index(lexeme, &mut terms);
-                if is_word && !any.contains(&term) {
-                    any.push(term);
-                }
                 if let Some(before) = previous.filter(|b| *b != term) {
                     pairs.push((before, term));
                 }
@@ -518,12 +535,10 @@ impl Plan {
                 previous = None;
             }
         }
-        let quoted_terms: Vec<String> = terms.iter().map(|t| quote(t)).collect();
 
         let mut required: Vec<String> = Vec::new();
         if !any.is_empty() {
-            let words: Vec<&str> = any.iter().map(|t| quoted_terms[*t].as_str()).collect();
-            required.push(format!("({})", words.join(" | ")));
+            required.push(format!("({})", any.join(" | ")));
         }
         required.extend(
             phrases
@@ -704,6 +719,7 @@ mod tests {
             &first,
             &Normal {
                 lexemes: vec!["deploy".into(), "setup guid".into()],
+                words: vec!["'deploy'".into()],
                 phrases: vec!["'setup' <-> 'guid'".into()],
                 excluded: vec!["'stage'".into()],
             },
@@ -723,17 +739,33 @@ mod tests {
         let second = query(&["deploying", "rollback"], &[], &[]);
         let texts = vec!["deploying".to_owned(), "rollback".to_owned()];
         assert!(normalized.get(&texts, &second).is_none());
-        // A word seen as a phrase is not taken for an exclusion.
+        // A word or phrase seen once serves as an exclusion too: each is
+        // kept as its phrase.
+        for seen in ["setup guide", "deploying"] {
+            assert!(normalized.get(&[], &query(&[], &[], &[seen])).is_some());
+        }
         assert!(
             normalized
-                .get(&[], &query(&[], &[], &["setup guide"]))
-                .is_some()
-        );
-        assert!(
-            normalized
-                .get(&[], &query(&[], &[], &["deploying"]))
+                .get(&[], &query(&[], &[], &["rollback"]))
                 .is_none()
         );
+    }
+
+    /// A word of several lexemes is one alternative, its phrase, as SQLite
+    /// reads a quoted word; its lexemes still score and pair.
+    #[test]
+    fn a_word_of_several_lexemes_is_its_phrase() {
+        let q = query(&["deploy", "user 42"], &[], &[]);
+        let normal = Normal {
+            lexemes: vec!["deploy".into(), "user 42".into()],
+            words: vec!["'deploy'".into(), "'user' <-> '42'".into()],
+            phrases: vec![],
+            excluded: vec![],
+        };
+        let plan = Plan::build(&q, &normal).expect("words to look for");
+        assert_eq!(plan.tsquery, "('deploy' | ('user' <-> '42'))");
+        assert_eq!(plan.terms, ["deploy", "user", "42"]);
+        assert_eq!(plan.pairs, [(0, 1), (1, 2)]);
     }
 
     #[test]
@@ -744,6 +776,7 @@ mod tests {
             let word = format!("w{n}");
             let normal = Normal {
                 lexemes: vec![word.clone()],
+                words: vec![],
                 phrases: vec![],
                 excluded: vec![],
             };

@@ -454,6 +454,29 @@ async fn compounds_are_found_by_their_parts<S: Store>(store: S, _db: &TestDb) {
     // The memory key's own parts.
     let hits = found(&store, "t1", Source::Memory, "deploy", &any).await;
     assert_eq!(described(&hits), ["notes/deploy.md@1"]);
+
+    // A compound asked for is its parts side by side, not any of them.
+    let s1 = id("s1");
+    log(&store, "t1")
+        .append(
+            "s1",
+            &[
+                episode(&s1, Some("e2"), None, None, json!("user_42 logged in")),
+                episode(&s1, Some("e3"), None, None, json!("a user with 42 keys")),
+                episode(&s1, Some("e4"), None, None, json!("the ts of validate")),
+            ],
+        )
+        .await;
+    for (query, want) in [
+        ("user_42", vec!["e2"]),
+        ("user", vec!["e2", "e3"]),
+        ("validate.ts", vec!["e1"]),
+        ("validate.ts user_42", vec!["e1", "e2"]),
+    ] {
+        let mut hits = described(&found(&store, "t1", Source::Episodes, query, &any).await);
+        hits.sort();
+        assert_eq!(hits, want, "{query}");
+    }
 }
 
 /// Letters with diacritics are found without them and with them (`café`
