@@ -4,7 +4,9 @@
 -- `readme` or `example` missed them, while SQLite's tokenizer splits them
 -- and found them. Both stores now read a `.` or `@` between letters and
 -- digits, with a letter on at least one side, as a space, as they already
--- read `/`; a number's point stays (`3.14`, `v1.2`). The server reads its
+-- read `/`; a number's point stays (`3.14`, `v1.2`). So is a `-` between a
+-- letter or digit and a digit, which the parser read as a minus sign
+-- (`covid-19` as `covid` and `-19`, so `19` missed it). The server reads its
 -- text and queries the same way (src/search/english.rs, `spaced`), and a
 -- test holds the two to agreeing.
 --
@@ -43,7 +45,8 @@ ALTER TEXT SEARCH CONFIGURATION engram_english
 CREATE FUNCTION engram_search_text(t text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     AS $$ SELECT regexp_replace(translate(t, '/', ' '),
-        '([A-Za-z0-9])[.@](?=[A-Za-z])|([A-Za-z])[.@](?=[0-9])', '\1\2 ', 'g') $$;
+        '([A-Za-z0-9])[.@](?=[A-Za-z])|([A-Za-z])[.@](?=[0-9])|([A-Za-z0-9])-(?=[0-9])',
+        '\1\2\3 ', 'g') $$;
 
 CREATE FUNCTION engram_memory_vector(key text, value jsonb) RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -135,7 +138,7 @@ UPDATE memory_search s SET search = engram_memory_vector(v.key, v.value)
 FROM memory_versions v
 WHERE v.tenant = s.tenant AND v.scope_type = s.scope_type AND v.scope = s.scope
   AND v.key = s.key AND v.version = s.version
-  AND (v.key ~ '[A-Za-z0-9][.@][A-Za-z0-9]' OR v.value::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
+  AND (v.key ~ '[A-Za-z0-9]([.@][A-Za-z0-9]|-[0-9])' OR v.value::text ~ '[A-Za-z0-9]([.@][A-Za-z0-9]|-[0-9])'
        OR octet_length(v.key) <> char_length(v.key)
        OR octet_length(v.value::text) <> char_length(v.value::text));
 
@@ -144,12 +147,12 @@ SET search = engram_fact_vector(v.subject, v.predicate, v.object, v.content)
 FROM fact_versions v
 WHERE v.tenant = s.tenant AND v.fact_id = s.fact_id AND v.version = s.version
   AND ((v.subject || ' ' || v.predicate || ' ' || v.object || ' ' || v.content::text)
-       ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
+       ~ '[A-Za-z0-9]([.@][A-Za-z0-9]|-[0-9])'
        OR octet_length(v.subject || v.predicate || v.object || v.content::text)
           <> char_length(v.subject || v.predicate || v.object || v.content::text));
 
 UPDATE episodes SET search = engram_episode_vector(content, metadata)
-WHERE content::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
-   OR metadata::text ~ '[A-Za-z0-9][.@][A-Za-z0-9]'
+WHERE content::text ~ '[A-Za-z0-9]([.@][A-Za-z0-9]|-[0-9])'
+   OR metadata::text ~ '[A-Za-z0-9]([.@][A-Za-z0-9]|-[0-9])'
    OR octet_length(content::text) <> char_length(content::text)
    OR octet_length(metadata::text) <> char_length(metadata::text);

@@ -104,21 +104,27 @@ fn lowercase_lexeme(lower: String) -> String {
 /// it into words: `/` is a space, and so is a `.` or `@` between letters
 /// and digits with a letter on at least one side (`validate.ts`,
 /// `ops@example.com`, `file1.txt`), which Postgres's parser would
-/// otherwise keep whole as a file name, a host or an email, so that each
-/// part is found on its own, as SQLite's tokenizer finds it. A number's
-/// point stays (`3.14`, `v1.2`). Postgres reads text the same way with
+/// otherwise keep whole as a file name, a host or an email, and a `-`
+/// between a letter or digit and a digit (`covid-19`, `2026-11-25`),
+/// which it would read as a minus sign (`-19`), so that each part is
+/// found on its own, as SQLite's tokenizer finds it. A number's point
+/// stays (`3.14`, `v1.2`). Postgres reads text the same way with
 /// `engram_search_text` (migration 0020).
 pub fn spaced(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
     let space = |at: usize| -> bool {
         match bytes.get(at) {
             Some(b'/') => true,
-            Some(b'.' | b'@') => {
+            Some(&mark @ (b'.' | b'@' | b'-')) => {
                 let before = at.checked_sub(1).and_then(|i| bytes.get(i));
                 let after = bytes.get(at + 1);
                 matches!((before, after), (Some(b), Some(a))
-                    if b.is_ascii_alphanumeric() && a.is_ascii_alphanumeric()
-                        && (b.is_ascii_alphabetic() || a.is_ascii_alphabetic()))
+                if b.is_ascii_alphanumeric() && a.is_ascii_alphanumeric()
+                    && if mark == b'-' {
+                        a.is_ascii_digit()
+                    } else {
+                        b.is_ascii_alphabetic() || a.is_ascii_alphabetic()
+                    })
             }
             _ => false,
         }
@@ -287,6 +293,10 @@ mod tests {
             ),
             ("é.b x.é", "é.b x.é"),
             ("a.b.c.d 1.a.2 1.2.a", "a b c d 1 a 2 1.2 a"),
+            (
+                "covid-19 2026-11-25 x1-y state-of-the-art -5 a--5 a.1-2",
+                "covid 19 2026 11 25 x1-y state-of-the-art -5 a--5 a 1 2",
+            ),
         ] {
             assert_eq!(spaced(text), read, "{text}");
         }

@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn unicode_words_are_cut_on_character_boundaries() {
         assert_eq!(
-            snippet("Café crème — naïve résumé", &terms(&["naïv"])),
+            snippet("Café crème — naïve résumé", &terms(&["naiv"])),
             "Café crème — **naïve** résumé"
         );
     }

@@ -226,7 +226,7 @@ mod tests {
         for content in [
             json!(42),
             json!({"n": 1.5}),
-            json!("covid-19 cases"),
+            json!("x1-y cases"),
             json!("naïve"),
             json!({"a/b": "x"}),
             json!("w1 ".repeat(MOST_POSITIONS + 1)),

@@ -414,7 +414,7 @@ async fn write_everywhere<S: Store>(store: &S, text: &str, key: &str, object: &s
 async fn compounds_are_found_by_their_parts<S: Store>(store: S, _db: &TestDb) {
     let any = Filters::default();
     let text = "fixed src/auth/validate.ts, README.md and config1.yaml; \
-                mail ops-team@example.com about build 3.14";
+                mail ops-team@example.com about build 3.14 and covid-19";
     write_everywhere(&store, text, "notes/deploy.md", "validate.ts").await;
     let expected = [
         (Source::Episodes, "e1"),
@@ -446,6 +446,8 @@ async fn compounds_are_found_by_their_parts<S: Store>(store: S, _db: &TestDb) {
             "config1",
             "ops-team",
             "\"3.14\"",
+            "19",
+            "covid-19",
         ] {
             let hits = found(&store, "t1", *source, query, &any).await;
             assert_eq!(described(&hits), [*item], "{source:?} {query}");
