@@ -194,6 +194,19 @@ where
         );
         return Ok(());
     }
+    let pending: Vec<String> = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .map(|m| format!("{:04} {}", m.version, m.description))
+        .collect();
+    if !pending.is_empty() {
+        // A migration's statements are not logged (they would be, whole,
+        // as slow statements): this says what is running while it runs.
+        tracing::info!(
+            migrations = %pending.join(", "),
+            "applying migrations (on large tables some take minutes: see the README)"
+        );
+    }
     Ok(run.await?)
 }
 

@@ -103,17 +103,18 @@ async fn migrate_then_serve_with_migrations_off(backend: Backend) {
     assert!(!stderr.contains("password"), "{stderr}");
 
     let migrated = engram(&["migrate", "--database-url", &fresh.url]);
+    let said = String::from_utf8_lossy(&migrated.stderr);
+    assert!(migrated.status.success(), "{said}");
+    // It says which migrations it applies.
     assert!(
-        migrated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&migrated.stderr)
+        said.contains("applying migrations") && said.contains("0001 memory"),
+        "{said}"
     );
-    // Running it again is a no-op.
-    assert!(
-        engram(&["migrate", "--database-url", &fresh.url])
-            .status
-            .success()
-    );
+    // Running it again is a no-op, and says nothing of applying.
+    let again = engram(&["migrate", "--database-url", &fresh.url]);
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{said}");
+    assert!(!said.contains("applying migrations"), "{said}");
 
     // The same settings from a config file.
     let dir = tempfile::tempdir().expect("temp dir");

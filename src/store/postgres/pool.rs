@@ -29,7 +29,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt};
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgQueryResult, PgRow};
-use sqlx::{Connection, Either, Execute, Executor, Postgres};
+use sqlx::{ConnectOptions, Connection, Either, Execute, Executor, Postgres};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::context::Tenant;
@@ -217,13 +217,16 @@ impl Pool {
 
     /// A connection of its own, outside the pool, set to see every row:
     /// for migrations and grants, which the owner runs and which may touch
-    /// rows of every tenant. Closed when dropped.
+    /// rows of every tenant. Closed when dropped. Its statements are not
+    /// logged: a migration that takes a while would otherwise be printed
+    /// whole, every line of it, as a slow statement.
     pub(super) async fn dedicated(&self) -> Result<PgConnection> {
         let connect = self
             .0
             .connect
             .clone()
-            .options([("engram.tenant", EVERY_TENANT)]);
+            .options([("engram.tenant", EVERY_TENANT)])
+            .disable_statement_logging();
         Ok(PgConnection::connect_with(&connect).await?)
     }
 
