@@ -22,19 +22,23 @@
 -- Memory and fact vectors were generated columns of their versions,
 -- copied to memory_search and fact_search by statement triggers (0016).
 -- The triggers now build the vector themselves, from the newest version
--- of each key or fact a statement writes, and the versions' columns stop
--- being filled: dropping their expression rewrites nothing, and no reader
--- is left (servers of the previous release search memory_search and
--- fact_search too, kept by these triggers).
+-- of each key or fact a statement writes; migration 0021 stops filling
+-- the versions' columns, which no one reads (servers of the previous
+-- release search memory_search and fact_search too, kept by these
+-- triggers).
 --
 -- The live items whose text holds such a compound or a non-ASCII letter
--- get their vectors again here: memory_search and fact_search rows, and episodes. That reads every
--- episode's text once (19 s for 1.8 million episodes on a 2-core machine)
--- and rewrites only the rows that hold one; appends go on meanwhile.
--- Servers of the previous release keep working during a rolling upgrade
--- (the vectors they build from plain text are the same under both
--- readings), but until they are replaced they ask for such a compound
--- whole, which the rows read again no longer hold.
+-- get their vectors again here: memory_search and fact_search rows, and
+-- episodes. That reads every episode's text once (19 s for 1.8 million
+-- episodes on a 2-core machine) and rewrites only the rows that hold one.
+-- Memory, fact and episode writes wait meanwhile (reads go on), so that
+-- no write made under the old reading falls after its table's pass and
+-- keeps an old vector. Servers of the previous release keep working
+-- during a rolling upgrade (the vectors they build from plain text are
+-- the same under both readings), but until they are replaced they ask
+-- for such a compound whole, which the rows read again no longer hold.
+
+LOCK TABLE memory_versions, fact_versions, episodes IN SHARE ROW EXCLUSIVE MODE;
 
 CREATE EXTENSION IF NOT EXISTS unaccent;
 
@@ -78,9 +82,6 @@ BEGIN
     RETURN NEW;
 END
 $$;
-
-ALTER TABLE memory_versions ALTER COLUMN search DROP EXPRESSION;
-ALTER TABLE fact_versions ALTER COLUMN search DROP EXPRESSION;
 
 CREATE OR REPLACE FUNCTION engram_memory_search_added() RETURNS trigger
     LANGUAGE plpgsql

@@ -562,6 +562,63 @@ async fn the_server_reads_plain_text_itself_where_the_database_lowercases_alike(
     assert!(store.text_in_rust().await.expect("the lowercasing check"));
 }
 
+/// Writes racing migration 0020 (memory sets and appends whose text the
+/// previous reading kept whole) neither fail nor deadlock, and every one is
+/// found by its parts afterwards: the migration holds the tables' writes
+/// while it reads them again, so none lands under the old reading after
+/// its table's pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_racing_the_reading_migration_are_read_the_new_way() {
+    use engram::ports::Database;
+    use engram::search::ports::SearchStore;
+
+    const EACH: usize = 25;
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    let store = db.pg_store().await;
+    store
+        .migrate_through(Some(19))
+        .await
+        .expect("the schema before");
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let w = writer(&store, "t1");
+    let sets = async {
+        for n in 0..EACH {
+            w.set(&format!("k{n}"), json!(format!("file{n}.txt"))).await;
+        }
+    };
+    let appends = async {
+        for n in 0..EACH {
+            // A decimal leaves the text to the trigger, as in the release
+            // before this reading.
+            let text = json!(format!("file{n}.txt is 1.5 MB"));
+            l.append(
+                "s1",
+                &[episode(&s1, Some(&format!("e{n}")), None, None, text)],
+            )
+            .await;
+        }
+    };
+    let migrate = async { store.migrate().await.expect("migrate") };
+    tokio::join!(sets, appends, migrate);
+
+    let query = Query::parse("query", "txt").expect("query");
+    for source in [Source::Memory, Source::Episodes] {
+        let hits = store
+            .search(
+                &Tenant::new("t1"),
+                &[source],
+                &query,
+                &Filters::default(),
+                100,
+            )
+            .await
+            .expect("search");
+        assert_eq!(hits.len(), EACH, "{source:?}: {:?}", described(&hits));
+    }
+}
+
 /// In a database whose text search lowercases `I` to a dotless `ı` (a
 /// Turkish `LC_CTYPE`), Postgres normalises everything: an episode's
 /// vector and a plain query are then made as the memory's vectors are, and
