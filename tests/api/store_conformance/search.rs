@@ -515,12 +515,8 @@ async fn diacritics_are_read_without_them<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
-/// What a database held before migration 0020 read compounds whole; the
-/// migration reads them again, so a memory value, a fact and an episode
-/// written then are found by their parts after it, as before it only by
-/// the whole compound.
-#[tokio::test]
-async fn compounds_written_before_their_reading_are_found_after_the_migration() {
+/// A Postgres store at the schema before migration 0020's reading.
+async fn before_the_reading() -> (TestDb, engram::store::PgStore) {
     use engram::ports::Database;
 
     let db = TestDb::new(crate::helpers::Backend::Postgres).await;
@@ -529,6 +525,18 @@ async fn compounds_written_before_their_reading_are_found_after_the_migration() 
         .migrate_through(Some(19))
         .await
         .expect("the schema before");
+    (db, store)
+}
+
+/// What a database held before migration 0020 read compounds whole; the
+/// migration reads them again, so a memory value, a fact and an episode
+/// written then are found by their parts after it, as before it only by
+/// the whole compound.
+#[tokio::test]
+async fn compounds_written_before_their_reading_are_found_after_the_migration() {
+    use engram::ports::Database;
+
+    let (_db, store) = before_the_reading().await;
     // A decimal keeps the episode's text from the server's reader, so the
     // previous trigger builds its vector, as it did then.
     let text = "validate.ts takes 1.5 s";
@@ -573,12 +581,7 @@ async fn writes_racing_the_reading_migration_are_read_the_new_way() {
     use engram::search::ports::SearchStore;
 
     const EACH: usize = 25;
-    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
-    let store = db.pg_store().await;
-    store
-        .migrate_through(Some(19))
-        .await
-        .expect("the schema before");
+    let (_db, store) = before_the_reading().await;
     let l = log(&store, "t1");
     l.create("s1", "app", "alice", 0).await;
     let s1 = id("s1");
