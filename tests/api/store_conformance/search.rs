@@ -390,6 +390,20 @@ async fn scores_do_not_depend_on_other_tenants<S: Store>(store: S, _db: &TestDb)
     }
 }
 
+/// Each query of `cases` finds `item` alone in `source` of tenant t1, with
+/// the given words marked in its snippet.
+async fn found_and_marked<S: Store>(store: &S, source: Source, item: &str, cases: &[(&str, &str)]) {
+    for (query, marked) in cases {
+        let hits = found(store, "t1", source, query, &Filters::default()).await;
+        assert_eq!(described(&hits), [item], "{source:?} {query}");
+        assert!(
+            hits[0].snippet.contains(marked),
+            "{source:?} {query}: {}",
+            hits[0].snippet
+        );
+    }
+}
+
 /// Writes `text` to tenant t1 as episode `e1` of alice's session s1 and as
 /// the value of `key`, and a fact of `ops@example.com` liking `object`.
 async fn write_everywhere<S: Store>(store: &S, text: &str, key: &str, object: &str) {
@@ -422,21 +436,14 @@ async fn compounds_are_found_by_their_parts<S: Store>(store: S, _db: &TestDb) {
         (Source::Facts, "ops@example.com"),
     ];
     for (source, item) in expected {
-        for (query, marked) in [
+        let cases = [
             ("validate", "**validate**"),
             ("ts", "**ts**"),
             ("validate.ts", "**validate**.**ts**"),
             ("example", "**example**"),
             ("example.com", "**example**.**com**"),
-        ] {
-            let hits = found(&store, "t1", source, query, &any).await;
-            assert_eq!(described(&hits), [item], "{source:?} {query}");
-            assert!(
-                hits[0].snippet.contains(marked),
-                "{source:?} {query}: {}",
-                hits[0].snippet
-            );
-        }
+        ];
+        found_and_marked(&store, source, item, &cases).await;
     }
     for (source, item) in &expected[..2] {
         for query in [
@@ -493,21 +500,14 @@ async fn diacritics_are_read_without_them<S: Store>(store: S, _db: &TestDb) {
     )
     .await;
     for (source, item) in [(Source::Episodes, "e1"), (Source::Memory, "menu@1")] {
-        for (query, marked) in [
+        let cases = [
             ("cafe", "**café**"),
             ("café", "**café**"),
             ("CAFÉ", "**café**"),
             ("naive", "**naïve**"),
             ("naïve", "**naïve**"),
-        ] {
-            let hits = found(&store, "t1", source, query, &any).await;
-            assert_eq!(described(&hits), [item], "{source:?} {query}");
-            assert!(
-                hits[0].snippet.contains(marked),
-                "{source:?} {query}: {}",
-                hits[0].snippet
-            );
-        }
+        ];
+        found_and_marked(&store, source, item, &cases).await;
     }
     for query in ["creme", "brûlée", "brulee"] {
         let hits = found(&store, "t1", Source::Facts, query, &any).await;
