@@ -407,18 +407,23 @@ impl Normalized {
 }
 
 /// The query normalised in Rust, when every word and phrase of it is
-/// plain text ([`english::plain`]), as Postgres would normalise it.
+/// plain text ([`english::plain`]), as Postgres would normalise it. Each
+/// text is read once; its lexemes and its phrase both come of that.
 fn plain(texts: &[String], query: &Query) -> Option<Normal> {
-    let each = |list: &[String], f: fn(&[Option<String>]) -> String| -> Option<Vec<String>> {
-        list.iter()
-            .map(|text| english::plain(text).map(|words| f(&words)))
-            .collect()
+    let read = |list: &[String]| -> Option<Vec<Vec<Option<String>>>> {
+        list.iter().map(|text| english::plain(text)).collect()
     };
+    let texts = read(texts)?;
+    let mut tsqueries: Vec<String> = texts.iter().map(|w| english::phrase(w)).collect();
+    let phrases = tsqueries.split_off(query.words.len().min(tsqueries.len()));
     Some(Normal {
-        lexemes: each(texts, english::distinct)?,
-        words: each(&query.words, english::phrase)?,
-        phrases: each(&query.phrases, english::phrase)?,
-        excluded: each(&query.excluded, english::phrase)?,
+        lexemes: texts.iter().map(|w| english::distinct(w)).collect(),
+        words: tsqueries,
+        phrases,
+        excluded: read(&query.excluded)?
+            .iter()
+            .map(|w| english::phrase(w))
+            .collect(),
     })
 }
 
@@ -447,8 +452,9 @@ impl Plan {
         Ok(Self::build(query, &normal))
     }
 
-    /// Asks Postgres for the lexemes of each word and phrase (`texts`) and
-    /// the tsquery of each phrase and exclusion, read as the vectors are
+    /// Asks Postgres for the lexemes and the tsquery of each word and
+    /// phrase (`texts`, words first) and the tsquery of each exclusion,
+    /// read as the vectors are
     /// (`engram_english`, migration 0020: `english`, with diacritics
     /// removed from words that hold a non-ASCII letter).
     async fn normalize(conn: &mut Lease, texts: &[String], query: &Query) -> Result<Normal> {
@@ -457,29 +463,24 @@ impl Plan {
                 "SELECT ARRAY(SELECT array_to_string(ARRAY(SELECT u.lexeme \
                  FROM unnest(to_tsvector('engram_english', t.w)) u ORDER BY u.positions[1]), ' ') \
                  FROM unnest($1::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i), \
-                 ARRAY(SELECT phraseto_tsquery('engram_english', t.p)::text \
-                 FROM unnest($2::text[]) WITH ORDINALITY AS t(p, i) ORDER BY t.i), \
-                 ARRAY(SELECT phraseto_tsquery('engram_english', t.x)::text \
-                 FROM unnest($3::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i), \
                  ARRAY(SELECT phraseto_tsquery('engram_english', t.w)::text \
-                 FROM unnest($4::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i)"
+                 FROM unnest($1::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i), \
+                 ARRAY(SELECT phraseto_tsquery('engram_english', t.x)::text \
+                 FROM unnest($2::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i)"
                     .to_owned(),
-                &[
-                    Param::TextList(texts),
-                    Param::TextList(&query.phrases),
-                    Param::TextList(&query.excluded),
-                    Param::TextList(&query.words),
-                ],
+                &[Param::TextList(texts), Param::TextList(&query.excluded)],
             )
             .await?
             .into_iter()
             .next()
             .ok_or_else(|| Error::internal("query normalisation returned no row"))?;
+        let mut words: Vec<String> = row.try_get(1)?;
+        let phrases = words.split_off(query.words.len().min(words.len()));
         Ok(Normal {
             lexemes: row.try_get(0)?,
-            phrases: row.try_get(1)?,
+            words,
+            phrases,
             excluded: row.try_get(2)?,
-            words: row.try_get(3)?,
         })
     }
 
