@@ -53,8 +53,27 @@ struct Table {
     keys: &'static [(&'static str, &'static str)],
 }
 
-fn table(source: Source) -> Table {
+fn table(source: Source, filters: &Filters) -> Table {
     match source {
+        // memory_search holds exactly the live keys, each at its current
+        // version with that version's vector (migration 0016), so the
+        // matches are read from it alone, under the heads' alias and with
+        // the heads' `deleted` false: the filters' conditions name the
+        // same columns. Joined to the heads, a generic plan looked up each
+        // match's head by its key, whatever the number of matches: a word
+        // held by all 10,002 keys took 43 ms (`EXPLAIN ANALYZE`), against
+        // 16 from memory_search alone. A time filter names the head's
+        // update time, so it keeps the join.
+        Source::Memory if filters.start.is_none() && filters.end.is_none() => Table {
+            from: "(SELECT *, false AS deleted FROM memory_search) h",
+            vector: "h.search",
+            keys: &[
+                ("h.scope_type", "int2"),
+                ("h.scope", "text"),
+                ("h.key", "text"),
+                ("h.version", "int8"),
+            ],
+        },
         // The current versions' vectors (migration 0016): older versions
         // are not read.
         Source::Memory => Table {
@@ -166,7 +185,7 @@ async fn ranked(
     limit: usize,
 ) -> Result<Vec<(f64, Item)>> {
     let bounds = Bounds::of(filters);
-    let Table { from, vector, keys } = table(source);
+    let Table { from, vector, keys } = table(source, filters);
     // Parameters: $1 the tsquery, $2 the terms, then the filters' and the
     // population's.
     let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
