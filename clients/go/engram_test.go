@@ -134,8 +134,14 @@ func TestMemory(t *testing.T) {
 	if err != nil || len(list.GetEntries()) != 1 {
 		t.Fatalf("list: %v %v", list, err)
 	}
-	if _, err := client.Memory.Delete(ctx, &engramv1.DeleteRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme"}); err != nil {
-		t.Fatal(err)
+	// A retried delete with the same request id answers with the first
+	// tombstone and writes no other.
+	deleteRequest := &engramv1.DeleteRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme", RequestId: "d1"}
+	for attempt := 0; attempt < 2; attempt++ {
+		deleted, err := client.Memory.Delete(ctx, deleteRequest)
+		if err != nil || deleted.GetEntry().GetVersion() != 3 || !deleted.GetEntry().GetDeleted() {
+			t.Fatalf("delete, attempt %d: %v %v", attempt, deleted, err)
+		}
 	}
 	history, err := client.Memory.History(ctx, &engramv1.HistoryRequest{ScopeType: ns, Scope: "prefs", Key: "user/theme"})
 	if err != nil {

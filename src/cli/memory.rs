@@ -157,6 +157,9 @@ enum Command {
         /// Only delete if the newest version is this one
         #[arg(long)]
         expected_version: Option<i64>,
+        /// Makes retrying this command safe
+        #[arg(long)]
+        request_id: Option<String>,
     },
     /// Write a new version holding an older version's value (restores a
     /// deleted key too); recorded in the scope's audit log
@@ -701,6 +704,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
             key,
             scope,
             expected_version,
+            request_id,
         } => {
             let (scope_type, scope) = scope.proto();
             let entry = memory
@@ -709,7 +713,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     scope,
                     key,
                     expected_version,
-                    request_id: String::new(),
+                    request_id: request_id.unwrap_or_default(),
                 })
                 .await?
                 .into_inner()

@@ -89,6 +89,9 @@ pub struct DeleteArgs {
     key: String,
     /// Delete only if the key's newest version is this one
     expected_version: Option<i64>,
+    /// Makes a retry of this delete safe: the same id answers with the
+    /// first delete's result
+    request_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -500,7 +503,7 @@ impl Engram {
                 scope,
                 key: args.key,
                 expected_version: args.expected_version,
-                request_id: String::new(),
+                request_id: args.request_id.unwrap_or_default(),
             })
             .await?
             .into_inner()

@@ -106,7 +106,7 @@ async fn memory_commands_against_a_server() {
         conflict.stderr
     );
 
-    let tombstone = cli.json(&with(&["delete", "user/lang"]));
+    let tombstone = cli.json(&with(&["delete", "user/lang", "--request-id", "d1"]));
     assert_eq!(
         (
             tombstone["deleted"].as_bool(),
@@ -114,6 +114,11 @@ async fn memory_commands_against_a_server() {
         ),
         (Some(true), Some(2))
     );
+    // A retried delete answers with the first tombstone; without the id
+    // there is nothing left to delete.
+    let retried = cli.json(&with(&["delete", "user/lang", "--request-id", "d1"]));
+    assert_eq!(retried, tombstone);
+    assert_eq!(cli.run(&with(&["delete", "user/lang"])).code, 3);
     let missing = cli.run(&with(&["get", "user/lang"]));
     assert_eq!(missing.code, 3);
     assert!(missing.stderr.contains("KEY_DELETED"), "{}", missing.stderr);

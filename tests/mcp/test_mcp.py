@@ -99,8 +99,12 @@ async def test_memory_tools(connect: Connect) -> None:
         )
         assert [e["key"] for e in rest["entries"]] == ["notes/2"] and rest["next_page_token"] == ""
 
-        deleted = structured(await session.call_tool("memory_delete", {**scope, "key": "user/theme"}))
+        # Request ids are the tenant's, and every transport's run shares it.
+        delete = {**scope, "key": "user/theme", "request_id": unique("d")}
+        deleted = structured(await session.call_tool("memory_delete", delete))
         assert deleted["entry"]["deleted"] is True and deleted["entry"]["version"] == 3
+        retried = structured(await session.call_tool("memory_delete", delete))
+        assert retried == deleted, "a retried delete answers with the first tombstone"
         gone = error(await session.call_tool("memory_get", {**scope, "key": "user/theme"}))
         assert gone["code"] == "NOT_FOUND"
 

@@ -93,8 +93,10 @@ def test_memory(server: Server) -> None:
             assert lost.value.reason == "VERSION_MISMATCH"
             assert lost.value.metadata["current_version"] == "2"
 
-            tombstone = await client.memory.delete("user_42/theme")
+            tombstone = await client.memory.delete("user_42/theme", request_id="d-aio")
             assert (tombstone.version, tombstone.deleted) == (3, True)
+            again = await client.memory.delete("user_42/theme", request_id="d-aio")
+            assert again.version == 3, "a replayed request_id writes nothing"
             history = [(e.version, e.deleted) async for e in client.memory.history("user_42/theme")]
             assert history == [(1, False), (2, False), (3, True)]
             restored = await client.memory.rollback("user_42/theme", 1)

@@ -45,8 +45,10 @@ def test_memory_round_trip(server: Server) -> None:
         assert client.memory.get("nope") is None
         assert [e.key for e in client.memory.list("user_42/")] == ["user_42/lang", "user_42/theme"]
 
-        tombstone = client.memory.delete("user_42/theme")
+        tombstone = client.memory.delete("user_42/theme", request_id="d-sync")
         assert (tombstone.version, tombstone.deleted) == (3, True)
+        again = client.memory.delete("user_42/theme", request_id="d-sync")
+        assert again.version == 3, "a replayed request_id answers with the first tombstone"
         assert client.memory.get("user_42/theme") is None
         restored = client.memory.rollback("user_42/theme", 1)
         assert (restored.version, restored.value) == (4, {"mode": "dark", "n": 2})

@@ -544,9 +544,12 @@ class Memory:
         for response in self._client.stream(self._client.stubs.memory.History, request):
             yield Entry.from_proto(response.entry)
 
-    def delete(self, key: str, *, expected_version: int | None = None) -> Entry:
-        """Writes a tombstone; returns it."""
-        request = self._scope.delete(key, expected_version)
+    def delete(
+        self, key: str, *, expected_version: int | None = None, request_id: str | None = None
+    ) -> Entry:
+        """Writes a tombstone; returns it. A retry with the same
+        ``request_id`` returns the first tombstone instead of failing."""
+        request = self._scope.delete(key, expected_version, request_id)
         return Entry.from_proto(self._client.call(self._client.stubs.memory.Delete, request).entry)
 
     def rollback(self, key: str, to_version: int) -> Entry:

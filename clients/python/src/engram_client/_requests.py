@@ -251,8 +251,12 @@ class Scope:
             scope_type=self.scope_type, scope=self.scope, key=key, from_version=from_version
         )
 
-    def delete(self, key: str, expected_version: int | None) -> memory_pb2.DeleteRequest:
-        request = memory_pb2.DeleteRequest(scope_type=self.scope_type, scope=self.scope, key=key)
+    def delete(
+        self, key: str, expected_version: int | None, request_id: str | None = None
+    ) -> memory_pb2.DeleteRequest:
+        request = memory_pb2.DeleteRequest(
+            scope_type=self.scope_type, scope=self.scope, key=key, request_id=request_id or ""
+        )
         if expected_version is not None:
             request.expected_version = expected_version
         return request

@@ -308,9 +308,11 @@ class AsyncMemory:
         async for response in self._client.stream(self._client.stubs.memory.History, request):
             yield Entry.from_proto(response.entry)
 
-    async def delete(self, key: str, *, expected_version: int | None = None) -> Entry:
-        """Writes a tombstone; returns it."""
-        request = self._scope.delete(key, expected_version)
+    async def delete(
+        self, key: str, *, expected_version: int | None = None, request_id: str | None = None
+    ) -> Entry:
+        """Writes a tombstone; returns it (see :meth:`Memory.delete`)."""
+        request = self._scope.delete(key, expected_version, request_id)
         response = await self._client.call(self._client.stubs.memory.Delete, request)
         return Entry.from_proto(response.entry)
 
