@@ -266,7 +266,7 @@ fn print_table(header: [&str; 4], rows: &[[String; 4]]) {
 impl RulesCommand {
     pub async fn run(self) -> CliResult {
         let channel = connect(&self.client).await?;
-        let output = self.client.output;
+        let output = self.client.output();
         let mut rules = ConsolidationServiceClient::new(channel);
         match self.command {
             RuleCommand::Create {
@@ -500,7 +500,7 @@ fn fact_line(fact: &proto::Fact) -> String {
 impl FactsCommand {
     pub async fn run(self) -> CliResult {
         let channel = connect(&self.client).await?;
-        let output = self.client.output;
+        let output = self.client.output();
         let mut facts = ConsolidationServiceClient::new(channel);
         match self.command {
             FactCommand::List { app, user, kind } => {

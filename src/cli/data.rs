@@ -174,7 +174,7 @@ impl ImportCommand {
         reader.abort();
         progress.finish();
         let done = done?.into_inner();
-        match self.client.output {
+        match self.client.output() {
             Output::Json => print_json(&json!({
                 "imported": done.imported,
                 "unchanged": done.unchanged,
@@ -251,7 +251,7 @@ impl ForgetUserCommand {
             })
             .await?
             .into_inner();
-        match self.client.output {
+        match self.client.output() {
             Output::Json => print_json(&forgotten_json(&done)),
             Output::Text => {
                 let verb = if done.dry_run {

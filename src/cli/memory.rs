@@ -515,7 +515,7 @@ fn purge_report(
 impl MemoryCommand {
     pub async fn run(self) -> CliResult {
         let channel = connect(&self.client).await?;
-        let output = self.client.output;
+        let output = self.client.output();
         run(channel, output, self.command).await
     }
 }

@@ -36,7 +36,11 @@ pub struct ClientArgs {
 
     /// Output format: text for people, json (one document per result) for scripts
     #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
-    pub output: Output,
+    output: Output,
+
+    /// The same as --output json
+    #[arg(long, global = true, conflicts_with = "output")]
+    json: bool,
 
     /// The bearer token to call with, when the server requires one
     #[arg(long, env = "ENGRAM_TOKEN", hide_env_values = true, global = true)]
@@ -67,6 +71,11 @@ pub struct ClientArgs {
 }
 
 impl ClientArgs {
+    /// How to print: `--json` or `--output`.
+    pub fn output(&self) -> Output {
+        if self.json { Output::Json } else { self.output }
+    }
+
     /// TLS settings for an https:// server, from the flags.
     fn tls(&self) -> CliResult<Option<ClientTlsConfig>> {
         let secure = self.server.starts_with("https://");

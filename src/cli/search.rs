@@ -214,7 +214,7 @@ impl SearchCommand {
             .await?
             .into_inner()
             .hits;
-        match self.client.output {
+        match self.client.output() {
             Output::Json => print_json(&json!({
                 "hits": hits.iter().map(hit_json).collect::<Vec<_>>(),
             })),

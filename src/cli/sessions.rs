@@ -166,7 +166,7 @@ fn print_session(output: Output, session: Option<proto::Session>) {
 impl SessionsCommand {
     pub async fn run(self) -> CliResult {
         let channel = connect(&self.client).await?;
-        let output = self.client.output;
+        let output = self.client.output();
         let mut sessions = SessionServiceClient::new(channel);
         match self.command {
             SessionCommand::Create {
@@ -485,7 +485,7 @@ fn print_episodes(output: Output, episodes: &[proto::Episode]) {
 impl EpisodesCommand {
     pub async fn run(self) -> CliResult {
         let channel = connect(&self.client).await?;
-        let output = self.client.output;
+        let output = self.client.output();
         let mut episodes = EpisodeServiceClient::new(channel);
         match self.command {
             EpisodeCommand::Append {

@@ -16,6 +16,10 @@ pub struct TokenCommand {
     /// Output format: text for people, json for scripts
     #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
     output: Output,
+
+    /// The same as --output json
+    #[arg(long, global = true, conflicts_with = "output")]
+    json: bool,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -37,7 +41,12 @@ enum Action {
 }
 
 impl TokenCommand {
+    fn output(&self) -> Output {
+        if self.json { Output::Json } else { self.output }
+    }
+
     pub fn run(self) -> CliResult {
+        let output = self.output();
         match self.action {
             Action::New { tenant, admin } => {
                 let token = auth::new_token();
@@ -45,7 +54,7 @@ impl TokenCommand {
                 let line = format!("{hash} {tenant}{}", if admin { " admin" } else { "" });
                 // The line goes through the same parser as the server's.
                 auth::Authenticator::parse(&line).map_err(|err| CliError::usage(err.message))?;
-                match self.output {
+                match output {
                     Output::Json => super::print_json(&json!({
                         "token": token,
                         "sha256": hash,
@@ -69,7 +78,7 @@ impl TokenCommand {
                     return Err(CliError::usage("no token on stdin"));
                 }
                 let hash = auth::hash_token(token);
-                match self.output {
+                match output {
                     Output::Json => super::print_json(&json!({ "sha256": hash })),
                     Output::Text => println!("{hash}"),
                 }

@@ -141,7 +141,7 @@ fn struct_json(object: Option<prost_types::Struct>) -> serde_json::Value {
 impl WorkingCommand {
     pub async fn run(self) -> CliResult {
         let channel = connect(&self.client).await?;
-        let output = self.client.output;
+        let output = self.client.output();
         let mut working = WorkingMemoryServiceClient::new(channel);
         let (session_id, app, user) = (self.session, self.app, self.user);
         let needs_session = !matches!(self.command, Command::Procedure { .. } | Command::Tools);

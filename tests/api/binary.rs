@@ -197,7 +197,8 @@ on_both_stores!(
 /// (exit code 6). A non-loopback bind without tokens does not start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_from_the_cli_to_the_server() {
-    let out = engram(&["token", "new", "--tenant", "acme", "--output", "json"]);
+    // `--json` is `--output json`.
+    let out = engram(&["token", "new", "--tenant", "acme", "--json"]);
     assert!(
         out.status.success(),
         "{}",

@@ -76,6 +76,28 @@ async fn memory_commands_against_a_server() {
         json!("dark")
     );
 
+    // `--json` is `--output json`, and the two together are a usage error.
+    let plain = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(["memory", "--server", &cli.server])
+            .args(args)
+            .args(scope)
+            .output()
+            .expect("run engram memory")
+    };
+    let out = plain(&["get", "user/lang", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).expect("json"),
+        cli.json(&with(&["get", "user/lang"]))
+    );
+    let both = plain(&["get", "user/lang", "--json", "--output", "text"]);
+    assert_eq!(both.status.code(), Some(2));
+
     let listed = cli.json(&with(&["list", "--prefix", "user/"]));
     let keys: Vec<&str> = listed
         .as_array()
