@@ -15,7 +15,8 @@ pub const MAX_TERMS: usize = 64;
 /// A parsed query. Every word and phrase has at least one letter or digit,
 /// and `/`, and a `.` or `@` inside a compound, are read as spaces
 /// ([`english::spaced`]), so `src/auth/validate.ts` is found by its parts
-/// as the indexes store them.
+/// as the indexes store them. So is a hyphen between letters or digits
+/// ([`apart`]): `state-of-the-art` looks for its words side by side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     /// Optional words: an item matching any is a candidate.
@@ -117,12 +118,35 @@ impl Query {
 }
 
 /// Collapses whitespace and reads compounds as the indexes do
-/// ([`english::spaced`]).
+/// ([`english::spaced`]), hyphenated words as their parts ([`apart`]).
 fn normalize(term: &str) -> String {
-    super::english::spaced(term)
+    apart(&super::english::spaced(term))
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A query's hyphens between letters or digits as spaces, so that a
+/// hyphenated word looks for its parts side by side. Postgres indexes
+/// `state-of-the-art` as the whole compound followed by its parts, and
+/// SQLite as its parts alone; asked for the parts, both find the
+/// compound and the words written apart ("the state of the art"), as
+/// SQLite always did, where a query for the compound found only the
+/// compound on Postgres. Only queries are read this way: the indexes
+/// keep the compound.
+fn apart(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .iter()
+        .enumerate()
+        .map(|(at, &c)| {
+            let joins = c == '-'
+                && at > 0
+                && chars[at - 1].is_alphanumeric()
+                && chars.get(at + 1).is_some_and(|next| next.is_alphanumeric());
+            if joins { ' ' } else { c }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -142,7 +166,12 @@ mod tests {
         let unclosed = Query::parse("query", r#"say "hello there"#).expect("valid");
         assert_eq!(unclosed.phrases, vec!["hello there"]);
         let dash = Query::parse("query", "state-of-the-art - x").expect("valid");
-        assert_eq!(dash.words, vec!["state-of-the-art", "x"]);
+        assert_eq!(dash.words, vec!["state of the art", "x"]);
+        let hyphens =
+            Query::parse("query", r#"-well-known "e-mail café-bar" v2-beta a- -b"#).expect("valid");
+        assert_eq!(hyphens.words, vec!["v2 beta", "a-"]);
+        assert_eq!(hyphens.phrases, vec!["e mail café bar"]);
+        assert_eq!(hyphens.excluded, vec!["well known", "b"]);
     }
 
     #[test]

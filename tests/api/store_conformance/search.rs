@@ -670,8 +670,47 @@ async fn a_turkish_database_normalises_text_in_postgres() {
     assert!(vector.contains("'ınvoıc'"), "{vector}");
 }
 
+/// A hyphenated query word looks for its parts side by side: it finds the
+/// compound and the words written apart, not the words in another order,
+/// and excludes both alike.
+async fn hyphenated_words_find_their_parts_written_apart<S: Store>(store: S, _db: &TestDb) {
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let said = |name: &'static str, text: &str| episode(&s1, Some(name), None, None, json!(text));
+    l.append(
+        "s1",
+        &[
+            said("joined", "a state-of-the-art parser"),
+            said("apart", "the state of the art in parsing"),
+            said("shuffled", "the art of the state"),
+        ],
+    )
+    .await;
+    let any = Filters::default();
+    for query in [
+        "state-of-the-art",
+        "\"state-of-the-art\"",
+        "\"state of the art\"",
+    ] {
+        let mut hits = described(&found(&store, "t1", Source::Episodes, query, &any).await);
+        hits.sort();
+        assert_eq!(hits, ["apart", "joined"], "{query}");
+    }
+    let rest = found(
+        &store,
+        "t1",
+        Source::Episodes,
+        "art -state-of-the-art",
+        &any,
+    )
+    .await;
+    assert_eq!(described(&rest), ["shuffled"]);
+}
+
 store_suite!(
     memory_finds_current_versions_only,
+    hyphenated_words_find_their_parts_written_apart,
     scores_do_not_depend_on_other_tenants,
     episodes_rank_and_filter,
     long_items_rank_by_their_length,
