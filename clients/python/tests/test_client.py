@@ -170,6 +170,9 @@ def test_compare_and_set_and_invalid_input(server: Server) -> None:
         assert lost.value.reason == "VERSION_MISMATCH"
         assert lost.value.metadata["current_version"] == "1"
         assert client.memory.set("k", 2, expected_version=1).version == 2
+        with pytest.raises(Conflict) as exists:  # 0: only if the key has no live value
+            client.memory.set("k", 3, expected_version=0)
+        assert exists.value.metadata["current_version"] == "2"
 
         with pytest.raises(InvalidArgument) as bad:
             client.memory.set("has space", 1)
