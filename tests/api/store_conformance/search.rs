@@ -570,6 +570,37 @@ async fn the_server_reads_plain_text_itself_where_the_database_lowercases_alike(
     assert!(store.text_in_rust().await.expect("the lowercasing check"));
 }
 
+/// Memory and fact vectors are indexed by tenant and words (migration
+/// 0022), so a search looks its tenant's matches up in the index and
+/// never reads another tenant's rows; no index of the words alone is left
+/// for a plan to read every tenant's matches through.
+#[tokio::test]
+async fn memory_and_fact_vectors_are_indexed_by_tenant() {
+    use engram::ports::Database;
+    use sqlx::Connection;
+
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    db.pg_store().await.migrate().await.expect("migrate");
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    let indexes: Vec<(String, String)> = sqlx::query_as(
+        "SELECT tablename::text, indexdef FROM pg_indexes \
+         WHERE tablename IN ('memory_search', 'fact_search') AND indexdef LIKE '%USING gin%' \
+         ORDER BY tablename",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the search indexes");
+    let kept: Vec<(&str, bool)> = indexes
+        .iter()
+        .map(|(table, def)| (table.as_str(), def.ends_with("USING gin (tenant, search)")))
+        .collect();
+    assert_eq!(
+        kept,
+        [("fact_search", true), ("memory_search", true)],
+        "{indexes:?}"
+    );
+}
+
 /// Writes racing migration 0020 (memory sets and appends whose text the
 /// previous reading kept whole) neither fail nor deadlock, and every one is
 /// found by its parts afterwards: the migration holds the tables' writes
