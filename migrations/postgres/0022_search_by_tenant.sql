@@ -17,15 +17,21 @@
 -- first while serving:
 --   CREATE INDEX CONCURRENTLY memory_search_tenant ON memory_search USING gin (tenant, search);
 --   CREATE INDEX CONCURRENTLY fact_search_tenant ON fact_search USING gin (tenant, search);
--- and this migration then only drops the old ones. Servers of the release
--- before keep working: their searches name the same columns.
+-- The indexes of the words alone are dropped by migrations of their own
+-- (0025, 0026): a drop takes the table's exclusive lock, and taken after
+-- this build's lock in one transaction it could deadlock with a writer
+-- that read the table before writing it (the race test met that with
+-- the episodes' index). Servers of the release before keep working:
+-- their searches name the same columns.
 CREATE INDEX IF NOT EXISTS memory_search_tenant ON memory_search USING gin (tenant, search);
-DROP INDEX IF EXISTS memory_search_search;
 CREATE INDEX IF NOT EXISTS fact_search_tenant ON fact_search USING gin (tenant, search);
-DROP INDEX IF EXISTS fact_search_search;
 
+-- The pending lists of the search indexes there are: those of 0013 and
+-- 0016 until they are dropped, then these.
 CREATE OR REPLACE FUNCTION engram_merge_search_pending() RETURNS bigint
     LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT
-    AS $$ SELECT gin_clean_pending_list('episodes_search_user'::regclass)
-              + gin_clean_pending_list('memory_search_tenant'::regclass)
-              + gin_clean_pending_list('fact_search_tenant'::regclass) $$;
+    AS $$ SELECT coalesce(sum(gin_clean_pending_list(to_regclass(i))), 0)::bigint
+          FROM unnest(ARRAY['episodes_search_user', 'episodes_search_tenant',
+                            'memory_search_search', 'memory_search_tenant',
+                            'fact_search_search', 'fact_search_tenant']) AS i
+          WHERE to_regclass(i) IS NOT NULL $$;

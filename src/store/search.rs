@@ -85,6 +85,8 @@ pub(super) struct Conditions<'a> {
     pub(super) sql: String,
     pub(super) params: Vec<Param<'a>>,
     first: usize,
+    /// The episodes' tenant condition as written in `sql`.
+    tenant: Option<String>,
 }
 
 impl<'a> Conditions<'a> {
@@ -93,6 +95,18 @@ impl<'a> Conditions<'a> {
         let placeholder = format!("${}", self.first + self.params.len());
         self.add(&condition.replace('$', &placeholder));
         self.params.push(param);
+    }
+
+    /// `sql` with the episodes' tenant condition kept out of the plan's
+    /// index conditions (`IS TRUE` means the same here), for a search by
+    /// user: the episodes' search index holds the tenant too (Postgres
+    /// migration 0023), and a tenant's entry there lists every episode of
+    /// the tenant, which a user's search has no need to read.
+    pub(super) fn tenant_unindexed(&self) -> String {
+        match &self.tenant {
+            Some(tenant) => self.sql.replacen(tenant, &format!("({tenant}) IS TRUE"), 1),
+            None => self.sql.clone(),
+        }
     }
 
     fn add(&mut self, condition: &str) {
@@ -128,6 +142,7 @@ pub(super) fn conditions<'a>(
         sql: String::new(),
         params: Vec::new(),
         first,
+        tenant: None,
     };
     let time = match source {
         Source::Memory => {
@@ -164,6 +179,7 @@ pub(super) fn conditions<'a>(
             "f.update_time"
         }
         Source::Episodes => {
+            c.tenant = Some(format!("e.tenant = ${}", c.first + c.params.len()));
             c.push("e.tenant = $", tenant.as_str().into());
             if let Some(app) = &filters.app {
                 c.push("e.app = $", app.as_str().into());

@@ -210,6 +210,20 @@ async fn ranked(
     } else {
         format!("{vector} @@ $1::tsquery")
     };
+    // The episodes' index holds the tenant, the user and the words
+    // (migration 0023). A search by user reads the user's entry and the
+    // words' and leaves the tenant's out: in a server of one tenant its
+    // entry lists every episode (0.51 against 0.13 ms of index scan when
+    // 0009's index read it). A search of a whole tenant reads its entry,
+    // so that it never visits other tenants' episodes: a tenant of 50
+    // episodes searching two common words read 75,352 of another
+    // tenant's from the table on a generic plan, 6.7 s, when the index
+    // held only the user and the words.
+    let narrowed = if source == Source::Episodes && filters.user.is_some() {
+        filter.tenant_unindexed()
+    } else {
+        filter.sql.clone()
+    };
     // Each match's vector is cut down to the query's terms as it is read
     // (the terms marked with weight A, then only what weighs A kept): a few
     // bytes where a 30-word episode's whole vector is about 400. Ranking
@@ -224,10 +238,9 @@ async fn ranked(
     let sql = format!(
         "SELECT {n}::bigint, array_agg(v), array_agg(l), {lists} FROM (SELECT {named}, \
          tsvectorsend(ts_filter(setweight({vector}, 'A', $2::text[]), '{{a}}')) AS v, \
-         length({vector}) AS l FROM {from} WHERE {w} AND {matched} LIMIT {MATCHES}) m",
+         length({vector}) AS l FROM {from} WHERE {narrowed} AND {matched} LIMIT {MATCHES}) m",
         named = named.join(", "),
         lists = lists.join(", "),
-        w = filter.sql,
     );
     let row = conn
         .rows_built(sql, &params)

@@ -571,11 +571,12 @@ async fn the_server_reads_plain_text_itself_where_the_database_lowercases_alike(
 }
 
 /// Memory and fact vectors are indexed by tenant and words (migration
-/// 0022), so a search looks its tenant's matches up in the index and
-/// never reads another tenant's rows; no index of the words alone is left
-/// for a plan to read every tenant's matches through.
+/// 0022), episodes' by tenant, user and words (0023), so a search looks
+/// its tenant's matches up in the index and never reads another tenant's
+/// rows; no index of the words alone is left for a plan to read every
+/// tenant's matches through.
 #[tokio::test]
-async fn memory_and_fact_vectors_are_indexed_by_tenant() {
+async fn search_vectors_are_indexed_by_tenant() {
     use engram::ports::Database;
     use sqlx::Connection;
 
@@ -584,7 +585,8 @@ async fn memory_and_fact_vectors_are_indexed_by_tenant() {
     let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
     let indexes: Vec<(String, String)> = sqlx::query_as(
         "SELECT tablename::text, indexdef FROM pg_indexes \
-         WHERE tablename IN ('memory_search', 'fact_search') AND indexdef LIKE '%USING gin%' \
+         WHERE tablename IN ('memory_search', 'fact_search', 'episodes') \
+         AND indexdef LIKE '%USING gin%' \
          ORDER BY tablename",
     )
     .fetch_all(&mut conn)
@@ -592,11 +594,24 @@ async fn memory_and_fact_vectors_are_indexed_by_tenant() {
     .expect("the search indexes");
     let kept: Vec<(&str, bool)> = indexes
         .iter()
-        .map(|(table, def)| (table.as_str(), def.ends_with("USING gin (tenant, search)")))
+        .map(|(table, def)| {
+            let columns = match table.as_str() {
+                "episodes" => "(tenant, user_id, search)",
+                _ => "(tenant, search)",
+            };
+            (
+                table.as_str(),
+                def.ends_with(&format!("USING gin {columns}")),
+            )
+        })
         .collect();
     assert_eq!(
         kept,
-        [("fact_search", true), ("memory_search", true)],
+        [
+            ("episodes", true),
+            ("fact_search", true),
+            ("memory_search", true)
+        ],
         "{indexes:?}"
     );
 }
