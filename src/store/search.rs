@@ -85,8 +85,6 @@ pub(super) struct Conditions<'a> {
     pub(super) sql: String,
     pub(super) params: Vec<Param<'a>>,
     first: usize,
-    /// The episodes' tenant condition as written in `sql`.
-    tenant: Option<String>,
 }
 
 impl<'a> Conditions<'a> {
@@ -102,9 +100,11 @@ impl<'a> Conditions<'a> {
     /// user: the episodes' search index holds the tenant too (Postgres
     /// migration 0023), and a tenant's entry there lists every episode of
     /// the tenant, which a user's search has no need to read.
+    /// The tenant's condition is the first an episode's conditions hold.
     pub(super) fn tenant_unindexed(&self) -> String {
-        match &self.tenant {
-            Some(tenant) => self.sql.replacen(tenant, &format!("({tenant}) IS TRUE"), 1),
+        let tenant = format!("e.tenant = ${}", self.first);
+        match self.sql.strip_prefix(&tenant) {
+            Some(rest) => format!("({tenant}) IS TRUE{rest}"),
             None => self.sql.clone(),
         }
     }
@@ -142,7 +142,6 @@ pub(super) fn conditions<'a>(
         sql: String::new(),
         params: Vec::new(),
         first,
-        tenant: None,
     };
     let time = match source {
         Source::Memory => {
@@ -179,7 +178,6 @@ pub(super) fn conditions<'a>(
             "f.update_time"
         }
         Source::Episodes => {
-            c.tenant = Some(format!("e.tenant = ${}", c.first + c.params.len()));
             c.push("e.tenant = $", tenant.as_str().into());
             if let Some(app) = &filters.app {
                 c.push("e.app = $", app.as_str().into());
@@ -309,7 +307,45 @@ pub(super) mod bm25 {
 
 #[cfg(test)]
 mod tests {
-    use super::{MATCHES, bm25};
+    use super::{Bounds, MATCHES, bm25, conditions};
+    use crate::context::Tenant;
+    use crate::search::{Filters, Source};
+    use crate::sessions::Name;
+    use crate::store::sql::Dialect;
+
+    /// A search of episodes by user keeps its tenant out of the index
+    /// scan; only the tenant's condition is rewritten.
+    #[test]
+    fn the_episodes_tenant_condition_can_be_kept_out_of_the_index() {
+        let tenant = Tenant::new("t1");
+        let filters = Filters {
+            user: Some(Name::parse("user", "alice").expect("name")),
+            ..Filters::default()
+        };
+        let bounds = Bounds::of(&filters);
+        let c = conditions(
+            Source::Episodes,
+            Dialect::Postgres,
+            &tenant,
+            &filters,
+            &bounds,
+            3,
+        );
+        assert_eq!(c.sql, "e.tenant = $3 AND e.user_id = $4");
+        assert_eq!(
+            c.tenant_unindexed(),
+            "(e.tenant = $3) IS TRUE AND e.user_id = $4"
+        );
+        let memory = conditions(
+            Source::Memory,
+            Dialect::Postgres,
+            &tenant,
+            &filters,
+            &bounds,
+            3,
+        );
+        assert_eq!(memory.tenant_unindexed(), memory.sql);
+    }
 
     #[test]
     fn cut_matches_are_their_own_population() {

@@ -53,6 +53,14 @@ struct Table {
     keys: &'static [(&'static str, &'static str)],
 }
 
+/// A memory item's identity, under the heads' alias.
+const MEMORY_KEYS: &[(&str, &str)] = &[
+    ("h.scope_type", "int2"),
+    ("h.scope", "text"),
+    ("h.key", "text"),
+    ("h.version", "int8"),
+];
+
 fn table(source: Source, filters: &Filters) -> Table {
     match source {
         // memory_search holds exactly the live keys, each at its current
@@ -67,24 +75,14 @@ fn table(source: Source, filters: &Filters) -> Table {
         Source::Memory if filters.start.is_none() && filters.end.is_none() => Table {
             from: "(SELECT *, false AS deleted FROM memory_search) h",
             vector: "h.search",
-            keys: &[
-                ("h.scope_type", "int2"),
-                ("h.scope", "text"),
-                ("h.key", "text"),
-                ("h.version", "int8"),
-            ],
+            keys: MEMORY_KEYS,
         },
         // The current versions' vectors (migration 0016): older versions
         // are not read.
         Source::Memory => Table {
             from: "memory_heads h JOIN memory_search s USING (tenant, scope_type, scope, key, version)",
             vector: "s.search",
-            keys: &[
-                ("h.scope_type", "int2"),
-                ("h.scope", "text"),
-                ("h.key", "text"),
-                ("h.version", "int8"),
-            ],
+            keys: MEMORY_KEYS,
         },
         Source::Facts => Table {
             from: "facts f JOIN fact_search s \
