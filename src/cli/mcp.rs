@@ -7,13 +7,13 @@
 
 use rmcp::ServiceExt;
 
-use super::{CliError, CliResult, ClientArgs, connect_channel, exit};
+use super::{CliError, CliResult, ConnectArgs, connect_channel, exit};
 use crate::mcp::{self, Engram};
 
 #[derive(Debug, clap::Args)]
 pub struct McpCommand {
     #[command(flatten)]
-    client: ClientArgs,
+    client: ConnectArgs,
 }
 
 impl McpCommand {

@@ -25,14 +25,8 @@ pub mod working;
 /// Where the server is and how to print.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
-    /// The server to talk to
-    #[arg(
-        long,
-        env = "ENGRAM_SERVER",
-        default_value = "http://127.0.0.1:50051",
-        global = true
-    )]
-    pub server: String,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 
     /// Output format: text for people, json (one document per result) for scripts
     #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
@@ -41,6 +35,27 @@ pub struct ClientArgs {
     /// The same as --output json
     #[arg(long, global = true, conflicts_with = "output")]
     json: bool,
+}
+
+impl ClientArgs {
+    /// How to print: `--json` or `--output`.
+    pub fn output(&self) -> Output {
+        if self.json { Output::Json } else { self.output }
+    }
+}
+
+/// Where the server is and how to reach it: what a command that prints no
+/// results of its own (`engram mcp`) takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConnectArgs {
+    /// The server to talk to
+    #[arg(
+        long,
+        env = "ENGRAM_SERVER",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub server: String,
 
     /// The bearer token to call with, when the server requires one
     #[arg(long, env = "ENGRAM_TOKEN", hide_env_values = true, global = true)]
@@ -70,12 +85,7 @@ pub struct ClientArgs {
     pub client_key: Option<std::path::PathBuf>,
 }
 
-impl ClientArgs {
-    /// How to print: `--json` or `--output`.
-    pub fn output(&self) -> Output {
-        if self.json { Output::Json } else { self.output }
-    }
-
+impl ConnectArgs {
     /// TLS settings for an https:// server, from the flags.
     fn tls(&self) -> CliResult<Option<ClientTlsConfig>> {
         let secure = self.server.starts_with("https://");
@@ -203,15 +213,15 @@ impl Interceptor for Bearer {
 }
 
 pub async fn connect(client: &ClientArgs) -> CliResult<Connection> {
-    let bearer = Bearer::new(client.token.as_deref())?;
+    let bearer = Bearer::new(client.connect.token.as_deref())?;
     Ok(InterceptedService::new(
-        connect_channel(client).await?,
+        connect_channel(&client.connect).await?,
         bearer,
     ))
 }
 
 /// A channel to the server with the TLS settings of the flags (no token).
-pub async fn connect_channel(client: &ClientArgs) -> CliResult<Channel> {
+pub async fn connect_channel(client: &ConnectArgs) -> CliResult<Channel> {
     let server = &client.server;
     let mut endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
         .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;

@@ -158,6 +158,23 @@ fn bad_configuration_is_refused_with_a_clear_message() {
     }
 }
 
+/// `engram mcp` takes how to reach the server and nothing about printing:
+/// it prints no results of its own (standard output carries the protocol).
+#[test]
+fn mcp_help_offers_the_connection_flags_only() {
+    let out = engram(&["mcp", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--server", "--token", "--ca-cert", "--client-cert"] {
+        assert!(help.contains(flag), "mcp --help documents {flag}");
+    }
+    for flag in ["--output", "--json"] {
+        assert!(!help.contains(flag), "mcp --help offers {flag}:\n{help}");
+    }
+    let out = engram(&["mcp", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "--json is a usage error");
+}
+
 /// A database a later release migrated (a migration this binary does not
 /// know is applied) is served as it is: `engram migrate` and `serve`
 /// start, saying so, instead of refusing the unknown migration. A rolling
