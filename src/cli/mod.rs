@@ -29,11 +29,22 @@ pub struct ClientArgs {
     pub connect: ConnectArgs,
 
     /// Output format: text for people, json (one document per result) for scripts
-    #[arg(long, value_enum, default_value_t = Output::Text, global = true)]
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = Output::Text,
+        global = true,
+        help_heading = "Output"
+    )]
     output: Output,
 
     /// The same as --output json
-    #[arg(long, global = true, conflicts_with = "output")]
+    #[arg(
+        long,
+        global = true,
+        conflicts_with = "output",
+        help_heading = "Output"
+    )]
     json: bool,
 }
 
@@ -47,6 +58,7 @@ impl ClientArgs {
 /// Where the server is and how to reach it: what a command that prints no
 /// results of its own (`engram mcp`) takes.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Connection")]
 pub struct ConnectArgs {
     /// The server to talk to
     #[arg(

@@ -175,6 +175,22 @@ fn mcp_help_offers_the_connection_flags_only() {
     assert_eq!(out.status.code(), Some(2), "--json is a usage error");
 }
 
+/// A client command's own flags come first, then the shared ones under
+/// headings of their own, so they do not interleave with the command's.
+#[test]
+fn client_help_groups_the_shared_flags() {
+    let out = engram(&["episodes", "append", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let at = |needle: &str| {
+        help.find(needle)
+            .unwrap_or_else(|| panic!("{needle} missing from:\n{help}"))
+    };
+    assert!(at("--metadata") < at("Connection:"), "{help}");
+    assert!(at("Connection:") < at("--server") && at("--server") < at("Output:"));
+    assert!(at("Output:") < at("--output") && at("--output") < at("--json"));
+}
+
 /// A database a later release migrated (a migration this binary does not
 /// know is applied) is served as it is: `engram migrate` and `serve`
 /// start, saying so, instead of refusing the unknown migration. A rolling
