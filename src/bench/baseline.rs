@@ -76,7 +76,7 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
         sqlx::query("ANALYZE episodes").execute(&pool).await?;
         return Ok(per * RECENT_SESSIONS);
     }
-    let pool = sqlx::SqlitePool::connect(database_url).await?;
+    let pool = SqliteStore::direct_pool(database_url).await?;
     let have: i64 = sqlx::query_scalar(
         "SELECT coalesce(sum(episode_count), 0) FROM sessions WHERE tenant = 'default' AND app = ?1",
     )

@@ -93,10 +93,20 @@ fn without_diacritics(word: String) -> String {
 
 /// [`lexeme`] of a word already lowercase.
 fn lowercase_lexeme(lower: String) -> String {
+    match stem_lowercase(&lower) {
+        Cow::Borrowed(_) => lower,
+        Cow::Owned(stem) => stem,
+    }
+}
+
+/// The lexeme of a word already lowercase and without diacritics (as
+/// SQLite's tokenizer hands them over): stemmed when it is all letters,
+/// else itself.
+pub fn stem_lowercase(lower: &str) -> Cow<'_, str> {
     if lower.chars().all(char::is_alphabetic) {
-        ENGLISH.stem(&lower).into_owned()
+        ENGLISH.stem(lower)
     } else {
-        lower
+        Cow::Borrowed(lower)
     }
 }
 

@@ -17,7 +17,9 @@ async fn load_history(db: &TestDb) {
     match db.backend {
         Backend::Sqlite => {
             db.sqlite_store().await.migrate().await.expect("migrate");
-            let pool = sqlx::SqlitePool::connect(&db.url).await.expect("pool");
+            let pool = engram::store::SqliteStore::direct_pool(&db.url)
+                .await
+                .expect("pool");
             sqlx::query(
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
                  INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, create_time) \

@@ -8,14 +8,32 @@
 //! the search ranks in Rust with statistics of the caller's own items
 //! ([`super::search`]), as the Postgres store does.
 //!
-//! The one module with `unsafe` code: FTS5 takes auxiliary functions only
-//! through the C API's `fts5_api` pointer, which sqlx does not wrap and no
-//! maintained crate exposes for a connection sqlx owns. The code keeps to
-//! what the API documents: it asks the connection for the pointer with
-//! `SELECT fts5(?1)` and a bound pointer, registers one function, and the
-//! function reads the match through `Fts5ExtensionApi` and returns a blob
-//! SQLite copies. Nothing in it can panic across the C boundary (no
-//! indexing, no unwrapping; a failed call answers an SQLite error code).
+//! `engram_english`, an FTS5 tokenizer (migration 0014): SQLite's
+//! `unicode61` splits, lowercases and takes off diacritics, and each word
+//! of letters is then stemmed with Snowball's English stemmer, the one
+//! Postgres's `english` configuration and this server's snippets use
+//! ([`crate::search::english::stem_lowercase`]). FTS5's own `porter`
+//! tokenizer runs the original Porter algorithm, which stems `deploy` to
+//! `deploi` but `deployment` to `deploy`, so on SQLite a search for a
+//! "deployment setup" missed "we deploy with Argo" that Postgres found,
+//! and marked words in snippets that its matching had not used.
+//!
+//! The one module with `unsafe` code: FTS5 takes auxiliary functions and
+//! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
+//! not wrap and no maintained crate exposes for a connection sqlx owns.
+//! The code keeps to what the API documents: it asks the connection for
+//! the pointer with `SELECT fts5(?1)` and a bound pointer, registers one
+//! function and one tokenizer; the function reads the match through
+//! `Fts5ExtensionApi` and returns a blob SQLite copies, and the tokenizer
+//! wraps an instance of `unicode61` (found with `xFindTokenizer`, as
+//! FTS5's `porter` wraps its parent) and hands each of its tokens on,
+//! stemmed. Nothing in it can panic across the C boundary (no indexing,
+//! no unwrapping, the stemmer called under `catch_unwind`; a failed call
+//! answers an SQLite error code).
+//!
+//! The owner tokens of migrations 0011 and 0012 (`t…x`, `u…x`, `s…x`, hex
+//! between) pass through unchanged: most hold digits, and a word ending
+//! in `x` is left as it is by every rule of the English stemmer.
 
 use std::ffi::{CStr, c_int, c_void};
 use std::ptr;
@@ -23,8 +41,16 @@ use std::ptr;
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
 
+use crate::search::english;
+
 /// The function's SQL name, as FTS5 takes it (NUL-terminated).
 const NAME: &CStr = c"engram_hits";
+
+/// The tokenizer's name, as FTS5 takes it.
+const TOKENIZER: &CStr = c"engram_english";
+
+/// The tokenizer it wraps.
+const PARENT: &CStr = c"unicode61";
 
 /// The function's SQL name, for statements.
 pub(super) const HITS: &str = match NAME.to_str() {
@@ -44,7 +70,7 @@ pub(super) async fn register(conn: &mut SqliteConnection) -> Result<(), sqlx::Er
         Ok(())
     } else {
         Err(sqlx::Error::Configuration(
-            format!("registering the FTS5 function {HITS} failed (SQLite code {rc})").into(),
+            format!("registering the FTS5 function {HITS} and tokenizer engram_english failed (SQLite code {rc})").into(),
         ))
     }
 }
@@ -63,7 +89,171 @@ unsafe fn register_on(db: *mut ffi::sqlite3) -> c_int {
     };
     // SAFETY: the name is NUL-terminated and copied by FTS5; the function
     // has the documented signature and needs no user data.
-    unsafe { create(api, NAME.as_ptr(), ptr::null_mut(), Some(hits), None) }
+    let rc = unsafe { create(api, NAME.as_ptr(), ptr::null_mut(), Some(hits), None) };
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    // SAFETY: `api` as above.
+    let Some(create_tokenizer) = (unsafe { (*api).xCreateTokenizer }) else {
+        return ffi::SQLITE_ERROR;
+    };
+    let mut methods = ffi::fts5_tokenizer {
+        xCreate: Some(tokenizer_create),
+        xDelete: Some(tokenizer_delete),
+        xTokenize: Some(tokenize),
+    };
+    // SAFETY: FTS5 copies the name and the methods; the user data is the
+    // connection's own `fts5_api`, which lives as long as the tokenizer
+    // can be used, and needs no destructor.
+    unsafe {
+        create_tokenizer(
+            api,
+            TOKENIZER.as_ptr(),
+            api.cast::<c_void>(),
+            &mut methods,
+            None,
+        )
+    }
+}
+
+/// One instance of the tokenizer: the `unicode61` instance it wraps.
+struct Stemming {
+    parent: ffi::fts5_tokenizer,
+    instance: *mut ffi::Fts5Tokenizer,
+}
+
+/// `xCreate`: a `unicode61` instance made with the same arguments (e.g.
+/// `remove_diacritics 2`), wrapped.
+unsafe extern "C" fn tokenizer_create(
+    api: *mut c_void,
+    args: *mut *const std::ffi::c_char,
+    count: c_int,
+    out: *mut *mut ffi::Fts5Tokenizer,
+) -> c_int {
+    let api = api.cast::<ffi::fts5_api>();
+    // SAFETY: the user data registered with the tokenizer is the
+    // connection's `fts5_api`.
+    let Some(find) = (unsafe { (*api).xFindTokenizer }) else {
+        return ffi::SQLITE_ERROR;
+    };
+    let mut user: *mut c_void = ptr::null_mut();
+    let mut parent = ffi::fts5_tokenizer {
+        xCreate: None,
+        xDelete: None,
+        xTokenize: None,
+    };
+    // SAFETY: a NUL-terminated name; FTS5 writes the module's user data and
+    // copies its methods into the two places given.
+    let rc = unsafe { find(api, PARENT.as_ptr(), &mut user, &mut parent) };
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    let (Some(create), Some(_), Some(_)) = (parent.xCreate, parent.xDelete, parent.xTokenize)
+    else {
+        return ffi::SQLITE_ERROR;
+    };
+    let mut instance: *mut ffi::Fts5Tokenizer = ptr::null_mut();
+    // SAFETY: the arguments FTS5 gave this call, handed on as they are.
+    let rc = unsafe { create(user, args, count, &mut instance) };
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    let wrapped = Box::new(Stemming { parent, instance });
+    // SAFETY: FTS5 keeps the pointer until it calls `tokenizer_delete`.
+    unsafe { *out = Box::into_raw(wrapped).cast::<ffi::Fts5Tokenizer>() };
+    ffi::SQLITE_OK
+}
+
+/// `xDelete`: the wrapped instance, then this one.
+unsafe extern "C" fn tokenizer_delete(tokenizer: *mut ffi::Fts5Tokenizer) {
+    if tokenizer.is_null() {
+        return;
+    }
+    // SAFETY: `tokenizer` is what `tokenizer_create` boxed, deleted once.
+    let wrapped = unsafe { Box::from_raw(tokenizer.cast::<Stemming>()) };
+    if let Some(delete) = wrapped.parent.xDelete {
+        // SAFETY: the parent's instance, made by its own `xCreate`.
+        unsafe { delete(wrapped.instance) };
+    }
+}
+
+/// The callback FTS5 gave a tokenize call, with its context.
+type Emit =
+    unsafe extern "C" fn(*mut c_void, c_int, *const std::ffi::c_char, c_int, c_int, c_int) -> c_int;
+
+struct Caller {
+    context: *mut c_void,
+    emit: Emit,
+}
+
+/// `xTokenize`: `unicode61`'s tokens, each handed to FTS5's callback as
+/// its lexeme.
+unsafe extern "C" fn tokenize(
+    tokenizer: *mut ffi::Fts5Tokenizer,
+    context: *mut c_void,
+    flags: c_int,
+    text: *const std::ffi::c_char,
+    length: c_int,
+    emit: Option<Emit>,
+) -> c_int {
+    let Some(emit) = emit else {
+        return ffi::SQLITE_ERROR;
+    };
+    // SAFETY: `tokenizer` is what `tokenizer_create` boxed, alive for the call.
+    let wrapped = unsafe { &*tokenizer.cast::<Stemming>() };
+    let Some(parent) = wrapped.parent.xTokenize else {
+        return ffi::SQLITE_ERROR;
+    };
+    let mut caller = Caller { context, emit };
+    // SAFETY: the parent tokenizes the text FTS5 gave, calling `stemmed`
+    // with `caller`, which outlives the call.
+    unsafe {
+        parent(
+            wrapped.instance,
+            (&mut caller as *mut Caller).cast::<c_void>(),
+            flags,
+            text,
+            length,
+            Some(stemmed),
+        )
+    }
+}
+
+/// The parent's callback: a token, handed on as its lexeme.
+unsafe extern "C" fn stemmed(
+    caller: *mut c_void,
+    flags: c_int,
+    token: *const std::ffi::c_char,
+    length: c_int,
+    start: c_int,
+    end: c_int,
+) -> c_int {
+    // SAFETY: `caller` is the `Caller` of `tokenize`, alive for its call.
+    let caller = unsafe { &*caller.cast::<Caller>() };
+    let bytes: &[u8] = match usize::try_from(length) {
+        // SAFETY: the parent's token, `length` bytes, alive for this call.
+        Ok(n) if n > 0 && !token.is_null() => unsafe {
+            std::slice::from_raw_parts(token.cast::<u8>(), n)
+        },
+        // SAFETY: handed on as the parent gave it.
+        _ => return unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
+    };
+    let stem = std::str::from_utf8(bytes).ok().and_then(|word| {
+        std::panic::catch_unwind(|| match english::stem_lowercase(word) {
+            std::borrow::Cow::Owned(stem) => Some(stem),
+            std::borrow::Cow::Borrowed(_) => None,
+        })
+        .ok()
+        .flatten()
+    });
+    match stem.as_deref().map(|s| (s, c_int::try_from(s.len()))) {
+        // SAFETY: FTS5 copies the token before the callback returns.
+        Some((stem, Ok(n))) => unsafe {
+            (caller.emit)(caller.context, flags, stem.as_ptr().cast(), n, start, end)
+        },
+        // SAFETY: as above.
+        _ => unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
+    }
 }
 
 /// The connection's `fts5_api` pointer, as FTS5 documents getting it.
@@ -217,7 +407,81 @@ pub(super) fn decode(blob: &[u8]) -> Option<(u32, Vec<u32>)> {
 
 #[cfg(test)]
 mod tests {
+    use sqlx::{Connection, Row};
+
     use super::*;
+
+    /// The lexemes the tokenizer stores for `text`, in order.
+    async fn lexemes(conn: &mut SqliteConnection, text: &str) -> Vec<String> {
+        sqlx::query("DELETE FROM t")
+            .execute(&mut *conn)
+            .await
+            .expect("clear");
+        sqlx::query("INSERT INTO t (text) VALUES (?1)")
+            .bind(text)
+            .execute(&mut *conn)
+            .await
+            .expect("insert");
+        sqlx::query("SELECT term FROM v ORDER BY offset")
+            .fetch_all(&mut *conn)
+            .await
+            .expect("vocabulary")
+            .iter()
+            .map(|row| row.get::<String, _>(0))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_tokenizer_stems_as_postgres_and_leaves_the_rest_whole() {
+        let mut conn = SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        register(&mut conn).await.expect("register");
+        for statement in [
+            "CREATE VIRTUAL TABLE t USING fts5(text, \
+             tokenize = 'engram_english remove_diacritics 2')",
+            "CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut conn)
+                .await
+                .expect("create");
+        }
+        let cases: [(&str, &[&str]); 5] = [
+            // Porter read `deploy` as `deploi` but `deployment` as `deploy`.
+            ("We deploy Deployments", &["we", "deploy", "deploy"]),
+            ("https and http", &["https", "and", "http"]),
+            (
+                "the Café's naïve résumé",
+                &["the", "cafe", "s", "naiv", "resum"],
+            ),
+            (
+                "user_42 v1.2 covid-19",
+                &["user", "42", "v1", "2", "covid", "19"],
+            ),
+            // Owner tokens (hex between a letter and `x`) pass whole.
+            (
+                "tEAAAAAx u64656661756C7400616C696365x",
+                &["teaaaaax", "u64656661756c7400616c696365x"],
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(lexemes(&mut conn, text).await, want, "{text}");
+        }
+        // A query is read by the same tokenizer.
+        let found: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH '\"deployed\"'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("match");
+        assert_eq!(found, 0, "the last row holds no form of deploy");
+        lexemes(&mut conn, "we deploy").await;
+        let found: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH '\"deployment\"'")
+                .fetch_one(&mut conn)
+                .await
+                .expect("match");
+        assert_eq!(found, 1);
+    }
 
     #[test]
     fn blobs_read_back_and_cut_ones_do_not() {

@@ -195,6 +195,19 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// A pool on a SQLite file whose connections are set up as the
+    /// store's are (the FTS5 function and tokenizer that its triggers and
+    /// searches need), for writing straight into the tables: the bench's
+    /// loaders, tests.
+    pub async fn direct_pool(url: &str) -> Result<SqlitePool> {
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(|err| Error::internal(format!("invalid sqlite URL: {err}")))?;
+        Ok(SqlitePoolOptions::new()
+            .after_connect(|conn, _| Box::pin(fts::register(conn)))
+            .connect_with(connect)
+            .await?)
+    }
+
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(|err| Error::internal(format!("invalid sqlite URL: {err}")))?;

@@ -515,6 +515,40 @@ async fn diacritics_are_read_without_them<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// Words are stemmed alike on both stores (Snowball's English stemmer,
+/// as Postgres's `english` configuration): a word's other forms find it
+/// and are marked, in memory, facts and episodes. FTS5's Porter stemmer,
+/// which SQLite used before migration 0014, read `deploy` as `deploi` and
+/// `deployment` as `deploy`, and `https` as `http`.
+async fn word_forms_are_stemmed_as_postgres_stems_them<S: Store>(store: S, _db: &TestDb) {
+    let any = Filters::default();
+    write_everywhere(
+        &store,
+        "we deploy with Argo over https on Fridays",
+        "setup",
+        "deploy",
+    )
+    .await;
+    for (source, item) in [
+        (Source::Episodes, "e1"),
+        (Source::Memory, "setup@1"),
+        (Source::Facts, "ops@example.com"),
+    ] {
+        let cases = [
+            ("deployment", "**deploy**"),
+            ("deployments", "**deploy**"),
+            ("deploying", "**deploy**"),
+            ("deployed", "**deploy**"),
+        ];
+        found_and_marked(&store, source, item, &cases).await;
+    }
+    for (source, item) in [(Source::Episodes, "e1"), (Source::Memory, "setup@1")] {
+        found_and_marked(&store, source, item, &[("friday", "**Fridays**")]).await;
+        let hits = found(&store, "t1", source, "http", &any).await;
+        assert!(hits.is_empty(), "{source:?}: http is not https");
+    }
+}
+
 /// A Postgres store at the schema before migration 0020's reading.
 async fn before_the_reading() -> (TestDb, engram::store::PgStore) {
     use engram::ports::Database;
@@ -763,4 +797,5 @@ store_suite!(
     pending_search_entries_merge,
     compounds_are_found_by_their_parts,
     diacritics_are_read_without_them,
+    word_forms_are_stemmed_as_postgres_stems_them,
 );
