@@ -84,7 +84,9 @@ impl SearchStore for SqliteStore {
         filters: &Filters,
         limit: usize,
     ) -> Result<Vec<Hit>> {
-        let expression = expression(query);
+        let Some(expression) = expression(query) else {
+            return Ok(Vec::new()); // only stop words
+        };
         let bounds = Bounds::of(filters);
         let ask = Ask {
             expression: &expression,
@@ -363,13 +365,14 @@ fn owner_token(source: Source, tenant: &Tenant, filters: &Filters) -> String {
     }
 }
 
-/// Whether a query word is an English stop word (Postgres's `english`
-/// list), dropped from a query's optional words as Postgres drops them:
-/// FTS5 keeps every word, and "what", "the" and "of" match most turns of a
-/// conversation. Case and surrounding punctuation aside.
-fn is_stop_word(word: &str) -> bool {
-    let lower = word.to_lowercase();
-    english::is_stop_word(lower.trim_matches(|c: char| !c.is_alphanumeric()))
+/// Whether a query word or phrase holds only English stop words
+/// (Postgres's `english` list) once split into runs of letters and
+/// digits, as Postgres reads it: dropped from a query as Postgres drops
+/// it, since FTS5 keeps every word, and "what", "the" and "of" match most
+/// turns of a conversation.
+fn is_stop_word(text: &str) -> bool {
+    text.split(|c: char| !c.is_alphanumeric())
+        .all(|word| word.is_empty() || english::is_stop_word(&word.to_lowercase()))
 }
 
 /// An FTS5 string: the text in double quotes, which FTS5 tokenizes into a
@@ -378,18 +381,15 @@ fn string(text: &str) -> String {
     format!("\"{}\"", text.replace('"', "\"\""))
 }
 
-/// `((w1 OR w2 OR "w1 w2") AND "phrase") NOT "excluded"`.
-fn expression(query: &Query) -> String {
-    // Stop words go, unless nothing else is left to look for.
-    let words: Vec<&String> = match query
-        .words
-        .iter()
-        .filter(|w| !is_stop_word(w))
-        .collect::<Vec<_>>()
-    {
-        kept if kept.is_empty() && query.phrases.is_empty() => query.words.iter().collect(),
-        kept => kept,
-    };
+/// `((w1 OR w2 OR "w1 w2") AND "phrase") NOT "excluded"`, without the
+/// stop words, the phrases and the exclusions that hold nothing else;
+/// `None` when nothing is left to look for, where Postgres finds nothing.
+fn expression(query: &Query) -> Option<String> {
+    let words: Vec<&String> = query.words.iter().filter(|w| !is_stop_word(w)).collect();
+    let phrases: Vec<&String> = query.phrases.iter().filter(|p| !is_stop_word(p)).collect();
+    if words.is_empty() && phrases.is_empty() {
+        return None;
+    }
     let mut any: Vec<String> = words.iter().map(|w| string(w)).collect();
     // Neighbours in the query (with no stop word between) as phrases.
     any.extend(
@@ -403,12 +403,12 @@ fn expression(query: &Query) -> String {
     if !any.is_empty() {
         required.push(format!("({})", any.join(" OR ")));
     }
-    required.extend(query.phrases.iter().map(|p| string(p)));
+    required.extend(phrases.iter().map(|p| string(p)));
     let mut expression = format!("({})", required.join(" AND "));
-    for x in &query.excluded {
+    for x in query.excluded.iter().filter(|x| !is_stop_word(x)) {
         expression = format!("({expression} NOT {})", string(x));
     }
-    expression
+    Some(expression)
 }
 
 #[cfg(test)]
@@ -465,22 +465,26 @@ mod tests {
     }
 
     #[test]
-    fn stop_words_go_unless_nothing_else_is_left() {
+    fn stop_words_go_and_nothing_is_looked_for_without_others() {
         let query = Query::parse("query", "What is the name of Jon's pet?").expect("valid");
         assert_eq!(
-            expression(&query),
-            r#"(("name" OR "Jon's" OR "pet?" OR "Jon's pet?"))"#
+            expression(&query).as_deref(),
+            Some(r#"(("name" OR "Jon's" OR "pet?" OR "Jon's pet?"))"#)
         );
-        let only = Query::parse("query", "the who").expect("valid");
-        assert_eq!(expression(&only), r#"(("the" OR "who"))"#);
+        for only in ["the who", "don't", r#""of the" -it"#] {
+            let query = Query::parse("query", only).expect("valid");
+            assert_eq!(expression(&query), None, "{only}");
+        }
+        let ignored = Query::parse("query", r#"pet "the" -who"#).expect("valid");
+        assert_eq!(expression(&ignored).as_deref(), Some(r#"(("pet"))"#));
     }
 
     #[test]
     fn expressions_quote_every_term() {
         let query = Query::parse("query", r#"deploy setup "blue green" -stag"ing"#).expect("valid");
         assert_eq!(
-            expression(&query),
-            r#"((("deploy" OR "setup" OR "deploy setup") AND "blue green") NOT "stag""ing")"#
+            expression(&query).as_deref(),
+            Some(r#"((("deploy" OR "setup" OR "deploy setup") AND "blue green") NOT "stag""ing")"#)
         );
     }
 }

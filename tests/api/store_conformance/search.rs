@@ -549,6 +549,29 @@ async fn word_forms_are_stemmed_as_postgres_stems_them<S: Store>(store: S, _db: 
     }
 }
 
+/// A query of stop words alone looks for nothing and finds nothing, and
+/// a quoted phrase or an exclusion of stop words alone changes nothing,
+/// on both stores (Postgres drops stop words from a query; FTS5 indexes
+/// them, so SQLite once found every item holding "the").
+async fn stop_words_alone_find_nothing<S: Store>(store: S, _db: &TestDb) {
+    let any = Filters::default();
+    write_everywhere(&store, "We deploy with Argo on Fridays", "setup", "deploy").await;
+    for source in [Source::Episodes, Source::Memory, Source::Facts] {
+        for query in ["we", "the with", "don't", "\"with the\"", "it's -on"] {
+            let hits = found(&store, "t1", source, query, &any).await;
+            assert!(
+                hits.is_empty(),
+                "{source:?} {query}: {:?}",
+                described(&hits)
+            );
+        }
+    }
+    for query in ["deploy \"the\"", "deploy -with", "deploy -we"] {
+        let hits = found(&store, "t1", Source::Episodes, query, &any).await;
+        assert_eq!(described(&hits), ["e1"], "{query}");
+    }
+}
+
 /// A Postgres store at the schema before migration 0020's reading.
 async fn before_the_reading() -> (TestDb, engram::store::PgStore) {
     use engram::ports::Database;
@@ -798,4 +821,5 @@ store_suite!(
     compounds_are_found_by_their_parts,
     diacritics_are_read_without_them,
     word_forms_are_stemmed_as_postgres_stems_them,
+    stop_words_alone_find_nothing,
 );
