@@ -214,3 +214,32 @@ impl ShutdownSignal {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every subcommand, its own and its children's, depth first.
+    fn all(command: &mut clap::Command, out: &mut Vec<(String, String)>) {
+        let name = command.get_name().to_owned();
+        out.push((name, command.render_long_help().to_string()));
+        for sub in command.get_subcommands_mut() {
+            all(sub, out);
+        }
+    }
+
+    /// clap's own checks of the whole tree (names, conflicts, defaults),
+    /// and help a person can read: no empty default shown as `""`.
+    #[test]
+    fn every_command_is_well_formed_and_its_help_reads_cleanly() {
+        Cli::command().debug_assert();
+        let mut helps = Vec::new();
+        all(&mut Cli::command(), &mut helps);
+        assert!(helps.len() > 60, "only {} commands", helps.len());
+        for (name, help) in helps {
+            assert!(!help.contains("[default: \"\"]"), "{name}:\n{help}");
+        }
+    }
+}

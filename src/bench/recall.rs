@@ -238,7 +238,8 @@ impl RecallArgs {
             Output::Json => print_json(&serde_json::to_value(&report).unwrap_or_default()),
             Output::Text => {
                 println!(
-                    "engram recall-eval: {} ({} conversations, {} turns, {} questions, within {}, {})",
+                    "engram recall-eval: {} ({} conversations, {} turns, {} questions, within {}, \
+                     {CONCURRENCY} searches at a time, {})",
                     report.data,
                     report.conversations,
                     report.turns,

@@ -50,7 +50,7 @@ enum RuleCommand {
         /// The rule's id
         id: String,
         /// The filter, e.g. 'type = user_message AND metadata.subject:*'
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         filter: String,
         /// Run once this many episodes arrived
         #[arg(long, conflicts_with = "cron")]
@@ -418,10 +418,10 @@ enum FactCommand {
     /// List live facts (every page)
     List {
         /// Only facts of this app
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         app: String,
         /// Only facts about this user
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         user: String,
         /// Only facts of this kind
         #[arg(long, value_enum)]

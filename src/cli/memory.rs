@@ -95,7 +95,7 @@ enum Command {
         #[command(flatten)]
         scope: ScopeArgs,
         /// Only keys starting with this prefix
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         prefix: String,
         /// Include the reserved _compaction/ audit keys
         #[arg(long)]
@@ -225,10 +225,10 @@ enum Command {
         #[arg(long)]
         history: bool,
         /// An extra instruction for the summarizer, e.g. "keep only decisions"
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         instruction: String,
         /// The model to ask (default: the server's)
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         model: String,
         /// The most tokens the summary may take (0: the server's default)
         #[arg(long, default_value_t = 0)]
@@ -276,7 +276,7 @@ enum Command {
         #[command(flatten)]
         scope: ScopeArgs,
         /// Only keys starting with this prefix
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         prefix: String,
         /// Resume after this revision instead of starting now
         #[arg(long)]

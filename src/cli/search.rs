@@ -79,31 +79,31 @@ pub struct SearchCommand {
     scope_type: Option<ScopeTypeArg>,
 
     /// Memory: only this scope (with --scope-type)
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     scope: String,
 
     /// Memory: only keys starting with this
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     key_prefix: String,
 
     /// Memory: only scopes whose name starts with this
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     scope_prefix: String,
 
     /// Facts and episodes: only this app
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     app: String,
 
     /// Facts and episodes: only this user
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     user: String,
 
     /// Episodes: only this session
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     session_id: String,
 
     /// Episodes: only this agent
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     agent: String,
 
     /// Episodes: only these types (repeatable)

@@ -25,10 +25,10 @@ pub struct SessionsCommand {
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct OwnerArgs {
     /// The session's app
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     app: String,
     /// The session's user
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", hide_default_value = true)]
     user: String,
 }
 
@@ -43,7 +43,7 @@ enum SessionCommand {
         #[arg(long)]
         user: String,
         /// The id to give the session
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         id: String,
         /// A JSON object of attributes to keep with the session
         #[arg(long)]
@@ -360,10 +360,10 @@ enum EpisodeCommand {
         #[command(flatten)]
         owner: OwnerArgs,
         /// An id that makes retrying this command safe
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         id: String,
         /// The agent that produced it (default: the session's app)
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         agent: String,
         /// A JSON object of attributes
         #[arg(long)]
@@ -391,10 +391,10 @@ enum EpisodeCommand {
         #[arg(long)]
         user: String,
         /// Only this session of the user
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         session_id: String,
         /// Only episodes of this agent
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         agent: String,
         /// How many episodes (1 to 1000)
         #[arg(long, default_value_t = 20)]
@@ -415,13 +415,13 @@ enum EpisodeCommand {
     /// resume from
     Tail {
         /// Only episodes of this session
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         session_id: String,
         /// Only episodes of this user's sessions
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         user: String,
         /// Only episodes of this app's sessions
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         app: String,
         /// Only these types (repeatable)
         #[arg(long = "type")]

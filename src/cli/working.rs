@@ -16,15 +16,15 @@ pub struct WorkingCommand {
 
     /// The session (its app and user are checked when given, and create a
     /// missing session when both are)
-    #[arg(long, global = true, default_value = "")]
+    #[arg(long, global = true, default_value = "", hide_default_value = true)]
     session: String,
 
     /// The session's app
-    #[arg(long, global = true, default_value = "")]
+    #[arg(long, global = true, default_value = "", hide_default_value = true)]
     app: String,
 
     /// The session's user
-    #[arg(long, global = true, default_value = "")]
+    #[arg(long, global = true, default_value = "", hide_default_value = true)]
     user: String,
 
     #[command(subcommand)]
@@ -62,7 +62,7 @@ enum Command {
         /// The task in a few words
         subject: String,
         /// More about the task
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         description: String,
     },
     /// Change a task's status
@@ -101,7 +101,7 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         max_events: i32,
         /// Show the facts most relevant to this text first (else the newest)
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", hide_default_value = true)]
         query: String,
     },
     /// List the LLM-callable tools with their JSON schemas
