@@ -221,25 +221,60 @@ mod tests {
 
     use super::Cli;
 
-    /// Every subcommand, its own and its children's, depth first.
-    fn all(command: &mut clap::Command, out: &mut Vec<(String, String)>) {
+    /// Every command (subcommands too, depth first) with its name, its long
+    /// help and its short help.
+    fn all(command: &mut clap::Command, out: &mut Vec<(String, String, String)>) {
         let name = command.get_name().to_owned();
-        out.push((name, command.render_long_help().to_string()));
+        let long = command.render_long_help().to_string();
+        let short = command.render_help().to_string();
+        out.push((name, long, short));
         for sub in command.get_subcommands_mut() {
             all(sub, out);
         }
     }
 
+    /// Each flag of a short help with the heading it is listed under.
+    fn headed(help: &str) -> Vec<(&str, &str)> {
+        let mut heading = "";
+        let mut flags = Vec::new();
+        for line in help.lines() {
+            if !line.starts_with(' ') && line.ends_with(':') {
+                heading = line.trim_end_matches(':');
+            } else if let Some(flag) = line.trim_start().strip_prefix("--") {
+                let name = flag.split([' ', '<', '=']).next().unwrap_or_default();
+                flags.push((heading, name));
+            }
+        }
+        flags
+    }
+
     /// clap's own checks of the whole tree (names, conflicts, defaults),
-    /// and help a person can read: no empty default shown as `""`.
+    /// and help a person can read: no empty default shown as `""`, and
+    /// nothing but the shared flags under their headings.
     #[test]
     fn every_command_is_well_formed_and_its_help_reads_cleanly() {
+        const CONNECTION: [&str; 5] = ["server", "token", "ca-cert", "client-cert", "client-key"];
+        const OUTPUT: [&str; 2] = ["output", "json"];
         Cli::command().debug_assert();
         let mut helps = Vec::new();
         all(&mut Cli::command(), &mut helps);
         assert!(helps.len() > 60, "only {} commands", helps.len());
-        for (name, help) in helps {
-            assert!(!help.contains("[default: \"\"]"), "{name}:\n{help}");
+        let mut connected = 0;
+        for (name, long, short) in helps {
+            assert!(!long.contains("[default: \"\"]"), "{name}:\n{long}");
+            for (heading, flag) in headed(&short) {
+                let shared: &[&str] = match heading {
+                    "Connection" => &CONNECTION,
+                    "Output" => &OUTPUT,
+                    _ => continue,
+                };
+                assert!(
+                    shared.contains(&flag),
+                    "{name}: --{flag} under {heading:?}:\n{short}"
+                );
+                connected += usize::from(heading == "Connection");
+            }
         }
+        assert!(connected > 100, "{connected} connection flags seen");
     }
 }

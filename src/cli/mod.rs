@@ -57,25 +57,40 @@ impl ClientArgs {
 
 /// Where the server is and how to reach it: what a command that prints no
 /// results of its own (`engram mcp`) takes.
+///
+/// Each flag names its heading: `next_help_heading` on a flattened struct
+/// also heads the arguments declared after the flatten, so a command's own
+/// flags were listed under "Connection".
 #[derive(Debug, Clone, clap::Args)]
-#[command(next_help_heading = "Connection")]
 pub struct ConnectArgs {
     /// The server to talk to
     #[arg(
         long,
         env = "ENGRAM_SERVER",
         default_value = "http://127.0.0.1:50051",
-        global = true
+        global = true,
+        help_heading = "Connection"
     )]
     pub server: String,
 
     /// The bearer token to call with, when the server requires one
-    #[arg(long, env = "ENGRAM_TOKEN", hide_env_values = true, global = true)]
+    #[arg(
+        long,
+        env = "ENGRAM_TOKEN",
+        hide_env_values = true,
+        global = true,
+        help_heading = "Connection"
+    )]
     pub token: Option<String>,
 
     /// A PEM CA certificate to trust for an https:// server (default: the
     /// public web roots)
-    #[arg(long, env = "ENGRAM_CA_CERT", global = true)]
+    #[arg(
+        long,
+        env = "ENGRAM_CA_CERT",
+        global = true,
+        help_heading = "Connection"
+    )]
     pub ca_cert: Option<std::path::PathBuf>,
 
     /// A PEM client certificate, for a server that requires one (mTLS)
@@ -83,7 +98,8 @@ pub struct ConnectArgs {
         long,
         env = "ENGRAM_CLIENT_CERT",
         global = true,
-        requires = "client_key"
+        requires = "client_key",
+        help_heading = "Connection"
     )]
     pub client_cert: Option<std::path::PathBuf>,
 
@@ -92,7 +108,8 @@ pub struct ConnectArgs {
         long,
         env = "ENGRAM_CLIENT_KEY",
         global = true,
-        requires = "client_cert"
+        requires = "client_cert",
+        help_heading = "Connection"
     )]
     pub client_key: Option<std::path::PathBuf>,
 }
