@@ -175,12 +175,25 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             assert await client.search("kubeconfig", sources=["memory"], scope_prefix="zz") == []
 
 
-            # Services without a wrapper are on the stubs, with the same errors.
+            # Calls without a wrapper are on the stubs, with the same errors.
             goal = working_memory_pb2.SetGoalRequest(session_id="chat-1", goal="fix the deploy")
             await client.call(client.stubs.working_memory.SetGoal, goal)
-            render = working_memory_pb2.RenderMemoryBlockRequest(session_id="chat-1")
-            block = await client.call(client.stubs.working_memory.RenderMemoryBlock, render)
+            remember = working_memory_pb2.RememberRequest(
+                session_id="chat-1", content="alice keeps the kubeconfig in the vault"
+            )
+            await client.call(client.stubs.working_memory.Remember, remember)
+            block = await client.working.render("chat-1", query="vault")
             assert "fix the deploy" in block.memory_block
+            assert "- alice keeps the kubeconfig in the vault" in block.memory_block
+            facts = [f async for f in client.facts.list(user="alice")]
+            assert [f.content for f in facts] == ["alice keeps the kubeconfig in the vault"]
+            assert await client.facts.get(facts[0].id) == facts[0]
+            deleted = await client.facts.delete(facts[0].id)
+            assert (deleted.id, deleted.version, deleted.deleted) == (facts[0].id, 2, True)
+            assert [f async for f in client.facts.list(user="alice", kind="semantic")] == []
+            assert await client.facts.get(facts[0].id) == deleted
+            with pytest.raises(NotFound):
+                await client.facts.get("01a217d0-16f4-77f7-b943-07089ac8712b")
 
             ended = await client.sessions.end("chat-1")
             assert ended.ended

@@ -350,6 +350,40 @@ def test_consolidation_and_working_memory(server: Server) -> None:
         assert "- [pending] t1: Reply to alice" in block.memory_block
 
 
+def test_facts_and_the_memory_block(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.episodes.append("chat-f", "hello", app="bot", user="dana")
+        for content in ("dana deploys with helm", "dana drinks green tea"):
+            client.call(
+                client.stubs.working_memory.Remember,
+                working_memory_pb2.RememberRequest(
+                    session_id="chat-f", app="bot", user="dana", content=content
+                ),
+            )
+        facts = list(client.facts.list(app="bot", user="dana"))
+        assert sorted(f.content for f in facts) == ["dana deploys with helm", "dana drinks green tea"]
+        assert {(f.app, f.user, f.kind, f.version) for f in facts} == {("bot", "dana", "semantic", 1)}
+        assert list(client.facts.list(app="bot", user="dana", kind="procedural")) == []
+        assert list(client.facts.list(app="bot", user="erin")) == []
+        helm, tea = sorted(facts, key=lambda f: str(f.content))
+        assert client.facts.get(tea.id) == tea
+
+        block = client.working.render("chat-f", query="helm", max_facts=1)
+        assert "- dana deploys with helm" in block.memory_block
+        assert "green tea" not in block.memory_block
+        assert block.instructions != ""
+        assert "green tea" in client.working.render("chat-f").memory_block
+
+        deleted = client.facts.delete(tea.id)
+        assert (deleted.id, deleted.version, deleted.deleted) == (tea.id, 2, True)
+        assert client.facts.get(tea.id) == deleted
+        assert [f.id for f in client.facts.list(app="bot", user="dana")] == [helm.id]
+        with pytest.raises(NotFound):
+            client.facts.delete(tea.id)
+        with pytest.raises(NotFound):
+            client.working.render("no-such-session")
+
+
 def test_search(server: Server) -> None:
     with Engram(server.address) as client:
         client.episodes.append(

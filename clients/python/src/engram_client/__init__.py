@@ -11,6 +11,9 @@
         for episode in client.episodes.tail(app="support-bot", cursor=0):
             ...
         client.search("deployment setup", user="alice", sources=["episodes"])
+        client.working.render("chat-1", query="deployment setup").memory_block
+        for fact in client.facts.list(app="support-bot", user="alice"):
+            ...
 
 Every service's generated stubs are in ``engram_client.v1`` and on
 ``client.stubs``; errors are :class:`EngramError` subclasses carrying the
@@ -26,6 +29,7 @@ from ._client import (
     Forgotten,
     Hit,
     Imported,
+    MemoryBlock,
     Session,
     Snapshot,
     Stubs,
@@ -59,6 +63,7 @@ __all__ = [
     "Hit",
     "Imported",
     "InvalidArgument",
+    "MemoryBlock",
     "NotFound",
     "PermissionDenied",
     "ResourceExhausted",

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -15,7 +15,7 @@ from google.protobuf.message import Message
 
 from . import _requests
 from ._errors import EngramError, NotFound, from_rpc_error
-from ._requests import SearchMode, SearchSource, ScopeType, new_episode, to_value
+from ._requests import FactKind, SearchMode, SearchSource, ScopeType, new_episode, to_value
 from .v1 import (
     consolidation_pb2,
     consolidation_pb2_grpc,
@@ -30,6 +30,7 @@ from .v1 import (
     search_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
+    working_memory_pb2,
     working_memory_pb2_grpc,
 )
 
@@ -227,7 +228,8 @@ class Episode:
 
 @dataclass(frozen=True)
 class Fact:
-    """A live fact at its newest version."""
+    """A fact at its newest version; ``deleted`` once it was deleted (only
+    :meth:`Facts.get` returns those)."""
 
     id: str
     app: str
@@ -238,6 +240,7 @@ class Fact:
     object: str
     content: Any
     version: int
+    deleted: bool = False
 
     @staticmethod
     def from_proto(fact: consolidation_pb2.Fact) -> Fact:
@@ -252,6 +255,7 @@ class Fact:
             object=current.object,
             content=from_value(current.content) if current.HasField("content") else None,
             version=current.version,
+            deleted=current.deleted,
         )
 
 
@@ -278,6 +282,20 @@ class Hit:
             fact=Fact.from_proto(hit.fact) if which == "fact" else None,
             episode=Episode.from_proto(hit.episode) if which == "episode" else None,
         )
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """The two prompt sections :meth:`Working.render` returns: the MEMORY
+    block (goal, todos, facts, procedures, recent activity) and the
+    instructions that tell the agent how it keeps its memory."""
+
+    memory_block: str
+    instructions: str
+
+    @staticmethod
+    def from_proto(response: working_memory_pb2.RenderMemoryBlockResponse) -> MemoryBlock:
+        return MemoryBlock(memory_block=response.memory_block, instructions=response.instructions)
 
 
 class Stubs:
@@ -316,6 +334,8 @@ class Engram(_requests.CallerContext):
         self.memory = Memory(self)
         self.sessions = Sessions(self)
         self.episodes = Episodes(self)
+        self.facts = Facts(self)
+        self.working = Working(self)
 
     def call(self, method: Callable[..., Resp], request: Message) -> Resp:
         """Calls a unary RPC, raising EngramError on failure."""
@@ -405,7 +425,7 @@ class Engram(_requests.CallerContext):
         session_id: str = "",
         agent: str = "",
         types: Iterable[str] = (),
-        kind: Literal["semantic", "procedural"] | None = None,
+        kind: FactKind | None = None,
         start_time: datetime | None = None,
         end_time: datetime | None = None,
         following_episodes: int = 0,
@@ -790,6 +810,73 @@ class Episodes:
                 time.sleep(resume.broke(error))
 
 
+class Facts:
+    """The live facts consolidation (and ``Remember``) made of each app's
+    users."""
+
+    def __init__(self, client: Engram) -> None:
+        self._client = client
+
+    def list(
+        self, *, app: str = "", user: str = "", kind: FactKind | None = None
+    ) -> Iterator[Fact]:
+        """Every live fact of ``app`` and ``user`` (each narrows when given),
+        page by page."""
+        token = ""
+        while True:
+            request = _requests.list_facts(app, user, kind, token)
+            page = self._client.call(self._client.stubs.consolidation.ListFacts, request)
+            yield from (Fact.from_proto(f) for f in page.facts)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def get(self, fact_id: str) -> Fact:
+        """A fact at its newest version, a deleted one too (``deleted`` set);
+        NotFound when there is none."""
+        response = self._client.call(
+            self._client.stubs.consolidation.GetFact,
+            consolidation_pb2.GetFactRequest(fact_id=fact_id),
+        )
+        return Fact.from_proto(response.fact)
+
+    def delete(self, fact_id: str) -> Fact:
+        """Deletes a fact: it leaves :meth:`list`, and :meth:`get` still reads
+        it. Returns the fact as deleted."""
+        response = self._client.call(
+            self._client.stubs.consolidation.DeleteFact,
+            consolidation_pb2.DeleteFactRequest(fact_id=fact_id),
+        )
+        return Fact.from_proto(response.fact)
+
+
+class Working:
+    """A session's working memory as the prompt sees it. Its other calls
+    (goal, tasks, remember, the four tool actions) are on
+    ``client.stubs.working_memory``."""
+
+    def __init__(self, client: Engram) -> None:
+        self._client = client
+
+    def render(
+        self,
+        session_id: str,
+        *,
+        query: str = "",
+        app: str = "",
+        user: str = "",
+        max_facts: int = 0,
+        max_events: int = 0,
+    ) -> MemoryBlock:
+        """The MEMORY block and the memory instructions for the session's
+        next prompt. With ``query`` (the user's last message, say) the Facts
+        section holds the facts most relevant to it instead of the newest;
+        ``max_facts`` and ``max_events`` of 0 take the server's defaults."""
+        request = _requests.render(session_id, app, user, query, max_facts, max_events)
+        response = self._client.call(self._client.stubs.working_memory.RenderMemoryBlock, request)
+        return MemoryBlock.from_proto(response)
+
+
 __all__ = [
     "Engram",
     "EngramError",
@@ -797,6 +884,7 @@ __all__ = [
     "Episode",
     "Fact",
     "Hit",
+    "MemoryBlock",
     "Session",
     "Stubs",
     "from_value",

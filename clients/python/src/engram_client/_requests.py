@@ -17,11 +17,20 @@ import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from ._errors import EngramError, ResourceExhausted, Unavailable
-from .v1 import consolidation_pb2, data_pb2, episodes_pb2, memory_pb2, search_pb2, sessions_pb2
+from .v1 import (
+    consolidation_pb2,
+    data_pb2,
+    episodes_pb2,
+    memory_pb2,
+    search_pb2,
+    sessions_pb2,
+    working_memory_pb2,
+)
 
 ScopeType = Literal["namespace", "flow", "execution"]
 SearchSource = Literal["memory", "facts", "episodes"]
 SearchMode = Literal["lexical", "semantic", "hybrid"]
+FactKind = Literal["semantic", "procedural"]
 
 SCOPE_TYPES: dict[str, memory_pb2.ScopeType.ValueType] = {
     "namespace": memory_pb2.SCOPE_TYPE_NAMESPACE,
@@ -387,7 +396,7 @@ def search(
     session_id: str = "",
     agent: str = "",
     types: Iterable[str] = (),
-    kind: Literal["semantic", "procedural"] | None = None,
+    kind: FactKind | None = None,
     start_time: datetime | None = None,
     end_time: datetime | None = None,
     following_episodes: int = 0,
@@ -410,6 +419,31 @@ def search(
         start_time=timestamp(start_time),
         end_time=timestamp(end_time),
         following_episodes=following_episodes,
+    )
+
+
+def list_facts(
+    app: str, user: str, kind: FactKind | None, token: str
+) -> consolidation_pb2.ListFactsRequest:
+    return consolidation_pb2.ListFactsRequest(
+        app=app,
+        user=user,
+        kind=KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+        page_size=PAGE,
+        page_token=token,
+    )
+
+
+def render(
+    session_id: str, app: str, user: str, query: str, max_facts: int, max_events: int
+) -> working_memory_pb2.RenderMemoryBlockRequest:
+    return working_memory_pb2.RenderMemoryBlockRequest(
+        session_id=session_id,
+        app=app,
+        user=user,
+        query=query,
+        max_facts=max_facts,
+        max_events=max_events,
     )
 
 

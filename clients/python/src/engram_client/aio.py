@@ -23,7 +23,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -34,15 +34,18 @@ from ._client import (
     Episode,
     Fork,
     Forgotten,
+    Fact,
     Hit,
     Imported,
+    MemoryBlock,
     Session,
     Snapshot,
     _absent,
 )
 from ._errors import EngramError, NotFound, from_rpc_error
-from ._requests import ScopeType, SearchMode, SearchSource, new_episode
+from ._requests import FactKind, ScopeType, SearchMode, SearchSource, new_episode
 from .v1 import (
+    consolidation_pb2,
     consolidation_pb2_grpc,
     data_pb2_grpc,
     episodes_pb2,
@@ -89,6 +92,8 @@ class AsyncEngram(_requests.CallerContext):
         self.memory = AsyncMemory(self)
         self.sessions = AsyncSessions(self)
         self.episodes = AsyncEpisodes(self)
+        self.facts = AsyncFacts(self)
+        self.working = AsyncWorking(self)
 
     async def call(self, method: Callable[..., Awaitable[Resp]], request: Message) -> Resp:
         """Calls a unary RPC, raising EngramError on failure."""
@@ -176,7 +181,7 @@ class AsyncEngram(_requests.CallerContext):
         session_id: str = "",
         agent: str = "",
         types: Iterable[str] = (),
-        kind: Literal["semantic", "procedural"] | None = None,
+        kind: FactKind | None = None,
         start_time: datetime | None = None,
         end_time: datetime | None = None,
         following_episodes: int = 0,
@@ -560,5 +565,62 @@ class AsyncEpisodes:
 #: The asyncio client under the blocking client's name, as ``grpc.aio``
 #: does: ``from engram_client.aio import Engram``.
 Engram = AsyncEngram
+
+class AsyncFacts:
+    """:class:`engram_client.Engram`'s ``facts``, awaited."""
+
+    def __init__(self, client: AsyncEngram) -> None:
+        self._client = client
+
+    async def list(
+        self, *, app: str = "", user: str = "", kind: FactKind | None = None
+    ) -> AsyncIterator[Fact]:
+        token = ""
+        while True:
+            request = _requests.list_facts(app, user, kind, token)
+            page = await self._client.call(self._client.stubs.consolidation.ListFacts, request)
+            for fact in page.facts:
+                yield Fact.from_proto(fact)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def get(self, fact_id: str) -> Fact:
+        response = await self._client.call(
+            self._client.stubs.consolidation.GetFact,
+            consolidation_pb2.GetFactRequest(fact_id=fact_id),
+        )
+        return Fact.from_proto(response.fact)
+
+    async def delete(self, fact_id: str) -> Fact:
+        response = await self._client.call(
+            self._client.stubs.consolidation.DeleteFact,
+            consolidation_pb2.DeleteFactRequest(fact_id=fact_id),
+        )
+        return Fact.from_proto(response.fact)
+
+
+class AsyncWorking:
+    """:class:`engram_client.Engram`'s ``working``, awaited."""
+
+    def __init__(self, client: AsyncEngram) -> None:
+        self._client = client
+
+    async def render(
+        self,
+        session_id: str,
+        *,
+        query: str = "",
+        app: str = "",
+        user: str = "",
+        max_facts: int = 0,
+        max_events: int = 0,
+    ) -> MemoryBlock:
+        request = _requests.render(session_id, app, user, query, max_facts, max_events)
+        response = await self._client.call(
+            self._client.stubs.working_memory.RenderMemoryBlock, request
+        )
+        return MemoryBlock.from_proto(response)
+
 
 __all__ = ["AsyncEngram", "AsyncStubs", "Engram"]
