@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from datetime import datetime, timezone
 
 import pytest
 
 from conftest import Server, start_server
+import engram_client._requests
 from engram_client import (
     Conflict,
     EngramError,
@@ -199,6 +201,28 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             assert ended.ended
             assert await client.sessions.delete("chat-1") == 3
             assert await client.sessions.get("chat-1") is None
+
+    asyncio.run(run())
+
+
+def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engram_client._requests, "PAGE", 2)
+
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            client.memory.configure("paged")
+            for i in range(5):
+                await client.memory.set(f"k{i}", i)
+                await client.episodes.append(f"p-{i % 3}", f"note {i}", app="bot", user="fay")
+                remember = working_memory_pb2.RememberRequest(session_id="p-0", content=f"fact {i}")
+                await client.call(client.stubs.working_memory.Remember, remember)
+            assert [e.value async for e in client.memory.list()] == [0, 1, 2, 3, 4]
+            snapshot = await client.memory.snapshot(as_of=datetime.now(timezone.utc))
+            assert len(snapshot.entries) == 5
+            sessions = sorted([s.id async for s in client.sessions.list(user="fay")])
+            assert sessions == ["p-0", "p-1", "p-2"]
+            assert [e.content async for e in client.episodes.list("p-0")] == ["note 0", "note 3"]
+            assert len([f async for f in client.facts.list(user="fay")]) == 5
 
     asyncio.run(run())
 

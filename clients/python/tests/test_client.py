@@ -12,6 +12,7 @@ import threading
 import pytest
 
 from conftest import Server, start_server
+import engram_client._requests
 from engram_client import (
     AlreadyExists,
     Conflict,
@@ -382,6 +383,24 @@ def test_facts_and_the_memory_block(server: Server) -> None:
             client.facts.delete(tea.id)
         with pytest.raises(NotFound):
             client.working.render("no-such-session")
+
+
+def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engram_client._requests, "PAGE", 2)
+    with Engram(server.address) as client:
+        client.memory.configure("paged")
+        for i in range(5):
+            client.memory.set(f"k{i}", i)
+            client.episodes.append(f"p-{i % 3}", f"note {i}", app="bot", user="fay")
+            client.call(
+                client.stubs.working_memory.Remember,
+                working_memory_pb2.RememberRequest(session_id="p-0", content=f"fay fact {i}"),
+            )
+        assert [e.value for e in client.memory.list()] == [0, 1, 2, 3, 4]
+        assert len(client.memory.snapshot(as_of=datetime.now(timezone.utc)).entries) == 5
+        assert sorted(s.id for s in client.sessions.list(user="fay")) == ["p-0", "p-1", "p-2"]
+        assert [e.content for e in client.episodes.list("p-0")] == ["note 0", "note 3"]
+        assert len(list(client.facts.list(user="fay"))) == 5
 
 
 def test_search(server: Server) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from google.protobuf.message import Message
 
 from . import _requests
 from ._errors import EngramError, NotFound, from_rpc_error
-from ._requests import FactKind, SearchMode, SearchSource, ScopeType, new_episode, to_value
+from ._requests import FactKind, Page, SearchMode, SearchSource, ScopeType, new_episode, to_value
 from .v1 import (
     consolidation_pb2,
     consolidation_pb2_grpc,
@@ -349,6 +350,17 @@ class Engram(_requests.CallerContext):
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
+    def pages(self, method: Callable[..., Page], request: Callable[[str], Message]) -> Iterator[Page]:
+        """Every page of a paged RPC, each asked for with ``request(token)``,
+        from the empty token to the last page's."""
+        token = ""
+        while True:
+            page = self.call(method, request(token))
+            yield page
+            token = page.next_page_token
+            if not token:
+                return
+
     def stream(
         self,
         method: Callable[..., Iterable[Resp]],
@@ -522,28 +534,20 @@ class Memory:
 
     def list(self, prefix: str = "") -> Iterator[Entry]:
         """Every live entry under a prefix, in key order (all pages)."""
-        token = ""
-        while True:
-            page = self._client.call(self._client.stubs.memory.List, self._scope.list(prefix, token))
+        request = functools.partial(self._scope.list, prefix)
+        for page in self._client.pages(self._client.stubs.memory.List, request):
             yield from (Entry.from_proto(e) for e in page.entries)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     def snapshot(self, as_of: _requests.Point, prefix: str = "") -> Snapshot:
         """The scope as it was at a revision or a time: the entries live
         then, and the keys whose value then has been purged since."""
         entries: builtins.list[Entry] = []
         purged: builtins.list[str] = []
-        token = ""
-        while True:
-            request = self._scope.list(prefix, token, as_of)
-            page = self._client.call(self._client.stubs.memory.List, request)
+        request = functools.partial(self._scope.list, prefix, point=as_of)
+        for page in self._client.pages(self._client.stubs.memory.List, request):
             entries.extend(Entry.from_proto(e) for e in page.entries)
             purged.extend(page.purged_keys)
-            if not page.next_page_token:
-                return Snapshot(entries, purged)
-            token = page.next_page_token
+        return Snapshot(entries, purged)
 
     def fork(
         self,
@@ -640,16 +644,9 @@ class Sessions:
         return Session.from_proto(response.session)
 
     def list(self, *, app: str = "", user: str = "") -> Iterator[Session]:
-        token = ""
-        while True:
-            page = self._client.call(
-                self._client.stubs.sessions.ListSessions,
-                sessions_pb2.ListSessionsRequest(app=app, user=user, page_size=_requests.PAGE, page_token=token),
-            )
+        request = functools.partial(_requests.list_sessions, app, user)
+        for page in self._client.pages(self._client.stubs.sessions.ListSessions, request):
             yield from (Session.from_proto(s) for s in page.sessions)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     def end(self, session_id: str, *, delete_episodes: bool = False) -> Session:
         response = self._client.call(
@@ -730,14 +727,9 @@ class Episodes:
     def list(
         self, session_id: str, *, types: Iterable[str] = (), after_seq: int = 0
     ) -> Iterator[Episode]:
-        token = ""
-        while True:
-            request = _requests.list_episodes(session_id, types, after_seq, token)
-            page = self._client.call(self._client.stubs.episodes.ListEpisodes, request)
+        request = functools.partial(_requests.list_episodes, session_id, builtins.list(types), after_seq)
+        for page in self._client.pages(self._client.stubs.episodes.ListEpisodes, request):
             yield from (Episode.from_proto(e) for e in page.episodes)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     def get(self, episode_id: str) -> Episode:
         """One episode by id, in whichever session it is (a fact's
@@ -822,14 +814,9 @@ class Facts:
     ) -> Iterator[Fact]:
         """Every live fact of ``app`` and ``user`` (each narrows when given),
         page by page."""
-        token = ""
-        while True:
-            request = _requests.list_facts(app, user, kind, token)
-            page = self._client.call(self._client.stubs.consolidation.ListFacts, request)
+        request = functools.partial(_requests.list_facts, app, user, kind)
+        for page in self._client.pages(self._client.stubs.consolidation.ListFacts, request):
             yield from (Fact.from_proto(f) for f in page.facts)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     def get(self, fact_id: str) -> Fact:
         """A fact at its newest version, a deleted one too (``deleted`` set);

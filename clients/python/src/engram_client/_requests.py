@@ -11,7 +11,7 @@ import builtins
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -54,6 +54,16 @@ KINDS: dict[str, consolidation_pb2.FactKind.ValueType] = {
 
 #: Items asked for per page when a method reads every page.
 PAGE = 1000
+
+
+class Paged(Protocol):
+    """A response of a paged RPC: what tells whether another page follows."""
+
+    @property
+    def next_page_token(self) -> str: ...
+
+
+Page = TypeVar("Page", bound=Paged)
 
 #: How long a live stream waits before reconnecting, at first and at most.
 RECONNECT_DELAY = (0.05, 2.0)
@@ -356,6 +366,10 @@ def new_episode(
     if metadata is not None:
         json_format.ParseDict(metadata, episode.metadata)
     return episode
+
+
+def list_sessions(app: str, user: str, token: str) -> sessions_pb2.ListSessionsRequest:
+    return sessions_pb2.ListSessionsRequest(app=app, user=user, page_size=PAGE, page_token=token)
 
 
 def list_episodes(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -43,7 +44,7 @@ from ._client import (
     _absent,
 )
 from ._errors import EngramError, NotFound, from_rpc_error
-from ._requests import FactKind, ScopeType, SearchMode, SearchSource, new_episode
+from ._requests import FactKind, Page, ScopeType, SearchMode, SearchSource, new_episode
 from .v1 import (
     consolidation_pb2,
     consolidation_pb2_grpc,
@@ -106,6 +107,18 @@ class AsyncEngram(_requests.CallerContext):
             )
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    async def pages(
+        self, method: Callable[..., Awaitable[Page]], request: Callable[[str], Message]
+    ) -> AsyncIterator[Page]:
+        """Every page of a paged RPC (see :meth:`engram_client.Engram.pages`)."""
+        token = ""
+        while True:
+            page = await self.call(method, request(token))
+            yield page
+            token = page.next_page_token
+            if not token:
+                return
 
     async def stream(
         self,
@@ -272,15 +285,11 @@ class AsyncMemory:
         :meth:`Memory.snapshot`)."""
         entries: builtins.list[Entry] = []
         purged: builtins.list[str] = []
-        token = ""
-        while True:
-            request = self._scope.list(prefix, token, as_of)
-            page = await self._client.call(self._client.stubs.memory.List, request)
+        request = functools.partial(self._scope.list, prefix, point=as_of)
+        async for page in self._client.pages(self._client.stubs.memory.List, request):
             entries.extend(Entry.from_proto(e) for e in page.entries)
             purged.extend(page.purged_keys)
-            if not page.next_page_token:
-                return Snapshot(entries, purged)
-            token = page.next_page_token
+        return Snapshot(entries, purged)
 
     async def fork(
         self,
@@ -296,16 +305,10 @@ class AsyncMemory:
 
     async def list(self, prefix: str = "") -> AsyncIterator[Entry]:
         """Every live entry under a prefix, in key order (all pages)."""
-        token = ""
-        while True:
-            page = await self._client.call(
-                self._client.stubs.memory.List, self._scope.list(prefix, token)
-            )
+        request = functools.partial(self._scope.list, prefix)
+        async for page in self._client.pages(self._client.stubs.memory.List, request):
             for entry in page.entries:
                 yield Entry.from_proto(entry)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     async def history(self, key: str, *, from_version: int = 0) -> AsyncIterator[Entry]:
         """Every version of a key, oldest first, tombstones included."""
@@ -388,19 +391,10 @@ class AsyncSessions:
         return Session.from_proto(response.session)
 
     async def list(self, *, app: str = "", user: str = "") -> AsyncIterator[Session]:
-        token = ""
-        while True:
-            page = await self._client.call(
-                self._client.stubs.sessions.ListSessions,
-                sessions_pb2.ListSessionsRequest(
-                    app=app, user=user, page_size=_requests.PAGE, page_token=token
-                ),
-            )
+        request = functools.partial(_requests.list_sessions, app, user)
+        async for page in self._client.pages(self._client.stubs.sessions.ListSessions, request):
             for session in page.sessions:
                 yield Session.from_proto(session)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     async def end(self, session_id: str, *, delete_episodes: bool = False) -> Session:
         response = await self._client.call(
@@ -481,16 +475,12 @@ class AsyncEpisodes:
     async def list(
         self, session_id: str, *, types: Iterable[str] = (), after_seq: int = 0
     ) -> AsyncIterator[Episode]:
-        token = ""
-        wanted = builtins.list(types)
-        while True:
-            request = _requests.list_episodes(session_id, wanted, after_seq, token)
-            page = await self._client.call(self._client.stubs.episodes.ListEpisodes, request)
+        request = functools.partial(
+            _requests.list_episodes, session_id, builtins.list(types), after_seq
+        )
+        async for page in self._client.pages(self._client.stubs.episodes.ListEpisodes, request):
             for episode in page.episodes:
                 yield Episode.from_proto(episode)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     async def get(self, episode_id: str) -> Episode:
         """One episode by id, in whichever session it is (a fact's
@@ -575,15 +565,10 @@ class AsyncFacts:
     async def list(
         self, *, app: str = "", user: str = "", kind: FactKind | None = None
     ) -> AsyncIterator[Fact]:
-        token = ""
-        while True:
-            request = _requests.list_facts(app, user, kind, token)
-            page = await self._client.call(self._client.stubs.consolidation.ListFacts, request)
+        request = functools.partial(_requests.list_facts, app, user, kind)
+        async for page in self._client.pages(self._client.stubs.consolidation.ListFacts, request):
             for fact in page.facts:
                 yield Fact.from_proto(fact)
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
 
     async def get(self, fact_id: str) -> Fact:
         response = await self._client.call(
