@@ -568,7 +568,7 @@ pub async fn session(
                 dt { "App" } dd { (session.app) }
                 dt { "User" } dd { (session.user) }
                 dt { "Created" } dd { (time(session.create_time.as_ref())) }
-                dt { "Episodes" } dd { (session.episode_count) @if session.episodes_evicted > 0 { " (" (session.episodes_evicted) " evicted)" } }
+                dt { "Episodes" } dd { span id="episode-count" { (session.episode_count) } @if session.episodes_evicted > 0 { " (" (session.episodes_evicted) " evicted)" } }
                 @if session.end_time.is_some() { dt { "Ended" } dd { (time(session.end_time.as_ref())) } }
             }
             h2 { "Episodes" }

@@ -167,6 +167,7 @@ def test_a_session_tails_live_and_shows_working_memory(
     sign_in(browser, server, server.tokens["admin"])
     browser.get(f"{server.ui}/session?id=chat-1")
     assert "hello there" in browser.find_element(By.ID, "episodes").text
+    assert browser.find_element(By.ID, "episode-count").text == "1"
     assert "MEMORY" in browser.find_element(By.CSS_SELECTOR, "pre.block").text.upper()
     wait(browser, 10).until(
         lambda b: b.find_element(By.ID, "live").text.startswith("Live")
@@ -177,6 +178,7 @@ def test_a_session_tails_live_and_shows_working_memory(
     )
     seqs = [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "#episodes tr")]
     assert seqs == sorted(seqs, key=int) and len(set(seqs)) == len(seqs), seqs
+    assert browser.find_element(By.ID, "episode-count").text == str(len(seqs))
     shot(browser, f"session-tail-{request.node.callspec.id}")
 
 
