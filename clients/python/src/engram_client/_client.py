@@ -859,7 +859,9 @@ class Working:
         next prompt. With ``query`` (the user's last message, say) the Facts
         section holds the facts most relevant to it instead of the newest;
         ``max_facts`` and ``max_events`` of 0 take the server's defaults."""
-        request = _requests.render(session_id, app, user, query, max_facts, max_events)
+        request = _requests.render(
+            session_id, app=app, user=user, query=query, max_facts=max_facts, max_events=max_events
+        )
         response = self._client.call(self._client.stubs.working_memory.RenderMemoryBlock, request)
         return MemoryBlock.from_proto(response)
 

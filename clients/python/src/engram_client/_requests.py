@@ -449,7 +449,7 @@ def list_facts(
 
 
 def render(
-    session_id: str, app: str, user: str, query: str, max_facts: int, max_events: int
+    session_id: str, *, app: str, user: str, query: str, max_facts: int, max_events: int
 ) -> working_memory_pb2.RenderMemoryBlockRequest:
     return working_memory_pb2.RenderMemoryBlockRequest(
         session_id=session_id,

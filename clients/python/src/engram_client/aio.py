@@ -552,10 +552,6 @@ class AsyncEpisodes:
                 await asyncio.sleep(resume.broke(error))
 
 
-#: The asyncio client under the blocking client's name, as ``grpc.aio``
-#: does: ``from engram_client.aio import Engram``.
-Engram = AsyncEngram
-
 class AsyncFacts:
     """:class:`engram_client.Engram`'s ``facts``, awaited."""
 
@@ -601,11 +597,18 @@ class AsyncWorking:
         max_facts: int = 0,
         max_events: int = 0,
     ) -> MemoryBlock:
-        request = _requests.render(session_id, app, user, query, max_facts, max_events)
+        request = _requests.render(
+            session_id, app=app, user=user, query=query, max_facts=max_facts, max_events=max_events
+        )
         response = await self._client.call(
             self._client.stubs.working_memory.RenderMemoryBlock, request
         )
         return MemoryBlock.from_proto(response)
+
+
+#: The asyncio client under the blocking client's name, as ``grpc.aio``
+#: does: ``from engram_client.aio import Engram``.
+Engram = AsyncEngram
 
 
 __all__ = ["AsyncEngram", "AsyncStubs", "Engram"]
