@@ -221,13 +221,13 @@ mod tests {
 
     use super::Cli;
 
-    /// Every command (subcommands too, depth first) with its name, its long
-    /// help and its short help.
-    fn all(command: &mut clap::Command, out: &mut Vec<(String, String, String)>) {
-        let name = command.get_name().to_owned();
-        let long = command.render_long_help().to_string();
-        let short = command.render_help().to_string();
-        out.push((name, long, short));
+    /// Every command (subcommands too, depth first) with its name and its
+    /// help (`-h`, which shows defaults as `--help` does).
+    fn all(command: &mut clap::Command, out: &mut Vec<(String, String)>) {
+        out.push((
+            command.get_name().to_owned(),
+            command.render_help().to_string(),
+        ));
         for sub in command.get_subcommands_mut() {
             all(sub, out);
         }
@@ -260,9 +260,9 @@ mod tests {
         all(&mut Cli::command(), &mut helps);
         assert!(helps.len() > 60, "only {} commands", helps.len());
         let mut connected = 0;
-        for (name, long, short) in helps {
-            assert!(!long.contains("[default: \"\"]"), "{name}:\n{long}");
-            for (heading, flag) in headed(&short) {
+        for (name, help) in helps {
+            assert!(!help.contains("[default: \"\"]"), "{name}:\n{help}");
+            for (heading, flag) in headed(&help) {
                 let shared: &[&str] = match heading {
                     "Connection" => &CONNECTION,
                     "Output" => &OUTPUT,
@@ -270,7 +270,7 @@ mod tests {
                 };
                 assert!(
                     shared.contains(&flag),
-                    "{name}: --{flag} under {heading:?}:\n{short}"
+                    "{name}: --{flag} under {heading:?}:\n{help}"
                 );
                 connected += usize::from(heading == "Connection");
             }
