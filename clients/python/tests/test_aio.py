@@ -14,6 +14,7 @@ from engram_client import (
     Conflict,
     EngramError,
     Episode,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unauthenticated,
@@ -177,18 +178,44 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             assert await client.search("kubeconfig", sources=["memory"], scope_prefix="zz") == []
 
 
-            # Calls without a wrapper are on the stubs, with the same errors.
-            goal = working_memory_pb2.SetGoalRequest(session_id="chat-1", goal="fix the deploy")
-            await client.call(client.stubs.working_memory.SetGoal, goal)
-            remember = working_memory_pb2.RememberRequest(
-                session_id="chat-1", content="alice keeps the kubeconfig in the vault"
+            assert await client.working.set_goal("chat-1", "fix the deploy") == "fix the deploy"
+            task = await client.working.create_task("chat-1", "Find the kubeconfig")
+            moved = await client.working.update_task("chat-1", task.id, status="in_progress")
+            assert (moved.id, moved.status) == ("t1", "in_progress")
+            with pytest.raises(NotFound) as unknown:
+                await client.working.update_task("chat-1", "t7", status="completed")
+            assert unknown.value.reason == "TASK_NOT_FOUND"
+            remembered = await client.working.remember(
+                "chat-1", "alice keeps the kubeconfig in the vault"
             )
-            await client.call(client.stubs.working_memory.Remember, remember)
+            procedure = await client.working.record_procedure("support", "ask before deleting")
+            cached = await client.working.cache("chat-1", "notes.md", "vault path: /kv/k8s")
+            assert (cached.file.bytes, cached.evicted) == (19, [])
+            snapshot = await client.working.snapshot("chat-1")
+            assert (snapshot.goal, [t.status for t in snapshot.tasks]) == (
+                "fix the deploy", ["in_progress"]
+            )
+            assert [f.id for f in snapshot.facts] == [remembered.id]
+            assert [p.id for p in snapshot.procedures] == [procedure.id]
+            assert [c.path for c in snapshot.cache] == ["notes.md"]
+            assert "Remember" in [t.name for t in await client.working.tools()]
+            done = await client.working.call_tool(
+                "chat-1", "TaskUpdate", {"taskId": "t1", "status": "completed"}
+            )
+            assert not done.is_error and done.result["status"] == "completed"
+            assert [t.status for t in await client.working.tasks("chat-1")] == ["completed"]
+            # Calls without a wrapper are on the stubs, with the same errors.
+            with pytest.raises(FailedPrecondition) as stored:
+                await client.call(
+                    client.stubs.working_memory.SetGoal,
+                    working_memory_pb2.SetGoalRequest(session_id="chat-1", user="mallory", goal="x"),
+                )
+            assert stored.value.reason == "SESSION_OWNER_MISMATCH"
             block = await client.working.render("chat-1", query="vault")
             assert "fix the deploy" in block.memory_block
             assert "- alice keeps the kubeconfig in the vault" in block.memory_block
             facts = [f async for f in client.facts.list(user="alice")]
-            assert [f.content for f in facts] == ["alice keeps the kubeconfig in the vault"]
+            assert facts == [remembered]
             assert await client.facts.get(facts[0].id) == facts[0]
             deleted = await client.facts.delete(facts[0].id)
             assert (deleted.id, deleted.version, deleted.deleted) == (facts[0].id, 2, True)

@@ -23,6 +23,7 @@ from engram_client import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unauthenticated,
 )
 from engram_client.v1 import (
@@ -295,7 +296,7 @@ def test_tail_resumes_across_a_server_restart(database_url: str) -> None:
         second.stop()
 
 
-def test_consolidation_and_working_memory(server: Server) -> None:
+def test_consolidation_rules(server: Server) -> None:
     with Engram(server.address) as client:
         client.episodes.append(
             "chat-1",
@@ -325,30 +326,95 @@ def test_consolidation_and_working_memory(server: Server) -> None:
             )
         assert bad.value.reason == "INVALID_FILTER"
 
-        call = client.call(
-            client.stubs.working_memory.CallTool,
-            working_memory_pb2.CallToolRequest(
-                session_id="chat-1", name="TaskCreate", arguments=None
-            ),
-        )
-        assert call.is_error
-        from engram_client import to_value
+        block = client.working.render("chat-1")
+        assert "## Facts (1)\n- prefers dark mode\n" in block.memory_block
 
-        created = client.call(
-            client.stubs.working_memory.CallTool,
-            working_memory_pb2.CallToolRequest(
-                session_id="chat-1",
-                name="TaskCreate",
-                arguments=to_value({"subject": "Reply to alice"}),
-            ),
-        )
-        assert not created.is_error
-        assert created.result["taskId"] == "t1"
-        block = client.call(
-            client.stubs.working_memory.RenderMemoryBlock,
-            working_memory_pb2.RenderMemoryBlockRequest(session_id="chat-1"),
-        )
-        assert "- [pending] t1: Reply to alice" in block.memory_block
+
+def test_working_memory(database_url: str) -> None:
+    server = start_server(
+        database_url,
+        env={"ENGRAM_MAX_TASKS_PER_SESSION": "2", "ENGRAM_MAX_CACHED_FILES": "2"},
+    )
+    try:
+        with Engram(server.address) as client:
+            goal = client.working.set_goal(
+                "chat-w", "ship the fix; password=hunter2", app="bot", user="gil"
+            )
+            assert goal == "ship the fix; password=[REDACTED]"
+            first = client.working.create_task("chat-w", "Reply to gil", "about the deploy")
+            assert (first.id, first.subject, first.description, first.status) == (
+                "t1", "Reply to gil", "about the deploy", "pending"
+            )
+            second = client.working.create_task("chat-w", "Check the logs")
+            with pytest.raises(ResourceExhausted) as full:
+                client.working.create_task("chat-w", "A third")
+            assert full.value.reason == "LIMIT_EXCEEDED"
+
+            done = client.working.update_task("chat-w", "t1", status="completed")
+            assert (done.status, done.subject, done.description) == (
+                "completed", "Reply to gil", "about the deploy"
+            )
+            renamed = client.working.update_task("chat-w", "t2", subject="Read the logs")
+            assert (renamed.status, renamed.subject) == ("pending", "Read the logs")
+            cleared = client.working.update_task("chat-w", "t1", description="")
+            assert (cleared.status, cleared.description) == ("completed", "")
+            assert [(t.id, t.status) for t in client.working.tasks("chat-w")] == [
+                ("t1", "completed"),
+                ("t2", "pending"),
+            ]
+            with pytest.raises(NotFound) as unknown:
+                client.working.update_task("chat-w", "t9", status="blocked")
+            assert unknown.value.reason == "TASK_NOT_FOUND"
+            with pytest.raises(ValueError):
+                client.working.update_task("chat-w", "t1", status="done")  # type: ignore[arg-type]
+            with pytest.raises(FailedPrecondition) as owner:
+                client.working.tasks("chat-w", user="someone-else")
+            assert owner.value.reason == "SESSION_OWNER_MISMATCH"
+
+            fact = client.working.remember(
+                "chat-w", "gil deploys on fridays", subject="gil", predicate="deploys", object="fridays"
+            )
+            assert (fact.app, fact.user, fact.kind, fact.subject, fact.object, fact.version) == (
+                "bot", "gil", "semantic", "gil", "fridays", 1
+            )
+            procedure = client.working.record_procedure("bot", "run the tests before a deploy")
+            assert (procedure.app, procedure.user, procedure.kind) == ("bot", "", "procedural")
+
+            client.working.cache("chat-w", "a.txt", "alpha")
+            client.working.cache("chat-w", "b.txt", "bravo")
+            cached = client.working.cache("chat-w", "c.txt", "charlie")
+            assert (cached.file.path, cached.file.content, cached.file.bytes) == ("c.txt", "charlie", 7)
+            assert cached.evicted == ["a.txt"]
+
+            client.episodes.append("chat-w", "gil asked about the deploy", app="bot", user="gil")
+            snapshot = client.working.snapshot("chat-w")
+            assert snapshot.goal == goal
+            assert [t.subject for t in snapshot.tasks] == ["Reply to gil", "Read the logs"]
+            assert [f.id for f in snapshot.facts] == [fact.id]
+            assert [p.id for p in snapshot.procedures] == [procedure.id]
+            assert [e.content for e in snapshot.recent] == ["gil asked about the deploy"]
+            assert [c.path for c in snapshot.cache] == ["b.txt", "c.txt"]
+            block = client.working.render("chat-w").memory_block
+            assert "- [completed] t1: Reply to gil" in block
+            assert "run the tests before a deploy" in block
+
+            tools = {t.name: t for t in client.working.tools()}
+            assert set(tools) == {"TaskCreate", "TaskUpdate", "memory.set_goal", "Remember"}
+            assert tools["TaskCreate"].parameters["type"] == "object"
+            # Bad arguments come back for the LLM to read, not as an error.
+            bad = client.working.call_tool("chat-w", "TaskUpdate", {"taskId": "t9"})
+            assert bad.is_error and "error" in bad.result
+            # Arguments as the JSON text a model API hands over.
+            moved = client.working.call_tool(
+                "chat-w", "TaskUpdate", '{"taskId": "t2", "status": "in_progress"}'
+            )
+            assert not moved.is_error
+            assert client.working.tasks("chat-w")[1].status == "in_progress"
+            assert client.working.call_tool("chat-w", "NoSuchTool").is_error
+            with pytest.raises(NotFound):
+                client.working.snapshot("no-such-session")
+    finally:
+        server.stop()
 
 
 def test_facts_and_the_memory_block(server: Server) -> None:

@@ -21,6 +21,8 @@ server's stable ``reason``.
 """
 
 from ._client import (
+    Cached,
+    CachedFile,
     Engram,
     Entry,
     Episode,
@@ -33,6 +35,10 @@ from ._client import (
     Session,
     Snapshot,
     Stubs,
+    Task,
+    Tool,
+    ToolResult,
+    WorkingSnapshot,
     from_value,
     to_value,
 )
@@ -51,6 +57,8 @@ from ._errors import (
 
 __all__ = [
     "AlreadyExists",
+    "Cached",
+    "CachedFile",
     "Conflict",
     "Engram",
     "EngramError",
@@ -70,8 +78,12 @@ __all__ = [
     "Session",
     "Snapshot",
     "Stubs",
+    "Task",
+    "Tool",
+    "ToolResult",
     "Unauthenticated",
     "Unavailable",
+    "WorkingSnapshot",
     "from_value",
     "to_value",
 ]

@@ -16,7 +16,16 @@ from google.protobuf.message import Message
 
 from . import _requests
 from ._errors import EngramError, NotFound, from_rpc_error
-from ._requests import FactKind, Page, SearchMode, SearchSource, ScopeType, new_episode, to_value
+from ._requests import (
+    FactKind,
+    Page,
+    SearchMode,
+    SearchSource,
+    ScopeType,
+    TaskStatus,
+    new_episode,
+    to_value,
+)
 from .v1 import (
     consolidation_pb2,
     consolidation_pb2_grpc,
@@ -297,6 +306,119 @@ class MemoryBlock:
     @staticmethod
     def from_proto(response: working_memory_pb2.RenderMemoryBlockResponse) -> MemoryBlock:
         return MemoryBlock(memory_block=response.memory_block, instructions=response.instructions)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One entry of a session's todo list; ``status`` is ``pending``,
+    ``in_progress``, ``completed`` or ``blocked``."""
+
+    id: str
+    subject: str
+    description: str
+    status: str
+    create_time: datetime
+    update_time: datetime
+
+    @staticmethod
+    def from_proto(task: working_memory_pb2.Task) -> Task:
+        return Task(
+            id=task.id,
+            subject=task.subject,
+            description=task.description,
+            status=working_memory_pb2.TaskStatus.Name(task.status)
+            .removeprefix("TASK_STATUS_")
+            .lower(),
+            create_time=_time(task.create_time),
+            update_time=_time(task.update_time),
+        )
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """One entry of a session's content cache (``content`` is empty in a
+    :class:`WorkingSnapshot`)."""
+
+    path: str
+    content: str
+    bytes: int
+    update_time: datetime
+
+    @staticmethod
+    def from_proto(file: working_memory_pb2.CachedFile) -> CachedFile:
+        return CachedFile(
+            path=file.path, content=file.content, bytes=file.bytes, update_time=_time(file.update_time)
+        )
+
+
+@dataclass(frozen=True)
+class Cached:
+    """What :meth:`Working.cache` stored, and the paths it evicted to make
+    room, least recently cached first."""
+
+    file: CachedFile
+    evicted: builtins.list[str]
+
+    @staticmethod
+    def from_proto(response: working_memory_pb2.CacheContentResponse) -> Cached:
+        return Cached(file=CachedFile.from_proto(response.file), evicted=list(response.evicted))
+
+
+@dataclass(frozen=True)
+class WorkingSnapshot:
+    """Everything a session's MEMORY block is made of."""
+
+    goal: str
+    tasks: builtins.list[Task]
+    facts: builtins.list[Fact]
+    procedures: builtins.list[Fact]
+    recent: builtins.list[Episode]
+    cache: builtins.list[CachedFile]
+
+    @staticmethod
+    def from_proto(response: working_memory_pb2.GetSnapshotResponse) -> WorkingSnapshot:
+        return WorkingSnapshot(
+            goal=response.goal,
+            tasks=[Task.from_proto(t) for t in response.tasks],
+            facts=[Fact.from_proto(f) for f in response.facts],
+            procedures=[Fact.from_proto(f) for f in response.procedures],
+            recent=[Episode.from_proto(e) for e in response.recent],
+            cache=[CachedFile.from_proto(c) for c in response.cache],
+        )
+
+
+@dataclass(frozen=True)
+class Tool:
+    """An action an LLM can call, as a JSON-schema tool definition: hand
+    ``name``, ``description`` and ``parameters`` to the model's tool list."""
+
+    name: str
+    aliases: builtins.list[str]
+    description: str
+    parameters: dict[str, Any]
+
+    @staticmethod
+    def from_proto(tool: working_memory_pb2.ToolDefinition) -> Tool:
+        return Tool(
+            name=tool.name,
+            aliases=list(tool.aliases),
+            description=tool.description,
+            parameters=from_struct(tool.parameters),
+        )
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call returns, to hand back to the LLM as the tool's
+    result. Bad arguments are not raised: ``is_error`` is set and
+    ``result`` is ``{"error": "..."}``, so the model can read it and retry."""
+
+    result: dict[str, Any]
+    is_error: bool
+
+    @staticmethod
+    def from_proto(response: working_memory_pb2.CallToolResponse) -> ToolResult:
+        return ToolResult(result=from_struct(response.result), is_error=response.is_error)
 
 
 class Stubs:
@@ -838,12 +960,116 @@ class Facts:
 
 
 class Working:
-    """A session's working memory as the prompt sees it. Its other calls
-    (goal, tasks, remember, the four tool actions) are on
-    ``client.stubs.working_memory``."""
+    """A session's working memory: its goal, todo list and content cache,
+    the facts it remembers, and the MEMORY block they render into.
+
+    Session-scoped calls take the session's ``app`` and ``user`` too: when
+    given they are checked against the session (``FailedPrecondition``,
+    reason ``SESSION_OWNER_MISMATCH``), and with both a session that does
+    not exist yet is created. Text is stored after secret redaction."""
 
     def __init__(self, client: Engram) -> None:
         self._client = client
+        self._stub = client.stubs.working_memory
+
+    def set_goal(self, session_id: str, goal: str, *, app: str = "", user: str = "") -> str:
+        """Sets or replaces the session's goal; returns it as stored."""
+        request = working_memory_pb2.SetGoalRequest(
+            session_id=session_id, app=app, user=user, goal=goal
+        )
+        return self._client.call(self._stub.SetGoal, request).goal
+
+    def create_task(
+        self, session_id: str, subject: str, description: str = "", *, app: str = "", user: str = ""
+    ) -> Task:
+        """Adds a pending task (ids ``t1``, ``t2``, … per session);
+        ``ResourceExhausted`` (``LIMIT_EXCEEDED``) past the task limit."""
+        request = working_memory_pb2.CreateTaskRequest(
+            session_id=session_id, app=app, user=user, subject=subject, description=description
+        )
+        return Task.from_proto(self._client.call(self._stub.CreateTask, request).task)
+
+    def update_task(
+        self,
+        session_id: str,
+        task_id: str,
+        *,
+        status: TaskStatus | None = None,
+        subject: str | None = None,
+        description: str | None = None,
+        app: str = "",
+        user: str = "",
+    ) -> Task:
+        """Changes what is given and keeps the rest; ``NotFound``
+        (``TASK_NOT_FOUND``) for an unknown task."""
+        request = _requests.update_task(
+            session_id,
+            task_id,
+            app=app,
+            user=user,
+            status=status,
+            subject=subject,
+            description=description,
+        )
+        return Task.from_proto(self._client.call(self._stub.UpdateTask, request).task)
+
+    def tasks(self, session_id: str, *, app: str = "", user: str = "") -> builtins.list[Task]:
+        """The session's tasks in creation order."""
+        request = working_memory_pb2.ListTasksRequest(session_id=session_id, app=app, user=user)
+        return [Task.from_proto(t) for t in self._client.call(self._stub.ListTasks, request).tasks]
+
+    def remember(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        subject: str = "",
+        predicate: str = "",
+        object: str = "",
+        app: str = "",
+        user: str = "",
+    ) -> Fact:
+        """Stores a fact about the session's user for its app; it outlives
+        the session and shows in every later session's MEMORY block."""
+        request = _requests.remember(
+            session_id, content, app=app, user=user, triple=(subject, predicate, object)
+        )
+        return Fact.from_proto(self._client.call(self._stub.Remember, request).fact)
+
+    def record_procedure(
+        self, app: str, content: str, *, subject: str = "", predicate: str = ""
+    ) -> Fact:
+        """Stores how the app's agents do something (a procedural fact, no
+        user): every session of the app sees it."""
+        request = working_memory_pb2.RecordProcedureRequest(
+            app=app, content=content, subject=subject, predicate=predicate
+        )
+        return Fact.from_proto(self._client.call(self._stub.RecordProcedure, request).fact)
+
+    def cache(
+        self, session_id: str, path: str, content: str, *, app: str = "", user: str = ""
+    ) -> Cached:
+        """Keeps ``content`` (a file the agent read, say) under ``path`` in
+        the session's bounded cache, evicting the least recently cached."""
+        request = working_memory_pb2.CacheContentRequest(
+            session_id=session_id, app=app, user=user, path=path, content=content
+        )
+        return Cached.from_proto(self._client.call(self._stub.CacheContent, request))
+
+    def snapshot(
+        self,
+        session_id: str,
+        *,
+        app: str = "",
+        user: str = "",
+        max_facts: int = 0,
+        max_events: int = 0,
+    ) -> WorkingSnapshot:
+        """Everything the MEMORY block is made of, as data."""
+        request = _requests.snapshot(
+            session_id, app=app, user=user, max_facts=max_facts, max_events=max_events
+        )
+        return WorkingSnapshot.from_proto(self._client.call(self._stub.GetSnapshot, request))
 
     def render(
         self,
@@ -862,8 +1088,21 @@ class Working:
         request = _requests.render(
             session_id, app=app, user=user, query=query, max_facts=max_facts, max_events=max_events
         )
-        response = self._client.call(self._client.stubs.working_memory.RenderMemoryBlock, request)
-        return MemoryBlock.from_proto(response)
+        return MemoryBlock.from_proto(self._client.call(self._stub.RenderMemoryBlock, request))
+
+    def tools(self) -> builtins.list[Tool]:
+        """The actions an LLM can call to keep its own working memory
+        (TaskCreate, TaskUpdate, memory.set_goal, Remember)."""
+        response = self._client.call(self._stub.ListTools, working_memory_pb2.ListToolsRequest())
+        return [Tool.from_proto(t) for t in response.tools]
+
+    def call_tool(
+        self, session_id: str, name: str, arguments: Any = None, *, app: str = "", user: str = ""
+    ) -> ToolResult:
+        """Runs one tool call as the LLM emitted it (``arguments`` a dict or
+        its JSON text) and returns what to hand back to the LLM."""
+        request = _requests.call_tool(session_id, name, arguments, app=app, user=user)
+        return ToolResult.from_proto(self._client.call(self._stub.CallTool, request))
 
 
 __all__ = [
@@ -872,10 +1111,16 @@ __all__ = [
     "Entry",
     "Episode",
     "Fact",
+    "Cached",
+    "CachedFile",
     "Hit",
     "MemoryBlock",
     "Session",
     "Stubs",
+    "Task",
+    "Tool",
+    "ToolResult",
+    "WorkingSnapshot",
     "from_value",
     "to_value",
 ]

@@ -8,6 +8,7 @@ ask for, and how a broken live stream decides to resume, is here.
 from __future__ import annotations
 
 import builtins
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,6 +32,7 @@ ScopeType = Literal["namespace", "flow", "execution"]
 SearchSource = Literal["memory", "facts", "episodes"]
 SearchMode = Literal["lexical", "semantic", "hybrid"]
 FactKind = Literal["semantic", "procedural"]
+TaskStatus = Literal["pending", "in_progress", "completed", "blocked"]
 
 SCOPE_TYPES: dict[str, memory_pb2.ScopeType.ValueType] = {
     "namespace": memory_pb2.SCOPE_TYPE_NAMESPACE,
@@ -50,6 +52,13 @@ MODES: dict[str, search_pb2.SearchMode.ValueType] = {
 KINDS: dict[str, consolidation_pb2.FactKind.ValueType] = {
     "semantic": consolidation_pb2.FACT_KIND_SEMANTIC,
     "procedural": consolidation_pb2.FACT_KIND_PROCEDURAL,
+}
+
+TASK_STATUSES: dict[str, working_memory_pb2.TaskStatus.ValueType] = {
+    "pending": working_memory_pb2.TASK_STATUS_PENDING,
+    "in_progress": working_memory_pb2.TASK_STATUS_IN_PROGRESS,
+    "completed": working_memory_pb2.TASK_STATUS_COMPLETED,
+    "blocked": working_memory_pb2.TASK_STATUS_BLOCKED,
 }
 
 #: Items asked for per page when a method reads every page.
@@ -459,6 +468,69 @@ def render(
         max_facts=max_facts,
         max_events=max_events,
     )
+
+
+def update_task(
+    session_id: str,
+    task_id: str,
+    *,
+    app: str,
+    user: str,
+    status: TaskStatus | None,
+    subject: str | None,
+    description: str | None,
+) -> working_memory_pb2.UpdateTaskRequest:
+    if status is not None and status not in TASK_STATUSES:
+        raise ValueError(f"status must be one of {sorted(TASK_STATUSES)}")
+    request = working_memory_pb2.UpdateTaskRequest(
+        session_id=session_id,
+        app=app,
+        user=user,
+        task_id=task_id,
+        status=TASK_STATUSES[status] if status else working_memory_pb2.TASK_STATUS_UNSPECIFIED,
+    )
+    # Unset keeps the task's own; an empty string clears it.
+    if subject is not None:
+        request.subject = subject
+    if description is not None:
+        request.description = description
+    return request
+
+
+def remember(
+    session_id: str, content: str, *, app: str, user: str, triple: tuple[str, str, str]
+) -> working_memory_pb2.RememberRequest:
+    subject, predicate, object_ = triple
+    return working_memory_pb2.RememberRequest(
+        session_id=session_id,
+        app=app,
+        user=user,
+        content=content,
+        subject=subject,
+        predicate=predicate,
+        object=object_,
+    )
+
+
+def snapshot(
+    session_id: str, *, app: str, user: str, max_facts: int, max_events: int
+) -> working_memory_pb2.GetSnapshotRequest:
+    return working_memory_pb2.GetSnapshotRequest(
+        session_id=session_id, app=app, user=user, max_facts=max_facts, max_events=max_events
+    )
+
+
+def call_tool(
+    session_id: str, name: str, arguments: Any, *, app: str, user: str
+) -> working_memory_pb2.CallToolRequest:
+    """A tool call as the LLM emitted it: ``arguments`` a dict, or the JSON
+    text of one (as OpenAI's and Anthropic's APIs hand them over)."""
+    if isinstance(arguments, (str, bytes)):
+        arguments = json.loads(arguments) if arguments.strip() else None
+    request = working_memory_pb2.CallToolRequest(session_id=session_id, app=app, user=user, name=name)
+    if arguments is not None:
+        request.arguments.CopyFrom(to_value(arguments))
+    return request
 
 
 @dataclass

@@ -31,6 +31,7 @@ from google.protobuf.message import Message
 
 from . import _requests
 from ._client import (
+    Cached,
     Entry,
     Episode,
     Fork,
@@ -41,10 +42,22 @@ from ._client import (
     MemoryBlock,
     Session,
     Snapshot,
+    Task,
+    Tool,
+    ToolResult,
+    WorkingSnapshot,
     _absent,
 )
 from ._errors import EngramError, NotFound, from_rpc_error
-from ._requests import FactKind, Page, ScopeType, SearchMode, SearchSource, new_episode
+from ._requests import (
+    FactKind,
+    Page,
+    ScopeType,
+    SearchMode,
+    SearchSource,
+    TaskStatus,
+    new_episode,
+)
 from .v1 import (
     consolidation_pb2,
     consolidation_pb2_grpc,
@@ -57,6 +70,7 @@ from .v1 import (
     search_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
+    working_memory_pb2,
     working_memory_pb2_grpc,
 )
 
@@ -586,6 +600,94 @@ class AsyncWorking:
 
     def __init__(self, client: AsyncEngram) -> None:
         self._client = client
+        self._stub = client.stubs.working_memory
+
+    async def set_goal(self, session_id: str, goal: str, *, app: str = "", user: str = "") -> str:
+        request = working_memory_pb2.SetGoalRequest(
+            session_id=session_id, app=app, user=user, goal=goal
+        )
+        return (await self._client.call(self._stub.SetGoal, request)).goal
+
+    async def create_task(
+        self, session_id: str, subject: str, description: str = "", *, app: str = "", user: str = ""
+    ) -> Task:
+        request = working_memory_pb2.CreateTaskRequest(
+            session_id=session_id, app=app, user=user, subject=subject, description=description
+        )
+        return Task.from_proto((await self._client.call(self._stub.CreateTask, request)).task)
+
+    async def update_task(
+        self,
+        session_id: str,
+        task_id: str,
+        *,
+        status: TaskStatus | None = None,
+        subject: str | None = None,
+        description: str | None = None,
+        app: str = "",
+        user: str = "",
+    ) -> Task:
+        request = _requests.update_task(
+            session_id,
+            task_id,
+            app=app,
+            user=user,
+            status=status,
+            subject=subject,
+            description=description,
+        )
+        return Task.from_proto((await self._client.call(self._stub.UpdateTask, request)).task)
+
+    async def tasks(self, session_id: str, *, app: str = "", user: str = "") -> builtins.list[Task]:
+        request = working_memory_pb2.ListTasksRequest(session_id=session_id, app=app, user=user)
+        response = await self._client.call(self._stub.ListTasks, request)
+        return [Task.from_proto(t) for t in response.tasks]
+
+    async def remember(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        subject: str = "",
+        predicate: str = "",
+        object: str = "",
+        app: str = "",
+        user: str = "",
+    ) -> Fact:
+        request = _requests.remember(
+            session_id, content, app=app, user=user, triple=(subject, predicate, object)
+        )
+        return Fact.from_proto((await self._client.call(self._stub.Remember, request)).fact)
+
+    async def record_procedure(
+        self, app: str, content: str, *, subject: str = "", predicate: str = ""
+    ) -> Fact:
+        request = working_memory_pb2.RecordProcedureRequest(
+            app=app, content=content, subject=subject, predicate=predicate
+        )
+        return Fact.from_proto((await self._client.call(self._stub.RecordProcedure, request)).fact)
+
+    async def cache(
+        self, session_id: str, path: str, content: str, *, app: str = "", user: str = ""
+    ) -> Cached:
+        request = working_memory_pb2.CacheContentRequest(
+            session_id=session_id, app=app, user=user, path=path, content=content
+        )
+        return Cached.from_proto(await self._client.call(self._stub.CacheContent, request))
+
+    async def snapshot(
+        self,
+        session_id: str,
+        *,
+        app: str = "",
+        user: str = "",
+        max_facts: int = 0,
+        max_events: int = 0,
+    ) -> WorkingSnapshot:
+        request = _requests.snapshot(
+            session_id, app=app, user=user, max_facts=max_facts, max_events=max_events
+        )
+        return WorkingSnapshot.from_proto(await self._client.call(self._stub.GetSnapshot, request))
 
     async def render(
         self,
@@ -600,10 +702,20 @@ class AsyncWorking:
         request = _requests.render(
             session_id, app=app, user=user, query=query, max_facts=max_facts, max_events=max_events
         )
-        response = await self._client.call(
-            self._client.stubs.working_memory.RenderMemoryBlock, request
+        return MemoryBlock.from_proto(
+            await self._client.call(self._stub.RenderMemoryBlock, request)
         )
-        return MemoryBlock.from_proto(response)
+
+    async def tools(self) -> builtins.list[Tool]:
+        request = working_memory_pb2.ListToolsRequest()
+        response = await self._client.call(self._stub.ListTools, request)
+        return [Tool.from_proto(t) for t in response.tools]
+
+    async def call_tool(
+        self, session_id: str, name: str, arguments: Any = None, *, app: str = "", user: str = ""
+    ) -> ToolResult:
+        request = _requests.call_tool(session_id, name, arguments, app=app, user=user)
+        return ToolResult.from_proto(await self._client.call(self._stub.CallTool, request))
 
 
 #: The asyncio client under the blocking client's name, as ``grpc.aio``
