@@ -568,7 +568,7 @@ pub async fn session(
                 dt { "App" } dd { (session.app) }
                 dt { "User" } dd { (session.user) }
                 dt { "Created" } dd { (time(session.create_time.as_ref())) }
-                dt { "Episodes" } dd { span id="episode-count" { (session.episode_count) } @if session.episodes_evicted > 0 { " (" (session.episodes_evicted) " evicted)" } }
+                dt { "Episodes" } dd { span id="episode-count" { (session.episode_count) } span id="episodes-evicted" { (evicted_note(session.episodes_evicted)) } }
                 @if session.end_time.is_some() { dt { "Ended" } dd { (time(session.end_time.as_ref())) } }
             }
             h2 { "Episodes" }
@@ -609,7 +609,11 @@ pub struct TailQuery {
 /// New episodes of a session as server-sent events, each with its cursor as
 /// the event id, so a reconnecting browser resumes where it was
 /// (`Last-Event-ID`). Fed by `TailEpisodes`, so by the same settled
-/// horizon.
+/// horizon. Between them come `count` events with the session's episode
+/// count as the server has it: one as the tail opens (an episode appended
+/// between the page's reading of the session and of its episodes is
+/// counted then), then at most one per [`COUNT_EVERY`] while episodes
+/// arrive, so evictions by the per-session limit show as they happen.
 pub async fn tail(
     State(console): State<Console>,
     headers: HeaderMap,
@@ -621,31 +625,87 @@ pub async fn tail(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<i64>().ok())
         .unwrap_or(query.cursor);
-    let stream = call!(
-        EpisodeServiceClient::new(conn).tail_episodes(proto::TailEpisodesRequest {
-            session_id: query.id,
+    let stream = call!(EpisodeServiceClient::new(conn.clone()).tail_episodes(
+        proto::TailEpisodesRequest {
+            session_id: query.id.clone(),
             cursor: Some(resume),
             ..Default::default()
-        })
-    );
-    Sse::new(events(stream))
+        }
+    ));
+    let counts = SessionServiceClient::new(conn);
+    Sse::new(events(stream, counts, query.id))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
 
+/// How often a live tail refreshes the session's episode count at most.
+const COUNT_EVERY: Duration = Duration::from_secs(1);
+
+/// Where a tail's event stream stands.
+struct Tailing {
+    episodes: tonic::Streaming<proto::TailEpisodesResponse>,
+    counts: SessionServiceClient<crate::mcp::Conn>,
+    session_id: String,
+    tick: tokio::time::Interval,
+    /// Episodes arrived (or the tail opened) since the last count.
+    stale: bool,
+}
+
 fn events(
-    stream: tonic::Streaming<proto::TailEpisodesResponse>,
+    episodes: tonic::Streaming<proto::TailEpisodesResponse>,
+    counts: SessionServiceClient<crate::mcp::Conn>,
+    session_id: String,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    stream
-        .take_while(|item| std::future::ready(item.is_ok()))
-        .filter_map(|item| async move {
-            let episode = item.ok()?.episode?;
-            let row = episode_row(&episode).into_string();
-            Some(Ok(Event::default()
-                .id(episode.cursor.to_string())
-                .event("episode")
-                .data(row)))
-        })
+    let mut tick = tokio::time::interval(COUNT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = Tailing {
+        episodes,
+        counts,
+        session_id,
+        tick,
+        stale: true,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            tokio::select! {
+                item = state.episodes.next() => {
+                    // The stream's end or error ends the events; the
+                    // browser reconnects from the last id it saw.
+                    let episode = item?.ok()?.episode;
+                    if let Some(episode) = episode {
+                        state.stale = true;
+                        let event = Event::default()
+                            .id(episode.cursor.to_string())
+                            .event("episode")
+                            .data(episode_row(&episode).into_string());
+                        return Some((Ok(event), state));
+                    }
+                }
+                _ = state.tick.tick(), if state.stale => {
+                    state.stale = false;
+                    let request = proto::GetSessionRequest {
+                        session_id: state.session_id.clone(),
+                        ..Default::default()
+                    };
+                    // A refused read leaves the count as it was.
+                    let Ok(response) = state.counts.get_session(request).await else {
+                        continue;
+                    };
+                    let session = response.into_inner().session.unwrap_or_default();
+                    let count = serde_json::json!({
+                        "count": session.episode_count,
+                        "evicted": evicted_note(session.episodes_evicted).into_string(),
+                    });
+                    return Some((Ok(Event::default().event("count").data(count.to_string())), state));
+                }
+            }
+        }
+    })
+}
+
+/// What follows a session's episode count when some were evicted.
+fn evicted_note(evicted: i64) -> Markup {
+    html! { @if evicted > 0 { " (" (evicted) " evicted)" } }
 }
 
 #[derive(Deserialize, Default)]

@@ -2,13 +2,14 @@
 // events, already rendered as table rows by the server (escaped there),
 // and are appended below the last one. The browser's EventSource sends the
 // last event id when it reconnects, so the tail resumes where it was. The
-// session's episode count above counts them in as they arrive.
+// session's episode count above follows the server's count events.
 (function () {
   "use strict";
   var body = document.getElementById("episodes");
   if (!body || body.dataset.live !== "true") { return; }
   var status = document.getElementById("live");
   var count = document.getElementById("episode-count");
+  var evicted = document.getElementById("episodes-evicted");
   var url = "/ui/session/tail?id=" + encodeURIComponent(body.dataset.session) +
     "&cursor=" + encodeURIComponent(body.dataset.cursor);
   var source = new EventSource(url);
@@ -26,8 +27,14 @@
       rows.removeChild(row);
       if (row.id && document.getElementById(row.id)) { continue; }
       body.appendChild(row);
-      // The session's count as of the page, plus each episode since.
-      if (count && row.nodeName === "TR") { count.textContent = String(Number(count.textContent) + 1); }
     }
+  });
+  // The session's episode count as the server has it (evictions by the
+  // per-session limit included), sent as the tail opens and then at most
+  // once a second while episodes arrive.
+  source.addEventListener("count", function (event) {
+    var now = JSON.parse(event.data);
+    if (count) { count.textContent = String(now.count); }
+    if (evicted) { evicted.textContent = now.evicted; }
   });
 }());

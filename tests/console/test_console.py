@@ -75,7 +75,11 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
             lines.append(line)
         tokens_file = Path(directory) / "tokens"
         tokens_file.write_text("\n".join(lines) + "\n")
-        running = start_server(database_url(request.param, directory), env={"ENGRAM_TOKENS_FILE": str(tokens_file)})
+        running = start_server(
+            database_url(request.param, directory),
+            # Three episodes per session, so a live tail sees evictions.
+            env={"ENGRAM_TOKENS_FILE": str(tokens_file), "ENGRAM_MAX_EVENTS_PER_SESSION": "3"},
+        )
         served = Server(running, tokens)
         admin = tokens["admin"]
         grpc(served, admin, "memory", "set", "style", '{"tone": "dry", "emoji": false}', "--scope", "team")
@@ -178,7 +182,15 @@ def test_a_session_tails_live_and_shows_working_memory(
     )
     seqs = [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "#episodes tr")]
     assert seqs == sorted(seqs, key=int) and len(set(seqs)) == len(seqs), seqs
-    assert browser.find_element(By.ID, "episode-count").text == str(len(seqs))
+    # The count follows the server's: one more, then held at the session
+    # limit (3) with the evictions beside it.
+    wait(browser, 20).until(lambda b: b.find_element(By.ID, "episode-count").text == "2")
+    assert browser.find_element(By.ID, "episodes-evicted").text == ""
+    for text in ["third", "fourth"]:
+        grpc(server, server.tokens["admin"], "episodes", "append", "chat-1", text)
+    wait(browser, 20).until(lambda b: b.find_element(By.ID, "episodes-evicted").text == "(1 evicted)")
+    assert browser.find_element(By.ID, "episode-count").text == "3"
+    assert "fourth" in browser.find_element(By.ID, "episodes").text
     shot(browser, f"session-tail-{request.node.callspec.id}")
 
 
