@@ -19,7 +19,7 @@
 //! not followed by a letter or digit, and a dot that ends a word before
 //! whitespace), and compounds of letters joined by hyphens. Tests compare
 //! this with a live Postgres on generated text and on this project's
-//! README.
+//! README and benchmark log.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;

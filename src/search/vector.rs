@@ -7,7 +7,7 @@
 //! `tsvectorsend` writes and `tsvectorrecv` reads).
 //!
 //! Why here: building the vector was Postgres's largest cost of an append
-//! (about 160 µs of parsing for a 1 KB episode; see README, "Search").
+//! (about 160 µs of parsing for a 1 KB episode; see docs/benchmarks.md, "Search").
 //! Built here, Postgres only reads it. It is built only when every string
 //! is plain text ([`english::plain`]) and Postgres would cap nothing; for
 //! anything else (a number, a URL, a hyphenated word, non-ASCII text, a

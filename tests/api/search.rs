@@ -1063,14 +1063,17 @@ fn assert_none_differ(differ: &[String]) {
 }
 
 /// Plain queries are normalised in Rust, the rest by Postgres: the two
-/// must agree. Every word of this project's README (a few thousand, plain
-/// ones only) and each of its lines as a phrase, against Postgres's own
+/// must agree. Every word of this project's README and benchmark log (a
+/// few thousand, plain ones only) and each of their lines as a phrase, against Postgres's own
 /// `to_tsvector` and `phraseto_tsquery`, plus every stop word.
 #[tokio::test]
 async fn plain_queries_normalise_as_postgres_does() {
     use engram::search::english;
 
-    let readme = include_str!("../../README.md");
+    let readme = concat!(
+        include_str!("../../README.md"),
+        include_str!("../../docs/benchmarks.md")
+    );
     let mut words: Vec<String> = readme
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())
