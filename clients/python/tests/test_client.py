@@ -411,6 +411,8 @@ def test_working_memory(database_url: str) -> None:
             assert not moved.is_error
             assert client.working.tasks("chat-w")[1].status == "in_progress"
             assert client.working.call_tool("chat-w", "NoSuchTool").is_error
+            broken = client.working.call_tool("chat-w", "TaskUpdate", '{"taskId": "t2",')
+            assert broken.is_error and "not valid JSON" in broken.result["error"]
             with pytest.raises(NotFound):
                 client.working.snapshot("no-such-session")
     finally:

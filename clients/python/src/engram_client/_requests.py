@@ -8,7 +8,6 @@ ask for, and how a broken live stream decides to resume, is here.
 from __future__ import annotations
 
 import builtins
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -524,9 +523,10 @@ def call_tool(
     session_id: str, name: str, arguments: Any, *, app: str, user: str
 ) -> working_memory_pb2.CallToolRequest:
     """A tool call as the LLM emitted it: ``arguments`` a dict, or the JSON
-    text of one (as OpenAI's and Anthropic's APIs hand them over)."""
-    if isinstance(arguments, (str, bytes)):
-        arguments = json.loads(arguments) if arguments.strip() else None
+    text of one as model APIs hand it over (the server parses it, and
+    answers text that is not JSON as an error for the model to read)."""
+    if isinstance(arguments, bytes):
+        arguments = arguments.decode()
     request = working_memory_pb2.CallToolRequest(session_id=session_id, app=app, user=user, name=name)
     if arguments is not None:
         request.arguments.CopyFrom(to_value(arguments))
