@@ -204,6 +204,12 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             )
             assert not done.is_error and done.result["status"] == "completed"
             assert [t.status for t in await client.working.tasks("chat-1")] == ["completed"]
+            rule = await client.rules.create("vault", "content:vault", every_n_episodes=10)
+            assert [r.id async for r in client.rules.list()] == [rule.id]
+            assert (await client.rules.run("vault", dry_run=True)).episodes_matched == 0
+            await client.rules.delete("vault")
+            with pytest.raises(NotFound):
+                await client.rules.get("vault")
             # Calls without a wrapper are on the stubs, with the same errors.
             with pytest.raises(FailedPrecondition) as stored:
                 await client.call(
@@ -241,8 +247,7 @@ def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) 
             for i in range(5):
                 await client.memory.set(f"k{i}", i)
                 await client.episodes.append(f"p-{i % 3}", f"note {i}", app="bot", user="fay")
-                remember = working_memory_pb2.RememberRequest(session_id="p-0", content=f"fact {i}")
-                await client.call(client.stubs.working_memory.Remember, remember)
+                await client.working.remember("p-0", f"fact {i}")
             assert [e.value async for e in client.memory.list()] == [0, 1, 2, 3, 4]
             snapshot = await client.memory.snapshot(as_of=datetime.now(timezone.utc))
             assert len(snapshot.entries) == 5

@@ -27,7 +27,6 @@ from engram_client import (
     Unauthenticated,
 )
 from engram_client.v1 import (
-    consolidation_pb2,
     memory_admin_pb2,
     memory_pb2,
     working_memory_pb2,
@@ -305,26 +304,40 @@ def test_consolidation_rules(server: Server) -> None:
             user="alice",
             metadata={"subject": "alice", "predicate": "prefers", "object": "dark mode"},
         )
-        rule = consolidation_pb2.ConsolidationRule(
-            id="prefs", filter="metadata.subject:*", every_n_episodes=1
+        made = client.rules.create(
+            "prefs", "metadata.subject:*", every_n_episodes=1, emits=["profile"], enabled=False
         )
-        client.call(
-            client.stubs.consolidation.CreateRule, consolidation_pb2.CreateRuleRequest(rule=rule)
+        assert (made.id, made.every_n_episodes, made.cron, made.emits, made.kind) == (
+            "prefs", 1, None, ["profile"], "semantic"
         )
-        run = client.call(
-            client.stubs.consolidation.RunRule, consolidation_pb2.RunRuleRequest(rule_id="prefs")
-        )
-        assert run.facts_added == 1
+        assert (made.watermark, made.enabled, made.last_run_time) == (0, False, None)
+        nightly = client.rules.create("nightly", cron="@daily", kind="procedural", confidence=0.5)
+        assert (nightly.cron, nightly.every_n_episodes, nightly.kind) == ("@daily", None, "procedural")
+        assert [r.id for r in client.rules.list()] == ["nightly", "prefs"]
+
+        preview = client.rules.run("prefs", dry_run=True)
+        assert (preview.episodes_matched, preview.facts_added, len(preview.deltas)) == (1, 0, 1)
+        assert preview.deltas[0].add.fact_payload.object == "dark mode"
+        assert client.rules.get("prefs").watermark == 0, "a dry run keeps the watermark"
+        run = client.rules.run("prefs")
+        assert (run.episodes_scanned, run.facts_added, run.more) == (1, 1, False)
+        assert client.rules.run("prefs").episodes_scanned == 0, "no episode is promoted twice"
+        after = client.rules.get("prefs")
+        assert (after.watermark, after.episodes_promoted) == (run.watermark, 1)
+        assert after.last_run_time is not None
+        assert [f.id for f in client.facts.list(app="support-bot")] == run.fact_ids
+
+        with pytest.raises(AlreadyExists) as taken:
+            client.rules.create("prefs", every_n_episodes=5)
+        assert taken.value.reason == "RULE_EXISTS"
         with pytest.raises(InvalidArgument) as bad:
-            client.call(
-                client.stubs.consolidation.CreateRule,
-                consolidation_pb2.CreateRuleRequest(
-                    rule=consolidation_pb2.ConsolidationRule(
-                        id="bad", filter="type = ", every_n_episodes=1
-                    )
-                ),
-            )
+            client.rules.create("bad", "type = ", every_n_episodes=1)
         assert bad.value.reason == "INVALID_FILTER"
+        with pytest.raises(ValueError):
+            client.rules.create("both", every_n_episodes=1, cron="@daily")
+        client.rules.delete("nightly")
+        with pytest.raises(NotFound):
+            client.rules.get("nightly")
 
         block = client.working.render("chat-1")
         assert "## Facts (1)\n- prefers dark mode\n" in block.memory_block
@@ -423,12 +436,7 @@ def test_facts_and_the_memory_block(server: Server) -> None:
     with Engram(server.address) as client:
         client.episodes.append("chat-f", "hello", app="bot", user="dana")
         for content in ("dana deploys with helm", "dana drinks green tea"):
-            client.call(
-                client.stubs.working_memory.Remember,
-                working_memory_pb2.RememberRequest(
-                    session_id="chat-f", app="bot", user="dana", content=content
-                ),
-            )
+            client.working.remember("chat-f", content, app="bot", user="dana")
         facts = list(client.facts.list(app="bot", user="dana"))
         assert sorted(f.content for f in facts) == ["dana deploys with helm", "dana drinks green tea"]
         assert {(f.app, f.user, f.kind, f.version) for f in facts} == {("bot", "dana", "semantic", 1)}
@@ -460,10 +468,7 @@ def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) 
         for i in range(5):
             client.memory.set(f"k{i}", i)
             client.episodes.append(f"p-{i % 3}", f"note {i}", app="bot", user="fay")
-            client.call(
-                client.stubs.working_memory.Remember,
-                working_memory_pb2.RememberRequest(session_id="p-0", content=f"fay fact {i}"),
-            )
+            client.working.remember("p-0", f"fay fact {i}")
         assert [e.value for e in client.memory.list()] == [0, 1, 2, 3, 4]
         assert len(client.memory.snapshot(as_of=datetime.now(timezone.utc)).entries) == 5
         assert sorted(s.id for s in client.sessions.list(user="fay")) == ["p-0", "p-1", "p-2"]
@@ -482,12 +487,7 @@ def test_search(server: Server) -> None:
         )
         client.memory.configure("ops")
         client.memory.set("deploy/notes", {"text": "deployment checklist"})
-        client.call(
-            client.stubs.working_memory.Remember,
-            working_memory_pb2.RememberRequest(
-                session_id="chat-1", app="bot", user="alice", content="alice runs deployment drills"
-            ),
-        )
+        client.working.remember("chat-1", "alice runs deployment drills", app="bot", user="alice")
 
         hits = client.search("deployment setup")
         assert [hit.source for hit in hits][0] == "episodes"
@@ -514,6 +514,7 @@ def test_search(server: Server) -> None:
             "pasta with pesto",
         ]
 
+        # A call without a wrapper, through the stubs, answers the same.
         block = client.call(
             client.stubs.working_memory.RenderMemoryBlock,
             working_memory_pb2.RenderMemoryBlockRequest(

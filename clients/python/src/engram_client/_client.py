@@ -270,6 +270,75 @@ class Fact:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A consolidation rule: which episodes it promotes into facts, on
+    which cadence (``every_n_episodes`` or ``cron``), and how far its runs
+    have read (``watermark``, an episode cursor)."""
+
+    id: str
+    filter: str
+    every_n_episodes: int | None
+    cron: str | None
+    emits: builtins.list[str]
+    kind: str
+    confidence: float
+    enabled: bool
+    watermark: int
+    episodes_promoted: int
+    create_time: datetime
+    last_run_time: datetime | None
+
+    @staticmethod
+    def from_proto(rule: consolidation_pb2.ConsolidationRule) -> Rule:
+        cadence = rule.WhichOneof("cadence")
+        return Rule(
+            id=rule.id,
+            filter=rule.filter,
+            every_n_episodes=rule.every_n_episodes if cadence == "every_n_episodes" else None,
+            cron=rule.cron if cadence == "cron" else None,
+            emits=list(rule.then_emits),
+            kind=consolidation_pb2.FactKind.Name(rule.kind).removeprefix("FACT_KIND_").lower(),
+            confidence=rule.confidence,
+            enabled=rule.enabled,
+            watermark=rule.watermark,
+            episodes_promoted=rule.episodes_promoted,
+            create_time=_time(rule.create_time),
+            last_run_time=_time(rule.last_run_time) if rule.HasField("last_run_time") else None,
+        )
+
+
+@dataclass(frozen=True)
+class RuleRun:
+    """What a run of a rule saw and wrote. ``deltas`` are the generated
+    ``MemoryDelta`` messages, one per matching episode in cursor order;
+    ``more`` says episodes wait past the run's ``max_episodes``."""
+
+    episodes_scanned: int
+    episodes_matched: int
+    watermark: int
+    more: bool
+    facts_added: int
+    facts_updated: int
+    facts_deleted: int
+    fact_ids: builtins.list[str]
+    deltas: builtins.list[consolidation_pb2.MemoryDelta]
+
+    @staticmethod
+    def from_proto(response: consolidation_pb2.RunRuleResponse) -> RuleRun:
+        return RuleRun(
+            episodes_scanned=response.episodes_scanned,
+            episodes_matched=response.episodes_matched,
+            watermark=response.watermark,
+            more=response.more,
+            facts_added=response.facts_added,
+            facts_updated=response.facts_updated,
+            facts_deleted=response.facts_deleted,
+            fact_ids=list(response.fact_ids),
+            deltas=list(response.deltas),
+        )
+
+
+@dataclass(frozen=True)
 class Hit:
     """One item :meth:`Engram.search` found: exactly one of ``entry``,
     ``fact`` and ``episode`` is set, as ``source`` says."""
@@ -458,6 +527,7 @@ class Engram(_requests.CallerContext):
         self.sessions = Sessions(self)
         self.episodes = Episodes(self)
         self.facts = Facts(self)
+        self.rules = Rules(self)
         self.working = Working(self)
 
     def call(self, method: Callable[..., Resp], request: Message) -> Resp:
@@ -959,6 +1029,67 @@ class Facts:
         return Fact.from_proto(response.fact)
 
 
+class Rules:
+    """Consolidation rules: each promotes the episodes its filter selects
+    into facts, exactly once, on its cadence or when run."""
+
+    def __init__(self, client: Engram) -> None:
+        self._client = client
+        self._stub = client.stubs.consolidation
+
+    def create(
+        self,
+        rule_id: str,
+        filter: str = "",
+        *,
+        every_n_episodes: int | None = None,
+        cron: str | None = None,
+        emits: Iterable[str] = (),
+        kind: FactKind | None = None,
+        confidence: float = 0.0,
+        enabled: bool = True,
+    ) -> Rule:
+        """Stores a rule; its first run reads every episode kept. Exactly one
+        of ``every_n_episodes`` and ``cron`` (``*/5 * * * *``, ``@daily``);
+        a bad filter is ``InvalidArgument`` (``INVALID_FILTER``), a taken id
+        ``AlreadyExists`` (``RULE_EXISTS``)."""
+        request = _requests.rule(
+            rule_id,
+            filter,
+            every_n_episodes=every_n_episodes,
+            cron=cron,
+            emits=emits,
+            kind=kind,
+            confidence=confidence,
+            enabled=enabled,
+        )
+        return Rule.from_proto(self._client.call(self._stub.CreateRule, request).rule)
+
+    def get(self, rule_id: str) -> Rule:
+        """A rule with its watermark and last run; ``NotFound`` when none."""
+        request = consolidation_pb2.GetRuleRequest(rule_id=rule_id)
+        return Rule.from_proto(self._client.call(self._stub.GetRule, request).rule)
+
+    def list(self) -> Iterator[Rule]:
+        """Every rule in id order, page by page."""
+        for page in self._client.pages(self._stub.ListRules, _requests.list_rules):
+            yield from (Rule.from_proto(r) for r in page.rules)
+
+    def delete(self, rule_id: str) -> None:
+        """Deletes a rule; the facts it promoted stay."""
+        request = consolidation_pb2.DeleteRuleRequest(rule_id=rule_id)
+        self._client.call(self._stub.DeleteRule, request)
+
+    def run(self, rule_id: str, *, dry_run: bool = False, max_episodes: int = 0) -> RuleRun:
+        """Runs a rule now over the episodes after its watermark (at most
+        ``max_episodes``; 0 takes the server's 1000). With ``dry_run`` it
+        returns the deltas and writes nothing."""
+        request = consolidation_pb2.RunRuleRequest(
+            rule_id=rule_id, dry_run=dry_run, max_episodes=max_episodes
+        )
+        return RuleRun.from_proto(self._client.call(self._stub.RunRule, request))
+
+
 class Working:
     """A session's working memory: its goal, todo list and content cache,
     the facts it remembers, and the MEMORY block they render into.
@@ -1115,6 +1246,8 @@ __all__ = [
     "CachedFile",
     "Hit",
     "MemoryBlock",
+    "Rule",
+    "RuleRun",
     "Session",
     "Stubs",
     "Task",

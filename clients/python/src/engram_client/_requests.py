@@ -444,6 +444,41 @@ def search(
     )
 
 
+def rule(
+    rule_id: str,
+    filter: str,
+    *,
+    every_n_episodes: int | None,
+    cron: str | None,
+    emits: Iterable[str],
+    kind: FactKind | None,
+    confidence: float,
+    enabled: bool,
+) -> consolidation_pb2.CreateRuleRequest:
+    # The cadence is a oneof: setting both would keep the second silently.
+    if every_n_episodes is not None and cron is not None:
+        raise ValueError("a rule runs on every_n_episodes or on cron, not both")
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {sorted(KINDS)}")
+    made = consolidation_pb2.ConsolidationRule(
+        id=rule_id,
+        filter=filter,
+        then_emits=builtins.list(emits),
+        kind=KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+        confidence=confidence,
+        enabled=enabled,
+    )
+    if every_n_episodes is not None:
+        made.every_n_episodes = every_n_episodes
+    if cron is not None:
+        made.cron = cron
+    return consolidation_pb2.CreateRuleRequest(rule=made)
+
+
+def list_rules(token: str) -> consolidation_pb2.ListRulesRequest:
+    return consolidation_pb2.ListRulesRequest(page_size=PAGE, page_token=token)
+
+
 def list_facts(
     app: str, user: str, kind: FactKind | None, token: str
 ) -> consolidation_pb2.ListFactsRequest:

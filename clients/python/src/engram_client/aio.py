@@ -40,6 +40,8 @@ from ._client import (
     Hit,
     Imported,
     MemoryBlock,
+    Rule,
+    RuleRun,
     Session,
     Snapshot,
     Task,
@@ -108,6 +110,7 @@ class AsyncEngram(_requests.CallerContext):
         self.sessions = AsyncSessions(self)
         self.episodes = AsyncEpisodes(self)
         self.facts = AsyncFacts(self)
+        self.rules = AsyncRules(self)
         self.working = AsyncWorking(self)
 
     async def call(self, method: Callable[..., Awaitable[Resp]], request: Message) -> Resp:
@@ -593,6 +596,57 @@ class AsyncFacts:
             consolidation_pb2.DeleteFactRequest(fact_id=fact_id),
         )
         return Fact.from_proto(response.fact)
+
+
+class AsyncRules:
+    """:class:`engram_client.Engram`'s ``rules``, awaited."""
+
+    def __init__(self, client: AsyncEngram) -> None:
+        self._client = client
+        self._stub = client.stubs.consolidation
+
+    async def create(
+        self,
+        rule_id: str,
+        filter: str = "",
+        *,
+        every_n_episodes: int | None = None,
+        cron: str | None = None,
+        emits: Iterable[str] = (),
+        kind: FactKind | None = None,
+        confidence: float = 0.0,
+        enabled: bool = True,
+    ) -> Rule:
+        request = _requests.rule(
+            rule_id,
+            filter,
+            every_n_episodes=every_n_episodes,
+            cron=cron,
+            emits=emits,
+            kind=kind,
+            confidence=confidence,
+            enabled=enabled,
+        )
+        return Rule.from_proto((await self._client.call(self._stub.CreateRule, request)).rule)
+
+    async def get(self, rule_id: str) -> Rule:
+        request = consolidation_pb2.GetRuleRequest(rule_id=rule_id)
+        return Rule.from_proto((await self._client.call(self._stub.GetRule, request)).rule)
+
+    async def list(self) -> AsyncIterator[Rule]:
+        async for page in self._client.pages(self._stub.ListRules, _requests.list_rules):
+            for rule in page.rules:
+                yield Rule.from_proto(rule)
+
+    async def delete(self, rule_id: str) -> None:
+        request = consolidation_pb2.DeleteRuleRequest(rule_id=rule_id)
+        await self._client.call(self._stub.DeleteRule, request)
+
+    async def run(self, rule_id: str, *, dry_run: bool = False, max_episodes: int = 0) -> RuleRun:
+        request = consolidation_pb2.RunRuleRequest(
+            rule_id=rule_id, dry_run=dry_run, max_episodes=max_episodes
+        )
+        return RuleRun.from_proto(await self._client.call(self._stub.RunRule, request))
 
 
 class AsyncWorking:
