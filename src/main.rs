@@ -46,7 +46,8 @@ enum Command {
     /// delete. Exit codes as for `memory`
     Facts(engram::cli::consolidation::FactsCommand),
     /// A session's working memory on a running server: goal, task-create,
-    /// task-update, tasks, remember, procedure, cache, render, tools, call.
+    /// task-update, tasks, remember, procedure, cache, snapshot, render,
+    /// tools, call.
     /// Exit codes as for `memory`
     Working(engram::cli::working::WorkingCommand),
     /// Find memory entries, facts and episodes by what they say, best

@@ -466,7 +466,7 @@ pub(crate) fn fact_json(fact: &proto::Fact) -> serde_json::Value {
     })
 }
 
-fn fact_line(fact: &proto::Fact) -> String {
+pub(crate) fn fact_line(fact: &proto::Fact) -> String {
     let Some(current) = &fact.current else {
         return fact.id.clone();
     };

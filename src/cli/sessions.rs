@@ -456,7 +456,7 @@ pub(crate) fn episode_json(episode: &proto::Episode) -> serde_json::Value {
     })
 }
 
-fn episode_line(episode: &proto::Episode) -> String {
+pub(crate) fn episode_line(episode: &proto::Episode) -> String {
     format!(
         "#{}  {}/{}  {}  {}  {}  {}",
         episode.cursor,

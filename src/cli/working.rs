@@ -2,6 +2,8 @@
 
 use serde_json::json;
 
+use super::consolidation::{fact_json, fact_line};
+use super::sessions::{episode_json, episode_line};
 use super::{
     CliError, CliResult, ClientArgs, Output, connect, parse_value, print_json, time, value_json,
 };
@@ -65,13 +67,20 @@ enum Command {
         #[arg(long, default_value = "", hide_default_value = true)]
         description: String,
     },
-    /// Change a task's status
+    /// Change a task: its status, subject or description (what is not
+    /// given stays)
     TaskUpdate {
         /// The task's id (t1, t2, ...)
         task_id: String,
         /// Its new status
         #[arg(long, value_enum)]
-        status: StatusArg,
+        status: Option<StatusArg>,
+        /// A new subject
+        #[arg(long)]
+        subject: Option<String>,
+        /// A new description ("" clears it)
+        #[arg(long)]
+        description: Option<String>,
     },
     /// List the session's tasks
     Tasks,
@@ -79,11 +88,19 @@ enum Command {
     Remember {
         /// The fact, in a sentence
         content: String,
+        #[command(flatten)]
+        triple: Triple,
     },
     /// Record a procedure for an app (--app)
     Procedure {
         /// The procedure: how to do something, in the app's words
         content: String,
+        /// What it is about
+        #[arg(long, default_value = "", hide_default_value = true)]
+        subject: String,
+        /// The relation
+        #[arg(long, default_value = "", hide_default_value = true)]
+        predicate: String,
     },
     /// Cache content (a file's text) under a path
     Cache {
@@ -91,6 +108,16 @@ enum Command {
         path: String,
         /// The content to keep
         content: String,
+    },
+    /// Print what the MEMORY block is made of: goal, tasks, facts,
+    /// procedures, recent episodes and the cache's paths
+    Snapshot {
+        /// How many facts (and procedures) at most (0: 20; at most 1000)
+        #[arg(long, default_value_t = 0)]
+        max_facts: i32,
+        /// How many recent episodes at most (0: 10; at most 1000)
+        #[arg(long, default_value_t = 0)]
+        max_events: i32,
     },
     /// Print the MEMORY block and the memory instructions
     Render {
@@ -115,6 +142,29 @@ enum Command {
     },
 }
 
+/// A fact's subject, predicate and object, which `remember` may name.
+#[derive(Debug, clap::Args)]
+struct Triple {
+    /// What the fact is about, e.g. alice
+    #[arg(long, default_value = "", hide_default_value = true)]
+    subject: String,
+    /// The relation, e.g. prefers
+    #[arg(long, default_value = "", hide_default_value = true)]
+    predicate: String,
+    /// The value of the relation, e.g. "dark mode"
+    #[arg(long, default_value = "", hide_default_value = true)]
+    object: String,
+}
+
+fn task_line(task: &serde_json::Value) -> String {
+    format!(
+        "[{}] {}: {}",
+        task["status"].as_str().unwrap_or(""),
+        task["id"].as_str().unwrap_or(""),
+        task["subject"].as_str().unwrap_or("")
+    )
+}
+
 fn task_json(task: &proto::Task) -> serde_json::Value {
     let status = proto::TaskStatus::try_from(task.status)
         .map(|s| {
@@ -130,6 +180,51 @@ fn task_json(task: &proto::Task) -> serde_json::Value {
         "status": status,
         "update_time": time(task.update_time.as_ref()),
     })
+}
+
+/// A snapshot as JSON, and as text: one section per part, each line as
+/// `tasks`, `facts list` and `episodes list` print theirs.
+fn snapshot_output(snapshot: &proto::GetSnapshotResponse) -> (serde_json::Value, String) {
+    let tasks: Vec<_> = snapshot.tasks.iter().map(task_json).collect();
+    let cache: Vec<_> = snapshot
+        .cache
+        .iter()
+        .map(|c| json!({"path": c.path, "bytes": c.bytes, "update_time": time(c.update_time.as_ref())}))
+        .collect();
+    let value = json!({
+        "goal": snapshot.goal,
+        "tasks": tasks,
+        "facts": snapshot.facts.iter().map(fact_json).collect::<Vec<_>>(),
+        "procedures": snapshot.procedures.iter().map(fact_json).collect::<Vec<_>>(),
+        "recent": snapshot.recent.iter().map(episode_json).collect::<Vec<_>>(),
+        "cache": cache,
+    });
+    let mut text = format!("goal: {}", snapshot.goal);
+    let sections: [(&str, Vec<String>); 5] = [
+        ("tasks", tasks.iter().map(task_line).collect()),
+        ("facts", snapshot.facts.iter().map(fact_line).collect()),
+        (
+            "procedures",
+            snapshot.procedures.iter().map(fact_line).collect(),
+        ),
+        ("recent", snapshot.recent.iter().map(episode_line).collect()),
+        (
+            "cache",
+            snapshot
+                .cache
+                .iter()
+                .map(|c| format!("{} ({} bytes)", c.path, c.bytes))
+                .collect(),
+        ),
+    ];
+    for (name, lines) in sections {
+        text.push_str(&format!("\n{name} ({}):", lines.len()));
+        for line in lines {
+            text.push_str("\n  ");
+            text.push_str(&line);
+        }
+    }
+    (value, text)
 }
 
 fn struct_json(object: Option<prost_types::Struct>) -> serde_json::Value {
@@ -184,27 +279,31 @@ impl WorkingCommand {
                     .unwrap_or_default();
                 print(task_json(&task), format!("{}: {}", task.id, task.subject));
             }
-            Command::TaskUpdate { task_id, status } => {
+            Command::TaskUpdate {
+                task_id,
+                status,
+                subject,
+                description,
+            } => {
+                if status.is_none() && subject.is_none() && description.is_none() {
+                    return Err(CliError::usage("give --status, --subject or --description"));
+                }
                 let task = working
                     .update_task(proto::UpdateTaskRequest {
                         session_id,
                         app,
                         user,
                         task_id,
-                        status: status.to_proto(),
-                        ..proto::UpdateTaskRequest::default()
+                        status: status.map_or(0, StatusArg::to_proto),
+                        subject,
+                        description,
                     })
                     .await?
                     .into_inner()
                     .task
                     .unwrap_or_default();
                 let value = task_json(&task);
-                let text = format!(
-                    "[{}] {}: {}",
-                    value["status"].as_str().unwrap_or(""),
-                    task.id,
-                    task.subject
-                );
+                let text = task_line(&value);
                 print(value, text);
             }
             Command::Tasks => {
@@ -218,28 +317,19 @@ impl WorkingCommand {
                     .into_inner()
                     .tasks;
                 let values: Vec<_> = tasks.iter().map(task_json).collect();
-                let text = values
-                    .iter()
-                    .map(|t| {
-                        format!(
-                            "[{}] {}: {}",
-                            t["status"].as_str().unwrap_or(""),
-                            t["id"].as_str().unwrap_or(""),
-                            t["subject"].as_str().unwrap_or("")
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let text = values.iter().map(task_line).collect::<Vec<_>>().join("\n");
                 print(json!({ "tasks": values }), text);
             }
-            Command::Remember { content } => {
+            Command::Remember { content, triple } => {
                 let fact = working
                     .remember(proto::RememberRequest {
                         session_id,
                         app,
                         user,
                         content,
-                        ..proto::RememberRequest::default()
+                        subject: triple.subject,
+                        predicate: triple.predicate,
+                        object: triple.object,
                     })
                     .await?
                     .into_inner()
@@ -251,12 +341,17 @@ impl WorkingCommand {
                     format!("{}: {remembered}", fact.id),
                 );
             }
-            Command::Procedure { content } => {
+            Command::Procedure {
+                content,
+                subject,
+                predicate,
+            } => {
                 let fact = working
                     .record_procedure(proto::RecordProcedureRequest {
                         app,
                         content,
-                        ..proto::RecordProcedureRequest::default()
+                        subject,
+                        predicate,
                     })
                     .await?
                     .into_inner()
@@ -287,6 +382,23 @@ impl WorkingCommand {
                         file.path, file.bytes, done.evicted
                     ),
                 );
+            }
+            Command::Snapshot {
+                max_facts,
+                max_events,
+            } => {
+                let snapshot = working
+                    .get_snapshot(proto::GetSnapshotRequest {
+                        session_id,
+                        app,
+                        user,
+                        max_facts,
+                        max_events,
+                    })
+                    .await?
+                    .into_inner();
+                let (value, text) = snapshot_output(&snapshot);
+                print(value, text);
             }
             Command::Render {
                 max_facts,

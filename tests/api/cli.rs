@@ -641,6 +641,15 @@ async fn working_memory_commands_against_a_server() {
     );
     let updated = cli.json(&with(&["task-update", "t1", "--status", "in-progress"]));
     assert_eq!(updated["status"], json!("in_progress"));
+    let renamed = cli.json(&with(&["task-update", "t1", "--subject", "Trace the bug"]));
+    assert_eq!(
+        (&renamed["subject"], &renamed["status"]),
+        (&json!("Trace the bug"), &json!("in_progress"))
+    );
+    let nothing = cli.run(&with(&["task-update", "t1"]));
+    assert_eq!(nothing.code, 2, "an update that changes nothing is refused");
+    assert!(nothing.stderr.contains("--status"), "{}", nothing.stderr);
+    cli.json(&with(&["task-update", "t1", "--subject", "Trace it"]));
     let remembered = cli.json(&with(&["remember", "deploy with token=abc123"]));
     assert_eq!(remembered["content"], json!("deploy with token=[REDACTED]"));
     cli.json(&["procedure", "Run the linter first", "--app", "coder"]);
@@ -689,6 +698,53 @@ async fn working_memory_commands_against_a_server() {
         refused.stderr.contains("INVALID_QUERY"),
         "{}",
         refused.stderr
+    );
+    let triple = cli.json(&with(&[
+        "remember",
+        "alice prefers tabs",
+        "--subject",
+        "alice",
+        "--predicate",
+        "prefers",
+        "--object",
+        "tabs",
+    ]));
+    let snapshot = cli.json(&with(&["snapshot", "--max-facts", "10"]));
+    assert_eq!(snapshot["goal"], json!("Fix the auth bug"));
+    assert_eq!(
+        snapshot["tasks"][0]["subject"],
+        json!("Trace it"),
+        "{snapshot}"
+    );
+    let stated = snapshot["facts"]
+        .as_array()
+        .expect("facts")
+        .iter()
+        .find(|f| f["id"] == triple["fact_id"])
+        .expect("the fact with a triple");
+    assert_eq!(
+        (
+            &stated["current"]["subject"],
+            &stated["current"]["predicate"],
+            &stated["current"]["object"]
+        ),
+        (&json!("alice"), &json!("prefers"), &json!("tabs"))
+    );
+    assert_eq!(snapshot["procedures"].as_array().map(Vec::len), Some(1));
+    assert_eq!(snapshot["cache"][0]["path"], json!("src/auth.rs"));
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["working", "--server", &cli.server, "snapshot"])
+        .args(at)
+        .output()
+        .expect("run engram working snapshot");
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        shown.starts_with("goal: Fix the auth bug\ntasks (2):\n  [in_progress] t1: Trace it"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("\ncache (1):\n  src/auth.rs (16 bytes)"),
+        "{shown}"
     );
     let tools = cli.json(&["tools"]);
     assert_eq!(tools["tools"].as_array().map(Vec::len), Some(4));
