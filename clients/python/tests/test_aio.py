@@ -18,6 +18,7 @@ from engram_client import (
     InvalidArgument,
     NotFound,
     Unauthenticated,
+    deltas,
 )
 from engram_client.aio import AsyncEngram, Engram
 from engram_client.v1 import memory_pb2, working_memory_pb2
@@ -204,6 +205,10 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             )
             assert not done.is_error and done.result["status"] == "completed"
             assert [t.status for t in await client.working.tasks("chat-1")] == ["completed"]
+            made = deltas.Provenance(["e1"], rule_id="triage")
+            applied = await client.facts.apply([deltas.add("support", "alice", "alice's deploy fails", made)])
+            assert applied.facts_added == 1
+            await client.facts.delete(applied.fact_ids[0])
             rule = await client.rules.create("vault", "content:vault", every_n_episodes=10)
             assert [r.id async for r in client.rules.list()] == [rule.id]
             assert (await client.rules.run("vault", dry_run=True)).episodes_matched == 0

@@ -25,6 +25,7 @@ from engram_client import (
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
+    deltas,
 )
 from engram_client.v1 import (
     memory_admin_pb2,
@@ -341,6 +342,47 @@ def test_consolidation_rules(server: Server) -> None:
 
         block = client.working.render("chat-1")
         assert "## Facts (1)\n- prefers dark mode\n" in block.memory_block
+
+
+def test_a_consolidator_of_your_own(server: Server) -> None:
+    with Engram(server.address) as client:
+        client.episodes.append("chat-d", "I switched to tea", app="bot", user="ivy", id="e1")
+        client.episodes.append("chat-d", "actually, coffee again", app="bot", user="ivy", id="e2")
+        made = deltas.Provenance(["e1"], rule_id="llm-extractor", confidence=0.8)
+        added = client.facts.apply([
+            deltas.add("bot", "ivy", "ivy drinks tea", made, subject="ivy", predicate="drinks", object="tea"),
+            deltas.noop(deltas.Provenance(["e1"], rule_id="llm-extractor")),
+        ])
+        assert (added.facts_added, added.facts_updated, len(added.fact_ids)) == (1, 0, 1)
+        tea = client.facts.get(added.fact_ids[0])
+        assert (tea.subject, tea.object, tea.content, tea.version) == ("ivy", "tea", "ivy drinks tea", 1)
+
+        later = deltas.Provenance(["e2"], rule_id="llm-extractor", confidence=0.9)
+        updated = client.facts.apply([
+            deltas.update([tea.id], "bot", "ivy", "ivy drinks coffee", later, object="coffee")
+        ])
+        assert (updated.facts_updated, updated.fact_ids) == (1, [tea.id])
+        assert client.facts.get(tea.id).object == "coffee"
+
+        # All or nothing: an add before a delta without provenance is not kept.
+        with pytest.raises(InvalidArgument) as refused:
+            client.facts.apply([
+                deltas.add("bot", "ivy", "ivy likes rain", later),
+                deltas.noop(deltas.Provenance([], rule_id="llm-extractor")),
+            ])
+        assert refused.value.reason == "MISSING_PROVENANCE"
+        assert [f.id for f in client.facts.list(app="bot", user="ivy")] == [tea.id]
+        with pytest.raises(ValueError):
+            deltas.add("bot", "ivy", "x", later, kind="episodic")  # type: ignore[arg-type]
+
+        # A rule's dry run proposes; a consolidator may apply what it keeps.
+        client.rules.create("all", "content:coffee", every_n_episodes=100, enabled=False)
+        preview = client.rules.run("all", dry_run=True)
+        assert client.facts.apply(preview.deltas).facts_added == 1
+
+        removed = client.facts.apply([deltas.delete("bot", "ivy", [tea.id], later)])
+        assert removed.facts_deleted == 1
+        assert client.facts.get(tea.id).deleted
 
 
 def test_working_memory(database_url: str) -> None:

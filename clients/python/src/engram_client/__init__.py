@@ -20,7 +20,9 @@ Every service's generated stubs are in ``engram_client.v1`` and on
 server's stable ``reason``.
 """
 
+from . import deltas
 from ._client import (
+    Applied,
     Cached,
     CachedFile,
     Engram,
@@ -59,6 +61,7 @@ from ._errors import (
 
 __all__ = [
     "AlreadyExists",
+    "Applied",
     "Cached",
     "CachedFile",
     "Conflict",
@@ -88,6 +91,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WorkingSnapshot",
+    "deltas",
     "from_value",
     "to_value",
 ]

@@ -270,6 +270,26 @@ class Fact:
 
 
 @dataclass(frozen=True)
+class Applied:
+    """What :meth:`Facts.apply` wrote: counts, and the facts written in
+    delta order."""
+
+    facts_added: int
+    facts_updated: int
+    facts_deleted: int
+    fact_ids: builtins.list[str]
+
+    @staticmethod
+    def from_proto(response: consolidation_pb2.ApplyDeltasResponse) -> Applied:
+        return Applied(
+            facts_added=response.facts_added,
+            facts_updated=response.facts_updated,
+            facts_deleted=response.facts_deleted,
+            fact_ids=list(response.fact_ids),
+        )
+
+
+@dataclass(frozen=True)
 class Rule:
     """A consolidation rule: which episodes it promotes into facts, on
     which cadence (``every_n_episodes`` or ``cron``), and how far its runs
@@ -1028,6 +1048,14 @@ class Facts:
         )
         return Fact.from_proto(response.fact)
 
+    def apply(self, deltas: Iterable[consolidation_pb2.MemoryDelta]) -> Applied:
+        """Applies deltas (made with :mod:`engram_client.deltas`, or a dry
+        run's) in order, all or nothing: 1 to 1000 of them."""
+        request = consolidation_pb2.ApplyDeltasRequest(deltas=list(deltas))
+        return Applied.from_proto(
+            self._client.call(self._client.stubs.consolidation.ApplyDeltas, request)
+        )
+
 
 class Rules:
     """Consolidation rules: each promotes the episodes its filter selects
@@ -1237,6 +1265,7 @@ class Working:
 
 
 __all__ = [
+    "Applied",
     "Engram",
     "EngramError",
     "Entry",

@@ -31,6 +31,7 @@ from google.protobuf.message import Message
 
 from . import _requests
 from ._client import (
+    Applied,
     Cached,
     Entry,
     Episode,
@@ -596,6 +597,12 @@ class AsyncFacts:
             consolidation_pb2.DeleteFactRequest(fact_id=fact_id),
         )
         return Fact.from_proto(response.fact)
+
+    async def apply(self, deltas: Iterable[consolidation_pb2.MemoryDelta]) -> Applied:
+        request = consolidation_pb2.ApplyDeltasRequest(deltas=list(deltas))
+        return Applied.from_proto(
+            await self._client.call(self._client.stubs.consolidation.ApplyDeltas, request)
+        )
 
 
 class AsyncRules:
