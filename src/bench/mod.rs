@@ -9,6 +9,7 @@
 //! and the peak under each workload.
 
 mod baseline;
+mod cpu;
 pub mod recall;
 mod server;
 mod workloads;
@@ -83,6 +84,10 @@ pub struct BenchArgs {
     /// text for people, json for keeping figures over time
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+
+    /// The started server's process, whose CPU each workload reports.
+    #[arg(skip)]
+    pub server_pid: Option<u32>,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -143,6 +148,9 @@ pub struct Figures {
     /// The server's peak RSS during the workload, when bench started it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_peak_rss_mib: Option<f64>,
+    /// CPU per op (the server's when bench started it), on Linux.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_per_op: Option<cpu::PerOp>,
     /// The same SQL straight on the database.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_ops_per_sec: Option<f64>,
@@ -229,6 +237,20 @@ fn print_text(report: &Report) {
         if let Some(items) = r.items_per_sec {
             println!("{:<12} {items:>10.0} items/s", "");
         }
+        if let Some(cpu) = &r.cpu_per_op {
+            let server = cpu
+                .server_us
+                .map_or(String::new(), |us| format!(", server {us:.0}"));
+            let postgres = if cpu.postgres_us >= 0.5 {
+                format!(", postgres {:.0}", cpu.postgres_us)
+            } else {
+                String::new()
+            };
+            println!(
+                "{:<12} CPU µs per op: bench {:.0}{server}{postgres}; machine {:.0}% idle",
+                "", cpu.bench_us, cpu.idle_pct
+            );
+        }
         if let Some(note) = &r.note {
             println!("{:<12} {note}", "");
         }
@@ -236,12 +258,13 @@ fn print_text(report: &Report) {
 }
 
 impl BenchArgs {
-    pub async fn run(self) -> CliResult {
+    pub async fn run(mut self) -> CliResult {
         if self.clients == 0 {
             return Err(CliError::usage("--clients must be at least 1"));
         }
         let (started, address) =
             server::Spawned::or_given(self.server.as_deref(), &self.database_url).await?;
+        self.server_pid = started.as_ref().and_then(server::Spawned::pid);
         let target = workloads::Target {
             address,
             bearer: crate::cli::Bearer::new(self.token.as_deref())?,

@@ -70,6 +70,11 @@ impl Spawned {
         }
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     fn status_kib(&self, field: &str) -> Option<u64> {
         let pid = self.child.id()?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -10,7 +10,7 @@ use tonic::service::interceptor::InterceptedService;
 use crate::cli::{Bearer, Connection};
 
 use super::server::Spawned;
-use super::{BenchArgs, Figures, Latency};
+use super::{BenchArgs, Figures, Latency, cpu};
 use crate::api::convert::json_to_proto;
 use crate::proto;
 use crate::proto::episode_service_client::EpisodeServiceClient;
@@ -139,9 +139,20 @@ fn ns(scope: &str, key: String) -> (i32, String, String) {
     (proto::ScopeType::Namespace as i32, scope.to_owned(), key)
 }
 
+/// What one workload's clients did after the warm-up.
+struct Measured {
+    ops: u64,
+    /// Items moved, where an op moves many (history: versions).
+    items: u64,
+    /// Each op's latency in microseconds.
+    samples: Vec<u64>,
+    /// The CPU the bench, the server and Postgres used meanwhile.
+    cpu: Option<(cpu::Snapshot, cpu::Snapshot)>,
+}
+
 /// Runs one op per client in a loop; an op returns how many items it
-/// moved. Latencies count only after the warm-up.
-async fn measure<F, Fut>(args: &BenchArgs, make: F) -> anyhow::Result<(u64, u64, Vec<u64>)>
+/// moved. Latencies and CPU count only after the warm-up.
+async fn measure<F, Fut>(args: &BenchArgs, make: F) -> anyhow::Result<Measured>
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = anyhow::Result<Box<dyn FnMut() -> OpFuture + Send>>>,
@@ -149,6 +160,13 @@ where
     let start = Instant::now() + Duration::from_millis(50);
     let measure_from = start + args.warmup;
     let end = measure_from + args.duration;
+    let server = args.server_pid;
+    let reading = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        let before = cpu::Snapshot::take(server)?;
+        tokio::time::sleep_until(end.into()).await;
+        Some((before, cpu::Snapshot::take(server)?))
+    });
     let mut tasks = Vec::new();
     for client in 0..args.clients {
         let mut op = make(client).await?;
@@ -177,18 +195,23 @@ where
         items += i;
         samples.extend(s);
     }
-    Ok((ops, items, samples))
+    Ok(Measured {
+        ops,
+        items,
+        samples,
+        cpu: reading.await.ok().flatten(),
+    })
 }
 
 pub type OpFuture = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<u64>> + Send>>;
 
-fn figures(
-    workload: Workload,
-    args: &BenchArgs,
-    ops: u64,
-    items: u64,
-    mut samples: Vec<u64>,
-) -> Figures {
+fn figures(workload: Workload, args: &BenchArgs, measured: Measured) -> Figures {
+    let Measured {
+        ops,
+        items,
+        mut samples,
+        cpu,
+    } = measured;
     let seconds = args.duration.as_secs_f64();
     Figures {
         workload: workload.name().to_owned(),
@@ -196,6 +219,7 @@ fn figures(
         ops_per_sec: ops as f64 / seconds,
         latency_ms: Latency::of(&mut samples),
         items_per_sec: (items != ops).then(|| items as f64 / seconds),
+        cpu_per_op: cpu.and_then(|(before, after)| after.per_op_since(&before, ops)),
         server_peak_rss_mib: None,
         raw_ops_per_sec: None,
         raw_latency_avg_ms: None,
@@ -296,7 +320,7 @@ pub async fn run(
     match workload {
         Workload::Set | Workload::Get | Workload::GetVersion | Workload::List => {
             ensure_keys(target, args).await?;
-            let (ops, items, samples) = measure(args, |client| async move {
+            let measured = measure(args, |client| async move {
                 let memory = MemoryServiceClient::new(channel(target).await?);
                 let mut rng = Rng::new(client as u64 + 1);
                 let op = move || -> OpFuture {
@@ -345,11 +369,11 @@ pub async fn run(
                 Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
             })
             .await?;
-            Ok(figures(workload, args, ops, items, samples))
+            Ok(figures(workload, args, measured))
         }
         Workload::History => {
             ensure_history(target, args.history_versions).await?;
-            let (ops, items, samples) = measure(args, |_| async move {
+            let measured = measure(args, |_| async move {
                 let memory = MemoryServiceClient::new(channel(target).await?);
                 let op = move || -> OpFuture {
                     let mut memory = memory.clone();
@@ -374,7 +398,7 @@ pub async fn run(
                 Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
             })
             .await?;
-            let mut result = figures(workload, args, ops, items, samples);
+            let mut result = figures(workload, args, measured);
             result.note = Some(format!(
                 "one op streams all {} versions of the key",
                 args.history_versions
@@ -382,7 +406,7 @@ pub async fn run(
             Ok(result)
         }
         Workload::Append => {
-            let (ops, items, samples) = measure(args, |client| async move {
+            let measured = measure(args, |client| async move {
                 let episodes = EpisodeServiceClient::new(channel(target).await?);
                 let content = text(&mut Rng::new(client as u64 + 11), 1024);
                 let op = move || -> OpFuture {
@@ -398,13 +422,13 @@ pub async fn run(
                 Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
             })
             .await?;
-            Ok(figures(workload, args, ops, items, samples))
+            Ok(figures(workload, args, measured))
         }
         Workload::Search => {
             let loaded = super::baseline::ensure_recent(&args.database_url, args.recent_episodes)
                 .await
                 .context("cannot load the episodes for search")?;
-            let (ops, items, samples) = measure(args, |client| async move {
+            let measured = measure(args, |client| async move {
                 let search = SearchServiceClient::new(channel(target).await?);
                 let mut rng = Rng::new(client as u64 + 13);
                 let op = move || -> OpFuture {
@@ -430,7 +454,7 @@ pub async fn run(
                 Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
             })
             .await?;
-            let mut result = figures(workload, args, ops, items, samples);
+            let mut result = figures(workload, args, measured);
             result.items_per_sec = None;
             result.note = Some(format!(
                 "three words in one user's episodes, over {loaded} episodes of {RECENT_USERS} users"
@@ -441,7 +465,7 @@ pub async fn run(
             let loaded = super::baseline::ensure_recent(&args.database_url, args.recent_episodes)
                 .await
                 .context("cannot load the episodes for recent")?;
-            let (ops, items, samples) = measure(args, |client| async move {
+            let measured = measure(args, |client| async move {
                 let episodes = EpisodeServiceClient::new(channel(target).await?);
                 let mut rng = Rng::new(client as u64 + 7);
                 let op = move || -> OpFuture {
@@ -465,12 +489,12 @@ pub async fn run(
                 Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
             })
             .await?;
-            let mut result = figures(workload, args, ops, items, samples);
+            let mut result = figures(workload, args, measured);
             result.note = Some(format!("over {loaded} episodes of {RECENT_USERS} users"));
             Ok(result)
         }
         Workload::Ping => {
-            let (ops, items, samples) = measure(args, |_| async move {
+            let measured = measure(args, |_| async move {
                 let health =
                     tonic_health::pb::health_client::HealthClient::new(channel(target).await?);
                 let op = move || -> OpFuture {
@@ -485,7 +509,7 @@ pub async fn run(
                 Ok(Box::new(op) as Box<dyn FnMut() -> OpFuture + Send>)
             })
             .await?;
-            let mut result = figures(workload, args, ops, items, samples);
+            let mut result = figures(workload, args, measured);
             result.note = Some("the transport's ceiling: a health check per op".to_owned());
             Ok(result)
         }
@@ -557,7 +581,7 @@ async fn tail(
     // period, so the total is --tail-rate.
     let period = (args.tail_rate > 0)
         .then(|| Duration::from_secs_f64(args.clients as f64 / args.tail_rate as f64));
-    let (ops, _, _) = measure(args, |client| async move {
+    let appended = measure(args, |client| async move {
         let episodes = EpisodeServiceClient::new(channel(target).await?);
         let mut next = tokio::time::Instant::now()
             + period.map_or(Duration::ZERO, |p| {
@@ -595,8 +619,13 @@ async fn tail(
         second.stop().await;
     }
     receiver.abort();
-    let samples = samples.lock().map(|s| s.clone()).unwrap_or_default();
-    let mut result = figures(Workload::Tail, args, ops, ops, samples);
+    // The latencies are the deliveries', not the appends'.
+    let delivered = Measured {
+        items: appended.ops,
+        samples: samples.lock().map(|s| s.clone()).unwrap_or_default(),
+        ..appended
+    };
+    let mut result = figures(Workload::Tail, args, delivered);
     let across = if started.is_some() && args.database_url.starts_with("postgres") {
         "a second server process"
     } else {

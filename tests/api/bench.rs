@@ -63,6 +63,20 @@ fn check(report: &Value, expected: &[&str], with_raw: &[&str]) {
             with_raw.contains(&name),
             "{name}: {result}"
         );
+        if cfg!(target_os = "linux") {
+            // Where the CPU went, the started server's share included.
+            let cpu = &result["cpu_per_op"];
+            assert!(
+                cpu["server_us"].as_f64().is_some_and(|us| us >= 0.0),
+                "{name}: {result}"
+            );
+            assert!(
+                cpu["idle_pct"]
+                    .as_f64()
+                    .is_some_and(|p| (0.0..=100.0).contains(&p)),
+                "{name}: {result}"
+            );
+        }
     }
     assert!(
         report["server_idle_rss_mib"]
