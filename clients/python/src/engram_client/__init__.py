@@ -12,12 +12,15 @@
             ...
         client.search("deployment setup", user="alice", sources=["episodes"])
         client.working.render("chat-1", query="deployment setup").memory_block
+        client.working.create_task("chat-1", "Read the deploy logs")
         for fact in client.facts.list(app="support-bot", user="alice"):
             ...
+        client.rules.create("prefs", "metadata.subject:*", every_n_episodes=5)
 
-Every service's generated stubs are in ``engram_client.v1`` and on
-``client.stubs``; errors are :class:`EngramError` subclasses carrying the
-server's stable ``reason``.
+A consolidator of your own sends facts through ``client.facts.apply``
+with deltas from ``engram_client.deltas``. Every service's generated
+stubs are in ``engram_client.v1`` and on ``client.stubs``; errors are
+:class:`EngramError` subclasses carrying the server's stable ``reason``.
 """
 
 from . import deltas
