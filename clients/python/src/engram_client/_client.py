@@ -1191,7 +1191,13 @@ class Working:
         """Stores a fact about the session's user for its app; it outlives
         the session and shows in every later session's MEMORY block."""
         request = _requests.remember(
-            session_id, content, app=app, user=user, triple=(subject, predicate, object)
+            session_id,
+            content,
+            app=app,
+            user=user,
+            subject=subject,
+            predicate=predicate,
+            object=object,
         )
         return Fact.from_proto(self._client.call(self._stub.Remember, request).fact)
 

@@ -60,6 +60,19 @@ TASK_STATUSES: dict[str, working_memory_pb2.TaskStatus.ValueType] = {
     "blocked": working_memory_pb2.TASK_STATUS_BLOCKED,
 }
 
+Value = TypeVar("Value", bound=int)
+
+
+def choice(what: str, names: dict[str, Value], name: str | None, unset: Value) -> Value:
+    """The enum value ``name`` stands for in ``names``, ``unset`` for None;
+    a ValueError naming ``what`` and the choices for any other name."""
+    if name is None:
+        return unset
+    if name not in names:
+        raise ValueError(f"{what} must be one of {sorted(names)}")
+    return names[name]
+
+
 #: Items asked for per page when a method reads every page.
 PAGE = 1000
 
@@ -313,12 +326,10 @@ def forget_user(
 def export(
     scope_type: ScopeType | None, scope: str, session_id: str, app: str, user: str
 ) -> data_pb2.ExportRequest:
-    if scope_type is not None and scope_type not in SCOPE_TYPES:
-        raise ValueError(f"scope_type must be one of {sorted(SCOPE_TYPES)}")
     if scope and scope_type is None:
         scope_type = "namespace"
     return data_pb2.ExportRequest(
-        scope_type=SCOPE_TYPES[scope_type] if scope_type else memory_pb2.SCOPE_TYPE_UNSPECIFIED,
+        scope_type=choice("scope_type", SCOPE_TYPES, scope_type, memory_pb2.SCOPE_TYPE_UNSPECIFIED),
         scope=scope,
         session_id=session_id,
         app=app,
@@ -458,13 +469,11 @@ def rule(
     # The cadence is a oneof: setting both would keep the second silently.
     if every_n_episodes is not None and cron is not None:
         raise ValueError("a rule runs on every_n_episodes or on cron, not both")
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be one of {sorted(KINDS)}")
     made = consolidation_pb2.ConsolidationRule(
         id=rule_id,
         filter=filter,
         then_emits=builtins.list(emits),
-        kind=KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+        kind=choice("kind", KINDS, kind, consolidation_pb2.FACT_KIND_UNSPECIFIED),
         confidence=confidence,
         enabled=enabled,
     )
@@ -514,14 +523,12 @@ def update_task(
     subject: str | None,
     description: str | None,
 ) -> working_memory_pb2.UpdateTaskRequest:
-    if status is not None and status not in TASK_STATUSES:
-        raise ValueError(f"status must be one of {sorted(TASK_STATUSES)}")
     request = working_memory_pb2.UpdateTaskRequest(
         session_id=session_id,
         app=app,
         user=user,
         task_id=task_id,
-        status=TASK_STATUSES[status] if status else working_memory_pb2.TASK_STATUS_UNSPECIFIED,
+        status=choice("status", TASK_STATUSES, status, working_memory_pb2.TASK_STATUS_UNSPECIFIED),
     )
     # Unset keeps the task's own; an empty string clears it.
     if subject is not None:
@@ -532,9 +539,15 @@ def update_task(
 
 
 def remember(
-    session_id: str, content: str, *, app: str, user: str, triple: tuple[str, str, str]
+    session_id: str,
+    content: str,
+    *,
+    app: str,
+    user: str,
+    subject: str,
+    predicate: str,
+    object: str,
 ) -> working_memory_pb2.RememberRequest:
-    subject, predicate, object_ = triple
     return working_memory_pb2.RememberRequest(
         session_id=session_id,
         app=app,
@@ -542,7 +555,7 @@ def remember(
         content=content,
         subject=subject,
         predicate=predicate,
-        object=object_,
+        object=object,
     )
 
 

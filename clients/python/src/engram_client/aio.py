@@ -716,7 +716,13 @@ class AsyncWorking:
         user: str = "",
     ) -> Fact:
         request = _requests.remember(
-            session_id, content, app=app, user=user, triple=(subject, predicate, object)
+            session_id,
+            content,
+            app=app,
+            user=user,
+            subject=subject,
+            predicate=predicate,
+            object=object,
         )
         return Fact.from_proto((await self._client.call(self._stub.Remember, request)).fact)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ._requests import KINDS, FactKind, timestamp, to_value
+from ._requests import KINDS, FactKind, choice, timestamp, to_value
 from .v1 import consolidation_pb2
 
 __all__ = ["Provenance", "add", "delete", "noop", "update"]
@@ -65,12 +65,10 @@ def add(
 ) -> consolidation_pb2.MemoryDelta:
     """A new fact of ``app`` and ``user`` (empty for a procedural, app-wide
     one); ``content`` is any JSON."""
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be one of {sorted(KINDS)}")
     payload = consolidation_pb2.FactPayload(
         app=app,
         user=user,
-        kind=KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+        kind=choice("kind", KINDS, kind, consolidation_pb2.FACT_KIND_UNSPECIFIED),
         subject=subject,
         predicate=predicate,
         object=object,
