@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -262,6 +262,51 @@ def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) 
             assert len([f async for f in client.facts.list(user="fay")]) == 5
 
     asyncio.run(run())
+
+
+def test_maintenance(database_url: str) -> None:
+    running = start_server(database_url, env={"ENGRAM_RETENTION_INTERVAL_SECS": "0"})
+
+    async def run() -> None:
+        async with AsyncEngram(running.address) as client:
+            client.memory.configure("upkeep-aio")
+            for n in range(3):
+                await client.memory.set("notes", n)
+            await client.memory.set("plan", "ship")
+            assert [(s.scope, s.entry_count) async for s in client.memory.scopes()] == [
+                ("upkeep-aio", 2)
+            ]
+            purged = await client.memory.purge("notes", keep=2)
+            assert (purged.versions_deleted, purged.keys_affected) == (1, 1)
+            assert (await client.memory.purge_scope(keep=1, dry_run=True)).versions_deleted == 1
+            summary = await client.memory.compact("notes", "plan", target_key="digest")
+            assert [(e.key, e.version) for e in summary.sources] == [("notes", 3), ("plan", 1)]
+            log = [r.operation async for r in client.memory.compaction_log()]
+            assert log == ["compact", "purge"]
+
+            assert await client.memory.retention() is None
+            preview = await client.memory.preview_retention(keep_versions=1)
+            assert (preview.versions_deleted, preview.keys_affected) == (1, 1)
+            policy = await client.memory.set_retention(keep_versions=1, max_age=timedelta(days=30))
+            assert policy is not None and policy.max_age == timedelta(days=30)
+            applied = await client.memory.apply_retention()
+            assert applied.record is not None and applied.record.versions_deleted == 1
+            stored = await client.memory.retention()
+            assert stored is not None and stored.last_versions_deleted == 1
+            assert await client.memory.set_retention() is None
+            assert (await client.memory.reindex()).applied is False
+
+            await client.sessions.create("bot", "ann", "idle-aio")
+            assert await client.sessions.cleanup(timedelta(hours=1)) == 0
+            assert await client.sessions.cleanup(timedelta(microseconds=1)) == 1
+            with pytest.raises(InvalidArgument) as negative:
+                await client.memory.purge("notes", keep=-1)
+            assert "keep" in negative.value.fields
+
+    try:
+        asyncio.run(run())
+    finally:
+        running.stop()
 
 
 def test_tail_resumes_across_a_server_restart(database_url: str) -> None:

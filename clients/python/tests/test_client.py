@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 import threading
 
@@ -196,6 +196,8 @@ def test_caller_context_and_admin(server: Server) -> None:
             "run-1",
         )
         client.memory.set("notes", ["found two bugs"])
+        # A call the wrapper covers, through the generated stub: the path
+        # for anything it does not.
         purged = client.call(
             client.stubs.memory_admin.Purge,
             memory_admin_pb2.PurgeRequest(
@@ -204,25 +206,114 @@ def test_caller_context_and_admin(server: Server) -> None:
         )
         assert purged.versions_deleted == 1
 
-        # Retention goes through the admin stub the same way.
-        preview = client.call(
-            client.stubs.memory_admin.SetRetention,
-            memory_admin_pb2.SetRetentionRequest(
-                scope_type=memory_pb2.SCOPE_TYPE_FLOW,
-                scope="research_agent",
-                policy=memory_admin_pb2.RetentionPolicy(keep_versions=1),
-                dry_run=True,
-            ),
-        )
-        assert not preview.HasField("retention") and preview.versions_to_delete == 0
-        with pytest.raises(NotFound) as missing:
-            client.call(
-                client.stubs.memory_admin.GetRetention,
-                memory_admin_pb2.GetRetentionRequest(
-                    scope_type=memory_pb2.SCOPE_TYPE_FLOW, scope="research_agent"
-                ),
+
+def test_maintenance(database_url: str) -> None:
+    # The scheduler off, so that only this test applies the retention policy.
+    server = start_server(database_url, env={"ENGRAM_RETENTION_INTERVAL_SECS": "0"})
+    try:
+        with Engram(server.address) as client:
+            client.memory.configure("upkeep")
+            for n in range(4):
+                client.memory.set("notes", f"note {n}")
+            client.memory.set("plan", "ship it")
+            client.memory.set("gone", 1)
+            client.memory.delete("gone")
+            client.memory.configure("run-7", "execution")
+            client.memory.set("scratch", 1)
+            client.memory.configure("upkeep")
+
+            scopes = [(s.scope_type, s.scope, s.entry_count) for s in client.memory.scopes()]
+            assert ("SCOPE_TYPE_NAMESPACE", "upkeep", 2) in scopes
+            assert ("SCOPE_TYPE_EXECUTION", "run-7", 1) in scopes
+            assert [s.scope for s in client.memory.scopes("execution")] == ["run-7"]
+
+            # Purge: a dry run counts, then one key keeps its newest two.
+            preview = client.memory.purge("notes", keep=2, dry_run=True)
+            assert (preview.versions_deleted, preview.keys_affected, preview.record) == (2, 1, None)
+            purged = client.memory.purge("notes", keep=2)
+            assert (purged.versions_deleted, purged.keys_affected) == (2, 1)
+            assert purged.record is not None and purged.record.operation == "purge"
+            assert (purged.record.source_keys, purged.record.keep) == (["notes"], 2)
+            assert [e.version for e in client.memory.history("notes")] == [3, 4]
+            with pytest.raises(InvalidArgument) as negative:
+                client.memory.purge("notes", keep=-1)
+            assert negative.value.fields == {"keep": "must not be negative, got -1"}
+
+            # The whole scope: deleted keys only when asked for.
+            kept = client.memory.purge_scope(keep=1)
+            assert (kept.versions_deleted, kept.keys_affected) == (1, 1)
+            tombstoned = client.memory.purge_scope(include_deleted=True, keep=0, dry_run=True)
+            assert tombstoned.versions_deleted == 4  # notes, plan and both of gone's
+
+            # Compaction: one key into itself, several into a target.
+            summary = client.memory.compact("notes")
+            assert (summary.entry.key, summary.entry.version) == ("notes", 5)
+            assert [(e.key, e.version) for e in summary.sources] == [("notes", 4)]
+            assert isinstance(summary.entry.value, str) and summary.entry.value
+            both = client.memory.compact("notes", "plan", target_key="digest", instruction="short")
+            assert (both.entry.key, both.entry.version) == ("digest", 1)
+            assert both.record.source_keys == ["notes", "plan"]
+            assert (both.record.target_key, both.record.instruction) == ("digest", "short")
+            with pytest.raises(InvalidArgument) as no_target:
+                client.memory.compact("notes", "plan")
+            assert "target_key" in no_target.value.fields
+            with pytest.raises(ValueError, match="at least one key"):
+                client.memory.compact()
+
+            # The audit trail, newest first.
+            log = [(r.operation, r.target_key) for r in client.memory.compaction_log()]
+            assert log == [("compact", "digest"), ("compact", "notes"), ("purge", ""), ("purge", "")]
+
+            # Retention: none, a preview, the policy, a run, then removed.
+            assert client.memory.retention() is None
+            for n in range(3):
+                client.memory.set("plan", f"plan {n}")
+            # One version each: notes loses 1 of 2, plan 3 of 4, gone its
+            # value under the tombstone; digest has one.
+            preview = client.memory.preview_retention(keep_versions=1)
+            assert (preview.versions_deleted, preview.keys_affected) == (5, 3)
+            assert client.memory.retention() is None
+            policy = client.memory.set_retention(
+                keep_versions=1, tombstone_grace=timedelta(days=7)
             )
-        assert missing.value.reason == "RETENTION_NOT_FOUND"
+            assert policy is not None
+            assert (policy.scope, policy.keep_versions, policy.max_age) == ("upkeep", 1, None)
+            assert policy.tombstone_grace == timedelta(days=7)
+            assert policy.last_run_time is None
+            assert client.memory.apply_retention(dry_run=True).versions_deleted == 5
+            applied = client.memory.apply_retention()
+            assert (applied.versions_deleted, applied.keys_affected) == (5, 3)
+            assert applied.record is not None and applied.record.operation == "retention"
+            stored = client.memory.retention()
+            assert stored is not None and stored.last_versions_deleted == 5
+            assert stored.last_run_time is not None
+            with pytest.raises(InvalidArgument) as zero:
+                client.memory.set_retention(keep_versions=0)
+            assert "policy.keep_versions" in zero.value.fields
+            assert client.memory.set_retention() is None
+            assert client.memory.retention() is None
+
+            # Flow tags: a report, then the writing, then nothing left to do.
+            report = client.memory.reindex()
+            assert not report.applied
+            done = client.memory.reindex(apply=True)
+            assert done.applied and done.tags_added == report.tags_added
+            assert client.memory.reindex(apply=True).tags_added == 0
+
+            # Idle sessions: none an hour old; the one made here is older
+            # than a microsecond by the time the next call arrives.
+            client.sessions.create("support-bot", "alice", "idle-1")
+            assert client.sessions.cleanup(timedelta(hours=1)) == 0
+            tiny = timedelta(microseconds=1)
+            assert client.sessions.cleanup(tiny, dry_run=True) == 1
+            assert client.sessions.get("idle-1") is not None
+            assert client.sessions.cleanup(tiny) == 1
+            assert client.sessions.get("idle-1") is None
+            with pytest.raises(InvalidArgument) as forever:
+                client.sessions.cleanup(timedelta(0))
+            assert "max_age" in forever.value.fields
+    finally:
+        server.stop()
 
 
 def test_sessions_and_episodes(server: Server) -> None:

@@ -17,6 +17,9 @@
             ...
         client.rules.create("prefs", "metadata.subject:*", every_n_episodes=5)
 
+Maintenance is on ``client.memory`` too (``purge``, ``compact``,
+``set_retention``, ``compaction_log``, ``scopes``), and
+``client.sessions.cleanup`` deletes idle sessions.
 A consolidator of your own sends facts through ``client.facts.apply``
 with deltas from ``engram_client.deltas``. Every service's generated
 stubs are in ``engram_client.v1`` and on ``client.stubs``; errors are
@@ -26,8 +29,10 @@ stubs are in ``engram_client.v1`` and on ``client.stubs``; errors are
 from . import deltas
 from ._client import (
     Applied,
+    AuditRecord,
     Cached,
     CachedFile,
+    Compacted,
     Engram,
     Entry,
     Episode,
@@ -37,8 +42,12 @@ from ._client import (
     Hit,
     Imported,
     MemoryBlock,
+    Purged,
+    Reindexed,
+    Retention,
     Rule,
     RuleRun,
+    ScopeSummary,
     Session,
     Snapshot,
     Stubs,
@@ -65,8 +74,10 @@ from ._errors import (
 __all__ = [
     "AlreadyExists",
     "Applied",
+    "AuditRecord",
     "Cached",
     "CachedFile",
+    "Compacted",
     "Conflict",
     "Engram",
     "EngramError",
@@ -82,9 +93,13 @@ __all__ = [
     "MemoryBlock",
     "NotFound",
     "PermissionDenied",
+    "Purged",
+    "Reindexed",
     "ResourceExhausted",
+    "Retention",
     "Rule",
     "RuleRun",
+    "ScopeSummary",
     "Session",
     "Snapshot",
     "Stubs",

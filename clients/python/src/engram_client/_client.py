@@ -7,7 +7,7 @@ import functools
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import grpc
@@ -33,6 +33,7 @@ from .v1 import (
     data_pb2_grpc,
     episodes_pb2,
     episodes_pb2_grpc,
+    memory_admin_pb2,
     memory_admin_pb2_grpc,
     memory_pb2,
     memory_pb2_grpc,
@@ -172,9 +173,184 @@ class Fork:
         return Fork(response.keys_copied, response.revision, response.audit_key)
 
 
+@dataclass(frozen=True)
+class ScopeSummary:
+    """One scope of the tenant (:meth:`Memory.scopes`)."""
+
+    scope_type: str
+    scope: str
+    #: Keys with a live value (the audit records not counted).
+    entry_count: int
+    #: With ``as_of``: keys whose value then has been purged since.
+    purged_count: int
+
+    @staticmethod
+    def from_proto(summary: memory_pb2.ScopeSummary) -> ScopeSummary:
+        return ScopeSummary(
+            scope_type=memory_pb2.ScopeType.Name(summary.scope_type),
+            scope=summary.scope,
+            entry_count=summary.entry_count,
+            purged_count=summary.purged_count,
+        )
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One record of a scope's maintenance audit trail
+    (:meth:`Memory.compaction_log`); the fields an operation does not use
+    are empty."""
+
+    #: ``compact``, ``purge``, ``retention``, ``rollback``, ``fork`` or ``forget``.
+    operation: str
+    scope_type: str
+    scope: str
+    create_time: datetime
+    #: The reserved key the record is stored under.
+    audit_key: str
+    #: The keys read (compact) or purged (purge).
+    source_keys: list[str]
+    #: The versions read, in the order of ``source_keys`` (compact).
+    source_versions: list[int]
+    #: Where the summary went (compact).
+    target_key: str
+    target_version: int
+    instruction: str
+    model: str
+    #: Keys that lost versions (purge, retention) or were copied (fork).
+    keys_affected: int
+    versions_deleted: int
+    #: The purge's ``keep``, or the policy's ``keep_versions``; None when
+    #: every version went.
+    keep: int | None
+    #: What was deleted by kind (forget).
+    counts: dict[str, int]
+
+    @staticmethod
+    def from_proto(record: memory_admin_pb2.CompactionRecord) -> AuditRecord:
+        return AuditRecord(
+            operation=record.operation,
+            scope_type=memory_pb2.ScopeType.Name(record.scope_type),
+            scope=record.scope,
+            create_time=_time(record.create_time),
+            audit_key=record.audit_key,
+            source_keys=list(record.source_keys),
+            source_versions=list(record.source_versions),
+            target_key=record.target_key,
+            target_version=record.target_version,
+            instruction=record.instruction,
+            model=record.model,
+            keys_affected=record.keys_affected,
+            versions_deleted=record.versions_deleted,
+            keep=record.keep if record.HasField("keep") else None,
+            counts=dict(record.counts),
+        )
+
+
+_Reclaimed = (
+    memory_admin_pb2.PurgeResponse
+    | memory_admin_pb2.PurgeScopeResponse
+    | memory_admin_pb2.ApplyRetentionResponse
+)
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What a purge or a retention run deleted (or, in a dry run, would)."""
+
+    versions_deleted: int
+    keys_affected: int
+    #: The audit record written; None in a dry run or when nothing went.
+    record: AuditRecord | None
+
+    @staticmethod
+    def from_proto(response: _Reclaimed) -> Purged:
+        record = AuditRecord.from_proto(response.record) if response.HasField("record") else None
+        return Purged(response.versions_deleted, response.keys_affected, record)
+
+    @staticmethod
+    def previewed(response: memory_admin_pb2.SetRetentionResponse) -> Purged:
+        """What a policy's dry run says it would delete."""
+        return Purged(response.versions_to_delete, response.keys_to_affect, None)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What :meth:`Memory.compact` wrote and read."""
+
+    #: The summary: a new version of the target key.
+    entry: Entry
+    #: The source versions it was made from, values included.
+    sources: list[Entry]
+    record: AuditRecord
+
+    @staticmethod
+    def from_proto(response: memory_admin_pb2.CompactResponse) -> Compacted:
+        return Compacted(
+            entry=Entry.from_proto(response.entry),
+            sources=[Entry.from_proto(source) for source in response.sources],
+            record=AuditRecord.from_proto(response.record),
+        )
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A scope's retention policy and its schedule (a rule that is None is off)."""
+
+    scope_type: str
+    scope: str
+    keep_versions: int | None
+    max_age: timedelta | None
+    tombstone_grace: timedelta | None
+    #: When the server applies it next.
+    next_run_time: datetime
+    #: None before the first run.
+    last_run_time: datetime | None
+    last_versions_deleted: int
+
+    @staticmethod
+    def from_proto(retention: memory_admin_pb2.Retention) -> Retention:
+        policy = retention.policy
+        return Retention(
+            scope_type=memory_pb2.ScopeType.Name(retention.scope_type),
+            scope=retention.scope,
+            keep_versions=policy.keep_versions if policy.HasField("keep_versions") else None,
+            max_age=policy.max_age.ToTimedelta() if policy.HasField("max_age") else None,
+            tombstone_grace=(
+                policy.tombstone_grace.ToTimedelta() if policy.HasField("tombstone_grace") else None
+            ),
+            next_run_time=_time(retention.next_run_time),
+            last_run_time=(
+                _time(retention.last_run_time) if retention.HasField("last_run_time") else None
+            ),
+            last_versions_deleted=retention.last_versions_deleted,
+        )
+
+
+@dataclass(frozen=True)
+class Reindexed:
+    """What :meth:`Memory.reindex` found and (with ``apply``) wrote."""
+
+    versions_scanned: int
+    tags_added: int
+    #: What could not be fixed, e.g. executions whose flow is unknown.
+    issues: list[str]
+    applied: bool
+
+    @staticmethod
+    def from_proto(response: memory_admin_pb2.ReindexResponse) -> Reindexed:
+        return Reindexed(
+            response.versions_scanned, response.tags_added, list(response.issues), response.applied
+        )
+
+
 def _absent(error: NotFound) -> bool:
     """Whether a NOT_FOUND means "no value" rather than "purged since"."""
     return error.reason != "VERSION_PURGED"
+
+
+def _no_retention(error: NotFound) -> bool:
+    """Whether a NOT_FOUND means the scope has no retention policy."""
+    return error.reason == "RETENTION_NOT_FOUND"
 
 
 @dataclass(frozen=True)
@@ -820,6 +996,119 @@ class Memory:
             except EngramError as error:
                 time.sleep(resume.broke(error))
 
+    def scopes(
+        self,
+        scope_type: ScopeType | None = None,
+        *,
+        flow_id: str = "",
+        flow_name: str = "",
+        as_of: _requests.Point | None = None,
+    ) -> Iterator[ScopeSummary]:
+        """Every scope of the tenant (not only the configured one) with its
+        live key count, in order; ``flow_id``/``flow_name`` keep the
+        execution scopes of one flow, ``as_of`` counts what was live then."""
+        request = functools.partial(_requests.list_scopes, scope_type, flow_id, flow_name, as_of)
+        for page in self._client.pages(self._client.stubs.memory.ListScopes, request):
+            yield from (ScopeSummary.from_proto(s) for s in page.scopes)
+
+    def purge(self, key: str, *, keep: int | None = None, dry_run: bool = False) -> Purged:
+        """Hard-deletes all but the newest ``keep`` versions of a key
+        (tombstones count); without ``keep`` every version, and the key is
+        gone. Audited in the scope's :meth:`compaction_log`."""
+        request = self._scope.purge(key, keep, dry_run)
+        return Purged.from_proto(self._client.call(self._client.stubs.memory_admin.Purge, request))
+
+    def purge_scope(
+        self, *, keep: int | None = None, include_deleted: bool = False, dry_run: bool = False
+    ) -> Purged:
+        """Purges every key of the scope as :meth:`purge` does one; deleted
+        keys only with ``include_deleted``."""
+        request = self._scope.purge_scope(keep, include_deleted, dry_run)
+        return Purged.from_proto(
+            self._client.call(self._client.stubs.memory_admin.PurgeScope, request)
+        )
+
+    def compact(
+        self,
+        *keys: str,
+        target_key: str = "",
+        history: bool = False,
+        instruction: str = "",
+        model: str = "",
+        max_tokens: int = 0,
+    ) -> Compacted:
+        """Summarises keys into a new version of ``target_key`` (one key:
+        into itself by default), leaving the sources as they are; ``history``
+        summarises one key's versions instead of its current value. A
+        source written meanwhile raises :class:`Conflict` (reason
+        ``SOURCE_CHANGED``) and nothing is written."""
+        request = self._scope.compact(keys, target_key, history, instruction, model, max_tokens)
+        return Compacted.from_proto(
+            self._client.call(self._client.stubs.memory_admin.Compact, request)
+        )
+
+    def compaction_log(self) -> Iterator[AuditRecord]:
+        """The scope's maintenance audit trail, newest first (all pages)."""
+        method = self._client.stubs.memory_admin.GetCompactionLog
+        for page in self._client.pages(method, self._scope.compaction_log):
+            yield from (AuditRecord.from_proto(r) for r in page.records)
+
+    def set_retention(
+        self,
+        *,
+        keep_versions: int | None = None,
+        max_age: timedelta | None = None,
+        tombstone_grace: timedelta | None = None,
+    ) -> Retention | None:
+        """Replaces the scope's retention policy, which the server then
+        applies on its own, first at once (see :meth:`preview_retention`);
+        with every rule None the policy is removed and None returned."""
+        policy = _requests.retention_policy(keep_versions, max_age, tombstone_grace)
+        request = self._scope.set_retention(policy, dry_run=False)
+        response = self._client.call(self._client.stubs.memory_admin.SetRetention, request)
+        return Retention.from_proto(response.retention) if response.HasField("retention") else None
+
+    def preview_retention(
+        self,
+        *,
+        keep_versions: int | None = None,
+        max_age: timedelta | None = None,
+        tombstone_grace: timedelta | None = None,
+    ) -> Purged:
+        """What a policy would delete if it ran now; stores nothing."""
+        policy = _requests.retention_policy(keep_versions, max_age, tombstone_grace)
+        request = self._scope.set_retention(policy, dry_run=True)
+        return Purged.previewed(
+            self._client.call(self._client.stubs.memory_admin.SetRetention, request)
+        )
+
+    def retention(self) -> Retention | None:
+        """The scope's retention policy and its last run; None without one."""
+        try:
+            response = self._client.call(
+                self._client.stubs.memory_admin.GetRetention, self._scope.get_retention()
+            )
+        except NotFound as error:
+            if _no_retention(error):
+                return None
+            raise
+        return Retention.from_proto(response.retention)
+
+    def apply_retention(self, *, dry_run: bool = False) -> Purged:
+        """Runs the scope's retention policy now."""
+        request = self._scope.apply_retention(dry_run)
+        return Purged.from_proto(
+            self._client.call(self._client.stubs.memory_admin.ApplyRetention, request)
+        )
+
+    def reindex(self, *, apply: bool = False) -> Reindexed:
+        """Backfills the flow tags of the tenant's execution-scoped versions
+        (a report unless ``apply``); running it again changes nothing."""
+        request = memory_admin_pb2.ReindexRequest(apply=apply)
+        return Reindexed.from_proto(
+            self._client.call(self._client.stubs.memory_admin.Reindex, request)
+        )
+
 
 class Sessions:
     """Sessions: one conversation of a user with an app."""
@@ -884,6 +1173,13 @@ class Sessions:
             "total_episodes": response.total_episodes,
             "avg_episodes_per_session": response.avg_episodes_per_session,
         }
+
+    def cleanup(self, max_age: timedelta, *, dry_run: bool = False) -> int:
+        """Deletes the sessions idle for longer than ``max_age``, with their
+        episodes; returns how many went (or would, with ``dry_run``)."""
+        request = _requests.cleanup_sessions(max_age, dry_run)
+        response = self._client.call(self._client.stubs.sessions.CleanupSessions, request)
+        return response.sessions_deleted
 
 
 class Episodes:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol, TypeVar
 
 import grpc
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
 
 from ._errors import EngramError, ResourceExhausted, Unavailable
 from .v1 import (
     consolidation_pb2,
     data_pb2,
     episodes_pb2,
+    memory_admin_pb2,
     memory_pb2,
     search_pb2,
     sessions_pb2,
@@ -223,6 +224,43 @@ def timestamp(moment: datetime | None) -> timestamp_pb2.Timestamp | None:
     return ts
 
 
+def duration(span: timedelta | None) -> duration_pb2.Duration | None:
+    if span is None:
+        return None
+    value = duration_pb2.Duration()
+    value.FromTimedelta(span)
+    return value
+
+
+def retention_policy(
+    keep_versions: int | None, max_age: timedelta | None, tombstone_grace: timedelta | None
+) -> memory_admin_pb2.RetentionPolicy:
+    """A retention policy; a rule left None is off."""
+    policy = memory_admin_pb2.RetentionPolicy(
+        max_age=duration(max_age), tombstone_grace=duration(tombstone_grace)
+    )
+    if keep_versions is not None:
+        policy.keep_versions = keep_versions
+    return policy
+
+
+def list_scopes(
+    scope_type: ScopeType | None, flow_id: str, flow_name: str, point: Point | None, token: str
+) -> memory_pb2.ListScopesRequest:
+    return memory_pb2.ListScopesRequest(
+        scope_type=choice("scope_type", SCOPE_TYPES, scope_type, memory_pb2.SCOPE_TYPE_UNSPECIFIED),
+        flow_id=flow_id,
+        flow_name=flow_name,
+        as_of=as_of(point),
+        page_size=PAGE,
+        page_token=token,
+    )
+
+
+def cleanup_sessions(max_age: timedelta, dry_run: bool) -> sessions_pb2.CleanupSessionsRequest:
+    return sessions_pb2.CleanupSessionsRequest(max_age=duration(max_age), dry_run=dry_run)
+
+
 @dataclass
 class Scope:
     """The scope a memory namespace works in (:meth:`configure`)."""
@@ -313,6 +351,77 @@ class Scope:
         if from_revision is not None:
             request.from_revision = from_revision
         return request
+
+    def purge(self, key: str, keep: int | None, dry_run: bool) -> memory_admin_pb2.PurgeRequest:
+        request = memory_admin_pb2.PurgeRequest(
+            scope_type=self.scope_type, scope=self.scope, key=key, dry_run=dry_run
+        )
+        if keep is not None:
+            request.keep = keep
+        return request
+
+    def purge_scope(
+        self, keep: int | None, include_deleted: bool, dry_run: bool
+    ) -> memory_admin_pb2.PurgeScopeRequest:
+        request = memory_admin_pb2.PurgeScopeRequest(
+            scope_type=self.scope_type,
+            scope=self.scope,
+            include_deleted=include_deleted,
+            dry_run=dry_run,
+        )
+        if keep is not None:
+            request.keep = keep
+        return request
+
+    def compact(
+        self,
+        keys: tuple[str, ...],
+        target_key: str,
+        history: bool,
+        instruction: str,
+        model: str,
+        max_tokens: int,
+    ) -> memory_admin_pb2.CompactRequest:
+        """One key goes as ``key`` (its target defaulting to itself on the
+        server), several as ``keys``; the server checks the combinations."""
+        if not keys:
+            raise ValueError("compact needs at least one key")
+        request = memory_admin_pb2.CompactRequest(
+            scope_type=self.scope_type,
+            scope=self.scope,
+            target_key=target_key,
+            source_mode=(
+                memory_admin_pb2.SOURCE_MODE_HISTORY if history else memory_admin_pb2.SOURCE_MODE_CURRENT
+            ),
+            instruction=instruction,
+            model=model,
+            max_tokens=max_tokens,
+        )
+        if len(keys) == 1:
+            request.key = keys[0]
+        else:
+            request.keys.extend(keys)
+        return request
+
+    def compaction_log(self, token: str) -> memory_admin_pb2.GetCompactionLogRequest:
+        return memory_admin_pb2.GetCompactionLogRequest(
+            scope_type=self.scope_type, scope=self.scope, page_size=PAGE, page_token=token
+        )
+
+    def set_retention(
+        self, policy: memory_admin_pb2.RetentionPolicy, dry_run: bool
+    ) -> memory_admin_pb2.SetRetentionRequest:
+        return memory_admin_pb2.SetRetentionRequest(
+            scope_type=self.scope_type, scope=self.scope, policy=policy, dry_run=dry_run
+        )
+
+    def get_retention(self) -> memory_admin_pb2.GetRetentionRequest:
+        return memory_admin_pb2.GetRetentionRequest(scope_type=self.scope_type, scope=self.scope)
+
+    def apply_retention(self, dry_run: bool) -> memory_admin_pb2.ApplyRetentionRequest:
+        return memory_admin_pb2.ApplyRetentionRequest(
+            scope_type=self.scope_type, scope=self.scope, dry_run=dry_run
+        )
 
 
 def forget_user(

@@ -23,7 +23,7 @@ import asyncio
 import builtins
 import functools
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
@@ -32,7 +32,9 @@ from google.protobuf.message import Message
 from . import _requests
 from ._client import (
     Applied,
+    AuditRecord,
     Cached,
+    Compacted,
     Entry,
     Episode,
     Fork,
@@ -41,8 +43,12 @@ from ._client import (
     Hit,
     Imported,
     MemoryBlock,
+    Purged,
+    Reindexed,
+    Retention,
     Rule,
     RuleRun,
+    ScopeSummary,
     Session,
     Snapshot,
     Task,
@@ -50,6 +56,7 @@ from ._client import (
     ToolResult,
     WorkingSnapshot,
     _absent,
+    _no_retention,
 )
 from ._errors import EngramError, NotFound, from_rpc_error
 from ._requests import (
@@ -67,6 +74,7 @@ from .v1 import (
     data_pb2_grpc,
     episodes_pb2,
     episodes_pb2_grpc,
+    memory_admin_pb2,
     memory_admin_pb2_grpc,
     memory_pb2,
     memory_pb2_grpc,
@@ -373,6 +381,116 @@ class AsyncMemory:
             except EngramError as error:
                 await asyncio.sleep(resume.broke(error))
 
+    async def scopes(
+        self,
+        scope_type: ScopeType | None = None,
+        *,
+        flow_id: str = "",
+        flow_name: str = "",
+        as_of: _requests.Point | None = None,
+    ) -> AsyncIterator[ScopeSummary]:
+        """Every scope of the tenant with its live key count (see
+        :meth:`Memory.scopes`)."""
+        request = functools.partial(_requests.list_scopes, scope_type, flow_id, flow_name, as_of)
+        async for page in self._client.pages(self._client.stubs.memory.ListScopes, request):
+            for summary in page.scopes:
+                yield ScopeSummary.from_proto(summary)
+
+    async def purge(self, key: str, *, keep: int | None = None, dry_run: bool = False) -> Purged:
+        """Hard-deletes all but the newest ``keep`` versions of a key (see
+        :meth:`Memory.purge`)."""
+        request = self._scope.purge(key, keep, dry_run)
+        return Purged.from_proto(
+            await self._client.call(self._client.stubs.memory_admin.Purge, request)
+        )
+
+    async def purge_scope(
+        self, *, keep: int | None = None, include_deleted: bool = False, dry_run: bool = False
+    ) -> Purged:
+        """Purges every key of the scope (see :meth:`Memory.purge_scope`)."""
+        request = self._scope.purge_scope(keep, include_deleted, dry_run)
+        return Purged.from_proto(
+            await self._client.call(self._client.stubs.memory_admin.PurgeScope, request)
+        )
+
+    async def compact(
+        self,
+        *keys: str,
+        target_key: str = "",
+        history: bool = False,
+        instruction: str = "",
+        model: str = "",
+        max_tokens: int = 0,
+    ) -> Compacted:
+        """Summarises keys into a new version of ``target_key`` (see
+        :meth:`Memory.compact`)."""
+        request = self._scope.compact(keys, target_key, history, instruction, model, max_tokens)
+        return Compacted.from_proto(
+            await self._client.call(self._client.stubs.memory_admin.Compact, request)
+        )
+
+    async def compaction_log(self) -> AsyncIterator[AuditRecord]:
+        """The scope's maintenance audit trail, newest first (all pages)."""
+        method = self._client.stubs.memory_admin.GetCompactionLog
+        async for page in self._client.pages(method, self._scope.compaction_log):
+            for record in page.records:
+                yield AuditRecord.from_proto(record)
+
+    async def set_retention(
+        self,
+        *,
+        keep_versions: int | None = None,
+        max_age: timedelta | None = None,
+        tombstone_grace: timedelta | None = None,
+    ) -> Retention | None:
+        """Replaces the scope's retention policy (see
+        :meth:`Memory.set_retention`)."""
+        policy = _requests.retention_policy(keep_versions, max_age, tombstone_grace)
+        request = self._scope.set_retention(policy, dry_run=False)
+        response = await self._client.call(self._client.stubs.memory_admin.SetRetention, request)
+        return Retention.from_proto(response.retention) if response.HasField("retention") else None
+
+    async def preview_retention(
+        self,
+        *,
+        keep_versions: int | None = None,
+        max_age: timedelta | None = None,
+        tombstone_grace: timedelta | None = None,
+    ) -> Purged:
+        """What a policy would delete if it ran now; stores nothing."""
+        policy = _requests.retention_policy(keep_versions, max_age, tombstone_grace)
+        request = self._scope.set_retention(policy, dry_run=True)
+        return Purged.previewed(
+            await self._client.call(self._client.stubs.memory_admin.SetRetention, request)
+        )
+
+    async def retention(self) -> Retention | None:
+        """The scope's retention policy and its last run; None without one."""
+        try:
+            response = await self._client.call(
+                self._client.stubs.memory_admin.GetRetention, self._scope.get_retention()
+            )
+        except NotFound as error:
+            if _no_retention(error):
+                return None
+            raise
+        return Retention.from_proto(response.retention)
+
+    async def apply_retention(self, *, dry_run: bool = False) -> Purged:
+        """Runs the scope's retention policy now."""
+        request = self._scope.apply_retention(dry_run)
+        return Purged.from_proto(
+            await self._client.call(self._client.stubs.memory_admin.ApplyRetention, request)
+        )
+
+    async def reindex(self, *, apply: bool = False) -> Reindexed:
+        """Backfills the flow tags of execution-scoped versions (see
+        :meth:`Memory.reindex`)."""
+        request = memory_admin_pb2.ReindexRequest(apply=apply)
+        return Reindexed.from_proto(
+            await self._client.call(self._client.stubs.memory_admin.Reindex, request)
+        )
+
 
 class AsyncSessions:
     """Sessions: one conversation of a user with an app."""
@@ -438,6 +556,13 @@ class AsyncSessions:
             "total_episodes": response.total_episodes,
             "avg_episodes_per_session": response.avg_episodes_per_session,
         }
+
+    async def cleanup(self, max_age: timedelta, *, dry_run: bool = False) -> int:
+        """Deletes the sessions idle for longer than ``max_age`` (see
+        :meth:`Sessions.cleanup`)."""
+        request = _requests.cleanup_sessions(max_age, dry_run)
+        response = await self._client.call(self._client.stubs.sessions.CleanupSessions, request)
+        return response.sessions_deleted
 
 
 class AsyncEpisodes:
