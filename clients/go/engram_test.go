@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"os/exec"
@@ -621,5 +622,119 @@ func TestTLSWithClientCertificates(t *testing.T) {
 	plaintext := connect(t, srv.addr)
 	if _, err := plaintext.Memory.Set(ctx, set); err == nil {
 		t.Fatal("a plaintext client got in")
+	}
+}
+
+// collect reads an All… iterator to its end or its first error.
+func collect[Item any](items func(func(Item, error) bool)) ([]Item, error) {
+	var out []Item
+	for item, err := range items {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
+func TestAllReadsEveryPage(t *testing.T) {
+	srv := start(t, t.TempDir(), "127.0.0.1:0")
+	client := connect(t, srv.addr)
+	ctx := context.Background()
+	for i := range 5 {
+		for _, scope := range []string{"pages", fmt.Sprintf("scope-%d", i)} {
+			if _, err := client.Memory.Set(ctx, &engramv1.SetRequest{
+				ScopeType: ns, Scope: scope, Key: fmt.Sprintf("k%d", i), Value: value(t, i),
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		session := fmt.Sprintf("p-%d", i%3)
+		if _, err := client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+			SessionId: session, App: "bot", User: "fay",
+			Episode: &engramv1.NewEpisode{Type: "note", Content: value(t, fmt.Sprintf("note %d", i))},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.WorkingMemory.Remember(ctx, &engramv1.RememberRequest{
+			SessionId: "p-0", Content: fmt.Sprintf("fact %d", i),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rule := &engramv1.ConsolidationRule{Id: fmt.Sprintf("r%d", i), Cadence: &engramv1.ConsolidationRule_EveryNEpisodes{EveryNEpisodes: 100}}
+		if _, err := client.Consolidation.CreateRule(ctx, &engramv1.CreateRuleRequest{Rule: rule}); err != nil {
+			t.Fatal(err)
+		}
+		keep := int64(0)
+		if _, err := client.MemoryAdmin.Purge(ctx, &engramv1.PurgeRequest{
+			ScopeType: ns, Scope: fmt.Sprintf("scope-%d", i), Key: fmt.Sprintf("k%d", i), Keep: &keep,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Memory.Set(ctx, &engramv1.SetRequest{
+			ScopeType: ns, Scope: "pages", Key: fmt.Sprintf("k%d", i), Value: value(t, i*10),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.MemoryAdmin.Purge(ctx, &engramv1.PurgeRequest{
+			ScopeType: ns, Scope: "pages", Key: fmt.Sprintf("k%d", i), Keep: proto.Int64(1),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Two items a page, so that five take three calls.
+	listing := &engramv1.ListRequest{ScopeType: ns, Scope: "pages", PageSize: 2}
+	entries, err := collect(client.AllEntries(ctx, listing))
+	if err != nil || len(entries) != 5 || entries[4].GetKey() != "k4" || entries[4].GetValue().GetNumberValue() != 40 {
+		t.Fatalf("entries: %v %v", entries, err)
+	}
+	if listing.GetPageToken() != "" {
+		t.Fatal("the caller's request was changed")
+	}
+	scopes, err := collect(client.AllScopes(ctx, &engramv1.ListScopesRequest{PageSize: 2}))
+	if err != nil || len(scopes) != 6 || scopes[0].GetEntryCount() != 5 ||
+		scopes[5].GetScope() != "scope-4" || scopes[5].GetEntryCount() != 0 {
+		t.Fatalf("scopes (the others purged empty, their audit records kept): %v %v", scopes, err)
+	}
+	records, err := collect(client.AllCompactionRecords(ctx, &engramv1.GetCompactionLogRequest{ScopeType: ns, Scope: "pages", PageSize: 2}))
+	if err != nil || len(records) != 5 || records[0].GetSourceKeys()[0] != "k4" {
+		t.Fatalf("audit trail, newest first: %v %v", records, err)
+	}
+	sessions, err := collect(client.AllSessions(ctx, &engramv1.ListSessionsRequest{User: "fay", PageSize: 2}))
+	if err != nil || len(sessions) != 3 {
+		t.Fatalf("sessions: %v %v", sessions, err)
+	}
+	episodes, err := collect(client.AllEpisodes(ctx, &engramv1.ListEpisodesRequest{SessionId: "p-0", PageSize: 1}))
+	if err != nil || len(episodes) != 2 || episodes[1].GetContent().GetStringValue() != "note 3" {
+		t.Fatalf("episodes: %v %v", episodes, err)
+	}
+	facts, err := collect(client.AllFacts(ctx, &engramv1.ListFactsRequest{User: "fay", PageSize: 2}))
+	if err != nil || len(facts) != 5 {
+		t.Fatalf("facts: %v %v", facts, err)
+	}
+	rules, err := collect(client.AllRules(ctx, &engramv1.ListRulesRequest{PageSize: 2}))
+	if err != nil || len(rules) != 5 {
+		t.Fatalf("rules: %v %v", rules, err)
+	}
+
+	// Breaking out stops the iteration; a bad request yields its error once.
+	seen := 0
+	for range client.AllEntries(ctx, listing) {
+		seen++
+		break
+	}
+	if seen != 1 {
+		t.Fatalf("break: %d", seen)
+	}
+	calls := 0
+	for _, err := range client.AllEntries(ctx, &engramv1.ListRequest{ScopeType: ns, Scope: "pages", PageSize: -1}) {
+		calls++
+		if e, ok := engram.AsError(err); !ok || e.Code != codes.InvalidArgument || e.Fields["page_size"] == "" {
+			t.Fatalf("negative page size: %v", err)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("the error was yielded %d times", calls)
 	}
 }
