@@ -74,21 +74,60 @@ fn packed(word: &str) -> Option<u128> {
 const LONGEST: usize = 256;
 
 /// The lexeme a word of letters or digits is indexed under, stop words
-/// aside: lowercased, without diacritics (as `engram_english`'s
-/// `unaccent` reads a word with a non-ASCII letter, and SQLite's
-/// tokenizer any word), and stemmed when it is all letters.
+/// aside: lowercased, its letters folded to ASCII where they have a
+/// reading there (as `engram_english`'s `unaccent` reads a word with a
+/// non-ASCII letter, and SQLite's tokenizer any word; see [`folded`]),
+/// and stemmed when it is all letters.
 pub fn lexeme(word: &str) -> String {
-    lowercase_lexeme(without_diacritics(word.to_lowercase()))
+    let lower = word.to_lowercase();
+    lowercase_lexeme(match folded(&lower) {
+        Cow::Borrowed(_) => lower,
+        Cow::Owned(folded) => folded,
+    })
 }
 
-/// A word with its letters' combining marks taken off (`café` → `cafe`).
-fn without_diacritics(word: String) -> String {
-    if word.is_ascii() {
-        return word;
+/// Lowercase letters that `unaccent` reads as other letters and that have
+/// no compatibility decomposition to them: those of Latin-1 and Latin
+/// Extended-A (Danish, German, Icelandic, Maltese, Polish, Croatian, …).
+const FOLDS: [(char, &str); 15] = [
+    ('æ', "ae"),
+    ('ð', "d"),
+    ('ø', "o"),
+    ('þ', "th"),
+    ('ß', "ss"),
+    ('đ', "d"),
+    ('ħ', "h"),
+    ('ı', "i"),
+    ('ĸ', "q"),
+    ('ŀ', "l"),
+    ('ł', "l"),
+    ('ŋ', "n"),
+    ('œ', "oe"),
+    ('ŧ', "t"),
+    ('ſ', "s"),
+];
+
+/// A lowercase word as Postgres's `unaccent` dictionary reads it before
+/// the stemmer: each letter of [`FOLDS`] replaced, then every character
+/// decomposed for compatibility (`ﬁ` → `fi`, fullwidth `ｆ` → `f`) with
+/// its combining marks taken off (`café` → `cafe`). A test holds this to
+/// a live Postgres over every letter of Latin-1 and Latin Extended-A.
+pub fn folded(lower: &str) -> Cow<'_, str> {
+    if lower.is_ascii() {
+        return Cow::Borrowed(lower);
     }
-    word.nfd()
-        .filter(|&c| !unicode_normalization::char::is_combining_mark(c))
-        .collect()
+    let mut out = String::with_capacity(lower.len());
+    for c in lower.chars() {
+        match FOLDS.iter().find(|(letter, _)| *letter == c) {
+            Some((_, ascii)) => out.push_str(ascii),
+            None => out.extend(
+                std::iter::once(c)
+                    .nfkd()
+                    .filter(|&d| !unicode_normalization::char::is_combining_mark(d)),
+            ),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// [`lexeme`] of a word already lowercase.
@@ -111,7 +150,7 @@ pub fn stem_lowercase(lower: &str) -> Cow<'_, str> {
 }
 
 /// A text as Postgres's indexes and every query read it before splitting
-/// it into words: `/` is a space, and so is a `.` or `@` between letters
+/// it into words: `/` is a space (but in `</` and `/>`), and so is a `.` or `@` between letters
 /// and digits with a letter on at least one side (`validate.ts`,
 /// `ops@example.com`, `file1.txt`), which Postgres's parser would
 /// otherwise keep whole as a file name, a host or an email, and a `-`
@@ -119,12 +158,17 @@ pub fn stem_lowercase(lower: &str) -> Cow<'_, str> {
 /// which it would read as a minus sign (`-19`), so that each part is
 /// found on its own, as SQLite's tokenizer finds it. A number's point
 /// stays (`3.14`, `v1.2`). Postgres reads text the same way with
-/// `engram_search_text` (migration 0020).
+/// `engram_search_text` (migrations 0020 and 0027).
 pub fn spaced(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
     let space = |at: usize| -> bool {
         match bytes.get(at) {
-            Some(b'/') => true,
+            // Not the `/` of a tag (`</p>`, `<br/>`), which the parser
+            // then reads as a tag (see `super::markup`).
+            Some(b'/') => {
+                at.checked_sub(1).and_then(|i| bytes.get(i)) != Some(&b'<')
+                    && bytes.get(at + 1) != Some(&b'>')
+            }
             Some(&mark @ (b'.' | b'@' | b'-')) => {
                 let before = at.checked_sub(1).and_then(|i| bytes.get(i));
                 let after = bytes.get(at + 1);
@@ -311,6 +355,25 @@ mod tests {
             assert_eq!(spaced(text), read, "{text}");
         }
         assert!(matches!(spaced("plain words."), Cow::Borrowed(_)));
+        // A tag's slash stays, so that the parser reads the tag.
+        assert_eq!(spaced("</p> <br/> a/b </ x/>"), "</p> <br/> a b </ x/>");
+    }
+
+    #[test]
+    fn letters_fold_as_unaccent_reads_them() {
+        for (word, read) in [
+            ("straße", "strass"),
+            ("æsir", "aesir"),
+            ("søren", "soren"),
+            ("łódź", "lodz"),
+            ("þing", "thing"),
+            ("ﬁle", "file"),
+            ("ｆｕｌｌ", "full"),
+            ("œuvre", "oeuvr"),
+        ] {
+            assert_eq!(lexeme(word), read, "{word}");
+        }
+        assert!(matches!(folded("plain"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 pub mod embedder;
 pub mod english;
+pub mod markup;
 pub mod ports;
 mod query;
 mod service;

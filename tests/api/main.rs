@@ -23,6 +23,7 @@ mod retention;
 mod rls;
 mod robustness;
 mod search;
+mod search_reading;
 mod semantic;
 mod sessions_api;
 mod store_conformance;

@@ -1053,7 +1053,7 @@ on_both_stores!(
 
 /// Fails listing the first of `differ` (what Rust and Postgres made
 /// differently) unless it is empty.
-fn assert_none_differ(differ: &[String]) {
+pub(crate) fn assert_none_differ(differ: &[String]) {
     assert!(
         differ.is_empty(),
         "{} differ: {:#?}",

@@ -16,7 +16,15 @@
 //! tokenizer runs the original Porter algorithm, which stems `deploy` to
 //! `deploi` but `deployment` to `deploy`, so on SQLite a search for a
 //! "deployment setup" missed "we deploy with Argo" that Postgres found,
-//! and marked words in snippets that its matching had not used.
+//! and marked words in snippets that its matching had not used. Tables
+//! made with the argument `reading 2` (migration 0015) read text as
+//! Postgres does where the two had still differed: the tokens that fall
+//! in what Postgres's parser reads as markup are left out
+//! ([`crate::search::markup`]: tags, entities, script and style bodies),
+//! and each token's letters are folded as Postgres's `unaccent` folds
+//! them ([`english::folded`]: `ß` as `ss`, `ł` as `l`). A table keeps the
+//! reading it was made with, since FTS5 removes a row's tokens by
+//! reading its text again.
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -35,13 +43,16 @@
 //! between) pass through unchanged: most hold digits, and a word ending
 //! in `x` is left as it is by every rule of the English stemmer.
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::ffi::{CStr, c_int, c_void};
+use std::ops::Range;
 use std::ptr;
 
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
 
-use crate::search::english;
+use crate::search::{english, markup};
 
 /// The function's SQL name, as FTS5 takes it (NUL-terminated).
 const NAME: &CStr = c"engram_hits";
@@ -116,14 +127,73 @@ unsafe fn register_on(db: *mut ffi::sqlite3) -> c_int {
     }
 }
 
-/// One instance of the tokenizer: the `unicode61` instance it wraps.
+/// One instance of the tokenizer: the `unicode61` instance it wraps, and
+/// the reading it was made with.
 struct Stemming {
     parent: ffi::fts5_tokenizer,
     instance: *mut ffi::Fts5Tokenizer,
+    reading: Reading,
+}
+
+/// How a table's text is read, chosen by its `reading` argument (a table
+/// keeps the reading it was made with, so that FTS5 removes a row's
+/// tokens as it added them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Migration 0014: `unicode61`'s tokens, stemmed.
+    Stemmed,
+    /// Migration 0015 (`reading 2`): also without what Postgres's parser
+    /// reads as markup ([`crate::search::markup`]), and letters folded as
+    /// Postgres's `unaccent` folds them ([`english::folded`]).
+    AsPostgres,
+}
+
+/// The tokenizer's own argument, taken out of those handed to `unicode61`.
+const READING: &[u8] = b"reading";
+
+/// The arguments without `reading N`, and the reading they ask for; `None`
+/// for a reading this server does not know.
+///
+/// # Safety
+/// `args` holds `count` NUL-terminated strings (or `count` is 0).
+unsafe fn reading_of(
+    args: *mut *const std::ffi::c_char,
+    count: c_int,
+) -> Option<(Vec<*const std::ffi::c_char>, Reading)> {
+    let count = usize::try_from(count).unwrap_or(0);
+    let all: &[*const std::ffi::c_char] = if count == 0 || args.is_null() {
+        &[]
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { std::slice::from_raw_parts(args, count) }
+    };
+    let mut rest = Vec::with_capacity(all.len());
+    let mut reading = Reading::Stemmed;
+    let mut i = 0;
+    while let Some(&arg) = all.get(i) {
+        // SAFETY: each argument is a NUL-terminated string FTS5 holds.
+        let name = unsafe { CStr::from_ptr(arg) }.to_bytes();
+        if name == READING {
+            // SAFETY: as above.
+            let value = all
+                .get(i + 1)
+                .map(|&v| unsafe { CStr::from_ptr(v) }.to_bytes());
+            reading = match value {
+                Some(b"1") => Reading::Stemmed,
+                Some(b"2") => Reading::AsPostgres,
+                _ => return None,
+            };
+            i += 2;
+        } else {
+            rest.push(arg);
+            i += 1;
+        }
+    }
+    Some((rest, reading))
 }
 
 /// `xCreate`: a `unicode61` instance made with the same arguments (e.g.
-/// `remove_diacritics 2`), wrapped.
+/// `remove_diacritics 2`) but `reading`, wrapped.
 unsafe extern "C" fn tokenizer_create(
     api: *mut c_void,
     args: *mut *const std::ffi::c_char,
@@ -152,13 +222,25 @@ unsafe extern "C" fn tokenizer_create(
     else {
         return ffi::SQLITE_ERROR;
     };
+    // SAFETY: the arguments FTS5 gave this call.
+    let Some((mut rest, reading)) = (unsafe { reading_of(args, count) }) else {
+        return ffi::SQLITE_ERROR;
+    };
+    let Ok(rest_count) = c_int::try_from(rest.len()) else {
+        return ffi::SQLITE_ERROR;
+    };
     let mut instance: *mut ffi::Fts5Tokenizer = ptr::null_mut();
-    // SAFETY: the arguments FTS5 gave this call, handed on as they are.
-    let rc = unsafe { create(user, args, count, &mut instance) };
+    // SAFETY: the arguments FTS5 gave this call but `reading`, which live
+    // as long as the call.
+    let rc = unsafe { create(user, rest.as_mut_ptr(), rest_count, &mut instance) };
     if rc != ffi::SQLITE_OK {
         return rc;
     }
-    let wrapped = Box::new(Stemming { parent, instance });
+    let wrapped = Box::new(Stemming {
+        parent,
+        instance,
+        reading,
+    });
     // SAFETY: FTS5 keeps the pointer until it calls `tokenizer_delete`.
     unsafe { *out = Box::into_raw(wrapped).cast::<ffi::Fts5Tokenizer>() };
     ffi::SQLITE_OK
@@ -184,10 +266,54 @@ type Emit =
 struct Caller {
     context: *mut c_void,
     emit: Emit,
+    reading: Reading,
+    /// The text's markup (reading 2), and the first range a token may
+    /// still fall in (tokens come in order).
+    hidden: Vec<Range<usize>>,
+    next: Cell<usize>,
+}
+
+impl Caller {
+    /// Whether the token starting at `start` lies in the markup.
+    fn hides(&self, start: c_int) -> bool {
+        let Ok(start) = usize::try_from(start) else {
+            return false;
+        };
+        let mut next = self.next.get();
+        while self.hidden.get(next).is_some_and(|r| r.end <= start) {
+            next += 1;
+        }
+        self.next.set(next);
+        self.hidden.get(next).is_some_and(|r| r.contains(&start))
+    }
+}
+
+/// The markup of the text FTS5 hands a tokenize call, as Postgres's parser
+/// reads it.
+///
+/// # Safety
+/// `text` points at `length` bytes, alive for the call.
+unsafe fn markup(text: *const std::ffi::c_char, length: c_int) -> Vec<Range<usize>> {
+    let bytes: &[u8] = match usize::try_from(length) {
+        // SAFETY: as the caller promises.
+        Ok(n) if n > 0 && !text.is_null() => unsafe {
+            std::slice::from_raw_parts(text.cast::<u8>(), n)
+        },
+        _ => return Vec::new(),
+    };
+    if !bytes.iter().any(|&b| b == b'<' || b == b'&') {
+        return Vec::new(); // no markup starts without one
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => {
+            std::panic::catch_unwind(|| markup::hidden(&english::spaced(text))).unwrap_or_default()
+        }
+        Err(_) => Vec::new(),
+    }
 }
 
 /// `xTokenize`: `unicode61`'s tokens, each handed to FTS5's callback as
-/// its lexeme.
+/// its lexeme (with reading 2, those outside markup, folded).
 unsafe extern "C" fn tokenize(
     tokenizer: *mut ffi::Fts5Tokenizer,
     context: *mut c_void,
@@ -204,7 +330,18 @@ unsafe extern "C" fn tokenize(
     let Some(parent) = wrapped.parent.xTokenize else {
         return ffi::SQLITE_ERROR;
     };
-    let mut caller = Caller { context, emit };
+    let hidden = match wrapped.reading {
+        Reading::Stemmed => Vec::new(),
+        // SAFETY: the text FTS5 gave this call.
+        Reading::AsPostgres => unsafe { markup(text, length) },
+    };
+    let mut caller = Caller {
+        context,
+        emit,
+        reading: wrapped.reading,
+        hidden,
+        next: Cell::new(0),
+    };
     // SAFETY: the parent tokenizes the text FTS5 gave, calling `stemmed`
     // with `caller`, which outlives the call.
     unsafe {
@@ -230,6 +367,9 @@ unsafe extern "C" fn stemmed(
 ) -> c_int {
     // SAFETY: `caller` is the `Caller` of `tokenize`, alive for its call.
     let caller = unsafe { &*caller.cast::<Caller>() };
+    if caller.hides(start) {
+        return ffi::SQLITE_OK;
+    }
     let bytes: &[u8] = match usize::try_from(length) {
         // SAFETY: the parent's token, `length` bytes, alive for this call.
         Ok(n) if n > 0 && !token.is_null() => unsafe {
@@ -238,10 +378,23 @@ unsafe extern "C" fn stemmed(
         // SAFETY: handed on as the parent gave it.
         _ => return unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
     };
+    let fold = caller.reading == Reading::AsPostgres;
     let stem = std::str::from_utf8(bytes).ok().and_then(|word| {
-        std::panic::catch_unwind(|| match english::stem_lowercase(word) {
-            std::borrow::Cow::Owned(stem) => Some(stem),
-            std::borrow::Cow::Borrowed(_) => None,
+        std::panic::catch_unwind(|| {
+            let folded = if fold {
+                english::folded(word)
+            } else {
+                Cow::Borrowed(word)
+            };
+            let stem = match english::stem_lowercase(&folded) {
+                Cow::Owned(stem) => Some(stem),
+                Cow::Borrowed(_) => None,
+            };
+            match (stem, folded) {
+                (Some(stem), _) => Some(stem),
+                (None, Cow::Owned(folded)) => Some(folded),
+                (None, Cow::Borrowed(_)) => None,
+            }
         })
         .ok()
         .flatten()
@@ -481,6 +634,59 @@ mod tests {
                 .await
                 .expect("match");
         assert_eq!(found, 1);
+    }
+
+    #[tokio::test]
+    async fn reading_2_leaves_markup_out_and_folds_letters() {
+        let mut conn = SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        register(&mut conn).await.expect("register");
+        for statement in [
+            "CREATE VIRTUAL TABLE t USING fts5(text, \
+             tokenize = 'engram_english remove_diacritics 2 reading 2')",
+            "CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)",
+        ] {
+            sqlx::query(statement)
+                .execute(&mut conn)
+                .await
+                .expect("create");
+        }
+        let cases: [(&str, &[&str]); 4] = [
+            (
+                "<p class=\"x\">Deploy &amp; roll</p><br/>",
+                &["deploy", "roll"],
+            ),
+            (
+                "<style>p {}</style>after <script>x()</script>end",
+                &["after", "end"],
+            ),
+            (
+                "Straße Søren ﬁle café",
+                &["strass", "soren", "file", "cafe"],
+            ),
+            (
+                "tEAAAAAx u64656661756C7400616C696365x",
+                &["teaaaaax", "u64656661756c7400616c696365x"],
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(lexemes(&mut conn, text).await, want, "{text}");
+        }
+        // The query is read alike: `strasse` finds `Straße`.
+        lexemes(&mut conn, "Straße").await;
+        let found: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH '\"strasse\"'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("match");
+        assert_eq!(found, 1);
+        // A reading this server does not know is refused.
+        let unknown = sqlx::query(
+            "CREATE VIRTUAL TABLE u USING fts5(text, tokenize = 'engram_english reading 9')",
+        )
+        .execute(&mut conn)
+        .await;
+        assert!(unknown.is_err(), "{unknown:?}");
     }
 
     #[test]

@@ -615,6 +615,56 @@ async fn compounds_written_before_their_reading_are_found_after_the_migration() 
     assert_eq!(everywhere("example").await, ["ops@example.com"]);
 }
 
+/// What each source finds for `query` in tenant t1: episodes, then
+/// memory, then facts.
+async fn found_everywhere<S: Store>(store: &S, query: &str) -> Vec<String> {
+    let mut hits = Vec::new();
+    for source in [Source::Episodes, Source::Memory, Source::Facts] {
+        hits.extend(described(
+            &found(store, "t1", source, query, &Filters::default()).await,
+        ));
+    }
+    hits
+}
+
+/// What a database held before the markup reading (Postgres's migration
+/// 0027, SQLite's 0015) is read again by it: on Postgres a `<style>`
+/// element had hidden the rest of its string and a closing tag's name was
+/// a word; on SQLite every tag's name was. After it, in memory, facts and
+/// episodes, the text is found on both and the markup on neither.
+#[tokio::test]
+async fn markup_written_before_its_reading_is_read_again_by_the_migration() {
+    use engram::ports::Database;
+
+    let text = "</div> <style>p {}</style> canary rollout";
+    let all = ["e1", "notes@1", "ops@example.com"];
+    let none = Vec::<String>::new();
+
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    let pg = db.pg_store().await;
+    pg.migrate_through(Some(26))
+        .await
+        .expect("the schema before");
+    write_everywhere(&pg, text, "notes", text).await;
+    assert_eq!(found_everywhere(&pg, "canary").await, none);
+    assert_eq!(found_everywhere(&pg, "div").await, all);
+    pg.migrate().await.expect("migrate");
+    assert_eq!(found_everywhere(&pg, "canary").await, all);
+    assert_eq!(found_everywhere(&pg, "div").await, none);
+
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    let lite = db.sqlite_store().await;
+    lite.migrate_through(Some(14))
+        .await
+        .expect("the schema before");
+    write_everywhere(&lite, text, "notes", text).await;
+    assert_eq!(found_everywhere(&lite, "canary").await, all);
+    assert_eq!(found_everywhere(&lite, "div").await, all);
+    lite.migrate().await.expect("migrate");
+    assert_eq!(found_everywhere(&lite, "canary").await, all);
+    assert_eq!(found_everywhere(&lite, "div").await, none);
+}
+
 /// In a database that lowercases as Rust does (the test cluster's), the
 /// server builds plain episodes' vectors and normalises plain queries
 /// itself. The check that decides it once compared a vector with
