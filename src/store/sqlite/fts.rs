@@ -584,22 +584,30 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn the_tokenizer_stems_as_postgres_and_leaves_the_rest_whole() {
+    /// A connection with the tokenizer, a table `t` read with `arguments`
+    /// and its vocabulary `v`.
+    async fn table(arguments: &str) -> SqliteConnection {
         let mut conn = SqliteConnection::connect("sqlite::memory:")
             .await
             .expect("connect");
         register(&mut conn).await.expect("register");
         for statement in [
-            "CREATE VIRTUAL TABLE t USING fts5(text, \
-             tokenize = 'engram_english remove_diacritics 2')",
-            "CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)",
+            format!(
+                "CREATE VIRTUAL TABLE t USING fts5(text, tokenize = 'engram_english {arguments}')"
+            ),
+            "CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)".to_owned(),
         ] {
-            sqlx::query(statement)
+            sqlx::query(sqlx::AssertSqlSafe(statement))
                 .execute(&mut conn)
                 .await
                 .expect("create");
         }
+        conn
+    }
+
+    #[tokio::test]
+    async fn the_tokenizer_stems_as_postgres_and_leaves_the_rest_whole() {
+        let mut conn = table("remove_diacritics 2").await;
         let cases: [(&str, &[&str]); 5] = [
             // Porter read `deploy` as `deploi` but `deployment` as `deploy`.
             ("We deploy Deployments", &["we", "deploy", "deploy"]),
@@ -638,20 +646,7 @@ mod tests {
 
     #[tokio::test]
     async fn reading_2_leaves_markup_out_and_folds_letters() {
-        let mut conn = SqliteConnection::connect("sqlite::memory:")
-            .await
-            .expect("connect");
-        register(&mut conn).await.expect("register");
-        for statement in [
-            "CREATE VIRTUAL TABLE t USING fts5(text, \
-             tokenize = 'engram_english remove_diacritics 2 reading 2')",
-            "CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)",
-        ] {
-            sqlx::query(statement)
-                .execute(&mut conn)
-                .await
-                .expect("create");
-        }
+        let mut conn = table("remove_diacritics 2 reading 2").await;
         let cases: [(&str, &[&str]); 4] = [
             (
                 "<p class=\"x\">Deploy &amp; roll</p><br/>",
