@@ -13,7 +13,10 @@
 //! indexes do, after [`super::english::spaced`] (which keeps every byte
 //! where it was, so the ranges hold for the original text too).
 
+use std::borrow::Cow;
 use std::ops::Range;
+
+use super::english::spaced;
 
 /// The byte ranges of `text` that Postgres's parser reads as markup: tags,
 /// entities, and what lies between a `<script>` or `<style>` tag and the
@@ -39,6 +42,8 @@ pub fn hidden(text: &str) -> Vec<Range<usize>> {
             (Special::Closes, Some(from)) => {
                 push(&mut ranges, from..end.unwrap_or(at));
                 ignoring = None;
+                at = end.unwrap_or(at + 1);
+                continue;
             }
             _ => {}
         }
@@ -58,14 +63,73 @@ pub fn hidden(text: &str) -> Vec<Range<usize>> {
     ranges
 }
 
-/// Adds a range, merged with the last one when they touch or overlap.
-fn push(ranges: &mut Vec<Range<usize>>, range: Range<usize>) {
-    if range.is_empty() {
-        return;
+/// `text` as a reader sees it, for snippets: each stretch of markup one
+/// space (none beside whitespace), but an entity alone the character it
+/// names (`&amp;` → `&`, `&#169;` → `©`, `&nbsp;` a space).
+pub fn visible(text: &str) -> Cow<'_, str> {
+    if !text.contains(['<', '&']) {
+        return Cow::Borrowed(text);
     }
-    match ranges.last_mut() {
-        Some(last) if last.end >= range.start => last.end = last.end.max(range.end),
-        _ => ranges.push(range),
+    let hidden = hidden(&spaced(text));
+    if hidden.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for range in hidden {
+        out.push_str(text.get(at..range.start).unwrap_or_default());
+        let markup = text.get(range.clone()).unwrap_or_default();
+        match named(markup) {
+            Some(c) if !c.is_whitespace() => out.push(c),
+            _ => {
+                let before = out.chars().next_back().is_none_or(char::is_whitespace);
+                let after = text
+                    .get(range.end..)
+                    .and_then(|rest| rest.chars().next())
+                    .is_none_or(char::is_whitespace);
+                if !before && !after {
+                    out.push(' ');
+                }
+            }
+        }
+        at = range.end;
+    }
+    out.push_str(text.get(at..).unwrap_or_default());
+    Cow::Owned(out)
+}
+
+/// The character an entity names: a number, or one of the names HTML
+/// text uses most.
+fn named(entity: &str) -> Option<char> {
+    let name = entity.strip_prefix('&')?.strip_suffix(';')?;
+    if let Some(number) = name.strip_prefix('#') {
+        let code = match number.strip_prefix(['x', 'X']) {
+            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+            None => number.parse().ok()?,
+        };
+        return char::from_u32(code);
+    }
+    Some(match name {
+        "amp" => '&',
+        "lt" => '<',
+        "gt" => '>',
+        "quot" => '"',
+        "apos" => '\'',
+        "nbsp" => ' ',
+        "copy" => '©',
+        "reg" => '®',
+        "hellip" => '…',
+        "mdash" => '—',
+        "ndash" => '–',
+        _ => return None,
+    })
+}
+
+/// Adds a range unless it is empty (each tag and entity a range of its
+/// own, so that [`visible`] can read an entity beside a tag).
+fn push(ranges: &mut Vec<Range<usize>>, range: Range<usize>) {
+    if !range.is_empty() {
+        ranges.push(range);
     }
 }
 
@@ -299,6 +363,25 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(markup(text), *expected, "{text}");
         }
+    }
+
+    #[test]
+    fn a_reader_sees_the_text_without_its_markup() {
+        for (text, seen) in [
+            (
+                "<p>Read <a href=\"https://x.io/a.html\">the guide</a>&nbsp;first.</p>",
+                "Read the guide first.",
+            ),
+            (
+                "Fish &amp; chips &#169; &#x41;&unknown;B",
+                "Fish & chips © A B",
+            ),
+            ("<style>p {}</style>Title<br/>line", "Title line"),
+            ("no markup: a < b & c", "no markup: a < b & c"),
+        ] {
+            assert_eq!(visible(text), seen, "{text}");
+        }
+        assert!(matches!(visible("plain"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -291,6 +291,7 @@ fn allowed(episode: &Episode, filters: &Filters) -> bool {
 
 /// The start of an item's text, for a hit no word of the query marked.
 fn plain_snippet(text: &str) -> String {
+    let text = super::markup::visible(text);
     let text = text.trim();
     match text.char_indices().nth(PLAIN_SNIPPET_CHARS) {
         Some((at, _)) => format!("{}…", &text[..at]),

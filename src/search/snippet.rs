@@ -14,6 +14,7 @@
 use std::collections::HashSet;
 
 use super::english::lexeme;
+use super::markup::visible;
 
 /// The most words in one fragment.
 pub const FRAGMENT_WORDS: usize = 30;
@@ -34,9 +35,13 @@ struct Word {
     marked: bool,
 }
 
-/// The snippet of `text` for a query whose lexemes are `terms`.
+/// The snippet of `text` for a query whose lexemes are `terms`, made of
+/// the text a reader sees ([`visible`]: no tags, entities as their
+/// characters).
 pub fn snippet(text: &str, terms: &[String]) -> String {
     let terms: HashSet<&str> = terms.iter().map(String::as_str).collect();
+    let text = visible(text);
+    let text = text.as_ref();
     let words = words(text, &terms);
     if words.is_empty() {
         return String::new();
@@ -191,6 +196,18 @@ mod tests {
         assert_eq!(got.split(' ').count(), FRAGMENT_WORDS);
         assert_eq!(snippet("", &terms(&["x"])), "");
         assert_eq!(snippet(" … ", &terms(&["x"])), "");
+    }
+
+    #[test]
+    fn markup_is_left_out() {
+        assert_eq!(
+            snippet(
+                "<p>Read <a href=\"https://example.com/deploy.html\">the guide</a> \
+                 before you deploy &amp; roll.</p>",
+                &terms(&["deploy"])
+            ),
+            "Read the guide before you **deploy** & roll."
+        );
     }
 
     #[test]

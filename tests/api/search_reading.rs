@@ -224,6 +224,12 @@ async fn markup_and_folded_letters_are_read_alike(backend: Backend) {
             "{backend:?}: {words}"
         );
     }
+    // The snippet is the text a reader sees.
+    let hits = search(&server, query("rollout guide")).await;
+    assert_eq!(
+        hits[0].snippet, "Read the **rollout** **guide** before you deploy. Ask Straße support.",
+        "{backend:?}"
+    );
     assert_eq!(
         names(&search(&server, memory_query("canary flags")).await),
         vec!["memory:web/notes@1"],
