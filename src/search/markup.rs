@@ -80,7 +80,7 @@ pub fn visible(text: &str) -> Cow<'_, str> {
         out.push_str(text.get(at..range.start).unwrap_or_default());
         let markup = text.get(range.clone()).unwrap_or_default();
         match named(markup) {
-            Some(c) if !c.is_whitespace() => out.push(c),
+            Some(c) if !c.is_whitespace() && !c.is_control() => out.push(c),
             _ => {
                 let before = out.chars().next_back().is_none_or(char::is_whitespace);
                 let after = text
