@@ -153,14 +153,7 @@ def _sync(client: Engram, op: Op) -> Any:
             pass
         return None
     if isinstance(op, Scopes):
-        names: builtins.list[str] = []
-        token = ""
-        while True:
-            page = client.call(stubs.memory.ListScopes, _scopes(token))
-            names += [s.scope for s in page.scopes]
-            if not page.next_page_token:
-                return names
-            token = page.next_page_token
+        return [s.scope for s in client.memory.scopes("namespace")]
     return client.search(
         op.query,
         sources=["memory"],
@@ -202,14 +195,7 @@ async def _async(client: AsyncEngram, op: Op) -> Any:
             pass
         return None
     if isinstance(op, Scopes):
-        names: builtins.list[str] = []
-        token = ""
-        while True:
-            page = await client.call(stubs.memory.ListScopes, _scopes(token))
-            names += [s.scope for s in page.scopes]
-            if not page.next_page_token:
-                return names
-            token = page.next_page_token
+        return [s.scope async for s in client.memory.scopes("namespace")]
     hits: builtins.list[Hit] = await client.search(
         op.query,
         sources=["memory"],
@@ -218,9 +204,3 @@ async def _async(client: AsyncEngram, op: Op) -> Any:
         limit=op.limit,
     )
     return hits
-
-
-def _scopes(token: str) -> memory_pb2.ListScopesRequest:
-    return memory_pb2.ListScopesRequest(
-        scope_type=memory_pb2.SCOPE_TYPE_NAMESPACE, page_size=_requests.PAGE, page_token=token
-    )

@@ -269,10 +269,10 @@ class Scope:
     scope_type: memory_pb2.ScopeType.ValueType = memory_pb2.SCOPE_TYPE_UNSPECIFIED
 
     def configure(self, scope: str, scope_type: ScopeType = "namespace") -> None:
-        if scope_type not in SCOPE_TYPES:
-            raise ValueError(f"scope_type must be one of {sorted(SCOPE_TYPES)}")
+        self.scope_type = choice(
+            "scope_type", SCOPE_TYPES, scope_type, memory_pb2.SCOPE_TYPE_UNSPECIFIED
+        )
         self.scope = scope
-        self.scope_type = SCOPE_TYPES[scope_type]
 
     def set(
         self, key: str, value: Any, expected_version: int | None, request_id: str | None
@@ -312,14 +312,10 @@ class Scope:
     def fork(
         self, target: str, target_type: ScopeType | None, point: Point | None
     ) -> memory_pb2.ForkScopeRequest:
-        if target_type is not None and target_type not in SCOPE_TYPES:
-            raise ValueError(f"target_type must be one of {sorted(SCOPE_TYPES)}")
         return memory_pb2.ForkScopeRequest(
             source_scope_type=self.scope_type,
             source_scope=self.scope,
-            target_scope_type=(
-                self.scope_type if target_type is None else SCOPE_TYPES[target_type]
-            ),
+            target_scope_type=choice("target_type", SCOPE_TYPES, target_type, self.scope_type),
             target_scope=target,
             as_of=as_of(point),
         )
@@ -545,10 +541,12 @@ def search(
 ) -> search_pb2.SearchRequest:
     return search_pb2.SearchRequest(
         query=query,
-        sources=[SOURCES[s] for s in sources],
-        mode=MODES[mode] if mode else search_pb2.SEARCH_MODE_UNSPECIFIED,
+        sources=[
+            choice("sources", SOURCES, s, search_pb2.SEARCH_SOURCE_UNSPECIFIED) for s in sources
+        ],
+        mode=choice("mode", MODES, mode, search_pb2.SEARCH_MODE_UNSPECIFIED),
         limit=limit,
-        scope_type=SCOPE_TYPES[scope_type] if scope_type else memory_pb2.SCOPE_TYPE_UNSPECIFIED,
+        scope_type=choice("scope_type", SCOPE_TYPES, scope_type, memory_pb2.SCOPE_TYPE_UNSPECIFIED),
         scope=scope,
         key_prefix=key_prefix,
         scope_prefix=scope_prefix,
@@ -557,7 +555,7 @@ def search(
         session_id=session_id,
         agent=agent,
         types=builtins.list(types),
-        kind=KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+        kind=choice("kind", KINDS, kind, consolidation_pb2.FACT_KIND_UNSPECIFIED),
         start_time=timestamp(start_time),
         end_time=timestamp(end_time),
         following_episodes=following_episodes,
@@ -603,7 +601,7 @@ def list_facts(
     return consolidation_pb2.ListFactsRequest(
         app=app,
         user=user,
-        kind=KINDS[kind] if kind else consolidation_pb2.FACT_KIND_UNSPECIFIED,
+        kind=choice("kind", KINDS, kind, consolidation_pb2.FACT_KIND_UNSPECIFIED),
         page_size=PAGE,
         page_token=token,
     )
