@@ -11,7 +11,8 @@
 //! from Postgres 15's `ts_debug`, and a test compares the two on a corpus
 //! of cases against a live server. It reads the text as Postgres's
 //! indexes do, after [`super::english::spaced`] (which keeps every byte
-//! where it was, so the ranges hold for the original text too).
+//! where it was, so the ranges hold for the original text too; see
+//! [`in_text`]).
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -63,14 +64,21 @@ pub fn hidden(text: &str) -> Vec<Range<usize>> {
     ranges
 }
 
+/// [`hidden`] of a text as Postgres's indexes read it (after `spaced`),
+/// at once empty for text with neither `<` nor `&`, where no markup
+/// starts: what SQLite's tokenizer and [`visible`] ask.
+pub fn in_text(text: &str) -> Vec<Range<usize>> {
+    if !text.contains(['<', '&']) {
+        return Vec::new();
+    }
+    hidden(&spaced(text))
+}
+
 /// `text` as a reader sees it, for snippets: each stretch of markup one
 /// space (none beside whitespace), but an entity alone the character it
 /// names (`&amp;` → `&`, `&#169;` → `©`, `&nbsp;` a space).
 pub fn visible(text: &str) -> Cow<'_, str> {
-    if !text.contains(['<', '&']) {
-        return Cow::Borrowed(text);
-    }
-    let hidden = hidden(&spaced(text));
+    let hidden = in_text(text);
     if hidden.is_empty() {
         return Cow::Borrowed(text);
     }

@@ -108,7 +108,7 @@ async fn markup_is_hidden_as_postgres_hides_it() {
             cut += 1;
             continue;
         }
-        let hidden = markup::hidden(&english::spaced(text));
+        let hidden = markup::in_text(text);
         let ours: Vec<usize> = text
             .char_indices()
             .filter(|(offset, c)| c.is_alphanumeric() && hidden.iter().any(|r| r.contains(offset)))

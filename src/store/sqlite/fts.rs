@@ -301,13 +301,8 @@ unsafe fn markup(text: *const std::ffi::c_char, length: c_int) -> Vec<Range<usiz
         },
         _ => return Vec::new(),
     };
-    if !bytes.iter().any(|&b| b == b'<' || b == b'&') {
-        return Vec::new(); // no markup starts without one
-    }
     match std::str::from_utf8(bytes) {
-        Ok(text) => {
-            std::panic::catch_unwind(|| markup::hidden(&english::spaced(text))).unwrap_or_default()
-        }
+        Ok(text) => std::panic::catch_unwind(|| markup::in_text(text)).unwrap_or_default(),
         Err(_) => Vec::new(),
     }
 }
