@@ -110,36 +110,67 @@ impl Item {
         }
     }
 
-    /// The text the item is searched, embedded and shown by: a memory
-    /// entry's key and the strings and numbers in its value; a fact's
-    /// subject, predicate, object and content; an episode's content and
-    /// metadata values.
+    /// The text the item is searched and embedded by: a memory entry's
+    /// key and the strings and numbers in its value; a fact's subject,
+    /// predicate, object and content; an episode's content and metadata
+    /// values; space-separated.
     pub fn text(&self) -> String {
         let mut out = String::new();
+        // An episode's text starts with a space, as it always has: the
+        // embeddings already stored were made of it.
+        let mut first = !matches!(self, Item::Episode(_));
+        self.each_string(&mut |s| {
+            if !first {
+                out.push(' ');
+            }
+            first = false;
+            out.push_str(s);
+        });
+        out
+    }
+
+    /// The text a reader sees, for snippets: each string of [`text`]
+    /// through [`markup::visible`] alone, as the indexes read each alone,
+    /// so that markup left open in one string (a `<script>` cut short)
+    /// hides nothing of the next.
+    ///
+    /// [`text`]: Item::text
+    pub fn visible_text(&self) -> String {
+        let mut out = String::new();
+        self.each_string(&mut |s| {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(&markup::visible(s));
+        });
+        out
+    }
+
+    /// Each string the item is searched by, in order, as the indexes read
+    /// them one by one (a fact's subject, predicate and object are one).
+    fn each_string(&self, each: &mut dyn FnMut(&str)) {
         match self {
             Item::Entry(entry) => {
-                out.push_str(entry.key.as_str());
+                each(entry.key.as_str());
                 if let Some(value) = &entry.value {
-                    collect_text(value.json(), &mut out);
+                    each_json_string(value.json(), each);
                 }
             }
             Item::Fact(fact) => {
                 let current = &fact.current;
-                out.push_str(&crate::consolidation::fact_text(
-                    &current.subject,
-                    &current.predicate,
-                    &current.object,
-                    &current.content,
+                each(&format!(
+                    "{} {} {}",
+                    current.subject, current.predicate, current.object
                 ));
+                each_json_string(&current.content, each);
             }
             Item::Episode(episode) => {
-                collect_text(&episode.content, &mut out);
+                each_json_string(&episode.content, each);
                 for value in episode.metadata.values() {
-                    collect_text(value, &mut out);
+                    each_json_string(value, each);
                 }
             }
         }
-        out
     }
 }
 
@@ -162,20 +193,22 @@ impl Hit {
     }
 }
 
-/// Appends the strings and numbers inside a JSON value, space-separated:
-/// the text an item is searched and shown by.
+/// Appends the strings and numbers inside a JSON value, each after a
+/// space: the text an item is searched by.
 pub fn collect_text(value: &serde_json::Value, out: &mut String) {
+    each_json_string(value, &mut |s| {
+        out.push(' ');
+        out.push_str(s);
+    });
+}
+
+/// Each string and number inside a JSON value, in order.
+fn each_json_string(value: &serde_json::Value, each: &mut dyn FnMut(&str)) {
     match value {
-        serde_json::Value::String(s) => {
-            out.push(' ');
-            out.push_str(s);
-        }
-        serde_json::Value::Number(n) => {
-            out.push(' ');
-            out.push_str(&n.to_string());
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_text(v, out)),
-        serde_json::Value::Object(map) => map.values().for_each(|v| collect_text(v, out)),
+        serde_json::Value::String(s) => each(s),
+        serde_json::Value::Number(n) => each(&n.to_string()),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| each_json_string(v, each)),
+        serde_json::Value::Object(map) => map.values().for_each(|v| each_json_string(v, each)),
         serde_json::Value::Bool(_) | serde_json::Value::Null => {}
     }
 }

@@ -216,11 +216,13 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
         let mut hits: Vec<Hit> = scored
             .into_iter()
             .zip(items)
-            .filter_map(|((score, _), item)| item.map(|item| (score, item.text(), item)))
-            .filter(|(_, text, _)| !query.excludes(text))
-            .map(|(score, text, item)| Hit {
+            .filter_map(|((score, _), item)| {
+                item.filter(|item| !query.excludes(&item.text()))
+                    .map(|item| (score, item))
+            })
+            .map(|(score, item)| Hit {
                 score: f64::from(score),
-                snippet: plain_snippet(&text),
+                snippet: plain_snippet(&item.visible_text()),
                 item,
             })
             .collect();
@@ -270,7 +272,7 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
                 }
                 found.push(Hit {
                     score,
-                    snippet: plain_snippet(&Item::Episode(episode.clone()).text()),
+                    snippet: plain_snippet(&Item::Episode(episode.clone()).visible_text()),
                     item: Item::Episode(episode),
                 });
             }
@@ -289,9 +291,9 @@ fn allowed(episode: &Episode, filters: &Filters) -> bool {
         && filters.end.is_none_or(|end| episode.timestamp < end)
 }
 
-/// The start of an item's text, for a hit no word of the query marked.
+/// The start of an item's text as a reader sees it
+/// ([`Item::visible_text`]), for a hit no word of the query marked.
 fn plain_snippet(text: &str) -> String {
-    let text = super::markup::visible(text);
     let text = text.trim();
     match text.char_indices().nth(PLAIN_SNIPPET_CHARS) {
         Some((at, _)) => format!("{}…", &text[..at]),

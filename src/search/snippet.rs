@@ -14,7 +14,6 @@
 use std::collections::HashSet;
 
 use super::english::lexeme;
-use super::markup::visible;
 
 /// The most words in one fragment.
 pub const FRAGMENT_WORDS: usize = 30;
@@ -35,13 +34,11 @@ struct Word {
     marked: bool,
 }
 
-/// The snippet of `text` for a query whose lexemes are `terms`, made of
-/// the text a reader sees ([`visible`]: no tags, entities as their
-/// characters).
+/// The snippet of `text`, as a reader sees it ([`super::Item::visible_text`]:
+/// no tags, entities as their characters), for a query whose lexemes are
+/// `terms`.
 pub fn snippet(text: &str, terms: &[String]) -> String {
     let terms: HashSet<&str> = terms.iter().map(String::as_str).collect();
-    let text = visible(text);
-    let text = text.as_ref();
     let words = words(text, &terms);
     if words.is_empty() {
         return String::new();
@@ -202,8 +199,10 @@ mod tests {
     fn markup_is_left_out() {
         assert_eq!(
             snippet(
-                "<p>Read <a href=\"https://example.com/deploy.html\">the guide</a> \
-                 before you deploy &amp; roll.</p>",
+                &crate::search::markup::visible(
+                    "<p>Read <a href=\"https://example.com/deploy.html\">the guide</a> \
+                     before you deploy &amp; roll.</p>"
+                ),
                 &terms(&["deploy"])
             ),
             "Read the guide before you **deploy** & roll."

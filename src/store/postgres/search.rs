@@ -120,7 +120,7 @@ impl SearchStore for PgStore {
             .into_iter()
             .map(|(score, item)| Hit {
                 score,
-                snippet: snippet(&item.text(), &plan.terms),
+                snippet: snippet(&item.visible_text(), &plan.terms),
                 item,
             })
             .collect())

@@ -22,9 +22,15 @@
 //! in what Postgres's parser reads as markup are left out
 //! ([`crate::search::markup`]: tags, entities, script and style bodies),
 //! and each token's letters are folded as Postgres's `unaccent` folds
-//! them ([`english::folded`]: `ß` as `ss`, `ł` as `l`). A table keeps the
-//! reading it was made with, since FTS5 removes a row's tokens by
-//! reading its text again.
+//! them ([`english::folded`]: `ß` as `ss`, `ł` as `l`). Tables made with
+//! `reading 3` (migration 0016) also read each string of an item alone, as
+//! Postgres's `jsonb_to_tsvector` does: the triggers join an item's
+//! strings with [`STRING`] (a JSON value's strings, which Postgres keeps a
+//! position apart) and [`PART`] (a key and its value, say, which it does
+//! not), markup is read string by string, and after a [`STRING`] that
+//! held a word the next word is a position further on ([`GAP`]). A table
+//! keeps the reading it was made with, since FTS5 removes a row's tokens
+//! by reading its text again.
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -146,7 +152,33 @@ enum Reading {
     /// reads as markup ([`crate::search::markup`]), and letters folded as
     /// Postgres's `unaccent` folds them ([`english::folded`]).
     AsPostgres,
+    /// Migration 0016 (`reading 3`): as `reading 2`, each string read
+    /// alone (split at [`STRING`] and [`PART`]).
+    StringsAlone,
 }
+
+impl Reading {
+    /// Whether markup is left out and letters folded.
+    fn as_postgres(self) -> bool {
+        self != Reading::Stemmed
+    }
+}
+
+/// What the triggers of `reading 3` tables put between two strings of one
+/// JSON value (ASCII's record separator): Postgres reads each alone, and
+/// puts a position between the last word of one and the first of the next,
+/// so that no phrase runs from one into the other.
+pub(super) const STRING: u8 = 0x1e;
+
+/// What they put between two parts of an item (a key and its value, an
+/// episode's content and its metadata; ASCII's unit separator): each read
+/// alone, with no position between.
+pub(super) const PART: u8 = 0x1f;
+
+/// The token a `reading 3` table stores for the position after a
+/// [`STRING`]. `unicode61` splits text at the byte, so no word of a text or
+/// a query is this token.
+const GAP: &[u8] = &[STRING];
 
 /// The tokenizer's own argument, taken out of those handed to `unicode61`.
 const READING: &[u8] = b"reading";
@@ -181,6 +213,7 @@ unsafe fn reading_of(
             reading = match value {
                 Some(b"1") => Reading::Stemmed,
                 Some(b"2") => Reading::AsPostgres,
+                Some(b"3") => Reading::StringsAlone,
                 _ => return None,
             };
             i += 2;
@@ -267,10 +300,21 @@ struct Caller {
     context: *mut c_void,
     emit: Emit,
     reading: Reading,
-    /// The text's markup (reading 2), and the first range a token may
-    /// still fall in (tokens come in order).
+    /// Whether a query is read (no [`GAP`] is stored for it).
+    query: bool,
+    /// The text's markup (reading 2 and 3), and the first range a token
+    /// may still fall in (tokens come in order).
     hidden: Vec<Range<usize>>,
     next: Cell<usize>,
+    /// Where the text's strings end (reading 3): the offset of each
+    /// [`STRING`] or [`PART`], and whether it is a [`STRING`]; the first
+    /// not yet passed.
+    ends: Vec<(usize, bool)>,
+    next_end: Cell<usize>,
+    /// Whether a word was handed on since the last end passed, and whether
+    /// a [`GAP`] is owed before the next one.
+    worded: Cell<bool>,
+    owed: Cell<bool>,
 }
 
 impl Caller {
@@ -286,25 +330,74 @@ impl Caller {
         self.next.set(next);
         self.hidden.get(next).is_some_and(|r| r.contains(&start))
     }
+
+    /// Passes the ends of strings before `start`, and answers whether a
+    /// [`GAP`] goes before the word there: as Postgres does, after a
+    /// string that held a word (stop words do not count), and never
+    /// between two parts.
+    fn gap_before(&self, start: c_int) -> bool {
+        let Ok(start) = usize::try_from(start) else {
+            return false;
+        };
+        let mut next = self.next_end.get();
+        while let Some(&(_, string)) = self.ends.get(next).filter(|(end, _)| *end < start) {
+            self.owed
+                .set(string && (self.owed.get() || self.worded.get()));
+            self.worded.set(false);
+            next += 1;
+        }
+        self.next_end.set(next);
+        !self.query && self.owed.replace(false)
+    }
 }
 
-/// The markup of the text FTS5 hands a tokenize call, as Postgres's parser
-/// reads it.
+/// The text FTS5 hands a tokenize call.
 ///
 /// # Safety
 /// `text` points at `length` bytes, alive for the call.
-unsafe fn markup(text: *const std::ffi::c_char, length: c_int) -> Vec<Range<usize>> {
-    let bytes: &[u8] = match usize::try_from(length) {
+unsafe fn text_of<'a>(text: *const std::ffi::c_char, length: c_int) -> &'a [u8] {
+    match usize::try_from(length) {
         // SAFETY: as the caller promises.
         Ok(n) if n > 0 && !text.is_null() => unsafe {
             std::slice::from_raw_parts(text.cast::<u8>(), n)
         },
-        _ => return Vec::new(),
-    };
-    match std::str::from_utf8(bytes) {
-        Ok(text) => std::panic::catch_unwind(|| markup::in_text(text)).unwrap_or_default(),
-        Err(_) => Vec::new(),
+        _ => &[],
     }
+}
+
+/// The markup of `text` as Postgres's parser reads it, each of its strings
+/// alone when `alone` (split at [`STRING`] and [`PART`]), with the offset
+/// and kind of each split.
+fn markup(text: &[u8], alone: bool) -> (Vec<Range<usize>>, Vec<(usize, bool)>) {
+    let ends: Vec<(usize, bool)> = if alone {
+        (0..)
+            .zip(text)
+            .filter(|(_, b)| **b == STRING || **b == PART)
+            .map(|(at, b)| (at, *b == STRING))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let Ok(text) = std::str::from_utf8(text) else {
+        return (Vec::new(), ends);
+    };
+    let hidden = std::panic::catch_unwind(|| {
+        let mut hidden = Vec::new();
+        let mut from = 0;
+        // The splits are ASCII, so each piece is whole UTF-8.
+        for to in ends.iter().map(|(at, _)| *at).chain([text.len()]) {
+            let piece = text.get(from..to).unwrap_or_default();
+            hidden.extend(
+                markup::in_text(piece)
+                    .into_iter()
+                    .map(|r| r.start + from..r.end + from),
+            );
+            from = to + 1;
+        }
+        hidden
+    })
+    .unwrap_or_default();
+    (hidden, ends)
 }
 
 /// `xTokenize`: `unicode61`'s tokens, each handed to FTS5's callback as
@@ -325,17 +418,24 @@ unsafe extern "C" fn tokenize(
     let Some(parent) = wrapped.parent.xTokenize else {
         return ffi::SQLITE_ERROR;
     };
-    let hidden = match wrapped.reading {
-        Reading::Stemmed => Vec::new(),
+    let (hidden, ends) = if wrapped.reading.as_postgres() {
         // SAFETY: the text FTS5 gave this call.
-        Reading::AsPostgres => unsafe { markup(text, length) },
+        let text = unsafe { text_of(text, length) };
+        markup(text, wrapped.reading == Reading::StringsAlone)
+    } else {
+        (Vec::new(), Vec::new())
     };
     let mut caller = Caller {
         context,
         emit,
         reading: wrapped.reading,
+        query: flags & ffi::FTS5_TOKENIZE_QUERY != 0,
         hidden,
         next: Cell::new(0),
+        ends,
+        next_end: Cell::new(0),
+        worded: Cell::new(false),
+        owed: Cell::new(false),
     };
     // SAFETY: the parent tokenizes the text FTS5 gave, calling `stemmed`
     // with `caller`, which outlives the call.
@@ -365,6 +465,16 @@ unsafe extern "C" fn stemmed(
     if caller.hides(start) {
         return ffi::SQLITE_OK;
     }
+    if caller.gap_before(start) {
+        let Ok(n) = c_int::try_from(GAP.len()) else {
+            return ffi::SQLITE_ERROR;
+        };
+        // SAFETY: FTS5 copies the token before the callback returns.
+        let rc = unsafe { (caller.emit)(caller.context, 0, GAP.as_ptr().cast(), n, start, start) };
+        if rc != ffi::SQLITE_OK {
+            return rc;
+        }
+    }
     let bytes: &[u8] = match usize::try_from(length) {
         // SAFETY: the parent's token, `length` bytes, alive for this call.
         Ok(n) if n > 0 && !token.is_null() => unsafe {
@@ -373,7 +483,10 @@ unsafe extern "C" fn stemmed(
         // SAFETY: handed on as the parent gave it.
         _ => return unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
     };
-    let fold = caller.reading == Reading::AsPostgres;
+    if std::str::from_utf8(bytes).is_ok_and(|word| !english::is_stop_word(word)) {
+        caller.worded.set(true);
+    }
+    let fold = caller.reading.as_postgres();
     let stem = std::str::from_utf8(bytes).ok().and_then(|word| {
         std::panic::catch_unwind(|| {
             let folded = if fold {
@@ -677,6 +790,44 @@ mod tests {
         .execute(&mut conn)
         .await;
         assert!(unknown.is_err(), "{unknown:?}");
+    }
+
+    #[tokio::test]
+    async fn reading_3_reads_each_string_alone() {
+        let mut conn = table("remove_diacritics 2 reading 3").await;
+        let gap = "\u{1e}";
+        let cases: [(&str, &[&str]); 6] = [
+            // An open `<script>` hides the rest of its own string only, and
+            // a string without words leaves no gap.
+            ("<script>x()\u{1e}canary", &["canari"]),
+            // A tag is not begun in one string and ended in the next.
+            (
+                "<b\u{1e}kestrel=x> zebra",
+                &["b", gap, "kestrel", "x", "zebra"],
+            ),
+            ("<b\u{1f}kestrel=x> zebra", &["b", "kestrel", "x", "zebra"]),
+            // A gap after a string with a word, not after stop words, and
+            // one for several strings without words.
+            (
+                "deploy\u{1e}\u{1e}<br>\u{1e}notes",
+                &["deploy", gap, "note"],
+            ),
+            ("the\u{1e}notes", &["the", "note"]),
+            ("deploy\u{1f}notes\u{1e}", &["deploy", "note"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(lexemes(&mut conn, text).await, want, "{text:?}");
+        }
+        // A phrase runs between parts, not between strings.
+        for (text, found) in [("deploy\u{1f}notes", 1), ("deploy\u{1e}notes", 0)] {
+            lexemes(&mut conn, text).await;
+            let n: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH '\"deploy notes\"'")
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("match");
+            assert_eq!(n, found, "{text:?}");
+        }
     }
 
     #[test]

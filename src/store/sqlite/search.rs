@@ -286,7 +286,7 @@ async fn ranked(
             let item = found.remove(&id)?;
             Some(Hit {
                 score,
-                snippet: snippet(&item.text(), terms),
+                snippet: snippet(&item.visible_text(), terms),
                 item,
             })
         })

@@ -665,6 +665,36 @@ async fn markup_written_before_its_reading_is_read_again_by_the_migration() {
     assert_eq!(found_everywhere(&lite, "div").await, none);
 }
 
+/// What a SQLite database held before its strings were read alone
+/// (migration 0016) is read again by it: a `<script>` left open in one
+/// string of a value had hidden the strings after it, in memory and in
+/// episodes.
+#[tokio::test]
+async fn strings_written_before_they_were_read_alone_are_read_again_by_the_migration() {
+    use engram::ports::Database;
+
+    let cut = json!({"a": "<script>var x = 1;", "b": "canary rollout"});
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    let lite = db.sqlite_store().await;
+    lite.migrate_through(Some(15))
+        .await
+        .expect("the schema before");
+    let l = log(&lite, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    l.append(
+        "s1",
+        &[episode(&id("s1"), Some("e1"), None, None, cut.clone())],
+    )
+    .await;
+    writer(&lite, "t1").set("notes", cut).await;
+    assert_eq!(
+        found_everywhere(&lite, "canary").await,
+        Vec::<String>::new()
+    );
+    lite.migrate().await.expect("migrate");
+    assert_eq!(found_everywhere(&lite, "canary").await, ["e1", "notes@1"]);
+}
+
 /// In a database that lowercases as Rust does (the test cluster's), the
 /// server builds plain episodes' vectors and normalises plain queries
 /// itself. The check that decides it once compared a vector with
@@ -861,8 +891,62 @@ async fn hyphenated_words_find_their_parts_written_apart<S: Store>(store: S, _db
     assert_eq!(described(&rest), ["shuffled"]);
 }
 
+/// Each string of a JSON value is read alone, as Postgres's
+/// `jsonb_to_tsvector` reads it: a `<script>` left open at the end of one
+/// string hides nothing of the next, a tag begun in one string and ended
+/// in the next is no tag, and a phrase does not run from one string into
+/// the next. A key and its value are read as one text, so a phrase runs
+/// from the key into the value. Snippets read each string alone too.
+async fn each_string_is_read_alone<S: Store>(store: S, _db: &TestDb) {
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let said = |name: &'static str, content: serde_json::Value| {
+        episode(&s1, Some(name), None, None, content)
+    };
+    l.append(
+        "s1",
+        &[
+            said(
+                "cut",
+                json!({"a": "<script>var x = 1;", "b": "canary rollout"}),
+            ),
+            said("split", json!({"a": "<b", "b": "kestrel=x> zebra"})),
+            said("apart", json!({"a": "deploy", "b": "notes"})),
+            said("together", json!({"a": "deploy notes"})),
+        ],
+    )
+    .await;
+    writer(&store, "t1")
+        .set("deploy", json!({"text": "notes of the week"}))
+        .await;
+    let any = Filters::default();
+    let episodes = |query: &'static str| {
+        let store = &store;
+        let any = &any;
+        async move {
+            let mut hits = described(&found(store, "t1", Source::Episodes, query, any).await);
+            hits.sort();
+            hits
+        }
+    };
+    assert_eq!(episodes("canary").await, ["cut"]);
+    // The snippet shows the string after the one cut short.
+    let cut = found(&store, "t1", Source::Episodes, "canary", &any).await;
+    assert_eq!(cut[0].snippet, "**canary** rollout");
+    assert_eq!(episodes("kestrel").await, ["split"]);
+    assert_eq!(episodes("zebra").await, ["split"]);
+    assert_eq!(episodes("\"deploy notes\"").await, ["together"]);
+    let mut both = episodes("deploy notes").await;
+    both.sort();
+    assert_eq!(both, ["apart", "together"]);
+    let memory = found(&store, "t1", Source::Memory, "\"deploy notes\"", &any).await;
+    assert_eq!(described(&memory), ["deploy@1"]);
+}
+
 store_suite!(
     memory_finds_current_versions_only,
+    each_string_is_read_alone,
     hyphenated_words_find_their_parts_written_apart,
     scores_do_not_depend_on_other_tenants,
     episodes_rank_and_filter,
