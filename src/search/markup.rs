@@ -76,7 +76,8 @@ pub fn in_text(text: &str) -> Vec<Range<usize>> {
 
 /// `text` as a reader sees it, for snippets: each stretch of markup one
 /// space (none beside whitespace), but an entity alone the character it
-/// names (`&amp;` → `&`, `&#169;` → `©`, `&nbsp;` a space).
+/// names (`&amp;` → `&`, `&#169;` → `©`, `&eacute;` → `é`, `&nbsp;` a
+/// space).
 pub fn visible(text: &str) -> Cow<'_, str> {
     let hidden = in_text(text);
     if hidden.is_empty() {
@@ -88,7 +89,9 @@ pub fn visible(text: &str) -> Cow<'_, str> {
         out.push_str(text.get(at..range.start).unwrap_or_default());
         let markup = text.get(range.clone()).unwrap_or_default();
         match named(markup) {
-            Some(c) if !c.is_whitespace() && !c.is_control() => out.push(c),
+            Some(named) if !named.chars().all(|c| c.is_whitespace() || c.is_control()) => {
+                out.push_str(&named)
+            }
             _ => {
                 let before = out.chars().next_back().is_none_or(char::is_whitespace);
                 let after = text
@@ -106,31 +109,15 @@ pub fn visible(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The character an entity names: a number, or one of the names HTML
-/// text uses most.
-fn named(entity: &str) -> Option<char> {
-    let name = entity.strip_prefix('&')?.strip_suffix(';')?;
-    if let Some(number) = name.strip_prefix('#') {
-        let code = match number.strip_prefix(['x', 'X']) {
-            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-            None => number.parse().ok()?,
-        };
-        return char::from_u32(code);
+/// The text an entity names (`&eacute;` → `é`, `&#169;` → `©`): a number,
+/// or any name of HTML5's table (through `html_escape`, which holds it
+/// whole); `None` for a name it lacks or a number that names no
+/// character.
+fn named(entity: &str) -> Option<Cow<'_, str>> {
+    match html_escape::decode_html_entities(entity) {
+        Cow::Owned(text) if text != entity => Some(Cow::Owned(text)),
+        _ => None,
     }
-    Some(match name {
-        "amp" => '&',
-        "lt" => '<',
-        "gt" => '>',
-        "quot" => '"',
-        "apos" => '\'',
-        "nbsp" => ' ',
-        "copy" => '©',
-        "reg" => '®',
-        "hellip" => '…',
-        "mdash" => '—',
-        "ndash" => '–',
-        _ => return None,
-    })
 }
 
 /// Adds a range unless it is empty (each tag and entity a range of its
@@ -383,6 +370,11 @@ mod tests {
             (
                 "Fish &amp; chips &#169; &#x41;&unknown;B",
                 "Fish & chips © A B",
+            ),
+            // Any name of HTML5's table.
+            (
+                "caf&eacute; &ldquo;ok&rdquo; it&rsquo;s &Zcaron;i&zcaron;ek x&#1;y",
+                "café “ok” it’s Žižek x y",
             ),
             ("<style>p {}</style>Title<br/>line", "Title line"),
             ("no markup: a < b & c", "no markup: a < b & c"),
