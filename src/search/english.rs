@@ -22,10 +22,10 @@
 //! README and benchmark log.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
-use unicode_normalization::UnicodeNormalization;
 
 static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
@@ -74,60 +74,72 @@ fn packed(word: &str) -> Option<u128> {
 const LONGEST: usize = 256;
 
 /// The lexeme a word of letters or digits is indexed under, stop words
-/// aside: lowercased, its letters folded to ASCII where they have a
-/// reading there (as `engram_english`'s `unaccent` reads a word with a
-/// non-ASCII letter, and SQLite's tokenizer any word; see [`folded`]),
-/// and stemmed when it is all letters.
+/// aside: its letters folded as `engram_english`'s `unaccent` reads a
+/// word with a non-ASCII letter (and SQLite's tokenizer any word; see
+/// [`folded`]), lowercased, and stemmed when it is all letters.
 pub fn lexeme(word: &str) -> String {
-    let lower = word.to_lowercase();
-    lowercase_lexeme(match folded(&lower) {
-        Cow::Borrowed(_) => lower,
-        Cow::Owned(folded) => folded,
-    })
+    lowercase_lexeme(folded_lowercase(word).into_owned())
 }
 
-/// Lowercase letters that `unaccent` reads as other letters and that have
-/// no compatibility decomposition to them: those of Latin-1 and Latin
-/// Extended-A (Danish, German, Icelandic, Maltese, Polish, Croatian, …).
-const FOLDS: [(char, &str); 15] = [
-    ('æ', "ae"),
-    ('ð', "d"),
-    ('ø', "o"),
-    ('þ', "th"),
-    ('ß', "ss"),
-    ('đ', "d"),
-    ('ħ', "h"),
-    ('ı', "i"),
-    ('ĸ', "q"),
-    ('ŀ', "l"),
-    ('ł', "l"),
-    ('ŋ', "n"),
-    ('œ', "oe"),
-    ('ŧ', "t"),
-    ('ſ', "s"),
-];
+/// The table of Postgres's `unaccent` dictionary, the file it reads
+/// (`unaccent.rules` of PostgreSQL 15's contrib module, © The PostgreSQL
+/// Global Development Group, under the PostgreSQL License): a character,
+/// a tab and what it is read as (nothing, for a combining mark), one per
+/// line.
+const UNACCENT_RULES: &str = include_str!("unaccent.rules");
 
-/// A lowercase word as Postgres's `unaccent` dictionary reads it before
-/// the stemmer: each letter of [`FOLDS`] replaced, then every character
-/// decomposed for compatibility (`ﬁ` → `fi`, fullwidth `ｆ` → `f`) with
-/// its combining marks taken off (`café` → `cafe`). A test holds this to
-/// a live Postgres over every letter of Latin-1 and Latin Extended-A.
-pub fn folded(lower: &str) -> Cow<'_, str> {
-    if lower.is_ascii() {
-        return Cow::Borrowed(lower);
+/// [`UNACCENT_RULES`] by character.
+static UNACCENT: LazyLock<HashMap<char, &'static str>> = LazyLock::new(|| {
+    UNACCENT_RULES
+        .lines()
+        .filter_map(|line| {
+            let (from, to) = line.split_once('\t').unwrap_or((line, ""));
+            let mut chars = from.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => Some((c, to)),
+                _ => None,
+            }
+        })
+        .collect()
+});
+
+/// A word as `engram_english`'s `unaccent` reads it, before the stemmer
+/// lowercases it: each character `unaccent`'s table holds replaced as the
+/// table says (`é` → `e`, `ß` → `ss`, `ł` → `l`, `ﬁ` → `fi`, `ᴀ` → `A`, a
+/// combining mark taken off) and every other character kept (`й` stays,
+/// as it does there). Postgres applies no Unicode normalisation, so
+/// neither does this: a decomposition it lacks would read `й` as `и` here
+/// and not there. A test holds this to a live Postgres over every letter
+/// of the Latin, Greek and Cyrillic blocks.
+pub fn folded(word: &str) -> Cow<'_, str> {
+    if word.is_ascii() || !word.chars().any(|c| UNACCENT.contains_key(&c)) {
+        return Cow::Borrowed(word);
     }
-    let mut out = String::with_capacity(lower.len());
-    for c in lower.chars() {
-        match FOLDS.iter().find(|(letter, _)| *letter == c) {
-            Some((_, ascii)) => out.push_str(ascii),
-            None => out.extend(
-                std::iter::once(c)
-                    .nfkd()
-                    .filter(|&d| !unicode_normalization::char::is_combining_mark(d)),
-            ),
+    let mut out = String::with_capacity(word.len());
+    for c in word.chars() {
+        match UNACCENT.get(&c) {
+            Some(to) => out.push_str(to),
+            None => out.push(c),
         }
     }
     Cow::Owned(out)
+}
+
+/// [`folded`], then lowercased, as Postgres reads a word: `unaccent` sees
+/// the word as written (`Ɩ` → `I` → `i`, where `ɩ` stays).
+pub fn folded_lowercase(word: &str) -> Cow<'_, str> {
+    match folded(word) {
+        Cow::Borrowed(w) if w.chars().all(is_lowercase) => Cow::Borrowed(w),
+        // Character by character, as Postgres lowercases (`Σ` is `σ` at
+        // a word's end too).
+        f => Cow::Owned(f.chars().flat_map(char::to_lowercase).collect()),
+    }
+}
+
+/// Whether a character is its own lowercase.
+fn is_lowercase(c: char) -> bool {
+    let mut lower = c.to_lowercase();
+    lower.next() == Some(c) && lower.next().is_none()
 }
 
 /// [`lexeme`] of a word already lowercase.

@@ -28,9 +28,14 @@
 //! strings with [`STRING`] (a JSON value's strings, which Postgres keeps a
 //! position apart) and [`PART`] (a key and its value, say, which it does
 //! not), markup is read string by string, and after a [`STRING`] that
-//! held a word the next word is a position further on ([`GAP`]). A table
-//! keeps the reading it was made with, since FTS5 removes a row's tokens
-//! by reading its text again.
+//! held a word the next word is a position further on ([`GAP`]). They
+//! fold a word's letters as written (`unaccent` sees them before the
+//! stemmer lowercases them) with `unaccent`'s table alone (`unicode61`
+//! made with `remove_diacritics 0`, whose own folding reads `ǣ` as `æ`
+//! where `unaccent` keeps it), and keep combining marks in their word
+//! (`categories 'L* N* Co M*'`) but not before it, as Postgres's parser
+//! does. A table keeps the reading it was made with, since FTS5 removes a
+//! row's tokens by reading its text again.
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -153,7 +158,8 @@ enum Reading {
     /// Postgres's `unaccent` folds them ([`english::folded`]).
     AsPostgres,
     /// Migration 0016 (`reading 3`): as `reading 2`, each string read
-    /// alone (split at [`STRING`] and [`PART`]).
+    /// alone (split at [`STRING`] and [`PART`]), and a word's letters
+    /// folded as written.
     StringsAlone,
 }
 
@@ -302,6 +308,9 @@ struct Caller {
     reading: Reading,
     /// Whether a query is read (no [`GAP`] is stored for it).
     query: bool,
+    /// The text read (reading 3), for a token's letters as written.
+    text: *const u8,
+    length: usize,
     /// The text's markup (reading 2 and 3), and the first range a token
     /// may still fall in (tokens come in order).
     hidden: Vec<Range<usize>>,
@@ -329,6 +338,19 @@ impl Caller {
         }
         self.next.set(next);
         self.hidden.get(next).is_some_and(|r| r.contains(&start))
+    }
+
+    /// The text of a token as written, before `unicode61` lowercased it
+    /// (reading 3): `unaccent` reads a word as written.
+    fn written(&self, start: c_int, end: c_int) -> Option<&str> {
+        let (start, end) = (usize::try_from(start).ok()?, usize::try_from(end).ok()?);
+        if self.text.is_null() || start > end || end > self.length {
+            return None;
+        }
+        // SAFETY: `text` is the text of the tokenize call, `length` bytes,
+        // alive while this caller is.
+        let bytes = unsafe { std::slice::from_raw_parts(self.text, self.length) };
+        std::str::from_utf8(bytes.get(start..end)?).ok()
     }
 
     /// Passes the ends of strings before `start`, and answers whether a
@@ -418,10 +440,10 @@ unsafe extern "C" fn tokenize(
     let Some(parent) = wrapped.parent.xTokenize else {
         return ffi::SQLITE_ERROR;
     };
+    // SAFETY: the text FTS5 gave this call.
+    let source = unsafe { text_of(text, length) };
     let (hidden, ends) = if wrapped.reading.as_postgres() {
-        // SAFETY: the text FTS5 gave this call.
-        let text = unsafe { text_of(text, length) };
-        markup(text, wrapped.reading == Reading::StringsAlone)
+        markup(source, wrapped.reading == Reading::StringsAlone)
     } else {
         (Vec::new(), Vec::new())
     };
@@ -430,6 +452,8 @@ unsafe extern "C" fn tokenize(
         emit,
         reading: wrapped.reading,
         query: flags & ffi::FTS5_TOKENIZE_QUERY != 0,
+        text: source.as_ptr(),
+        length: source.len(),
         hidden,
         next: Cell::new(0),
         ends,
@@ -465,6 +489,35 @@ unsafe extern "C" fn stemmed(
     if caller.hides(start) {
         return ffi::SQLITE_OK;
     }
+    let bytes: &[u8] = match usize::try_from(length) {
+        // SAFETY: the parent's token, `length` bytes, alive for this call.
+        Ok(n) if n > 0 && !token.is_null() => unsafe {
+            std::slice::from_raw_parts(token.cast::<u8>(), n)
+        },
+        // SAFETY: handed on as the parent gave it.
+        _ => return unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
+    };
+    let Ok(word) = std::str::from_utf8(bytes) else {
+        // SAFETY: handed on as the parent gave it.
+        return unsafe { (caller.emit)(caller.context, flags, token, length, start, end) };
+    };
+    // Reading 3: a word is read as written, as `unaccent` reads it (`Ɩ` is
+    // `I` there, its lowercase `ɩ` itself; `unicode61` hands it
+    // lowercased), and its marks belong to it, but marks before any letter
+    // (the `U+FE0F` of an emoji) to no word, as Postgres's parser reads
+    // them.
+    let mut written = None;
+    let mut word = word;
+    if caller.reading == Reading::StringsAlone && !word.is_ascii() {
+        let not_a_letter = |c: char| !c.is_alphanumeric();
+        word = word.trim_start_matches(not_a_letter);
+        if word.is_empty() {
+            return ffi::SQLITE_OK;
+        }
+        written = caller
+            .written(start, end)
+            .map(|w| w.trim_start_matches(not_a_letter));
+    }
     if caller.gap_before(start) {
         let Ok(n) = c_int::try_from(GAP.len()) else {
             return ffi::SQLITE_ERROR;
@@ -475,42 +528,28 @@ unsafe extern "C" fn stemmed(
             return rc;
         }
     }
-    let bytes: &[u8] = match usize::try_from(length) {
-        // SAFETY: the parent's token, `length` bytes, alive for this call.
-        Ok(n) if n > 0 && !token.is_null() => unsafe {
-            std::slice::from_raw_parts(token.cast::<u8>(), n)
-        },
-        // SAFETY: handed on as the parent gave it.
-        _ => return unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
-    };
-    if std::str::from_utf8(bytes).is_ok_and(|word| !english::is_stop_word(word)) {
+    if !english::is_stop_word(word) {
         caller.worded.set(true);
     }
     let fold = caller.reading.as_postgres();
-    let stem = std::str::from_utf8(bytes).ok().and_then(|word| {
-        std::panic::catch_unwind(|| {
-            let folded = if fold {
-                english::folded(word)
-            } else {
-                Cow::Borrowed(word)
-            };
-            let stem = match english::stem_lowercase(&folded) {
-                Cow::Owned(stem) => Some(stem),
-                Cow::Borrowed(_) => None,
-            };
-            match (stem, folded) {
-                (Some(stem), _) => Some(stem),
-                (None, Cow::Owned(folded)) => Some(folded),
-                (None, Cow::Borrowed(_)) => None,
-            }
-        })
-        .ok()
-        .flatten()
-    });
-    match stem.as_deref().map(|s| (s, c_int::try_from(s.len()))) {
+    let lexeme = std::panic::catch_unwind(|| {
+        let folded = match written {
+            Some(written) => english::folded_lowercase(written),
+            None if fold => english::folded_lowercase(word),
+            None => Cow::Borrowed(word),
+        };
+        // The lexeme, where it is not the parent's token.
+        match english::stem_lowercase(&folded) {
+            Cow::Owned(stem) => Some(stem),
+            Cow::Borrowed(same) => (same.as_bytes() != bytes).then(|| same.to_owned()),
+        }
+    })
+    .ok()
+    .flatten();
+    match lexeme.as_deref().map(|s| (s, c_int::try_from(s.len()))) {
         // SAFETY: FTS5 copies the token before the callback returns.
-        Some((stem, Ok(n))) => unsafe {
-            (caller.emit)(caller.context, flags, stem.as_ptr().cast(), n, start, end)
+        Some((lexeme, Ok(n))) => unsafe {
+            (caller.emit)(caller.context, flags, lexeme.as_ptr().cast(), n, start, end)
         },
         // SAFETY: as above.
         _ => unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
@@ -672,6 +711,9 @@ mod tests {
 
     use super::*;
 
+    /// The arguments of migration 0016's tables.
+    const READING_3: &str = "remove_diacritics 0 categories ''L* N* Co M*'' reading 3";
+
     /// The lexemes the tokenizer stores for `text`, in order.
     async fn lexemes(conn: &mut SqliteConnection, text: &str) -> Vec<String> {
         sqlx::query("DELETE FROM t")
@@ -794,9 +836,9 @@ mod tests {
 
     #[tokio::test]
     async fn reading_3_reads_each_string_alone() {
-        let mut conn = table("remove_diacritics 2 reading 3").await;
+        let mut conn = table(READING_3).await;
         let gap = "\u{1e}";
-        let cases: [(&str, &[&str]); 6] = [
+        let cases: [(&str, &[&str]); 7] = [
             // An open `<script>` hides the rest of its own string only, and
             // a string without words leaves no gap.
             ("<script>x()\u{1e}canary", &["canari"]),
@@ -814,6 +856,12 @@ mod tests {
             ),
             ("the\u{1e}notes", &["the", "note"]),
             ("deploy\u{1f}notes\u{1e}", &["deploy", "note"]),
+            // Combining marks belong to their word, as Postgres reads
+            // them; `unaccent` takes the accents off.
+            (
+                "cafe\u{301}s x\u{363}y \u{2764}\u{fe0f}you",
+                &["cafe", "x\u{363}i", "you"],
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(lexemes(&mut conn, text).await, want, "{text:?}");
@@ -828,6 +876,32 @@ mod tests {
                     .expect("match");
             assert_eq!(n, found, "{text:?}");
         }
+    }
+
+    /// Reading 3 folds each letter of the blocks the API tests hold to
+    /// Postgres (`letters_fold_as_unaccent_folds_them`) as
+    /// [`english::lexeme`] does, upper and lower case alike.
+    #[tokio::test]
+    async fn reading_3_folds_letters_as_lexeme_does() {
+        let mut conn = table(READING_3).await;
+        let blocks = [
+            '\u{c0}'..='\u{4ff}',
+            '\u{1d00}'..='\u{1dbf}',
+            '\u{1e00}'..='\u{1eff}',
+            '\u{2c60}'..='\u{2c7f}',
+            '\u{a720}'..='\u{a7ff}',
+            '\u{fb00}'..='\u{fb06}',
+            '\u{ff21}'..='\u{ff5a}',
+        ];
+        let mut differ = Vec::new();
+        for c in blocks.into_iter().flatten().filter(|c| c.is_alphabetic()) {
+            let word = format!("q{c}q");
+            let got = lexemes(&mut conn, &word).await.join(" ");
+            if got != english::lexeme(&word) {
+                differ.push(format!("{word}: {got} against {}", english::lexeme(&word)));
+            }
+        }
+        assert!(differ.is_empty(), "{} differ: {differ:#?}", differ.len());
     }
 
     #[test]
