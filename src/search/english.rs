@@ -260,7 +260,14 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
         return None;
     }
     if !run.contains('-') {
-        words.push(word(run));
+        // Digits, `e` and digits are a number in scientific notation to
+        // the parser, and what follows it another word (`1e5x` is `1e5`
+        // and `x`; `x1e5` is one word).
+        let (number, rest) = run.split_at(scientific(run).unwrap_or(run.len()));
+        words.push(word(number));
+        if !rest.is_empty() {
+            words.push(word(rest));
+        }
         return Some(());
     }
     if !run.bytes().all(|b| b == b'-' || b.is_ascii_alphabetic()) {
@@ -269,6 +276,23 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
     words.push(Some(ENGLISH.stem(&run.to_ascii_lowercase()).into_owned()));
     words.extend(run.split('-').map(word));
     Some(())
+}
+
+/// Where a number in scientific notation (`1e5`) at the start of a run of
+/// letters and digits ends, when more of the run follows it.
+fn scientific(run: &str) -> Option<usize> {
+    let bytes = run.as_bytes();
+    let digits = |from: usize| {
+        from + bytes.get(from..).map_or(0, |rest| {
+            rest.iter().take_while(|b| b.is_ascii_digit()).count()
+        })
+    };
+    let mantissa = digits(0);
+    if mantissa == 0 || !matches!(bytes.get(mantissa), Some(b'e' | b'E')) {
+        return None;
+    }
+    let end = digits(mantissa + 1);
+    (end > mantissa + 1 && end < bytes.len()).then_some(end)
 }
 
 /// A word of ASCII letters or digits as its lexeme, `None` for a stop
