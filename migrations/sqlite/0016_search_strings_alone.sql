@@ -21,7 +21,10 @@
 -- does, not by Unicode's decompositions (which read `й` as `и` and `ǣ`
 -- as `ae`, where `unaccent` keeps both, and left `ƀ` and small capitals
 -- unfolded), on each word as written, with `unicode61`'s own folding off
--- and combining marks kept in their word.
+-- and combining marks kept in their word; and it keeps a decimal, a
+-- version or a signed number whole (`3.14`, `10.0.0.1`, `-5`), as
+-- Postgres's parser does, where `unicode61` split them (so `14` found
+-- `3.14` here only).
 --
 -- As after 0015, a server of an earlier release cannot open these tables:
 -- roll back by restoring the database. Refilling reads every live item's

@@ -13,6 +13,7 @@
 pub mod embedder;
 pub mod english;
 pub mod markup;
+pub mod numbers;
 pub mod ports;
 mod query;
 mod service;

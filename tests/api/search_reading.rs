@@ -1,11 +1,12 @@
 //! Both stores read text as Postgres's parser and `engram_english` read
 //! it: markup (tags, entities, script and style bodies) is not indexed,
-//! and letters fold as `unaccent` folds them. The Rust side of that
-//! (`search::markup`, `english::folded`, used by SQLite's tokenizer) is
+//! letters fold as `unaccent` folds them, and decimals, versions and
+//! signed numbers are one word. The Rust side of that (`search::markup`,
+//! `english::folded`, `search::numbers`, used by SQLite's tokenizer) is
 //! held to a live Postgres over generated and listed cases, and the
 //! stores are asked the same searches.
 
-use engram::search::{english, markup};
+use engram::search::{english, markup, numbers};
 use serde_json::json;
 
 use crate::helpers::{Backend, TestServer};
@@ -131,6 +132,123 @@ async fn markup_is_hidden_as_postgres_hides_it() {
     }
     crate::search::assert_none_differ(&differ);
     assert!(cut * 100 < texts.len(), "{cut} texts cut short");
+}
+
+/// Postgres keeps whole every number `numbers::whole` reads whole, at the
+/// same place; and in text without letters, the words `unicode61` splits
+/// with those numbers whole are Postgres's words wherever the split
+/// alone was, and are in many texts where it was not (a sign after a
+/// digit or beside `@` or `/`, which the parser reads too, is left
+/// alone).
+#[tokio::test]
+async fn numbers_are_read_whole_as_postgres_reads_them() {
+    const PIECES: &[&str] = &[
+        "0", "1", "5", "9", "10", "e", "x", ".", ".", "-", "+", " ", " ", ",", "@", "/", "_", ":",
+        "(", "é",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |below: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        usize::try_from(state % below as u64).unwrap_or(0)
+    };
+    let mut texts: Vec<String> = (0..20_000)
+        .map(|_| {
+            let pieces = 1 + next(12);
+            (0..pieces).map(|_| PIECES[next(PIECES.len())]).collect()
+        })
+        .collect();
+    texts.extend(
+        [
+            "pi is 3.14 today",
+            "host 10.0.0.1, -5 and +2.5",
+            "-1.5.3 1..5 .5 3.14.",
+        ]
+        .map(str::to_owned),
+    );
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT t.i, d.alias, d.token FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i), \
+         LATERAL ts_debug('engram_english', engram_search_text(t.s)) WITH ORDINALITY AS d \
+         ORDER BY t.i, d.ordinality",
+    )
+    .bind(&texts)
+    .fetch_all(&mut conn)
+    .await
+    .expect("ts_debug");
+    // Each text's words as Postgres reads them, at their byte offsets: not
+    // the breaks, not a compound's whole (its parts follow), not `..` (a
+    // file name to the parser, no word to a query).
+    let mut postgres: Vec<Vec<(usize, String)>> = vec![Vec::new(); texts.len()];
+    let mut offsets = vec![0; texts.len()];
+    let mut parts = 0;
+    for (i, alias, token) in &rows {
+        let at = usize::try_from(*i - 1).expect("ordinality");
+        if parts > 0 {
+            parts -= token.len();
+        } else if alias.ends_with("hword") {
+            parts = token.len();
+            continue;
+        }
+        if alias != "blank" && token != ".." {
+            postgres[at].push((offsets[at], token.to_lowercase()));
+        }
+        offsets[at] += token.len();
+    }
+    let mut differ = Vec::new();
+    let (mut kept, mut mended) = (0, 0);
+    for (at, text) in texts.iter().enumerate() {
+        let spaced = english::spaced(text);
+        let whole = numbers::whole(&spaced);
+        kept += whole.len();
+        for number in &whole {
+            let word = (number.start, spaced[number.clone()].to_owned());
+            if !postgres[at].contains(&word) {
+                differ.push(format!("{text:?}: {:?} against {:?}", word.1, postgres[at]));
+            }
+        }
+        if text.chars().any(char::is_alphabetic) {
+            continue;
+        }
+        // `unicode61`'s words, then with the numbers whole.
+        let mut split: Vec<(usize, &str)> = Vec::new();
+        let mut from = None;
+        for (offset, c) in spaced.char_indices().chain([(spaced.len(), ' ')]) {
+            match (c.is_ascii_digit(), from) {
+                (true, None) => from = Some(offset),
+                (false, Some(start)) => {
+                    from = None;
+                    split.push((start, &spaced[start..offset]));
+                }
+                _ => {}
+            }
+        }
+        let mut words: Vec<(usize, String)> = Vec::new();
+        for (start, word) in &split {
+            match whole.iter().find(|r| r.contains(start)) {
+                Some(r) if words.last().is_some_and(|w| w.0 == r.start) => {}
+                Some(r) => words.push((r.start, spaced[r.clone()].to_owned())),
+                None => words.push((*start, (*word).to_owned())),
+            }
+        }
+        let split: Vec<(usize, String)> =
+            split.into_iter().map(|(o, w)| (o, w.to_owned())).collect();
+        match (split == postgres[at], words == postgres[at]) {
+            (true, false) => differ.push(format!("{text:?}: {words:?} against {:?}", postgres[at])),
+            (false, true) => mended += 1,
+            _ => {}
+        }
+    }
+    crate::search::assert_none_differ(&differ);
+    assert!(kept > 1_000, "only {kept} numbers read whole");
+    assert!(
+        mended > 500,
+        "only {mended} texts read as Postgres reads them"
+    );
 }
 
 /// Every letter of the Latin, Greek and Cyrillic blocks, phonetic

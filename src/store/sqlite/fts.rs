@@ -34,8 +34,10 @@
 //! made with `remove_diacritics 0`, whose own folding reads `ǣ` as `æ`
 //! where `unaccent` keeps it), and keep combining marks in their word
 //! (`categories 'L* N* Co M*'`) but not before it, as Postgres's parser
-//! does. A table keeps the reading it was made with, since FTS5 removes a
-//! row's tokens by reading its text again.
+//! does; and a decimal, a version or a signed number that `unicode61`
+//! splits is handed on whole, as the parser keeps it
+//! ([`numbers::whole`]). A table keeps the reading it was made with,
+//! since FTS5 removes a row's tokens by reading its text again.
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -63,7 +65,7 @@ use std::ptr;
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
 
-use crate::search::{english, markup};
+use crate::search::{english, markup, numbers};
 
 /// The function's SQL name, as FTS5 takes it (NUL-terminated).
 const NAME: &CStr = c"engram_hits";
@@ -158,8 +160,8 @@ enum Reading {
     /// Postgres's `unaccent` folds them ([`english::folded`]).
     AsPostgres,
     /// Migration 0016 (`reading 3`): as `reading 2`, each string read
-    /// alone (split at [`STRING`] and [`PART`]), and a word's letters
-    /// folded as written.
+    /// alone (split at [`STRING`] and [`PART`]), a word's letters folded
+    /// as written, and numbers whole.
     StringsAlone,
 }
 
@@ -315,6 +317,11 @@ struct Caller {
     /// may still fall in (tokens come in order).
     hidden: Vec<Range<usize>>,
     next: Cell<usize>,
+    /// The numbers Postgres keeps whole (reading 3), the first a token may
+    /// still fall in, and the last one handed on.
+    numbers: Vec<Range<usize>>,
+    next_number: Cell<usize>,
+    number_given: Cell<Option<usize>>,
     /// Where the text's strings end (reading 3): the offset of each
     /// [`STRING`] or [`PART`], and whether it is a [`STRING`]; the first
     /// not yet passed.
@@ -343,14 +350,33 @@ impl Caller {
     /// The text of a token as written, before `unicode61` lowercased it
     /// (reading 3): `unaccent` reads a word as written.
     fn written(&self, start: c_int, end: c_int) -> Option<&str> {
-        let (start, end) = (usize::try_from(start).ok()?, usize::try_from(end).ok()?);
-        if self.text.is_null() || start > end || end > self.length {
+        self.slice(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+    }
+
+    /// Part of the text read.
+    fn slice(&self, range: Range<usize>) -> Option<&str> {
+        if self.text.is_null() || range.start > range.end || range.end > self.length {
             return None;
         }
         // SAFETY: `text` is the text of the tokenize call, `length` bytes,
         // alive while this caller is.
         let bytes = unsafe { std::slice::from_raw_parts(self.text, self.length) };
-        std::str::from_utf8(bytes.get(start..end)?).ok()
+        std::str::from_utf8(bytes.get(range)?).ok()
+    }
+
+    /// The number Postgres keeps whole that the token starting at `start`
+    /// is part of, and whether it is the number's first token (the one
+    /// that hands the number on; the others are dropped).
+    fn number_at(&self, start: c_int) -> Option<(Range<usize>, bool)> {
+        let start = usize::try_from(start).ok()?;
+        let mut next = self.next_number.get();
+        while self.numbers.get(next).is_some_and(|r| r.end <= start) {
+            next += 1;
+        }
+        self.next_number.set(next);
+        let number = self.numbers.get(next).filter(|r| r.contains(&start))?;
+        let first = self.number_given.replace(Some(next)) != Some(next);
+        Some((number.clone(), first))
     }
 
     /// Passes the ends of strings before `start`, and answers whether a
@@ -387,10 +413,17 @@ unsafe fn text_of<'a>(text: *const std::ffi::c_char, length: c_int) -> &'a [u8] 
     }
 }
 
-/// The markup of `text` as Postgres's parser reads it, each of its strings
-/// alone when `alone` (split at [`STRING`] and [`PART`]), with the offset
-/// and kind of each split.
-fn markup(text: &[u8], alone: bool) -> (Vec<Range<usize>>, Vec<(usize, bool)>) {
+/// How Postgres's parser reads `text` where `unicode61` reads it
+/// otherwise: its markup, and with `alone` (reading 3) the numbers it
+/// keeps whole ([`numbers::whole`]), each string read alone (split at
+/// [`STRING`] and [`PART`]), with the offset and kind of each split.
+struct Read {
+    hidden: Vec<Range<usize>>,
+    numbers: Vec<Range<usize>>,
+    ends: Vec<(usize, bool)>,
+}
+
+fn read(text: &[u8], alone: bool) -> Read {
     let ends: Vec<(usize, bool)> = if alone {
         (0..)
             .zip(text)
@@ -401,25 +434,36 @@ fn markup(text: &[u8], alone: bool) -> (Vec<Range<usize>>, Vec<(usize, bool)>) {
         Vec::new()
     };
     let Ok(text) = std::str::from_utf8(text) else {
-        return (Vec::new(), ends);
+        return Read {
+            hidden: Vec::new(),
+            numbers: Vec::new(),
+            ends,
+        };
     };
-    let hidden = std::panic::catch_unwind(|| {
+    let (hidden, numbers) = std::panic::catch_unwind(|| {
         let mut hidden = Vec::new();
+        let mut numbers = Vec::new();
         let mut from = 0;
         // The splits are ASCII, so each piece is whole UTF-8.
         for to in ends.iter().map(|(at, _)| *at).chain([text.len()]) {
             let piece = text.get(from..to).unwrap_or_default();
-            hidden.extend(
-                markup::in_text(piece)
-                    .into_iter()
-                    .map(|r| r.start + from..r.end + from),
-            );
+            let shifted = |r: Range<usize>| r.start + from..r.end + from;
+            hidden.extend(markup::in_text(piece).into_iter().map(shifted));
+            if alone {
+                // `spaced` keeps every byte where it was.
+                let spaced = english::spaced(piece);
+                numbers.extend(numbers::whole(&spaced).into_iter().map(shifted));
+            }
             from = to + 1;
         }
-        hidden
+        (hidden, numbers)
     })
     .unwrap_or_default();
-    (hidden, ends)
+    Read {
+        hidden,
+        numbers,
+        ends,
+    }
 }
 
 /// `xTokenize`: `unicode61`'s tokens, each handed to FTS5's callback as
@@ -442,10 +486,18 @@ unsafe extern "C" fn tokenize(
     };
     // SAFETY: the text FTS5 gave this call.
     let source = unsafe { text_of(text, length) };
-    let (hidden, ends) = if wrapped.reading.as_postgres() {
-        markup(source, wrapped.reading == Reading::StringsAlone)
+    let Read {
+        hidden,
+        numbers,
+        ends,
+    } = if wrapped.reading.as_postgres() {
+        read(source, wrapped.reading == Reading::StringsAlone)
     } else {
-        (Vec::new(), Vec::new())
+        Read {
+            hidden: Vec::new(),
+            numbers: Vec::new(),
+            ends: Vec::new(),
+        }
     };
     let mut caller = Caller {
         context,
@@ -456,6 +508,9 @@ unsafe extern "C" fn tokenize(
         length: source.len(),
         hidden,
         next: Cell::new(0),
+        numbers,
+        next_number: Cell::new(0),
+        number_given: Cell::new(None),
         ends,
         next_end: Cell::new(0),
         worded: Cell::new(false),
@@ -475,6 +530,18 @@ unsafe extern "C" fn tokenize(
     }
 }
 
+/// Hands on a [`GAP`] before the word at `start` when one is owed.
+fn gap(caller: &Caller, start: c_int) -> c_int {
+    if !caller.gap_before(start) {
+        return ffi::SQLITE_OK;
+    }
+    let Ok(n) = c_int::try_from(GAP.len()) else {
+        return ffi::SQLITE_ERROR;
+    };
+    // SAFETY: FTS5 copies the token before the callback returns.
+    unsafe { (caller.emit)(caller.context, 0, GAP.as_ptr().cast(), n, start, start) }
+}
+
 /// The parent's callback: a token, handed on as its lexeme.
 unsafe extern "C" fn stemmed(
     caller: *mut c_void,
@@ -488,6 +555,28 @@ unsafe extern "C" fn stemmed(
     let caller = unsafe { &*caller.cast::<Caller>() };
     if caller.hides(start) {
         return ffi::SQLITE_OK;
+    }
+    // Reading 3: a number Postgres keeps whole (`3.14`, `-5`) is handed on
+    // whole, at its first token; the others are dropped.
+    if let Some((number, first)) = caller.number_at(start) {
+        if !first {
+            return ffi::SQLITE_OK;
+        }
+        let rc = gap(caller, start);
+        if rc != ffi::SQLITE_OK {
+            return rc;
+        }
+        caller.worded.set(true);
+        let (Some(text), Ok(n), Ok(from), Ok(to)) = (
+            caller.slice(number.clone()),
+            c_int::try_from(number.len()),
+            c_int::try_from(number.start),
+            c_int::try_from(number.end),
+        ) else {
+            return ffi::SQLITE_ERROR;
+        };
+        // SAFETY: FTS5 copies the token before the callback returns.
+        return unsafe { (caller.emit)(caller.context, flags, text.as_ptr().cast(), n, from, to) };
     }
     let bytes: &[u8] = match usize::try_from(length) {
         // SAFETY: the parent's token, `length` bytes, alive for this call.
@@ -518,15 +607,9 @@ unsafe extern "C" fn stemmed(
             .written(start, end)
             .map(|w| w.trim_start_matches(not_a_letter));
     }
-    if caller.gap_before(start) {
-        let Ok(n) = c_int::try_from(GAP.len()) else {
-            return ffi::SQLITE_ERROR;
-        };
-        // SAFETY: FTS5 copies the token before the callback returns.
-        let rc = unsafe { (caller.emit)(caller.context, 0, GAP.as_ptr().cast(), n, start, start) };
-        if rc != ffi::SQLITE_OK {
-            return rc;
-        }
+    let rc = gap(caller, start);
+    if rc != ffi::SQLITE_OK {
+        return rc;
     }
     if !english::is_stop_word(word) {
         caller.worded.set(true);
@@ -865,6 +948,25 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(lexemes(&mut conn, text).await, want, "{text:?}");
+        }
+        // Numbers Postgres keeps whole are one token, found whole.
+        for (text, want) in [
+            ("pi is 3.14 today", &["pi", "is", "3.14", "today"][..]),
+            (
+                "at -5 on 10.0.0.1, 3.14pm",
+                &["at", "-5", "on", "10.0.0.1", "3", "14pm"],
+            ),
+        ] {
+            assert_eq!(lexemes(&mut conn, text).await, want, "{text:?}");
+        }
+        lexemes(&mut conn, "pi is 3.14 today").await;
+        for (query, found) in [("3.14", 1), ("14", 0), ("3", 0)] {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH ?1")
+                .bind(format!("\"{query}\""))
+                .fetch_one(&mut conn)
+                .await
+                .expect("match");
+            assert_eq!(n, found, "{query}");
         }
         // A phrase runs between parts, not between strings.
         for (text, found) in [("deploy\u{1f}notes", 1), ("deploy\u{1e}notes", 0)] {

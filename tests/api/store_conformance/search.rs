@@ -944,9 +944,42 @@ async fn each_string_is_read_alone<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(described(&memory), ["deploy@1"]);
 }
 
+/// A decimal, a version and a signed number are each one word, as
+/// Postgres's parser reads them: `14` does not find `3.14`, and a version
+/// is found whole, not by the version it starts with.
+async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let said = |name: &'static str, text: &str| episode(&s1, Some(name), None, None, json!(text));
+    l.append(
+        "s1",
+        &[
+            said("pi", "pi is 3.14 today"),
+            said("issue", "issue 14 closed"),
+            said("host", "host 10.0.0.15 is up"),
+            said("cold", "it fell to -5 overnight"),
+        ],
+    )
+    .await;
+    let any = Filters::default();
+    for (query, want) in [
+        ("14", &["issue"][..]),
+        ("3.14", &["pi"]),
+        ("10.0.0.15", &["host"]),
+        ("10.0.0.1", &[]),
+        ("\"-5\"", &["cold"]),
+        ("5", &[]),
+    ] {
+        let hits = described(&found(&store, "t1", Source::Episodes, query, &any).await);
+        assert_eq!(hits, want, "{query}");
+    }
+}
+
 store_suite!(
     memory_finds_current_versions_only,
     each_string_is_read_alone,
+    numbers_are_read_whole,
     hyphenated_words_find_their_parts_written_apart,
     scores_do_not_depend_on_other_tenants,
     episodes_rank_and_filter,

@@ -1,0 +1,141 @@
+//! Numbers Postgres's parser keeps whole where SQLite's `unicode61`
+//! splits them: a decimal (`3.14`), a version (`10.0.0.1`) and a signed
+//! number (`-5`, `+2.5`), each one lexeme there (`3.14`, not `3` and
+//! `14`), so `14` does not find `3.14`. SQLite's tokenizer (reading 3)
+//! hands these on whole ([`whole`]).
+//!
+//! Only numbers between marks both readers break at are read here:
+//! whitespace, the punctuation Postgres always reads as a break, and the
+//! `.`, `+` and `-` the rules below take in. Beside a letter the parser
+//! reads more kinds (`3.14pm` as `3.14` and `pm`, `v1.2` as a file name,
+//! `1e5x` as `1e5` and `x`), which SQLite still splits as `unicode61`
+//! does. A test holds these rules to Postgres's `ts_debug` over generated
+//! text of digits, signs, dots, letters and other marks.
+
+use std::ops::Range;
+
+/// Punctuation Postgres's default parser reads as a break wherever it
+/// stands (as [`super::english`]'s `BREAKS`), and the marks these rules
+/// read themselves.
+const BESIDE: &[u8] = b"!\"#$%'()*,;:=?[\\]^_`{|}.+-";
+
+/// The byte ranges of `text` (as [`super::english::spaced`] leaves it)
+/// that Postgres reads as one number and `unicode61` as several tokens or
+/// without its sign, in order:
+///
+/// - digits, then `.` and digits once (a decimal) or more (a version);
+/// - a `+` or `-` right before a number of digits or a decimal (the sign
+///   belongs to it; before a version it does not, and the version is read
+///   unsigned, as unsigned versions and decimals are).
+///
+/// A run that starts after a letter or digit (`x1.5`) is not a number of
+/// its own, and a number beside anything but whitespace and [`BESIDE`] is
+/// left out.
+pub fn whole(text: &str) -> Vec<Range<usize>> {
+    let bytes = text.as_bytes();
+    let digits = |mut at: usize| {
+        while bytes.get(at).is_some_and(u8::is_ascii_digit) {
+            at += 1;
+        }
+        at
+    };
+    let apart = |at: Option<usize>| {
+        at.and_then(|at| bytes.get(at))
+            .is_none_or(|&b| b.is_ascii_whitespace() || BESIDE.contains(&b))
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        let signed = matches!(b, b'+' | b'-') && bytes.get(at + 1).is_some_and(u8::is_ascii_digit);
+        if !b.is_ascii_digit() && !signed {
+            at += 1;
+            continue;
+        }
+        // Digits after a letter or digit (or a character of more than one
+        // byte) belong to that word.
+        if !signed
+            && at > 0
+            && bytes
+                .get(at - 1)
+                .is_some_and(|&p| !p.is_ascii() || p.is_ascii_alphanumeric())
+        {
+            while bytes
+                .get(at)
+                .is_some_and(|&b| !b.is_ascii() || b.is_ascii_alphanumeric())
+            {
+                at += 1;
+            }
+            continue;
+        }
+        let first = if signed { at + 1 } else { at };
+        let mut end = digits(first);
+        let mut points = 0;
+        while bytes.get(end) == Some(&b'.') && bytes.get(end + 1).is_some_and(u8::is_ascii_digit) {
+            end = digits(end + 1);
+            points += 1;
+        }
+        let start = if signed && points >= 2 { first } else { at };
+        let kept_whole = points > 0 || start < first;
+        if kept_whole
+            && apart(start.checked_sub(1))
+            && apart(Some(end))
+            && !in_file_name(bytes, start)
+        {
+            out.push(start..end);
+        }
+        at = end;
+    }
+    out
+}
+
+/// Whether a number starting at `start` ends a file name the parser
+/// reads: a word, then marks holding `._` (`x0._-10`, `ab._-1.5` are one
+/// token there).
+fn in_file_name(bytes: &[u8], start: usize) -> bool {
+    let mut from = start;
+    while from > 0 && bytes.get(from - 1).is_some_and(|b| b"._+-".contains(b)) {
+        from -= 1;
+    }
+    let marks = bytes.get(from..start).unwrap_or_default();
+    from > 0
+        && marks.windows(2).any(|pair| pair == b"._")
+        && bytes
+            .get(from - 1)
+            .is_some_and(|&b| !b.is_ascii() || b.is_ascii_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Vec<&str> {
+        whole(text).into_iter().map(|r| &text[r]).collect()
+    }
+
+    #[test]
+    fn decimals_versions_and_signed_numbers_are_whole() {
+        let cases: [(&str, &[&str]); 13] = [
+            ("pi is 3.14 today", &["3.14"]),
+            ("host 10.0.0.1 up", &["10.0.0.1"]),
+            ("at -5 or +2.5", &["-5", "+2.5"]),
+            // A version takes no sign.
+            ("-1.5.3", &["1.5.3"]),
+            ("3.14. Then 1..5 and .5", &["3.14"]),
+            ("--5 +-5", &["-5", "-5"]),
+            // After a digit, a sign is read by other rules.
+            ("1+5", &[]),
+            // Plain numbers read alike in both.
+            ("42 and 2026", &[]),
+            // Beside a letter, the parser reads other kinds.
+            ("3.14pm v1.2 x-5 a+5 1.5e5", &[]),
+            ("(3.14), [2.0]; \"1.5\"", &["3.14", "2.0", "1.5"]),
+            ("é1.5 1.5é", &[]),
+            // A file name to the parser.
+            ("x0._-10 ab._-1.5 x0.-10", &["-10"]),
+            ("", &[]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(read(text), want, "{text}");
+        }
+    }
+}
