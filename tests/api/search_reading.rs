@@ -13,15 +13,10 @@ use crate::helpers::{Backend, TestServer};
 use crate::on_both_stores;
 use crate::search::{append, episode, memory_query, names, query, search, set};
 
-/// Text for [`markup_is_hidden_as_postgres_hides_it`]: deterministic
-/// (xorshift) strings of the pieces markup is made of.
-fn generated(count: usize) -> Vec<String> {
-    const PIECES: &[&str] = &[
-        "<", ">", "/", "</", "/>", "&", ";", "#", "x", "X", "41", "amp", "a", "b", "é", "_", "-",
-        ".", ":", "=", "\"", "'", "\\", " ", "\n", "!", "?", "!--", "--", "-->", "script", "style",
-        "div", "deploy", "(", "~", "%", "ß",
-    ];
-    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+/// `count` deterministic (xorshift from `seed`) strings of up to `most`
+/// of `pieces` each.
+fn generated(pieces: &[&str], most: usize, count: usize, seed: u64) -> Vec<String> {
+    let mut state = seed;
     let mut next = move |below: usize| {
         state ^= state << 13;
         state ^= state >> 7;
@@ -30,10 +25,35 @@ fn generated(count: usize) -> Vec<String> {
     };
     (0..count)
         .map(|_| {
-            let pieces = 1 + next(24);
-            (0..pieces).map(|_| PIECES[next(PIECES.len())]).collect()
+            let n = 1 + next(most);
+            (0..n).map(|_| pieces[next(pieces.len())]).collect()
         })
         .collect()
+}
+
+/// What markup is made of, for [`markup_is_hidden_as_postgres_hides_it`].
+const MARKUP_PIECES: &[&str] = &[
+    "<", ">", "/", "</", "/>", "&", ";", "#", "x", "X", "41", "amp", "a", "b", "é", "_", "-", ".",
+    ":", "=", "\"", "'", "\\", " ", "\n", "!", "?", "!--", "--", "-->", "script", "style", "div",
+    "deploy", "(", "~", "%", "ß",
+];
+
+/// `ts_debug`'s tokens of each of `texts` as the indexes read it
+/// (`engram_search_text` first): the text's number (from 1), the token's
+/// kind and the token, in order.
+async fn ts_debug(server: &TestServer, texts: &[String]) -> Vec<(i64, String, String)> {
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    sqlx::query_as(
+        "SELECT t.i, d.alias, d.token FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i), \
+         LATERAL ts_debug('engram_english', engram_search_text(t.s)) WITH ORDINALITY AS d \
+         ORDER BY t.i, d.ordinality",
+    )
+    .bind(texts)
+    .fetch_all(&mut conn)
+    .await
+    .expect("ts_debug")
 }
 
 /// Cases read from Postgres 15's `ts_debug` while writing `markup`, and
@@ -59,19 +79,8 @@ async fn markup_is_hidden_as_postgres_hides_it() {
     // A server migrates its database: engram_search_text, engram_english.
     let server = TestServer::spawn(Backend::Postgres).await;
     let mut texts: Vec<String> = LISTED.iter().map(|s| (*s).to_owned()).collect();
-    texts.extend(generated(20_000));
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
-        .await
-        .expect("connect");
-    let rows: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT t.i, d.alias, d.token FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i), \
-         LATERAL ts_debug('engram_english', engram_search_text(t.s)) WITH ORDINALITY AS d \
-         ORDER BY t.i, d.ordinality",
-    )
-    .bind(&texts)
-    .fetch_all(&mut conn)
-    .await
-    .expect("ts_debug");
+    texts.extend(generated(MARKUP_PIECES, 24, 20_000, 0x2545_f491_4f6c_dd1d));
+    let rows = ts_debug(&server, &texts).await;
 
     // For each text, the byte offsets of the letters and digits Postgres
     // hides.
@@ -146,19 +155,7 @@ async fn numbers_are_read_whole_as_postgres_reads_them() {
         "0", "1", "5", "9", "10", "e", "x", ".", ".", "-", "+", " ", " ", ",", "@", "/", "_", ":",
         "(", "é",
     ];
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move |below: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        usize::try_from(state % below as u64).unwrap_or(0)
-    };
-    let mut texts: Vec<String> = (0..20_000)
-        .map(|_| {
-            let pieces = 1 + next(12);
-            (0..pieces).map(|_| PIECES[next(PIECES.len())]).collect()
-        })
-        .collect();
+    let mut texts = generated(PIECES, 12, 20_000, 0x9e37_79b9_7f4a_7c15);
     texts.extend(
         [
             "pi is 3.14 today",
@@ -168,18 +165,7 @@ async fn numbers_are_read_whole_as_postgres_reads_them() {
         .map(str::to_owned),
     );
     let server = TestServer::spawn(Backend::Postgres).await;
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
-        .await
-        .expect("connect");
-    let rows: Vec<(i64, String, String)> = sqlx::query_as(
-        "SELECT t.i, d.alias, d.token FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i), \
-         LATERAL ts_debug('engram_english', engram_search_text(t.s)) WITH ORDINALITY AS d \
-         ORDER BY t.i, d.ordinality",
-    )
-    .bind(&texts)
-    .fetch_all(&mut conn)
-    .await
-    .expect("ts_debug");
+    let rows = ts_debug(&server, &texts).await;
     // Each text's words as Postgres reads them, at their byte offsets: not
     // the breaks, not a compound's whole (its parts follow), not `..` (a
     // file name to the parser, no word to a query).
