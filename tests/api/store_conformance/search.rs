@@ -853,20 +853,29 @@ async fn a_turkish_database_normalises_text_in_postgres() {
     assert!(vector.contains("'ınvoıc'"), "{vector}");
 }
 
+/// Appends each text as an episode of alice's session s1 of tenant t1,
+/// under its name.
+async fn said<S: Store>(store: &S, episodes: &[(&str, &str)]) {
+    let l = log(store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let episodes: Vec<_> = episodes
+        .iter()
+        .map(|(name, text)| episode(&s1, Some(name), None, None, json!(text)))
+        .collect();
+    l.append("s1", &episodes).await;
+}
+
 /// A hyphenated query word looks for its parts side by side: it finds the
 /// compound and the words written apart, not the words in another order,
 /// and excludes both alike.
 async fn hyphenated_words_find_their_parts_written_apart<S: Store>(store: S, _db: &TestDb) {
-    let l = log(&store, "t1");
-    l.create("s1", "app", "alice", 0).await;
-    let s1 = id("s1");
-    let said = |name: &'static str, text: &str| episode(&s1, Some(name), None, None, json!(text));
-    l.append(
-        "s1",
+    said(
+        &store,
         &[
-            said("joined", "a state-of-the-art parser"),
-            said("apart", "the state of the art in parsing"),
-            said("shuffled", "the art of the state"),
+            ("joined", "a state-of-the-art parser"),
+            ("apart", "the state of the art in parsing"),
+            ("shuffled", "the art of the state"),
         ],
     )
     .await;
@@ -948,17 +957,13 @@ async fn each_string_is_read_alone<S: Store>(store: S, _db: &TestDb) {
 /// Postgres's parser reads them: `14` does not find `3.14`, and a version
 /// is found whole, not by the version it starts with.
 async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
-    let l = log(&store, "t1");
-    l.create("s1", "app", "alice", 0).await;
-    let s1 = id("s1");
-    let said = |name: &'static str, text: &str| episode(&s1, Some(name), None, None, json!(text));
-    l.append(
-        "s1",
+    said(
+        &store,
         &[
-            said("pi", "pi is 3.14 today"),
-            said("issue", "issue 14 closed"),
-            said("host", "host 10.0.0.15 is up"),
-            said("cold", "it fell to -5 overnight"),
+            ("pi", "pi is 3.14 today"),
+            ("issue", "issue 14 closed"),
+            ("host", "host 10.0.0.15 is up"),
+            ("cold", "it fell to -5 overnight"),
         ],
     )
     .await;
