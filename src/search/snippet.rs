@@ -13,7 +13,10 @@
 
 use std::collections::HashSet;
 
-use super::english::lexeme;
+use std::ops::Range;
+
+use super::english::{lexeme, spaced};
+use super::numbers;
 
 /// The most words in one fragment.
 pub const FRAGMENT_WORDS: usize = 30;
@@ -63,23 +66,49 @@ pub fn snippet(text: &str, terms: &[String]) -> String {
         .join(DELIMITER)
 }
 
-/// The words of `text`: runs of letters and digits.
+/// The words of `text`, marked when their lexeme is one of `terms`.
 fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
+    word_ranges(text)
+        .into_iter()
+        .map(|range| Word {
+            marked: terms.contains(lexeme(&text[range.clone()]).as_str()),
+            start: range.start,
+            end: range.end,
+        })
+        .collect()
+}
+
+/// Where the words of `text` are, as snippets read them: runs of letters
+/// and digits, but a decimal, a version or a signed number whole, as the
+/// indexes keep it ([`numbers::whole`]), so that `3.14` is marked when
+/// `3.14` is searched.
+pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
+    let numbers = numbers::whole(&spaced(text));
+    let mut numbers = numbers.iter().peekable();
     let mut words = Vec::new();
     let mut start = None;
+    let mut skip_to = 0;
     for (at, c) in text.char_indices().chain([(text.len(), ' ')]) {
+        if at < skip_to {
+            continue;
+        }
+        if start.is_none()
+            && let Some(number) = numbers.next_if(|n| n.start == at)
+        {
+            words.push(number.clone());
+            skip_to = number.end;
+            continue;
+        }
         match (c.is_alphanumeric(), start) {
             (true, None) => start = Some(at),
             (false, Some(from)) => {
-                words.push(Word {
-                    start: from,
-                    end: at,
-                    marked: terms.contains(lexeme(&text[from..at]).as_str()),
-                });
+                words.push(from..at);
                 start = None;
             }
             _ => {}
         }
+        // A number inside a run of letters and digits is none of its own.
+        while numbers.next_if(|n| n.start < at).is_some() {}
     }
     words
 }
@@ -193,6 +222,18 @@ mod tests {
         assert_eq!(got.split(' ').count(), FRAGMENT_WORDS);
         assert_eq!(snippet("", &terms(&["x"])), "");
         assert_eq!(snippet(" … ", &terms(&["x"])), "");
+    }
+
+    #[test]
+    fn numbers_are_marked_whole() {
+        assert_eq!(
+            snippet(
+                "pi is 3.14 (not 3), -5 at 10.0.0.1.",
+                &terms(&["3.14", "-5", "10.0.0.1"])
+            ),
+            "pi is **3.14** (not 3), **-5** at **10.0.0.1**."
+        );
+        assert_eq!(snippet("3.14pm", &terms(&["3.14"])), "3.14pm");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::ports::Feed;
 use crate::search::english;
 use crate::search::ports::SearchStore;
-use crate::search::snippet::snippet;
+use crate::search::snippet::{snippet, word_ranges};
 use crate::search::{Filters, Hit, Query, Source};
 use crate::store::search::{Bounds, MATCHES, bm25, columns, conditions, item, population, width};
 use crate::store::sql::{Backend, Cols, Dialect, Param, Run, without_casts};
@@ -184,15 +184,15 @@ struct Ask<'a> {
 }
 
 /// The lexemes a hit's snippet marks: each word of the query's words and
-/// phrases (a run of letters and digits, as snippets read the text) but
-/// the stop words, as the `english` configuration normalises it.
+/// phrases (as snippets read the text: [`word_ranges`]) but the stop
+/// words, as the `english` configuration normalises it.
 fn terms(query: &Query) -> Vec<String> {
     query
         .words
         .iter()
         .chain(&query.phrases)
-        .flat_map(|text| text.split(|c: char| !c.is_alphanumeric()))
-        .filter(|word| !word.is_empty() && !english::is_stop_word(&word.to_lowercase()))
+        .flat_map(|text| word_ranges(text).into_iter().map(|r| &text[r]))
+        .filter(|word| !english::is_stop_word(&word.to_lowercase()))
         .map(english::lexeme)
         .collect()
 }
@@ -455,12 +455,12 @@ mod tests {
     fn snippet_terms_are_the_words_lexemes() {
         let query = Query::parse(
             "query",
-            r#"Deploying the user_42 "blue-green setups" -staging"#,
+            r#"Deploying the user_42 "blue-green setups" 3.14 -staging"#,
         )
         .expect("valid");
         assert_eq!(
             terms(&query),
-            ["deploy", "user", "42", "blue", "green", "setup"]
+            ["deploy", "user", "42", "3.14", "blue", "green", "setup"]
         );
     }
 

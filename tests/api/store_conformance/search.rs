@@ -954,8 +954,9 @@ async fn each_string_is_read_alone<S: Store>(store: S, _db: &TestDb) {
 }
 
 /// A decimal, a version and a signed number are each one word, as
-/// Postgres's parser reads them: `14` does not find `3.14`, and a version
-/// is found whole, not by the version it starts with.
+/// Postgres's parser reads them: `14` does not find `3.14`, a version is
+/// found whole, not by the version it starts with, and the snippet marks
+/// the number whole.
 async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
     said(
         &store,
@@ -978,6 +979,15 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
     ] {
         let hits = described(&found(&store, "t1", Source::Episodes, query, &any).await);
         assert_eq!(hits, want, "{query}");
+    }
+    // And marked whole in the snippet.
+    for (query, snippet) in [
+        ("3.14", "pi is **3.14** today"),
+        ("10.0.0.15", "host **10.0.0.15** is up"),
+        ("\"-5\"", "it fell to **-5** overnight"),
+    ] {
+        let hits = found(&store, "t1", Source::Episodes, query, &any).await;
+        assert_eq!(hits[0].snippet, snippet, "{query}");
     }
 }
 
