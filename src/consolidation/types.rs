@@ -78,8 +78,13 @@ impl FactPayload {
 
 /// A fact's text, from its parts (see [`FactPayload::text`]).
 pub fn fact_text(subject: &str, predicate: &str, object: &str, content: &Value) -> String {
-    let mut out = format!("{subject} {predicate} {object}");
-    crate::search::collect_text(content, &mut out);
+    let mut out = String::new();
+    crate::search::fact_strings(subject, predicate, object, content, &mut |s| {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(s);
+    });
     out
 }
 

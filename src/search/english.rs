@@ -27,6 +27,8 @@ use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
 
+use super::numbers;
+
 static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
 /// The stop words of the `english` configuration (Snowball's English
@@ -208,7 +210,7 @@ pub fn spaced(text: &str) -> Cow<'_, str> {
 
 /// Punctuation Postgres's default parser reads as a break between words
 /// wherever it stands, alone or beside other such marks.
-const BREAKS: &[u8] = b"!\"#$%'()*,;:=?[\\]^_`{|}";
+pub(super) const BREAKS: &[u8] = b"!\"#$%'()*,;:=?[\\]^_`{|}";
 
 fn is_space(byte: u8) -> bool {
     matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
@@ -263,7 +265,7 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
         // Digits, `e` and digits are a number in scientific notation to
         // the parser, and what follows it another word (`1e5x` is `1e5`
         // and `x`; `x1e5` is one word).
-        let (number, rest) = run.split_at(scientific(run).unwrap_or(run.len()));
+        let (number, rest) = run.split_at(numbers::scientific_end(run).unwrap_or(run.len()));
         words.push(word(number));
         if !rest.is_empty() {
             words.push(word(rest));
@@ -276,23 +278,6 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
     words.push(Some(ENGLISH.stem(&run.to_ascii_lowercase()).into_owned()));
     words.extend(run.split('-').map(word));
     Some(())
-}
-
-/// Where a number in scientific notation (`1e5`) at the start of a run of
-/// letters and digits ends, when more of the run follows it.
-fn scientific(run: &str) -> Option<usize> {
-    let bytes = run.as_bytes();
-    let digits = |from: usize| {
-        from + bytes.get(from..).map_or(0, |rest| {
-            rest.iter().take_while(|b| b.is_ascii_digit()).count()
-        })
-    };
-    let mantissa = digits(0);
-    if mantissa == 0 || !matches!(bytes.get(mantissa), Some(b'e' | b'E')) {
-        return None;
-    }
-    let end = digits(mantissa + 1);
-    (end > mantissa + 1 && end < bytes.len()).then_some(end)
 }
 
 /// A word of ASCII letters or digits as its lexeme, `None` for a stop

@@ -159,11 +159,13 @@ impl Item {
             }
             Item::Fact(fact) => {
                 let current = &fact.current;
-                each(&format!(
-                    "{} {} {}",
-                    current.subject, current.predicate, current.object
-                ));
-                each_json_string(&current.content, each);
+                fact_strings(
+                    &current.subject,
+                    &current.predicate,
+                    &current.object,
+                    &current.content,
+                    each,
+                );
             }
             Item::Episode(episode) => {
                 each_json_string(&episode.content, each);
@@ -194,13 +196,17 @@ impl Hit {
     }
 }
 
-/// Appends the strings and numbers inside a JSON value, each after a
-/// space: the text an item is searched by.
-pub fn collect_text(value: &serde_json::Value, out: &mut String) {
-    each_json_string(value, &mut |s| {
-        out.push(' ');
-        out.push_str(s);
-    });
+/// Each string a fact is searched by, in order: its subject, predicate
+/// and object as one, then the strings and numbers of its content.
+pub fn fact_strings(
+    subject: &str,
+    predicate: &str,
+    object: &str,
+    content: &serde_json::Value,
+    each: &mut dyn FnMut(&str),
+) {
+    each(&format!("{subject} {predicate} {object}"));
+    each_json_string(content, each);
 }
 
 /// Each string and number inside a JSON value, in order.

@@ -14,10 +14,12 @@
 
 use std::ops::Range;
 
-/// Punctuation Postgres's default parser reads as a break wherever it
-/// stands (as [`super::english`]'s `BREAKS`), and the marks these rules
-/// read themselves.
-const BESIDE: &[u8] = b"!\"#$%'()*,;:=?[\\]^_`{|}.+-";
+use super::english::BREAKS;
+
+/// The marks these rules read themselves; beside them and the
+/// punctuation the parser always reads as a break ([`BREAKS`]), a number
+/// stands apart.
+const MARKS: &[u8] = b".+-";
 
 /// The byte ranges of `text` (as [`super::english::spaced`] leaves it)
 /// that Postgres reads as one number and `unicode61` as several tokens or
@@ -29,19 +31,14 @@ const BESIDE: &[u8] = b"!\"#$%'()*,;:=?[\\]^_`{|}.+-";
 ///   unsigned, as unsigned versions and decimals are).
 ///
 /// A run that starts after a letter or digit (`x1.5`) is not a number of
-/// its own, and a number beside anything but whitespace and [`BESIDE`] is
-/// left out.
+/// its own, and a number beside anything but whitespace, [`BREAKS`] and
+/// [`MARKS`] is left out.
 pub fn whole(text: &str) -> Vec<Range<usize>> {
     let bytes = text.as_bytes();
-    let digits = |mut at: usize| {
-        while bytes.get(at).is_some_and(u8::is_ascii_digit) {
-            at += 1;
-        }
-        at
-    };
+    let digits = |at: usize| digits_from(bytes, at);
     let apart = |at: Option<usize>| {
         at.and_then(|at| bytes.get(at))
-            .is_none_or(|&b| b.is_ascii_whitespace() || BESIDE.contains(&b))
+            .is_none_or(|&b| b.is_ascii_whitespace() || BREAKS.contains(&b) || MARKS.contains(&b))
     };
     let mut out = Vec::new();
     let mut at = 0;
@@ -86,6 +83,28 @@ pub fn whole(text: &str) -> Vec<Range<usize>> {
         at = end;
     }
     out
+}
+
+/// Where a number in scientific notation (`1e5`) at the start of a run of
+/// letters and digits ends, when more of the run follows it: the parser
+/// reads digits, `e` and digits as a number and the rest as another word
+/// (`1e5x` is `1e5` and `x`), where the run alone would be one word.
+pub fn scientific_end(run: &str) -> Option<usize> {
+    let bytes = run.as_bytes();
+    let mantissa = digits_from(bytes, 0);
+    if mantissa == 0 || !matches!(bytes.get(mantissa), Some(b'e' | b'E')) {
+        return None;
+    }
+    let end = digits_from(bytes, mantissa + 1);
+    (end > mantissa + 1 && end < bytes.len()).then_some(end)
+}
+
+/// The end of the digits of `bytes` from `at` on.
+fn digits_from(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(u8::is_ascii_digit) {
+        at += 1;
+    }
+    at
 }
 
 /// Whether a number starting at `start` ends a file name the parser

@@ -270,10 +270,11 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
                 if !allowed(&episode, filters) || !seen.insert(episode.id.clone()) {
                     continue;
                 }
+                let item = Item::Episode(episode);
                 found.push(Hit {
                     score,
-                    snippet: plain_snippet(&Item::Episode(episode.clone()).visible_text()),
-                    item: Item::Episode(episode),
+                    snippet: plain_snippet(&item.visible_text()),
+                    item,
                 });
             }
         }

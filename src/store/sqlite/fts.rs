@@ -313,14 +313,11 @@ struct Caller {
     /// The text read (reading 3), for a token's letters as written.
     text: *const u8,
     length: usize,
-    /// The text's markup (reading 2 and 3), and the first range a token
-    /// may still fall in (tokens come in order).
-    hidden: Vec<Range<usize>>,
-    next: Cell<usize>,
-    /// The numbers Postgres keeps whole (reading 3), the first a token may
-    /// still fall in, and the last one handed on.
-    numbers: Vec<Range<usize>>,
-    next_number: Cell<usize>,
+    /// The text's markup (reading 2 and 3).
+    hidden: Ranges,
+    /// The numbers Postgres keeps whole (reading 3), and the last one
+    /// handed on.
+    numbers: Ranges,
     number_given: Cell<Option<usize>>,
     /// Where the text's strings end (reading 3): the offset of each
     /// [`STRING`] or [`PART`], and whether it is a [`STRING`]; the first
@@ -333,18 +330,32 @@ struct Caller {
     owed: Cell<bool>,
 }
 
-impl Caller {
-    /// Whether the token starting at `start` lies in the markup.
-    fn hides(&self, start: c_int) -> bool {
-        let Ok(start) = usize::try_from(start) else {
-            return false;
-        };
+/// Sorted ranges of a text, and the first a token may still fall in
+/// (tokens come in order, so each call starts where the last stopped).
+#[derive(Default)]
+struct Ranges {
+    list: Vec<Range<usize>>,
+    next: Cell<usize>,
+}
+
+impl Ranges {
+    /// The range holding the token starting at `start`, and its index.
+    fn holding(&self, start: c_int) -> Option<(usize, &Range<usize>)> {
+        let start = usize::try_from(start).ok()?;
         let mut next = self.next.get();
-        while self.hidden.get(next).is_some_and(|r| r.end <= start) {
+        while self.list.get(next).is_some_and(|r| r.end <= start) {
             next += 1;
         }
         self.next.set(next);
-        self.hidden.get(next).is_some_and(|r| r.contains(&start))
+        let range = self.list.get(next).filter(|r| r.contains(&start))?;
+        Some((next, range))
+    }
+}
+
+impl Caller {
+    /// Whether the token starting at `start` lies in the markup.
+    fn hides(&self, start: c_int) -> bool {
+        self.hidden.holding(start).is_some()
     }
 
     /// The text of a token as written, before `unicode61` lowercased it
@@ -368,14 +379,8 @@ impl Caller {
     /// is part of, and whether it is the number's first token (the one
     /// that hands the number on; the others are dropped).
     fn number_at(&self, start: c_int) -> Option<(Range<usize>, bool)> {
-        let start = usize::try_from(start).ok()?;
-        let mut next = self.next_number.get();
-        while self.numbers.get(next).is_some_and(|r| r.end <= start) {
-            next += 1;
-        }
-        self.next_number.set(next);
-        let number = self.numbers.get(next).filter(|r| r.contains(&start))?;
-        let first = self.number_given.replace(Some(next)) != Some(next);
+        let (at, number) = self.numbers.holding(start)?;
+        let first = self.number_given.replace(Some(at)) != Some(at);
         Some((number.clone(), first))
     }
 
@@ -417,6 +422,7 @@ unsafe fn text_of<'a>(text: *const std::ffi::c_char, length: c_int) -> &'a [u8] 
 /// otherwise: its markup, and with `alone` (reading 3) the numbers it
 /// keeps whole ([`numbers::whole`]), each string read alone (split at
 /// [`STRING`] and [`PART`]), with the offset and kind of each split.
+#[derive(Default)]
 struct Read {
     hidden: Vec<Range<usize>>,
     numbers: Vec<Range<usize>>,
@@ -435,9 +441,8 @@ fn read(text: &[u8], alone: bool) -> Read {
     };
     let Ok(text) = std::str::from_utf8(text) else {
         return Read {
-            hidden: Vec::new(),
-            numbers: Vec::new(),
             ends,
+            ..Read::default()
         };
     };
     let (hidden, numbers) = std::panic::catch_unwind(|| {
@@ -493,11 +498,7 @@ unsafe extern "C" fn tokenize(
     } = if wrapped.reading.as_postgres() {
         read(source, wrapped.reading == Reading::StringsAlone)
     } else {
-        Read {
-            hidden: Vec::new(),
-            numbers: Vec::new(),
-            ends: Vec::new(),
-        }
+        Read::default()
     };
     let mut caller = Caller {
         context,
@@ -506,10 +507,14 @@ unsafe extern "C" fn tokenize(
         query: flags & ffi::FTS5_TOKENIZE_QUERY != 0,
         text: source.as_ptr(),
         length: source.len(),
-        hidden,
-        next: Cell::new(0),
-        numbers,
-        next_number: Cell::new(0),
+        hidden: Ranges {
+            list: hidden,
+            ..Ranges::default()
+        },
+        numbers: Ranges {
+            list: numbers,
+            ..Ranges::default()
+        },
         number_given: Cell::new(None),
         ends,
         next_end: Cell::new(0),
