@@ -17,12 +17,18 @@
 //! Plain text is ASCII letters and digits between whitespace and the
 //! punctuation the parser always reads as a break ([`BREAKS`], a hyphen
 //! not followed by a letter or digit, and a dot that ends a word before
-//! whitespace), and compounds of letters joined by hyphens. Tests compare
-//! this with a live Postgres on generated text and on this project's
-//! README and benchmark log.
+//! whitespace), compounds of letters joined by hyphens, and decimals,
+//! versions and signed numbers standing between such breaks
+//! ([`numbers::whole`]). Where the database's locale reads them as
+//! neither letters nor digits ([`Reading::Punctuation`], which the store
+//! checks), the common punctuation outside ASCII ([`PUNCTUATION`]: curly
+//! quotes, dashes, the ellipsis, no-break spaces) are breaks too. Tests
+//! compare this with a live Postgres on generated text and on this
+//! project's README and benchmark log.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
@@ -216,16 +222,97 @@ fn is_space(byte: u8) -> bool {
     matches!(byte, b' ' | b'\t' | b'\n' | b'\r')
 }
 
+/// Characters outside ASCII that Postgres's parser reads as a break
+/// (`blank`) in the usual locales (`C.UTF-8`, `en_US.UTF-8`): common
+/// punctuation and spaces of the Latin-1 and General Punctuation blocks
+/// and a few symbols. In the `C` locale the parser reads every character
+/// outside ASCII as a letter, so a store reads these as breaks only after
+/// it has checked that its database reads each of them so
+/// ([`Reading::Punctuation`]).
+pub const PUNCTUATION: &[RangeInclusive<char>] = &[
+    '\u{a0}'..='\u{a1}',     // no-break space, ¡
+    '\u{a9}'..='\u{a9}',     // ©
+    '\u{ab}'..='\u{ab}',     // «
+    '\u{ae}'..='\u{b1}',     // ® ¯ ° ±
+    '\u{bb}'..='\u{bb}',     // »
+    '\u{bf}'..='\u{bf}',     // ¿
+    '\u{d7}'..='\u{d7}',     // ×
+    '\u{f7}'..='\u{f7}',     // ÷
+    '\u{2002}'..='\u{200a}', // en space … hair space
+    '\u{2010}'..='\u{2027}', // hyphens, dashes, quotes, daggers, bullets, …
+    '\u{2030}'..='\u{203a}', // ‰ ′ ″ ‹ ›
+    '\u{202f}'..='\u{202f}', // narrow no-break space
+    '\u{20ac}'..='\u{20ac}', // €
+    '\u{2122}'..='\u{2122}', // ™
+    '\u{2190}'..='\u{2193}', // arrows
+];
+
+/// How far a database's parser reads text as [`plain`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// ASCII text alone; any other character leaves the text to
+    /// Postgres.
+    Ascii,
+    /// ASCII text and [`PUNCTUATION`], each of which the database reads as
+    /// a break.
+    Punctuation,
+}
+
+fn is_punctuation(c: char) -> bool {
+    PUNCTUATION.iter().any(|range| range.contains(&c))
+}
+
 /// Each word of a plain text (see the module comment) in order, as its
 /// lexeme or `None` for a stop word; `None` when the text is not plain. A
 /// compound of letters joined by hyphens (`state-of-the-art`) is, as
 /// Postgres reads it, the whole compound stemmed as one word, then each
-/// part as a word of its own.
-pub fn plain(text: &str) -> Option<Vec<Option<String>>> {
+/// part as a word of its own; a decimal, version or signed number is one
+/// word, as written (`3.14`, `10.0.0.1`, `-5`).
+pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
+    // A punctuation mark reads as a space wherever it stands.
+    let text = match reading {
+        Reading::Punctuation if !text.is_ascii() => Cow::Owned(
+            text.chars()
+                .map(|c| if is_punctuation(c) { ' ' } else { c })
+                .collect(),
+        ),
+        _ => Cow::Borrowed(text),
+    };
+    let text = text.as_ref();
     let bytes = text.as_bytes();
+    let is_break = |at: usize| {
+        bytes
+            .get(at)
+            .is_none_or(|&b| is_space(b) || BREAKS.contains(&b))
+    };
+    let numbers = if bytes.iter().any(|b| b".+-".contains(b)) {
+        numbers::whole(text)
+    } else {
+        Vec::new()
+    };
+    let mut numbers = numbers.iter().peekable();
     let mut words = Vec::new();
     let mut start = None;
+    let mut skip_to = 0;
     for (at, &byte) in bytes.iter().enumerate() {
+        if at < skip_to {
+            continue;
+        }
+        while numbers.next_if(|n| n.start < at).is_some() {}
+        // A number whole, between breaks (a sentence's final dot after
+        // it included); beside other marks it is left to Postgres.
+        if start.is_none()
+            && let Some(number) = numbers.next_if(|n| n.start == at)
+        {
+            let ends = is_break(number.end)
+                || (bytes.get(number.end) == Some(&b'.') && is_break(number.end + 1));
+            if (at == 0 || is_break(at - 1)) && ends {
+                words.push(Some(text[number.clone()].to_owned()));
+                skip_to = number.end;
+                continue;
+            }
+            return None;
+        }
         if byte.is_ascii_alphanumeric() {
             start.get_or_insert(at);
             continue;
@@ -399,7 +486,7 @@ mod tests {
 
     #[test]
     fn plain_text_only() {
-        let words = plain("Deployment of the SETUPS w448").expect("plain");
+        let words = plain("Deployment of the SETUPS w448", Reading::Ascii).expect("plain");
         assert_eq!(
             words,
             [
@@ -413,20 +500,23 @@ mod tests {
         for not_plain in [
             "validate.ts",
             "covid-19",
-            "-5",
             "x -y",
             "naïve",
             "a@b",
-            "1.5",
             "<b>",
             "&amp;",
             "c++",
             "~user",
             "tab\x0bbed",
+            "don’t",
         ] {
-            assert!(plain(not_plain).is_none(), "{not_plain}");
+            assert!(plain(not_plain, Reading::Ascii).is_none(), "{not_plain}");
         }
-        let broken = plain("It's user_42's (setup): done.\r\n\"Deployments\"; ok?").expect("plain");
+        let broken = plain(
+            "It's user_42's (setup): done.\r\n\"Deployments\"; ok?",
+            Reading::Ascii,
+        )
+        .expect("plain");
         assert_eq!(
             broken,
             [
@@ -441,10 +531,14 @@ mod tests {
                 Some("ok".to_owned())
             ]
         );
-        assert!(plain(&"a".repeat(LONGEST + 1)).is_none());
+        assert!(plain(&"a".repeat(LONGEST + 1), Reading::Ascii).is_none());
         // As Postgres: the compound whole, then its parts; a lone hyphen
         // is a break.
-        let compound = plain("go state-of-the-art - Running-Deployments, end-").expect("plain");
+        let compound = plain(
+            "go state-of-the-art - Running-Deployments, end-",
+            Reading::Ascii,
+        )
+        .expect("plain");
         assert_eq!(
             compound,
             [
@@ -460,20 +554,74 @@ mod tests {
                 Some("end".to_owned()),
             ]
         );
-        assert_eq!(plain("").expect("plain"), []);
+        assert_eq!(plain("", Reading::Ascii).expect("plain"), []);
+    }
+
+    /// Decimals, versions and signed numbers between breaks are one word
+    /// each, as written; beside other marks the text is left to Postgres.
+    #[test]
+    fn numbers_between_breaks_are_words() {
+        let read = |text: &str| {
+            plain(text, Reading::Ascii).map(|words| words.into_iter().flatten().collect::<Vec<_>>())
+        };
+        assert_eq!(
+            read("pi is 3.14. Host 10.0.0.1 (-5, +2.5) -0.25"),
+            Some(
+                ["pi", "3.14", "host", "10.0.0.1", "-5", "+2.5", "-0.25"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
+        for not_plain in [
+            "3.14pm", "v1.2", "1..5", "--5", "x0._-10", "1.5e3", "3.5-x", ".5",
+        ] {
+            assert_eq!(read(not_plain), None, "{not_plain}");
+        }
+    }
+
+    /// With [`Reading::Punctuation`], the common punctuation outside ASCII
+    /// is read as spaces; letters outside ASCII still leave the text to
+    /// Postgres.
+    #[test]
+    fn punctuation_outside_ascii_breaks_where_the_database_reads_it_so() {
+        let words =
+            plain("Don’t — “deploy”… it’s 3.5\u{a0}GB", Reading::Punctuation).expect("plain");
+        assert_eq!(
+            words,
+            [
+                None,
+                None,
+                Some("deploy".to_owned()),
+                None,
+                None,
+                Some("3.5".to_owned()),
+                Some("gb".to_owned())
+            ]
+        );
+        assert!(plain("naïve", Reading::Punctuation).is_none());
+        assert!(plain("🙂", Reading::Punctuation).is_none());
+        assert!(
+            PUNCTUATION
+                .iter()
+                .flat_map(|r| r.clone())
+                .all(|c| !c.is_alphanumeric())
+        );
     }
 
     #[test]
     fn phrases_and_distinct_lexemes_as_postgres_prints_them() {
-        let words = plain("deployment of the setup setups guide").expect("plain");
+        let words = plain("deployment of the setup setups guide", Reading::Ascii).expect("plain");
         assert_eq!(
             phrase(&words),
             "'deploy' <3> 'setup' <-> 'setup' <-> 'guid'"
         );
         assert_eq!(distinct(&words), "deploy setup guid");
-        let stops = plain("of the").expect("plain");
+        let stops = plain("of the", Reading::Ascii).expect("plain");
         assert_eq!(phrase(&stops), "");
         assert_eq!(distinct(&stops), "");
-        assert_eq!(phrase(&plain("the setup").expect("plain")), "'setup'");
+        assert_eq!(
+            phrase(&plain("the setup", Reading::Ascii).expect("plain")),
+            "'setup'"
+        );
     }
 }

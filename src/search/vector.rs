@@ -9,11 +9,12 @@
 //! Why here: building the vector was Postgres's largest cost of an append
 //! (about 160 µs of parsing for a 1 KB episode; see docs/benchmarks.md, "Search").
 //! Built here, Postgres only reads it. It is built only when every string
-//! is plain text ([`english::plain`]) and Postgres would cap nothing; for
-//! anything else (a number, a URL, a hyphenated word, non-ASCII text, a
-//! key holding `/`, `.` or `@` in a compound) the append sends no vector and Postgres builds it
-//! (migration 0017's trigger), so the stored vector is the same either
-//! way. A test against a live Postgres compares the two on generated
+//! is plain text ([`english::plain`]), every JSON number is printed
+//! without an exponent, and Postgres would cap nothing; for anything else
+//! (a URL, a number beside a letter, a compound with digits, letters
+//! outside ASCII, a key holding `/`, `.` or `@` in a compound) the append
+//! sends no vector and Postgres builds it (migration 0017's trigger), so
+//! the stored vector is the same either way. A test against a live Postgres compares the two on generated
 //! episodes.
 //!
 //! How `jsonb_to_tsvector` numbers words: it reads the strings in jsonb's
@@ -40,14 +41,19 @@ const LAST_POSITION: u32 = 16_383;
 type Words = Vec<(String, u32)>;
 
 /// The episode's vector in binary form, or `None` when Postgres must build
-/// it (see the module comment).
-pub fn episode(content: &Value, metadata: &Map<String, Value>) -> Option<Vec<u8>> {
-    let mut reader = Reader::default();
+/// it (see the module comment); `reading` is how far the database's parser
+/// reads text as the server does.
+pub fn episode(
+    content: &Value,
+    metadata: &Map<String, Value>,
+    reading: english::Reading,
+) -> Option<Vec<u8>> {
+    let mut reader = Reader::new(reading);
     reader.value(content)?;
     let mut words = reader.words;
     // Positions only grow as words are read: the last is the highest.
     let shift = words.last().map_or(0, |(_, at)| *at);
-    let mut reader = Reader::default();
+    let mut reader = Reader::new(reading);
     reader.object(metadata)?;
     words.extend(
         reader
@@ -59,20 +65,36 @@ pub fn episode(content: &Value, metadata: &Map<String, Value>) -> Option<Vec<u8>
     send(&words)
 }
 
-#[derive(Default)]
 struct Reader {
     words: Words,
     /// The last position given.
     at: u32,
+    reading: english::Reading,
 }
 
 impl Reader {
+    fn new(reading: english::Reading) -> Self {
+        Reader {
+            words: Words::new(),
+            at: 0,
+            reading,
+        }
+    }
+
     fn value(&mut self, value: &Value) -> Option<()> {
         match value {
             Value::String(text) => self.text(text),
-            // Postgres prints a number as jsonb keeps it (`1.50`, `1e3`),
-            // which serde_json does not know.
-            Value::Number(_) => None,
+            // Postgres reads a number as jsonb prints it, and jsonb prints
+            // what it was sent: the server sends serde_json's text, so
+            // that is the text read, but in exponent form (`1e21`), which
+            // jsonb prints in full.
+            Value::Number(number) => {
+                let text = number.to_string();
+                if text.contains(['e', 'E']) {
+                    return None;
+                }
+                self.text(&text)
+            }
             Value::Array(items) => items.iter().try_for_each(|item| self.value(item)),
             Value::Object(object) => self.object(object),
             Value::Bool(_) | Value::Null => Some(()),
@@ -84,7 +106,7 @@ impl Reader {
         // one or change their order.
         if object
             .keys()
-            .any(|key| matches!(english::spaced(key), Cow::Owned(_)))
+            .any(|key| matches!(english::spaced(key), Cow::Owned(_)) || escape_before_mark(key))
         {
             return None;
         }
@@ -95,7 +117,10 @@ impl Reader {
     }
 
     fn text(&mut self, text: &str) -> Option<()> {
-        let words = english::plain(&english::spaced(text))?;
+        if escape_before_mark(text) {
+            return None;
+        }
+        let words = english::plain(&english::spaced(text), self.reading)?;
         let kept = self.words.len();
         for word in words {
             self.at += 1;
@@ -108,6 +133,23 @@ impl Reader {
         }
         Some(())
     }
+}
+
+/// Whether a control character, which the JSON's text writes as an escape
+/// ending in a letter or digit (`\n`, `\u001f`), stands before a mark
+/// that Postgres's spacing of the JSON's text (`engram_search_text` over
+/// `content::text`) then reads as following a letter or digit: a `-`
+/// before a digit (`\n-5` loses its sign there), a `.` or `@` before a
+/// letter or digit. A list's `\n- item` reads alike in both.
+fn escape_before_mark(text: &str) -> bool {
+    text.as_bytes().windows(3).any(|w| {
+        w[0] < 0x20
+            && match w[1] {
+                b'-' => w[2].is_ascii_digit(),
+                b'.' | b'@' => w[2].is_ascii_alphanumeric(),
+                _ => false,
+            }
+    })
 }
 
 /// `tsvectorsend`'s form of `words` sorted by lexeme, then position: the
@@ -164,7 +206,7 @@ mod tests {
         let Value::Object(metadata) = metadata else {
             panic!("metadata is an object")
         };
-        episode(&content, &metadata).map(|bytes| decoded(&bytes))
+        episode(&content, &metadata, english::Reading::Punctuation).map(|bytes| decoded(&bytes))
     }
 
     fn entry(lexeme: &str, positions: &[u16]) -> (String, Vec<u16>) {
@@ -224,10 +266,13 @@ mod tests {
     #[test]
     fn what_postgres_reads_otherwise_is_left_to_it() {
         for content in [
-            json!(42),
-            json!({"n": 1.5}),
+            json!(1e21),
+            json!({"n": 1.5e-7}),
             json!("x1-y cases"),
             json!("naïve"),
+            json!("3.14pm"),
+            json!("a\n-5"),
+            json!({"k\t.x": "w1"}),
             json!({"a/b": "x"}),
             json!("w1 ".repeat(MOST_POSITIONS + 1)),
             json!(format!("{}w1", "the ".repeat(LAST_POSITION as usize - 1))),
@@ -235,11 +280,44 @@ mod tests {
             assert_eq!(vector(content.clone(), json!({})), None, "{content}");
         }
         assert!(vector(json!("w1 ".repeat(MOST_POSITIONS)), json!({})).is_some());
+        assert!(vector(json!("list:\n- w1\n- w2"), json!({})).is_some());
         let last = vector(
             json!(format!("{}w1", "the ".repeat(LAST_POSITION as usize - 2))),
             json!({}),
         );
         assert_eq!(last, Some(vec![entry("w1", &[16_382])]));
-        assert_eq!(vector(json!("ok"), json!({"n": 3})), None);
+    }
+
+    /// A JSON number is read as the text serde_json prints, which is what
+    /// jsonb keeps: one word, then a gap, as a string of it would be.
+    #[test]
+    fn numbers_are_read_as_printed() {
+        assert_eq!(
+            vector(json!([42, -5, 2.5, "w1"]), json!({"n": -0.25})),
+            Some(vec![
+                entry("-0.25", &[8]),
+                entry("-5", &[3]),
+                entry("2.5", &[5]),
+                entry("42", &[1]),
+                entry("w1", &[7]),
+            ])
+        );
+    }
+
+    /// Curly quotes and dashes are breaks where the database reads them
+    /// so, and leave the episode to Postgres where it does not.
+    #[test]
+    fn punctuation_follows_the_reading() {
+        let text = json!("Don’t deploy — it’s 3.5 “late”");
+        assert_eq!(
+            vector(text.clone(), json!({})),
+            Some(vec![
+                entry("3.5", &[6]),
+                entry("deploy", &[3]),
+                entry("late", &[7]),
+            ])
+        );
+        let metadata = Map::new();
+        assert!(episode(&text, &metadata, english::Reading::Ascii).is_none());
     }
 }

@@ -37,6 +37,19 @@ pub fn pg_admin_url() -> String {
     })
 }
 
+/// How the Postgres at `url` reads text as the server does
+/// ([`PgStore::text_in_rust`]); the test databases lowercase ASCII as Rust
+/// does.
+pub async fn pg_reading(url: &str) -> engram::search::english::Reading {
+    PgStore::connect(url, &Config::defaults().store)
+        .await
+        .expect("open postgres store")
+        .text_in_rust()
+        .await
+        .expect("the text reading check")
+        .expect("a database that lowercases ASCII as Rust does")
+}
+
 /// Replaces the database name of a Postgres URL.
 fn with_database(url: &str, database: &str) -> String {
     let (base, query) = url

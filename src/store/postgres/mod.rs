@@ -39,6 +39,7 @@ use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, 
 use crate::memory::{Entry, Key, Scope};
 use crate::metrics::Grouped;
 use crate::ports::{Database, Feed, Feeds};
+use crate::search::english::{self, Reading};
 use crate::sessions::{Episode, RecentQuery};
 use pool::{Lease, Pool};
 
@@ -165,17 +166,21 @@ pub struct PgStore {
     recents: Option<Group<RecentQuery, Vec<Episode>>>,
     /// Query words as Postgres normalised them, shared by the searches.
     normalized: Arc<search::Normalized>,
-    /// Whether the database lowercases text as the server does
+    /// How far the database reads text as the server does
     /// ([`PgStore::text_in_rust`]), once asked.
-    rust_text: Arc<OnceCell<bool>>,
+    rust_text: Arc<OnceCell<Option<Reading>>>,
 }
 
 /// Whether text search lowercases every ASCII letter to its ASCII
-/// lowercase ([`PgStore::text_in_rust`]). The positions are stripped: a
-/// vector with them never equals one without.
-static ASCII_CASE: Sql = Sql::new(
+/// lowercase (the positions stripped: a vector with them never equals one
+/// without), and whether it reads each of [`english::PUNCTUATION`] as a
+/// break, beside a letter and beside a digit: `$1` holds `a` and `1`, each
+/// followed by the mark, for every mark, and `$2` is the same with spaces
+/// for the marks ([`PgStore::text_in_rust`]).
+static TEXT_READING: Sql = Sql::new(
     "SELECT strip(to_tsvector('simple', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ')) \
-     = 'abcdefghijklmnopqrstuvwxyz'::tsvector",
+     = 'abcdefghijklmnopqrstuvwxyz'::tsvector, \
+     to_tsvector('simple', $1) = to_tsvector('simple', $2)",
 );
 
 /// How often the horizon is re-read without a notification (a missed
@@ -310,20 +315,37 @@ impl PgStore {
 
     /// Whether the server may normalise plain text itself, as Postgres's
     /// `english` configuration would (episodes' search vectors, search
-    /// queries; [`crate::search::english`]): when the database lowercases
-    /// ASCII letters as Rust does. Text search lowercases by the database's
-    /// `LC_CTYPE`, and in a Turkish or Azerbaijani one `I` becomes a
-    /// dotless `ı` (`INVOICE` is indexed as `ınvoıc`): there Postgres does
-    /// all of it, or the vectors the server built and those Postgres built
-    /// (memory, facts, queries that are not plain) would not meet. Asked
-    /// once per store, on a connection of its own: call it holding none.
-    pub async fn text_in_rust(&self) -> Result<bool> {
+    /// queries; [`crate::search::english`]), and how far: `None` when the
+    /// database lowercases ASCII letters otherwise than Rust does. Text
+    /// search lowercases by the database's `LC_CTYPE`, and in a Turkish or
+    /// Azerbaijani one `I` becomes a dotless `ı` (`INVOICE` is indexed as
+    /// `ınvoıc`): there Postgres does all of it, or the vectors the server
+    /// built and those Postgres built (memory, facts, queries that are not
+    /// plain) would not meet. [`Reading::Punctuation`] when the database
+    /// also reads the common punctuation outside ASCII as breaks (not in
+    /// the `C` locale, where every such character is a letter). Asked once
+    /// per store, on a connection of its own: call it holding none.
+    pub async fn text_in_rust(&self) -> Result<Option<Reading>> {
         let ask = async {
+            let marks: Vec<char> = english::PUNCTUATION
+                .iter()
+                .flat_map(|range| range.clone())
+                .collect();
+            let written: String = marks.iter().map(|m| format!("a{m}1{m}")).collect();
+            let spaced = "a 1 ".repeat(marks.len());
             let mut conn = self.system().await?;
-            conn.row(&ASCII_CASE, &[])
+            let row = conn
+                .row(
+                    &TEXT_READING,
+                    &[Param::Text(&written), Param::Text(&spaced)],
+                )
                 .await?
-                .ok_or_else(|| Error::internal("the lowercasing check returned no row"))?
-                .boolean(0)
+                .ok_or_else(|| Error::internal("the text reading check returned no row"))?;
+            Ok::<_, Error>(match (row.boolean(0)?, row.boolean(1)?) {
+                (false, _) => None,
+                (true, false) => Some(Reading::Ascii),
+                (true, true) => Some(Reading::Punctuation),
+            })
         };
         self.rust_text.get_or_try_init(|| ask).await.copied()
     }

@@ -31,7 +31,7 @@ use super::PgStore;
 use super::pool::Lease;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
-use crate::search::english;
+use crate::search::english::{self, Reading};
 use crate::search::ports::SearchStore;
 use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
@@ -439,9 +439,11 @@ impl Normalized {
 /// The query normalised in Rust, when every word and phrase of it is
 /// plain text ([`english::plain`]), as Postgres would normalise it. Each
 /// text is read once; its lexemes and its phrase both come of that.
-fn plain(texts: &[String], query: &Query) -> Option<Normal> {
+fn plain(texts: &[String], query: &Query, reading: Reading) -> Option<Normal> {
     let read = |list: &[String]| -> Option<Vec<Vec<Option<String>>>> {
-        list.iter().map(|text| english::plain(text)).collect()
+        list.iter()
+            .map(|text| english::plain(text, reading))
+            .collect()
     };
     let texts = read(texts)?;
     let mut tsqueries: Vec<String> = texts.iter().map(|w| english::phrase(w)).collect();
@@ -459,18 +461,18 @@ fn plain(texts: &[String], query: &Query) -> Option<Normal> {
 
 impl Plan {
     /// Normalises the query's words with the `english` configuration: in
-    /// Rust when the query is plain text and the database lowercases as
-    /// Rust does (`in_rust`, [`PgStore::text_in_rust`]), else from `normalized` when it
+    /// Rust when the query is plain text as the database reads it
+    /// (`in_rust`, [`PgStore::text_in_rust`]), else from `normalized` when it
     /// holds every part, else by Postgres (then kept in `normalized`);
     /// `None` when nothing but stop words is left to look for.
     async fn prepare(
         conn: &mut Lease,
         normalized: &Normalized,
         query: &Query,
-        in_rust: bool,
+        in_rust: Option<Reading>,
     ) -> Result<Option<Plan>> {
         let texts: Vec<String> = query.words.iter().chain(&query.phrases).cloned().collect();
-        let rust = in_rust.then(|| plain(&texts, query)).flatten();
+        let rust = in_rust.and_then(|reading| plain(&texts, query, reading));
         let normal = match rust.or_else(|| normalized.get(&texts, query)) {
             Some(normal) => normal,
             None => {

@@ -29,6 +29,7 @@ use super::pool::Lease;
 use super::{PgStore, slot_of};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::search::english::Reading;
 use crate::search::vector;
 use crate::sessions::ports::{Append, Appended};
 use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
@@ -165,14 +166,10 @@ impl AppendWrite {
 
 /// The search vectors of `fresh`, as [`AppendWrite::vectors`]; none when
 /// the database lowercases otherwise ([`PgStore::text_in_rust`]).
-fn vectors(fresh: &[NewEpisode], in_rust: bool) -> Vec<Option<Vec<u8>>> {
+fn vectors(fresh: &[NewEpisode], reading: Option<Reading>) -> Vec<Option<Vec<u8>>> {
     fresh
         .iter()
-        .map(|e| {
-            in_rust
-                .then(|| vector::episode(&e.content, &e.metadata))
-                .flatten()
-        })
+        .map(|e| reading.and_then(|reading| vector::episode(&e.content, &e.metadata, reading)))
         .collect()
 }
 
