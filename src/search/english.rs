@@ -10,16 +10,17 @@
 //! Text for Postgres, and every query, is read through [`spaced`] first,
 //! which makes the `/` of a path and the `.` and `@` of a file name, host
 //! or email spaces (SQLite's tokenizer splits them itself). Text that is
-//! not plain then (a dot inside a number, `@`, `&`, `<`, `+`, `~`, a
-//! sign, a compound with digits, non-ASCII characters: what Postgres's
-//! parser may read as an email, a URL, a host, a number, a tag or a
-//! Unicode word, or reads by the database's locale) is left to Postgres.
+//! not plain then (`@`, `&`, `<`, `~`, a number beside other marks, a
+//! letter outside ASCII: what Postgres's parser may read as an email, a
+//! URL, a host, a number, a tag or a Unicode word, or reads by the
+//! database's locale) is left to Postgres.
 //! Plain text is ASCII letters and digits between whitespace and the
 //! punctuation the parser always reads as a break ([`BREAKS`], a hyphen
 //! not followed by a letter or digit, and a dot that ends a word before
-//! whitespace), compounds of letters joined by hyphens, and decimals,
-//! versions and signed numbers standing between such breaks
-//! ([`numbers::whole`]). Where the database's locale reads them as
+//! whitespace), compounds joined by hyphens (`state-of-the-art`,
+//! `gpt-4o-mini`), and decimals, versions and signed numbers standing
+//! between such breaks ([`numbers::whole`]) or, unsigned, before letters
+//! (`3.21s`, read as `3.21` and `s`). Where the database's locale reads them as
 //! neither letters nor digits ([`Reading::Punctuation`], which the store
 //! checks), the common punctuation outside ASCII ([`PUNCTUATION`]: curly
 //! quotes, dashes, the ellipsis, no-break spaces) are breaks too. Tests
@@ -262,8 +263,9 @@ fn is_punctuation(c: char) -> bool {
     PUNCTUATION.iter().any(|range| range.contains(&c))
 }
 
-/// Each word of a plain text (see the module comment) in order, as its
-/// lexeme or `None` for a stop word; `None` when the text is not plain. A
+/// Each word of a plain text (see the module comment), as [`spaced`]
+/// leaves it, in order, as its lexeme or `None` for a stop word; `None`
+/// when the text is not plain. A
 /// compound of letters joined by hyphens (`state-of-the-art`) is, as
 /// Postgres reads it, the whole compound stemmed as one word, then each
 /// part as a word of its own; a decimal, version or signed number is one
@@ -313,6 +315,34 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
             }
             return None;
         }
+        // A decimal or version right before letters is a number of its
+        // own, and the letters another word (`3.21s`, `1.2.3rc1`), but
+        // before an `e` it may be one in scientific notation (`3.14E5`).
+        if start.is_none() && byte.is_ascii_digit() && (at == 0 || is_break(at - 1)) {
+            let digits = |from: usize| {
+                from + bytes[from..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count()
+            };
+            let mut end = digits(at);
+            while bytes.get(end) == Some(&b'.')
+                && bytes.get(end + 1).is_some_and(u8::is_ascii_digit)
+            {
+                end = digits(end + 1);
+            }
+            if let Some(&letter) = bytes.get(end)
+                && end > digits(at)
+                && letter.is_ascii_alphabetic()
+            {
+                if matches!(letter, b'e' | b'E') {
+                    return None;
+                }
+                words.push(Some(text[at..end].to_owned()));
+                skip_to = end;
+                continue;
+            }
+        }
         if byte.is_ascii_alphanumeric() {
             start.get_or_insert(at);
             continue;
@@ -343,7 +373,8 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
 
 /// Adds a run of letters and digits, maybe joined by hyphens, as
 /// [`plain`] reads it; `None` when it is too long to be read here, or a
-/// compound with digits (which Postgres reads by other rules).
+/// compound that starts with a number (`10-fold`, `1e5-x`), which Postgres
+/// reads as a number and what follows.
 fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
     if run.len() > LONGEST {
         return None;
@@ -359,10 +390,29 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
         }
         return Some(());
     }
-    if !run.bytes().all(|b| b == b'-' || b.is_ascii_alphabetic()) {
-        return None;
+    // A compound: whole, then each part. With a digit in it (`4o-mini`,
+    // `e2e-tests`) the whole is kept as written, lowercased, where one of
+    // letters alone is stemmed.
+    let lower = run.to_ascii_lowercase();
+    if run.bytes().any(|b| b.is_ascii_digit()) {
+        let first = run.split('-').next().unwrap_or_default().as_bytes();
+        let mantissa = first.iter().take_while(|b| b.is_ascii_digit()).count();
+        let scientific = mantissa > 0
+            && matches!(first.get(mantissa), Some(b'e' | b'E'))
+            && first.get(mantissa + 1).is_some_and(u8::is_ascii_digit);
+        // A part after a hyphen that starts with a digit is a signed
+        // number to the parser; `spaced` text has none.
+        let signed = run
+            .split('-')
+            .skip(1)
+            .any(|p| p.starts_with(|c: char| c.is_ascii_digit()));
+        if mantissa == first.len() || scientific || signed {
+            return None;
+        }
+        words.push(Some(lower));
+    } else {
+        words.push(Some(ENGLISH.stem(&lower).into_owned()));
     }
-    words.push(Some(ENGLISH.stem(&run.to_ascii_lowercase()).into_owned()));
     words.extend(run.split('-').map(word));
     Some(())
 }
@@ -499,7 +549,8 @@ mod tests {
         );
         for not_plain in [
             "validate.ts",
-            "covid-19",
+            "10-fold",
+            "x-1",
             "x -y",
             "naïve",
             "a@b",
@@ -555,6 +606,20 @@ mod tests {
             ]
         );
         assert_eq!(plain("", Reading::Ascii).expect("plain"), []);
+        // With digits, the whole compound is kept as written.
+        let compound = plain("gpt 4o-Mini e2e-tests", Reading::Ascii).expect("plain");
+        assert_eq!(
+            compound,
+            [
+                Some("gpt".to_owned()),
+                Some("4o-mini".to_owned()),
+                Some("4o".to_owned()),
+                Some("mini".to_owned()),
+                Some("e2e-tests".to_owned()),
+                Some("e2e".to_owned()),
+                Some("test".to_owned()),
+            ]
+        );
     }
 
     /// Decimals, versions and signed numbers between breaks are one word
@@ -573,10 +638,19 @@ mod tests {
             )
         );
         for not_plain in [
-            "3.14pm", "v1.2", "1..5", "--5", "x0._-10", "1.5e3", "3.5-x", ".5",
+            "v1.2", "1..5", "--5", "x0._-10", "1.5e3", "3.5-x", ".5", "3.14E5",
         ] {
             assert_eq!(read(not_plain), None, "{not_plain}");
         }
+        // Before letters, the number and the letters are two words.
+        assert_eq!(
+            read("took 3.21s, v 1.2.3rc1 at 3.14pm"),
+            Some(
+                ["took", "3.21", "v", "1.2.3", "rc1", "3.14", "pm"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
     }
 
     /// With [`Reading::Punctuation`], the common punctuation outside ASCII
