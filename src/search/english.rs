@@ -20,12 +20,13 @@
 //! whitespace), compounds joined by hyphens (`state-of-the-art`,
 //! `gpt-4o-mini`), and decimals, versions and signed numbers standing
 //! between such breaks ([`numbers::whole`]) or, unsigned, before letters
-//! (`3.21s`, read as `3.21` and `s`). Where the database's locale reads them as
-//! neither letters nor digits ([`Reading::Punctuation`], which the store
-//! checks), the common punctuation outside ASCII ([`PUNCTUATION`]: curly
-//! quotes, dashes, the ellipsis, no-break spaces) are breaks too. Tests
-//! compare this with a live Postgres on generated text and on this
-//! project's README and benchmark log.
+//! (`3.21s`, read as `3.21` and `s`). Where the database's locale reads
+//! them as neither letters nor digits (which the store checks: a
+//! [`Reading`]), the common punctuation outside ASCII ([`PUNCTUATION`]:
+//! curly quotes, dashes, the ellipsis, no-break spaces) and emoji
+//! ([`SYMBOLS`]) are breaks too. Tests compare this with a live Postgres
+//! on generated text, on agents' episodes and on this project's README
+//! and benchmark log.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -248,8 +249,30 @@ pub const PUNCTUATION: &[RangeInclusive<char>] = &[
     '\u{2190}'..='\u{2193}', // arrows
 ];
 
-/// How far a database's parser reads text as [`plain`] does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Emoji and other pictographs, which Postgres's parser reads as breaks
+/// where it reads [`PUNCTUATION`] so, checked apart
+/// ([`Reading::Symbols`]): Misc Symbols and Pictographs, Emoticons,
+/// Transport, Supplemental Symbols, Misc Symbols, Dingbats, stars, and the
+/// zero-width joiner of emoji sequences. Emoji's presentation selector
+/// (U+FE0F) is a break only after a break ([`EMOJI_SELECTOR`]).
+pub const SYMBOLS: &[RangeInclusive<char>] = &[
+    '\u{200d}'..='\u{200d}',
+    '\u{2600}'..='\u{27bf}',
+    '\u{2b50}'..='\u{2b50}',
+    '\u{2b55}'..='\u{2b55}',
+    '\u{1f300}'..='\u{1f6ff}',
+    '\u{1f900}'..='\u{1f9ff}',
+    '\u{1fa70}'..='\u{1faff}',
+];
+
+/// The emoji presentation selector: a mark, which Postgres's parser reads
+/// as part of a letter's or digit's word (`1\u{fe0f}z` is one word) and
+/// as a break after a break (`👍\u{fe0f}`).
+pub const EMOJI_SELECTOR: char = '\u{fe0f}';
+
+/// How far a database's parser reads text as [`plain`] does; each level
+/// reads what the one before does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reading {
     /// ASCII text alone; any other character leaves the text to
     /// Postgres.
@@ -257,10 +280,17 @@ pub enum Reading {
     /// ASCII text and [`PUNCTUATION`], each of which the database reads as
     /// a break.
     Punctuation,
+    /// And [`SYMBOLS`], likewise.
+    Symbols,
 }
 
-fn is_punctuation(c: char) -> bool {
-    PUNCTUATION.iter().any(|range| range.contains(&c))
+impl Reading {
+    /// Whether this reading takes `c` for a break.
+    fn breaks_at(self, c: char) -> bool {
+        let within = |ranges: &[RangeInclusive<char>]| ranges.iter().any(|r| r.contains(&c));
+        (self >= Reading::Punctuation && within(PUNCTUATION))
+            || (self >= Reading::Symbols && within(SYMBOLS))
+    }
 }
 
 /// Each word of a plain text (see the module comment), as [`spaced`]
@@ -271,14 +301,25 @@ fn is_punctuation(c: char) -> bool {
 /// part as a word of its own; a decimal, version or signed number is one
 /// word, as written (`3.14`, `10.0.0.1`, `-5`).
 pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
-    // A punctuation mark reads as a space wherever it stands.
-    let text = match reading {
-        Reading::Punctuation if !text.is_ascii() => Cow::Owned(
-            text.chars()
-                .map(|c| if is_punctuation(c) { ' ' } else { c })
-                .collect(),
-        ),
-        _ => Cow::Borrowed(text),
+    // A punctuation mark or symbol reads as a space wherever it stands,
+    // the emoji selector after a break.
+    let text = if reading > Reading::Ascii && !text.is_ascii() {
+        let mut out = String::with_capacity(text.len());
+        let mut after_break = true;
+        for c in text.chars() {
+            let read = if reading.breaks_at(c)
+                || (c == EMOJI_SELECTOR && reading >= Reading::Symbols && after_break)
+            {
+                ' '
+            } else {
+                c
+            };
+            after_break = u8::try_from(read).is_ok_and(|b| is_space(b) || BREAKS.contains(&b));
+            out.push(read);
+        }
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(text)
     };
     let text = text.as_ref();
     let bytes = text.as_bytes();
@@ -674,6 +715,15 @@ mod tests {
         );
         assert!(plain("naïve", Reading::Punctuation).is_none());
         assert!(plain("🙂", Reading::Punctuation).is_none());
+        // Emoji, where the database reads them as breaks too; the
+        // selector after a break is one, after a letter it is not.
+        let words = plain("great👍\u{fe0f}job 🎉 x\u{200d}y ✅", Reading::Symbols).expect("plain");
+        assert_eq!(
+            words.into_iter().flatten().collect::<Vec<_>>(),
+            ["great", "job", "x", "y"]
+        );
+        assert!(plain("a\u{fe0f}b", Reading::Symbols).is_none());
+        assert!(plain("1\u{fe0f}", Reading::Symbols).is_none());
         assert!(
             PUNCTUATION
                 .iter()

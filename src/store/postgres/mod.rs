@@ -173,15 +173,32 @@ pub struct PgStore {
 
 /// Whether text search lowercases every ASCII letter to its ASCII
 /// lowercase (the positions stripped: a vector with them never equals one
-/// without), and whether it reads each of [`english::PUNCTUATION`] as a
-/// break, beside a letter and beside a digit: `$1` holds `a` and `1`, each
-/// followed by the mark, for every mark, and `$2` is the same with spaces
-/// for the marks ([`PgStore::text_in_rust`]).
+/// without), whether it reads each of [`english::PUNCTUATION`] as a break,
+/// and each of [`english::SYMBOLS`]: `$1` and `$3` are texts that hold the
+/// marks, `$2` and `$4` the same texts with spaces for them
+/// ([`PgStore::text_in_rust`], [`probe`]).
 static TEXT_READING: Sql = Sql::new(
     "SELECT strip(to_tsvector('simple', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ')) \
      = 'abcdefghijklmnopqrstuvwxyz'::tsvector, \
-     to_tsvector('simple', $1) = to_tsvector('simple', $2)",
+     to_tsvector('simple', $1) = to_tsvector('simple', $2), \
+     to_tsvector('simple', $3) = to_tsvector('simple', $4)",
 );
+
+/// A text that holds each mark of `marks` after a letter and after a
+/// digit (`a’1’`), and the same text with spaces for the marks: equal
+/// vectors mean that the parser reads each mark as a break there.
+fn probe(marks: &[std::ops::RangeInclusive<char>], extra: &str) -> (String, String) {
+    let marks: Vec<char> = marks.iter().flat_map(|range| range.clone()).collect();
+    let mut written: String = marks.iter().map(|m| format!("a{m}1{m}")).collect();
+    let mut spaced = "a 1 ".repeat(marks.len());
+    written.push_str(extra);
+    spaced.extend(
+        extra
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { ' ' }),
+    );
+    (written, spaced)
+}
 
 /// How often the horizon is re-read without a notification (a missed
 /// NOTIFY, a dropped listener): the bound on delivery delay then.
@@ -323,28 +340,33 @@ impl PgStore {
     /// built and those Postgres built (memory, facts, queries that are not
     /// plain) would not meet. [`Reading::Punctuation`] when the database
     /// also reads the common punctuation outside ASCII as breaks (not in
-    /// the `C` locale, where every such character is a letter). Asked once
-    /// per store, on a connection of its own: call it holding none.
+    /// the `C` locale, where every such character is a letter), and
+    /// [`Reading::Symbols`] when it reads emoji so too. Asked once per
+    /// store, on a connection of its own: call it holding none.
     pub async fn text_in_rust(&self) -> Result<Option<Reading>> {
         let ask = async {
-            let marks: Vec<char> = english::PUNCTUATION
-                .iter()
-                .flat_map(|range| range.clone())
-                .collect();
-            let written: String = marks.iter().map(|m| format!("a{m}1{m}")).collect();
-            let spaced = "a 1 ".repeat(marks.len());
+            let punctuation = probe(english::PUNCTUATION, "");
+            // The emoji selector after an emoji and after punctuation.
+            let selector = english::EMOJI_SELECTOR;
+            let symbols = probe(english::SYMBOLS, &format!("👍{selector}a!{selector}1"));
             let mut conn = self.system().await?;
             let row = conn
                 .row(
                     &TEXT_READING,
-                    &[Param::Text(&written), Param::Text(&spaced)],
+                    &[
+                        Param::Text(&punctuation.0),
+                        Param::Text(&punctuation.1),
+                        Param::Text(&symbols.0),
+                        Param::Text(&symbols.1),
+                    ],
                 )
                 .await?
                 .ok_or_else(|| Error::internal("the text reading check returned no row"))?;
-            Ok::<_, Error>(match (row.boolean(0)?, row.boolean(1)?) {
-                (false, _) => None,
-                (true, false) => Some(Reading::Ascii),
-                (true, true) => Some(Reading::Punctuation),
+            Ok::<_, Error>(match (row.boolean(0)?, row.boolean(1)?, row.boolean(2)?) {
+                (false, _, _) => None,
+                (true, false, _) => Some(Reading::Ascii),
+                (true, true, false) => Some(Reading::Punctuation),
+                (true, true, true) => Some(Reading::Symbols),
             })
         };
         self.rust_text.get_or_try_init(|| ask).await.copied()
