@@ -10,8 +10,9 @@
 //! Text for Postgres, and every query, is read through [`spaced`] first,
 //! which makes the `/` of a path and the `.` and `@` of a file name, host
 //! or email spaces (SQLite's tokenizer splits them itself). Text that is
-//! not plain then (`@`, `&`, `<`, `~`, a number beside other marks, a
-//! letter outside ASCII: what Postgres's parser may read as an email, a
+//! not plain then (`@`, `&`, `<`, `~`, a number beside other marks,
+//! letters outside ASCII beside digits or hyphens or where the database
+//! reads them otherwise: what Postgres's parser may read as an email, a
 //! URL, a host, a number, a tag or a Unicode word, or reads by the
 //! database's locale) is left to Postgres.
 //! Plain text is ASCII letters and digits between whitespace and the
@@ -24,7 +25,8 @@
 //! them as neither letters nor digits (which the store checks: a
 //! [`Reading`]), the common punctuation outside ASCII ([`PUNCTUATION`]:
 //! curly quotes, dashes, the ellipsis, no-break spaces) and emoji
-//! ([`SYMBOLS`]) are breaks too. Tests compare this with a live Postgres
+//! ([`SYMBOLS`]) are breaks too, and words of Latin, Greek and Cyrillic
+//! letters ([`LETTERS`]) words. Tests compare this with a live Postgres
 //! on generated text, on agents' episodes and on this project's README
 //! and benchmark log.
 
@@ -270,6 +272,42 @@ pub const SYMBOLS: &[RangeInclusive<char>] = &[
 /// as a break after a break (`👍\u{fe0f}`).
 pub const EMOJI_SELECTOR: char = '\u{fe0f}';
 
+/// Letters outside ASCII that the server reads in words where the
+/// database reads each of them as `engram_english` does here
+/// ([`Reading::Letters`], checked by the store over every one of them,
+/// [`letter_probes`]): the letters of Latin-1, Latin Extended-A and -B,
+/// Greek, Cyrillic and Latin Extended Additional, but `ŉ`, which
+/// `unaccent` reads as `'n`. A word with one of them is, to Postgres, a
+/// word of letters (`café`, `Zürich`, `новый`), folded by `unaccent`
+/// before it is stemmed ([`lexeme`]); one with a digit or a hyphen as well
+/// is left to Postgres, as is any other letter and any combining mark.
+const LETTERS: &[RangeInclusive<char>] = &[
+    '\u{c0}'..='\u{24f}',
+    '\u{370}'..='\u{4ff}',
+    '\u{1e00}'..='\u{1eff}',
+];
+
+fn is_letter(c: char) -> bool {
+    c != 'ŉ' && c.is_alphabetic() && LETTERS.iter().any(|r| r.contains(&c))
+}
+
+/// The store's check of [`Reading::Letters`]: a word of each letter
+/// between two `q`s, with its lexeme as read here; the database reads
+/// the letters so when `to_tsvector('engram_english', word)` holds that
+/// one lexeme for every word.
+pub fn letter_probes() -> (Vec<String>, Vec<String>) {
+    LETTERS
+        .iter()
+        .flat_map(|range| range.clone())
+        .filter(|&c| is_letter(c))
+        .map(|c| {
+            let word = format!("q{c}q");
+            let lexeme = lexeme(&word);
+            (word, lexeme)
+        })
+        .unzip()
+}
+
 /// How far a database's parser reads text as [`plain`] does; each level
 /// reads what the one before does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -282,6 +320,8 @@ pub enum Reading {
     Punctuation,
     /// And [`SYMBOLS`], likewise.
     Symbols,
+    /// And words with the letters of [`LETTERS`].
+    Letters,
 }
 
 impl Reading {
@@ -322,6 +362,12 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
         Cow::Borrowed(text)
     };
     let text = text.as_ref();
+    // Past the marks, a character outside ASCII is a letter this reading
+    // reads, or the text is left to Postgres.
+    let letters = reading >= Reading::Letters && !text.is_ascii();
+    if letters && text.chars().any(|c| !c.is_ascii() && !is_letter(c)) {
+        return None;
+    }
     let bytes = text.as_bytes();
     let is_break = |at: usize| {
         bytes
@@ -384,12 +430,12 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
                 continue;
             }
         }
-        if byte.is_ascii_alphanumeric() {
+        if byte.is_ascii_alphanumeric() || (byte >= 0x80 && letters) {
             start.get_or_insert(at);
             continue;
         }
         let next = bytes.get(at + 1).copied();
-        if byte == b'-' && next.is_some_and(|b| b.is_ascii_alphanumeric()) {
+        if byte == b'-' && next.is_some_and(|b| b.is_ascii_alphanumeric() || b >= 0x80) {
             if start.is_some() {
                 continue; // a compound's hyphen
             }
@@ -419,6 +465,16 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
 fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
     if run.len() > LONGEST {
         return None;
+    }
+    if !run.is_ascii() {
+        // Letters alone ([`LETTERS`]): `unaccent`, then the stop words
+        // and the stemmer, as `engram_english` reads a `word`.
+        if run.bytes().any(|b| b == b'-' || b.is_ascii_digit()) {
+            return None;
+        }
+        let lower = folded_lowercase(run).into_owned();
+        words.push((!is_stop_word(&lower)).then(|| lowercase_lexeme(lower)));
+        return Some(());
     }
     if !run.contains('-') {
         // Digits, `e` and digits are a number in scientific notation to
@@ -723,6 +779,33 @@ mod tests {
             ["great", "job", "x", "y"]
         );
         assert!(plain("a\u{fe0f}b", Reading::Symbols).is_none());
+        assert!(plain("café", Reading::Symbols).is_none());
+    }
+
+    /// With [`Reading::Letters`], words of letters outside ASCII are read
+    /// as `engram_english` reads them; with a digit, a hyphen, a combining
+    /// mark or another letter the text is left to Postgres.
+    #[test]
+    fn letters_outside_ascii_where_the_database_reads_them_so() {
+        let words =
+            plain("Zürich’s café: naïve thé НОВЫЙ Straße", Reading::Letters).expect("plain");
+        assert_eq!(
+            words,
+            [
+                Some("zurich".to_owned()),
+                None,
+                Some("cafe".to_owned()),
+                Some("naiv".to_owned()),
+                None,
+                Some("новый".to_owned()),
+                Some("strass".to_owned()),
+            ]
+        );
+        for not_plain in ["café-bar", "é1", "e\u{301}", "ﬁle", "ŉ", "x -é"] {
+            assert!(plain(not_plain, Reading::Letters).is_none(), "{not_plain}");
+        }
+        let (words, lexemes) = letter_probes();
+        assert!(words.len() > 900 && words.len() == lexemes.len());
         assert!(plain("1\u{fe0f}", Reading::Symbols).is_none());
         assert!(
             PUNCTUATION

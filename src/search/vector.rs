@@ -12,7 +12,8 @@
 //! is plain text ([`english::plain`]), every JSON number is printed
 //! without an exponent, and Postgres would cap nothing; for anything else
 //! (a URL, an email, a number a letter runs into (`v1.2`), letters
-//! outside ASCII, a key holding `/`, `.` or `@` in a compound) the append
+//! outside ASCII beside a digit or hyphen, a key holding `/`, `.` or `@`
+//! in a compound; see [`english::plain`]) the append
 //! sends no vector and Postgres builds it (migration 0017's trigger), so
 //! the stored vector is the same either way. A test against a live Postgres compares the two on generated
 //! episodes.

@@ -176,12 +176,20 @@ pub struct PgStore {
 /// without), whether it reads each of [`english::PUNCTUATION`] as a break,
 /// and each of [`english::SYMBOLS`]: `$1` and `$3` are texts that hold the
 /// marks, `$2` and `$4` the same texts with spaces for them
-/// ([`PgStore::text_in_rust`], [`probe`]).
+/// ([`PgStore::text_in_rust`], [`probe`]); and whether each word of `$5`
+/// is read as the one lexeme of `$6` beside it
+/// ([`english::letter_probes`]; false before migration 0020 made
+/// `engram_english`).
 static TEXT_READING: Sql = Sql::new(
     "SELECT strip(to_tsvector('simple', 'ABCDEFGHIJKLMNOPQRSTUVWXYZ')) \
      = 'abcdefghijklmnopqrstuvwxyz'::tsvector, \
      to_tsvector('simple', $1) = to_tsvector('simple', $2), \
-     to_tsvector('simple', $3) = to_tsvector('simple', $4)",
+     to_tsvector('simple', $3) = to_tsvector('simple', $4), \
+     (SELECT coalesce(bool_and(array_to_string(tsvector_to_array( \
+         to_tsvector(c.oid::regconfig, t.w)), ' ') = t.l), false) \
+      FROM unnest($5::text[], $6::text[]) AS t(w, l) \
+      JOIN pg_ts_config c ON c.cfgname = 'engram_english' \
+       AND pg_ts_config_is_visible(c.oid))",
 );
 
 /// A text that holds each mark of `marks` after a letter and after a
@@ -341,14 +349,18 @@ impl PgStore {
     /// plain) would not meet. [`Reading::Punctuation`] when the database
     /// also reads the common punctuation outside ASCII as breaks (not in
     /// the `C` locale, where every such character is a letter), and
-    /// [`Reading::Symbols`] when it reads emoji so too. Asked once per
-    /// store, on a connection of its own: call it holding none.
+    /// [`Reading::Symbols`] when it reads emoji so too, and
+    /// [`Reading::Letters`] when it reads each letter the server would
+    /// read outside ASCII as the server does. Asked once per store (after
+    /// the migrations: it reads with `engram_english`), on a connection of
+    /// its own: call it holding none.
     pub async fn text_in_rust(&self) -> Result<Option<Reading>> {
         let ask = async {
             let punctuation = probe(english::PUNCTUATION, "");
             // The emoji selector after an emoji and after punctuation.
             let selector = english::EMOJI_SELECTOR;
             let symbols = probe(english::SYMBOLS, &format!("👍{selector}a!{selector}1"));
+            let (words, lexemes) = english::letter_probes();
             let mut conn = self.system().await?;
             let row = conn
                 .row(
@@ -358,16 +370,26 @@ impl PgStore {
                         Param::Text(&punctuation.1),
                         Param::Text(&symbols.0),
                         Param::Text(&symbols.1),
+                        Param::TextList(&words),
+                        Param::TextList(&lexemes),
                     ],
                 )
                 .await?
                 .ok_or_else(|| Error::internal("the text reading check returned no row"))?;
-            Ok::<_, Error>(match (row.boolean(0)?, row.boolean(1)?, row.boolean(2)?) {
-                (false, _, _) => None,
-                (true, false, _) => Some(Reading::Ascii),
-                (true, true, false) => Some(Reading::Punctuation),
-                (true, true, true) => Some(Reading::Symbols),
-            })
+            let passed = [1, 2, 3]
+                .into_iter()
+                .map(|at| row.boolean(at))
+                .collect::<Result<Vec<bool>>>()?;
+            let levels = [Reading::Punctuation, Reading::Symbols, Reading::Letters];
+            Ok::<_, Error>(row.boolean(0)?.then(|| {
+                // The highest level whose check and every one below passed.
+                levels
+                    .iter()
+                    .zip(&passed)
+                    .take_while(|(_, passed)| **passed)
+                    .last()
+                    .map_or(Reading::Ascii, |(level, _)| *level)
+            }))
         };
         self.rust_text.get_or_try_init(|| ask).await.copied()
     }
