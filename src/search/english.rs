@@ -10,11 +10,13 @@
 //! Text for Postgres, and every query, is read through [`spaced`] first,
 //! which makes the `/` of a path and the `.` and `@` of a file name, host
 //! or email spaces (SQLite's tokenizer splits them itself). Text that is
-//! not plain then (`@`, `&`, `<`, `~`, a number beside other marks,
-//! letters outside ASCII beside digits or hyphens or where the database
-//! reads them otherwise: what Postgres's parser may read as an email, a
-//! URL, a host, a number, a tag or a Unicode word, or reads by the
-//! database's locale) is left to Postgres.
+//! not plain then (`@`, `~`, a tag or an entity, a number beside other
+//! marks, letters outside ASCII beside digits or hyphens or where the
+//! database reads them otherwise: what Postgres's parser may read as an
+//! email, a URL, a host, a number, markup or a Unicode word, or reads by
+//! the database's locale) is left to Postgres. Where it reads no markup
+//! ([`markup::hidden`]), `<`, `>` and `&` are breaks, and so is a `+`
+//! before anything but a digit.
 //! Plain text is ASCII letters and digits between whitespace and the
 //! punctuation the parser always reads as a break ([`BREAKS`], a hyphen
 //! not followed by a letter or digit, and a dot that ends a word before
@@ -37,7 +39,7 @@ use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
 
-use super::numbers;
+use super::{markup, numbers};
 
 static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
@@ -341,6 +343,10 @@ impl Reading {
 /// part as a word of its own; a decimal, version or signed number is one
 /// word, as written (`3.14`, `10.0.0.1`, `-5`).
 pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
+    // Where the parser reads no tag and no entity, `<`, `>` and `&` are
+    // breaks like any other mark ([`markup::hidden`], over the text as
+    // written).
+    let no_markup = !text.contains(['<', '&']) || markup::hidden(text).is_empty();
     // A punctuation mark or symbol reads as a space wherever it stands,
     // the emoji selector after a break.
     let text = if reading > Reading::Ascii && !text.is_ascii() {
@@ -444,7 +450,9 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
         let breaks = is_space(byte)
             || BREAKS.contains(&byte)
             || byte == b'-'
-            || (byte == b'.' && next.is_none_or(is_space));
+            || (byte == b'.' && next.is_none_or(is_space))
+            || (byte == b'+' && !next.is_some_and(|b| b.is_ascii_digit()))
+            || (matches!(byte, b'<' | b'>' | b'&') && no_markup);
         if !breaks {
             return None;
         }
@@ -653,7 +661,8 @@ mod tests {
             "a@b",
             "<b>",
             "&amp;",
-            "c++",
+            "a+5",
+            "R&D <b>",
             "~user",
             "tab\x0bbed",
             "don’t",
@@ -680,6 +689,13 @@ mod tests {
             ]
         );
         assert!(plain(&"a".repeat(LONGEST + 1), Reading::Ascii).is_none());
+        // Where no tag or entity is read, `<`, `>` and `&` are breaks, and
+        // so is a `+` that no digit follows.
+        let marks = plain("R&D: c++ -> 2 > 1, a <- b", Reading::Ascii).expect("plain");
+        assert_eq!(
+            marks.into_iter().flatten().collect::<Vec<_>>(),
+            ["r", "d", "c", "2", "1", "b"]
+        );
         // As Postgres: the compound whole, then its parts; a lone hyphen
         // is a break.
         let compound = plain(

@@ -1255,10 +1255,11 @@ impl Generated {
         " ", " ", " ", " ", "  ", "\n", "\t", "\r\n", ", ", ". ", ".", "!", "?", ";", ":", "'",
         "\"", "(", ")", "[", "]", "{", "}", "_", "*", "#", "$", "%", "=", "^", "`", "|", "\\", "-",
         " - ", "- ", "--", "-\n", "/", "’", " — ", "—", "“", "”", "…", "\u{a0}", "–", "‘", "«", "🙂",
-        "👍\u{fe0f}", " ✅ ", "\u{fe0f}", "👍🏽", "\u{200d}", " -", "@", ".x", "+", "~", "é", "&", "<",
-        ">", "1.5", "@x.", ".1", "1.", "ª", "·",
+        "👍\u{fe0f}", " ✅ ", "\u{fe0f}", "👍🏽", "\u{200d}", " -> ", "=>", " < ", "&D ", "++ ", ">",
+        "&", "+", " -", "@", ".x", "~", "é", "<", "1.5", "@x.", ".1", "1.", "ª", "·", "&amp;",
+        "<b>", "</b>", "&#38;", "+",
     ];
-    const PLAIN: usize = 55;
+    const PLAIN: usize = 63;
 
     fn below(&mut self, n: usize) -> usize {
         self.0 ^= self.0 << 13;
@@ -1413,7 +1414,7 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
         "text": "Deployments: the cluster’s setup (w448) in src/auth/validate.ts — 3.5× faster 🎉",
         "turn": 12
     });
-    let parsed = json!("R&D's blue-green deploys of covid-19 fixes, 1.5 GB");
+    let parsed = json!("<b>blue-green</b> deploys of covid-19 fixes, 1.5 GB");
     assert!(vector::episode(&plain, &serde_json::Map::new(), reading).is_some());
     assert!(vector::episode(&parsed, &serde_json::Map::new(), reading).is_none());
     server
