@@ -716,6 +716,25 @@ async fn the_server_reads_plain_text_itself_where_the_database_lowercases_alike(
     );
 }
 
+/// A migrated Postgres store on a database of `locale`, whose text the
+/// server reads as `reading` says.
+async fn migrated_with_locale(
+    locale: &str,
+    reading: Option<engram::search::english::Reading>,
+) -> (TestDb, engram::store::PgStore) {
+    use engram::ports::Database;
+
+    let db = TestDb::postgres_with_locale(locale).await;
+    let store = db.pg_store().await;
+    store.migrate().await.expect("migrate");
+    assert_eq!(
+        store.text_in_rust().await.expect("the reading check"),
+        reading,
+        "{locale}"
+    );
+    (db, store)
+}
+
 /// In the `C` locale Postgres's parser reads every character outside
 /// ASCII as a letter, so `don’t` is one word there: the server then reads
 /// ASCII text alone, leaves an episode with a curly quote to Postgres, and
@@ -723,16 +742,9 @@ async fn the_server_reads_plain_text_itself_where_the_database_lowercases_alike(
 /// (`C.UTF-8`) the quote is a break, as it is to the server.
 #[tokio::test]
 async fn a_c_locale_database_reads_punctuation_outside_ascii_itself() {
-    use engram::ports::Database;
     use engram::search::english::Reading;
 
-    let db = TestDb::postgres_with_locale("C").await;
-    let store = db.pg_store().await;
-    store.migrate().await.expect("migrate");
-    assert_eq!(
-        store.text_in_rust().await.expect("the reading check"),
-        Some(Reading::Ascii)
-    );
+    let (db, store) = migrated_with_locale("C", Some(Reading::Ascii)).await;
     said(&store, &[("e1", "Don’t deploy on Fridays")]).await;
     let any = Filters::default();
     let hits = |query: &'static str| {
@@ -860,15 +872,7 @@ async fn writes_racing_the_reading_migration_are_read_the_new_way() {
 /// asked for it, where Postgres indexed the memory key under `ınvoıc`.
 #[tokio::test]
 async fn a_turkish_database_normalises_text_in_postgres() {
-    use engram::ports::Database;
-
-    let db = TestDb::postgres_with_locale("tr_TR.UTF-8").await;
-    let store = db.pg_store().await;
-    store.migrate().await.expect("migrate");
-    assert_eq!(
-        store.text_in_rust().await.expect("the lowercasing check"),
-        None
-    );
+    let (db, store) = migrated_with_locale("tr_TR.UTF-8", None).await;
     let l = log(&store, "t1");
     l.create("s1", "app", "alice", 0).await;
     let s1 = id("s1");
