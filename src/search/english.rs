@@ -337,11 +337,12 @@ impl Reading {
 
 /// Each word of a plain text (see the module comment), as [`spaced`]
 /// leaves it, in order, as its lexeme or `None` for a stop word; `None`
-/// when the text is not plain. A
-/// compound of letters joined by hyphens (`state-of-the-art`) is, as
-/// Postgres reads it, the whole compound stemmed as one word, then each
-/// part as a word of its own; a decimal, version or signed number is one
-/// word, as written (`3.14`, `10.0.0.1`, `-5`).
+/// when the text is not plain, as `reading` says what the database reads
+/// as the server does. A compound joined by hyphens is, as Postgres reads
+/// it, the whole compound as one word (stemmed when it is all letters:
+/// `state-of-the-art`; as written, lowercased, when it holds a digit:
+/// `4o-mini`), then each part as a word of its own; a decimal, version or
+/// signed number is one word, as written (`3.14`, `10.0.0.1`, `-5`).
 pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
     // Where the parser reads no tag and no entity, `<`, `>` and `&` are
     // breaks like any other mark ([`markup::hidden`], over the text as
