@@ -14,10 +14,10 @@
 
 use std::ops::Range;
 
-use super::english::BREAKS;
+use super::english::is_break_mark;
 
 /// The marks these rules read themselves; beside them and the
-/// punctuation the parser always reads as a break ([`BREAKS`]), a number
+/// punctuation the parser always reads as a break ([`BREAKS`](super::english::BREAKS)), a number
 /// stands apart.
 const MARKS: &[u8] = b".+-";
 
@@ -31,14 +31,14 @@ const MARKS: &[u8] = b".+-";
 ///   unsigned, as unsigned versions and decimals are).
 ///
 /// A run that starts after a letter or digit (`x1.5`) is not a number of
-/// its own, and a number beside anything but whitespace, [`BREAKS`] and
+/// its own, and a number beside anything but whitespace, [`BREAKS`](super::english::BREAKS) and
 /// [`MARKS`] is left out.
 pub fn whole(text: &str) -> Vec<Range<usize>> {
     let bytes = text.as_bytes();
     let digits = |at: usize| digits_from(bytes, at);
     let apart = |at: Option<usize>| {
         at.and_then(|at| bytes.get(at))
-            .is_none_or(|&b| b.is_ascii_whitespace() || BREAKS.contains(&b) || MARKS.contains(&b))
+            .is_none_or(|&b| b.is_ascii_whitespace() || is_break_mark(b) || MARKS.contains(&b))
     };
     let mut out = Vec::new();
     let mut at = 0;
