@@ -381,7 +381,7 @@ impl PgStore {
                 .map(|at| row.boolean(at))
                 .collect::<Result<Vec<bool>>>()?;
             let levels = [Reading::Punctuation, Reading::Symbols, Reading::Letters];
-            Ok::<_, Error>(row.boolean(0)?.then(|| {
+            let reading = row.boolean(0)?.then(|| {
                 // The highest level whose check and every one below passed.
                 levels
                     .iter()
@@ -389,7 +389,20 @@ impl PgStore {
                     .take_while(|(_, passed)| **passed)
                     .last()
                     .map_or(Reading::Ascii, |(level, _)| *level)
-            }))
+            });
+            // Once per store: whether appends leave text to Postgres's
+            // parser, which costs them (see docs/benchmarks.md, "Search").
+            match reading {
+                Some(Reading::Letters) => {
+                    tracing::info!(reading = ?reading, "the server reads episodes' text for search")
+                }
+                _ => tracing::warn!(
+                    reading = ?reading,
+                    "the database's LC_CTYPE reads some text otherwise than the server: \
+                     Postgres parses such episodes for search, which slows appends"
+                ),
+            }
+            Ok::<_, Error>(reading)
         };
         self.rust_text.get_or_try_init(|| ask).await.copied()
     }
