@@ -464,20 +464,9 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
         // own, and the letters another word (`3.21s`, `1.2.3rc1`), but
         // before an `e` it may be one in scientific notation (`3.14E5`).
         if start.is_none() && byte.is_ascii_digit() && (at == 0 || is_break(at - 1)) {
-            let digits = |from: usize| {
-                from + bytes[from..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_digit())
-                    .count()
-            };
-            let mut end = digits(at);
-            while bytes.get(end) == Some(&b'.')
-                && bytes.get(end + 1).is_some_and(u8::is_ascii_digit)
-            {
-                end = digits(end + 1);
-            }
+            let (end, points) = numbers::dotted(bytes, at);
             if let Some(&letter) = bytes.get(end)
-                && end > digits(at)
+                && points > 0
                 && letter.is_ascii_alphabetic()
             {
                 if matches!(letter, b'e' | b'E') {
@@ -553,17 +542,14 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
     let lower = run.to_ascii_lowercase();
     if run.bytes().any(|b| b.is_ascii_digit()) {
         let first = run.split('-').next().unwrap_or_default().as_bytes();
-        let mantissa = first.iter().take_while(|b| b.is_ascii_digit()).count();
-        let scientific = mantissa > 0
-            && matches!(first.get(mantissa), Some(b'e' | b'E'))
-            && first.get(mantissa + 1).is_some_and(u8::is_ascii_digit);
         // A part after a hyphen that starts with a digit is a signed
         // number to the parser; `spaced` text has none.
         let signed = run
             .split('-')
             .skip(1)
             .any(|p| p.starts_with(|c: char| c.is_ascii_digit()));
-        if mantissa == first.len() || scientific || signed {
+        let number = numbers::digits_from(first, 0) == first.len();
+        if number || numbers::starts_scientific(first) || signed {
             return None;
         }
         words.push(Some(lower));

@@ -35,7 +35,6 @@ const MARKS: &[u8] = b".+-";
 /// [`MARKS`] is left out.
 pub fn whole(text: &str) -> Vec<Range<usize>> {
     let bytes = text.as_bytes();
-    let digits = |at: usize| digits_from(bytes, at);
     let apart = |at: Option<usize>| {
         at.and_then(|at| bytes.get(at))
             .is_none_or(|&b| b.is_ascii_whitespace() || is_break_mark(b) || MARKS.contains(&b))
@@ -65,12 +64,7 @@ pub fn whole(text: &str) -> Vec<Range<usize>> {
             continue;
         }
         let first = if signed { at + 1 } else { at };
-        let mut end = digits(first);
-        let mut points = 0;
-        while bytes.get(end) == Some(&b'.') && bytes.get(end + 1).is_some_and(u8::is_ascii_digit) {
-            end = digits(end + 1);
-            points += 1;
-        }
+        let (end, points) = dotted(bytes, first);
         let start = if signed && points >= 2 { first } else { at };
         let kept_whole = points > 0 || start < first;
         if kept_whole
@@ -92,15 +86,37 @@ pub fn whole(text: &str) -> Vec<Range<usize>> {
 pub fn scientific_end(run: &str) -> Option<usize> {
     let bytes = run.as_bytes();
     let mantissa = digits_from(bytes, 0);
-    if mantissa == 0 || !matches!(bytes.get(mantissa), Some(b'e' | b'E')) {
+    if !starts_scientific(bytes) {
         return None;
     }
     let end = digits_from(bytes, mantissa + 1);
-    (end > mantissa + 1 && end < bytes.len()).then_some(end)
+    (end < bytes.len()).then_some(end)
+}
+
+/// Whether `bytes` start with a number in scientific notation: digits,
+/// `e` or `E`, and a digit.
+pub fn starts_scientific(bytes: &[u8]) -> bool {
+    let mantissa = digits_from(bytes, 0);
+    mantissa > 0
+        && matches!(bytes.get(mantissa), Some(b'e' | b'E'))
+        && bytes.get(mantissa + 1).is_some_and(u8::is_ascii_digit)
+}
+
+/// Where digits from `at` on, then `.` and digits any number of times,
+/// end, and how many such points they hold (one: a decimal; more: a
+/// version).
+pub fn dotted(bytes: &[u8], at: usize) -> (usize, usize) {
+    let mut end = digits_from(bytes, at);
+    let mut points = 0;
+    while bytes.get(end) == Some(&b'.') && bytes.get(end + 1).is_some_and(u8::is_ascii_digit) {
+        end = digits_from(bytes, end + 1);
+        points += 1;
+    }
+    (end, points)
 }
 
 /// The end of the digits of `bytes` from `at` on.
-fn digits_from(bytes: &[u8], mut at: usize) -> usize {
+pub fn digits_from(bytes: &[u8], mut at: usize) -> usize {
     while bytes.get(at).is_some_and(u8::is_ascii_digit) {
         at += 1;
     }
