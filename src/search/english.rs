@@ -361,6 +361,34 @@ pub fn letter_probes() -> (Vec<String>, Vec<String>) {
         .unzip()
 }
 
+/// The store's check of [`Reading::Punctuation`]: a text that holds each
+/// mark of [`PUNCTUATION`] after a letter and after a digit (`a’1’`), and
+/// the same text with spaces for the marks. Equal vectors mean that the
+/// parser reads each mark as a break.
+pub fn punctuation_probe() -> (String, String) {
+    probe(PUNCTUATION, "")
+}
+
+/// The store's check of [`Reading::Symbols`], as [`punctuation_probe`]
+/// for [`SYMBOLS`], and [`EMOJI_SELECTOR`] after an emoji and after
+/// punctuation.
+pub fn symbol_probe() -> (String, String) {
+    probe(SYMBOLS, &format!("👍{EMOJI_SELECTOR}a!{EMOJI_SELECTOR}1"))
+}
+
+fn probe(marks: &[RangeInclusive<char>], extra: &str) -> (String, String) {
+    let marks: Vec<char> = marks.iter().flat_map(|range| range.clone()).collect();
+    let mut written: String = marks.iter().map(|m| format!("a{m}1{m}")).collect();
+    let mut spaced = "a 1 ".repeat(marks.len());
+    written.push_str(extra);
+    spaced.extend(
+        extra
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { ' ' }),
+    );
+    (written, spaced)
+}
+
 /// How far a database's parser reads text as [`plain`] does; each level
 /// reads what the one before does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

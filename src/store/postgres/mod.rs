@@ -176,7 +176,8 @@ pub struct PgStore {
 /// without), whether it reads each of [`english::PUNCTUATION`] as a break,
 /// and each of [`english::SYMBOLS`]: `$1` and `$3` are texts that hold the
 /// marks, `$2` and `$4` the same texts with spaces for them
-/// ([`PgStore::text_in_rust`], [`probe`]); and whether each word of `$5`
+/// ([`PgStore::text_in_rust`], [`english::punctuation_probe`],
+/// [`english::symbol_probe`]); and whether each word of `$5`
 /// is read as the one lexeme of `$6` beside it
 /// ([`english::letter_probes`]; false before migration 0020 made
 /// `engram_english`).
@@ -191,22 +192,6 @@ static TEXT_READING: Sql = Sql::new(
       JOIN pg_ts_config c ON c.cfgname = 'engram_english' \
        AND pg_ts_config_is_visible(c.oid))",
 );
-
-/// A text that holds each mark of `marks` after a letter and after a
-/// digit (`a’1’`), and the same text with spaces for the marks: equal
-/// vectors mean that the parser reads each mark as a break there.
-fn probe(marks: &[std::ops::RangeInclusive<char>], extra: &str) -> (String, String) {
-    let marks: Vec<char> = marks.iter().flat_map(|range| range.clone()).collect();
-    let mut written: String = marks.iter().map(|m| format!("a{m}1{m}")).collect();
-    let mut spaced = "a 1 ".repeat(marks.len());
-    written.push_str(extra);
-    spaced.extend(
-        extra
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { ' ' }),
-    );
-    (written, spaced)
-}
 
 /// How often the horizon is re-read without a notification (a missed
 /// NOTIFY, a dropped listener): the bound on delivery delay then.
@@ -356,10 +341,8 @@ impl PgStore {
     /// its own: call it holding none.
     pub async fn text_in_rust(&self) -> Result<Option<Reading>> {
         let ask = async {
-            let punctuation = probe(english::PUNCTUATION, "");
-            // The emoji selector after an emoji and after punctuation.
-            let selector = english::EMOJI_SELECTOR;
-            let symbols = probe(english::SYMBOLS, &format!("👍{selector}a!{selector}1"));
+            let punctuation = english::punctuation_probe();
+            let symbols = english::symbol_probe();
             let (words, lexemes) = english::letter_probes();
             let mut conn = self.system().await?;
             let row = conn
