@@ -78,12 +78,33 @@ struct Scenario {
 }
 
 /// A free port on the loopback interface, for a server that must come back
-/// on the same address after a restart.
+/// on the same address after a restart (or a Postgres the test starts).
+///
+/// The port is taken from below the kernel's ephemeral range: a port the
+/// kernel handed out for `bind(0)` would be free again between this check
+/// and the server's bind, and after a `kill -9`, so another test's
+/// listener or outgoing connection could take it in between. Ports below
+/// the range are only ever taken by name; within this process a counter
+/// hands each out once, and the process id spreads concurrent test
+/// binaries apart.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000, ephemeral_low.max(10_001));
+    let span = high - low;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let port = low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(port).expect("a port number");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range {ephemeral_low}");
 }
 
 /// The servers of a scenario, each restartable on its own port.
