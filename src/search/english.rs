@@ -492,17 +492,14 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
         // own, and the letters another word (`3.21s`, `1.2.3rc1`), but
         // before an `e` it may be one in scientific notation (`3.14E5`).
         if start.is_none() && byte.is_ascii_digit() && (at == 0 || is_break(at - 1)) {
-            let (end, points) = numbers::dotted(bytes, at);
-            if let Some(&letter) = bytes.get(end)
-                && points > 0
-                && letter.is_ascii_alphabetic()
-            {
-                if matches!(letter, b'e' | b'E') {
-                    return None;
-                }
+            if let Some(end) = numbers::number_before_letters(bytes, at) {
                 words.push(Some(text[at..end].to_owned()));
                 skip_to = end;
                 continue;
+            }
+            let (end, points) = numbers::dotted(bytes, at);
+            if points > 0 && matches!(bytes.get(end), Some(b'e' | b'E')) {
+                return None;
             }
         }
         if byte.is_ascii_alphanumeric() || (byte >= 0x80 && letters) {

@@ -6,11 +6,13 @@
 //!
 //! Only numbers between marks both readers break at are read here:
 //! whitespace, the punctuation Postgres always reads as a break, and the
-//! `.`, `+` and `-` the rules below take in. Beside a letter the parser
-//! reads more kinds (`3.14pm` as `3.14` and `pm`, `v1.2` as a file name,
-//! `1e5x` as `1e5` and `x`), which SQLite still splits as `unicode61`
-//! does. A test holds these rules to Postgres's `ts_debug` over generated
-//! text of digits, signs, dots, letters and other marks.
+//! `.`, `+` and `-` the rules below take in; and an unsigned decimal or
+//! version right before letters ([`before_letters`]: `3.21s` is `3.21` and
+//! `s` there, `3` and `21s` to `unicode61`). Beside a letter the parser
+//! reads more kinds (`v1.2` as a file name, `1e5x` as `1e5` and `x`),
+//! which SQLite still splits as `unicode61` does. A test holds these rules
+//! to Postgres's `ts_debug` over generated text of digits, signs, dots,
+//! letters and other marks.
 
 use std::ops::Range;
 
@@ -55,12 +57,7 @@ pub fn whole(text: &str) -> Vec<Range<usize>> {
                 .get(at - 1)
                 .is_some_and(|&p| !p.is_ascii() || p.is_ascii_alphanumeric())
         {
-            while bytes
-                .get(at)
-                .is_some_and(|&b| !b.is_ascii() || b.is_ascii_alphanumeric())
-            {
-                at += 1;
-            }
+            at = word_end(bytes, at);
             continue;
         }
         let first = if signed { at + 1 } else { at };
@@ -73,10 +70,102 @@ pub fn whole(text: &str) -> Vec<Range<usize>> {
             && !in_file_name(bytes, start)
         {
             out.push(start..end);
+            at = end;
+        } else if bytes
+            .get(end)
+            .is_some_and(|&b| !b.is_ascii() || b.is_ascii_alphanumeric())
+        {
+            // A word that starts with digits (`3é.1.5`, `2x.5`).
+            at = word_end(bytes, first);
+        } else {
+            at = end;
         }
-        at = end;
     }
     out
+}
+
+/// The byte ranges of `text` (as [`super::english::spaced`] leaves it)
+/// that Postgres reads as a number of their own although letters follow
+/// them: a decimal or version after whitespace or a
+/// [`BREAKS`](super::english::BREAKS) mark (or at the start) and right
+/// before an ASCII letter, which starts the next word (`3.21s`,
+/// `1.2.3rc1`). Before an `e` it may be a number in scientific notation
+/// (`3.14E5`), so none is read there. In order; none overlaps one of
+/// [`whole`], which ends apart from letters.
+pub fn before_letters(text: &str) -> Vec<Range<usize>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        if b.is_ascii() && !b.is_ascii_alphanumeric() {
+            at += 1;
+            continue;
+        }
+        let after_break = at == 0
+            || bytes
+                .get(at - 1)
+                .is_some_and(|&b| b.is_ascii_whitespace() || is_break_mark(b));
+        if after_break
+            && let Some(end) = number_before_letters(bytes, at)
+            && !in_file_name(bytes, at)
+        {
+            out.push(at..end);
+            at = end;
+        } else {
+            // Not inside a word either (`s1.5_2.5x` is one file name).
+            at = word_end(bytes, at);
+        }
+    }
+    out
+}
+
+/// Where the word of letters and digits at `at` ends, as the parser
+/// reads it: with points inside it (`s1.5.3`, `x10.0.1` are one word
+/// there, a file name; [`super::english::spaced`] has made the point
+/// between an ASCII letter and a digit a space) or a run of marks holding
+/// `._` (`rc1._x`), and once it is such a file name, with any run of `.`,
+/// `_` and `-` before more of it (`s1.5_1.5rc1`, `x1.5--5`).
+fn word_end(bytes: &[u8], mut at: usize) -> usize {
+    const MARKS: &[u8] = b"._-";
+    let in_word = |at: usize| {
+        bytes
+            .get(at)
+            .is_some_and(|&b| !b.is_ascii() || b.is_ascii_alphanumeric())
+    };
+    let mut file = false;
+    while let Some(&b) = bytes.get(at) {
+        if in_word(at) {
+            at += 1;
+            continue;
+        }
+        if !MARKS.contains(&b) {
+            break;
+        }
+        let mut end = at;
+        while bytes.get(end).is_some_and(|b| MARKS.contains(b)) {
+            end += 1;
+        }
+        let run = bytes.get(at..end).unwrap_or_default();
+        let joins = file || run == b"." || run.windows(2).any(|pair| pair == b"._");
+        if !joins || !in_word(end) {
+            break;
+        }
+        file = true;
+        at = end;
+    }
+    at
+}
+
+/// Where the decimal or version starting at `at` ends when an ASCII letter
+/// other than `e` follows it: a number of its own to the parser, which
+/// reads the letters as the next word (see [`before_letters`]).
+pub fn number_before_letters(bytes: &[u8], at: usize) -> Option<usize> {
+    if !bytes.get(at).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    let (end, points) = dotted(bytes, at);
+    let letter = *bytes.get(end)?;
+    (points > 0 && letter.is_ascii_alphabetic() && !matches!(letter, b'e' | b'E')).then_some(end)
 }
 
 /// Where a number in scientific notation (`1e5`) at the start of a run of
@@ -167,6 +256,29 @@ mod tests {
             ("é1.5 1.5é", &[]),
             // A file name to the parser.
             ("x0._-10 ab._-1.5 x0.-10", &["-10"]),
+            ("", &[]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(read(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn decimals_and_versions_before_letters_are_numbers_of_their_own() {
+        let read = |text: &'static str| -> Vec<&'static str> {
+            before_letters(text).into_iter().map(|r| &text[r]).collect()
+        };
+        let cases: [(&str, &[&str]); 8] = [
+            ("took 3.21s", &["3.21"]),
+            ("1.2.3rc1 (2.5Gi) \"0.5x\"", &["1.2.3", "2.5", "0.5"]),
+            // Apart from letters: [`whole`]'s.
+            ("3.14 and 10.0.0.1.", &[]),
+            // Not before an `e`, nor after a letter, a digit or a sign.
+            ("3.14E5 3.14e5x v1.2x x3.5s -3.5s 1.5-x", &[]),
+            // Not a number of digits alone, nor one without its digits.
+            ("42nd .5s", &[]),
+            ("x._3.5s", &[]),
+            ("é1.5x 1.5é", &[]),
             ("", &[]),
         ];
         for (text, want) in cases {

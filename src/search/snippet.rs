@@ -81,9 +81,13 @@ fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
 /// Where the words of `text` are, as snippets read them: runs of letters
 /// and digits, but a decimal, a version or a signed number whole, as the
 /// indexes keep it ([`numbers::whole`]), so that `3.14` is marked when
-/// `3.14` is searched.
+/// `3.14` is searched, and one right before letters a word apart from
+/// them ([`numbers::before_letters`]: `3.21` in `3.21s`).
 pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
-    let numbers = numbers::whole(&spaced(text));
+    let spaced = spaced(text);
+    let mut numbers = numbers::whole(&spaced);
+    numbers.extend(numbers::before_letters(&spaced));
+    numbers.sort_by_key(|n| n.start);
     let mut numbers = numbers.iter().peekable();
     let mut words = Vec::new();
     let mut start = None;
@@ -153,15 +157,23 @@ fn render(text: &str, words: &[Word]) -> String {
         .map_or(text.len(), |at| last.end + at);
     let mut out = String::with_capacity(end - start + 16);
     let mut at = start;
+    let mut marked = false;
     for word in words {
         out.push_str(&text[at..word.start]);
         if word.marked {
-            out.push_str("**");
+            // Two marked words with nothing between (`3.21` and `s` of
+            // `3.21s`) share one mark.
+            if marked && at == word.start {
+                out.truncate(out.len() - "**".len());
+            } else {
+                out.push_str("**");
+            }
             out.push_str(&text[word.start..word.end]);
             out.push_str("**");
         } else {
             out.push_str(&text[word.start..word.end]);
         }
+        marked = word.marked;
         at = word.end;
     }
     out.push_str(&text[at..end]);
@@ -233,7 +245,13 @@ mod tests {
             ),
             "pi is **3.14** (not 3), **-5** at **10.0.0.1**."
         );
-        assert_eq!(snippet("3.14pm", &terms(&["3.14"])), "3.14pm");
+        // Before letters too, as the indexes read it, but not before an
+        // `e` (a number in scientific notation, maybe) or after a letter.
+        assert_eq!(snippet("3.14pm", &terms(&["3.14"])), "**3.14**pm");
+        assert_eq!(
+            snippet("3.14pm, 3.14e5, v3.14x", &terms(&["3.14", "pm"])),
+            "**3.14pm**, 3.14e5, v3.14x"
+        );
     }
 
     #[test]

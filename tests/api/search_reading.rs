@@ -144,7 +144,8 @@ async fn markup_is_hidden_as_postgres_hides_it() {
 }
 
 /// Postgres keeps whole every number `numbers::whole` reads whole, at the
-/// same place; and in text without letters, the words `unicode61` splits
+/// same place, and reads each `numbers::before_letters` reads as a number
+/// and the letters after it as the next word; and in text without letters, the words `unicode61` splits
 /// with those numbers whole are Postgres's words wherever the split
 /// alone was, and are in many texts where it was not (a sign after a
 /// digit or beside `@` or `/`, which the parser reads too, is left
@@ -155,7 +156,14 @@ async fn numbers_are_read_whole_as_postgres_reads_them() {
         "0", "1", "5", "9", "10", "e", "x", ".", ".", "-", "+", " ", " ", ",", "@", "/", "_", ":",
         "(", "é",
     ];
+    // Numbers before letters, more often. (No `+`: after an `e` it
+    // signs the exponent, `5e+10`, which these rules do not read.)
+    const BEFORE: &[&str] = &[
+        "1.5", "10.0.1", "3", "5", ".", "x", "s", "rc1", "e", "E", "é", " ", " ", "(", "-", "_",
+        "/", "@",
+    ];
     let mut texts = generated(PIECES, 12, 20_000, 0x9e37_79b9_7f4a_7c15);
+    texts.extend(generated(BEFORE, 8, 10_000, 0x2545_f491_4f6c_dd1d));
     texts.extend(
         [
             "pi is 3.14 today",
@@ -186,7 +194,7 @@ async fn numbers_are_read_whole_as_postgres_reads_them() {
         offsets[at] += token.len();
     }
     let mut differ = Vec::new();
-    let (mut kept, mut mended) = (0, 0);
+    let (mut kept, mut before, mut mended) = (0, 0, 0);
     for (at, text) in texts.iter().enumerate() {
         let spaced = english::spaced(text);
         let whole = numbers::whole(&spaced);
@@ -195,6 +203,28 @@ async fn numbers_are_read_whole_as_postgres_reads_them() {
             let word = (number.start, spaced[number.clone()].to_owned());
             if !postgres[at].contains(&word) {
                 differ.push(format!("{text:?}: {:?} against {:?}", word.1, postgres[at]));
+            }
+        }
+        // A decimal or version before letters is a word there, and the
+        // letters after it start the next (which may run on as a file name,
+        // `s._`, as a word of letters alone may).
+        let leading = numbers::before_letters(&spaced);
+        before += leading.len();
+        for number in &leading {
+            let rest = &spaced[number.end..];
+            let letters = rest[..rest
+                .find(|c: char| !c.is_alphanumeric())
+                .unwrap_or(rest.len())]
+                .to_lowercase();
+            let word = (number.start, spaced[number.clone()].to_owned());
+            let next = postgres[at]
+                .iter()
+                .any(|(offset, w)| *offset == number.end && w.starts_with(&letters));
+            if !postgres[at].contains(&word) || !next {
+                differ.push(format!(
+                    "{text:?}: {:?}, {letters:?} against {:?}",
+                    word.1, postgres[at]
+                ));
             }
         }
         if text.chars().any(char::is_alphabetic) {
@@ -231,6 +261,7 @@ async fn numbers_are_read_whole_as_postgres_reads_them() {
     }
     crate::search::assert_none_differ(&differ);
     assert!(kept > 1_000, "only {kept} numbers read whole");
+    assert!(before > 300, "only {before} numbers before letters");
     assert!(
         mended > 500,
         "only {mended} texts read as Postgres reads them"

@@ -37,7 +37,16 @@
 //! does; and a decimal, a version or a signed number that `unicode61`
 //! splits is handed on whole, as the parser keeps it
 //! ([`numbers::whole`]). A table keeps the reading it was made with,
-//! since FTS5 removes a row's tokens by reading its text again.
+//! since FTS5 removes a row's tokens by reading its text again. Tables
+//! made with `reading 4` (migration 0017) also read an unsigned decimal or
+//! version right before letters as a word of its own and the letters as
+//! the next ([`numbers::before_letters`]: `3.21s` is `3.21` and `s`, where
+//! `unicode61` reads `3` and `21s`), as the parser does. (With it,
+//! [`numbers::whole`] came to read a file name's numbers as the parser
+//! does, `s1.5_2.5` one word; tables of `reading 3` now read so too, but
+//! a server of this release writes to none: it migrates a database at
+//! 0016 before it writes, and 0017 drops those tables whole, so no row is
+//! removed with other tokens than it was added with.)
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -151,7 +160,7 @@ struct Stemming {
 /// How a table's text is read, chosen by its `reading` argument (a table
 /// keeps the reading it was made with, so that FTS5 removes a row's
 /// tokens as it added them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Reading {
     /// Migration 0014: `unicode61`'s tokens, stemmed.
     Stemmed,
@@ -163,6 +172,9 @@ enum Reading {
     /// alone (split at [`STRING`] and [`PART`]), a word's letters folded
     /// as written, and numbers whole.
     StringsAlone,
+    /// Migration 0017 (`reading 4`): as `reading 3`, and a decimal or
+    /// version right before letters a word apart from them.
+    NumbersBeforeLetters,
 }
 
 impl Reading {
@@ -222,6 +234,7 @@ unsafe fn reading_of(
                 Some(b"1") => Reading::Stemmed,
                 Some(b"2") => Reading::AsPostgres,
                 Some(b"3") => Reading::StringsAlone,
+                Some(b"4") => Reading::NumbersBeforeLetters,
                 _ => return None,
             };
             i += 2;
@@ -419,8 +432,9 @@ unsafe fn text_of<'a>(text: *const std::ffi::c_char, length: c_int) -> &'a [u8] 
 }
 
 /// How Postgres's parser reads `text` where `unicode61` reads it
-/// otherwise: its markup, and with `alone` (reading 3) the numbers it
-/// keeps whole ([`numbers::whole`]), each string read alone (split at
+/// otherwise: its markup, and from reading 3 on the numbers it keeps whole
+/// ([`numbers::whole`]; from reading 4 on also those before letters,
+/// [`numbers::before_letters`]), each string read alone (split at
 /// [`STRING`] and [`PART`]), with the offset and kind of each split.
 #[derive(Default)]
 struct Read {
@@ -429,7 +443,8 @@ struct Read {
     ends: Vec<(usize, bool)>,
 }
 
-fn read(text: &[u8], alone: bool) -> Read {
+fn read(text: &[u8], reading: Reading) -> Read {
+    let alone = reading >= Reading::StringsAlone;
     let ends: Vec<(usize, bool)> = if alone {
         (0..)
             .zip(text)
@@ -457,7 +472,12 @@ fn read(text: &[u8], alone: bool) -> Read {
             if alone {
                 // `spaced` keeps every byte where it was.
                 let spaced = english::spaced(piece);
-                numbers.extend(numbers::whole(&spaced).into_iter().map(shifted));
+                let mut read = numbers::whole(&spaced);
+                if reading >= Reading::NumbersBeforeLetters {
+                    read.extend(numbers::before_letters(&spaced));
+                    read.sort_by_key(|n| n.start);
+                }
+                numbers.extend(read.into_iter().map(shifted));
             }
             from = to + 1;
         }
@@ -496,7 +516,7 @@ unsafe extern "C" fn tokenize(
         numbers,
         ends,
     } = if wrapped.reading.as_postgres() {
-        read(source, wrapped.reading == Reading::StringsAlone)
+        read(source, wrapped.reading)
     } else {
         Read::default()
     };
@@ -562,26 +582,47 @@ unsafe extern "C" fn stemmed(
         return ffi::SQLITE_OK;
     }
     // Reading 3: a number Postgres keeps whole (`3.14`, `-5`) is handed on
-    // whole, at its first token; the others are dropped.
+    // whole, at its first token; the others are dropped. Reading 4: but the
+    // letters a number runs into (`unicode61`'s `21s` of `3.21s`) are the
+    // next word, read below (a number of reading 3 ends apart from any
+    // token, so none runs past it there).
+    let (mut token, mut length, mut start) = (token, length, start);
     if let Some((number, first)) = caller.number_at(start) {
         if !first {
-            return ffi::SQLITE_OK;
+            let cut = usize::try_from(start)
+                .ok()
+                .and_then(|from| number.end.checked_sub(from))
+                .and_then(|cut| Some((cut, c_int::try_from(cut).ok()?)));
+            match cut {
+                Some((cut, n)) if n > 0 && n < length && !token.is_null() => {
+                    // SAFETY: `cut` is within the parent's token, `length`
+                    // bytes: its first bytes are the number's digits and
+                    // points, one byte each as in the text.
+                    token = unsafe { token.add(cut) };
+                    length -= n;
+                    start += n;
+                }
+                _ => return ffi::SQLITE_OK,
+            }
+        } else {
+            let rc = gap(caller, start);
+            if rc != ffi::SQLITE_OK {
+                return rc;
+            }
+            caller.worded.set(true);
+            let (Some(text), Ok(n), Ok(from), Ok(to)) = (
+                caller.slice(number.clone()),
+                c_int::try_from(number.len()),
+                c_int::try_from(number.start),
+                c_int::try_from(number.end),
+            ) else {
+                return ffi::SQLITE_ERROR;
+            };
+            // SAFETY: FTS5 copies the token before the callback returns.
+            return unsafe {
+                (caller.emit)(caller.context, flags, text.as_ptr().cast(), n, from, to)
+            };
         }
-        let rc = gap(caller, start);
-        if rc != ffi::SQLITE_OK {
-            return rc;
-        }
-        caller.worded.set(true);
-        let (Some(text), Ok(n), Ok(from), Ok(to)) = (
-            caller.slice(number.clone()),
-            c_int::try_from(number.len()),
-            c_int::try_from(number.start),
-            c_int::try_from(number.end),
-        ) else {
-            return ffi::SQLITE_ERROR;
-        };
-        // SAFETY: FTS5 copies the token before the callback returns.
-        return unsafe { (caller.emit)(caller.context, flags, text.as_ptr().cast(), n, from, to) };
     }
     let bytes: &[u8] = match usize::try_from(length) {
         // SAFETY: the parent's token, `length` bytes, alive for this call.
@@ -602,7 +643,7 @@ unsafe extern "C" fn stemmed(
     // them.
     let mut written = None;
     let mut word = word;
-    if caller.reading == Reading::StringsAlone && !word.is_ascii() {
+    if caller.reading >= Reading::StringsAlone && !word.is_ascii() {
         let not_a_letter = |c: char| !c.is_alphanumeric();
         word = word.trim_start_matches(not_a_letter);
         if word.is_empty() {
@@ -983,6 +1024,44 @@ mod tests {
                     .expect("match");
             assert_eq!(n, found, "{text:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn reading_4_reads_a_number_before_letters_apart_from_them() {
+        let mut conn = table(&READING_3.replace("reading 3", "reading 4")).await;
+        let cases: [(&str, &[&str]); 3] = [
+            (
+                "took 3.21s, then 1.2.3rc1",
+                &["took", "3.21", "s", "then", "1.2.3", "rc1"],
+            ),
+            // Not before an `e` (`3.14E5` may be a number there), nor
+            // after a letter; numbers apart from letters as in reading 3.
+            (
+                "3.14E5 x3.5s (2.5Gi) -5 10.0.0.1",
+                &["3", "14e5", "x3", "5s", "2.5", "gi", "-5", "10.0.0.1"],
+            ),
+            // The letters are a word as any other: folded and stemmed.
+            ("4.5Bugs 2.0Units", &["4.5", "bug", "2.0", "unit"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(lexemes(&mut conn, text).await, want, "{text:?}");
+        }
+        lexemes(&mut conn, "the build took 3.21s").await;
+        for (query, found) in [("3.21", 1), ("\"3.21s\"", 1), ("21s", 0), ("3", 0)] {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH ?1")
+                .bind(if query.starts_with('"') {
+                    query.to_owned()
+                } else {
+                    format!("\"{query}\"")
+                })
+                .fetch_one(&mut conn)
+                .await
+                .expect("match");
+            assert_eq!(n, found, "{query}");
+        }
+        // A table of reading 3 reads as it always did.
+        let mut old = table(READING_3).await;
+        assert_eq!(lexemes(&mut old, "took 3.21s").await, ["took", "3", "21s"]);
     }
 
     /// Reading 3 folds each letter of the blocks the API tests hold to

@@ -695,6 +695,51 @@ async fn strings_written_before_they_were_read_alone_are_read_again_by_the_migra
     assert_eq!(found_everywhere(&lite, "canary").await, ["e1", "notes@1"]);
 }
 
+/// What a SQLite database held before a number before letters was read
+/// as Postgres reads it (migration 0017) is read again by it: `3.21s` had
+/// been `3` and `21s`, in memory, facts and episodes alike.
+#[tokio::test]
+async fn numbers_before_letters_written_before_their_reading_are_read_again_by_the_migration() {
+    use engram::ports::Database;
+
+    let text = "the build took 3.21s";
+    let all = ["e1", "notes@1", "ops@example.com"];
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    let lite = db.sqlite_store().await;
+    lite.migrate_through(Some(16))
+        .await
+        .expect("the schema before");
+    write_everywhere(&lite, text, "notes", text).await;
+    assert_eq!(found_everywhere(&lite, "3.21").await, Vec::<String>::new());
+    assert_eq!(found_everywhere(&lite, "21s").await, all);
+    lite.migrate().await.expect("migrate");
+    assert_eq!(found_everywhere(&lite, "3.21").await, all);
+    assert_eq!(found_everywhere(&lite, "21s").await, Vec::<String>::new());
+    // A key written again leaves its old words (FTS5 reads the stored
+    // text again to remove them), and what is written after is read so.
+    writer(&lite, "t1").set("notes", json!("other words")).await;
+    assert_eq!(
+        found_everywhere(&lite, "3.21").await,
+        ["e1", "ops@example.com"]
+    );
+    let l = log(&lite, "t1");
+    l.append(
+        "s1",
+        &[episode(
+            &id("s1"),
+            Some("e2"),
+            None,
+            None,
+            json!("took 4.5s"),
+        )],
+    )
+    .await;
+    assert_eq!(
+        described(&found(&lite, "t1", Source::Episodes, "4.5", &Filters::default()).await),
+        ["e2"]
+    );
+}
+
 /// In a database that lowercases as Rust does (the test cluster's), the
 /// server builds plain episodes' vectors and normalises plain queries
 /// itself. The check that decides it once compared a vector with
@@ -1010,8 +1055,9 @@ async fn each_string_is_read_alone<S: Store>(store: S, _db: &TestDb) {
 
 /// A decimal, a version and a signed number are each one word, as
 /// Postgres's parser reads them: `14` does not find `3.14`, a version is
-/// found whole, not by the version it starts with, and the snippet marks
-/// the number whole.
+/// found whole, not by the version it starts with, one right before
+/// letters is a word apart from them (`3.21s`), and the snippet marks the
+/// number whole.
 async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
     said(
         &store,
@@ -1020,6 +1066,7 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
             ("issue", "issue 14 closed"),
             ("host", "host 10.0.0.15 is up"),
             ("cold", "it fell to -5 overnight"),
+            ("build", "the build took 3.21s, then 1.2.3rc1 shipped"),
         ],
     )
     .await;
@@ -1031,6 +1078,11 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
         ("10.0.0.1", &[]),
         ("\"-5\"", &["cold"]),
         ("5", &[]),
+        ("3.21", &["build"]),
+        ("1.2.3", &["build"]),
+        ("rc1", &["build"]),
+        ("\"3.21s\"", &["build"]),
+        ("21s", &[]),
     ] {
         let hits = described(&found(&store, "t1", Source::Episodes, query, &any).await);
         assert_eq!(hits, want, "{query}");
@@ -1040,6 +1092,8 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
         ("3.14", "pi is **3.14** today"),
         ("10.0.0.15", "host **10.0.0.15** is up"),
         ("\"-5\"", "it fell to **-5** overnight"),
+        ("3.21", "the build took **3.21**s, then 1.2.3rc1 shipped"),
+        ("1.2.3 rc1", "build took 3.21s, then **1.2.3rc1** shipped"),
     ] {
         let hits = found(&store, "t1", Source::Episodes, query, &any).await;
         assert_eq!(hits[0].snippet, snippet, "{query}");
