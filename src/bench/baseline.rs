@@ -167,9 +167,10 @@ fn substitute(sql: &str, values: &[(usize, &str)]) -> String {
     out
 }
 
-/// The pgbench script of a workload; `vector` is the append's search
-/// vector as `tsvector` text (the server sends the same one, built in
-/// Rust, in binary).
+/// The pgbench script of a workload; `vector` is the set's or the
+/// append's search vector as `tsvector` text (the server sends the same
+/// one, built in Rust, in binary; a set's is one key's, each key's the
+/// same size).
 fn pgbench_script(workload: Workload, vector: &str) -> String {
     let key_expr = "('k' || lpad(:n::text, 5, '0'))";
     let value = set_value(1).to_string().replace('\'', "''");
@@ -191,6 +192,7 @@ fn pgbench_script(workload: Workload, vector: &str) -> String {
                     (10, "''"),
                     (11, "''"),
                     (12, "1::smallint"),
+                    (13, &format!("'{}'", vector.replace('\'', "''"))),
                 ],
             )
         ),
@@ -277,6 +279,14 @@ fn pgbench_binary() -> String {
 
 async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
     let mut vector = String::new();
+    if workload == Workload::Set {
+        let pool = sqlx::PgPool::connect(&args.database_url).await?;
+        // Built by Postgres here; the server builds the same in Rust.
+        vector = sqlx::query_scalar("SELECT engram_memory_vector('k00000', $1::jsonb)::text")
+            .bind(set_value(1).to_string())
+            .fetch_one(&pool)
+            .await?;
+    }
     if workload == Workload::Append {
         let pool = sqlx::PgPool::connect(&args.database_url).await?;
         sqlx::query(

@@ -18,6 +18,10 @@
 //! the stored vector is the same either way. A test against a live Postgres compares the two on generated
 //! episodes.
 //!
+//! A memory version's vector likewise (`engram_memory_vector`): the key's
+//! words by `to_tsvector`, weighted `A`, then the value's as an episode's
+//! content ([`memory`]).
+//!
 //! How `jsonb_to_tsvector` numbers words: it reads the strings in jsonb's
 //! order (an object's keys shortest first, then bytewise), one position per
 //! word, stop words included, and one more after each string that gave a
@@ -63,7 +67,34 @@ pub fn episode(
             .map(|(lexeme, at)| (lexeme, at + shift)),
     );
     words.sort_unstable();
-    send(&words)
+    send(&words, 0)
+}
+
+/// A memory version's vector in binary form (`engram_memory_vector(key,
+/// value)`: `setweight(to_tsvector(key), 'A') || jsonb_to_tsvector(value)`),
+/// or `None` when Postgres must build it, as for [`episode`].
+pub fn memory(key: &str, value: &Value, reading: english::Reading) -> Option<Vec<u8>> {
+    // The key is text, not JSON: one string, numbered from 1, with no gap
+    // after it.
+    let mut words = Words::new();
+    for (at, word) in (1..).zip(english::plain(&english::spaced(key), reading)?) {
+        if let Some(lexeme) = word {
+            words.push((lexeme, at));
+        }
+    }
+    // `||` moves the value's positions past the key's highest, and only
+    // the key's positions are weighted `A`.
+    let key_end = words.last().map_or(0, |(_, at)| *at);
+    let mut reader = Reader::new(reading);
+    reader.value(value)?;
+    words.extend(
+        reader
+            .words
+            .into_iter()
+            .map(|(lexeme, at)| (lexeme, at + key_end)),
+    );
+    words.sort_unstable();
+    send(&words, key_end)
 }
 
 struct Reader {
@@ -155,9 +186,11 @@ fn escape_before_mark(text: &str) -> bool {
 
 /// `tsvectorsend`'s form of `words` sorted by lexeme, then position: the
 /// number of lexemes, then each lexeme (in bytewise order) NUL-terminated,
-/// its number of positions and each position (weight D), big-endian.
+/// its number of positions and each position, big-endian, with its weight
+/// in the top two bits: `A` up to `weighted_to`, `D` (none) after.
 /// `None` past what Postgres would keep.
-fn send(words: &[(String, u32)]) -> Option<Vec<u8>> {
+fn send(words: &[(String, u32)], weighted_to: u32) -> Option<Vec<u8>> {
+    const WEIGHT_A: u16 = 3 << 14;
     let mut out = Vec::with_capacity(4 + words.len() * 12);
     out.extend_from_slice(&[0; 4]);
     let mut lexemes: i32 = 0;
@@ -169,7 +202,8 @@ fn send(words: &[(String, u32)]) -> Option<Vec<u8>> {
         out.push(0);
         out.extend_from_slice(&(group.len() as u16).to_be_bytes());
         for (_, at) in group {
-            out.extend_from_slice(&(*at as u16).to_be_bytes());
+            let weight = if *at <= weighted_to { WEIGHT_A } else { 0 };
+            out.extend_from_slice(&(*at as u16 | weight).to_be_bytes());
         }
         lexemes += 1;
     }
@@ -201,6 +235,35 @@ mod tests {
         }
         assert!(rest.is_empty());
         out
+    }
+
+    #[test]
+    fn a_memory_vector_weights_the_key_and_moves_the_value_past_it() {
+        let built = memory(
+            "deploy/notes the",
+            &json!({"text": "notes on deploy", "n": 2}),
+            english::Reading::Punctuation,
+        )
+        .map(|bytes| decoded(&bytes));
+        // `A` is the top two bits of a position: the key's `deploy` 1 and
+        // `note` 2, then the value's strings (shortest key first: `2` at
+        // 1, then `note` 3 and `deploy` 5), each moved past 2.
+        let a = |at: u16| at | 3 << 14;
+        assert_eq!(
+            built,
+            Some(vec![
+                entry("2", &[3]),
+                entry("deploy", &[a(1), 7]),
+                entry("note", &[a(2), 5]),
+            ])
+        );
+        // A key with no lexeme moves nothing and weighs nothing.
+        assert_eq!(
+            memory("the", &json!("w1"), english::Reading::Ascii).map(|b| decoded(&b)),
+            Some(vec![entry("w1", &[1])])
+        );
+        // What the server leaves to Postgres in a value, it leaves in a key.
+        assert!(memory("release v1.2", &json!("w1"), english::Reading::Ascii).is_none());
     }
 
     fn vector(content: Value, metadata: Value) -> Option<Vec<(String, Vec<u16>)>> {

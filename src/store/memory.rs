@@ -403,6 +403,9 @@ pub(super) struct OwnedWrite {
     provenance: Provenance,
     now: DateTime<Utc>,
     change: crate::memory::ChangeKind,
+    /// The version's search vector, when the store built it before the
+    /// write waited (Postgres, `vector::memory`).
+    search: Option<Vec<u8>>,
 }
 
 impl OwnedWrite {
@@ -419,7 +422,18 @@ impl OwnedWrite {
             provenance: write.provenance.clone(),
             now: write.now,
             change: write.change,
+            search: None,
         }
+    }
+
+    /// With the version's search vector.
+    pub(super) fn searched(mut self, search: Option<Vec<u8>>) -> Self {
+        self.search = search;
+        self
+    }
+
+    pub(super) fn search(&self) -> Option<&[u8]> {
+        self.search.as_deref()
     }
 
     pub(super) fn write(&self) -> Write<'_> {

@@ -1472,6 +1472,166 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
     assert_eq!(rows[1].2, "'rebuilt':2 'w777':1");
 }
 
+/// The search vector the server builds for a memory version
+/// (`vector::memory`) is byte for byte Postgres's `engram_memory_vector`
+/// of the same key and value, on generated keys and values. Then, through
+/// a server: sets whose vectors it builds (alone, and many at once, which
+/// group commit writes in one statement) and ones it leaves to the
+/// trigger (told apart by a mark the trigger's function adds meanwhile),
+/// a compare-and-set and a delete all leave each live key's
+/// `memory_search` row at its current version with Postgres's vector, and
+/// no version keeps a vector of its own.
+#[tokio::test]
+async fn memory_vectors_built_by_the_server_match_postgres() {
+    use engram::proto::DeleteRequest;
+    use engram::search::vector;
+
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let reading = crate::helpers::pg_reading(&server.db.url).await;
+    let mut make = Generated(0x2545_f491_4f6c_dd1d);
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    for at in 0..10_000 {
+        keys.push(match at % 3 {
+            0 => make.text(),
+            1 => format!("user/{}", make.text()),
+            _ => format!("k{at}"),
+        });
+        values.push(make.value(0));
+    }
+    let built: Vec<Option<Vec<u8>>> = keys
+        .iter()
+        .zip(&values)
+        .map(|(key, value)| vector::memory(key, value, reading))
+        .collect();
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let postgres: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT ARRAY(SELECT tsvectorsend(engram_memory_vector(k, v::jsonb)) \
+         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(k, v, i) ORDER BY i)",
+    )
+    .bind(&keys)
+    .bind(values.iter().map(|v| v.to_string()).collect::<Vec<_>>())
+    .fetch_one(&mut conn)
+    .await
+    .expect("Postgres's vectors");
+    let differ: Vec<String> = built
+        .iter()
+        .enumerate()
+        .filter(|(at, ours)| ours.as_ref().is_some_and(|ours| ours != &postgres[*at]))
+        .map(|(at, _)| format!("{:?} {}", keys[at], values[at]))
+        .collect();
+    assert_none_differ(&differ);
+    let ours = built.iter().filter(|v| v.is_some()).count();
+    assert!(
+        (2_000..9_000).contains(&ours),
+        "{ours} of 10,000 built by the server: both ways must be tried"
+    );
+
+    // Through the server, with the trigger's vectors marked.
+    for statement in [
+        "ALTER FUNCTION engram_memory_vector(text, jsonb) RENAME TO engram_memory_vector_unmarked",
+        "CREATE FUNCTION engram_memory_vector(key text, value jsonb) RETURNS tsvector \
+         LANGUAGE sql IMMUTABLE AS $$ SELECT engram_memory_vector_unmarked(key, value) \
+         || 'zzmarked'::tsvector $$",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut conn)
+            .await
+            .expect("mark the trigger's vectors");
+    }
+    let plain =
+        json!({"text": "Deployments: the cluster’s setup (w448) — 3.5× faster", "turn": 12});
+    let parsed = json!("<b>blue-green</b> deploys of v1.2, 1.5 GB");
+    assert!(vector::memory("deploy/plain", &plain, reading).is_some());
+    assert!(vector::memory("deploy/parsed", &parsed, reading).is_none());
+    // A search asks the database how it reads text, which the server's
+    // first writes do not wait for (they leave their vectors to the
+    // trigger until it knows).
+    search(&server, memory_query("w1")).await;
+    let mut memory = server.memory();
+    memory
+        .set(set("notes", "deploy/plain", plain.clone()))
+        .await
+        .expect("set");
+    memory
+        .set(set("notes", "deploy/parsed", parsed))
+        .await
+        .expect("set");
+    // Many at once: group commit writes them in one statement.
+    let sets = (0..16).map(|n| {
+        let mut memory = server.memory();
+        async move {
+            memory
+                .set(set(
+                    "notes",
+                    &format!("many/{n}"),
+                    json!(format!("w{n} batch")),
+                ))
+                .await
+                .expect("set")
+        }
+    });
+    futures::future::join_all(sets).await;
+    // A compare-and-set of a new value, and a delete.
+    memory
+        .set(SetRequest {
+            expected_version: Some(1),
+            ..set("notes", "deploy/plain", json!("w501 replaced"))
+        })
+        .await
+        .expect("compare-and-set");
+    memory
+        .delete(DeleteRequest {
+            scope_type: NS,
+            scope: "notes".into(),
+            key: "many/0".into(),
+            ..DeleteRequest::default()
+        })
+        .await
+        .expect("delete");
+    for statement in [
+        "DROP FUNCTION engram_memory_vector(text, jsonb)",
+        "ALTER FUNCTION engram_memory_vector_unmarked(text, jsonb) RENAME TO engram_memory_vector",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut conn)
+            .await
+            .expect("unmark");
+    }
+    let rows: Vec<(String, i64, bool, String)> = sqlx::query_as(
+        "SELECT s.key, s.version, s.search = engram_memory_vector(v.key, v.value), \
+         s.search::text FROM memory_search s JOIN memory_versions v \
+         USING (tenant, scope_type, scope, key, version) WHERE s.scope = 'notes' ORDER BY s.key",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("memory vectors");
+    // Only the text left to the trigger was built by it.
+    for (key, _, same, vector) in &rows {
+        let by_trigger = key == "deploy/parsed";
+        assert_eq!(vector.contains("zzmarked"), by_trigger, "{key}: {vector}");
+        assert_eq!(*same, !by_trigger, "{key}: {vector}");
+    }
+    let keys: Vec<(&str, i64)> = rows.iter().map(|(k, v, _, _)| (k.as_str(), *v)).collect();
+    assert_eq!(keys.len(), 17, "{keys:?}");
+    assert_eq!(keys[0], ("deploy/parsed", 1));
+    assert_eq!(keys[1], ("deploy/plain", 2));
+    assert!(!keys.iter().any(|(k, _)| *k == "many/0"), "{keys:?}");
+    assert!(rows[1].3.contains("'w501':3"), "{}", rows[1].3);
+    let kept: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM memory_versions WHERE search IS NOT NULL")
+            .fetch_one(&mut conn)
+            .await
+            .expect("versions' vectors");
+    assert_eq!(kept, 0, "no version keeps a vector");
+    let hits = search(&server, memory_query("w501")).await;
+    assert_eq!(names(&hits), ["memory:notes/deploy/plain@2"]);
+    let hits = search(&server, memory_query("w7 batch")).await;
+    assert_eq!(names(&hits)[0], "memory:notes/many/7@1");
+}
+
 /// On Postgres a kilobyte episode keeps its search vector in its row
 /// (migration 0015), so a search reads it without a TOAST lookup: the
 /// vector is past the 2 KB at which Postgres would otherwise move it

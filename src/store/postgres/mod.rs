@@ -35,13 +35,17 @@ use super::{HeadUpdate, StoreOptions, migrate_unless_ahead, schema_is_current};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
-use crate::memory::ports::{Compacted, Fence, Fork, Forked, Purge, PurgeOutcome, Write, Written};
+use crate::memory::ports::{
+    Compacted, Fence, Fork, Forked, Mutation, Purge, PurgeOutcome, Write, Written,
+};
 use crate::memory::{Entry, Key, Scope};
 use crate::metrics::Grouped;
 use crate::ports::{Database, Feed, Feeds};
 use crate::search::english::{self, Reading};
+use crate::search::vector;
 use crate::sessions::{Episode, RecentQuery};
 use pool::{Lease, Pool};
+use sessions::Tsvector;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -62,6 +66,10 @@ const APPEND_FLUSHERS: usize = 2;
 /// $12 change kind. The change row's revision is taken after the head
 /// update has given the transaction its id (see migration 0003), and the
 /// version carries it (migration 0011).
+/// $13 the version's search vector when the server built it
+/// ([`vector::memory`]), stored as the key's row of `memory_search`, which
+/// the versions' trigger then leaves as it is (migration 0028); NULL for
+/// the trigger to build it.
 macro_rules! write_statement {
     ($head:literal) => {
         concat!(
@@ -69,7 +77,13 @@ macro_rules! write_statement {
             $head,
             "), changed AS (INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, \
              create_time) SELECT $1, $2, $3, $4, $12, head.version, $5 FROM head \
-             RETURNING version, revision) \
+             RETURNING version, revision), \
+             searched AS (INSERT INTO memory_search AS s (tenant, scope_type, scope, key, version, \
+             search) SELECT $1, $2, $3, $4, changed.version, $13::tsvector FROM changed \
+             WHERE $13::tsvector IS NOT NULL AND NOT $8 \
+             ON CONFLICT (tenant, scope_type, scope, key) DO UPDATE \
+             SET version = excluded.version, search = excluded.search \
+             WHERE s.version < excluded.version) \
              INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, \
              deleted, execution_id, flow_id, flow_name, create_time, revision) \
              SELECT $1, $2, $3, $4, changed.version, $7::jsonb, $8, $9, $10, $11, $5, changed.revision \
@@ -390,8 +404,15 @@ impl PgStore {
         self.rust_text.get_or_try_init(|| ask).await.copied()
     }
 
-    /// Runs the write statement; `None` when its condition refused the write.
-    async fn write_in<'e, E>(executor: E, tenant: &Tenant, write: &Write<'_>) -> Result<Option<i64>>
+    /// Runs the write statement; `None` when its condition refused the
+    /// write. `search` is the version's vector when the server built it
+    /// ([`PgStore::memory_vector`]).
+    async fn write_in<'e, E>(
+        executor: E,
+        tenant: &Tenant,
+        write: &Write<'_>,
+        search: Option<&[u8]>,
+    ) -> Result<Option<i64>>
     where
         E: Executor<'e, Database = Postgres>,
     {
@@ -416,9 +437,33 @@ impl PgStore {
             .bind(write.provenance.flow_id.as_str())
             .bind(write.provenance.flow_name.as_str())
             .bind(write.change.as_i16())
+            .bind(search.map(|v| Tsvector(v.to_vec())))
             .fetch_optional(executor)
             .await?;
         Ok(version)
+    }
+
+    /// The search vector of the version `write` stores, when the server
+    /// builds it: a set, where the database reads text as the server does
+    /// ([`PgStore::text_in_rust`]) and the text is one it reads
+    /// ([`vector::memory`]). Built before the write waits for a group, and
+    /// without waiting: until the database has been asked how it reads
+    /// text (once, in the background, started here), the trigger builds
+    /// the vectors, and each write keeps its place in its group's queue.
+    fn memory_vector(&self, write: &Write<'_>) -> Option<Vec<u8>> {
+        let Mutation::Set(value) = write.mutation else {
+            return None;
+        };
+        let Some(&reading) = self.rust_text.get() else {
+            let store = self.clone();
+            tokio::spawn(async move {
+                if let Err(err) = store.text_in_rust().await {
+                    tracing::debug!(error = %err, "asking how the database reads text failed");
+                }
+            });
+            return None;
+        };
+        vector::memory(write.key.as_str(), value.json(), reading?)
     }
 }
 
@@ -441,11 +486,12 @@ const CURRENT_ANY: &str = concat!(
 /// `write_group`): the heads bumped in the order given (the group's lock
 /// order), then a change and a version per key, as [`SET_ANY`] does for
 /// one. Parameters: $1 tenant, then per write (as arrays) scope type,
-/// scope, key, time, value, execution id, flow id, flow name, change kind.
+/// scope, key, time, value, execution id, flow id, flow name, change kind,
+/// search vector (NULL where the trigger builds it).
 const SET_MANY: &str = "WITH u AS (SELECT * FROM unnest($2::smallint[], $3::text[], \
        $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], \
-       $10::smallint[]) WITH ORDINALITY AS u(scope_type, scope, key, now, value, \
-       execution_id, flow_id, flow_name, change, ord)), \
+       $10::smallint[], $11::tsvector[]) WITH ORDINALITY AS u(scope_type, scope, key, now, value, \
+       execution_id, flow_id, flow_name, change, search, ord)), \
      head AS (INSERT INTO memory_heads AS h (tenant, scope_type, scope, key, version, deleted, \
        update_time) SELECT $1, scope_type, scope, key, 1, false, now FROM u ORDER BY ord \
        ON CONFLICT (tenant, scope_type, scope, key) \
@@ -454,7 +500,14 @@ const SET_MANY: &str = "WITH u AS (SELECT * FROM unnest($2::smallint[], $3::text
      changed AS (INSERT INTO memory_changes (tenant, scope_type, scope, key, kind, version, \
        create_time) SELECT $1, u.scope_type, u.scope, u.key, u.change, head.version, u.now \
        FROM head JOIN u USING (scope_type, scope, key) \
-       RETURNING scope_type, scope, key, version, revision) \
+       RETURNING scope_type, scope, key, version, revision), \
+     searched AS (INSERT INTO memory_search AS s (tenant, scope_type, scope, key, version, \
+       search) SELECT $1, u.scope_type, u.scope, u.key, c.version, u.search \
+       FROM changed c JOIN u USING (scope_type, scope, key) WHERE u.search IS NOT NULL \
+       ORDER BY u.ord \
+       ON CONFLICT (tenant, scope_type, scope, key) DO UPDATE \
+       SET version = excluded.version, search = excluded.search \
+       WHERE s.version < excluded.version) \
      INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
        execution_id, flow_id, flow_name, create_time, revision) \
      SELECT $1, u.scope_type, u.scope, u.key, c.version, u.value::jsonb, false, u.execution_id, \
@@ -487,6 +540,11 @@ async fn set_many_in(
         .bind(column(&|w| w.provenance.flow_id.as_str().to_owned()))
         .bind(column(&|w| w.provenance.flow_name.as_str().to_owned()))
         .bind(writes.iter().map(|w| w.change.as_i16()).collect::<Vec<_>>())
+        .bind(
+            jobs.iter()
+                .map(|job| job.search().map(|v| Tsvector(v.to_vec())))
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *conn)
         .await?;
     let mut versions: Vec<Option<i64>> = writes.iter().map(|_| None).collect();
@@ -587,13 +645,18 @@ impl PgStore {
 
     /// A write in its own transaction: a plain one is one statement,
     /// committed as it returns.
-    async fn write_alone(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+    async fn write_alone(
+        &self,
+        tenant: &Tenant,
+        write: &Write<'_>,
+        search: Option<&[u8]>,
+    ) -> Result<Written> {
         if write.request.is_none() {
             let mut conn = self.session(tenant).await?;
-            return Self::write_one_in(&mut conn, tenant, write).await;
+            return Self::write_one_in(&mut conn, tenant, write, search).await;
         }
         let mut tx = self.scoped(tenant).await?;
-        let written = Self::write_one_in(&mut tx, tenant, write).await?;
+        let written = Self::write_one_in(&mut tx, tenant, write, search).await?;
         if matches!(written, Written::Stored(_)) {
             tx.commit().await?;
         }
@@ -671,14 +734,16 @@ impl PgStore {
             |tx, tenant, step| {
                 async move {
                     match &step[..] {
-                        [job] => Ok(vec![Self::write_one_in(tx, tenant, &job.write()).await?]),
+                        [job] => Ok(vec![
+                            Self::write_one_in(tx, tenant, &job.write(), job.search()).await?,
+                        ]),
                         _ => set_many_in(tx, tenant, &step).await,
                     }
                 }
                 .boxed()
             },
             |store, tenant, job| {
-                async move { store.write_alone(tenant, &job.write()).await }.boxed()
+                async move { store.write_alone(tenant, &job.write(), job.search()).await }.boxed()
             },
         )
         .await
@@ -689,9 +754,14 @@ impl PgStore {
     /// until this commits, then replays), and released again when the
     /// write is refused, so a batch that commits keeps no claim of a
     /// refused write.
-    async fn write_one_in(conn: &mut Lease, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
+    async fn write_one_in(
+        conn: &mut Lease,
+        tenant: &Tenant,
+        write: &Write<'_>,
+        search: Option<&[u8]>,
+    ) -> Result<Written> {
         let Some(stamp) = write.request else {
-            return match Self::write_in(&mut *conn, tenant, write).await? {
+            return match Self::write_in(&mut *conn, tenant, write, search).await? {
                 Some(version) => Ok(Written::Stored(write.entry(version))),
                 None => Ok(Written::Refused(
                     head_in(conn, tenant, write.scope, write.key).await?,
@@ -734,7 +804,7 @@ impl PgStore {
                 entry,
             });
         }
-        let Some(version) = Self::write_in(&mut *conn, tenant, write).await? else {
+        let Some(version) = Self::write_in(&mut *conn, tenant, write, search).await? else {
             sqlx::query("DELETE FROM memory_request_ids WHERE tenant = $1 AND request_id = $2")
                 .bind(tenant.as_str())
                 .bind(stamp.id)
@@ -947,8 +1017,16 @@ impl MemoryWrites for PgStore {
 
     async fn write_version(&self, tenant: &Tenant, write: &Write<'_>) -> Result<Written> {
         match &self.writes {
-            Some(group) => group.submit(tenant, OwnedWrite::of(write)).await,
-            None => self.write_alone(tenant, write).await,
+            Some(group) => {
+                let search = self.memory_vector(write);
+                group
+                    .submit(tenant, OwnedWrite::of(write).searched(search))
+                    .await
+            }
+            None => {
+                let search = self.memory_vector(write);
+                self.write_alone(tenant, write, search.as_deref()).await
+            }
         }
     }
 
@@ -974,7 +1052,7 @@ impl MemoryWrites for PgStore {
         if let Some(record) = &outcome.record {
             let audit = AuditWrite::of(record)?;
             let write = audit.write(purge.scope, record.timestamp);
-            Self::write_in(&mut tx, tenant, &write).await?;
+            Self::write_in(&mut tx, tenant, &write, None).await?;
         }
         tx.commit().await?;
         Ok(outcome)
@@ -994,7 +1072,13 @@ impl MemoryWrites for PgStore {
         };
         record.keys_affected = copied.keys;
         let audit = AuditWrite::of(&record)?;
-        Self::write_in(&mut tx, tenant, &audit.write(fork.target, record.timestamp)).await?;
+        Self::write_in(
+            &mut tx,
+            tenant,
+            &audit.write(fork.target, record.timestamp),
+            None,
+        )
+        .await?;
         tx.commit().await?;
         Ok(Forked::Copied(Box::new(record)))
     }
@@ -1015,7 +1099,13 @@ impl MemoryWrites for PgStore {
             .scope_of()
             .ok_or_else(|| Error::internal("a forget record without its scope"))?;
         let audit = AuditWrite::of(&record)?;
-        Self::write_in(&mut tx, tenant, &audit.write(&scope, record.timestamp)).await?;
+        Self::write_in(
+            &mut tx,
+            tenant,
+            &audit.write(&scope, record.timestamp),
+            None,
+        )
+        .await?;
         tx.commit().await?;
         Ok(counts)
     }
@@ -1027,6 +1117,7 @@ impl MemoryWrites for PgStore {
         write: &Write<'_>,
         mut record: AuditRecord,
     ) -> Result<Compacted> {
+        let search = self.memory_vector(write);
         let mut tx = self.scoped(tenant).await?;
         for fence in fences {
             // Lock each source's head so no write slips in before commit.
@@ -1044,12 +1135,18 @@ impl MemoryWrites for PgStore {
                 return Ok(moved);
             }
         }
-        let version = Self::write_in(&mut tx, tenant, write)
+        let version = Self::write_in(&mut tx, tenant, write, search.as_deref())
             .await?
             .ok_or_else(|| Error::internal("unconditional write refused"))?;
         record.target_version = version;
         let audit = AuditWrite::of(&record)?;
-        Self::write_in(&mut tx, tenant, &audit.write(write.scope, record.timestamp)).await?;
+        Self::write_in(
+            &mut tx,
+            tenant,
+            &audit.write(write.scope, record.timestamp),
+            None,
+        )
+        .await?;
         tx.commit().await?;
         Ok(Compacted::Written(Box::new((write.entry(version), record))))
     }

@@ -175,7 +175,7 @@ fn vectors(fresh: &[NewEpisode], reading: Option<Reading>) -> Vec<Option<Vec<u8>
 
 /// A `tsvector` in its binary form (`tsvectorsend`'s), bound as itself: a
 /// type sqlx does not know.
-struct Tsvector(Vec<u8>);
+pub(super) struct Tsvector(pub(super) Vec<u8>);
 
 /// `tsvector` and `tsvector[]`, fixed in Postgres's catalog.
 const TSVECTOR_OID: sqlx::postgres::types::Oid = sqlx::postgres::types::Oid(3614);

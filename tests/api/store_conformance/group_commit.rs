@@ -786,7 +786,7 @@ async fn gets_in_a_group_each_find_their_key<S: Store>(store: S, _db: &TestDb) {
         ],
     )
     .await;
-    assert!(outcomes.iter().all(|o| stored(o).is_some()));
+    assert!(outcomes.iter().all(|o| stored(o).is_some()), "{outcomes:?}");
     let (batch, other) = (
         scope(ScopeType::Namespace, "batch"),
         scope(ScopeType::Namespace, "other"),
