@@ -183,6 +183,9 @@ pub struct PgStore {
     /// How far the database reads text as the server does
     /// ([`PgStore::text_in_rust`]), once asked.
     rust_text: Arc<OnceCell<Option<Reading>>>,
+    /// Whether a write has started asking it in the background
+    /// ([`PgStore::memory_vector`]).
+    rust_text_asked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Whether text search lowercases every ASCII letter to its ASCII
@@ -252,6 +255,7 @@ impl PgStore {
             recents: None,
             normalized: Arc::default(),
             rust_text: Arc::default(),
+            rust_text_asked: Arc::default(),
         };
         if options.group_commit_max > 1 {
             let max = options.group_commit_max;
@@ -455,12 +459,21 @@ impl PgStore {
             return None;
         };
         let Some(&reading) = self.rust_text.get() else {
-            let store = self.clone();
-            tokio::spawn(async move {
-                if let Err(err) = store.text_in_rust().await {
-                    tracing::debug!(error = %err, "asking how the database reads text failed");
-                }
-            });
+            if !self
+                .rust_text_asked
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                let store = self.clone();
+                tokio::spawn(async move {
+                    if let Err(err) = store.text_in_rust().await {
+                        // Asked again by the next write (or search).
+                        store
+                            .rust_text_asked
+                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                        tracing::debug!(error = %err, "asking how the database reads text failed");
+                    }
+                });
+            }
             return None;
         };
         vector::memory(write.key.as_str(), value.json(), reading?)
