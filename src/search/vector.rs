@@ -55,19 +55,21 @@ pub fn episode(
 ) -> Option<Vec<u8>> {
     let mut reader = Reader::new(reading);
     reader.value(content)?;
-    let mut words = reader.words;
-    // Positions only grow as words are read: the last is the highest.
-    let shift = words.last().map_or(0, |(_, at)| *at);
+    let content = reader.words;
     let mut reader = Reader::new(reading);
     reader.object(metadata)?;
-    words.extend(
-        reader
-            .words
-            .into_iter()
-            .map(|(lexeme, at)| (lexeme, at + shift)),
-    );
-    words.sort_unstable();
+    let (words, _) = concat(content, reader.words);
     send(&words, 0)
+}
+
+/// `left || right` of two vectors' words, sorted, and where `left`'s
+/// positions end: `||` moves `right`'s positions past `left`'s highest
+/// (the last word's, since positions only grow as words are read).
+fn concat(mut left: Words, right: Words) -> (Words, u32) {
+    let shift = left.last().map_or(0, |(_, at)| *at);
+    left.extend(right.into_iter().map(|(lexeme, at)| (lexeme, at + shift)));
+    left.sort_unstable();
+    (left, shift)
 }
 
 /// A memory version's vector in binary form (`engram_memory_vector(key,
@@ -82,18 +84,10 @@ pub fn memory(key: &str, value: &Value, reading: english::Reading) -> Option<Vec
             words.push((lexeme, at));
         }
     }
-    // `||` moves the value's positions past the key's highest, and only
-    // the key's positions are weighted `A`.
-    let key_end = words.last().map_or(0, |(_, at)| *at);
     let mut reader = Reader::new(reading);
     reader.value(value)?;
-    words.extend(
-        reader
-            .words
-            .into_iter()
-            .map(|(lexeme, at)| (lexeme, at + key_end)),
-    );
-    words.sort_unstable();
+    // Only the key's positions are weighted `A`.
+    let (words, key_end) = concat(words, reader.words);
     send(&words, key_end)
 }
 

@@ -1307,6 +1307,20 @@ impl Generated {
     }
 }
 
+/// Each vector the server built that is not Postgres's, described.
+fn differing(
+    built: &[Option<Vec<u8>>],
+    postgres: &[Vec<u8>],
+    describe: impl Fn(usize) -> String,
+) -> Vec<String> {
+    built
+        .iter()
+        .enumerate()
+        .filter(|(at, ours)| ours.as_ref().is_some_and(|ours| ours != &postgres[*at]))
+        .map(|(at, _)| describe(at))
+        .collect()
+}
+
 /// The search vector the server builds for an episode
 /// (`search/vector.rs`) is byte for byte the one Postgres builds from the
 /// same JSON (the trigger's `engram_episode_vector`, migration 0020), on
@@ -1368,15 +1382,9 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
     .fetch_one(&mut conn)
     .await
     .expect("Postgres's vectors");
-    let mut differ = Vec::new();
-    for (at, ours) in built.iter().enumerate() {
-        if let Some(ours) = ours
-            && ours != &postgres[at]
-        {
-            differ.push(format!("{} {:?}", contents[at], metadatas[at]));
-        }
-    }
-    assert_none_differ(&differ);
+    assert_none_differ(&differing(&built, &postgres, |at| {
+        format!("{} {:?}", contents[at], metadatas[at])
+    }));
     // And the text itself is read alike, compounds and all.
     let texts: Vec<String> = (0..5_000).map(|_| make.text()).collect();
     let spaced: Vec<String> = sqlx::query_scalar(
@@ -1516,13 +1524,9 @@ async fn memory_vectors_built_by_the_server_match_postgres() {
     .fetch_one(&mut conn)
     .await
     .expect("Postgres's vectors");
-    let differ: Vec<String> = built
-        .iter()
-        .enumerate()
-        .filter(|(at, ours)| ours.as_ref().is_some_and(|ours| ours != &postgres[*at]))
-        .map(|(at, _)| format!("{:?} {}", keys[at], values[at]))
-        .collect();
-    assert_none_differ(&differ);
+    assert_none_differ(&differing(&built, &postgres, |at| {
+        format!("{:?} {}", keys[at], values[at])
+    }));
     let ours = built.iter().filter(|v| v.is_some()).count();
     assert!(
         (2_000..9_000).contains(&ours),
