@@ -119,6 +119,15 @@ pub fn before_letters(text: &str) -> Vec<Range<usize>> {
     out
 }
 
+/// [`whole`]'s numbers and [`before_letters`]'s together, in order: every
+/// number Postgres reads as a word of its own where `unicode61` splits it.
+pub fn apart(text: &str) -> Vec<Range<usize>> {
+    let mut numbers = whole(text);
+    numbers.extend(before_letters(text));
+    numbers.sort_unstable_by_key(|n| n.start);
+    numbers
+}
+
 /// Where the word of letters and digits at `at` ends, as the parser
 /// reads it: with points inside it (`s1.5.3`, `x10.0.1` are one word
 /// there, a file name; [`super::english::spaced`] has made the point

@@ -84,10 +84,7 @@ fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
 /// `3.14` is searched, and one right before letters a word apart from
 /// them ([`numbers::before_letters`]: `3.21` in `3.21s`).
 pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
-    let spaced = spaced(text);
-    let mut numbers = numbers::whole(&spaced);
-    numbers.extend(numbers::before_letters(&spaced));
-    numbers.sort_by_key(|n| n.start);
+    let numbers = numbers::apart(&spaced(text));
     let mut numbers = numbers.iter().peekable();
     let mut words = Vec::new();
     let mut start = None;

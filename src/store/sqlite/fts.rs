@@ -472,11 +472,11 @@ fn read(text: &[u8], reading: Reading) -> Read {
             if alone {
                 // `spaced` keeps every byte where it was.
                 let spaced = english::spaced(piece);
-                let mut read = numbers::whole(&spaced);
-                if reading >= Reading::NumbersBeforeLetters {
-                    read.extend(numbers::before_letters(&spaced));
-                    read.sort_by_key(|n| n.start);
-                }
+                let read = if reading >= Reading::NumbersBeforeLetters {
+                    numbers::apart(&spaced)
+                } else {
+                    numbers::whole(&spaced)
+                };
                 numbers.extend(read.into_iter().map(shifted));
             }
             from = to + 1;
