@@ -15,7 +15,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::encode::IsNull;
+use sqlx::postgres::{
+    PgArgumentBuffer, PgConnectOptions, PgHasArrayType, PgListener, PgPool, PgPoolOptions,
+    PgTypeInfo,
+};
 use sqlx::{Executor, Postgres, Row};
 use tokio::sync::{OnceCell, watch};
 
@@ -45,7 +49,6 @@ use crate::search::english::{self, Reading};
 use crate::search::vector;
 use crate::sessions::{Episode, RecentQuery};
 use pool::{Lease, Pool};
-use sessions::Tsvector;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
@@ -441,7 +444,7 @@ impl PgStore {
             .bind(write.provenance.flow_id.as_str())
             .bind(write.provenance.flow_name.as_str())
             .bind(write.change.as_i16())
-            .bind(search.map(|v| Tsvector(v.to_vec())))
+            .bind(search.map(Tsvector))
             .fetch_optional(executor)
             .await?;
         Ok(version)
@@ -477,6 +480,38 @@ impl PgStore {
             return None;
         };
         vector::memory(write.key.as_str(), value.json(), reading?)
+    }
+}
+
+/// A `tsvector` in its binary form (`tsvectorsend`'s, as `vector` builds
+/// it), bound as itself: a type sqlx does not know. Borrowed, so binding
+/// an episode's or a memory version's vector copies it only into the
+/// statement's buffer.
+pub(super) struct Tsvector<'a>(pub(super) &'a [u8]);
+
+/// `tsvector` and `tsvector[]`, fixed in Postgres's catalog.
+const TSVECTOR_OID: sqlx::postgres::types::Oid = sqlx::postgres::types::Oid(3614);
+const TSVECTOR_ARRAY_OID: sqlx::postgres::types::Oid = sqlx::postgres::types::Oid(3643);
+
+impl sqlx::Type<Postgres> for Tsvector<'_> {
+    fn type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(TSVECTOR_OID)
+    }
+}
+
+impl PgHasArrayType for Tsvector<'_> {
+    fn array_type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(TSVECTOR_ARRAY_OID)
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for Tsvector<'_> {
+    fn encode_by_ref(
+        &self,
+        buf: &mut PgArgumentBuffer,
+    ) -> std::result::Result<IsNull, sqlx::error::BoxDynError> {
+        buf.extend_from_slice(self.0);
+        Ok(IsNull::No)
     }
 }
 
@@ -555,7 +590,7 @@ async fn set_many_in(
         .bind(writes.iter().map(|w| w.change.as_i16()).collect::<Vec<_>>())
         .bind(
             jobs.iter()
-                .map(|job| job.search().map(|v| Tsvector(v.to_vec())))
+                .map(|job| job.search().map(Tsvector))
                 .collect::<Vec<_>>(),
         )
         .fetch_all(&mut *conn)

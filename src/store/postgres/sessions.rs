@@ -20,13 +20,12 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
-use sqlx::encode::IsNull;
-use sqlx::postgres::{PgArgumentBuffer, PgArguments, PgHasArrayType, PgTypeInfo};
+use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
 use super::pool::Lease;
-use super::{PgStore, slot_of};
+use super::{PgStore, Tsvector, slot_of};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::english::Reading;
@@ -171,36 +170,6 @@ fn vectors(fresh: &[NewEpisode], reading: Option<Reading>) -> Vec<Option<Vec<u8>
         .iter()
         .map(|e| reading.and_then(|reading| vector::episode(&e.content, &e.metadata, reading)))
         .collect()
-}
-
-/// A `tsvector` in its binary form (`tsvectorsend`'s), bound as itself: a
-/// type sqlx does not know.
-pub(super) struct Tsvector(pub(super) Vec<u8>);
-
-/// `tsvector` and `tsvector[]`, fixed in Postgres's catalog.
-const TSVECTOR_OID: sqlx::postgres::types::Oid = sqlx::postgres::types::Oid(3614);
-const TSVECTOR_ARRAY_OID: sqlx::postgres::types::Oid = sqlx::postgres::types::Oid(3643);
-
-impl sqlx::Type<Postgres> for Tsvector {
-    fn type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(TSVECTOR_OID)
-    }
-}
-
-impl PgHasArrayType for Tsvector {
-    fn array_type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(TSVECTOR_ARRAY_OID)
-    }
-}
-
-impl sqlx::Encode<'_, Postgres> for Tsvector {
-    fn encode_by_ref(
-        &self,
-        buf: &mut PgArgumentBuffer,
-    ) -> std::result::Result<IsNull, sqlx::error::BoxDynError> {
-        buf.extend_from_slice(&self.0);
-        Ok(IsNull::No)
-    }
 }
 
 /// What an append's write stored: the session after it, and the cursor of
@@ -423,7 +392,7 @@ fn bind_episodes<'q>(
         .bind(
             writes
                 .iter()
-                .flat_map(|w| w.vectors.iter().map(|v| v.clone().map(Tsvector)))
+                .flat_map(|w| w.vectors.iter().map(|v| v.as_deref().map(Tsvector)))
                 .collect::<Vec<_>>(),
         )
 }
