@@ -20,9 +20,60 @@ use crate::sessions::ports::{Append, SessionStore};
 use crate::sessions::{EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery};
 use crate::store::{SqliteStore, pg_statements};
 
+/// The episodes `recent` and `search` run over.
+pub struct Recent {
+    /// The loaded set's episodes (1000 sessions of 100 users).
+    pub loaded: i64,
+    /// Every other episode in the store: earlier runs' appends, say. Their
+    /// words are in the same index lists as the loaded set's, so a search
+    /// over a store that holds many of them reads longer lists.
+    pub others: i64,
+}
+
+impl Recent {
+    /// What a workload's note says of the episodes it ran over.
+    pub fn described(&self) -> String {
+        let mut out = format!("over {} episodes of {RECENT_USERS} users", self.loaded);
+        if self.others > 0 {
+            out.push_str(&format!(
+                " (the store holds {} other episodes too, from earlier appends)",
+                self.others
+            ));
+        }
+        out
+    }
+}
+
+/// Counts the sessions' episodes outside the loaded set: `OTHERS` with
+/// Postgres's parameters, `OTHERS_SQLITE` with SQLite's.
+const OTHERS: &str = "SELECT coalesce(sum(episode_count), 0)::bigint FROM sessions \
+                      WHERE NOT (tenant = 'default' AND app = $1)";
+const OTHERS_SQLITE: &str = "SELECT coalesce(sum(episode_count), 0) FROM sessions \
+                             WHERE NOT (tenant = 'default' AND app = ?1)";
+
 /// Loads `n` episodes for `recent` straight into the database (1000
-/// sessions of 100 users), once; returns how many there are.
-pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
+/// sessions of 100 users), once; says how many there are, and how many
+/// others the store holds.
+pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<Recent> {
+    let loaded = load_recent(database_url, n).await?;
+    let others: i64 = if database_url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(database_url).await?;
+        sqlx::query_scalar(OTHERS)
+            .bind(RECENT_APP)
+            .fetch_one(&pool)
+            .await?
+    } else {
+        let pool = SqliteStore::direct_pool(database_url).await?;
+        sqlx::query_scalar(OTHERS_SQLITE)
+            .bind(RECENT_APP)
+            .fetch_one(&pool)
+            .await?
+    };
+    Ok(Recent { loaded, others })
+}
+
+/// Loads the set for [`ensure_recent`] unless it is there; returns its size.
+async fn load_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
     let per = (n / RECENT_SESSIONS).max(1);
     if database_url.starts_with("postgres") {
         let pool = sqlx::PgPool::connect(database_url).await?;

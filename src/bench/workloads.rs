@@ -457,7 +457,8 @@ pub async fn run(
             let mut result = figures(workload, args, measured);
             result.items_per_sec = None;
             result.note = Some(format!(
-                "three words in one user's episodes, over {loaded} episodes of {RECENT_USERS} users"
+                "three words in one user's episodes, {}",
+                loaded.described()
             ));
             Ok(result)
         }
@@ -490,7 +491,7 @@ pub async fn run(
             })
             .await?;
             let mut result = figures(workload, args, measured);
-            result.note = Some(format!("over {loaded} episodes of {RECENT_USERS} users"));
+            result.note = Some(loaded.described());
             Ok(result)
         }
         Workload::Ping => {
