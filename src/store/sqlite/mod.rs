@@ -15,7 +15,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use sqlx::{Row, SqliteConnection};
+use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
 use tokio::sync::watch;
 
 mod fts;
@@ -182,6 +182,8 @@ async fn returned_in(
 pub struct SqliteStore {
     /// The database file.
     path: Arc<std::path::PathBuf>,
+    /// How the pools' connections are opened; migrations open one more.
+    connect: Arc<SqliteConnectOptions>,
     writer: SqlitePool,
     reader: SqlitePool,
     /// The newest committed position of each feed. With a single writer
@@ -236,10 +238,11 @@ impl SqliteStore {
         };
         let writer = pool(1).connect_with(connect.clone()).await?;
         let reader = pool(options.max_connections.max(1))
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await?;
         let mut store = SqliteStore {
             path,
+            connect: Arc::new(connect),
             writer,
             reader,
             horizons: Arc::new([watch::channel(0).0, watch::channel(0).0]),
@@ -396,13 +399,28 @@ async fn applied_migrations(pool: &sqlx::SqlitePool) -> Vec<i64> {
 
 impl Database for SqliteStore {
     async fn migrate_through(&self, version: Option<i64>) -> Result<()> {
+        // On a connection of its own whose statements are not logged: a
+        // migration that takes a while (0017 rebuilds the search tables,
+        // about 2 s per 100,000 episodes) would otherwise be printed whole,
+        // every line of it, as a slow statement. It has the tokenizer the
+        // search tables are rebuilt with.
+        let mut conn =
+            SqliteConnection::connect_with(&(*self.connect).clone().disable_statement_logging())
+                .await?;
+        fts::register(&mut conn).await?;
         match version {
             None => {
                 let applied = applied_migrations(&self.writer).await;
-                migrate_unless_ahead(&MIGRATOR, &applied, MIGRATOR.run(&self.writer)).await?
+                migrate_unless_ahead(
+                    &MIGRATOR,
+                    &applied,
+                    MIGRATOR.run_direct(None, &mut conn, false),
+                )
+                .await?
             }
-            Some(version) => MIGRATOR.run_to(version, &self.writer).await?,
+            Some(version) => MIGRATOR.run_direct(Some(version), &mut conn, false).await?,
         }
+        conn.close().await?;
         Ok(())
     }
 
