@@ -54,12 +54,14 @@ pub struct BenchArgs {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub warmup: Duration,
 
-    /// Workloads to run, comma-separated
+    /// Workloads to run, comma-separated, in this order. By default `recent`
+    /// and `search` run before `append` and `tail`, whose episodes stay in
+    /// the store, so that they measure the loaded episodes as loaded
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ping,set,get,get-version,list,history,append,recent,search,tail"
+        default_value = "ping,set,get,get-version,list,history,recent,search,append,tail"
     )]
     pub workloads: Vec<Workload>,
 
