@@ -55,92 +55,94 @@ const OTHERS_SQLITE: &str = "SELECT coalesce(sum(episode_count), 0) FROM session
 /// sessions of 100 users), once; says how many there are, and how many
 /// others the store holds.
 pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<Recent> {
-    let loaded = load_recent(database_url, n).await?;
-    let others: i64 = if database_url.starts_with("postgres") {
-        let pool = sqlx::PgPool::connect(database_url).await?;
-        sqlx::query_scalar(OTHERS)
-            .bind(RECENT_APP)
-            .fetch_one(&pool)
-            .await?
-    } else {
-        let pool = SqliteStore::direct_pool(database_url).await?;
-        sqlx::query_scalar(OTHERS_SQLITE)
-            .bind(RECENT_APP)
-            .fetch_one(&pool)
-            .await?
-    };
-    Ok(Recent { loaded, others })
-}
-
-/// Loads the set for [`ensure_recent`] unless it is there; returns its size.
-async fn load_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
     let per = (n / RECENT_SESSIONS).max(1);
     if database_url.starts_with("postgres") {
         let pool = sqlx::PgPool::connect(database_url).await?;
-        let have: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(episode_count), 0)::bigint FROM sessions \
-             WHERE tenant = 'default' AND app = $1",
-        )
+        let loaded = load_recent_postgres(&pool, per).await?;
+        let others = sqlx::query_scalar(OTHERS)
+            .bind(RECENT_APP)
+            .fetch_one(&pool)
+            .await?;
+        return Ok(Recent { loaded, others });
+    }
+    let pool = SqliteStore::direct_pool(database_url).await?;
+    let loaded = load_recent_sqlite(&pool, per).await?;
+    let others = sqlx::query_scalar(OTHERS_SQLITE)
         .bind(RECENT_APP)
         .fetch_one(&pool)
         .await?;
-        if have >= per * RECENT_SESSIONS {
-            return Ok(have);
-        }
-        eprintln!(
-            "engram bench: loading {} episodes for recent …",
-            per * RECENT_SESSIONS
-        );
-        sqlx::query("DELETE FROM sessions WHERE tenant = 'default' AND app = $1")
-            .bind(RECENT_APP)
-            .execute(&pool)
-            .await?;
-        sqlx::query(
-            "INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time, last_seq, episode_count) \
-             SELECT 'default', 'bench-s' || s, $1, 'bench-u' || (s % $2), now(), now(), $3, $3 \
-             FROM generate_series(0, $4 - 1) s",
-        )
-        .bind(RECENT_APP)
-        .bind(RECENT_USERS as i64)
-        .bind(per)
-        .bind(RECENT_SESSIONS)
-        .execute(&pool)
-        .await?;
-        sqlx::query(
-            "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
-             metadata, source_node, timestamp, create_time, fingerprint) \
-             SELECT 'default', 'bench-s' || s, e, 'bench-e' || s || '-' || e, $1, 'bench-u' || (s % $2), \
-             $1, 'observation', to_jsonb((SELECT string_agg('w' || floor($6 * power($5::float8 / $6, \
-             (abs(hashtext(s || '.' || e || '.' || k)) % 1000003) / 1000003.0))::int, ' ') \
-             FROM generate_series(1, 30) k)), '{}', '', \
-             now() - ((s * $3 + e) * interval '1 millisecond'), now(), '\\x00'::bytea \
-             FROM generate_series(0, $4 - 1) s, generate_series(1, $3) e",
-        )
-        .bind(RECENT_APP)
-        .bind(RECENT_USERS as i64)
-        .bind(per)
-        .bind(RECENT_SESSIONS)
-        .bind(VOCABULARY as i64)
-        .bind(FIRST_RANK as i64)
-        .execute(&pool)
-        .await?;
-        // Vacuumed as well as analyzed, as a table in service would be by
-        // autovacuum: the first reads of freshly inserted rows otherwise
-        // write each page's hint bits, and the first `search` after a
-        // load ran at 841 ops/s (p99 75 ms) against 1,062-1,074 after a
-        // vacuum.
-        eprintln!("engram bench: vacuuming the loaded episodes …");
-        sqlx::query("VACUUM (ANALYZE) episodes, sessions")
-            .execute(&pool)
-            .await?;
-        return Ok(per * RECENT_SESSIONS);
+    Ok(Recent { loaded, others })
+}
+
+/// [`ensure_recent`]'s set on Postgres, `per` episodes a session, loaded
+/// unless it is there; returns its size.
+async fn load_recent_postgres(pool: &sqlx::PgPool, per: i64) -> anyhow::Result<i64> {
+    let have: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(episode_count), 0)::bigint FROM sessions \
+         WHERE tenant = 'default' AND app = $1",
+    )
+    .bind(RECENT_APP)
+    .fetch_one(pool)
+    .await?;
+    if have >= per * RECENT_SESSIONS {
+        return Ok(have);
     }
-    let pool = SqliteStore::direct_pool(database_url).await?;
+    eprintln!(
+        "engram bench: loading {} episodes for recent …",
+        per * RECENT_SESSIONS
+    );
+    sqlx::query("DELETE FROM sessions WHERE tenant = 'default' AND app = $1")
+        .bind(RECENT_APP)
+        .execute(pool)
+        .await?;
+    sqlx::query(
+        "INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time, last_seq, episode_count) \
+         SELECT 'default', 'bench-s' || s, $1, 'bench-u' || (s % $2), now(), now(), $3, $3 \
+         FROM generate_series(0, $4 - 1) s",
+    )
+    .bind(RECENT_APP)
+    .bind(RECENT_USERS as i64)
+    .bind(per)
+    .bind(RECENT_SESSIONS)
+    .execute(pool)
+    .await?;
+    sqlx::query(
+        "INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
+         metadata, source_node, timestamp, create_time, fingerprint) \
+         SELECT 'default', 'bench-s' || s, e, 'bench-e' || s || '-' || e, $1, 'bench-u' || (s % $2), \
+         $1, 'observation', to_jsonb((SELECT string_agg('w' || floor($6 * power($5::float8 / $6, \
+         (abs(hashtext(s || '.' || e || '.' || k)) % 1000003) / 1000003.0))::int, ' ') \
+         FROM generate_series(1, 30) k)), '{}', '', \
+         now() - ((s * $3 + e) * interval '1 millisecond'), now(), '\\x00'::bytea \
+         FROM generate_series(0, $4 - 1) s, generate_series(1, $3) e",
+    )
+    .bind(RECENT_APP)
+    .bind(RECENT_USERS as i64)
+    .bind(per)
+    .bind(RECENT_SESSIONS)
+    .bind(VOCABULARY as i64)
+    .bind(FIRST_RANK as i64)
+    .execute(pool)
+    .await?;
+    // Vacuumed as well as analyzed, as a table in service would be by
+    // autovacuum: the first reads of freshly inserted rows otherwise
+    // write each page's hint bits, and the first `search` after a
+    // load ran at 841 ops/s (p99 75 ms) against 1,062-1,074 after a
+    // vacuum.
+    eprintln!("engram bench: vacuuming the loaded episodes …");
+    sqlx::query("VACUUM (ANALYZE) episodes, sessions")
+        .execute(pool)
+        .await?;
+    Ok(per * RECENT_SESSIONS)
+}
+
+/// [`ensure_recent`]'s set on SQLite, likewise.
+async fn load_recent_sqlite(pool: &sqlx::SqlitePool, per: i64) -> anyhow::Result<i64> {
     let have: i64 = sqlx::query_scalar(
         "SELECT coalesce(sum(episode_count), 0) FROM sessions WHERE tenant = 'default' AND app = ?1",
     )
     .bind(RECENT_APP)
-    .fetch_one(&pool)
+    .fetch_one(pool)
     .await?;
     if have >= per * RECENT_SESSIONS {
         return Ok(have);
@@ -189,7 +191,7 @@ async fn load_recent(database_url: &str, n: i64) -> anyhow::Result<i64> {
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    sqlx::query("ANALYZE").execute(&pool).await?;
+    sqlx::query("ANALYZE").execute(pool).await?;
     Ok(per * RECENT_SESSIONS)
 }
 

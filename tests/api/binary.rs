@@ -11,9 +11,15 @@ use crate::helpers::{Backend, ChildServer, TestDb, connect};
 use crate::on_both_stores;
 
 fn engram(args: &[&str]) -> std::process::Output {
+    engram_with(args, &[])
+}
+
+/// [`engram`] with these environment variables set.
+fn engram_with(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
         .args(args)
         .env_remove("ENGRAM_DATABASE_URL")
+        .envs(env.iter().copied())
         .output()
         .expect("run engram")
 }
@@ -103,12 +109,10 @@ async fn migrate_then_serve_with_migrations_off(backend: Backend) {
     assert!(!stderr.contains("password"), "{stderr}");
 
     // With every statement logged, as a slow one would be.
-    let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
-        .args(["migrate", "--database-url", &fresh.url])
-        .env_remove("ENGRAM_DATABASE_URL")
-        .env("ENGRAM_LOG", "info,sqlx=debug")
-        .output()
-        .expect("run engram migrate");
+    let migrated = engram_with(
+        &["migrate", "--database-url", &fresh.url],
+        &[("ENGRAM_LOG", "info,sqlx=debug")],
+    );
     let said = String::from_utf8_lossy(&migrated.stderr);
     assert!(migrated.status.success(), "{said}");
     // It says which migrations it applies, and not their SQL: a migration

@@ -390,9 +390,11 @@ impl SqliteStore {
 
 /// The versions of the migrations applied to the database (none before
 /// the first).
-async fn applied_migrations(pool: &sqlx::SqlitePool) -> Vec<i64> {
+async fn applied_migrations<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
+) -> Vec<i64> {
     sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(pool)
+        .fetch_all(conn)
         .await
         .unwrap_or_default()
 }
@@ -410,7 +412,7 @@ impl Database for SqliteStore {
         fts::register(&mut conn).await?;
         match version {
             None => {
-                let applied = applied_migrations(&self.writer).await;
+                let applied = applied_migrations(&mut conn).await;
                 migrate_unless_ahead(
                     &MIGRATOR,
                     &applied,
