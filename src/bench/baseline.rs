@@ -74,6 +74,19 @@ pub async fn ensure_recent(database_url: &str, n: i64) -> anyhow::Result<Recent>
     Ok(Recent { loaded, others })
 }
 
+/// Whether `have` episodes are the whole set of `per` a session; says
+/// that it is loaded when not.
+fn loaded(have: i64, per: i64) -> bool {
+    if have >= per * RECENT_SESSIONS {
+        return true;
+    }
+    eprintln!(
+        "engram bench: loading {} episodes for recent …",
+        per * RECENT_SESSIONS
+    );
+    false
+}
+
 /// [`ensure_recent`]'s set on Postgres, `per` episodes a session, loaded
 /// unless it is there; returns its size.
 async fn load_recent_postgres(pool: &sqlx::PgPool, per: i64) -> anyhow::Result<i64> {
@@ -84,13 +97,9 @@ async fn load_recent_postgres(pool: &sqlx::PgPool, per: i64) -> anyhow::Result<i
     .bind(RECENT_APP)
     .fetch_one(pool)
     .await?;
-    if have >= per * RECENT_SESSIONS {
+    if loaded(have, per) {
         return Ok(have);
     }
-    eprintln!(
-        "engram bench: loading {} episodes for recent …",
-        per * RECENT_SESSIONS
-    );
     sqlx::query("DELETE FROM sessions WHERE tenant = 'default' AND app = $1")
         .bind(RECENT_APP)
         .execute(pool)
@@ -144,13 +153,9 @@ async fn load_recent_sqlite(pool: &sqlx::SqlitePool, per: i64) -> anyhow::Result
     .bind(RECENT_APP)
     .fetch_one(pool)
     .await?;
-    if have >= per * RECENT_SESSIONS {
+    if loaded(have, per) {
         return Ok(have);
     }
-    eprintln!(
-        "engram bench: loading {} episodes for recent …",
-        per * RECENT_SESSIONS
-    );
     let now = Utc::now().timestamp_micros();
     let mut tx = pool.begin().await?;
     sqlx::query("DELETE FROM sessions WHERE tenant = 'default' AND app = ?1")
