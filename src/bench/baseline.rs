@@ -20,11 +20,16 @@ use crate::sessions::ports::{Append, SessionStore};
 use crate::sessions::{EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery};
 use crate::store::{SqliteStore, pg_statements};
 
+/// The app (and user) of the sessions the raw statement appends to.
+pub const RAW_APP: &str = "bench-raw";
+/// The app (and user) of the sessions the in-process store appends to.
+pub const INPROC_APP: &str = "bench-inproc";
+
 /// The episodes `recent` and `search` run over.
 pub struct Recent {
     /// The loaded set's episodes (1000 sessions of 100 users).
     pub loaded: i64,
-    /// Every other episode in the store: earlier runs' appends, say. Their
+    /// Every other episode in the store: runs' kept appends, say. Their
     /// words are in the same index lists as the loaded set's, so a search
     /// over a store that holds many of them reads longer lists.
     pub others: i64,
@@ -36,7 +41,7 @@ impl Recent {
         let mut out = format!("over {} episodes of {RECENT_USERS} users", self.loaded);
         if self.others > 0 {
             out.push_str(&format!(
-                " (the store holds {} other episodes too, from earlier appends)",
+                " (the store holds {} other episodes too)",
                 self.others
             ));
         }
@@ -292,7 +297,8 @@ fn pgbench_script(workload: Workload, vector: &str) -> String {
         // (PgStore's blind first try): bump the counter and insert.
         _ => {
             let content = format!("\"{}\"", raw_append_text());
-            let session = "('bench-raw-' || :client_id)";
+            let session = format!("('{RAW_APP}-' || :client_id)");
+            let app = format!("'{RAW_APP}'");
             let id = "('raw-' || :client_id || '-' || :r)";
             format!(
                 "\\set r random(1, 9000000000000000000)\n{};\n",
@@ -300,13 +306,13 @@ fn pgbench_script(workload: Workload, vector: &str) -> String {
                     pg_statements::APPEND_SQL,
                     &[
                         (1, "'default'"),
-                        (2, session),
+                        (2, &session),
                         (3, "1"),
                         (4, "now()"),
-                        (5, "'bench-raw'"),
-                        (6, "'bench-raw'"),
+                        (5, &app),
+                        (6, &app),
                         (7, &format!("ARRAY[{id}]")),
-                        (8, "ARRAY['bench-raw']"),
+                        (8, &format!("ARRAY[{app}]")),
                         (9, "ARRAY['observation']"),
                         (10, &format!("ARRAY['{content}']")),
                         (11, "ARRAY['{}']"),
@@ -357,10 +363,11 @@ async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, O
         let pool = sqlx::PgPool::connect(&args.database_url).await?;
         sqlx::query(
             "INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time) \
-             SELECT 'default', 'bench-raw-' || c, 'bench-raw', 'bench-raw', now(), now() \
+             SELECT 'default', $2 || '-' || c, $2, $2, now(), now() \
              FROM generate_series(0, $1) c ON CONFLICT DO NOTHING",
         )
         .bind(args.clients as i64)
+        .bind(RAW_APP)
         .execute(&pool)
         .await?;
         // Built by Postgres here; the server builds the same in Rust.
@@ -430,10 +437,10 @@ async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64>
             };
             let provenance = Provenance::default();
             let mut rng = Rng::new(client as u64 + 11);
-            let session = Id::parse("session_id", format!("bench-inproc-{client}"))?;
+            let session = Id::parse("session_id", format!("{INPROC_APP}-{client}"))?;
             let owner = Owner {
-                app: Some(Name::parse("app", "bench-inproc")?),
-                user: Some(Name::parse("user", "bench-inproc")?),
+                app: Some(Name::parse("app", INPROC_APP)?),
+                user: Some(Name::parse("user", INPROC_APP)?),
             };
             let mut ops = 0u64;
             while Instant::now() < deadline {

@@ -9,6 +9,7 @@
 //! and the peak under each workload.
 
 mod baseline;
+mod cleanup;
 mod cpu;
 pub mod recall;
 mod server;
@@ -55,8 +56,8 @@ pub struct BenchArgs {
     pub warmup: Duration,
 
     /// Workloads to run, comma-separated, in this order. By default `recent`
-    /// and `search` run before `append` and `tail`, whose episodes stay in
-    /// the store, so that they measure the loaded episodes as loaded
+    /// and `search` run before `append` and `tail`, so that they measure the
+    /// loaded episodes alone
     #[arg(
         long,
         value_enum,
@@ -68,6 +69,12 @@ pub struct BenchArgs {
     /// Also run the raw-SQL baseline and print engram/raw ratios
     #[arg(long)]
     pub baseline: bool,
+
+    /// Keep the sessions and episodes the run appended (append, tail and
+    /// the baseline's); by default they are deleted when the run ends, so
+    /// that the next run measures the same store
+    #[arg(long)]
+    pub keep_appended: bool,
 
     /// Episodes loaded for `recent` (once per database)
     #[arg(long, default_value_t = 1_000_000)]
@@ -173,6 +180,9 @@ struct Report {
     duration_secs: f64,
     server_idle_rss_mib: Option<f64>,
     results: Vec<Figures>,
+    /// The episodes the run appended and then deleted; `None` with
+    /// `--keep-appended`.
+    removed_episodes: Option<u64>,
 }
 
 fn machine() -> String {
@@ -273,17 +283,23 @@ impl BenchArgs {
         };
         let idle = started.as_ref().map(|s| s.rss_mib("VmRSS"));
         let mut results = Vec::new();
+        let mut failed = None;
         for workload in &self.workloads {
             eprintln!("engram bench: {} …", workload.name());
             if let Some(spawned) = &started {
                 spawned.reset_peak();
             }
-            let mut figures = workloads::run(*workload, &self, &target, started.as_ref())
-                .await
-                .map_err(|err| CliError {
-                    message: format!("{} failed: {err:#}", workload.name()),
-                    code: crate::cli::exit::FAILURE,
-                })?;
+            let mut figures =
+                match workloads::run(*workload, &self, &target, started.as_ref()).await {
+                    Ok(figures) => figures,
+                    Err(err) => {
+                        failed = Some(CliError {
+                            message: format!("{} failed: {err:#}", workload.name()),
+                            code: crate::cli::exit::FAILURE,
+                        });
+                        break;
+                    }
+                };
             if let Some(spawned) = &started {
                 figures.server_peak_rss_mib = Some(spawned.rss_mib("VmHWM"));
             }
@@ -300,8 +316,17 @@ impl BenchArgs {
             }
             results.push(figures);
         }
+        // Also after a failed workload: what it appended goes too.
+        let removed = if self.keep_appended {
+            None
+        } else {
+            Some(self.remove_appended(&target, started.is_some()).await?)
+        };
         if let Some(spawned) = started {
             spawned.stop().await;
+        }
+        if let Some(failed) = failed {
+            return Err(failed);
         }
         let report = Report {
             date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
@@ -311,12 +336,31 @@ impl BenchArgs {
             duration_secs: self.duration.as_secs_f64(),
             server_idle_rss_mib: idle,
             results,
+            removed_episodes: removed,
         };
         match self.output {
             Output::Json => print_json(&serde_json::to_value(&report).unwrap_or_default()),
             Output::Text => print_text(&report),
         }
         Ok(())
+    }
+
+    /// Deletes what the run appended ([`cleanup`]); the baseline's sessions
+    /// too when the database is surely the server's (the bench started
+    /// the server on it, or the baseline ran on it).
+    async fn remove_appended(&self, target: &workloads::Target, started: bool) -> CliResult<u64> {
+        eprintln!("engram bench: deleting the episodes the run appended …");
+        let database = (started || self.baseline).then_some(self.database_url.as_str());
+        let removed = cleanup::remove_written(target, database)
+            .await
+            .map_err(|err| CliError {
+                message: format!(
+                    "cannot delete the episodes the run appended (--keep-appended keeps them): {err:#}"
+                ),
+                code: crate::cli::exit::FAILURE,
+            })?;
+        eprintln!("engram bench: deleted {removed} appended episodes");
+        Ok(removed)
     }
 }
 

@@ -65,6 +65,10 @@ pub const SCOPE: &str = "bench";
 pub const KEYS: u64 = 10_000;
 const HISTORY_SCOPE: &str = "bench-history";
 pub const RECENT_APP: &str = "bench";
+/// The app of the sessions `append` writes to.
+pub const APPEND_APP: &str = "bench-append";
+/// The app of the sessions `tail` writes to.
+pub const TAIL_APP: &str = "bench-tail";
 pub const RECENT_USERS: u64 = 100;
 pub const RECENT_SESSIONS: i64 = 1000;
 
@@ -125,7 +129,7 @@ pub struct Target {
     pub bearer: Bearer,
 }
 
-async fn channel(target: &Target) -> anyhow::Result<Connection> {
+pub(super) async fn channel(target: &Target) -> anyhow::Result<Connection> {
     let address = &target.address;
     let channel = tonic::transport::Endpoint::from_shared(address.to_owned())?
         .tcp_nodelay(true)
@@ -521,7 +525,7 @@ pub async fn run(
 fn append_request(client: usize, content: &str) -> proto::AppendEpisodeRequest {
     proto::AppendEpisodeRequest {
         session_id: format!("bench-append-{client}"),
-        app: "bench-append".to_owned(),
+        app: APPEND_APP.to_owned(),
         user: format!("bench-append-u{client}"),
         episode: Some(proto::NewEpisode {
             r#type: "observation".to_owned(),
@@ -553,7 +557,7 @@ async fn tail(
     let mut tailer = EpisodeServiceClient::new(channel(&tail_target).await?);
     let mut stream = tailer
         .tail_episodes(proto::TailEpisodesRequest {
-            app: "bench-tail".to_owned(),
+            app: TAIL_APP.to_owned(),
             ..proto::TailEpisodesRequest::default()
         })
         .await?
@@ -599,7 +603,7 @@ async fn tail(
                 episodes
                     .append_episode(proto::AppendEpisodeRequest {
                         session_id: format!("bench-tail-{client}"),
-                        app: "bench-tail".to_owned(),
+                        app: TAIL_APP.to_owned(),
                         user: "bench-tail".to_owned(),
                         episode: Some(proto::NewEpisode {
                             content: Some(json_to_proto(&serde_json::Value::from(now_micros()))),

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::helpers::{Backend, TestDb};
 
-fn bench(url: &str, workloads: &str) -> Value {
+fn bench(url: &str, workloads: &str, extra: &[&str]) -> Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
         .args([
             "bench",
@@ -27,6 +27,7 @@ fn bench(url: &str, workloads: &str) -> Value {
             "--output",
             "json",
         ])
+        .args(extra)
         .env_remove("ENGRAM_DATABASE_URL")
         .output()
         .expect("run engram bench");
@@ -99,16 +100,25 @@ async fn bench_runs_every_workload_on_sqlite() {
         "search",
         "tail",
     ];
-    let report = bench(&db.url, &all.join(","));
+    let report = bench(&db.url, &all.join(","), &[]);
     check(&report, &all, &["set", "get", "append", "recent"]);
-    others_are_told(&report);
+    let others = others_are_told(&report);
+    // The run deleted what it appended (append, tail after `search`, and
+    // the in-process baseline's), so the next run's `recent` is over the
+    // loaded set alone.
+    let removed = report["removed_episodes"].as_u64().unwrap_or_default();
+    assert!(removed > others, "{others} told: {report}");
+    let again = bench(&db.url, "recent", &[]);
+    assert_eq!(recent_note(&again), "over 2000 episodes of 100 users");
+    assert_eq!(again["removed_episodes"].as_u64(), Some(0), "{again}");
 }
 
 /// The appends ran before `recent` and `search`, so those two say that the
 /// store holds episodes beyond the loaded set (their index lists are longer
-/// than the loaded set's alone).
-fn others_are_told(report: &Value) {
+/// than the loaded set's alone); returns how many.
+fn others_are_told(report: &Value) -> u64 {
     let results = report["results"].as_array().expect("results");
+    let mut told = Vec::new();
     for name in ["recent", "search"] {
         let result = results
             .iter()
@@ -116,20 +126,56 @@ fn others_are_told(report: &Value) {
             .expect("the workload ran");
         let note = result["note"].as_str().unwrap_or_default();
         assert!(note.contains("over 2000 episodes of 100 users"), "{result}");
-        assert!(note.contains("other episodes too"), "{result}");
+        let others = note
+            .split("the store holds ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(
+            note.ends_with("other episodes too)") && others.is_some_and(|n| n > 0),
+            "{result}"
+        );
+        told.extend(others);
     }
+    told[0]
+}
+
+/// The note of a report's `recent`.
+fn recent_note(report: &Value) -> &str {
+    report["results"]
+        .as_array()
+        .and_then(|results| results.iter().find(|r| r["workload"] == "recent"))
+        .and_then(|r| r["note"].as_str())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_compares_with_pgbench_on_postgres() {
     let db = TestDb::new(Backend::Postgres).await;
-    let report = bench(&db.url, "set,get,append,recent,search,tail");
+    let report = bench(
+        &db.url,
+        "set,get,append,recent,search,tail",
+        &["--keep-appended"],
+    );
     check(
         &report,
         &["set", "get", "append", "recent", "search", "tail"],
         &["set", "get", "append", "recent"],
     );
     others_are_told(&report);
+    assert!(report["removed_episodes"].is_null(), "{report}");
+    // Kept: the next run still finds them (the tail's too), then deletes
+    // every one, through the server and (pgbench's) in the database.
+    let again = bench(&db.url, "recent", &[]);
+    let kept = recent_note(&again)
+        .split("the store holds ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the note tells the kept episodes: {again}"));
+    assert_eq!(again["removed_episodes"].as_u64(), Some(kept), "{again}");
+    let last = bench(&db.url, "recent", &[]);
+    assert_eq!(recent_note(&last), "over 2000 episodes of 100 users");
     let tail = &report["results"][5];
     assert!(
         tail["note"]
