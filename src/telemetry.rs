@@ -4,6 +4,7 @@
 //! `OTEL_SERVICE_NAME` the service, `engram` by default), and each RPC's
 //! span continues the caller's trace from its W3C `traceparent` metadata.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -18,6 +19,9 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::LogFormat;
+
+/// Whether spans are exported (set once by [`init`]).
+static EXPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Flushes exported spans when dropped (at the end of `main`).
 pub struct Telemetry {
@@ -83,20 +87,22 @@ pub fn init(format: LogFormat) -> anyhow::Result<Telemetry> {
         .try_init()
         .map_err(|err| anyhow::anyhow!("cannot install the log subscriber: {err}"))?;
     if !endpoint.is_empty() {
+        EXPORTING.store(true, Ordering::Relaxed);
         tracing::info!(%endpoint, "exporting traces by OTLP");
     }
     Ok(Telemetry { provider })
 }
 
 /// The span of one RPC, a child of the caller's span when the request
-/// carries W3C trace context (`traceparent`, `tracestate`).
+/// carries W3C trace context (`traceparent`, `tracestate`). The exported
+/// span is named after the method (`otel.name`); logs name it once, as
+/// `method`, and without an exporter the span holds nothing else.
 pub fn rpc_span(request: &http::Request<()>) -> tracing::Span {
-    let span = tracing::info_span!(
-        "rpc",
-        otel.name = %request.uri().path(),
-        rpc.system = "grpc",
-        method = %request.uri().path(),
-    );
+    let path = request.uri().path();
+    if !EXPORTING.load(Ordering::Relaxed) {
+        return tracing::info_span!("rpc", method = %path);
+    }
+    let span = tracing::info_span!("rpc", otel.name = %path, rpc.system = "grpc", method = %path);
     if request.headers().contains_key("traceparent") {
         let parent = TraceContextPropagator::new().extract(&Headers(request.headers()));
         // Fails only when no OpenTelemetry layer is installed: nothing to do.

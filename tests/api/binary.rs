@@ -55,7 +55,9 @@ async fn a_second_server_on_one_sqlite_file_refuses_to_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = ChildServer::spawn(&[], &[], Some(dir.path())).await;
+    // sqlx's statements logged, each inside its RPC's span.
+    let logged = [("ENGRAM_LOG", "info,sqlx=debug")];
+    let server = ChildServer::spawn(&[], &logged, Some(dir.path())).await;
     assert!(
         dir.path().join("engram.db").exists(),
         "sqlite://engram.db is the default"
@@ -69,6 +71,14 @@ async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
         ..SetRequest::default()
     };
     client.set(request).await.expect("set");
+    let read = GetRequest {
+        scope_type: ScopeType::Namespace as i32,
+        scope: "first".to_owned(),
+        key: "run".to_owned(),
+        version: 0,
+        as_of: None,
+    };
+    client.get(read.clone()).await.expect("get");
     let lines = server.stderr.clone();
     let status = server.terminate().await;
     assert!(status.success(), "exit status {status}");
@@ -77,18 +87,25 @@ async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
         lines.contains("engram stopped"),
         "logs say it stopped: {lines}"
     );
+    // The RPC's span names the method once, and (no traces exported)
+    // holds nothing else. (The set's statements run in the writer's
+    // task, outside it.)
+    let spans: Vec<serde_json::Value> = lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event.get("db.statement").is_some())
+        .filter_map(|event| event.get("span").cloned())
+        .collect();
+    assert!(
+        spans.contains(&json!({"name": "rpc", "method": "/engram.v1.MemoryService/Get"})),
+        "a statement in the Get's span: {lines}"
+    );
 
     // The data is still there for the next start.
     let again = ChildServer::spawn(&[], &[], Some(dir.path())).await;
     let mut client = MemoryServiceClient::new(connect(again.grpc_addr).await);
     let read = client
-        .get(GetRequest {
-            scope_type: ScopeType::Namespace as i32,
-            scope: "first".to_owned(),
-            key: "run".to_owned(),
-            version: 0,
-            as_of: None,
-        })
+        .get(read)
         .await
         .expect("get after restart")
         .into_inner();
