@@ -2,7 +2,7 @@
 //! sessions `append` and `tail` wrote through the server, deleted through
 //! it as a user's would be, and those the baseline wrote straight to the
 //! database, deleted there. The keys `set` writes stay: there are 10,000,
-//! each overwritten by every run, and `get` reads them.
+//! `get` reads them, and the versions each run adds are not read.
 //!
 //! Left in the store, every run's 1 KB appends (35,000–60,000 a run here)
 //! lengthened the index lists each later `search` reads: a bench database
