@@ -1,7 +1,8 @@
-//! What a run wrote, removed when it ends (unless `--keep-appended`): the
-//! sessions `append` and `tail` wrote through the server, deleted through
-//! it as a user's would be, and those the baseline wrote straight to the
-//! database, deleted there. The keys `set` writes stay: there are 10,000,
+//! What the bench's appends wrote, removed when a run that appends ends
+//! (unless `--keep-appended`), earlier runs' included: the sessions
+//! `append` and `tail` wrote through the server, deleted through it as a
+//! user's would be, and those the baseline wrote straight to the database,
+//! deleted there. The keys `set` writes stay: there are 10,000,
 //! `get` reads them, and the versions each run adds are not read.
 //!
 //! Left in the store, every run's 1 KB appends (35,000–60,000 a run here)

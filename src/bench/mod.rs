@@ -71,8 +71,9 @@ pub struct BenchArgs {
     pub baseline: bool,
 
     /// Keep the sessions and episodes the run appended (append, tail and
-    /// the baseline's); by default they are deleted when the run ends, so
-    /// that the next run measures the same store
+    /// the baseline's); by default a run that appends deletes them when it
+    /// ends (earlier runs' too), so that the next run measures the same
+    /// store
     #[arg(long)]
     pub keep_appended: bool,
 
@@ -180,8 +181,9 @@ struct Report {
     duration_secs: f64,
     server_idle_rss_mib: Option<f64>,
     results: Vec<Figures>,
-    /// The episodes the run appended and then deleted; `None` with
-    /// `--keep-appended`.
+    /// The episodes the bench's workloads had appended (this run's and
+    /// earlier runs') that the run deleted; `None` when it deleted none
+    /// (`--keep-appended`, or no workload that appends ran).
     removed_episodes: Option<u64>,
 }
 
@@ -317,17 +319,28 @@ impl BenchArgs {
             results.push(figures);
         }
         // Also after a failed workload: what it appended goes too.
-        let removed = if self.keep_appended {
-            None
+        let appends = self
+            .workloads
+            .iter()
+            .any(|w| matches!(w, Workload::Append | Workload::Tail));
+        let removed = if appends && !self.keep_appended {
+            self.remove_appended(&target, started.is_some())
+                .await
+                .map(Some)
         } else {
-            Some(self.remove_appended(&target, started.is_some()).await?)
+            Ok(None)
         };
         if let Some(spawned) = started {
             spawned.stop().await;
         }
         if let Some(failed) = failed {
+            // The workload's error is the one to report.
+            if let Err(err) = removed {
+                eprintln!("engram bench: {}", err.message);
+            }
             return Err(failed);
         }
+        let removed = removed?;
         let report = Report {
             date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
             machine: machine(),
