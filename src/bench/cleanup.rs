@@ -9,9 +9,10 @@
 //! lengthened the index lists each later `search` reads: a bench database
 //! that had collected 463,569 of them searched at 732–882 ops/s against
 //! 909–1,027 for the loaded episodes alone. On Postgres the episodes'
-//! table is vacuumed afterwards, since a search still reads the deleted
-//! rows' index entries until it is, and autovacuum waits for a fifth of
-//! the table to be dead.
+//! table is vacuumed afterwards, where the bench knows the database (it
+//! started the server on it, or ran the baseline on it): a search still
+//! reads the deleted rows' index entries until it is, and autovacuum waits
+//! for a fifth of the table to be dead.
 
 use crate::proto;
 use crate::proto::session_service_client::SessionServiceClient;
@@ -34,7 +35,8 @@ pub async fn remove_written(target: &Target, database_url: Option<&str>) -> anyh
     let mut deleted = 0;
     for app in WRITTEN_APPS {
         // Each pass deletes the first page, so the next pass lists what is
-        // left; a session that cannot be deleted ends the run with its error.
+        // left; a session that cannot be deleted ends the deletion with its
+        // error.
         loop {
             let page = sessions
                 .list_sessions(proto::ListSessionsRequest {
