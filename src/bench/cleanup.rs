@@ -65,53 +65,49 @@ pub async fn remove_written(target: &Target, database_url: Option<&str>) -> anyh
         }
     }
     if let Some(url) = database_url {
-        deleted += remove_baseline(url).await?;
-        if deleted > 0 && url.starts_with("postgres") {
-            vacuum(url).await;
-        }
+        deleted += remove_baseline(url, deleted).await?;
     }
     Ok(deleted)
 }
 
-/// Vacuums the episodes' table; a role that may not (it does not own the
-/// table) leaves it to autovacuum, with a warning.
-async fn vacuum(database_url: &str) {
-    eprintln!("engram bench: vacuuming the episodes' table …");
-    let vacuumed = async {
-        let pool = sqlx::PgPool::connect(database_url).await?;
-        sqlx::query("VACUUM episodes").execute(&pool).await?;
-        anyhow::Ok(())
-    };
-    if let Err(err) = vacuumed.await {
-        eprintln!("engram bench: warning: cannot vacuum the episodes' table: {err:#}");
-    }
-}
-
-/// Deletes the baseline's sessions (their episodes go with them); returns
-/// their episodes.
-async fn remove_baseline(database_url: &str) -> anyhow::Result<u64> {
+/// Deletes the baseline's sessions (their episodes go with them) and, on
+/// Postgres, vacuums the episodes' table when any episode went
+/// (`deleted` already, or the baseline's); returns the baseline's
+/// episodes.
+async fn remove_baseline(database_url: &str, deleted: u64) -> anyhow::Result<u64> {
     if database_url.starts_with("postgres") {
         let pool = sqlx::PgPool::connect(database_url).await?;
-        let deleted: i64 = sqlx::query_scalar(
+        let baseline: i64 = sqlx::query_scalar(
             "WITH gone AS (DELETE FROM sessions WHERE tenant = 'default' AND app = ANY($1) \
              RETURNING episode_count) SELECT coalesce(sum(episode_count), 0)::bigint FROM gone",
         )
         .bind(&BASELINE_APPS[..])
         .fetch_one(&pool)
         .await?;
-        return Ok(deleted.max(0) as u64);
+        let baseline = baseline.max(0) as u64;
+        if deleted + baseline > 0 {
+            vacuum(&pool).await;
+        }
+        return Ok(baseline);
     }
     let pool = crate::store::SqliteStore::direct_pool(database_url).await?;
-    let mut deleted = 0i64;
-    for app in BASELINE_APPS {
-        deleted += sqlx::query_scalar::<_, i64>(
-            "DELETE FROM sessions WHERE tenant = 'default' AND app = ?1 RETURNING episode_count",
-        )
-        .bind(app)
-        .fetch_all(&pool)
-        .await?
-        .into_iter()
-        .sum::<i64>();
+    let baseline: i64 = sqlx::query_scalar::<_, i64>(
+        "DELETE FROM sessions WHERE tenant = 'default' AND app IN (?1, ?2) RETURNING episode_count",
+    )
+    .bind(BASELINE_APPS[0])
+    .bind(BASELINE_APPS[1])
+    .fetch_all(&pool)
+    .await?
+    .into_iter()
+    .sum();
+    Ok(baseline.max(0) as u64)
+}
+
+/// Vacuums the episodes' table; a role that may not (it does not own the
+/// table) leaves it to autovacuum, with a warning.
+async fn vacuum(pool: &sqlx::PgPool) {
+    eprintln!("engram bench: vacuuming the episodes' table …");
+    if let Err(err) = sqlx::query("VACUUM episodes").execute(pool).await {
+        eprintln!("engram bench: warning: cannot vacuum the episodes' table: {err}");
     }
-    Ok(deleted.max(0) as u64)
 }
