@@ -242,7 +242,7 @@ fn substitute(sql: &str, values: &[(usize, &str)]) -> String {
 /// append's search vector as `tsvector` text (the server sends the same
 /// one, built in Rust, in binary; a set's is one key's, each key's the
 /// same size).
-fn pgbench_script(workload: Workload, vector: &str) -> String {
+fn pgbench_script(workload: Workload, vector: &str, run: &str) -> String {
     let key_expr = "('k' || lpad(:n::text, 5, '0'))";
     let value = set_value(1).to_string().replace('\'', "''");
     match workload {
@@ -297,7 +297,10 @@ fn pgbench_script(workload: Workload, vector: &str) -> String {
         // (PgStore's blind first try): bump the counter and insert.
         _ => {
             let content = format!("\"{}\"", raw_append_text());
-            let session = format!("('{RAW_APP}-' || :client_id)");
+            let session = format!(
+                "('{}' || :client_id)",
+                super::workloads::session_prefix(RAW_APP, run)
+            );
             let app = format!("'{RAW_APP}'");
             let id = "('raw-' || :client_id || '-' || :r)";
             format!(
@@ -363,11 +366,12 @@ async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, O
         let pool = sqlx::PgPool::connect(&args.database_url).await?;
         sqlx::query(
             "INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time) \
-             SELECT 'default', $2 || '-' || c, $2, $2, now(), now() \
+             SELECT 'default', $3 || c, $2, $2, now(), now() \
              FROM generate_series(0, $1) c ON CONFLICT DO NOTHING",
         )
         .bind(args.clients as i64)
         .bind(RAW_APP)
+        .bind(super::workloads::session_prefix(RAW_APP, &args.run))
         .execute(&pool)
         .await?;
         // Built by Postgres here; the server builds the same in Rust.
@@ -380,7 +384,7 @@ async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, O
     }
     let dir = tempfile_dir()?;
     let script = dir.join(format!("{}.sql", workload.name()));
-    std::fs::write(&script, pgbench_script(workload, &vector))?;
+    std::fs::write(&script, pgbench_script(workload, &vector, &args.run))?;
     let seconds = args.duration.as_secs().max(1).to_string();
     let clients = args.clients.to_string();
     let threads = args.clients.min(2).to_string();
@@ -429,6 +433,7 @@ async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64>
     let mut tasks = Vec::new();
     for client in 0..args.clients {
         let store = store.clone();
+        let session = super::workloads::session_id(INPROC_APP, &args.run, client);
         tasks.push(tokio::spawn(async move {
             let tenant = Tenant::default();
             let scope = Scope {
@@ -437,7 +442,7 @@ async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64>
             };
             let provenance = Provenance::default();
             let mut rng = Rng::new(client as u64 + 11);
-            let session = Id::parse("session_id", format!("{INPROC_APP}-{client}"))?;
+            let session = Id::parse("session_id", session)?;
             let owner = Owner {
                 app: Some(Name::parse("app", INPROC_APP)?),
                 user: Some(Name::parse("user", INPROC_APP)?),

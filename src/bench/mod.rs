@@ -72,8 +72,8 @@ pub struct BenchArgs {
 
     /// Keep the sessions and episodes the run appended (append, tail and
     /// the baseline's); by default a run that appends deletes them when it
-    /// ends (earlier runs' too), so that the next run measures the same
-    /// store
+    /// ends (earlier runs' too, unless written to while it ran: another
+    /// bench's), so that the next run measures the same store
     #[arg(long)]
     pub keep_appended: bool,
 
@@ -98,6 +98,10 @@ pub struct BenchArgs {
     /// The started server's process, whose CPU each workload reports.
     #[arg(skip)]
     pub server_pid: Option<u32>,
+
+    /// This run's token, in the ids of the sessions it appends to.
+    #[arg(skip)]
+    pub run: String,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -284,6 +288,16 @@ impl BenchArgs {
             bearer: crate::cli::Bearer::new(self.token.as_deref())?,
         };
         let idle = started.as_ref().map(|s| s.rss_mib("VmRSS"));
+        self.run = run_token();
+        let appends = self
+            .workloads
+            .iter()
+            .any(|w| matches!(w, Workload::Append | Workload::Tail));
+        let earlier = if appends && !self.keep_appended {
+            cleanup::earlier(&target, self.baseline_database(started.is_some())).await
+        } else {
+            cleanup::Earlier::default()
+        };
         let mut results = Vec::new();
         let mut failed = None;
         for workload in &self.workloads {
@@ -319,12 +333,8 @@ impl BenchArgs {
             results.push(figures);
         }
         // Also after a failed workload: what it appended goes too.
-        let appends = self
-            .workloads
-            .iter()
-            .any(|w| matches!(w, Workload::Append | Workload::Tail));
         let removed = if appends && !self.keep_appended {
-            self.remove_appended(&target, started.is_some())
+            self.remove_appended(&target, started.is_some(), &earlier)
                 .await
                 .map(Some)
         } else {
@@ -358,13 +368,24 @@ impl BenchArgs {
         Ok(())
     }
 
-    /// Deletes what the run appended ([`cleanup`]); the baseline's sessions
-    /// too when the database is surely the server's (the bench started
-    /// the server on it, or the baseline ran on it).
-    async fn remove_appended(&self, target: &workloads::Target, started: bool) -> CliResult<u64> {
+    /// The database whose baseline sessions the cleanup deletes: only one
+    /// surely the server's (the bench started the server on it, or the
+    /// baseline runs on it).
+    fn baseline_database(&self, started: bool) -> Option<&str> {
+        (started || self.baseline).then_some(self.database_url.as_str())
+    }
+
+    /// Deletes what the run appended, and earlier runs' sessions idle
+    /// since it began ([`cleanup`]).
+    async fn remove_appended(
+        &self,
+        target: &workloads::Target,
+        started: bool,
+        earlier: &cleanup::Earlier,
+    ) -> CliResult<u64> {
         eprintln!("engram bench: deleting the episodes the run appended …");
-        let database = (started || self.baseline).then_some(self.database_url.as_str());
-        let removed = cleanup::remove_written(target, database)
+        let database = self.baseline_database(started);
+        let removed = cleanup::remove_written(target, database, &self.run, earlier)
             .await
             .map_err(|err| CliError {
                 message: format!(
@@ -375,6 +396,18 @@ impl BenchArgs {
         eprintln!("engram bench: deleted {removed} appended episodes");
         Ok(removed)
     }
+}
+
+/// A token that tells a run's sessions from other runs' (see [`cleanup`]):
+/// the clock's nanoseconds and the process id, eight hex digits.
+fn run_token() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{:08x}",
+        (nanos ^ (u64::from(std::process::id()) << 20)) & 0xffff_ffff
+    )
 }
 
 #[cfg(test)]

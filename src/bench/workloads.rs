@@ -70,6 +70,17 @@ pub const APPEND_APP: &str = "bench-append";
 /// The app of the sessions `tail` writes to.
 pub const TAIL_APP: &str = "bench-tail";
 pub const RECENT_USERS: u64 = 100;
+
+/// The session a client of a run appends to for `app`: the run's token in
+/// it tells this run's sessions from other runs' (see `cleanup`).
+pub fn session_id(app: &str, run: &str, client: usize) -> String {
+    format!("{}{client}", session_prefix(app, run))
+}
+
+/// What the ids of a run's sessions of `app` begin with.
+pub fn session_prefix(app: &str, run: &str) -> String {
+    format!("{app}-{run}-")
+}
 pub const RECENT_SESSIONS: i64 = 1000;
 
 /// A tiny deterministic generator per client (xorshift).
@@ -413,13 +424,12 @@ pub async fn run(
             let measured = measure(args, |client| async move {
                 let episodes = EpisodeServiceClient::new(channel(target).await?);
                 let content = text(&mut Rng::new(client as u64 + 11), 1024);
+                let session = session_id(APPEND_APP, &args.run, client);
                 let op = move || -> OpFuture {
                     let mut episodes = episodes.clone();
-                    let content = content.clone();
+                    let request = append_request(&session, client, &content);
                     Box::pin(async move {
-                        episodes
-                            .append_episode(append_request(client, &content))
-                            .await?;
+                        episodes.append_episode(request).await?;
                         Ok(1)
                     })
                 };
@@ -522,9 +532,9 @@ pub async fn run(
     }
 }
 
-fn append_request(client: usize, content: &str) -> proto::AppendEpisodeRequest {
+fn append_request(session: &str, client: usize, content: &str) -> proto::AppendEpisodeRequest {
     proto::AppendEpisodeRequest {
-        session_id: format!("bench-append-{client}"),
+        session_id: session.to_owned(),
         app: APPEND_APP.to_owned(),
         user: format!("bench-append-u{client}"),
         episode: Some(proto::NewEpisode {
@@ -592,8 +602,10 @@ async fn tail(
             + period.map_or(Duration::ZERO, |p| {
                 p.mul_f64(client as f64 / args.clients.max(1) as f64)
             });
+        let session = session_id(TAIL_APP, &args.run, client);
         let op = move || -> OpFuture {
             let mut episodes = episodes.clone();
+            let session = session.clone();
             let at = next;
             if let Some(period) = period {
                 next += period;
@@ -602,7 +614,7 @@ async fn tail(
                 tokio::time::sleep_until(at).await;
                 episodes
                     .append_episode(proto::AppendEpisodeRequest {
-                        session_id: format!("bench-tail-{client}"),
+                        session_id: session,
                         app: TAIL_APP.to_owned(),
                         user: "bench-tail".to_owned(),
                         episode: Some(proto::NewEpisode {

@@ -289,3 +289,93 @@ async fn recall_eval_reports_recall_and_mrr(backend: Backend) {
 }
 
 crate::on_both_stores!(recall_eval_reports_recall_and_mrr);
+
+/// A bench that appends deletes, when it ends, its own sessions and those
+/// idle since it began, not those another run writes to meanwhile: a
+/// session appended to while it ran, or created then, stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_leaves_the_sessions_another_run_writes() {
+    use engram::api::convert::json_to_proto;
+    use engram::proto::{
+        AppendEpisodeRequest, ListSessionsRequest, NewEpisode, TailEpisodesRequest,
+    };
+
+    let server = crate::helpers::TestServer::spawn(Backend::Sqlite).await;
+    let mut episodes = server.episodes();
+    let append = |session: &str| AppendEpisodeRequest {
+        session_id: session.to_owned(),
+        app: "bench-append".to_owned(),
+        user: "another-run".to_owned(),
+        episode: Some(NewEpisode {
+            content: Some(json_to_proto(&serde_json::json!("beside the bench"))),
+            ..NewEpisode::default()
+        }),
+    };
+    // An earlier run's session left idle, and one another run goes on with.
+    for session in ["bench-append-idle-0", "bench-append-busy-0"] {
+        episodes
+            .append_episode(append(session))
+            .await
+            .expect("an earlier session");
+    }
+    let mut tail = episodes
+        .tail_episodes(TailEpisodesRequest {
+            app: "bench-append".to_owned(),
+            ..TailEpisodesRequest::default()
+        })
+        .await
+        .expect("tail")
+        .into_inner();
+    let address = format!("http://{}", server.grpc_addr());
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(["bench", "--server", &address, "--workloads", "append"])
+            .args(["--clients", "2", "--warmup", "50ms", "--duration", "3s"])
+            .args(["--output", "json"])
+            .env_remove("ENGRAM_TOKEN")
+            .output()
+            .expect("run engram bench")
+    });
+    // Once the bench appends, the other run writes beside it.
+    let first = tail
+        .message()
+        .await
+        .expect("the tail")
+        .and_then(|r| r.episode)
+        .expect("the bench's first append");
+    assert!(first.session_id.starts_with("bench-append-"), "{first:?}");
+    for session in ["bench-append-busy-0", "bench-append-new-0"] {
+        episodes
+            .append_episode(append(session))
+            .await
+            .expect("an append beside the bench");
+    }
+    let out = run.await.expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let own = report["results"][0]["ops"].as_u64().unwrap_or_default();
+    let removed = report["removed_episodes"].as_u64().unwrap_or_default();
+    assert!(
+        removed > own,
+        "its own appends and the idle one's: {report}"
+    );
+    let mut left: Vec<String> = server
+        .sessions()
+        .list_sessions(ListSessionsRequest {
+            app: "bench-append".to_owned(),
+            ..ListSessionsRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    left.sort();
+    assert_eq!(left, ["bench-append-busy-0", "bench-append-new-0"]);
+}
