@@ -1,13 +1,13 @@
 //! Traces exported by OTLP to a collector run by the test: an RPC that
 //! carries W3C `traceparent` metadata arrives as a span of the caller's
 //! trace, child of the caller's span, named after the method, from the
-//! service named by `OTEL_SERVICE_NAME`.
+//! service named by `OTEL_SERVICE_NAME`; logs meanwhile keep their shape.
 
 use std::time::Duration;
 
 use engram::api::convert::json_to_proto;
 use engram::proto::memory_service_client::MemoryServiceClient;
-use engram::proto::{ScopeType, SetRequest};
+use engram::proto::{GetRequest, ScopeType, SetRequest};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -67,6 +67,8 @@ async fn rpc_spans_continue_the_callers_trace() {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
             ("OTEL_SERVICE_NAME", "engram-under-test"),
             ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            // sqlx's statements logged, each inside its RPC's span.
+            ("ENGRAM_LOG", "info,sqlx=debug"),
         ],
         None,
     )
@@ -87,6 +89,15 @@ async fn rpc_spans_continue_the_callers_trace() {
         })
         .await
         .expect("set");
+    memory
+        .get(GetRequest {
+            scope_type: ScopeType::Namespace as i32,
+            scope: "traced".into(),
+            key: "k".into(),
+            ..GetRequest::default()
+        })
+        .await
+        .expect("get");
 
     let found = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(request) = exported.recv().await {
@@ -122,5 +133,19 @@ async fn rpc_spans_continue_the_callers_trace() {
         service.is_some_and(|s| s.contains("engram-under-test")),
         "service.name from OTEL_SERVICE_NAME"
     );
+    let lines = server.stderr.clone();
     assert!(server.terminate().await.success());
+    // Logs look as they do without an exporter: the span names the
+    // method once, and the exporter's fields stay out of them.
+    let lines = lines.lock().expect("lines").join("\n");
+    let spans: Vec<serde_json::Value> = lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event.get("db.statement").is_some())
+        .filter_map(|event| event.get("span").cloned())
+        .collect();
+    assert!(
+        spans.contains(&json!({"name": "rpc", "method": "/engram.v1.MemoryService/Get"})),
+        "a statement in the Get's span: {lines}"
+    );
 }
