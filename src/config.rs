@@ -281,6 +281,11 @@ settings! {
     /// milliseconds; 0 leaves them to Postgres (merged by the write that fills
     /// one, or by vacuum)
     search_merge_interval_ms: u64 = "1000", env "ENGRAM_SEARCH_MERGE_INTERVAL_MS";
+    /// Searches this replica runs at once; more wait their turn, in order of
+    /// arrival (a search is the heaviest statement a call runs, and more at
+    /// once than the cores that run them only switch between them). 0: twice
+    /// the CPUs this replica may use
+    search_concurrency: usize = "0", env "ENGRAM_SEARCH_CONCURRENCY";
     /// How often this replica looks for Postgres tables that have doubled
     /// since their planner statistics were taken, and analyzes them (plans
     /// made while a table was nearly empty read it whole), in milliseconds;
@@ -425,6 +430,8 @@ pub struct Config {
     /// How often this replica looks for a pause in writes to merge the
     /// search indexes' pending lists; `None`: off.
     pub search_merge_interval: Option<Duration>,
+    /// Searches this replica runs at once (see `search::turns`).
+    pub search_concurrency: usize,
     /// How often this replica analyzes the tables that have doubled since
     /// their statistics were taken; `None`: off.
     pub analyze_interval: Option<Duration>,
@@ -602,6 +609,10 @@ impl Config {
                 .then(|| Duration::from_secs(v.retention_interval_secs)),
             search_merge_interval: (v.search_merge_interval_ms > 0)
                 .then(|| millis(v.search_merge_interval_ms)),
+            search_concurrency: match v.search_concurrency {
+                0 => crate::search::turns::default_at_once(),
+                n => n,
+            },
             analyze_interval: (v.analyze_interval_ms > 0).then(|| millis(v.analyze_interval_ms)),
             summarizer,
             embedder,

@@ -118,6 +118,8 @@ pub struct PoolStatus {
     pub max: u32,
     /// Writes queued for the next group commit (see `store::group`).
     pub queued_writes: u32,
+    /// Searches waiting for their turn (see `search::turns`).
+    pub waiting_searches: u32,
 }
 
 /// The server streams among the methods served; every other one is unary
@@ -327,6 +329,13 @@ impl Registry {
         let _ = writeln!(out, "engram_group_queued_calls {}", pool.queued_writes);
         header(
             &mut out,
+            "engram_search_waiting_calls",
+            "gauge",
+            "Searches waiting for their turn (--search-concurrency at once).",
+        );
+        let _ = writeln!(out, "engram_search_waiting_calls {}", pool.waiting_searches);
+        header(
+            &mut out,
             "engram_evictions_total",
             "counter",
             "Sessions and episodes evicted by the configured limits.",
@@ -489,9 +498,11 @@ mod tests {
             idle: 2,
             max: 10,
             queued_writes: 3,
+            waiting_searches: 2,
         });
         for line in [
             "engram_group_queued_calls 3",
+            "engram_search_waiting_calls 2",
             "engram_groups_total{kind=\"append\"} 1",
             "engram_grouped_calls_total{kind=\"append\"} 5",
             "engram_rpc_total{method=\"/m/A\",code=\"OK\"} 2",

@@ -42,6 +42,7 @@ use crate::proto::session_service_server::SessionServiceServer;
 use crate::proto::working_memory_service_server::WorkingMemoryServiceServer;
 use crate::search::Search;
 use crate::search::embedder::{Embedder, EmbedderConfig, OpenAiEmbedder};
+use crate::search::turns::Turns;
 use crate::search::worker::Worker;
 use crate::sessions::Sessions;
 use crate::store::{Backend, PgStore, SqliteStore};
@@ -335,7 +336,11 @@ impl<S: Store> Services<S> {
             }
             None => None,
         };
-        let search = Search::new(store.clone(), embedder.as_ref().map(|(e, _)| e.clone()));
+        let search = Search::new(
+            store.clone(),
+            embedder.as_ref().map(|(e, _)| e.clone()),
+            Turns::new(config.search_concurrency),
+        );
         let sessions = Sessions::new(store.clone(), config.sessions).redacting(
             config
                 .redact_episodes
@@ -480,6 +485,7 @@ fn serve<S: Store>(
         feed,
         embedder: _,
     } = services;
+    let turns = search.turns().clone();
     let endpoints = crate::api::http::Endpoints {
         sessions: sessions.clone(),
         auth: config.auth.clone(),
@@ -594,7 +600,7 @@ fn serve<S: Store>(
         };
     let http = axum::serve(
         http_listener,
-        http_router(ready, store.clone())
+        http_router(ready, store.clone(), turns)
             .merge(crate::api::http::router(endpoints))
             .merge(mcp.unwrap_or_default())
             .merge(console.unwrap_or_default()),
@@ -628,7 +634,7 @@ fn serve<S: Store>(
 /// `/healthz` answers while the process runs; `/readyz` only while the
 /// database is reachable; `/metrics` in the Prometheus text format. None
 /// needs a token: probes and scrapers reach them on the cluster network.
-fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
+fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S, turns: Turns) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
     axum::Router::new()
@@ -636,7 +642,11 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S) -> axum::Router {
         .route(
             "/metrics",
             get(move || {
-                let text = crate::metrics::global().render(store.pool_status());
+                let status = crate::metrics::PoolStatus {
+                    waiting_searches: turns.waiting() as u32,
+                    ..store.pool_status()
+                };
+                let text = crate::metrics::global().render(status);
                 async move { ([("content-type", "text/plain; version=0.0.4")], text) }
             }),
         )

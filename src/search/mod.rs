@@ -18,6 +18,7 @@ pub mod ports;
 mod query;
 mod service;
 pub mod snippet;
+pub mod turns;
 pub mod vector;
 pub mod worker;
 

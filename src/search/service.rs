@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::embedder::{Embedder, similarity};
 use super::ports::{EmbeddingStore, ItemRef, SearchStore};
+use super::turns::Turns;
 use super::{Filters, Hit, Item, Mode, Query, Source};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
@@ -51,12 +52,22 @@ pub struct SearchRequest {
 pub struct Search<S> {
     store: S,
     embedder: Option<Arc<dyn Embedder>>,
+    turns: Turns,
 }
 
 impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
-    /// Without an embedder, only lexical search.
-    pub fn new(store: S, embedder: Option<Arc<dyn Embedder>>) -> Self {
-        Search { store, embedder }
+    /// Without an embedder, only lexical search; searches run in `turns`.
+    pub fn new(store: S, embedder: Option<Arc<dyn Embedder>>, turns: Turns) -> Self {
+        Search {
+            store,
+            embedder,
+            turns,
+        }
+    }
+
+    /// The turns its searches run in.
+    pub fn turns(&self) -> &Turns {
+        &self.turns
     }
 
     /// The best hits across the requested sources, best first.
@@ -122,6 +133,7 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
             request.sources.into_iter().collect()
         };
         let query = &request.query;
+        let _turn = self.turns.take().await?;
         let mut hits = match (mode, embedder) {
             (Mode::Semantic, Some(embedder)) => {
                 self.semantic(ctx, embedder, &sources, query, filters, limit)
