@@ -152,47 +152,31 @@ mod fields {
     /// A visitor that passes every field but the exporter's to `V`.
     pub struct LogsOnly<V>(V);
 
+    /// Each of `Visit`'s methods, passing the field on unless it is the
+    /// exporter's.
+    macro_rules! pass_on {
+        ($($method:ident: $value:ty),* $(,)?) => {
+            $(
+                fn $method(&mut self, field: &Field, value: $value) {
+                    if !exporters(field) {
+                        self.0.$method(field, value);
+                    }
+                }
+            )*
+        };
+    }
+
     impl<V: Visit> Visit for LogsOnly<V> {
-        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-            if !exporters(field) {
-                self.0.record_debug(field, value);
-            }
-        }
-
-        fn record_str(&mut self, field: &Field, value: &str) {
-            if !exporters(field) {
-                self.0.record_str(field, value);
-            }
-        }
-
-        fn record_i64(&mut self, field: &Field, value: i64) {
-            if !exporters(field) {
-                self.0.record_i64(field, value);
-            }
-        }
-
-        fn record_u64(&mut self, field: &Field, value: u64) {
-            if !exporters(field) {
-                self.0.record_u64(field, value);
-            }
-        }
-
-        fn record_bool(&mut self, field: &Field, value: bool) {
-            if !exporters(field) {
-                self.0.record_bool(field, value);
-            }
-        }
-
-        fn record_f64(&mut self, field: &Field, value: f64) {
-            if !exporters(field) {
-                self.0.record_f64(field, value);
-            }
-        }
-
-        fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-            if !exporters(field) {
-                self.0.record_error(field, value);
-            }
+        pass_on! {
+            record_debug: &dyn fmt::Debug,
+            record_str: &str,
+            record_i64: i64,
+            record_u64: u64,
+            record_i128: i128,
+            record_u128: u128,
+            record_bool: bool,
+            record_f64: f64,
+            record_error: &(dyn std::error::Error + 'static),
         }
     }
 

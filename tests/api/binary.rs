@@ -7,7 +7,7 @@ use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::{GetRequest, ScopeType, SetRequest};
 use serde_json::json;
 
-use crate::helpers::{Backend, ChildServer, TestDb, connect};
+use crate::helpers::{Backend, ChildServer, TestDb, connect, statement_spans};
 use crate::on_both_stores;
 
 fn engram(args: &[&str]) -> std::process::Output {
@@ -90,14 +90,9 @@ async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
     // The RPC's span names the method once, and (no traces exported)
     // holds nothing else. (The set's statements run in the writer's
     // task, outside it.)
-    let spans: Vec<serde_json::Value> = lines
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event.get("db.statement").is_some())
-        .filter_map(|event| event.get("span").cloned())
-        .collect();
     assert!(
-        spans.contains(&json!({"name": "rpc", "method": "/engram.v1.MemoryService/Get"})),
+        statement_spans(&lines)
+            .contains(&json!({"name": "rpc", "method": "/engram.v1.MemoryService/Get"})),
         "a statement in the Get's span: {lines}"
     );
 

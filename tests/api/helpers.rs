@@ -428,6 +428,17 @@ impl Interceptor for Metadata {
 }
 
 /// The `ErrorInfo.reason` of a status, or "" without one.
+/// The spans of the statements a server logged (JSON lines, with sqlx's
+/// statements at debug): each `db.statement` event's `span`.
+pub fn statement_spans(lines: &str) -> Vec<serde_json::Value> {
+    lines
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event.get("db.statement").is_some())
+        .filter_map(|event| event.get("span").cloned())
+        .collect()
+}
+
 pub fn reason(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
     status

@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::helpers::{ChildServer, Metadata, connect};
+use crate::helpers::{ChildServer, Metadata, connect, statement_spans};
 
 struct Collector(mpsc::UnboundedSender<ExportTraceServiceRequest>);
 
@@ -138,14 +138,9 @@ async fn rpc_spans_continue_the_callers_trace() {
     // Logs look as they do without an exporter: the span names the
     // method once, and the exporter's fields stay out of them.
     let lines = lines.lock().expect("lines").join("\n");
-    let spans: Vec<serde_json::Value> = lines
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event.get("db.statement").is_some())
-        .filter_map(|event| event.get("span").cloned())
-        .collect();
     assert!(
-        spans.contains(&json!({"name": "rpc", "method": "/engram.v1.MemoryService/Get"})),
+        statement_spans(&lines)
+            .contains(&json!({"name": "rpc", "method": "/engram.v1.MemoryService/Get"})),
         "a statement in the Get's span: {lines}"
     );
 }
