@@ -4,8 +4,9 @@
 //! user's would be, and those the baseline wrote straight to the database,
 //! deleted there. A session goes when its id holds this run's token, or
 //! when it was there before the run began and nothing was written to it
-//! since: another bench appending beside this one keeps its sessions. The keys `set` writes stay: there are 10,000,
-//! `get` reads them, and the versions each run adds are not read.
+//! since: another bench appending beside this one keeps its sessions.
+//! The keys `set` writes stay: there are 10,000, `get` reads them, and
+//! the versions each run adds are not read.
 //!
 //! Left in the store, every run's 1 KB appends (35,000–60,000 a run here)
 //! lengthened the index lists each later `search` reads: a bench database
@@ -164,31 +165,44 @@ fn goes(
 
 /// The baseline's sessions in the database, each id with its update time.
 async fn baseline_stamps(database_url: &str) -> anyhow::Result<HashMap<String, String>> {
-    Ok(baseline_sessions(database_url)
+    Ok(Db::open(database_url)
+        .await?
+        .baseline_sessions()
         .await?
         .into_iter()
         .map(|(id, _, updated)| (id, updated))
         .collect())
 }
 
-/// The baseline's sessions: id, app and update time (as text on both
-/// stores, to compare).
-async fn baseline_sessions(database_url: &str) -> anyhow::Result<Vec<(String, String, String)>> {
-    let sql = format!(
-        "SELECT id, app, CAST(update_time AS TEXT) FROM sessions \
-         WHERE tenant = 'default' AND app IN ('{}', '{}')",
-        BASELINE_APPS[0], BASELINE_APPS[1]
-    );
-    if database_url.starts_with("postgres") {
-        let pool = sqlx::PgPool::connect(database_url).await?;
-        return Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&pool)
-            .await?);
+/// The database the baseline wrote to.
+enum Db {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl Db {
+    async fn open(database_url: &str) -> anyhow::Result<Db> {
+        Ok(if database_url.starts_with("postgres") {
+            Db::Postgres(sqlx::PgPool::connect(database_url).await?)
+        } else {
+            Db::Sqlite(crate::store::SqliteStore::direct_pool(database_url).await?)
+        })
     }
-    let pool = crate::store::SqliteStore::direct_pool(database_url).await?;
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .fetch_all(&pool)
-        .await?)
+
+    /// The baseline's sessions: id, app and update time (as text on both
+    /// stores, to compare).
+    async fn baseline_sessions(&self) -> anyhow::Result<Vec<(String, String, String)>> {
+        let sql = format!(
+            "SELECT id, app, CAST(update_time AS TEXT) FROM sessions \
+             WHERE tenant = 'default' AND app IN ('{}', '{}')",
+            BASELINE_APPS[0], BASELINE_APPS[1]
+        );
+        let sql = sqlx::AssertSqlSafe(sql);
+        Ok(match self {
+            Db::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await?,
+            Db::Sqlite(pool) => sqlx::query_as(sql).fetch_all(pool).await?,
+        })
+    }
 }
 
 /// Deletes the baseline's sessions that [`goes`] says (their episodes go
@@ -201,37 +215,39 @@ async fn remove_baseline(
     earlier: Option<&HashMap<String, String>>,
     deleted: u64,
 ) -> anyhow::Result<u64> {
-    let doomed: Vec<String> = baseline_sessions(database_url)
+    let db = Db::open(database_url).await?;
+    let doomed: Vec<String> = db
+        .baseline_sessions()
         .await?
         .into_iter()
         .filter(|(id, app, updated)| goes(app, run, earlier, id, updated))
         .map(|(id, _, _)| id)
         .collect();
-    if database_url.starts_with("postgres") {
-        let pool = sqlx::PgPool::connect(database_url).await?;
-        let baseline: i64 = sqlx::query_scalar(
-            "WITH gone AS (DELETE FROM sessions WHERE tenant = 'default' AND id = ANY($1) \
-             RETURNING episode_count) SELECT coalesce(sum(episode_count), 0)::bigint FROM gone",
-        )
-        .bind(&doomed)
-        .fetch_one(&pool)
-        .await?;
-        let baseline = baseline.max(0) as u64;
-        if deleted + baseline > 0 {
-            vacuum(&pool).await;
+    let baseline: i64 = match &db {
+        Db::Postgres(pool) => {
+            let baseline: i64 = sqlx::query_scalar(
+                "WITH gone AS (DELETE FROM sessions WHERE tenant = 'default' AND id = ANY($1) \
+                 RETURNING episode_count) \
+                 SELECT coalesce(sum(episode_count), 0)::bigint FROM gone",
+            )
+            .bind(&doomed)
+            .fetch_one(pool)
+            .await?;
+            if deleted + baseline.max(0) as u64 > 0 {
+                vacuum(pool).await;
+            }
+            baseline
         }
-        return Ok(baseline);
-    }
-    let pool = crate::store::SqliteStore::direct_pool(database_url).await?;
-    let baseline: i64 = sqlx::query_scalar::<_, i64>(
-        "DELETE FROM sessions WHERE tenant = 'default' \
-         AND id IN (SELECT value FROM json_each(?1)) RETURNING episode_count",
-    )
-    .bind(serde_json::to_string(&doomed)?)
-    .fetch_all(&pool)
-    .await?
-    .into_iter()
-    .sum();
+        Db::Sqlite(pool) => sqlx::query_scalar::<_, i64>(
+            "DELETE FROM sessions WHERE tenant = 'default' \
+             AND id IN (SELECT value FROM json_each(?1)) RETURNING episode_count",
+        )
+        .bind(serde_json::to_string(&doomed)?)
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .sum(),
+    };
     Ok(baseline.max(0) as u64)
 }
 
