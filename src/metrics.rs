@@ -118,8 +118,6 @@ pub struct PoolStatus {
     pub max: u32,
     /// Writes queued for the next group commit (see `store::group`).
     pub queued_writes: u32,
-    /// Searches waiting for their turn (see `search::turns`).
-    pub waiting_searches: u32,
 }
 
 /// The server streams among the methods served; every other one is unary
@@ -263,8 +261,9 @@ impl Registry {
         *lock(&self.scheduler).entry(outcome.label()).or_insert(0) += 1;
     }
 
-    /// The text exposition format (version 0.0.4).
-    pub fn render(&self, pool: PoolStatus) -> String {
+    /// The text exposition format (version 0.0.4), with the store's pool
+    /// and the searches waiting for a turn (`search::turns`) as they are now.
+    pub fn render(&self, pool: PoolStatus, waiting_searches: usize) -> String {
         let mut out = String::with_capacity(4096);
         self.render_grpc(&mut out);
         header(
@@ -333,7 +332,7 @@ impl Registry {
             "gauge",
             "Searches waiting for their turn (--search-concurrency at once).",
         );
-        let _ = writeln!(out, "engram_search_waiting_calls {}", pool.waiting_searches);
+        let _ = writeln!(out, "engram_search_waiting_calls {waiting_searches}");
         header(
             &mut out,
             "engram_evictions_total",
@@ -493,13 +492,15 @@ mod tests {
         registry.evicted(Evicted::Episodes, 4);
         registry.scheduler_run(RunOutcome::Busy);
         registry.group(Grouped::Append, 5);
-        let text = registry.render(PoolStatus {
-            open: 5,
-            idle: 2,
-            max: 10,
-            queued_writes: 3,
-            waiting_searches: 2,
-        });
+        let text = registry.render(
+            PoolStatus {
+                open: 5,
+                idle: 2,
+                max: 10,
+                queued_writes: 3,
+            },
+            2,
+        );
         for line in [
             "engram_group_queued_calls 3",
             "engram_search_waiting_calls 2",

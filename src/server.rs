@@ -642,11 +642,7 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S, turns: Turns) -> axum
         .route(
             "/metrics",
             get(move || {
-                let status = crate::metrics::PoolStatus {
-                    waiting_searches: turns.waiting() as u32,
-                    ..store.pool_status()
-                };
-                let text = crate::metrics::global().render(status);
+                let text = crate::metrics::global().render(store.pool_status(), turns.waiting());
                 async move { ([("content-type", "text/plain; version=0.0.4")], text) }
             }),
         )

@@ -5,7 +5,6 @@
 //! span continues the caller's trace from its W3C `traceparent` metadata.
 //! Logs leave out the fields only the exporter reads (see `fields`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -20,9 +19,6 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::LogFormat;
-
-/// Whether spans are exported (set once by [`init`]).
-static EXPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Flushes exported spans when dropped (at the end of `main`).
 pub struct Telemetry {
@@ -90,7 +86,6 @@ pub fn init(format: LogFormat) -> anyhow::Result<Telemetry> {
         .try_init()
         .map_err(|err| anyhow::anyhow!("cannot install the log subscriber: {err}"))?;
     if !endpoint.is_empty() {
-        EXPORTING.store(true, Ordering::Relaxed);
         tracing::info!(%endpoint, "exporting traces by OTLP");
     }
     Ok(Telemetry { provider })
@@ -102,9 +97,6 @@ pub fn init(format: LogFormat) -> anyhow::Result<Telemetry> {
 /// `method`, and leave out what only the exporter reads ([`fields`]).
 pub fn rpc_span(request: &http::Request<()>) -> tracing::Span {
     let path = request.uri().path();
-    if !EXPORTING.load(Ordering::Relaxed) {
-        return tracing::info_span!("rpc", method = %path);
-    }
     let span = tracing::info_span!("rpc", otel.name = %path, rpc.system = "grpc", method = %path);
     if request.headers().contains_key("traceparent") {
         let parent = TraceContextPropagator::new().extract(&Headers(request.headers()));

@@ -289,11 +289,13 @@ impl BenchArgs {
         };
         let idle = started.as_ref().map(|s| s.rss_mib("VmRSS"));
         self.run = run_token();
-        let appends = self
-            .workloads
-            .iter()
-            .any(|w| matches!(w, Workload::Append | Workload::Tail));
-        let earlier = if appends && !self.keep_appended {
+        // A run that appends deletes what it appended when it ends.
+        let cleans = !self.keep_appended
+            && self
+                .workloads
+                .iter()
+                .any(|w| matches!(w, Workload::Append | Workload::Tail));
+        let earlier = if cleans {
             cleanup::earlier(&target, self.baseline_database(started.is_some())).await
         } else {
             cleanup::Earlier::default()
@@ -333,7 +335,7 @@ impl BenchArgs {
             results.push(figures);
         }
         // Also after a failed workload: what it appended goes too.
-        let removed = if appends && !self.keep_appended {
+        let removed = if cleans {
             self.remove_appended(&target, started.is_some(), &earlier)
                 .await
                 .map(Some)

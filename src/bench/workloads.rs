@@ -70,6 +70,7 @@ pub const APPEND_APP: &str = "bench-append";
 /// The app of the sessions `tail` writes to.
 pub const TAIL_APP: &str = "bench-tail";
 pub const RECENT_USERS: u64 = 100;
+pub const RECENT_SESSIONS: i64 = 1000;
 
 /// The session a client of a run appends to for `app`: the run's token in
 /// it tells this run's sessions from other runs' (see `cleanup`).
@@ -81,7 +82,6 @@ pub fn session_id(app: &str, run: &str, client: usize) -> String {
 pub fn session_prefix(app: &str, run: &str) -> String {
     format!("{app}-{run}-")
 }
-pub const RECENT_SESSIONS: i64 = 1000;
 
 /// A tiny deterministic generator per client (xorshift).
 pub struct Rng(u64);
@@ -423,11 +423,15 @@ pub async fn run(
         Workload::Append => {
             let measured = measure(args, |client| async move {
                 let episodes = EpisodeServiceClient::new(channel(target).await?);
-                let content = text(&mut Rng::new(client as u64 + 11), 1024);
-                let session = session_id(APPEND_APP, &args.run, client);
+                // Built once: each op sends the same episode.
+                let request = append_request(
+                    &session_id(APPEND_APP, &args.run, client),
+                    client,
+                    &text(&mut Rng::new(client as u64 + 11), 1024),
+                );
                 let op = move || -> OpFuture {
                     let mut episodes = episodes.clone();
-                    let request = append_request(&session, client, &content);
+                    let request = request.clone();
                     Box::pin(async move {
                         episodes.append_episode(request).await?;
                         Ok(1)

@@ -1047,8 +1047,6 @@ impl Database for PgStore {
             max: self.pool.max(),
             queued_writes: (self.writes.as_ref().map_or(0, Group::queued)
                 + self.appends.as_ref().map_or(0, Group::queued)) as u32,
-            // The server's, not the store's: filled in at the scrape.
-            waiting_searches: 0,
         }
     }
 

@@ -447,8 +447,6 @@ impl Database for SqliteStore {
             max: writer.options().get_max_connections() + reader.options().get_max_connections(),
             queued_writes: (self.writes.as_ref().map_or(0, Group::queued)
                 + self.appends.as_ref().map_or(0, Group::queued)) as u32,
-            // The server's, not the store's: filled in at the scrape.
-            waiting_searches: 0,
         }
     }
 
