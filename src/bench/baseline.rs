@@ -217,7 +217,7 @@ pub async fn run(
     ) {
         return Ok(None);
     }
-    if args.database_url.starts_with("postgres") {
+    if args.database().starts_with("postgres") {
         pgbench(workload, args).await.map(Some)
     } else {
         in_process(workload, args)
@@ -355,7 +355,7 @@ fn pgbench_binary() -> String {
 async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, Option<f64>)> {
     let mut vector = String::new();
     if workload == Workload::Set {
-        let pool = sqlx::PgPool::connect(&args.database_url).await?;
+        let pool = sqlx::PgPool::connect(args.database()).await?;
         // Built by Postgres here; the server builds the same in Rust.
         vector = sqlx::query_scalar("SELECT engram_memory_vector('k00000', $1::jsonb)::text")
             .bind(set_value(1).to_string())
@@ -363,7 +363,7 @@ async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, O
             .await?;
     }
     if workload == Workload::Append {
-        let pool = sqlx::PgPool::connect(&args.database_url).await?;
+        let pool = sqlx::PgPool::connect(args.database()).await?;
         sqlx::query(
             "INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time) \
              SELECT 'default', $3 || c, $2, $2, now(), now() \
@@ -393,7 +393,7 @@ async fn pgbench(workload: Workload, args: &BenchArgs) -> anyhow::Result<(f64, O
             "-n", "-M", "prepared", "-c", &clients, "-j", &threads, "-T", &seconds, "-f",
         ])
         .arg(&script)
-        .arg(&args.database_url)
+        .arg(args.database())
         .output()
         .await
         .context("cannot run pgbench (install postgresql-client)")?;
@@ -428,7 +428,7 @@ fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
 /// file: the same SQL as the server, without gRPC or the service layer.
 async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64> {
     let store =
-        SqliteStore::connect(&args.database_url, &crate::config::Config::defaults().store).await?;
+        SqliteStore::connect(args.database(), &crate::config::Config::defaults().store).await?;
     let deadline = Instant::now() + args.duration;
     let mut tasks = Vec::new();
     for client in 0..args.clients {

@@ -36,12 +36,11 @@ pub struct BenchArgs {
     pub token: Option<String>,
 
     /// The database the started server (and the baseline) use
-    #[arg(
-        long,
-        env = "ENGRAM_DATABASE_URL",
-        default_value = "sqlite://engram-bench.db"
-    )]
-    pub database_url: String,
+    /// [default: sqlite://engram-bench.db]. With --server, the server's own
+    /// database: `recent` and `search` load their episodes into it and
+    /// --baseline runs its statements on it, so those need it given
+    #[arg(long, env = "ENGRAM_DATABASE_URL")]
+    pub database_url: Option<String>,
 
     /// Concurrent clients, each on its own connection
     #[arg(long, default_value_t = 16)]
@@ -275,13 +274,41 @@ fn print_text(report: &Report) {
     }
 }
 
+/// The database bench starts its server on when none is given.
+const DEFAULT_DATABASE: &str = "sqlite://engram-bench.db";
+
 impl BenchArgs {
+    /// The database the started server and the baseline use, and where
+    /// `recent` and `search` load their episodes.
+    pub fn database(&self) -> &str {
+        self.database_url.as_deref().unwrap_or(DEFAULT_DATABASE)
+    }
+
     pub async fn run(mut self) -> CliResult {
         if self.clients == 0 {
             return Err(CliError::usage("--clients must be at least 1"));
         }
+        // A given server reads a database of its own: what bench writes
+        // straight to a database must go to that one, never to the default
+        // file beside the bench, where the server would not see it.
+        if self.server.is_some() && self.database_url.is_none() {
+            let direct: Vec<&str> = self
+                .workloads
+                .iter()
+                .filter(|w| matches!(w, Workload::Recent | Workload::Search))
+                .map(|w| w.name())
+                .chain(self.baseline.then_some("--baseline"))
+                .collect();
+            if !direct.is_empty() {
+                return Err(CliError::usage(format!(
+                    "--server with {} needs --database-url: the server's own database, \
+                     which they read and write directly (or choose other --workloads)",
+                    direct.join(", ")
+                )));
+            }
+        }
         let (started, address) =
-            server::Spawned::or_given(self.server.as_deref(), &self.database_url).await?;
+            server::Spawned::or_given(self.server.as_deref(), self.database()).await?;
         self.server_pid = started.as_ref().and_then(server::Spawned::pid);
         let target = workloads::Target {
             address,
@@ -356,7 +383,10 @@ impl BenchArgs {
         let report = Report {
             date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
             machine: machine(),
-            database: crate::config::DatabaseUrl::new(self.database_url.clone()).to_string(),
+            database: match (&self.server, &self.database_url) {
+                (Some(server), None) => format!("the server at {server}"),
+                _ => crate::config::DatabaseUrl::new(self.database().to_owned()).to_string(),
+            },
             clients: self.clients,
             duration_secs: self.duration.as_secs_f64(),
             server_idle_rss_mib: idle,
@@ -374,7 +404,7 @@ impl BenchArgs {
     /// surely the server's (the bench started the server on it, or the
     /// baseline runs on it).
     fn baseline_database(&self, started: bool) -> Option<&str> {
-        (started || self.baseline).then_some(self.database_url.as_str())
+        (started || self.baseline).then_some(self.database())
     }
 
     /// Deletes what the run appended, and earlier runs' sessions idle

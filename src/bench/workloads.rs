@@ -83,6 +83,11 @@ pub fn session_prefix(app: &str, run: &str) -> String {
     format!("{app}-{run}-")
 }
 
+/// The user a run's `tail` appends as and follows.
+pub fn tail_user(run: &str) -> String {
+    format!("{TAIL_APP}-{run}")
+}
+
 /// A tiny deterministic generator per client (xorshift).
 pub struct Rng(u64);
 
@@ -443,9 +448,7 @@ pub async fn run(
             Ok(figures(workload, args, measured))
         }
         Workload::Search => {
-            let loaded = super::baseline::ensure_recent(&args.database_url, args.recent_episodes)
-                .await
-                .context("cannot load the episodes for search")?;
+            let loaded = loaded(args, target, "search").await?;
             let measured = measure(args, |client| async move {
                 let search = SearchServiceClient::new(channel(target).await?);
                 let mut rng = Rng::new(client as u64 + 13);
@@ -481,9 +484,7 @@ pub async fn run(
             Ok(result)
         }
         Workload::Recent => {
-            let loaded = super::baseline::ensure_recent(&args.database_url, args.recent_episodes)
-                .await
-                .context("cannot load the episodes for recent")?;
+            let loaded = loaded(args, target, "recent").await?;
             let measured = measure(args, |client| async move {
                 let episodes = EpisodeServiceClient::new(channel(target).await?);
                 let mut rng = Rng::new(client as u64 + 7);
@@ -536,6 +537,40 @@ pub async fn run(
     }
 }
 
+/// The loaded episodes `recent` and `search` read, loaded into the
+/// database unless they are there, and seen by the server driven: a given
+/// server on another database than --database-url would measure reads of
+/// nothing.
+async fn loaded(
+    args: &BenchArgs,
+    target: &Target,
+    workload: &str,
+) -> anyhow::Result<super::baseline::Recent> {
+    let loaded = super::baseline::ensure_recent(args.database(), args.recent_episodes)
+        .await
+        .with_context(|| format!("cannot load the episodes for {workload}"))?;
+    let sessions =
+        crate::proto::session_service_client::SessionServiceClient::new(channel(target).await?)
+            .list_sessions(proto::ListSessionsRequest {
+                app: RECENT_APP.to_owned(),
+                page_size: 1,
+                ..proto::ListSessionsRequest::default()
+            })
+            .await
+            .context("cannot list the loaded sessions through the server")?
+            .into_inner()
+            .sessions;
+    if sessions.is_empty() {
+        anyhow::bail!(
+            "the server at {} does not see the episodes loaded into {} for {workload} \
+             (in the default tenant): give --database-url as the server's database",
+            target.address,
+            crate::config::DatabaseUrl::new(args.database().to_owned()),
+        );
+    }
+    Ok(loaded)
+}
+
 fn append_request(session: &str, client: usize, content: &str) -> proto::AppendEpisodeRequest {
     proto::AppendEpisodeRequest {
         session_id: session.to_owned(),
@@ -559,8 +594,8 @@ async fn tail(
     started: Option<&Spawned>,
 ) -> anyhow::Result<Figures> {
     let second = match started {
-        Some(_) if args.database_url.starts_with("postgres") => {
-            Some(Spawned::start(&args.database_url).await?)
+        Some(_) if args.database().starts_with("postgres") => {
+            Some(Spawned::start(args.database()).await?)
         }
         _ => None,
     };
@@ -569,9 +604,13 @@ async fn tail(
         bearer: target.bearer.clone(),
     });
     let mut tailer = EpisodeServiceClient::new(channel(&tail_target).await?);
+    // The run's own user, so that another run appending to the app at the
+    // same time adds nothing to this one's samples.
+    let user = tail_user(&args.run);
     let mut stream = tailer
         .tail_episodes(proto::TailEpisodesRequest {
             app: TAIL_APP.to_owned(),
+            user: user.clone(),
             ..proto::TailEpisodesRequest::default()
         })
         .await?
@@ -600,6 +639,7 @@ async fn tail(
     // period, so the total is --tail-rate.
     let period = (args.tail_rate > 0)
         .then(|| Duration::from_secs_f64(args.clients as f64 / args.tail_rate as f64));
+    let user = &user;
     let appended = measure(args, |client| async move {
         let episodes = EpisodeServiceClient::new(channel(target).await?);
         let mut next = tokio::time::Instant::now()
@@ -607,9 +647,11 @@ async fn tail(
                 p.mul_f64(client as f64 / args.clients.max(1) as f64)
             });
         let session = session_id(TAIL_APP, &args.run, client);
+        let user = user.clone();
         let op = move || -> OpFuture {
             let mut episodes = episodes.clone();
             let session = session.clone();
+            let user = user.clone();
             let at = next;
             if let Some(period) = period {
                 next += period;
@@ -620,7 +662,7 @@ async fn tail(
                     .append_episode(proto::AppendEpisodeRequest {
                         session_id: session,
                         app: TAIL_APP.to_owned(),
-                        user: "bench-tail".to_owned(),
+                        user,
                         episode: Some(proto::NewEpisode {
                             content: Some(json_to_proto(&serde_json::Value::from(now_micros()))),
                             ..proto::NewEpisode::default()
@@ -647,7 +689,7 @@ async fn tail(
         ..appended
     };
     let mut result = figures(Workload::Tail, args, delivered);
-    let across = if started.is_some() && args.database_url.starts_with("postgres") {
+    let across = if started.is_some() && args.database().starts_with("postgres") {
         "a second server process"
     } else {
         "a second connection"

@@ -379,3 +379,138 @@ async fn bench_leaves_the_sessions_another_run_writes() {
     left.sort();
     assert_eq!(left, ["bench-append-busy-0", "bench-append-new-0"]);
 }
+
+/// A bench's `tail` samples only its own appends: an episode another run
+/// appends to the same app meanwhile, stamped an hour ago, would show as
+/// an hour's latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_tail_follows_only_its_own_appends() {
+    use engram::api::convert::json_to_proto;
+    use engram::proto::{AppendEpisodeRequest, NewEpisode, TailEpisodesRequest};
+
+    let server = crate::helpers::TestServer::spawn(Backend::Sqlite).await;
+    let mut episodes = server.episodes();
+    let mut tail = episodes
+        .tail_episodes(TailEpisodesRequest {
+            app: "bench-tail".to_owned(),
+            ..TailEpisodesRequest::default()
+        })
+        .await
+        .expect("tail")
+        .into_inner();
+    let address = format!("http://{}", server.grpc_addr());
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(["bench", "--server", &address, "--workloads", "tail"])
+            .args(["--clients", "2", "--warmup", "0ms", "--duration", "2s"])
+            .args(["--tail-rate", "50", "--output", "json"])
+            .env_remove("ENGRAM_TOKEN")
+            .output()
+            .expect("run engram bench")
+    });
+    // Once the bench appends (and so samples), another run appends to
+    // the same app.
+    let first = tail
+        .message()
+        .await
+        .expect("the tail")
+        .and_then(|r| r.episode)
+        .expect("the bench's first append");
+    assert!(first.session_id.starts_with("bench-tail-"), "{first:?}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_micros() as i64;
+    let hour_ago = now - 3_600_000_000;
+    for _ in 0..5 {
+        episodes
+            .append_episode(AppendEpisodeRequest {
+                session_id: "bench-tail-other-0".to_owned(),
+                app: "bench-tail".to_owned(),
+                user: "another-run".to_owned(),
+                episode: Some(NewEpisode {
+                    content: Some(json_to_proto(&serde_json::json!(hour_ago))),
+                    ..NewEpisode::default()
+                }),
+            })
+            .await
+            .expect("an append beside the bench");
+    }
+    let out = run.await.expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let tail = &report["results"][0];
+    assert_eq!(tail["workload"], "tail", "{report}");
+    assert!(tail["ops"].as_u64().unwrap_or_default() > 0, "{report}");
+    let max = tail["latency_ms"]["max"].as_f64().expect("a max latency");
+    assert!(max < 3_600_000.0, "another run's appends sampled: {report}");
+}
+
+/// Given a server, the workloads that read or write its database directly
+/// (`recent`, `search`, `--baseline`) need that database named, and a
+/// database the server does not read is caught before anything is
+/// measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_with_a_given_server_needs_its_database() {
+    let server = crate::helpers::TestServer::spawn(Backend::Sqlite).await;
+    let address = format!("http://{}", server.grpc_addr());
+    let elsewhere = tempfile::tempdir().expect("a directory");
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .current_dir(elsewhere.path())
+            .args(["bench", "--server", &address])
+            .args(["--clients", "1", "--duration", "100ms", "--warmup", "0ms"])
+            .args(["--recent-episodes", "1000"])
+            .args(extra)
+            .env_remove("ENGRAM_DATABASE_URL")
+            .env_remove("ENGRAM_TOKEN")
+            .output()
+            .expect("run engram bench")
+    };
+
+    let out = run(&["--workloads", "get,search", "--baseline"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("--server with search, --baseline needs --database-url"),
+        "{said}"
+    );
+    assert!(
+        !elsewhere.path().join("engram-bench.db").exists(),
+        "nothing loaded into the default file"
+    );
+
+    // Another Engram database, which the server does not read.
+    let other = format!("sqlite://{}", elsewhere.path().join("other.db").display());
+    let migrated = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .arg("migrate")
+        .env("ENGRAM_DATABASE_URL", &other)
+        .output()
+        .expect("run engram migrate");
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let out = run(&["--workloads", "recent", "--database-url", &other]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("does not see the episodes loaded into") && said.contains("other.db"),
+        "{said}"
+    );
+
+    // Workloads that only call the server need no database.
+    let out = run(&["--workloads", "ping", "--output", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["database"], format!("the server at {address}"));
+}
