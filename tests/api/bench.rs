@@ -290,15 +290,65 @@ async fn recall_eval_reports_recall_and_mrr(backend: Backend) {
 
 crate::on_both_stores!(recall_eval_reports_recall_and_mrr);
 
+/// A bench run on `server` with `args`, once its first append to `app`
+/// shows in a tail: what the test then writes beside it happens while the
+/// bench runs. Finish it with [`report_of`].
+async fn bench_appending(
+    server: &crate::helpers::TestServer,
+    app: &str,
+    args: &[&str],
+) -> tokio::task::JoinHandle<std::process::Output> {
+    let mut tail = server
+        .episodes()
+        .tail_episodes(engram::proto::TailEpisodesRequest {
+            app: app.to_owned(),
+            ..engram::proto::TailEpisodesRequest::default()
+        })
+        .await
+        .expect("tail")
+        .into_inner();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+    command
+        .args([
+            "bench",
+            "--server",
+            &format!("http://{}", server.grpc_addr()),
+        ])
+        .args(args)
+        .args(["--output", "json"])
+        .env_remove("ENGRAM_TOKEN");
+    let run = tokio::task::spawn_blocking(move || command.output().expect("run engram bench"));
+    let first = tail
+        .message()
+        .await
+        .expect("the tail")
+        .and_then(|r| r.episode)
+        .expect("the bench's first append");
+    assert!(
+        first.session_id.starts_with(&format!("{app}-")),
+        "{first:?}"
+    );
+    run
+}
+
+/// The JSON report of a bench run that succeeded.
+async fn report_of(run: tokio::task::JoinHandle<std::process::Output>) -> Value {
+    let out = run.await.expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
 /// A bench that appends deletes, when it ends, its own sessions and those
 /// idle since it began, not those another run writes to meanwhile: a
 /// session appended to while it ran, or created then, stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_leaves_the_sessions_another_run_writes() {
     use engram::api::convert::json_to_proto;
-    use engram::proto::{
-        AppendEpisodeRequest, ListSessionsRequest, NewEpisode, TailEpisodesRequest,
-    };
+    use engram::proto::{AppendEpisodeRequest, ListSessionsRequest, NewEpisode};
 
     let server = crate::helpers::TestServer::spawn(Backend::Sqlite).await;
     let mut episodes = server.episodes();
@@ -318,45 +368,29 @@ async fn bench_leaves_the_sessions_another_run_writes() {
             .await
             .expect("an earlier session");
     }
-    let mut tail = episodes
-        .tail_episodes(TailEpisodesRequest {
-            app: "bench-append".to_owned(),
-            ..TailEpisodesRequest::default()
-        })
-        .await
-        .expect("tail")
-        .into_inner();
-    let address = format!("http://{}", server.grpc_addr());
-    let run = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
-            .args(["bench", "--server", &address, "--workloads", "append"])
-            .args(["--clients", "2", "--warmup", "50ms", "--duration", "3s"])
-            .args(["--output", "json"])
-            .env_remove("ENGRAM_TOKEN")
-            .output()
-            .expect("run engram bench")
-    });
-    // Once the bench appends, the other run writes beside it.
-    let first = tail
-        .message()
-        .await
-        .expect("the tail")
-        .and_then(|r| r.episode)
-        .expect("the bench's first append");
-    assert!(first.session_id.starts_with("bench-append-"), "{first:?}");
+    let run = bench_appending(
+        &server,
+        "bench-append",
+        &[
+            "--workloads",
+            "append",
+            "--clients",
+            "2",
+            "--warmup",
+            "50ms",
+            "--duration",
+            "3s",
+        ],
+    )
+    .await;
+    // The other run writes beside it.
     for session in ["bench-append-busy-0", "bench-append-new-0"] {
         episodes
             .append_episode(append(session))
             .await
             .expect("an append beside the bench");
     }
-    let out = run.await.expect("join");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let report = report_of(run).await;
     let own = report["results"][0]["ops"].as_u64().unwrap_or_default();
     let removed = report["removed_episodes"].as_u64().unwrap_or_default();
     assert!(
@@ -386,42 +420,34 @@ async fn bench_leaves_the_sessions_another_run_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_tail_follows_only_its_own_appends() {
     use engram::api::convert::json_to_proto;
-    use engram::proto::{AppendEpisodeRequest, NewEpisode, TailEpisodesRequest};
+    use engram::proto::{AppendEpisodeRequest, NewEpisode};
 
     let server = crate::helpers::TestServer::spawn(Backend::Sqlite).await;
-    let mut episodes = server.episodes();
-    let mut tail = episodes
-        .tail_episodes(TailEpisodesRequest {
-            app: "bench-tail".to_owned(),
-            ..TailEpisodesRequest::default()
-        })
-        .await
-        .expect("tail")
-        .into_inner();
-    let address = format!("http://{}", server.grpc_addr());
-    let run = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
-            .args(["bench", "--server", &address, "--workloads", "tail"])
-            .args(["--clients", "2", "--warmup", "0ms", "--duration", "2s"])
-            .args(["--tail-rate", "50", "--output", "json"])
-            .env_remove("ENGRAM_TOKEN")
-            .output()
-            .expect("run engram bench")
-    });
     // Once the bench appends (and so samples), another run appends to
     // the same app.
-    let first = tail
-        .message()
-        .await
-        .expect("the tail")
-        .and_then(|r| r.episode)
-        .expect("the bench's first append");
-    assert!(first.session_id.starts_with("bench-tail-"), "{first:?}");
+    let run = bench_appending(
+        &server,
+        "bench-tail",
+        &[
+            "--workloads",
+            "tail",
+            "--clients",
+            "2",
+            "--warmup",
+            "0ms",
+            "--duration",
+            "2s",
+            "--tail-rate",
+            "50",
+        ],
+    )
+    .await;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("a clock after 1970")
         .as_micros() as i64;
     let hour_ago = now - 3_600_000_000;
+    let mut episodes = server.episodes();
     for _ in 0..5 {
         episodes
             .append_episode(AppendEpisodeRequest {
@@ -436,13 +462,7 @@ async fn bench_tail_follows_only_its_own_appends() {
             .await
             .expect("an append beside the bench");
     }
-    let out = run.await.expect("join");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let report = report_of(run).await;
     let tail = &report["results"][0];
     assert_eq!(tail["workload"], "tail", "{report}");
     assert!(tail["ops"].as_u64().unwrap_or_default() > 0, "{report}");
