@@ -5,7 +5,7 @@
 //! holds one page of server memory, not the tenant. An import checks each
 //! line as it arrives and stages it; only when the stream has ended does
 //! the store apply the staged lines, in one transaction (see the store's
-//! `transfer.rs`), so a stream that breaks, a malformed line or a conflict
+//! `transfer/import.rs`), so a stream that breaks, a malformed line or a conflict
 //! leaves nothing visible.
 
 use std::collections::BTreeMap;

@@ -1,0 +1,268 @@
+//! Export: one page of one part of the selection at a time.
+
+use super::rows::{
+    episode_row, execution_row, fact_of, fact_row, memory_row, rule_of, rule_row, session_row,
+    working_of, working_row,
+};
+use crate::context::Tenant;
+use crate::data::records::Record;
+use crate::data::{After, ExportPage, Part, Selection};
+use crate::error::Result;
+use crate::store::sql::{Cols, Param, Run, Sql, params};
+
+/// Rows of a part read per page.
+const PAGE: i64 = 500;
+
+// ---- what a selection chooses, for `concat!` (parameters $1..$6) ----
+
+macro_rules! whole_tenant {
+    () => {
+        "($2 = 0 AND $4 = '' AND $5 = '')"
+    };
+}
+
+macro_rules! user_sessions {
+    () => {
+        "(SELECT id FROM sessions WHERE tenant = $1 AND app = $5 AND user_id = $6)"
+    };
+}
+
+/// Memory of the chosen scope, the session's execution scope or the
+/// user's sessions' execution scopes.
+macro_rules! chosen_memory {
+    () => {
+        concat!(
+            "(",
+            whole_tenant!(),
+            " OR (scope_type = $2 AND scope = $3) OR (scope_type = 3 AND scope = $4) \
+             OR ($5 <> '' AND scope_type = 3 AND scope IN ",
+            user_sessions!(),
+            "))"
+        )
+    };
+}
+
+macro_rules! chosen_executions {
+    () => {
+        concat!(
+            "(",
+            whole_tenant!(),
+            " OR ($2 = 3 AND execution_id = $3) OR execution_id = $4 \
+             OR ($5 <> '' AND execution_id IN ",
+            user_sessions!(),
+            "))"
+        )
+    };
+}
+
+/// Rows of sessions (`id`) or episodes (`session_id`) with their owner.
+macro_rules! chosen_sessions {
+    ($id:literal) => {
+        concat!(
+            "($2 = 0 AND length($3) >= 0 AND (($4 = '' AND $5 = '') OR ",
+            $id,
+            " = $4 OR (app = $5 AND user_id = $6)))"
+        )
+    };
+}
+
+macro_rules! chosen_working {
+    () => {
+        concat!(
+            "($2 = 0 AND length($3) >= 0 AND (($4 = '' AND $5 = '') OR session_id = $4 \
+             OR ($5 <> '' AND session_id IN ",
+            user_sessions!(),
+            ")))"
+        )
+    };
+}
+
+macro_rules! chosen_facts {
+    () => {
+        "($2 = 0 AND length($3) >= 0 AND $4 = '' AND ($5 = '' OR (app = $5 AND user_id = $6)))"
+    };
+}
+
+macro_rules! chosen_rules {
+    () => {
+        "($2 = 0 AND length($3) >= 0 AND $4 = '' AND $5 = '' AND length($6) >= 0)"
+    };
+}
+
+// ---- export pages ----
+
+static EXPORT_EXECUTIONS: Sql = Sql::new(concat!(
+    "SELECT ",
+    execution_columns!(),
+    " FROM memory_executions WHERE tenant = $1 AND ",
+    chosen_executions!(),
+    " AND execution_id > $7 ORDER BY execution_id LIMIT $8"
+));
+
+static EXPORT_MEMORY: Sql = Sql::new(concat!(
+    "SELECT ",
+    memory_columns!(),
+    " FROM memory_versions WHERE tenant = $1 AND ",
+    chosen_memory!(),
+    " AND (tenant, scope_type, scope, key, version) > ($1, $7, $8, $9, $10) \
+     ORDER BY scope_type, scope, key, version LIMIT $11"
+));
+
+static EXPORT_SESSIONS: Sql = Sql::new(concat!(
+    "SELECT ",
+    session_columns!(),
+    " FROM sessions WHERE tenant = $1 AND ",
+    chosen_sessions!("id"),
+    " AND id > $7 ORDER BY id LIMIT $8"
+));
+
+static EXPORT_EPISODES: Sql = Sql::new(concat!(
+    "SELECT ",
+    episode_columns!(),
+    " FROM episodes WHERE tenant = $1 AND ",
+    chosen_sessions!("session_id"),
+    " AND cursor > $7 ORDER BY cursor LIMIT $8"
+));
+
+static EXPORT_WORKING: Sql = Sql::new(concat!(
+    "SELECT ",
+    working_columns!(),
+    " FROM working_memory WHERE tenant = $1 AND ",
+    chosen_working!(),
+    " AND session_id > $7 ORDER BY session_id LIMIT $8"
+));
+
+static EXPORT_FACTS: Sql = Sql::new(concat!(
+    "SELECT ",
+    fact_columns!(),
+    " FROM facts WHERE tenant = $1 AND ",
+    chosen_facts!(),
+    " AND id > $7 ORDER BY id LIMIT $8"
+));
+
+static EXPORT_RULES: Sql = Sql::new(concat!(
+    "SELECT ",
+    rule_columns!(),
+    " FROM consolidation_rules WHERE tenant = $1 AND ",
+    chosen_rules!(),
+    " AND id > $7 ORDER BY id LIMIT $8"
+));
+
+/// The selection as the six parameters every export statement takes.
+fn selection_params<'a>(tenant: &'a Tenant, selection: &'a Selection) -> [Param<'a>; 6] {
+    let (scope_type, scope, session, app, user) = match selection {
+        Selection::Tenant => (0, "", "", "", ""),
+        Selection::Scope(scope) => (scope.scope_type.as_i16(), scope.name.as_str(), "", "", ""),
+        Selection::Session(id) => (0, "", id.as_str(), "", ""),
+        Selection::User { app, user } => (0, "", "", app.as_str(), user.as_str()),
+    };
+    [
+        Param::Text(tenant.as_str()),
+        Param::Small(scope_type),
+        Param::Text(scope),
+        Param::Text(session),
+        Param::Text(app),
+        Param::Text(user),
+    ]
+}
+
+/// One page of a part, and where the next one starts (none after the last).
+pub(super) async fn export_page(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    selection: &Selection,
+    part: Part,
+    after: &After,
+) -> Result<ExportPage> {
+    let chosen = selection_params(tenant, selection);
+    let id_after = match after {
+        After::Id(id) => id.as_str(),
+        _ => "",
+    };
+    let at_id: &[Param<'_>] = params![id_after, PAGE];
+    let with_id = [&chosen[..], at_id].concat();
+    let (records, next) = match part {
+        Part::Executions => {
+            let rows = conn
+                .all(&EXPORT_EXECUTIONS, &with_id, execution_row)
+                .await?;
+            let next = rows.last().map(|e| After::Id(e.execution_id.clone()));
+            (rows.into_iter().map(Record::Execution).collect(), next)
+        }
+        Part::Memory => {
+            let (scope_type, scope, key, version) = match after {
+                After::Key {
+                    scope_type,
+                    scope,
+                    key,
+                    version,
+                } => (*scope_type, scope.as_str(), key.as_str(), *version),
+                _ => (0, "", "", 0),
+            };
+            let at: &[Param<'_>] = params![scope_type, scope, key, version, PAGE];
+            let rows = conn
+                .all(&EXPORT_MEMORY, &[&chosen[..], at].concat(), |row| {
+                    Ok((row.small(0)?, memory_row(row)?))
+                })
+                .await?;
+            let next = rows.last().map(|(scope_type, v)| After::Key {
+                scope_type: *scope_type,
+                scope: v.scope.clone(),
+                key: v.key.clone(),
+                version: v.version,
+            });
+            let records = rows.into_iter().map(|(_, v)| Record::MemoryVersion(v));
+            (records.collect(), next)
+        }
+        Part::Sessions => {
+            let rows = conn.all(&EXPORT_SESSIONS, &with_id, session_row).await?;
+            let next = rows.last().map(|s| After::Id(s.id.clone()));
+            (rows.into_iter().map(Record::Session).collect(), next)
+        }
+        Part::Episodes => {
+            let cursor = match after {
+                After::Cursor(cursor) => *cursor,
+                _ => 0,
+            };
+            let at: &[Param<'_>] = params![cursor, PAGE];
+            let rows = conn
+                .all(&EXPORT_EPISODES, &[&chosen[..], at].concat(), episode_row)
+                .await?;
+            let next = rows.last().map(|(cursor, _)| After::Cursor(*cursor));
+            let records = rows.into_iter().map(|(_, e)| Record::Episode(e));
+            (records.collect(), next)
+        }
+        Part::Working => {
+            let heads = conn.all(&EXPORT_WORKING, &with_id, working_row).await?;
+            let next = heads.last().map(|w| After::Id(w.session_id.clone()));
+            let mut records = Vec::with_capacity(heads.len());
+            for head in heads {
+                records.push(Record::WorkingMemory(working_of(conn, tenant, head).await?));
+            }
+            (records, next)
+        }
+        Part::Facts => {
+            let heads = conn.all(&EXPORT_FACTS, &with_id, fact_row).await?;
+            let next = heads.last().map(|f| After::Id(f.id.clone()));
+            let mut records = Vec::with_capacity(heads.len());
+            for head in heads {
+                records.push(Record::Fact(fact_of(conn, tenant, head).await?));
+            }
+            (records, next)
+        }
+        Part::Rules => {
+            let rows = conn.all(&EXPORT_RULES, &with_id, rule_row).await?;
+            let next = rows.last().map(|(r, _)| After::Id(r.id.clone()));
+            let mut records = Vec::with_capacity(rows.len());
+            for (rule, watermark) in rows {
+                records.push(Record::Rule(rule_of(conn, tenant, rule, watermark).await?));
+            }
+            (records, next)
+        }
+    };
+    let full = records.len() as i64 == PAGE;
+    Ok(ExportPage {
+        records,
+        next: next.filter(|_| full),
+    })
+}
