@@ -41,6 +41,7 @@ use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use crate::proto::memory_service_client::MemoryServiceClient;
 use crate::proto::working_memory_service_client::WorkingMemoryServiceClient;
 
+mod args;
 pub mod route;
 mod tools;
 
