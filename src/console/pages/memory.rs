@@ -1,0 +1,349 @@
+//! Memory: the scopes, a scope's keys, a key's versions, the compaction
+//! log.
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures::StreamExt;
+use maud::html;
+use serde::Deserialize;
+
+use super::{MAX_VERSIONS, PAGE, SCOPE_TYPES, link, next_link, preview, scope_type};
+use crate::cli::memory::scope_type_name;
+use crate::cli::{time, value_json};
+use crate::console::actions::{csrf_field, csrf_token};
+use crate::console::{Console, page, refused};
+use crate::proto;
+use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
+use crate::proto::memory_service_client::MemoryServiceClient;
+
+#[derive(Deserialize, Default)]
+pub struct ScopesQuery {
+    #[serde(default)]
+    r#type: String,
+    #[serde(default)]
+    page: String,
+}
+
+/// Every scope with its live key count, by type.
+pub async fn scopes(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<ScopesQuery>,
+) -> Response {
+    let conn = visitor!(console, headers).conn;
+    let mut client = MemoryServiceClient::new(conn);
+    let mut sections = Vec::new();
+    for (name, kind) in SCOPE_TYPES {
+        if !query.r#type.is_empty() && query.r#type != name {
+            continue;
+        }
+        let token = if query.r#type == name {
+            query.page.clone()
+        } else {
+            String::new()
+        };
+        let listed = call!(client.list_scopes(proto::ListScopesRequest {
+            scope_type: kind as i32,
+            page_size: PAGE,
+            page_token: token,
+            ..Default::default()
+        }));
+        sections.push((name, listed));
+    }
+    page(
+        "Scopes",
+        html! {
+            h1 { "Scopes" }
+            @for (name, listed) in &sections {
+                section {
+                    h2 { (name) }
+                    @if listed.scopes.is_empty() {
+                        p.empty { "No " (name) " scopes." }
+                    } @else {
+                        table {
+                            thead { tr { th { "Scope" } th.num { "Live keys" } th.num { "Purged keys" } } }
+                            tbody {
+                                @for scope in &listed.scopes {
+                                    tr {
+                                        td { a href=(link("/ui/scope", &[("type", name), ("scope", &scope.scope)])) { (scope.scope) } }
+                                        td.num { (scope.entry_count) }
+                                        td.num { (scope.purged_count) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    (next_link("/ui", &[("type", name)], &listed.next_page_token))
+                }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct ScopeQuery {
+    r#type: String,
+    scope: String,
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    page: String,
+}
+
+/// A scope's live keys, filtered by prefix, a page at a time.
+pub async fn scope(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<ScopeQuery>,
+) -> Response {
+    let crate::console::Visitor { conn, admin } = visitor!(console, headers);
+    let csrf = csrf_token(&console, &headers);
+    let listed = call!(MemoryServiceClient::new(conn).list(proto::ListRequest {
+        scope_type: scope_type(&query.r#type) as i32,
+        scope: query.scope.clone(),
+        key_prefix: query.prefix.clone(),
+        page_size: PAGE,
+        page_token: query.page.clone(),
+        ..Default::default()
+    }));
+    let here = [
+        ("type", query.r#type.as_str()),
+        ("scope", query.scope.as_str()),
+    ];
+    page(
+        &query.scope,
+        html! {
+            p.crumbs { a href="/ui" { "Scopes" } " / " (query.r#type) }
+            h1 { (query.scope) }
+            p {
+                a href=(link("/ui/log", &here)) { "Audit log (compactions, purges, forks)" }
+                " · "
+                a href=(link("/ui/export", &here)) download { "Export (JSON Lines)" }
+            }
+            form method="get" action="/ui/scope" {
+                input type="hidden" name="type" value=(query.r#type);
+                input type="hidden" name="scope" value=(query.scope);
+                label for="prefix" { "Key prefix" }
+                input id="prefix" name="prefix" value=(query.prefix);
+                button type="submit" { "Filter" }
+            }
+            @if listed.entries.is_empty() {
+                p.empty { "No live keys." }
+            } @else {
+                table {
+                    thead { tr { th { "Key" } th.num { "Version" } th { "Written" } th { "Execution" } th { "Value" } } }
+                    tbody {
+                        @for entry in &listed.entries {
+                            tr {
+                                td { a href=(link("/ui/key", &[here[0], here[1], ("key", &entry.key)])) { (entry.key) } }
+                                td.num { (entry.version) }
+                                td { (time(entry.create_time.as_ref())) }
+                                td { (entry.execution_id) }
+                                td { code { (preview(&value_json(entry.value.clone()))) } }
+                            }
+                        }
+                    }
+                }
+            }
+            (next_link("/ui/scope", &[here[0], here[1], ("prefix", &query.prefix)], &listed.next_page_token))
+            @if admin {
+                h2 { "Purge old versions" }
+                form.admin method="post" action="/ui/scope/purge" {
+                    input type="hidden" name="type" value=(query.r#type);
+                    input type="hidden" name="scope" value=(query.scope);
+                    (csrf_field(&csrf))
+                    label for="keep" { "Keep the newest" }
+                    input id="keep" name="keep" type="number" min="1" value="1" required;
+                    label for="include_deleted" { "versions; also purge deleted keys" }
+                    input id="include_deleted" name="include_deleted" type="checkbox";
+                    button type="submit" { "Preview the purge" }
+                }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct KeyQuery {
+    r#type: String,
+    scope: String,
+    key: String,
+    /// The older version of the diff.
+    a: Option<i64>,
+    /// The newer version of the diff.
+    b: Option<i64>,
+}
+
+/// A key's history, tombstones marked, with a diff between two versions.
+pub async fn key(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<KeyQuery>,
+) -> Response {
+    let conn = visitor!(console, headers).conn;
+    let mut stream = call!(
+        MemoryServiceClient::new(conn).history(proto::HistoryRequest {
+            scope_type: scope_type(&query.r#type) as i32,
+            scope: query.scope.clone(),
+            key: query.key.clone(),
+            from_version: 0,
+        })
+    );
+    let mut versions = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(item) => versions.extend(item.entry),
+            Err(status) => return refused(status),
+        }
+        if versions.len() == MAX_VERSIONS {
+            break;
+        }
+    }
+    let newest = versions.last().map_or(0, |e| e.version);
+    let b = query.b.unwrap_or(newest);
+    let a = query.a.unwrap_or_else(|| {
+        versions
+            .iter()
+            .rev()
+            .map(|e| e.version)
+            .find(|v| *v < b)
+            .unwrap_or(b)
+    });
+    let text_of = |version: i64| {
+        versions
+            .iter()
+            .find(|e| e.version == version)
+            .map(|e| {
+                if e.deleted {
+                    "(tombstone)\n".to_owned()
+                } else {
+                    let value = value_json(e.value.clone());
+                    format!(
+                        "{}\n",
+                        serde_json::to_string_pretty(&value).unwrap_or_default()
+                    )
+                }
+            })
+            .unwrap_or_default()
+    };
+    let (old, new) = (text_of(a), text_of(b));
+    let diff = similar::TextDiff::from_lines(&old, &new);
+    let here = [
+        ("type", query.r#type.as_str()),
+        ("scope", query.scope.as_str()),
+        ("key", query.key.as_str()),
+    ];
+    page(
+        &query.key,
+        html! {
+            p.crumbs {
+                a href="/ui" { "Scopes" } " / "
+                a href=(link("/ui/scope", &here[..2])) { (query.scope) }
+            }
+            h1 { (query.key) }
+            h2 { "Diff" }
+            form method="get" action="/ui/key" {
+                @for (name, value) in &here { input type="hidden" name=(name) value=(value); }
+                label for="a" { "From version" }
+                select id="a" name="a" {
+                    @for e in &versions { option value=(e.version) selected[e.version == a] { (e.version) } }
+                }
+                label for="b" { "to version" }
+                select id="b" name="b" {
+                    @for e in &versions { option value=(e.version) selected[e.version == b] { (e.version) } }
+                }
+                button type="submit" { "Compare" }
+            }
+            pre.diff aria-label=(format!("Changes from version {a} to version {b}")) {
+                @for change in diff.iter_all_changes() {
+                    @match change.tag() {
+                        similar::ChangeTag::Delete => del { "- " (change.value()) },
+                        similar::ChangeTag::Insert => ins { "+ " (change.value()) },
+                        similar::ChangeTag::Equal => span { "  " (change.value()) },
+                    }
+                }
+            }
+            h2 { "History" }
+            table {
+                thead { tr { th.num { "Version" } th { "Written" } th { "Execution" } th { "Flow" } th { "Value" } } }
+                tbody {
+                    @for e in versions.iter().rev() {
+                        tr.tombstone[e.deleted] {
+                            td.num { (e.version) }
+                            td { (time(e.create_time.as_ref())) }
+                            td { (e.execution_id) }
+                            td { (e.flow_name) @if !e.flow_id.is_empty() { " (" (e.flow_id) ")" } }
+                            td {
+                                @if e.deleted { span.marker { "tombstone" } }
+                                @else { code { (preview(&value_json(e.value.clone()))) } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct LogQuery {
+    r#type: String,
+    scope: String,
+    #[serde(default)]
+    page: String,
+}
+
+/// A scope's maintenance audit trail.
+pub async fn log(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<LogQuery>,
+) -> Response {
+    let conn = visitor!(console, headers).conn;
+    let logged = call!(MemoryAdminServiceClient::new(conn).get_compaction_log(
+        proto::GetCompactionLogRequest {
+            scope_type: scope_type(&query.r#type) as i32,
+            scope: query.scope.clone(),
+            page_size: PAGE,
+            page_token: query.page.clone(),
+        }
+    ));
+    let here = [
+        ("type", query.r#type.as_str()),
+        ("scope", query.scope.as_str()),
+    ];
+    page(
+        "Audit log",
+        html! {
+            p.crumbs { a href="/ui" { "Scopes" } " / " a href=(link("/ui/scope", &here)) { (query.scope) } }
+            h1 { "Audit log of " (query.scope) }
+            @if logged.records.is_empty() {
+                p.empty { "Nothing has been compacted, purged, forked or retained here." }
+            } @else {
+                table {
+                    thead { tr { th { "When" } th { "Operation" } th { "Target" } th.num { "Keys" } th.num { "Versions deleted" } th { "Details" } } }
+                    tbody {
+                        @for r in &logged.records {
+                            tr {
+                                td { (time(r.create_time.as_ref())) }
+                                td { (r.operation) }
+                                td { (r.target_key) @if r.target_version > 0 { " v" (r.target_version) } }
+                                td.num { (r.keys_affected) }
+                                td.num { (r.versions_deleted) }
+                                td {
+                                    @if !r.source_scope.is_empty() {
+                                        "from " (scope_type_name(r.source_scope_type)) " " (r.source_scope)
+                                        @if r.as_of_revision > 0 { " at revision " (r.as_of_revision) }
+                                    }
+                                    @if !r.source_keys.is_empty() { "sources: " (r.source_keys.join(", ")) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            (next_link("/ui/log", &here, &logged.next_page_token))
+        },
+    )
+}

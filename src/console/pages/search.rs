@@ -1,0 +1,96 @@
+//! Search across memory, facts and episodes.
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::link;
+use super::sessions::episode_href;
+use crate::cli::memory::scope_type_name;
+use crate::console::{Console, page, refused};
+use crate::proto;
+use crate::proto::search_service_client::SearchServiceClient;
+
+#[derive(Deserialize, Default)]
+pub struct SearchQuery {
+    #[serde(default)]
+    q: String,
+}
+
+/// Search across memory, facts and episodes.
+pub async fn search(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<SearchQuery>,
+) -> Response {
+    let conn = visitor!(console, headers).conn;
+    if query.q.trim().is_empty() {
+        return page(
+            "Search",
+            html! { h1 { "Search" } p { "Type words in the search box." } },
+        );
+    }
+    let found = call!(SearchServiceClient::new(conn).search(proto::SearchRequest {
+        query: query.q.clone(),
+        limit: 50,
+        ..Default::default()
+    }));
+    page(
+        "Search",
+        html! {
+            h1 { "Search: " (query.q) }
+            @if found.hits.is_empty() {
+                p.empty { "Nothing matches." }
+            } @else {
+                ol.hits {
+                    @for hit in &found.hits {
+                        li {
+                            (hit_link(hit))
+                            p.snippet { (marked(&hit.snippet)) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn hit_link(hit: &proto::SearchHit) -> Markup {
+    use proto::search_hit::Item;
+    match &hit.item {
+        Some(Item::Entry(e)) => html! {
+            "memory " a href=(link("/ui/key", &[("type", scope_type_name(e.scope_type)), ("scope", &e.scope), ("key", &e.key)])) { (e.scope) " / " (e.key) }
+        },
+        Some(Item::Fact(f)) => {
+            html! { "fact " a href=(link("/ui/fact", &[("id", &f.id)])) { (f.id) } }
+        }
+        Some(Item::Episode(e)) => html! {
+            "episode " a href=(episode_href(e)) { (e.session_id) " #" (e.seq) }
+        },
+        None => html! {},
+    }
+}
+
+/// A snippet with its matched words (`**like this**`) marked.
+fn marked(snippet: &str) -> Markup {
+    html! {
+        @for (n, part) in snippet.split("**").enumerate() {
+            @if n % 2 == 1 { mark { (part) } } @else { (part) }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippets_mark_their_words_and_escape_the_rest() {
+        assert_eq!(
+            marked("a **dark** <b>mode</b>").into_string(),
+            "a <mark>dark</mark> &lt;b&gt;mode&lt;/b&gt;"
+        );
+    }
+}
