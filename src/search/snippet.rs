@@ -156,18 +156,22 @@ fn render(text: &str, words: &[Word]) -> String {
     let mut at = start;
     let mut marked = false;
     for word in words {
-        out.push_str(&text[at..word.start]);
+        let gap = &text[at..word.start];
         if word.marked {
-            // Two marked words with nothing between (`3.21` and `s` of
-            // `3.21s`) share one mark.
-            if marked && at == word.start {
+            // Two marked words of one token share one mark: nothing
+            // between them (`3.21` and `s` of `3.21s`), or punctuation
+            // with no space (`validate.ts`, `user_42`, `auth/login`).
+            if marked && !gap.contains(|c: char| c.is_whitespace() || c == '*') {
                 out.truncate(out.len() - "**".len());
+                out.push_str(gap);
             } else {
+                out.push_str(gap);
                 out.push_str("**");
             }
             out.push_str(&text[word.start..word.end]);
             out.push_str("**");
         } else {
+            out.push_str(gap);
             out.push_str(&text[word.start..word.end]);
         }
         marked = word.marked;
@@ -248,6 +252,27 @@ mod tests {
         assert_eq!(
             snippet("3.14pm, 3.14e5, v3.14x", &terms(&["3.14", "pm"])),
             "**3.14pm**, 3.14e5, v3.14x"
+        );
+    }
+
+    #[test]
+    fn the_marked_words_of_one_token_share_a_mark() {
+        assert_eq!(
+            snippet(
+                "see src/auth/validate.ts for user_42, then validate ts",
+                &[
+                    lexeme("validate"),
+                    lexeme("ts"),
+                    lexeme("user"),
+                    lexeme("42")
+                ]
+            ),
+            "see src/auth/**validate.ts** for **user_42**, then **validate** **ts**"
+        );
+        // A word left unmarked between keeps the marks apart.
+        assert_eq!(
+            snippet("validate.auth.ts", &[lexeme("validate"), lexeme("ts")]),
+            "**validate**.auth.**ts**"
         );
     }
 

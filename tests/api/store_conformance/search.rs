@@ -439,9 +439,9 @@ async fn compounds_are_found_by_their_parts<S: Store>(store: S, _db: &TestDb) {
         let cases = [
             ("validate", "**validate**"),
             ("ts", "**ts**"),
-            ("validate.ts", "**validate**.**ts**"),
+            ("validate.ts", "**validate.ts**"),
             ("example", "**example**"),
-            ("example.com", "**example**.**com**"),
+            ("example.com", "**example.com**"),
         ];
         found_and_marked(&store, source, item, &cases).await;
     }
