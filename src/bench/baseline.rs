@@ -150,7 +150,12 @@ async fn load_recent_postgres(pool: &sqlx::PgPool, per: i64) -> anyhow::Result<i
     Ok(per * RECENT_SESSIONS)
 }
 
-/// [`ensure_recent`]'s set on SQLite, likewise.
+/// [`ensure_recent`]'s set on SQLite, likewise. SQLite has no `power()`
+/// here (the bundled build leaves out its math functions), so a word's
+/// rank, `FIRST_RANK * 2^t` for `t` uniform in `[0, log2(VOCABULARY /
+/// FIRST_RANK))`, takes `2^t`'s whole part as a shift and its fraction
+/// from a quadratic (within 0.3%); `t` comes from a quadratic of the
+/// word's place, deterministic like Postgres's `hashtext`.
 async fn load_recent_sqlite(pool: &sqlx::SqlitePool, per: i64) -> anyhow::Result<i64> {
     let have: i64 = sqlx::query_scalar(
         "SELECT coalesce(sum(episode_count), 0) FROM sessions WHERE tenant = 'default' AND app = ?1",
@@ -186,8 +191,10 @@ async fn load_recent_sqlite(pool: &sqlx::SqlitePool, per: i64) -> anyhow::Result
          INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
          metadata, source_node, timestamp, create_time, fingerprint) \
          SELECT 'default', 'bench-s' || i, j, 'bench-e' || i || '-' || j, ?1, 'bench-u' || (i % ?2), \
-         ?1, 'observation', json_quote((SELECT group_concat('w' || CAST(?7 + (?6 - ?7) * x * x * x * x AS INTEGER), ' ') \
-         FROM (SELECT ((i * 7919 + j * 104729 + k * 15485863) % 1000003) / 1000003.0 AS x FROM w))), \
+         ?1, 'observation', json_quote((SELECT group_concat('w' || min(?6, CAST(?7 * (1 << CAST(t AS INTEGER)) \
+         * (1 + (t - CAST(t AS INTEGER)) * (0.6565 + 0.3435 * (t - CAST(t AS INTEGER)))) AS INTEGER)), ' ') \
+         FROM (SELECT ((h * h + h) % 1000003) / 1000003.0 * ?8 AS t \
+         FROM (SELECT (i * 7919 + j * 104729 + k * 15485863) % 1000003 AS h FROM w)))), \
          '{}', '', ?5 - (i * ?3 + j) * 1000, ?5, x'00' \
          FROM s, e",
     )
@@ -198,6 +205,7 @@ async fn load_recent_sqlite(pool: &sqlx::SqlitePool, per: i64) -> anyhow::Result
     .bind(now)
     .bind(VOCABULARY as i64)
     .bind(FIRST_RANK as i64)
+    .bind(((VOCABULARY / FIRST_RANK) as f64).log2())
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
