@@ -54,16 +54,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub warmup: Duration,
 
-    /// Workloads to run, comma-separated, in this order. By default `recent`
-    /// and `search` run before `append` and `tail`, so that they measure the
-    /// loaded episodes alone
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "ping,set,get,get-version,list,history,recent,search,append,tail"
-    )]
-    pub workloads: Vec<Workload>,
+    /// Workloads to run, comma-separated, in this order [default:
+    /// ping,set,get,get-version,list,history,recent,search,append,tail;
+    /// with --server and no --database-url, all but recent and search].
+    /// By default `recent` and `search` run before `append` and `tail`, so
+    /// that they measure the loaded episodes alone
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub workloads: Option<Vec<Workload>>,
 
     /// Also run the raw-SQL baseline and print engram/raw ratios
     #[arg(long)]
@@ -274,6 +271,20 @@ fn print_text(report: &Report) {
     }
 }
 
+/// What bench runs when no --workloads are given.
+const DEFAULT_WORKLOADS: [Workload; 10] = [
+    Workload::Ping,
+    Workload::Set,
+    Workload::Get,
+    Workload::GetVersion,
+    Workload::List,
+    Workload::History,
+    Workload::Recent,
+    Workload::Search,
+    Workload::Append,
+    Workload::Tail,
+];
+
 /// The database bench starts its server on when none is given.
 const DEFAULT_DATABASE: &str = "sqlite://engram-bench.db";
 
@@ -284,29 +295,53 @@ impl BenchArgs {
         self.database_url.as_deref().unwrap_or(DEFAULT_DATABASE)
     }
 
+    /// The workloads to run: those asked for, or the defaults. A given
+    /// server reads a database of its own, and what bench writes straight
+    /// to a database must go to that one, never to the default file beside
+    /// the bench, where the server would not see it: with --server and no
+    /// --database-url the defaults leave out `recent` and `search` (saying
+    /// so), and asking for them, or for --baseline, is refused.
+    fn workloads(&self) -> CliResult<Vec<Workload>> {
+        let direct = |w: &Workload| matches!(w, Workload::Recent | Workload::Search);
+        let blind = self.server.is_some() && self.database_url.is_none();
+        if !blind {
+            return Ok(self
+                .workloads
+                .clone()
+                .unwrap_or_else(|| DEFAULT_WORKLOADS.to_vec()));
+        }
+        let asked = self.workloads.as_deref().unwrap_or_default();
+        let refused: Vec<&str> = asked
+            .iter()
+            .filter(|w| direct(w))
+            .map(|w| w.name())
+            .chain(self.baseline.then_some("--baseline"))
+            .collect();
+        if !refused.is_empty() {
+            return Err(CliError::usage(format!(
+                "--server with {} needs --database-url: the server's own database, \
+                 which they read and write directly",
+                refused.join(", ")
+            )));
+        }
+        if self.workloads.is_some() {
+            return Ok(asked.to_vec());
+        }
+        eprintln!(
+            "engram bench: leaving out recent and search, which load their episodes \
+             straight into the server's database: give --database-url to run them"
+        );
+        Ok(DEFAULT_WORKLOADS
+            .into_iter()
+            .filter(|w| !direct(w))
+            .collect())
+    }
+
     pub async fn run(mut self) -> CliResult {
         if self.clients == 0 {
             return Err(CliError::usage("--clients must be at least 1"));
         }
-        // A given server reads a database of its own: what bench writes
-        // straight to a database must go to that one, never to the default
-        // file beside the bench, where the server would not see it.
-        if self.server.is_some() && self.database_url.is_none() {
-            let direct: Vec<&str> = self
-                .workloads
-                .iter()
-                .filter(|w| matches!(w, Workload::Recent | Workload::Search))
-                .map(|w| w.name())
-                .chain(self.baseline.then_some("--baseline"))
-                .collect();
-            if !direct.is_empty() {
-                return Err(CliError::usage(format!(
-                    "--server with {} needs --database-url: the server's own database, \
-                     which they read and write directly (or choose other --workloads)",
-                    direct.join(", ")
-                )));
-            }
-        }
+        let workloads = self.workloads()?;
         let (started, address) =
             server::Spawned::or_given(self.server.as_deref(), self.database()).await?;
         self.server_pid = started.as_ref().and_then(server::Spawned::pid);
@@ -318,8 +353,7 @@ impl BenchArgs {
         self.run = run_token();
         // A run that appends deletes what it appended when it ends.
         let cleans = !self.keep_appended
-            && self
-                .workloads
+            && workloads
                 .iter()
                 .any(|w| matches!(w, Workload::Append | Workload::Tail));
         let earlier = if cleans {
@@ -329,7 +363,7 @@ impl BenchArgs {
         };
         let mut results = Vec::new();
         let mut failed = None;
-        for workload in &self.workloads {
+        for workload in &workloads {
             eprintln!("engram bench: {} …", workload.name());
             if let Some(spawned) = &started {
                 spawned.reset_peak();
@@ -457,5 +491,72 @@ mod tests {
         );
         assert_eq!(parse_duration("2").ok(), Some(Duration::from_secs(2)));
         assert!(parse_duration("2h").is_err());
+    }
+
+    fn parsed(args: &[&str]) -> BenchArgs {
+        #[derive(clap::Parser)]
+        struct Command {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let args = ["bench"].iter().chain(args);
+        <Command as clap::Parser>::try_parse_from(args)
+            .expect("valid arguments")
+            .bench
+    }
+
+    /// Given a server and no database, the defaults leave out the
+    /// workloads that write straight to the database, and asking for them
+    /// (or the baseline) is refused; with a database, all run.
+    #[test]
+    fn a_given_server_without_its_database_runs_what_needs_none() {
+        let server = ["--server", "http://127.0.0.1:1"];
+        let database = ["--database-url", "sqlite://elsewhere.db"];
+        let names = |args: &BenchArgs| -> Vec<&str> {
+            let chosen = args.workloads().expect("workloads");
+            chosen.iter().map(|w| w.name()).collect()
+        };
+        let all = DEFAULT_WORKLOADS.map(|w| w.name());
+        assert_eq!(names(&parsed(&[&server[..], &database[..]].concat())), all);
+        assert_eq!(names(&parsed(&database)), all);
+        assert_eq!(
+            names(&parsed(
+                &[&server[..], &["--workloads", "get,append"]].concat()
+            )),
+            ["get", "append"]
+        );
+        // Unless the environment names a database, which is then the
+        // server's.
+        let blind = parsed(&server);
+        if blind.database_url.is_some() {
+            assert_eq!(names(&blind), all);
+            return;
+        }
+        assert_eq!(
+            names(&blind),
+            [
+                "ping",
+                "set",
+                "get",
+                "get-version",
+                "list",
+                "history",
+                "append",
+                "tail"
+            ]
+        );
+        for (asked, refused) in [
+            (
+                &["--workloads", "get,search"][..],
+                "--server with search needs",
+            ),
+            (&["--baseline"][..], "--server with --baseline needs"),
+        ] {
+            let err = parsed(&[&server[..], asked].concat())
+                .workloads()
+                .expect_err("refused");
+            assert_eq!(err.code, crate::cli::exit::USAGE);
+            assert!(err.message.starts_with(refused), "{}", err.message);
+        }
     }
 }
