@@ -191,10 +191,11 @@ async fn load_recent_sqlite(pool: &sqlx::SqlitePool, per: i64) -> anyhow::Result
          INSERT INTO episodes (tenant, session_id, seq, id, app, user_id, agent, type, content, \
          metadata, source_node, timestamp, create_time, fingerprint) \
          SELECT 'default', 'bench-s' || i, j, 'bench-e' || i || '-' || j, ?1, 'bench-u' || (i % ?2), \
-         ?1, 'observation', json_quote((SELECT group_concat('w' || min(?6, CAST(?7 * (1 << CAST(t AS INTEGER)) \
-         * (1 + (t - CAST(t AS INTEGER)) * (0.6565 + 0.3435 * (t - CAST(t AS INTEGER)))) AS INTEGER)), ' ') \
+         ?1, 'observation', json_quote((SELECT group_concat('w' || min(?6, \
+         CAST(?7 * (1 << n) * (1 + f * (0.6565 + 0.3435 * f)) AS INTEGER)), ' ') \
+         FROM (SELECT CAST(t AS INTEGER) AS n, t - CAST(t AS INTEGER) AS f \
          FROM (SELECT ((h * h + h) % 1000003) / 1000003.0 * ?8 AS t \
-         FROM (SELECT (i * 7919 + j * 104729 + k * 15485863) % 1000003 AS h FROM w)))), \
+         FROM (SELECT (i * 7919 + j * 104729 + k * 15485863) % 1000003 AS h FROM w))))), \
          '{}', '', ?5 - (i * ?3 + j) * 1000, ?5, x'00' \
          FROM s, e",
     )
