@@ -86,6 +86,21 @@ fn check(report: &Value, expected: &[&str], with_raw: &[&str]) {
     );
 }
 
+/// `engram bench` driving `server`, with no token or database from the
+/// environment.
+fn bench_on(server: &crate::helpers::TestServer) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+    command
+        .args([
+            "bench",
+            "--server",
+            &format!("http://{}", server.grpc_addr()),
+        ])
+        .env_remove("ENGRAM_TOKEN")
+        .env_remove("ENGRAM_DATABASE_URL");
+    command
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_runs_every_workload_on_sqlite() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -197,16 +212,10 @@ async fn bench_calls_an_authenticated_server_with_its_token() {
     })
     .await;
     let run = |token: Option<&str>, workloads: &str| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+        let mut command = bench_on(&server);
         command
-            .args([
-                "bench",
-                "--server",
-                &format!("http://{}", server.grpc_addr()),
-            ])
             .args(["--clients", "2", "--duration", "200ms", "--warmup", "50ms"])
-            .args(["--workloads", workloads, "--output", "json"])
-            .env_remove("ENGRAM_TOKEN");
+            .args(["--workloads", workloads, "--output", "json"]);
         if let Some(token) = token {
             command.args(["--token", token]);
         }
@@ -307,16 +316,8 @@ async fn bench_appending(
         .await
         .expect("tail")
         .into_inner();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
-    command
-        .args([
-            "bench",
-            "--server",
-            &format!("http://{}", server.grpc_addr()),
-        ])
-        .args(args)
-        .args(["--output", "json"])
-        .env_remove("ENGRAM_TOKEN");
+    let mut command = bench_on(server);
+    command.args(args).args(["--output", "json"]);
     let run = tokio::task::spawn_blocking(move || command.output().expect("run engram bench"));
     let first = tail
         .message()
@@ -480,14 +481,11 @@ async fn bench_with_a_given_server_needs_its_database() {
     let address = format!("http://{}", server.grpc_addr());
     let elsewhere = tempfile::tempdir().expect("a directory");
     let run = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        bench_on(&server)
             .current_dir(elsewhere.path())
-            .args(["bench", "--server", &address])
             .args(["--clients", "1", "--duration", "100ms", "--warmup", "0ms"])
             .args(["--recent-episodes", "1000"])
             .args(extra)
-            .env_remove("ENGRAM_DATABASE_URL")
-            .env_remove("ENGRAM_TOKEN")
             .output()
             .expect("run engram bench")
     };
