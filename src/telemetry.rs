@@ -35,6 +35,13 @@ impl Drop for Telemetry {
     }
 }
 
+/// Whether text logs may colour: stderr is a terminal and `NO_COLOR` is
+/// unset (<https://no-color.org>).
+fn colours() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Installs the global subscriber: the log filter from `ENGRAM_LOG` (or
 /// `RUST_LOG`), the log format, and the OTLP exporter when configured.
 /// Must run inside the Tokio runtime (the exporter's channel lives there).
@@ -43,8 +50,11 @@ pub fn init(format: LogFormat) -> anyhow::Result<Telemetry> {
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let logs = match format {
+        // Colours only for a terminal: a file or a pipe (`kubectl logs`,
+        // `> serve.log`) would hold the escape codes as text.
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .fmt_fields(fields::TextFields)
+            .with_ansi(colours())
             .with_writer(std::io::stderr)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()

@@ -218,6 +218,9 @@ impl SearchCommand {
             Output::Json => print_json(&json!({
                 "hits": hits.iter().map(hit_json).collect::<Vec<_>>(),
             })),
+            // A table for people; when nothing matched, a line saying so
+            // on stderr rather than a header over nothing.
+            Output::Text if hits.is_empty() => eprintln!("no hits"),
             Output::Text => {
                 println!("{:>7}  {:<8}  {:<40}  SNIPPET", "SCORE", "SOURCE", "ITEM");
                 for hit in &hits {

@@ -77,8 +77,32 @@ pub fn router(grpc: Conn, auth: Authenticator) -> axum::Router {
         .route("/ui/logout", post(logout))
         .route("/ui/static/console.css", get(style))
         .route("/ui/static/tail.js", get(script))
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            signed_in,
+        ))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(console)
+}
+
+tokio::task_local! {
+    /// Whether the visitor of the page being rendered holds a token (see
+    /// [`signed_in`]).
+    static SIGNED_IN: bool;
+}
+
+/// Renders the request's pages knowing whether their visitor is signed in,
+/// so that the layout offers "Sign out" only to one who is: on a server
+/// without tokens there is nothing to sign out of. A task-local rather
+/// than a parameter of every page, since the layout is its only reader and
+/// refusals and the sign-in page render pages too.
+async fn signed_in(
+    axum::extract::State(console): axum::extract::State<Console>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let signed_in = console.auth.is_on() && cookie_token(request.headers()).is_some();
+    SIGNED_IN.scope(signed_in, next.run(request)).await
 }
 
 async fn security_headers(request: Request, next: Next) -> Response {
@@ -248,7 +272,12 @@ fn login_page(error: Option<&str>) -> Response {
     )
 }
 
-async fn login_form() -> Response {
+/// The sign-in page; a server without tokens has none, and sends the
+/// visitor on to the console.
+async fn login_form(axum::extract::State(console): axum::extract::State<Console>) -> Response {
+    if !console.auth.is_on() {
+        return Redirect::to(PATH).into_response();
+    }
     login_page(None)
 }
 
@@ -294,8 +323,10 @@ pub(crate) fn page(title: &str, content: Markup) -> Response {
                             label.hidden for="q" { "Search" }
                             input id="q" name="q" type="search" placeholder="Search memory, facts, episodes";
                         }
-                        form method="post" action="/ui/logout" {
-                            button.link type="submit" { "Sign out" }
+                        @if SIGNED_IN.try_with(|signed_in| *signed_in).unwrap_or(false) {
+                            form method="post" action="/ui/logout" {
+                                button.link type="submit" { "Sign out" }
+                            }
                         }
                     }
                 }

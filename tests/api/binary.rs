@@ -134,6 +134,8 @@ async fn migrate_then_serve_with_migrations_off(backend: Backend) {
         "{said}"
     );
     assert!(said.contains("DEBUG"), "sqlx logs: {said}");
+    // Text logs into a pipe carry no terminal colour codes.
+    assert!(!said.contains('\u{1b}'), "escape codes in a pipe: {said:?}");
     assert!(!said.contains("CREATE TABLE"), "{said}");
     // Running it again is a no-op, and says nothing of applying.
     let again = engram(&["migrate", "--database-url", &fresh.url]);

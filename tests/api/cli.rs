@@ -19,9 +19,14 @@ struct Run {
 
 impl Cli {
     fn run(&self, args: &[&str]) -> Run {
+        self.run_as("json", args)
+    }
+
+    /// Runs the command with `--output` `output`.
+    fn run_as(&self, output: &str, args: &[&str]) -> Run {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
             .arg(self.group)
-            .args(["--server", &self.server, "--output", "json"])
+            .args(["--server", &self.server, "--output", output])
             .args(args)
             .env_remove("ENGRAM_SCOPE")
             .env_remove("ENGRAM_SCOPE_TYPE")
@@ -836,6 +841,24 @@ async fn search_command_against_a_server() {
     );
     let elsewhere = search.json(&["deployment", "--source", "memory", "--scope-prefix", "nope"]);
     assert_eq!(elsewhere["hits"], json!([]), "{elsewhere}");
+
+    // For people: a table of the hits, the matched words marked; when
+    // nothing matched, a line on stderr and no table.
+    let table = search.run_as("text", &["helm", "--user", "alice"]);
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", table.stdout);
+    assert!(lines[0].contains("SCORE") && lines[0].contains("SNIPPET"));
+    assert!(
+        lines[1].contains("episodes") && lines[1].contains("s1#1"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[1].contains("**helm**"), "{}", lines[1]);
+    let none = search.run_as("text", &["helm", "--user", "bob"]);
+    assert_eq!(none.code, 0, "{}", none.stderr);
+    assert_eq!(none.stdout, "");
+    assert_eq!(none.stderr.trim(), "no hits");
 
     let refused = search.run(&["-only"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);

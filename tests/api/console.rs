@@ -2,6 +2,10 @@
 //! Chromium): it can be turned off, an open server answers only requests
 //! for localhost, and every page carries its security headers.
 
+use std::net::SocketAddr;
+
+use engram::auth::hash_token;
+
 use crate::helpers::{Backend, TestServer, http_get};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,4 +50,63 @@ async fn an_open_console_refuses_other_hosts() {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     assert!(policy.contains("script-src 'self'"), "{policy}");
+}
+
+/// A console page as a browser on this machine asks for it, with `cookie`
+/// when given: status and body.
+async fn console_page(addr: SocketAddr, path: &str, cookie: Option<&str>) -> (u16, String) {
+    use http_body_util::{BodyExt, Empty};
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(connection);
+    let mut request = hyper::Request::get(path).header("host", "localhost");
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    let request = request
+        .body(Empty::<hyper::body::Bytes>::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_out_is_offered_only_to_a_signed_in_visitor() {
+    // Without tokens there is nothing to sign in to or out of.
+    let open = TestServer::spawn(Backend::Sqlite).await;
+    let (status, body) = console_page(open.http_addr(), "/ui", None).await;
+    assert_eq!(status, 200);
+    assert!(!body.contains("Sign out"), "{body}");
+    let (status, _) = console_page(open.http_addr(), "/ui/login", None).await;
+    assert_eq!(
+        status, 303,
+        "the sign-in page sends an open server's visitor on"
+    );
+
+    let token = "console-admin-token";
+    let tokens = format!("{} acme admin", hash_token(token));
+    let guarded = TestServer::spawn_with(Backend::Sqlite, |s| s.tokens = Some(tokens)).await;
+    let (status, body) = console_page(guarded.http_addr(), "/ui/login", None).await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("Sign in") && !body.contains("Sign out"),
+        "{body}"
+    );
+    let cookie = format!("engram_token={token}");
+    let (status, body) = console_page(guarded.http_addr(), "/ui", Some(&cookie)).await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("<h1>Scopes</h1>") && body.contains("Sign out"),
+        "{body}"
+    );
 }
