@@ -106,9 +106,15 @@ async fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Once logging is set up the error is a log line (JSON for a
+        // collector when so configured); before that (a bad setting, say)
+        // there is no log, so it is a plain line on stderr. Never both.
         Err(err) => {
-            tracing::error!("{err:#}");
-            eprintln!("engram: {err:#}");
+            if tracing::dispatcher::has_been_set() {
+                tracing::error!("{err:#}");
+            } else {
+                eprintln!("engram: {err:#}");
+            }
             ExitCode::FAILURE
         }
     }

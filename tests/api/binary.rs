@@ -118,6 +118,11 @@ async fn migrate_then_serve_with_migrations_off(backend: Backend) {
         stderr.contains("engram migrate"),
         "tells the user what to run: {stderr}"
     );
+    assert_eq!(
+        stderr.matches("engram migrate").count(),
+        1,
+        "said once, not logged and printed: {stderr}"
+    );
     assert!(!stderr.contains("password"), "{stderr}");
 
     // With every statement logged, as a slow one would be.
