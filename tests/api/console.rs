@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use engram::auth::hash_token;
 
-use crate::helpers::{Backend, TestServer, http_get};
+use crate::helpers::{Backend, TestServer, http_get, http_get_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn served_on_localhost_with_a_policy_and_can_be_turned_off() {
@@ -55,28 +55,8 @@ async fn an_open_console_refuses_other_hosts() {
 /// A console page as a browser on this machine asks for it, with `cookie`
 /// when given: status and body.
 async fn console_page(addr: SocketAddr, path: &str, cookie: Option<&str>) -> (u16, String) {
-    use http_body_util::{BodyExt, Empty};
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .expect("handshake");
-    tokio::spawn(connection);
-    let mut request = hyper::Request::get(path).header("host", "localhost");
-    if let Some(cookie) = cookie {
-        request = request.header("cookie", cookie);
-    }
-    let request = request
-        .body(Empty::<hyper::body::Bytes>::new())
-        .expect("request");
-    let response = sender.send_request(request).await.expect("response");
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let headers: Vec<(&str, &str)> = cookie.iter().map(|c| ("cookie", *c)).collect();
+    let (status, _, body) = http_get_with(addr, path, &headers).await;
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 

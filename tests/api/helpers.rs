@@ -355,6 +355,20 @@ pub async fn http_get(
     path: &str,
     token: Option<&str>,
 ) -> (u16, Option<String>, Vec<u8>) {
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|value| ("authorization", value.as_str()))
+        .collect();
+    http_get_with(addr, path, &headers).await
+}
+
+/// [`http_get`] with these headers (a cookie, say) beside `host: localhost`.
+pub async fn http_get_with(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Option<String>, Vec<u8>) {
     use http_body_util::{BodyExt, Empty};
     let stream = tokio::net::TcpStream::connect(addr)
         .await
@@ -365,8 +379,8 @@ pub async fn http_get(
             .expect("http handshake");
     tokio::spawn(connection);
     let mut request = hyper::Request::get(path).header("host", "localhost");
-    if let Some(token) = token {
-        request = request.header("authorization", format!("Bearer {token}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let request = request
         .body(Empty::<hyper::body::Bytes>::new())
