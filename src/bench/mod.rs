@@ -11,6 +11,7 @@
 mod baseline;
 mod cleanup;
 mod cpu;
+mod plain;
 pub mod recall;
 mod server;
 mod workloads;

@@ -19,7 +19,8 @@
 //! episodes, within its conversation by default (`--within all` searches
 //! every conversation), and the report gives recall@1/5/10 (the share of
 //! questions with an answer turn among the first k hits), MRR and the
-//! search latency.
+//! search latency, beside the same figures for plain BM25 over the same
+//! turns ([`super::plain`]) as the reference.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use tonic::service::interceptor::InterceptedService;
 
 use super::Latency;
+use super::plain::PlainBm25;
 use super::server::Spawned;
 use crate::api::convert::json_to_proto;
 use crate::cli::{Bearer, CliError, CliResult, Output, Progress, exit, print_json};
@@ -106,6 +108,18 @@ struct Turn {
     #[serde(default)]
     speaker: String,
     text: String,
+}
+
+impl Turn {
+    /// What the turn's episode holds, and so what is searched:
+    /// `"speaker: text"`.
+    fn content(&self) -> String {
+        if self.speaker.is_empty() {
+            self.text.clone()
+        } else {
+            format!("{}: {}", self.speaker, self.text)
+        }
+    }
 }
 
 /// One line of the data set.
@@ -192,15 +206,64 @@ fn read(path: &PathBuf) -> CliResult<DataSet> {
     Ok(data)
 }
 
+/// How well the answers ranked.
+#[derive(Debug, Serialize)]
+struct Figures {
+    recall_at_1: f64,
+    recall_at_5: f64,
+    recall_at_10: f64,
+    mrr: f64,
+}
+
+impl Figures {
+    /// From each question's rank of its first answer turn (from 0; none
+    /// when no answer turn was found).
+    fn of(ranks: &[Option<usize>]) -> Figures {
+        let n = ranks.len().max(1) as f64;
+        let recall =
+            |k: usize| ranks.iter().filter(|r| r.is_some_and(|r| r < k)).count() as f64 / n;
+        let mrr = ranks
+            .iter()
+            .map(|r| r.map_or(0.0, |r| 1.0 / (r + 1) as f64))
+            .sum::<f64>()
+            / n;
+        Figures {
+            recall_at_1: recall(1),
+            recall_at_5: recall(5),
+            recall_at_10: recall(10),
+            mrr,
+        }
+    }
+}
+
+/// Some conversations' turns under plain BM25, each named by its
+/// conversation and id.
+struct Turns<'a> {
+    names: Vec<(&'a String, &'a String)>,
+    index: PlainBm25,
+}
+
+impl<'a> Turns<'a> {
+    fn of(data: &'a DataSet, conversations: impl IntoIterator<Item = &'a String>) -> Self {
+        let turns: Vec<(&String, &Turn)> = conversations
+            .into_iter()
+            .flat_map(|c| data.conversations[c].1.iter().map(move |turn| (c, turn)))
+            .collect();
+        let contents: Vec<String> = turns.iter().map(|(_, turn)| turn.content()).collect();
+        Turns {
+            names: turns.iter().map(|(c, turn)| (*c, &turn.id)).collect(),
+            index: PlainBm25::new(contents.iter().map(String::as_str)),
+        }
+    }
+}
+
 /// The figures of one way of asking.
 #[derive(Debug, Serialize)]
 struct Scores {
     /// Following episodes asked for with each hit (0: the plain search).
     following_episodes: i32,
-    recall_at_1: f64,
-    recall_at_5: f64,
-    recall_at_10: f64,
-    mrr: f64,
+    #[serde(flatten)]
+    figures: Figures,
     search_latency_ms: Latency,
 }
 
@@ -213,6 +276,8 @@ struct RecallReport {
     turns: usize,
     questions: usize,
     results: Vec<Scores>,
+    /// Plain BM25 over the same turns, in the same scope.
+    plain_bm25: Figures,
 }
 
 impl RecallArgs {
@@ -251,22 +316,27 @@ impl RecallArgs {
                     "{:<22} {:>9} {:>9} {:>10} {:>7} {:>8} {:>8}",
                     "search", "recall@1", "recall@5", "recall@10", "MRR", "p50 ms", "p99 ms"
                 );
+                let row = |name: &str, f: &Figures, latency: Option<&Latency>| {
+                    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+                    println!(
+                        "{:<22} {:>9.3} {:>9.3} {:>10.3} {:>7.3} {:>8} {:>8}",
+                        name,
+                        f.recall_at_1,
+                        f.recall_at_5,
+                        f.recall_at_10,
+                        f.mrr,
+                        ms(latency.map(|l| l.p50)),
+                        ms(latency.map(|l| l.p99)),
+                    );
+                };
                 for r in &report.results {
                     let name = match r.following_episodes {
                         0 => "lexical".to_owned(),
                         n => format!("lexical, following {n}"),
                     };
-                    println!(
-                        "{:<22} {:>9.3} {:>9.3} {:>10.3} {:>7.3} {:>8.2} {:>8.2}",
-                        name,
-                        r.recall_at_1,
-                        r.recall_at_5,
-                        r.recall_at_10,
-                        r.mrr,
-                        r.search_latency_ms.p50,
-                        r.search_latency_ms.p99
-                    );
+                    row(&name, &r.figures, Some(&r.search_latency_ms));
                 }
+                row("plain BM25 (reference)", &report.plain_bm25, None);
             }
         }
         Ok(())
@@ -298,7 +368,35 @@ impl RecallArgs {
             turns: total,
             questions: data.questions.len(),
             results,
+            plain_bm25: self.plain_bm25(data),
         })
+    }
+
+    /// The figures of plain BM25 over the turns each question is asked
+    /// within.
+    fn plain_bm25(&self, data: &DataSet) -> Figures {
+        let everything = match self.within {
+            Within::All => Some(Turns::of(data, data.conversations.keys())),
+            Within::Conversation => None,
+        };
+        let mut each: BTreeMap<&String, Turns> = BTreeMap::new();
+        let ranks: Vec<Option<usize>> = data
+            .questions
+            .iter()
+            .map(|question| {
+                let turns = match &everything {
+                    Some(all) => all,
+                    None => each
+                        .entry(&question.conversation)
+                        .or_insert_with(|| Turns::of(data, [&question.conversation])),
+                };
+                turns.index.rank(&question.text).iter().position(|&at| {
+                    let (conversation, id) = turns.names[at];
+                    *conversation == question.conversation && question.answers.contains(id)
+                })
+            })
+            .collect();
+        Figures::of(&ranks)
     }
 
     /// Appends every conversation (idempotently); returns the turns.
@@ -317,13 +415,7 @@ impl RecallArgs {
                     .map(|turn| proto::NewEpisode {
                         id: format!("{conversation}:{}", turn.id),
                         r#type: "turn".to_owned(),
-                        content: Some(json_to_proto(&serde_json::Value::String(
-                            if turn.speaker.is_empty() {
-                                turn.text.clone()
-                            } else {
-                                format!("{}: {}", turn.speaker, turn.text)
-                            },
-                        ))),
+                        content: Some(json_to_proto(&serde_json::Value::String(turn.content()))),
                         ..proto::NewEpisode::default()
                     })
                     .collect();
@@ -407,20 +499,9 @@ impl RecallArgs {
             ranks.push(rank);
             latencies.push(micros);
         }
-        let n = ranks.len().max(1) as f64;
-        let recall =
-            |k: usize| ranks.iter().filter(|r| r.is_some_and(|r| r < k)).count() as f64 / n;
-        let mrr = ranks
-            .iter()
-            .map(|r| r.map_or(0.0, |r| 1.0 / (r + 1) as f64))
-            .sum::<f64>()
-            / n;
         Ok(Scores {
             following_episodes: following,
-            recall_at_1: recall(1),
-            recall_at_5: recall(5),
-            recall_at_10: recall(10),
-            mrr,
+            figures: Figures::of(&ranks),
             search_latency_ms: Latency::of(&mut latencies),
         })
     }

@@ -287,6 +287,16 @@ async fn recall_eval_reports_recall_and_mrr(backend: Backend) {
     assert!(figure(1, "recall_at_10") >= 0.75, "{report}");
     assert!(figure(1, "recall_at_10") >= figure(0, "recall_at_10"));
 
+    // Plain BM25 over the same turns, the reference: the same on every
+    // store (computed by the tool), and ranking answers no better than
+    // the search does.
+    let plain = |name: &str| report["plain_bm25"][name].as_f64().expect(name);
+    assert_eq!(plain("recall_at_10"), 0.7, "{report}");
+    assert!(plain("recall_at_1") <= plain("recall_at_5"));
+    assert!(plain("recall_at_5") <= plain("recall_at_10"));
+    assert!(figure(0, "mrr") >= plain("mrr"), "{report}");
+    assert!(figure(0, "recall_at_5") >= plain("recall_at_5"), "{report}");
+
     // A rerun loads nothing twice: the same turns, the same figures.
     let again = run(&["--following", "0"]);
     assert_eq!(again["turns"], 72);
