@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use engram::auth::hash_token;
+use serde_json::json;
 
 use crate::helpers::{Backend, TestServer, http_get, http_get_with};
 
@@ -89,4 +90,60 @@ async fn sign_out_is_offered_only_to_a_signed_in_visitor() {
         body.contains("<h1>Scopes</h1>") && body.contains("Sign out"),
         "{body}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_narrows_by_source_and_user_and_keeps_the_form() {
+    use crate::search::{append, episode, set};
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    for (session, user) in [("chat-alice", "alice"), ("chat-bob", "bob")] {
+        let said = episode(
+            session,
+            "message",
+            "",
+            json!(format!("{user} deploys with helm")),
+        );
+        server
+            .episodes()
+            .append_episodes(append(session, user, vec![said]))
+            .await
+            .expect("append");
+    }
+    server
+        .memory()
+        .set(set("ops", "deploy", json!("helm charts live here")))
+        .await
+        .expect("set");
+    let addr = server.http_addr();
+
+    let (status, everything) = console_page(addr, "/ui/search?q=helm", None).await;
+    assert_eq!(status, 200);
+    for found in ["chat-alice #1", "chat-bob #1", "ops / deploy"] {
+        assert!(everything.contains(found), "{found}: {everything}");
+    }
+
+    let path = "/ui/search?q=helm&source=episodes&user=bob";
+    let (status, narrowed) = console_page(addr, path, None).await;
+    assert_eq!(status, 200);
+    assert!(narrowed.contains("chat-bob #1"), "{narrowed}");
+    assert!(!narrowed.contains("chat-alice"), "{narrowed}");
+    assert!(!narrowed.contains("ops / deploy"), "{narrowed}");
+    // The form holds what was asked, to change one part of it.
+    assert!(
+        narrowed.contains(r#"name="q" type="search" value="helm""#),
+        "{narrowed}"
+    );
+    assert!(
+        narrowed.contains(r#"<option value="episodes" selected>"#),
+        "{narrowed}"
+    );
+    assert!(
+        narrowed.contains(r#"name="user" value="bob""#),
+        "{narrowed}"
+    );
+
+    // A source the API does not know is its refusal, with the reason.
+    let (status, refused) = console_page(addr, "/ui/search?q=helm&source=files", None).await;
+    assert_eq!(status, 400);
+    assert!(refused.contains("INVALID_ARGUMENT"), "{refused}");
 }

@@ -27,7 +27,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.common.exceptions import WebDriverException
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "clients" / "python" / "tests"))
@@ -220,6 +220,16 @@ def test_rules_facts_and_search(server: Server, browser: webdriver.Chrome) -> No
     hit.find_element(By.LINK_TEXT, "team / style").click()
     wait(browser, 10).until(expected_conditions.title_contains("style"))
     assert browser.find_element(By.TAG_NAME, "h1").text == "style"
+
+    # The results page's own form keeps the words and narrows them to a
+    # source: the memory entry is not among the episodes.
+    browser.get(f"{server.ui}/search?q=warm")
+    assert browser.find_element(By.ID, "search-q").get_attribute("value") == "warm"
+    Select(browser.find_element(By.ID, "search-source")).select_by_value("episodes")
+    browser.find_element(By.ID, "search-q").submit()
+    wait(browser, 10).until(lambda b: "source=episodes" in b.current_url)
+    assert "team / style" not in browser.find_element(By.TAG_NAME, "main").text
+    assert Select(browser.find_element(By.ID, "search-source")).first_selected_option.text == "episodes"
 
 
 def test_a_scope_and_a_session_export_as_json_lines(server: Server, browser: webdriver.Chrome) -> None:

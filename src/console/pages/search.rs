@@ -17,9 +17,24 @@ use crate::proto::search_service_client::SearchServiceClient;
 pub struct SearchQuery {
     #[serde(default)]
     q: String,
+    /// `memory`, `facts` or `episodes`; empty for all three.
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    app: String,
+    #[serde(default)]
+    user: String,
 }
 
-/// Search across memory, facts and episodes.
+/// The sources the page offers, by their names in its URL.
+const SOURCES: [(&str, proto::SearchSource); 3] = [
+    ("memory", proto::SearchSource::Memory),
+    ("facts", proto::SearchSource::Facts),
+    ("episodes", proto::SearchSource::Episodes),
+];
+
+/// Search across memory, facts and episodes, narrowed to one source, an
+/// app and a user when the form asks.
 pub async fn search(
     State(console): State<Console>,
     headers: HeaderMap,
@@ -29,11 +44,25 @@ pub async fn search(
     if query.q.trim().is_empty() {
         return page(
             "Search",
-            html! { h1 { "Search" } p { "Type words in the search box." } },
+            html! { h1 { "Search" } (form(&query)) p { "Type words in the search box." } },
         );
     }
+    // An unknown source name is sent as unspecified, which the API
+    // refuses with its own reason.
+    let sources = match query.source.as_str() {
+        "" => Vec::new(),
+        name => vec![
+            SOURCES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(proto::SearchSource::Unspecified, |(_, s)| *s) as i32,
+        ],
+    };
     let found = call!(SearchServiceClient::new(conn).search(proto::SearchRequest {
         query: query.q.clone(),
+        sources,
+        app: query.app.clone(),
+        user: query.user.clone(),
         limit: 50,
         ..Default::default()
     }));
@@ -41,6 +70,7 @@ pub async fn search(
         "Search",
         html! {
             h1 { "Search: " (query.q) }
+            (form(&query))
             @if found.hits.is_empty() {
                 p.empty { "Nothing matches." }
             } @else {
@@ -55,6 +85,27 @@ pub async fn search(
             }
         },
     )
+}
+
+/// The search form, holding what was asked.
+fn form(query: &SearchQuery) -> Markup {
+    html! {
+        form method="get" action="/ui/search" {
+            label for="search-q" { "Words" } input id="search-q" name="q" type="search" value=(query.q);
+            label for="search-source" { "In" }
+            select id="search-source" name="source" {
+                option value="" selected[query.source.is_empty()] { "everything" }
+                @for (name, _) in SOURCES {
+                    option value=(name) selected[query.source == name] { (name) }
+                }
+            }
+            // As in the API, app and user narrow facts and episodes;
+            // memory has neither.
+            label for="search-app" { "App (facts, episodes)" } input id="search-app" name="app" value=(query.app);
+            label for="search-user" { "User (facts, episodes)" } input id="search-user" name="user" value=(query.user);
+            button type="submit" { "Search" }
+        }
+    }
 }
 
 fn hit_link(hit: &proto::SearchHit) -> Markup {
