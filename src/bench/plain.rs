@@ -27,7 +27,7 @@ pub(super) struct PlainBm25 {
 }
 
 /// The terms of a text: lowercased runs of letters and digits.
-pub(super) fn terms(text: &str) -> impl Iterator<Item = String> + '_ {
+fn terms(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|t| !t.is_empty())
         .map(str::to_lowercase)
@@ -64,7 +64,13 @@ impl PlainBm25 {
     /// index; ties keep document order).
     pub(super) fn rank(&self, query: &str) -> Vec<usize> {
         let n = self.docs.len() as f64;
-        let query: Vec<String> = terms(query).collect();
+        // Each query term with its idf, once for all documents.
+        let query: Vec<(String, f64)> = terms(query)
+            .map(|term| {
+                let df = self.df.get(&term).copied().unwrap_or(0) as f64;
+                (term, (1.0 + (n - df + 0.5) / (df + 0.5)).ln())
+            })
+            .collect();
         let mut scored: Vec<(f64, usize)> = self
             .docs
             .iter()
@@ -73,10 +79,8 @@ impl PlainBm25 {
                 let norm = K1 * (1.0 - B + B * *length as f64 / self.average_length.max(1.0));
                 let score: f64 = query
                     .iter()
-                    .filter_map(|term| {
+                    .filter_map(|(term, idf)| {
                         let tf = f64::from(*counts.get(term)?);
-                        let df = self.df.get(term).copied().unwrap_or(0) as f64;
-                        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
                         Some(idf * tf * (K1 + 1.0) / (tf + norm))
                     })
                     .sum();

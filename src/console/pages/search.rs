@@ -3,12 +3,14 @@
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use clap::ValueEnum;
 use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::link;
 use super::sessions::episode_href;
 use crate::cli::memory::scope_type_name;
+use crate::cli::search::SourceArg;
 use crate::console::{Console, page, refused};
 use crate::proto;
 use crate::proto::search_service_client::SearchServiceClient;
@@ -25,13 +27,6 @@ pub struct SearchQuery {
     #[serde(default)]
     user: String,
 }
-
-/// The sources the page offers, by their names in its URL.
-const SOURCES: [(&str, proto::SearchSource); 3] = [
-    ("memory", proto::SearchSource::Memory),
-    ("facts", proto::SearchSource::Facts),
-    ("episodes", proto::SearchSource::Episodes),
-];
 
 /// Search across memory, facts and episodes, narrowed to one source, an
 /// app and a user when the form asks.
@@ -52,10 +47,8 @@ pub async fn search(
     let sources = match query.source.as_str() {
         "" => Vec::new(),
         name => vec![
-            SOURCES
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map_or(proto::SearchSource::Unspecified, |(_, s)| *s) as i32,
+            SourceArg::from_str(name, false)
+                .map_or(proto::SearchSource::Unspecified as i32, SourceArg::to_proto),
         ],
     };
     let found = call!(SearchServiceClient::new(conn).search(proto::SearchRequest {
@@ -95,7 +88,7 @@ fn form(query: &SearchQuery) -> Markup {
             label for="search-source" { "In" }
             select id="search-source" name="source" {
                 option value="" selected[query.source.is_empty()] { "everything" }
-                @for (name, _) in SOURCES {
+                @for name in source_names() {
                     option value=(name) selected[query.source == name] { (name) }
                 }
             }
@@ -106,6 +99,13 @@ fn form(query: &SearchQuery) -> Markup {
             button type="submit" { "Search" }
         }
     }
+}
+
+/// The sources' names, as the CLI's `--source` takes them.
+fn source_names() -> impl Iterator<Item = String> {
+    SourceArg::value_variants()
+        .iter()
+        .filter_map(|source| Some(source.to_possible_value()?.get_name().to_owned()))
 }
 
 fn hit_link(hit: &proto::SearchHit) -> Markup {
