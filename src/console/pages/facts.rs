@@ -6,7 +6,7 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{IdQuery, PAGE, link, next_link, preview};
+use super::{AppUserQuery, IdQuery, PAGE, link, next_link, preview};
 use crate::cli::{time, value_json};
 use crate::console::{Console, page, refused};
 use crate::proto;
@@ -66,21 +66,11 @@ pub async fn rules(
     )
 }
 
-#[derive(Deserialize, Default)]
-pub struct FactsQuery {
-    #[serde(default)]
-    app: String,
-    #[serde(default)]
-    user: String,
-    #[serde(default)]
-    page: String,
-}
-
 /// An app's facts (a user's, or the app-wide ones).
 pub async fn facts(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<FactsQuery>,
+    Query(query): Query<AppUserQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let form = html! {

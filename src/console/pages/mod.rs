@@ -58,6 +58,18 @@ pub struct IdQuery {
     id: String,
 }
 
+/// A list narrowed to an app and a user, a page at a time (sessions,
+/// facts).
+#[derive(Deserialize, Default)]
+pub struct AppUserQuery {
+    #[serde(default)]
+    app: String,
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    page: String,
+}
+
 /// A link: the path and its query, encoded.
 pub(super) fn link(path: &str, query: &[(&str, &str)]) -> String {
     let mut url = form_urlencoded::Serializer::new(String::new());

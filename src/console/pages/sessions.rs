@@ -12,7 +12,7 @@ use futures::{Stream, StreamExt};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{IdQuery, PAGE, link, next_link, preview};
+use super::{AppUserQuery, IdQuery, PAGE, link, next_link, preview};
 use crate::cli::{time, value_json};
 use crate::console::actions::{csrf_field, csrf_token};
 use crate::console::{Console, page, refused};
@@ -21,21 +21,11 @@ use crate::proto::episode_service_client::EpisodeServiceClient;
 use crate::proto::session_service_client::SessionServiceClient;
 use crate::proto::working_memory_service_client::WorkingMemoryServiceClient;
 
-#[derive(Deserialize, Default)]
-pub struct SessionsQuery {
-    #[serde(default)]
-    app: String,
-    #[serde(default)]
-    user: String,
-    #[serde(default)]
-    page: String,
-}
-
 /// Sessions, newest first, filtered by app and user.
 pub async fn sessions(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<SessionsQuery>,
+    Query(query): Query<AppUserQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let listed = call!(
