@@ -1,11 +1,13 @@
 //! Recall: finding memory entries, facts and episodes by what they say.
 //!
 //! The domain parses the query ([`Query`]), checks the filters and the mode,
-//! asks the store for each source's best live items ([`ports::SearchStore`])
-//! and merges them by score. The stores keep their lexical indexes in the
-//! writing transaction (Postgres: stored `tsvector` columns under GIN;
-//! SQLite: FTS5 tables kept by triggers; both ranked by the same BM25 over
-//! the matches, with statistics of the caller's own items), so a write is
+//! asks the store for the best live items of the sources
+//! ([`ports::SearchStore`]) and merges them by score. The stores keep their
+//! lexical indexes in the writing transaction (Postgres: stored `tsvector`
+//! columns under GIN; SQLite: FTS5 tables kept by triggers; both ranked by
+//! the same BM25 over the matches, with statistics of the caller's own
+//! items pooled over the sources searched, so that hits of different
+//! sources compare), so a write is
 //! findable once its call returned, and a deleted key, a purged version,
 //! an evicted episode or a deleted fact is gone in the same transaction
 //! that removed it.

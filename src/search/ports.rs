@@ -13,9 +13,11 @@ use crate::context::Tenant;
 use crate::error::Result;
 
 pub trait SearchStore: Clone + Send + Sync + 'static {
-    /// For each of `sources`, its best `limit` live items matching `query`
-    /// and the filters that apply to it. One call for every source, so a
-    /// store prepares the query and holds a connection once.
+    /// The best `limit` live items of `sources` matching `query` and the
+    /// filters that apply to each, best first, scored on one scale: each
+    /// word weighed among the items of every source searched. One call
+    /// for every source, so a store prepares the query and holds a
+    /// connection once, and reads whole only the hits it returns.
     fn search(
         &self,
         tenant: &Tenant,

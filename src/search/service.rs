@@ -1,4 +1,4 @@
-//! The search service: checks a request, asks each source, merges by score.
+//! The search service: checks a request, asks the store (and the embedder), fuses the lists.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
@@ -178,13 +178,9 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
         filters: &Filters,
         limit: usize,
     ) -> Result<Vec<Hit>> {
-        let mut hits = self
-            .store
+        self.store
             .search(&ctx.tenant, sources, query, filters, limit)
-            .await?;
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        hits.truncate(limit);
-        Ok(hits)
+            .await
     }
 
     /// The items whose vectors are nearest the query's, best first, scored

@@ -112,10 +112,37 @@ impl SearchStore for PgStore {
         let Some(plan) = Plan::prepare(&mut conn, &self.normalized, query, in_rust).await? else {
             return Ok(Vec::new()); // only stop words
         };
-        let mut items = Vec::new();
+        let mut found = Vec::new();
         for &source in sources {
-            items.extend(ranked(&mut conn, &plan, tenant, source, filters, limit).await?);
+            found.extend(matches(&mut conn, &plan, tenant, source, filters).await?);
         }
+        let counts: Vec<(i64, Vec<i64>)> = found.iter().map(|m| (m.n, m.df.clone())).collect();
+        let idf = bm25::pooled(&counts);
+        // The best `limit` matches of every source, by source and match.
+        let mut best: Vec<(f64, usize, usize)> = found
+            .iter()
+            .enumerate()
+            .flat_map(|(at, m)| {
+                plan.bm25(&m.docs, &idf)
+                    .into_iter()
+                    .zip(0..)
+                    .map(move |(score, doc)| (score, at, doc))
+            })
+            .collect();
+        best.sort_by(|a, b| b.0.total_cmp(&a.0));
+        best.truncate(limit);
+        let mut items = Vec::with_capacity(best.len());
+        for (at, m) in found.iter().enumerate() {
+            let chosen: Vec<(f64, usize)> = best
+                .iter()
+                .filter(|(_, of, _)| *of == at)
+                .map(|(score, _, doc)| (*score, *doc))
+                .collect();
+            if !chosen.is_empty() {
+                items.extend(m.read(&mut conn, tenant, filters, &chosen).await?);
+            }
+        }
+        items.sort_by(|a, b| b.0.total_cmp(&a.0));
         Ok(items
             .into_iter()
             .map(|(score, item)| Hit {
@@ -159,13 +186,27 @@ impl PgStore {
     }
 }
 
-/// The best `limit` items of one source with their BM25 scores.
+/// One source's matches, each one's terms and identity, and their
+/// statistics: BM25's `n` and each term's document frequency among them.
+struct Matches {
+    source: Source,
+    keys: &'static [(&'static str, &'static str)],
+    docs: Vec<Doc>,
+    /// One list per key column, a match's identity at its index.
+    identities: Vec<Vec<String>>,
+    n: i64,
+    df: Vec<i64>,
+}
+
+/// The matches of one source (bounded by [`MATCHES`]), each one's
+/// identity, length and vector cut down to the query's terms, with the
+/// number of items the filters allow; `None` when nothing matched.
 ///
-/// Two statements: the first reads the matches (bounded by [`MATCHES`]),
-/// each one's identity, length and vector cut down to the query's terms,
-/// and BM25 scores every one of them here (a term's document frequency is
-/// how many of the matches hold it); the second reads whole only the
-/// items returned. Reading all candidates whole in the first cost
+/// A search is two statements per source: this one, after which BM25
+/// scores every match here (a term's document frequency is how many of
+/// the matches hold it, pooled over the sources searched), and
+/// [`Matches::read`], which reads whole only the items returned, of the
+/// sources that have any. Reading all candidates whole in the first cost
 /// Postgres a second visit of each row and the printing of each one's
 /// JSON, for most of them to be dropped (alternating runs of the bench's
 /// `search`: 16 clients 810–956 → 873–934 ops/s, p99 58–75 → 53–55 ms;
@@ -174,14 +215,13 @@ impl PgStore {
 /// item changed in between (its embedding written, say) keeps its
 /// identity, and one removed in between is left out, as a search a moment
 /// later would leave it.
-async fn ranked(
+async fn matches(
     conn: &mut Lease,
     plan: &Plan,
     tenant: &Tenant,
     source: Source,
     filters: &Filters,
-    limit: usize,
-) -> Result<Vec<(f64, Item)>> {
+) -> Result<Option<Matches>> {
     let bounds = Bounds::of(filters);
     let Table { from, vector, keys } = table(source, filters);
     // Parameters: $1 the tsquery, $2 the terms, then the filters' and the
@@ -246,7 +286,7 @@ async fn ranked(
         .pop()
         .ok_or_else(|| Error::internal("the matches returned no row"))?;
     let Some(vectors) = row.try_get::<Option<Vec<Vec<u8>>>, _>(1)? else {
-        return Ok(Vec::new()); // no match
+        return Ok(None); // no match
     };
     let n: i64 = row.try_get(0)?;
     let lengths: Vec<i32> = row.try_get(2)?;
@@ -264,30 +304,52 @@ async fn ranked(
     let df: Vec<i64> = (0..plan.terms.len())
         .map(|at| docs.iter().filter(|d| !d.positions[at].is_empty()).count() as i64)
         .collect();
-    let scores = plan.bm25(&docs, bm25::items(n, docs.len()), &df);
-    let mut ranked: Vec<(f64, usize)> = scores.into_iter().zip(0..).collect();
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
-    ranked.truncate(limit);
+    Ok(Some(Matches {
+        source,
+        keys,
+        n: bm25::items(n, docs.len()),
+        docs,
+        identities,
+        df,
+    }))
+}
 
-    // The identities of the best, one list per key column.
-    let mut lists = vec![Vec::with_capacity(ranked.len()); keys.len()];
-    let mut best = Vec::with_capacity(ranked.len());
-    for &(score, at) in &ranked {
-        let identity: Vec<String> = identities.iter().map(|list| list[at].clone()).collect();
-        for (list, part) in lists.iter_mut().zip(&identity) {
-            list.push(part.clone());
+impl Matches {
+    /// The `chosen` matches (each a score and an index into the matches)
+    /// read whole, those still live and within the filters, in the
+    /// order given.
+    async fn read(
+        &self,
+        conn: &mut Lease,
+        tenant: &Tenant,
+        filters: &Filters,
+        chosen: &[(f64, usize)],
+    ) -> Result<Vec<(f64, Item)>> {
+        let (source, keys) = (self.source, self.keys);
+        let mut lists = vec![Vec::with_capacity(chosen.len()); keys.len()];
+        let mut best = Vec::with_capacity(chosen.len());
+        for &(score, at) in chosen {
+            let identity: Vec<String> = self
+                .identities
+                .iter()
+                .map(|list| list[at].clone())
+                .collect();
+            for (list, part) in lists.iter_mut().zip(&identity) {
+                list.push(part.clone());
+            }
+            best.push((score, identity));
         }
-        best.push((score, identity));
+        let bounds = Bounds::of(filters);
+        let found = whole(conn, source, keys, tenant, filters, &bounds, &lists).await?;
+        let mut by_identity = HashMap::with_capacity(found.len());
+        for row in &found {
+            by_identity.insert(identity_at(row, width(source), keys.len())?, row);
+        }
+        best.into_iter()
+            .filter_map(|(score, identity)| by_identity.get(&identity).map(|row| (score, *row)))
+            .map(|(score, row)| Ok((score, item(source, row)?)))
+            .collect()
     }
-    let found = whole(conn, source, keys, tenant, filters, &bounds, &lists).await?;
-    let mut by_identity = HashMap::with_capacity(found.len());
-    for row in &found {
-        by_identity.insert(identity_at(row, width(source), keys.len())?, row);
-    }
-    best.into_iter()
-        .filter_map(|(score, identity)| by_identity.get(&identity).map(|row| (score, *row)))
-        .map(|(score, row)| Ok((score, item(source, row)?)))
-        .collect()
 }
 
 /// The select list of an item's identity: its key columns as text.
@@ -593,28 +655,25 @@ impl Plan {
         })
     }
 
-    /// BM25 of each candidate, plus the adjacency bonus. `n` is the
-    /// (bounded) number of items the filters allow, `df` each term's
-    /// (bounded) document frequency among them.
-    fn bm25(&self, docs: &[Doc], n: i64, df: &[i64]) -> Vec<f64> {
+    /// BM25 of each candidate of one source, plus the adjacency bonus,
+    /// with each term's weight `idf` ([`bm25::pooled`]).
+    fn bm25(&self, docs: &[Doc], idf: &[f64]) -> Vec<f64> {
         let total = docs.iter().map(|d| d.length).sum::<usize>().max(1);
         let average = total as f64 / docs.len().max(1) as f64;
-        let idf: Vec<f64> = (0..self.terms.len())
-            .map(|at| bm25::idf(n, df.get(at).copied().unwrap_or(0)))
-            .collect();
+        let idf = |at: usize| idf.get(at).copied().unwrap_or(0.0);
         docs.iter()
             .map(|doc| {
                 let saturate = bm25::saturation(doc.length, average);
                 let mut score = 0.0;
                 for (at, positions) in doc.positions.iter().enumerate() {
                     if !positions.is_empty() {
-                        score += idf[at] * saturate(positions.len() as f64);
+                        score += idf(at) * saturate(positions.len() as f64);
                     }
                 }
                 for (a, b) in &self.pairs {
                     let adjacent = doc.adjacent(*a, *b);
                     if adjacent > 0 {
-                        score += ADJACENT_WEIGHT * idf[*a].min(idf[*b]) * saturate(adjacent as f64);
+                        score += ADJACENT_WEIGHT * idf(*a).min(idf(*b)) * saturate(adjacent as f64);
                     }
                 }
                 score

@@ -94,16 +94,41 @@ impl SearchStore for SqliteStore {
             bounds: &bounds,
             tenant,
             filters,
-            limit,
         };
         // One snapshot for the matches and the hits read after them, of
         // every source.
         let mut tx = self.reader.begin().await?;
-        let mut hits = Vec::new();
+        let mut found = Vec::new();
         for &source in sources {
-            hits.extend(ranked(&mut tx, &ask, source).await?);
+            found.extend(matches(&mut tx, &ask, source).await?);
+        }
+        let counts: Vec<(i64, Vec<i64>)> = found.iter().map(|m| (m.n, m.df())).collect();
+        let idf = bm25::pooled(&counts);
+        // The best `limit` matches of every source, by source and row id.
+        let mut best: Vec<(f64, usize, i64)> = found
+            .iter()
+            .enumerate()
+            .flat_map(|(at, m)| {
+                scored(&m.matches, &idf)
+                    .into_iter()
+                    .map(move |(score, id)| (score, at, id))
+            })
+            .collect();
+        best.sort_by(|a, b| b.0.total_cmp(&a.0));
+        best.truncate(limit);
+        let mut hits = Vec::with_capacity(best.len());
+        for (at, m) in found.iter().enumerate() {
+            let chosen: Vec<(f64, i64)> = best
+                .iter()
+                .filter(|(_, of, _)| *of == at)
+                .map(|(score, _, id)| (*score, *id))
+                .collect();
+            if !chosen.is_empty() {
+                hits.extend(read(&mut tx, &ask, m.source, chosen).await?);
+            }
         }
         tx.rollback().await?;
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         Ok(hits)
     }
 
@@ -180,7 +205,6 @@ struct Ask<'a> {
     bounds: &'a Bounds,
     tenant: &'a Tenant,
     filters: &'a Filters,
-    limit: usize,
 }
 
 /// The lexemes a hit's snippet marks: each word of the query's words and
@@ -197,32 +221,53 @@ fn terms(query: &Query) -> Vec<String> {
         .collect()
 }
 
-/// The best `limit` items of one source.
+/// One source's matches and BM25's `n` for them ([`bm25::items`]).
+struct Matched {
+    source: Source,
+    matches: Vec<Match>,
+    n: i64,
+}
+
+impl Matched {
+    /// Each phrase's document frequency among the matches, by its place
+    /// in the expression (the owner's, phrase 0, included).
+    fn df(&self) -> Vec<i64> {
+        let phrases = self.matches.iter().map(|m| m.counts.len()).max();
+        (0..phrases.unwrap_or(0))
+            .map(|p| {
+                let df = self
+                    .matches
+                    .iter()
+                    .filter(|m| m.counts.get(p).is_some_and(|c| *c > 0))
+                    .count();
+                i64::try_from(df).unwrap_or(i64::MAX)
+            })
+            .collect()
+    }
+}
+
+/// Every match of one source (up to [`MATCHES`]) with its row id and
+/// counts, and the number of items the filters allow (BM25's `n`,
+/// [`population`]); `None` when nothing matched.
 ///
-/// Two statements: the first reads every match (up to [`MATCHES`]) with
-/// its row id and counts, and the number of items the filters allow
-/// (BM25's `n`, [`population`]); each match is scored here, a phrase's
-/// document frequency being how many of the matches hold it, as on
-/// Postgres. The second reads whole only the items returned.
-async fn ranked(
+/// A search is two statements per source: this one, after which each
+/// match is scored here (a phrase's document frequency is how many of
+/// the matches hold it, pooled over the sources searched, as on
+/// Postgres), and [`read`], which reads whole only the items returned, of
+/// the sources that have any.
+async fn matches(
     conn: &mut impl Run<Row = sqlx::sqlite::SqliteRow>,
     ask: &Ask<'_>,
     source: Source,
-) -> Result<Vec<Hit>> {
+) -> Result<Option<Matched>> {
     let Ask {
         expression,
-        terms,
         bounds,
         tenant,
         filters,
-        limit,
+        ..
     } = *ask;
-    let Table {
-        fts,
-        joins,
-        items,
-        id,
-    } = table(source);
+    let Table { fts, joins, .. } = table(source);
     // Narrowed to the owner by the index (migrations 0011 and 0012). The
     // owner is phrase 0; its tokens are in their own column, which
     // `engram_hits` does not count.
@@ -241,7 +286,7 @@ async fn ranked(
     );
     let rows = conn.rows_built(sql, &params).await?;
     let Some(first) = rows.first() else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let n = first.int(0)?;
     let matches: Vec<Match> = rows
@@ -256,16 +301,37 @@ async fn ranked(
             })
         })
         .collect::<Result<_>>()?;
-    let mut best = scored(&matches, bm25::items(n, matches.len()));
-    best.truncate(limit);
+    Ok(Some(Matched {
+        source,
+        n: bm25::items(n, matches.len()),
+        matches,
+    }))
+}
 
+/// The `chosen` matches of `source` (each a score and a row id), read
+/// whole, those still current and live, in the order given.
+async fn read(
+    conn: &mut impl Run<Row = sqlx::sqlite::SqliteRow>,
+    ask: &Ask<'_>,
+    source: Source,
+    chosen: Vec<(f64, i64)>,
+) -> Result<Vec<Hit>> {
+    let Ask {
+        terms,
+        bounds,
+        tenant,
+        filters,
+        ..
+    } = *ask;
+    let Table { items, id, .. } = table(source);
+    let filter = conditions(source, Dialect::Sqlite, tenant, filters, bounds, 2);
     // The hits whole, by id, with the same conditions (numbered from $2
     // again), in the snapshot the matches were read in, so each is still
     // current and live. Reading them through FTS5 again, for its
     // `snippet()`, cost about as much as finding the matches (the words'
     // lists read a second time); the snippets are made in Rust, as on
     // Postgres.
-    let ids: Vec<String> = best.iter().map(|(_, id)| id.to_string()).collect();
+    let ids: Vec<String> = chosen.iter().map(|(_, id)| id.to_string()).collect();
     let ids = format!("[{}]", ids.join(","));
     let sql = format!(
         "SELECT {columns}, {id} FROM {items} \
@@ -280,7 +346,7 @@ async fn ranked(
     for row in conn.rows_built(sql, &params).await? {
         found.insert(row.int(at)?, item(source, &row)?);
     }
-    Ok(best
+    Ok(chosen
         .into_iter()
         .filter_map(|(score, id)| {
             let item = found.remove(&id)?;
@@ -296,6 +362,7 @@ async fn ranked(
 /// What `engram_hits` gives of a match: its text's length in tokens and
 /// each phrase's occurrences in it, by the phrase's place in the
 /// expression.
+#[derive(Clone)]
 struct Match {
     id: i64,
     length: u32,
@@ -303,19 +370,10 @@ struct Match {
 }
 
 /// Each match's BM25 score with its row id, best first (the row id breaks
-/// ties, oldest first). Every phrase but the owner's (phrase 0) is a term:
+/// ties, oldest first), with each phrase's weight `idf`
+/// ([`bm25::pooled`]). Every phrase but the owner's (phrase 0) is a term:
 /// each word, each pair of neighbouring words, each quoted phrase.
-fn scored(matches: &[Match], n: i64) -> Vec<(f64, i64)> {
-    let phrases = matches.iter().map(|m| m.counts.len()).max().unwrap_or(0);
-    let idf: Vec<f64> = (0..phrases)
-        .map(|p| {
-            let df = matches
-                .iter()
-                .filter(|m| m.counts.get(p).is_some_and(|c| *c > 0))
-                .count();
-            bm25::idf(n, i64::try_from(df).unwrap_or(i64::MAX))
-        })
-        .collect();
+fn scored(matches: &[Match], idf: &[f64]) -> Vec<(f64, i64)> {
     let total: f64 = matches.iter().map(|m| f64::from(m.length.max(1))).sum();
     let average = total / matches.len().max(1) as f64;
     let mut scored: Vec<(f64, i64)> = matches
@@ -325,7 +383,7 @@ fn scored(matches: &[Match], n: i64) -> Vec<(f64, i64)> {
             let score = m
                 .counts
                 .iter()
-                .zip(&idf)
+                .zip(idf)
                 .skip(1)
                 .filter(|(count, _)| **count > 0)
                 .map(|(count, idf)| idf * saturate(f64::from(*count)))
@@ -423,6 +481,16 @@ mod tests {
         }
     }
 
+    /// The matches scored as a search of their source alone scores them.
+    fn alone(matches: &[Match], n: i64) -> Vec<(f64, i64)> {
+        let matched = Matched {
+            source: Source::Episodes,
+            matches: matches.to_vec(),
+            n,
+        };
+        scored(matches, &bm25::pooled(&[(n, matched.df())]))
+    }
+
     #[test]
     fn matches_score_by_their_own_statistics() {
         // Phrase 0 is the owner's: counted or not, it weighs nothing.
@@ -432,13 +500,13 @@ mod tests {
             at(3, 10, &[0, 0, 1]), // the rare one
             at(4, 10, &[0, 1, 1]), // both
         ];
-        let ranked = scored(&matches, 100);
+        let ranked = alone(&matches, 100);
         let ids: Vec<i64> = ranked.iter().map(|(_, id)| *id).collect();
         assert_eq!(ids, [4, 3, 1, 2], "both, the rare word, then ties by id");
         assert_eq!(ranked[2].0, ranked[3].0, "the owner's count adds nothing");
         assert!(ranked[1].0 > ranked[2].0, "the rarer word weighs more");
         // More items the filters allow: every word rarer, every score higher.
-        let wider = scored(&matches, 1_000);
+        let wider = alone(&matches, 1_000);
         assert!(
             wider
                 .iter()
@@ -446,9 +514,9 @@ mod tests {
                 .all(|(w, r)| w.1 == r.1 && w.0 > r.0)
         );
         // A shorter item ranks first among equals.
-        let short = scored(&[at(1, 20, &[0, 1]), at(2, 5, &[0, 1])], 10);
+        let short = alone(&[at(1, 20, &[0, 1]), at(2, 5, &[0, 1])], 10);
         assert_eq!(short[0].1, 2);
-        assert!(scored(&[], 10).is_empty());
+        assert!(alone(&[], 10).is_empty());
     }
 
     #[test]

@@ -390,6 +390,62 @@ async fn scores_do_not_depend_on_other_tenants<S: Store>(store: S, _db: &TestDb)
     }
 }
 
+/// Hits of different sources are ranked on one scale: a term weighs what
+/// it weighs among every item searched, so a fact holding both words of
+/// the question outranks an episode holding one of them, although among
+/// the few facts both words are common and among the many episodes the
+/// one word is rare. Scored by each source's own statistics, the episode
+/// came first.
+async fn sources_are_ranked_on_one_scale<S: Store>(store: S, _db: &TestDb) {
+    let t1 = Tenant::new("t1");
+    for (subject, object) in [
+        ("alice", "the kubernetes cluster on gke"),
+        ("bob", "kubernetes upgrades"),
+        ("carol", "kubernetes dashboards"),
+    ] {
+        insert(&store, &t1, &payload(subject, object), &[]).await;
+    }
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let mut said: Vec<_> = (0..39)
+        .map(|n| {
+            let text = format!("lunch plans for day {n}");
+            episode(&s1, Some(&format!("e{n}")), None, None, json!(text))
+        })
+        .collect();
+    said.push(episode(
+        &s1,
+        Some("slow"),
+        None,
+        None,
+        json!("the cluster was slow this morning"),
+    ));
+    l.append("s1", &said).await;
+
+    let query = Query::parse("query", "kubernetes cluster").expect("query");
+    let search = |sources: &'static [Source]| {
+        let (store, query, t1) = (&store, &query, &t1);
+        async move {
+            let mut hits = store
+                .search(t1, sources, query, &Filters::default(), 10)
+                .await
+                .expect("search");
+            // Best first, as the service merges them.
+            hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+            described(&hits)
+        }
+    };
+    let both = search(&[Source::Facts, Source::Episodes]).await;
+    assert_eq!(both.len(), 4, "{both:?}");
+    assert_eq!(both[0], "alice", "{both:?}");
+    let at = |name: &str| both.iter().position(|n| n == name);
+    assert!(at("alice") < at("slow"), "{both:?}");
+    // Each source alone keeps its own order.
+    assert_eq!(search(&[Source::Facts]).await[0], "alice");
+    assert_eq!(search(&[Source::Episodes]).await, ["slow"]);
+}
+
 /// Each query of `cases` finds `item` alone in `source` of tenant t1, with
 /// the given words marked in its snippet.
 async fn found_and_marked<S: Store>(store: &S, source: Source, item: &str, cases: &[(&str, &str)]) {
@@ -1106,6 +1162,7 @@ store_suite!(
     numbers_are_read_whole,
     hyphenated_words_find_their_parts_written_apart,
     scores_do_not_depend_on_other_tenants,
+    sources_are_ranked_on_one_scale,
     episodes_rank_and_filter,
     long_items_rank_by_their_length,
     pending_search_entries_merge,
