@@ -266,6 +266,24 @@ pub(super) fn population<'a>(
     )
 }
 
+/// The best `limit` of every source's scored matches (`scored[s]` holds
+/// source `s`'s, each a score and what names the match), as each source's
+/// chosen ones, best first: the list at `s` is source `s`'s, empty when
+/// none of its matches made the cut. A store then reads whole only these.
+pub(super) fn best<T: Copy>(scored: &[Vec<(f64, T)>], limit: usize) -> Vec<Vec<(f64, T)>> {
+    let mut all: Vec<(f64, usize, T)> = (0..)
+        .zip(scored)
+        .flat_map(|(at, list)| list.iter().map(move |&(score, m)| (score, at, m)))
+        .collect();
+    all.sort_by(|a, b| b.0.total_cmp(&a.0));
+    all.truncate(limit);
+    let mut chosen = vec![Vec::new(); scored.len()];
+    for (score, at, m) in all {
+        chosen[at].push((score, m));
+    }
+    chosen
+}
+
 /// BM25, the one formula both stores score with, so that an item ranks
 /// alike on either: Lucene's form of the idf (never negative, so a word in
 /// most items still counts a little) and the usual k1 and b.
@@ -332,7 +350,7 @@ pub(super) mod bm25 {
 
 #[cfg(test)]
 mod tests {
-    use super::{Bounds, MATCHES, bm25, conditions};
+    use super::{Bounds, MATCHES, best, bm25, conditions};
     use crate::context::Tenant;
     use crate::search::{Filters, Source};
     use crate::sessions::Name;
@@ -383,6 +401,22 @@ mod tests {
         assert!(common < 0.001 && rare > 5.0, "{common} {rare}");
         // Against the whole population it seemed rare.
         assert!(bm25::idf(1_000_000, MATCHES as i64) > 3.9);
+    }
+
+    #[test]
+    fn the_best_of_every_source_are_chosen_together() {
+        let scored = [
+            vec![(0.5, 'a'), (2.0, 'b')],
+            vec![(1.0, 'x')],
+            vec![(0.1, 'p')],
+        ];
+        let chosen = best(&scored, 3);
+        assert_eq!(
+            chosen,
+            [vec![(2.0, 'b'), (0.5, 'a')], vec![(1.0, 'x')], vec![]]
+        );
+        assert_eq!(best(&scored, 1), [vec![(2.0, 'b')], vec![], vec![]]);
+        assert!(best::<char>(&[], 10).is_empty());
     }
 
     #[test]

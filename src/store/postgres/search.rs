@@ -36,7 +36,7 @@ use crate::search::ports::SearchStore;
 use crate::search::snippet::snippet;
 use crate::search::{Filters, Hit, Item, Query, Source};
 use crate::store::search::{
-    Bounds, MATCHES, bm25, columns, conditions, from, item, population, width,
+    Bounds, MATCHES, best, bm25, columns, conditions, from, item, population, width,
 };
 use crate::store::sql::{Backend, Cols, Dialect, Param, Run, Sql};
 
@@ -118,26 +118,13 @@ impl SearchStore for PgStore {
         }
         let counts: Vec<(i64, Vec<i64>)> = found.iter().map(|m| (m.n, m.df.clone())).collect();
         let idf = bm25::pooled(&counts);
-        // The best `limit` matches of every source, by source and match.
-        let mut best: Vec<(f64, usize, usize)> = found
+        // Each match's score with its place among its source's matches.
+        let scored: Vec<Vec<(f64, usize)>> = found
             .iter()
-            .enumerate()
-            .flat_map(|(at, m)| {
-                plan.bm25(&m.docs, &idf)
-                    .into_iter()
-                    .zip(0..)
-                    .map(move |(score, doc)| (score, at, doc))
-            })
+            .map(|m| plan.bm25(&m.docs, &idf).into_iter().zip(0..).collect())
             .collect();
-        best.sort_by(|a, b| b.0.total_cmp(&a.0));
-        best.truncate(limit);
-        let mut items = Vec::with_capacity(best.len());
-        for (at, m) in found.iter().enumerate() {
-            let chosen: Vec<(f64, usize)> = best
-                .iter()
-                .filter(|(_, of, _)| *of == at)
-                .map(|(score, _, doc)| (*score, *doc))
-                .collect();
+        let mut items = Vec::with_capacity(limit);
+        for (m, chosen) in found.iter().zip(best(&scored, limit)) {
             if !chosen.is_empty() {
                 items.extend(m.read(&mut conn, tenant, filters, &chosen).await?);
             }

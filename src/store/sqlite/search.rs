@@ -23,7 +23,9 @@ use crate::search::english;
 use crate::search::ports::SearchStore;
 use crate::search::snippet::{snippet, word_ranges};
 use crate::search::{Filters, Hit, Query, Source};
-use crate::store::search::{Bounds, MATCHES, bm25, columns, conditions, item, population, width};
+use crate::store::search::{
+    Bounds, MATCHES, best, bm25, columns, conditions, item, population, width,
+};
 use crate::store::sql::{Backend, Cols, Dialect, Param, Run, without_casts};
 
 /// How a source is searched: its FTS table, how an FTS row joins the
@@ -104,25 +106,9 @@ impl SearchStore for SqliteStore {
         }
         let counts: Vec<(i64, Vec<i64>)> = found.iter().map(|m| (m.n, m.df())).collect();
         let idf = bm25::pooled(&counts);
-        // The best `limit` matches of every source, by source and row id.
-        let mut best: Vec<(f64, usize, i64)> = found
-            .iter()
-            .enumerate()
-            .flat_map(|(at, m)| {
-                scored(&m.matches, &idf)
-                    .into_iter()
-                    .map(move |(score, id)| (score, at, id))
-            })
-            .collect();
-        best.sort_by(|a, b| b.0.total_cmp(&a.0));
-        best.truncate(limit);
-        let mut hits = Vec::with_capacity(best.len());
-        for (at, m) in found.iter().enumerate() {
-            let chosen: Vec<(f64, i64)> = best
-                .iter()
-                .filter(|(_, of, _)| *of == at)
-                .map(|(score, _, id)| (*score, *id))
-                .collect();
+        let scored: Vec<Vec<(f64, i64)>> = found.iter().map(|m| scored(&m.matches, &idf)).collect();
+        let mut hits = Vec::with_capacity(limit);
+        for (m, chosen) in found.iter().zip(best(&scored, limit)) {
             if !chosen.is_empty() {
                 hits.extend(read(&mut tx, &ask, m.source, chosen).await?);
             }
