@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::search::timestamp;
 use super::{
-    CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, parse_value, print_json,
-    time, value_json,
+    CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, parse_value, plural,
+    print_json, time, value_json,
 };
 use crate::api::convert::json_to_proto;
 use crate::proto;
@@ -564,10 +564,10 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                             n => format!(", {n} purged since"),
                         };
                         println!(
-                            "{:<10} {}  ({} entries{purged})",
+                            "{:<10} {}  ({}{purged})",
                             scope_type_name(s.scope_type),
                             s.scope,
-                            s.entry_count
+                            plural(s.entry_count, "entry", "entries")
                         );
                     }
                 }

@@ -319,6 +319,15 @@ where
     }
 }
 
+/// A count with its noun: `1 entry`, `3 entries`.
+pub fn plural(n: i64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 /// A value from the command line: JSON when it parses, else a string.
 pub fn parse_value(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
@@ -336,4 +345,16 @@ pub fn value_json(value: Option<prost_types::Value>) -> serde_json::Value {
     value
         .and_then(|v| json_from_proto(v).ok())
         .unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plural;
+
+    #[test]
+    fn counts_take_their_nouns_number() {
+        assert_eq!(plural(1, "entry", "entries"), "1 entry");
+        assert_eq!(plural(0, "entry", "entries"), "0 entries");
+        assert_eq!(plural(2, "key", "keys"), "2 keys");
+    }
 }

@@ -4,8 +4,8 @@
 use serde_json::json;
 
 use super::{
-    CliError, CliResult, ClientArgs, Output, all_pages, connect, parse_value, print_json, time,
-    value_json,
+    CliError, CliResult, ClientArgs, Output, all_pages, connect, parse_value, plural, print_json,
+    time, value_json,
 };
 use crate::api::convert::{json_to_proto, object_to_proto};
 use crate::proto;
@@ -322,12 +322,12 @@ impl SessionsCommand {
                         "episodes_evicted": stats.episodes_evicted,
                     })),
                     Output::Text => println!(
-                        "{} sessions, {} episodes ({:.1} per session); evicted: {} sessions, {} episodes",
-                        stats.total_sessions,
-                        stats.total_episodes,
+                        "{}, {} ({:.1} per session); evicted: {}, {}",
+                        plural(stats.total_sessions, "session", "sessions"),
+                        plural(stats.total_episodes, "episode", "episodes"),
                         stats.avg_episodes_per_session,
-                        stats.sessions_evicted,
-                        stats.episodes_evicted
+                        plural(stats.sessions_evicted, "session", "sessions"),
+                        plural(stats.episodes_evicted, "episode", "episodes")
                     ),
                 }
             }

@@ -14,6 +14,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{Console, cookie_token, page, refused};
+use crate::cli::plural;
 use crate::proto;
 use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use crate::proto::session_service_client::SessionServiceClient;
@@ -119,12 +120,12 @@ pub async fn purge(
             p.crumbs { a href=(back) { (form.scope) } }
             @if confirmed {
                 h1 { "Purged" }
-                p role="status" { "Deleted " (plural(done.versions_deleted, "version")) " of " (plural(done.keys_affected, "key")) ". The audit log records it." }
+                p role="status" { "Deleted " (plural(done.versions_deleted, "version", "versions")) " of " (plural(done.keys_affected, "key", "keys")) ". The audit log records it." }
             } @else {
                 h1 { "Purge preview" }
                 p role="status" {
-                    "Keeping the newest " (plural(form.keep, "version")) " of each key would delete "
-                    strong { (plural(done.versions_deleted, "version")) } " of " (plural(done.keys_affected, "key"))
+                    "Keeping the newest " (plural(form.keep, "version", "versions")) " of each key would delete "
+                    strong { (plural(done.versions_deleted, "version", "versions")) } " of " (plural(done.keys_affected, "key", "keys"))
                     @if include_deleted { ", and the keys deleted that long" } "."
                 }
                 @if done.versions_deleted > 0 {
@@ -142,15 +143,6 @@ pub async fn purge(
             }
         },
     )
-}
-
-/// `1 version`, `3 versions`.
-fn plural(n: i64, noun: &str) -> String {
-    if n == 1 {
-        format!("{n} {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }
 
 #[derive(Deserialize)]

@@ -207,6 +207,8 @@ async fn memory_commands_against_a_server() {
         scopes,
         json!([{"scope_type": "namespace", "scope": "prefs", "entry_count": 2, "purged_count": 0}])
     );
+    let text = cli.run_as("text", &["scopes"]);
+    assert_eq!(text.stdout, "namespace  prefs  (2 entries)\n");
     let reindex = cli.json(&["reindex"]);
     assert_eq!(
         (reindex["applied"].as_bool(), reindex["tags_added"].as_i64()),
@@ -470,6 +472,11 @@ async fn session_and_episode_commands_against_a_server() {
     assert_eq!(
         (&stats["total_sessions"], &stats["total_episodes"]),
         (&json!(2), &json!(4))
+    );
+    let text = sessions.run_as("text", &["stats"]);
+    assert_eq!(
+        text.stdout,
+        "2 sessions, 4 episodes (2.0 per session); evicted: 0 sessions, 0 episodes\n"
     );
     let all = sessions.json(&["list", "--user", "u1"]);
     assert_eq!(all["sessions"].as_array().map(Vec::len), Some(1));
