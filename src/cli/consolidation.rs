@@ -481,7 +481,10 @@ pub(crate) fn fact_line(fact: &proto::Fact) -> String {
     let source = current
         .lineage
         .as_ref()
-        .map(|l| format!("{} <- {}", l.source, l.source_episode_ids.join(",")))
+        .map(|l| match l.source_episode_ids.as_slice() {
+            [] => l.source.clone(),
+            episodes => format!("{} <- {}", l.source, episodes.join(",")),
+        })
         .unwrap_or_default();
     format!(
         "{}  {}/{}  v{}{}  {what}  [{source}]",

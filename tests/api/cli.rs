@@ -617,6 +617,8 @@ async fn rule_and_fact_commands_against_a_server() {
     let listed = facts.json(&["list", "--user", "alice"]);
     let fact = &listed["facts"][0];
     assert_eq!(fact["current"]["object"], json!("light mode"));
+    let text = facts.run_as("text", &["list", "--user", "alice"]);
+    assert!(text.stdout.ends_with(" <- e2]\n"), "{}", text.stdout);
     let id = fact["id"].as_str().expect("fact id").to_owned();
     let got = facts.json(&["get", &id]);
     assert_eq!(got["versions"].as_array().map(Vec::len), Some(2));
@@ -664,6 +666,18 @@ async fn working_memory_commands_against_a_server() {
     cli.json(&with(&["task-update", "t1", "--subject", "Trace it"]));
     let remembered = cli.json(&with(&["remember", "deploy with token=abc123"]));
     assert_eq!(remembered["content"], json!("deploy with token=[REDACTED]"));
+    let facts = Cli {
+        server: cli.server.clone(),
+        group: "facts",
+    };
+    let listed = facts.run_as("text", &["list"]);
+    assert!(
+        listed
+            .stdout
+            .ends_with("coder/alice  v1  \"deploy with token=[REDACTED]\"  [remember]\n"),
+        "a fact from no episode names its source alone: {}",
+        listed.stdout
+    );
     cli.json(&["procedure", "Run the linter first", "--app", "coder"]);
     let cached = cli.json(&with(&["cache", "src/auth.rs", "fn validate() {}"]));
     assert_eq!(cached["bytes"], json!(16));
