@@ -111,18 +111,24 @@ fn kind_of(line: &str) -> Option<String> {
     serde_json::from_str::<Kind>(line).ok().map(|k| k.kind)
 }
 
-/// `3 session, 12 episode` in a stable order; `nothing` when empty.
+/// `15 records (episode 12, session 3)`, the kinds in a stable order;
+/// `nothing` when empty.
 fn summary<'a>(counts: impl IntoIterator<Item = (&'a String, &'a i64)>) -> String {
     let mut counts: Vec<_> = counts.into_iter().collect();
     counts.sort();
     if counts.is_empty() {
         return "nothing".to_owned();
     }
-    counts
+    let total = counts.iter().map(|(_, n)| **n).sum();
+    let kinds: Vec<String> = counts
         .iter()
-        .map(|(kind, n)| format!("{n} {kind}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+        .map(|(kind, n)| format!("{kind} {n}"))
+        .collect();
+    format!(
+        "{} ({})",
+        super::plural(total, "record", "records"),
+        kinds.join(", ")
+    )
 }
 
 /// Restore an export into the caller's tenant (admin token): all of it or,
@@ -292,4 +298,20 @@ pub(crate) fn forgotten_json(done: &proto::ForgetUserResponse) -> serde_json::Va
         "dry_run": done.dry_run,
         "audit_key": done.audit_key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::summary;
+
+    #[test]
+    fn summaries_count_records_by_kind() {
+        let counts = BTreeMap::from([("session".to_owned(), 3), ("episode".to_owned(), 12)]);
+        assert_eq!(summary(&counts), "15 records (episode 12, session 3)");
+        let one = BTreeMap::from([("fact".to_owned(), 1)]);
+        assert_eq!(summary(&one), "1 record (fact 1)");
+        assert_eq!(summary(&BTreeMap::new()), "nothing");
+    }
 }
