@@ -2,7 +2,9 @@
 
 use serde_json::json;
 
-use super::{CliResult, ClientArgs, Output, all_pages, connect, print_json, time, value_json};
+use super::{
+    CliResult, ClientArgs, Output, all_pages, connect, plural, print_json, time, value_json,
+};
 use crate::proto;
 use crate::proto::consolidation_rule::Cadence;
 use crate::proto::consolidation_service_client::ConsolidationServiceClient;
@@ -119,7 +121,7 @@ fn rule_json(rule: &proto::ConsolidationRule) -> serde_json::Value {
 
 fn rule_line(rule: &proto::ConsolidationRule) -> String {
     let cadence = match &rule.cadence {
-        Some(Cadence::EveryNEpisodes(n)) => format!("every {n} episodes"),
+        Some(Cadence::EveryNEpisodes(n)) => format!("every {}", plural(*n, "episode", "episodes")),
         Some(Cadence::Cron(text)) => format!("cron {text:?}"),
         None => "no cadence".to_owned(),
     };

@@ -9,7 +9,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio_stream::StreamExt;
 
 use super::memory::ScopeTypeArg;
-use super::{CliError, CliResult, ClientArgs, Output, Progress, connect, print_json};
+use super::{CliError, CliResult, ClientArgs, Output, Progress, connect, plural, print_json};
 use crate::proto;
 use crate::proto::data_service_client::DataServiceClient;
 
@@ -119,14 +119,14 @@ fn summary<'a>(counts: impl IntoIterator<Item = (&'a String, &'a i64)>) -> Strin
     if counts.is_empty() {
         return "nothing".to_owned();
     }
-    let total = counts.iter().map(|(_, n)| **n).sum();
+    let total: i64 = counts.iter().map(|(_, n)| **n).sum();
     let kinds: Vec<String> = counts
         .iter()
         .map(|(kind, n)| format!("{kind} {n}"))
         .collect();
     format!(
         "{} ({})",
-        super::plural(total, "record", "records"),
+        plural(total, "record", "records"),
         kinds.join(", ")
     )
 }
@@ -189,7 +189,7 @@ impl ImportCommand {
             Output::Text => {
                 println!("imported {}", summary(&done.imported));
                 println!("unchanged {}", summary(&done.unchanged));
-                println!("{} lines read", done.lines);
+                println!("{} read", plural(done.lines, "line", "lines"));
             }
         }
         Ok(())
@@ -266,14 +266,17 @@ impl ForgetUserCommand {
                     "deleted"
                 };
                 println!(
-                    "{verb} {} sessions, {} episodes, {} facts, {} working-memory items, \
-                     {} execution scopes ({} versions)",
-                    done.sessions,
-                    done.episodes,
-                    done.facts,
-                    done.working_items,
-                    done.execution_scopes,
-                    done.memory_versions
+                    "{verb} {}, {}, {}, {}, {} ({})",
+                    plural(done.sessions, "session", "sessions"),
+                    plural(done.episodes, "episode", "episodes"),
+                    plural(done.facts, "fact", "facts"),
+                    plural(
+                        done.working_items,
+                        "working-memory item",
+                        "working-memory items"
+                    ),
+                    plural(done.execution_scopes, "execution scope", "execution scopes"),
+                    plural(done.memory_versions, "version", "versions")
                 );
                 if !done.audit_key.is_empty() {
                     println!(

@@ -360,7 +360,10 @@ fn change_json(change: &proto::WatchResponse) -> serde_json::Value {
 
 fn change_line(change: &proto::WatchResponse) -> String {
     let detail = match proto::ChangeKind::try_from(change.kind) {
-        Ok(proto::ChangeKind::Purge) => format!("{} versions purged", change.versions_deleted),
+        Ok(proto::ChangeKind::Purge) => format!(
+            "{} purged",
+            plural(change.versions_deleted, "version", "versions")
+        ),
         Ok(proto::ChangeKind::Delete) => "(deleted)".to_owned(),
         _ => value_json(change.value.clone()).to_string(),
     };
@@ -425,8 +428,8 @@ fn record_line(record: &proto::CompactionRecord) -> String {
                 .join(" ")
         ),
         "fork" => format!(
-            "{when}  fork     {} keys from {} {} at revision {}",
-            record.keys_affected,
+            "{when}  fork     {} from {} {} at revision {}",
+            plural(record.keys_affected, "key", "keys"),
             scope_type_name(record.source_scope_type),
             record.source_scope,
             record.as_of_revision
@@ -439,17 +442,17 @@ fn record_line(record: &proto::CompactionRecord) -> String {
             record.model
         ),
         "retention" => format!(
-            "{when}  retention {} versions of {} keys (keep {})",
-            record.versions_deleted,
-            record.keys_affected,
+            "{when}  retention {} of {} (keep {})",
+            plural(record.versions_deleted, "version", "versions"),
+            plural(record.keys_affected, "key", "keys"),
             record
                 .keep
                 .map_or_else(|| "any".to_owned(), |k| k.to_string())
         ),
         _ => format!(
-            "{when}  purge    {} versions of {} keys (keep {})",
-            record.versions_deleted,
-            record.keys_affected,
+            "{when}  purge    {} of {} (keep {})",
+            plural(record.versions_deleted, "version", "versions"),
+            plural(record.keys_affected, "key", "keys"),
             record
                 .keep
                 .map_or_else(|| "none".to_owned(), |k| k.to_string())
@@ -507,7 +510,11 @@ fn purge_report(
         })),
         Output::Text => {
             let verb = if dry_run { "would delete" } else { "deleted" };
-            println!("{verb} {versions_deleted} versions of {keys_affected} keys");
+            println!(
+                "{verb} {} of {}",
+                plural(versions_deleted, "version", "versions"),
+                plural(keys_affected, "key", "keys")
+            );
         }
     }
 }
@@ -642,8 +649,9 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     "audit_key": done.audit_key,
                 })),
                 Output::Text => println!(
-                    "copied {} keys into {to_scope} (source read at revision {})",
-                    done.keys_copied, done.revision
+                    "copied {} into {to_scope} (source read at revision {})",
+                    plural(done.keys_copied, "key", "keys"),
+                    done.revision
                 ),
             }
         }
@@ -746,7 +754,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     "audit_key": done.audit_key,
                 })),
                 Output::Text => println!(
-                    "{} v{} = v{to_version} ({})",
+                    "{} v{} = v{to_version} (audit record {})",
                     entry.key, entry.version, done.audit_key
                 ),
             }
@@ -873,10 +881,10 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                 })),
                 Output::Text => {
                     println!(
-                        "{} v{} ← {} sources",
+                        "{} v{} ← {}",
                         entry.key,
                         entry.version,
-                        done.sources.len()
+                        plural(done.sources.len(), "source", "sources")
                     );
                     println!("{}", value_json(entry.value).as_str().unwrap_or_default());
                 }
@@ -911,8 +919,9 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     "keys_to_affect": done.keys_to_affect,
                 })),
                 (Output::Text, _) if dry_run => println!(
-                    "would delete {} versions of {} keys now",
-                    done.versions_to_delete, done.keys_to_affect
+                    "would delete {} of {} now",
+                    plural(done.versions_to_delete, "version", "versions"),
+                    plural(done.keys_to_affect, "key", "keys")
                 ),
                 (Output::Text, Some(_)) => {
                     println!("retention declared; it runs at once, then every interval")

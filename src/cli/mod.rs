@@ -320,8 +320,8 @@ where
 }
 
 /// A count with its noun: `1 entry`, `3 entries`.
-pub fn plural(n: i64, one: &str, many: &str) -> String {
-    if n == 1 {
+pub fn plural<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many: &str) -> String {
+    if n == N::from(1) {
         format!("{n} {one}")
     } else {
         format!("{n} {many}")

@@ -255,8 +255,8 @@ impl SessionsCommand {
                         "episodes_deleted": done.episodes_deleted,
                     })),
                     Output::Text => println!(
-                        "deleted session {id} and {} episodes",
-                        done.episodes_deleted
+                        "deleted session {id} and {}",
+                        plural(done.episodes_deleted, "episode", "episodes")
                     ),
                 }
             }
@@ -282,7 +282,10 @@ impl SessionsCommand {
                     Output::Text => {
                         print_session(output, done.session);
                         if delete_episodes {
-                            println!("deleted {} episodes", done.episodes_deleted);
+                            println!(
+                                "deleted {}",
+                                plural(done.episodes_deleted, "episode", "episodes")
+                            );
                         }
                     }
                 }
@@ -303,9 +306,15 @@ impl SessionsCommand {
                         "dry_run": dry_run,
                     })),
                     Output::Text if dry_run => {
-                        println!("would delete {} sessions", done.sessions_deleted)
+                        println!(
+                            "would delete {}",
+                            plural(done.sessions_deleted, "session", "sessions")
+                        )
                     }
-                    Output::Text => println!("deleted {} sessions", done.sessions_deleted),
+                    Output::Text => println!(
+                        "deleted {}",
+                        plural(done.sessions_deleted, "session", "sessions")
+                    ),
                 }
             }
             SessionCommand::Stats => {

@@ -187,11 +187,26 @@ async fn memory_commands_against_a_server() {
         (Some(1), Some(true))
     );
     assert!(dry["record"].is_null());
+    let said = cli.run_as(
+        "text",
+        &with(&["purge", "user/theme", "--keep", "1", "--dry-run"]),
+    );
+    assert_eq!(said.stdout, "would delete 1 version of 1 key\n");
     let purged = cli.json(&with(&["purge-scope", "--keep", "1", "--include-deleted"]));
     assert_eq!(
         purged["versions_deleted"].as_i64(),
         Some(2),
         "theme v1 and lang v1"
+    );
+    let text = cli.run_as("text", &with(&["log"]));
+    assert!(
+        text.stdout
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .ends_with("purge    2 versions of 2 keys (keep 1)"),
+        "{}",
+        text.stdout
     );
     let log = cli.json(&with(&["log"]));
     let operations: Vec<&str> = log

@@ -7,7 +7,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{AppUserQuery, IdQuery, PAGE, link, next_link, preview};
-use crate::cli::{time, value_json};
+use crate::cli::{plural, time, value_json};
 use crate::console::{Console, page, refused};
 use crate::proto;
 use crate::proto::consolidation_service_client::ConsolidationServiceClient;
@@ -47,7 +47,7 @@ pub async fn rules(
                                 td { code { (r.filter) } }
                                 td {
                                     @match &r.cadence {
-                                        Some(proto::consolidation_rule::Cadence::EveryNEpisodes(n)) => { "every " (n) " episodes" },
+                                        Some(proto::consolidation_rule::Cadence::EveryNEpisodes(n)) => { "every " (plural(*n, "episode", "episodes")) },
                                         Some(proto::consolidation_rule::Cadence::Cron(cron)) => { "cron " code { (cron) } },
                                         None => {},
                                     }
