@@ -63,6 +63,9 @@ enum RuleCommand {
         /// A fact channel it promotes into (repeatable)
         #[arg(long = "emits")]
         then_emits: Vec<String>,
+        /// The kind of fact it promotes: semantic (about a user, owned by
+        /// the app and user) or procedural (how the app does things,
+        /// app-wide)
         #[arg(long, value_enum, default_value_t = KindArg::Semantic)]
         kind: KindArg,
         /// Confidence stamped on its deltas (0 < c <= 1)

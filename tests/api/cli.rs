@@ -1040,8 +1040,11 @@ fn every_argument_is_documented_in_help() {
                 continue;
             }
             if line.starts_with("          ") {
-                // A long description under its entry.
-                if let Some((_, described)) = found.last_mut() {
+                // A long description under its entry; `[default: …]` and
+                // `[possible values: …]` there describe nothing either.
+                if let Some((_, described)) = found.last_mut()
+                    && !line.trim_start().starts_with('[')
+                {
                     described.push_str(line.trim());
                 }
                 continue;
