@@ -59,6 +59,14 @@ pub fn snippet(text: &str, terms: &[String]) -> String {
         fragments.push((0, words.len().min(FRAGMENT_WORDS)));
     }
     fragments.sort_unstable();
+    // Fragments that meet are one run of the text, with no gap to mark.
+    fragments.dedup_by(|next, previous| {
+        let meet = previous.1 == next.0;
+        if meet {
+            previous.1 = next.1;
+        }
+        meet
+    });
     fragments
         .iter()
         .map(|&(from, to)| render(text, &words[from..to]))
@@ -121,15 +129,21 @@ fn best_fragment(words: &[Word], chosen: &[(usize, usize)]) -> Option<(usize, us
     let shown = |at: usize| chosen.iter().any(|&(from, to)| (from..to).contains(&at));
     let mut best: Option<((usize, usize), usize)> = None;
     for anchor in (0..words.len()).filter(|&at| words[at].marked && !shown(at)) {
-        let mut from = anchor.saturating_sub(LEAD);
         // Not into a fragment already chosen.
-        if let Some(&(_, to)) = chosen.iter().filter(|(_, to)| *to <= anchor).max() {
-            from = from.max(to);
-        }
+        let floor = chosen
+            .iter()
+            .filter(|(_, to)| *to <= anchor)
+            .map(|&(_, to)| to)
+            .max()
+            .unwrap_or(0);
+        let from = anchor.saturating_sub(LEAD).max(floor);
         let mut to = (from + FRAGMENT_WORDS).min(words.len());
         if let Some(&(next, _)) = chosen.iter().filter(|(f, _)| *f > anchor).min() {
             to = to.min(next);
         }
+        // Words the end of the text (or the next fragment) leaves unused
+        // go before: a short text is shown whole, not from its match on.
+        let from = from.saturating_sub(FRAGMENT_WORDS - (to - from)).max(floor);
         let count = (from..to).filter(|&at| words[at].marked).count();
         if best.is_none_or(|(_, most)| count > most) {
             best = Some(((from, to), count));
@@ -205,10 +219,10 @@ mod tests {
         let filler = |from: usize, n: usize| -> Vec<String> {
             (from..from + n).map(|i| format!("f{i}")).collect()
         };
-        let mut words = filler(0, 100);
+        let mut words = filler(0, 200);
         words[50] = "kubernetes".into();
         words[52] = "cluster".into();
-        words[90] = "clusters".into();
+        words[190] = "clusters".into();
         let text = words.join(" ");
         let got = snippet(&text, &terms(&["kubernet", "cluster"]));
         let fragments: Vec<&str> = got.split(DELIMITER).collect();
@@ -219,9 +233,30 @@ mod tests {
             "{got}"
         );
         assert_eq!(fragments[0].split(' ').count(), FRAGMENT_WORDS);
-        assert!(fragments[1].starts_with("f85 "), "{got}");
+        // Near the end, the fragment takes its words from before the match.
+        assert!(fragments[1].starts_with("f170 "), "{got}");
         assert!(fragments[1].contains("**clusters**"), "{got}");
-        assert!(fragments[1].ends_with("f99"), "{got}");
+        assert!(fragments[1].ends_with("f199"), "{got}");
+        assert_eq!(fragments[1].split(' ').count(), FRAGMENT_WORDS);
+
+        // Two fragments that meet are one run of the text, no ellipsis.
+        let mut words = filler(0, 100);
+        words[50] = "kubernetes".into();
+        words[90] = "clusters".into();
+        let got = snippet(&words.join(" "), &terms(&["kubernet", "cluster"]));
+        assert!(!got.contains(DELIMITER), "{got}");
+        assert!(got.starts_with("f45 ") && got.ends_with("f99"), "{got}");
+    }
+
+    #[test]
+    fn a_short_text_matched_late_is_whole() {
+        assert_eq!(
+            snippet(
+                "notes/deploy we deploy with argo to the staging cluster",
+                &terms(&["stage"])
+            ),
+            "notes/deploy we deploy with argo to the **staging** cluster"
+        );
     }
 
     #[test]

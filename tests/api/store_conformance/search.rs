@@ -1149,7 +1149,10 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
         ("10.0.0.15", "host **10.0.0.15** is up"),
         ("\"-5\"", "it fell to **-5** overnight"),
         ("3.21", "the build took **3.21**s, then 1.2.3rc1 shipped"),
-        ("1.2.3 rc1", "build took 3.21s, then **1.2.3rc1** shipped"),
+        (
+            "1.2.3 rc1",
+            "the build took 3.21s, then **1.2.3rc1** shipped",
+        ),
     ] {
         let hits = found(&store, "t1", Source::Episodes, query, &any).await;
         assert_eq!(hits[0].snippet, snippet, "{query}");
