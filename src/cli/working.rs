@@ -5,7 +5,8 @@ use serde_json::json;
 use super::consolidation::{fact_json, fact_line};
 use super::sessions::{episode_json, episode_line};
 use super::{
-    CliError, CliResult, ClientArgs, Output, connect, parse_value, print_json, time, value_json,
+    CliError, CliResult, ClientArgs, Output, connect, parse_value, plural, print_json, time,
+    value_json,
 };
 use crate::api::convert::json_to_proto;
 use crate::proto;
@@ -213,7 +214,7 @@ fn snapshot_output(snapshot: &proto::GetSnapshotResponse) -> (serde_json::Value,
             snapshot
                 .cache
                 .iter()
-                .map(|c| format!("{} ({} bytes)", c.path, c.bytes))
+                .map(|c| format!("{} ({})", c.path, plural(c.bytes, "byte", "bytes")))
                 .collect(),
         ),
     ];
@@ -377,10 +378,19 @@ impl WorkingCommand {
                 let file = done.file.unwrap_or_default();
                 print(
                     json!({ "path": file.path, "bytes": file.bytes, "evicted": done.evicted }),
-                    format!(
-                        "cached {} ({} bytes); evicted: {:?}",
-                        file.path, file.bytes, done.evicted
-                    ),
+                    match done.evicted.as_slice() {
+                        [] => format!(
+                            "cached {} ({})",
+                            file.path,
+                            plural(file.bytes, "byte", "bytes")
+                        ),
+                        evicted => format!(
+                            "cached {} ({}); evicted to make room: {}",
+                            file.path,
+                            plural(file.bytes, "byte", "bytes"),
+                            evicted.join(", ")
+                        ),
+                    },
                 );
             }
             Command::Snapshot {

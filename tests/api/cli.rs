@@ -696,6 +696,8 @@ async fn working_memory_commands_against_a_server() {
     cli.json(&["procedure", "Run the linter first", "--app", "coder"]);
     let cached = cli.json(&with(&["cache", "src/auth.rs", "fn validate() {}"]));
     assert_eq!(cached["bytes"], json!(16));
+    let said = cli.run_as("text", &with(&["cache", "src/auth.rs", "fn validate() {}"]));
+    assert_eq!(said.stdout, "cached src/auth.rs (16 bytes)\n");
     let called = cli.json(&with(&[
         "call",
         "TaskCreate",
