@@ -450,7 +450,15 @@ impl WorkingCommand {
                     .collect();
                 let text = tools
                     .iter()
-                    .map(|t| format!("{} {:?}: {}", t.name, t.aliases, t.description))
+                    .map(|t| match t.aliases.as_slice() {
+                        [] => format!("{}: {}", t.name, t.description),
+                        aliases => format!(
+                            "{} (also {}): {}",
+                            t.name,
+                            aliases.join(", "),
+                            t.description
+                        ),
+                    })
                     .collect::<Vec<_>>()
                     .join("\n");
                 print(json!({ "tools": values }), text);

@@ -791,6 +791,19 @@ async fn working_memory_commands_against_a_server() {
     );
     let tools = cli.json(&["tools"]);
     assert_eq!(tools["tools"].as_array().map(Vec::len), Some(4));
+    let listed = cli.run_as("text", &["tools"]);
+    assert!(
+        listed
+            .stdout
+            .starts_with("TaskCreate (also memory.task_create): "),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed.stdout.contains("\nmemory.set_goal: "),
+        "{}",
+        listed.stdout
+    );
     let missing = cli.run(&["tasks"]);
     assert_eq!(missing.code, 2, "--session is required");
     let other = cli.run(&["tasks", "--session", "chat-1", "--user", "mallory"]);
