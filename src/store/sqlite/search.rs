@@ -420,9 +420,34 @@ fn is_stop_word(text: &str) -> bool {
 }
 
 /// An FTS5 string: the text in double quotes, which FTS5 tokenizes into a
-/// phrase (so `user_42` is the phrase `user 42`).
+/// phrase (so `user_42` is the phrase `user 42`), without the stop words
+/// it starts or ends with. Postgres drops those from a phrase, but FTS5
+/// indexes every word, so `"Lucia's"` was the phrase `lucia s` and found
+/// no "Lucia" without the `'s`, where Postgres looks for `lucia`; a stop
+/// word inside stays, where Postgres keeps its place.
 fn string(text: &str) -> String {
-    format!("\"{}\"", text.replace('"', "\"\""))
+    format!("\"{}\"", trimmed(text).replace('"', "\"\""))
+}
+
+/// `text` from its first word that is not a stop word to its last (runs
+/// of letters and digits, as [`is_stop_word`] reads them); all of it when
+/// every word is one.
+fn trimmed(text: &str) -> &str {
+    let mut kept: Option<(usize, usize)> = None;
+    let mut start = None;
+    for (at, c) in text.char_indices().chain([(text.len(), ' ')]) {
+        match (c.is_alphanumeric(), start) {
+            (true, None) => start = Some(at),
+            (false, Some(from)) => {
+                if !english::is_stop_word(&text[from..at].to_lowercase()) {
+                    kept = Some((kept.map_or(from, |(first, _)| first), at));
+                }
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    kept.map_or(text, |(from, to)| &text[from..to])
 }
 
 /// `((w1 OR w2 OR "w1 w2") AND "phrase") NOT "excluded"`, without the
@@ -523,7 +548,7 @@ mod tests {
         let query = Query::parse("query", "What is the name of Jon's pet?").expect("valid");
         assert_eq!(
             expression(&query).as_deref(),
-            Some(r#"(("name" OR "Jon's" OR "pet?" OR "Jon's pet?"))"#)
+            Some(r#"(("name" OR "Jon" OR "pet" OR "Jon's pet"))"#)
         );
         for only in ["the who", "don't", r#""of the" -it"#] {
             let query = Query::parse("query", only).expect("valid");
@@ -531,6 +556,20 @@ mod tests {
         }
         let ignored = Query::parse("query", r#"pet "the" -who"#).expect("valid");
         assert_eq!(expression(&ignored).as_deref(), Some(r#"(("pet"))"#));
+    }
+
+    #[test]
+    fn phrases_lose_the_stop_words_at_their_ends() {
+        assert_eq!(trimmed("Lucia's"), "Lucia");
+        assert_eq!(trimmed("the staging cluster"), "staging cluster");
+        assert_eq!(trimmed("state-of-the-art"), "state-of-the-art");
+        assert_eq!(trimmed("user_42"), "user_42");
+        assert_eq!(trimmed("of the"), "of the");
+        let query = Query::parse("query", r#"Jon's pet "the blue green" -cat's"#).expect("valid");
+        assert_eq!(
+            expression(&query).as_deref(),
+            Some(r#"((("Jon" OR "pet" OR "Jon's pet") AND "blue green") NOT "cat")"#)
+        );
     }
 
     #[test]

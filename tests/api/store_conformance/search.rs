@@ -628,6 +628,36 @@ async fn stop_words_alone_find_nothing<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// The stop words a query word or phrase starts or ends with are dropped
+/// from it, as Postgres drops them: "Lucia's" finds Lucia written without
+/// her `'s`, and "the staging cluster" finds "a staging cluster". On
+/// SQLite, which indexes every word, "Lucia's" looked for `lucia` followed
+/// by `s`, and "Where is Lucia's wedding?" found nothing.
+async fn stop_words_at_the_ends_of_a_phrase_are_dropped<S: Store>(store: S, _db: &TestDb) {
+    let any = Filters::default();
+    said(
+        &store,
+        &[
+            ("lucia", "My cousin Lucia is getting married in Seville."),
+            ("cluster", "a staging cluster went down at noon"),
+            ("pepper", "Jon's cat is called Pepper."),
+        ],
+    )
+    .await;
+    for (query, want) in [
+        ("Where is Lucia's wedding?", &["lucia"][..]),
+        ("Lucia's", &["lucia"]),
+        ("\"the staging cluster\"", &["cluster"]),
+        ("\"a staging cluster, was it?\"", &["cluster"]),
+        ("Jon's", &["pepper"]),
+        ("Jon", &["pepper"]),
+        ("pepper -Jon's", &[]),
+    ] {
+        let hits = found(&store, "t1", Source::Episodes, query, &any).await;
+        assert_eq!(described(&hits), want, "{query}");
+    }
+}
+
 /// A Postgres store at the schema before migration 0020's reading.
 async fn before_the_reading() -> (TestDb, engram::store::PgStore) {
     use engram::ports::Database;
@@ -1173,4 +1203,5 @@ store_suite!(
     diacritics_are_read_without_them,
     word_forms_are_stemmed_as_postgres_stems_them,
     stop_words_alone_find_nothing,
+    stop_words_at_the_ends_of_a_phrase_are_dropped,
 );
