@@ -429,25 +429,33 @@ fn string(text: &str) -> String {
     format!("\"{}\"", trimmed(text).replace('"', "\"\""))
 }
 
-/// `text` from its first word that is not a stop word to its last (runs
-/// of letters and digits, as [`is_stop_word`] reads them); all of it when
-/// every word is one.
+/// `text` without the stop words before its first other word and after
+/// its last (runs of letters and digits, as [`is_stop_word`] reads them),
+/// cut right after and right before them, so that what clings to a kept
+/// word stays (the sign of `-5`); all of it when every word is one.
 fn trimmed(text: &str) -> &str {
-    let mut kept: Option<(usize, usize)> = None;
+    let mut runs = Vec::new();
     let mut start = None;
     for (at, c) in text.char_indices().chain([(text.len(), ' ')]) {
         match (c.is_alphanumeric(), start) {
             (true, None) => start = Some(at),
             (false, Some(from)) => {
-                if !english::is_stop_word(&text[from..at].to_lowercase()) {
-                    kept = Some((kept.map_or(from, |(first, _)| first), at));
-                }
+                let stop = english::is_stop_word(&text[from..at].to_lowercase());
+                runs.push((from, at, stop));
                 start = None;
             }
             _ => {}
         }
     }
-    kept.map_or(text, |(from, to)| &text[from..to])
+    let (Some(first), Some(last)) = (
+        runs.iter().position(|r| !r.2),
+        runs.iter().rposition(|r| !r.2),
+    ) else {
+        return text;
+    };
+    let from = first.checked_sub(1).map_or(0, |before| runs[before].1);
+    let to = runs.get(last + 1).map_or(text.len(), |after| after.0);
+    &text[from..to]
 }
 
 /// `((w1 OR w2 OR "w1 w2") AND "phrase") NOT "excluded"`, without the
@@ -548,7 +556,7 @@ mod tests {
         let query = Query::parse("query", "What is the name of Jon's pet?").expect("valid");
         assert_eq!(
             expression(&query).as_deref(),
-            Some(r#"(("name" OR "Jon" OR "pet" OR "Jon's pet"))"#)
+            Some(r#"(("name" OR "Jon'" OR "pet?" OR "Jon's pet?"))"#)
         );
         for only in ["the who", "don't", r#""of the" -it"#] {
             let query = Query::parse("query", only).expect("valid");
@@ -560,15 +568,17 @@ mod tests {
 
     #[test]
     fn phrases_lose_the_stop_words_at_their_ends() {
-        assert_eq!(trimmed("Lucia's"), "Lucia");
-        assert_eq!(trimmed("the staging cluster"), "staging cluster");
+        assert_eq!(trimmed("Lucia's"), "Lucia'");
+        assert_eq!(trimmed("the staging cluster"), " staging cluster");
+        assert_eq!(trimmed("-5"), "-5");
+        assert_eq!(trimmed("it's -5 now"), " -5 ");
         assert_eq!(trimmed("state-of-the-art"), "state-of-the-art");
         assert_eq!(trimmed("user_42"), "user_42");
         assert_eq!(trimmed("of the"), "of the");
         let query = Query::parse("query", r#"Jon's pet "the blue green" -cat's"#).expect("valid");
         assert_eq!(
             expression(&query).as_deref(),
-            Some(r#"((("Jon" OR "pet" OR "Jon's pet") AND "blue green") NOT "cat")"#)
+            Some(r#"((("Jon'" OR "pet" OR "Jon's pet") AND " blue green") NOT "cat'")"#)
         );
     }
 
