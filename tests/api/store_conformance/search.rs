@@ -658,12 +658,13 @@ async fn stop_words_at_the_ends_of_a_phrase_are_dropped<S: Store>(store: S, _db:
     }
 }
 
-/// Both stores find the same episodes for the same queries over the same
-/// conversations: the labeled set's 72 turns, asked its 40 questions and
+/// Both stores find the same episodes and memory entries for the same
+/// queries over the same conversations: the labeled set's 72 turns (as
+/// episodes, and as memory values), asked its 40 questions and
 /// queries made from every turn (its opening words, a quoted phrase from
 /// it, a word with another excluded) and a list of awkward forms
 /// (contractions, possessives, hyphens, addresses), each by session and
-/// by user. The stores read queries differently (Postgres a tsquery,
+/// by user (memory without a filter). The stores read queries differently (Postgres a tsquery,
 /// SQLite an FTS5 expression), so a reading that differs shows here as
 /// a different set of hits; SQLite's reading of `Lucia's` did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -751,10 +752,18 @@ async fn both_stores_find_the_same_episodes_for_the_same_queries() {
         let l = log(&pg, "t1");
         l.create(session, "app", "alice", 0).await;
         l.append(session, &episodes).await;
+        // And each turn as a memory value, under the turn's name.
+        for (name, text) in turns {
+            writer(&sqlite, "t1")
+                .set(name, json!({ "text": text }))
+                .await;
+            writer(&pg, "t1").set(name, json!({ "text": text })).await;
+        }
     }
 
     let t1 = Tenant::new("t1");
     let mut differ = Vec::new();
+    let mut found_in = std::collections::HashMap::new();
     for (text, session) in &queries {
         let Ok(query) = Query::parse("query", text) else {
             continue; // refused alike: the parse is shared
@@ -767,28 +776,35 @@ async fn both_stores_find_the_same_episodes_for_the_same_queries() {
             user: Some(name("user", "alice")),
             ..Filters::default()
         };
-        for filters in [&by_session, &by_user] {
+        let any = Filters::default();
+        for (source, filters) in [
+            (Source::Episodes, &by_session),
+            (Source::Episodes, &by_user),
+            (Source::Memory, &any),
+        ] {
             let mut found = Vec::new();
             for hits in [
-                sqlite
-                    .search(&t1, &[Source::Episodes], &query, filters, 100)
-                    .await,
-                pg.search(&t1, &[Source::Episodes], &query, filters, 100)
-                    .await,
+                sqlite.search(&t1, &[source], &query, filters, 100).await,
+                pg.search(&t1, &[source], &query, filters, 100).await,
             ] {
                 let mut ids = described(&hits.unwrap_or_else(|e| panic!("{text:?}: {e}")));
                 ids.sort();
                 found.push(ids);
             }
+            *found_in.entry(source).or_insert(0) += usize::from(!found[1].is_empty());
             if found[0] != found[1] {
                 differ.push(format!(
-                    "{text:?}: SQLite {:?}, Postgres {:?}",
+                    "{text:?} in {source:?}: SQLite {:?}, Postgres {:?}",
                     found[0], found[1]
                 ));
             }
         }
     }
     assert!(queries.len() > 250, "{}", queries.len());
+    // Most queries find something, in either source.
+    for source in [Source::Episodes, Source::Memory] {
+        assert!(found_in[&source] > queries.len() / 2, "{found_in:?}");
+    }
     assert!(
         differ.is_empty(),
         "{} of {} differ:\n{}",
