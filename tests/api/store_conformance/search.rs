@@ -658,13 +658,13 @@ async fn stop_words_at_the_ends_of_a_phrase_are_dropped<S: Store>(store: S, _db:
     }
 }
 
-/// Both stores find the same episodes and memory entries for the same
-/// queries over the same conversations: the labeled set's 72 turns (as
-/// episodes, and as memory values), asked its 40 questions and
+/// Both stores find the same episodes, memory entries and facts for the
+/// same queries over the same conversations: the labeled set's 72 turns
+/// (as episodes, memory values and facts), asked its 40 questions and
 /// queries made from every turn (its opening words, a quoted phrase from
 /// it, a word with another excluded) and a list of awkward forms
 /// (contractions, possessives, hyphens, addresses), each by session and
-/// by user (memory without a filter). The stores read queries differently (Postgres a tsquery,
+/// by user (memory and facts without a filter). The stores read queries differently (Postgres a tsquery,
 /// SQLite an FTS5 expression), so a reading that differs shows here as
 /// a different set of hits; SQLite's reading of `Lucia's` did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -752,12 +752,16 @@ async fn both_stores_find_the_same_episodes_for_the_same_queries() {
         let l = log(&pg, "t1");
         l.create(session, "app", "alice", 0).await;
         l.append(session, &episodes).await;
-        // And each turn as a memory value, under the turn's name.
+        // And each turn as a memory value under the turn's name, and as
+        // a fact whose subject is that name.
+        let t1 = Tenant::new("t1");
         for (name, text) in turns {
             writer(&sqlite, "t1")
                 .set(name, json!({ "text": text }))
                 .await;
             writer(&pg, "t1").set(name, json!({ "text": text })).await;
+            insert(&sqlite, &t1, &payload(name, text), &[]).await;
+            insert(&pg, &t1, &payload(name, text), &[]).await;
         }
     }
 
@@ -781,6 +785,7 @@ async fn both_stores_find_the_same_episodes_for_the_same_queries() {
             (Source::Episodes, &by_session),
             (Source::Episodes, &by_user),
             (Source::Memory, &any),
+            (Source::Facts, &any),
         ] {
             let mut found = Vec::new();
             for hits in [
@@ -802,7 +807,7 @@ async fn both_stores_find_the_same_episodes_for_the_same_queries() {
     }
     assert!(queries.len() > 250, "{}", queries.len());
     // Most queries find something, in either source.
-    for source in [Source::Episodes, Source::Memory] {
+    for source in [Source::Episodes, Source::Memory, Source::Facts] {
         assert!(found_in[&source] > queries.len() / 2, "{found_in:?}");
     }
     assert!(
