@@ -415,25 +415,12 @@ fn owner_token(source: Source, tenant: &Tenant, filters: &Filters) -> String {
 /// it, since FTS5 keeps every word, and "what", "the" and "of" match most
 /// turns of a conversation.
 fn is_stop_word(text: &str) -> bool {
-    text.split(|c: char| !c.is_alphanumeric())
-        .all(|word| word.is_empty() || english::is_stop_word(&word.to_lowercase()))
+    runs(text).iter().all(|&(_, _, stop)| stop)
 }
 
-/// An FTS5 string: the text in double quotes, which FTS5 tokenizes into a
-/// phrase (so `user_42` is the phrase `user 42`), without the stop words
-/// it starts or ends with. Postgres drops those from a phrase, but FTS5
-/// indexes every word, so `"Lucia's"` was the phrase `lucia s` and found
-/// no "Lucia" without the `'s`, where Postgres looks for `lucia`; a stop
-/// word inside stays, where Postgres keeps its place.
-fn string(text: &str) -> String {
-    format!("\"{}\"", trimmed(text).replace('"', "\"\""))
-}
-
-/// `text` without the stop words before its first other word and after
-/// its last (runs of letters and digits, as [`is_stop_word`] reads them),
-/// cut right after and right before them, so that what clings to a kept
-/// word stays (the sign of `-5`); all of it when every word is one.
-fn trimmed(text: &str) -> &str {
+/// The runs of letters and digits of `text`: where each starts and ends,
+/// and whether it is an English stop word.
+fn runs(text: &str) -> Vec<(usize, usize, bool)> {
     let mut runs = Vec::new();
     let mut start = None;
     for (at, c) in text.char_indices().chain([(text.len(), ' ')]) {
@@ -447,6 +434,25 @@ fn trimmed(text: &str) -> &str {
             _ => {}
         }
     }
+    runs
+}
+
+/// An FTS5 string: the text in double quotes, which FTS5 tokenizes into a
+/// phrase (so `user_42` is the phrase `user 42`), without the stop words
+/// it starts or ends with. Postgres drops those from a phrase, but FTS5
+/// indexes every word, so `"Lucia's"` was the phrase `lucia s` and found
+/// no "Lucia" without the `'s`, where Postgres looks for `lucia`; a stop
+/// word inside stays, where Postgres keeps its place.
+fn string(text: &str) -> String {
+    format!("\"{}\"", trimmed(text).replace('"', "\"\""))
+}
+
+/// `text` without the stop words before its first other word and after
+/// its last ([`runs`], as [`is_stop_word`] reads them),
+/// cut right after and right before them, so that what clings to a kept
+/// word stays (the sign of `-5`); all of it when every word is one.
+fn trimmed(text: &str) -> &str {
+    let runs = runs(text);
     let (Some(first), Some(last)) = (
         runs.iter().position(|r| !r.2),
         runs.iter().rposition(|r| !r.2),
