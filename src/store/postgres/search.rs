@@ -112,9 +112,11 @@ impl SearchStore for PgStore {
         let Some(plan) = Plan::prepare(&mut conn, &self.normalized, query, in_rust).await? else {
             return Ok(Vec::new()); // only stop words
         };
+        let bounds = Bounds::of(filters);
+        let ask = (tenant, filters, &bounds);
         let mut found = Vec::new();
         for &source in sources {
-            found.extend(matches(&mut conn, &plan, tenant, source, filters).await?);
+            found.extend(matches(&mut conn, &plan, ask, source).await?);
         }
         let counts: Vec<(i64, Vec<i64>)> = found.iter().map(|m| (m.n, m.df.clone())).collect();
         let idf = bm25::pooled(&counts);
@@ -126,7 +128,7 @@ impl SearchStore for PgStore {
         let mut items = Vec::with_capacity(limit);
         for (m, chosen) in found.iter().zip(best(&scored, limit)) {
             if !chosen.is_empty() {
-                items.extend(m.read(&mut conn, tenant, filters, &chosen).await?);
+                items.extend(m.read(&mut conn, ask, &chosen).await?);
             }
         }
         items.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -173,6 +175,10 @@ impl PgStore {
     }
 }
 
+/// Whose items a search reads, within which filters: the tenant, the
+/// filters and their bounds, made once for every source.
+type Ask<'a> = (&'a Tenant, &'a Filters, &'a Bounds);
+
 /// One source's matches, each one's terms and identity, and their
 /// statistics: BM25's `n` and each term's document frequency among them.
 struct Matches {
@@ -205,15 +211,13 @@ struct Matches {
 async fn matches(
     conn: &mut Lease,
     plan: &Plan,
-    tenant: &Tenant,
+    (tenant, filters, bounds): Ask<'_>,
     source: Source,
-    filters: &Filters,
 ) -> Result<Option<Matches>> {
-    let bounds = Bounds::of(filters);
     let Table { from, vector, keys } = table(source, filters);
     // Parameters: $1 the tsquery, $2 the terms, then the filters' and the
     // population's.
-    let filter = conditions(source, Dialect::Postgres, tenant, filters, &bounds, 3);
+    let filter = conditions(source, Dialect::Postgres, tenant, filters, bounds, 3);
     let named: Vec<String> = (1..)
         .zip(keys)
         .map(|(at, (column, _))| format!("{column}::text AS i{at}"))
@@ -308,8 +312,7 @@ impl Matches {
     async fn read(
         &self,
         conn: &mut Lease,
-        tenant: &Tenant,
-        filters: &Filters,
+        (tenant, filters, bounds): Ask<'_>,
         chosen: &[(f64, usize)],
     ) -> Result<Vec<(f64, Item)>> {
         let (source, keys) = (self.source, self.keys);
@@ -326,8 +329,7 @@ impl Matches {
             }
             best.push((score, identity));
         }
-        let bounds = Bounds::of(filters);
-        let found = whole(conn, source, keys, tenant, filters, &bounds, &lists).await?;
+        let found = whole(conn, source, keys, tenant, filters, bounds, &lists).await?;
         let mut by_identity = HashMap::with_capacity(found.len());
         for row in &found {
             by_identity.insert(identity_at(row, width(source), keys.len())?, row);
