@@ -24,6 +24,8 @@ pub mod turns;
 pub mod vector;
 pub mod worker;
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 
 pub use query::{MAX_QUERY_BYTES, MAX_TERMS, Query};
@@ -136,18 +138,47 @@ impl Item {
     /// The text a reader sees, for snippets: each string of [`text`]
     /// through [`markup::visible`] alone, as the indexes read each alone,
     /// so that markup left open in one string (a `<script>` cut short)
-    /// hides nothing of the next.
+    /// hides nothing of the next. A fact's is its content, led by the
+    /// parts of its triple whose words the content does not hold.
     ///
     /// [`text`]: Item::text
     pub fn visible_text(&self) -> String {
-        let mut out = String::new();
-        self.each_string(&mut |s| {
-            if !out.is_empty() {
-                out.push(' ');
+        let mut strings = Vec::new();
+        match self {
+            // The triple's parts the content already says would be shown
+            // twice: "alice prefers dark mode Alice prefers dark mode".
+            Item::Fact(fact) => {
+                let current = &fact.current;
+                each_json_string(&current.content, &mut |s| {
+                    strings.push(markup::visible(s).into_owned())
+                });
+                let said: HashSet<String> = strings
+                    .iter()
+                    .flat_map(|s| {
+                        snippet::word_ranges(s)
+                            .into_iter()
+                            .map(|w| english::lexeme(&s[w]))
+                    })
+                    .collect();
+                let parts = [&current.subject, &current.predicate, &current.object];
+                let unsaid = parts.into_iter().filter(|part| {
+                    snippet::word_ranges(part)
+                        .into_iter()
+                        .any(|w| !said.contains(&english::lexeme(&part[w])))
+                });
+                let unsaid: Vec<&str> = unsaid.map(String::as_str).collect();
+                if !unsaid.is_empty() {
+                    let unsaid = markup::visible(&unsaid.join(" ")).into_owned();
+                    strings = match strings.iter().any(|s| !s.is_empty()) {
+                        true => vec![unsaid, "—".into(), strings.join(" ")],
+                        false => vec![unsaid],
+                    };
+                }
             }
-            out.push_str(&markup::visible(s));
-        });
-        out
+            _ => self.each_string(&mut |s| strings.push(markup::visible(s).into_owned())),
+        }
+        strings.retain(|s| !s.is_empty());
+        strings.join(" ")
     }
 
     /// Each string the item is searched by, in order, as the indexes read

@@ -628,6 +628,36 @@ async fn stop_words_alone_find_nothing<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// A fact's snippet shows its content, led by the parts of its triple the
+/// content does not say: a fact restating its triple showed it twice
+/// ("alice likes tea alice likes tea").
+async fn fact_snippets_say_the_triple_once<S: Store>(store: S, _db: &TestDb) {
+    let t1 = Tenant::new("t1");
+    insert(&store, &t1, &payload("alice", "green tea"), &[]).await;
+    let mut terse = payload("maya", "Postgres");
+    terse.predicate = "migrates_to".into();
+    terse.content = json!("Moving the data platform's pipelines off Hadoop");
+    insert(&store, &t1, &terse, &[]).await;
+    let mut bare = payload("jon", "chemistry");
+    bare.predicate = "teaches".into();
+    bare.content = json!(null);
+    insert(&store, &t1, &bare, &[]).await;
+    let any = Filters::default();
+    for (query, snippet) in [
+        ("tea", "alice likes green **tea**"),
+        ("alice", "**alice** likes green tea"),
+        (
+            "pipelines",
+            "maya migrates_to Postgres — Moving the data platform's **pipelines** off Hadoop",
+        ),
+        ("teaches", "jon **teaches** chemistry"),
+    ] {
+        let hits = found(&store, "t1", Source::Facts, query, &any).await;
+        assert_eq!(hits.len(), 1, "{query}: {:?}", described(&hits));
+        assert_eq!(hits[0].snippet, snippet, "{query}");
+    }
+}
+
 /// The stop words a query word or phrase starts or ends with are dropped
 /// from it, as Postgres drops them: "Lucia's" finds Lucia written without
 /// her `'s`, and "the staging cluster" finds "a staging cluster". On
@@ -1365,4 +1395,5 @@ store_suite!(
     word_forms_are_stemmed_as_postgres_stems_them,
     stop_words_alone_find_nothing,
     stop_words_at_the_ends_of_a_phrase_are_dropped,
+    fact_snippets_say_the_triple_once,
 );
