@@ -628,6 +628,27 @@ async fn stop_words_alone_find_nothing<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// Text in a script written without spaces is a word per run of letters
+/// on both stores, as Postgres's parser reads it (the README says so).
+async fn scripts_without_spaces_are_a_word_per_run<S: Store>(store: S, _db: &TestDb) {
+    let text = "Café in Zürich. 東京での会議は明日です。";
+    write_everywhere(&store, text, "notes/trip", "travel").await;
+    let any = Filters::default();
+    for (query, found_it) in [
+        ("東京での会議は明日です", true),
+        ("東京", false),
+        ("zurich", true),
+    ] {
+        let hits = found(&store, "t1", Source::Episodes, query, &any).await;
+        assert_eq!(
+            !hits.is_empty(),
+            found_it,
+            "{query}: {:?}",
+            described(&hits)
+        );
+    }
+}
+
 /// A fact's snippet shows its content, led by the parts of its triple the
 /// content does not say: a fact restating its triple showed it twice
 /// ("alice likes tea alice likes tea").
@@ -1396,4 +1417,5 @@ store_suite!(
     stop_words_alone_find_nothing,
     stop_words_at_the_ends_of_a_phrase_are_dropped,
     fact_snippets_say_the_triple_once,
+    scripts_without_spaces_are_a_word_per_run,
 );
