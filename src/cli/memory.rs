@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::search::timestamp;
 use super::{
-    CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, parse_value, plural,
-    print_json, time, value_json,
+    CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, given_or_stdin,
+    parse_value, plural, print_json, time, value_json,
 };
 use crate::api::convert::json_to_proto;
 use crate::proto;
@@ -137,7 +137,7 @@ enum Command {
     Set {
         /// The key, e.g. preferences/editor
         key: String,
-        /// The value: JSON (`{"theme": "dark"}`, `42`), or else the text as a string
+        /// The value: JSON (`{"theme": "dark"}`, `42`), or else the text as a string; `-` reads it from standard input
         value: String,
         #[command(flatten)]
         scope: ScopeArgs,
@@ -695,7 +695,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     scope_type,
                     scope,
                     key,
-                    value: Some(json_to_proto(&parse_value(&value))),
+                    value: Some(json_to_proto(&parse_value(&given_or_stdin(value, false)?))),
                     expected_version,
                     request_id: request_id.unwrap_or_default(),
                 })

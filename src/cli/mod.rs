@@ -328,6 +328,23 @@ pub fn plural<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many
     }
 }
 
+/// Text given on the command line, or read from standard input when it is
+/// `-`, so that a file longer than a command line may take can be piped
+/// in: whole when `exact` (a file's text to cache), else without its
+/// trailing newlines, as a shell's `$(...)` gives a command's output.
+pub fn given_or_stdin(text: String, exact: bool) -> Result<String, CliError> {
+    if text != "-" {
+        return Ok(text);
+    }
+    let mut read = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut read)
+        .map_err(|err| CliError::usage(format!("cannot read standard input: {err}")))?;
+    if !exact {
+        read.truncate(read.trim_end_matches(['\n', '\r']).len());
+    }
+    Ok(read)
+}
+
 /// A value from the command line: JSON when it parses, else a string.
 pub fn parse_value(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))

@@ -4,8 +4,8 @@
 use serde_json::json;
 
 use super::{
-    CliError, CliResult, ClientArgs, Output, all_pages, connect, parse_value, plural, print_json,
-    time, value_json,
+    CliError, CliResult, ClientArgs, Output, all_pages, connect, given_or_stdin, parse_value,
+    plural, print_json, time, value_json,
 };
 use crate::api::convert::{json_to_proto, object_to_proto};
 use crate::proto;
@@ -361,7 +361,7 @@ enum EpisodeCommand {
     Append {
         /// The session to append to
         session_id: String,
-        /// The episode's content: JSON, or else the text as a string
+        /// The episode's content: JSON, or else the text as a string; `-` reads it from standard input
         content: String,
         /// The event type (user_message, agent_response, tool_call, ...)
         #[arg(long = "type", default_value = "observation")]
@@ -516,7 +516,9 @@ impl EpisodesCommand {
                             id,
                             agent,
                             r#type: kind,
-                            content: Some(json_to_proto(&parse_value(&content))),
+                            content: Some(json_to_proto(&parse_value(&given_or_stdin(
+                                content, false,
+                            )?))),
                             metadata,
                             ..proto::NewEpisode::default()
                         }),

@@ -5,8 +5,8 @@ use serde_json::json;
 use super::consolidation::{fact_json, fact_line};
 use super::sessions::{episode_json, episode_line};
 use super::{
-    CliError, CliResult, ClientArgs, Output, connect, parse_value, plural, print_json, time,
-    value_json,
+    CliError, CliResult, ClientArgs, Output, connect, given_or_stdin, parse_value, plural,
+    print_json, time, value_json,
 };
 use crate::api::convert::json_to_proto;
 use crate::proto;
@@ -87,14 +87,14 @@ enum Command {
     Tasks,
     /// Remember a fact for the session's app and user (secrets are redacted)
     Remember {
-        /// The fact, in a sentence
+        /// The fact, in a sentence (`-`: from standard input)
         content: String,
         #[command(flatten)]
         triple: Triple,
     },
     /// Record a procedure for an app (--app)
     Procedure {
-        /// The procedure: how to do something, in the app's words
+        /// The procedure: how to do something, in the app's words (`-`: from standard input)
         content: String,
         /// What it is about
         #[arg(long, default_value = "", hide_default_value = true)]
@@ -107,7 +107,7 @@ enum Command {
     Cache {
         /// The path the content is known by, e.g. src/main.rs
         path: String,
-        /// The content to keep
+        /// The content to keep (`-`: standard input, as it is, e.g. `< src/main.rs`)
         content: String,
     },
     /// Print what the MEMORY block is made of: goal, tasks, facts,
@@ -327,7 +327,7 @@ impl WorkingCommand {
                         session_id,
                         app,
                         user,
-                        content,
+                        content: given_or_stdin(content, false)?,
                         subject: triple.subject,
                         predicate: triple.predicate,
                         object: triple.object,
@@ -350,7 +350,7 @@ impl WorkingCommand {
                 let fact = working
                     .record_procedure(proto::RecordProcedureRequest {
                         app,
-                        content,
+                        content: given_or_stdin(content, false)?,
                         subject,
                         predicate,
                     })
@@ -371,7 +371,7 @@ impl WorkingCommand {
                         app,
                         user,
                         path,
-                        content,
+                        content: given_or_stdin(content, true)?,
                     })
                     .await?
                     .into_inner();

@@ -39,6 +39,35 @@ impl Cli {
         }
     }
 
+    /// Runs the command with `input` on its standard input; it must
+    /// succeed, and its JSON output is parsed.
+    fn json_from_stdin(&self, args: &[&str], input: &str) -> Value {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .arg(self.group)
+            .args(["--server", &self.server, "--output", "json"])
+            .args(args)
+            .env_remove("ENGRAM_SCOPE")
+            .env_remove("ENGRAM_SCOPE_TYPE")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run engram");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).expect("write stdin");
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait for engram");
+        assert!(
+            out.status.success(),
+            "engram {} {args:?} failed: {}",
+            self.group,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
     /// Runs a command that must succeed and parses its JSON output.
     fn json(&self, args: &[&str]) -> Value {
         let run = self.run(args);
@@ -355,6 +384,14 @@ async fn memory_commands_against_a_server() {
     let bad = cli.run(&with(&["retention", "--max-age", "1w"]));
     assert_eq!(bad.code, 2, "{}", bad.stderr);
 
+    // `-` reads the value from standard input, JSON or text, without the
+    // trailing newlines a file or `echo` ends with.
+    let piped = ["set", "piped", "-", "--scope", "notes"];
+    let got = cli.json_from_stdin(&piped, "{\"n\": [1, 2]}\n");
+    assert_eq!(got["value"], json!({"n": [1, 2]}));
+    let got = cli.json_from_stdin(&piped, "two\nlines\n\n");
+    assert_eq!(got["value"], json!("two\nlines"));
+
     // Usage errors and an unreachable server have their own exit codes.
     let usage = cli.run(&with(&["compact"]));
     assert_eq!(usage.code, 2, "{}", usage.stderr);
@@ -488,10 +525,16 @@ async fn session_and_episode_commands_against_a_server() {
         (&stats["total_sessions"], &stats["total_episodes"]),
         (&json!(2), &json!(4))
     );
+    // `-` reads the content from standard input, without its trailing
+    // newlines.
+    let piped = episodes.json_from_stdin(&["append", "other", "-"], "$ make\nok\n");
+    assert_eq!(piped["seq"], json!(2));
+    let other = episodes.json(&["list", "other"]);
+    assert_eq!(other["episodes"][1]["content"], json!("$ make\nok"));
     let text = sessions.run_as("text", &["stats"]);
     assert_eq!(
         text.stdout,
-        "2 sessions, 4 episodes (2.0 per session); evicted: 0 sessions, 0 episodes\n"
+        "2 sessions, 5 episodes (2.5 per session); evicted: 0 sessions, 0 episodes\n"
     );
     let all = sessions.json(&["list", "--user", "u1"]);
     assert_eq!(all["sessions"].as_array().map(Vec::len), Some(1));
@@ -698,6 +741,15 @@ async fn working_memory_commands_against_a_server() {
     assert_eq!(cached["bytes"], json!(16));
     let said = cli.run_as("text", &with(&["cache", "src/auth.rs", "fn validate() {}"]));
     assert_eq!(said.stdout, "cached src/auth.rs (16 bytes)\n");
+    // A file longer than one command-line argument may be (128 KiB on
+    // Linux) is piped in, kept as it is, its last newline too.
+    let file = "fn f() {}\n".repeat(20_000);
+    let other = ["--session", "chat-2", "--app", "coder", "--user", "alice"];
+    let piped = cli.json_from_stdin(
+        &[&["cache", "src/long.rs", "-"], &other[..]].concat(),
+        &file,
+    );
+    assert_eq!(piped["bytes"], json!(200_000));
     let called = cli.json(&with(&[
         "call",
         "TaskCreate",
