@@ -3,6 +3,15 @@
 //! `api` is the gRPC edge, `memory` the domain, `store` the Postgres and
 //! SQLite backends behind one interface, `server` start-up and shutdown.
 
+/// `println!` for what the CLI prints: a reader that stopped reading
+/// (`engram memory list | head`) ends the command quietly
+/// ([`cli::stdout_line`]) where `println!` panicked with a backtrace.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::stdout_line(format_args!($($arg)*))
+    };
+}
+
 pub mod api;
 pub mod auth;
 pub mod bench;

@@ -214,14 +214,18 @@ fn machine() -> String {
 }
 
 fn print_text(report: &Report) {
-    println!(
+    outln!(
         "engram bench: {} clients, {:.0}s per workload, {} on {} ({})",
-        report.clients, report.duration_secs, report.database, report.machine, report.date
+        report.clients,
+        report.duration_secs,
+        report.database,
+        report.machine,
+        report.date
     );
     if let Some(idle) = report.server_idle_rss_mib {
-        println!("server idle RSS: {idle:.1} MiB");
+        outln!("server idle RSS: {idle:.1} MiB");
     }
-    println!(
+    outln!(
         "{:<12} {:>10} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10} {:>9}",
         "workload",
         "ops/s",
@@ -237,7 +241,7 @@ fn print_text(report: &Report) {
         let opt = |v: Option<f64>, precision: usize| {
             v.map_or("-".to_owned(), |v| format!("{v:.precision$}"))
         };
-        println!(
+        outln!(
             "{:<12} {:>10.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>12} {:>10} {:>9}",
             r.workload,
             r.ops_per_sec,
@@ -250,7 +254,7 @@ fn print_text(report: &Report) {
             opt(r.server_peak_rss_mib, 1),
         );
         if let Some(items) = r.items_per_sec {
-            println!("{:<12} {items:>10.0} items/s", "");
+            outln!("{:<12} {items:>10.0} items/s", "");
         }
         if let Some(cpu) = &r.cpu_per_op {
             let server = cpu
@@ -261,13 +265,15 @@ fn print_text(report: &Report) {
             } else {
                 String::new()
             };
-            println!(
+            outln!(
                 "{:<12} CPU µs per op: bench {:.0}{server}{postgres}; machine {:.0}% idle",
-                "", cpu.bench_us, cpu.idle_pct
+                "",
+                cpu.bench_us,
+                cpu.idle_pct
             );
         }
         if let Some(note) = &r.note {
-            println!("{:<12} {note}", "");
+            outln!("{:<12} {note}", "");
         }
     }
 }

@@ -302,7 +302,7 @@ impl RecallArgs {
         match self.output {
             Output::Json => print_json(&serde_json::to_value(&report).unwrap_or_default()),
             Output::Text => {
-                println!(
+                outln!(
                     "engram recall-eval: {} ({} conversations, {} turns, {} questions, within {}, \
                      {CONCURRENCY} searches at a time, {})",
                     report.data,
@@ -312,13 +312,19 @@ impl RecallArgs {
                     report.within,
                     report.date
                 );
-                println!(
+                outln!(
                     "{:<22} {:>9} {:>9} {:>10} {:>7} {:>8} {:>8}",
-                    "search", "recall@1", "recall@5", "recall@10", "MRR", "p50 ms", "p99 ms"
+                    "search",
+                    "recall@1",
+                    "recall@5",
+                    "recall@10",
+                    "MRR",
+                    "p50 ms",
+                    "p99 ms"
                 );
                 let row = |name: &str, f: &Figures, latency: Option<&Latency>| {
                     let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
-                    println!(
+                    outln!(
                         "{:<22} {:>9.3} {:>9.3} {:>10.3} {:>7.3} {:>8} {:>8}",
                         name,
                         f.recall_at_1,

@@ -260,7 +260,7 @@ fn print_table(header: [&str; 4], rows: &[[String; 4]]) {
                 out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
             }
         }
-        println!("{}", out.trim_end());
+        outln!("{}", out.trim_end());
     };
     line(header);
     for row in rows {
@@ -326,7 +326,7 @@ impl RulesCommand {
                     Output::Json => print_json(&json!({
                         "rules": all.iter().map(rule_json).collect::<Vec<_>>(),
                     })),
-                    Output::Text => all.iter().for_each(|r| println!("{}", rule_line(r))),
+                    Output::Text => all.iter().for_each(|r| outln!("{}", rule_line(r))),
                 }
             }
             RuleCommand::Get { id } => {
@@ -345,7 +345,7 @@ impl RulesCommand {
                     .await?;
                 match output {
                     Output::Json => print_json(&json!({ "deleted": id })),
-                    Output::Text => println!("deleted rule {id}"),
+                    Output::Text => outln!("deleted rule {id}"),
                 }
             }
             RuleCommand::Run {
@@ -377,7 +377,7 @@ impl RulesCommand {
                     Output::Text => {
                         let rows: Vec<[String; 4]> = run.deltas.iter().map(delta_row).collect();
                         print_table(["DELTA", "EPISODES", "REPLACES", "FACT"], &rows);
-                        println!(
+                        outln!(
                             "{} scanned, {} matched; {} added, {} updated, {} deleted; watermark {}{}{}",
                             run.episodes_scanned,
                             run.episodes_matched,
@@ -404,7 +404,7 @@ fn print_rule(output: Output, rule: Option<proto::ConsolidationRule>) {
     if let Some(rule) = rule {
         match output {
             Output::Json => print_json(&rule_json(&rule)),
-            Output::Text => println!("{}", rule_line(&rule)),
+            Output::Text => outln!("{}", rule_line(&rule)),
         }
     }
 }
@@ -531,7 +531,7 @@ impl FactsCommand {
                     Output::Json => print_json(&json!({
                         "facts": all.iter().map(fact_json).collect::<Vec<_>>(),
                     })),
-                    Output::Text => all.iter().for_each(|f| println!("{}", fact_line(f))),
+                    Output::Text => all.iter().for_each(|f| outln!("{}", fact_line(f))),
                 }
             }
             FactCommand::Get { id } => {
@@ -546,10 +546,10 @@ impl FactsCommand {
                     })),
                     Output::Text => {
                         if let Some(fact) = &got.fact {
-                            println!("{}", fact_line(fact));
+                            outln!("{}", fact_line(fact));
                         }
                         for version in &got.versions {
-                            println!("  {}", version_json(version));
+                            outln!("  {}", version_json(version));
                         }
                     }
                 }
@@ -563,7 +563,7 @@ impl FactsCommand {
                 if let Some(fact) = fact {
                     match output {
                         Output::Json => print_json(&fact_json(&fact)),
-                        Output::Text => println!("{}", fact_line(&fact)),
+                        Output::Text => outln!("{}", fact_line(&fact)),
                     }
                 }
             }

@@ -98,8 +98,17 @@ impl ExportCommand {
     }
 }
 
+/// A write of the export that failed: to a pipe whose reader has gone
+/// (`| head`), the command ends quietly, as every command's output does
+/// ([`super::stdout_line`]); any other failure (a full disk) is one.
 fn write_failed(err: std::io::Error) -> CliError {
-    CliError::usage(format!("cannot write the export: {err}"))
+    if err.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    CliError {
+        message: format!("cannot write the export: {err}"),
+        code: super::exit::FAILURE,
+    }
 }
 
 /// The `kind` of a line, for the progress counts.
@@ -187,9 +196,9 @@ impl ImportCommand {
                 "lines": done.lines,
             })),
             Output::Text => {
-                println!("imported {}", summary(&done.imported));
-                println!("unchanged {}", summary(&done.unchanged));
-                println!("{} read", plural(done.lines, "line", "lines"));
+                outln!("imported {}", summary(&done.imported));
+                outln!("unchanged {}", summary(&done.unchanged));
+                outln!("{} read", plural(done.lines, "line", "lines"));
             }
         }
         Ok(())
@@ -265,7 +274,7 @@ impl ForgetUserCommand {
                 } else {
                     "deleted"
                 };
-                println!(
+                outln!(
                     "{verb} {}, {}, {}, {}, {} ({})",
                     plural(done.sessions, "session", "sessions"),
                     plural(done.episodes, "episode", "episodes"),
@@ -279,7 +288,7 @@ impl ForgetUserCommand {
                     plural(done.memory_versions, "version", "versions")
                 );
                 if !done.audit_key.is_empty() {
-                    println!(
+                    outln!(
                         "audit record: {} in namespace engram.forgotten",
                         done.audit_key
                     );

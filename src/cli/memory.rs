@@ -510,7 +510,7 @@ fn purge_report(
         })),
         Output::Text => {
             let verb = if dry_run { "would delete" } else { "deleted" };
-            println!(
+            outln!(
                 "{verb} {} of {}",
                 plural(versions_deleted, "version", "versions"),
                 plural(keys_affected, "key", "keys")
@@ -570,7 +570,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                             0 => String::new(),
                             n => format!(", {n} purged since"),
                         };
-                        println!(
+                        outln!(
                             "{:<10} {}  ({}{purged})",
                             scope_type_name(s.scope_type),
                             s.scope,
@@ -620,8 +620,8 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                         .collect::<Vec<_>>()
                 )),
                 Output::Text => rows.iter().for_each(|row| match row {
-                    Ok(entry) => println!("{}", entry_line(entry)),
-                    Err(key) => println!("{key}  (purged since)"),
+                    Ok(entry) => outln!("{}", entry_line(entry)),
+                    Err(key) => outln!("{key}  (purged since)"),
                 }),
             }
         }
@@ -648,7 +648,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     "revision": done.revision,
                     "audit_key": done.audit_key,
                 })),
-                Output::Text => println!(
+                Output::Text => outln!(
                     "copied {} into {to_scope} (source read at revision {})",
                     plural(done.keys_copied, "key", "keys"),
                     done.revision
@@ -676,7 +676,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                 .unwrap_or_default();
             match output {
                 Output::Json => print_json(&entry_json(&entry)),
-                Output::Text => println!(
+                Output::Text => outln!(
                     "{}",
                     serde_json::to_string_pretty(&value_json(entry.value)).unwrap_or_default()
                 ),
@@ -705,7 +705,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                 .unwrap_or_default();
             match output {
                 Output::Json => print_json(&entry_json(&entry)),
-                Output::Text => println!("{} v{}", entry.key, entry.version),
+                Output::Text => outln!("{} v{}", entry.key, entry.version),
             }
         }
         Command::Delete {
@@ -729,7 +729,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                 .unwrap_or_default();
             match output {
                 Output::Json => print_json(&entry_json(&entry)),
-                Output::Text => println!("{} deleted (tombstone v{})", entry.key, entry.version),
+                Output::Text => outln!("{} deleted (tombstone v{})", entry.key, entry.version),
             }
         }
         Command::Rollback {
@@ -753,9 +753,11 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     "entry": entry_json(&entry),
                     "audit_key": done.audit_key,
                 })),
-                Output::Text => println!(
+                Output::Text => outln!(
                     "{} v{} = v{to_version} (audit record {})",
-                    entry.key, entry.version, done.audit_key
+                    entry.key,
+                    entry.version,
+                    done.audit_key
                 ),
             }
         }
@@ -779,8 +781,8 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
             while let Some(item) = stream.message().await? {
                 let entry = item.entry.unwrap_or_default();
                 match output {
-                    Output::Json => println!("{}", entry_json(&entry)),
-                    Output::Text => println!("{}", entry_line(&entry)),
+                    Output::Json => outln!("{}", entry_json(&entry)),
+                    Output::Text => outln!("{}", entry_line(&entry)),
                 }
             }
         }
@@ -880,13 +882,13 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     "record": done.record.as_ref().map(record_json),
                 })),
                 Output::Text => {
-                    println!(
+                    outln!(
                         "{} v{} ← {}",
                         entry.key,
                         entry.version,
                         plural(done.sources.len(), "source", "sources")
                     );
-                    println!("{}", value_json(entry.value).as_str().unwrap_or_default());
+                    outln!("{}", value_json(entry.value).as_str().unwrap_or_default());
                 }
             }
         }
@@ -918,15 +920,15 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     "versions_to_delete": done.versions_to_delete,
                     "keys_to_affect": done.keys_to_affect,
                 })),
-                (Output::Text, _) if dry_run => println!(
+                (Output::Text, _) if dry_run => outln!(
                     "would delete {} of {} now",
                     plural(done.versions_to_delete, "version", "versions"),
                     plural(done.keys_to_affect, "key", "keys")
                 ),
                 (Output::Text, Some(_)) => {
-                    println!("retention declared; it runs at once, then every interval")
+                    outln!("retention declared; it runs at once, then every interval")
                 }
-                (Output::Text, None) => println!("retention removed"),
+                (Output::Text, None) => outln!("retention removed"),
             }
         }
         Command::RetentionGet { scope } => {
@@ -939,7 +941,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                 .unwrap_or_default();
             match output {
                 Output::Json => print_json(&retention_json(&retention)),
-                Output::Text => println!(
+                Output::Text => outln!(
                     "{}",
                     serde_json::to_string_pretty(&retention_json(&retention)).unwrap_or_default()
                 ),
@@ -983,7 +985,7 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                 Output::Json => {
                     print_json(&json!(records.iter().map(record_json).collect::<Vec<_>>()))
                 }
-                Output::Text => records.iter().for_each(|r| println!("{}", record_line(r))),
+                Output::Text => records.iter().for_each(|r| outln!("{}", record_line(r))),
             }
         }
         Command::Watch {
@@ -1025,8 +1027,8 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                 last = Some(change.revision);
                 seen += 1;
                 match output {
-                    Output::Json => println!("{}", change_json(&change)),
-                    Output::Text => println!("{}", change_line(&change)),
+                    Output::Json => outln!("{}", change_json(&change)),
+                    Output::Text => outln!("{}", change_line(&change)),
                 }
             }
             resume(last);
@@ -1051,13 +1053,14 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
                     } else {
                         "would add (dry run; --apply to write)"
                     };
-                    println!(
+                    outln!(
                         "scanned {} untagged versions; {verb} {} flow tags",
-                        done.versions_scanned, done.tags_added
+                        done.versions_scanned,
+                        done.tags_added
                     );
                     done.issues
                         .iter()
-                        .for_each(|issue| println!("issue: {issue}"));
+                        .for_each(|issue| outln!("issue: {issue}"));
                 }
             }
         }

@@ -294,7 +294,7 @@ impl Progress {
 }
 
 pub fn print_json(value: &serde_json::Value) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
     );
@@ -325,6 +325,27 @@ pub fn plural<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many
         format!("{n} {one}")
     } else {
         format!("{n} {many}")
+    }
+}
+
+/// Writes a line of output. When standard output is a pipe whose reader
+/// has gone (`| head` took its lines), the command ends there with status
+/// 0, as `grep` and `ripgrep` end: what was asked for has been read. Any
+/// other failure to write ends it with status 1 and says why.
+pub fn stdout_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(line)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(err) => {
+            eprintln!("engram: cannot write to standard output: {err}");
+            std::process::exit(exit::FAILURE.into());
+        }
     }
 }
 

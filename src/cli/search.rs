@@ -222,9 +222,9 @@ impl SearchCommand {
             // on stderr rather than a header over nothing.
             Output::Text if hits.is_empty() => eprintln!("no hits"),
             Output::Text => {
-                println!("{:>7}  {:<8}  {:<40}  SNIPPET", "SCORE", "SOURCE", "ITEM");
+                outln!("{:>7}  {:<8}  {:<40}  SNIPPET", "SCORE", "SOURCE", "ITEM");
                 for hit in &hits {
-                    println!(
+                    outln!(
                         "{:>7.3}  {:<8}  {:<40}  {}",
                         hit.score,
                         source_name(hit.source),

@@ -158,7 +158,7 @@ fn print_session(output: Output, session: Option<proto::Session>) {
     if let Some(session) = session {
         match output {
             Output::Json => print_json(&session_json(&session)),
-            Output::Text => println!("{}", session_line(&session)),
+            Output::Text => outln!("{}", session_line(&session)),
         }
     }
 }
@@ -235,7 +235,7 @@ impl SessionsCommand {
                     })),
                     Output::Text => {
                         for session in &all {
-                            println!("{}", session_line(session));
+                            outln!("{}", session_line(session));
                         }
                     }
                 }
@@ -254,7 +254,7 @@ impl SessionsCommand {
                         "session_id": id,
                         "episodes_deleted": done.episodes_deleted,
                     })),
-                    Output::Text => println!(
+                    Output::Text => outln!(
                         "deleted session {id} and {}",
                         plural(done.episodes_deleted, "episode", "episodes")
                     ),
@@ -282,7 +282,7 @@ impl SessionsCommand {
                     Output::Text => {
                         print_session(output, done.session);
                         if delete_episodes {
-                            println!(
+                            outln!(
                                 "deleted {}",
                                 plural(done.episodes_deleted, "episode", "episodes")
                             );
@@ -306,12 +306,12 @@ impl SessionsCommand {
                         "dry_run": dry_run,
                     })),
                     Output::Text if dry_run => {
-                        println!(
+                        outln!(
                             "would delete {}",
                             plural(done.sessions_deleted, "session", "sessions")
                         )
                     }
-                    Output::Text => println!(
+                    Output::Text => outln!(
                         "deleted {}",
                         plural(done.sessions_deleted, "session", "sessions")
                     ),
@@ -330,7 +330,7 @@ impl SessionsCommand {
                         "sessions_evicted": stats.sessions_evicted,
                         "episodes_evicted": stats.episodes_evicted,
                     })),
-                    Output::Text => println!(
+                    Output::Text => outln!(
                         "{}, {} ({:.1} per session); evicted: {}, {}",
                         plural(stats.total_sessions, "session", "sessions"),
                         plural(stats.total_episodes, "episode", "episodes"),
@@ -485,7 +485,7 @@ fn print_episodes(output: Output, episodes: &[proto::Episode]) {
         })),
         Output::Text => {
             for episode in episodes {
-                println!("{}", episode_line(episode));
+                outln!("{}", episode_line(episode));
             }
         }
     }
@@ -532,7 +532,7 @@ impl EpisodesCommand {
                             value["replayed"] = json!(done.replayed);
                             print_json(&value);
                         }
-                        Output::Text => println!("{}", episode_line(&episode)),
+                        Output::Text => outln!("{}", episode_line(&episode)),
                     }
                 }
             }
@@ -566,7 +566,7 @@ impl EpisodesCommand {
                     .episode;
                 match (output, episode) {
                     (Output::Json, Some(episode)) => print_json(&episode_json(&episode)),
-                    (Output::Text, Some(episode)) => println!("{}", episode_line(&episode)),
+                    (Output::Text, Some(episode)) => outln!("{}", episode_line(&episode)),
                     (_, None) => {}
                 }
             }
@@ -605,7 +605,7 @@ impl EpisodesCommand {
                         "context": context.context,
                         "events_used": context.events_used,
                     })),
-                    Output::Text => println!("{}", context.context),
+                    Output::Text => outln!("{}", context.context),
                 }
             }
             EpisodeCommand::Tail {
@@ -652,8 +652,8 @@ impl EpisodesCommand {
                     last = Some(episode.cursor);
                     seen += 1;
                     match output {
-                        Output::Json => println!("{}", episode_json(&episode)),
-                        Output::Text => println!("{}", episode_line(&episode)),
+                        Output::Json => outln!("{}", episode_json(&episode)),
+                        Output::Text => outln!("{}", episode_line(&episode)),
                     }
                 }
                 resume(last);

@@ -63,8 +63,8 @@ impl TokenCommand {
                         "line": line,
                     })),
                     Output::Text => {
-                        println!("token: {token}");
-                        println!("tokens file line: {line}");
+                        outln!("token: {token}");
+                        outln!("tokens file line: {line}");
                     }
                 }
             }
@@ -80,7 +80,7 @@ impl TokenCommand {
                 let hash = auth::hash_token(token);
                 match output {
                     Output::Json => super::print_json(&json!({ "sha256": hash })),
-                    Output::Text => println!("{hash}"),
+                    Output::Text => outln!("{hash}"),
                 }
             }
         }

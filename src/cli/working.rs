@@ -246,7 +246,7 @@ impl WorkingCommand {
         }
         let print = |value: serde_json::Value, text: String| match output {
             Output::Json => print_json(&value),
-            Output::Text => println!("{text}"),
+            Output::Text => outln!("{text}"),
         };
         match self.command {
             Command::Goal { goal } => {

@@ -392,6 +392,30 @@ async fn memory_commands_against_a_server() {
     let got = cli.json_from_stdin(&piped, "two\nlines\n\n");
     assert_eq!(got["value"], json!("two\nlines"));
 
+    // Output to a pipe whose reader has gone (`| head` took its lines)
+    // ends the command quietly, as it ends grep; it panicked with a
+    // backtrace. The reader is closed before the command starts, so every
+    // write it makes fails.
+    for args in [
+        &["list", "--output", "text"][..],
+        &["list", "--output", "json"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(["memory", "--server", &cli.server])
+            .args(args)
+            .args(scope)
+            .stdout(writer)
+            .output()
+            .expect("run engram memory list");
+        assert_eq!(
+            (out.status.code(), String::from_utf8_lossy(&out.stderr)),
+            (Some(0), "".into()),
+            "{args:?}"
+        );
+    }
+
     // Usage errors and an unreachable server have their own exit codes.
     let usage = cli.run(&with(&["compact"]));
     assert_eq!(usage.code, 2, "{}", usage.stderr);
