@@ -252,6 +252,13 @@ pub async fn connect(client: &ClientArgs) -> CliResult<Connection> {
 /// A channel to the server with the TLS settings of the flags (no token).
 pub async fn connect_channel(client: &ConnectArgs) -> CliResult<Channel> {
     let server = &client.server;
+    // `localhost:50051` parses as a URI whose scheme is `localhost`, and
+    // failed later as an unreachable server.
+    if !server.contains("://") {
+        return Err(CliError::usage(format!(
+            "--server {server:?} needs its scheme: http://{server} (or https:// for TLS)"
+        )));
+    }
     let mut endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
         .map_err(|err| CliError::usage(format!("invalid --server {server:?}: {err}")))?;
     if let Some(tls) = client.tls()? {
@@ -260,9 +267,26 @@ pub async fn connect_channel(client: &ConnectArgs) -> CliResult<Channel> {
             .map_err(|err| CliError::usage(format!("bad TLS settings: {err}")))?;
     }
     endpoint.connect().await.map_err(|err| CliError {
-        message: format!("cannot reach the server at {server}: {err}"),
+        message: format!("cannot reach the server at {server}: {}", causes(&err)),
         code: exit::UNAVAILABLE,
     })
+}
+
+/// An error with the errors under it, `: `-separated: tonic says only
+/// "transport error", and the cause a person can act on ("Connection
+/// refused", a certificate not trusted) is further down.
+fn causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut under = err.source();
+    while let Some(cause) = under {
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        under = cause.source();
+    }
+    text
 }
 
 /// A progress line on stderr for long operations, only when a person is

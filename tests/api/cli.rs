@@ -425,6 +425,25 @@ async fn memory_commands_against_a_server() {
     }
     .run(&["scopes"]);
     assert_eq!(down.code, 5, "{}", down.stderr);
+    assert!(
+        down.stderr.contains("Connection refused"),
+        "the cause, not only tonic's \"transport error\": {}",
+        down.stderr
+    );
+    // An address without its scheme is bad input, said as such; it was
+    // reported as an unreachable server.
+    let bare = Cli {
+        server: cli.server.trim_start_matches("http://").to_owned(),
+        group: "memory",
+    }
+    .run(&["scopes"]);
+    assert_eq!(bare.code, 2, "{}", bare.stderr);
+    assert!(
+        bare.stderr
+            .contains(&format!("needs its scheme: {}", cli.server)),
+        "{}",
+        bare.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
