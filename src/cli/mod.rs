@@ -391,8 +391,15 @@ pub fn given_or_stdin(text: String, exact: bool) -> Result<String, CliError> {
 }
 
 /// A value from the command line: JSON when it parses, else a string.
+/// Text that opens like a JSON object or array but does not parse is
+/// most likely a typo, so stderr says it was taken as a string.
 pub fn parse_value(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
+    serde_json::from_str(text).unwrap_or_else(|err| {
+        if text.trim_start().starts_with(['{', '[']) {
+            eprintln!("engram: note: not valid JSON ({err}), so kept as a string");
+        }
+        serde_json::Value::String(text.to_owned())
+    })
 }
 
 /// A timestamp as RFC 3339 with microseconds; empty when unset.

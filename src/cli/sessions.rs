@@ -114,10 +114,13 @@ pub(crate) fn parse_age(text: &str) -> Result<std::time::Duration, String> {
 
 /// `--metadata`: a JSON object, when given.
 fn metadata_arg(text: Option<String>) -> CliResult<Option<prost_types::Struct>> {
-    match text.as_deref().map(parse_value) {
+    match text.as_deref().map(serde_json::from_str) {
         None => Ok(None),
-        Some(serde_json::Value::Object(map)) => Ok(Some(object_to_proto(&map))),
-        Some(_) => Err(CliError::usage("--metadata must be a JSON object")),
+        Some(Ok(serde_json::Value::Object(map))) => Ok(Some(object_to_proto(&map))),
+        Some(Ok(_)) => Err(CliError::usage("--metadata must be a JSON object")),
+        Some(Err(err)) => Err(CliError::usage(format!(
+            "--metadata must be a JSON object: {err}"
+        ))),
     }
 }
 

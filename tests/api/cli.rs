@@ -392,6 +392,14 @@ async fn memory_commands_against_a_server() {
     let got = cli.json_from_stdin(&piped, "two\nlines\n\n");
     assert_eq!(got["value"], json!("two\nlines"));
 
+    // JSON with a typo is kept as the string it is, and stderr says so.
+    let typo = cli.run(&["set", "typo", r#"{"mode": dark}"#, "--scope", "notes"]);
+    assert_eq!(typo.code, 0, "{}", typo.stderr);
+    assert_eq!(
+        serde_json::from_str::<Value>(&typo.stdout).expect("json")["value"],
+        json!(r#"{"mode": dark}"#)
+    );
+    assert!(typo.stderr.contains("not valid JSON"), "{}", typo.stderr);
     // Output to a pipe whose reader has gone (`| head` took its lines)
     // ends the command quietly, as it ends grep; it panicked with a
     // backtrace. The reader is closed before the command starts, so every
