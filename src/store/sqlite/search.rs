@@ -44,10 +44,10 @@ fn table(source: Source) -> Table {
     match source {
         Source::Memory => Table {
             fts: "memory_fts",
-            joins: "JOIN memory_search_ids i ON i.id = memory_fts.rowid \
-                    JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
+            joins: "CROSS JOIN memory_search_ids i ON i.id = memory_fts.rowid \
+                    CROSS JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
                     AND h.scope = i.scope AND h.key = i.key AND h.version = memory_fts.version \
-                    JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
+                    CROSS JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
                     AND v.scope = h.scope AND v.key = h.key AND v.version = h.version",
             items: "memory_search_ids i \
                     JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
@@ -58,10 +58,10 @@ fn table(source: Source) -> Table {
         },
         Source::Facts => Table {
             fts: "facts_fts",
-            joins: "JOIN fact_search_ids i ON i.id = facts_fts.rowid \
-                    JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
+            joins: "CROSS JOIN fact_search_ids i ON i.id = facts_fts.rowid \
+                    CROSS JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
                     AND f.version = facts_fts.version \
-                    JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
+                    CROSS JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
                     AND v.version = f.version",
             items: "fact_search_ids i JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
                     JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
@@ -70,7 +70,7 @@ fn table(source: Source) -> Table {
         },
         Source::Episodes => Table {
             fts: "episodes_fts",
-            joins: "JOIN episodes e ON e.cursor = episodes_fts.rowid",
+            joins: "CROSS JOIN episodes e ON e.cursor = episodes_fts.rowid",
             items: "episodes e",
             id: "e.cursor",
         },
@@ -265,9 +265,36 @@ async fn matches(
     let mut params = vec![Param::Text(&expression)];
     params.extend(filter.params.iter().copied());
     let n = population(source, tenant, filters, &filter.sql, &mut params);
+    // One session's episodes lie between its first and last cursor (the
+    // FTS rows' ids), a range FTS5 seeks to: the owner token is the
+    // tenant's, whose matches in the whole tenant would be read otherwise.
+    let within = match (source, &filters.session_id) {
+        (Source::Episodes, Some(session)) => {
+            params.push(Param::Text(tenant.as_str()));
+            params.push(Param::Text(session.as_str()));
+            let (t, s) = (params.len() - 1, params.len());
+            let end = |f: &str| {
+                format!(
+                    "(SELECT {f}(cursor) FROM episodes WHERE tenant = ${t} AND session_id = ${s})"
+                )
+            };
+            format!(
+                " AND {fts}.rowid >= {} AND {fts}.rowid <= {}",
+                end("min"),
+                end("max")
+            )
+        }
+        _ => String::new(),
+    };
+    // The FTS table first, by CROSS JOIN (which SQLite never reorders):
+    // without statistics the planner read the filters' rows first (a
+    // session's or a user's episodes) and asked FTS5 for each of them
+    // again, every time parsing the query and walking the owner's rows
+    // to it. A three-word search of a session of 3,000 episodes took
+    // 390 ms that way, 3 ms this way.
     let sql = format!(
         "SELECT {n}, {fts}.rowid, {HITS}({fts}) FROM {fts} {joins} \
-         WHERE {fts} MATCH $1 AND {w} LIMIT {MATCHES}",
+         WHERE {fts} MATCH $1{within} AND {w} LIMIT {MATCHES}",
         w = filter.sql
     );
     let rows = conn.rows_built(sql, &params).await?;
