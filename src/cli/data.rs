@@ -102,9 +102,7 @@ impl ExportCommand {
 /// (`| head`), the command ends quietly, as every command's output does
 /// ([`super::stdout_line`]); any other failure (a full disk) is one.
 fn write_failed(err: std::io::Error) -> CliError {
-    if err.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
-    }
+    super::end_if_reader_gone(&err);
     CliError {
         message: format!("cannot write the export: {err}"),
         code: super::exit::FAILURE,

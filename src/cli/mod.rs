@@ -274,7 +274,10 @@ pub async fn connect_channel(client: &ConnectArgs) -> CliResult<Channel> {
 
 /// An error with the errors under it, `: `-separated: tonic says only
 /// "transport error", and the cause a person can act on ("Connection
-/// refused", a certificate not trusted) is further down.
+/// refused", a certificate not trusted) is further down. Not anyhow's
+/// `{:#}`: hyper's errors repeat their cause's words, which it then
+/// printed twice ("tcp connect error: tcp connect error: Connection
+/// refused"); a cause whose words end the text so far is left out.
 fn causes(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut under = err.source();
@@ -363,13 +366,18 @@ pub fn stdout_line(line: std::fmt::Arguments<'_>) {
         .write_fmt(line)
         .and_then(|()| stdout.write_all(b"\n"))
         .and_then(|()| stdout.flush());
-    match written {
-        Ok(()) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-        Err(err) => {
-            eprintln!("engram: cannot write to standard output: {err}");
-            std::process::exit(exit::FAILURE.into());
-        }
+    if let Err(err) = written {
+        end_if_reader_gone(&err);
+        eprintln!("engram: cannot write to standard output: {err}");
+        std::process::exit(exit::FAILURE.into());
+    }
+}
+
+/// Ends the command with status 0 when `err` is a write to a pipe whose
+/// reader has gone: what was asked for has been read.
+pub fn end_if_reader_gone(err: &std::io::Error) {
+    if err.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
     }
 }
 
