@@ -289,7 +289,8 @@ settings! {
     /// How often this replica looks for Postgres tables that have doubled
     /// since their planner statistics were taken, and analyzes them (plans
     /// made while a table was nearly empty read it whole), in milliseconds;
-    /// 0 leaves that to autovacuum. Ignored on SQLite
+    /// 0 leaves that to autovacuum. On SQLite: tables of 1,000 rows or more
+    /// with no statistics or grown tenfold since; 0 leaves them without
     analyze_interval_ms: u64 = "1000", env "ENGRAM_ANALYZE_INTERVAL_MS";
     /// Log format
     log_format: LogFormat = "text", env "ENGRAM_LOG_FORMAT";

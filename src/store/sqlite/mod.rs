@@ -22,6 +22,7 @@ mod fts;
 mod run;
 mod search;
 mod sessions;
+mod statistics;
 
 use super::group::{Group, commit_failed, shared_steps};
 use super::memory::{
@@ -186,6 +187,9 @@ pub struct SqliteStore {
     connect: Arc<SqliteConnectOptions>,
     writer: SqlitePool,
     reader: SqlitePool,
+    /// When the writer last took planner statistics, which the readers'
+    /// connections opened before then lack.
+    analyzed: Arc<statistics::Analyzed>,
     /// The newest committed position of each feed. With a single writer
     /// connection positions commit in order, so the newest is settled.
     horizons: Arc<[watch::Sender<i64>; 2]>,
@@ -237,7 +241,15 @@ impl SqliteStore {
                 .after_connect(|conn, _| Box::pin(fts::register(conn)))
         };
         let writer = pool(1).connect_with(connect.clone()).await?;
+        let analyzed = Arc::new(statistics::Analyzed::new());
         let reader = pool(options.max_connections.max(1))
+            .before_acquire({
+                let analyzed = analyzed.clone();
+                move |_, meta| {
+                    let current = !analyzed.is_older(meta.age);
+                    Box::pin(async move { Ok(current) })
+                }
+            })
             .connect_with(connect.clone())
             .await?;
         let mut store = SqliteStore {
@@ -245,6 +257,7 @@ impl SqliteStore {
             connect: Arc::new(connect),
             writer,
             reader,
+            analyzed,
             horizons: Arc::new([watch::channel(0).0, watch::channel(0).0]),
             writes: None,
             appends: None,
@@ -436,7 +449,8 @@ impl Database for SqliteStore {
     }
 
     async fn analyze_grown(&self) -> Result<u64> {
-        Ok(0)
+        let mut conn = self.writer.acquire().await?;
+        statistics::analyze_grown(&mut conn, &self.analyzed).await
     }
 
     fn pool_status(&self) -> crate::metrics::PoolStatus {

@@ -34,7 +34,11 @@ use crate::store::sql::{Backend, Cols, Dialect, Param, Run, without_casts};
 struct Table {
     fts: &'static str,
     joins: &'static str,
-    /// The item's tables, for reading the hits by `id`.
+    /// The item's tables, for reading the hits by `id`: the table of `id`
+    /// first by its row id alone (`NOT INDEXED` leaves SQLite only the row
+    /// id), the others joined to it in order. Without planner statistics
+    /// SQLite had read a user's episodes by their index on the user and
+    /// kept those among the hits: every episode of the user for 10 hits.
     items: &'static str,
     /// The column of `items` that equals an FTS row's `rowid`.
     id: &'static str,
@@ -49,10 +53,10 @@ fn table(source: Source) -> Table {
                     AND h.scope = i.scope AND h.key = i.key AND h.version = memory_fts.version \
                     CROSS JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
                     AND v.scope = h.scope AND v.key = h.key AND v.version = h.version",
-            items: "memory_search_ids i \
-                    JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
+            items: "memory_search_ids i NOT INDEXED \
+                    CROSS JOIN memory_heads h ON h.tenant = i.tenant AND h.scope_type = i.scope_type \
                     AND h.scope = i.scope AND h.key = i.key \
-                    JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
+                    CROSS JOIN memory_versions v ON v.tenant = h.tenant AND v.scope_type = h.scope_type \
                     AND v.scope = h.scope AND v.key = h.key AND v.version = h.version",
             id: "i.id",
         },
@@ -63,15 +67,16 @@ fn table(source: Source) -> Table {
                     AND f.version = facts_fts.version \
                     CROSS JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
                     AND v.version = f.version",
-            items: "fact_search_ids i JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
-                    JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
+            items: "fact_search_ids i NOT INDEXED \
+                    CROSS JOIN facts f ON f.tenant = i.tenant AND f.id = i.fact_id \
+                    CROSS JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
                     AND v.version = f.version",
             id: "i.id",
         },
         Source::Episodes => Table {
             fts: "episodes_fts",
             joins: "CROSS JOIN episodes e ON e.cursor = episodes_fts.rowid",
-            items: "episodes e",
+            items: "episodes e NOT INDEXED",
             id: "e.cursor",
         },
     }

@@ -469,14 +469,14 @@ async fn unfinished_imports_are_pruned<S: Store>(store: S, _db: &TestDb) {
 
 /// A table that has doubled since its planner statistics were taken is
 /// analyzed (its statistics then count its rows), and is left alone until
-/// it doubles again; tables that did not grow are never analyzed. SQLite
-/// plans without statistics and analyzes nothing.
+/// it doubles again; tables that did not grow are never analyzed. On
+/// SQLite a table is analyzed once it has 1,000 rows and no statistics,
+/// then each time it has grown tenfold.
 async fn tables_that_doubled_are_analyzed<S: Store>(store: S, db: &TestDb) {
     use crate::helpers::Backend;
 
     if db.backend == Backend::Sqlite {
-        assert_eq!(store.analyze_grown().await.expect("analyze"), 0);
-        return;
+        return tables_that_grew_are_analyzed_on_sqlite(store, db).await;
     }
     // Autovacuum off for the table, so that only the call analyzes it.
     db.execute(
@@ -517,6 +517,56 @@ async fn tables_that_doubled_are_analyzed<S: Store>(store: S, db: &TestDb) {
         store.analyze_grown().await.expect("analyze"),
         0,
         "nothing doubled since"
+    );
+}
+
+async fn tables_that_grew_are_analyzed_on_sqlite<S: Store>(store: S, db: &TestDb) {
+    let sessions_through = |from: u32, to: u32| {
+        format!(
+            "WITH RECURSIVE n(i) AS (SELECT {from} UNION ALL SELECT i + 1 FROM n WHERE i < {to}) \
+             INSERT INTO sessions (tenant, id, app, user_id, create_time, update_time) \
+             SELECT 't1', 's' || i, 'app', 'u', 0, 0 FROM n"
+        )
+    };
+    let statistics = async || -> Option<String> {
+        let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&db.url)
+            .await
+            .expect("connect");
+        sqlx::query_scalar("SELECT stat FROM sqlite_stat1 WHERE tbl = 'sessions'")
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap_or(None)
+    };
+    assert_eq!(
+        store.analyze_grown().await.expect("analyze"),
+        0,
+        "every table is nearly empty"
+    );
+    db.execute(sessions_through(1, 999)).await;
+    assert_eq!(store.analyze_grown().await.expect("analyze"), 0, "999 rows");
+    assert_eq!(statistics().await, None);
+
+    db.execute(sessions_through(1000, 2000)).await;
+    assert_eq!(store.analyze_grown().await.expect("analyze"), 1);
+    let stat = statistics().await.expect("the sessions' statistics");
+    assert!(stat.starts_with("2000 "), "{stat}");
+    assert_eq!(
+        store.analyze_grown().await.expect("analyze"),
+        0,
+        "nothing grew since"
+    );
+
+    db.execute(sessions_through(2001, 19_000)).await;
+    assert_eq!(
+        store.analyze_grown().await.expect("analyze"),
+        0,
+        "grown ninefold"
+    );
+    db.execute(sessions_through(19_001, 25_000)).await;
+    assert_eq!(
+        store.analyze_grown().await.expect("analyze"),
+        1,
+        "grown tenfold"
     );
 }
 
