@@ -285,10 +285,20 @@ pub fn parse_line(number: i64, text: &str) -> Result<Record> {
         let message = message
             .rsplit_once(" at line ")
             .map_or(message.as_str(), |(message, _)| message);
+        // A line that is not JSON at all (a truncated file, a log line,
+        // another format) says so before serde's own words for where it
+        // broke ("expected ident"); a record of the wrong shape is named
+        // by serde well enough ("unknown field `colour`").
+        let not_json = match err.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                "is not JSON: "
+            }
+            _ => "",
+        };
         malformed(
             number,
             "",
-            format!("{message} (at column {})", err.column()),
+            format!("{not_json}{message} (at column {})", err.column()),
         )
     })?;
     // Rare enough to read twice: a NUL escape, which Postgres's jsonb and

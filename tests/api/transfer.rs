@@ -412,6 +412,19 @@ async fn a_failed_import_leaves_nothing(backend: Backend) {
     assert!(err.message().contains("colour"), "{}", err.message());
     assert!(!session_exists("s1").await);
 
+    // A line that is not JSON (here cut short) says so.
+    let mut cut = lines.clone();
+    let comma = cut[2].find(',').expect("a record of several fields");
+    cut[2].truncate(comma);
+    let err = import(&target.channel, &cut).await.expect_err("cut short");
+    assert_eq!(bad_fields(&err), ["line 3"]);
+    assert!(
+        err.message()
+            .starts_with("line 3: is not JSON: EOF while parsing"),
+        "{}",
+        err.message()
+    );
+
     let mut no_header = lines.clone();
     no_header.remove(0);
     let err = import(&target.channel, &no_header)
