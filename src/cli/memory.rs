@@ -2,7 +2,6 @@
 
 use serde_json::json;
 
-use super::search::timestamp;
 use super::{
     CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, given_or_stdin,
     parse_value, plural, print_json, time, value_json,
@@ -60,20 +59,43 @@ impl ScopeArgs {
 }
 
 /// A point in the past: a revision of the change feed (as `memory watch`
-/// prints them) or an RFC 3339 time.
+/// prints them), an RFC 3339 time, or a duration ago (`90s`, `30m`, `2h`,
+/// `7d`; a bare number is a revision), which becomes the time that long
+/// before now.
 pub(crate) fn as_of(flag: &str, text: Option<&str>) -> CliResult<Option<proto::AsOf>> {
     use proto::as_of::Point;
     let Some(text) = text else {
         return Ok(None);
     };
-    let point =
-        match text.parse::<i64>() {
-            Ok(revision) => Point::Revision(revision),
-            Err(_) => Point::Time(timestamp(flag, Some(text))?.ok_or_else(|| {
-                CliError::usage(format!("{flag}: a revision or an RFC 3339 time"))
-            })?),
-        };
-    Ok(Some(proto::AsOf { point: Some(point) }))
+    if let Ok(revision) = text.parse::<i64>() {
+        return Ok(Some(proto::AsOf {
+            point: Some(Point::Revision(revision)),
+        }));
+    }
+    let ago = text.starts_with(|c: char| c.is_ascii_digit())
+        && text.ends_with(|c: char| c.is_ascii_alphabetic())
+        && !text.contains(['-', ':']);
+    let time = if ago {
+        let age = super::sessions::parse_age(text)
+            .map_err(|err| CliError::usage(format!("{flag}: {err}")))?;
+        let then = chrono::TimeDelta::from_std(age)
+            .ok()
+            .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
+            .ok_or_else(|| CliError::usage(format!("{flag}: {text} ago is before any time")))?;
+        crate::api::convert::timestamp(then)
+    } else {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .map(|t| crate::api::convert::timestamp(t.to_utc()))
+            .map_err(|err| {
+                CliError::usage(format!(
+                    "{flag}: {text:?} is not a revision (42), an RFC 3339 time \
+                     (2026-11-23T12:00:00Z) or a duration ago (30m, 2h, 7d): {err}"
+                ))
+            })?
+    };
+    Ok(Some(proto::AsOf {
+        point: Some(Point::Time(time)),
+    }))
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -86,7 +108,8 @@ enum Command {
         /// Only execution scopes of this flow (by name)
         #[arg(long)]
         flow: Option<String>,
-        /// Count what was live then: a revision (from `memory watch`) or an RFC 3339 time
+        /// Count what was live then: a revision (from `memory watch`), an RFC 3339 time
+        /// or a duration ago (30m, 2h, 7d)
         #[arg(long)]
         as_of: Option<String>,
     },
@@ -114,7 +137,8 @@ enum Command {
         /// Read this version instead of the newest
         #[arg(long, conflicts_with = "as_of")]
         version: Option<i64>,
-        /// Read the value the key had then: a revision or an RFC 3339 time
+        /// Read the value the key had then: a revision, an RFC 3339 time or a duration
+        /// ago (30m, 2h, 7d)
         #[arg(long)]
         as_of: Option<String>,
     },
@@ -129,7 +153,8 @@ enum Command {
         /// The new scope's type (default: the source's)
         #[arg(long, value_enum)]
         to_scope_type: Option<ScopeTypeArg>,
-        /// Copy the state at this point: a revision or an RFC 3339 time
+        /// Copy the state at this point: a revision, an RFC 3339 time or a duration ago
+        /// (30m, 2h, 7d)
         #[arg(long)]
         as_of: Option<String>,
     },

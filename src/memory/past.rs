@@ -12,7 +12,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use super::audit::{AuditRecord, Operation};
 use super::ports::{Fork, Forked, ListQuery, MemoryStore, Past, Point};
-use super::service::{ScopeSelector, key_deleted, key_not_found_error, refuse_in_checkpoint};
+use super::service::{ScopeSelector, key_deleted, refuse_in_checkpoint};
 use super::types::{AsOf, Entry, Key, KeyPrefix, Scope};
 use super::{Memory, now_micros};
 use crate::context::CallerContext;
@@ -82,7 +82,11 @@ impl<S: MemoryStore + Feeds> Memory<S> {
             Some(Past::Entry(entry)) if entry.deleted => Err(key_deleted(key, entry.version)),
             Some(Past::Entry(entry)) => Ok(entry),
             Some(Past::Purged(_)) => Err(purged_since(key, as_of)),
-            None => Err(key_not_found_error(key)),
+            None => Err(Error::NotFound {
+                reason: Reason::KeyNotFound,
+                message: format!("key {:?} did not exist at {as_of}", key.as_str()),
+                metadata: vec![("key", key.as_str().to_owned())],
+            }),
         }
     }
 

@@ -338,6 +338,33 @@ async fn memory_commands_against_a_server() {
         (&json!("user/theme"), &json!(2), &json!("just words")),
         "{then}"
     );
+    // A duration reads that long ago: nothing an hour ago, the current
+    // version now (0s).
+    let mut args = vec!["get", "user/theme", "--as-of", "1h"];
+    args.extend_from_slice(&scope);
+    let hour_ago = cli.run(&args);
+    assert_eq!(hour_ago.code, 3, "{}", hour_ago.stderr);
+    assert!(
+        hour_ago
+            .stderr
+            .contains("key \"user/theme\" did not exist at time "),
+        "{}",
+        hour_ago.stderr
+    );
+    let mut args = vec!["get", "user/theme", "--as-of", "0s"];
+    args.extend_from_slice(&scope);
+    let now = cli.run(&args);
+    assert_eq!(now.code, 0, "{}", now.stderr);
+    for (point, says) in [
+        ("yesterday", "is not a revision (42), an RFC 3339 time"),
+        ("5w", "unknown unit \"w\""),
+    ] {
+        let mut args = vec!["get", "user/theme", "--as-of", point];
+        args.extend_from_slice(&scope);
+        let refused = cli.run(&args);
+        assert_eq!(refused.code, 2, "{point}: {}", refused.stderr);
+        assert!(refused.stderr.contains(says), "{}", refused.stderr);
+    }
 
     // fork copies the live entries into a new scope.
     let forked = cli.json(&with(&["fork", "--to-scope", "prefs-copy"]));

@@ -159,6 +159,12 @@ async fn reads_at_a_point(backend: Backend) {
             .await
             .expect_err("nothing live then");
         assert_eq!((err.code(), reason(&err)), (Code::NotFound, why.into()));
+        if why == "KEY_NOT_FOUND" {
+            assert_eq!(
+                err.message(),
+                format!("key \"{key}\" did not exist at revision {at}")
+            );
+        }
     }
 
     // List at each revision.
