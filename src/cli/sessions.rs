@@ -416,6 +416,7 @@ enum EpisodeCommand {
         types: Vec<String>,
     },
     /// Print a session's conversation as "User: ... / Assistant: ..." text
+    /// (its user_message and agent_response episodes)
     Context {
         /// The session whose conversation to print
         session_id: String,
@@ -608,6 +609,12 @@ impl EpisodesCommand {
                         "context": context.context,
                         "events_used": context.events_used,
                     })),
+                    // An empty line alone would not say why: the episodes
+                    // may all be of other types.
+                    Output::Text if context.events_used == 0 => eprintln!(
+                        "no messages: a conversation is made of the session's \
+                         user_message and agent_response episodes"
+                    ),
                     Output::Text => outln!("{}", context.context),
                 }
             }

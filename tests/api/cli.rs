@@ -580,6 +580,17 @@ async fn session_and_episode_commands_against_a_server() {
         context["context"],
         json!("User: Hello!\nAssistant: Hi there!")
     );
+    let text = episodes.run_as("text", &["context", "chat"]);
+    assert_eq!(text.stdout, "User: Hello!\nAssistant: Hi there!\n");
+    // A session of other types only: nothing on stdout, and why.
+    let none = episodes.run_as("text", &["context", "other"]);
+    assert_eq!((none.code, none.stdout.as_str()), (0, ""));
+    assert!(
+        none.stderr
+            .contains("no messages: a conversation is made of"),
+        "{}",
+        none.stderr
+    );
 
     // Tail replays from a cursor and says where to resume.
     let tail = episodes.run(&["tail", "--cursor", "0", "--limit", "4"]);
