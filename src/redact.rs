@@ -2,10 +2,15 @@
 //! is stored or logged.
 //!
 //! Redacted: the value of a `key=value` pair or of a JSON `"key": "value"`
-//! pair whose key contains a sensitive word; JWTs; bearer tokens; private
-//! key blocks; and well-known key shapes (AWS, GitHub, Slack, OpenAI-style
-//! `sk-`, Stripe, Google). Prose that merely mentions a sensitive word
-//! ("rotate the token monthly") is left alone.
+//! pair whose key contains a sensitive word; the value of a `key: value`
+//! label (as in YAML, or "db password: hunter2") when the key ends with a
+//! sensitive word and the value looks like one (quoted, or a single run
+//! holding a digit or a symbol, or of 12 characters or more); the password
+//! of a URL's user info (`postgres://app:pw@host`); JWTs; bearer and basic
+//! credentials; private key blocks; and well-known key shapes (AWS,
+//! GitHub, Slack, OpenAI-style `sk-`, Stripe, Google). Prose that merely
+//! mentions a sensitive word ("rotate the token monthly", "auth: handled
+//! upstream") is left alone.
 
 use regex::{Captures, Regex};
 
@@ -27,10 +32,17 @@ pub const DEFAULT_PATTERNS: [&str; 8] = [
 /// Compiled redaction rules. Cheap to clone (regexes share their programs).
 #[derive(Debug, Clone)]
 pub struct Redactor {
-    /// `key=value` with an unquoted or quoted value.
+    /// `key=value` with an unquoted or quoted value. This and `label`
+    /// take `[REDACTED]` whole as a value, so that text redacted once
+    /// (a remembered fact consolidated again) comes out the same, not
+    /// as `[REDACTED]]`.
     assignment: Regex,
     /// `"key": "value"` (and `"key": 123`) as in JSON.
     json_pair: Regex,
+    /// `key: value`, the key ending with a sensitive word.
+    label: Regex,
+    /// The password of `scheme://user:password@`.
+    user_info: Regex,
     bearer: Regex,
     /// Whole-match shapes: JWTs, private key blocks, vendor key formats.
     shapes: Vec<Regex>,
@@ -60,13 +72,19 @@ impl Redactor {
         let key = format!(r"[A-Za-z0-9_.\-]*(?:{alternation})[A-Za-z0-9_.\-]*");
         Redactor {
             assignment: compile(&format!(
-                r#"(?i)\b(?P<key>{key})(?P<sep>\s*=\s*)(?P<value>"[^"]*"|'[^']*'|[^\s,;&"'<>\]\)\}}]+)"#
+                r#"(?i)\b(?P<key>{key})(?P<sep>\s*=\s*)(?P<value>\[REDACTED\]|"[^"]*"|'[^']*'|[^\s,;&"'<>\]\)\}}]+)"#
             )),
             json_pair: compile(&format!(
                 r#"(?i)(?P<key>"{key}")(?P<sep>\s*:\s*)(?P<value>"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+\-]*)"#
             )),
+            label: compile(&format!(
+                r#"(?i)\b(?P<key>[A-Za-z0-9_.\-]*(?:{alternation}))(?P<sep>[ \t]*:[ \t]*)(?P<value>\[REDACTED\]|"[^"\n]*"|'[^'\n]*'|[^\s,;"'<>\]\)\}}]+)"#
+            )),
+            user_info: compile(
+                r"(?i)\b(?P<key>[a-z][a-z0-9+.\-]*://[^\s:/@]*)(?P<sep>:)(?P<value>[^\s/@]+)@",
+            ),
             bearer: compile(
-                r"(?i)\b(?P<key>bearer)(?P<sep>\s+)(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)",
+                r"(?i)\b(?P<key>bearer|basic)(?P<sep>\s+)(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)",
             ),
             shapes: [
                 // JWT: three base64url parts, the first a JSON header.
@@ -107,6 +125,28 @@ impl Redactor {
         };
         let mut out = self.json_pair.replace_all(text, keep_quotes).into_owned();
         out = self.assignment.replace_all(&out, keep_quotes).into_owned();
+        out = self
+            .label
+            .replace_all(&out, |caps: &Captures<'_>| {
+                // A label is often prose ("auth: handled upstream"); only a
+                // value shaped like a secret goes.
+                let value = &caps["value"];
+                let quoted = value.starts_with(['"', '\'']);
+                let shaped =
+                    value.chars().any(|c| !c.is_alphabetic()) || value.chars().count() >= 12;
+                if (quoted || shaped) && value != REDACTED {
+                    keep_quotes(caps)
+                } else {
+                    caps[0].to_owned()
+                }
+            })
+            .into_owned();
+        out = self
+            .user_info
+            .replace_all(&out, |caps: &Captures<'_>| {
+                format!("{}{}{REDACTED}@", &caps["key"], &caps["sep"])
+            })
+            .into_owned();
         out = self
             .bearer
             .replace_all(&out, |caps: &Captures<'_>| {
@@ -201,6 +241,29 @@ mod tests {
             ("openai sk-abcdefghijklmnopqrstuvwxyz", "openai [REDACTED]"),
             ("stripe sk_live_abcdefghijklmnop1234", "stripe [REDACTED]"),
             ("g AIzaSyA-abcdefghijklmnopqrstuvwxyz01234", "g [REDACTED]"),
+            ("db password: hunter2", "db password: [REDACTED]"),
+            ("DB_PASSWORD: 'p4ss word'", "DB_PASSWORD: '[REDACTED]'"),
+            (
+                "api-key:abc123, region: eu",
+                "api-key:[REDACTED], region: eu",
+            ),
+            ("secret: correcthorsebatterystaple", "secret: [REDACTED]"),
+            (
+                "DATABASE_URL=postgres://app:s3cret@db.internal/app",
+                "DATABASE_URL=postgres://app:[REDACTED]@db.internal/app",
+            ),
+            (
+                "connect to postgres://app:s3cret@db.internal:5432/app now",
+                "connect to postgres://app:[REDACTED]@db.internal:5432/app now",
+            ),
+            (
+                "redis://:hunter2@cache:6379",
+                "redis://:[REDACTED]@cache:6379",
+            ),
+            (
+                "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+                "Authorization: Basic [REDACTED]",
+            ),
             (
                 "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
                 "[REDACTED]",
@@ -221,6 +284,12 @@ mod tests {
             "key points: fast, small",
             "Use a bearer token for the API",
             "bearer authentication is configured upstream",
+            "auth: handled upstream by the gateway",
+            "Primary key: id",
+            "Key takeaway: ship it",
+            "the token: rotate it monthly",
+            "see https://example.com:8080/auth and mailto:someone@example.com",
+            "basic authentication is off",
         ] {
             assert_eq!(redact(text), text);
         }
@@ -255,5 +324,21 @@ mod tests {
                 "count": 3,
             })
         );
+    }
+
+    #[test]
+    fn redacting_twice_changes_nothing_more() {
+        let redactor = Redactor::new(&[]);
+        for text in [
+            "password=hunter2",
+            "db password: hunter2",
+            "DB_PASSWORD: 'p4ss word'",
+            "postgres://app:s3cret@db/app",
+            "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+            "api-key:abc123, region: eu",
+        ] {
+            let once = redactor.text(text);
+            assert_eq!(redactor.text(&once), once, "{text}");
+        }
     }
 }

@@ -193,6 +193,7 @@ proptest! {
         let out = redactor.text(&planted);
         prop_assert!(!out.contains(&secret), "{planted:?} became {out:?}");
         prop_assert!(out.contains(REDACTED));
+        prop_assert_eq!(redactor.text(&out), out.clone(), "redacted twice");
         let json = json!({"api_token": secret.clone(), "text": text});
         let out = redactor.json(&json);
         prop_assert!(!out.to_string().contains(&secret));
