@@ -58,18 +58,22 @@ fn check_identifier(field: &str, text: &str, max_len: usize, allow_empty: bool) 
             "must not be empty",
         ));
     }
+    // Characters first: a length in bytes of text that is not ASCII would
+    // not be its length in characters.
+    if let Some(bad) = text.chars().find(|c| !is_identifier_char(*c)) {
+        return Err(Error::invalid(
+            Reason::InvalidIdentifier,
+            field,
+            format!(
+                "may only contain ASCII letters and digits, '.', '_', '/' and '-', found {bad:?}"
+            ),
+        ));
+    }
     if text.len() > max_len {
         return Err(Error::invalid(
             Reason::InvalidIdentifier,
             field,
             format!("must be at most {max_len} characters, got {}", text.len()),
-        ));
-    }
-    if let Some(bad) = text.chars().find(|c| !is_identifier_char(*c)) {
-        return Err(Error::invalid(
-            Reason::InvalidIdentifier,
-            field,
-            format!("may only contain letters, digits, '.', '_', '/' and '-', found {bad:?}"),
         ));
     }
     Ok(())

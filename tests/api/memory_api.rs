@@ -402,6 +402,21 @@ async fn invalid_identifiers_and_values(backend: Backend) {
         let err = client.get(get(scope, key, 0)).await.expect_err("invalid");
         assert_eq!(bad_fields(&err), vec![field]);
     }
+    // A letter outside ASCII is named as what is refused, even in a key
+    // whose bytes are past the limit.
+    for key in ["ünicode".to_owned(), "ключ".repeat(200)] {
+        let err = client
+            .set(set("ns", &key, json!(1)))
+            .await
+            .expect_err("invalid");
+        assert!(
+            err.message().contains(
+                "may only contain ASCII letters and digits, '.', '_', '/' and '-', found "
+            ),
+            "{}",
+            err.message()
+        );
+    }
     // The longest valid identifiers are fine.
     client
         .set(set(&"s".repeat(256), &"k".repeat(512), json!(1)))
