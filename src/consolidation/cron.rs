@@ -9,6 +9,9 @@
 use chrono::{DateTime, Timelike, Utc};
 use croner::Cron;
 
+/// The five fields' names, in order.
+const FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+
 /// A parsed schedule.
 #[derive(Debug, Clone)]
 pub struct Schedule(Cron);
@@ -25,10 +28,24 @@ impl Schedule {
                 "expected 5 fields (minute hour day-of-month month day-of-week), got {fields}"
             ));
         }
-        Cron::new(text)
-            .parse()
-            .map(Schedule)
-            .map_err(|e| e.to_string())
+        Cron::new(text).parse().map(Schedule).map_err(|err| {
+            // croner does not say which field it refused ("Number out of
+            // bounds"): the one that, replaced by `*`, makes it parse.
+            let fields: Vec<&str> = text.split_whitespace().collect();
+            let culprit = (fields.len() == 5)
+                .then(|| {
+                    (0..5).find(|&at| {
+                        let mut tried = fields.clone();
+                        tried[at] = "*";
+                        Cron::new(&tried.join(" ")).parse().is_ok()
+                    })
+                })
+                .flatten();
+            match culprit {
+                Some(at) => format!("the {} field {:?}: {err}", FIELDS[at], fields[at]),
+                None => err.to_string(),
+            }
+        })
     }
 
     /// Whether the schedule runs in the minute holding `time`.
@@ -120,6 +137,14 @@ mod tests {
             "@sometimes",
         ] {
             assert!(Schedule::parse(bad).is_err(), "{bad:?}");
+        }
+        for (bad, names) in [
+            ("61 * * * *", "the minute field \"61\": "),
+            ("0 9 * 13 *", "the month field \"13\": "),
+            ("0 9 * * mon-fry", "the day-of-week field \"mon-fry\": "),
+        ] {
+            let err = Schedule::parse(bad).expect_err(bad);
+            assert!(err.starts_with(names), "{bad}: {err}");
         }
     }
 

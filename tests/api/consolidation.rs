@@ -423,6 +423,13 @@ async fn rules_and_filters_at_the_edge(backend: Backend) {
             .expect_err("bad cadence");
         assert_eq!(reason(&err), "INVALID_CADENCE");
         assert_eq!(bad_fields(&err), vec![field.to_owned()]);
+        if field == "rule.cron" {
+            assert!(
+                err.message().contains("the minute field \"61\": "),
+                "{}",
+                err.message()
+            );
+        }
     }
 
     // An injection attempt is a string like any other: it matches nothing.
