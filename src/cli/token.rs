@@ -49,6 +49,13 @@ impl TokenCommand {
         let output = self.output();
         match self.action {
             Action::New { tenant, admin } => {
+                // Checked before the line is made: a space in it would read
+                // as a role ("unknown role"), a '#' as a comment.
+                if !crate::context::Tenant::is_valid_name(&tenant) {
+                    return Err(CliError::usage(format!(
+                        "--tenant {tenant:?} must be 1 to 63 ASCII letters, digits, '-', '_' or '.'"
+                    )));
+                }
                 let token = auth::new_token();
                 let hash = auth::hash_token(&token);
                 let line = format!("{hash} {tenant}{}", if admin { " admin" } else { "" });

@@ -277,6 +277,16 @@ async fn tokens_from_the_cli_to_the_server() {
         format!("{} acme", made["sha256"].as_str().expect("hash"))
     );
     assert!(!line.contains(&token), "the line holds only the hash");
+    // A tenant the tokens file could not hold is refused as a tenant.
+    for bad in ["two words", "a#b", ""] {
+        let out = engram(&["token", "new", "--tenant", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("--tenant {bad:?} must be 1 to 63 ASCII letters")),
+            "{stderr}"
+        );
+    }
 
     let mut hash = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
         .args(["token", "hash"])
