@@ -417,6 +417,16 @@ impl ServerHandler for Engram {
                 .await;
         }
         let name = request.name.into_owned();
+        // Any other name goes to the server's working-memory tools, which
+        // would first ask for a session: a name that is none of them is
+        // an unknown tool, as MCP says (-32602), not a missing session_id.
+        let working = self.working_tools().await.map_err(protocol_error)?;
+        if !working.iter().any(|tool| tool.name == name) {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {name:?}"),
+                None,
+            ));
+        }
         Ok(self.call_working(name, request.arguments).await.into())
     }
 

@@ -330,6 +330,10 @@ async def test_working_memory(connect: Connect, server: Server) -> None:
         assert "nope" in refused["message"]
         no_session = error(await session.call_tool("TaskCreate", {"subject": "x"}))
         assert "session_id" in no_session["text"]
+        # A name that is no tool is refused as one, with or without a session.
+        for arguments in ({}, owner):
+            with pytest.raises(MCPError, match='unknown tool "TaskDelete"'):
+                await session.call_tool("TaskDelete", arguments)
 
 
 async def test_search(connect: Connect) -> None:
