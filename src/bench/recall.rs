@@ -54,11 +54,25 @@ pub enum Within {
     All,
 }
 
+/// The data set's format, after the options in `engram recall-eval
+/// --help`.
+const FORMAT: &str = r#"The data set (--data) is JSON Lines, one object per line, of two kinds:
+
+  {"conversation": "c1", "user": "alice", "turns": [
+      {"id": "t1", "speaker": "alice", "text": "I moved to Lisbon in May."}, ...]}
+  {"conversation": "c1", "question": "Where does alice live now?", "answers": ["t1"]}
+
+A conversation lists its turns in order ("user" defaults to the conversation id,
+"speaker" is optional). A question names its conversation and the ids of the turns
+that answer it; a question with no answers is skipped. tests/data/recall.jsonl in
+the repository is an example."#;
+
 /// Arguments of `engram recall-eval`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(after_long_help = FORMAT)]
 pub struct RecallArgs {
-    /// The labeled data set (JSON Lines; the format is in `engram
-    /// recall-eval --help` and the README)
+    /// The labeled data set (JSON Lines; its format is at the end of `engram
+    /// recall-eval --help`)
     #[arg(long)]
     pub data: PathBuf,
 

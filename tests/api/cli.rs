@@ -1168,6 +1168,24 @@ async fn export_and_import_commands_move_a_tenant() {
     );
 }
 
+/// `recall-eval --help` ends with the data set's format, and its two
+/// example lines are the JSON the tool reads.
+#[test]
+fn recall_eval_help_gives_the_data_format() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["recall-eval", "--help"])
+        .output()
+        .expect("run engram recall-eval --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    let question = help
+        .lines()
+        .find(|line| line.contains("\"question\""))
+        .expect("a question line");
+    let question: Value = serde_json::from_str(question.trim()).expect("JSON");
+    assert_eq!(question["answers"], json!(["t1"]), "{help}");
+    assert!(help.contains("\"turns\": ["), "{help}");
+}
+
 /// Every command, argument and flag says in its `--help` what it is for:
 /// the commands are walked as a user would, from `engram --help` down.
 #[test]
