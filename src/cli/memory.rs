@@ -123,8 +123,9 @@ enum Command {
         /// Include the reserved _compaction/ audit keys
         #[arg(long)]
         include_reserved: bool,
-        /// List what was live then: a revision (from `memory watch`) or an RFC 3339 time;
-        /// keys whose value then was purged since are listed as purged
+        /// List what was live then: a revision (from `memory watch`), an RFC 3339 time or
+        /// a duration ago (30m, 2h, 7d); keys whose value then was purged since are listed
+        /// as purged
         #[arg(long)]
         as_of: Option<String>,
     },

@@ -53,7 +53,8 @@ pub struct GetArgs {
     /// Read this version instead of the newest
     pub(super) version: Option<i64>,
     /// Read the value the key had at this point instead: a revision of the
-    /// change feed (e.g. "42") or an RFC 3339 time
+    /// change feed (e.g. "42"), an RFC 3339 time, or a duration ago (e.g.
+    /// "2h", "30m", "7d")
     pub(super) as_of: Option<String>,
 }
 
@@ -160,7 +161,8 @@ pub struct ForkArgs {
     #[serde(flatten)]
     pub(super) target: Target,
     /// Copy the state at this point: a revision of the change feed (e.g.
-    /// "42") or an RFC 3339 time; unset copies the state now
+    /// "42"), an RFC 3339 time or a duration ago (e.g. "2h"); unset copies
+    /// the state now
     pub(super) as_of: Option<String>,
 }
 
@@ -171,7 +173,7 @@ pub struct ListArgs {
     /// Only keys starting with this
     pub(super) key_prefix: Option<String>,
     /// List what was live at this point instead: a revision of the change
-    /// feed (e.g. "42") or an RFC 3339 time
+    /// feed (e.g. "42"), an RFC 3339 time or a duration ago (e.g. "2h")
     pub(super) as_of: Option<String>,
     #[serde(flatten)]
     pub(super) page: Page,
@@ -196,7 +198,7 @@ pub struct ScopesArgs {
     /// Only execution scopes of this flow (by name)
     pub(super) flow_name: Option<String>,
     /// Count what was live at this point instead: a revision of the change
-    /// feed (e.g. "42") or an RFC 3339 time
+    /// feed (e.g. "42"), an RFC 3339 time or a duration ago (e.g. "2h")
     pub(super) as_of: Option<String>,
     #[serde(flatten)]
     pub(super) page: Page,
@@ -416,7 +418,8 @@ pub(super) fn bounded(field: &str, value: Option<u32>, default: u32) -> Result<i
     }
 }
 
-/// An `as_of` argument: a revision or an RFC 3339 time.
+/// An `as_of` argument: a revision, an RFC 3339 time or a duration ago,
+/// read as the CLI's `--as-of` is.
 pub(super) fn point(text: Option<String>) -> Result<Option<proto::AsOf>, Failed> {
     crate::cli::memory::as_of("as_of", text.as_deref()).map_err(|err| Failed::argument(err.message))
 }

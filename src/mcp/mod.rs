@@ -119,11 +119,12 @@ Engram is durable memory for agents. Memory is versioned key-value data in \
 scopes: name one with scope_type (namespace, flow or execution) and scope on \
 every memory tool. Every write makes a new version; delete leaves a \
 tombstone; memory_history shows every version and memory_rollback restores \
-an old one. memory_get, memory_list and memory_scopes take as_of (a revision \
-or an RFC 3339 time) to read memory as it was, and memory_fork copies a \
-scope's state into a new scope; data_export shows a scope, session or \
-user as the records `engram export` writes. Pass expected_version to \
-memory_set or memory_delete to write only if nobody wrote since you read. \
+an old one. memory_get, memory_list and memory_scopes take as_of (a revision, \
+an RFC 3339 time, or a duration ago such as \"2h\") to read memory as it \
+was, and memory_fork copies a scope's state into a new scope; data_export \
+shows a scope, session or user as the records `engram export` writes. \
+Pass expected_version to memory_set or memory_delete to write only if \
+nobody wrote since you read. \
 Sessions hold an event log (episode_append, episodes_recent, episodes_list, \
 episode_get, session_context). search finds memory entries, facts and episodes by what \
 they say. A session's working memory is kept with TaskCreate, TaskUpdate, \

@@ -163,6 +163,11 @@ async def test_reads_as_of_a_time_and_forks(connect: Connect) -> None:
         assert again["reason"] == "SCOPE_NOT_EMPTY"
         bad = error(await session.call_tool("memory_get", {**scope, "key": "plan", "as_of": "yesterday"}))
         assert bad["code"] == "INVALID_ARGUMENT"
+        # A duration reads that long ago: an hour ago the key did not exist.
+        hour_ago = error(await session.call_tool("memory_get", {**scope, "key": "plan", "as_of": "1h"}))
+        assert hour_ago["reason"] == "KEY_NOT_FOUND" and "did not exist at time" in hour_ago["message"]
+        now = structured(await session.call_tool("memory_get", {**scope, "key": "plan", "as_of": "0s"}))
+        assert now["entry"]["version"] == 2
 
 
 async def test_bad_input_comes_back_as_error_results(connect: Connect) -> None:
