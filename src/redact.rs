@@ -134,7 +134,7 @@ impl Redactor {
                 let quoted = value.starts_with(['"', '\'']);
                 let shaped =
                     value.chars().any(|c| !c.is_alphabetic()) || value.chars().count() >= 12;
-                if (quoted || shaped) && value != REDACTED {
+                if quoted || shaped {
                     keep_quotes(caps)
                 } else {
                     caps[0].to_owned()

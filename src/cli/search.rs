@@ -134,10 +134,7 @@ pub(crate) fn timestamp(
 ) -> CliResult<Option<prost_types::Timestamp>> {
     text.map(|text| {
         chrono::DateTime::parse_from_rfc3339(text)
-            .map(|t| prost_types::Timestamp {
-                seconds: t.timestamp(),
-                nanos: t.timestamp_subsec_nanos() as i32,
-            })
+            .map(|t| crate::api::convert::timestamp(t.to_utc()))
             .map_err(|err| CliError::usage(format!("{flag}: not an RFC 3339 time: {err}")))
     })
     .transpose()

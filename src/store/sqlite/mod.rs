@@ -232,7 +232,8 @@ impl SqliteStore {
                 SqliteSynchronous::Full => sqlx::sqlite::SqliteSynchronous::Full,
             })
             .busy_timeout(options.acquire_timeout)
-            .foreign_keys(true);
+            .foreign_keys(true)
+            .pragma("analysis_limit", statistics::ANALYSIS_LIMIT.to_string());
         // Every connection gets the FTS5 function search scores with.
         let pool = |max: u32| {
             SqlitePoolOptions::new()

@@ -34,8 +34,9 @@ use crate::error::Result;
 const MIN_ROWS: i64 = 1000;
 
 /// The rows `ANALYZE` reads of each index: SQLite's own limit for
-/// `PRAGMA optimize` (`SQLITE_DEFAULT_OPTIMIZE_LIMIT`).
-const ANALYSIS_LIMIT: u32 = 2000;
+/// `PRAGMA optimize` (`SQLITE_DEFAULT_OPTIMIZE_LIMIT`). Every connection
+/// of the store is opened with it.
+pub(super) const ANALYSIS_LIMIT: u32 = 2000;
 
 /// When the newest analysis finished, for the readers' pool to tell which
 /// of its connections hold older statistics.
@@ -99,11 +100,6 @@ pub(super) async fn analyze_grown(conn: &mut SqliteConnection, analyzed: &Analyz
         if rows < MIN_ROWS {
             continue;
         }
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "PRAGMA analysis_limit = {ANALYSIS_LIMIT}"
-        )))
-        .execute(&mut *conn)
-        .await?;
         sqlx::query(sqlx::AssertSqlSafe(statement))
             .persistent(false)
             .execute(&mut *conn)
