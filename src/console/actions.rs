@@ -98,7 +98,10 @@ pub async fn purge(
     let include_deleted = form.include_deleted.is_some();
     let done = match MemoryAdminServiceClient::new(conn)
         .purge_scope(proto::PurgeScopeRequest {
-            scope_type: super::pages::scope_type(&form.r#type) as i32,
+            scope_type: match super::pages::scope_type(&form.r#type) {
+                Ok(scope_type) => scope_type,
+                Err(page) => return *page,
+            },
             scope: form.scope.clone(),
             keep: Some(form.keep),
             include_deleted,

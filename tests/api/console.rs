@@ -147,3 +147,35 @@ async fn search_narrows_by_source_and_user_and_keeps_the_form() {
     assert_eq!(status, 400);
     assert!(refused.contains("INVALID_ARGUMENT"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_type_the_console_does_not_know_is_refused_by_name() {
+    use crate::search::set;
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    server
+        .memory()
+        .set(set("ops", "deploy", json!("helm")))
+        .await
+        .expect("set");
+    let addr = server.http_addr();
+
+    let (status, listed) = console_page(addr, "/ui/scope?type=namespace&scope=ops", None).await;
+    assert_eq!(status, 200);
+    assert!(listed.contains("deploy"), "{listed}");
+
+    for path in [
+        "/ui/scope?type=bogus&scope=ops",
+        "/ui/key?type=bogus&scope=ops&key=deploy",
+        "/ui/log?type=bogus&scope=ops",
+        "/ui/export?type=bogus&scope=ops",
+    ] {
+        let (status, refused) = console_page(addr, path, None).await;
+        assert_eq!(status, 400, "{path}");
+        assert!(
+            refused.contains(
+                "unknown scope type &quot;bogus&quot;: one of namespace, flow, execution"
+            ),
+            "{path}: {refused}"
+        );
+    }
+}

@@ -39,7 +39,7 @@ pub async fn export(
                 scope_type: if query.scope.is_empty() {
                     0
                 } else {
-                    scope_type(&query.r#type) as i32
+                    or_page!(scope_type(&query.r#type))
                 },
                 scope: query.scope.clone(),
                 session_id: query.session.clone(),

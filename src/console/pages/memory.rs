@@ -100,7 +100,7 @@ pub async fn scope(
     let crate::console::Visitor { conn, admin } = visitor!(console, headers);
     let csrf = csrf_token(&console, &headers);
     let listed = call!(MemoryServiceClient::new(conn).list(proto::ListRequest {
-        scope_type: scope_type(&query.r#type) as i32,
+        scope_type: or_page!(scope_type(&query.r#type)),
         scope: query.scope.clone(),
         key_prefix: query.prefix.clone(),
         page_size: PAGE,
@@ -184,7 +184,7 @@ pub async fn key(
     let conn = visitor!(console, headers).conn;
     let mut stream = call!(
         MemoryServiceClient::new(conn).history(proto::HistoryRequest {
-            scope_type: scope_type(&query.r#type) as i32,
+            scope_type: or_page!(scope_type(&query.r#type)),
             scope: query.scope.clone(),
             key: query.key.clone(),
             from_version: 0,
@@ -303,7 +303,7 @@ pub async fn log(
     let conn = visitor!(console, headers).conn;
     let logged = call!(MemoryAdminServiceClient::new(conn).get_compaction_log(
         proto::GetCompactionLogRequest {
-            scope_type: scope_type(&query.r#type) as i32,
+            scope_type: or_page!(scope_type(&query.r#type)),
             scope: query.scope.clone(),
             page_size: PAGE,
             page_token: query.page.clone(),

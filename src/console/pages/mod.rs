@@ -30,13 +30,20 @@ macro_rules! call {
     };
 }
 
+/// The value, or the page that says why there is none.
+macro_rules! or_page {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(page) => return *page,
+        }
+    };
+}
+
 /// The visitor or the page to send them to.
 macro_rules! visitor {
     ($console:expr, $headers:expr) => {
-        match $console.visitor(&$headers) {
-            Ok(visitor) => visitor,
-            Err(page) => return *page,
-        }
+        or_page!($console.visitor(&$headers))
     };
 }
 
@@ -92,11 +99,28 @@ const SCOPE_TYPES: [(&str, proto::ScopeType); 3] = [
     ("execution", proto::ScopeType::Execution),
 ];
 
-pub(super) fn scope_type(name: &str) -> proto::ScopeType {
+/// The scope type a page's `type` parameter names, as its number on the
+/// wire. Empty leaves it unspecified for the server to judge; any other
+/// name is refused here, since sent as unspecified it would be refused (or
+/// read) as if no type had been given.
+pub(super) fn scope_type(name: &str) -> Result<i32, Box<axum::response::Response>> {
+    if name.is_empty() {
+        return Ok(proto::ScopeType::Unspecified as i32);
+    }
     SCOPE_TYPES
         .iter()
         .find(|(n, _)| *n == name)
-        .map_or(proto::ScopeType::Unspecified, |(_, t)| *t)
+        .map(|(_, t)| *t as i32)
+        .ok_or_else(|| {
+            let names: Vec<&str> = SCOPE_TYPES.iter().map(|(n, _)| *n).collect();
+            Box::new(super::refused(crate::api::error::to_status(
+                crate::error::Error::invalid(
+                    crate::error::Reason::InvalidArgument,
+                    "type",
+                    format!("unknown scope type {name:?}: one of {}", names.join(", ")),
+                ),
+            )))
+        })
 }
 
 /// A value as compact JSON, cut to a preview.
