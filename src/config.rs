@@ -506,37 +506,43 @@ impl Config {
         };
         let summarizer = match v.summarizer_url {
             None => None,
-            Some(url) => Some(OpenAiConfig {
-                http: HttpConfig {
-                    url,
-                    api_key: v.summarizer_api_key,
-                    timeout: millis(v.summarizer_timeout_ms),
-                    retries: v.summarizer_retries,
-                },
-                model: v.summarizer_model.ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "summarizer_model (ENGRAM_SUMMARIZER_MODEL) is required with summarizer_url"
-                    )
-                })?,
+            Some(url) => Some({
+                crate::openai::check_url(&url, "summarizer").map_err(anyhow::Error::msg)?;
+                OpenAiConfig {
+                    http: HttpConfig {
+                        url,
+                        api_key: v.summarizer_api_key,
+                        timeout: millis(v.summarizer_timeout_ms),
+                        retries: v.summarizer_retries,
+                    },
+                    model: v.summarizer_model.ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "summarizer_model (ENGRAM_SUMMARIZER_MODEL) is required with summarizer_url"
+                        )
+                    })?,
+                }
             }),
         };
         anyhow::ensure!(v.embedder_batch > 0, "embedder_batch must be positive");
         let embedder = match v.embedder_url {
             None => None,
-            Some(url) => Some(EmbedderConfig {
-                http: HttpConfig {
-                    url,
-                    api_key: v.embedder_api_key,
-                    timeout: millis(v.embedder_timeout_ms),
-                    retries: v.embedder_retries,
-                },
-                model: v.embedder_model.ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "embedder_model (ENGRAM_EMBEDDER_MODEL) is required with embedder_url"
-                    )
-                })?,
-                dimensions: (v.embedder_dimensions > 0).then_some(v.embedder_dimensions),
-                batch: v.embedder_batch,
+            Some(url) => Some({
+                crate::openai::check_url(&url, "embedder").map_err(anyhow::Error::msg)?;
+                EmbedderConfig {
+                    http: HttpConfig {
+                        url,
+                        api_key: v.embedder_api_key,
+                        timeout: millis(v.embedder_timeout_ms),
+                        retries: v.embedder_retries,
+                    },
+                    model: v.embedder_model.ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "embedder_model (ENGRAM_EMBEDDER_MODEL) is required with embedder_url"
+                        )
+                    })?,
+                    dimensions: (v.embedder_dimensions > 0).then_some(v.embedder_dimensions),
+                    batch: v.embedder_batch,
+                }
             }),
         };
         let similarity = v.consolidation_dedup_similarity;
@@ -770,5 +776,30 @@ mod tests {
         };
         let err = Config::resolve(no_model).expect_err("a URL needs a model");
         assert!(err.to_string().contains("ENGRAM_SUMMARIZER_MODEL"));
+        // A URL no endpoint can have is refused before the server opens the
+        // database, not at the first call.
+        for (summarizer, embedder, said) in [
+            (
+                Some("localhost:8000/v1"),
+                None,
+                "the summarizer URL must be http:// or https://",
+            ),
+            (
+                None,
+                Some("ftp://models/v1"),
+                "the embedder URL must be http:// or https://",
+            ),
+            (None, Some("http://"), "invalid embedder URL"),
+        ] {
+            let bad = Settings {
+                summarizer_url: summarizer.map(str::to_owned),
+                summarizer_model: Some("m".to_owned()),
+                embedder_url: embedder.map(str::to_owned),
+                embedder_model: Some("m".to_owned()),
+                ..Settings::default()
+            };
+            let err = Config::resolve(bad).expect_err("a bad URL");
+            assert!(err.to_string().contains(said), "{err}");
+        }
     }
 }

@@ -51,6 +51,13 @@ impl fmt::Debug for HttpConfig {
     }
 }
 
+/// Refuses a URL no endpoint could have, so that the configuration is
+/// refused at start rather than at the first call (`what` as for
+/// [`Client::new`]).
+pub fn check_url(url: &str, what: &str) -> Result<(), String> {
+    Endpoint::parse(url, "", what).map(|_| ())
+}
+
 struct Endpoint {
     https: bool,
     host: String,
@@ -62,17 +69,17 @@ struct Endpoint {
 impl Endpoint {
     /// `what` names the endpoint in errors ("summarizer", "embedder").
     fn parse(url: &str, operation: &str, what: &str) -> Result<Self, String> {
+        let not_http = || format!("the {what} URL must be http:// or https://, got {url:?}");
+        if !url.contains("://") {
+            return Err(not_http());
+        }
         let uri: hyper::Uri = url
             .parse()
             .map_err(|err| format!("invalid {what} URL {url:?}: {err}"))?;
         let https = match uri.scheme_str() {
             Some("https") => true,
             Some("http") => false,
-            _ => {
-                return Err(format!(
-                    "the {what} URL must be http:// or https://, got {url:?}"
-                ));
-            }
+            _ => return Err(not_http()),
         };
         let authority = uri
             .authority()
