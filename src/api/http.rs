@@ -2,7 +2,8 @@
 //! endpoints so its debugging UI and scripts work unchanged:
 //!
 //! - `GET /memory/events?session_id=&limit=`: the newest events (default
-//!   100, at most 1000), of one session or of the whole tenant, oldest first.
+//!   100; a limit above 1000 reads 1000, as KAOS's scripts may ask for
+//!   more), of one session or of the whole tenant, oldest first.
 //! - `GET /memory/sessions?app=&user=&limit=`: session ids, newest first.
 //!
 //! Both take the same bearer token as gRPC, and answer 401 without one.
@@ -108,7 +109,9 @@ fn limit(params: &HashMap<String, String>) -> Result<i64, Error> {
             _ => Err(Error::invalid(
                 crate::error::Reason::InvalidArgument,
                 "limit",
-                format!("must be a positive integer (at most {MAX_LIMIT}), got {text:?}"),
+                format!(
+                    "must be a positive integer (one above {MAX_LIMIT} reads {MAX_LIMIT}), got {text:?}"
+                ),
             )),
         },
     }

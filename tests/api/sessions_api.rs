@@ -314,9 +314,24 @@ async fn listing_and_paging(backend: Backend) {
     assert_eq!(body["agent"], json!("engram"));
     let (_, body) = http_get_json(server.http_addr(), "/memory/sessions?app=a2&limit=1").await;
     assert_eq!(body, json!({"agent": "a2", "sessions": ["s4"], "total": 1}));
-    let (status, body) = http_get_json(server.http_addr(), "/memory/sessions?limit=x").await;
-    assert_eq!(status, 400);
-    assert_eq!(body["reason"], json!("INVALID_ARGUMENT"));
+    let (_, body) = http_get_json(server.http_addr(), "/memory/sessions?limit=5000").await;
+    assert_eq!(
+        body["total"],
+        json!(5),
+        "a limit above the most reads the most"
+    );
+    for bad in ["x", "0", "-1"] {
+        let path = format!("/memory/sessions?limit={bad}");
+        let (status, body) = http_get_json(server.http_addr(), &path).await;
+        assert_eq!(status, 400, "{bad}");
+        assert_eq!(body["reason"], json!("INVALID_ARGUMENT"));
+        assert_eq!(
+            body["error"],
+            json!(format!(
+                "limit: must be a positive integer (one above 1000 reads 1000), got \"{bad}\""
+            ))
+        );
+    }
 }
 
 async fn appends_are_idempotent_and_atomic(backend: Backend) {
