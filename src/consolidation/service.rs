@@ -103,7 +103,7 @@ pub fn validate_rule(new: NewRule, now: chrono::DateTime<chrono::Utc>) -> Result
         return Err(invalid(
             Reason::InvalidArgument,
             "rule.confidence",
-            "must be above 0 and at most 1",
+            format!("must be above 0 and at most 1, got {confidence}"),
         ));
     }
     Ok(Rule {

@@ -119,7 +119,7 @@ impl Provenance {
             return Err(Error::invalid(
                 Reason::MissingProvenance,
                 format!("{field}.confidence"),
-                "must be above 0 and at most 1",
+                format!("must be above 0 and at most 1, got {}", self.confidence),
             ));
         }
         Ok(())

@@ -432,6 +432,24 @@ async fn rules_and_filters_at_the_edge(backend: Backend) {
         }
     }
 
+    for confidence in [1.5, -0.25, f64::NAN] {
+        let err = rules
+            .create_rule(create(ConsolidationRule {
+                confidence,
+                ..rule("bad", "", false)
+            }))
+            .await
+            .expect_err("confidence out of range");
+        assert_eq!(reason(&err), "INVALID_ARGUMENT");
+        assert_eq!(bad_fields(&err), vec!["rule.confidence".to_owned()]);
+        assert!(
+            err.message()
+                .ends_with(&format!("must be above 0 and at most 1, got {confidence}")),
+            "{}",
+            err.message()
+        );
+    }
+
     // An injection attempt is a string like any other: it matches nothing.
     let injected = rules
         .create_rule(create(rule(
