@@ -478,10 +478,13 @@ pub(crate) fn fact_line(fact: &proto::Fact) -> String {
     let what = if current.subject.is_empty() {
         value_json(current.content.clone()).to_string()
     } else {
-        format!(
-            "{} {} {}",
-            current.subject, current.predicate, current.object
-        )
+        // A deletion's version has no object: no blank where it would be.
+        [&current.subject, &current.predicate, &current.object]
+            .iter()
+            .filter(|part| !part.is_empty())
+            .map(|part| part.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
     };
     let source = current
         .lineage

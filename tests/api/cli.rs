@@ -770,7 +770,14 @@ async fn rule_and_fact_commands_against_a_server() {
     let got = facts.json(&["get", &id]);
     assert_eq!(got["versions"].as_array().map(Vec::len), Some(2));
     assert_eq!(got["versions"][0]["source_episode_ids"], json!(["e1"]));
-    facts.json(&["delete", &id]);
+    let deleted = facts.run_as("text", &["delete", &id]);
+    assert!(
+        deleted
+            .stdout
+            .ends_with("v3 (deleted)  alice prefers  [delete]\n"),
+        "{}",
+        deleted.stdout
+    );
     assert_eq!(facts.json(&["list"])["facts"], json!([]));
     let gone = facts.run(&["delete", &id]);
     assert_eq!(gone.code, 3);
