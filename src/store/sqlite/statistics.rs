@@ -22,7 +22,7 @@
 //! pool closes, as they are next taken, its connections opened before the
 //! newest analysis ([`Analyzed::is_older`]); new ones read the statistics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sqlx::SqliteConnection;
@@ -46,6 +46,11 @@ pub(super) struct Analyzed {
     since: Instant,
     /// Microseconds from `since` to the newest analysis; 0 before any.
     newest: AtomicU64,
+    /// What the writer's connection knew of writes when the tables were
+    /// last sized up (-1 before): with no write since, no table can have
+    /// grown, and an idle server skips `PRAGMA optimize`'s count of every
+    /// table. See [`analyze_grown`].
+    writes: AtomicI64,
 }
 
 impl Analyzed {
@@ -53,6 +58,7 @@ impl Analyzed {
         Analyzed {
             since: Instant::now(),
             newest: AtomicU64::new(0),
+            writes: AtomicI64::new(-1),
         }
     }
 
@@ -78,6 +84,17 @@ impl Analyzed {
 /// (or have none) and hold at least [`MIN_ROWS`] rows, on the writer's
 /// connection; returns how many.
 pub(super) async fn analyze_grown(conn: &mut SqliteConnection, analyzed: &Analyzed) -> Result<u64> {
+    // The rows this connection (every write of this server) changed, and
+    // SQLite's count of commits by other connections (another process on
+    // the file); a new connection starts both again, which only costs one
+    // sizing up. Summed, since each only grows.
+    let writes: i64 =
+        sqlx::query_scalar("SELECT total_changes() + data_version FROM pragma_data_version")
+            .fetch_one(&mut *conn)
+            .await?;
+    if analyzed.writes.swap(writes, Ordering::Relaxed) == writes {
+        return Ok(0);
+    }
     // 0x10000: size up every table, not only those this connection has
     // planned with statistics; 0x2: analysis; 0x1: only list the
     // statements it would run, as `ANALYZE "main"."table"`.
