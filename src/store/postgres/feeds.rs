@@ -1,0 +1,157 @@
+//! The feeds' horizons on Postgres: the newest position of the change feed
+//! and of the episodes' cursor below which nothing can still appear, kept
+//! current per replica by LISTEN/NOTIFY from every replica and a poll.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool};
+use tokio::sync::watch;
+
+use super::PgStore;
+use super::pool::Pool;
+use crate::error::Result;
+use crate::ports::{Feed, Feeds};
+
+/// How often the horizon is re-read without a notification (a missed
+/// NOTIFY, a dropped listener): the bound on delivery delay then.
+const HORIZON_POLL: Duration = Duration::from_millis(500);
+
+impl Feeds for PgStore {
+    async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
+        let (pool, listen) = (self.pool.clone(), self.listen.clone());
+        let receiver = self.horizons[feed as usize]
+            .get_or_try_init(|| async move {
+                let newest = self.settled(feed).await?;
+                let (sender, receiver) = watch::channel(newest);
+                tokio::spawn(run_horizon(pool, listen, feed, newest, sender));
+                Ok::<_, crate::error::Error>(receiver)
+            })
+            .await?;
+        Ok(receiver.clone())
+    }
+
+    async fn settled(&self, feed: Feed) -> Result<i64> {
+        let (newest, fence) = horizon_candidate(&self.pool, feed).await?;
+        wait_settled(&self.pool, &fence).await?;
+        Ok(newest)
+    }
+}
+
+/// The newest position of a feed, and a fence: a transaction id taken
+/// *after* that position was read. Every position at or below the newest
+/// was taken by a transaction that already had its id then (writers take
+/// their id before their position), so that id is below the fence; once
+/// every transaction up to the fence has finished, nothing at or below the
+/// newest position can still appear.
+///
+/// The fence must be a freshly assigned id, not the snapshot's xmax: xmax is
+/// only "newest completed id + 1", and a transaction with a higher id may be
+/// running (holding a lower position) while not being listed in the
+/// snapshot at all.
+async fn horizon_candidate(pool: &Pool, feed: Feed) -> Result<(i64, String)> {
+    // Each feed's identity sequence: every position up to its last value
+    // has been handed out, by a writer that then already had its id. (Not
+    // max() over the rows: rows go when the feed is pruned or a user is
+    // forgotten, and the horizon must not go back with them.)
+    // One statement: the materialized CTE is read before the outer row is
+    // projected, so the id is assigned after the position was read.
+    let sql = match feed {
+        Feed::Changes => {
+            "WITH newest AS MATERIALIZED \
+             (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS position \
+              FROM memory_changes_revision_seq) \
+             SELECT position, pg_current_xact_id()::text FROM newest"
+        }
+        Feed::Episodes => {
+            "WITH newest AS MATERIALIZED \
+             (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS position \
+              FROM episodes_cursor_seq) \
+             SELECT position, pg_current_xact_id()::text FROM newest"
+        }
+    };
+    let mut conn = pool.system().await?;
+    let (newest, fence): (i64, String) = sqlx::query_as(sql).fetch_one(&mut conn).await?;
+    Ok((newest, fence))
+}
+
+/// Waits until every transaction with an id up to `fence` has finished.
+/// The connection goes back between polls: transaction ids are
+/// cluster-wide, so one long transaction anywhere on the cluster makes
+/// every settle wait for it, and a waiter must not hold a connection the
+/// others need meanwhile.
+async fn wait_settled(pool: &Pool, fence: &str) -> Result<()> {
+    loop {
+        let settled: bool =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
+                .bind(fence)
+                .fetch_one(&mut pool.system().await?)
+                .await?;
+        if settled {
+            return Ok(());
+        }
+        // Writers' transactions are one short statement; this is a few ms.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Keeps the horizon current: woken by NOTIFY from any replica, and by a
+/// poll in case a notification was missed.
+async fn run_horizon(
+    pool: Pool,
+    listen: PgPool,
+    feed: Feed,
+    mut horizon: i64,
+    sender: watch::Sender<i64>,
+) {
+    let channel = match feed {
+        Feed::Changes => "engram_changes",
+        Feed::Episodes => "engram_episodes",
+    };
+    let mut listener: Option<PgListener> = None;
+    loop {
+        if sender.is_closed() {
+            return;
+        }
+        if listener.is_none() {
+            match PgListener::connect_with(&listen).await {
+                Ok(mut fresh) => match fresh.listen(channel).await {
+                    Ok(()) => listener = Some(fresh),
+                    Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
+                },
+                Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
+            }
+        }
+        match &mut listener {
+            Some(active) => {
+                tokio::select! {
+                    received = active.try_recv() => if let Err(err) = received {
+                        tracing::warn!(error = %err, "change listener lost, reconnecting");
+                        listener = None;
+                    },
+                    () = tokio::time::sleep(HORIZON_POLL) => {}
+                }
+                // One advance covers every write notified so far: under
+                // load, notifications arrive faster than one pass per write.
+                if let Some(active) = &mut listener {
+                    while active.next_buffered().is_some() {}
+                }
+            }
+            None => tokio::time::sleep(HORIZON_POLL).await,
+        }
+        let advanced = async {
+            let (newest, fence) = horizon_candidate(&pool, feed).await?;
+            if newest > horizon {
+                wait_settled(&pool, &fence).await?;
+            }
+            Ok::<_, crate::error::Error>(newest)
+        };
+        match advanced.await {
+            Ok(newest) if newest > horizon => {
+                horizon = newest;
+                sender.send_replace(horizon);
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "cannot advance the change horizon"),
+        }
+    }
+}
