@@ -316,8 +316,12 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                         ),
                     ));
                 }
-                // The version it wrote may have been purged since.
-                entry.ok_or_else(|| version_not_found(&request.key, version))
+                // The version it wrote may have been purged since: the
+                // write happened, but its result cannot be returned.
+                entry.ok_or_else(|| {
+                    let id = write.request.map_or("", |stamp| stamp.id);
+                    replayed_version_purged(&request.key, version, id)
+                })
             }
         }
     }
@@ -701,6 +705,22 @@ pub(crate) fn key_deleted(key: &Key, version: i64) -> Error {
 
 pub(super) fn version_not_found(key: &Key, version: i64) -> Error {
     version_error(Reason::VersionNotFound, key, version, "has no version")
+}
+
+/// A retry whose first request wrote `version`, purged since.
+fn replayed_version_purged(key: &Key, version: i64, request_id: &str) -> Error {
+    Error::NotFound {
+        reason: Reason::VersionPurged,
+        message: format!(
+            "request_id {request_id:?} already wrote version {version} of key {:?}, \
+             which has been purged since; nothing was written",
+            key.as_str()
+        ),
+        metadata: vec![
+            ("key", key.as_str().to_owned()),
+            ("version", version.to_string()),
+        ],
+    }
 }
 
 /// Why a conditional write changed nothing, told from the key's head.

@@ -810,6 +810,40 @@ async fn idempotent_replays(backend: Backend) {
         .entry
         .expect("e");
     assert_eq!((again.version, again.deleted), (tombstone.version, true));
+
+    // The version a request wrote, purged since: its retry says so (the
+    // write did happen) and writes nothing.
+    MemoryAdminServiceClient::new(server.channel.clone())
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "ns".into(),
+            key: "once".into(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge");
+    let err = client.set(request).await.expect_err("its version is gone");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::NotFound, "VERSION_PURGED")
+    );
+    assert_eq!(
+        err.message(),
+        "request_id \"0b9f6c1e-retry\" already wrote version 1 of key \"once\", \
+         which has been purged since; nothing was written"
+    );
+    let head = client
+        .history(history("ns", "once", 0))
+        .await
+        .expect("history")
+        .into_inner()
+        .message()
+        .await
+        .expect("item")
+        .and_then(|item| item.entry)
+        .expect("the tombstone");
+    assert_eq!((head.version, head.deleted), (2, true));
 }
 
 async fn checkpoint_refusal(backend: Backend) {

@@ -293,6 +293,8 @@ type SetRequest struct {
 	// characters) that makes retries safe: a repeat of the same request with
 	// the same id returns the first result and writes nothing. Reusing an id
 	// for a different request is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
+	// A repeat after the version it wrote was purged is NOT_FOUND (reason
+	// VERSION_PURGED): the write happened, its result is gone.
 	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -181,6 +181,8 @@ class SetRequest(_message.Message):
     characters) that makes retries safe: a repeat of the same request with
     the same id returns the first result and writes nothing. Reusing an id
     for a different request is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
+    A repeat after the version it wrote was purged is NOT_FOUND (reason
+    VERSION_PURGED): the write happened, its result is gone.
     """
     @_builtins.property
     def value(self) -> _struct_pb2.Value:
