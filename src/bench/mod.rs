@@ -348,6 +348,11 @@ impl BenchArgs {
         if self.clients == 0 {
             return Err(CliError::usage("--clients must be at least 1"));
         }
+        if self.duration.is_zero() {
+            return Err(CliError::usage(
+                "--duration must be more than 0: it is the time each workload is measured",
+            ));
+        }
         let workloads = self.workloads()?;
         let (started, address) =
             server::Spawned::or_given(self.server.as_deref(), self.database()).await?;

@@ -500,6 +500,26 @@ async fn bench_with_a_given_server_needs_its_database() {
             .expect("run engram bench")
     };
 
+    for (args, said) in [
+        (
+            ["--clients", "0", "--duration", "1s"],
+            "--clients must be at least 1",
+        ),
+        (
+            ["--clients", "1", "--duration", "0s"],
+            "--duration must be more than 0",
+        ),
+    ] {
+        let out = bench_on(&server)
+            .args(args)
+            .args(["--workloads", "ping"])
+            .output()
+            .expect("run engram bench");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+    }
+
     let out = run(&["--workloads", "get,search", "--baseline"]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{said}");
