@@ -36,6 +36,7 @@ def test_time_travel_and_fork(server: Server) -> None:
                 if len(revisions) == 2:
                     break
             assert await client.memory.get("plan", as_of=revisions[0]) == 1
+            assert await client.memory.get("plan", as_of=timedelta(0)) == 2
             then = await client.memory.snapshot(revisions[0])
             assert [(e.key, e.value) for e in then.entries] == [("plan", 1)]
             fork = await client.memory.fork("tt-aio-copy", as_of=revisions[0])

@@ -76,6 +76,11 @@ def test_time_travel_and_fork(server: Server) -> None:
         assert client.memory.get("notes", as_of=revisions[0]) is None
         assert client.memory.get("plan", as_of=between) == {"step": 1}
         assert client.memory.get("plan", as_of=revisions[2]) == {"step": 2}
+        # A timedelta is how long ago.
+        assert client.memory.get("plan", as_of=timedelta(0)) == {"step": 2}
+        assert client.memory.get("plan", as_of=timedelta(days=1)) is None
+        with pytest.raises(ValueError, match="how long ago"):
+            client.memory.get("plan", as_of=timedelta(seconds=-1))
         then = client.memory.snapshot(revisions[1])
         assert [(e.key, e.version, e.value) for e in then.entries] == [
             ("notes", 1, "n1"), ("plan", 1, {"step": 1})

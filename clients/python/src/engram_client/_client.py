@@ -902,7 +902,7 @@ class Memory:
         self, key: str, *, version: int | None = None, as_of: _requests.Point | None = None
     ) -> Entry | None:
         """The newest version of a key, or a given one, or the one current
-        ``as_of`` a revision or a time; None when there is none or it was
+        ``as_of`` a revision, a time or a ``timedelta`` ago; None when there is none or it was
         deleted. A version purged since raises :class:`NotFound` (reason
         ``VERSION_PURGED``)."""
         request = self._scope.get(key, version, as_of)

@@ -203,14 +203,19 @@ def to_value(obj: Any) -> struct_pb2.Value:
     return value
 
 
-#: A point in the past: a change-feed revision (as ``watch`` yields them) or a time.
-Point = int | datetime
+#: A point in the past: a change-feed revision (as ``watch`` yields them), a
+#: time, or how long ago (a ``timedelta``, from this machine's clock).
+Point = int | datetime | timedelta
 
 
 def as_of(point: Point | None) -> memory_pb2.AsOf | None:
     """The ``as_of`` message naming a revision or a time."""
     if point is None:
         return None
+    if isinstance(point, timedelta):
+        if point < timedelta(0):
+            raise ValueError(f"as_of: a timedelta is how long ago, not {point}")
+        return memory_pb2.AsOf(time=timestamp(datetime.now(timezone.utc) - point))
     if isinstance(point, datetime):
         return memory_pb2.AsOf(time=timestamp(point))
     return memory_pb2.AsOf(revision=point)
