@@ -170,6 +170,11 @@ def test_export_and_import(server: Server, tmp_path: Path) -> None:
 
 def test_compare_and_set_and_invalid_input(server: Server) -> None:
     with Engram(server.address) as client:
+        # No scope and no flow: the error says how to give one here.
+        with pytest.raises(InvalidArgument) as unscoped:
+            client.memory.set("k", 1)
+        assert unscoped.value.reason == "SCOPE_NOT_CONFIGURED"
+        assert "call memory.configure(scope) first" in str(unscoped.value)
         client.memory.configure("prefs")
         client.memory.set("k", 1)
         with pytest.raises(Conflict) as lost:

@@ -84,6 +84,16 @@ _BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
 }
 
 
+#: What a reason means in this client's own terms, where the server's
+#: message can only name the request's fields.
+_HINTS: dict[str, str] = {
+    "SCOPE_NOT_CONFIGURED": (
+        "in this client, call memory.configure(scope) first, "
+        "or give the client a flow_name (Engram(..., flow_name=...) or set_context)"
+    ),
+}
+
+
 def from_rpc_error(error: grpc.RpcError) -> EngramError:
     """Turns a failed call (blocking or asyncio) into an EngramError with
     its details decoded."""
@@ -108,4 +118,6 @@ def from_rpc_error(error: grpc.RpcError) -> EngramError:
                 metadata = dict(info.metadata)
             elif detail.Unpack(bad):
                 fields = {v.field: v.description for v in bad.field_violations}
+    if reason in _HINTS:
+        message = f"{message}; {_HINTS[reason]}"
     return _BY_CODE.get(code, EngramError)(code, message, reason, metadata, fields)
