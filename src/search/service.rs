@@ -79,7 +79,7 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
                 return Err(Error::invalid(
                     Reason::InvalidArgument,
                     "limit",
-                    format!("limit must be from 1 to {MAX_LIMIT} (0: {DEFAULT_LIMIT}), got {n}"),
+                    format!("must be from 1 to {MAX_LIMIT} (0 means {DEFAULT_LIMIT}), got {n}"),
                 ));
             }
         };
@@ -105,7 +105,7 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
                 Reason::InvalidArgument,
                 "following_episodes",
                 format!(
-                    "following_episodes must be from 0 to {MAX_FOLLOWING}, got {}",
+                    "must be from 0 to {MAX_FOLLOWING}, got {}",
                     request.following_episodes
                 ),
             ));
@@ -124,7 +124,7 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
             return Err(Error::invalid(
                 Reason::InvalidArgument,
                 "end_time",
-                "end_time must be after start_time",
+                "must be after start_time",
             ));
         }
         let sources: Vec<Source> = if request.sources.is_empty() {

@@ -968,6 +968,15 @@ async fn bad_requests_name_the_field(backend: Backend) {
         ),
         (
             SearchRequest {
+                following_episodes: -1,
+                ..query("x")
+            },
+            Code::InvalidArgument,
+            "INVALID_ARGUMENT",
+            "following_episodes",
+        ),
+        (
+            SearchRequest {
                 scope: "ops".to_owned(),
                 ..query("x")
             },
@@ -1015,7 +1024,22 @@ async fn bad_requests_name_the_field(backend: Backend) {
         assert_eq!(status.code(), code, "{field}: {status:?}");
         assert_eq!(reason(&status), why, "{field}: {status:?}");
         assert_eq!(bad_fields(&status), vec![field.to_owned()], "{status:?}");
+        // The field is named once, before what is wrong with it.
+        let said = status.message();
+        let rest = said.strip_prefix(&format!("{field}: ")).unwrap_or(said);
+        assert!(!rest.starts_with(field), "{said}");
     }
+    let status = client
+        .search(SearchRequest {
+            limit: 101,
+            ..query("x")
+        })
+        .await
+        .expect_err("limit");
+    assert_eq!(
+        status.message(),
+        "limit: must be from 1 to 100 (0 means 10), got 101"
+    );
     for mode in [SearchMode::Semantic, SearchMode::Hybrid] {
         let status = client
             .search(SearchRequest {
