@@ -87,9 +87,15 @@ pub(crate) fn as_of(flag: &str, text: Option<&str>) -> CliResult<Option<proto::A
         chrono::DateTime::parse_from_rfc3339(text)
             .map(|t| crate::api::convert::timestamp(t.to_utc()))
             .map_err(|err| {
+                // Why the time was refused, only for what looks like one.
+                let why = if text.starts_with(|c: char| c.is_ascii_digit()) {
+                    format!(": {err}")
+                } else {
+                    String::new()
+                };
                 CliError::usage(format!(
                     "{flag}: {text:?} is not a revision (42), an RFC 3339 time \
-                     (2026-11-23T12:00:00Z) or a duration ago (30m, 2h, 7d): {err}"
+                     (2026-11-23T12:00:00Z) or a duration ago (30m, 2h, 7d){why}"
                 ))
             })?
     };

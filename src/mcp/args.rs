@@ -412,7 +412,7 @@ pub(super) fn bounded(field: &str, value: Option<u32>, default: u32) -> Result<i
         None => Ok(default as i32),
         Some(0) => Err(Failed::argument(format!("{field} must be at least 1"))),
         Some(n) if n > MAX_PAGE => Err(Failed::argument(format!(
-            "{field} must be at most {MAX_PAGE}"
+            "{field} must be at most {MAX_PAGE}, got {n}"
         ))),
         Some(n) => Ok(n as i32),
     }

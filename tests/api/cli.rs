@@ -356,7 +356,15 @@ async fn memory_commands_against_a_server() {
     let now = cli.run(&args);
     assert_eq!(now.code, 0, "{}", now.stderr);
     for (point, says) in [
-        ("yesterday", "is not a revision (42), an RFC 3339 time"),
+        (
+            "yesterday",
+            "\"yesterday\" is not a revision (42), an RFC 3339 time \
+             (2026-11-23T12:00:00Z) or a duration ago (30m, 2h, 7d)\n",
+        ),
+        (
+            "2026-13-01T00:00:00Z",
+            "or a duration ago (30m, 2h, 7d): input is out of range\n",
+        ),
         ("5w", "unknown unit \"w\""),
     ] {
         let mut args = vec!["get", "user/theme", "--as-of", point];

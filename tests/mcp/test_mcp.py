@@ -185,7 +185,8 @@ async def test_bad_input_comes_back_as_error_results(connect: Connect) -> None:
         assert lost["code"] == "ABORTED" and lost["reason"] == "VERSION_MISMATCH"
 
         too_many = error(await session.call_tool("memory_list", {**scope, "page_size": 101}))
-        assert too_many["code"] == "INVALID_ARGUMENT" and "100" in too_many["message"]
+        assert too_many["code"] == "INVALID_ARGUMENT"
+        assert too_many["message"] == "page_size must be at most 100, got 101"
 
         with pytest.raises(MCPError):
             await session.read_resource("engram://nowhere/at/all")
