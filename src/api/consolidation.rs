@@ -390,12 +390,14 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
     ) -> Result<Response<proto::ListFactsResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
-        let filter = kind_from_proto("kind", req.kind)
-            .map(|kind| FactFilter {
-                app: (!req.app.is_empty()).then_some(req.app),
-                user: (!req.user.is_empty()).then_some(req.user),
-                kind,
-                newest_first: false,
+        let filter = super::sessions::owner(req.app, req.user)
+            .and_then(|owner| {
+                Ok(FactFilter {
+                    app: owner.app.map(|app| app.as_str().to_owned()),
+                    user: owner.user.map(|user| user.as_str().to_owned()),
+                    kind: kind_from_proto("kind", req.kind)?,
+                    newest_first: false,
+                })
             })
             .map_err(to_status)?;
         let page = self

@@ -432,6 +432,20 @@ async fn rules_and_filters_at_the_edge(backend: Backend) {
         }
     }
 
+    // ListFacts names its owner the way the sessions' calls do.
+    for (app, user, field) in [("bad app", "", "app"), ("app", "al\tice", "user")] {
+        let err = rules
+            .list_facts(ListFactsRequest {
+                app: app.to_owned(),
+                user: user.to_owned(),
+                ..ListFactsRequest::default()
+            })
+            .await
+            .expect_err("not a name");
+        assert_eq!(reason(&err), "INVALID_IDENTIFIER");
+        assert_eq!(bad_fields(&err), vec![field.to_owned()]);
+    }
+
     for confidence in [1.5, -0.25, f64::NAN] {
         let err = rules
             .create_rule(create(ConsolidationRule {
