@@ -201,7 +201,8 @@ impl Authenticator {
                 })?;
                 if !Tenant::is_valid_name(tenant) {
                     return Err(error(format!(
-                        "tenant {tenant:?} must be 1 to 63 ASCII letters, digits, '-', '_' or '.'"
+                        "tenant {tenant:?} must be {}",
+                        Tenant::NAME_RULE
                     )));
                 }
                 let mut admin = false;

@@ -506,44 +506,37 @@ impl Config {
         };
         let summarizer = match v.summarizer_url {
             None => None,
-            Some(url) => Some({
-                crate::openai::check_url(&url, "summarizer").map_err(anyhow::Error::msg)?;
-                OpenAiConfig {
-                    http: HttpConfig {
-                        url,
-                        api_key: v.summarizer_api_key,
-                        timeout: millis(v.summarizer_timeout_ms),
-                        retries: v.summarizer_retries,
-                    },
-                    model: v.summarizer_model.ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "summarizer_model (ENGRAM_SUMMARIZER_MODEL) is required with summarizer_url"
-                        )
-                    })?,
-                }
-            }),
+            Some(url) => {
+                let (http, model) = endpoint(
+                    "summarizer",
+                    url,
+                    v.summarizer_api_key,
+                    v.summarizer_timeout_ms,
+                    v.summarizer_retries,
+                    v.summarizer_model,
+                )?;
+                Some(OpenAiConfig { http, model })
+            }
         };
         anyhow::ensure!(v.embedder_batch > 0, "embedder_batch must be positive");
         let embedder = match v.embedder_url {
             None => None,
-            Some(url) => Some({
-                crate::openai::check_url(&url, "embedder").map_err(anyhow::Error::msg)?;
-                EmbedderConfig {
-                    http: HttpConfig {
-                        url,
-                        api_key: v.embedder_api_key,
-                        timeout: millis(v.embedder_timeout_ms),
-                        retries: v.embedder_retries,
-                    },
-                    model: v.embedder_model.ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "embedder_model (ENGRAM_EMBEDDER_MODEL) is required with embedder_url"
-                        )
-                    })?,
+            Some(url) => {
+                let (http, model) = endpoint(
+                    "embedder",
+                    url,
+                    v.embedder_api_key,
+                    v.embedder_timeout_ms,
+                    v.embedder_retries,
+                    v.embedder_model,
+                )?;
+                Some(EmbedderConfig {
+                    http,
+                    model,
                     dimensions: (v.embedder_dimensions > 0).then_some(v.embedder_dimensions),
                     batch: v.embedder_batch,
-                }
-            }),
+                })
+            }
         };
         let similarity = v.consolidation_dedup_similarity;
         anyhow::ensure!(
@@ -657,6 +650,33 @@ impl Config {
 
 fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)
+}
+
+/// An OpenAI-compatible endpoint's connection and model from its settings
+/// (`what`: "summarizer" or "embedder"); its URL is checked now, so that a
+/// bad one stops the server before it opens the database.
+fn endpoint(
+    what: &str,
+    url: String,
+    api_key: Option<String>,
+    timeout_ms: u64,
+    retries: u32,
+    model: Option<String>,
+) -> anyhow::Result<(HttpConfig, String)> {
+    crate::openai::check_url(&url, what).map_err(anyhow::Error::msg)?;
+    let model = model.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{what}_model (ENGRAM_{}_MODEL) is required with {what}_url",
+            what.to_uppercase()
+        )
+    })?;
+    let http = HttpConfig {
+        url,
+        api_key,
+        timeout: millis(timeout_ms),
+        retries,
+    };
+    Ok((http, model))
 }
 
 /// The tokens the settings configure, and whether auth is on at all.

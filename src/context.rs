@@ -19,6 +19,9 @@ impl Tenant {
         &self.0
     }
 
+    /// What [`Tenant::is_valid_name`] allows, in words for refusals.
+    pub const NAME_RULE: &str = "1 to 63 ASCII letters, digits, '-', '_' or '.'";
+
     /// Whether `name` can name a tenant: 1 to 63 of `[A-Za-z0-9._-]`
     /// (which also makes it safe inside a quoted SQL literal).
     pub fn is_valid_name(name: &str) -> bool {

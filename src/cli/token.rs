@@ -53,7 +53,8 @@ impl TokenCommand {
                 // as a role ("unknown role"), a '#' as a comment.
                 if !crate::context::Tenant::is_valid_name(&tenant) {
                     return Err(CliError::usage(format!(
-                        "--tenant {tenant:?} must be 1 to 63 ASCII letters, digits, '-', '_' or '.'"
+                        "--tenant {tenant:?} must be {}",
+                        crate::context::Tenant::NAME_RULE
                     )));
                 }
                 let token = auth::new_token();

@@ -90,18 +90,12 @@ pub async fn purge(
     headers: HeaderMap,
     axum::Form(form): axum::Form<PurgeForm>,
 ) -> Response {
-    let conn = match poster(&console, &headers, &form.csrf) {
-        Ok(conn) => conn,
-        Err(refusal) => return *refusal,
-    };
+    let conn = or_page!(poster(&console, &headers, &form.csrf));
     let confirmed = form.confirm.as_deref() == Some("yes");
     let include_deleted = form.include_deleted.is_some();
     let done = match MemoryAdminServiceClient::new(conn)
         .purge_scope(proto::PurgeScopeRequest {
-            scope_type: match super::pages::scope_type(&form.r#type) {
-                Ok(scope_type) => scope_type,
-                Err(page) => return *page,
-            },
+            scope_type: or_page!(super::pages::scope_type(&form.r#type)),
             scope: form.scope.clone(),
             keep: Some(form.keep),
             include_deleted,
@@ -160,10 +154,7 @@ pub async fn delete_session(
     headers: HeaderMap,
     axum::Form(form): axum::Form<DeleteSessionForm>,
 ) -> Response {
-    let conn = match poster(&console, &headers, &form.csrf) {
-        Ok(conn) => conn,
-        Err(refusal) => return *refusal,
-    };
+    let conn = or_page!(poster(&console, &headers, &form.csrf));
     match SessionServiceClient::new(conn)
         .delete_session(proto::DeleteSessionRequest {
             session_id: form.id,

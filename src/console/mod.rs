@@ -24,6 +24,17 @@ use tonic::Status;
 use crate::auth::Authenticator;
 use crate::mcp::{Conn, connection};
 
+/// The value, or the page that says why there is none (a refusal or a
+/// redirect, boxed).
+macro_rules! or_page {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(page) => return *page,
+        }
+    };
+}
+
 mod actions;
 mod pages;
 

@@ -30,16 +30,6 @@ macro_rules! call {
     };
 }
 
-/// The value, or the page that says why there is none.
-macro_rules! or_page {
-    ($result:expr) => {
-        match $result {
-            Ok(value) => value,
-            Err(page) => return *page,
-        }
-    };
-}
-
 /// The visitor or the page to send them to.
 macro_rules! visitor {
     ($console:expr, $headers:expr) => {
