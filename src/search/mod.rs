@@ -12,6 +12,7 @@
 //! an evicted episode or a deleted fact is gone in the same transaction
 //! that removed it.
 
+pub mod cjk;
 pub mod embedder;
 pub mod english;
 pub mod markup;

@@ -2,8 +2,11 @@
 //! matches rank higher), "quoted phrases" (each must appear) and -words
 //! (must not appear). Parsing is the domain's; each store turns the parsed
 //! query into its own syntax (a `tsquery`, an FTS5 expression) from these
-//! parts only, never from the raw text.
+//! parts only, never from the raw text. A word of Chinese, Japanese or
+//! Korean characters stands for each pair of its neighbouring characters
+//! ([`cjk::pairs`]).
 
+use super::cjk;
 use crate::error::{Error, Reason, Result};
 
 /// The longest query accepted, in bytes.
@@ -17,6 +20,9 @@ pub const MAX_TERMS: usize = 64;
 /// ([`english::spaced`]), so `src/auth/validate.ts` is found by its parts
 /// as the indexes store them. So is a hyphen between letters or digits
 /// ([`apart`]): `state-of-the-art` looks for its words side by side.
+/// Characters of Chinese, Japanese and Korean are words of their own
+/// ([`cjk::apart`]), and an unquoted run of them stands for its pairs of
+/// neighbours ([`cjk::pairs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     /// Optional words: an item matching any is a candidate.
@@ -25,6 +31,9 @@ pub struct Query {
     pub phrases: Vec<String>,
     /// Words or phrases an item must not contain.
     pub excluded: Vec<String>,
+    /// What a semantic search embeds: the phrases and the words as
+    /// written (but for spacing), in that order, without the exclusions.
+    pub meaning: String,
 }
 
 impl Query {
@@ -44,7 +53,9 @@ impl Query {
             words: Vec::new(),
             phrases: Vec::new(),
             excluded: Vec::new(),
+            meaning: String::new(),
         };
+        let mut meant = Vec::new();
         let mut rest = text;
         loop {
             rest = rest.trim_start();
@@ -66,19 +77,29 @@ impl Query {
                 }
             };
             rest = after;
+            let written = term;
             let term = normalize(term);
             if !term.chars().any(char::is_alphanumeric) {
                 continue;
             }
             match (excluded, quoted) {
                 (true, _) => query.excluded.push(term),
-                (false, true) => query.phrases.push(term),
-                (false, false) => query.words.push(term),
+                (false, true) => {
+                    let phrase = written.split_whitespace().collect::<Vec<_>>().join(" ");
+                    meant.insert(query.phrases.len(), phrase);
+                    query.phrases.push(term);
+                }
+                (false, false) => {
+                    meant.push(written.to_owned());
+                    query.words.extend(cjk::pairs(term.split(' ')));
+                }
             }
         }
+        query.meaning = meant.join(" ");
         if query.words.len() + query.phrases.len() + query.excluded.len() > MAX_TERMS {
             return Err(invalid(format!(
-                "a query may hold at most {MAX_TERMS} words and phrases"
+                "a query may hold at most {MAX_TERMS} words and phrases (a run of Chinese, \
+                 Japanese or Korean characters holds a word for each pair of neighbours)"
             )));
         }
         if query.words.is_empty() && query.phrases.is_empty() {
@@ -93,17 +114,6 @@ impl Query {
 }
 
 impl Query {
-    /// What a semantic search embeds: the phrases and words, in that order
-    /// (the excluded ones filter the hits instead).
-    pub fn meaning(&self) -> String {
-        self.phrases
-            .iter()
-            .chain(&self.words)
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
     /// Whether a text holds one of the excluded words or phrases (compared
     /// in lower case): a semantic hit with one is dropped.
     pub fn excludes(&self, text: &str) -> bool {
@@ -118,9 +128,10 @@ impl Query {
 }
 
 /// Collapses whitespace and reads compounds as the indexes do
-/// ([`english::spaced`]), hyphenated words as their parts ([`apart`]).
+/// ([`english::spaced`]), hyphenated words as their parts ([`apart`]),
+/// Chinese, Japanese and Korean characters one by one ([`cjk::apart`]).
 fn normalize(term: &str) -> String {
-    apart(&super::english::spaced(term))
+    apart(&cjk::apart(&super::english::spaced(term)))
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
@@ -163,6 +174,7 @@ mod tests {
         assert_eq!(q.words, vec!["deploy", "src auth validate ts"]);
         assert_eq!(q.phrases, vec!["blue green"]);
         assert_eq!(q.excluded, vec!["staging", "old cluster"]);
+        assert_eq!(q.meaning, "blue green deploy src/auth/validate.ts");
         let unclosed = Query::parse("query", r#"say "hello there"#).expect("valid");
         assert_eq!(unclosed.phrases, vec!["hello there"]);
         let dash = Query::parse("query", "state-of-the-art - x").expect("valid");
@@ -172,6 +184,31 @@ mod tests {
         assert_eq!(hyphens.words, vec!["v2 beta", "a-"]);
         assert_eq!(hyphens.phrases, vec!["e mail café bar"]);
         assert_eq!(hyphens.excluded, vec!["well known", "b"]);
+    }
+
+    /// A run of Chinese, Japanese or Korean characters looks for its pairs
+    /// of neighbours; quoted, for all of them side by side.
+    #[test]
+    fn cjk_runs_are_looked_for_by_their_pairs() {
+        let q = Query::parse("query", r#"深色模式 GPT模型 "部署 设置" -旧版 深"#).expect("valid");
+        assert_eq!(q.words, ["深 色", "色 模", "模 式", "GPT", "模 型", "深"]);
+        assert_eq!(q.phrases, ["部 署 设 置"]);
+        assert_eq!(q.excluded, ["旧 版"]);
+        // Embedded as written, phrases first.
+        assert_eq!(q.meaning, "部署 设置 深色模式 GPT模型 深");
+        assert!(q.excludes("我们的旧版本"));
+        assert!(!q.excludes("旧的版本"));
+        let korean = Query::parse("query", "한국어 검색").expect("valid");
+        assert_eq!(korean.words, ["한 국", "국 어", "검 색"]);
+        // Each pair is a word: a run longer than the bound is refused by it.
+        let long = "深".repeat(MAX_TERMS + 2);
+        assert_eq!(
+            Query::parse("query", &long).expect("one pair").words,
+            ["深 深"]
+        );
+        let long: String = ('\u{4e00}'..).take(MAX_TERMS + 2).collect();
+        let err = Query::parse("query", &long).expect_err("too many pairs");
+        assert!(err.to_string().contains("each pair of neighbours"), "{err}");
     }
 
     #[test]

@@ -196,7 +196,7 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
         limit: usize,
     ) -> Result<Vec<Hit>> {
         let vector = embedder
-            .embed(&[query.meaning()])
+            .embed(std::slice::from_ref(&query.meaning))
             .await
             .map_err(|err| Error::DependencyUnavailable {
                 reason: Reason::EmbedderUnavailable,

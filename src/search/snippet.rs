@@ -10,11 +10,18 @@
 //! go unmarked here; which items are found and how they rank never
 //! depends on it. SQLite's hits were marked by FTS5's
 //! `snippet()` until that statement proved as dear as the search itself.
+//!
+//! A character of Chinese, Japanese or Korean is a word of its own, as the
+//! indexes read it ([`cjk`]), and is marked when it stands beside another
+//! of the query's (the pairs a query looks for), or alone when the query
+//! holds only one such character: `的` is marked in `我的` only when the
+//! query asked for `我的`.
 
 use std::collections::HashSet;
 
 use std::ops::Range;
 
+use super::cjk::{self, is_cjk};
 use super::english::{lexeme, spaced};
 use super::numbers;
 
@@ -74,23 +81,49 @@ pub fn snippet(text: &str, terms: &[String]) -> String {
         .join(DELIMITER)
 }
 
-/// The words of `text`, marked when their lexeme is one of `terms`.
+/// The words of `text`, marked when their lexeme is one of `terms` (a
+/// character of Chinese, Japanese or Korean only beside another marked
+/// one, but when `terms` hold one such character alone).
 fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
-    word_ranges(text)
+    let mut words: Vec<Word> = word_ranges(text)
         .into_iter()
         .map(|range| Word {
             marked: terms.contains(lexeme(&text[range.clone()]).as_str()),
             start: range.start,
             end: range.end,
         })
-        .collect()
+        .collect();
+    if terms.iter().filter(|t| cjk::holds(t)).count() > 1 {
+        let cjk_word = |w: &Word| {
+            let mut chars = text[w.start..w.end].chars();
+            matches!((chars.next(), chars.next()), (Some(c), None) if is_cjk(c))
+        };
+        let marked_beside = |beside: Option<usize>| {
+            beside
+                .and_then(|at| words.get(at))
+                .is_some_and(|w| w.marked && cjk_word(w))
+        };
+        let lone: Vec<usize> = (0..words.len())
+            .filter(|&at| {
+                words[at].marked
+                    && cjk_word(&words[at])
+                    && !marked_beside(at.checked_sub(1))
+                    && !marked_beside(Some(at + 1))
+            })
+            .collect();
+        for at in lone {
+            words[at].marked = false;
+        }
+    }
+    words
 }
 
 /// Where the words of `text` are, as snippets read them: runs of letters
 /// and digits, but a decimal, a version or a signed number whole, as the
 /// indexes keep it ([`numbers::whole`]), so that `3.14` is marked when
 /// `3.14` is searched, and one right before letters a word apart from
-/// them ([`numbers::before_letters`]: `3.21` in `3.21s`).
+/// them ([`numbers::before_letters`]: `3.21` in `3.21s`), and each
+/// character of Chinese, Japanese or Korean alone ([`cjk`]).
 pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
     let numbers = numbers::apart(&spaced(text));
     let mut numbers = numbers.iter().peekable();
@@ -108,13 +141,20 @@ pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
             skip_to = number.end;
             continue;
         }
-        match (c.is_alphanumeric(), start) {
-            (true, None) => start = Some(at),
-            (false, Some(from)) => {
+        if is_cjk(c) {
+            if let Some(from) = start.take() {
                 words.push(from..at);
-                start = None;
             }
-            _ => {}
+            words.push(at..at + c.len_utf8());
+        } else {
+            match (c.is_alphanumeric(), start) {
+                (true, None) => start = Some(at),
+                (false, Some(from)) => {
+                    words.push(from..at);
+                    start = None;
+                }
+                _ => {}
+            }
         }
         // A number inside a run of letters and digits is none of its own.
         while numbers.next_if(|n| n.start < at).is_some() {}
@@ -153,18 +193,18 @@ fn best_fragment(words: &[Word], chosen: &[(usize, usize)]) -> Option<(usize, us
 }
 
 /// The text from the first word to the last, marked words in `**`, with
-/// the punctuation that clings to them (up to the whitespace around).
+/// the punctuation that clings to them (up to the whitespace around, or
+/// a character of Chinese, Japanese or Korean, which stands for a word).
 fn render(text: &str, words: &[Word]) -> String {
     let (Some(first), Some(last)) = (words.first(), words.last()) else {
         return String::new();
     };
-    let start = text[..first.start]
-        .rfind(char::is_whitespace)
-        .map_or(0, |at| {
-            at + text[at..].chars().next().map_or(1, char::len_utf8)
-        });
+    let edge = |c: char| c.is_whitespace() || is_cjk(c);
+    let start = text[..first.start].rfind(edge).map_or(0, |at| {
+        at + text[at..].chars().next().map_or(1, char::len_utf8)
+    });
     let end = text[last.end..]
-        .find(char::is_whitespace)
+        .find(edge)
         .map_or(text.len(), |at| last.end + at);
     let mut out = String::with_capacity(end - start + 16);
     let mut at = start;
@@ -323,6 +363,36 @@ mod tests {
             ),
             "Read the guide before you **deploy** & roll."
         );
+    }
+
+    #[test]
+    fn cjk_characters_are_words_marked_in_pairs() {
+        let query = |text: &str| {
+            let q = crate::search::Query::parse("query", text).expect("valid");
+            q.words
+                .iter()
+                .flat_map(|w| w.split(' '))
+                .map(lexeme)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            snippet("我喜欢深色模式，不喜欢浅色。", &query("深色")),
+            "我喜欢**深色**模式，不喜欢浅色。"
+        );
+        // A character of the query alone is not marked where it stands
+        // apart from the others; a query of one character marks it.
+        assert_eq!(snippet("深夜的颜色", &query("深色")), "深夜的颜色");
+        assert_eq!(snippet("深夜的颜色", &query("色")), "深夜的颜**色**");
+        assert_eq!(
+            snippet("GPT模型をデプロイする", &query("gpt モデル デプロイ")),
+            "**GPT**模型を**デプロイ**する"
+        );
+        // A long text without spaces is cut by characters, not whole.
+        let long = format!("{}深色模式{}", "甲".repeat(200), "乙".repeat(200));
+        let got = snippet(&long, &query("深色"));
+        assert_eq!(got.chars().count(), FRAGMENT_WORDS + 4, "{got}");
+        assert!(got.contains("甲**深色**模式乙"), "{got}");
+        assert_eq!(word_ranges("a深b").len(), 3);
     }
 
     #[test]

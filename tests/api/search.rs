@@ -263,6 +263,47 @@ async fn ranking_and_query_syntax(backend: Backend) {
     );
 }
 
+/// Chinese, Japanese and Korean through the API: a word of the text is
+/// found inside a run written without spaces, the run itself first, with
+/// its characters marked in the snippet, and a quoted run needs them in a
+/// row.
+async fn cjk_words_are_found_inside_runs(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let said = [
+        ("dark", "我喜欢深色模式，晚上看代码不累。"),
+        ("scattered", "深夜里，颜色和模式都变了。"),
+        ("japanese", "明日の会議でデプロイの手順を決めます"),
+        ("korean", "배포 설정은 쿠버네티스로 합니다"),
+    ];
+    let episodes = said
+        .iter()
+        .map(|(id, text)| episode(id, "user_message", "", json!(text)))
+        .collect();
+    server
+        .episodes()
+        .append_episodes(append("s1", "alice", episodes))
+        .await
+        .expect("append");
+
+    let hits = search(&server, query("深色模式")).await;
+    assert_eq!(
+        names(&hits),
+        ["episode:dark", "episode:scattered"],
+        "{hits:?}"
+    );
+    assert_eq!(hits[0].snippet, "我喜欢**深色模式**，晚上看代码不累。");
+    let quoted = search(&server, query("\"深色\"")).await;
+    assert_eq!(names(&quoted), ["episode:dark"]);
+    let japanese = search(&server, query("デプロイ 手順")).await;
+    assert_eq!(names(&japanese), ["episode:japanese"]);
+    assert_eq!(
+        japanese[0].snippet,
+        "明日の会議で**デプロイ**の**手順**を決めます"
+    );
+    let korean = search(&server, query("쿠버네티스")).await;
+    assert_eq!(names(&korean), ["episode:korean"]);
+}
+
 /// Each filter narrows its own source and leaves the others alone.
 async fn filters_narrow_each_source(backend: Backend) {
     let server = TestServer::spawn(backend).await;
@@ -1066,6 +1107,7 @@ async fn bad_requests_name_the_field(backend: Backend) {
 on_both_stores!(
     finds_live_items_of_every_source,
     ranking_and_query_syntax,
+    cjk_words_are_found_inside_runs,
     filters_narrow_each_source,
     tenants_never_see_each_other,
     removals_take_effect_at_once,

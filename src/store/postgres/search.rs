@@ -786,6 +786,7 @@ mod tests {
             words: owned(words),
             phrases: owned(phrases),
             excluded: owned(excluded),
+            meaning: String::new(),
         }
     }
 

@@ -74,7 +74,7 @@ use std::ptr;
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
 
-use crate::search::{english, markup, numbers};
+use crate::search::{cjk, english, markup, numbers};
 
 /// The function's SQL name, as FTS5 takes it (NUL-terminated).
 const NAME: &CStr = c"engram_hits";
@@ -175,6 +175,11 @@ enum Reading {
     /// Migration 0017 (`reading 4`): as `reading 3`, and a decimal or
     /// version right before letters a word apart from them.
     NumbersBeforeLetters,
+    /// Migration 0018 (`reading 5`): as `reading 4`, and each character
+    /// of Chinese, Japanese or Korean a token of its own
+    /// ([`crate::search::cjk`]), as Postgres reads it since its migration
+    /// 0029.
+    CharactersAlone,
 }
 
 impl Reading {
@@ -235,6 +240,7 @@ unsafe fn reading_of(
                 Some(b"2") => Reading::AsPostgres,
                 Some(b"3") => Reading::StringsAlone,
                 Some(b"4") => Reading::NumbersBeforeLetters,
+                Some(b"5") => Reading::CharactersAlone,
                 _ => return None,
             };
             i += 2;
@@ -657,6 +663,77 @@ unsafe extern "C" fn stemmed(
     if rc != ffi::SQLITE_OK {
         return rc;
     }
+    // Reading 5: each character of Chinese, Japanese or Korean a token
+    // of its own, the rest of the token read as any other around them.
+    if caller.reading >= Reading::CharactersAlone && cjk::holds(word) {
+        // As written, untrimmed (the pieces take their own marks off),
+        // so that each piece's offsets are its own.
+        let (text, offsets) = match caller.written(start, end) {
+            Some(written) => (written, true),
+            None => (word, false),
+        };
+        for piece in cjk_pieces(text) {
+            let from = usize::try_from(start).unwrap_or(0) + piece.start;
+            let (piece_start, piece_end) =
+                match (c_int::try_from(from), c_int::try_from(from + piece.len())) {
+                    (Ok(s), Ok(e)) if offsets => (s, e),
+                    _ => (start, end),
+                };
+            let piece = &text[piece];
+            let lower = piece.to_lowercase();
+            let written = offsets.then_some(piece);
+            let rc = hand_on(caller, flags, &lower, written, piece_start, piece_end);
+            if rc != ffi::SQLITE_OK {
+                return rc;
+            }
+        }
+        return ffi::SQLITE_OK;
+    }
+    hand_on(caller, flags, word, written, start, end)
+}
+
+/// The pieces of a token of `unicode61` that reading 5 hands on: each
+/// character of Chinese, Japanese or Korean alone, and each run of other
+/// characters between them with the marks that follow none (`゙` after a
+/// character read alone) taken off its start, as Postgres's parser drops
+/// them; empty runs left out.
+fn cjk_pieces(text: &str) -> Vec<Range<usize>> {
+    let mut pieces = Vec::new();
+    let mut run: Option<usize> = None;
+    let close = |run: &mut Option<usize>, to: usize, pieces: &mut Vec<Range<usize>>| {
+        if let Some(from) = run.take() {
+            let rest = &text[from..to];
+            let from = to
+                - rest
+                    .trim_start_matches(|c: char| !c.is_alphanumeric())
+                    .len();
+            if from < to {
+                pieces.push(from..to);
+            }
+        }
+    };
+    for (at, c) in text.char_indices() {
+        if cjk::is_cjk(c) {
+            close(&mut run, at, &mut pieces);
+            pieces.push(at..at + c.len_utf8());
+        } else if run.is_none() {
+            run = Some(at);
+        }
+    }
+    close(&mut run, text.len(), &mut pieces);
+    pieces
+}
+
+/// Hands a word on as its lexeme: `word` as the parent gave it (or a piece
+/// of it), `written` the same word as the text has it (reading 3).
+fn hand_on(
+    caller: &Caller,
+    flags: c_int,
+    word: &str,
+    written: Option<&str>,
+    start: c_int,
+    end: c_int,
+) -> c_int {
     if !english::is_stop_word(word) {
         caller.worded.set(true);
     }
@@ -667,22 +744,20 @@ unsafe extern "C" fn stemmed(
             None if fold => english::folded_lowercase(word),
             None => Cow::Borrowed(word),
         };
-        // The lexeme, where it is not the parent's token.
+        // The lexeme, where it is not the word handed.
         match english::stem_lowercase(&folded) {
             Cow::Owned(stem) => Some(stem),
-            Cow::Borrowed(same) => (same.as_bytes() != bytes).then(|| same.to_owned()),
+            Cow::Borrowed(same) => (same != word).then(|| same.to_owned()),
         }
     })
     .ok()
     .flatten();
-    match lexeme.as_deref().map(|s| (s, c_int::try_from(s.len()))) {
-        // SAFETY: FTS5 copies the token before the callback returns.
-        Some((lexeme, Ok(n))) => unsafe {
-            (caller.emit)(caller.context, flags, lexeme.as_ptr().cast(), n, start, end)
-        },
-        // SAFETY: as above.
-        _ => unsafe { (caller.emit)(caller.context, flags, token, length, start, end) },
-    }
+    let lexeme = lexeme.as_deref().unwrap_or(word);
+    let Ok(n) = c_int::try_from(lexeme.len()) else {
+        return ffi::SQLITE_ERROR;
+    };
+    // SAFETY: FTS5 copies the token before the callback returns.
+    unsafe { (caller.emit)(caller.context, flags, lexeme.as_ptr().cast(), n, start, end) }
 }
 
 /// The connection's `fts5_api` pointer, as FTS5 documents getting it.
@@ -1062,6 +1137,47 @@ mod tests {
         // A table of reading 3 reads as it always did.
         let mut old = table(READING_3).await;
         assert_eq!(lexemes(&mut old, "took 3.21s").await, ["took", "3", "21s"]);
+    }
+
+    #[tokio::test]
+    async fn reading_5_reads_each_cjk_character_alone() {
+        let mut conn = table(&READING_3.replace("reading 3", "reading 5")).await;
+        let cases: [(&str, &[&str]); 4] = [
+            (
+                "我喜欢深色模式",
+                &["我", "喜", "欢", "深", "色", "模", "式"],
+            ),
+            // The letters beside them are words as any other: folded and
+            // stemmed; punctuation of the blocks is a break, a lone mark
+            // is no word.
+            (
+                "GPT模型をDeployments、Café・ｶﾀ\u{3099}",
+                &["gpt", "模", "型", "を", "deploy", "cafe", "ｶ", "ﾀ"],
+            ),
+            ("한국어 검색", &["한", "국", "어", "검", "색"]),
+            // Numbers as before.
+            ("第3章 v2 3.5", &["第", "3", "章", "v2", "3.5"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(lexemes(&mut conn, text).await, want, "{text:?}");
+        }
+        lexemes(&mut conn, "我喜欢深色模式").await;
+        for (query, found) in [
+            ("\"深 色\"", 1),
+            ("\"深色\"", 1),
+            ("\"色 深\"", 0),
+            ("深", 1),
+        ] {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH ?1")
+                .bind(query)
+                .fetch_one(&mut conn)
+                .await
+                .expect("match");
+            assert_eq!(n, found, "{query}");
+        }
+        // A table of reading 4 reads as it always did.
+        let mut old = table(&READING_3.replace("reading 3", "reading 4")).await;
+        assert_eq!(lexemes(&mut old, "深色 模式").await, ["深色", "模式"]);
     }
 
     /// Reading 3 folds each letter of the blocks the API tests hold to

@@ -628,25 +628,77 @@ async fn stop_words_alone_find_nothing<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
-/// Text in a script written without spaces is a word per run of letters
-/// on both stores, as Postgres's parser reads it (the README says so).
-async fn scripts_without_spaces_are_a_word_per_run<S: Store>(store: S, _db: &TestDb) {
+/// Chinese, Japanese and Korean characters are words of their own on both
+/// stores, and a query word of them looks for its pairs of neighbouring
+/// characters: `東京` finds "東京での会議は明日です" in memory, facts and
+/// episodes (Postgres's parser, and SQLite's tokenizer before its reading
+/// 5, read the run as one word, found only whole). The run itself ranks
+/// above its characters scattered; a quoted run needs them side by side;
+/// snippets mark the characters found. Thai, also written without
+/// spaces, is still a word per run (the README says so).
+async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
     let text = "Café in Zürich. 東京での会議は明日です。";
-    write_everywhere(&store, text, "notes/trip", "travel").await;
-    let any = Filters::default();
-    for (query, found_it) in [
-        ("東京での会議は明日です", true),
-        ("東京", false),
-        ("zurich", true),
-    ] {
-        let hits = found(&store, "t1", Source::Episodes, query, &any).await;
+    write_everywhere(&store, text, "notes/trip", "東京出張").await;
+    let everywhere = ["e1", "notes/trip@1", "ops@example.com"];
+    for query in ["東京", "東京での会議は明日です", "東京 zurich"] {
+        assert_eq!(found_everywhere(&store, query).await, everywhere, "{query}");
+    }
+    for query in ["会議", "明日", "\"会議は明日\"", "は明"] {
         assert_eq!(
-            !hits.is_empty(),
-            found_it,
-            "{query}: {:?}",
-            described(&hits)
+            found_everywhere(&store, query).await,
+            ["e1", "notes/trip@1"],
+            "{query}"
         );
     }
+    for query in ["京都", "\"明日は会議\"", "日東"] {
+        assert_eq!(
+            found_everywhere(&store, query).await,
+            Vec::<String>::new(),
+            "{query}"
+        );
+    }
+
+    let l = log(&store, "t1");
+    let s2 = id("s2");
+    l.create("s2", "app", "alice", 0).await;
+    let said = [
+        ("dark", "深色模式已开启。"),
+        ("scattered", "深夜里，颜色和模式都变了。"),
+        ("light", "我喜欢浅色"),
+        ("japanese", "GPT模型をデプロイする"),
+        ("korean", "한국어 검색 기능"),
+        ("thai", "สวัสดีครับ"),
+    ];
+    let episodes: Vec<_> = said
+        .iter()
+        .map(|(e, text)| episode(&s2, Some(e), None, None, json!(text)))
+        .collect();
+    l.append("s2", &episodes).await;
+    let s2_only = Filters {
+        session_id: Some(s2.clone()),
+        ..Filters::default()
+    };
+    let search = async |query: &str| {
+        let hits = found(&store, "t1", Source::Episodes, query, &s2_only).await;
+        let snippets: Vec<String> = hits.iter().map(|h| h.snippet.clone()).collect();
+        (described(&hits), snippets)
+    };
+    let (hits, snippets) = search("深色模式").await;
+    assert_eq!(hits, ["dark", "scattered"], "{snippets:?}");
+    assert_eq!(snippets[0], "**深色模式**已开启。");
+    assert_eq!(snippets[1], "深夜里，颜色和**模式**都变了。");
+    assert_eq!(search("深色").await.0, ["dark"]);
+    assert_eq!(search("\"色模\"").await.0, ["dark"]);
+    assert_eq!(search("模式 -深色").await.0, ["scattered"]);
+    assert_eq!(search("色").await.0.len(), 3);
+    let (hits, snippets) = search("デプロイ").await;
+    assert_eq!(hits, ["japanese"]);
+    assert_eq!(snippets, ["GPT模型を**デプロイ**する"]);
+    assert_eq!(search("gpt 模型").await.0, ["japanese"]);
+    assert_eq!(search("국어").await.0, ["korean"]);
+    assert_eq!(search("검색").await.1, ["한국어 **검색** 기능"]);
+    assert_eq!(search("สวัสดีครับ").await.0, ["thai"]);
+    assert_eq!(search("สวัสดี").await.0, Vec::<String>::new());
 }
 
 /// A fact's snippet shows its content, led by the parts of its triple the
@@ -1038,6 +1090,48 @@ async fn numbers_before_letters_written_before_their_reading_are_read_again_by_t
     );
 }
 
+/// What a database held before Chinese, Japanese and Korean characters
+/// were read one by one (Postgres's migration 0029, SQLite's 0018) is read
+/// again by the migration: `東京` finds it after, in memory, facts and
+/// episodes, where the run had been one word.
+async fn cjk_text_is_read_again_by_the_migration<S>(store: S, before: i64)
+where
+    S: Store + engram::ports::Database,
+{
+    let text = "東京での会議は明日です";
+    let all = ["e1", "notes@1", "ops@example.com"];
+    store
+        .migrate_through(Some(before))
+        .await
+        .expect("the schema before");
+    write_everywhere(&store, text, "notes", text).await;
+    assert_eq!(found_everywhere(&store, "東京").await, Vec::<String>::new());
+    store.migrate().await.expect("migrate");
+    for query in ["東京", "会議", text] {
+        assert_eq!(found_everywhere(&store, query).await, all, "{query}");
+    }
+    // A key written again leaves its old words (FTS5 reads the stored text
+    // again to remove them), and what is written after is read so.
+    writer(&store, "t1").set("notes", json!("明日は休み")).await;
+    assert_eq!(
+        found_everywhere(&store, "会議").await,
+        ["e1", "ops@example.com"]
+    );
+    assert_eq!(found_everywhere(&store, "休み").await, ["notes@2"]);
+}
+
+#[tokio::test]
+async fn cjk_text_written_before_its_reading_is_read_again_on_postgres() {
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    cjk_text_is_read_again_by_the_migration(db.pg_store().await, 28).await;
+}
+
+#[tokio::test]
+async fn cjk_text_written_before_its_reading_is_read_again_on_sqlite() {
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    cjk_text_is_read_again_by_the_migration(db.sqlite_store().await, 17).await;
+}
+
 /// In a database that lowercases as Rust does (the test cluster's), the
 /// server builds plain episodes' vectors and normalises plain queries
 /// itself. The check that decides it once compared a vector with
@@ -1417,5 +1511,5 @@ store_suite!(
     stop_words_alone_find_nothing,
     stop_words_at_the_ends_of_a_phrase_are_dropped,
     fact_snippets_say_the_triple_once,
-    scripts_without_spaces_are_a_word_per_run,
+    cjk_text_is_found_by_its_words,
 );
