@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use super::follow::Follow;
 use super::{
     CliError, CliResult, ClientArgs, Output, Progress, all_pages, connect, given_or_stdin,
     parse_value, plural, print_json, time, value_json,
@@ -303,7 +304,9 @@ enum Command {
         scope: ScopeArgs,
     },
     /// Follow a scope's changes until Ctrl-C (or --limit changes); prints
-    /// the revision to resume from when it stops
+    /// the revision to resume from when it stops, and reconnects from the
+    /// last revision printed when the stream breaks (a server restart, a
+    /// dropped connection)
     Watch {
         #[command(flatten)]
         scope: ScopeArgs,
@@ -316,6 +319,9 @@ enum Command {
         /// Stop after this many changes
         #[arg(long)]
         limit: Option<usize>,
+        /// Stop when the stream breaks instead of reconnecting
+        #[arg(long)]
+        no_reconnect: bool,
     },
     /// Backfill flow tags on execution-scoped versions (a dry run unless --apply)
     Reindex {
@@ -1025,45 +1031,35 @@ async fn run(channel: super::Connection, output: Output, command: Command) -> Cl
             prefix,
             from_revision,
             limit,
+            no_reconnect,
         } => {
             let (scope_type, scope) = scope.proto();
-            let mut stream = memory
-                .watch(proto::WatchRequest {
-                    scope_type,
-                    scope,
-                    key_prefix: prefix,
-                    from_revision,
-                })
-                .await?
-                .into_inner();
-            let mut last = from_revision;
-            let mut seen = 0;
-            let resume = |last: Option<i64>| {
-                if let Some(revision) = last {
-                    eprintln!("resume with --from-revision {revision}");
-                }
+            let follow = Follow {
+                flag: "--from-revision",
+                resume_key: "resume_revision",
+                reconnect: !no_reconnect,
+                limit,
             };
-            while limit.is_none_or(|limit| seen < limit) {
-                let next = tokio::select! {
-                    next = stream.message() => next,
-                    _ = tokio::signal::ctrl_c() => break,
-                };
-                let change = match next {
-                    Ok(Some(change)) => change,
-                    Ok(None) => break,
-                    Err(status) => {
-                        resume(last);
-                        return Err(status.into());
-                    }
-                };
-                last = Some(change.revision);
-                seen += 1;
-                match output {
-                    Output::Json => outln!("{}", change_json(&change)),
-                    Output::Text => outln!("{}", change_line(&change)),
-                }
-            }
-            resume(last);
+            follow
+                .run(
+                    from_revision,
+                    |from_revision| {
+                        let mut memory = memory.clone();
+                        let request = proto::WatchRequest {
+                            scope_type,
+                            scope: scope.clone(),
+                            key_prefix: prefix.clone(),
+                            from_revision,
+                        };
+                        async move { memory.watch(request).await }
+                    },
+                    |change: &proto::WatchResponse| Some(change.revision),
+                    |change| match output {
+                        Output::Json => outln!("{}", change_json(change)),
+                        Output::Text => outln!("{}", change_line(change)),
+                    },
+                )
+                .await?;
         }
         Command::Reindex { apply } => {
             let progress = Progress::start("reindexing");

@@ -3,6 +3,7 @@
 
 use serde_json::json;
 
+use super::follow::Follow;
 use super::{
     CliError, CliResult, ClientArgs, Output, all_pages, connect, given_or_stdin, parse_value,
     plural, print_json, time, value_json,
@@ -425,7 +426,8 @@ enum EpisodeCommand {
         max_events: i32,
     },
     /// Follow appended episodes until Ctrl-C, then print the cursor to
-    /// resume from
+    /// resume from; when the stream breaks (a server restart, a dropped
+    /// connection) it reconnects from the last cursor printed
     Tail {
         /// Only episodes of this session
         #[arg(long, default_value = "", hide_default_value = true)]
@@ -446,6 +448,9 @@ enum EpisodeCommand {
         /// Stop after this many episodes
         #[arg(long)]
         limit: Option<usize>,
+        /// Stop when the stream breaks instead of reconnecting
+        #[arg(long)]
+        no_reconnect: bool,
     },
 }
 
@@ -625,48 +630,42 @@ impl EpisodesCommand {
                 types,
                 cursor,
                 limit,
+                no_reconnect,
             } => {
-                let mut stream = episodes
-                    .tail_episodes(proto::TailEpisodesRequest {
-                        session_id,
-                        user,
-                        app,
-                        types,
-                        cursor,
-                    })
-                    .await?
-                    .into_inner();
-                let mut last = cursor;
-                let mut seen = 0;
-                let resume = |last: Option<i64>| {
-                    if let Some(cursor) = last {
-                        eprintln!("resume with --cursor {cursor}");
-                    }
+                let follow = Follow {
+                    flag: "--cursor",
+                    resume_key: "resume_cursor",
+                    reconnect: !no_reconnect,
+                    limit,
                 };
-                while limit.is_none_or(|limit| seen < limit) {
-                    let next = tokio::select! {
-                        next = stream.message() => next,
-                        _ = tokio::signal::ctrl_c() => break,
-                    };
-                    let episode = match next {
-                        Ok(Some(response)) => match response.episode {
-                            Some(episode) => episode,
-                            None => continue,
+                let request = |cursor| proto::TailEpisodesRequest {
+                    session_id: session_id.clone(),
+                    user: user.clone(),
+                    app: app.clone(),
+                    types: types.clone(),
+                    cursor,
+                };
+                follow
+                    .run(
+                        cursor,
+                        |cursor| {
+                            let mut episodes = episodes.clone();
+                            let request = request(cursor);
+                            async move { episodes.tail_episodes(request).await }
                         },
-                        Ok(None) => break,
-                        Err(status) => {
-                            resume(last);
-                            return Err(status.into());
-                        }
-                    };
-                    last = Some(episode.cursor);
-                    seen += 1;
-                    match output {
-                        Output::Json => outln!("{}", episode_json(&episode)),
-                        Output::Text => outln!("{}", episode_line(&episode)),
-                    }
-                }
-                resume(last);
+                        |response: &proto::TailEpisodesResponse| {
+                            response.episode.as_ref().map(|e| e.cursor)
+                        },
+                        |response| {
+                            if let Some(episode) = &response.episode {
+                                match output {
+                                    Output::Json => outln!("{}", episode_json(episode)),
+                                    Output::Text => outln!("{}", episode_line(episode)),
+                                }
+                            }
+                        },
+                    )
+                    .await?;
             }
         }
         Ok(())

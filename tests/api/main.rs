@@ -6,6 +6,7 @@ mod auth;
 mod bench;
 mod binary;
 mod cli;
+mod cli_follow;
 mod console;
 mod consolidation;
 mod forget;
