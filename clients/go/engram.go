@@ -4,8 +4,9 @@
 // The generated stubs for every service live in the engramv1 package and
 // are fields of Client. This package adds what every caller needs: bearer
 // tokens and caller context on every call, errors that carry the server's
-// stable reason (see AsError), and a tail iterator that resumes from the
-// last cursor after a disconnect (see Client.Tail).
+// stable reason (see AsError), and tail and watch iterators that resume
+// from the last cursor or revision after a disconnect (see Client.Tail and
+// Client.Watch).
 package engram
 
 import (
@@ -271,29 +272,22 @@ func Reason(err error) string {
 	return ""
 }
 
-// Tail follows appended episodes and resumes after a disconnect from the
-// last cursor it returned, so the caller sees every episode once, in cursor
-// order. Use it like bufio.Scanner:
-//
-//	tail := client.Tail(ctx, &engramv1.TailEpisodesRequest{App: "bot", Cursor: proto.Int64(0)})
-//	for tail.Next() {
-//		use(tail.Episode())
-//	}
-//	err := tail.Err()
-type Tail struct {
-	client  *Client
-	ctx     context.Context
-	request *engramv1.TailEpisodesRequest
-	stream  grpc.ServerStreamingClient[engramv1.TailEpisodesResponse]
-	current *engramv1.Episode
-	err     error
-	// MaxReconnects bounds consecutive failed reconnects; 0 means no bound.
-	MaxReconnects int
-}
-
-// Tail opens a tail; it connects on the first Next.
-func (c *Client) Tail(ctx context.Context, request *engramv1.TailEpisodesRequest) *Tail {
-	return &Tail{client: c, ctx: ctx, request: request}
+// follow is a live stream that resumes after a disconnect from the last
+// position it delivered: Tail's cursor, Watch's revision.
+type follow[R any] struct {
+	ctx context.Context
+	// open opens the stream from the position now held.
+	open func(opts ...grpc.CallOption) (grpc.ServerStreamingClient[R], error)
+	// delivered records the position of a message received.
+	delivered func(*R)
+	// started is whether a position is held; resume sets one.
+	started func() bool
+	resume  func(int64)
+	// resumeKey is the ErrorInfo metadata key where a stream that started
+	// "now" says where it stood when it broke.
+	resumeKey string
+	stream    grpc.ServerStreamingClient[R]
+	err       error
 }
 
 func retryable(err error) bool {
@@ -305,70 +299,124 @@ func retryable(err error) bool {
 		(e.Code == codes.ResourceExhausted && e.Reason == "CONSUMER_TOO_SLOW")
 }
 
-// Next waits for the next episode; false when the context ends or an error
-// that reconnecting cannot fix occurs (see Err).
-func (t *Tail) Next() bool {
+// next waits for the next message; nil when the context ends or an error
+// that reconnecting cannot fix occurs (see err).
+func (f *follow[R]) next(maxReconnects int) *R {
 	failures := 0
 	delay := 50 * time.Millisecond
 	for {
-		if t.stream == nil {
+		if f.stream == nil {
 			// After a failure, wait for the server to be reachable again.
-			stream, err := t.client.Episodes.TailEpisodes(t.ctx, t.request, grpc.WaitForReady(failures > 0))
+			stream, err := f.open(grpc.WaitForReady(failures > 0))
 			if err != nil {
-				if t.ctx.Err() == nil && retryable(err) && (t.MaxReconnects == 0 || failures < t.MaxReconnects) {
+				if f.ctx.Err() == nil && retryable(err) && (maxReconnects == 0 || failures < maxReconnects) {
 					failures++
-					if !t.sleep(&delay) {
-						return false
+					if !f.sleep(&delay) {
+						return nil
 					}
 					continue
 				}
-				t.err = err
-				return false
+				f.err = err
+				return nil
 			}
-			t.stream = stream
+			f.stream = stream
 		}
-		response, err := t.stream.Recv()
+		message, err := f.stream.Recv()
 		if err == nil {
-			t.current = response.GetEpisode()
-			cursor := t.current.GetCursor()
-			t.request.Cursor = &cursor
-			return true
+			f.delivered(message)
+			return message
 		}
-		t.stream = nil
-		if e, ok := AsError(err); ok && t.request.Cursor == nil {
+		f.stream = nil
+		if e, ok := AsError(err); ok && !f.started() {
 			// Started "now" and saw nothing yet: resume where the server
 			// says the stream stood.
 			var resume int64
-			if _, scanErr := fmt.Sscan(e.Metadata["resume_cursor"], &resume); scanErr == nil {
-				t.request.Cursor = &resume
+			if _, scanErr := fmt.Sscan(e.Metadata[f.resumeKey], &resume); scanErr == nil {
+				f.resume(resume)
 			}
 		}
-		if t.ctx.Err() != nil {
-			t.err = t.ctx.Err()
-			return false
+		if f.ctx.Err() != nil {
+			f.err = f.ctx.Err()
+			return nil
 		}
-		if !retryable(err) || (t.MaxReconnects > 0 && failures >= t.MaxReconnects) {
-			t.err = err
-			return false
+		if !retryable(err) || (maxReconnects > 0 && failures >= maxReconnects) {
+			f.err = err
+			return nil
 		}
 		failures++
-		if !t.sleep(&delay) {
-			return false
+		if !f.sleep(&delay) {
+			return nil
 		}
 	}
 }
 
-func (t *Tail) sleep(delay *time.Duration) bool {
+func (f *follow[R]) sleep(delay *time.Duration) bool {
 	select {
 	case <-time.After(*delay):
 		if *delay < 2*time.Second {
 			*delay *= 2
 		}
 		return true
-	case <-t.ctx.Done():
-		t.err = t.ctx.Err()
+	case <-f.ctx.Done():
+		f.err = f.ctx.Err()
 		return false
 	}
+}
+
+// failure is why next returned nil (nil when the stream ended cleanly or
+// the context was canceled).
+func (f *follow[R]) failure() error {
+	if errors.Is(f.err, context.Canceled) || errors.Is(f.err, io.EOF) {
+		return nil
+	}
+	return f.err
+}
+
+// Tail follows appended episodes and resumes after a disconnect from the
+// last cursor it returned, so the caller sees every episode once, in cursor
+// order. Use it like bufio.Scanner:
+//
+//	tail := client.Tail(ctx, &engramv1.TailEpisodesRequest{App: "bot", Cursor: proto.Int64(0)})
+//	for tail.Next() {
+//		use(tail.Episode())
+//	}
+//	err := tail.Err()
+type Tail struct {
+	follow  follow[engramv1.TailEpisodesResponse]
+	request *engramv1.TailEpisodesRequest
+	current *engramv1.Episode
+	// MaxReconnects bounds consecutive failed reconnects; 0 means no bound.
+	MaxReconnects int
+}
+
+// Tail opens a tail; it connects on the first Next.
+func (c *Client) Tail(ctx context.Context, request *engramv1.TailEpisodesRequest) *Tail {
+	t := &Tail{request: request}
+	t.follow = follow[engramv1.TailEpisodesResponse]{
+		ctx: ctx,
+		open: func(opts ...grpc.CallOption) (grpc.ServerStreamingClient[engramv1.TailEpisodesResponse], error) {
+			return c.Episodes.TailEpisodes(ctx, t.request, opts...)
+		},
+		delivered: func(r *engramv1.TailEpisodesResponse) {
+			cursor := r.GetEpisode().GetCursor()
+			t.request.Cursor = &cursor
+		},
+		started:   func() bool { return t.request.Cursor != nil },
+		resume:    func(cursor int64) { t.request.Cursor = &cursor },
+		resumeKey: "resume_cursor",
+	}
+	return t
+}
+
+// Next waits for the next episode; false when the context ends or an error
+// that reconnecting cannot fix occurs (see Err).
+func (t *Tail) Next() bool {
+	response := t.follow.next(t.MaxReconnects)
+	if response == nil {
+		return false
+	}
+	t.current = response.GetEpisode()
+	return true
 }
 
 // Episode is the episode the last successful Next returned.
@@ -379,9 +427,57 @@ func (t *Tail) Episode() *engramv1.Episode { return t.current }
 func (t *Tail) Cursor() int64 { return t.request.GetCursor() }
 
 // Err is why Next returned false (nil when the stream ended cleanly).
-func (t *Tail) Err() error {
-	if errors.Is(t.err, context.Canceled) {
-		return nil
-	}
-	return t.err
+func (t *Tail) Err() error { return t.follow.failure() }
+
+// Watch follows a scope's changes in commit order and resumes after a
+// disconnect from the last revision it returned, so the caller sees every
+// change once. Use it like Tail:
+//
+//	watch := client.Watch(ctx, &engramv1.WatchRequest{ScopeType: ns, Scope: "prefs", FromRevision: proto.Int64(0)})
+//	for watch.Next() {
+//		use(watch.Change())
+//	}
+//	err := watch.Err()
+type Watch struct {
+	follow  follow[engramv1.WatchResponse]
+	request *engramv1.WatchRequest
+	current *engramv1.WatchResponse
+	// MaxReconnects bounds consecutive failed reconnects; 0 means no bound.
+	MaxReconnects int
 }
+
+// Watch opens a watch; it connects on the first Next.
+func (c *Client) Watch(ctx context.Context, request *engramv1.WatchRequest) *Watch {
+	w := &Watch{request: request}
+	w.follow = follow[engramv1.WatchResponse]{
+		ctx: ctx,
+		open: func(opts ...grpc.CallOption) (grpc.ServerStreamingClient[engramv1.WatchResponse], error) {
+			return c.Memory.Watch(ctx, w.request, opts...)
+		},
+		delivered: func(r *engramv1.WatchResponse) {
+			revision := r.GetRevision()
+			w.request.FromRevision = &revision
+		},
+		started:   func() bool { return w.request.FromRevision != nil },
+		resume:    func(revision int64) { w.request.FromRevision = &revision },
+		resumeKey: "resume_revision",
+	}
+	return w
+}
+
+// Next waits for the next change; false when the context ends or an error
+// that reconnecting cannot fix occurs (see Err).
+func (w *Watch) Next() bool {
+	w.current = w.follow.next(w.MaxReconnects)
+	return w.current != nil
+}
+
+// Change is the change the last successful Next returned.
+func (w *Watch) Change() *engramv1.WatchResponse { return w.current }
+
+// Revision is where to resume: the revision of the last change returned
+// (or the starting revision).
+func (w *Watch) Revision() int64 { return w.request.GetFromRevision() }
+
+// Err is why Next returned false (nil when the stream ended cleanly).
+func (w *Watch) Err() error { return w.follow.failure() }

@@ -502,6 +502,63 @@ func TestTailResumesAcrossARestart(t *testing.T) {
 	}
 }
 
+func TestWatchResumesAcrossARestart(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, "127.0.0.1:0")
+	addr := first.addr
+	client := connect(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	set := func(i int) {
+		t.Helper()
+		_, err := client.Memory.Set(ctx, &engramv1.SetRequest{
+			ScopeType: ns, Scope: "watched", Key: fmt.Sprintf("k%d", i), Value: value(t, float64(i)),
+		}, grpc.WaitForReady(true))
+		if err != nil {
+			t.Fatalf("set %d: %v", i, err)
+		}
+	}
+	watch := client.Watch(ctx, &engramv1.WatchRequest{ScopeType: ns, Scope: "watched", FromRevision: proto.Int64(0)})
+	seen := make(chan string, 10)
+	go func() {
+		for watch.Next() {
+			seen <- watch.Change().GetKey()
+		}
+		close(seen)
+	}()
+	expect := func(i int) {
+		t.Helper()
+		select {
+		case got, ok := <-seen:
+			if want := fmt.Sprintf("k%d", i); !ok || got != want {
+				t.Fatalf("change %d: got %q (%v)", i, got, watch.Err())
+			}
+		case <-ctx.Done():
+			t.Fatalf("the watch did not resume: %v", watch.Err())
+		}
+	}
+	for i := 0; i < 3; i++ {
+		set(i)
+		expect(i)
+	}
+	revision := watch.Revision()
+	first.stop()
+	start(t, dir, addr)
+	for i := 3; i < 6; i++ {
+		set(i)
+		expect(i)
+	}
+	if watch.Revision() <= revision {
+		t.Fatalf("the watch knows where to resume: %d after %d", watch.Revision(), revision)
+	}
+	cancel()
+	for range seen {
+	}
+	if err := watch.Err(); err != nil {
+		t.Fatalf("a canceled watch ends cleanly: %v", err)
+	}
+}
+
 func TestTokensTenantsAndRoles(t *testing.T) {
 	hash := func(token string) string {
 		sum := sha256.Sum256([]byte(token))
