@@ -96,6 +96,9 @@ pub enum Outcome {
     /// not have happened.
     Unknown {
         code: Code,
+        /// Made by the client of a broken connection (the status carries
+        /// the transport error as its source), not sent by the server.
+        transport: bool,
     },
 }
 
@@ -162,6 +165,7 @@ pub fn outcome_of(status: &tonic::Status) -> Outcome {
         | Code::Unknown
         | Code::Internal => Outcome::Unknown {
             code: status.code(),
+            transport: std::error::Error::source(status).is_some(),
         },
         code => Outcome::Refused {
             code,

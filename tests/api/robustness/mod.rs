@@ -425,7 +425,10 @@ fn report(
     for op in ops {
         let reason = match &op.outcome {
             Outcome::Refused { code, reason } => format!("refused {code:?} {reason}"),
-            Outcome::Unknown { code } => format!("unknown {code:?}"),
+            Outcome::Unknown { code, transport } => match transport {
+                true => format!("unknown {code:?} (the connection broke)"),
+                false => format!("unknown {code:?}"),
+            },
             _ => continue,
         };
         *why.entry(reason).or_default() += 1;

@@ -192,6 +192,7 @@ impl Client {
             Ok(Err(status)) => outcome_of(&status),
             Err(_) => Outcome::Unknown {
                 code: tonic::Code::Cancelled,
+                transport: false,
             },
         };
         Op {
