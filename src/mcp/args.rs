@@ -371,7 +371,8 @@ pub struct RenderArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SearchArgs {
     /// What to look for: words (any may match), "quoted phrases"
-    /// (required), -words (excluded)
+    /// (required), -words (excluded); Chinese, Japanese and Korean words
+    /// match by their pairs of neighbouring characters
     pub(super) query: String,
     /// Where to look (default: everywhere)
     pub(super) sources: Option<Vec<SourceArg>>,

@@ -149,6 +149,9 @@ type SearchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What to look for: words (any may match; more matches rank higher),
 	// "quoted phrases" (each must appear) and -words (must not appear).
+	// Chinese, Japanese and Korean are matched a character at a time: a word
+	// of such characters finds any pair of its neighbouring characters side
+	// by side (more pairs rank higher), a quoted one all of them in a row.
 	// Required, at most 4 KiB.
 	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// Where to look; empty means every source.

@@ -657,6 +657,12 @@ def test_search(server: Server) -> None:
             "pasta with pesto",
         ]
 
+        # Chinese is found by its words inside a sentence written without
+        # spaces, with the characters found marked.
+        client.episodes.append("chat-4", "我喜欢深色模式", app="bot", user="dave")
+        dark = client.search("深色", user="dave")
+        assert [hit.snippet for hit in dark] == ["我喜欢**深色**模式"]
+
         # A call without a wrapper, through the stubs, answers the same.
         block = client.call(
             client.stubs.working_memory.RenderMemoryBlock,

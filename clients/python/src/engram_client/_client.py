@@ -833,7 +833,8 @@ class Engram(_requests.CallerContext):
         """Memory entries, facts and episodes matching ``query``, best first.
 
         Words are alternatives, ``"quoted phrases"`` are required and
-        ``-words`` excluded. Each filter narrows the sources it belongs to:
+        ``-words`` excluded; a Chinese, Japanese or Korean word matches any
+        pair of its neighbouring characters. Each filter narrows the sources it belongs to:
         ``scope_type``/``scope``/``scope_prefix``/``key_prefix`` memory, ``app``/``user``
         facts and episodes, ``session_id``/``agent``/``types`` episodes,
         ``kind`` facts; the time range narrows all of them.

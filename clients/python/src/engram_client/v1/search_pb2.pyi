@@ -120,6 +120,9 @@ class SearchRequest(_message.Message):
     query: _builtins.str
     """What to look for: words (any may match; more matches rank higher),
     "quoted phrases" (each must appear) and -words (must not appear).
+    Chinese, Japanese and Korean are matched a character at a time: a word
+    of such characters finds any pair of its neighbouring characters side
+    by side (more pairs rank higher), a quoted one all of them in a row.
     Required, at most 4 KiB.
     """
     mode: Global___SearchMode.ValueType
