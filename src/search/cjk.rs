@@ -80,49 +80,33 @@ pub fn apart(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Whether `word` is one [`is_cjk`] character: a word of its own.
+pub fn is_single(word: &str) -> bool {
+    let mut chars = word.chars();
+    matches!((chars.next(), chars.next()), (Some(c), None) if is_cjk(c))
+}
+
 /// The alternatives a query word stands for, once [`apart`] and split at
 /// spaces into `parts`: each run of other parts as one (its parts side by
 /// side, as any word of several lexemes), and each run of characters read
 /// one by one as its neighbouring pairs (`深 色`, `色 模`, `模 式`), or the
 /// character alone when it stands alone; each once, in order.
 pub fn pairs<'a>(parts: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let parts: Vec<&str> = parts.into_iter().collect();
     let mut out: Vec<String> = Vec::new();
-    let mut push = |alternative: String| {
-        if !alternative.is_empty() && !out.contains(&alternative) {
-            out.push(alternative);
-        }
-    };
-    let mut other: Vec<&str> = Vec::new();
-    let mut run: Vec<&str> = Vec::new();
-    let flush_run = |run: &mut Vec<&str>, push: &mut dyn FnMut(String)| {
-        match run.as_slice() {
-            [] => {}
-            [one] => push((*one).to_owned()),
-            many => {
-                for pair in many.windows(2) {
-                    push(format!("{} {}", pair[0], pair[1]));
-                }
+    for run in parts.chunk_by(|a, b| is_single(a) == is_single(b)) {
+        let alternatives = match run {
+            [first, _, ..] if is_single(first) => run
+                .windows(2)
+                .map(|pair| format!("{} {}", pair[0], pair[1]))
+                .collect(),
+            _ => vec![run.join(" ")],
+        };
+        for alternative in alternatives {
+            if !alternative.is_empty() && !out.contains(&alternative) {
+                out.push(alternative);
             }
         }
-        run.clear();
-    };
-    for part in parts {
-        let mut chars = part.chars();
-        let single = matches!((chars.next(), chars.next()), (Some(c), None) if is_cjk(c));
-        if single {
-            if !other.is_empty() {
-                push(other.join(" "));
-                other.clear();
-            }
-            run.push(part);
-        } else {
-            flush_run(&mut run, &mut push);
-            other.push(part);
-        }
-    }
-    flush_run(&mut run, &mut push);
-    if !other.is_empty() {
-        push(other.join(" "));
     }
     out
 }

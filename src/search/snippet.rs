@@ -94,10 +94,7 @@ fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
         })
         .collect();
     if terms.iter().filter(|t| cjk::holds(t)).count() > 1 {
-        let cjk_word = |w: &Word| {
-            let mut chars = text[w.start..w.end].chars();
-            matches!((chars.next(), chars.next()), (Some(c), None) if is_cjk(c))
-        };
+        let cjk_word = |w: &Word| cjk::is_single(&text[w.start..w.end]);
         let marked_beside = |beside: Option<usize>| {
             beside
                 .and_then(|at| words.get(at))
