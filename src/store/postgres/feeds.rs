@@ -37,6 +37,40 @@ impl Feeds for PgStore {
     }
 }
 
+/// The newest position a feed's sequence has handed out, as SQL: read by
+/// `pg_sequence_last_value`, which holds the sequence's buffer lock while
+/// it reads. Not by selecting `last_value` from the sequence relation: a
+/// scan reads that tuple with only a pin, and `nextval` writes it in place,
+/// for a moment (while it WAL-logs values ahead) holding one up to 32
+/// beyond the last handed out. A horizon read then covered positions no
+/// writer had taken yet, and a writer that took one after the fence was
+/// never waited for: a watcher skipped its change (seen once in CI, a
+/// version missing from `Watch` under load; `SELECT last_value` ran ahead
+/// 20 times in 1.5M reads beside two busy `nextval` sessions).
+///
+/// NULL before the first position is handed out: none yet, 0.
+macro_rules! newest_position {
+    (Changes) => {
+        "coalesce(pg_sequence_last_value('memory_changes_revision_seq'), 0)"
+    };
+    (Episodes) => {
+        "coalesce(pg_sequence_last_value('episodes_cursor_seq'), 0)"
+    };
+}
+
+impl PgStore {
+    /// The SQL expression of a feed's newest handed-out position (see
+    /// [`newest_position!`]). Public for the test that races it against
+    /// busy writers; not an interface.
+    #[doc(hidden)]
+    pub fn newest_position_sql(feed: Feed) -> &'static str {
+        match feed {
+            Feed::Changes => newest_position!(Changes),
+            Feed::Episodes => newest_position!(Episodes),
+        }
+    }
+}
+
 /// The newest position of a feed, and a fence: a transaction id taken
 /// *after* that position was read. Every position at or below the newest
 /// was taken by a transaction that already had its id then (writers take
@@ -55,19 +89,18 @@ async fn horizon_candidate(pool: &Pool, feed: Feed) -> Result<(i64, String)> {
     // forgotten, and the horizon must not go back with them.)
     // One statement: the materialized CTE is read before the outer row is
     // projected, so the id is assigned after the position was read.
+    macro_rules! candidate {
+        ($feed:ident) => {
+            concat!(
+                "WITH newest AS MATERIALIZED (SELECT ",
+                newest_position!($feed),
+                " AS position) SELECT position, pg_current_xact_id()::text FROM newest"
+            )
+        };
+    }
     let sql = match feed {
-        Feed::Changes => {
-            "WITH newest AS MATERIALIZED \
-             (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS position \
-              FROM memory_changes_revision_seq) \
-             SELECT position, pg_current_xact_id()::text FROM newest"
-        }
-        Feed::Episodes => {
-            "WITH newest AS MATERIALIZED \
-             (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END AS position \
-              FROM episodes_cursor_seq) \
-             SELECT position, pg_current_xact_id()::text FROM newest"
-        }
+        Feed::Changes => candidate!(Changes),
+        Feed::Episodes => candidate!(Episodes),
     };
     let mut conn = pool.system().await?;
     let (newest, fence): (i64, String) = sqlx::query_as(sql).fetch_one(&mut conn).await?;

@@ -3,9 +3,12 @@
 //! for (Postgres) or holds a position above the horizon (SQLite, whose one
 //! writer commits positions in order): never skipped.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use engram::ports::{Feed, Store};
+use engram::ports::{Database, Feed, Store};
+use engram::store::PgStore;
 use serde_json::json;
 use sqlx::{Connection, Executor};
 
@@ -112,3 +115,61 @@ store_suite!(
     horizons_cover_committed_writes,
     a_late_committer_is_waited_for
 );
+
+/// On Postgres, what a horizon reads as a feed's newest position is never
+/// ahead of what its sequence has handed out, even while `nextval` is busy
+/// WAL-logging values ahead. (Selecting `last_value` from the sequence
+/// relation ran ahead at those moments; the horizon then passed positions
+/// writers took after its fence, and a watcher skipped a change.) Raced
+/// inside the database: at a round trip per read the moment comes too
+/// rarely to meet. The truth is the sequence read under its lock after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_horizons_never_read_ahead_of_the_sequence() {
+    const READS: u32 = 600_000;
+    let db = TestDb::new(Backend::Postgres).await;
+    db.pg_store().await.migrate().await.expect("migrate");
+    for (feed, sequence) in [
+        (Feed::Changes, "memory_changes_revision_seq"),
+        (Feed::Episodes, "episodes_cursor_seq"),
+    ] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut takers = Vec::new();
+        for _ in 0..2 {
+            let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+            let stop = stop.clone();
+            let take = format!("SELECT max(nextval('{sequence}')) FROM generate_series(1, 200)");
+            takers.push(tokio::spawn(async move {
+                let mut taken = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    conn.execute(sqlx::AssertSqlSafe(take.clone()))
+                        .await
+                        .expect("nextval");
+                    taken += 1;
+                }
+                taken
+            }));
+        }
+        let race = format!(
+            "DO $$ DECLARE read bigint; truth bigint; ahead int := 0; most bigint := 0; \
+             BEGIN FOR i IN 1..{READS} LOOP \
+               SELECT {read} INTO read; \
+               truth := coalesce(pg_sequence_last_value('{sequence}'), 0); \
+               IF read > truth THEN ahead := ahead + 1; most := greatest(most, read - truth); \
+               END IF; \
+             END LOOP; \
+             IF ahead > 0 THEN RAISE EXCEPTION 'read ahead % times, by up to %', ahead, most; \
+             END IF; END $$",
+            read = PgStore::newest_position_sql(feed),
+        );
+        let mut reader = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+        let raced = reader.execute(sqlx::AssertSqlSafe(race)).await;
+        stop.store(true, Ordering::Relaxed);
+        for taker in takers {
+            let taken = taker.await.expect("taker");
+            assert!(taken > 0, "{sequence}: the writers ran during the reads");
+        }
+        if let Err(err) = raced {
+            panic!("{sequence}: {err}");
+        }
+    }
+}
