@@ -9,7 +9,10 @@ use engram::config::{Config, ConfigArgs};
 #[command(
     name = "engram",
     version,
-    about = "Durable memory for AI agents, served over gRPC"
+    about = "Durable memory for AI agents, served over gRPC",
+    after_help = "Client flags (--server, --token, --ca-cert, --client-cert, --client-key, \
+                  --output, --json) may also come before the command group: \
+                  engram --server http://engram:50051 memory get KEY --scope S"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -84,7 +87,9 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(engram::cli::client_flags_after_subcommand(
+        std::env::args_os(),
+    ));
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Migrate(args) => migrate(args).await,

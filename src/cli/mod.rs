@@ -425,6 +425,46 @@ pub fn value_json(value: Option<prost_types::Value>) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
+/// The client flags a command's subtree takes anywhere (`global` there),
+/// with whether each takes a value.
+const CLIENT_FLAGS: [(&str, bool); 7] = [
+    ("--server", true),
+    ("--token", true),
+    ("--ca-cert", true),
+    ("--client-cert", true),
+    ("--client-key", true),
+    ("--output", true),
+    ("--json", false),
+];
+
+/// The command line with client flags given before the subcommand
+/// (`engram --server X memory get k`, as kubectl and grpcurl users type)
+/// moved to just after it (`engram memory --server X get k`), where each
+/// subcommand declares them. Clap cannot declare them at the top as well:
+/// `engram bench` has a `--server` of its own. Anything else before the
+/// subcommand stops the move, and clap reports it as before.
+pub fn client_flags_after_subcommand<I>(args: I) -> Vec<std::ffi::OsString>
+where
+    I: IntoIterator<Item = std::ffi::OsString>,
+{
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let mut end = 1;
+    while let Some(arg) = args.get(end).and_then(|a| a.to_str()) {
+        let (name, inline) = arg.split_once('=').map_or((arg, false), |(n, _)| (n, true));
+        let Some(&(_, takes_value)) = CLIENT_FLAGS.iter().find(|(flag, _)| *flag == name) else {
+            break;
+        };
+        end += if takes_value && !inline { 2 } else { 1 };
+    }
+    let subcommand = args.get(end).and_then(|a| a.to_str());
+    if end == 1 || subcommand.is_none_or(|name| name.starts_with('-')) {
+        return args;
+    }
+    // [program, flags.., subcommand, rest..] -> [program, subcommand, flags.., rest..]
+    args[1..=end].rotate_right(1);
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::plural;
@@ -434,5 +474,51 @@ mod tests {
         assert_eq!(plural(1, "entry", "entries"), "1 entry");
         assert_eq!(plural(0, "entry", "entries"), "0 entries");
         assert_eq!(plural(2, "key", "keys"), "2 keys");
+    }
+
+    fn hoisted(line: &str) -> String {
+        let moved =
+            super::client_flags_after_subcommand(line.split(' ').map(std::ffi::OsString::from));
+        moved
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn client_flags_before_the_subcommand_move_after_it() {
+        for (given, expected) in [
+            (
+                "engram --server http://h:1 memory get k",
+                "engram memory --server http://h:1 get k",
+            ),
+            (
+                "engram --server=http://h:1 --json --token t sessions list",
+                "engram sessions --server=http://h:1 --json --token t list",
+            ),
+            (
+                "engram --output json --ca-cert ca.pem search x",
+                "engram search --output json --ca-cert ca.pem x",
+            ),
+            // Nothing to move, or something clap must report.
+            (
+                "engram memory --server http://h:1 get k",
+                "engram memory --server http://h:1 get k",
+            ),
+            ("engram --version", "engram --version"),
+            ("engram --server", "engram --server"),
+            ("engram --server http://h:1", "engram --server http://h:1"),
+            (
+                "engram --verbose memory get k",
+                "engram --verbose memory get k",
+            ),
+            (
+                "engram --json --verbose memory get k",
+                "engram --json --verbose memory get k",
+            ),
+        ] {
+            assert_eq!(hoisted(given), expected, "{given}");
+        }
     }
 }

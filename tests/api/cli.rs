@@ -132,6 +132,31 @@ async fn memory_commands_against_a_server() {
     let both = plain(&["get", "user/lang", "--json", "--output", "text"]);
     assert_eq!(both.status.code(), Some(2));
 
+    // Connection flags before the subcommand, as kubectl and grpcurl take
+    // them, reach the same server.
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args([
+            "--server",
+            &cli.server,
+            "--json",
+            "memory",
+            "get",
+            "user/lang",
+        ])
+        .args(scope)
+        .env("ENGRAM_SERVER", "http://127.0.0.1:9")
+        .output()
+        .expect("run engram");
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&first.stdout).expect("json")["value"],
+        json!(42)
+    );
+
     let listed = cli.json(&with(&["list", "--prefix", "user/"]));
     let keys: Vec<&str> = listed
         .as_array()
