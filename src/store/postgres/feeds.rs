@@ -107,18 +107,35 @@ async fn horizon_candidate(pool: &Pool, feed: Feed) -> Result<(i64, String)> {
     Ok((newest, fence))
 }
 
-/// Waits until every transaction with an id up to `fence` has finished.
-/// The connection goes back between polls: transaction ids are
-/// cluster-wide, so one long transaction anywhere on the cluster makes
-/// every settle wait for it, and a waiter must not hold a connection the
-/// others need meanwhile.
+/// Whether every transaction of this database with an id up to the fence
+/// ($1) has finished. Only this database's transactions can hold a
+/// position, but transaction ids are cluster-wide: a transaction left open
+/// in another database of a shared cluster (a long batch job, a session
+/// idle in a transaction) keeps the snapshot's xmin at or below the fence
+/// for as long as it runs, and every watch and tail would stall behind it.
+/// So when xmin says "not yet", the running ids up to the fence (the
+/// snapshot's list, which holds every id below its xmax, and the fence is
+/// below that once its own transaction has ended) are looked up among this
+/// database's backends and prepared transactions; an id found in neither
+/// belongs to another database, or has finished since the snapshot.
+/// `pg_stat_activity` shows every role the backends' ids and databases.
+const SETTLED: &str = "SELECT CASE WHEN pg_snapshot_xmin(s) > f THEN true ELSE NOT EXISTS ( \
+       SELECT 1 FROM pg_snapshot_xip(s) AS running(id) WHERE running.id <= f \
+       AND running.id::xid IN ( \
+         SELECT backend_xid FROM pg_stat_activity WHERE datname = current_database() \
+         UNION ALL \
+         SELECT transaction FROM pg_prepared_xacts WHERE database = current_database())) \
+     END FROM pg_current_snapshot() AS s, (VALUES ($1::text::xid8)) AS fence(f)";
+
+/// Waits until every transaction of this database with an id up to
+/// `fence` has finished ([`SETTLED`]). The connection goes back between
+/// polls: a waiter must not hold a connection the others need meanwhile.
 async fn wait_settled(pool: &Pool, fence: &str) -> Result<()> {
     loop {
-        let settled: bool =
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
-                .bind(fence)
-                .fetch_one(&mut pool.system().await?)
-                .await?;
+        let settled: bool = sqlx::query_scalar(SETTLED)
+            .bind(fence)
+            .fetch_one(&mut pool.system().await?)
+            .await?;
         if settled {
             return Ok(());
         }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use engram::ports::{Database, Feed, Store};
+use engram::memory::ports::MemoryStore;
+use engram::ports::{Database, Feed, Feeds, Store};
 use engram::store::PgStore;
 use serde_json::json;
 use sqlx::{Connection, Executor};
@@ -172,4 +173,80 @@ async fn postgres_horizons_never_read_ahead_of_the_sequence() {
             panic!("{sequence}: {err}");
         }
     }
+}
+
+/// On Postgres, a transaction left open in another database of the same
+/// cluster holds no feed back. Transaction ids are cluster-wide, so the
+/// snapshot's xmin stays below it, but only this database's transactions
+/// can hold a position: the settle looks the running ids up and finds it
+/// elsewhere. (It used to wait for xmin alone: a batch job on a shared
+/// cluster stalled every watch and tail for as long as it ran.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_feeds_do_not_wait_for_other_databases() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let store = db.pg_store().await;
+    store.migrate().await.expect("migrate");
+    let elsewhere = TestDb::new(Backend::Postgres).await;
+    let mut open = sqlx::PgConnection::connect(&elsewhere.url)
+        .await
+        .expect("connect");
+    open.execute("BEGIN").await.expect("begin");
+    let held: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut open)
+        .await
+        .expect("take an id");
+
+    let w = writer(&store, "t1");
+    let written = w.set("k", json!(1)).await;
+    let waited = || format!("the settle waited for transaction {held} of another database");
+    let within = Duration::from_secs(20);
+    // The shared horizon's first value is a settle too.
+    let mut horizon = tokio::time::timeout(within, store.horizon(Feed::Changes))
+        .await
+        .unwrap_or_else(|_| panic!("{}", waited()))
+        .expect("horizon");
+    let settled = tokio::time::timeout(within, store.settled(Feed::Changes))
+        .await
+        .unwrap_or_else(|_| panic!("{}", waited()))
+        .expect("settled");
+    let changes = store
+        .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
+        .await
+        .expect("changes");
+    assert_eq!(
+        changes
+            .iter()
+            .map(|c| (c.key.as_str(), c.version))
+            .collect::<Vec<_>>(),
+        vec![("k", written.version)]
+    );
+    tokio::time::timeout(within, horizon.wait_for(|h| *h >= settled))
+        .await
+        .expect("the shared horizon moves past the write")
+        .expect("horizon open");
+    let episodes = tokio::time::timeout(within, store.settled(Feed::Episodes))
+        .await
+        .unwrap_or_else(|_| panic!("{}", waited()));
+    assert!(episodes.is_ok());
+
+    // A transaction of this database with an id still holds it back.
+    let mut here = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    here.execute("BEGIN").await.expect("begin");
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut here)
+        .await
+        .expect("take an id");
+    w.set("k", json!(2)).await;
+    let mut settle = tokio::spawn({
+        let store = store.clone();
+        async move { store.settled(Feed::Changes).await }
+    });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut settle).await;
+    assert!(
+        early.is_err(),
+        "settled past an open transaction of this database"
+    );
+    here.execute("COMMIT").await.expect("commit");
+    settle.await.expect("task").expect("settled");
+    open.execute("COMMIT").await.expect("commit");
 }
