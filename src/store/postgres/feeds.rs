@@ -48,13 +48,25 @@ impl Feeds for PgStore {
 /// version missing from `Watch` under load; `SELECT last_value` ran ahead
 /// 20 times in 1.5M reads beside two busy `nextval` sessions).
 ///
-/// NULL before the first position is handed out: none yet, 0.
+/// NULL before the first position is handed out: none yet, 0. Postgres 17
+/// also answers NULL, not an error, to a role without the right to read
+/// the sequence; that stays NULL, so the read fails (and says so in the
+/// log) instead of holding every feed at 0.
 macro_rules! newest_position {
     (Changes) => {
-        "coalesce(pg_sequence_last_value('memory_changes_revision_seq'), 0)"
+        newest_position!("memory_changes_revision_seq")
     };
     (Episodes) => {
-        "coalesce(pg_sequence_last_value('episodes_cursor_seq'), 0)"
+        newest_position!("episodes_cursor_seq")
+    };
+    ($sequence:literal) => {
+        concat!(
+            "coalesce(pg_sequence_last_value('",
+            $sequence,
+            "'), CASE WHEN has_sequence_privilege('",
+            $sequence,
+            "', 'SELECT, USAGE') THEN 0 END)"
+        )
     };
 }
 
