@@ -16,6 +16,21 @@ use sqlx::{Connection, Executor};
 use super::writer;
 use crate::helpers::{Backend, TestDb};
 
+/// A settle of the change feed started now, checked to be still waiting
+/// 300 ms later (`why` says what it must not have passed).
+async fn held_back<S: Store>(
+    store: &S,
+    why: &str,
+) -> tokio::task::JoinHandle<engram::error::Result<i64>> {
+    let mut settle = tokio::spawn({
+        let store = store.clone();
+        async move { store.settled(Feed::Changes).await }
+    });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut settle).await;
+    assert!(early.is_err(), "{why}: {early:?}");
+    settle
+}
+
 /// The horizons cover every committed write, and the shared horizon
 /// follows them.
 async fn horizons_cover_committed_writes<S: Store>(store: S, _db: &TestDb) {
@@ -61,16 +76,9 @@ async fn a_late_committer_is_waited_for<S: Store>(store: S, db: &TestDb) {
                     .await
                     .expect("insert");
             w.set("after", json!(3)).await;
-            let mut settle = tokio::spawn({
-                let store = store.clone();
-                async move { store.settled(Feed::Changes).await }
-            });
             // Open, it holds the horizon back: the settle is still waiting.
-            let early = tokio::time::timeout(Duration::from_millis(300), &mut settle).await;
-            assert!(
-                early.is_err(),
-                "settled returned while a lower revision was open: {early:?}"
-            );
+            let settle =
+                held_back(&store, "settled returned while a lower revision was open").await;
             late.execute("COMMIT").await.expect("commit");
             let settled = settle.await.expect("task").expect("settled");
             assert!(settled >= revision, "settled {settled} skipped {revision}");
@@ -237,15 +245,7 @@ async fn postgres_feeds_do_not_wait_for_other_databases() {
         .await
         .expect("take an id");
     w.set("k", json!(2)).await;
-    let mut settle = tokio::spawn({
-        let store = store.clone();
-        async move { store.settled(Feed::Changes).await }
-    });
-    let early = tokio::time::timeout(Duration::from_millis(300), &mut settle).await;
-    assert!(
-        early.is_err(),
-        "settled past an open transaction of this database"
-    );
+    let settle = held_back(&store, "settled past an open transaction of this database").await;
     here.execute("COMMIT").await.expect("commit");
     settle.await.expect("task").expect("settled");
     open.execute("COMMIT").await.expect("commit");
