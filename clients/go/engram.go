@@ -278,8 +278,8 @@ type follow[R any] struct {
 	ctx context.Context
 	// open opens the stream from the position now held.
 	open func(opts ...grpc.CallOption) (grpc.ServerStreamingClient[R], error)
-	// delivered records the position of a message received.
-	delivered func(*R)
+	// position is a message's position, held (by resume) once received.
+	position func(*R) int64
 	// started is whether a position is held; resume sets one.
 	started func() bool
 	resume  func(int64)
@@ -323,7 +323,7 @@ func (f *follow[R]) next(maxReconnects int) *R {
 		}
 		message, err := f.stream.Recv()
 		if err == nil {
-			f.delivered(message)
+			f.resume(f.position(message))
 			return message
 		}
 		f.stream = nil
@@ -397,10 +397,7 @@ func (c *Client) Tail(ctx context.Context, request *engramv1.TailEpisodesRequest
 		open: func(opts ...grpc.CallOption) (grpc.ServerStreamingClient[engramv1.TailEpisodesResponse], error) {
 			return c.Episodes.TailEpisodes(ctx, t.request, opts...)
 		},
-		delivered: func(r *engramv1.TailEpisodesResponse) {
-			cursor := r.GetEpisode().GetCursor()
-			t.request.Cursor = &cursor
-		},
+		position:  func(r *engramv1.TailEpisodesResponse) int64 { return r.GetEpisode().GetCursor() },
 		started:   func() bool { return t.request.Cursor != nil },
 		resume:    func(cursor int64) { t.request.Cursor = &cursor },
 		resumeKey: "resume_cursor",
@@ -454,10 +451,7 @@ func (c *Client) Watch(ctx context.Context, request *engramv1.WatchRequest) *Wat
 		open: func(opts ...grpc.CallOption) (grpc.ServerStreamingClient[engramv1.WatchResponse], error) {
 			return c.Memory.Watch(ctx, w.request, opts...)
 		},
-		delivered: func(r *engramv1.WatchResponse) {
-			revision := r.GetRevision()
-			w.request.FromRevision = &revision
-		},
+		position:  func(r *engramv1.WatchResponse) int64 { return r.GetRevision() },
 		started:   func() bool { return w.request.FromRevision != nil },
 		resume:    func(revision int64) { w.request.FromRevision = &revision },
 		resumeKey: "resume_revision",
