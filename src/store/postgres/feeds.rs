@@ -2,6 +2,8 @@
 //! and of the episodes' cursor below which nothing can still appear, kept
 //! current per replica by LISTEN/NOTIFY from every replica and a poll.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool};
@@ -19,11 +21,12 @@ const HORIZON_POLL: Duration = Duration::from_millis(500);
 impl Feeds for PgStore {
     async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
         let (pool, listen) = (self.pool.clone(), self.listen.clone());
+        let refused = self.activity_refused.clone();
         let receiver = self.horizons[feed as usize]
             .get_or_try_init(|| async move {
                 let newest = self.settled(feed).await?;
                 let (sender, receiver) = watch::channel(newest);
-                tokio::spawn(run_horizon(pool, listen, feed, newest, sender));
+                tokio::spawn(run_horizon(pool, refused, listen, feed, newest, sender));
                 Ok::<_, crate::error::Error>(receiver)
             })
             .await?;
@@ -32,7 +35,7 @@ impl Feeds for PgStore {
 
     async fn settled(&self, feed: Feed) -> Result<i64> {
         let (newest, fence) = horizon_candidate(&self.pool, feed).await?;
-        wait_settled(&self.pool, &fence).await?;
+        wait_settled(&self.pool, &self.activity_refused, &fence).await?;
         Ok(newest)
     }
 }
@@ -155,7 +158,7 @@ const XMIN_PASSED: &str = "SELECT pg_snapshot_xmin(s) > f, pg_snapshot_xmin(s)::
 /// clients, a tail's horizon settling beside them).
 const STUCK_POLLS: u32 = 5;
 
-/// How often [`SETTLED`] is asked once a settle waits on a long
+/// How often a settle polls once xmin stays put: it waits on a long
 /// transaction.
 const LONG_WAIT_POLL: Duration = Duration::from_millis(10);
 
@@ -163,11 +166,36 @@ const LONG_WAIT_POLL: Duration = Duration::from_millis(10);
 /// `fence` has finished: [`XMIN_PASSED`] while xmin moves, [`SETTLED`]
 /// once it stays put. The connection goes back between polls: a waiter
 /// must not hold a connection the others need meanwhile.
-async fn wait_settled(pool: &Pool, fence: &str) -> Result<()> {
+///
+/// Some hardened clusters revoke `pg_stat_activity` from PUBLIC. There
+/// [`SETTLED`] is refused (42501); the store says so once in the log,
+/// sets `refused`, and its settles from then on wait on xmin alone, as
+/// they did before the look-up: correct, only held back by any long
+/// transaction on the cluster.
+async fn wait_settled(pool: &Pool, refused: &AtomicBool, fence: &str) -> Result<()> {
     let (mut xmin, mut stuck) = (String::new(), 0);
     loop {
         let mut conn = pool.system().await?;
-        if stuck < STUCK_POLLS {
+        if stuck >= STUCK_POLLS && !refused.load(Ordering::Relaxed) {
+            match sqlx::query_scalar(SETTLED)
+                .bind(fence)
+                .fetch_one(&mut conn)
+                .await
+            {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(err) if insufficient_privilege(&err) => {
+                    if !refused.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            error = %err,
+                            "cannot see which transactions run in this database; \
+                             watches and tails now wait for every long transaction on the cluster"
+                        );
+                    }
+                }
+                Err(err) => return Err(err.into()),
+            }
+        } else {
             let (passed, now): (bool, String) = sqlx::query_as(XMIN_PASSED)
                 .bind(fence)
                 .fetch_one(&mut conn)
@@ -180,27 +208,30 @@ async fn wait_settled(pool: &Pool, fence: &str) -> Result<()> {
             } else {
                 (xmin, stuck) = (now, 0);
             }
-            drop(conn);
-            // Writers' transactions are one short statement; this is a few ms.
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        } else {
-            let settled: bool = sqlx::query_scalar(SETTLED)
-                .bind(fence)
-                .fetch_one(&mut conn)
-                .await?;
-            if settled {
-                return Ok(());
-            }
-            drop(conn);
-            tokio::time::sleep(LONG_WAIT_POLL).await;
         }
+        drop(conn);
+        // Writers' transactions are one short statement: while xmin
+        // moves this is a few ms. Once it stays put, a long transaction
+        // holds it, and polls come slower.
+        let pause = if stuck < STUCK_POLLS {
+            Duration::from_millis(1)
+        } else {
+            LONG_WAIT_POLL
+        };
+        tokio::time::sleep(pause).await;
     }
+}
+
+/// Whether Postgres refused a statement for want of a privilege.
+fn insufficient_privilege(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"))
 }
 
 /// Keeps the horizon current: woken by NOTIFY from any replica, and by a
 /// poll in case a notification was missed.
 async fn run_horizon(
     pool: Pool,
+    refused: Arc<AtomicBool>,
     listen: PgPool,
     feed: Feed,
     mut horizon: i64,
@@ -244,7 +275,7 @@ async fn run_horizon(
         let advanced = async {
             let (newest, fence) = horizon_candidate(&pool, feed).await?;
             if newest > horizon {
-                wait_settled(&pool, &fence).await?;
+                wait_settled(&pool, &refused, &fence).await?;
             }
             Ok::<_, crate::error::Error>(newest)
         };

@@ -171,6 +171,9 @@ pub struct PgStore {
     /// The settled horizon of each feed, computed by one background task
     /// per feed and store, started by the first reader.
     horizons: Arc<[OnceCell<watch::Receiver<i64>>; 2]>,
+    /// Set once the database refused a settle its look at the running
+    /// transactions ([`feeds`]): settles then wait on xmin alone.
+    activity_refused: Arc<std::sync::atomic::AtomicBool>,
     /// Memory writes committed together (none when group commit is off,
     /// and in the store the batcher itself writes with).
     writes: Option<Group<OwnedWrite, Written>>,
@@ -247,6 +250,7 @@ impl PgStore {
             pool,
             listen,
             horizons: Arc::default(),
+            activity_refused: Arc::default(),
             writes: None,
             appends: None,
             gets: None,

@@ -250,3 +250,69 @@ async fn postgres_feeds_do_not_wait_for_other_databases() {
     settle.await.expect("task").expect("settled");
     open.execute("COMMIT").await.expect("commit");
 }
+
+/// On Postgres, where the cluster refuses `pg_stat_activity` to the
+/// server's role (some hardened set-ups revoke it from PUBLIC), a settle
+/// behind a long transaction of another database falls back to waiting
+/// for it, as every settle did before it could look the running ids up,
+/// and returns once it ends: held back, never failed. (It used to fail
+/// with "permission denied" once xmin stayed put: an as-of read answered
+/// INTERNAL, and the horizon task logged and retried.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_settles_wait_on_xmin_where_activity_is_refused() {
+    use crate::helpers::{APP_ROLE, as_user, create_app_role};
+
+    let db = TestDb::new(Backend::Postgres).await;
+    let owner = db.pg_store().await;
+    owner.migrate().await.expect("migrate");
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    create_app_role(&mut admin).await;
+    owner.grant_to(APP_ROLE).await.expect("grant");
+    // The catalog's views are per database: this revokes it here only.
+    admin
+        .execute("REVOKE SELECT ON pg_catalog.pg_stat_activity FROM PUBLIC")
+        .await
+        .expect("revoke");
+    let store = PgStore::connect(
+        &as_user(&db.url, APP_ROLE),
+        &engram::config::Config::defaults().store,
+    )
+    .await
+    .expect("connect as the app role");
+
+    let elsewhere = TestDb::new(Backend::Postgres).await;
+    let mut open = sqlx::PgConnection::connect(&elsewhere.url)
+        .await
+        .expect("connect");
+    open.execute("BEGIN").await.expect("begin");
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut open)
+        .await
+        .expect("take an id");
+
+    let w = writer(&store, "t1");
+    let written = w.set("k", json!(1)).await;
+    let settle = held_back(&store, "the settle failed or passed a running transaction").await;
+    open.execute("COMMIT").await.expect("commit");
+    let settled = settle.await.expect("task").expect("settled");
+    let changes = store
+        .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
+        .await
+        .expect("changes");
+    assert_eq!(
+        changes
+            .iter()
+            .map(|c| (c.key.as_str(), c.version))
+            .collect::<Vec<_>>(),
+        vec![("k", written.version)]
+    );
+    // Later settles, and the shared horizon, keep working.
+    w.set("k", json!(2)).await;
+    let again = store.settled(Feed::Changes).await.expect("settled");
+    assert!(again > settled);
+    let mut horizon = store.horizon(Feed::Changes).await.expect("horizon");
+    tokio::time::timeout(Duration::from_secs(20), horizon.wait_for(|h| *h >= again))
+        .await
+        .expect("the shared horizon moves past the write")
+        .expect("horizon open");
+}
