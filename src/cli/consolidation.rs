@@ -3,7 +3,8 @@
 use serde_json::json;
 
 use super::{
-    CliResult, ClientArgs, Output, all_pages, connect, plural, print_json, time, value_json,
+    CliResult, ClientArgs, Output, all_pages, connect, plural, print_json, print_table, time,
+    value_json,
 };
 use crate::proto;
 use crate::proto::consolidation_rule::Cadence;
@@ -241,30 +242,6 @@ fn delta_row(delta: &proto::MemoryDelta) -> [String; 4] {
             String::new(),
         ],
         None => Default::default(),
-    }
-}
-
-fn print_table(header: [&str; 4], rows: &[[String; 4]]) {
-    let mut widths = header.map(str::len);
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 4]| {
-        let mut out = String::new();
-        for (i, cell) in cells.iter().enumerate() {
-            if i == 3 {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
-            }
-        }
-        outln!("{}", out.trim_end());
-    };
-    line(header);
-    for row in rows {
-        line([&row[0], &row[1], &row[2], &row[3]]);
     }
 }
 

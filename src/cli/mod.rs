@@ -356,6 +356,34 @@ pub fn plural<N: std::fmt::Display + PartialEq + From<u8>>(n: N, one: &str, many
     }
 }
 
+/// Prints a table for people: a header and rows of `N` cells, each
+/// column as wide as its widest cell (counted in characters), two spaces
+/// between columns; the last column unpadded, for text of any length.
+/// Cells are left-aligned: a caller pads numbers it wants on the right.
+pub fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(|cell| cell.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; N]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        outln!("{}", out.trim_end());
+    };
+    line(header);
+    for row in rows {
+        line(std::array::from_fn(|i| row[i].as_str()));
+    }
+}
+
 /// Writes a line of output. When standard output is a pipe whose reader
 /// has gone (`| head` took its lines), the command ends there with status
 /// 0, as `grep` and `ripgrep` end: what was asked for has been read. Any

@@ -5,7 +5,7 @@ use serde_json::json;
 use super::consolidation::{KindArg, fact_json};
 use super::memory::{ScopeTypeArg, entry_json};
 use super::sessions::episode_json;
-use super::{CliError, CliResult, ClientArgs, Output, connect, print_json, time};
+use super::{CliError, CliResult, ClientArgs, Output, connect, print_json, print_table, time};
 use crate::proto;
 use crate::proto::search_hit::Item;
 use crate::proto::search_service_client::SearchServiceClient;
@@ -219,16 +219,23 @@ impl SearchCommand {
             // on stderr rather than a header over nothing.
             Output::Text if hits.is_empty() => eprintln!("no hits"),
             Output::Text => {
-                outln!("{:>7}  {:<8}  {:<40}  SNIPPET", "SCORE", "SOURCE", "ITEM");
-                for hit in &hits {
-                    outln!(
-                        "{:>7.3}  {:<8}  {:<40}  {}",
-                        hit.score,
-                        source_name(hit.source),
-                        item_name(hit.item.as_ref()),
-                        hit.snippet.replace('\n', " ")
-                    );
-                }
+                // Scores right-aligned among themselves.
+                let scores: Vec<String> =
+                    hits.iter().map(|hit| format!("{:.3}", hit.score)).collect();
+                let width = scores.iter().map(String::len).max().unwrap_or(0);
+                let rows: Vec<[String; 4]> = hits
+                    .iter()
+                    .zip(&scores)
+                    .map(|(hit, score)| {
+                        [
+                            format!("{score:>width$}"),
+                            source_name(hit.source).to_owned(),
+                            item_name(hit.item.as_ref()),
+                            hit.snippet.replace('\n', " "),
+                        ]
+                    })
+                    .collect();
+                print_table(["SCORE", "SOURCE", "ITEM", "SNIPPET"], &rows);
             }
         }
         Ok(())

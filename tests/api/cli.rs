@@ -1010,6 +1010,11 @@ async fn search_command_against_a_server() {
     for (session, user, text) in [
         ("s1", "alice", "the deployment setup uses helm"),
         ("s2", "bob", "bob has a deployment too"),
+        (
+            "0193f1b2-7c4e-7a10-9d2f-3b5e8c1a4d60",
+            "carol",
+            "carol pinned the helm chart",
+        ),
     ] {
         episodes.json(&[
             "append",
@@ -1087,6 +1092,18 @@ async fn search_command_against_a_server() {
         lines[1]
     );
     assert!(lines[1].contains("**helm**"), "{}", lines[1]);
+    // Columns as wide as their widest cell: an item longer than any
+    // fixed width (a UUID session's) leaves every snippet in line.
+    let table = search.run_as("text", &["helm"]);
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", table.stdout);
+    let column = |line: &str, text: &str| line.find(text).map(|at| line[..at].chars().count());
+    let snippets = column(lines[0], "SNIPPET");
+    for line in &lines[1..] {
+        let snippet = column(line, "carol pinned").or_else(|| column(line, "the deployment"));
+        assert_eq!(snippet, snippets, "{}", table.stdout);
+    }
     let none = search.run_as("text", &["helm", "--user", "bob"]);
     assert_eq!(none.code, 0, "{}", none.stderr);
     assert_eq!(none.stdout, "");
