@@ -6,7 +6,9 @@
 //! Both stores now index each such character as a word of its own, in
 //! order (Postgres: `engram_search_text` spaces them apart before the
 //! parser reads the text, migration 0029; SQLite: the `engram_english`
-//! tokenizer's `reading 5` hands each on as a token, migration 0018), and
+//! tokenizer's `reading 5` hands each on as a token, migration 0018, and
+//! since `reading 6`, migration 0019, reads a number beside one as
+//! between spaces, [`blanked`], as Postgres does: `3.5` in `第3.5章`), and
 //! a query looks for the characters of a run two by two, each pair side by
 //! side ([`pairs`]): `深色模式` is `深色`, `色模` and `模式`, any of which may
 //! match and more of which rank higher. That is what Lucene's
@@ -73,6 +75,27 @@ pub fn apart(text: &str) -> Cow<'_, str> {
             out.push(' ');
             out.push(c);
             out.push(' ');
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `text` with every [`is_cjk`] character blanked out (as many spaces as
+/// its bytes, so every other byte stays where it was): what numbers are
+/// read beside. Postgres's parser reads the text after [`apart`], so
+/// `3.5` in `第3.5章` stands between spaces there and is one number,
+/// where beside the characters themselves it would be read as part of a
+/// word.
+pub fn blanked(text: &str) -> Cow<'_, str> {
+    if !holds(text) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if is_cjk(c) {
+            out.extend(std::iter::repeat_n(' ', c.len_utf8()));
         } else {
             out.push(c);
         }
@@ -152,6 +175,16 @@ mod tests {
     fn apart_spaces_each_character() {
         assert_eq!(apart("GPT模型、3個"), "GPT 模  型 、3 個 ");
         assert!(matches!(apart("plain café"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn blanked_keeps_every_other_byte_in_place() {
+        let text = "第3.5章、𠀀1";
+        let blank = blanked(text);
+        assert_eq!(blank, "   3.5   、    1");
+        assert_eq!(blank.len(), text.len());
+        assert_eq!(blank.find("3.5"), text.find("3.5"));
+        assert!(matches!(blanked("v1.5 café"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -120,9 +120,10 @@ fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
 /// indexes keep it ([`numbers::whole`]), so that `3.14` is marked when
 /// `3.14` is searched, and one right before letters a word apart from
 /// them ([`numbers::before_letters`]: `3.21` in `3.21s`), and each
-/// character of Chinese, Japanese or Korean alone ([`cjk`]).
+/// character of Chinese, Japanese or Korean alone ([`cjk`]), numbers
+/// beside them read as between spaces (`3.5` in `第3.5章`).
 pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
-    let numbers = numbers::apart(&spaced(text));
+    let numbers = numbers::apart(&cjk::blanked(&spaced(text)));
     let mut numbers = numbers.iter().peekable();
     let mut words = Vec::new();
     let mut start = None;

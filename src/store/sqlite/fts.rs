@@ -46,7 +46,12 @@
 //! does, `s1.5_2.5` one word; tables of `reading 3` now read so too, but
 //! a server of this release writes to none: it migrates a database at
 //! 0016 before it writes, and 0017 drops those tables whole, so no row is
-//! removed with other tokens than it was added with.)
+//! removed with other tokens than it was added with.) Tables made with
+//! `reading 5` (migration 0018) hand each character of Chinese, Japanese
+//! or Korean on as a token of its own; with `reading 6` (0019) a token
+//! holding one is cut into its pieces before numbers are read, each piece
+//! read as a token, and numbers are looked for with those characters
+//! blanked out, so that one beside them is whole (`3.5` in `第3.5章`).
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -180,6 +185,12 @@ enum Reading {
     /// ([`crate::search::cjk`]), as Postgres reads it since its migration
     /// 0029.
     CharactersAlone,
+    /// Migration 0019 (`reading 6`): as `reading 5`, and a number beside
+    /// such a character read as Postgres reads it there, between the
+    /// spaces its migration 0029 puts around the character: `第3.5章` is
+    /// `第`, `3.5` and `章` (reading 5 read `第`, `3`, `5` and `章`, so
+    /// `3.5` and the quoted `"第3.5章"` did not find it).
+    NumbersBesideCharacters,
 }
 
 impl Reading {
@@ -241,6 +252,7 @@ unsafe fn reading_of(
                 Some(b"3") => Reading::StringsAlone,
                 Some(b"4") => Reading::NumbersBeforeLetters,
                 Some(b"5") => Reading::CharactersAlone,
+                Some(b"6") => Reading::NumbersBesideCharacters,
                 _ => return None,
             };
             i += 2;
@@ -478,7 +490,9 @@ fn read(text: &[u8], reading: Reading) -> Read {
             if alone {
                 // `spaced` keeps every byte where it was.
                 let spaced = english::spaced(piece);
-                let read = if reading >= Reading::NumbersBeforeLetters {
+                let read = if reading >= Reading::NumbersBesideCharacters {
+                    numbers::apart(&cjk::blanked(&spaced))
+                } else if reading >= Reading::NumbersBeforeLetters {
                     numbers::apart(&spaced)
                 } else {
                     numbers::whole(&spaced)
@@ -587,6 +601,76 @@ unsafe extern "C" fn stemmed(
     if caller.hides(start) {
         return ffi::SQLITE_OK;
     }
+    // Reading 6: a token holding a character of Chinese, Japanese or
+    // Korean is cut into its pieces first, and each piece read as a token
+    // of its own, so that a number beside such a character is read whole.
+    if caller.reading >= Reading::NumbersBesideCharacters {
+        // SAFETY: the parent's token, `length` bytes, alive for this call.
+        let bytes = unsafe { text_of(token, length) };
+        if let Ok(word) = std::str::from_utf8(bytes)
+            && cjk::holds(word)
+        {
+            return beside_characters(caller, flags, word, start, end);
+        }
+    }
+    // SAFETY: as this function's.
+    unsafe { word_of(caller, flags, token, length, start, end) }
+}
+
+/// Reading 6: the pieces of a token that holds a character of Chinese,
+/// Japanese or Korean ([`cjk_pieces`]), each read by [`word_of`] as a
+/// token of its own at its own offsets: each character alone, and a
+/// number among the rest whole ([`read`] blanked the characters out
+/// before it looked for numbers).
+fn beside_characters(caller: &Caller, flags: c_int, word: &str, start: c_int, end: c_int) -> c_int {
+    // As written, untrimmed, so that each piece's offsets are its own.
+    let (text, offsets) = match caller.written(start, end) {
+        Some(written) => (written, true),
+        None => (word, false),
+    };
+    for piece in cjk_pieces(text) {
+        let from = usize::try_from(start).unwrap_or(0) + piece.start;
+        let (piece_start, piece_end) =
+            match (c_int::try_from(from), c_int::try_from(from + piece.len())) {
+                (Ok(s), Ok(e)) if offsets => (s, e),
+                _ => (start, end),
+            };
+        // Lowercased, as the parent hands its tokens.
+        let lower = text[piece].to_lowercase();
+        let Ok(n) = c_int::try_from(lower.len()) else {
+            return ffi::SQLITE_ERROR;
+        };
+        // SAFETY: `caller` is alive for this call, and `lower` (the
+        // token, `n` bytes) until the call returns.
+        let rc = unsafe {
+            word_of(
+                caller,
+                flags,
+                lower.as_ptr().cast(),
+                n,
+                piece_start,
+                piece_end,
+            )
+        };
+        if rc != ffi::SQLITE_OK {
+            return rc;
+        }
+    }
+    ffi::SQLITE_OK
+}
+
+/// A token (or, reading 6, a piece of one) handed on as its lexemes.
+///
+/// # Safety
+/// `token` points at `length` bytes, alive for the call.
+unsafe fn word_of(
+    caller: &Caller,
+    flags: c_int,
+    token: *const std::ffi::c_char,
+    length: c_int,
+    start: c_int,
+    end: c_int,
+) -> c_int {
     // Reading 3: a number Postgres keeps whole (`3.14`, `-5`) is handed on
     // whole, at its first token; the others are dropped. Reading 4: but the
     // letters a number runs into (`unicode61`'s `21s` of `3.21s`) are the

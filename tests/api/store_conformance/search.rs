@@ -668,6 +668,7 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
         ("japanese", "GPT模型をデプロイする"),
         ("korean", "한국어 검색 기능"),
         ("thai", "สวัสดีครับ"),
+        ("decimal", "第3.5章を読んだ"),
     ];
     let episodes: Vec<_> = said
         .iter()
@@ -699,6 +700,14 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(search("검색").await.1, ["한국어 **검색** 기능"]);
     assert_eq!(search("สวัสดีครับ").await.0, ["thai"]);
     assert_eq!(search("สวัสดี").await.0, Vec::<String>::new());
+    // A number beside such characters is one word, as between spaces:
+    // `3.5`, not `3` and `5` (SQLite's reading 5 split it, and neither
+    // `3.5` nor the quoted run found it there).
+    for query in ["3.5", "\"第3.5章\"", "第3.5章"] {
+        assert_eq!(search(query).await.0, ["decimal"], "{query}");
+    }
+    assert_eq!(search("3.5").await.1, ["第**3.5**章を読んだ"]);
+    assert_eq!(search("5").await.0, Vec::<String>::new());
 }
 
 /// A fact's snippet shows its content, led by the parts of its triple the
@@ -1124,6 +1133,38 @@ where
 async fn cjk_text_written_before_its_reading_is_read_again_on_postgres() {
     let db = TestDb::new(crate::helpers::Backend::Postgres).await;
     cjk_text_is_read_again_by_the_migration(db.pg_store().await, 28).await;
+}
+
+/// SQLite's migration 0019 reads again what was written before it: a
+/// number beside a Chinese, Japanese or Korean character (`3.5` in
+/// `第3.5章`) is found whole after it, in memory, facts and episodes, and
+/// what is written after is read so.
+#[tokio::test]
+async fn numbers_beside_cjk_text_are_read_again_by_sqlite_0019() {
+    use engram::ports::Database;
+
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    let store = db.sqlite_store().await;
+    store
+        .migrate_through(Some(18))
+        .await
+        .expect("the schema before");
+    let text = "第3.5章を読んだ";
+    write_everywhere(&store, text, "notes", text).await;
+    assert_eq!(found_everywhere(&store, "3.5").await, Vec::<String>::new());
+    store.migrate().await.expect("migrate");
+    let all = ["e1", "notes@1", "ops@example.com"];
+    for query in ["3.5", "\"第3.5章\"", "章"] {
+        assert_eq!(found_everywhere(&store, query).await, all, "{query}");
+    }
+    // A key written again leaves its old words (FTS5 reads the stored
+    // text again to remove them).
+    writer(&store, "t1").set("notes", json!("第4.5章")).await;
+    assert_eq!(
+        found_everywhere(&store, "3.5").await,
+        ["e1", "ops@example.com"]
+    );
+    assert_eq!(found_everywhere(&store, "4.5").await, ["notes@2"]);
 }
 
 #[tokio::test]
