@@ -623,7 +623,45 @@ unsafe extern "C" fn stemmed(
 /// number among the rest whole ([`read`] blanked the characters out
 /// before it looked for numbers).
 fn beside_characters(caller: &Caller, flags: c_int, word: &str, start: c_int, end: c_int) -> c_int {
-    // As written, untrimmed, so that each piece's offsets are its own.
+    each_piece(
+        caller,
+        word,
+        start,
+        end,
+        |piece, _, piece_start, piece_end| {
+            // Lowercased, as the parent hands its tokens.
+            let lower = piece.to_lowercase();
+            let Ok(n) = c_int::try_from(lower.len()) else {
+                return ffi::SQLITE_ERROR;
+            };
+            // SAFETY: `caller` is alive for this call, and `lower` (the
+            // token, `n` bytes) until the call returns.
+            unsafe {
+                word_of(
+                    caller,
+                    flags,
+                    lower.as_ptr().cast(),
+                    n,
+                    piece_start,
+                    piece_end,
+                )
+            }
+        },
+    )
+}
+
+/// Hands each piece of a token holding a character of Chinese, Japanese
+/// or Korean ([`cjk_pieces`]) to `each`, until one fails: the piece as
+/// the text has it (untrimmed, so that each piece's offsets are its own),
+/// whether it is (else it is the parent's token, whose offsets each piece
+/// then takes), and its offsets.
+fn each_piece(
+    caller: &Caller,
+    word: &str,
+    start: c_int,
+    end: c_int,
+    mut each: impl FnMut(&str, bool, c_int, c_int) -> c_int,
+) -> c_int {
     let (text, offsets) = match caller.written(start, end) {
         Some(written) => (written, true),
         None => (word, false),
@@ -635,23 +673,7 @@ fn beside_characters(caller: &Caller, flags: c_int, word: &str, start: c_int, en
                 (Ok(s), Ok(e)) if offsets => (s, e),
                 _ => (start, end),
             };
-        // Lowercased, as the parent hands its tokens.
-        let lower = text[piece].to_lowercase();
-        let Ok(n) = c_int::try_from(lower.len()) else {
-            return ffi::SQLITE_ERROR;
-        };
-        // SAFETY: `caller` is alive for this call, and `lower` (the
-        // token, `n` bytes) until the call returns.
-        let rc = unsafe {
-            word_of(
-                caller,
-                flags,
-                lower.as_ptr().cast(),
-                n,
-                piece_start,
-                piece_end,
-            )
-        };
+        let rc = each(&text[piece], offsets, piece_start, piece_end);
         if rc != ffi::SQLITE_OK {
             return rc;
         }
@@ -750,28 +772,11 @@ unsafe fn word_of(
     // Reading 5: each character of Chinese, Japanese or Korean a token
     // of its own, the rest of the token read as any other around them.
     if caller.reading >= Reading::CharactersAlone && cjk::holds(word) {
-        // As written, untrimmed (the pieces take their own marks off),
-        // so that each piece's offsets are its own.
-        let (text, offsets) = match caller.written(start, end) {
-            Some(written) => (written, true),
-            None => (word, false),
-        };
-        for piece in cjk_pieces(text) {
-            let from = usize::try_from(start).unwrap_or(0) + piece.start;
-            let (piece_start, piece_end) =
-                match (c_int::try_from(from), c_int::try_from(from + piece.len())) {
-                    (Ok(s), Ok(e)) if offsets => (s, e),
-                    _ => (start, end),
-                };
-            let piece = &text[piece];
-            let lower = piece.to_lowercase();
+        // The pieces take their own marks off.
+        return each_piece(caller, word, start, end, |piece, offsets, s, e| {
             let written = offsets.then_some(piece);
-            let rc = hand_on(caller, flags, &lower, written, piece_start, piece_end);
-            if rc != ffi::SQLITE_OK {
-                return rc;
-            }
-        }
-        return ffi::SQLITE_OK;
+            hand_on(caller, flags, &piece.to_lowercase(), written, s, e)
+        });
     }
     hand_on(caller, flags, word, written, start, end)
 }

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use engram::memory::ports::MemoryStore;
 use engram::ports::{Database, Feed, Feeds, Store};
 use engram::store::PgStore;
 use serde_json::json;
 use sqlx::{Connection, Executor};
 
-use super::writer;
+use super::{Writer, writer};
 use crate::helpers::{Backend, TestDb};
 
 /// A settle of the change feed started now, checked to be still waiting
@@ -29,6 +28,18 @@ async fn held_back<S: Store>(
     let early = tokio::time::timeout(Duration::from_millis(300), &mut settle).await;
     assert!(early.is_err(), "{why}: {early:?}");
     settle
+}
+
+/// The keys and versions of the changes to `w`'s scope up to `settled`.
+async fn changed<S: Store>(store: &S, w: &Writer<'_, S>, settled: i64) -> Vec<(String, i64)> {
+    let changes = store
+        .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
+        .await
+        .expect("changes");
+    changes
+        .iter()
+        .map(|c| (c.key.as_str().to_owned(), c.version))
+        .collect()
 }
 
 /// The horizons cover every committed write, and the shared horizon
@@ -217,16 +228,9 @@ async fn postgres_feeds_do_not_wait_for_other_databases() {
         .await
         .unwrap_or_else(|_| panic!("{}", waited()))
         .expect("settled");
-    let changes = store
-        .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
-        .await
-        .expect("changes");
     assert_eq!(
-        changes
-            .iter()
-            .map(|c| (c.key.as_str(), c.version))
-            .collect::<Vec<_>>(),
-        vec![("k", written.version)]
+        changed(&store, &w, settled).await,
+        [("k".to_owned(), written.version)]
     );
     tokio::time::timeout(within, horizon.wait_for(|h| *h >= settled))
         .await
@@ -295,16 +299,9 @@ async fn postgres_settles_wait_on_xmin_where_activity_is_refused() {
     let settle = held_back(&store, "the settle failed or passed a running transaction").await;
     open.execute("COMMIT").await.expect("commit");
     let settled = settle.await.expect("task").expect("settled");
-    let changes = store
-        .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
-        .await
-        .expect("changes");
     assert_eq!(
-        changes
-            .iter()
-            .map(|c| (c.key.as_str(), c.version))
-            .collect::<Vec<_>>(),
-        vec![("k", written.version)]
+        changed(&store, &w, settled).await,
+        [("k".to_owned(), written.version)]
     );
     // Later settles, and the shared horizon, keep working.
     w.set("k", json!(2)).await;
