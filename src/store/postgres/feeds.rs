@@ -204,7 +204,7 @@ async fn wait_settled(pool: &Pool, refused: &AtomicBool, fence: &str) -> Result<
                 return Ok(());
             }
             if now == xmin {
-                stuck += 1;
+                stuck = stuck.saturating_add(1);
             } else {
                 (xmin, stuck) = (now, 0);
             }

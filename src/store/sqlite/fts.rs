@@ -651,10 +651,11 @@ fn beside_characters(caller: &Caller, flags: c_int, word: &str, start: c_int, en
 }
 
 /// Hands each piece of a token holding a character of Chinese, Japanese
-/// or Korean ([`cjk_pieces`]) to `each`, until one fails: the piece as
-/// the text has it (untrimmed, so that each piece's offsets are its own),
-/// whether it is (else it is the parent's token, whose offsets each piece
-/// then takes), and its offsets.
+/// or Korean ([`cjk_pieces`]) to `each`, until one fails: the piece, cut
+/// from the text as written (untrimmed, so that each piece's offsets are
+/// its own) when the text is at hand, else from the parent's token;
+/// whether it was the text; and the piece's offsets (the token's when it
+/// was not).
 fn each_piece(
     caller: &Caller,
     word: &str,
@@ -673,7 +674,12 @@ fn each_piece(
                 (Ok(s), Ok(e)) if offsets => (s, e),
                 _ => (start, end),
             };
-        let rc = each(&text[piece], offsets, piece_start, piece_end);
+        let rc = each(
+            text.get(piece).unwrap_or_default(),
+            offsets,
+            piece_start,
+            piece_end,
+        );
         if rc != ffi::SQLITE_OK {
             return rc;
         }
