@@ -18,8 +18,10 @@
 //! query asked for `我的`.
 
 use std::collections::HashSet;
-
 use std::ops::Range;
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 use super::cjk::{self, is_cjk};
 use super::english::{lexeme, spaced};
@@ -115,6 +117,18 @@ fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
     words
 }
 
+/// Combining marks (Unicode's category M): part of the word they follow,
+/// as Postgres's parser reads them (`ผมไม่ชอบกาแฟ` is one word there, its
+/// tone mark `่` included; `e` and U+0301 are `é`), a break where no word
+/// precedes them.
+static MARK: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\p{M}$").unwrap_or_else(|err| panic!("the mark class: {err}")));
+
+/// Whether `c` is a combining mark ([`MARK`]).
+fn is_mark(c: char) -> bool {
+    !c.is_ascii() && MARK.is_match(c.encode_utf8(&mut [0; 4]))
+}
+
 /// Where the words of `text` are, as snippets read them: runs of letters
 /// and digits, but a decimal, a version or a signed number whole, as the
 /// indexes keep it ([`numbers::whole`]), so that `3.14` is marked when
@@ -145,7 +159,8 @@ pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
             }
             words.push(at..at + c.len_utf8());
         } else {
-            match (c.is_alphanumeric(), start) {
+            let in_word = c.is_alphanumeric() || (start.is_some() && is_mark(c));
+            match (in_word, start) {
                 (true, None) => start = Some(at),
                 (false, Some(from)) => {
                     words.push(from..at);
@@ -391,6 +406,27 @@ mod tests {
         assert_eq!(got.chars().count(), FRAGMENT_WORDS + 4, "{got}");
         assert!(got.contains("甲**深色**模式乙"), "{got}");
         assert_eq!(word_ranges("a深b").len(), 3);
+    }
+
+    #[test]
+    fn combining_marks_belong_to_the_word_they_follow() {
+        // A Thai run with its tone mark is one word, as the index reads it.
+        assert_eq!(
+            snippet("ผมไม่ชอบกาแฟ", &terms(&["ผมไม่ชอบกาแฟ"])),
+            "**ผมไม่ชอบกาแฟ**"
+        );
+        let whole: Vec<(usize, usize)> = vec![(0, "ผมไม่ชอบกาแฟ".len())];
+        let spans = |text: &str| -> Vec<(usize, usize)> {
+            word_ranges(text)
+                .into_iter()
+                .map(|r| (r.start, r.end))
+                .collect()
+        };
+        assert_eq!(spans("ผมไม่ชอบกาแฟ"), whole);
+        // A decomposed accent stays on its letter; a mark after no word
+        // is none.
+        assert_eq!(spans("cafe\u{301} x"), [(0, 6), (7, 8)]);
+        assert_eq!(spans("\u{301}ab"), [(2, 4)]);
     }
 
     #[test]

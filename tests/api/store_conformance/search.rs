@@ -669,6 +669,7 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
         ("korean", "한국어 검색 기능"),
         ("thai", "สวัสดีครับ"),
         ("decimal", "第3.5章を読んだ"),
+        ("thai-tone", "ผมไม่ชอบกาแฟ"),
     ];
     let episodes: Vec<_> = said
         .iter()
@@ -700,6 +701,12 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(search("검색").await.1, ["한국어 **검색** 기능"]);
     assert_eq!(search("สวัสดีครับ").await.0, ["thai"]);
     assert_eq!(search("สวัสดี").await.0, Vec::<String>::new());
+    // A tone mark (a combining mark, not a letter) is part of its word,
+    // in the index and in the snippet: Postgres's snippet had cut the run
+    // there and marked nothing.
+    let (hits, snippets) = search("ผมไม่ชอบกาแฟ").await;
+    assert_eq!(hits, ["thai-tone"]);
+    assert_eq!(snippets, ["**ผมไม่ชอบกาแฟ**"]);
     // A number beside such characters is one word, as between spaces:
     // `3.5`, not `3` and `5` (SQLite's reading 5 split it, and neither
     // `3.5` nor the quoted run found it there).
