@@ -96,6 +96,23 @@ pub fn lexeme(word: &str) -> String {
     lowercase_lexeme(folded_lowercase(word).into_owned())
 }
 
+/// [`lexeme`] as a database whose `LC_CTYPE` is Turkish or Azerbaijani
+/// reads a word: its lowercasing takes `I` to a dotless `ı` (`INVOICE` is
+/// `ınvoıc` there). `unaccent` runs first, as it does there, so `İ` is
+/// read as `I` and lowercased the same way. Only snippets on such a
+/// database use it; the server leaves every other reading to Postgres
+/// there ([`crate::store::PgStore::text_in_rust`]).
+pub fn turkic_lexeme(word: &str) -> String {
+    let mut lower = String::with_capacity(word.len() + 1);
+    for c in folded(word).chars() {
+        match c {
+            'I' => lower.push('ı'),
+            c => lower.extend(c.to_lowercase()),
+        }
+    }
+    lowercase_lexeme(lower)
+}
+
 /// The table of Postgres's `unaccent` dictionary, the file it reads
 /// (`unaccent.rules` of PostgreSQL 15's contrib module, © The PostgreSQL
 /// Global Development Group, under the PostgreSQL License): a character,

@@ -24,7 +24,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::cjk::{self, is_cjk};
-use super::english::{lexeme, spaced};
+use super::english::{lexeme, spaced, turkic_lexeme};
 use super::numbers;
 
 /// The most words in one fragment.
@@ -39,6 +39,18 @@ const LEAD: usize = 5;
 /// Between two fragments.
 const DELIMITER: &str = " … ";
 
+/// How the store that found a hit lowercases the words it indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    /// As Rust does: SQLite, and Postgres in almost every locale.
+    Unicode,
+    /// Also with `I` as a dotless `ı`, as Postgres does in a Turkish or
+    /// Azerbaijani `LC_CTYPE` ([`super::english::turkic_lexeme`]). A word
+    /// is marked when either reading of it is one of the query's: the
+    /// query's own terms may have been read either way.
+    Turkic,
+}
+
 /// A word of the text: its byte range and whether it is marked.
 struct Word {
     start: usize,
@@ -48,10 +60,10 @@ struct Word {
 
 /// The snippet of `text`, as a reader sees it ([`super::Item::visible_text`]:
 /// no tags, entities as their characters), for a query whose lexemes are
-/// `terms`.
-pub fn snippet(text: &str, terms: &[String]) -> String {
+/// `terms`, its words read as `case` says.
+pub fn snippet(text: &str, terms: &[String], case: Case) -> String {
     let terms: HashSet<&str> = terms.iter().map(String::as_str).collect();
-    let words = words(text, &terms);
+    let words = words(text, &terms, case);
     if words.is_empty() {
         return String::new();
     }
@@ -86,11 +98,17 @@ pub fn snippet(text: &str, terms: &[String]) -> String {
 /// The words of `text`, marked when their lexeme is one of `terms` (a
 /// character of Chinese, Japanese or Korean only beside another marked
 /// one, but when `terms` hold one such character alone).
-fn words(text: &str, terms: &HashSet<&str>) -> Vec<Word> {
+fn words(text: &str, terms: &HashSet<&str>, case: Case) -> Vec<Word> {
+    let marked = |word: &str| {
+        terms.contains(lexeme(word).as_str())
+            || (case == Case::Turkic
+                && word.contains(['I', 'İ'])
+                && terms.contains(turkic_lexeme(word).as_str()))
+    };
     let mut words: Vec<Word> = word_ranges(text)
         .into_iter()
         .map(|range| Word {
-            marked: terms.contains(lexeme(&text[range.clone()]).as_str()),
+            marked: marked(&text[range.clone()]),
             start: range.start,
             end: range.end,
         })
@@ -254,6 +272,33 @@ mod tests {
 
     fn terms(list: &[&str]) -> Vec<String> {
         list.iter().map(|t| t.to_string()).collect()
+    }
+
+    /// A snippet as the stores read words in almost every locale.
+    fn snippet(text: &str, terms: &[String]) -> String {
+        super::snippet(text, terms, Case::Unicode)
+    }
+
+    #[test]
+    fn a_turkic_database_marks_words_it_lowercases_with_a_dotless_i() {
+        // `INVOICE` and `İNVOİCE` (whose `İ` `unaccent` reads as `I`)
+        // are `ınvoıc` there, `İnvoice` is `ınvoic`; the query may also
+        // have been read as in any other locale.
+        let text = "INVOICE sent, İNVOİCE paid, İnvoice due";
+        let turkic = |t: &[&str]| super::snippet(text, &terms(t), Case::Turkic);
+        assert_eq!(
+            turkic(&["ınvoıc"]),
+            "**INVOICE** sent, **İNVOİCE** paid, İnvoice due"
+        );
+        assert_eq!(
+            turkic(&["ınvoic"]),
+            "INVOICE sent, İNVOİCE paid, **İnvoice** due"
+        );
+        assert_eq!(
+            turkic(&["invoic"]),
+            "**INVOICE** sent, **İNVOİCE** paid, **İnvoice** due"
+        );
+        assert_eq!(snippet(text, &terms(&["ınvoıc"])), text);
     }
 
     #[test]

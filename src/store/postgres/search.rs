@@ -33,7 +33,7 @@ use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::english::{self, Reading};
 use crate::search::ports::SearchStore;
-use crate::search::snippet::snippet;
+use crate::search::snippet::{Case, snippet};
 use crate::search::{Filters, Hit, Item, Query, Source};
 use crate::store::search::{
     Bounds, MATCHES, best, bm25, columns, conditions, from, item, population, width,
@@ -132,11 +132,17 @@ impl SearchStore for PgStore {
             }
         }
         items.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // Where the database lowercases ASCII otherwise (`I` to `ı`), the
+        // terms are its own lexemes, and so must the hits' words be.
+        let case = match in_rust {
+            Some(_) => Case::Unicode,
+            None => Case::Turkic,
+        };
         Ok(items
             .into_iter()
             .map(|(score, item)| Hit {
                 score,
-                snippet: snippet(&item.visible_text(), &plan.terms),
+                snippet: snippet(&item.visible_text(), &plan.terms, case),
                 item,
             })
             .collect())

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::ports::Feed;
 use crate::search::english;
 use crate::search::ports::SearchStore;
-use crate::search::snippet::{snippet, word_ranges};
+use crate::search::snippet::{Case, snippet, word_ranges};
 use crate::search::{Filters, Hit, Query, Source};
 use crate::store::search::{
     Bounds, MATCHES, best, bm25, columns, conditions, item, population, width,
@@ -370,7 +370,7 @@ async fn read(
             let item = found.remove(&id)?;
             Some(Hit {
                 score,
-                snippet: snippet(&item.visible_text(), terms),
+                snippet: snippet(&item.visible_text(), terms, Case::Unicode),
                 item,
             })
         })

@@ -1368,7 +1368,7 @@ async fn a_turkish_database_normalises_text_in_postgres() {
             Some("e1"),
             None,
             None,
-            json!("INVOICE overdue"),
+            json!("INVOICE overdue in İSTANBUL"),
         )],
     )
     .await;
@@ -1377,12 +1377,26 @@ async fn a_turkish_database_normalises_text_in_postgres() {
         .await;
     let any = Filters::default();
     let mut found_both = Vec::new();
+    let mut snippets = Vec::new();
     for source in [Source::Memory, Source::Episodes] {
-        found_both.extend(described(
-            &found(&store, "t1", source, "INVOICE", &any).await,
-        ));
+        let hits = found(&store, "t1", source, "INVOICE", &any).await;
+        found_both.extend(described(&hits));
+        snippets.extend(hits.into_iter().map(|hit| hit.snippet));
     }
     assert_eq!(found_both, ["billing@1", "e1"]);
+    // Snippets read the words as the database does: `INVOICE` is its
+    // `ınvoıc` there, and marked.
+    assert_eq!(
+        snippets,
+        [
+            "billing **INVOICE** paid",
+            "**INVOICE** overdue in İSTANBUL"
+        ]
+    );
+    // `unaccent` reads `İ` as `I` first, so `İSTANBUL` is `ıstanbul`.
+    let hits = found(&store, "t1", Source::Episodes, "İSTANBUL", &any).await;
+    assert_eq!(described(&hits), ["e1"]);
+    assert_eq!(hits[0].snippet, "INVOICE overdue in **İSTANBUL**");
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
         .await
         .expect("connect");
