@@ -24,6 +24,7 @@ mod retention;
 mod rls;
 mod robustness;
 mod search;
+mod search_properties;
 mod search_reading;
 mod semantic;
 mod sessions_api;

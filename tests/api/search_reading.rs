@@ -15,7 +15,7 @@ use crate::search::{append, episode, memory_query, names, query, search, set};
 
 /// `count` deterministic (xorshift from `seed`) strings of up to `most`
 /// of `pieces` each.
-fn generated(pieces: &[&str], most: usize, count: usize, seed: u64) -> Vec<String> {
+pub(crate) fn generated(pieces: &[&str], most: usize, count: usize, seed: u64) -> Vec<String> {
     let mut state = seed;
     let mut next = move |below: usize| {
         state ^= state << 13;

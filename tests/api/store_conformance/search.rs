@@ -1557,7 +1557,112 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// What [`any_text_around_a_word_leaves_it_findable`] builds its texts
+/// of: the pieces the readers treat specially (numbers and what joins
+/// them, markup and entities, query syntax, CJK, Thai with its marks,
+/// combining accents, Turkish letters, emoji and typographic marks).
+const TRICKY: &[&str] = &[
+    "word",
+    "Words",
+    "the",
+    "3",
+    "3.14",
+    "-5",
+    "+",
+    "1e",
+    "5e+10.0.1",
+    ".",
+    "..",
+    "-",
+    "--",
+    "/",
+    "@",
+    "_",
+    "user_42",
+    "src/auth/validate.ts",
+    "v1.2.3",
+    "covid-19",
+    "<p>",
+    "</p>",
+    "<a href=\"x\">",
+    "<",
+    ">",
+    "&amp;",
+    "&lt;",
+    "&#x1F600;",
+    "&NotEqualTilde;",
+    "&",
+    ";",
+    "\"",
+    "\"quoted",
+    "-excluded",
+    "第",
+    "3.5",
+    "章",
+    "深色",
+    "モデル",
+    "한국어",
+    "ผม",
+    "ไม่",
+    "\u{0301}",
+    "e\u{0301}",
+    "İ",
+    "ı",
+    "INVOICE",
+    "Σ",
+    "ß",
+    "ﬁ",
+    "😀",
+    "—",
+    "“",
+    "\u{200b}",
+    " ",
+    " ",
+    "\n",
+];
+
+/// A word at the start of any text is found, alone, and marked in the
+/// snippet, whatever follows it, on both stores; and any such text asked
+/// as a query answers (hits or none), never fails. Each episode and
+/// memory value holds its own word (`quokka` and a number: a word of
+/// letters alone would be stemmed, and two could share a stem) and then
+/// generated text.
+async fn any_text_around_a_word_leaves_it_findable<S: Store>(store: S, _db: &TestDb) {
+    let texts = crate::search_reading::generated(TRICKY, 16, 150, 0x5851_f42d_4c95_7f2d);
+    let word = |at: usize| format!("quokka{at}");
+    let l = log(&store, "t1");
+    l.create("s1", "app", "alice", 0).await;
+    let s1 = id("s1");
+    let w = writer(&store, "t1");
+    for (at, text) in texts.iter().enumerate() {
+        let text = format!("{} {text}", word(at));
+        let name = format!("e{at}");
+        l.append("s1", &[episode(&s1, Some(&name), None, None, json!(text))])
+            .await;
+        w.set(&format!("k{at}"), json!({ "text": text })).await;
+    }
+    let any = Filters::default();
+    for (at, text) in texts.iter().enumerate() {
+        let word = word(at);
+        let hits = found(&store, "t1", Source::Episodes, &word, &any).await;
+        assert_eq!(described(&hits), [format!("e{at}")], "{word} {text:?}");
+        assert!(
+            hits[0].snippet.starts_with(&format!("**{word}**")),
+            "{:?} for {text:?}",
+            hits[0].snippet
+        );
+        let hits = found(&store, "t1", Source::Memory, &word, &any).await;
+        assert_eq!(described(&hits), [format!("k{at}@1")], "{word} {text:?}");
+        if Query::parse("query", text).is_ok() {
+            for source in [Source::Memory, Source::Episodes] {
+                found(&store, "t1", source, text, &any).await;
+            }
+        }
+    }
+}
+
 store_suite!(
+    any_text_around_a_word_leaves_it_findable,
     memory_finds_current_versions_only,
     each_string_is_read_alone,
     numbers_are_read_whole,
