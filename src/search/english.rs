@@ -424,7 +424,7 @@ pub enum Reading {
 
 impl Reading {
     /// Whether this reading takes `c` for a break.
-    fn breaks_at(self, c: char) -> bool {
+    pub(super) fn breaks_at(self, c: char) -> bool {
         let within = |ranges: &[RangeInclusive<char>]| ranges.iter().any(|r| r.contains(&c));
         (self >= Reading::Punctuation && within(PUNCTUATION))
             || (self >= Reading::Symbols && within(SYMBOLS))

@@ -74,6 +74,30 @@ pub fn in_text(text: &str) -> Vec<Range<usize>> {
     hidden(&spaced(text))
 }
 
+/// `text` with each of `hidden`'s ranges (as [`in_text`] gives them) in
+/// spaces, byte for byte, so that every other byte keeps its offset: what
+/// stands beside markup is then read as beside a blank, as Postgres's
+/// parser ends a word at a tag or an entity (`3.14` in `<td>3.14</td>` is
+/// one number there). A range that does not fall on character boundaries
+/// is left as it is.
+pub fn blanked<'a>(text: &'a str, hidden: &[Range<usize>]) -> Cow<'a, str> {
+    if hidden.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for range in hidden {
+        let (Some(before), Some(_)) = (text.get(at..range.start), text.get(range.clone())) else {
+            continue;
+        };
+        out.push_str(before);
+        out.extend(std::iter::repeat_n(' ', range.len()));
+        at = range.end;
+    }
+    out.push_str(text.get(at..).unwrap_or_default());
+    Cow::Owned(out)
+}
+
 /// `text` as a reader sees it, for snippets: each stretch of markup one
 /// space (none beside whitespace), but an entity alone the character it
 /// names (`&amp;` → `&`, `&#169;` → `©`, `&eacute;` → `é`, `&nbsp;` a
@@ -293,6 +317,25 @@ mod tests {
     /// The markup of `text`, as the strings the ranges hold.
     fn markup(text: &str) -> Vec<&str> {
         hidden(text).into_iter().map(|r| &text[r]).collect()
+    }
+
+    #[test]
+    fn markup_is_blanked_byte_for_byte() {
+        let text = "<td>3.14</td> &lt;é&gt; plain";
+        let blanked = blanked(text, &in_text(text));
+        assert_eq!(
+            blanked,
+            format!(
+                "{}3.14{}é{}plain",
+                " ".repeat(4),
+                " ".repeat(10),
+                " ".repeat(5)
+            )
+        );
+        assert_eq!(blanked.len(), text.len());
+        assert!(matches!(super::blanked("plain", &[]), Cow::Borrowed(_)));
+        // A range off a character's boundary is left alone.
+        assert_eq!(super::blanked("é<b>x", &[1..2, 2..5]), "é   x");
     }
 
     #[test]

@@ -14,9 +14,11 @@
 //! to Postgres's `ts_debug` over generated text of digits, signs, dots,
 //! letters and other marks.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
-use super::english::is_break_mark;
+use super::english::{Reading, is_break_mark};
+use super::{cjk, markup};
 
 /// The marks these rules read themselves; beside them and the
 /// punctuation the parser always reads as a break ([`BREAKS`](super::english::BREAKS)), a number
@@ -117,6 +119,47 @@ pub fn before_letters(text: &str) -> Vec<Range<usize>> {
         }
     }
     out
+}
+
+/// The numbers of `text` (as [`super::english::spaced`] leaves it) that
+/// Postgres reads as words of their own, with what its parser ends a
+/// word at beside them read as blanks: the markup in `hidden` (of the text
+/// as written, [`super::markup::in_text`]; `<td>3.14</td>`), characters of
+/// Chinese, Japanese and Korean (`第3.5章`), and the marks
+/// [`blanked_marks`] blanks (`a<3.14`, `1@3.14`, `&-5`, `€3.50`). What SQLite's
+/// tokenizer reads from `reading 7` on, and snippets.
+pub fn in_text(text: &str, hidden: &[Range<usize>]) -> Vec<Range<usize>> {
+    apart(&blanked_marks(&cjk::blanked(&markup::blanked(
+        text, hidden,
+    ))))
+}
+
+/// `text` with each `<`, `>`, `&` and `@`, and each character of
+/// [`PUNCTUATION`](super::english::PUNCTUATION) and
+/// [`SYMBOLS`](super::english::SYMBOLS), in spaces, byte for byte. Where
+/// such a mark starts no tag and no entity (those are blanked first, by
+/// [`super::markup::blanked`]) and no email or host (`spaced` has read
+/// an `@` beside a letter as a space), Postgres's parser reads it as a
+/// blank, and the number beside it whole (`2<3.5>1`, `5@3.14.5`, `@-5`);
+/// so it reads the others in the usual locales (`€3.50`, `“3.14”`,
+/// `3.14😀`; in the `C` locale, where it reads them as letters, SQLite
+/// and snippets still read them so).
+fn blanked_marks(text: &str) -> Cow<'_, str> {
+    let blank = |c: char| match c {
+        '<' | '>' | '&' | '@' => true,
+        c => !c.is_ascii() && Reading::Symbols.breaks_at(c),
+    };
+    if !text.chars().any(blank) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match blank(c) {
+            true => out.extend(std::iter::repeat_n(' ', c.len_utf8())),
+            false => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// [`whole`]'s numbers and [`before_letters`]'s together, in order: every

@@ -153,9 +153,11 @@ fn is_mark(c: char) -> bool {
 /// `3.14` is searched, and one right before letters a word apart from
 /// them ([`numbers::before_letters`]: `3.21` in `3.21s`), and each
 /// character of Chinese, Japanese or Korean alone ([`cjk`]), numbers
-/// beside them read as between spaces (`3.5` in `第3.5章`).
+/// beside them, or beside `<`, `>`, `&` or `@`, read as between spaces
+/// (`3.5` in `第3.5章`, `-7` in `<-7>`, as Postgres reads them;
+/// [`numbers::in_text`]).
 pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
-    let numbers = numbers::apart(&cjk::blanked(&spaced(text)));
+    let numbers = numbers::in_text(&spaced(text), &[]);
     let mut numbers = numbers.iter().peekable();
     let mut words = Vec::new();
     let mut start = None;

@@ -51,7 +51,9 @@
 //! or Korean on as a token of its own; with `reading 6` (0019) a token
 //! holding one is cut into its pieces before numbers are read, each piece
 //! read as a token, and numbers are looked for with those characters
-//! blanked out, so that one beside them is whole (`3.5` in `第3.5章`).
+//! blanked out, so that one beside them is whole (`3.5` in `第3.5章`);
+//! with `reading 7` (0020) markup and the marks `<`, `>`, `&` and `@`
+//! are blanked out too (`3.14` in `<td>3.14</td>` and in `a<3.14`).
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -191,6 +193,13 @@ enum Reading {
     /// `第`, `3.5` and `章` (reading 5 read `第`, `3`, `5` and `章`, so
     /// `3.5` and the quoted `"第3.5章"` did not find it).
     NumbersBesideCharacters,
+    /// Migration 0020 (`reading 7`): as `reading 6`, and a number beside
+    /// markup, or beside a `<`, `>`, `&` or `@` that starts none, read as
+    /// Postgres reads it there, as beside a blank (a tag or an entity
+    /// ends a word to its parser; those marks are blanks):
+    /// `<td>3.14</td>` and `a<3.14` hold `3.14` ([`numbers::in_text`];
+    /// reading 6 read `3` and `14`, so `3.14` did not find them).
+    NumbersBesideMarkup,
 }
 
 impl Reading {
@@ -253,6 +262,7 @@ unsafe fn reading_of(
                 Some(b"4") => Reading::NumbersBeforeLetters,
                 Some(b"5") => Reading::CharactersAlone,
                 Some(b"6") => Reading::NumbersBesideCharacters,
+                Some(b"7") => Reading::NumbersBesideMarkup,
                 _ => return None,
             };
             i += 2;
@@ -486,11 +496,14 @@ fn read(text: &[u8], reading: Reading) -> Read {
         for to in ends.iter().map(|(at, _)| *at).chain([text.len()]) {
             let piece = text.get(from..to).unwrap_or_default();
             let shifted = |r: Range<usize>| r.start + from..r.end + from;
-            hidden.extend(markup::in_text(piece).into_iter().map(shifted));
+            let markup = markup::in_text(piece);
             if alone {
-                // `spaced` keeps every byte where it was.
+                // `spaced` keeps every byte where it was, and so do the
+                // blanks put for markup and for CJK characters.
                 let spaced = english::spaced(piece);
-                let read = if reading >= Reading::NumbersBesideCharacters {
+                let read = if reading >= Reading::NumbersBesideMarkup {
+                    numbers::in_text(&spaced, &markup)
+                } else if reading >= Reading::NumbersBesideCharacters {
                     numbers::apart(&cjk::blanked(&spaced))
                 } else if reading >= Reading::NumbersBeforeLetters {
                     numbers::apart(&spaced)
@@ -499,6 +512,7 @@ fn read(text: &[u8], reading: Reading) -> Read {
                 };
                 numbers.extend(read.into_iter().map(shifted));
             }
+            hidden.extend(markup.into_iter().map(shifted));
             from = to + 1;
         }
         (hidden, numbers)

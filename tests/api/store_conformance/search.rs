@@ -1174,6 +1174,39 @@ async fn numbers_beside_cjk_text_are_read_again_by_sqlite_0019() {
     assert_eq!(found_everywhere(&store, "4.5").await, ["notes@2"]);
 }
 
+/// SQLite's migration 0020 reads again what was written before it: a
+/// number beside markup (`<td>3.14</td>`, `&lt;-5&gt;`) or a mark
+/// Postgres reads as a blank (`€7.25`), which `reading 6` split at its
+/// point and `reading 7` reads whole, as Postgres does.
+#[tokio::test]
+async fn numbers_beside_markup_are_read_again_by_sqlite_0020() {
+    use engram::ports::Database;
+
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    let store = db.sqlite_store().await;
+    store
+        .migrate_through(Some(19))
+        .await
+        .expect("the schema before");
+    let text = "<td>3.14</td> &lt;-5&gt; €7.25";
+    write_everywhere(&store, text, "notes", text).await;
+    assert_eq!(found_everywhere(&store, "3.14").await, Vec::<String>::new());
+    store.migrate().await.expect("migrate");
+    let all = ["e1", "notes@1", "ops@example.com"];
+    for query in ["3.14", "\"-5\"", "\"3.14 -5\"", "7.25"] {
+        assert_eq!(found_everywhere(&store, query).await, all, "{query}");
+    }
+    assert_eq!(found_everywhere(&store, "14").await, Vec::<String>::new());
+    // A key written again leaves its old words (FTS5 reads the stored
+    // text again to remove them).
+    writer(&store, "t1").set("notes", json!("<b>4.5</b>")).await;
+    assert_eq!(
+        found_everywhere(&store, "3.14").await,
+        ["e1", "ops@example.com"]
+    );
+    assert_eq!(found_everywhere(&store, "4.5").await, ["notes@2"]);
+}
+
 #[tokio::test]
 async fn cjk_text_written_before_its_reading_is_read_again_on_sqlite() {
     let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
@@ -1521,6 +1554,9 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
             ("host", "host 10.0.0.15 is up"),
             ("cold", "it fell to -5 overnight"),
             ("build", "the build took 3.21s, then 1.2.3rc1 shipped"),
+            ("cell", "<td>2.71</td><td>&lt;-7&gt;</td>"),
+            ("odds", "odds of 1@3.5 when x<9.25"),
+            ("price", "lunch was €12.50, “cheap”"),
         ],
     )
     .await;
@@ -1531,6 +1567,14 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
         ("10.0.0.15", &["host"]),
         ("10.0.0.1", &[]),
         ("\"-5\"", &["cold"]),
+        // Beside markup, as beside a blank.
+        ("2.71", &["cell"]),
+        ("\"-7\"", &["cell"]),
+        ("71", &[]),
+        ("3.5", &["odds"]),
+        ("9.25", &["odds"]),
+        ("12.50", &["price"]),
+        ("50", &[]),
         ("5", &[]),
         ("3.21", &["build"]),
         ("1.2.3", &["build"]),
@@ -1546,6 +1590,9 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
         ("3.14", "pi is **3.14** today"),
         ("10.0.0.15", "host **10.0.0.15** is up"),
         ("\"-5\"", "it fell to **-5** overnight"),
+        ("\"-7\"", "2.71 <**-7**>"),
+        ("9.25", "odds of 1@3.5 when x<**9.25**"),
+        ("12.50", "lunch was €**12.50**, “cheap”"),
         ("3.21", "the build took **3.21**s, then 1.2.3rc1 shipped"),
         (
             "1.2.3 rc1",
