@@ -178,6 +178,19 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Refuses a text field holding the NUL character, which Postgres's text
+/// cannot hold (SQLite's can, so both stores refuse it alike).
+pub fn refuse_nul(field: &str, value: &str) -> Result<()> {
+    if value.contains('\0') {
+        return Err(Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            "contains the NUL character (U+0000), which cannot be stored",
+        ));
+    }
+    Ok(())
+}
+
 impl Error {
     pub fn invalid(
         reason: Reason,

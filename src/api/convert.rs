@@ -165,6 +165,31 @@ pub fn object_to_proto(object: &serde_json::Map<String, serde_json::Value>) -> S
     }
 }
 
+/// The longest duration protobuf defines (10,000 years), in seconds.
+const MAX_DURATION_SECONDS: i64 = 315_576_000_000;
+
+/// A `google.protobuf.Duration` from the network, checked as protobuf
+/// defines it (nanos under a second and of the seconds' sign, at most
+/// 10,000 years) and refused when negative. Converted here rather than by
+/// prost-types' `TryFrom`, whose error path negates the seconds, which
+/// overflows (a panic in a debug build) at `i64::MIN`.
+pub fn duration_from_proto(field: &str, d: &prost_types::Duration) -> Result<std::time::Duration> {
+    let invalid = |description| Error::invalid(Reason::InvalidArgument, field, description);
+    if !(-MAX_DURATION_SECONDS..=MAX_DURATION_SECONDS).contains(&d.seconds)
+        || d.nanos.unsigned_abs() >= 1_000_000_000
+        || (d.seconds > 0 && d.nanos < 0)
+        || (d.seconds < 0 && d.nanos > 0)
+    {
+        return Err(invalid(
+            "is not a valid duration (at most 10,000 years, nanos under a second)",
+        ));
+    }
+    match (u64::try_from(d.seconds), u32::try_from(d.nanos)) {
+        (Ok(seconds), Ok(nanos)) => Ok(std::time::Duration::new(seconds, nanos)),
+        _ => Err(invalid("must not be negative")),
+    }
+}
+
 pub fn optional_timestamp(
     field: &str,
     time: Option<Timestamp>,

@@ -11,9 +11,95 @@ use crate::error::Error;
 /// `ErrorInfo.domain` of every error Engram returns.
 pub const ERROR_DOMAIN: &str = "engram";
 
+/// The most bytes of a field path, and of a description or message, a
+/// status carries. Both travel in HTTP/2 headers (`grpc-message`,
+/// percent-encoded, up to three times as long, and the details, in
+/// base64), and some quote what the client sent: unbounded, a long
+/// quoted value took the headers past what clients accept (16 KiB by
+/// default), and the client saw a protocol error instead of the reason.
+const MOST_FIELD_BYTES: usize = 256;
+const MOST_MESSAGE_BYTES: usize = 1024;
+
+/// `text` cut to at most `most` bytes, at a character's boundary, with
+/// `…` where it was cut.
+fn cut(mut text: String, most: usize) -> String {
+    if text.len() <= most {
+        return text;
+    }
+    let mut end = most.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
+}
+
+/// `err` with what a status quotes cut to its bounds.
+fn bounded(err: Error) -> Error {
+    let message = |m: String| cut(m, MOST_MESSAGE_BYTES);
+    match err {
+        Error::InvalidArgument {
+            reason,
+            field,
+            description,
+        } => Error::InvalidArgument {
+            reason,
+            field: cut(field, MOST_FIELD_BYTES),
+            description: message(description),
+        },
+        Error::NotFound {
+            reason,
+            message: m,
+            metadata,
+        } => Error::NotFound {
+            reason,
+            message: message(m),
+            metadata: metadata
+                .into_iter()
+                .map(|(k, v)| (k, cut(v, MOST_FIELD_BYTES)))
+                .collect(),
+        },
+        Error::FailedPrecondition { reason, message: m } => Error::FailedPrecondition {
+            reason,
+            message: message(m),
+        },
+        Error::ResourceExhausted {
+            reason,
+            message: m,
+            limit,
+            value,
+        } => Error::ResourceExhausted {
+            reason,
+            message: message(m),
+            limit,
+            value,
+        },
+        Error::AlreadyExists { reason, message: m } => Error::AlreadyExists {
+            reason,
+            message: message(m),
+        },
+        Error::OutOfRange { reason, message: m } => Error::OutOfRange {
+            reason,
+            message: message(m),
+        },
+        Error::Conflict { reason, message: m } => Error::Conflict {
+            reason,
+            message: message(m),
+        },
+        Error::DependencyUnavailable { reason, message: m } => Error::DependencyUnavailable {
+            reason,
+            message: message(m),
+        },
+        other @ (Error::VersionMismatch { .. }
+        | Error::Unavailable { .. }
+        | Error::Internal { .. }) => other,
+    }
+}
+
 pub fn to_status(err: Error) -> Status {
     let reason = err.reason().as_str();
-    match err {
+    match bounded(err) {
         Error::InvalidArgument {
             field, description, ..
         } => {
@@ -25,7 +111,7 @@ pub fn to_status(err: Error) -> Status {
             details.add_bad_request_violation(field.clone(), description.clone());
             Status::with_error_details(
                 Code::InvalidArgument,
-                format!("{field}: {description}"),
+                cut(format!("{field}: {description}"), MOST_MESSAGE_BYTES),
                 details,
             )
         }
@@ -117,5 +203,19 @@ pub fn to_status(err: Error) -> Status {
                 details,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn long_text_is_cut_at_a_character_boundary() {
+        assert_eq!(cut("short".to_owned(), 10), "short");
+        // `工` is three bytes: 10 bytes hold two of them and the `…`.
+        let cut_text = cut("工".repeat(10), 10);
+        assert_eq!(cut_text, "工工…");
+        assert!(cut_text.len() <= 10);
     }
 }

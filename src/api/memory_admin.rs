@@ -3,7 +3,9 @@
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
-use super::convert::{entry_to_proto, scope_type_from_proto, scope_type_to_proto, timestamp};
+use super::convert::{
+    duration_from_proto, entry_to_proto, scope_type_from_proto, scope_type_to_proto, timestamp,
+};
 use super::error::to_status;
 use crate::error::{Error, Reason, Result};
 use crate::memory::admin::{
@@ -181,10 +183,10 @@ fn policy_duration(
     d: Option<prost_types::Duration>,
 ) -> Result<Option<chrono::Duration>> {
     d.map(|d| {
-        std::time::Duration::try_from(d)
+        let d = duration_from_proto(field, &d)?;
+        chrono::Duration::from_std(d)
             .ok()
             .filter(|d| !d.is_zero())
-            .and_then(|d| chrono::Duration::from_std(d).ok())
             .ok_or_else(|| Error::invalid(Reason::InvalidArgument, field, "must be positive"))
     })
     .transpose()

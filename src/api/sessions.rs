@@ -4,7 +4,7 @@
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
-use super::convert::{object_from_proto, session_to_proto};
+use super::convert::{duration_from_proto, object_from_proto, session_to_proto};
 use super::error::to_status;
 use crate::error::{Error, Reason, Result};
 use crate::ports::Store;
@@ -177,11 +177,7 @@ impl<S: Store> SessionService for SessionApi<S> {
         let max_age = req
             .max_age
             .ok_or_else(|| Error::invalid(Reason::InvalidArgument, "max_age", "is required"))
-            .and_then(|d| {
-                std::time::Duration::try_from(d).map_err(|_| {
-                    Error::invalid(Reason::InvalidArgument, "max_age", "must be positive")
-                })
-            })
+            .and_then(|d| duration_from_proto("max_age", &d))
             .map_err(to_status)?;
         let sessions_deleted = self
             .sessions

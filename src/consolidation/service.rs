@@ -153,11 +153,15 @@ pub fn validate_delta(field: &str, delta: &Delta) -> Result<()> {
         Ok(())
     };
     match delta {
-        Delta::Add { payload, .. } => check_owner(&payload.app, &payload.user, Some(payload.kind)),
+        Delta::Add { payload, .. } => {
+            check_owner(&payload.app, &payload.user, Some(payload.kind))?;
+            payload.check_triple(&payload_field)
+        }
         Delta::Update {
             payload, replaces, ..
         } => {
             check_owner(&payload.app, &payload.user, Some(payload.kind))?;
+            payload.check_triple(&payload_field)?;
             check_replaces(replaces)
         }
         Delta::Delete {

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, Reason, Result, refuse_nul};
 
 /// What kind of knowledge a fact is. Stored as these numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,7 +68,36 @@ pub struct FactPayload {
     pub channels: Vec<String>,
 }
 
+/// The most bytes of a fact's subject, predicate or object. The subject
+/// and predicate are a fact's key, indexed together on Postgres, whose
+/// B-tree entries hold at most 2,704 bytes.
+pub const MAX_TRIPLE_PART_BYTES: usize = 1024;
+
+/// Checks one part of a fact's triple (`field` names it as the client
+/// spelled it): at most [`MAX_TRIPLE_PART_BYTES`], and no NUL character,
+/// which Postgres's text cannot hold.
+pub fn check_triple_part(field: &str, value: &str) -> Result<()> {
+    if value.len() > MAX_TRIPLE_PART_BYTES {
+        return Err(Error::invalid(
+            Reason::ValueTooLarge,
+            field,
+            format!(
+                "must be at most {MAX_TRIPLE_PART_BYTES} bytes, got {}",
+                value.len()
+            ),
+        ));
+    }
+    refuse_nul(field, value)
+}
+
 impl FactPayload {
+    /// Checks the triple of a payload at `field` ([`check_triple_part`]).
+    pub fn check_triple(&self, field: &str) -> Result<()> {
+        check_triple_part(&format!("{field}.subject"), &self.subject)?;
+        check_triple_part(&format!("{field}.predicate"), &self.predicate)?;
+        check_triple_part(&format!("{field}.object"), &self.object)
+    }
+
     /// The text a fact is searched and embedded by: subject, predicate,
     /// object and the strings and numbers of its content.
     pub fn text(&self) -> String {

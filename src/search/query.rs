@@ -49,6 +49,12 @@ impl Query {
                 text.len()
             )));
         }
+        if text.contains('\0') {
+            // Postgres's text cannot hold it, nor FTS5's query syntax.
+            return Err(invalid(
+                "a query may not hold the NUL character (U+0000)".to_owned(),
+            ));
+        }
         let mut query = Query {
             words: Vec::new(),
             phrases: Vec::new(),
@@ -163,6 +169,14 @@ fn apart(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nul_character_is_refused() {
+        for text in ["a\0b", "deploy \0x", "\"a\0\""] {
+            let err = Query::parse("query", text).expect_err(text);
+            assert!(err.to_string().contains("NUL"), "{err}");
+        }
+    }
 
     #[test]
     fn words_phrases_and_exclusions() {

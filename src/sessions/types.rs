@@ -347,8 +347,13 @@ fn check_metadata(field: &str, metadata: &Map<String, Value>) -> Result<()> {
         }
     }
     for key in ["subject", "predicate", "object"] {
-        if metadata.get(key).is_some_and(|v| !v.is_string()) {
-            return Err(invalid(key, "must be a string"));
+        match metadata.get(key) {
+            None => {}
+            Some(Value::String(part)) => {
+                // A rule promotes these into a fact's triple as they are.
+                crate::consolidation::check_triple_part(&format!("{field}.metadata.{key}"), part)?
+            }
+            Some(_) => return Err(invalid(key, "must be a string")),
         }
     }
     Ok(())

@@ -8,9 +8,9 @@ use super::types::{
     CachedFile, Task, TaskChange, WorkingLimits, limit_exceeded, task_not_found, task_number,
 };
 use crate::consolidation::ports::{ConsolidationStore, FactFilter, FactTx};
-use crate::consolidation::{Fact, FactKind, FactPayload, Provenance};
+use crate::consolidation::{Fact, FactKind, FactPayload, Provenance, check_triple_part};
 use crate::context::CallerContext;
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, Reason, Result, refuse_nul};
 use crate::memory::now_micros;
 use crate::paging;
 use crate::ports::Feeds;
@@ -57,6 +57,7 @@ pub struct WorkingMemory<S> {
 }
 
 fn text(field: &str, value: &str, required: bool) -> Result<()> {
+    refuse_nul(field, value)?;
     if required && value.trim().is_empty() {
         return Err(Error::invalid(
             Reason::InvalidArgument,
@@ -253,6 +254,13 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         key: (String, String, String),
     ) -> Result<Fact> {
         text("content", content, true)?;
+        for (field, part) in [
+            ("subject", &key.0),
+            ("predicate", &key.1),
+            ("object", &key.2),
+        ] {
+            check_triple_part(field, part)?;
+        }
         let payload = FactPayload {
             app: session.app.clone(),
             user: session.user.clone(),
@@ -280,6 +288,9 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         key: (String, String),
     ) -> Result<Fact> {
         text("content", content, true)?;
+        for (field, part) in [("subject", &key.0), ("predicate", &key.1)] {
+            check_triple_part(field, part)?;
+        }
         let payload = FactPayload {
             app: app.as_str().to_owned(),
             user: String::new(),
@@ -313,6 +324,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
                 "must be at most 1024 bytes",
             ));
         }
+        refuse_nul("content", content)?;
         let content = self.redact(content);
         if content.len() as i64 > self.limits.max_cache_bytes {
             return Err(limit_exceeded(

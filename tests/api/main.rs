@@ -12,6 +12,7 @@ mod consolidation;
 mod forget;
 mod helpers;
 mod history_memory;
+mod hostile_input;
 mod limits;
 mod memory_admin;
 mod memory_api;
