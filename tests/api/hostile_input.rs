@@ -8,7 +8,9 @@
 //!
 //! The requests are encoded here from the descriptors (a raw codec over
 //! protobuf's wire format), so one generator reaches every RPC, and a new
-//! RPC is covered the day it is added.
+//! RPC is covered the day it is added. The console's pages are asked
+//! with the same strings in their query parameters, and must not answer
+//! with a server error.
 
 use std::collections::HashMap;
 
@@ -519,4 +521,77 @@ async fn hostile_values_found_so_far_are_client_errors(backend: Backend) {
 on_both_stores!(
     every_rpc_answers_hostile_input_with_a_client_status,
     hostile_values_found_so_far_are_client_errors,
+    console_pages_answer_hostile_queries_without_a_server_error,
 );
+
+/// Percent-encodes every byte but the unreserved ones, for a query string.
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The console's pages, asked with hostile query strings (every parameter
+/// any page reads, each present or not, with the strings above and
+/// numbers out of range), answer as pages do, never with a server error,
+/// and never show SQL or the server's source.
+async fn console_pages_answer_hostile_queries_without_a_server_error(backend: Backend) {
+    const PAGES: &[&str] = &[
+        "/ui/",
+        "/ui/scope",
+        "/ui/key",
+        "/ui/log",
+        "/ui/export",
+        "/ui/sessions",
+        "/ui/session",
+        "/ui/rules",
+        "/ui/facts",
+        "/ui/fact",
+        "/ui/episode",
+        "/ui/search",
+    ];
+    const PARAMS: &[&str] = &[
+        "type", "scope", "prefix", "page", "key", "a", "b", "id", "app", "user", "q", "source",
+        "session", "after", "cursor",
+    ];
+    let server = TestServer::spawn(backend).await;
+    let mut dice = Dice(0x2545_f491_4f6c_dd1d);
+    let mut wrong = Vec::new();
+    let mut ok = 0;
+    for _ in 0..40 {
+        for page in PAGES {
+            let mut query = Vec::new();
+            for name in PARAMS {
+                if !dice.chance(40) {
+                    continue;
+                }
+                let value = match dice.chance(30) {
+                    true => integer(&mut dice).to_string(),
+                    // A URL's length is bounded; a few hundred characters.
+                    false => string(&mut dice).chars().take(400).collect(),
+                };
+                query.push(format!("{name}={}", percent(&value)));
+            }
+            let path = format!("{page}?{}", query.join("&"));
+            let (status, _, body) = crate::helpers::http_get(server.http_addr(), &path, None).await;
+            let body = String::from_utf8_lossy(&body);
+            let leak = LEAKS.iter().find(|l| body.contains(*l));
+            if status >= 500 || leak.is_some() {
+                wrong.push(format!("{path}: {status} {leak:?}"));
+            }
+            ok += usize::from(status == 200);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    assert!(ok > 50, "only {ok} pages shown");
+}
