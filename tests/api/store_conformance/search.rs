@@ -1604,70 +1604,6 @@ async fn numbers_are_read_whole<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
-/// What [`any_text_around_a_word_leaves_it_findable`] builds its texts
-/// of: the pieces the readers treat specially (numbers and what joins
-/// them, markup and entities, query syntax, CJK, Thai with its marks,
-/// combining accents, Turkish letters, emoji and typographic marks).
-const TRICKY: &[&str] = &[
-    "word",
-    "Words",
-    "the",
-    "3",
-    "3.14",
-    "-5",
-    "+",
-    "1e",
-    "5e+10.0.1",
-    ".",
-    "..",
-    "-",
-    "--",
-    "/",
-    "@",
-    "_",
-    "user_42",
-    "src/auth/validate.ts",
-    "v1.2.3",
-    "covid-19",
-    "<p>",
-    "</p>",
-    "<a href=\"x\">",
-    "<",
-    ">",
-    "&amp;",
-    "&lt;",
-    "&#x1F600;",
-    "&NotEqualTilde;",
-    "&",
-    ";",
-    "\"",
-    "\"quoted",
-    "-excluded",
-    "第",
-    "3.5",
-    "章",
-    "深色",
-    "モデル",
-    "한국어",
-    "ผม",
-    "ไม่",
-    "\u{0301}",
-    "e\u{0301}",
-    "İ",
-    "ı",
-    "INVOICE",
-    "Σ",
-    "ß",
-    "ﬁ",
-    "😀",
-    "—",
-    "“",
-    "\u{200b}",
-    " ",
-    " ",
-    "\n",
-];
-
 /// A word at the start of any text is found, alone, and marked in the
 /// snippet, whatever follows it, on both stores; and any such text asked
 /// as a query answers (hits or none), never fails. Each episode and
@@ -1675,7 +1611,12 @@ const TRICKY: &[&str] = &[
 /// letters alone would be stemmed, and two could share a stem) and then
 /// generated text.
 async fn any_text_around_a_word_leaves_it_findable<S: Store>(store: S, _db: &TestDb) {
-    let texts = crate::search_reading::generated(TRICKY, 16, 150, 0x5851_f42d_4c95_7f2d);
+    let texts = crate::search_reading::generated(
+        crate::search_properties::TRICKY,
+        16,
+        150,
+        0x5851_f42d_4c95_7f2d,
+    );
     let word = |at: usize| format!("quokka{at}");
     let l = log(&store, "t1");
     l.create("s1", "app", "alice", 0).await;
