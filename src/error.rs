@@ -178,6 +178,18 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Refuses a text field of more than `most` bytes (`VALUE_TOO_LARGE`).
+pub fn refuse_over(field: &str, value: &str, most: usize) -> Result<()> {
+    if value.len() > most {
+        return Err(Error::invalid(
+            Reason::ValueTooLarge,
+            field,
+            format!("must be at most {most} bytes, got {}", value.len()),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a text field holding the NUL character, which Postgres's text
 /// cannot hold (SQLite's can, so both stores refuse it alike).
 pub fn refuse_nul(field: &str, value: &str) -> Result<()> {

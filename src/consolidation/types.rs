@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::error::{Error, Reason, Result, refuse_nul};
+use crate::error::{Error, Reason, Result, refuse_nul, refuse_over};
 
 /// What kind of knowledge a fact is. Stored as these numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,16 +77,7 @@ pub const MAX_TRIPLE_PART_BYTES: usize = 1024;
 /// spelled it): at most [`MAX_TRIPLE_PART_BYTES`], and no NUL character,
 /// which Postgres's text cannot hold.
 pub fn check_triple_part(field: &str, value: &str) -> Result<()> {
-    if value.len() > MAX_TRIPLE_PART_BYTES {
-        return Err(Error::invalid(
-            Reason::ValueTooLarge,
-            field,
-            format!(
-                "must be at most {MAX_TRIPLE_PART_BYTES} bytes, got {}",
-                value.len()
-            ),
-        ));
-    }
+    refuse_over(field, value, MAX_TRIPLE_PART_BYTES)?;
     refuse_nul(field, value)
 }
 

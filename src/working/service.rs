@@ -10,7 +10,7 @@ use super::types::{
 use crate::consolidation::ports::{ConsolidationStore, FactFilter, FactTx};
 use crate::consolidation::{Fact, FactKind, FactPayload, Provenance, check_triple_part};
 use crate::context::CallerContext;
-use crate::error::{Error, Reason, Result, refuse_nul};
+use crate::error::{Error, Reason, Result, refuse_nul, refuse_over};
 use crate::memory::now_micros;
 use crate::paging;
 use crate::ports::Feeds;
@@ -65,17 +65,7 @@ fn text(field: &str, value: &str, required: bool) -> Result<()> {
             "must not be empty",
         ));
     }
-    if value.len() > MAX_TEXT_BYTES {
-        return Err(Error::invalid(
-            Reason::ValueTooLarge,
-            field,
-            format!(
-                "must be at most {MAX_TEXT_BYTES} bytes, got {}",
-                value.len()
-            ),
-        ));
-    }
-    Ok(())
+    refuse_over(field, value, MAX_TEXT_BYTES)
 }
 
 impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + EmbeddingStore + Feeds>

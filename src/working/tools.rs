@@ -182,8 +182,13 @@ async fn dispatch<S: Store>(
         .find(|tool| tool.name == name || tool.aliases.contains(&name))
         .ok_or_else(|| {
             let names: Vec<&str> = definitions().iter().map(|t| t.name).collect();
+            // The name quoted back (to a model, often) at most in part.
+            let mut shown: String = name.chars().take(64).collect();
+            if shown.len() < name.len() {
+                shown.push('…');
+            }
             ToolError(format!(
-                "unknown tool \"{name}\"; the tools are {}",
+                "unknown tool \"{shown}\"; the tools are {}",
                 names.join(", ")
             ))
         })?;

@@ -502,6 +502,34 @@ async fn hostile_values_found_so_far_are_client_errors(backend: Backend) {
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(status.message().starts_with("max_age"), "{status:?}");
 
+    // A tool name of 6,000 characters is an error the model reads, which
+    // quotes only the name's start.
+    let called = working
+        .call_tool(engram::proto::CallToolRequest {
+            session_id: "s1".into(),
+            app: "app".into(),
+            user: "alice".into(),
+            name: "工".repeat(6000),
+            arguments: None,
+        })
+        .await
+        .expect("a tool error is a result")
+        .into_inner();
+    assert!(called.is_error);
+    let error = called
+        .result
+        .map(|r| {
+            engram::api::convert::json_from_proto(prost_types::Value {
+                kind: Some(prost_types::value::Kind::StructValue(r)),
+            })
+        })
+        .and_then(Result::ok)
+        .and_then(|r| r["error"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(error.starts_with("unknown tool \"工工"), "{error}");
+    assert!(error.contains("…\"; the tools are"), "{error}");
+    assert!(error.len() < 500, "{}", error.len());
+
     // An episode type of 6,000 characters is refused, and the status,
     // which quotes it, quotes at most a kilobyte of it.
     let status = server
