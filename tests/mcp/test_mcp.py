@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from datetime import datetime, timezone
 
 import httpx2
@@ -438,3 +439,97 @@ async def test_a_refused_request_leaves_its_connection_usable(server: Server) ->
         assert refused.status_code == 401 and refused.headers["connection"] == "close"
         again = await client.post(f"http://{server.http}/mcp", json=big)
         assert again.status_code == 401 and again.json()["reason"] == "TOKEN_MISSING"
+
+
+# Strings a hostile or careless model sends, and some a careful one does.
+HOSTILE_STRINGS = [
+    "",
+    " ",
+    "alice",
+    "notes/a",
+    "s1",
+    "'; DROP TABLE memory_versions; --",
+    "%",
+    "\\",
+    "../../etc/passwd",
+    "a\u0000b",
+    "\u202eevil",
+    "😀",
+    "第3.5章",
+    "<script>alert(1)</script>",
+    "\"unterminated",
+    "NaN",
+    "2026-11-28T12:00:00Z",
+    "x" * 5000,
+    "工" * 1500,
+]
+HOSTILE_NUMBERS = [0, 1, -1, 101, 2**31, -(2**63), 2**63 - 1, 1.5, float("inf")]
+# What no answer may say: SQL, the stores' internals, the server's source.
+LEAKS = ["sqlx", "SQL", "syntax error", "violates", 'relation "', "pg_", ".rs:", "panicked", "src/"]
+
+
+def hostile_value(rng: random.Random, schema: object) -> object:
+    """A value for one property: often of its declared type, sometimes not."""
+    schema = schema if isinstance(schema, dict) else {}
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    if rng.random() < 0.15:
+        kind = rng.choice(["string", "integer", "object", "array", "boolean", None])
+    if kind == "string":
+        return rng.choice(HOSTILE_STRINGS + list(schema.get("enum", [])))
+    if kind in ("integer", "number"):
+        return rng.choice(HOSTILE_NUMBERS)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [hostile_value(rng, schema.get("items", {"type": "string"})) for _ in range(rng.randrange(3))]
+    if kind == "object":
+        return {rng.choice(HOSTILE_STRINGS[:8]) or "k": rng.choice(HOSTILE_STRINGS)}
+    return None
+
+
+async def test_hostile_arguments_come_back_as_client_errors(connect: Connect) -> None:
+    """Every tool, called with arguments generated from its own schema
+    (hostile strings, extreme numbers, wrong types, missing and unknown
+    properties), answers with a result or an error result a model can act
+    on: never an internal error, never SQL or the server's source."""
+    rng = random.Random(0x9E3779B9)
+    wrong = []
+    answered = {"ok": 0, "error": 0}
+    async with connect("admin") as session:
+        tools = (await session.list_tools()).tools
+        for _ in range(10):
+            for tool in tools:
+                properties = tool.input_schema.get("properties", {})
+                arguments = {
+                    name: hostile_value(rng, schema)
+                    for name, schema in properties.items()
+                    if rng.random() < 0.7
+                }
+                if rng.random() < 0.1:
+                    arguments["unexpected"] = "x"
+                try:
+                    result = await session.call_tool(tool.name, arguments)
+                except MCPError as refused:
+                    # Only a refusal of the arguments themselves.
+                    if refused.error.code != -32602:
+                        wrong.append(f"{tool.name} {arguments!r:.200}: JSON-RPC {refused.error}")
+                    continue
+                text = " ".join(getattr(c, "text", "") for c in result.content)
+                leak = [leak for leak in LEAKS if leak in text]
+                if result.is_error:
+                    answered["error"] += 1
+                    reported = (result.structured_content or {}).get("error")
+                    code = reported.get("code") if isinstance(reported, dict) else None
+                    if code in ("INTERNAL", "UNKNOWN", "DATA_LOSS", "UNAVAILABLE") or leak:
+                        wrong.append(f"{tool.name} {arguments!r:.200}: {code} {text:.300}")
+                else:
+                    answered["ok"] += 1
+                    if leak:
+                        wrong.append(f"{tool.name} {arguments!r:.200}: leaks {leak}")
+        # The session still serves.
+        assert not (await session.call_tool("memory_scopes", {})).is_error
+    assert not wrong, "\n".join(wrong)
+    # Both kinds of answer were reached.
+    assert answered["ok"] >= 5 and answered["error"] > 50, answered
