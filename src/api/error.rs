@@ -22,9 +22,9 @@ const MOST_MESSAGE_BYTES: usize = 1024;
 
 /// `text` cut to at most `most` bytes, at a character's boundary, with
 /// `…` where it was cut.
-fn cut(mut text: String, most: usize) -> String {
+fn cut(text: &mut String, most: usize) {
     if text.len() <= most {
-        return text;
+        return;
     }
     let mut end = most.saturating_sub('…'.len_utf8());
     while !text.is_char_boundary(end) {
@@ -32,69 +32,34 @@ fn cut(mut text: String, most: usize) -> String {
     }
     text.truncate(end);
     text.push('…');
-    text
 }
 
 /// `err` with what a status quotes cut to its bounds.
-fn bounded(err: Error) -> Error {
-    let message = |m: String| cut(m, MOST_MESSAGE_BYTES);
-    match err {
+fn bounded(mut err: Error) -> Error {
+    match &mut err {
         Error::InvalidArgument {
-            reason,
-            field,
-            description,
-        } => Error::InvalidArgument {
-            reason,
-            field: cut(field, MOST_FIELD_BYTES),
-            description: message(description),
-        },
+            field, description, ..
+        } => {
+            cut(field, MOST_FIELD_BYTES);
+            cut(description, MOST_MESSAGE_BYTES);
+        }
         Error::NotFound {
-            reason,
-            message: m,
-            metadata,
-        } => Error::NotFound {
-            reason,
-            message: message(m),
-            metadata: metadata
-                .into_iter()
-                .map(|(k, v)| (k, cut(v, MOST_FIELD_BYTES)))
-                .collect(),
-        },
-        Error::FailedPrecondition { reason, message: m } => Error::FailedPrecondition {
-            reason,
-            message: message(m),
-        },
-        Error::ResourceExhausted {
-            reason,
-            message: m,
-            limit,
-            value,
-        } => Error::ResourceExhausted {
-            reason,
-            message: message(m),
-            limit,
-            value,
-        },
-        Error::AlreadyExists { reason, message: m } => Error::AlreadyExists {
-            reason,
-            message: message(m),
-        },
-        Error::OutOfRange { reason, message: m } => Error::OutOfRange {
-            reason,
-            message: message(m),
-        },
-        Error::Conflict { reason, message: m } => Error::Conflict {
-            reason,
-            message: message(m),
-        },
-        Error::DependencyUnavailable { reason, message: m } => Error::DependencyUnavailable {
-            reason,
-            message: message(m),
-        },
-        other @ (Error::VersionMismatch { .. }
-        | Error::Unavailable { .. }
-        | Error::Internal { .. }) => other,
+            message, metadata, ..
+        } => {
+            cut(message, MOST_MESSAGE_BYTES);
+            for (_, value) in metadata {
+                cut(value, MOST_FIELD_BYTES);
+            }
+        }
+        Error::FailedPrecondition { message, .. }
+        | Error::ResourceExhausted { message, .. }
+        | Error::AlreadyExists { message, .. }
+        | Error::OutOfRange { message, .. }
+        | Error::Conflict { message, .. }
+        | Error::DependencyUnavailable { message, .. } => cut(message, MOST_MESSAGE_BYTES),
+        Error::VersionMismatch { .. } | Error::Unavailable { .. } | Error::Internal { .. } => {}
     }
+    err
 }
 
 pub fn to_status(err: Error) -> Status {
@@ -111,7 +76,11 @@ pub fn to_status(err: Error) -> Status {
             details.add_bad_request_violation(field.clone(), description.clone());
             Status::with_error_details(
                 Code::InvalidArgument,
-                cut(format!("{field}: {description}"), MOST_MESSAGE_BYTES),
+                {
+                    let mut message = format!("{field}: {description}");
+                    cut(&mut message, MOST_MESSAGE_BYTES);
+                    message
+                },
                 details,
             )
         }
@@ -212,9 +181,12 @@ mod tests {
 
     #[test]
     fn long_text_is_cut_at_a_character_boundary() {
-        assert_eq!(cut("short".to_owned(), 10), "short");
+        let mut short = "short".to_owned();
+        cut(&mut short, 10);
+        assert_eq!(short, "short");
         // `工` is three bytes: 10 bytes hold two of them and the `…`.
-        let cut_text = cut("工".repeat(10), 10);
+        let mut cut_text = "工".repeat(10);
+        cut(&mut cut_text, 10);
         assert_eq!(cut_text, "工工…");
         assert!(cut_text.len() <= 10);
     }
