@@ -190,15 +190,15 @@ pub fn refuse_over(field: &str, value: &str, most: usize) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a text field holding the NUL character, which Postgres's text
-/// cannot hold (SQLite's can, so both stores refuse it alike).
+/// What a field holding the NUL character is told, wherever it is
+/// refused: Postgres's text and `jsonb` cannot hold it (SQLite's can, so
+/// both stores refuse it alike).
+pub const NUL_REFUSED: &str = "contains the NUL character (U+0000), which cannot be stored";
+
+/// Refuses a text field holding the NUL character ([`NUL_REFUSED`]).
 pub fn refuse_nul(field: &str, value: &str) -> Result<()> {
     if value.contains('\0') {
-        return Err(Error::invalid(
-            Reason::InvalidArgument,
-            field,
-            "contains the NUL character (U+0000), which cannot be stored",
-        ));
+        return Err(Error::invalid(Reason::InvalidArgument, field, NUL_REFUSED));
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use crate::sessions::{Episode, Session};
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
 /// Postgres stores JSON as `jsonb`, which has no NUL character.
-const NUL: &str = "contains the NUL character (U+0000), which cannot be stored";
+const NUL: &str = crate::error::NUL_REFUSED;
 
 /// A protobuf `Value` as JSON. NaN and infinities have no JSON form, a
 /// `Value` with no kind set is not a value, and text holds no NUL.

@@ -307,11 +307,7 @@ pub fn parse_line(number: i64, text: &str) -> Result<Record> {
         && serde_json::from_str::<serde_json::Value>(text)
             .is_ok_and(|json| crate::memory::holds_nul(&json))
     {
-        return Err(malformed(
-            number,
-            "",
-            "contains the NUL character (U+0000), which cannot be stored",
-        ));
+        return Err(malformed(number, "", crate::error::NUL_REFUSED));
     }
     record.check().map_err(|err| match err {
         Error::InvalidArgument {

@@ -199,7 +199,7 @@ impl Value {
             return Err(Error::invalid(
                 Reason::InvalidValue,
                 "value",
-                "contains the NUL character (U+0000), which cannot be stored",
+                crate::error::NUL_REFUSED,
             ));
         }
         if encoded.len() > max_bytes {
