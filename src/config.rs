@@ -263,6 +263,11 @@ settings! {
     /// How long a Watch or TailEpisodes stream waits for a client that does not
     /// read before it ends the stream with CONSUMER_TOO_SLOW, in milliseconds
     watch_stall_timeout_ms: u64 = "30000", env "ENGRAM_WATCH_STALL_TIMEOUT_MS";
+    /// How long a feed's horizon (Postgres) may wait for transactions in the
+    /// database to end before the log names them, in milliseconds (again each
+    /// minute it still waits): a transaction left open holds back every Watch
+    /// and TailEpisodes
+    feed_wait_warn_ms: u64 = "10000", env "ENGRAM_FEED_WAIT_WARN_MS";
     /// Items buffered per Watch or TailEpisodes stream before the stall timeout
     /// starts
     watch_buffer: usize = "256", env "ENGRAM_WATCH_BUFFER";
@@ -596,6 +601,7 @@ impl Config {
                 acquire_timeout: millis(v.db_acquire_timeout_ms),
                 sqlite_synchronous: v.sqlite_synchronous,
                 group_commit_max: v.group_commit_max.max(1),
+                feed_wait_warn: millis(v.feed_wait_warn_ms),
             },
             health_check_interval: millis(v.health_check_interval_ms),
             request_id_ttl: Duration::from_secs(v.request_id_ttl_secs),

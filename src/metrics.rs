@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::ports::Feed;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -177,6 +179,25 @@ pub struct Registry {
     /// Groups run and calls in them, by [`Grouped`].
     groups: [AtomicU64; 4],
     grouped: [AtomicU64; 4],
+    /// The waits of each feed's horizon for transactions to end, by
+    /// [`Feed`]: an id and when the wait began ([`FeedWait`]).
+    feed_waits: Mutex<[Vec<(u64, Instant)>; 2]>,
+    next_feed_wait: AtomicU64,
+}
+
+/// A wait of a feed's horizon for transactions to end (see
+/// `store::postgres::feeds`), in `engram_feed_wait_seconds` for as long as
+/// it lives.
+pub struct FeedWait<'a> {
+    registry: &'a Registry,
+    feed: Feed,
+    id: u64,
+}
+
+impl Drop for FeedWait<'_> {
+    fn drop(&mut self) {
+        lock(&self.registry.feed_waits)[self.feed as usize].retain(|(id, _)| *id != self.id);
+    }
 }
 
 /// A poisoned lock only means a panic elsewhere mid-update of a counter;
@@ -245,6 +266,18 @@ impl Registry {
     pub fn group(&self, kind: Grouped, calls: usize) {
         self.groups[kind as usize].fetch_add(1, Ordering::Relaxed);
         self.grouped[kind as usize].fetch_add(calls as u64, Ordering::Relaxed);
+    }
+
+    /// A wait of `feed`'s horizon for transactions to end, begun at
+    /// `since`, lasting until the returned guard is dropped.
+    pub fn feed_waiting(&self, feed: Feed, since: Instant) -> FeedWait<'_> {
+        let id = self.next_feed_wait.fetch_add(1, Ordering::Relaxed);
+        lock(&self.feed_waits)[feed as usize].push((id, since));
+        FeedWait {
+            registry: self,
+            feed,
+            id,
+        }
     }
 
     /// Items the embedding worker stored vectors for.
@@ -333,6 +366,7 @@ impl Registry {
             "Searches waiting for their turn (--search-concurrency at once).",
         );
         let _ = writeln!(out, "engram_search_waiting_calls {waiting_searches}");
+        self.render_feed_waits(&mut out);
         header(
             &mut out,
             "engram_evictions_total",
@@ -417,6 +451,33 @@ impl Registry {
 }
 
 impl Registry {
+    /// How long each feed's oldest wait has lasted so far.
+    fn render_feed_waits(&self, out: &mut String) {
+        header(
+            out,
+            "engram_feed_wait_seconds",
+            "gauge",
+            "How long this replica's oldest wait for a feed's horizon has lasted, by feed \
+             (changes: Watch, episodes: TailEpisodes): what was written since is not delivered \
+             yet; 0 when none waits. One that keeps growing is a transaction left open in \
+             Engram's database, which the log names.",
+        );
+        let waits = lock(&self.feed_waits);
+        let now = Instant::now();
+        for (feed, label) in [(Feed::Changes, "changes"), (Feed::Episodes, "episodes")] {
+            let oldest = waits[feed as usize]
+                .iter()
+                .map(|(_, since)| now.saturating_duration_since(*since))
+                .max()
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "engram_feed_wait_seconds{{feed=\"{label}\"}} {:.3}",
+                oldest.as_secs_f64()
+            );
+        }
+    }
+
     /// The calls under the gRPC ecosystem's names.
     fn render_grpc(&self, out: &mut String) {
         let grpc = lock(&self.grpc);
@@ -492,6 +553,11 @@ mod tests {
         registry.evicted(Evicted::Episodes, 4);
         registry.scheduler_run(RunOutcome::Busy);
         registry.group(Grouped::Append, 5);
+        let long_ago = Instant::now() - Duration::from_secs(90);
+        let _older = registry.feed_waiting(Feed::Episodes, long_ago);
+        let newer = registry.feed_waiting(Feed::Episodes, Instant::now());
+        drop(registry.feed_waiting(Feed::Changes, long_ago));
+        drop(newer);
         let text = registry.render(
             PoolStatus {
                 open: 5,
@@ -504,6 +570,7 @@ mod tests {
         for line in [
             "engram_group_queued_calls 3",
             "engram_search_waiting_calls 2",
+            "engram_feed_wait_seconds{feed=\"changes\"} 0.000",
             "engram_groups_total{kind=\"append\"} 1",
             "engram_grouped_calls_total{kind=\"append\"} 5",
             "engram_rpc_total{method=\"/m/A\",code=\"OK\"} 2",
@@ -527,6 +594,13 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+        // The oldest wait still on: its seconds as they are at the scrape.
+        let episodes = text
+            .lines()
+            .find_map(|l| l.strip_prefix("engram_feed_wait_seconds{feed=\"episodes\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("the episodes' wait");
+        assert!((90.0..100.0).contains(&episodes), "{episodes}");
         // Engram's own latency histogram has unary calls only.
         assert!(!text.contains(
             "engram_rpc_duration_seconds_count{method=\"/engram.v1.MemoryService/Watch\"}"

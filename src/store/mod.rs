@@ -58,6 +58,9 @@ pub struct StoreOptions {
     /// The most memory writes one transaction commits together (group
     /// commit, see `group.rs`); 1 commits every write on its own.
     pub group_commit_max: usize,
+    /// How long a feed's horizon waits for transactions to end before the
+    /// log names them (Postgres; see `postgres::feeds`).
+    pub feed_wait_warn: Duration,
 }
 
 /// Which backend a database URL selects.

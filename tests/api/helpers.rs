@@ -709,6 +709,41 @@ impl ChildServer {
         self.child.id().expect("running child")
     }
 
+    /// The HTTP address the server said it bound.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.stderr
+            .lock()
+            .expect("lines")
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find_map(|event| event.get("http_addr")?.as_str()?.parse().ok())
+            .expect("the line saying where the server listens")
+    }
+
+    /// The first JSON log event `wanted` holds for, waiting for it for at
+    /// most 30 seconds (the lines are read as the server writes them).
+    pub async fn logged(&self, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = self
+                .stderr
+                .lock()
+                .expect("lines")
+                .iter()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .find(|event| wanted(event));
+            if let Some(event) = found {
+                return event;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never logged; the log: {:?}",
+                self.stderr.lock().expect("lines")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// A field of /proc/PID/status in KiB (VmRSS, VmHWM).
     pub fn memory_kib(&self, field: &str) -> u64 {
         let status =

@@ -462,3 +462,201 @@ async fn changes_cross_replicas() {
     drop(stream);
     assert!(two.terminate().await.success());
 }
+
+/// The value of `engram_feed_wait_seconds` for `feed` in a scrape of the
+/// server at `addr`.
+async fn feed_wait(addr: std::net::SocketAddr, feed: &str) -> f64 {
+    let (status, _, body) = crate::helpers::http_get(addr, "/metrics", None).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body).expect("utf-8");
+    let name = format!("engram_feed_wait_seconds{{feed=\"{feed}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(name.as_str()))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}in\n{text}"))
+}
+
+/// Scrapes until `feed`'s wait satisfies `done`, for at most 30 seconds.
+async fn feed_wait_until(
+    addr: std::net::SocketAddr,
+    feed: &str,
+    done: impl Fn(f64) -> bool,
+) -> f64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seconds = feed_wait(addr, feed).await;
+        if done(seconds) {
+            return seconds;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "engram_feed_wait_seconds of {feed} stayed at {seconds}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// On Postgres, a transaction left open in Engram's database holds every
+/// Watch back until it ends (see the README's watch guarantees). The
+/// operator sees it: `engram_feed_wait_seconds` grows while the feed
+/// waits, and once it has waited `--feed-wait-warn-ms` the log names the
+/// backend that holds it (its process id and application), so that it
+/// can be found and ended. Once the transaction ends the change is
+/// delivered and the gauge is back at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_transaction_holding_the_feed_back_is_named() {
+    use sqlx::{Connection, Executor};
+
+    let db = crate::helpers::TestDb::new(Backend::Postgres).await;
+    let server = crate::helpers::ChildServer::spawn(
+        &[],
+        &[
+            ("ENGRAM_DATABASE_URL", &db.url),
+            ("ENGRAM_FEED_WAIT_WARN_MS", "200"),
+        ],
+        None,
+    )
+    .await;
+    let http = server.http_addr();
+    assert_eq!(feed_wait(http, "changes").await, 0.0, "nothing waits yet");
+
+    let mut open = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    open.execute("SET application_name = 'nightly-report'")
+        .await
+        .expect("name the session");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut open)
+        .await
+        .expect("pid");
+    open.execute("BEGIN").await.expect("begin");
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut open)
+        .await
+        .expect("take an id");
+
+    let mut client = MemoryServiceClient::new(connect(server.grpc_addr).await);
+    client
+        .set(set("held", "k", json!("written")))
+        .await
+        .expect("a write is not held back");
+    let mut watcher = client.clone();
+    let watched = tokio::spawn(async move {
+        let mut stream = watcher
+            .watch(watch("held", "", Some(0)))
+            .await?
+            .into_inner();
+        next(&mut stream).await
+    });
+
+    let waited = feed_wait_until(http, "changes", |s| s > 0.0).await;
+    assert!(!watched.is_finished(), "delivered past an open transaction");
+    let warned = server
+        .logged(|event| {
+            event["feed"] == "changes"
+                && event["blockers"]
+                    .as_str()
+                    .is_some_and(|b| b.contains(&format!("backend {pid} ")))
+        })
+        .await;
+    assert_eq!(warned["level"], "WARN", "{warned}");
+    let blockers = warned["blockers"].as_str().unwrap_or_default();
+    assert!(
+        blockers.contains("application 'nightly-report'"),
+        "{blockers}"
+    );
+    assert!(blockers.contains("idle in transaction"), "{blockers}");
+    assert!(
+        warned["waited_s"].as_f64().is_some_and(|s| s >= 0.2),
+        "{warned}"
+    );
+    assert!(
+        feed_wait(http, "changes").await >= waited,
+        "the wait keeps growing while the transaction is open"
+    );
+
+    open.execute("COMMIT").await.expect("commit");
+    let change = tokio::time::timeout(Duration::from_secs(30), watched)
+        .await
+        .expect("delivered once the transaction ended")
+        .expect("task")
+        .expect("change");
+    assert_eq!((change.key.as_str(), change.version), ("k", 1));
+    feed_wait_until(http, "changes", |s| s == 0.0).await;
+
+    // A prepared transaction holds the episodes' feed back the same way,
+    // and is named by its global id. (`scripts/test` starts its Postgres
+    // with prepared transactions allowed; a server without them cannot
+    // hold one.)
+    let allowed: String = sqlx::query_scalar("SHOW max_prepared_transactions")
+        .fetch_one(&mut open)
+        .await
+        .expect("show");
+    if allowed == "0" {
+        eprintln!("the prepared transaction's case skipped: max_prepared_transactions is 0");
+        assert!(server.terminate().await.success());
+        return;
+    }
+    open.execute("BEGIN").await.expect("begin");
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut open)
+        .await
+        .expect("take an id");
+    open.execute("PREPARE TRANSACTION 'nightly-1'")
+        .await
+        .expect("prepare");
+    let mut episodes = engram::proto::episode_service_client::EpisodeServiceClient::new(
+        connect(server.grpc_addr).await,
+    );
+    episodes
+        .append_episode(engram::proto::AppendEpisodeRequest {
+            session_id: "s".into(),
+            app: "a".into(),
+            user: "u".into(),
+            episode: Some(engram::proto::NewEpisode {
+                r#type: "observation".into(),
+                content: Some(json_to_proto(&json!("seen"))),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("an append is not held back");
+    let mut tailer = episodes.clone();
+    let tailed = tokio::spawn(async move {
+        let mut stream = tailer
+            .tail_episodes(engram::proto::TailEpisodesRequest {
+                cursor: Some(0),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        tokio::time::timeout(Duration::from_secs(60), stream.message())
+            .await
+            .map_err(|_| tonic::Status::deadline_exceeded("no episode"))?
+            .map(|item| item.and_then(|i| i.episode))
+    });
+    feed_wait_until(http, "episodes", |s| s > 0.0).await;
+    assert!(
+        !tailed.is_finished(),
+        "delivered past a prepared transaction"
+    );
+    let warned = server
+        .logged(|event| {
+            event["feed"] == "episodes"
+                && event["blockers"].as_str().is_some_and(|b| {
+                    b.contains("prepared transaction 'nightly-1' (owner 'postgres'")
+                })
+        })
+        .await;
+    assert_eq!(warned["level"], "WARN", "{warned}");
+    open.execute("ROLLBACK PREPARED 'nightly-1'")
+        .await
+        .expect("roll back");
+    let episode = tailed
+        .await
+        .expect("task")
+        .expect("tail")
+        .expect("an episode");
+    assert_eq!(episode.session_id, "s");
+    feed_wait_until(http, "episodes", |s| s == 0.0).await;
+    assert!(server.terminate().await.success());
+}

@@ -2,9 +2,9 @@
 //! and of the episodes' cursor below which nothing can still appear, kept
 //! current per replica by LISTEN/NOTIFY from every replica and a poll.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
@@ -21,12 +21,12 @@ const HORIZON_POLL: Duration = Duration::from_millis(500);
 impl Feeds for PgStore {
     async fn horizon(&self, feed: Feed) -> Result<watch::Receiver<i64>> {
         let (pool, listen) = (self.pool.clone(), self.listen.clone());
-        let refused = self.activity_refused.clone();
+        let settles = self.settles.clone();
         let receiver = self.horizons[feed as usize]
             .get_or_try_init(|| async move {
                 let newest = self.settled(feed).await?;
                 let (sender, receiver) = watch::channel(newest);
-                tokio::spawn(run_horizon(pool, refused, listen, feed, newest, sender));
+                tokio::spawn(run_horizon(pool, settles, listen, feed, newest, sender));
                 Ok::<_, crate::error::Error>(receiver)
             })
             .await?;
@@ -35,10 +35,51 @@ impl Feeds for PgStore {
 
     async fn settled(&self, feed: Feed) -> Result<i64> {
         let (newest, fence) = horizon_candidate(&self.pool, feed).await?;
-        wait_settled(&self.pool, &self.activity_refused, &fence).await?;
+        wait_settled(&self.pool, &self.settles, feed, &fence).await?;
         Ok(newest)
     }
 }
+
+/// What a store's settles share.
+#[derive(Debug)]
+pub(super) struct Settles {
+    /// Set once the database refused a settle its look at the running
+    /// transactions ([`wait_settled`]): settles then wait on xmin alone.
+    refused: AtomicBool,
+    /// How long a settle waits before the log names what it waits for
+    /// (`--feed-wait-warn-ms`).
+    warn_after: Duration,
+    /// When the log last named what each feed waits for: once a
+    /// [`REPORT_EVERY`] per feed, however many settles wait.
+    reported: [Mutex<Option<Instant>>; 2],
+}
+
+impl Settles {
+    pub(super) fn new(warn_after: Duration) -> Settles {
+        Settles {
+            refused: AtomicBool::new(false),
+            warn_after,
+            reported: Default::default(),
+        }
+    }
+
+    /// Whether a wait of `feed` is to be reported now (none reported in
+    /// the last [`REPORT_EVERY`]), noting it if so.
+    fn report_due(&self, feed: Feed) -> bool {
+        let mut last = self.reported[feed as usize]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < REPORT_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+}
+
+/// How often the log names a feed's blockers again while it still waits.
+const REPORT_EVERY: Duration = Duration::from_secs(60);
 
 /// The newest position a feed's sequence has handed out, as SQL: read by
 /// `pg_sequence_last_value`, which holds the sequence's buffer lock while
@@ -172,11 +213,19 @@ const LONG_WAIT_POLL: Duration = Duration::from_millis(10);
 /// sets `refused`, and its settles from then on wait on xmin alone, as
 /// they did before the look-up: correct, only held back by any long
 /// transaction on the cluster.
-async fn wait_settled(pool: &Pool, refused: &AtomicBool, fence: &str) -> Result<()> {
+///
+/// A wait that has not passed on its first poll counts in
+/// `engram_feed_wait_seconds` until it ends; one that lasts
+/// `--feed-wait-warn-ms` has the log name the transactions it waits for
+/// ([`report_blockers`]).
+async fn wait_settled(pool: &Pool, settles: &Settles, feed: Feed, fence: &str) -> Result<()> {
+    let started = Instant::now();
+    let mut counted = None;
+    let mut reported = false;
     let (mut xmin, mut stuck) = (String::new(), 0);
     loop {
         let mut conn = pool.system().await?;
-        if stuck >= STUCK_POLLS && !refused.load(Ordering::Relaxed) {
+        if stuck >= STUCK_POLLS && !settles.refused.load(Ordering::Relaxed) {
             match sqlx::query_scalar(SETTLED)
                 .bind(fence)
                 .fetch_one(&mut conn)
@@ -185,7 +234,7 @@ async fn wait_settled(pool: &Pool, refused: &AtomicBool, fence: &str) -> Result<
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(err) if insufficient_privilege(&err) => {
-                    if !refused.swap(true, Ordering::Relaxed) {
+                    if !settles.refused.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
                             error = %err,
                             "cannot see which transactions run in this database; \
@@ -210,6 +259,14 @@ async fn wait_settled(pool: &Pool, refused: &AtomicBool, fence: &str) -> Result<
             }
         }
         drop(conn);
+        counted.get_or_insert_with(|| crate::metrics::global().feed_waiting(feed, started));
+        let waited = started.elapsed();
+        if !reported && waited >= settles.warn_after {
+            reported = true;
+            if settles.report_due(feed) {
+                report_blockers(pool, settles, feed, fence, waited).await;
+            }
+        }
         // Writers' transactions are one short statement: while xmin
         // moves this is a few ms. Once it stays put, a long transaction
         // holds it, and polls come slower.
@@ -222,6 +279,68 @@ async fn wait_settled(pool: &Pool, refused: &AtomicBool, fence: &str) -> Result<
     }
 }
 
+/// The transactions of this database that hold a settle with fence $1
+/// back, each described for the log: running backends (by process id) and
+/// prepared transactions (by their global id), the longest open first.
+const BLOCKERS: &str = "WITH running AS ( \
+       SELECT r.id::xid AS id FROM pg_snapshot_xip(pg_current_snapshot()) AS r(id) \
+       WHERE r.id <= $1::text::xid8), \
+     blockers AS ( \
+       SELECT format('backend %s (application %L, user %L, client %s, %s', pid, \
+           application_name, usename, coalesce(host(client_addr), 'local'), state) AS what, \
+         now() - xact_start AS open \
+       FROM pg_stat_activity WHERE datname = current_database() \
+         AND backend_xid IN (SELECT id FROM running) \
+       UNION ALL \
+       SELECT format('prepared transaction %L (owner %L', gid, owner), now() - prepared \
+       FROM pg_prepared_xacts WHERE database = current_database() \
+         AND transaction IN (SELECT id FROM running)) \
+     SELECT what || format(', open %s s)', coalesce(round(extract(epoch FROM open)), 0)) \
+     FROM blockers ORDER BY open DESC NULLS LAST LIMIT 10";
+
+/// Says in the log that `feed` has waited `waited` for transactions to
+/// end, naming them where the database lets the server see them: what an
+/// operator needs to find the session to end (`pg_terminate_backend`, or
+/// `ROLLBACK PREPARED`). The look-up failing only leaves them unnamed.
+async fn report_blockers(
+    pool: &Pool,
+    settles: &Settles,
+    feed: Feed,
+    fence: &str,
+    waited: Duration,
+) {
+    let feed_name = match feed {
+        Feed::Changes => "changes",
+        Feed::Episodes => "episodes",
+    };
+    let waited_s = (waited.as_secs_f64() * 10.0).round() / 10.0;
+    let said = "a feed has waited for transactions in Engram's database to end: \
+                Watch and TailEpisodes deliver nothing newer until they do";
+    if settles.refused.load(Ordering::Relaxed) {
+        tracing::warn!(
+            feed = feed_name,
+            waited_s,
+            blockers = "unknown: pg_stat_activity is refused to this role",
+            "{said}"
+        );
+        return;
+    }
+    let found: Result<Vec<String>> = async {
+        let mut conn = pool.system().await?;
+        Ok(sqlx::query_scalar(BLOCKERS)
+            .bind(fence)
+            .fetch_all(&mut conn)
+            .await?)
+    }
+    .await;
+    let blockers = match found {
+        Ok(rows) if rows.is_empty() => "none left (they ended as the server looked)".to_owned(),
+        Ok(rows) => rows.join("; "),
+        Err(err) => format!("unknown: {err}"),
+    };
+    tracing::warn!(feed = feed_name, waited_s, blockers, "{said}");
+}
+
 /// Whether Postgres refused a statement for want of a privilege.
 fn insufficient_privilege(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"))
@@ -231,7 +350,7 @@ fn insufficient_privilege(err: &sqlx::Error) -> bool {
 /// poll in case a notification was missed.
 async fn run_horizon(
     pool: Pool,
-    refused: Arc<AtomicBool>,
+    settles: Arc<Settles>,
     listen: PgPool,
     feed: Feed,
     mut horizon: i64,
@@ -275,7 +394,7 @@ async fn run_horizon(
         let advanced = async {
             let (newest, fence) = horizon_candidate(&pool, feed).await?;
             if newest > horizon {
-                wait_settled(&pool, &refused, &fence).await?;
+                wait_settled(&pool, &settles, feed, &fence).await?;
             }
             Ok::<_, crate::error::Error>(newest)
         };

@@ -171,9 +171,8 @@ pub struct PgStore {
     /// The settled horizon of each feed, computed by one background task
     /// per feed and store, started by the first reader.
     horizons: Arc<[OnceCell<watch::Receiver<i64>>; 2]>,
-    /// Set once the database refused a settle its look at the running
-    /// transactions ([`feeds`]): settles then wait on xmin alone.
-    activity_refused: Arc<std::sync::atomic::AtomicBool>,
+    /// What the feeds' settles share ([`feeds`]).
+    settles: Arc<feeds::Settles>,
     /// Memory writes committed together (none when group commit is off,
     /// and in the store the batcher itself writes with).
     writes: Option<Group<OwnedWrite, Written>>,
@@ -250,7 +249,7 @@ impl PgStore {
             pool,
             listen,
             horizons: Arc::default(),
-            activity_refused: Arc::default(),
+            settles: Arc::new(feeds::Settles::new(options.feed_wait_warn)),
             writes: None,
             appends: None,
             gets: None,
