@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -163,7 +163,6 @@ struct GrpcMethod {
     handling: Histogram,
 }
 
-#[derive(Default)]
 pub struct Registry {
     /// Calls by method: started, handled by code, handling time.
     grpc: Mutex<BTreeMap<String, GrpcMethod>>,
@@ -176,6 +175,9 @@ pub struct Registry {
     scheduler: Mutex<BTreeMap<&'static str, u64>>,
     embedded: AtomicU64,
     embedder_failures: AtomicU64,
+    /// The outbox's entries as the embedding worker last counted them;
+    /// negative while no worker has (no embedder configured).
+    embedding_pending: AtomicI64,
     /// Groups run and calls in them, by [`Grouped`].
     groups: [AtomicU64; 4],
     grouped: [AtomicU64; 4],
@@ -197,6 +199,27 @@ pub struct FeedWait<'a> {
 impl Drop for FeedWait<'_> {
     fn drop(&mut self) {
         lock(&self.registry.feed_waits)[self.feed as usize].retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            grpc: Mutex::default(),
+            calls: Mutex::default(),
+            latency: Mutex::default(),
+            streams: Mutex::default(),
+            evicted_sessions: AtomicU64::default(),
+            evicted_episodes: AtomicU64::default(),
+            scheduler: Mutex::default(),
+            embedded: AtomicU64::default(),
+            embedder_failures: AtomicU64::default(),
+            embedding_pending: AtomicI64::new(-1),
+            groups: Default::default(),
+            grouped: Default::default(),
+            feed_waits: Mutex::default(),
+            next_feed_wait: AtomicU64::default(),
+        }
     }
 }
 
@@ -283,6 +306,11 @@ impl Registry {
     /// Items the embedding worker stored vectors for.
     pub fn embedded(&self, n: usize) {
         self.embedded.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The embedding outbox holds `n` entries (all tenants), as counted.
+    pub fn embedding_pending(&self, n: i64) {
+        self.embedding_pending.store(n.max(0), Ordering::Relaxed);
     }
 
     /// A batch the embedder failed (it waits for its next attempt).
@@ -437,6 +465,17 @@ impl Registry {
             "engram_embedder_failures_total {}",
             self.embedder_failures.load(Ordering::Relaxed)
         );
+        let pending = self.embedding_pending.load(Ordering::Relaxed);
+        if pending >= 0 {
+            header(
+                &mut out,
+                "engram_embedding_pending_items",
+                "gauge",
+                "Items written and not embedded yet (the outbox, every tenant), as this \
+                 replica's embedding worker last counted them (every 2 s).",
+            );
+            let _ = writeln!(out, "engram_embedding_pending_items {pending}");
+        }
         let scheduler = lock(&self.scheduler);
         for outcome in [RunOutcome::Ran, RunOutcome::Busy, RunOutcome::Failed] {
             let n = scheduler.get(outcome.label()).copied().unwrap_or(0);
@@ -553,6 +592,13 @@ mod tests {
         registry.evicted(Evicted::Episodes, 4);
         registry.scheduler_run(RunOutcome::Busy);
         registry.group(Grouped::Append, 5);
+        assert!(
+            !registry
+                .render(PoolStatus::default(), 0)
+                .contains("engram_embedding_pending_items"),
+            "no embedder, no outbox to count"
+        );
+        registry.embedding_pending(7);
         let long_ago = Instant::now() - Duration::from_secs(90);
         let _older = registry.feed_waiting(Feed::Episodes, long_ago);
         let newer = registry.feed_waiting(Feed::Episodes, Instant::now());
@@ -570,6 +616,7 @@ mod tests {
         for line in [
             "engram_group_queued_calls 3",
             "engram_search_waiting_calls 2",
+            "engram_embedding_pending_items 7",
             "engram_feed_wait_seconds{feed=\"changes\"} 0.000",
             "engram_groups_total{kind=\"append\"} 1",
             "engram_grouped_calls_total{kind=\"append\"} 5",

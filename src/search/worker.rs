@@ -29,6 +29,10 @@ use crate::error::{Error, Result};
 /// How long an idle worker waits before it looks at the outbox again.
 const IDLE: Duration = Duration::from_millis(200);
 
+/// How often the worker counts the outbox for
+/// `engram_embedding_pending_items`.
+const COUNT_EVERY: Duration = Duration::from_secs(2);
+
 /// The first retry of a failed batch; doubled per attempt up to
 /// [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -60,7 +64,15 @@ impl<S: EmbeddingStore> Worker<S> {
     /// Drains the outbox until shutdown. The server has recorded the
     /// model before it serves (so every write it acknowledges is queued).
     pub async fn run(self, shutdown: CancellationToken) {
+        let mut counted: Option<std::time::Instant> = None;
         loop {
+            if counted.is_none_or(|at| at.elapsed() >= COUNT_EVERY) {
+                counted = Some(std::time::Instant::now());
+                match self.store.pending_count().await {
+                    Ok(n) => crate::metrics::global().embedding_pending(n),
+                    Err(err) => tracing::warn!(error = ?err, "cannot count the embedding outbox"),
+                }
+            }
             let wait = match self.drain_once().await {
                 Ok(n) if n == self.batch => Duration::ZERO,
                 Ok(_) => IDLE,

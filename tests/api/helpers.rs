@@ -453,6 +453,35 @@ pub fn statement_spans(lines: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The value of the sample `name` (with its labels, as scraped) in the
+/// server's `/metrics` at `addr`; `None` when it is not there.
+pub async fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
+    let (status, _, body) = http_get(addr, "/metrics", None).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body).expect("utf-8");
+    text.lines()
+        .filter_map(|line| line.rsplit_once(' '))
+        .find(|(sample, _)| *sample == name)
+        .map(|(_, value)| value.parse().expect("a number"))
+}
+
+/// Scrapes until the sample `name` satisfies `done`, for at most 30
+/// seconds; returns its value then.
+pub async fn metric_until(addr: SocketAddr, name: &str, done: impl Fn(f64) -> bool) -> f64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let value = metric(addr, name).await;
+        if let Some(value) = value.filter(|v| done(*v)) {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} stayed at {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub fn reason(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
     status

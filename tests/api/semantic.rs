@@ -418,6 +418,62 @@ async fn retries_and_an_outage_lose_nothing(backend: Backend) {
     }
 }
 
+/// What waits in the outbox is a metric, `engram_embedding_pending_items`:
+/// it grows while the embedder is down and drains to 0 once it is back.
+/// (A server process of its own, since the metrics are per process.)
+async fn the_outbox_backlog_is_a_metric(backend: Backend) {
+    use crate::helpers::{TestDb, metric, metric_until};
+
+    let (fake, addr) = start_fake().await;
+    fake.down.store(true, Ordering::SeqCst);
+    let db = TestDb::new(backend).await;
+    let url = format!("http://{addr}/v1");
+    let server = ChildServer::spawn(
+        &[],
+        &[
+            ("ENGRAM_DATABASE_URL", &db.url),
+            ("ENGRAM_EMBEDDER_URL", &url),
+            ("ENGRAM_EMBEDDER_MODEL", "fake-1"),
+            ("ENGRAM_EMBEDDER_RETRIES", "0"),
+        ],
+        None,
+    )
+    .await;
+    let http = server.http_addr();
+    const PENDING: &str = "engram_embedding_pending_items";
+    metric_until(http, PENDING, |n| n == 0.0).await;
+    let texts: Vec<String> = (0..6).map(|i| format!("backlog note {i}")).collect();
+    let mut episodes = engram::proto::episode_service_client::EpisodeServiceClient::new(
+        connect(server.grpc_addr).await,
+    );
+    episodes
+        .append_episodes(append(
+            "s1",
+            "alice",
+            texts
+                .iter()
+                .enumerate()
+                .map(|(i, text)| episode(&format!("b{i}"), "user_message", "", json!(text)))
+                .collect(),
+        ))
+        .await
+        .expect("append");
+    metric_until(http, PENDING, |n| n == 6.0).await;
+    metric_until(http, "engram_embedder_failures_total", |n| n >= 1.0).await;
+    assert_eq!(
+        metric(http, PENDING).await,
+        Some(6.0),
+        "nothing was embedded"
+    );
+
+    fake.down.store(false, Ordering::SeqCst);
+    metric_until(http, PENDING, |n| n == 0.0).await;
+    for text in &texts {
+        assert_eq!(fake.count(text), 1, "{text} embedded once");
+    }
+    assert!(server.terminate().await.success());
+}
+
 /// Two replicas on one Postgres share the outbox: every item is embedded
 /// by exactly one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -707,5 +763,6 @@ on_both_stores!(
     consolidation_merges_near_duplicate_facts,
     semantic_and_hybrid_search,
     retries_and_an_outage_lose_nothing,
+    the_outbox_backlog_is_a_metric,
     reembed_backfills,
 );

@@ -466,14 +466,10 @@ async fn changes_cross_replicas() {
 /// The value of `engram_feed_wait_seconds` for `feed` in a scrape of the
 /// server at `addr`.
 async fn feed_wait(addr: std::net::SocketAddr, feed: &str) -> f64 {
-    let (status, _, body) = crate::helpers::http_get(addr, "/metrics", None).await;
-    assert_eq!(status, 200);
-    let text = String::from_utf8(body).expect("utf-8");
-    let name = format!("engram_feed_wait_seconds{{feed=\"{feed}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(name.as_str()))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}in\n{text}"))
+    let name = format!("engram_feed_wait_seconds{{feed=\"{feed}\"}}");
+    crate::helpers::metric(addr, &name)
+        .await
+        .unwrap_or_else(|| panic!("no {name}"))
 }
 
 /// Scrapes until `feed`'s wait satisfies `done`, for at most 30 seconds.
@@ -482,18 +478,8 @@ async fn feed_wait_until(
     feed: &str,
     done: impl Fn(f64) -> bool,
 ) -> f64 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let seconds = feed_wait(addr, feed).await;
-        if done(seconds) {
-            return seconds;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "engram_feed_wait_seconds of {feed} stayed at {seconds}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let name = format!("engram_feed_wait_seconds{{feed=\"{feed}\"}}");
+    crate::helpers::metric_until(addr, &name, done).await
 }
 
 /// On Postgres, a transaction left open in Engram's database holds every
