@@ -424,7 +424,10 @@ impl ServerHandler for Engram {
         let working = self.working_tools().await.map_err(protocol_error)?;
         if !working.iter().any(|tool| tool.name == name) {
             return Err(ErrorData::invalid_params(
-                format!("unknown tool {name:?}"),
+                format!(
+                    "unknown tool \"{}\"",
+                    crate::working::tools::shown_name(&name)
+                ),
                 None,
             ));
         }

@@ -131,6 +131,16 @@ fn refuse_unknown(args: &Map<String, Value>, known: &[&str]) -> Result<(), ToolE
     }
 }
 
+/// A tool name as an error quotes it back (to a model, often): its first
+/// 64 characters, `…` after them when there were more.
+pub(crate) fn shown_name(name: &str) -> String {
+    let mut shown: String = name.chars().take(64).collect();
+    if shown.len() < name.len() {
+        shown.push('…');
+    }
+    shown
+}
+
 /// Runs a tool call. Errors the LLM made (unknown tool, bad arguments,
 /// unknown task, a limit) come back as `{"error": ...}` with `true`; errors
 /// of the service itself (the database) are `Err`.
@@ -182,13 +192,9 @@ async fn dispatch<S: Store>(
         .find(|tool| tool.name == name || tool.aliases.contains(&name))
         .ok_or_else(|| {
             let names: Vec<&str> = definitions().iter().map(|t| t.name).collect();
-            // The name quoted back (to a model, often) at most in part.
-            let mut shown: String = name.chars().take(64).collect();
-            if shown.len() < name.len() {
-                shown.push('…');
-            }
             ToolError(format!(
-                "unknown tool \"{shown}\"; the tools are {}",
+                "unknown tool \"{}\"; the tools are {}",
+                shown_name(name),
                 names.join(", ")
             ))
         })?;

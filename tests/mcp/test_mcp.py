@@ -341,6 +341,10 @@ async def test_working_memory(connect: Connect, server: Server) -> None:
         for arguments in ({}, owner):
             with pytest.raises(MCPError, match='unknown tool "TaskDelete"'):
                 await session.call_tool("TaskDelete", arguments)
+        # A long one is quoted back in part.
+        with pytest.raises(MCPError) as refused_long:
+            await session.call_tool("T" * 5000, owner)
+        assert str(refused_long.value) == 'unknown tool "' + "T" * 64 + '…"'
 
 
 async def test_search(connect: Connect) -> None:
