@@ -18,14 +18,27 @@
 //! characters side by side, in order; a single character is looked for
 //! alone.
 //!
-//! Written here rather than taken from a segmenter (jieba, MeCab, lindera):
-//! a dictionary per language would weigh more than the rest of the
-//! server, would have to read text the same way in SQL for Postgres's
-//! vectors, and would still miss the new words agents write; pairs need
-//! no dictionary and find what a dictionary's words would.
+//! Thai, Lao, Khmer and Burmese are written without spaces between words
+//! too, in letters that carry vowel signs and tone marks, and both
+//! parsers read a run of them as one word as well (`ผมไม่ชอบกาแฟ`, "I
+//! don't like coffee"). Since Postgres's migration 0030 and SQLite's 0021
+//! (`reading 8`) each *cluster* of them (a letter or digit with the
+//! combining marks that follow it, [`CLUSTER_MARKS`]: `ไ`, `ม่`, `ช`) is a
+//! word of its own in both indexes, and a query's run of them is looked
+//! for as all its clusters side by side, in order: `กาแฟ` finds the
+//! sentence above, as a search for part of a word finds it. Pairs would
+//! not do there: a pair of letters is a syllable's fragment found in
+//! most text of the language.
+//!
+//! Written here rather than taken from a segmenter (jieba, MeCab, lindera,
+//! ICU's dictionaries): a dictionary per language would weigh more than
+//! the rest of the server, would have to read text the same way in SQL for
+//! Postgres's vectors, and would still miss the new words agents write;
+//! pairs and clusters need no dictionary and find what a dictionary's
+//! words would.
 
 use std::borrow::Cow;
-use std::ops::RangeInclusive;
+use std::ops::{Range, RangeInclusive};
 
 /// The blocks whose letters are read one by one: Hangul Jamo, the
 /// ideographic iteration and closing marks (`々`, `〆`, `〇`), Hiragana and
@@ -63,22 +76,149 @@ pub fn holds(text: &str) -> bool {
     !text.is_ascii() && text.chars().any(is_cjk)
 }
 
-/// `text` with a space on each side of every [`is_cjk`] character, so
-/// that each is a word of its own to whatever splits it at spaces next.
+/// The blocks read a cluster at a time: Thai, Lao, Myanmar and Khmer.
+pub const CLUSTER_BLOCKS: &[RangeInclusive<char>] = &[
+    '\u{0e00}'..='\u{0eff}',
+    '\u{1000}'..='\u{109f}',
+    '\u{1780}'..='\u{17ff}',
+];
+
+/// The combining marks of [`CLUSTER_BLOCKS`] (Unicode's categories Mn and
+/// Mc there): vowel signs, tone marks, Khmer's coeng and Burmese's asat
+/// and medials. Each belongs to the cluster of the letter before it.
+pub const CLUSTER_MARKS: &[RangeInclusive<char>] = &[
+    // Thai
+    '\u{0e31}'..='\u{0e31}',
+    '\u{0e34}'..='\u{0e3a}',
+    '\u{0e47}'..='\u{0e4e}',
+    // Lao (but U+0ECE, yamakkan, new in Unicode 15: Postgres's parser
+    // reads it as a blank, as it does any character its locale does not
+    // know)
+    '\u{0eb1}'..='\u{0eb1}',
+    '\u{0eb4}'..='\u{0ebc}',
+    '\u{0ec8}'..='\u{0ecd}',
+    // Myanmar
+    '\u{102b}'..='\u{103e}',
+    '\u{1056}'..='\u{1059}',
+    '\u{105e}'..='\u{1060}',
+    '\u{1062}'..='\u{1064}',
+    '\u{1067}'..='\u{106d}',
+    '\u{1071}'..='\u{1074}',
+    '\u{1082}'..='\u{108d}',
+    '\u{108f}'..='\u{108f}',
+    '\u{109a}'..='\u{109d}',
+    // Khmer
+    '\u{17b4}'..='\u{17d3}',
+    '\u{17dd}'..='\u{17dd}',
+];
+
+/// Whether `c` is a combining mark of [`CLUSTER_BLOCKS`].
+pub fn is_cluster_mark(c: char) -> bool {
+    CLUSTER_MARKS.iter().any(|r| r.contains(&c))
+}
+
+/// Whether `c` starts a cluster: a letter or digit of [`CLUSTER_BLOCKS`]
+/// that is no mark (some vowel signs are letters to Unicode as well), but
+/// Khmer's numeric symbols (`៰`…`៹`, U+17F0 to U+17F9), which Postgres's
+/// parser reads as blanks.
+pub fn is_cluster_start(c: char) -> bool {
+    u32::from(c) >= 0x0e00
+        && CLUSTER_BLOCKS.iter().any(|r| r.contains(&c))
+        && c.is_alphanumeric()
+        && !is_cluster_mark(c)
+        && !('\u{17f0}'..='\u{17f9}').contains(&c)
+}
+
+/// What is read a piece at a time: characters of Chinese, Japanese and
+/// Korean alone, or clusters of Thai, Lao, Khmer and Burmese as well
+/// (SQLite's tables before `reading 8` read those runs whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    Characters,
+    Clusters,
+}
+
+/// The byte ranges of the units of `text` that `units` reads alone, in
+/// order: each [`is_cjk`] character, and with [`Units::Clusters`] each
+/// cluster (a [`is_cluster_start`] character and the
+/// [`is_cluster_mark`]s right after it).
+pub fn units(text: &str, units: Units) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    if text.is_ascii() {
+        return out;
+    }
+    let mut open = false;
+    for (at, c) in text.char_indices() {
+        let end = at + c.len_utf8();
+        if is_cjk(c) {
+            out.push(at..end);
+            open = false;
+        } else if units == Units::Clusters && is_cluster_start(c) {
+            out.push(at..end);
+            open = true;
+        } else if open && is_cluster_mark(c) {
+            if let Some(last) = out.last_mut() {
+                last.end = end;
+            }
+        } else {
+            open = false;
+        }
+    }
+    out
+}
+
+/// Whether `text` holds a unit `units` reads alone.
+pub fn holds_units(text: &str, units: Units) -> bool {
+    !text.is_ascii()
+        && text
+            .chars()
+            .any(|c| is_cjk(c) || (units == Units::Clusters && is_cluster_start(c)))
+}
+
+/// Whether `word` is one cluster of [`Units::Clusters`].
+pub fn is_cluster(word: &str) -> bool {
+    let mut chars = word.chars();
+    chars.next().is_some_and(is_cluster_start) && chars.all(is_cluster_mark)
+}
+
+/// The runs of clusters of a query's words and phrases, as [`apart`] and
+/// split at spaces: each run of neighbouring parts that are clusters, in
+/// order. A hit's snippet marks its clusters only where such a run stands
+/// in it whole, side by side, as the indexes found it.
+pub fn cluster_runs<'a>(terms: impl IntoIterator<Item = &'a str>) -> Vec<Vec<String>> {
+    let mut runs: Vec<Vec<String>> = Vec::new();
+    for term in terms {
+        let parts: Vec<&str> = term.split(' ').collect();
+        for run in parts.chunk_by(|a, b| is_cluster(a) == is_cluster(b)) {
+            if run.first().is_some_and(|part| is_cluster(part)) {
+                let run: Vec<String> = run.iter().map(|part| (*part).to_owned()).collect();
+                if !runs.contains(&run) {
+                    runs.push(run);
+                }
+            }
+        }
+    }
+    runs
+}
+
+/// `text` with a space on each side of every [`is_cjk`] character and
+/// every cluster ([`units`]), so that each is a word of its own to
+/// whatever splits it at spaces next.
 pub fn apart(text: &str) -> Cow<'_, str> {
-    if !holds(text) {
+    let units = units(text, Units::Clusters);
+    if units.is_empty() {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + text.len() / 2);
-    for c in text.chars() {
-        if is_cjk(c) {
-            out.push(' ');
-            out.push(c);
-            out.push(' ');
-        } else {
-            out.push(c);
-        }
+    let mut at = 0;
+    for unit in units {
+        out.push_str(&text[at..unit.start]);
+        out.push(' ');
+        out.push_str(&text[unit.clone()]);
+        out.push(' ');
+        at = unit.end;
     }
+    out.push_str(&text[at..]);
     Cow::Owned(out)
 }
 
@@ -88,18 +228,22 @@ pub fn apart(text: &str) -> Cow<'_, str> {
 /// `3.5` in `第3.5章` stands between spaces there and is one number,
 /// where beside the characters themselves it would be read as part of a
 /// word.
-pub fn blanked(text: &str) -> Cow<'_, str> {
-    if !holds(text) {
+///
+/// With [`Units::Clusters`] each cluster is blanked too (`3.14` in
+/// `ราคา3.14บาท`), as Postgres reads it since its migration 0030.
+pub fn blanked(text: &str, units: Units) -> Cow<'_, str> {
+    let units = self::units(text, units);
+    if units.is_empty() {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if is_cjk(c) {
-            out.extend(std::iter::repeat_n(' ', c.len_utf8()));
-        } else {
-            out.push(c);
-        }
+    let mut at = 0;
+    for unit in units {
+        out.push_str(&text[at..unit.start]);
+        out.extend(std::iter::repeat_n(' ', unit.len()));
+        at = unit.end;
     }
+    out.push_str(&text[at..]);
     Cow::Owned(out)
 }
 
@@ -153,6 +297,31 @@ pub fn postgres_class() -> String {
     format!("[{ranges}]")
 }
 
+/// The classes of cluster starts and of marks ([`is_cluster_start`],
+/// [`is_cluster_mark`]) in Postgres's regular expressions, as migration
+/// 0030 writes them in `engram_search_text`: `starts marks*` is a cluster
+/// (a test holds the two alike).
+pub fn postgres_cluster_classes() -> (String, String) {
+    let class = |wanted: fn(char) -> bool| {
+        let chars: Vec<char> = CLUSTER_BLOCKS
+            .iter()
+            .flat_map(|r| r.clone())
+            .filter(|&c| wanted(c))
+            .collect();
+        let mut out = String::from("[");
+        for run in chars.chunk_by(|a, b| u32::from(*a) + 1 == u32::from(*b)) {
+            let (first, last) = (run[0], run[run.len() - 1]);
+            out.push_str(&format!("\\u{:04x}", u32::from(first)));
+            if last != first {
+                out.push_str(&format!("-\\u{:04x}", u32::from(last)));
+            }
+        }
+        out.push(']');
+        out
+    };
+    (class(is_cluster_start), class(is_cluster_mark))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,11 +349,14 @@ mod tests {
     #[test]
     fn blanked_keeps_every_other_byte_in_place() {
         let text = "第3.5章、𠀀1";
-        let blank = blanked(text);
+        let blank = blanked(text, Units::Characters);
         assert_eq!(blank, "   3.5   、    1");
         assert_eq!(blank.len(), text.len());
         assert_eq!(blank.find("3.5"), text.find("3.5"));
-        assert!(matches!(blanked("v1.5 café"), Cow::Borrowed(_)));
+        assert!(matches!(
+            blanked("v1.5 café", Units::Clusters),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]
@@ -200,6 +372,41 @@ mod tests {
         assert_eq!(parts("的的的"), ["的 的"]);
         assert_eq!(parts("한국어"), ["한 국", "국 어"]);
         assert_eq!(pairs(["user", "42"]), ["user 42"]);
+    }
+
+    #[test]
+    fn the_postgres_cluster_classes_are_the_migrations() {
+        let (starts, marks) = postgres_cluster_classes();
+        assert!(
+            starts.starts_with("[\\u0e01-\\u0e30\\u0e32-\\u0e33"),
+            "{starts}"
+        );
+        let migration = include_str!("../../migrations/postgres/0030_search_clusters.sql");
+        assert_eq!(migration.matches(&format!("({starts}{marks}*)")).count(), 1);
+        assert_eq!(migration.matches(&starts).count(), 5, "{starts}");
+    }
+
+    #[test]
+    fn clusters_are_a_letter_and_its_marks() {
+        fn cut(text: &str) -> Vec<&str> {
+            units(text, Units::Clusters)
+                .into_iter()
+                .map(|r| &text[r])
+                .collect()
+        }
+        assert_eq!(
+            cut("ผมไม่ชอบกาแฟ"),
+            ["ผ", "ม", "ไ", "ม่", "ช", "อ", "บ", "ก", "า", "แ", "ฟ"]
+        );
+        assert_eq!(cut("ສະບາຍດີ"), ["ສ", "ະ", "ບ", "າ", "ຍ", "ດີ"]);
+        assert_eq!(cut("ខ្ញុំ"), ["ខ្", "ញុំ"]);
+        assert_eq!(cut("မြန်မာ"), ["မြ", "န်", "မာ"]);
+        // A mark after no letter of its script belongs to no cluster.
+        assert_eq!(cut("x\u{0e48}ก"), ["ก"]);
+        assert_eq!(apart("ราคา3.14บาท"), " ร  า  ค  า 3.14 บ  า  ท ");
+        assert_eq!(blanked("ราคา3.14บาท", Units::Clusters).trim(), "3.14");
+        assert_eq!(blanked("ราคา3.14บาท", Units::Characters), "ราคา3.14บาท");
+        assert!(is_cluster("ม่") && !is_cluster("มม") && !is_cluster("\u{0e48}"));
     }
 
     #[test]

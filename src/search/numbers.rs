@@ -126,12 +126,15 @@ pub fn before_letters(text: &str) -> Vec<Range<usize>> {
 /// word at beside them read as blanks: the markup in `hidden` (of the text
 /// as written, [`super::markup::in_text`]; `<td>3.14</td>`), characters of
 /// Chinese, Japanese and Korean (`第3.5章`), and the marks
-/// [`blanked_marks`] blanks (`a<3.14`, `1@3.14`, `&-5`, `€3.50`). What SQLite's
-/// tokenizer reads from `reading 7` on, and snippets.
-pub fn in_text(text: &str, hidden: &[Range<usize>]) -> Vec<Range<usize>> {
-    apart(&blanked_marks(&cjk::blanked(&markup::blanked(
-        text, hidden,
-    ))))
+/// [`blanked_marks`] blanks (`a<3.14`, `1@3.14`, `&-5`, `€3.50`), and with
+/// [`cjk::Units::Clusters`] clusters of Thai, Lao, Khmer and Burmese
+/// (`ราคา3.14บาท`). What SQLite's tokenizer reads from `reading 7` on
+/// (clusters from `reading 8`), and snippets.
+pub fn in_text(text: &str, hidden: &[Range<usize>], units: cjk::Units) -> Vec<Range<usize>> {
+    apart(&blanked_marks(&cjk::blanked(
+        &markup::blanked(text, hidden),
+        units,
+    )))
 }
 
 /// `text` with each `<`, `>`, `&` and `@`, and each character of

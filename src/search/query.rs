@@ -4,7 +4,8 @@
 //! query into its own syntax (a `tsquery`, an FTS5 expression) from these
 //! parts only, never from the raw text. A word of Chinese, Japanese or
 //! Korean characters stands for each pair of its neighbouring characters
-//! ([`cjk::pairs`]).
+//! ([`cjk::pairs`]), one of Thai, Lao, Khmer or Burmese for all its
+//! clusters side by side ([`cjk::units`]).
 
 use super::cjk;
 use crate::error::{Error, Reason, Result};
@@ -22,7 +23,8 @@ pub const MAX_TERMS: usize = 64;
 /// ([`apart`]): `state-of-the-art` looks for its words side by side.
 /// Characters of Chinese, Japanese and Korean are words of their own
 /// ([`cjk::apart`]), and an unquoted run of them stands for its pairs of
-/// neighbours ([`cjk::pairs`]).
+/// neighbours ([`cjk::pairs`]); so are clusters of Thai, Lao, Khmer and
+/// Burmese, and a run of them stands for all its clusters side by side.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     /// Optional words: an item matching any is a candidate.
@@ -120,6 +122,12 @@ impl Query {
 }
 
 impl Query {
+    /// The runs of clusters of Thai, Lao, Khmer or Burmese among the
+    /// words and phrases ([`cjk::cluster_runs`]), which snippets mark.
+    pub fn cluster_runs(&self) -> Vec<Vec<String>> {
+        cjk::cluster_runs(self.words.iter().chain(&self.phrases).map(String::as_str))
+    }
+
     /// Whether a text holds one of the excluded words or phrases (compared
     /// in lower case): a semantic hit with one is dropped.
     pub fn excludes(&self, text: &str) -> bool {
@@ -135,7 +143,8 @@ impl Query {
 
 /// Collapses whitespace and reads compounds as the indexes do
 /// ([`english::spaced`]), hyphenated words as their parts ([`apart`]),
-/// Chinese, Japanese and Korean characters one by one ([`cjk::apart`]).
+/// Chinese, Japanese and Korean characters and clusters of Thai, Lao,
+/// Khmer and Burmese one by one ([`cjk::apart`]).
 fn normalize(term: &str) -> String {
     apart(&cjk::apart(&super::english::spaced(term)))
         .split_whitespace()
@@ -223,6 +232,25 @@ mod tests {
         let long: String = ('\u{4e00}'..).take(MAX_TERMS + 2).collect();
         let err = Query::parse("query", &long).expect_err("too many pairs");
         assert!(err.to_string().contains("each pair of neighbours"), "{err}");
+    }
+
+    #[test]
+    fn cluster_runs_are_looked_for_whole() {
+        let q = Query::parse("query", r#"กาแฟ "ไม่ชอบ" -ราคา helmด้วย"#).expect("valid");
+        assert_eq!(q.words, ["ก า แ ฟ", "helm ด้ ว ย"]);
+        assert_eq!(q.phrases, ["ไ ม่ ช อ บ"]);
+        assert_eq!(q.excluded, ["ร า ค า"]);
+        assert_eq!(q.meaning, "ไม่ชอบ กาแฟ helmด้วย");
+        assert_eq!(
+            q.cluster_runs(),
+            [
+                vec!["ก", "า", "แ", "ฟ"],
+                vec!["ด้", "ว", "ย"],
+                vec!["ไ", "ม่", "ช", "อ", "บ"]
+            ]
+        );
+        assert!(q.excludes("ราคาสูง"));
+        assert!(!q.excludes("คาร"));
     }
 
     #[test]

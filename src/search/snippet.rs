@@ -15,7 +15,9 @@
 //! indexes read it ([`cjk`]), and is marked when it stands beside another
 //! of the query's (the pairs a query looks for), or alone when the query
 //! holds only one such character: `的` is marked in `我的` only when the
-//! query asked for `我的`.
+//! query asked for `我的`. A cluster of Thai, Lao, Khmer or Burmese is a
+//! word too, marked only where a run of the query's clusters stands whole
+//! (`กาแฟ`, not every `า` of the text).
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -60,10 +62,12 @@ struct Word {
 
 /// The snippet of `text`, as a reader sees it ([`super::Item::visible_text`]:
 /// no tags, entities as their characters), for a query whose lexemes are
-/// `terms`, its words read as `case` says.
-pub fn snippet(text: &str, terms: &[String], case: Case) -> String {
+/// `terms` and whose runs of clusters are `runs` ([`cjk::cluster_runs`]),
+/// its words read as `case` says.
+pub fn snippet(text: &str, terms: &[String], runs: &[Vec<String>], case: Case) -> String {
     let terms: HashSet<&str> = terms.iter().map(String::as_str).collect();
-    let words = words(text, &terms, case);
+    let mut words = words(text, &terms, case);
+    mark_runs(text, &mut words, runs);
     if words.is_empty() {
         return String::new();
     }
@@ -135,6 +139,33 @@ fn words(text: &str, terms: &HashSet<&str>, case: Case) -> Vec<Word> {
     words
 }
 
+/// Marks the clusters of `words` only where they stand as one of `runs`,
+/// each of the run's clusters a word, side by side and in order.
+fn mark_runs(text: &str, words: &mut [Word], runs: &[Vec<String>]) {
+    let cluster = |w: &Word| cjk::is_cluster(&text[w.start..w.end]);
+    if !words.iter().any(|w| w.marked && cluster(w)) {
+        return;
+    }
+    let mut marked = vec![false; words.len()];
+    for run in runs {
+        let run: Vec<String> = run.iter().map(|part| lexeme(part)).collect();
+        for at in 0..words.len().saturating_sub(run.len() - 1) {
+            let stands = run
+                .iter()
+                .zip(&words[at..])
+                .all(|(part, w)| cluster(w) && lexeme(&text[w.start..w.end]) == *part);
+            if stands {
+                marked[at..at + run.len()].fill(true);
+            }
+        }
+    }
+    for (word, marked) in words.iter_mut().zip(marked) {
+        if cluster(word) {
+            word.marked = marked;
+        }
+    }
+}
+
 /// Combining marks (Unicode's category M): part of the word they follow,
 /// as Postgres's parser reads them (`ผมไม่ชอบกาแฟ` is one word there, its
 /// tone mark `่` included; `e` and U+0301 are `é`), a break where no word
@@ -152,13 +183,16 @@ fn is_mark(c: char) -> bool {
 /// indexes keep it ([`numbers::whole`]), so that `3.14` is marked when
 /// `3.14` is searched, and one right before letters a word apart from
 /// them ([`numbers::before_letters`]: `3.21` in `3.21s`), and each
-/// character of Chinese, Japanese or Korean alone ([`cjk`]), numbers
-/// beside them, or beside `<`, `>`, `&` or `@`, read as between spaces
-/// (`3.5` in `第3.5章`, `-7` in `<-7>`, as Postgres reads them;
-/// [`numbers::in_text`]).
+/// character of Chinese, Japanese or Korean alone, and each cluster of
+/// Thai, Lao, Khmer or Burmese ([`cjk::units`]), numbers beside them, or
+/// beside `<`, `>`, `&` or `@`, read as between spaces (`3.5` in `第3.5章`,
+/// `-7` in `<-7>`, as Postgres reads them; [`numbers::in_text`]).
 pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
-    let numbers = numbers::in_text(&spaced(text), &[]);
+    let numbers = numbers::in_text(&spaced(text), &[], cjk::Units::Clusters);
     let mut numbers = numbers.iter().peekable();
+    let mut units = cjk::units(text, cjk::Units::Clusters)
+        .into_iter()
+        .peekable();
     let mut words = Vec::new();
     let mut start = None;
     let mut skip_to = 0;
@@ -173,11 +207,13 @@ pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
             skip_to = number.end;
             continue;
         }
-        if is_cjk(c) {
+        while units.next_if(|unit| unit.start < at).is_some() {}
+        if let Some(unit) = units.next_if(|unit| unit.start == at) {
             if let Some(from) = start.take() {
                 words.push(from..at);
             }
-            words.push(at..at + c.len_utf8());
+            skip_to = unit.end;
+            words.push(unit);
         } else {
             let in_word = c.is_alphanumeric() || (start.is_some() && is_mark(c));
             match (in_word, start) {
@@ -232,7 +268,7 @@ fn render(text: &str, words: &[Word]) -> String {
     let (Some(first), Some(last)) = (words.first(), words.last()) else {
         return String::new();
     };
-    let edge = |c: char| c.is_whitespace() || is_cjk(c);
+    let edge = |c: char| c.is_whitespace() || is_cjk(c) || cjk::is_cluster_start(c);
     let start = text[..first.start].rfind(edge).map_or(0, |at| {
         at + text[at..].chars().next().map_or(1, char::len_utf8)
     });
@@ -278,7 +314,7 @@ mod tests {
 
     /// A snippet as the stores read words in almost every locale.
     fn snippet(text: &str, terms: &[String]) -> String {
-        super::snippet(text, terms, Case::Unicode)
+        super::snippet(text, terms, &[], Case::Unicode)
     }
 
     #[test]
@@ -287,7 +323,7 @@ mod tests {
         // are `ınvoıc` there, `İnvoice` is `ınvoic`; the query may also
         // have been read as in any other locale.
         let text = "INVOICE sent, İNVOİCE paid, İnvoice due";
-        let turkic = |t: &[&str]| super::snippet(text, &terms(t), Case::Turkic);
+        let turkic = |t: &[&str]| super::snippet(text, &terms(t), &[], Case::Turkic);
         assert_eq!(
             turkic(&["ınvoıc"]),
             "**INVOICE** sent, **İNVOİCE** paid, İnvoice due"
@@ -457,23 +493,51 @@ mod tests {
 
     #[test]
     fn combining_marks_belong_to_the_word_they_follow() {
-        // A Thai run with its tone mark is one word, as the index reads it.
-        assert_eq!(
-            snippet("ผมไม่ชอบกาแฟ", &terms(&["ผมไม่ชอบกาแฟ"])),
-            "**ผมไม่ชอบกาแฟ**"
-        );
-        let whole: Vec<(usize, usize)> = vec![(0, "ผมไม่ชอบกาแฟ".len())];
         let spans = |text: &str| -> Vec<(usize, usize)> {
             word_ranges(text)
                 .into_iter()
                 .map(|r| (r.start, r.end))
                 .collect()
         };
-        assert_eq!(spans("ผมไม่ชอบกาแฟ"), whole);
         // A decomposed accent stays on its letter; a mark after no word
         // is none.
         assert_eq!(spans("cafe\u{301} x"), [(0, 6), (7, 8)]);
         assert_eq!(spans("\u{301}ab"), [(2, 4)]);
+    }
+
+    #[test]
+    fn clusters_are_words_marked_where_the_query_s_run_stands_whole() {
+        // Each cluster a word, its tone mark with it, as the indexes read
+        // them.
+        let words: Vec<&str> = {
+            let text = "ผมไม่ชอบกาแฟ";
+            word_ranges(text).into_iter().map(|r| &text[r]).collect()
+        };
+        assert_eq!(
+            words,
+            ["ผ", "ม", "ไ", "ม่", "ช", "อ", "บ", "ก", "า", "แ", "ฟ"]
+        );
+        let marked = |text: &str, query: &str| {
+            let q = crate::search::Query::parse("query", query).expect("valid");
+            let terms: Vec<String> = q
+                .words
+                .iter()
+                .chain(&q.phrases)
+                .flat_map(|w| w.split(' '))
+                .map(lexeme)
+                .collect();
+            super::snippet(text, &terms, &q.cluster_runs(), Case::Unicode)
+        };
+        assert_eq!(marked("ผมไม่ชอบกาแฟ", "กาแฟ"), "ผมไม่ชอบ**กาแฟ**");
+        // Not every `า` of the text, nor a run that stands apart.
+        assert_eq!(marked("กาแฟ ราคา แฟกา", "กาแฟ"), "**กาแฟ** ราคา แฟกา");
+        assert_eq!(marked("ผมไม่ชอบกาแฟ", "ไม่"), "ผม**ไม่**ชอบกาแฟ");
+        assert_eq!(marked("ผมไม่ชอบกาแฟ", "\"ผมไม่\""), "**ผมไม่**ชอบกาแฟ");
+        assert_eq!(marked("ผมไม่ชอบกาแฟ", "coffee"), "ผมไม่ชอบกาแฟ");
+        assert_eq!(
+            marked("ราคา3.14บาท and tea", "3.14 tea"),
+            "ราคา**3.14**บาท and **tea**"
+        );
     }
 
     #[test]

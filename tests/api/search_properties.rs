@@ -136,13 +136,25 @@ proptest! {
         // marked, and one the text cannot hold.
         let ranges = word_ranges(&text);
         let mut terms = vec!["zzzabsent".to_owned()];
+        let mut runs = Vec::new();
         if !ranges.is_empty() {
-            let range = &ranges[pick.index(ranges.len())];
+            let at = pick.index(ranges.len());
+            let range = &ranges[at];
             terms.push(english::lexeme(&text[range.clone()]));
             terms.push(english::turkic_lexeme(&text[range.clone()]));
+            // And the run of clusters from there on, when it is one.
+            let run: Vec<String> = ranges[at..]
+                .iter()
+                .map(|r| text[r.clone()].to_owned())
+                .take_while(|w| engram::search::cjk::is_cluster(w))
+                .take(3)
+                .collect();
+            if !run.is_empty() {
+                runs.push(run);
+            }
         }
         for case in [Case::Unicode, Case::Turkic] {
-            let shown = snippet(&text, &terms, case);
+            let shown = snippet(&text, &terms, &runs, case);
             if !text.contains('*') && !text.contains('…') {
                 for fragment in shown.split(" … ") {
                     let unmarked = fragment.replace("**", "");

@@ -167,6 +167,70 @@ async fn words_at(server: &TestServer, texts: &[String]) -> Vec<Vec<(usize, Stri
     postgres
 }
 
+/// Each cluster of Thai, Lao, Khmer and Burmese (`cjk::units`: a letter
+/// or digit and the marks after it) is one word to Postgres once
+/// `engram_search_text` has spaced it apart, as SQLite's `reading 8` and
+/// snippets read it: every letter and digit of the four blocks alone,
+/// with each mark of its block, and beside other words.
+#[tokio::test]
+async fn clusters_are_read_as_postgres_reads_them() {
+    let starts: Vec<char> = cjk::CLUSTER_BLOCKS
+        .iter()
+        .flat_map(|r| r.clone())
+        .filter(|&c| cjk::is_cluster_start(c))
+        .collect();
+    let mut texts: Vec<String> = Vec::new();
+    for &c in &starts {
+        texts.push(format!("{c}"));
+        texts.push(format!("x{c}9 {c}{c}"));
+        // Thai, Lao, Myanmar, Khmer.
+        let script = [
+            '\u{0e00}'..='\u{0e7f}',
+            '\u{0e80}'..='\u{0eff}',
+            '\u{1000}'..='\u{109f}',
+            '\u{1780}'..='\u{17ff}',
+        ]
+        .into_iter()
+        .find(|r| r.contains(&c))
+        .expect("a script");
+        for m in script.filter(|&m| cjk::is_cluster_mark(m)) {
+            texts.push(format!("{c}{m}{c}{m}{m}"));
+        }
+    }
+    texts.extend(
+        [
+            "ผมไม่ชอบกาแฟ",
+            "สวัสดีครับ ยินดีที่ได้รู้จัก",
+            "ສະບາຍດີ ຂ້ອຍມັກກາເຟ",
+            "ខ្ញុំមិនចូលចិត្តកាហ្វេទេ",
+            "ကျွန်တော် ကော်ဖီ မကြိုက်ဘူး",
+            "deploy ด้วย helm ที่ staging",
+        ]
+        .map(str::to_owned),
+    );
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let rows = ts_debug(&server, &texts).await;
+    let mut postgres: Vec<Vec<String>> = vec![Vec::new(); texts.len()];
+    for (i, alias, token) in rows {
+        if alias != "blank" {
+            let at = usize::try_from(i - 1).expect("ordinality");
+            postgres[at].push(token.to_lowercase());
+        }
+    }
+    let mut differ = Vec::new();
+    for (text, postgres) in texts.iter().zip(&postgres) {
+        let expected: Vec<String> = cjk::apart(text)
+            .split_whitespace()
+            .map(str::to_lowercase)
+            .collect();
+        if &expected != postgres {
+            differ.push(format!("{text:?}: {expected:?} against {postgres:?}"));
+        }
+    }
+    assert!(texts.len() > 5_000, "{}", texts.len());
+    crate::search::assert_none_differ(&differ);
+}
+
 /// A number right beside a tag or an entity is one word to Postgres, as
 /// beside a blank (`3.14` in `<td>3.14</td>`, `-5` after `&lt;`), and so
 /// beside a `<`, `>`, `&` or `@` that starts neither (`a<3.14`, `1@3.5`):
@@ -223,8 +287,8 @@ async fn numbers_beside_markup_are_read_as_postgres_reads_them() {
     let mut beside = 0;
     for (at, text) in texts.iter().enumerate() {
         let spaced = english::spaced(text);
-        let before = numbers::apart(&cjk::blanked(&spaced));
-        for number in numbers::in_text(&spaced, &markup::in_text(text)) {
+        let before = numbers::apart(&cjk::blanked(&spaced, cjk::Units::Characters));
+        for number in numbers::in_text(&spaced, &markup::in_text(text), cjk::Units::Clusters) {
             let word = (number.start, spaced[number.clone()].to_owned());
             if !postgres[at].contains(&word) {
                 differ.push(format!("{text:?}: {:?} against {:?}", word.1, postgres[at]));

@@ -138,11 +138,12 @@ impl SearchStore for PgStore {
             Some(_) => Case::Unicode,
             None => Case::Turkic,
         };
+        let runs = query.cluster_runs();
         Ok(items
             .into_iter()
             .map(|(score, item)| Hit {
                 score,
-                snippet: snippet(&item.visible_text(), &plan.terms, case),
+                snippet: snippet(&item.visible_text(), &plan.terms, &runs, case),
                 item,
             })
             .collect())

@@ -53,7 +53,10 @@
 //! read as a token, and numbers are looked for with those characters
 //! blanked out, so that one beside them is whole (`3.5` in `第3.5章`);
 //! with `reading 7` (0020) markup and the marks `<`, `>`, `&` and `@`
-//! are blanked out too (`3.14` in `<td>3.14</td>` and in `a<3.14`).
+//! are blanked out too (`3.14` in `<td>3.14</td>` and in `a<3.14`); with
+//! `reading 8` (0021) each cluster of Thai, Lao, Khmer or Burmese is a
+//! token of its own and blanked out likewise, as the characters of
+//! `reading 5` and `6` are (`กาแฟ` in `ผมไม่ชอบกาแฟ`, `3.14` in `ราคา3.14บาท`).
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -200,12 +203,27 @@ enum Reading {
     /// `<td>3.14</td>` and `a<3.14` hold `3.14` ([`numbers::in_text`];
     /// reading 6 read `3` and `14`, so `3.14` did not find them).
     NumbersBesideMarkup,
+    /// Migration 0021 (`reading 8`): as `reading 7`, and each cluster of
+    /// Thai, Lao, Khmer or Burmese (a letter and the marks after it) a
+    /// token of its own, as Postgres reads it since its migration 0030
+    /// ([`crate::search::cjk`]): `กาแฟ` in `ผมไม่ชอบกาแฟ` is found. Reading
+    /// 7 read the run as one token.
+    ClustersAlone,
 }
 
 impl Reading {
     /// Whether markup is left out and letters folded.
     fn as_postgres(self) -> bool {
         self != Reading::Stemmed
+    }
+
+    /// What this reading reads a piece at a time.
+    fn units(self) -> cjk::Units {
+        if self >= Reading::ClustersAlone {
+            cjk::Units::Clusters
+        } else {
+            cjk::Units::Characters
+        }
     }
 }
 
@@ -263,6 +281,7 @@ unsafe fn reading_of(
                 Some(b"5") => Reading::CharactersAlone,
                 Some(b"6") => Reading::NumbersBesideCharacters,
                 Some(b"7") => Reading::NumbersBesideMarkup,
+                Some(b"8") => Reading::ClustersAlone,
                 _ => return None,
             };
             i += 2;
@@ -502,9 +521,9 @@ fn read(text: &[u8], reading: Reading) -> Read {
                 // blanks put for markup and for CJK characters.
                 let spaced = english::spaced(piece);
                 let read = if reading >= Reading::NumbersBesideMarkup {
-                    numbers::in_text(&spaced, &markup)
+                    numbers::in_text(&spaced, &markup, reading.units())
                 } else if reading >= Reading::NumbersBesideCharacters {
-                    numbers::apart(&cjk::blanked(&spaced))
+                    numbers::apart(&cjk::blanked(&spaced, cjk::Units::Characters))
                 } else if reading >= Reading::NumbersBeforeLetters {
                     numbers::apart(&spaced)
                 } else {
@@ -622,7 +641,7 @@ unsafe extern "C" fn stemmed(
         // SAFETY: the parent's token, `length` bytes, alive for this call.
         let bytes = unsafe { text_of(token, length) };
         if let Ok(word) = std::str::from_utf8(bytes)
-            && cjk::holds(word)
+            && cjk::holds_units(word, caller.reading.units())
         {
             return beside_characters(caller, flags, word, start, end);
         }
@@ -681,7 +700,7 @@ fn each_piece(
         Some(written) => (written, true),
         None => (word, false),
     };
-    for piece in cjk_pieces(text) {
+    for piece in cjk_pieces(text, caller.reading.units()) {
         let from = usize::try_from(start).unwrap_or(0) + piece.start;
         let (piece_start, piece_end) =
             match (c_int::try_from(from), c_int::try_from(from + piece.len())) {
@@ -791,7 +810,8 @@ unsafe fn word_of(
     }
     // Reading 5: each character of Chinese, Japanese or Korean a token
     // of its own, the rest of the token read as any other around them.
-    if caller.reading >= Reading::CharactersAlone && cjk::holds(word) {
+    if caller.reading >= Reading::CharactersAlone && cjk::holds_units(word, caller.reading.units())
+    {
         // The pieces take their own marks off.
         return each_piece(caller, word, start, end, |piece, offsets, s, e| {
             let written = offsets.then_some(piece);
@@ -802,12 +822,14 @@ unsafe fn word_of(
 }
 
 /// The pieces of a token of `unicode61` that reading 5 hands on: each
-/// character of Chinese, Japanese or Korean alone, and each run of other
-/// characters between them with the marks that follow none (`゙` after a
-/// character read alone) taken off its start, as Postgres's parser drops
-/// them; empty runs left out.
-fn cjk_pieces(text: &str) -> Vec<Range<usize>> {
+/// character of Chinese, Japanese or Korean alone (reading 8: each cluster
+/// of Thai, Lao, Khmer or Burmese too, [`cjk::units`]), and each run of
+/// other characters between them with the marks that follow none (`゙`
+/// after a character read alone) taken off its start, as Postgres's parser
+/// drops them; empty runs left out.
+fn cjk_pieces(text: &str, units: cjk::Units) -> Vec<Range<usize>> {
     let mut pieces = Vec::new();
+    let mut units = cjk::units(text, units).into_iter().peekable();
     let mut run: Option<usize> = None;
     let close = |run: &mut Option<usize>, to: usize, pieces: &mut Vec<Range<usize>>| {
         if let Some(from) = run.take() {
@@ -821,10 +843,15 @@ fn cjk_pieces(text: &str) -> Vec<Range<usize>> {
             }
         }
     };
-    for (at, c) in text.char_indices() {
-        if cjk::is_cjk(c) {
+    let mut skip_to = 0;
+    for (at, _) in text.char_indices() {
+        if at < skip_to {
+            continue;
+        }
+        if let Some(unit) = units.next_if(|unit| unit.start == at) {
             close(&mut run, at, &mut pieces);
-            pieces.push(at..at + c.len_utf8());
+            skip_to = unit.end;
+            pieces.push(unit);
         } else if run.is_none() {
             run = Some(at);
         }
@@ -1287,6 +1314,76 @@ mod tests {
         // A table of reading 4 reads as it always did.
         let mut old = table(&READING_3.replace("reading 3", "reading 4")).await;
         assert_eq!(lexemes(&mut old, "深色 模式").await, ["深色", "模式"]);
+    }
+
+    #[tokio::test]
+    async fn reading_8_reads_each_cluster_alone() {
+        let mut conn = table(&READING_3.replace("reading 3", "reading 8")).await;
+        let cases: [(&str, &[&str]); 4] = [
+            (
+                "ผมไม่ชอบกาแฟ",
+                &["ผ", "ม", "ไ", "ม่", "ช", "อ", "บ", "ก", "า", "แ", "ฟ"],
+            ),
+            // Words beside them as any other, a number whole.
+            (
+                "Deployments ด้วย ราคา3.14บาท",
+                &[
+                    "deploy", "ด้", "ว", "ย", "ร", "า", "ค", "า", "3.14", "บ", "า", "ท",
+                ],
+            ),
+            ("ខ្ញុំ မြန်", &["ខ្", "ញុំ", "မြ", "န်"]),
+            // Chinese as before.
+            ("深色", &["深", "色"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(lexemes(&mut conn, text).await, want, "{text:?}");
+        }
+        // Every letter and digit of the four scripts with each mark of its
+        // script is one cluster, as `cjk::units` cuts it.
+        let scripts = [
+            '\u{0e00}'..='\u{0e7f}',
+            '\u{0e80}'..='\u{0eff}',
+            '\u{1000}'..='\u{109f}',
+            '\u{1780}'..='\u{17ff}',
+        ];
+        let mut differ = Vec::new();
+        for script in scripts {
+            let starts = script.clone().filter(|&c| cjk::is_cluster_start(c));
+            for c in starts {
+                let marks = script.clone().filter(|&m| cjk::is_cluster_mark(m));
+                let text: String = std::iter::once(format!("x{c}9 "))
+                    .chain(marks.map(|m| format!("{c}{m}{m} ")))
+                    .collect();
+                let want: Vec<String> = cjk::units(&text, cjk::Units::Clusters)
+                    .into_iter()
+                    .map(|r| text[r].to_owned())
+                    .collect();
+                let mut got = lexemes(&mut conn, &text).await;
+                got.retain(|l| l != "x" && l != "9");
+                if got != want {
+                    differ.push(format!("{text:?}: {got:?}"));
+                }
+            }
+        }
+        assert!(differ.is_empty(), "{} differ: {differ:#?}", differ.len());
+        lexemes(&mut conn, "ผมไม่ชอบกาแฟ").await;
+        for (query, found) in [
+            ("\"ก า แ ฟ\"", 1),
+            ("\"กาแฟ\"", 1),
+            ("\"แ ฟ ก า\"", 0),
+            ("ม่", 1),
+            ("ม", 1),
+        ] {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH ?1")
+                .bind(query)
+                .fetch_one(&mut conn)
+                .await
+                .expect("match");
+            assert_eq!(n, found, "{query}");
+        }
+        // A table of reading 7 reads as it always did.
+        let mut old = table(&READING_3.replace("reading 3", "reading 7")).await;
+        assert_eq!(lexemes(&mut old, "ผมไม่ชอบ กาแฟ").await, ["ผมไม่ชอบ", "กาแฟ"]);
     }
 
     /// Reading 3 folds each letter of the blocks the API tests hold to

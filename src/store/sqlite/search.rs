@@ -98,6 +98,7 @@ impl SearchStore for SqliteStore {
         let ask = Ask {
             expression: &expression,
             terms: &terms(query),
+            runs: &query.cluster_runs(),
             bounds: &bounds,
             tenant,
             filters,
@@ -193,6 +194,8 @@ struct Ask<'a> {
     expression: &'a str,
     /// The lexemes snippets mark ([`terms`]).
     terms: &'a [String],
+    /// The runs of clusters snippets mark ([`Query::cluster_runs`]).
+    runs: &'a [Vec<String>],
     bounds: &'a Bounds,
     tenant: &'a Tenant,
     filters: &'a Filters,
@@ -336,6 +339,7 @@ async fn read(
 ) -> Result<Vec<Hit>> {
     let Ask {
         terms,
+        runs: clusters,
         bounds,
         tenant,
         filters,
@@ -370,7 +374,7 @@ async fn read(
             let item = found.remove(&id)?;
             Some(Hit {
                 score,
-                snippet: snippet(&item.visible_text(), terms, Case::Unicode),
+                snippet: snippet(&item.visible_text(), terms, clusters, Case::Unicode),
                 item,
             })
         })

@@ -700,10 +700,9 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(search("국어").await.0, ["korean"]);
     assert_eq!(search("검색").await.1, ["한국어 **검색** 기능"]);
     assert_eq!(search("สวัสดีครับ").await.0, ["thai"]);
-    assert_eq!(search("สวัสดี").await.0, Vec::<String>::new());
-    // A tone mark (a combining mark, not a letter) is part of its word,
-    // in the index and in the snippet: Postgres's snippet had cut the run
-    // there and marked nothing.
+    // A tone mark (a combining mark, not a letter) is part of its
+    // cluster, in the index and in the snippet: Postgres's snippet had cut
+    // the run there and marked nothing.
     let (hits, snippets) = search("ผมไม่ชอบกาแฟ").await;
     assert_eq!(hits, ["thai-tone"]);
     assert_eq!(snippets, ["**ผมไม่ชอบกาแฟ**"]);
@@ -715,6 +714,67 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
     }
     assert_eq!(search("3.5").await.1, ["第**3.5**章を読んだ"]);
     assert_eq!(search("5").await.0, Vec::<String>::new());
+}
+
+/// Thai, Lao, Khmer and Burmese, written without spaces between words,
+/// are found by any part of a run: each cluster (a letter and its marks)
+/// is a word, and a query's run must stand whole, its clusters side by
+/// side and in order. Until Postgres's 0030 and SQLite's 0021 a run was
+/// one word, found only whole.
+async fn cluster_scripts_are_found_by_their_words<S: Store>(store: S, _db: &TestDb) {
+    let l = log(&store, "t1");
+    let s3 = id("s3");
+    l.create("s3", "app", "alice", 0).await;
+    let said = [
+        ("coffee", "ผมไม่ชอบกาแฟ"),
+        ("hello", "สวัสดีครับ ยินดีที่ได้รู้จัก"),
+        ("price", "ราคา3.14บาท"),
+        ("lao", "ສະບາຍດີ ຂ້ອຍມັກກາເຟ"),
+        ("khmer", "ខ្ញុំមិនចូលចិត្តកាហ្វេទេ"),
+        ("burmese", "ကျွန်တော် ကော်ဖီ မကြိုက်ဘူး"),
+        ("mixed", "deploy ด้วย helm ที่ staging"),
+    ];
+    let episodes: Vec<_> = said
+        .iter()
+        .map(|(e, text)| episode(&s3, Some(e), None, None, json!(text)))
+        .collect();
+    l.append("s3", &episodes).await;
+    let s3_only = Filters {
+        session_id: Some(s3.clone()),
+        ..Filters::default()
+    };
+    let search = async |query: &str| {
+        let hits = found(&store, "t1", Source::Episodes, query, &s3_only).await;
+        let snippets: Vec<String> = hits.iter().map(|h| h.snippet.clone()).collect();
+        (described(&hits), snippets)
+    };
+    let (hits, snippets) = search("กาแฟ").await;
+    assert_eq!(hits, ["coffee"]);
+    assert_eq!(snippets, ["ผมไม่ชอบ**กาแฟ**"]);
+    assert_eq!(search("ไม่ชอบ").await.0, ["coffee"]);
+    assert_eq!(search("สวัสดี").await.1, ["**สวัสดี**ครับ ยินดีที่ได้รู้จัก"]);
+    assert_eq!(search("\"ยินดีที่ได้\"").await.0, ["hello"]);
+    // Any of the words may match; the run must stand whole and in order.
+    assert_eq!(search("กาแฟ สวัสดี").await.0.len(), 2);
+    for query in ["แฟกา", "ไม่ชอบกาแฟครับ", "กาแฟ -ชอบ"]
+    {
+        assert_eq!(search(query).await.0, Vec::<String>::new(), "{query}");
+    }
+    // A tone mark is part of its cluster: without it, it is another one.
+    assert_eq!(search("ไมชอบ").await.0, Vec::<String>::new());
+    // A number beside clusters is one word, as between spaces.
+    for query in ["3.14", "ราคา", "บาท", "\"ราคา3.14บาท\""] {
+        assert_eq!(search(query).await.0, ["price"], "{query}");
+    }
+    assert_eq!(search("3.14").await.1, ["ราคา**3.14**บาท"]);
+    assert_eq!(search("14").await.0, Vec::<String>::new());
+    assert_eq!(search("ກາເຟ").await.0, ["lao"]);
+    assert_eq!(search("កាហ្វេ").await.0, ["khmer"]);
+    assert_eq!(search("ကော်ဖီ").await.0, ["burmese"]);
+    assert_eq!(search("ကြိုက်").await.1, ["ကျွန်တော် ကော်ဖီ မ**ကြိုက်**ဘူး"]);
+    let (hits, snippets) = search("helm ด้วย").await;
+    assert_eq!(hits, ["mixed"]);
+    assert_eq!(snippets, ["deploy **ด้วย** **helm** ที่ staging"]);
 }
 
 /// A fact's snippet shows its content, led by the parts of its triple the
@@ -1140,6 +1200,47 @@ where
 async fn cjk_text_written_before_its_reading_is_read_again_on_postgres() {
     let db = TestDb::new(crate::helpers::Backend::Postgres).await;
     cjk_text_is_read_again_by_the_migration(db.pg_store().await, 28).await;
+}
+
+/// What was written before the migration that reads Thai, Lao, Khmer and
+/// Burmese a cluster at a time (Postgres's 0030, SQLite's 0021) is read
+/// again by it: not found by part of a run before, found after, in
+/// memory, facts and episodes; and a key written again leaves its old
+/// words.
+async fn cluster_text_is_read_again_by_the_migration<S>(store: S, before: i64)
+where
+    S: Store + engram::ports::Database,
+{
+    let text = "ผมไม่ชอบกาแฟ ราคา3.14บาท";
+    let all = ["e1", "notes@1", "ops@example.com"];
+    store
+        .migrate_through(Some(before))
+        .await
+        .expect("the schema before");
+    write_everywhere(&store, text, "notes", text).await;
+    assert_eq!(found_everywhere(&store, "กาแฟ").await, Vec::<String>::new());
+    store.migrate().await.expect("migrate");
+    for query in ["กาแฟ", "ไม่ชอบ", "3.14", text] {
+        assert_eq!(found_everywhere(&store, query).await, all, "{query}");
+    }
+    writer(&store, "t1").set("notes", json!("สวัสดีครับ")).await;
+    assert_eq!(
+        found_everywhere(&store, "กาแฟ").await,
+        ["e1", "ops@example.com"]
+    );
+    assert_eq!(found_everywhere(&store, "สวัสดี").await, ["notes@2"]);
+}
+
+#[tokio::test]
+async fn cluster_text_written_before_its_reading_is_read_again_on_postgres() {
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    cluster_text_is_read_again_by_the_migration(db.pg_store().await, 29).await;
+}
+
+#[tokio::test]
+async fn cluster_text_written_before_its_reading_is_read_again_on_sqlite() {
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    cluster_text_is_read_again_by_the_migration(db.sqlite_store().await, 20).await;
 }
 
 /// SQLite's migration 0019 reads again what was written before it: a
@@ -1667,4 +1768,5 @@ store_suite!(
     stop_words_at_the_ends_of_a_phrase_are_dropped,
     fact_snippets_say_the_triple_once,
     cjk_text_is_found_by_its_words,
+    cluster_scripts_are_found_by_their_words,
 );
