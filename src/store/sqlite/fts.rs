@@ -1074,6 +1074,15 @@ mod tests {
             .collect()
     }
 
+    /// How many rows of `t` the FTS5 query `query` matches.
+    async fn matches(conn: &mut SqliteConnection, query: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH ?1")
+            .bind(query)
+            .fetch_one(&mut *conn)
+            .await
+            .expect("match")
+    }
+
     /// A connection with the tokenizer, a table `t` read with `arguments`
     /// and its vocabulary `v`.
     async fn table(arguments: &str) -> SqliteConnection {
@@ -1304,12 +1313,7 @@ mod tests {
             ("\"色 深\"", 0),
             ("深", 1),
         ] {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH ?1")
-                .bind(query)
-                .fetch_one(&mut conn)
-                .await
-                .expect("match");
-            assert_eq!(n, found, "{query}");
+            assert_eq!(matches(&mut conn, query).await, found, "{query}");
         }
         // A table of reading 4 reads as it always did.
         let mut old = table(&READING_3.replace("reading 3", "reading 4")).await;
@@ -1374,12 +1378,7 @@ mod tests {
             ("ม่", 1),
             ("ม", 1),
         ] {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE t MATCH ?1")
-                .bind(query)
-                .fetch_one(&mut conn)
-                .await
-                .expect("match");
-            assert_eq!(n, found, "{query}");
+            assert_eq!(matches(&mut conn, query).await, found, "{query}");
         }
         // A table of reading 7 reads as it always did.
         let mut old = table(&READING_3.replace("reading 3", "reading 7")).await;

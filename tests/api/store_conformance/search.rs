@@ -628,6 +628,35 @@ async fn stop_words_alone_find_nothing<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// A session `session` of tenant `t1` holding an episode of each of
+/// `said` (its id and its text); the filters that keep to it.
+async fn said_in<S: Store>(store: &S, session: &str, said: &[(&str, &str)]) -> Filters {
+    let l = log(store, "t1");
+    let session_id = id(session);
+    l.create(session, "app", "alice", 0).await;
+    let episodes: Vec<_> = said
+        .iter()
+        .map(|(e, text)| episode(&session_id, Some(e), None, None, json!(text)))
+        .collect();
+    l.append(session, &episodes).await;
+    Filters {
+        session_id: Some(session_id),
+        ..Filters::default()
+    }
+}
+
+/// The episodes of tenant `t1` that `query` finds within `filters`: their
+/// ids and their snippets, best first.
+async fn episodes_found<S: Store>(
+    store: &S,
+    filters: &Filters,
+    query: &str,
+) -> (Vec<String>, Vec<String>) {
+    let hits = found(store, "t1", Source::Episodes, query, filters).await;
+    let snippets: Vec<String> = hits.iter().map(|h| h.snippet.clone()).collect();
+    (described(&hits), snippets)
+}
+
 /// Chinese, Japanese and Korean characters are words of their own on both
 /// stores, and a query word of them looks for its pairs of neighbouring
 /// characters: `東京` finds "東京での会議は明日です" in memory, facts and
@@ -658,9 +687,6 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
         );
     }
 
-    let l = log(&store, "t1");
-    let s2 = id("s2");
-    l.create("s2", "app", "alice", 0).await;
     let said = [
         ("dark", "深色模式已开启。"),
         ("scattered", "深夜里，颜色和模式都变了。"),
@@ -671,20 +697,8 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
         ("decimal", "第3.5章を読んだ"),
         ("thai-tone", "ผมไม่ชอบกาแฟ"),
     ];
-    let episodes: Vec<_> = said
-        .iter()
-        .map(|(e, text)| episode(&s2, Some(e), None, None, json!(text)))
-        .collect();
-    l.append("s2", &episodes).await;
-    let s2_only = Filters {
-        session_id: Some(s2.clone()),
-        ..Filters::default()
-    };
-    let search = async |query: &str| {
-        let hits = found(&store, "t1", Source::Episodes, query, &s2_only).await;
-        let snippets: Vec<String> = hits.iter().map(|h| h.snippet.clone()).collect();
-        (described(&hits), snippets)
-    };
+    let s2_only = said_in(&store, "s2", &said).await;
+    let search = async |query: &str| episodes_found(&store, &s2_only, query).await;
     let (hits, snippets) = search("深色模式").await;
     assert_eq!(hits, ["dark", "scattered"], "{snippets:?}");
     assert_eq!(snippets[0], "**深色模式**已开启。");
@@ -722,9 +736,6 @@ async fn cjk_text_is_found_by_its_words<S: Store>(store: S, _db: &TestDb) {
 /// side and in order. Until Postgres's 0030 and SQLite's 0021 a run was
 /// one word, found only whole.
 async fn cluster_scripts_are_found_by_their_words<S: Store>(store: S, _db: &TestDb) {
-    let l = log(&store, "t1");
-    let s3 = id("s3");
-    l.create("s3", "app", "alice", 0).await;
     let said = [
         ("coffee", "ผมไม่ชอบกาแฟ"),
         ("hello", "สวัสดีครับ ยินดีที่ได้รู้จัก"),
@@ -734,20 +745,8 @@ async fn cluster_scripts_are_found_by_their_words<S: Store>(store: S, _db: &Test
         ("burmese", "ကျွန်တော် ကော်ဖီ မကြိုက်ဘူး"),
         ("mixed", "deploy ด้วย helm ที่ staging"),
     ];
-    let episodes: Vec<_> = said
-        .iter()
-        .map(|(e, text)| episode(&s3, Some(e), None, None, json!(text)))
-        .collect();
-    l.append("s3", &episodes).await;
-    let s3_only = Filters {
-        session_id: Some(s3.clone()),
-        ..Filters::default()
-    };
-    let search = async |query: &str| {
-        let hits = found(&store, "t1", Source::Episodes, query, &s3_only).await;
-        let snippets: Vec<String> = hits.iter().map(|h| h.snippet.clone()).collect();
-        (described(&hits), snippets)
-    };
+    let s3_only = said_in(&store, "s3", &said).await;
+    let search = async |query: &str| episodes_found(&store, &s3_only, query).await;
     let (hits, snippets) = search("กาแฟ").await;
     assert_eq!(hits, ["coffee"]);
     assert_eq!(snippets, ["ผมไม่ชอบ**กาแฟ**"]);
