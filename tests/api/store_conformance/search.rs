@@ -776,6 +776,49 @@ async fn cluster_scripts_are_found_by_their_words<S: Store>(store: S, _db: &Test
     assert_eq!(snippets, ["deploy **ด้วย** **helm** ที่ staging"]);
 }
 
+/// Scripts written with spaces between words are found by each word on
+/// both stores, their marks and accents part of it: Devanagari, Arabic,
+/// Hebrew, Greek, Cyrillic, Armenian, Georgian, Tamil, Bengali, Amharic,
+/// and Vietnamese, whose accents fold away as French's do.
+async fn spaced_scripts_are_found_by_each_word<S: Store>(store: S, _db: &TestDb) {
+    let said = [
+        ("hindi", "मुझे कॉफ़ी पसंद नहीं है"),
+        ("arabic", "لا أحب القهوة كثيرا"),
+        ("hebrew", "אני לא אוהב קפה"),
+        ("greek", "Δεν μου αρέσει ο καφές"),
+        ("russian", "Я не люблю кофе"),
+        ("armenian", "Ես չեմ սիրում սուրճ"),
+        ("georgian", "მე არ მიყვარს ყავა"),
+        ("tamil", "எனக்கு காபி பிடிக்காது"),
+        ("bengali", "আমি কফি পছন্দ করি না"),
+        ("amharic", "ቡና አልወድም"),
+        ("vietnamese", "Tôi không thích cà phê sữa"),
+    ];
+    let only = said_in(&store, "s4", &said).await;
+    for (query, want, snippet) in [
+        ("कॉफ़ी", "hindi", "मुझे **कॉफ़ी** पसंद नहीं है"),
+        ("القهوة", "arabic", "لا أحب **القهوة** كثيرا"),
+        ("קפה", "hebrew", "אני לא אוהב **קפה**"),
+        ("καφές", "greek", "Δεν μου αρέσει ο **καφές**"),
+        ("кофе", "russian", "Я не люблю **кофе**"),
+        ("սուրճ", "armenian", "Ես չեմ սիրում **սուրճ**"),
+        ("ყავა", "georgian", "მე არ მიყვარს **ყავა**"),
+        ("காபி", "tamil", "எனக்கு **காபி** பிடிக்காது"),
+        ("কফি", "bengali", "আমি **কফি** পছন্দ করি না"),
+        ("ቡና", "amharic", "**ቡና** አልወድም"),
+        // Vietnamese is found without its accents, as French is.
+        (
+            "\"ca phe\" sua",
+            "vietnamese",
+            "Tôi không thích **cà** **phê** **sữa**",
+        ),
+    ] {
+        let (hits, snippets) = episodes_found(&store, &only, query).await;
+        assert_eq!(hits, [want], "{query}");
+        assert_eq!(snippets, [snippet], "{query}");
+    }
+}
+
 /// A fact's snippet shows its content, led by the parts of its triple the
 /// content does not say: a fact restating its triple showed it twice
 /// ("alice likes tea alice likes tea").
@@ -1768,4 +1811,5 @@ store_suite!(
     fact_snippets_say_the_triple_once,
     cjk_text_is_found_by_its_words,
     cluster_scripts_are_found_by_their_words,
+    spaced_scripts_are_found_by_each_word,
 );
