@@ -381,7 +381,8 @@ mod tests {
             starts.starts_with("[\\u0e01-\\u0e30\\u0e32-\\u0e33"),
             "{starts}"
         );
-        let migration = include_str!("../../migrations/postgres/0030_search_clusters.sql");
+        let migration =
+            include_str!("../../migrations/postgres/0030_search_clusters_and_points.sql");
         assert_eq!(migration.matches(&format!("({starts}{marks}*)")).count(), 1);
         assert_eq!(migration.matches(&starts).count(), 5, "{starts}");
     }

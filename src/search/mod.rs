@@ -17,6 +17,7 @@ pub mod embedder;
 pub mod english;
 pub mod markup;
 pub mod numbers;
+pub mod points;
 pub mod ports;
 mod query;
 mod service;

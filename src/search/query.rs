@@ -144,9 +144,11 @@ impl Query {
 /// Collapses whitespace and reads compounds as the indexes do
 /// ([`english::spaced`]), hyphenated words as their parts ([`apart`]),
 /// Chinese, Japanese and Korean characters and clusters of Thai, Lao,
-/// Khmer and Burmese one by one ([`cjk::apart`]).
+/// Khmer and Burmese one by one ([`cjk::apart`]), without Arabic's and
+/// Hebrew's vowel points ([`super::points`]).
 fn normalize(term: &str) -> String {
-    apart(&cjk::apart(&super::english::spaced(term)))
+    let term = super::points::without(term);
+    apart(&cjk::apart(&super::english::spaced(&term)))
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")

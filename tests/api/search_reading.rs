@@ -6,7 +6,7 @@
 //! held to a live Postgres over generated and listed cases, and the
 //! stores are asked the same searches.
 
-use engram::search::{cjk, english, markup, numbers};
+use engram::search::{cjk, english, markup, numbers, points};
 use serde_json::json;
 
 use crate::helpers::{Backend, TestServer};
@@ -228,6 +228,37 @@ async fn clusters_are_read_as_postgres_reads_them() {
         }
     }
     assert!(texts.len() > 5_000, "{}", texts.len());
+    crate::search::assert_none_differ(&differ);
+}
+
+/// Arabic's and Hebrew's vowel points (`points::POINTS`) are left out by
+/// `engram_search_text`, so that Postgres reads each word as
+/// `points::without` leaves it: every point after a letter, between two,
+/// and alone.
+#[tokio::test]
+async fn points_are_left_out_as_postgres_reads_them() {
+    let texts: Vec<String> = points::POINTS
+        .iter()
+        .flat_map(|r| r.clone())
+        .flat_map(|p| [format!("ق{p}ه x{p}"), format!("ש{p}ל {p}"), format!("{p}")])
+        .collect();
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let rows = ts_debug(&server, &texts).await;
+    let mut postgres: Vec<Vec<String>> = vec![Vec::new(); texts.len()];
+    for (i, alias, token) in rows {
+        if alias != "blank" {
+            let at = usize::try_from(i - 1).expect("ordinality");
+            postgres[at].push(token);
+        }
+    }
+    let mut differ = Vec::new();
+    for (text, postgres) in texts.iter().zip(&postgres) {
+        let without = points::without(text);
+        let expected: Vec<&str> = without.split_whitespace().collect();
+        if expected != *postgres {
+            differ.push(format!("{text:?}: {expected:?} against {postgres:?}"));
+        }
+    }
     crate::search::assert_none_differ(&differ);
 }
 

@@ -84,7 +84,7 @@ use std::ptr;
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
 
-use crate::search::{cjk, english, markup, numbers};
+use crate::search::{cjk, english, markup, numbers, points};
 
 /// The function's SQL name, as FTS5 takes it (NUL-terminated).
 const NAME: &CStr = c"engram_hits";
@@ -207,7 +207,9 @@ enum Reading {
     /// Thai, Lao, Khmer or Burmese (a letter and the marks after it) a
     /// token of its own, as Postgres reads it since its migration 0030
     /// ([`crate::search::cjk`]): `กาแฟ` in `ผมไม่ชอบกาแฟ` is found. Reading
-    /// 7 read the run as one token.
+    /// 7 read the run as one token. And Arabic's and Hebrew's vowel points
+    /// left out of lexemes ([`crate::search::points`]): `القَهْوَة` is
+    /// `القهوة`.
     ClustersAlone,
 }
 
@@ -874,11 +876,19 @@ fn hand_on(
         caller.worded.set(true);
     }
     let fold = caller.reading.as_postgres();
+    let without_points = caller.reading >= Reading::ClustersAlone;
     let lexeme = std::panic::catch_unwind(|| {
         let folded = match written {
             Some(written) => english::folded_lowercase(written),
             None if fold => english::folded_lowercase(word),
             None => Cow::Borrowed(word),
+        };
+        let folded = match folded {
+            Cow::Borrowed(folded) if without_points => points::without(folded),
+            Cow::Owned(folded) if without_points => {
+                Cow::Owned(points::without(&folded).into_owned())
+            }
+            folded => folded,
         };
         // The lexeme, where it is not the word handed.
         match english::stem_lowercase(&folded) {
@@ -889,6 +899,9 @@ fn hand_on(
     .ok()
     .flatten();
     let lexeme = lexeme.as_deref().unwrap_or(word);
+    if lexeme.is_empty() {
+        return ffi::SQLITE_OK; // nothing but points (a tatweel alone)
+    }
     let Ok(n) = c_int::try_from(lexeme.len()) else {
         return ffi::SQLITE_ERROR;
     };
@@ -1380,9 +1393,16 @@ mod tests {
         ] {
             assert_eq!(matches(&mut conn, query).await, found, "{query}");
         }
+        // Arabic's and Hebrew's vowel points are left out of lexemes, a
+        // tatweel alone is no word.
+        assert_eq!(
+            lexemes(&mut conn, "القَهْوَة القـهوة ـ שָׁלוֹם").await,
+            ["القهوة", "القهوة", "שלום"]
+        );
         // A table of reading 7 reads as it always did.
         let mut old = table(&READING_3.replace("reading 3", "reading 7")).await;
         assert_eq!(lexemes(&mut old, "ผมไม่ชอบ กาแฟ").await, ["ผมไม่ชอบ", "กาแฟ"]);
+        assert_eq!(lexemes(&mut old, "שָׁלוֹם").await, ["שָׁלוֹם"]);
     }
 
     /// Reading 3 folds each letter of the blocks the API tests hold to

@@ -819,6 +819,45 @@ async fn spaced_scripts_are_found_by_each_word<S: Store>(store: S, _db: &TestDb)
     }
 }
 
+/// Arabic's and Hebrew's vowel points (and the tatweel) are read as if
+/// not written, on both stores: a vocalised word and the bare one find
+/// each other, and the snippet marks the word as the item wrote it.
+async fn vowel_points_are_read_as_if_not_written<S: Store>(store: S, _db: &TestDb) {
+    let said = [
+        ("vocalised", "أُحِبُّ القَهْوَةَ كَثِيرًا"),
+        ("bare", "أحب القهوة كثيرا"),
+        ("stretched", "القـــهوة"),
+        ("niqqud", "שָׁלוֹם עֲלֵיכֶם"),
+        ("plain-hebrew", "שלום לכולם"),
+    ];
+    let only = said_in(&store, "s5", &said).await;
+    let (hits, snippets) = episodes_found(&store, &only, "القهوة").await;
+    assert_eq!(hits.len(), 3, "{hits:?}");
+    assert!(
+        snippets.contains(&"أُحِبُّ **القَهْوَةَ** كَثِيرًا".to_owned()),
+        "{snippets:?}"
+    );
+    assert!(
+        snippets.contains(&"**القـــهوة**".to_owned()),
+        "{snippets:?}"
+    );
+    assert_eq!(episodes_found(&store, &only, "القَهْوَةَ").await.0.len(), 3);
+    assert_eq!(
+        episodes_found(&store, &only, "\"أحب القهوة\"")
+            .await
+            .0
+            .len(),
+        2
+    );
+    let (hits, snippets) = episodes_found(&store, &only, "שלום").await;
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    assert!(
+        snippets.contains(&"**שָׁלוֹם** עֲלֵיכֶם".to_owned()),
+        "{snippets:?}"
+    );
+    assert_eq!(episodes_found(&store, &only, "עֲלֵיכֶם").await.0, ["niqqud"]);
+}
+
 /// A fact's snippet shows its content, led by the parts of its triple the
 /// content does not say: a fact restating its triple showed it twice
 /// ("alice likes tea alice likes tea").
@@ -1253,7 +1292,7 @@ async fn cluster_text_is_read_again_by_the_migration<S>(store: S, before: i64)
 where
     S: Store + engram::ports::Database,
 {
-    let text = "ผมไม่ชอบกาแฟ ราคา3.14บาท";
+    let text = "ผมไม่ชอบกาแฟ ราคา3.14บาท القَهْوَة";
     let all = ["e1", "notes@1", "ops@example.com"];
     store
         .migrate_through(Some(before))
@@ -1261,8 +1300,12 @@ where
         .expect("the schema before");
     write_everywhere(&store, text, "notes", text).await;
     assert_eq!(found_everywhere(&store, "กาแฟ").await, Vec::<String>::new());
+    assert_eq!(
+        found_everywhere(&store, "القهوة").await,
+        Vec::<String>::new()
+    );
     store.migrate().await.expect("migrate");
-    for query in ["กาแฟ", "ไม่ชอบ", "3.14", text] {
+    for query in ["กาแฟ", "ไม่ชอบ", "3.14", "القهوة", text] {
         assert_eq!(found_everywhere(&store, query).await, all, "{query}");
     }
     writer(&store, "t1").set("notes", json!("สวัสดีครับ")).await;
@@ -1812,4 +1855,5 @@ store_suite!(
     cjk_text_is_found_by_its_words,
     cluster_scripts_are_found_by_their_words,
     spaced_scripts_are_found_by_each_word,
+    vowel_points_are_read_as_if_not_written,
 );

@@ -1,10 +1,12 @@
--- Thai, Lao, Khmer and Burmese read a cluster at a time, as Postgres reads
--- them since its 0030. `engram_english`'s `reading 7` read a run of their
--- letters as one token, so `กาแฟ` ("coffee") did not find "ผมไม่ชอบกาแฟ".
--- The FTS tables are made again with `reading 8` (src/store/sqlite/fts.rs),
--- which hands on each cluster (a letter or digit and the combining marks
--- after it) as a token of its own, and refilled from the items they index,
--- as 0014 to 0020 did.
+-- Thai, Lao, Khmer and Burmese read a cluster at a time, and Arabic's and
+-- Hebrew's vowel points read as if not written, as Postgres reads them
+-- since its 0030. `engram_english`'s `reading 7` read a run of Thai letters
+-- as one token, so `กาแฟ` ("coffee") did not find "ผมไม่ชอบกาแฟ", and kept
+-- the points in their words, so `القَهْوَة` did not find `القهوة`. The FTS
+-- tables are made again with `reading 8` (src/store/sqlite/fts.rs), which
+-- hands on each cluster (a letter or digit and the combining marks after
+-- it) as a token of its own and leaves the points out of lexemes, and
+-- refilled from the items they index, as 0014 to 0020 did.
 --
 -- As after 0015, a server of an earlier release cannot open these tables:
 -- roll back by restoring the database. Refilling reads every live item's
