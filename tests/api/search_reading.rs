@@ -167,6 +167,19 @@ async fn words_at(server: &TestServer, texts: &[String]) -> Vec<Vec<(usize, Stri
     postgres
 }
 
+/// The words (`ts_debug`'s tokens but blanks, lowercased) of each of
+/// `texts` as the indexes read it, in order.
+async fn words_of(server: &TestServer, texts: &[String]) -> Vec<Vec<String>> {
+    let mut words: Vec<Vec<String>> = vec![Vec::new(); texts.len()];
+    for (i, alias, token) in ts_debug(server, texts).await {
+        if alias != "blank" {
+            let at = usize::try_from(i - 1).expect("ordinality");
+            words[at].push(token.to_lowercase());
+        }
+    }
+    words
+}
+
 /// Each cluster of Thai, Lao, Khmer and Burmese (`cjk::units`: a letter
 /// or digit and the marks after it) is one word to Postgres once
 /// `engram_search_text` has spaced it apart, as SQLite's `reading 8` and
@@ -209,14 +222,7 @@ async fn clusters_are_read_as_postgres_reads_them() {
         .map(str::to_owned),
     );
     let server = TestServer::spawn(Backend::Postgres).await;
-    let rows = ts_debug(&server, &texts).await;
-    let mut postgres: Vec<Vec<String>> = vec![Vec::new(); texts.len()];
-    for (i, alias, token) in rows {
-        if alias != "blank" {
-            let at = usize::try_from(i - 1).expect("ordinality");
-            postgres[at].push(token.to_lowercase());
-        }
-    }
+    let postgres = words_of(&server, &texts).await;
     let mut differ = Vec::new();
     for (text, postgres) in texts.iter().zip(&postgres) {
         let expected: Vec<String> = cjk::apart(text)
@@ -243,17 +249,10 @@ async fn points_are_left_out_as_postgres_reads_them() {
         .flat_map(|p| [format!("ق{p}ه x{p}"), format!("ש{p}ל {p}"), format!("{p}")])
         .collect();
     let server = TestServer::spawn(Backend::Postgres).await;
-    let rows = ts_debug(&server, &texts).await;
-    let mut postgres: Vec<Vec<String>> = vec![Vec::new(); texts.len()];
-    for (i, alias, token) in rows {
-        if alias != "blank" {
-            let at = usize::try_from(i - 1).expect("ordinality");
-            postgres[at].push(token);
-        }
-    }
+    let postgres = words_of(&server, &texts).await;
     let mut differ = Vec::new();
     for (text, postgres) in texts.iter().zip(&postgres) {
-        let without = points::without(text);
+        let without = points::without(text).to_lowercase();
         let expected: Vec<&str> = without.split_whitespace().collect();
         if expected != *postgres {
             differ.push(format!("{text:?}: {expected:?} against {postgres:?}"));

@@ -1247,34 +1247,67 @@ async fn numbers_before_letters_written_before_their_reading_are_read_again_by_t
     );
 }
 
-/// What a database held before Chinese, Japanese and Korean characters
-/// were read one by one (Postgres's migration 0029, SQLite's 0018) is read
-/// again by the migration: `東京` finds it after, in memory, facts and
-/// episodes, where the run had been one word.
-async fn cjk_text_is_read_again_by_the_migration<S>(store: S, before: i64)
+/// Text written before a reading's migration is read again by it: each
+/// of `absent` finds nothing before it; each of `found`, and the text
+/// itself, finds it after, in memory, facts and episodes; and the key
+/// written again with `again` leaves its old words (`absent[0]` then finds
+/// the other two only) and is found by `found_again`.
+struct ReadAgain<'a> {
+    text: &'a str,
+    absent: &'a [&'a str],
+    found: &'a [&'a str],
+    again: &'a str,
+    found_again: &'a str,
+}
+
+async fn read_again_by_the_migration<S>(store: S, before: i64, case: ReadAgain<'_>)
 where
     S: Store + engram::ports::Database,
 {
-    let text = "東京での会議は明日です";
     let all = ["e1", "notes@1", "ops@example.com"];
     store
         .migrate_through(Some(before))
         .await
         .expect("the schema before");
-    write_everywhere(&store, text, "notes", text).await;
-    assert_eq!(found_everywhere(&store, "東京").await, Vec::<String>::new());
+    write_everywhere(&store, case.text, "notes", case.text).await;
+    for query in case.absent {
+        assert_eq!(
+            found_everywhere(&store, query).await,
+            Vec::<String>::new(),
+            "{query}"
+        );
+    }
     store.migrate().await.expect("migrate");
-    for query in ["東京", "会議", text] {
+    for query in case.found.iter().chain([&case.text]) {
         assert_eq!(found_everywhere(&store, query).await, all, "{query}");
     }
     // A key written again leaves its old words (FTS5 reads the stored text
     // again to remove them), and what is written after is read so.
-    writer(&store, "t1").set("notes", json!("明日は休み")).await;
+    writer(&store, "t1").set("notes", json!(case.again)).await;
     assert_eq!(
-        found_everywhere(&store, "会議").await,
+        found_everywhere(&store, case.absent[0]).await,
         ["e1", "ops@example.com"]
     );
-    assert_eq!(found_everywhere(&store, "休み").await, ["notes@2"]);
+    assert_eq!(
+        found_everywhere(&store, case.found_again).await,
+        ["notes@2"]
+    );
+}
+
+/// Chinese, Japanese and Korean written before they were read a
+/// character at a time (Postgres's 0029, SQLite's 0018).
+async fn cjk_text_is_read_again_by_the_migration<S>(store: S, before: i64)
+where
+    S: Store + engram::ports::Database,
+{
+    let case = ReadAgain {
+        text: "東京での会議は明日です",
+        absent: &["会議", "東京"],
+        found: &["東京", "会議"],
+        again: "明日は休み",
+        found_again: "休み",
+    };
+    read_again_by_the_migration(store, before, case).await;
 }
 
 #[tokio::test]
@@ -1283,37 +1316,21 @@ async fn cjk_text_written_before_its_reading_is_read_again_on_postgres() {
     cjk_text_is_read_again_by_the_migration(db.pg_store().await, 28).await;
 }
 
-/// What was written before the migration that reads Thai, Lao, Khmer and
-/// Burmese a cluster at a time (Postgres's 0030, SQLite's 0021) is read
-/// again by it: not found by part of a run before, found after, in
-/// memory, facts and episodes; and a key written again leaves its old
-/// words.
+/// Thai, Lao, Khmer and Burmese written before they were read a cluster
+/// at a time, and Arabic with its vowel points before they were left out
+/// (Postgres's 0030, SQLite's 0021).
 async fn cluster_text_is_read_again_by_the_migration<S>(store: S, before: i64)
 where
     S: Store + engram::ports::Database,
 {
-    let text = "ผมไม่ชอบกาแฟ ราคา3.14บาท القَهْوَة";
-    let all = ["e1", "notes@1", "ops@example.com"];
-    store
-        .migrate_through(Some(before))
-        .await
-        .expect("the schema before");
-    write_everywhere(&store, text, "notes", text).await;
-    assert_eq!(found_everywhere(&store, "กาแฟ").await, Vec::<String>::new());
-    assert_eq!(
-        found_everywhere(&store, "القهوة").await,
-        Vec::<String>::new()
-    );
-    store.migrate().await.expect("migrate");
-    for query in ["กาแฟ", "ไม่ชอบ", "3.14", "القهوة", text] {
-        assert_eq!(found_everywhere(&store, query).await, all, "{query}");
-    }
-    writer(&store, "t1").set("notes", json!("สวัสดีครับ")).await;
-    assert_eq!(
-        found_everywhere(&store, "กาแฟ").await,
-        ["e1", "ops@example.com"]
-    );
-    assert_eq!(found_everywhere(&store, "สวัสดี").await, ["notes@2"]);
+    let case = ReadAgain {
+        text: "ผมไม่ชอบกาแฟ ราคา3.14บาท القَهْوَة",
+        absent: &["กาแฟ", "القهوة"],
+        found: &["กาแฟ", "ไม่ชอบ", "3.14", "القهوة"],
+        again: "สวัสดีครับ",
+        found_again: "สวัสดี",
+    };
+    read_again_by_the_migration(store, before, case).await;
 }
 
 #[tokio::test]
