@@ -503,7 +503,7 @@ impl Registry {
         );
         let waits = lock(&self.feed_waits);
         let now = Instant::now();
-        for (feed, label) in [(Feed::Changes, "changes"), (Feed::Episodes, "episodes")] {
+        for feed in Feed::ALL {
             let oldest = waits[feed as usize]
                 .iter()
                 .map(|(_, since)| now.saturating_duration_since(*since))
@@ -511,7 +511,8 @@ impl Registry {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "engram_feed_wait_seconds{{feed=\"{label}\"}} {:.3}",
+                "engram_feed_wait_seconds{{feed=\"{}\"}} {:.3}",
+                feed.name(),
                 oldest.as_secs_f64()
             );
         }

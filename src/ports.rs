@@ -28,6 +28,19 @@ pub enum Feed {
     Episodes = 1,
 }
 
+impl Feed {
+    /// Both feeds, in order.
+    pub const ALL: [Feed; 2] = [Feed::Changes, Feed::Episodes];
+
+    /// The feed's name in metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feed::Changes => "changes",
+            Feed::Episodes => "episodes",
+        }
+    }
+}
+
 /// Where the feeds stand.
 pub trait Feeds: Clone + Send + Sync + 'static {
     /// The settled horizon of a feed: every position at or below it is

@@ -221,7 +221,10 @@ const LONG_WAIT_POLL: Duration = Duration::from_millis(10);
 async fn wait_settled(pool: &Pool, settles: &Settles, feed: Feed, fence: &str) -> Result<()> {
     let started = Instant::now();
     let mut counted = None;
-    let mut reported = false;
+    // When this settle next asks whether to report (once it has waited
+    // `warn_after`, then each second; `report_due` keeps it to once a
+    // minute per feed).
+    let mut next_check = started + settles.warn_after;
     let (mut xmin, mut stuck) = (String::new(), 0);
     loop {
         let mut conn = pool.system().await?;
@@ -260,11 +263,11 @@ async fn wait_settled(pool: &Pool, settles: &Settles, feed: Feed, fence: &str) -
         }
         drop(conn);
         counted.get_or_insert_with(|| crate::metrics::global().feed_waiting(feed, started));
-        let waited = started.elapsed();
-        if !reported && waited >= settles.warn_after {
-            reported = true;
+        let now = Instant::now();
+        if now >= next_check {
+            next_check = now + Duration::from_secs(1);
             if settles.report_due(feed) {
-                report_blockers(pool, settles, feed, fence, waited).await;
+                report_blockers(pool, settles, feed, fence, now - started).await;
             }
         }
         // Writers' transactions are one short statement: while xmin
@@ -309,10 +312,7 @@ async fn report_blockers(
     fence: &str,
     waited: Duration,
 ) {
-    let feed_name = match feed {
-        Feed::Changes => "changes",
-        Feed::Episodes => "episodes",
-    };
+    let feed_name = feed.name();
     let waited_s = (waited.as_secs_f64() * 10.0).round() / 10.0;
     let said = "a feed has waited for transactions in Engram's database to end: \
                 Watch and TailEpisodes deliver nothing newer until they do";
