@@ -142,34 +142,45 @@ fn words(text: &str, terms: &HashSet<&str>, case: Case) -> Vec<Word> {
 /// Marks the clusters of `words` only where they stand as one of `runs`,
 /// each of the run's clusters a word, side by side and in order.
 fn mark_runs(text: &str, words: &mut [Word], runs: &[Vec<String>]) {
-    let cluster = |w: &Word| cjk::is_cluster(&text[w.start..w.end]);
-    if !words.iter().any(|w| w.marked && cluster(w)) {
+    // Each cluster's lexeme, read once; `None` for other words.
+    let clusters: Vec<Option<String>> = words
+        .iter()
+        .map(|w| {
+            let word = &text[w.start..w.end];
+            cjk::is_cluster(word).then(|| lexeme(word))
+        })
+        .collect();
+    let any_marked = words
+        .iter()
+        .zip(&clusters)
+        .any(|(w, c)| w.marked && c.is_some());
+    if !any_marked {
         return;
     }
     let mut marked = vec![false; words.len()];
-    for run in runs {
+    for run in runs.iter().filter(|run| !run.is_empty()) {
         let run: Vec<String> = run.iter().map(|part| lexeme(part)).collect();
-        for at in 0..words.len().saturating_sub(run.len() - 1) {
+        for at in 0..clusters.len().saturating_sub(run.len() - 1) {
             let stands = run
                 .iter()
-                .zip(&words[at..])
-                .all(|(part, w)| cluster(w) && lexeme(&text[w.start..w.end]) == *part);
+                .zip(&clusters[at..])
+                .all(|(part, cluster)| cluster.as_ref() == Some(part));
             if stands {
                 marked[at..at + run.len()].fill(true);
             }
         }
     }
-    for (word, marked) in words.iter_mut().zip(marked) {
-        if cluster(word) {
+    for ((word, cluster), marked) in words.iter_mut().zip(&clusters).zip(marked) {
+        if cluster.is_some() {
             word.marked = marked;
         }
     }
 }
 
 /// Combining marks (Unicode's category M): part of the word they follow,
-/// as Postgres's parser reads them (`ผมไม่ชอบกาแฟ` is one word there, its
-/// tone mark `่` included; `e` and U+0301 are `é`), a break where no word
-/// precedes them.
+/// as Postgres's parser reads them (`कॉफ़ी` is one word there, its vowel
+/// signs and nukta included; `e` and U+0301 are `é`), a break where no
+/// word precedes them.
 static MARK: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^\p{M}$").unwrap_or_else(|err| panic!("the mark class: {err}")));
 
