@@ -73,7 +73,7 @@ pub fn is_cjk(c: char) -> bool {
 
 /// Whether `text` holds a character read one by one.
 pub fn holds(text: &str) -> bool {
-    !text.is_ascii() && text.chars().any(is_cjk)
+    holds_units(text, Units::Characters)
 }
 
 /// The blocks read a cluster at a time: Thai, Lao, Myanmar and Khmer.
@@ -205,7 +205,17 @@ pub fn cluster_runs<'a>(terms: impl IntoIterator<Item = &'a str>) -> Vec<Vec<Str
 /// every cluster ([`units`]), so that each is a word of its own to
 /// whatever splits it at spaces next.
 pub fn apart(text: &str) -> Cow<'_, str> {
-    let units = units(text, Units::Clusters);
+    rewritten(text, Units::Clusters, |unit, out| {
+        out.push(' ');
+        out.push_str(unit);
+        out.push(' ');
+    })
+}
+
+/// `text` with each unit `units` reads alone written by `write` in its
+/// place, the rest as it is; borrowed when it holds none.
+fn rewritten(text: &str, units: Units, write: impl Fn(&str, &mut String)) -> Cow<'_, str> {
+    let units = self::units(text, units);
     if units.is_empty() {
         return Cow::Borrowed(text);
     }
@@ -213,9 +223,7 @@ pub fn apart(text: &str) -> Cow<'_, str> {
     let mut at = 0;
     for unit in units {
         out.push_str(&text[at..unit.start]);
-        out.push(' ');
-        out.push_str(&text[unit.clone()]);
-        out.push(' ');
+        write(&text[unit.clone()], &mut out);
         at = unit.end;
     }
     out.push_str(&text[at..]);
@@ -232,19 +240,9 @@ pub fn apart(text: &str) -> Cow<'_, str> {
 /// With [`Units::Clusters`] each cluster is blanked too (`3.14` in
 /// `ราคา3.14บาท`), as Postgres reads it since its migration 0030.
 pub fn blanked(text: &str, units: Units) -> Cow<'_, str> {
-    let units = self::units(text, units);
-    if units.is_empty() {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for unit in units {
-        out.push_str(&text[at..unit.start]);
+    rewritten(text, units, |unit, out| {
         out.extend(std::iter::repeat_n(' ', unit.len()));
-        at = unit.end;
-    }
-    out.push_str(&text[at..]);
-    Cow::Owned(out)
+    })
 }
 
 /// Whether `word` is one [`is_cjk`] character: a word of its own.
@@ -282,19 +280,7 @@ pub fn pairs<'a>(parts: impl IntoIterator<Item = &'a str>) -> Vec<String> {
 /// as migration 0029 writes it in `engram_search_text` (a test holds the
 /// two alike).
 pub fn postgres_class() -> String {
-    let escape = |c: char| {
-        let code = u32::from(c);
-        if code > 0xffff {
-            format!("\\U{code:08x}")
-        } else {
-            format!("\\u{code:04x}")
-        }
-    };
-    let ranges: String = BLOCKS
-        .iter()
-        .map(|r| format!("{}-{}", escape(*r.start()), escape(*r.end())))
-        .collect();
-    format!("[{ranges}]")
+    super::postgres_class(BLOCKS.iter().flat_map(|r| r.clone()))
 }
 
 /// The classes of cluster starts and of marks ([`is_cluster_start`],
@@ -303,21 +289,12 @@ pub fn postgres_class() -> String {
 /// (a test holds the two alike).
 pub fn postgres_cluster_classes() -> (String, String) {
     let class = |wanted: fn(char) -> bool| {
-        let chars: Vec<char> = CLUSTER_BLOCKS
-            .iter()
-            .flat_map(|r| r.clone())
-            .filter(|&c| wanted(c))
-            .collect();
-        let mut out = String::from("[");
-        for run in chars.chunk_by(|a, b| u32::from(*a) + 1 == u32::from(*b)) {
-            let (first, last) = (run[0], run[run.len() - 1]);
-            out.push_str(&format!("\\u{:04x}", u32::from(first)));
-            if last != first {
-                out.push_str(&format!("-\\u{:04x}", u32::from(last)));
-            }
-        }
-        out.push(']');
-        out
+        super::postgres_class(
+            CLUSTER_BLOCKS
+                .iter()
+                .flat_map(|r| r.clone())
+                .filter(|&c| wanted(c)),
+        )
     };
     (class(is_cluster_start), class(is_cluster_mark))
 }

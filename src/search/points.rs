@@ -57,18 +57,7 @@ pub fn without(text: &str) -> Cow<'_, str> {
 /// migration 0030 writes it in `engram_search_text` (a test holds the two
 /// alike).
 pub fn postgres_class() -> String {
-    let ranges: String = POINTS
-        .iter()
-        .map(|r| {
-            let (start, end) = (u32::from(*r.start()), u32::from(*r.end()));
-            if start == end {
-                format!("\\u{start:04x}")
-            } else {
-                format!("\\u{start:04x}-\\u{end:04x}")
-            }
-        })
-        .collect();
-    format!("[{ranges}]")
+    super::postgres_class(POINTS.iter().flat_map(|r| r.clone()))
 }
 
 #[cfg(test)]
