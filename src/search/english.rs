@@ -92,10 +92,11 @@ const LONGEST: usize = 256;
 /// aside: its letters folded as `engram_english`'s `unaccent` reads a
 /// word with a non-ASCII letter (and SQLite's tokenizer any word; see
 /// [`folded`]), lowercased, and stemmed when it is all letters.
-/// Arabic's and Hebrew's vowel points are left out ([`super::points`]),
-/// as the indexes leave them out since Postgres's 0030 and SQLite's 0021.
+/// Arabic's and Hebrew's vowel points are left out and the Arabic
+/// script's letter variants read alike ([`super::spelling`]), as the
+/// indexes read them since Postgres's 0031 and SQLite's 0022.
 pub fn lexeme(word: &str) -> String {
-    let word = super::points::without(word);
+    let word = super::spelling::plain(word);
     lowercase_lexeme(folded_lowercase(&word).into_owned())
 }
 
@@ -106,7 +107,7 @@ pub fn lexeme(word: &str) -> String {
 /// database use it; the server leaves every other reading to Postgres
 /// there ([`crate::store::PgStore::text_in_rust`]).
 pub fn turkic_lexeme(word: &str) -> String {
-    let word = super::points::without(word);
+    let word = super::spelling::plain(word);
     let mut lower = String::with_capacity(word.len() + 1);
     for c in folded(&word).chars() {
         match c {

@@ -17,11 +17,11 @@ pub mod embedder;
 pub mod english;
 pub mod markup;
 pub mod numbers;
-pub mod points;
 pub mod ports;
 mod query;
 mod service;
 pub mod snippet;
+pub mod spelling;
 pub mod turns;
 pub mod vector;
 pub mod worker;
@@ -260,26 +260,29 @@ fn each_json_string(value: &serde_json::Value, each: &mut dyn FnMut(&str)) {
 /// (given in order): each run of neighbouring code points as a range,
 /// `\uXXXX` escapes, `\UXXXXXXXX` past the Basic Multilingual Plane. How
 /// the search migrations write the classes the Rust readers hold (tests
-/// compare the two: [`cjk::postgres_class`], [`points::postgres_class`]).
+/// compare the two: [`cjk::postgres_class`], [`spelling::postgres_class`]).
 pub fn postgres_class(chars: impl IntoIterator<Item = char>) -> String {
-    let escape = |c: char| {
-        let code = u32::from(c);
-        if code > 0xffff {
-            format!("\\U{code:08x}")
-        } else {
-            format!("\\u{code:04x}")
-        }
-    };
     let chars: Vec<char> = chars.into_iter().collect();
     let mut out = String::from("[");
     for run in chars.chunk_by(|a, b| u32::from(*a) + 1 == u32::from(*b)) {
         let (first, last) = (run[0], run[run.len() - 1]);
-        out.push_str(&escape(first));
+        out.push_str(&postgres_escape(first));
         if last != first {
             out.push('-');
-            out.push_str(&escape(last));
+            out.push_str(&postgres_escape(last));
         }
     }
     out.push(']');
     out
+}
+
+/// `c` as Postgres's regular expressions and `E''` strings write it:
+/// `\uXXXX`, or `\UXXXXXXXX` past the Basic Multilingual Plane.
+pub fn postgres_escape(c: char) -> String {
+    let code = u32::from(c);
+    if code > 0xffff {
+        format!("\\U{code:08x}")
+    } else {
+        format!("\\u{code:04x}")
+    }
 }

@@ -144,10 +144,10 @@ impl Query {
 /// Collapses whitespace and reads compounds as the indexes do
 /// ([`english::spaced`]), hyphenated words as their parts ([`apart`]),
 /// Chinese, Japanese and Korean characters and clusters of Thai, Lao,
-/// Khmer and Burmese one by one ([`cjk::apart`]), without Arabic's and
-/// Hebrew's vowel points ([`super::points`]).
+/// Khmer and Burmese one by one ([`cjk::apart`]), and spellings of one
+/// word alike ([`super::spelling`]).
 fn normalize(term: &str) -> String {
-    let term = super::points::without(term);
+    let term = super::spelling::plain(term);
     apart(&cjk::apart(&super::english::spaced(&term)))
         .split_whitespace()
         .collect::<Vec<_>>()

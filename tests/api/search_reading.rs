@@ -6,7 +6,7 @@
 //! held to a live Postgres over generated and listed cases, and the
 //! stores are asked the same searches.
 
-use engram::search::{cjk, english, markup, numbers, points};
+use engram::search::{cjk, english, markup, numbers, spelling};
 use serde_json::json;
 
 use crate::helpers::{Backend, TestServer};
@@ -237,23 +237,54 @@ async fn clusters_are_read_as_postgres_reads_them() {
     crate::search::assert_none_differ(&differ);
 }
 
-/// Arabic's and Hebrew's vowel points (`points::POINTS`) are left out by
-/// `engram_search_text`, so that Postgres reads each word as
-/// `points::without` leaves it: every point after a letter, between two,
+/// Arabic's and Hebrew's vowel points (`spelling::POINTS`) are left out
+/// by `engram_search_text`, so that Postgres reads each word as
+/// `spelling::plain` leaves it: every point after a letter, between two,
 /// and alone.
 #[tokio::test]
 async fn points_are_left_out_as_postgres_reads_them() {
-    let texts: Vec<String> = points::POINTS
+    let texts: Vec<String> = spelling::POINTS
         .iter()
         .flat_map(|r| r.clone())
         .flat_map(|p| [format!("ق{p}ه x{p}"), format!("ש{p}ל {p}"), format!("{p}")])
         .collect();
+    assert_read_as_plain(&texts).await;
+}
+
+/// The Arabic script's letter variants (`spelling::VARIANTS`) are read by
+/// `engram_search_text` as `spelling::plain` reads them: each alone,
+/// within a word, beside a point, and with each madda or hamza mark after
+/// it; and each of those marks after every letter of the Arabic block.
+#[tokio::test]
+async fn letter_variants_are_read_as_postgres_reads_them() {
+    let seated: Vec<char> = spelling::SEATED.collect();
+    let mut texts: Vec<String> = Vec::new();
+    for &(from, to) in spelling::VARIANTS {
+        texts.push(format!("{from}"));
+        texts.push(format!("ب{from}ت x{from}{to} {from}\u{064e}ل"));
+        for &m in &seated {
+            texts.push(format!("{from}{m}ب {to}{m}\u{0650}{m}ب"));
+        }
+    }
+    let letters = ('\u{0620}'..='\u{06ff}')
+        .filter(|&c| c.is_alphabetic() && !spelling::is_point(c) && !spelling::SEATED.contains(&c));
+    for c in letters {
+        for &m in &seated {
+            texts.push(format!("ب{c}{m}ت {c}\u{064b}{m}"));
+        }
+    }
+    assert_read_as_plain(&texts).await;
+}
+
+/// Postgres reads each of `texts` (through `engram_search_text`) as the
+/// words of `spelling::plain`'s reading, lowercased.
+async fn assert_read_as_plain(texts: &[String]) {
     let server = TestServer::spawn(Backend::Postgres).await;
-    let postgres = words_of(&server, &texts).await;
+    let postgres = words_of(&server, texts).await;
     let mut differ = Vec::new();
     for (text, postgres) in texts.iter().zip(&postgres) {
-        let without = points::without(text).to_lowercase();
-        let expected: Vec<&str> = without.split_whitespace().collect();
+        let plain = spelling::plain(text).to_lowercase();
+        let expected: Vec<&str> = plain.split_whitespace().collect();
         if expected != *postgres {
             differ.push(format!("{text:?}: {expected:?} against {postgres:?}"));
         }

@@ -56,7 +56,10 @@
 //! are blanked out too (`3.14` in `<td>3.14</td>` and in `a<3.14`); with
 //! `reading 8` (0021) each cluster of Thai, Lao, Khmer or Burmese is a
 //! token of its own and blanked out likewise, as the characters of
-//! `reading 5` and `6` are (`กาแฟ` in `ผมไม่ชอบกาแฟ`, `3.14` in `ราคา3.14บาท`).
+//! `reading 5` and `6` are (`กาแฟ` in `ผมไม่ชอบกาแฟ`, `3.14` in `ราคา3.14บาท`);
+//! `reading 8` leaves Arabic's and Hebrew's vowel points out of lexemes,
+//! and `reading 9` (0022) reads the Arabic script's letter variants alike
+//! too (`أحمد` as `احمد`; [`spelling`]).
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -84,7 +87,7 @@ use std::ptr;
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
 
-use crate::search::{cjk, english, markup, numbers, points};
+use crate::search::{cjk, english, markup, numbers, spelling};
 
 /// The function's SQL name, as FTS5 takes it (NUL-terminated).
 const NAME: &CStr = c"engram_hits";
@@ -208,9 +211,14 @@ enum Reading {
     /// token of its own, as Postgres reads it since its migration 0030
     /// ([`crate::search::cjk`]): `กาแฟ` in `ผมไม่ชอบกาแฟ` is found. Reading
     /// 7 read the run as one token. And Arabic's and Hebrew's vowel points
-    /// left out of lexemes ([`crate::search::points`]): `القَهْوَة` is
+    /// left out of lexemes ([`spelling::without`]): `القَهْوَة` is
     /// `القهوة`.
     ClustersAlone,
+    /// Migration 0022 (`reading 9`): as `reading 8`, and the Arabic
+    /// script's letter variants read as the letters they stand for, as
+    /// Postgres reads them since its migration 0031 ([`spelling::plain`]):
+    /// `أحمد` is `احمد`, `کتاب` is `كتاب`.
+    VariantsAlike,
 }
 
 impl Reading {
@@ -284,6 +292,7 @@ unsafe fn reading_of(
                 Some(b"6") => Reading::NumbersBesideCharacters,
                 Some(b"7") => Reading::NumbersBesideMarkup,
                 Some(b"8") => Reading::ClustersAlone,
+                Some(b"9") => Reading::VariantsAlike,
                 _ => return None,
             };
             i += 2;
@@ -876,7 +885,11 @@ fn hand_on(
         caller.worded.set(true);
     }
     let fold = caller.reading.as_postgres();
-    let without_points = caller.reading >= Reading::ClustersAlone;
+    let respell: fn(&str) -> Cow<'_, str> = match caller.reading {
+        Reading::VariantsAlike => spelling::plain,
+        Reading::ClustersAlone => spelling::without,
+        _ => |word| Cow::Borrowed(word),
+    };
     let lexeme = std::panic::catch_unwind(|| {
         let folded = match written {
             Some(written) => english::folded_lowercase(written),
@@ -884,11 +897,8 @@ fn hand_on(
             None => Cow::Borrowed(word),
         };
         let folded = match folded {
-            Cow::Borrowed(folded) if without_points => points::without(folded),
-            Cow::Owned(folded) if without_points => {
-                Cow::Owned(points::without(&folded).into_owned())
-            }
-            folded => folded,
+            Cow::Borrowed(folded) => respell(folded),
+            Cow::Owned(folded) => Cow::Owned(respell(&folded).into_owned()),
         };
         // The lexeme, where it is not the word handed.
         match english::stem_lowercase(&folded) {
@@ -1189,7 +1199,7 @@ mod tests {
         assert_eq!(found, 1);
         // A reading this server does not know is refused.
         let unknown = sqlx::query(
-            "CREATE VIRTUAL TABLE u USING fts5(text, tokenize = 'engram_english reading 9')",
+            "CREATE VIRTUAL TABLE u USING fts5(text, tokenize = 'engram_english reading 10')",
         )
         .execute(&mut conn)
         .await;
@@ -1403,6 +1413,45 @@ mod tests {
         let mut old = table(&READING_3.replace("reading 3", "reading 7")).await;
         assert_eq!(lexemes(&mut old, "ผมไม่ชอบ กาแฟ").await, ["ผมไม่ชอบ", "กาแฟ"]);
         assert_eq!(lexemes(&mut old, "שָׁלוֹם").await, ["שָׁלוֹם"]);
+    }
+
+    #[tokio::test]
+    async fn reading_9_reads_letter_variants_alike() {
+        let mut conn = table(&READING_3.replace("reading 3", "reading 9")).await;
+        // Each lexeme as `spelling::plain` reads it, points left out first.
+        let text = "أحمد إلى المدرسة على کتاب خانۀ ٱلْحَمْدُ \u{0627}\u{0654}حمد ؤ";
+        let want: Vec<String> = spelling::plain(text)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            want,
+            [
+                "احمد",
+                "الي",
+                "المدرسه",
+                "علي",
+                "كتاب",
+                "خانه",
+                "الحمد",
+                "احمد",
+                "ؤ"
+            ]
+        );
+        assert_eq!(lexemes(&mut conn, text).await, want);
+        for (query, found) in [
+            ("احمد", 1),
+            ("أحمد", 1),
+            ("\"الى المدرسه\"", 1),
+            ("كتاب", 1),
+        ] {
+            assert_eq!(matches(&mut conn, query).await, found, "{query}");
+        }
+        // Thai as reading 8 reads it.
+        assert_eq!(lexemes(&mut conn, "กาแฟ").await, ["ก", "า", "แ", "ฟ"]);
+        // A table of reading 8 reads as it always did.
+        let mut old = table(&READING_3.replace("reading 3", "reading 8")).await;
+        assert_eq!(lexemes(&mut old, "أحمد کتاب").await, ["أحمد", "کتاب"]);
     }
 
     /// Reading 3 folds each letter of the blocks the API tests hold to

@@ -858,6 +858,43 @@ async fn vowel_points_are_read_as_if_not_written<S: Store>(store: S, _db: &TestD
     assert_eq!(episodes_found(&store, &only, "עֲלֵיכֶם").await.0, ["niqqud"]);
 }
 
+/// The Arabic script's letters written more than one way find each
+/// other: an alef with or without its hamza or madda, a teh marbuta
+/// written as a heh, an alef maksura as a yeh, the Persian and Urdu yeh,
+/// kaf and heh as the Arabic ones; snippets mark the word as written. The
+/// Urdu yeh barree stays a letter of its own.
+async fn letter_variants_are_read_alike<S: Store>(store: S, _db: &TestDb) {
+    let said = [
+        ("hamza", "ذهب أحمد إلى المدرسة"),
+        ("bare", "ذهب احمد الى المدرسه"),
+        ("persian", "این کتاب خوبی است"),
+        ("arabic-letters", "هذا كتاب جيد"),
+        ("urdu", "یہ کتاب ہے"),
+        ("urdu-hi", "یہ کتاب ہی"),
+    ];
+    let only = said_in(&store, "s6", &said).await;
+    for query in ["أحمد", "احمد", "\"إلى المدرسة\"", "\"الى المدرسه\""]
+    {
+        let (mut hits, _) = episodes_found(&store, &only, query).await;
+        hits.sort();
+        assert_eq!(hits, ["bare", "hamza"], "{query}");
+    }
+    let (hits, snippets) = episodes_found(&store, &only, "المدرسه").await;
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    assert!(
+        snippets.contains(&"ذهب أحمد إلى **المدرسة**".to_owned()),
+        "{snippets:?}"
+    );
+    let (mut hits, _) = episodes_found(&store, &only, "كتاب").await;
+    hits.sort();
+    assert_eq!(hits, ["arabic-letters", "persian", "urdu", "urdu-hi"]);
+    assert_eq!(episodes_found(&store, &only, "ہے").await.0, ["urdu"]);
+    assert_eq!(
+        episodes_found(&store, &only, "\"یه کتاب\"").await.0.len(),
+        2
+    );
+}
+
 /// A fact's snippet shows its content, led by the parts of its triple the
 /// content does not say: a fact restating its triple showed it twice
 /// ("alice likes tea alice likes tea").
@@ -1343,6 +1380,34 @@ async fn cluster_text_written_before_its_reading_is_read_again_on_postgres() {
 async fn cluster_text_written_before_its_reading_is_read_again_on_sqlite() {
     let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
     cluster_text_is_read_again_by_the_migration(db.sqlite_store().await, 20).await;
+}
+
+/// The Arabic script's letter variants written before they were read
+/// alike (Postgres's 0031, SQLite's 0022).
+async fn variant_text_is_read_again_by_the_migration<S>(store: S, before: i64)
+where
+    S: Store + engram::ports::Database,
+{
+    let case = ReadAgain {
+        text: "ذهب أحمد إلى المدرسة مع کتاب",
+        absent: &["احمد", "كتاب"],
+        found: &["احمد", "\"الى المدرسه\"", "كتاب", "أحمد"],
+        again: "مستشفى",
+        found_again: "مستشفي",
+    };
+    read_again_by_the_migration(store, before, case).await;
+}
+
+#[tokio::test]
+async fn variant_text_written_before_its_reading_is_read_again_on_postgres() {
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    variant_text_is_read_again_by_the_migration(db.pg_store().await, 30).await;
+}
+
+#[tokio::test]
+async fn variant_text_written_before_its_reading_is_read_again_on_sqlite() {
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    variant_text_is_read_again_by_the_migration(db.sqlite_store().await, 21).await;
 }
 
 /// SQLite's migration 0019 reads again what was written before it: a
@@ -1873,4 +1938,5 @@ store_suite!(
     cluster_scripts_are_found_by_their_words,
     spaced_scripts_are_found_by_each_word,
     vowel_points_are_read_as_if_not_written,
+    letter_variants_are_read_alike,
 );

@@ -1,0 +1,212 @@
+//! Spellings of one word read alike: Arabic's and Hebrew's vowel points,
+//! and the Arabic script's letters written more than one way.
+//!
+//! Both scripts are usually written without their short vowels, and
+//! sometimes with them: the Quran, poetry, children's books, a word a
+//! writer wants read one way (`القَهْوَة` for `القهوة`, "coffee"; `שָׁלוֹם`
+//! for `שלום`). Postgres's parser keeps each such mark in its word and
+//! `unaccent` leaves it there, so the two spellings were two words and
+//! neither found the other. Since Postgres's migration 0030 and SQLite's
+//! 0021 (`reading 8`), the indexes and queries leave the marks of
+//! [`POINTS`] out, as Lucene's Arabic normalisation leaves the harakat
+//! and the tatweel out.
+//!
+//! Some letters are written one way by one writer and another by the
+//! next: an alef with or without its hamza or madda (`أحمد`, `احمد`), a
+//! final teh marbuta written as a heh (`مدرسة`, `مدرسه`), an alef maksura
+//! as a yeh (`على`, `علي`), and the Persian and Urdu keyboards' yeh, kaf
+//! and heh for the Arabic ones (`کتاب`, `كتاب`). Since Postgres's 0031 and
+//! SQLite's 0022 (`reading 9`) each of [`VARIANTS`] is read as the letter
+//! it stands for, as Lucene's Arabic and Persian normalisers read them
+//! (the Urdu yeh barree `ے` aside: Urdu tells it from `ی`, `ہے` from
+//! `ہی`), and a madda or hamza written as a mark after a bare alef or heh
+//! (a decomposed `أ` or `ۀ`) is left out with it.
+//!
+//! [`plain`] is how every reader reads a word now: `engram_search_text`
+//! before Postgres's parser reads the text, the SQLite tokenizer for each
+//! token's lexeme, a query's words and snippets' lexemes. [`without`] is
+//! `reading 8`'s, for tables not yet made again.
+//!
+//! The marks that make letters (`U+0653`–`U+0655`, madda and hamza above
+//! and below) are otherwise kept: removing them would make another letter
+//! (a decomposed `ؤ` is `و` and its hamza).
+
+use std::borrow::Cow;
+use std::ops::RangeInclusive;
+
+/// Hebrew's cantillation marks and vowel points, and Arabic's Quranic
+/// signs, harakat (tanwin, fatha, damma, kasra, shadda, sukun), the
+/// superscript alef and the Quranic annotation signs, and the tatweel (a
+/// stroke that only lengthens a letter).
+pub const POINTS: &[RangeInclusive<char>] = &[
+    '\u{0591}'..='\u{05bd}',
+    '\u{05bf}'..='\u{05bf}',
+    '\u{05c1}'..='\u{05c2}',
+    '\u{05c4}'..='\u{05c5}',
+    '\u{05c7}'..='\u{05c7}',
+    '\u{0610}'..='\u{061a}',
+    '\u{0640}'..='\u{0640}',
+    '\u{064b}'..='\u{0652}',
+    '\u{0656}'..='\u{065f}',
+    '\u{0670}'..='\u{0670}',
+    '\u{06d6}'..='\u{06dc}',
+    '\u{06df}'..='\u{06e4}',
+    '\u{06e7}'..='\u{06e8}',
+    '\u{06ea}'..='\u{06ed}',
+];
+
+/// The Arabic script's letters read as another, each with the one it is
+/// read as: alef with madda, hamza above or below, and alef wasla as
+/// alef; teh marbuta, heh with yeh above, heh goal (with and without its
+/// hamza) and teh marbuta goal as heh; alef maksura and the Persian yeh
+/// as yeh; keheh (the Persian and Urdu kaf) as kaf.
+pub const VARIANTS: &[(char, char)] = &[
+    ('\u{0622}', ALEF),
+    ('\u{0623}', ALEF),
+    ('\u{0625}', ALEF),
+    ('\u{0629}', HEH),
+    ('\u{0649}', YEH),
+    ('\u{0671}', ALEF),
+    ('\u{06a9}', '\u{0643}'),
+    ('\u{06c0}', HEH),
+    ('\u{06c1}', HEH),
+    ('\u{06c2}', HEH),
+    ('\u{06c3}', HEH),
+    ('\u{06cc}', YEH),
+];
+
+const ALEF: char = '\u{0627}';
+const HEH: char = '\u{0647}';
+const YEH: char = '\u{064a}';
+
+/// The letters a madda or hamza mark after is left out with it: the
+/// bare alef and heh every variant of theirs is read as.
+pub const BEARERS: &[char] = &[ALEF, HEH];
+
+/// Madda above, hamza above and hamza below, as combining marks.
+pub const SEATED: RangeInclusive<char> = '\u{0653}'..='\u{0655}';
+
+/// Whether `c` is one of [`POINTS`].
+pub fn is_point(c: char) -> bool {
+    ('\u{0591}'..='\u{06ed}').contains(&c) && POINTS.iter().any(|r| r.contains(&c))
+}
+
+/// `text` without its [`POINTS`] (`reading 8`).
+pub fn without(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() || !text.chars().any(is_point) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(text.chars().filter(|&c| !is_point(c)).collect())
+}
+
+/// `text` as every reader reads it: without its [`POINTS`], each of
+/// [`VARIANTS`] as the letter it stands for, and the [`SEATED`] marks
+/// right after an alef or heh (once so read) left out.
+pub fn plain(text: &str) -> Cow<'_, str> {
+    let touched = |c: char| {
+        ('\u{0591}'..='\u{06ed}').contains(&c)
+            && (is_point(c) || SEATED.contains(&c) || variant(c).is_some())
+    };
+    if text.is_ascii() || !text.chars().any(touched) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut last = None;
+    for c in text.chars().filter(|&c| !is_point(c)) {
+        if SEATED.contains(&c) && last.is_some_and(|l| BEARERS.contains(&l)) {
+            continue;
+        }
+        let read = variant(c).unwrap_or(c);
+        out.push(read);
+        last = Some(read);
+    }
+    Cow::Owned(out)
+}
+
+/// The letter `c` is read as, when it is one of [`VARIANTS`].
+fn variant(c: char) -> Option<char> {
+    VARIANTS
+        .iter()
+        .find_map(|&(from, to)| (from == c).then_some(to))
+}
+
+/// The class of [`POINTS`] in Postgres's regular expressions, as
+/// migrations 0030 and 0031 write it in `engram_search_text` (a test
+/// holds them alike).
+pub fn postgres_class() -> String {
+    super::postgres_class(POINTS.iter().flat_map(|r| r.clone()))
+}
+
+/// How migration 0031's `engram_search_text` reads the letters after
+/// leaving the points out: `translate` to [`VARIANTS`]' letters, then the
+/// [`SEATED`] marks after a [`BEARERS`] letter left out (a test holds the
+/// migration to it).
+pub fn postgres_respelled(text: &str) -> String {
+    let escaped = |chars: &mut dyn Iterator<Item = char>| -> String {
+        chars.map(super::postgres_escape).collect()
+    };
+    let from = escaped(&mut VARIANTS.iter().map(|&(from, _)| from));
+    let to = escaped(&mut VARIANTS.iter().map(|&(_, to)| to));
+    let bearers = super::postgres_class(BEARERS.iter().copied());
+    let seated = super::postgres_class(SEATED);
+    format!(
+        "regexp_replace(translate({text}, E'{from}', E'{to}'), '({bearers}){seated}+', '\\1', 'g')"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_are_left_out_and_letters_kept() {
+        assert_eq!(without("القَهْوَة"), "القهوة");
+        assert_eq!(without("القـهوة"), "القهوة");
+        assert_eq!(without("שָׁלוֹם"), "שלום");
+        assert!(matches!(without("القهوة café"), Cow::Borrowed(_)));
+        // A decomposed hamza makes a letter: reading 8 keeps it.
+        assert_eq!(without("\u{0627}\u{0654}"), "\u{0627}\u{0654}");
+    }
+
+    #[test]
+    fn variants_are_read_as_the_letter_they_stand_for() {
+        assert_eq!(plain("أحمد إلى آخر"), "احمد الي اخر");
+        assert_eq!(plain("مدرسة على"), "مدرسه علي");
+        assert_eq!(plain("کتاب یک خانۀ"), "كتاب يك خانه");
+        assert_eq!(plain("ٱلْحَمْدُ"), "الحمد");
+        assert_eq!(plain("القَهْوَة"), "القهوه");
+        // A decomposed `أ` or `ۀ` reads as its composed form does, marks
+        // and all; a hamza on another letter stays (`ؤ` decomposed).
+        assert_eq!(plain("\u{0627}\u{0654}\u{0653}حمد"), "احمد");
+        assert_eq!(plain("خانه\u{0654}"), "خانه");
+        assert_eq!(plain("\u{0648}\u{0654}"), "\u{0648}\u{0654}");
+        // A point between the alef and its hamza goes first.
+        assert_eq!(plain("\u{0627}\u{064e}\u{0654}"), "\u{0627}");
+        // The Urdu yeh barree and the do-chashmi heh are letters of their own.
+        assert_eq!(plain("ہے بھی"), "هے بھي");
+        assert!(matches!(plain("שלום café"), Cow::Borrowed(_)));
+        for (from, _) in VARIANTS {
+            let once = plain(&from.to_string()).into_owned();
+            assert_eq!(plain(&once), once, "{from}");
+        }
+    }
+
+    #[test]
+    fn the_postgres_readings_are_the_migrations() {
+        let class = postgres_class();
+        assert!(class.starts_with("[\\u0591-\\u05bd\\u05bf"), "{class}");
+        let clusters =
+            include_str!("../../migrations/postgres/0030_search_clusters_and_points.sql");
+        assert_eq!(clusters.matches(&class).count(), 5, "{class}");
+        let letters = include_str!("../../migrations/postgres/0031_search_letter_variants.sql");
+        let respelled = postgres_respelled(&format!("regexp_replace(t, '{class}', '', 'g')"));
+        assert!(letters.contains(&respelled), "{respelled}");
+        // The items 0031 reads again: a variant, or a seated mark after a
+        // bearer (points between them left out first).
+        let variants = crate::search::postgres_class(VARIANTS.iter().map(|&(from, _)| from));
+        let bearers = crate::search::postgres_class(BEARERS.iter().copied());
+        let seated = crate::search::postgres_class(SEATED);
+        let refilled = format!("'{variants}|{bearers}{class}*{seated}'");
+        assert_eq!(letters.matches(&refilled).count(), 4, "{refilled}");
+    }
+}
