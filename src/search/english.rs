@@ -92,11 +92,12 @@ const LONGEST: usize = 256;
 /// aside: its letters folded as `engram_english`'s `unaccent` reads a
 /// word with a non-ASCII letter (and SQLite's tokenizer any word; see
 /// [`folded`]), lowercased, and stemmed when it is all letters.
-/// Arabic's and Hebrew's vowel points are left out and the Arabic
-/// script's letter variants read alike ([`super::spelling`]), as the
-/// indexes read them since Postgres's 0031 and SQLite's 0022.
+/// Spelt first as the indexes spell text since Postgres's 0031 and
+/// SQLite's 0022 ([`super::spelling::read`]): Arabic's and Hebrew's vowel
+/// points left out, Arabic's letter variants read alike and its article
+/// left off.
 pub fn lexeme(word: &str) -> String {
-    let word = super::spelling::plain(word);
+    let word = super::spelling::read(word);
     lowercase_lexeme(folded_lowercase(&word).into_owned())
 }
 
@@ -107,7 +108,7 @@ pub fn lexeme(word: &str) -> String {
 /// database use it; the server leaves every other reading to Postgres
 /// there ([`crate::store::PgStore::text_in_rust`]).
 pub fn turkic_lexeme(word: &str) -> String {
-    let word = super::spelling::plain(word);
+    let word = super::spelling::read(word);
     let mut lower = String::with_capacity(word.len() + 1);
     for c in folded(&word).chars() {
         match c {
@@ -366,6 +367,47 @@ fn is_letter(c: char) -> bool {
     c != 'ŉ' && c.is_alphabetic() && LETTERS.iter().any(|r| r.contains(&c))
 }
 
+/// Whether the server reads `c` as an Arabic letter ([`Reading::Arabic`]):
+/// one of [`spelling::ARABIC_LETTERS`](super::spelling::ARABIC_LETTERS),
+/// assigned, and not the tatweel (a point, left out).
+fn is_arabic_letter(c: char) -> bool {
+    super::spelling::is_arabic_letter(c) && c.is_alphabetic() && !super::spelling::is_point(c)
+}
+
+/// Arabic's comma, semicolon and question mark, Urdu's full stop, the
+/// zero-width non-joiner Persian writes inside words (`می‌خواهم`), and the
+/// marks of writing direction: breaks to the parser where the database
+/// reads them so, checked with the Arabic letters ([`Reading::Arabic`],
+/// [`arabic_probes`]).
+pub const ARABIC_PUNCTUATION: &[RangeInclusive<char>] = &[
+    '\u{060c}'..='\u{060c}',
+    '\u{061b}'..='\u{061b}',
+    '\u{061f}'..='\u{061f}',
+    '\u{06d4}'..='\u{06d4}',
+    '\u{200c}'..='\u{200c}',
+    '\u{200e}'..='\u{200f}',
+];
+
+/// The store's check of [`Reading::Arabic`]: a word of each Arabic letter
+/// ([`spelling::ARABIC_LETTERS`](super::spelling::ARABIC_LETTERS)) between
+/// two `q`s with its lexeme as read here, which the database must give
+/// as `to_tsvector('engram_english', engram_search_text(word))` (so as its
+/// migration 0031 spells them); then, as [`punctuation_probe`], a text
+/// with each of [`ARABIC_PUNCTUATION`] and the same with spaces.
+pub fn arabic_probes() -> (Vec<String>, Vec<String>, (String, String)) {
+    let (words, lexemes) = super::spelling::ARABIC_LETTERS
+        .iter()
+        .flat_map(|range| range.clone())
+        .filter(|&c| is_arabic_letter(c))
+        .map(|c| {
+            let word = format!("q{c}q");
+            let lexeme = lexeme(&word);
+            (word, lexeme)
+        })
+        .unzip();
+    (words, lexemes, probe(ARABIC_PUNCTUATION, ""))
+}
+
 /// The store's check of [`Reading::Letters`]: a word of each letter
 /// between two `q`s, with its lexeme as read here; the database reads
 /// the letters so when `to_tsvector('engram_english', word)` holds that
@@ -425,6 +467,11 @@ pub enum Reading {
     Symbols,
     /// And words with the letters of [`LETTERS`].
     Letters,
+    /// And words of Arabic letters, spelt as
+    /// [`spelling::read`](super::spelling::read) spells them (as
+    /// `engram_search_text` does since migration 0031), with
+    /// [`ARABIC_PUNCTUATION`] as breaks.
+    Arabic,
 }
 
 impl Reading {
@@ -433,6 +480,7 @@ impl Reading {
         let within = |ranges: &[RangeInclusive<char>]| ranges.iter().any(|r| r.contains(&c));
         (self >= Reading::Punctuation && within(PUNCTUATION))
             || (self >= Reading::Symbols && within(SYMBOLS))
+            || (self >= Reading::Arabic && within(ARABIC_PUNCTUATION))
     }
 }
 
@@ -473,7 +521,9 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
     // Past the marks, a character outside ASCII is a letter this reading
     // reads, or the text is left to Postgres.
     let letters = reading >= Reading::Letters && !text.is_ascii();
-    if letters && text.chars().any(|c| !c.is_ascii() && !is_letter(c)) {
+    let arabic = reading >= Reading::Arabic;
+    let read_here = |c: char| c.is_ascii() || is_letter(c) || (arabic && is_arabic_letter(c));
+    if letters && !text.chars().all(read_here) {
         return None;
     }
     let bytes = text.as_bytes();
@@ -563,12 +613,13 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
         return None;
     }
     if !run.is_ascii() {
-        // Letters alone ([`LETTERS`]): `unaccent`, then the stop words
-        // and the stemmer, as `engram_english` reads a `word`.
+        // Letters alone ([`LETTERS`], Arabic's): spelt as
+        // `engram_search_text` spells them, then `unaccent`, the stop
+        // words and the stemmer, as `engram_english` reads a `word`.
         if run.bytes().any(|b| b == b'-' || b.is_ascii_digit()) {
             return None;
         }
-        let lower = folded_lowercase(run).into_owned();
+        let lower = folded_lowercase(&super::spelling::read(run)).into_owned();
         words.push((!is_stop_word(&lower)).then(|| lowercase_lexeme(lower)));
         return Some(());
     }
@@ -914,6 +965,33 @@ mod tests {
                 .flat_map(|r| r.clone())
                 .all(|c| !c.is_alphanumeric())
         );
+    }
+
+    /// With [`Reading::Arabic`], words of Arabic letters are read spelt
+    /// as `engram_search_text` spells them, and Arabic's punctuation is a
+    /// break; vowel points, Arabic digits and other marks leave the text to
+    /// Postgres, as does every Arabic letter below that reading.
+    #[test]
+    fn arabic_words_where_the_database_reads_them_so() {
+        let words = plain("ذهب أحمد، إلى المدرسة؟ کتاب café", Reading::Arabic).expect("plain");
+        assert_eq!(
+            words.into_iter().flatten().collect::<Vec<_>>(),
+            ["ذهب", "احمد", "الي", "مدرسه", "كتاب", "cafe"]
+        );
+        let persian = plain("می\u{200c}خواهم \u{200f}کتاب", Reading::Arabic).expect("plain");
+        assert_eq!(
+            persian.into_iter().flatten().collect::<Vec<_>>(),
+            ["مي", "خواهم", "كتاب"]
+        );
+        for not_plain in ["مَدرسة", "كتاب٣", "ـ", "كتاب-جديد", "ؤ\u{0654}"] {
+            assert!(plain(not_plain, Reading::Arabic).is_none(), "{not_plain}");
+        }
+        assert!(plain("المدرسة", Reading::Letters).is_none());
+        assert!(plain("a،b", Reading::Letters).is_none());
+        assert!(plain("a\u{200c}b", Reading::Letters).is_none());
+        let (words, lexemes, _) = arabic_probes();
+        assert!(words.len() > 200 && words.len() == lexemes.len());
+        assert!(lexemes.contains(&"qاq".to_owned()) && !lexemes.contains(&"qأq".to_owned()));
     }
 
     #[test]

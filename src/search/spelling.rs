@@ -22,10 +22,24 @@
 //! `ہی`), and a madda or hamza written as a mark after a bare alef or heh
 //! (a decomposed `أ` or `ۀ`) is left out with it.
 //!
-//! [`plain`] is how every reader reads a word now: `engram_search_text`
-//! before Postgres's parser reads the text, the SQLite tokenizer for each
-//! token's lexeme, a query's words and snippets' lexemes. [`without`] is
-//! `reading 8`'s, for tables not yet made again.
+//! Arabic writes its article, and the conjunction or preposition before
+//! it, as part of the next word: "the school" is `المدرسة`, "and the
+//! school" `والمدرسة`, "in the school" `بالمدرسة`. A search for `مدرسة`
+//! found none of them. [`unprefixed`] leaves those prefixes off a word
+//! (`ال`, `وال`, `بال`, `كال`, `فال`, `لل`) where at least two letters
+//! follow, as the prefix step of Lucene's Arabic light stemmer does; a
+//! lone `و` ("and") stays, since many words start with it as a letter of
+//! their root (`وزير`, `وصول`). No suffix is taken off.
+//!
+//! [`read`] is how every reader reads a word now: `engram_search_text`
+//! (through `engram_arabic_text`) before Postgres's parser reads the
+//! text, the server's own reader of Arabic words
+//! ([`english::Reading::Arabic`](super::english::Reading::Arabic)), the
+//! SQLite tokenizer for each token's lexeme, snippets' lexemes. A query's
+//! words are [`plain`] and left to the store, which leaves the prefixes
+//! off (Postgres: [`unprefixed`] before its parser reads them; SQLite: the
+//! tokenizer). Reading twice reads as once, so the order does not matter.
+//! [`without`] is `reading 8`'s, for tables not yet made again.
 //!
 //! The marks that make letters (`U+0653`–`U+0655`, madda and hamza above
 //! and below) are otherwise kept: removing them would make another letter
@@ -86,6 +100,34 @@ pub const BEARERS: &[char] = &[ALEF, HEH];
 /// Madda above, hamza above and hamza below, as combining marks.
 pub const SEATED: RangeInclusive<char> = '\u{0653}'..='\u{0655}';
 
+/// The letters of the Arabic script: those a prefix is followed by, and
+/// not preceded by, to be left off.
+pub const ARABIC_LETTERS: &[RangeInclusive<char>] = &[
+    '\u{0620}'..='\u{064a}',
+    '\u{066e}'..='\u{066f}',
+    '\u{0671}'..='\u{06d3}',
+    '\u{06d5}'..='\u{06d5}',
+    '\u{06ee}'..='\u{06ef}',
+    '\u{06fa}'..='\u{06fc}',
+    '\u{06ff}'..='\u{06ff}',
+    '\u{0750}'..='\u{077f}',
+    '\u{08a0}'..='\u{08c8}',
+];
+
+/// What [`unprefixed`] leaves off a word: the article, alone and after
+/// "and" (`و`), "with" (`ب`), "like" (`ك`) and "so" (`ف`), and "for the"
+/// (`لل`). No two start with the same letter, so which one a word starts
+/// with is never in doubt.
+pub const PREFIXES: &[&str] = &["وال", "بال", "كال", "فال", "ال", "لل"];
+
+/// How many letters must follow a prefix for it to be left off.
+const LEFT: usize = 2;
+
+/// Whether `c` is one of [`ARABIC_LETTERS`].
+pub fn is_arabic_letter(c: char) -> bool {
+    ('\u{0620}'..='\u{08c8}').contains(&c) && ARABIC_LETTERS.iter().any(|r| r.contains(&c))
+}
+
 /// Whether `c` is one of [`POINTS`].
 pub fn is_point(c: char) -> bool {
     ('\u{0591}'..='\u{06ed}').contains(&c) && POINTS.iter().any(|r| r.contains(&c))
@@ -123,6 +165,57 @@ pub fn plain(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` with each of [`PREFIXES`] left off where it starts a run of
+/// [`ARABIC_LETTERS`] (no such letter before it) and two such letters
+/// follow it, and again while what is left starts with one so followed:
+/// `الالتزام` ("the commitment") is read as `التزام` ("commitment") is,
+/// `تزام`. So a text is read alike however often it is read.
+pub fn unprefixed(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() || !text.contains('\u{0644}') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    let mut kept = 0;
+    let mut before: Option<char> = None;
+    let mut at = 0;
+    while let Some(c) = text[at..].chars().next() {
+        // A prefix starts a word, or follows one just left off.
+        if (at == kept || before.is_none_or(|b| !is_arabic_letter(b)))
+            && let Some(prefix) = PREFIXES.iter().find(|p| text[at..].starts_with(**p))
+        {
+            let after = at + prefix.len();
+            if text[after..]
+                .chars()
+                .take(LEFT)
+                .filter(|&c| is_arabic_letter(c))
+                .count()
+                == LEFT
+            {
+                out.push_str(&text[kept..at]);
+                kept = after;
+                at = after;
+                continue;
+            }
+        }
+        before = Some(c);
+        at += c.len_utf8();
+    }
+    if kept == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[kept..]);
+    Cow::Owned(out)
+}
+
+/// A word (or a text) as every reader reads it: [`plain`], then
+/// [`unprefixed`].
+pub fn read(text: &str) -> Cow<'_, str> {
+    match plain(text) {
+        Cow::Borrowed(text) => unprefixed(text),
+        Cow::Owned(text) => Cow::Owned(unprefixed(&text).into_owned()),
+    }
+}
+
 /// The letter `c` is read as, when it is one of [`VARIANTS`].
 fn variant(c: char) -> Option<char> {
     VARIANTS
@@ -137,11 +230,37 @@ pub fn postgres_class() -> String {
     super::postgres_class(POINTS.iter().flat_map(|r| r.clone()))
 }
 
-/// How migration 0031's `engram_search_text` reads the letters after
-/// leaving the points out: `translate` to [`VARIANTS`]' letters, then the
-/// [`SEATED`] marks after a [`BEARERS`] letter left out (a test holds the
+/// The body of migration 0031's `engram_arabic_text(t)`, which
+/// `engram_search_text` calls with its text without the points: text
+/// without an Arabic letter as it is (none of what follows could change
+/// it, and `translate` costs), else `postgres_read` (a test holds the
 /// migration to it).
-pub fn postgres_respelled(text: &str) -> String {
+pub fn postgres_arabic_text() -> String {
+    let letters = super::postgres_class(ARABIC_LETTERS.iter().flat_map(|r| r.clone()));
+    format!(
+        "CASE WHEN t !~ '{letters}' THEN t ELSE {} END",
+        postgres_read("t")
+    )
+}
+
+/// How `engram_arabic_text` reads `text`: `translate` to [`VARIANTS`]'
+/// letters, the [`SEATED`] marks after a [`BEARERS`] letter left out,
+/// then the [`PREFIXES`].
+fn postgres_read(text: &str) -> String {
+    let letters = super::postgres_class(ARABIC_LETTERS.iter().flat_map(|r| r.clone()));
+    let prefixes: Vec<String> = PREFIXES
+        .iter()
+        .map(|p| p.chars().map(super::postgres_escape).collect())
+        .collect();
+    let prefixes = prefixes.join("|");
+    let respelled = postgres_respelled(text);
+    format!(
+        "regexp_replace({respelled}, '(?<!{letters})(?:(?:{prefixes})(?={letters}{{{LEFT}}}))+', '', 'g')"
+    )
+}
+
+/// [`postgres_read`]'s `translate` and seated marks.
+fn postgres_respelled(text: &str) -> String {
     let escaped = |chars: &mut dyn Iterator<Item = char>| -> String {
         chars.map(super::postgres_escape).collect()
     };
@@ -192,21 +311,49 @@ mod tests {
     }
 
     #[test]
+    fn the_article_is_left_off_where_two_letters_follow() {
+        assert_eq!(
+            unprefixed("المدرسة والمدرسة بالمدرسة كالبحر فالكتاب للمدرسة"),
+            "مدرسة مدرسة مدرسة بحر كتاب مدرسة"
+        );
+        // Two letters must follow; a word of the script that holds the
+        // letters later keeps them.
+        assert_eq!(unprefixed("الم الله لله وال"), "الم له لله وال");
+        assert_eq!(unprefixed("سالم المال"), "سالم مال");
+        // A word that starts with the letters of one reads as it does
+        // after the article: `التزام` and `الالتزام` are one word.
+        assert_eq!(unprefixed("الالتزام التزام"), "تزام تزام");
+        assert_eq!(unprefixed("للالتزام والاله"), "تزام اله");
+        // Anything but an Arabic letter before it starts a word.
+        assert_eq!(unprefixed("xالكتاب 3الكتاب «الكتاب»"), "xكتاب 3كتاب «كتاب»");
+        // A lone `و` stays.
+        assert_eq!(unprefixed("وزير وكتاب"), "وزير وكتاب");
+        assert!(matches!(unprefixed("شكرا café"), Cow::Borrowed(_)));
+        assert_eq!(read("بالمَدْرَسَةِ أحمد"), "مدرسه احمد");
+    }
+
+    #[test]
     fn the_postgres_readings_are_the_migrations() {
         let class = postgres_class();
         assert!(class.starts_with("[\\u0591-\\u05bd\\u05bf"), "{class}");
         let clusters =
             include_str!("../../migrations/postgres/0030_search_clusters_and_points.sql");
         assert_eq!(clusters.matches(&class).count(), 5, "{class}");
-        let letters = include_str!("../../migrations/postgres/0031_search_letter_variants.sql");
-        let respelled = postgres_respelled(&format!("regexp_replace(t, '{class}', '', 'g')"));
-        assert!(letters.contains(&respelled), "{respelled}");
-        // The items 0031 reads again: a variant, or a seated mark after a
-        // bearer (points between them left out first).
-        let variants = crate::search::postgres_class(VARIANTS.iter().map(|&(from, _)| from));
-        let bearers = crate::search::postgres_class(BEARERS.iter().copied());
-        let seated = crate::search::postgres_class(SEATED);
-        let refilled = format!("'{variants}|{bearers}{class}*{seated}'");
-        assert_eq!(letters.matches(&refilled).count(), 4, "{refilled}");
+        let letters = include_str!("../../migrations/postgres/0031_search_arabic_words.sql");
+        let arabic = postgres_arabic_text();
+        assert!(
+            letters.contains(&format!("AS $$ SELECT {arabic} $$;")),
+            "{arabic}"
+        );
+        let called = format!("engram_arabic_text(regexp_replace(t, '{class}', '', 'g'))");
+        assert!(letters.contains(&called), "{called}");
+        // The items 0031 reads again, those with an Arabic letter, and the
+        // text `engram_arabic_text` leaves as it is, without one.
+        let arabic = crate::search::postgres_class(ARABIC_LETTERS.iter().flat_map(|r| r.clone()));
+        assert_eq!(
+            letters.matches(&format!("~ '{arabic}'")).count(),
+            5,
+            "{arabic}"
+        );
     }
 }

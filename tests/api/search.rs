@@ -1164,7 +1164,9 @@ async fn plain_queries_normalise_as_postgres_does() {
         .filter(|line| !line.is_empty())
         .collect();
     assert!(words.len() > 1_000 && phrases.len() > 500);
-    // And the lines as written, punctuation and all, where Rust reads them.
+    // And the lines as written, punctuation and all, where Rust reads them
+    // (Arabic words spelt as a query's are before Postgres reads them:
+    // `engram_arabic_text`, migration 0031).
     // A migrated database, for `engram_english`.
     let server = TestServer::spawn(Backend::Postgres).await;
     let reading = crate::helpers::pg_reading(&server.db.url).await;
@@ -1203,7 +1205,7 @@ async fn plain_queries_normalise_as_postgres_does() {
         "SELECT ARRAY(SELECT array_to_string(ARRAY(SELECT u.lexeme \
          FROM unnest(to_tsvector('engram_english', t.w)) u ORDER BY u.positions[1]), ' ') \
          FROM unnest($1::text[]) WITH ORDINALITY AS t(w, i) ORDER BY t.i), \
-         ARRAY(SELECT phraseto_tsquery('engram_english', t.p)::text \
+         ARRAY(SELECT phraseto_tsquery('engram_english', engram_arabic_text(t.p))::text \
          FROM unnest($2::text[]) WITH ORDINALITY AS t(p, i) ORDER BY t.i)",
     )
     .bind(&words)
@@ -1544,6 +1546,101 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
         .expect("update");
     let rows = checked(&mut conn).await;
     assert_eq!(rows[1].2, "'rebuilt':2 'w777':1");
+}
+
+/// Arabic text the server reads itself where the database reads Arabic
+/// letters so (`Reading::Arabic`): the vectors it builds are byte for byte
+/// Postgres's `engram_episode_vector` of the same JSON, articles, letter
+/// variants, Arabic punctuation and all, on generated texts; and it
+/// builds most of them (the rest, with vowel points, Arabic digits or a
+/// zero-width non-joiner, are left to Postgres).
+#[tokio::test]
+async fn arabic_vectors_built_by_the_server_match_postgres() {
+    use engram::search::{english, vector};
+    use serde_json::Value;
+
+    const WORDS: &[&str] = &[
+        "المدرسة",
+        "والمدرسة",
+        "بالمدرسة",
+        "للمدرسة",
+        "كالبحر",
+        "فالكتاب",
+        "الالتزام",
+        "التزام",
+        "أحمد",
+        "إلى",
+        "آخر",
+        "على",
+        "مستشفى",
+        "کتاب",
+        "یک",
+        "خانۀ",
+        "ٱلحمد",
+        "الم",
+        "الله",
+        "لله",
+        "وزير",
+        "و",
+        "في",
+        "ال",
+        "x",
+        "Deployments",
+        "café",
+        "3.14",
+        "42",
+        "user_42",
+        "ذهبتُ",
+        "مَدرسة",
+        "٣٤",
+        "۱۲",
+        "می\u{200c}خواهم",
+        "ہے",
+        "بھی",
+    ];
+    #[rustfmt::skip]
+    const MARKS: &[&str] = &[
+        " ", " ", " ", "\n", "، ", "؟", "؛ ", "۔ ", ". ", ", ", "-", "«", "»", "(", ")", "“", "…",
+        "\u{200f}", "ـ", "/", "_",
+    ];
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut below = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let mut contents = Vec::new();
+    for _ in 0..5_000 {
+        let mut text = String::new();
+        for _ in 0..below(16) {
+            text.push_str(WORDS[below(WORDS.len())]);
+            text.push_str(MARKS[below(MARKS.len())]);
+        }
+        contents.push(Value::String(text));
+    }
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let reading = crate::helpers::pg_reading(&server.db.url).await;
+    assert_eq!(reading, english::Reading::Arabic);
+    let none = serde_json::Map::new();
+    let built: Vec<Option<Vec<u8>>> = contents
+        .iter()
+        .map(|content| vector::episode(content, &none, reading))
+        .collect();
+    let read_here = built.iter().filter(|b| b.is_some()).count();
+    assert!(read_here > 1_000, "{read_here} of 5,000 read by the server");
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let postgres: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT ARRAY(SELECT tsvectorsend(engram_episode_vector(c::jsonb, '{}')) \
+         FROM unnest($1::text[]) WITH ORDINALITY AS t(c, i) ORDER BY i)",
+    )
+    .bind(contents.iter().map(Value::to_string).collect::<Vec<_>>())
+    .fetch_one(&mut conn)
+    .await
+    .expect("Postgres's vectors");
+    assert_none_differ(&differing(&built, &postgres, |at| contents[at].to_string()));
 }
 
 /// The search vector the server builds for a memory version

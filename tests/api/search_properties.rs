@@ -171,7 +171,13 @@ proptest! {
     fn texts_are_read_or_left_to_postgres(text in tricky_text()) {
         let _ = markup::visible(&text);
         let _ = english::spaced(&text);
-        for reading in [Reading::Ascii, Reading::Punctuation, Reading::Symbols, Reading::Letters] {
+        for reading in [
+            Reading::Ascii,
+            Reading::Punctuation,
+            Reading::Symbols,
+            Reading::Letters,
+            Reading::Arabic,
+        ] {
             if let Some(words) = english::plain(&text, reading) {
                 let _ = english::distinct(&words);
                 let _ = english::phrase(&words);

@@ -276,14 +276,51 @@ async fn letter_variants_are_read_as_postgres_reads_them() {
     assert_read_as_plain(&texts).await;
 }
 
+/// Each of the prefixes Arabic writes before a word (`spelling::PREFIXES`)
+/// is left off by `engram_search_text` as `spelling::read` leaves it off:
+/// at the start of a text and after a space, a Latin letter, a digit, an
+/// accent, a point, a letter or a variant; followed by none to four
+/// letters; twice, and after each other.
+#[tokio::test]
+async fn prefixes_are_left_off_as_postgres_leaves_them_off() {
+    let befores = [
+        "",
+        " ",
+        "x",
+        "3",
+        "e\u{0301}",
+        "\u{064e}",
+        "ب",
+        "أ",
+        "ـ",
+        "\u{0654}",
+    ];
+    let afters = ["", "ك", "كت", "كتاب", "أحمد", "ةٌ", "\u{0654}بب", "x", "ال"];
+    let mut texts: Vec<String> = Vec::new();
+    for prefix in spelling::PREFIXES {
+        for before in befores {
+            for after in afters {
+                texts.push(format!("{before}{prefix}{after}"));
+                texts.push(format!("{before}{prefix}{prefix}{after} {prefix}"));
+            }
+        }
+        for other in spelling::PREFIXES {
+            texts.push(format!(
+                "{prefix}{other}كتاب {prefix}{other}ك {prefix}{other}{prefix}كت"
+            ));
+        }
+    }
+    assert_read_as_plain(&texts).await;
+}
+
 /// Postgres reads each of `texts` (through `engram_search_text`) as the
-/// words of `spelling::plain`'s reading, lowercased.
+/// words of `spelling::read`'s reading, lowercased.
 async fn assert_read_as_plain(texts: &[String]) {
     let server = TestServer::spawn(Backend::Postgres).await;
     let postgres = words_of(&server, texts).await;
     let mut differ = Vec::new();
     for (text, postgres) in texts.iter().zip(&postgres) {
-        let plain = spelling::plain(text).to_lowercase();
+        let plain = spelling::read(text).to_lowercase();
         let expected: Vec<&str> = plain.split_whitespace().collect();
         if expected != *postgres {
             differ.push(format!("{text:?}: {expected:?} against {postgres:?}"));

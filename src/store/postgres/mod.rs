@@ -214,6 +214,19 @@ static TEXT_READING: Sql = Sql::new(
        AND pg_ts_config_is_visible(c.oid))",
 );
 
+/// Whether the database reads each word of `$1` (an Arabic letter
+/// between two `q`s) as the one lexeme of `$2` beside it once
+/// `engram_search_text` has spelt it (so from migration 0031 on), and
+/// each mark of `$3` as `$4` reads the spaces for them
+/// ([`english::arabic_probes`]). Asked where [`TEXT_READING`] found
+/// [`Reading::Letters`], so `engram_english` is there.
+static ARABIC_READING: Sql = Sql::new(
+    "SELECT (SELECT coalesce(bool_and(array_to_string(tsvector_to_array( \
+         to_tsvector('engram_english', engram_search_text(t.w))), ' ') = t.l), false) \
+      FROM unnest($1::text[], $2::text[]) AS t(w, l)), \
+     to_tsvector('simple', $3) = to_tsvector('simple', $4)",
+);
+
 impl PgStore {
     /// The options every connection of the store opens with: the URL's
     /// (and libpq's `PG*` variables'), named `engram`, with JIT off unless
@@ -383,7 +396,7 @@ impl PgStore {
                 .map(|at| row.boolean(at))
                 .collect::<Result<Vec<bool>>>()?;
             let levels = [Reading::Punctuation, Reading::Symbols, Reading::Letters];
-            let reading = row.boolean(0)?.then(|| {
+            let mut reading = row.boolean(0)?.then(|| {
                 // The highest level whose check and every one below passed.
                 levels
                     .iter()
@@ -392,10 +405,28 @@ impl PgStore {
                     .last()
                     .map_or(Reading::Ascii, |(level, _)| *level)
             });
+            if reading == Some(Reading::Letters) {
+                let (words, lexemes, marks) = english::arabic_probes();
+                let row = conn
+                    .row(
+                        &ARABIC_READING,
+                        &[
+                            Param::TextList(&words),
+                            Param::TextList(&lexemes),
+                            Param::Text(&marks.0),
+                            Param::Text(&marks.1),
+                        ],
+                    )
+                    .await?
+                    .ok_or_else(|| Error::internal("the Arabic reading check returned no row"))?;
+                if row.boolean(0)? && row.boolean(1)? {
+                    reading = Some(Reading::Arabic);
+                }
+            }
             // Once per store: whether appends leave text to Postgres's
             // parser, which costs them (see docs/benchmarks.md, "Search").
             match reading {
-                Some(Reading::Letters) => {
+                Some(Reading::Arabic) => {
                     tracing::info!(reading = ?reading, "the server reads episodes' text for search")
                 }
                 _ => tracing::warn!(

@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::search::english::{self, Reading};
 use crate::search::ports::SearchStore;
 use crate::search::snippet::{Case, snippet};
-use crate::search::{Filters, Hit, Item, Query, Source};
+use crate::search::{Filters, Hit, Item, Query, Source, spelling};
 use crate::store::search::{
     Bounds, MATCHES, best, bm25, columns, conditions, from, item, population, width,
 };
@@ -548,6 +548,14 @@ impl Plan {
     /// (`engram_english`, migration 0020: `english`, with diacritics
     /// removed from words that hold a non-ASCII letter).
     async fn normalize(conn: &mut Lease, texts: &[String], query: &Query) -> Result<Normal> {
+        // The query is spelt already ([`spelling::plain`]) but for the
+        // article, which `engram_search_text` leaves off the indexed text.
+        let unprefixed = |list: &[String]| -> Vec<String> {
+            list.iter()
+                .map(|t| spelling::unprefixed(t).into_owned())
+                .collect()
+        };
+        let (texts, excluded) = (unprefixed(texts), unprefixed(&query.excluded));
         let row = conn
             .rows_built(
                 "SELECT ARRAY(SELECT array_to_string(ARRAY(SELECT u.lexeme \
@@ -558,7 +566,7 @@ impl Plan {
                  ARRAY(SELECT phraseto_tsquery('engram_english', t.x)::text \
                  FROM unnest($2::text[]) WITH ORDINALITY AS t(x, i) ORDER BY t.i)"
                     .to_owned(),
-                &[Param::TextList(texts), Param::TextList(&query.excluded)],
+                &[Param::TextList(&texts), Param::TextList(&excluded)],
             )
             .await?
             .into_iter()

@@ -214,11 +214,12 @@ enum Reading {
     /// left out of lexemes ([`spelling::without`]): `القَهْوَة` is
     /// `القهوة`.
     ClustersAlone,
-    /// Migration 0022 (`reading 9`): as `reading 8`, and the Arabic
-    /// script's letter variants read as the letters they stand for, as
-    /// Postgres reads them since its migration 0031 ([`spelling::plain`]):
-    /// `أحمد` is `احمد`, `کتاب` is `كتاب`.
-    VariantsAlike,
+    /// Migration 0022 (`reading 9`): as `reading 8`, and Arabic words
+    /// read as Postgres reads them since its migration 0031
+    /// ([`spelling::read`]): letter variants as the letters they stand
+    /// for (`أحمد` is `احمد`, `کتاب` is `كتاب`), the article left off
+    /// (`المدرسة` is `مدرسه`).
+    ArabicWords,
 }
 
 impl Reading {
@@ -292,7 +293,7 @@ unsafe fn reading_of(
                 Some(b"6") => Reading::NumbersBesideCharacters,
                 Some(b"7") => Reading::NumbersBesideMarkup,
                 Some(b"8") => Reading::ClustersAlone,
-                Some(b"9") => Reading::VariantsAlike,
+                Some(b"9") => Reading::ArabicWords,
                 _ => return None,
             };
             i += 2;
@@ -871,6 +872,15 @@ fn cjk_pieces(text: &str, units: cjk::Units) -> Vec<Range<usize>> {
     pieces
 }
 
+/// `f` over `text`, borrowing from what `text` borrows from where `f`
+/// changes nothing.
+fn then<'a>(text: Cow<'a, str>, f: for<'b> fn(&'b str) -> Cow<'b, str>) -> Cow<'a, str> {
+    match text {
+        Cow::Borrowed(text) => f(text),
+        Cow::Owned(text) => Cow::Owned(f(&text).into_owned()),
+    }
+}
+
 /// Hands a word on as its lexeme: `word` as the parent gave it (or a piece
 /// of it), `written` the same word as the text has it (reading 3).
 fn hand_on(
@@ -884,21 +894,24 @@ fn hand_on(
     if !english::is_stop_word(word) {
         caller.worded.set(true);
     }
-    let fold = caller.reading.as_postgres();
-    let respell: fn(&str) -> Cow<'_, str> = match caller.reading {
-        Reading::VariantsAlike => spelling::plain,
-        Reading::ClustersAlone => spelling::without,
-        _ => |word| Cow::Borrowed(word),
-    };
+    let fold = written.is_some() || caller.reading.as_postgres();
+    let reading = caller.reading;
     let lexeme = std::panic::catch_unwind(|| {
-        let folded = match written {
-            Some(written) => english::folded_lowercase(written),
-            None if fold => english::folded_lowercase(word),
-            None => Cow::Borrowed(word),
+        // From reading 9 a word is spelt as Postgres's `engram_search_text`
+        // spells the text, before its letters are folded; reading 8 left
+        // the points out after.
+        let source = Cow::Borrowed(written.unwrap_or(word));
+        let spelt = match reading {
+            Reading::ArabicWords => then(source, spelling::read),
+            _ => source,
         };
-        let folded = match folded {
-            Cow::Borrowed(folded) => respell(folded),
-            Cow::Owned(folded) => Cow::Owned(respell(&folded).into_owned()),
+        let folded = match fold {
+            true => then(spelt, english::folded_lowercase),
+            false => spelt,
+        };
+        let folded = match reading {
+            Reading::ClustersAlone => then(folded, spelling::without),
+            _ => folded,
         };
         // The lexeme, where it is not the word handed.
         match english::stem_lowercase(&folded) {
@@ -1416,34 +1429,38 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn reading_9_reads_letter_variants_alike() {
+    async fn reading_9_reads_arabic_words_as_postgres_does() {
         let mut conn = table(&READING_3.replace("reading 3", "reading 9")).await;
-        // Each lexeme as `spelling::plain` reads it, points left out first.
-        let text = "أحمد إلى المدرسة على کتاب خانۀ ٱلْحَمْدُ \u{0627}\u{0654}حمد ؤ";
-        let want: Vec<String> = spelling::plain(text)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect();
-        assert_eq!(
-            want,
-            [
-                "احمد",
-                "الي",
-                "المدرسه",
-                "علي",
-                "كتاب",
-                "خانه",
-                "الحمد",
-                "احمد",
-                "ؤ"
-            ]
-        );
+        // Each lexeme as `spelling::read` reads it, points left out first,
+        // then letters folded.
+        let text = "أحمد إلى المدرسة على کتاب خانۀ ٱلْحَمْدُ \u{0627}\u{0654}حمد ؤ \
+                    وبالمدرسة الالتزام e\u{0301}الكتاب";
+        let want = [
+            "احمد",
+            "الي",
+            "مدرسه",
+            "علي",
+            "كتاب",
+            "خانه",
+            "حمد",
+            "احمد",
+            "ؤ",
+            "وبالمدرسه",
+            "تزام",
+            "eكتاب",
+        ];
+        let read = spelling::read(text);
+        let read: Vec<&str> = read.split_whitespace().collect();
+        assert_eq!(read.len(), want.len(), "{read:?}");
         assert_eq!(lexemes(&mut conn, text).await, want);
         for (query, found) in [
             ("احمد", 1),
             ("أحمد", 1),
             ("\"الى المدرسه\"", 1),
             ("كتاب", 1),
+            ("مدرسة", 1),
+            ("بالمدرسة", 1),
+            ("التزام", 1),
         ] {
             assert_eq!(matches(&mut conn, query).await, found, "{query}");
         }

@@ -862,8 +862,9 @@ async fn vowel_points_are_read_as_if_not_written<S: Store>(store: S, _db: &TestD
 /// other: an alef with or without its hamza or madda, a teh marbuta
 /// written as a heh, an alef maksura as a yeh, the Persian and Urdu yeh,
 /// kaf and heh as the Arabic ones; snippets mark the word as written. The
-/// Urdu yeh barree stays a letter of its own.
-async fn letter_variants_are_read_alike<S: Store>(store: S, _db: &TestDb) {
+/// Urdu yeh barree stays a letter of its own. A word is found with or
+/// without the article and what is written before it.
+async fn arabic_words_are_read_alike<S: Store>(store: S, _db: &TestDb) {
     let said = [
         ("hamza", "ذهب أحمد إلى المدرسة"),
         ("bare", "ذهب احمد الى المدرسه"),
@@ -871,6 +872,8 @@ async fn letter_variants_are_read_alike<S: Store>(store: S, _db: &TestDb) {
         ("arabic-letters", "هذا كتاب جيد"),
         ("urdu", "یہ کتاب ہے"),
         ("urdu-hi", "یہ کتاب ہی"),
+        ("commitment", "نحن ملتزمون بالالتزام الكامل"),
+        ("school", "مدرسة جديدة"),
     ];
     let only = said_in(&store, "s6", &said).await;
     for query in ["أحمد", "احمد", "\"إلى المدرسة\"", "\"الى المدرسه\""]
@@ -879,12 +882,18 @@ async fn letter_variants_are_read_alike<S: Store>(store: S, _db: &TestDb) {
         hits.sort();
         assert_eq!(hits, ["bare", "hamza"], "{query}");
     }
-    let (hits, snippets) = episodes_found(&store, &only, "المدرسه").await;
-    assert_eq!(hits.len(), 2, "{hits:?}");
-    assert!(
-        snippets.contains(&"ذهب أحمد إلى **المدرسة**".to_owned()),
-        "{snippets:?}"
-    );
+    for query in ["المدرسه", "مدرسة", "بالمدرسة"] {
+        let (mut hits, snippets) = episodes_found(&store, &only, query).await;
+        assert!(
+            snippets.contains(&"ذهب أحمد إلى **المدرسة**".to_owned()),
+            "{snippets:?}"
+        );
+        hits.sort();
+        assert_eq!(hits, ["bare", "hamza", "school"], "{query}");
+    }
+    let (hits, snippets) = episodes_found(&store, &only, "التزام").await;
+    assert_eq!(hits, ["commitment"]);
+    assert_eq!(snippets, ["نحن ملتزمون **بالالتزام** الكامل"]);
     let (mut hits, _) = episodes_found(&store, &only, "كتاب").await;
     hits.sort();
     assert_eq!(hits, ["arabic-letters", "persian", "urdu", "urdu-hi"]);
@@ -1384,14 +1393,14 @@ async fn cluster_text_written_before_its_reading_is_read_again_on_sqlite() {
 
 /// The Arabic script's letter variants written before they were read
 /// alike (Postgres's 0031, SQLite's 0022).
-async fn variant_text_is_read_again_by_the_migration<S>(store: S, before: i64)
+async fn arabic_text_is_read_again_by_the_migration<S>(store: S, before: i64)
 where
     S: Store + engram::ports::Database,
 {
     let case = ReadAgain {
         text: "ذهب أحمد إلى المدرسة مع کتاب",
-        absent: &["احمد", "كتاب"],
-        found: &["احمد", "\"الى المدرسه\"", "كتاب", "أحمد"],
+        absent: &["احمد", "كتاب", "مدرسة"],
+        found: &["احمد", "\"الى المدرسه\"", "كتاب", "أحمد", "مدرسة"],
         again: "مستشفى",
         found_again: "مستشفي",
     };
@@ -1399,15 +1408,15 @@ where
 }
 
 #[tokio::test]
-async fn variant_text_written_before_its_reading_is_read_again_on_postgres() {
+async fn arabic_text_written_before_its_reading_is_read_again_on_postgres() {
     let db = TestDb::new(crate::helpers::Backend::Postgres).await;
-    variant_text_is_read_again_by_the_migration(db.pg_store().await, 30).await;
+    arabic_text_is_read_again_by_the_migration(db.pg_store().await, 30).await;
 }
 
 #[tokio::test]
-async fn variant_text_written_before_its_reading_is_read_again_on_sqlite() {
+async fn arabic_text_written_before_its_reading_is_read_again_on_sqlite() {
     let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
-    variant_text_is_read_again_by_the_migration(db.sqlite_store().await, 21).await;
+    arabic_text_is_read_again_by_the_migration(db.sqlite_store().await, 21).await;
 }
 
 /// SQLite's migration 0019 reads again what was written before it: a
@@ -1495,10 +1504,11 @@ async fn the_server_reads_plain_text_itself_where_the_database_lowercases_alike(
     let store = db.pg_store().await;
     store.migrate().await.expect("migrate");
     // The test cluster is C.UTF-8 (scripts/test), which reads punctuation
-    // and emoji as breaks and the letters outside ASCII as the server does.
+    // and emoji as breaks and the letters outside ASCII (Arabic's too) as
+    // the server does.
     assert_eq!(
         store.text_in_rust().await.expect("the lowercasing check"),
-        Some(Reading::Letters)
+        Some(Reading::Arabic)
     );
 }
 
@@ -1938,5 +1948,5 @@ store_suite!(
     cluster_scripts_are_found_by_their_words,
     spaced_scripts_are_found_by_each_word,
     vowel_points_are_read_as_if_not_written,
-    letter_variants_are_read_alike,
+    arabic_words_are_read_alike,
 );

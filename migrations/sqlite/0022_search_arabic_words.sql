@@ -1,12 +1,14 @@
--- The Arabic script's letters written more than one way read alike, as
--- Postgres reads them since its 0031: an alef with or without its hamza
--- or madda (`أحمد`, `احمد`), a final teh marbuta as a heh, an alef maksura
--- as a yeh, and the Persian and Urdu keyboards' yeh, kaf and heh as the
--- Arabic ones (`کتاب`, `كتاب`). `reading 8` kept each as written, so one
+-- Arabic words read as Postgres reads them since its 0031: letters spelt
+-- more than one way read alike (an alef with or without its hamza or
+-- madda, `أحمد` and `احمد`; a final teh marbuta and a heh; an alef maksura
+-- and a yeh; the Persian and Urdu keyboards' yeh, kaf and heh and the
+-- Arabic ones, `کتاب` and `كتاب`), and the article, with a conjunction or
+-- preposition written before it, left off (`المدرسة`, "the school", is
+-- read as `مدرسه`). `reading 8` kept each word as written, so one
 -- spelling did not find the other. The FTS tables are made again with
--- `reading 9` (src/store/sqlite/fts.rs), which reads each lexeme as
--- src/search/spelling.rs's `plain` does, and refilled from the items they
--- index, as 0014 to 0021 did.
+-- `reading 9` (src/store/sqlite/fts.rs), which spells each token as
+-- src/search/spelling.rs's `read` does before folding its letters, and
+-- refilled from the items they index, as 0014 to 0021 did.
 --
 -- As after 0015, a server of an earlier release cannot open these tables:
 -- roll back by restoring the database. Refilling reads every live item's
