@@ -395,16 +395,7 @@ pub const ARABIC_PUNCTUATION: &[RangeInclusive<char>] = &[
 /// migration 0031 spells them); then, as [`punctuation_probe`], a text
 /// with each of [`ARABIC_PUNCTUATION`] and the same with spaces.
 pub fn arabic_probes() -> (Vec<String>, Vec<String>, (String, String)) {
-    let (words, lexemes) = super::spelling::ARABIC_LETTERS
-        .iter()
-        .flat_map(|range| range.clone())
-        .filter(|&c| is_arabic_letter(c))
-        .map(|c| {
-            let word = format!("q{c}q");
-            let lexeme = lexeme(&word);
-            (word, lexeme)
-        })
-        .unzip();
+    let (words, lexemes) = letter_words(super::spelling::ARABIC_LETTERS, is_arabic_letter);
     (words, lexemes, probe(ARABIC_PUNCTUATION, ""))
 }
 
@@ -413,10 +404,19 @@ pub fn arabic_probes() -> (Vec<String>, Vec<String>, (String, String)) {
 /// the letters so when `to_tsvector('engram_english', word)` holds that
 /// one lexeme for every word.
 pub fn letter_probes() -> (Vec<String>, Vec<String>) {
-    LETTERS
+    letter_words(LETTERS, is_letter)
+}
+
+/// A word of each letter of `ranges` that `read` reads, between two `q`s,
+/// and its lexeme as read here.
+fn letter_words(
+    ranges: &[RangeInclusive<char>],
+    read: fn(char) -> bool,
+) -> (Vec<String>, Vec<String>) {
+    ranges
         .iter()
         .flat_map(|range| range.clone())
-        .filter(|&c| is_letter(c))
+        .filter(|&c| read(c))
         .map(|c| {
             let word = format!("q{c}q");
             let lexeme = lexeme(&word);
