@@ -58,8 +58,9 @@
 //! token of its own and blanked out likewise, as the characters of
 //! `reading 5` and `6` are (`กาแฟ` in `ผมไม่ชอบกาแฟ`, `3.14` in `ราคา3.14บาท`);
 //! `reading 8` leaves Arabic's and Hebrew's vowel points out of lexemes,
-//! and `reading 9` (0022) reads the Arabic script's letter variants alike
-//! too (`أحمد` as `احمد`; [`spelling`]).
+//! and `reading 9` (0022) spells each token as Postgres spells text since
+//! its 0031, before folding it: letter variants alike (`أحمد` as `احمد`)
+//! and the article left off (`المدرسة` as `مدرسه`; [`spelling::read`]).
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
