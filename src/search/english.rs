@@ -469,8 +469,9 @@ pub enum Reading {
     Letters,
     /// And words of Arabic letters, spelt as
     /// [`spelling::read`](super::spelling::read) spells them (as
-    /// `engram_search_text` does since migration 0031), with
-    /// [`ARABIC_PUNCTUATION`] as breaks.
+    /// `engram_search_text` does since migration 0031: vowel points left
+    /// out, variants alike, the article off), with [`ARABIC_PUNCTUATION`]
+    /// as breaks.
     Arabic,
 }
 
@@ -522,7 +523,13 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
     // reads, or the text is left to Postgres.
     let letters = reading >= Reading::Letters && !text.is_ascii();
     let arabic = reading >= Reading::Arabic;
-    let read_here = |c: char| c.is_ascii() || is_letter(c) || (arabic && is_arabic_letter(c));
+    // Vowel points are left out of a word as `engram_search_text` leaves
+    // them out, before its parser reads the text.
+    let read_here = |c: char| {
+        c.is_ascii()
+            || is_letter(c)
+            || (arabic && (is_arabic_letter(c) || super::spelling::is_point(c)))
+    };
     if letters && !text.chars().all(read_here) {
         return None;
     }
@@ -619,7 +626,11 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
         if run.bytes().any(|b| b == b'-' || b.is_ascii_digit()) {
             return None;
         }
-        let lower = folded_lowercase(&super::spelling::read(run)).into_owned();
+        let spelt = super::spelling::read(run);
+        if spelt.is_empty() {
+            return Some(()); // points alone, which Postgres never sees
+        }
+        let lower = folded_lowercase(&spelt).into_owned();
         words.push((!is_stop_word(&lower)).then(|| lowercase_lexeme(lower)));
         return Some(());
     }
@@ -969,8 +980,9 @@ mod tests {
 
     /// With [`Reading::Arabic`], words of Arabic letters are read spelt
     /// as `engram_search_text` spells them, and Arabic's punctuation is a
-    /// break; vowel points, Arabic digits and other marks leave the text to
-    /// Postgres, as does every Arabic letter below that reading.
+    /// break, and vowel points are left out; Arabic digits and other marks
+    /// leave the text to Postgres, as does every Arabic letter below that
+    /// reading.
     #[test]
     fn arabic_words_where_the_database_reads_them_so() {
         let words = plain("ذهب أحمد، إلى المدرسة؟ کتاب café", Reading::Arabic).expect("plain");
@@ -983,7 +995,13 @@ mod tests {
             persian.into_iter().flatten().collect::<Vec<_>>(),
             ["مي", "خواهم", "كتاب"]
         );
-        for not_plain in ["مَدرسة", "كتاب٣", "ـ", "كتاب-جديد", "ؤ\u{0654}"] {
+        // Vowel points and the tatweel are left out, alone too.
+        let pointed = plain("ذهبتُ إلى المَدْرَسَةِ ـ \u{064e} القـهوة", Reading::Arabic).expect("plain");
+        assert_eq!(
+            pointed.into_iter().flatten().collect::<Vec<_>>(),
+            ["ذهبت", "الي", "مدرسه", "قهوه"]
+        );
+        for not_plain in ["كتاب٣", "كتاب-جديد", "ؤ\u{0654}", "שָׁלוֹם"] {
             assert!(plain(not_plain, Reading::Arabic).is_none(), "{not_plain}");
         }
         assert!(plain("المدرسة", Reading::Letters).is_none());

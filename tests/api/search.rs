@@ -1552,8 +1552,9 @@ async fn episode_vectors_built_by_the_server_match_postgres() {
 /// letters so (`Reading::Arabic`): the vectors it builds are byte for byte
 /// Postgres's `engram_episode_vector` of the same JSON, articles, letter
 /// variants, Arabic punctuation and all, on generated texts; and it
-/// builds most of them (the rest, with vowel points, Arabic digits or a
-/// zero-width non-joiner, are left to Postgres).
+/// builds half of them, vowel points and all (the rest, with Arabic
+/// digits, a hyphen after a letter or a mark it does not read, are left
+/// to Postgres).
 #[tokio::test]
 async fn arabic_vectors_built_by_the_server_match_postgres() {
     use engram::search::{english, vector};
@@ -1628,7 +1629,7 @@ async fn arabic_vectors_built_by_the_server_match_postgres() {
         .map(|content| vector::episode(content, &none, reading))
         .collect();
     let read_here = built.iter().filter(|b| b.is_some()).count();
-    assert!(read_here > 1_000, "{read_here} of 5,000 read by the server");
+    assert!(read_here > 2_000, "{read_here} of 5,000 read by the server");
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
         .await
         .expect("connect");
