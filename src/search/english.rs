@@ -370,7 +370,7 @@ fn is_letter(c: char) -> bool {
 /// Whether the server reads `c` as an Arabic letter ([`Reading::Arabic`]):
 /// one of [`spelling::ARABIC_LETTERS`](super::spelling::ARABIC_LETTERS),
 /// assigned, and not the tatweel (a point, left out).
-fn is_arabic_letter(c: char) -> bool {
+fn is_read_arabic_letter(c: char) -> bool {
     super::spelling::is_arabic_letter(c) && c.is_alphabetic() && !super::spelling::is_point(c)
 }
 
@@ -395,7 +395,7 @@ pub const ARABIC_PUNCTUATION: &[RangeInclusive<char>] = &[
 /// migration 0031 spells them); then, as [`punctuation_probe`], a text
 /// with each of [`ARABIC_PUNCTUATION`] and the same with spaces.
 pub fn arabic_probes() -> (Vec<String>, Vec<String>, (String, String)) {
-    let (words, lexemes) = letter_words(super::spelling::ARABIC_LETTERS, is_arabic_letter);
+    let (words, lexemes) = letter_words(super::spelling::ARABIC_LETTERS, is_read_arabic_letter);
     (words, lexemes, probe(ARABIC_PUNCTUATION, ""))
 }
 
@@ -528,7 +528,7 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
     let read_here = |c: char| {
         c.is_ascii()
             || is_letter(c)
-            || (arabic && (is_arabic_letter(c) || super::spelling::is_point(c)))
+            || (arabic && (is_read_arabic_letter(c) || super::spelling::is_point(c)))
     };
     if letters && !text.chars().all(read_here) {
         return None;

@@ -210,9 +210,15 @@ pub fn unprefixed(text: &str) -> Cow<'_, str> {
 /// A word (or a text) as every reader reads it: [`plain`], then
 /// [`unprefixed`].
 pub fn read(text: &str) -> Cow<'_, str> {
-    match plain(text) {
-        Cow::Borrowed(text) => unprefixed(text),
-        Cow::Owned(text) => Cow::Owned(unprefixed(&text).into_owned()),
+    then(plain(text), unprefixed)
+}
+
+/// `f` over `text`, borrowing from what `text` borrows from where `f`
+/// changes nothing: readings chained without copying what they leave.
+pub fn then<'a>(text: Cow<'a, str>, f: for<'b> fn(&'b str) -> Cow<'b, str>) -> Cow<'a, str> {
+    match text {
+        Cow::Borrowed(text) => f(text),
+        Cow::Owned(text) => Cow::Owned(f(&text).into_owned()),
     }
 }
 
@@ -233,44 +239,33 @@ pub fn postgres_class() -> String {
 /// The body of migration 0031's `engram_arabic_text(t)`, which
 /// `engram_search_text` calls with its text without the points: text
 /// without an Arabic letter as it is (none of what follows could change
-/// it, and `translate` costs), else `postgres_read` (a test holds the
-/// migration to it).
+/// it, and `translate` costs), else `translate` to [`VARIANTS`]' letters,
+/// the [`SEATED`] marks after a [`BEARERS`] letter left out, then the
+/// [`PREFIXES`] (a test holds the migration to it).
 pub fn postgres_arabic_text() -> String {
-    let letters = super::postgres_class(ARABIC_LETTERS.iter().flat_map(|r| r.clone()));
-    format!(
-        "CASE WHEN t !~ '{letters}' THEN t ELSE {} END",
-        postgres_read("t")
-    )
-}
-
-/// How `engram_arabic_text` reads `text`: `translate` to [`VARIANTS`]'
-/// letters, the [`SEATED`] marks after a [`BEARERS`] letter left out,
-/// then the [`PREFIXES`].
-fn postgres_read(text: &str) -> String {
-    let letters = super::postgres_class(ARABIC_LETTERS.iter().flat_map(|r| r.clone()));
-    let prefixes: Vec<String> = PREFIXES
-        .iter()
-        .map(|p| p.chars().map(super::postgres_escape).collect())
-        .collect();
-    let prefixes = prefixes.join("|");
-    let respelled = postgres_respelled(text);
-    format!(
-        "regexp_replace({respelled}, '(?<!{letters})(?:(?:{prefixes})(?={letters}{{{LEFT}}}))+', '', 'g')"
-    )
-}
-
-/// [`postgres_read`]'s `translate` and seated marks.
-fn postgres_respelled(text: &str) -> String {
-    let escaped = |chars: &mut dyn Iterator<Item = char>| -> String {
-        chars.map(super::postgres_escape).collect()
-    };
-    let from = escaped(&mut VARIANTS.iter().map(|&(from, _)| from));
-    let to = escaped(&mut VARIANTS.iter().map(|&(_, to)| to));
+    let escape = super::postgres_escape;
+    let letters = arabic_class();
+    let from: String = VARIANTS.iter().map(|&(from, _)| escape(from)).collect();
+    let to: String = VARIANTS.iter().map(|&(_, to)| escape(to)).collect();
     let bearers = super::postgres_class(BEARERS.iter().copied());
     let seated = super::postgres_class(SEATED);
+    let prefixes: Vec<String> = PREFIXES
+        .iter()
+        .map(|p| p.chars().map(escape).collect())
+        .collect();
+    let prefixes = prefixes.join("|");
+    let respelled = format!(
+        "regexp_replace(translate(t, E'{from}', E'{to}'), '({bearers}){seated}+', '\\1', 'g')"
+    );
     format!(
-        "regexp_replace(translate({text}, E'{from}', E'{to}'), '({bearers}){seated}+', '\\1', 'g')"
+        "CASE WHEN t !~ '{letters}' THEN t ELSE regexp_replace({respelled}, \
+         '(?<!{letters})(?:(?:{prefixes})(?={letters}{{{LEFT}}}))+', '', 'g') END"
     )
+}
+
+/// The class of [`ARABIC_LETTERS`] in Postgres's regular expressions.
+fn arabic_class() -> String {
+    super::postgres_class(ARABIC_LETTERS.iter().flat_map(|r| r.clone()))
 }
 
 #[cfg(test)]
@@ -349,7 +344,7 @@ mod tests {
         assert!(letters.contains(&called), "{called}");
         // The items 0031 reads again, those with an Arabic letter, and the
         // text `engram_arabic_text` leaves as it is, without one.
-        let arabic = crate::search::postgres_class(ARABIC_LETTERS.iter().flat_map(|r| r.clone()));
+        let arabic = arabic_class();
         assert_eq!(
             letters.matches(&format!("~ '{arabic}'")).count(),
             5,

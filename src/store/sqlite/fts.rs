@@ -873,15 +873,6 @@ fn cjk_pieces(text: &str, units: cjk::Units) -> Vec<Range<usize>> {
     pieces
 }
 
-/// `f` over `text`, borrowing from what `text` borrows from where `f`
-/// changes nothing.
-fn then<'a>(text: Cow<'a, str>, f: for<'b> fn(&'b str) -> Cow<'b, str>) -> Cow<'a, str> {
-    match text {
-        Cow::Borrowed(text) => f(text),
-        Cow::Owned(text) => Cow::Owned(f(&text).into_owned()),
-    }
-}
-
 /// Hands a word on as its lexeme: `word` as the parent gave it (or a piece
 /// of it), `written` the same word as the text has it (reading 3).
 fn hand_on(
@@ -903,15 +894,15 @@ fn hand_on(
         // the points out after.
         let source = Cow::Borrowed(written.unwrap_or(word));
         let spelt = match reading {
-            Reading::ArabicWords => then(source, spelling::read),
+            Reading::ArabicWords => spelling::then(source, spelling::read),
             _ => source,
         };
         let folded = match fold {
-            true => then(spelt, english::folded_lowercase),
+            true => spelling::then(spelt, english::folded_lowercase),
             false => spelt,
         };
         let folded = match reading {
-            Reading::ClustersAlone => then(folded, spelling::without),
+            Reading::ClustersAlone => spelling::then(folded, spelling::without),
             _ => folded,
         };
         // The lexeme, where it is not the word handed.
