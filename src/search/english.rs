@@ -494,6 +494,11 @@ impl Reading {
 /// `4o-mini`), then each part as a word of its own; a decimal, version or
 /// signed number is one word, as written (`3.14`, `10.0.0.1`, `-5`).
 pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
+    // Text not composed is composed by the database before it reads it
+    // (since migration 0032); the server leaves it to the database.
+    if !super::spelling::is_composed(text) {
+        return None;
+    }
     // Where the parser reads no tag and no entity, `<`, `>` and `&` are
     // breaks like any other mark ([`markup::hidden`], over the text as
     // written).
@@ -976,6 +981,22 @@ mod tests {
                 .flat_map(|r| r.clone())
                 .all(|c| !c.is_alphanumeric())
         );
+    }
+
+    /// Text not composed (Unicode's NFC) is left to the database, which
+    /// composes it before it reads it (migration 0032); composed, the
+    /// same words are read here.
+    #[test]
+    fn text_not_composed_is_left_to_the_database() {
+        for reading in [Reading::Letters, Reading::Arabic] {
+            assert!(plain("cafe\u{0301} deploy", reading).is_none());
+            assert_eq!(
+                plain("caf\u{e9} deploy", reading),
+                Some(vec![Some("cafe".to_owned()), Some("deploy".to_owned())])
+            );
+        }
+        assert!(plain("ذهب \u{0648}\u{0654}", Reading::Arabic).is_none());
+        assert!(plain("ذهب \u{0624}", Reading::Arabic).is_some());
     }
 
     /// With [`Reading::Arabic`], words of Arabic letters are read spelt

@@ -57,6 +57,9 @@ impl Query {
                 "a query may not hold the NUL character (U+0000)".to_owned(),
             ));
         }
+        // Read composed, as the indexes read text (and so the meaning a
+        // semantic search embeds, and the words snippets mark).
+        let text = super::spelling::composed(text);
         let mut query = Query {
             words: Vec::new(),
             phrases: Vec::new(),
@@ -64,7 +67,7 @@ impl Query {
             meaning: String::new(),
         };
         let mut meant = Vec::new();
-        let mut rest = text;
+        let mut rest = text.as_ref();
         loop {
             rest = rest.trim_start();
             if rest.is_empty() {
@@ -134,7 +137,7 @@ impl Query {
         if self.excluded.is_empty() {
             return false;
         }
-        let text = normalize(&text.to_lowercase());
+        let text = normalize(&super::spelling::composed(text).to_lowercase());
         self.excluded
             .iter()
             .any(|term| text.contains(&term.to_lowercase()))

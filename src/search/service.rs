@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::embedder::{Embedder, similarity};
 use super::ports::{EmbeddingStore, ItemRef, SearchStore};
 use super::turns::Turns;
-use super::{Filters, Hit, Item, Mode, Query, Source};
+use super::{Filters, Hit, Item, Mode, Query, Source, spelling};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
 use crate::sessions::ports::{EpisodeQuery, SessionStore};
@@ -301,8 +301,10 @@ fn allowed(episode: &Episode, filters: &Filters) -> bool {
 }
 
 /// The start of an item's text as a reader sees it
-/// ([`Item::visible_text`]), for a hit no word of the query marked.
+/// ([`Item::visible_text`]), composed as every snippet is
+/// ([`spelling::composed`]), for a hit no word of the query marked.
 fn plain_snippet(text: &str) -> String {
+    let text = spelling::composed(text);
     let text = text.trim();
     match text.char_indices().nth(PLAIN_SNIPPET_CHARS) {
         Some((at, _)) => format!("{}…", &text[..at]),

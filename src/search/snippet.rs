@@ -27,7 +27,7 @@ use regex::Regex;
 
 use super::cjk::{self, is_cjk};
 use super::english::{lexeme, spaced, turkic_lexeme};
-use super::numbers;
+use super::{numbers, spelling};
 
 /// The most words in one fragment.
 pub const FRAGMENT_WORDS: usize = 30;
@@ -63,8 +63,11 @@ struct Word {
 /// The snippet of `text`, as a reader sees it ([`super::Item::visible_text`]:
 /// no tags, entities as their characters), for a query whose lexemes are
 /// `terms` and whose runs of clusters are `runs` ([`cjk::cluster_runs`]),
-/// its words read as `case` says.
+/// its words read as `case` says. The text is read and shown composed
+/// ([`spelling::composed`]), as the indexes read it.
 pub fn snippet(text: &str, terms: &[String], runs: &[Vec<String>], case: Case) -> String {
+    let text = spelling::composed(text);
+    let text = text.as_ref();
     let terms: HashSet<&str> = terms.iter().map(String::as_str).collect();
     let mut words = words(text, &terms, case);
     mark_runs(text, &mut words, runs);

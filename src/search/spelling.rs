@@ -44,9 +44,26 @@
 //! The marks that make letters (`U+0653`–`U+0655`, madda and hamza above
 //! and below) are otherwise kept: removing them would make another letter
 //! (a decomposed `ؤ` is `و` and its hamza).
+//!
+//! Before all of that, text is read [`composed`]: in the form Unicode
+//! calls NFC, where a letter and the marks it combines with are the one
+//! character they make. The same text reaches Engram in either form: a
+//! Korean syllable as one character (`한`) or as the three jamo it is
+//! made of (`한`), as macOS writes file names and some keyboards and
+//! converters write text; `が` as one kana or as `か` and a combining
+//! voiced mark. Postgres's parser read the decomposed Korean as a word of
+//! jamo and dropped the Japanese mark (`か`), so neither found the
+//! composed text a query holds. Since Postgres's migration 0032 and
+//! SQLite's 0023 (`reading 10`), every reader composes text first (as
+//! Lucene's and Elasticsearch's ICU normaliser does), queries are
+//! composed as they are parsed, and snippets are made of the composed
+//! text. The server builds no vector of a text that is not composed: it
+//! leaves that text to the database, which composes it.
 
 use std::borrow::Cow;
 use std::ops::RangeInclusive;
+
+use unicode_normalization::UnicodeNormalization;
 
 /// Hebrew's cantillation marks and vowel points, and Arabic's Quranic
 /// signs, harakat (tanwin, fatha, damma, kasra, shadda, sukun), the
@@ -122,6 +139,54 @@ pub const PREFIXES: &[&str] = &["وال", "بال", "كال", "فال", "ال", 
 
 /// How many letters must follow a prefix for it to be left off.
 const LEFT: usize = 2;
+
+/// Every text whose characters are all below this one is [`composed`]
+/// already: each of them is its own composition (Unicode's NFC quick
+/// check says yes) and combines with no mark (its combining class is 0),
+/// the first combining marks standing at `U+0300`. In UTF-8 such a text
+/// has no byte at or above `0xCC`, the lead byte of `U+0300`.
+/// `engram_search_text` reads text without a character from it on with
+/// its ASCII expressions alone (no composing, no script's expression can
+/// change it), and every character that [`may_decompose`] stands from it
+/// on.
+pub const COMPOSED_BELOW: char = '\u{0300}';
+
+/// Whether `c` can make a text not composed: Unicode's NFC quick check
+/// does not pass it alone (a character NFC reads as another, such as the
+/// ohm sign; a mark or jamo that may compose with what stands before
+/// it), or it is a combining mark (marks out of their canonical order are
+/// not composed). A text without such a character is composed, so
+/// `engram_composed_text` checks the form of the others only
+/// ([`postgres_composing_class`]); all of them stand from
+/// [`COMPOSED_BELOW`] on.
+pub fn may_decompose(c: char) -> bool {
+    use unicode_normalization::char::canonical_combining_class;
+    use unicode_normalization::{IsNormalized, is_nfc_quick};
+
+    canonical_combining_class(c) != 0 || is_nfc_quick(std::iter::once(c)) != IsNormalized::Yes
+}
+
+/// The class of the characters that [`may_decompose`] in Postgres's
+/// regular expressions, as migration 0032 writes it in
+/// `engram_composed_text` (a test holds them alike).
+pub fn postgres_composing_class() -> String {
+    super::postgres_class((COMPOSED_BELOW..=char::MAX).filter(|&c| may_decompose(c)))
+}
+
+/// Whether `text` is in Unicode's composed form (NFC) already.
+pub fn is_composed(text: &str) -> bool {
+    text.bytes().all(|b| b < 0xcc) || unicode_normalization::is_nfc(text)
+}
+
+/// `text` in Unicode's composed form (NFC), as every reader reads it
+/// first (see the module comment).
+pub fn composed(text: &str) -> Cow<'_, str> {
+    if is_composed(text) {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.nfc().collect())
+    }
+}
 
 /// Whether `c` is one of [`ARABIC_LETTERS`].
 pub fn is_arabic_letter(c: char) -> bool {
@@ -328,6 +393,38 @@ mod tests {
     }
 
     #[test]
+    fn text_below_the_first_combining_mark_is_composed() {
+        use unicode_normalization::char::canonical_combining_class;
+        use unicode_normalization::{IsNormalized, is_nfc_quick};
+
+        for c in ('\0'..COMPOSED_BELOW).filter(|&c| c != '\0') {
+            assert_eq!(is_nfc_quick([c].into_iter()), IsNormalized::Yes, "{c:?}");
+            assert_eq!(canonical_combining_class(c), 0, "{c:?}");
+            let mut utf8 = [0; 4];
+            assert!(c.encode_utf8(&mut utf8).bytes().all(|b| b < 0xcc), "{c:?}");
+        }
+        assert!(COMPOSED_BELOW.to_string().as_bytes()[0] == 0xcc);
+        assert!(('\0'..COMPOSED_BELOW).all(|c| !may_decompose(c)));
+        for c in [
+            '\u{0301}', '\u{1161}', '\u{11ab}', '\u{3099}', '\u{0654}', '\u{2126}',
+        ] {
+            assert!(may_decompose(c), "{c:?}");
+        }
+        for c in ['한', 'が', 'é', '\u{0624}', 'ب', '東'] {
+            assert!(!may_decompose(c), "{c:?}");
+        }
+        assert!(!is_composed("cafe\u{0301}"));
+        assert_eq!(composed("cafe\u{0301}"), "caf\u{e9}");
+        // Korean jamo, a kana and its voiced mark, a waw and its hamza.
+        assert_eq!(composed("\u{1112}\u{1161}\u{11ab}"), "\u{d55c}");
+        assert_eq!(composed("\u{304b}\u{3099}"), "\u{304c}");
+        assert_eq!(composed("\u{0648}\u{0654}"), "\u{0624}");
+        for text in ["plain ascii", "naïve café ß", "한국어 がっこう ؤ"] {
+            assert!(matches!(composed(text), Cow::Borrowed(_)), "{text}");
+        }
+    }
+
+    #[test]
     fn the_postgres_readings_are_the_migrations() {
         let class = postgres_class();
         assert!(class.starts_with("[\\u0591-\\u05bd\\u05bf"), "{class}");
@@ -350,5 +447,24 @@ mod tests {
             5,
             "{arabic}"
         );
+        // 0032 composes text holding a character from `COMPOSED_BELOW` on
+        // before the rest reads it, and reads the items holding such text
+        // again; below it, the expressions of the scripts above are left
+        // out.
+        let composed = include_str!("../../migrations/postgres/0032_search_composed_text.sql");
+        let from = super::super::postgres_escape(COMPOSED_BELOW);
+        let below = format!("'[{from}-\\U0010ffff]'");
+        assert_eq!(composed.matches(&format!("!~ {below}")).count(), 1);
+        assert_eq!(composed.matches(&format!("~ {below}")).count(), 5);
+        let composing = format!(
+            "t !~ '{}' OR t IS NFC NORMALIZED",
+            postgres_composing_class()
+        );
+        assert!(composed.contains(&composing), "{composing}");
+        let called = format!(
+            "engram_arabic_text(regexp_replace(engram_composed_text(t), '{class}', '', 'g'))"
+        );
+        assert!(composed.contains(&called), "{called}");
+        assert!(POINTS.iter().all(|r| *r.start() > COMPOSED_BELOW));
     }
 }

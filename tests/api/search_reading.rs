@@ -225,7 +225,8 @@ async fn clusters_are_read_as_postgres_reads_them() {
     let postgres = words_of(&server, &texts).await;
     let mut differ = Vec::new();
     for (text, postgres) in texts.iter().zip(&postgres) {
-        let expected: Vec<String> = cjk::apart(text)
+        // Composed first: `ဥ` and `ီ` make `ဦ`.
+        let expected: Vec<String> = cjk::apart(&spelling::composed(text))
             .split_whitespace()
             .map(str::to_lowercase)
             .collect();
@@ -314,18 +315,121 @@ async fn prefixes_are_left_off_as_postgres_leaves_them_off() {
 }
 
 /// Postgres reads each of `texts` (through `engram_search_text`) as the
-/// words of `spelling::read`'s reading, lowercased.
+/// words of `spelling::read`'s reading of it composed, lowercased.
 async fn assert_read_as_plain(texts: &[String]) {
     let server = TestServer::spawn(Backend::Postgres).await;
     let postgres = words_of(&server, texts).await;
     let mut differ = Vec::new();
     for (text, postgres) in texts.iter().zip(&postgres) {
-        let plain = spelling::read(text).to_lowercase();
+        let plain = spelling::read(&spelling::composed(text)).to_lowercase();
         let expected: Vec<&str> = plain.split_whitespace().collect();
         if expected != *postgres {
             differ.push(format!("{text:?}: {expected:?} against {postgres:?}"));
         }
     }
+    crate::search::assert_none_differ(&differ);
+}
+
+/// What makes text decomposed: Korean jamo, a kana and its voiced mark, a
+/// letter and its accents (in either order), a waw or alef and its hamza
+/// with a point between, characters NFC reads as others (the ohm and
+/// angstrom signs, a Greek dialytika tonos), and their composed forms.
+const DECOMPOSED_PIECES: &[&str] = &[
+    "\u{1112}\u{1161}\u{11ab}",
+    "한",
+    "\u{1100}",
+    "\u{1161}",
+    "\u{304b}\u{3099}",
+    "が",
+    "\u{3099}",
+    "e\u{0301}",
+    "é",
+    "\u{0323}\u{0302}",
+    "\u{0302}\u{0323}",
+    "\u{0301}",
+    "\u{0648}\u{0654}",
+    "\u{0627}\u{064e}\u{0654}",
+    "ؤ",
+    "\u{0654}",
+    "\u{2126}",
+    "\u{212b}",
+    "\u{0344}",
+    "a",
+    "q",
+    " ",
+    "/",
+    ".",
+    "-",
+    "1",
+    "<b>",
+    "ß",
+    "ب",
+    "ال",
+];
+
+/// Since migration 0032 `engram_search_text` composes text first
+/// (`engram_composed_text`), as `spelling::composed` does: Postgres's
+/// composed form of each generated text is Rust's, and the text reads as
+/// its composed form does. Text below `spelling::COMPOSED_BELOW` skips
+/// the composing and the scripts' expressions, and reads as the whole
+/// function reads it.
+#[tokio::test]
+async fn text_is_composed_before_postgres_reads_it() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let texts = generated(DECOMPOSED_PIECES, 10, 5_000, 0x9e37_79b9_7f4a_7c15);
+    let rows: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT engram_composed_text(t.s), \
+                engram_search_text(t.s) = engram_search_text(normalize(t.s, NFC)) \
+         FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i) ORDER BY t.i",
+    )
+    .bind(&texts)
+    .fetch_all(&mut conn)
+    .await
+    .expect("composed");
+    let mut differ = Vec::new();
+    for (text, (postgres, alike)) in texts.iter().zip(&rows) {
+        if *postgres != spelling::composed(text) || !alike {
+            differ.push(format!("{text:?}: {postgres:?}, read alike: {alike}"));
+        }
+    }
+    crate::search::assert_none_differ(&differ);
+
+    // The function's reading of text from `COMPOSED_BELOW` on, as a
+    // function of its own, over text below it.
+    let migration = include_str!("../../migrations/postgres/0032_search_composed_text.sql");
+    let function = &migration[migration
+        .find("FUNCTION engram_search_text")
+        .expect("the function")..];
+    let whole = &function
+        [function.find("ELSE ").expect("ELSE") + 5..function.rfind(" END $$;").expect("END")];
+    let create = format!(
+        "CREATE FUNCTION pg_temp.whole(t text) RETURNS text LANGUAGE sql AS $$ SELECT {whole} $$"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(create))
+        .execute(&mut conn)
+        .await
+        .expect("create");
+    let below = [
+        "a", "B", "é", "ß", "ǆ", "\u{2ff}", "/", "./", "<", ">", "</b>", "@", ".", "-", "1", "x",
+        " ", "&amp;", "ł", "\u{80}",
+    ];
+    let texts = generated(&below, 16, 5_000, 0x2545_f491_4f6c_dd1d);
+    assert!(
+        texts
+            .iter()
+            .all(|t| t.chars().all(|c| c < spelling::COMPOSED_BELOW))
+    );
+    let differ: Vec<String> = sqlx::query_scalar(
+        "SELECT t FROM unnest($1::text[]) AS t \
+         WHERE engram_search_text(t) IS DISTINCT FROM pg_temp.whole(t)",
+    )
+    .bind(&texts)
+    .fetch_all(&mut conn)
+    .await
+    .expect("alike");
     crate::search::assert_none_differ(&differ);
 }
 

@@ -60,7 +60,9 @@
 //! `reading 8` leaves Arabic's and Hebrew's vowel points out of lexemes,
 //! and `reading 9` (0022) spells each token as Postgres spells text since
 //! its 0031, before folding it: letter variants alike (`أحمد` as `احمد`)
-//! and the article left off (`المدرسة` as `مدرسه`; [`spelling::read`]).
+//! and the article left off (`المدرسة` as `مدرسه`; [`spelling::read`]);
+//! `reading 10` (0023) reads the text composed first (Unicode's NFC,
+//! [`spelling::composed`]), as Postgres does since its 0032.
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -221,6 +223,13 @@ enum Reading {
     /// for (`أحمد` is `احمد`, `کتاب` is `كتاب`), the article left off
     /// (`المدرسة` is `مدرسه`).
     ArabicWords,
+    /// Migration 0023 (`reading 10`): as `reading 9`, the text read
+    /// composed ([`spelling::composed`], Unicode's NFC), as Postgres
+    /// reads it since its migration 0032: a Korean syllable written as
+    /// its jamo is the syllable, `か` and a combining voiced mark is `が`.
+    /// Reading 9 read the jamo as letters of a word of their own and left
+    /// the mark out.
+    Composed,
 }
 
 impl Reading {
@@ -295,6 +304,7 @@ unsafe fn reading_of(
                 Some(b"7") => Reading::NumbersBesideMarkup,
                 Some(b"8") => Reading::ClustersAlone,
                 Some(b"9") => Reading::ArabicWords,
+                Some(b"10") => Reading::Composed,
                 _ => return None,
             };
             i += 2;
@@ -577,6 +587,27 @@ unsafe extern "C" fn tokenize(
     };
     // SAFETY: the text FTS5 gave this call.
     let source = unsafe { text_of(text, length) };
+    // Reading 10 reads the text composed: the parent tokenizes the
+    // composed copy, and the offsets handed to FTS5 are within it (FTS5
+    // stores positions, not offsets; only `highlight()` and `snippet()`
+    // would read offsets, and the search uses neither).
+    let composed = if wrapped.reading >= Reading::Composed {
+        std::str::from_utf8(source)
+            .ok()
+            .filter(|text| !spelling::is_composed(text))
+            .map(|text| spelling::composed(text).into_owned())
+    } else {
+        None
+    };
+    let (source, text, length) = match &composed {
+        Some(composed) => {
+            let Ok(length) = c_int::try_from(composed.len()) else {
+                return ffi::SQLITE_ERROR;
+            };
+            (composed.as_bytes(), composed.as_ptr().cast(), length)
+        }
+        None => (source, text, length),
+    };
     let Read {
         hidden,
         numbers,
@@ -894,7 +925,7 @@ fn hand_on(
         // the points out after.
         let source = Cow::Borrowed(written.unwrap_or(word));
         let spelt = match reading {
-            Reading::ArabicWords => spelling::then(source, spelling::read),
+            r if r >= Reading::ArabicWords => spelling::then(source, spelling::read),
             _ => source,
         };
         let folded = match fold {
@@ -1204,7 +1235,7 @@ mod tests {
         assert_eq!(found, 1);
         // A reading this server does not know is refused.
         let unknown = sqlx::query(
-            "CREATE VIRTUAL TABLE u USING fts5(text, tokenize = 'engram_english reading 10')",
+            "CREATE VIRTUAL TABLE u USING fts5(text, tokenize = 'engram_english reading 11')",
         )
         .execute(&mut conn)
         .await;
@@ -1461,6 +1492,30 @@ mod tests {
         // A table of reading 8 reads as it always did.
         let mut old = table(&READING_3.replace("reading 3", "reading 8")).await;
         assert_eq!(lexemes(&mut old, "أحمد کتاب").await, ["أحمد", "کتاب"]);
+    }
+
+    /// Reading 10 reads text composed: a Korean syllable written as its
+    /// jamo, a kana and its combining voiced mark, a letter and its
+    /// accent, a waw and its hamza are the characters they make, in text
+    /// and in queries. Reading 9 read them as written.
+    #[tokio::test]
+    async fn reading_10_reads_text_composed() {
+        use unicode_normalization::UnicodeNormalization;
+
+        let mut conn = table(&READING_3.replace("reading 3", "reading 10")).await;
+        let composed = "한국 がっこう café \u{0624}";
+        let decomposed: String = composed.nfd().collect();
+        assert_ne!(decomposed, composed);
+        let want = ["한", "국", "が", "っ", "こ", "う", "cafe", "\u{0624}"];
+        assert_eq!(lexemes(&mut conn, composed).await, want);
+        assert_eq!(lexemes(&mut conn, &decomposed).await, want);
+        for query in ["한국", "\"がっこう\"", "café", "\u{0624}"] {
+            assert_eq!(matches(&mut conn, query).await, 1, "{query}");
+            let query: String = query.nfd().collect();
+            assert_eq!(matches(&mut conn, &query).await, 1, "{query}");
+        }
+        let mut old = table(&READING_3.replace("reading 3", "reading 9")).await;
+        assert_ne!(lexemes(&mut old, &decomposed).await, want);
     }
 
     /// Reading 3 folds each letter of the blocks the API tests hold to

@@ -8,6 +8,7 @@ use engram::memory::ports::{Mutation, Purge};
 use engram::ports::Store;
 use engram::search::{Filters, Hit, Item, Query, Source};
 use serde_json::json;
+use unicode_normalization::UnicodeNormalization;
 
 use super::consolidation::{insert, payload};
 use super::fixtures::{episode, id, log, name, owner};
@@ -904,6 +905,40 @@ async fn arabic_words_are_read_alike<S: Store>(store: S, _db: &TestDb) {
     );
 }
 
+/// Text in Unicode's decomposed form (a Korean syllable as its jamo, as
+/// macOS writes file names; a kana and its combining voiced mark; a
+/// letter and its accent; a waw and its hamza) reads as its composed form
+/// in memory, facts and episodes: a query in either form finds text in
+/// either, and snippets show the text composed.
+async fn decomposed_text_reads_as_composed<S: Store>(store: S, _db: &TestDb) {
+    let nfd = |text: &str| -> String { text.nfd().collect() };
+    let text = "한국어 문서 がっこう Café رؤية";
+    let decomposed = nfd(text);
+    assert_ne!(decomposed, text);
+    write_everywhere(&store, &decomposed, "notes/nfd", &decomposed).await;
+    let everywhere = ["e1", "notes/nfd@1", "ops@example.com"];
+    for query in ["한국어", "문서", "\"がっこう\"", "café", "رؤية", text] {
+        assert_eq!(found_everywhere(&store, query).await, everywhere, "{query}");
+        let query = nfd(query);
+        assert_eq!(
+            found_everywhere(&store, &query).await,
+            everywhere,
+            "{query}"
+        );
+    }
+    let meeting = "회의는 내일입니다";
+    let said = [("composed", meeting), ("decomposed", &nfd(meeting))];
+    let only = said_in(&store, "s7", &said).await;
+    for query in ["내일", &nfd("내일")] {
+        let (mut hits, snippets) = episodes_found(&store, &only, query).await;
+        hits.sort();
+        assert_eq!(hits, ["composed", "decomposed"], "{query}");
+        assert_eq!(snippets[0], snippets[1]);
+        assert!(snippets[0].contains("**"), "{snippets:?}");
+        assert_eq!(snippets[0].replace("**", ""), meeting);
+    }
+}
+
 /// A fact's snippet shows its content, led by the parts of its triple the
 /// content does not say: a fact restating its triple showed it twice
 /// ("alice likes tea alice likes tea").
@@ -1417,6 +1452,36 @@ async fn arabic_text_written_before_its_reading_is_read_again_on_postgres() {
 async fn arabic_text_written_before_its_reading_is_read_again_on_sqlite() {
     let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
     arabic_text_is_read_again_by_the_migration(db.sqlite_store().await, 21).await;
+}
+
+/// Text in Unicode's decomposed form written before it was read composed
+/// (Postgres's 0032, SQLite's 0023): Korean written as its jamo.
+async fn decomposed_text_is_read_again_by_the_migration<S>(store: S, before: i64)
+where
+    S: Store + engram::ports::Database,
+{
+    let text: String = "한국어 문서 がっこう".nfd().collect();
+    let again: String = "서울 날씨".nfd().collect();
+    let case = ReadAgain {
+        text: &text,
+        absent: &["한국어", "문서"],
+        found: &["한국어", "문서", "\"がっこう\""],
+        again: &again,
+        found_again: "날씨",
+    };
+    read_again_by_the_migration(store, before, case).await;
+}
+
+#[tokio::test]
+async fn decomposed_text_written_before_its_reading_is_read_again_on_postgres() {
+    let db = TestDb::new(crate::helpers::Backend::Postgres).await;
+    decomposed_text_is_read_again_by_the_migration(db.pg_store().await, 31).await;
+}
+
+#[tokio::test]
+async fn decomposed_text_written_before_its_reading_is_read_again_on_sqlite() {
+    let db = TestDb::new(crate::helpers::Backend::Sqlite).await;
+    decomposed_text_is_read_again_by_the_migration(db.sqlite_store().await, 22).await;
 }
 
 /// SQLite's migration 0019 reads again what was written before it: a
@@ -1949,4 +2014,5 @@ store_suite!(
     spaced_scripts_are_found_by_each_word,
     vowel_points_are_read_as_if_not_written,
     arabic_words_are_read_alike,
+    decomposed_text_reads_as_composed,
 );
