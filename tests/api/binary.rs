@@ -108,6 +108,46 @@ async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
     assert!(again.terminate().await.success());
 }
 
+/// A Postgres database in an encoding other than UTF8 is refused before
+/// any migration runs, by `engram migrate` and by `serve` with and
+/// without migrating, saying why and what to do. (It failed deep in
+/// migration 0031: "conversion between UTF8 and SQL_ASCII is not
+/// supported".)
+#[tokio::test]
+async fn a_database_not_in_utf8_is_refused_saying_why() {
+    let db = TestDb::postgres_in_encoding("SQL_ASCII").await;
+    let addresses = ["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"];
+    let runs: [Vec<&str>; 3] = [
+        vec!["migrate", "--database-url", &db.url],
+        [&["serve", "--database-url", &db.url][..], &addresses].concat(),
+        [
+            &["serve", "--migrate", "off", "--database-url", &db.url][..],
+            &addresses,
+        ]
+        .concat(),
+    ];
+    for args in runs {
+        let out = engram(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("the database's encoding is SQL_ASCII, and Engram needs UTF8")
+                && stderr.contains("ENCODING 'UTF8'"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("conversion"), "{args:?}: {stderr}");
+    }
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .expect("connect");
+    let tables: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("tables");
+    assert_eq!(tables, 0, "nothing was migrated");
+}
+
 async fn migrate_then_serve_with_migrations_off(backend: Backend) {
     let fresh = TestDb::new(backend).await;
     // A server that may not migrate refuses an empty database, saying why.

@@ -101,6 +101,15 @@ impl TestDb {
         .await
     }
 
+    /// A fresh Postgres database in `encoding` (with the `C` locale, which
+    /// every encoding takes).
+    pub async fn postgres_in_encoding(encoding: &str) -> TestDb {
+        Self::postgres(&format!(
+            " TEMPLATE template0 ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C'"
+        ))
+        .await
+    }
+
     async fn postgres(options: &str) -> TestDb {
         let admin = pg_admin_url();
         let name = format!("engram_test_{}", uuid::Uuid::new_v4().simple());

@@ -36,7 +36,7 @@ use super::past;
 use super::sql::{Cols, Param, Run, Sql, params};
 use super::{HeadUpdate, StoreOptions, migrate_unless_ahead, schema_is_current};
 use crate::context::Tenant;
-use crate::error::{Error, Result};
+use crate::error::{Error, Reason, Result};
 use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{
     Compacted, Fence, Fork, Forked, Mutation, Purge, PurgeOutcome, Write, Written,
@@ -316,7 +316,7 @@ impl PgStore {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !plain {
             return Err(Error::invalid(
-                crate::error::Reason::InvalidArgument,
+                Reason::InvalidArgument,
                 "grant_to",
                 "a role name of lower-case letters, digits and '_'",
             ));
@@ -911,11 +911,35 @@ async fn applied_migrations<'c>(conn: impl Executor<'c, Database = Postgres>) ->
         .unwrap_or_default()
 }
 
+/// Refuses a database whose encoding is not UTF8, saying so. Engram keeps
+/// text of every script, and its search migrations read it with Unicode
+/// classes and normalisation: in another encoding one failed deep in
+/// migration 0031, "conversion between UTF8 and SQL_ASCII is not
+/// supported", and a write of a character the encoding lacks would fail
+/// at that write.
+async fn require_utf8<'c>(conn: impl Executor<'c, Database = Postgres>) -> Result<()> {
+    let encoding: String = sqlx::query_scalar("SELECT current_setting('server_encoding')")
+        .fetch_one(conn)
+        .await?;
+    if encoding == "UTF8" {
+        return Ok(());
+    }
+    Err(Error::FailedPrecondition {
+        reason: Reason::Internal,
+        message: format!(
+            "the database's encoding is {encoding}, and Engram needs UTF8 (it keeps text of \
+             every script): create the database with ENCODING 'UTF8' (from template0 where \
+             template1 is not UTF8) and point --database-url at it"
+        ),
+    })
+}
+
 impl Database for PgStore {
     async fn migrate_through(&self, version: Option<i64>) -> Result<()> {
         // On a connection of its own that sees every tenant's rows, so a
         // data migration under forced row-level security touches them all.
         let mut conn = self.pool.dedicated().await?;
+        require_utf8(&mut conn).await?;
         if version.is_some() {
             MIGRATOR.run_direct(version, &mut conn, false).await?;
         } else {
@@ -932,7 +956,9 @@ impl Database for PgStore {
     }
 
     async fn check_schema(&self) -> Result<()> {
-        let applied = applied_migrations(&mut self.pool.system().await?).await;
+        let mut conn = self.pool.system().await?;
+        require_utf8(&mut conn).await?;
+        let applied = applied_migrations(&mut conn).await;
         schema_is_current(&MIGRATOR, &applied)
     }
 
