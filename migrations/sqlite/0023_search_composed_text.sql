@@ -5,10 +5,13 @@
 -- voiced mark; `é` as one letter or as `e` and an accent. `reading 9`
 -- read the jamo as a word's letters and the voiced mark as part of its
 -- word, so the decomposed text found nothing a query in the composed
--- form asked for, and the other way round. The FTS tables are made again
--- with `reading 10` (src/store/sqlite/fts.rs), which composes the text
--- before it reads it (src/search/spelling.rs, `composed`), and refilled
--- from the items they index, as 0014 to 0022 did.
+-- form asked for, and the other way round. And the Arabic script's digits
+-- (`٠`–`٩`, and `۰`–`۹` as Persian and Urdu write them) are read as ASCII
+-- digits, as Postgres reads them since its 0032: `٣٤` finds `34`. The FTS
+-- tables are made again with `reading 10` (src/store/sqlite/fts.rs),
+-- which reads the text so before it tokenizes it (src/search/spelling.rs,
+-- `normalized`), and refilled from the items they index, as 0014 to 0022
+-- did.
 --
 -- As after 0015, a server of an earlier release cannot open these tables:
 -- roll back by restoring the database. Refilling reads every live item's

@@ -97,8 +97,16 @@ const LONGEST: usize = 256;
 /// points left out, Arabic's letter variants read alike and its article
 /// left off.
 pub fn lexeme(word: &str) -> String {
-    let word = super::spelling::read(word);
+    let word = spelt(word);
     lowercase_lexeme(folded_lowercase(&word).into_owned())
+}
+
+/// A word as the indexes spell it before folding its letters: the
+/// Arabic script's digits as ASCII ones, then
+/// [`spelling::read`](super::spelling::read).
+fn spelt(word: &str) -> Cow<'_, str> {
+    use super::spelling;
+    spelling::then(spelling::ascii_digits(word), spelling::read)
 }
 
 /// [`lexeme`] as a database whose `LC_CTYPE` is Turkish or Azerbaijani
@@ -108,7 +116,7 @@ pub fn lexeme(word: &str) -> String {
 /// database use it; the server leaves every other reading to Postgres
 /// there ([`crate::store::PgStore::text_in_rust`]).
 pub fn turkic_lexeme(word: &str) -> String {
-    let word = super::spelling::read(word);
+    let word = spelt(word);
     let mut lower = String::with_capacity(word.len() + 1);
     for c in folded(&word).chars() {
         match c {

@@ -57,9 +57,10 @@ impl Query {
                 "a query may not hold the NUL character (U+0000)".to_owned(),
             ));
         }
-        // Read composed, as the indexes read text (and so the meaning a
-        // semantic search embeds, and the words snippets mark).
-        let text = super::spelling::composed(text);
+        // Read composed, with ASCII digits, as the indexes read text (and
+        // so the meaning a semantic search embeds, and the words snippets
+        // mark).
+        let text = super::spelling::normalized(text);
         let mut query = Query {
             words: Vec::new(),
             phrases: Vec::new(),
@@ -137,7 +138,7 @@ impl Query {
         if self.excluded.is_empty() {
             return false;
         }
-        let text = normalize(&super::spelling::composed(text).to_lowercase());
+        let text = normalize(&super::spelling::normalized(text).to_lowercase());
         self.excluded
             .iter()
             .any(|term| text.contains(&term.to_lowercase()))

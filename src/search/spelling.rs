@@ -58,7 +58,10 @@
 //! Lucene's and Elasticsearch's ICU normaliser does), queries are
 //! composed as they are parsed, and snippets are made of the composed
 //! text. The server builds no vector of a text that is not composed: it
-//! leaves that text to the database, which composes it.
+//! leaves that text to the database, which composes it. The Arabic
+//! script's [`DIGITS`] are read as ASCII digits then ([`normalized`]), as
+//! Lucene's decimal digit filter reads them (`٣٤` finds `34`); snippets
+//! show them as written and mark them by their value.
 
 use std::borrow::Cow;
 use std::ops::RangeInclusive;
@@ -186,6 +189,33 @@ pub fn composed(text: &str) -> Cow<'_, str> {
     } else {
         Cow::Owned(text.nfc().collect())
     }
+}
+
+/// The Arabic script's digits: the Arabic-Indic ones (`٠`–`٩`) and the
+/// extended ones Persian and Urdu write (`۰`–`۹`). Each is read as the
+/// ASCII digit of its value, as Lucene's decimal digit filter reads it, so
+/// `٣٤` and `۳۴` find `34` and `34` finds them.
+pub const DIGITS: [RangeInclusive<char>; 2] = ['\u{0660}'..='\u{0669}', '\u{06f0}'..='\u{06f9}'];
+
+/// The ASCII digit `c` is read as, when it is one of [`DIGITS`].
+fn ascii_digit(c: char) -> Option<char> {
+    let range = DIGITS.iter().find(|r| r.contains(&c))?;
+    char::from_digit(u32::from(c) - u32::from(*range.start()), 10)
+}
+
+/// `text` with each of [`DIGITS`] as its ASCII digit.
+pub fn ascii_digits(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() || !text.chars().any(|c| ascii_digit(c).is_some()) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(text.chars().map(|c| ascii_digit(c).unwrap_or(c)).collect())
+}
+
+/// `text` in the one form every reader reads it in before anything else:
+/// [`composed`], with the Arabic script's digits as ASCII ones
+/// ([`ascii_digits`]).
+pub fn normalized(text: &str) -> Cow<'_, str> {
+    then(composed(text), ascii_digits)
 }
 
 /// Whether `c` is one of [`ARABIC_LETTERS`].
@@ -425,6 +455,17 @@ mod tests {
     }
 
     #[test]
+    fn arabic_digits_are_read_as_ascii_ones() {
+        assert_eq!(
+            ascii_digits("٠١٢٣٤٥٦٧٨٩ ۰۱۲۳۴۵۶۷۸۹"),
+            "0123456789 0123456789"
+        );
+        assert_eq!(ascii_digits("صفحة ٣٤، ۱.۵"), "صفحة 34، 1.5");
+        assert!(matches!(ascii_digits("page 34 ٫ صفحة"), Cow::Borrowed(_)));
+        assert_eq!(normalized("\u{1112}\u{1161}\u{11ab} ٣"), "\u{d55c} 3");
+    }
+
+    #[test]
     fn the_postgres_readings_are_the_migrations() {
         let class = postgres_class();
         assert!(class.starts_with("[\\u0591-\\u05bd\\u05bf"), "{class}");
@@ -462,9 +503,29 @@ mod tests {
         );
         assert!(composed.contains(&composing), "{composing}");
         let called = format!(
-            "engram_arabic_text(regexp_replace(engram_composed_text(t), '{class}', '', 'g'))"
+            "engram_arabic_text(regexp_replace(engram_normalized_text(t), '{class}', '', 'g'))"
         );
         assert!(composed.contains(&called), "{called}");
+        // And reads the Arabic script's digits as ASCII ones, as
+        // `ascii_digits` does, in the text and in the items read again.
+        let digits = super::super::postgres_class(DIGITS.iter().flat_map(|r| r.clone()));
+        let from: String = DIGITS
+            .iter()
+            .flat_map(|r| r.clone())
+            .map(super::super::postgres_escape)
+            .collect();
+        let to: String = DIGITS
+            .iter()
+            .flat_map(|r| r.clone())
+            .filter_map(ascii_digit)
+            .collect();
+        let folded = format!(
+            "CASE WHEN t ~ '{digits}' THEN translate(engram_composed_text(t), E'{from}', '{to}') \
+             ELSE engram_composed_text(t) END"
+        );
+        assert!(composed.contains(&folded), "{folded}");
+        assert_eq!(composed.matches(&format!("~ '{digits}'")).count(), 5);
+        assert!(DIGITS.iter().all(|r| *r.start() > COMPOSED_BELOW));
         assert!(POINTS.iter().all(|r| *r.start() > COMPOSED_BELOW));
     }
 }

@@ -333,7 +333,8 @@ async fn assert_read_as_plain(texts: &[String]) {
 /// What makes text decomposed: Korean jamo, a kana and its voiced mark, a
 /// letter and its accents (in either order), a waw or alef and its hamza
 /// with a point between, characters NFC reads as others (the ohm and
-/// angstrom signs, a Greek dialytika tonos), and their composed forms.
+/// angstrom signs, a Greek dialytika tonos), and their composed forms;
+/// and the Arabic script's digits.
 const DECOMPOSED_PIECES: &[&str] = &[
     "\u{1112}\u{1161}\u{11ab}",
     "한",
@@ -365,23 +366,29 @@ const DECOMPOSED_PIECES: &[&str] = &[
     "ß",
     "ب",
     "ال",
+    "٣",
+    "۴",
+    "٠",
+    "۹",
+    "٫",
 ];
 
-/// Since migration 0032 `engram_search_text` composes text first
-/// (`engram_composed_text`), as `spelling::composed` does: Postgres's
-/// composed form of each generated text is Rust's, and the text reads as
-/// its composed form does. Text below `spelling::COMPOSED_BELOW` skips
-/// the composing and the scripts' expressions, and reads as the whole
-/// function reads it.
+/// Since migration 0032 `engram_search_text` composes text first and
+/// reads the Arabic script's digits as ASCII ones
+/// (`engram_normalized_text`), as `spelling::normalized` does: Postgres's
+/// form of each generated text is Rust's, and the text reads as its
+/// composed form does. Text below `spelling::COMPOSED_BELOW` skips the
+/// composing and the scripts' expressions, and reads as the whole function
+/// reads it.
 #[tokio::test]
-async fn text_is_composed_before_postgres_reads_it() {
+async fn text_is_normalized_before_postgres_reads_it() {
     let server = TestServer::spawn(Backend::Postgres).await;
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
         .await
         .expect("connect");
     let texts = generated(DECOMPOSED_PIECES, 10, 5_000, 0x9e37_79b9_7f4a_7c15);
     let rows: Vec<(String, bool)> = sqlx::query_as(
-        "SELECT engram_composed_text(t.s), \
+        "SELECT engram_normalized_text(t.s), \
                 engram_search_text(t.s) = engram_search_text(normalize(t.s, NFC)) \
          FROM unnest($1::text[]) WITH ORDINALITY AS t(s, i) ORDER BY t.i",
     )
@@ -391,7 +398,7 @@ async fn text_is_composed_before_postgres_reads_it() {
     .expect("composed");
     let mut differ = Vec::new();
     for (text, (postgres, alike)) in texts.iter().zip(&rows) {
-        if *postgres != spelling::composed(text) || !alike {
+        if *postgres != spelling::normalized(text) || !alike {
             differ.push(format!("{text:?}: {postgres:?}, read alike: {alike}"));
         }
     }

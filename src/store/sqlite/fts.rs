@@ -61,8 +61,9 @@
 //! and `reading 9` (0022) spells each token as Postgres spells text since
 //! its 0031, before folding it: letter variants alike (`أحمد` as `احمد`)
 //! and the article left off (`المدرسة` as `مدرسه`; [`spelling::read`]);
-//! `reading 10` (0023) reads the text composed first (Unicode's NFC,
-//! [`spelling::composed`]), as Postgres does since its 0032.
+//! `reading 10` (0023) reads the text composed first (Unicode's NFC),
+//! with the Arabic script's digits as ASCII ones
+//! ([`spelling::normalized`]), as Postgres does since its 0032.
 //!
 //! The one module with `unsafe` code: FTS5 takes auxiliary functions and
 //! tokenizers only through the C API's `fts5_api` pointer, which sqlx does
@@ -224,11 +225,12 @@ enum Reading {
     /// (`المدرسة` is `مدرسه`).
     ArabicWords,
     /// Migration 0023 (`reading 10`): as `reading 9`, the text read
-    /// composed ([`spelling::composed`], Unicode's NFC), as Postgres
-    /// reads it since its migration 0032: a Korean syllable written as
-    /// its jamo is the syllable, `か` and a combining voiced mark is `が`.
-    /// Reading 9 read the jamo as letters of a word of their own and left
-    /// the mark out.
+    /// composed (Unicode's NFC) and with the Arabic script's digits as
+    /// ASCII ones ([`spelling::normalized`]), as Postgres reads it since
+    /// its migration 0032: a Korean syllable written as its jamo is the
+    /// syllable, `か` and a combining voiced mark is `が`, `٣٤` is `34`.
+    /// Reading 9 read the jamo as letters of a word of their own, left
+    /// the mark out and kept the digits as written.
     Composed,
 }
 
@@ -587,15 +589,17 @@ unsafe extern "C" fn tokenize(
     };
     // SAFETY: the text FTS5 gave this call.
     let source = unsafe { text_of(text, length) };
-    // Reading 10 reads the text composed: the parent tokenizes the
-    // composed copy, and the offsets handed to FTS5 are within it (FTS5
-    // stores positions, not offsets; only `highlight()` and `snippet()`
-    // would read offsets, and the search uses neither).
+    // Reading 10 reads the text composed, with ASCII digits: the parent
+    // tokenizes that copy, and the offsets handed to FTS5 are within it
+    // (FTS5 stores positions, not offsets; only `highlight()` and
+    // `snippet()` would read offsets, and the search uses neither).
     let composed = if wrapped.reading >= Reading::Composed {
         std::str::from_utf8(source)
             .ok()
-            .filter(|text| !spelling::is_composed(text))
-            .map(|text| spelling::composed(text).into_owned())
+            .and_then(|text| match spelling::normalized(text) {
+                Cow::Owned(normalized) => Some(normalized),
+                Cow::Borrowed(_) => None,
+            })
     } else {
         None
     };
@@ -1497,19 +1501,31 @@ mod tests {
     /// Reading 10 reads text composed: a Korean syllable written as its
     /// jamo, a kana and its combining voiced mark, a letter and its
     /// accent, a waw and its hamza are the characters they make, in text
-    /// and in queries. Reading 9 read them as written.
+    /// and in queries; and the Arabic script's digits as ASCII ones, a
+    /// decimal whole. Reading 9 read them as written.
     #[tokio::test]
     async fn reading_10_reads_text_composed() {
         use unicode_normalization::UnicodeNormalization;
 
         let mut conn = table(&READING_3.replace("reading 3", "reading 10")).await;
-        let composed = "한국 がっこう café \u{0624}";
+        let composed = "한국 がっこう café \u{0624} ٣٤ ۱.۵";
         let decomposed: String = composed.nfd().collect();
         assert_ne!(decomposed, composed);
-        let want = ["한", "국", "が", "っ", "こ", "う", "cafe", "\u{0624}"];
+        let want = [
+            "한", "국", "が", "っ", "こ", "う", "cafe", "\u{0624}", "34", "1.5",
+        ];
         assert_eq!(lexemes(&mut conn, composed).await, want);
         assert_eq!(lexemes(&mut conn, &decomposed).await, want);
-        for query in ["한국", "\"がっこう\"", "café", "\u{0624}"] {
+        for query in [
+            "한국",
+            "\"がっこう\"",
+            "café",
+            "\u{0624}",
+            "34",
+            "٣٤",
+            "\"1.5\"",
+            "\"۱.۵\"",
+        ] {
             assert_eq!(matches(&mut conn, query).await, 1, "{query}");
             let query: String = query.nfd().collect();
             assert_eq!(matches(&mut conn, &query).await, 1, "{query}");

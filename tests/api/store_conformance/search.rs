@@ -939,6 +939,39 @@ async fn decomposed_text_reads_as_composed<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// The Arabic script's digits, Arabic-Indic and the extended ones Persian
+/// and Urdu write, read as ASCII digits: `٣٤` and `۳۴` find `34`, and
+/// `34` finds them; a decimal is whole; snippets mark the digits as
+/// written.
+async fn arabic_digits_read_as_ascii<S: Store>(store: S, _db: &TestDb) {
+    let said = [
+        ("arabic", "الصفحة ٣٤ من الكتاب"),
+        ("persian", "صفحه ۳۴ کتاب"),
+        ("ascii", "page 34 of the book"),
+        ("decimal", "السعر ٣.١٤ دينار"),
+        ("other", "page 35"),
+    ];
+    let only = said_in(&store, "s8", &said).await;
+    for query in ["34", "٣٤", "۳۴"] {
+        let (mut hits, _) = episodes_found(&store, &only, query).await;
+        hits.sort();
+        assert_eq!(hits, ["arabic", "ascii", "persian"], "{query}");
+    }
+    for query in ["3.14", "٣.١٤", "\"السعر 3.14\""] {
+        assert_eq!(
+            episodes_found(&store, &only, query).await.0,
+            ["decimal"],
+            "{query}"
+        );
+    }
+    let (mut hits, _) = episodes_found(&store, &only, "\"صفحة 34\"").await;
+    hits.sort();
+    assert_eq!(hits, ["arabic", "persian"]);
+    let (hits, snippets) = episodes_found(&store, &only, "۳۴ کتاب").await;
+    let persian = hits.iter().position(|h| h == "persian").expect("found");
+    assert_eq!(snippets[persian], "صفحه **۳۴** **کتاب**");
+}
+
 /// A fact's snippet shows its content, led by the parts of its triple the
 /// content does not say: a fact restating its triple showed it twice
 /// ("alice likes tea alice likes tea").
@@ -1454,18 +1487,19 @@ async fn arabic_text_written_before_its_reading_is_read_again_on_sqlite() {
     arabic_text_is_read_again_by_the_migration(db.sqlite_store().await, 21).await;
 }
 
-/// Text in Unicode's decomposed form written before it was read composed
-/// (Postgres's 0032, SQLite's 0023): Korean written as its jamo.
+/// Text in Unicode's decomposed form written before it was read composed,
+/// and the Arabic script's digits before they were read as ASCII ones
+/// (Postgres's 0032, SQLite's 0023): Korean written as its jamo, `٣٤`.
 async fn decomposed_text_is_read_again_by_the_migration<S>(store: S, before: i64)
 where
     S: Store + engram::ports::Database,
 {
-    let text: String = "한국어 문서 がっこう".nfd().collect();
+    let text: String = "한국어 문서 がっこう صفحة ٣٤".nfd().collect();
     let again: String = "서울 날씨".nfd().collect();
     let case = ReadAgain {
         text: &text,
-        absent: &["한국어", "문서"],
-        found: &["한국어", "문서", "\"がっこう\""],
+        absent: &["한국어", "문서", "34"],
+        found: &["한국어", "문서", "\"がっこう\"", "34", "٣٤"],
         again: &again,
         found_again: "날씨",
     };
@@ -2015,4 +2049,5 @@ store_suite!(
     vowel_points_are_read_as_if_not_written,
     arabic_words_are_read_alike,
     decomposed_text_reads_as_composed,
+    arabic_digits_read_as_ascii,
 );
