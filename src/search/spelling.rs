@@ -49,7 +49,7 @@
 //! calls NFC, where a letter and the marks it combines with are the one
 //! character they make. The same text reaches Engram in either form: a
 //! Korean syllable as one character (`한`) or as the three jamo it is
-//! made of (`한`), as macOS writes file names and some keyboards and
+//! made of (`ᄒ`, `ᅡ`, `ᆫ`), as macOS writes file names and some keyboards and
 //! converters write text; `が` as one kana or as `か` and a combining
 //! voiced mark. Postgres's parser read the decomposed Korean as a word of
 //! jamo and dropped the Japanese mark (`か`), so neither found the

@@ -231,7 +231,7 @@ enum Reading {
     /// syllable, `か` and a combining voiced mark is `が`, `٣٤` is `34`.
     /// Reading 9 read the jamo as letters of a word of their own, left
     /// the mark out and kept the digits as written.
-    Composed,
+    Normalized,
 }
 
 impl Reading {
@@ -306,7 +306,7 @@ unsafe fn reading_of(
                 Some(b"7") => Reading::NumbersBesideMarkup,
                 Some(b"8") => Reading::ClustersAlone,
                 Some(b"9") => Reading::ArabicWords,
-                Some(b"10") => Reading::Composed,
+                Some(b"10") => Reading::Normalized,
                 _ => return None,
             };
             i += 2;
@@ -593,7 +593,7 @@ unsafe extern "C" fn tokenize(
     // tokenizes that copy, and the offsets handed to FTS5 are within it
     // (FTS5 stores positions, not offsets; only `highlight()` and
     // `snippet()` would read offsets, and the search uses neither).
-    let composed = if wrapped.reading >= Reading::Composed {
+    let composed = if wrapped.reading >= Reading::Normalized {
         std::str::from_utf8(source)
             .ok()
             .and_then(|text| match spelling::normalized(text) {
@@ -1504,7 +1504,7 @@ mod tests {
     /// and in queries; and the Arabic script's digits as ASCII ones, a
     /// decimal whole. Reading 9 read them as written.
     #[tokio::test]
-    async fn reading_10_reads_text_composed() {
+    async fn reading_10_reads_text_composed_with_ascii_digits() {
         use unicode_normalization::UnicodeNormalization;
 
         let mut conn = table(&READING_3.replace("reading 3", "reading 10")).await;
