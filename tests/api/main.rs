@@ -27,6 +27,7 @@ mod robustness;
 mod search;
 mod search_properties;
 mod search_reading;
+mod search_vectors;
 mod semantic;
 mod sessions_api;
 mod store_conformance;
