@@ -63,13 +63,12 @@ impl Settles {
         }
     }
 
-    /// Whether a wait of `feed` is to be reported now (none reported in
-    /// the last [`REPORT_EVERY`]), noting it if so.
-    fn report_due(&self, feed: Feed) -> bool {
+    /// Whether a wait of `feed` is to be reported at `now` (none reported
+    /// in the [`REPORT_EVERY`] before it), noting it if so.
+    fn report_due(&self, feed: Feed, now: Instant) -> bool {
         let mut last = self.reported[feed as usize]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Instant::now();
         if last.is_some_and(|at| now.duration_since(at) < REPORT_EVERY) {
             return false;
         }
@@ -266,7 +265,7 @@ async fn wait_settled(pool: &Pool, settles: &Settles, feed: Feed, fence: &str) -
         let now = Instant::now();
         if now >= next_check {
             next_check = now + Duration::from_secs(1);
-            if settles.report_due(feed) {
+            if settles.report_due(feed, now) {
                 report_blockers(pool, settles, feed, fence, now - started).await;
             }
         }
@@ -406,5 +405,34 @@ async fn run_horizon(
             Ok(_) => {}
             Err(err) => tracing::warn!(error = %err, "cannot advance the change horizon"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{REPORT_EVERY, Settles};
+    use crate::ports::Feed;
+
+    /// However many settles of a feed wait, the log names its blockers once
+    /// a minute; each feed keeps its own minute.
+    #[test]
+    fn blockers_are_reported_again_once_a_minute_per_feed() {
+        let settles = Settles::new(Duration::from_secs(5));
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        assert!(settles.report_due(Feed::Changes, at(0)), "the first report");
+        assert!(!settles.report_due(Feed::Changes, at(1)));
+        assert!(!settles.report_due(Feed::Changes, at(59)));
+        assert!(
+            settles.report_due(Feed::Episodes, at(30)),
+            "another feed's report does not wait on this one's"
+        );
+        assert!(settles.report_due(Feed::Changes, at(60)), "a minute later");
+        assert!(!settles.report_due(Feed::Changes, at(61)));
+        assert!(!settles.report_due(Feed::Episodes, at(89)));
+        assert!(settles.report_due(Feed::Episodes, at(90)));
+        assert!(settles.report_due(Feed::Changes, at(60) + REPORT_EVERY));
     }
 }
