@@ -19,6 +19,7 @@
 //! word too, marked only where a run of the query's clusters stands whole
 //! (`กาแฟ`, not every `า` of the text).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::LazyLock;
@@ -200,9 +201,10 @@ fn is_mark(c: char) -> bool {
 /// character of Chinese, Japanese or Korean alone, and each cluster of
 /// Thai, Lao, Khmer or Burmese ([`cjk::units`]), numbers beside them, or
 /// beside `<`, `>`, `&` or `@`, read as between spaces (`3.5` in `第3.5章`,
-/// `-7` in `<-7>`, as Postgres reads them; [`numbers::in_text`]).
+/// `-7` in `<-7>`, as Postgres reads them; [`numbers::in_text`]), the
+/// Arabic script's digits read as ASCII ones ([`numbers_in`]).
 pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
-    let numbers = numbers::in_text(&spaced(text), &[], cjk::Units::Clusters);
+    let numbers = numbers_in(text);
     let mut numbers = numbers.iter().peekable();
     let mut units = cjk::units(text, cjk::Units::Clusters)
         .into_iter()
@@ -243,6 +245,33 @@ pub fn word_ranges(text: &str) -> Vec<Range<usize>> {
         while numbers.next_if(|n| n.start < at).is_some() {}
     }
     words
+}
+
+/// The numbers of `text` as the indexes read them, at their offsets in
+/// `text`: found where its Arabic-script digits are ASCII ones
+/// ([`spelling::ascii_digits`]), so that `٣.١٤` is one number, `3.14`, as
+/// it is to the search, and not two words split at the point.
+fn numbers_in(text: &str) -> Vec<Range<usize>> {
+    let spaced = spaced(text);
+    let read = |text: &str| numbers::in_text(text, &[], cjk::Units::Clusters);
+    let Cow::Owned(ascii) = spelling::ascii_digits(&spaced) else {
+        return read(&spaced);
+    };
+    // Each such digit is two bytes in the text and one in `ascii`: the
+    // text's offset of each of `ascii`'s bytes, and of its end.
+    let mut at_in_text = Vec::with_capacity(ascii.len() + 1);
+    for (at, c) in spaced.char_indices() {
+        let bytes = match spelling::ascii_digit(c) {
+            Some(_) => 1,
+            None => c.len_utf8(),
+        };
+        at_in_text.extend(std::iter::repeat_n(at, bytes));
+    }
+    at_in_text.push(spaced.len());
+    read(&ascii)
+        .into_iter()
+        .filter_map(|r| Some(*at_in_text.get(r.start)?..*at_in_text.get(r.end)?))
+        .collect()
 }
 
 /// The word range of the fragment holding the most marked words not yet
@@ -438,6 +467,18 @@ mod tests {
             snippet("3.14pm, 3.14e5, v3.14x", &terms(&["3.14", "pm"])),
             "**3.14pm**, 3.14e5, v3.14x"
         );
+        // The Arabic script's digits are numbers by their value: `٣.١٤` is
+        // `3.14` whole, not `٣` and `١٤`, in either set of digits and
+        // beside other text.
+        assert_eq!(
+            snippet("السعر ٣.١٤ و ۲.۵ و 3.14", &terms(&["3.14", "2.5"])),
+            "السعر **٣.١٤** و **۲.۵** و **3.14**"
+        );
+        assert_eq!(
+            snippet("السعر ٣.١٤ دينار", &terms(&["3"])),
+            "السعر ٣.١٤ دينار"
+        );
+        assert_eq!(snippet("v٣.١٤ (٣٤)", &terms(&["34"])), "v٣.١٤ (**٣٤**)");
     }
 
     #[test]

@@ -198,7 +198,7 @@ pub fn composed(text: &str) -> Cow<'_, str> {
 pub const DIGITS: [RangeInclusive<char>; 2] = ['\u{0660}'..='\u{0669}', '\u{06f0}'..='\u{06f9}'];
 
 /// The ASCII digit `c` is read as, when it is one of [`DIGITS`].
-fn ascii_digit(c: char) -> Option<char> {
+pub fn ascii_digit(c: char) -> Option<char> {
     let range = DIGITS.iter().find(|r| r.contains(&c))?;
     char::from_digit(u32::from(c) - u32::from(*range.start()), 10)
 }
