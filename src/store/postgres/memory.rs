@@ -13,7 +13,7 @@ use futures::FutureExt;
 use sqlx::{Executor, Postgres, Row};
 
 use super::pool::Lease;
-use super::{Alone, InGroup, PgStore, Tsvector};
+use super::{Alone, InGroup, PgStore, Tsvector, slot_of};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
@@ -340,16 +340,19 @@ impl PgStore {
                 .bind(keys.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>())
                 .fetch_all(&mut conn)
                 .await?;
-            let mut found: Vec<Option<Entry>> = keys.iter().map(|_| None).collect();
+            let mut found: Vec<(&Scope, Option<Entry>)> =
+                keys.iter().map(|(scope, _)| (scope, None)).collect();
             for row in &rows {
-                let ord: i64 = row.try_get(8)?;
-                let at = usize::try_from(ord - 1).map_err(Error::internal)?;
-                let (scope, _) = keys
-                    .get(at)
+                let (scope, entry) = slot_of(&mut found, row.try_get(8)?)
                     .ok_or_else(|| Error::internal("a row for no key asked for"))?;
-                found[at] = Some(entry_row(row, scope)?);
+                *entry = Some(entry_row(row, scope)?);
             }
-            Ok::<_, Error>(found)
+            Ok::<_, Error>(
+                found
+                    .into_iter()
+                    .map(|(_, entry)| entry)
+                    .collect::<Vec<_>>(),
+            )
         };
         match read.await {
             Ok(found) => found.into_iter().map(Ok).collect(),

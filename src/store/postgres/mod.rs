@@ -365,9 +365,8 @@ impl sqlx::Encode<'_, Postgres> for Tsvector<'_> {
 /// The slot of a grouped statement's row, by the 1-based `ord` the
 /// statement tagged it with (`WITH ORDINALITY` over the group's inputs).
 pub(super) fn slot_of<T>(slots: &mut [T], ord: i64) -> Option<&mut T> {
-    usize::try_from(ord - 1)
-        .ok()
-        .and_then(|at| slots.get_mut(at))
+    let at = usize::try_from(ord.checked_sub(1)?).ok()?;
+    slots.get_mut(at)
 }
 
 /// Runs one step of a group (one job, or several that share a statement)
