@@ -219,6 +219,15 @@ macro_rules! purge_victim {
 }
 pub(super) use purge_victim;
 
+/// What a purge would delete, per key (see [`purge_victim!`]): the same
+/// statement on both stores.
+pub(super) static PURGE_COUNTS: Sql = Sql::new(concat!(
+    "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
+     JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
+    purge_victim!(),
+    " GROUP BY v.key ORDER BY v.key"
+));
+
 /// The parameters of [`purge_victim!`].
 pub(super) fn purge_params<'a>(tenant: &'a Tenant, purge: &'a Purge<'_>) -> [Param<'a>; 8] {
     [

@@ -25,8 +25,9 @@ use crate::search::vector;
 use crate::store::HeadUpdate;
 use crate::store::group::{commit_failed, shared_steps};
 use crate::store::memory::{
-    AuditWrite, MemoryWrites, OwnedWrite, current_in, entry_row, fence_moved, head_in, key_at,
-    lock_ordered, purge_params, purge_victim, purged_row, version_columns, version_in,
+    AuditWrite, MemoryWrites, OwnedWrite, PURGE_COUNTS, current_in, entry_row, fence_moved,
+    head_in, key_at, lock_ordered, purge_params, purge_victim, purged_row, version_columns,
+    version_in,
 };
 use crate::store::past;
 use crate::store::sql::{Param, Run, Sql, params};
@@ -99,14 +100,6 @@ const DELETE_IF_VERSION: &str = write_statement!(
      AND version = $6 \
      RETURNING version"
 );
-
-/// What a purge would delete, per key (see `purge_victim!`).
-static PURGE_COUNTS: Sql = Sql::new(concat!(
-    "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
-     JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
-    purge_victim!(),
-    " GROUP BY v.key ORDER BY v.key"
-));
 
 /// The purge, in one statement: the versions, the heads left without one
 /// (a rule that takes a key's head takes all of it) unless a write moved

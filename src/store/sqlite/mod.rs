@@ -26,8 +26,8 @@ mod statistics;
 
 use super::group::{Group, commit_failed, shared_steps};
 use super::memory::{
-    AuditWrite, MemoryWrites, OwnedWrite, current_in, fence_moved, head_in, key_at, lock_ordered,
-    purge_params, purge_victim, purged_row, version_in,
+    AuditWrite, MemoryWrites, OwnedWrite, PURGE_COUNTS, current_in, fence_moved, head_in, key_at,
+    lock_ordered, purge_params, purge_victim, purged_row, version_in,
 };
 use super::past;
 use super::sql::{Cols, Run, Sql, params};
@@ -470,13 +470,6 @@ impl Database for SqliteStore {
         self.reader.close().await;
     }
 }
-
-static PURGE_COUNTS: Sql = Sql::new(concat!(
-    "SELECT v.key, count(*), max(v.version) FROM memory_versions v \
-     JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
-    purge_victim!(),
-    " GROUP BY v.key ORDER BY v.key"
-));
 
 /// Also $9 change kind, $10 time.
 static PURGE_CHANGES: Sql = Sql::new(concat!(
