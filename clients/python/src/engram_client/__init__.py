@@ -27,13 +27,26 @@ stubs are in ``engram_client.v1`` and on ``client.stubs``; errors are
 """
 
 from . import deltas
-from ._client import (
+from ._client import Engram, Stubs
+from ._errors import (
+    AlreadyExists,
+    Conflict,
+    EngramError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from ._requests import to_value
+from ._results import (
     Applied,
     AuditRecord,
     Cached,
     CachedFile,
     Compacted,
-    Engram,
     Entry,
     Episode,
     Fact,
@@ -50,25 +63,11 @@ from ._client import (
     ScopeSummary,
     Session,
     Snapshot,
-    Stubs,
     Task,
     Tool,
     ToolResult,
     WorkingSnapshot,
     from_value,
-    to_value,
-)
-from ._errors import (
-    AlreadyExists,
-    Conflict,
-    EngramError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-    Unauthenticated,
-    Unavailable,
 )
 
 __all__ = [

@@ -121,3 +121,13 @@ def from_rpc_error(error: grpc.RpcError) -> EngramError:
     if reason in _HINTS:
         message = f"{message}; {_HINTS[reason]}"
     return _BY_CODE.get(code, EngramError)(code, message, reason, metadata, fields)
+
+
+def _absent(error: NotFound) -> bool:
+    """Whether a NOT_FOUND means "no value" rather than "purged since"."""
+    return error.reason != "VERSION_PURGED"
+
+
+def _no_retention(error: NotFound) -> bool:
+    """Whether a NOT_FOUND means the scope has no retention policy."""
+    return error.reason == "RETENTION_NOT_FOUND"

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import _requests
-from ._client import Engram, Entry, Hit
+from ._client import Engram
+from ._results import Entry, Hit
 from ._errors import Conflict, NotFound
 from .aio import AsyncEngram
 from .v1 import memory_pb2

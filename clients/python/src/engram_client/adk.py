@@ -52,8 +52,8 @@ from google.adk.sessions.state import State
 from google.genai import types
 
 from . import _requests
-from ._client import Episode, from_value
-from ._client import Session as EngramSession
+from ._results import Episode, from_value
+from ._results import Session as EngramSession
 from ._errors import AlreadyExists, FailedPrecondition, NotFound
 from ._connect import Clients, Target
 from ._keys import escape, unescape

@@ -30,7 +30,7 @@ import grpc
 from google.protobuf.message import Message
 
 from . import _requests
-from ._client import (
+from ._results import (
     Applied,
     AuditRecord,
     Cached,
@@ -55,10 +55,8 @@ from ._client import (
     Tool,
     ToolResult,
     WorkingSnapshot,
-    _absent,
-    _no_retention,
 )
-from ._errors import EngramError, NotFound, from_rpc_error
+from ._errors import EngramError, NotFound, _absent, _no_retention, from_rpc_error
 from ._requests import (
     FactKind,
     Page,

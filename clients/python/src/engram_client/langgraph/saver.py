@@ -52,7 +52,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import _plans
-from .._client import Entry
+from .._results import Entry
 from .._connect import Clients, Target
 from .._keys import escape, unescape
 

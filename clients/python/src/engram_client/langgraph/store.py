@@ -40,7 +40,7 @@ from langgraph.store.base import (
 )
 
 from .. import _plans
-from .._client import Entry, Hit
+from .._results import Entry, Hit
 from .._connect import Clients, Target
 from .._keys import escape, unescape
 
