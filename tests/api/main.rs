@@ -6,7 +6,6 @@ mod auth;
 mod bench;
 mod binary;
 mod cli;
-mod cli_follow;
 mod console;
 mod consolidation;
 mod forget;

@@ -1,0 +1,106 @@
+//! `engram export` and `engram import`.
+
+use serde_json::{Value, json};
+
+use super::Cli;
+use crate::helpers::{Backend, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_and_import_commands_move_a_tenant() {
+    let source = TestServer::spawn(Backend::Sqlite).await;
+    let target = TestServer::spawn(Backend::Sqlite).await;
+    let memory = Cli {
+        server: format!("http://{}", source.grpc_addr()),
+        group: "memory",
+    };
+    memory.json(&["set", "k", r#"{"v": 1}"#, "--scope", "team"]);
+    memory.json(&["set", "k", r#"{"v": 2}"#, "--scope", "team"]);
+    let episodes = Cli {
+        server: memory.server.clone(),
+        group: "episodes",
+    };
+    episodes.json(&["append", "s1", "hello", "--app", "bot", "--user", "u1"]);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("tenant.jsonl");
+    let export = |server: &str, file: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(["export", "--server", server, "--file"])
+            .arg(file)
+            .output()
+            .expect("run engram export");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = export(&memory.server, &file);
+    assert!(
+        said.contains("exported 4 records (episode 1, memory_version 2, session 1)"),
+        "{said}"
+    );
+
+    // Import from standard input, twice: the second changes nothing.
+    let target_server = format!("http://{}", target.grpc_addr());
+    let import = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args([
+                "import",
+                "--server",
+                &target_server,
+                "--output",
+                "json",
+                "-",
+            ])
+            .stdin(std::fs::File::open(&file).expect("open the export"))
+            .output()
+            .expect("run engram import");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("json")
+    };
+    let first = import();
+    assert_eq!(
+        (
+            &first["imported"]["memory_version"],
+            &first["imported"]["episode"]
+        ),
+        (&json!(2), &json!(1))
+    );
+    let second = import();
+    assert_eq!(second["imported"], json!({}));
+    assert_eq!(second["unchanged"]["memory_version"], json!(2));
+
+    let copy = dir.path().join("copy.jsonl");
+    export(&target_server, &copy);
+    let body = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .expect("read")
+            .lines()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(body(&copy), body(&file));
+
+    // A file that is not an export: exit code 2 (invalid argument), the
+    // line named.
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "not json\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(["import", "--server", &target_server])
+        .arg(&bad)
+        .output()
+        .expect("run engram import");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("IMPORT_MALFORMED") && stderr.contains("line 1"),
+        "{stderr}"
+    );
+}
