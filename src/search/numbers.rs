@@ -17,11 +17,12 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::english::{Reading, is_break_mark};
+use super::english::Reading;
+use super::english::plain::is_break_mark;
 use super::{cjk, markup};
 
 /// The marks these rules read themselves; beside them and the
-/// punctuation the parser always reads as a break ([`BREAKS`](super::english::BREAKS)), a number
+/// punctuation the parser always reads as a break ([`BREAKS`](super::english::plain::BREAKS)), a number
 /// stands apart.
 const MARKS: &[u8] = b".+-";
 
@@ -35,7 +36,7 @@ const MARKS: &[u8] = b".+-";
 ///   unsigned, as unsigned versions and decimals are).
 ///
 /// A run that starts after a letter or digit (`x1.5`) is not a number of
-/// its own, and a number beside anything but whitespace, [`BREAKS`](super::english::BREAKS) and
+/// its own, and a number beside anything but whitespace, [`BREAKS`](super::english::plain::BREAKS) and
 /// [`MARKS`] is left out.
 pub fn whole(text: &str) -> Vec<Range<usize>> {
     let bytes = text.as_bytes();
@@ -89,7 +90,7 @@ pub fn whole(text: &str) -> Vec<Range<usize>> {
 /// The byte ranges of `text` (as [`super::english::spaced`] leaves it)
 /// that Postgres reads as a number of their own although letters follow
 /// them: a decimal or version after whitespace or a
-/// [`BREAKS`](super::english::BREAKS) mark (or at the start) and right
+/// [`BREAKS`](super::english::plain::BREAKS) mark (or at the start) and right
 /// before an ASCII letter, which starts the next word (`3.21s`,
 /// `1.2.3rc1`). Before an `e` it may be a number in scientific notation
 /// (`3.14E5`), so none is read there. In order; none overlaps one of

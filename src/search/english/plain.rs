@@ -1,12 +1,3 @@
-//! English words as Postgres's built-in `english` text search
-//! configuration indexes them, for text it reads word by word: a word of
-//! letters is lowercased and stemmed with Snowball's English stemmer
-//! (unless it is a stop word, which is not indexed), a word with digits is
-//! lowercased and kept whole. `rust-stemmers` runs the same Snowball
-//! algorithm as Postgres 15's `english_stem`: all 29,290 non-stop words of
-//! its English test vocabulary stem alike (checked with `ts_lexize`), and a
-//! test against a live Postgres checks the normalisation below.
-//!
 //! Text for Postgres, and every query, is read through [`spaced`] first,
 //! which makes the `/` of a path and the `.` and `@` of a file name, host
 //! or email spaces (SQLite's tokenizer splits them itself). Text that is
@@ -33,212 +24,10 @@
 //! and benchmark log.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::sync::LazyLock;
 
-use rust_stemmers::{Algorithm, Stemmer};
-
-use super::{markup, numbers};
-
-static ENGLISH: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
-
-/// The stop words of the `english` configuration (Snowball's English
-/// list, Postgres's `english.stop`): never indexed, never searched.
-#[rustfmt::skip]
-const STOP_WORDS: [&str; 127] = [
-    "a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are",
-    "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but",
-    "by", "can", "did", "do", "does", "doing", "don", "down", "during", "each", "few", "for",
-    "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself",
-    "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just",
-    "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once",
-    "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "s", "same", "she",
-    "should", "so", "some", "such", "t", "than", "that", "the", "their", "theirs", "them",
-    "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too",
-    "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while",
-    "who", "whom", "why", "will", "with", "you", "your", "yours", "yourself", "yourselves",
-];
-
-/// Whether a lowercase word is one of the `english` configuration's stop
-/// words.
-pub fn is_stop_word(word: &str) -> bool {
-    packed(word).is_some_and(|key| PACKED_STOP_WORDS.binary_search(&key).is_ok())
-}
-
-/// The stop words as [`packed`] keys, sorted: a search compares integers,
-/// where comparing strings was most of the cost of building an episode's
-/// vector.
-static PACKED_STOP_WORDS: LazyLock<Vec<u128>> = LazyLock::new(|| {
-    let mut keys: Vec<u128> = STOP_WORDS.iter().filter_map(|w| packed(w)).collect();
-    keys.sort_unstable();
-    keys
-});
-
-/// A word of up to 15 bytes as one integer: its bytes, then its length.
-fn packed(word: &str) -> Option<u128> {
-    let bytes = word.as_bytes();
-    let mut key = [0u8; 16];
-    key.get_mut(..bytes.len())?.copy_from_slice(bytes);
-    key[15] = u8::try_from(bytes.len()).ok().filter(|&n| n < 16)?;
-    Some(u128::from_be_bytes(key))
-}
-
-/// The longest word read here; longer ones are left to Postgres.
-const LONGEST: usize = 256;
-
-/// The lexeme a word of letters or digits is indexed under, stop words
-/// aside: its letters folded as `engram_english`'s `unaccent` reads a
-/// word with a non-ASCII letter (and SQLite's tokenizer any word; see
-/// [`folded`]), lowercased, and stemmed when it is all letters.
-/// Spelt first as the indexes spell text since Postgres's 0031 and
-/// SQLite's 0022 ([`super::spelling::read`]): Arabic's and Hebrew's vowel
-/// points left out, Arabic's letter variants read alike and its article
-/// left off.
-pub fn lexeme(word: &str) -> String {
-    let word = spelt(word);
-    lowercase_lexeme(folded_lowercase(&word).into_owned())
-}
-
-/// A word as the indexes spell it before folding its letters: the
-/// Arabic script's digits as ASCII ones, then
-/// [`spelling::read`](super::spelling::read).
-fn spelt(word: &str) -> Cow<'_, str> {
-    use super::spelling;
-    spelling::then(spelling::ascii_digits(word), spelling::read)
-}
-
-/// [`lexeme`] as a database whose `LC_CTYPE` is Turkish or Azerbaijani
-/// reads a word: its lowercasing takes `I` to a dotless `ı` (`INVOICE` is
-/// `ınvoıc` there). `unaccent` runs first, as it does there, so `İ` is
-/// read as `I` and lowercased the same way. Only snippets on such a
-/// database use it; the server leaves every other reading to Postgres
-/// there ([`crate::store::PgStore::text_in_rust`]).
-pub fn turkic_lexeme(word: &str) -> String {
-    let word = spelt(word);
-    let mut lower = String::with_capacity(word.len() + 1);
-    for c in folded(&word).chars() {
-        match c {
-            'I' => lower.push('ı'),
-            c => lower.extend(c.to_lowercase()),
-        }
-    }
-    lowercase_lexeme(lower)
-}
-
-/// The table of Postgres's `unaccent` dictionary, the file it reads
-/// (`unaccent.rules` of PostgreSQL 15's contrib module, © The PostgreSQL
-/// Global Development Group, under the PostgreSQL License): a character,
-/// a tab and what it is read as (nothing, for a combining mark), one per
-/// line.
-const UNACCENT_RULES: &str = include_str!("unaccent.rules");
-
-/// [`UNACCENT_RULES`] by character.
-static UNACCENT: LazyLock<HashMap<char, &'static str>> = LazyLock::new(|| {
-    UNACCENT_RULES
-        .lines()
-        .filter_map(|line| {
-            let (from, to) = line.split_once('\t').unwrap_or((line, ""));
-            let mut chars = from.chars();
-            match (chars.next(), chars.next()) {
-                (Some(c), None) => Some((c, to)),
-                _ => None,
-            }
-        })
-        .collect()
-});
-
-/// A word as `engram_english`'s `unaccent` reads it, before the stemmer
-/// lowercases it: each character `unaccent`'s table holds replaced as the
-/// table says (`é` → `e`, `ß` → `ss`, `ł` → `l`, `ﬁ` → `fi`, `ᴀ` → `A`, a
-/// combining mark taken off) and every other character kept (`й` stays,
-/// as it does there). Postgres applies no Unicode normalisation, so
-/// neither does this: a decomposition it lacks would read `й` as `и` here
-/// and not there. A test holds this to a live Postgres over every letter
-/// of the Latin, Greek and Cyrillic blocks.
-pub fn folded(word: &str) -> Cow<'_, str> {
-    if word.is_ascii() || !word.chars().any(|c| UNACCENT.contains_key(&c)) {
-        return Cow::Borrowed(word);
-    }
-    let mut out = String::with_capacity(word.len());
-    for c in word.chars() {
-        match UNACCENT.get(&c) {
-            Some(to) => out.push_str(to),
-            None => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// [`folded`], then lowercased, as Postgres reads a word: `unaccent` sees
-/// the word as written (`Ɩ` → `I` → `i`, where `ɩ` stays).
-pub fn folded_lowercase(word: &str) -> Cow<'_, str> {
-    match folded(word) {
-        Cow::Borrowed(w) if w.chars().all(is_lowercase) => Cow::Borrowed(w),
-        // Character by character, as Postgres lowercases (`Σ` is `σ` at
-        // a word's end too).
-        f => Cow::Owned(f.chars().flat_map(char::to_lowercase).collect()),
-    }
-}
-
-/// Whether a character is its own lowercase.
-fn is_lowercase(c: char) -> bool {
-    let mut lower = c.to_lowercase();
-    lower.next() == Some(c) && lower.next().is_none()
-}
-
-/// [`lexeme`] of a word already lowercase.
-fn lowercase_lexeme(lower: String) -> String {
-    match stem_lowercase(&lower) {
-        Cow::Borrowed(_) => lower,
-        Cow::Owned(stem) => stem,
-    }
-}
-
-thread_local! {
-    /// Each thread's stems of the words it read lately (`None`: the word
-    /// is its own stem): text repeats its words, and Snowball's stemmer
-    /// was a third of building a vector (about 80 µs for a kilobyte of
-    /// agents' prose, 47 with this). Emptied when it holds
-    /// [`MOST_STEMS`]; a refill costs only the stemming it saved.
-    static STEMS: RefCell<HashMap<String, Option<String>>> = RefCell::new(HashMap::new());
-}
-
-/// The most words [`STEMS`] keeps per thread (about 100 bytes each).
-const MOST_STEMS: usize = 4_096;
-
-/// Snowball's English stem of a lowercase word of letters, `None` when it
-/// is the word itself ([`STEMS`]).
-fn stem(lower: &str) -> Option<String> {
-    STEMS.with_borrow_mut(|stems| {
-        if let Some(stem) = stems.get(lower) {
-            return stem.clone();
-        }
-        let stem = match ENGLISH.stem(lower) {
-            Cow::Owned(stem) if stem != lower => Some(stem),
-            _ => None,
-        };
-        if stems.len() >= MOST_STEMS {
-            stems.clear();
-        }
-        stems.insert(lower.to_owned(), stem.clone());
-        stem
-    })
-}
-
-/// The lexeme of a word already lowercase and without diacritics (as
-/// SQLite's tokenizer hands them over): stemmed when it is all letters,
-/// else itself.
-pub fn stem_lowercase(lower: &str) -> Cow<'_, str> {
-    if !lower.chars().all(char::is_alphabetic) {
-        return Cow::Borrowed(lower);
-    }
-    match stem(lower) {
-        Some(stem) => Cow::Owned(stem),
-        None => Cow::Borrowed(lower),
-    }
-}
+use super::{ENGLISH, LONGEST, folded_lowercase, is_stop_word, lexeme, lowercase_lexeme};
+use crate::search::{markup, numbers, spelling};
 
 /// A text as Postgres's indexes and every query read it before splitting
 /// it into words: `/` is a space (but in `</` and `/>`), and so is a `.` or `@` between letters
@@ -255,7 +44,7 @@ pub fn spaced(text: &str) -> Cow<'_, str> {
     let space = |at: usize| -> bool {
         match bytes.get(at) {
             // Not the `/` of a tag (`</p>`, `<br/>`), which the parser
-            // then reads as a tag (see `super::markup`).
+            // then reads as a tag (see `markup`).
             Some(b'/') => {
                 at.checked_sub(1).and_then(|i| bytes.get(i)) != Some(&b'<')
                     && bytes.get(at + 1) != Some(&b'>')
@@ -287,7 +76,7 @@ pub fn spaced(text: &str) -> Cow<'_, str> {
 
 /// Punctuation Postgres's default parser reads as a break between words
 /// wherever it stands, alone or beside other such marks.
-pub(super) const BREAKS: &[u8] = b"!\"#$%'()*,;:=?[\\]^_`{|}";
+pub(in crate::search) const BREAKS: &[u8] = b"!\"#$%'()*,;:=?[\\]^_`{|}";
 
 /// [`BREAKS`] by byte: looked up for every byte of a text, where a search
 /// of the list was a tenth of building a vector.
@@ -302,7 +91,7 @@ static BREAK_BYTES: [bool; 256] = {
 };
 
 /// Whether a byte is one of [`BREAKS`].
-pub(super) fn is_break_mark(byte: u8) -> bool {
+pub(in crate::search) fn is_break_mark(byte: u8) -> bool {
     BREAK_BYTES[usize::from(byte)]
 }
 
@@ -376,10 +165,10 @@ fn is_letter(c: char) -> bool {
 }
 
 /// Whether the server reads `c` as an Arabic letter ([`Reading::Arabic`]):
-/// one of [`spelling::ARABIC_LETTERS`](super::spelling::ARABIC_LETTERS),
+/// one of [`spelling::ARABIC_LETTERS`](spelling::ARABIC_LETTERS),
 /// assigned, and not the tatweel (a point, left out).
 fn is_read_arabic_letter(c: char) -> bool {
-    super::spelling::is_arabic_letter(c) && c.is_alphabetic() && !super::spelling::is_point(c)
+    spelling::is_arabic_letter(c) && c.is_alphabetic() && !spelling::is_point(c)
 }
 
 /// Arabic's comma, semicolon and question mark, Urdu's full stop, the
@@ -397,13 +186,13 @@ pub const ARABIC_PUNCTUATION: &[RangeInclusive<char>] = &[
 ];
 
 /// The store's check of [`Reading::Arabic`]: a word of each Arabic letter
-/// ([`spelling::ARABIC_LETTERS`](super::spelling::ARABIC_LETTERS)) between
+/// ([`spelling::ARABIC_LETTERS`](spelling::ARABIC_LETTERS)) between
 /// two `q`s with its lexeme as read here, which the database must give
 /// as `to_tsvector('engram_english', engram_search_text(word))` (so as its
 /// migration 0031 spells them); then, as [`punctuation_probe`], a text
 /// with each of [`ARABIC_PUNCTUATION`] and the same with spaces.
 pub fn arabic_probes() -> (Vec<String>, Vec<String>, (String, String)) {
-    let (words, lexemes) = letter_words(super::spelling::ARABIC_LETTERS, is_read_arabic_letter);
+    let (words, lexemes) = letter_words(spelling::ARABIC_LETTERS, is_read_arabic_letter);
     (words, lexemes, probe(ARABIC_PUNCTUATION, ""))
 }
 
@@ -476,7 +265,7 @@ pub enum Reading {
     /// And words with the letters of [`LETTERS`].
     Letters,
     /// And words of Arabic letters, spelt as
-    /// [`spelling::read`](super::spelling::read) spells them (as
+    /// [`spelling::read`](spelling::read) spells them (as
     /// `engram_search_text` does since migration 0031: vowel points left
     /// out, variants alike, the article off), with [`ARABIC_PUNCTUATION`]
     /// as breaks.
@@ -485,7 +274,7 @@ pub enum Reading {
 
 impl Reading {
     /// Whether this reading takes `c` for a break.
-    pub(super) fn breaks_at(self, c: char) -> bool {
+    pub(in crate::search) fn breaks_at(self, c: char) -> bool {
         let within = |ranges: &[RangeInclusive<char>]| ranges.iter().any(|r| r.contains(&c));
         (self >= Reading::Punctuation && within(PUNCTUATION))
             || (self >= Reading::Symbols && within(SYMBOLS))
@@ -504,7 +293,7 @@ impl Reading {
 pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
     // Text not composed is composed by the database before it reads it
     // (since migration 0032); the server leaves it to the database.
-    if !super::spelling::is_composed(text) {
+    if !spelling::is_composed(text) {
         return None;
     }
     // Where the parser reads no tag and no entity, `<`, `>` and `&` are
@@ -541,7 +330,7 @@ pub fn plain(text: &str, reading: Reading) -> Option<Vec<Option<String>>> {
     let read_here = |c: char| {
         c.is_ascii()
             || is_letter(c)
-            || (arabic && (is_read_arabic_letter(c) || super::spelling::is_point(c)))
+            || (arabic && (is_read_arabic_letter(c) || spelling::is_point(c)))
     };
     if letters && !text.chars().all(read_here) {
         return None;
@@ -639,7 +428,7 @@ fn read(run: &str, words: &mut Vec<Option<String>>) -> Option<()> {
         if run.bytes().any(|b| b == b'-' || b.is_ascii_digit()) {
             return None;
         }
-        let spelt = super::spelling::read(run);
+        let spelt = spelling::read(run);
         if spelt.is_empty() {
             return Some(()); // points alone, which Postgres never sees
         }
@@ -729,33 +518,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stop_words_and_only_they_are_found() {
-        assert_eq!(PACKED_STOP_WORDS.len(), STOP_WORDS.len());
-        assert!(STOP_WORDS.iter().all(|w| is_stop_word(w)));
-        for word in [
-            "",
-            "deploy",
-            "th",
-            "thes",
-            "a\0",
-            "themselvesx",
-            "x".repeat(40).as_str(),
-        ] {
-            assert!(!is_stop_word(word), "{word:?}");
-        }
-    }
-
-    #[test]
-    fn words_stem_and_identifiers_stay_whole() {
-        assert_eq!(lexeme("Deployments"), "deploy");
-        assert_eq!(lexeme("running"), "run");
-        assert_eq!(lexeme("user42"), "user42");
-        assert_eq!(lexeme("W448"), "w448");
-        assert_eq!(lexeme("Café"), "cafe");
-        assert_eq!(lexeme("naïve"), lexeme("naive"));
-    }
-
-    #[test]
     fn compounds_are_read_by_their_parts() {
         for (text, read) in [
             ("src/auth/validate.ts", "src auth validate ts"),
@@ -780,23 +542,6 @@ mod tests {
         assert!(matches!(spaced("plain words."), Cow::Borrowed(_)));
         // A tag's slash stays, so that the parser reads the tag.
         assert_eq!(spaced("</p> <br/> a/b </ x/>"), "</p> <br/> a b </ x/>");
-    }
-
-    #[test]
-    fn letters_fold_as_unaccent_reads_them() {
-        for (word, read) in [
-            ("straße", "strass"),
-            ("æsir", "aesir"),
-            ("søren", "soren"),
-            ("łódź", "lodz"),
-            ("þing", "thing"),
-            ("ﬁle", "file"),
-            ("ｆｕｌｌ", "full"),
-            ("œuvre", "oeuvr"),
-        ] {
-            assert_eq!(lexeme(word), read, "{word}");
-        }
-        assert!(matches!(folded("plain"), Cow::Borrowed(_)));
     }
 
     #[test]
