@@ -2,7 +2,7 @@
 //! filters become, the item a row decodes to, and how matches are scored
 //! (BM25, with statistics of the caller's own items: the number the
 //! filters allow and how many of the matches hold each term). How a
-//! backend matches differs (`postgres/search.rs`: a tsquery over stored
+//! backend matches differs (`postgres/search/`: a tsquery over stored
 //! tsvectors; `sqlite/search.rs`: FTS5 expressions), and each joins these.
 
 use super::consolidation::{fact_columns, fact_row};
