@@ -3,12 +3,13 @@
 
 use serde_json::json;
 
-use super::super::sessions::parse_age;
-use super::super::{
-    CliError, CliResult, Output, Progress, all_pages, plural, print_json, time, value_json,
-};
 use super::ScopeArgs;
 use super::show::{entry_json, record_json, retention_json, scope_type_name};
+use crate::cli::sessions::parse_age;
+use crate::cli::{
+    CliError, CliResult, Connection, Output, Progress, all_pages, plural, print_json, time,
+    value_json,
+};
 use crate::proto;
 use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
 
@@ -110,11 +111,7 @@ pub(super) enum AdminCommand {
     },
 }
 
-pub(super) async fn run(
-    channel: super::super::Connection,
-    output: Output,
-    command: AdminCommand,
-) -> CliResult {
+pub(super) async fn run(channel: Connection, output: Output, command: AdminCommand) -> CliResult {
     let mut admin = MemoryAdminServiceClient::new(channel);
     match command {
         AdminCommand::Purge {

@@ -3,13 +3,14 @@
 
 use serde_json::json;
 
-use super::super::follow::Follow;
-use super::super::{
-    CliResult, Output, all_pages, given_or_stdin, parse_value, plural, print_json, time, value_json,
-};
 use super::show::{entry_json, scope_type_name};
 use super::{ScopeArgs, ScopeTypeArg, as_of};
 use crate::api::convert::json_to_proto;
+use crate::cli::follow::Follow;
+use crate::cli::{
+    CliResult, Connection, Output, all_pages, given_or_stdin, parse_value, plural, print_json,
+    time, value_json,
+};
 use crate::proto;
 use crate::proto::memory_service_client::MemoryServiceClient;
 
@@ -145,11 +146,7 @@ pub(super) enum KeyCommand {
     },
 }
 
-pub(super) async fn run(
-    channel: super::super::Connection,
-    output: Output,
-    command: KeyCommand,
-) -> CliResult {
+pub(super) async fn run(channel: Connection, output: Output, command: KeyCommand) -> CliResult {
     let mut memory = MemoryServiceClient::new(channel);
     match command {
         KeyCommand::Scopes {

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::super::{time, value_json};
+use crate::cli::{time, value_json};
 use crate::proto;
 
 pub(crate) fn scope_type_name(n: i32) -> &'static str {

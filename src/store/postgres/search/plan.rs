@@ -7,11 +7,11 @@ use std::sync::{Mutex, PoisonError};
 
 use sqlx::Row;
 
-use super::super::pool::Lease;
 use super::{ADJACENT_WEIGHT, Doc};
 use crate::error::{Error, Result};
 use crate::search::english::{self, Reading};
 use crate::search::{Query, spelling};
+use crate::store::postgres::pool::Lease;
 use crate::store::search::bm25;
 use crate::store::sql::{Param, Run};
 
