@@ -395,6 +395,19 @@ impl AuditWrite {
         })
     }
 
+    /// A forget's record completed with what it deleted, and the scope
+    /// that keeps it.
+    pub(super) fn forgotten(
+        record: &mut AuditRecord,
+        counts: crate::data::ForgetCounts,
+    ) -> Result<(Scope, Self)> {
+        crate::data::complete(record, counts);
+        let scope = record
+            .scope_of()
+            .ok_or_else(|| Error::internal("a forget record without its scope"))?;
+        Ok((scope, Self::of(record)?))
+    }
+
     /// The unconditional write that stores the record in `scope`.
     pub(super) fn write<'a>(&'a self, scope: &'a Scope, now: DateTime<Utc>) -> Write<'a> {
         Write::audit(scope, &self.key, &self.value, &self.provenance, now)

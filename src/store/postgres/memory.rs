@@ -633,11 +633,7 @@ impl MemoryWrites for PgStore {
         if forget.dry_run {
             return Ok(counts);
         }
-        crate::data::complete(&mut record, counts);
-        let scope = record
-            .scope_of()
-            .ok_or_else(|| Error::internal("a forget record without its scope"))?;
-        let audit = AuditWrite::of(&record)?;
+        let (scope, audit) = AuditWrite::forgotten(&mut record, counts)?;
         Self::write_in(
             &mut tx,
             tenant,
