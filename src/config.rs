@@ -198,7 +198,7 @@ settings! {
     max_cached_files: u64 = "32", env "ENGRAM_MAX_CACHED_FILES";
     /// Most bytes in a session's content cache
     max_cache_bytes: u64 = "1048576", env "ENGRAM_MAX_CACHE_BYTES";
-    /// Replace secrets with [REDACTED] in working memory and remembered facts
+    /// Replace secrets with `[REDACTED]` in working memory and remembered facts
     /// before they are stored
     redact_secrets: bool = "true", env "ENGRAM_REDACT_SECRETS";
     /// Extra words that make a key sensitive, comma-separated (e.g.
@@ -228,7 +228,7 @@ settings! {
     /// closing them, in seconds
     shutdown_grace_secs: u64 = "10", env "ENGRAM_SHUTDOWN_GRACE_SECS";
     /// Base URL of an OpenAI-compatible API used by Compact, e.g.
-    /// https://api.openai.com/v1; unset uses the built-in extractive summarizer
+    /// `https://api.openai.com/v1`; unset uses the built-in extractive summarizer
     summarizer_url: String, env "ENGRAM_SUMMARIZER_URL";
     /// The model Compact asks when a request names none (required with
     /// --summarizer-url)
@@ -244,7 +244,7 @@ settings! {
     /// becomes an Update of it; 0 turns merging off
     consolidation_dedup_similarity: f32 = "0", env "ENGRAM_CONSOLIDATION_DEDUP_SIMILARITY";
     /// Base URL of an OpenAI-compatible embeddings API (OpenAI, Ollama, vLLM,
-    /// TEI), e.g. https://api.openai.com/v1; turns on semantic and hybrid search
+    /// TEI), e.g. `https://api.openai.com/v1`; turns on semantic and hybrid search
     embedder_url: String, env "ENGRAM_EMBEDDER_URL";
     /// The embedding model (required with --embedder-url); vectors of another
     /// model are not compared (`engram reembed` after a change)

@@ -1,5 +1,5 @@
 //! The gRPC edge every call passes before reaching a service: it
-//! authenticates the bearer token (putting the [`Principal`] into the
+//! authenticates the bearer token (putting the [`Principal`](crate::auth::Principal) into the
 //! request's extensions, where [`caller_context`](super::context) finds
 //! it), checks the role the method needs, and counts the call, its status
 //! code and latency, and the streams open, into the metrics registry.

@@ -18,7 +18,7 @@ pub const MAX_TERMS: usize = 64;
 
 /// A parsed query. Every word and phrase has at least one letter or digit,
 /// and `/`, and a `.` or `@` inside a compound, are read as spaces
-/// ([`english::spaced`]), so `src/auth/validate.ts` is found by its parts
+/// ([`english::spaced`](super::english::spaced)), so `src/auth/validate.ts` is found by its parts
 /// as the indexes store them. So is a hyphen between letters or digits
 /// ([`apart`]): `state-of-the-art` looks for its words side by side.
 /// Characters of Chinese, Japanese and Korean are words of their own
@@ -146,7 +146,7 @@ impl Query {
 }
 
 /// Collapses whitespace and reads compounds as the indexes do
-/// ([`english::spaced`]), hyphenated words as their parts ([`apart`]),
+/// ([`english::spaced`](super::english::spaced)), hyphenated words as their parts ([`apart`]),
 /// Chinese, Japanese and Korean characters and clusters of Thai, Lao,
 /// Khmer and Burmese one by one ([`cjk::apart`]), and spellings of one
 /// word alike ([`super::spelling`]).

@@ -9,11 +9,11 @@
 //! Why here: building the vector was Postgres's largest cost of an append
 //! (about 160 µs of parsing for a 1 KB episode; see docs/benchmarks.md, "Search").
 //! Built here, Postgres only reads it. It is built only when every string
-//! is plain text ([`english::plain`]), every JSON number is printed
+//! is plain text ([`english::plain`](fn@english::plain)), every JSON number is printed
 //! without an exponent, and Postgres would cap nothing; for anything else
 //! (a URL, an email, a number a letter runs into (`v1.2`), letters
 //! outside ASCII beside a digit or hyphen, a key holding `/`, `.` or `@`
-//! in a compound; see [`english::plain`]) the append
+//! in a compound; see [`english::plain`](fn@english::plain)) the append
 //! sends no vector and Postgres builds it (migration 0017's trigger), so
 //! the stored vector is the same either way. A test against a live Postgres compares the two on generated
 //! episodes.

@@ -8,7 +8,7 @@
 //! test against a live Postgres checks the normalisation below.
 //!
 //! Which text the server reads itself, and how it reads it into words, is
-//! [`plain`]'s part; this module is what each word becomes.
+//! [`plain`](mod@plain)'s part; this module is what each word becomes.
 
 pub(super) mod plain;
 

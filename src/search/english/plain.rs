@@ -165,7 +165,7 @@ fn is_letter(c: char) -> bool {
 }
 
 /// Whether the server reads `c` as an Arabic letter ([`Reading::Arabic`]):
-/// one of [`spelling::ARABIC_LETTERS`](spelling::ARABIC_LETTERS),
+/// one of [`spelling::ARABIC_LETTERS`],
 /// assigned, and not the tatweel (a point, left out).
 fn is_read_arabic_letter(c: char) -> bool {
     spelling::is_arabic_letter(c) && c.is_alphabetic() && !spelling::is_point(c)
@@ -186,7 +186,7 @@ pub const ARABIC_PUNCTUATION: &[RangeInclusive<char>] = &[
 ];
 
 /// The store's check of [`Reading::Arabic`]: a word of each Arabic letter
-/// ([`spelling::ARABIC_LETTERS`](spelling::ARABIC_LETTERS)) between
+/// ([`spelling::ARABIC_LETTERS`]) between
 /// two `q`s with its lexeme as read here, which the database must give
 /// as `to_tsvector('engram_english', engram_search_text(word))` (so as its
 /// migration 0031 spells them); then, as [`punctuation_probe`], a text
@@ -265,7 +265,7 @@ pub enum Reading {
     /// And words with the letters of [`LETTERS`].
     Letters,
     /// And words of Arabic letters, spelt as
-    /// [`spelling::read`](spelling::read) spells them (as
+    /// [`spelling::read`] spells them (as
     /// `engram_search_text` does since migration 0031: vowel points left
     /// out, variants alike, the article off), with [`ARABIC_PUNCTUATION`]
     /// as breaks.

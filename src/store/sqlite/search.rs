@@ -1,6 +1,6 @@
 //! Search on SQLite: an FTS5 expression over each source's FTS table
 //! (kept by the triggers of migration 0007), scored by BM25 in Rust from
-//! each match's counts ([`fts`](super::fts)'s `engram_hits`) and the
+//! each match's counts ([`fts`]'s `engram_hits`) and the
 //! statistics of the caller's own items, snippets made in Rust as on
 //! Postgres ([`crate::search::snippet`]).
 //! FTS5's own `bm25()` counted every tenant's rows in its statistics, so

@@ -20,7 +20,7 @@
 //! down to the query's terms by Postgres), plus a bonus for query words
 //! that stand next to each other in the item (so an exact phrase beats the
 //! same words scattered), and only the best `limit` are then read whole
-//! ([`ranked`]).
+//! ([`Matches::read`]).
 //!
 //! How a query becomes the tsquery that selects the matches and the
 //! lexemes BM25 weighs is [`plan`]'s part.

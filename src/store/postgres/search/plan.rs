@@ -123,7 +123,7 @@ fn plain(texts: &[String], query: &Query, reading: Reading) -> Option<Normal> {
 impl Plan {
     /// Normalises the query's words with the `english` configuration: in
     /// Rust when the query is plain text as the database reads it
-    /// (`in_rust`, [`PgStore::text_in_rust`]), else from `normalized` when it
+    /// (`in_rust`, [`PgStore::text_in_rust`](crate::store::postgres::PgStore::text_in_rust)), else from `normalized` when it
     /// holds every part, else by Postgres (then kept in `normalized`);
     /// `None` when nothing but stop words is left to look for.
     pub(super) async fn prepare(
