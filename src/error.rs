@@ -203,6 +203,26 @@ pub fn refuse_nul(field: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
+/// The first and last second of `google.protobuf.Timestamp`'s range,
+/// 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z: every time Engram keeps
+/// lies in it. A time outside could be stored, but not sent back as
+/// protobuf defines a timestamp (its JSON mapping, Go's `CheckValid` and
+/// Python's `datetime` all refuse one), so one such episode would break
+/// every listing that holds it.
+pub const TIME_RANGE: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+/// Refuses a time outside [`TIME_RANGE`].
+pub fn refuse_time_out_of_range(field: &str, time: chrono::DateTime<chrono::Utc>) -> Result<()> {
+    if !TIME_RANGE.contains(&time.timestamp()) {
+        return Err(Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            format!("must lie between the years 1 and 9999 (UTC), got {time}"),
+        ));
+    }
+    Ok(())
+}
+
 impl Error {
     pub fn invalid(
         reason: Reason,

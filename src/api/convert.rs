@@ -3,7 +3,7 @@
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Timestamp};
 
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, Reason, Result, TIME_RANGE};
 use crate::memory::{Entry, ScopeType};
 use crate::proto;
 use crate::sessions::{Episode, Session};
@@ -190,6 +190,9 @@ pub fn duration_from_proto(field: &str, d: &prost_types::Duration) -> Result<std
     }
 }
 
+/// A `google.protobuf.Timestamp` from the network, checked as protobuf
+/// defines it (nanos under a second, within [`TIME_RANGE`]) and truncated
+/// to the microseconds the stores keep.
 pub fn optional_timestamp(
     field: &str,
     time: Option<Timestamp>,
@@ -197,11 +200,30 @@ pub fn optional_timestamp(
     let Some(time) = time else {
         return Ok(None);
     };
+    if !TIME_RANGE.contains(&time.seconds) {
+        return Err(Error::invalid(
+            Reason::InvalidArgument,
+            field,
+            format!(
+                "must lie between the years 1 and 9999 (UTC), got {} seconds from 1970",
+                time.seconds
+            ),
+        ));
+    }
+    // Checked here: chrono would read nanos past a second as a leap second.
     let parsed = u32::try_from(time.nanos)
         .ok()
+        .filter(|nanos| *nanos < 1_000_000_000)
         .and_then(|nanos| chrono::DateTime::from_timestamp(time.seconds, nanos))
         .ok_or_else(|| {
-            Error::invalid(Reason::InvalidArgument, field, "is not a valid timestamp")
+            Error::invalid(
+                Reason::InvalidArgument,
+                field,
+                format!(
+                    "is not a valid timestamp: nanos must be 0 to 999999999, got {}",
+                    time.nanos
+                ),
+            )
         })?;
     // Stores keep microseconds; truncate so what is returned is what is kept.
     Ok(chrono::DateTime::from_timestamp_micros(

@@ -84,16 +84,6 @@ fn as_of(point: Option<proto::AsOf>) -> Result<Option<AsOf>> {
         )),
         Some(Point::Revision(n)) => Ok(Some(AsOf::Revision(n))),
         Some(Point::Time(time)) => {
-            // The range of google.protobuf.Timestamp: years 1 to 9999.
-            const FIRST: i64 = -62_135_596_800;
-            const LAST: i64 = 253_402_300_799;
-            if !(FIRST..=LAST).contains(&time.seconds) {
-                return Err(Error::invalid(
-                    Reason::InvalidArgument,
-                    "as_of.time",
-                    "must lie between the years 1 and 9999",
-                ));
-            }
             Ok(optional_timestamp("as_of.time", Some(time))?.map(AsOf::Time))
         }
     }

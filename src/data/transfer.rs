@@ -360,6 +360,32 @@ mod tests {
     }
 
     #[test]
+    fn a_time_outside_the_years_1_to_9999_is_refused_by_its_field() {
+        let execution = |time: &str| {
+            format!(
+                r#"{{"kind":"execution","execution_id":"e1","flow_id":"","flow_name":"","create_time":"{time}"}}"#
+            )
+        };
+        parse_line(1, &execution("0001-01-01T00:00:00Z")).expect("the first second kept");
+        parse_line(1, &execution("9999-12-31T23:59:59.999999Z")).expect("the last");
+        for time in ["0000-12-31T23:59:59Z", "+10000-01-01T00:00:00Z"] {
+            let err = parse_line(5, &execution(time)).expect_err(time);
+            // A time chrono reads is refused by its field; one it does not
+            // (a year of five digits) by the line.
+            assert!(
+                matches!(&err, Error::InvalidArgument { field, .. } if field.starts_with("line 5")),
+                "{time}: {err:?}"
+            );
+        }
+        let err = parse_line(5, &execution("0000-12-31T23:59:59Z")).expect_err("year 0");
+        assert!(
+            matches!(&err, Error::InvalidArgument { field, description, .. }
+                if field == "line 5.create_time" && description.contains("years 1 and 9999")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
     fn every_selection_exports_parts_in_an_order_an_import_can_apply() {
         for selection in [
             Selection::Tenant,

@@ -14,7 +14,7 @@ use super::types::{
     session_ended, session_not_found,
 };
 use crate::context::CallerContext;
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, Reason, Result, TIME_RANGE};
 use crate::memory::now_micros;
 use crate::paging::{self, ListPage};
 use crate::ports::{Feed, Feeds};
@@ -235,9 +235,14 @@ impl<S: SessionStore + Feeds> Sessions<S> {
         }
         let max_age = chrono::Duration::from_std(max_age)
             .map_err(|_| Error::invalid(Reason::InvalidArgument, "max_age", "is too large"))?;
+        // An age of up to 10,000 years reaches before the year 1, which no
+        // kept time precedes ([`TIME_RANGE`]) and Postgres cannot compare
+        // with (its first is 4713 BC): nothing is that old.
+        let earliest = DateTime::<Utc>::from_timestamp(*TIME_RANGE.start(), 0)
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
         let before = now_micros()
             .checked_sub_signed(max_age)
-            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+            .map_or(earliest, |before| before.max(earliest));
         self.store
             .cleanup_sessions(&ctx.tenant, before, dry_run)
             .await

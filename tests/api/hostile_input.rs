@@ -5,6 +5,10 @@
 //! extreme numbers and unknown enum values) get OK or a client error,
 //! never INTERNAL, UNKNOWN, DATA_LOSS or UNAVAILABLE, and no message
 //! names SQL or the server's source; the server keeps serving after.
+//! Every answer given is one protobuf allows: each timestamp in it lies in
+//! `google.protobuf.Timestamp`'s range (years 1 to 9999, nanos under a
+//! second), which protobuf's JSON mapping, Go's `CheckValid` and Python's
+//! `datetime` hold a client to.
 //!
 //! The requests are encoded here from the descriptors (a raw codec over
 //! protobuf's wire format), so one generator reaches every RPC, and a new
@@ -16,7 +20,9 @@ use std::collections::HashMap;
 
 use prost::Message;
 use prost::bytes::{Buf, BufMut};
-use prost::encoding::{DecodeContext, WireType, encode_key, encode_varint, skip_field};
+use prost::encoding::{
+    DecodeContext, WireType, decode_key, decode_varint, encode_key, encode_varint, skip_field,
+};
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FileDescriptorSet};
 use tonic::Code;
@@ -26,7 +32,8 @@ use crate::helpers::{Backend, TestServer};
 use crate::on_both_stores;
 
 /// A message as bytes already encoded, sent as they are; a reply is read
-/// into it and left unexamined but for its status.
+/// into it field by field, as the bytes that encode it, for
+/// [`Messages::bad_times`].
 #[derive(Clone, Default, PartialEq)]
 struct Raw(Vec<u8>);
 
@@ -48,7 +55,35 @@ impl Message for Raw {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), prost::DecodeError> {
-        skip_field(wire_type, tag, buf, ctx)
+        let width = match wire_type {
+            WireType::Varint => {
+                encode_key(tag, wire_type, &mut self.0);
+                encode_varint(decode_varint(buf)?, &mut self.0);
+                return Ok(());
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => {
+                let len = decode_varint(buf)?;
+                encode_key(tag, wire_type, &mut self.0);
+                encode_varint(len, &mut self.0);
+                usize::try_from(len).unwrap_or(usize::MAX)
+            }
+            // Groups: no Engram message has one.
+            _ => return skip_field(wire_type, tag, buf, ctx),
+        };
+        if buf.remaining() < width {
+            // The field runs past the message's end: prost's own error for
+            // bytes that end too soon (a varint read from nothing).
+            return decode_varint(&mut [].as_slice()).map(drop);
+        }
+        if !matches!(wire_type, WireType::LengthDelimited) {
+            encode_key(tag, wire_type, &mut self.0);
+        }
+        let mut bytes = vec![0; width];
+        buf.copy_to_slice(&mut bytes);
+        self.0.extend_from_slice(&bytes);
+        Ok(())
     }
 
     fn encoded_len(&self) -> usize {
@@ -197,9 +232,23 @@ impl Messages {
     }
 
     /// A message of type `name`, encoded, each field filled or not at
-    /// random; nested messages to `depth` levels. A message type not in
-    /// the set (a well-known type) is left empty, which is valid.
+    /// random; nested messages to `depth` levels. A timestamp or a
+    /// duration gets seconds and nanos of any size; another message type
+    /// not in the set (a well-known type) is left empty, which is valid.
     fn encode(&self, name: &str, dice: &mut Dice, depth: usize, out: &mut Vec<u8>) {
+        if matches!(
+            name,
+            ".google.protobuf.Timestamp" | ".google.protobuf.Duration"
+        ) {
+            encode_key(1, WireType::Varint, out);
+            encode_varint(*dice.pick(TIMES) as u64, out);
+            encode_key(2, WireType::Varint, out);
+            encode_varint(
+                *dice.pick(&[0i64, 999_999_999, 1_000_000_000, -1]) as u64,
+                out,
+            );
+            return;
+        }
         let Some(message) = self.0.get(name) else {
             return;
         };
@@ -275,10 +324,101 @@ impl Messages {
     }
 }
 
-/// One RPC: its path and request type, and whether it streams.
+/// Seconds a timestamp or duration is sent with: now, the edges of
+/// `google.protobuf.Timestamp`'s range and a second past each, and
+/// extremes.
+const TIMES: &[i64] = &[
+    1_764_000_000,
+    0,
+    -1,
+    -62_135_596_800,
+    -62_135_596_801,
+    253_402_300_799,
+    253_402_300_800,
+    1 << 40,
+    i64::MAX,
+    i64::MIN,
+];
+
+impl Messages {
+    /// Each timestamp in `bytes` (a message of type `name`) that protobuf
+    /// does not allow, by the path of fields that holds it; `seen` counts
+    /// every timestamp read.
+    fn bad_times(
+        &self,
+        name: &str,
+        mut bytes: &[u8],
+        at: &str,
+        seen: &mut usize,
+        out: &mut Vec<String>,
+    ) {
+        let Some(message) = self.0.get(name) else {
+            return;
+        };
+        while !bytes.is_empty() {
+            let Ok((tag, wire_type)) = decode_key(&mut bytes) else {
+                out.push(format!("{at}: a field that does not decode"));
+                return;
+            };
+            let field = message
+                .field
+                .iter()
+                .find(|f| u32::try_from(f.number()).ok() == Some(tag));
+            if !matches!(wire_type, WireType::LengthDelimited) {
+                if skip_field(wire_type, tag, &mut bytes, DecodeContext::default()).is_err() {
+                    out.push(format!("{at}: a field that does not decode"));
+                    return;
+                }
+                continue;
+            }
+            let inner = match decode_varint(&mut bytes) {
+                Ok(len) if usize::try_from(len).is_ok_and(|len| len <= bytes.len()) => {
+                    let (inner, rest) = bytes.split_at(len as usize);
+                    bytes = rest;
+                    inner
+                }
+                _ => {
+                    out.push(format!("{at}: a field that does not decode"));
+                    return;
+                }
+            };
+            let Some(field) = field.filter(|f| f.r#type() == Type::Message) else {
+                continue;
+            };
+            let path = format!("{at}.{}", field.name());
+            if field.type_name() == ".google.protobuf.Timestamp" {
+                *seen += 1;
+                let (seconds, nanos) = timestamp(inner);
+                let in_range = (-62_135_596_800..=253_402_300_799).contains(&seconds);
+                if !in_range || !(0..1_000_000_000).contains(&nanos) {
+                    out.push(format!("{path}: {seconds} s {nanos} ns"));
+                }
+            } else {
+                self.bad_times(field.type_name(), inner, &path, seen, out);
+            }
+        }
+    }
+}
+
+/// A timestamp's seconds and nanos (both varints; zero when absent).
+fn timestamp(mut bytes: &[u8]) -> (i64, i64) {
+    let (mut seconds, mut nanos) = (0, 0);
+    while let Ok((tag, wire_type)) = decode_key(&mut bytes) {
+        match (tag, wire_type, decode_varint(&mut bytes)) {
+            (1, WireType::Varint, Ok(v)) => seconds = v as i64,
+            // An int32: sent sign-extended to ten bytes.
+            (2, WireType::Varint, Ok(v)) => nanos = i64::from(v as i32),
+            _ => break,
+        }
+    }
+    (seconds, nanos)
+}
+
+/// One RPC: its path, request and reply types, and whether it streams.
 struct Rpc {
     path: String,
     input: String,
+    output: String,
     server_streams: bool,
     client_streams: bool,
 }
@@ -291,6 +431,7 @@ fn rpcs(set: &FileDescriptorSet) -> Vec<Rpc> {
                 all.push(Rpc {
                     path: format!("/{}.{}/{}", file.package(), service.name(), method.name()),
                     input: method.input_type().to_owned(),
+                    output: method.output_type().to_owned(),
                     server_streams: method.server_streaming(),
                     client_streams: method.client_streaming(),
                 });
@@ -317,24 +458,25 @@ const LEAKS: &[&str] = &[
     "src/",
 ];
 
-/// The code and message of one call of `rpc` with `request`, reading a
-/// server stream to its end (but not a watch or a tail, which never
-/// ends: their first answer is the status that matters).
+/// The code and message of one call of `rpc` with `request`, and the
+/// replies, reading a server stream to its end (but not a watch or a
+/// tail, which never ends: their first answer is the status that
+/// matters).
 async fn call(
     grpc: &mut tonic::client::Grpc<tonic::transport::Channel>,
     rpc: &Rpc,
     request: Vec<u8>,
-) -> (Code, String) {
+) -> (Code, String, Vec<Vec<u8>>) {
     let path = PathAndQuery::try_from(rpc.path.as_str()).expect("path");
     let codec = tonic_prost::ProstCodec::<Raw, Raw>::default();
     if let Err(err) = grpc.ready().await {
-        return (Code::Unavailable, err.to_string());
+        return (Code::Unavailable, err.to_string(), Vec::new());
     }
-    let outcome: Result<(), tonic::Status> = if rpc.client_streams {
+    let outcome: Result<Vec<Vec<u8>>, tonic::Status> = if rpc.client_streams {
         let stream = tokio_stream::iter([Raw(request)]);
         grpc.client_streaming(tonic::Request::new(stream), path, codec)
             .await
-            .map(|_| ())
+            .map(|reply| vec![reply.into_inner().0])
     } else if rpc.server_streams {
         match grpc
             .server_streaming(tonic::Request::new(Raw(request)), path, codec)
@@ -344,12 +486,13 @@ async fn call(
                 let endless = rpc.path.ends_with("/Watch") || rpc.path.ends_with("/TailEpisodes");
                 let mut stream = response.into_inner();
                 if endless {
-                    return (Code::Ok, String::new());
+                    return (Code::Ok, String::new(), Vec::new());
                 }
+                let mut replies = Vec::new();
                 loop {
                     match stream.message().await {
-                        Ok(Some(_)) => {}
-                        Ok(None) => break Ok(()),
+                        Ok(Some(reply)) => replies.push(reply.0),
+                        Ok(None) => break Ok(replies),
                         Err(status) => break Err(status),
                     }
                 }
@@ -359,11 +502,11 @@ async fn call(
     } else {
         grpc.unary(tonic::Request::new(Raw(request)), path, codec)
             .await
-            .map(|_| ())
+            .map(|reply| vec![reply.into_inner().0])
     };
     match outcome {
-        Ok(()) => (Code::Ok, String::new()),
-        Err(status) => (status.code(), status.message().to_owned()),
+        Ok(replies) => (Code::Ok, String::new(), replies),
+        Err(status) => (status.code(), status.message().to_owned(), Vec::new()),
     }
 }
 
@@ -377,13 +520,21 @@ async fn every_rpc_answers_hostile_input_with_a_client_status(backend: Backend) 
     let mut dice = Dice(0x9e37_79b9_7f4a_7c15);
     let mut wrong = Vec::new();
     let mut answered: HashMap<Code, usize> = HashMap::new();
+    let mut times_seen = 0;
     for round in 0..150 {
         for rpc in &rpcs {
             let mut request = Vec::new();
             messages.encode(&rpc.input, &mut dice, 3, &mut request);
             let size = request.len();
-            let (code, message) = call(&mut grpc, rpc, request).await;
+            let (code, message, replies) = call(&mut grpc, rpc, request).await;
             *answered.entry(code).or_default() += 1;
+            let mut bad_times = Vec::new();
+            for reply in &replies {
+                messages.bad_times(&rpc.output, reply, "", &mut times_seen, &mut bad_times);
+            }
+            for bad in bad_times {
+                wrong.push(format!("round {round} {}: answered with {bad}", rpc.path));
+            }
             let bad_code = matches!(
                 code,
                 Code::Internal | Code::Unknown | Code::DataLoss | Code::Unavailable
@@ -413,6 +564,8 @@ async fn every_rpc_answers_hostile_input_with_a_client_status(backend: Backend) 
         answered.get(&Code::InvalidArgument).copied().unwrap_or(0) > 100,
         "{answered:?}"
     );
+    // And the answers' timestamps were read, not passed over.
+    assert!(times_seen > 100, "{times_seen} timestamps read");
     // And the server still serves.
     let mut memory = server.memory();
     memory
@@ -546,8 +699,151 @@ async fn hostile_values_found_so_far_are_client_errors(backend: Backend) {
     assert!(status.message().ends_with('…'), "{}", status.message());
 }
 
+/// Times a request gives are ones protobuf allows (years 1 to 9999 UTC,
+/// nanos under a second), found by generated requests whose replies were
+/// read as JSON: an episode timestamped in the year 36812 was stored and
+/// sent back, and then no listing holding it could be printed as JSON or
+/// read by the Python client (whose `datetime` ends at 9999). The
+/// range's edges are kept, to the microsecond the stores keep.
+async fn times_outside_protobufs_range_are_refused(backend: Backend) {
+    use engram::api::convert::json_to_proto;
+    use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+    use engram::proto::memory_delta::Delta;
+    use engram::proto::search_service_client::SearchServiceClient;
+    use engram::proto::{
+        AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, DeltaProvenance, FactKind, FactPayload,
+        ListEpisodesRequest, MemoryDelta, NewEpisode, SearchRequest,
+    };
+    use prost_types::Timestamp;
+
+    let server = TestServer::spawn(backend).await;
+    let mut episodes = server.episodes();
+    let at = |seconds, nanos| Some(Timestamp { seconds, nanos });
+    let append = |timestamp| AppendEpisodeRequest {
+        session_id: "s-times".into(),
+        app: "app".into(),
+        user: "alice".into(),
+        episode: Some(NewEpisode {
+            r#type: "observation".into(),
+            content: Some(json_to_proto(&serde_json::json!("deploy"))),
+            timestamp,
+            ..NewEpisode::default()
+        }),
+    };
+    for (timestamp, what) in [
+        (at(1 << 40, 0), "the year 36812"),
+        (at(253_402_300_800, 0), "a second past 9999"),
+        (at(-62_135_596_801, 0), "a second before the year 1"),
+        (at(1_700_000_059, 1_500_000_000), "a leap second's nanos"),
+        (at(1_700_000_000, -1), "negative nanos"),
+    ] {
+        let status = episodes
+            .append_episode(append(timestamp))
+            .await
+            .expect_err(what);
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        assert_eq!(
+            crate::helpers::bad_fields(&status),
+            ["episode.timestamp"],
+            "{what}"
+        );
+    }
+    let edges = [at(-62_135_596_800, 0), at(253_402_300_799, 999_999_000)];
+    for edge in edges {
+        let episode = episodes
+            .append_episode(append(edge))
+            .await
+            .expect("a time at the range's edge")
+            .into_inner()
+            .episode
+            .expect("the episode");
+        assert_eq!(episode.timestamp, edge);
+    }
+    let listed: Vec<_> = episodes
+        .list_episodes(ListEpisodesRequest {
+            session_id: "s-times".into(),
+            ..ListEpisodesRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .episodes
+        .into_iter()
+        .map(|e| e.timestamp)
+        .collect();
+    assert_eq!(listed, edges, "only the edges were stored");
+
+    let mut search = SearchServiceClient::new(server.channel.clone());
+    let status = search
+        .search(SearchRequest {
+            query: "deploy".into(),
+            start_time: at(1 << 40, 0),
+            ..SearchRequest::default()
+        })
+        .await
+        .expect_err("a filter past 9999");
+    assert_eq!(crate::helpers::bad_fields(&status), ["start_time"]);
+
+    let mut rules = ConsolidationServiceClient::new(server.channel.clone());
+    let status = rules
+        .apply_deltas(ApplyDeltasRequest {
+            deltas: vec![MemoryDelta {
+                delta: Some(Delta::Add(AddDelta {
+                    fact_payload: Some(FactPayload {
+                        app: "app".into(),
+                        user: "alice".into(),
+                        kind: FactKind::Semantic as i32,
+                        subject: "coffee".into(),
+                        predicate: "likes".into(),
+                        object: "yes".into(),
+                        content: Some(json_to_proto(&serde_json::json!("likes coffee"))),
+                        channels: vec![],
+                    }),
+                    provenance: Some(DeltaProvenance {
+                        source_episode_ids: vec!["e1".into()],
+                        promotion_ts: at(-1 << 40, 0),
+                        rule_id: "manual".into(),
+                        confidence: 1.0,
+                    }),
+                })),
+            }],
+        })
+        .await
+        .expect_err("a promotion before the year 1");
+    assert_eq!(
+        crate::helpers::bad_fields(&status),
+        ["deltas[0].add.provenance.promotion_ts"]
+    );
+
+    // The longest age protobuf allows (10,000 years) reaches before the
+    // year 1: nothing is that old. Postgres, whose first time is 4713 BC,
+    // had answered INTERNAL.
+    let mut sessions = server.sessions();
+    let deleted = sessions
+        .cleanup_sessions(engram::proto::CleanupSessionsRequest {
+            max_age: Some(prost_types::Duration {
+                seconds: 315_576_000_000,
+                nanos: 0,
+            }),
+            dry_run: false,
+        })
+        .await
+        .expect("the longest age")
+        .into_inner()
+        .sessions_deleted;
+    assert_eq!(deleted, 0);
+    sessions
+        .get_session(engram::proto::GetSessionRequest {
+            session_id: "s-times".into(),
+            ..engram::proto::GetSessionRequest::default()
+        })
+        .await
+        .expect("the session stays");
+}
+
 on_both_stores!(
     every_rpc_answers_hostile_input_with_a_client_status,
+    times_outside_protobufs_range_are_refused,
     hostile_values_found_so_far_are_client_errors,
     console_pages_answer_hostile_queries_without_a_server_error,
 );
