@@ -711,7 +711,7 @@ async fn times_outside_protobufs_range_are_refused(backend: Backend) {
     use engram::proto::memory_delta::Delta;
     use engram::proto::search_service_client::SearchServiceClient;
     use engram::proto::{
-        AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, DeltaProvenance, FactKind, FactPayload,
+        AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, DeltaProvenance, FactPayload,
         ListEpisodesRequest, MemoryDelta, NewEpisode, SearchRequest,
     };
     use prost_types::Timestamp;
@@ -792,18 +792,12 @@ async fn times_outside_protobufs_range_are_refused(backend: Backend) {
                     fact_payload: Some(FactPayload {
                         app: "app".into(),
                         user: "alice".into(),
-                        kind: FactKind::Semantic as i32,
-                        subject: "coffee".into(),
-                        predicate: "likes".into(),
-                        object: "yes".into(),
                         content: Some(json_to_proto(&serde_json::json!("likes coffee"))),
-                        channels: vec![],
+                        ..FactPayload::default()
                     }),
                     provenance: Some(DeltaProvenance {
-                        source_episode_ids: vec!["e1".into()],
                         promotion_ts: at(-1 << 40, 0),
-                        rule_id: "manual".into(),
-                        confidence: 1.0,
+                        ..crate::consolidation::provenance(&["e1"])
                     }),
                 })),
             }],
