@@ -211,13 +211,16 @@ pub fn refuse_nul(field: &str, value: &str) -> Result<()> {
 /// every listing that holds it.
 pub const TIME_RANGE: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
 
-/// Refuses a time outside [`TIME_RANGE`].
+/// What a time outside [`TIME_RANGE`] is told, wherever it is refused.
+pub const TIME_RANGE_REFUSED: &str = "must lie between the years 1 and 9999 (UTC)";
+
+/// Refuses a time outside [`TIME_RANGE`] ([`TIME_RANGE_REFUSED`]).
 pub fn refuse_time_out_of_range(field: &str, time: chrono::DateTime<chrono::Utc>) -> Result<()> {
     if !TIME_RANGE.contains(&time.timestamp()) {
         return Err(Error::invalid(
             Reason::InvalidArgument,
             field,
-            format!("must lie between the years 1 and 9999 (UTC), got {time}"),
+            format!("{TIME_RANGE_REFUSED}, got {time}"),
         ));
     }
     Ok(())

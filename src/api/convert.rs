@@ -3,7 +3,7 @@
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Timestamp};
 
-use crate::error::{Error, Reason, Result, TIME_RANGE};
+use crate::error::{Error, Reason, Result, TIME_RANGE, TIME_RANGE_REFUSED};
 use crate::memory::{Entry, ScopeType};
 use crate::proto;
 use crate::sessions::{Episode, Session};
@@ -205,7 +205,7 @@ pub fn optional_timestamp(
             Reason::InvalidArgument,
             field,
             format!(
-                "must lie between the years 1 and 9999 (UTC), got {} seconds from 1970",
+                "{TIME_RANGE_REFUSED}, got {} seconds from 1970",
                 time.seconds
             ),
         ));

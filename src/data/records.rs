@@ -231,6 +231,60 @@ impl Record {
         }
     }
 
+    /// Every time the record holds, with its field's name.
+    fn times(&self) -> Vec<(String, DateTime<Utc>)> {
+        let named = |field: &str, time: &DateTime<Utc>| (field.to_owned(), *time);
+        match self {
+            Record::Header(h) => vec![named("export_time", &h.export_time)],
+            Record::Execution(e) => vec![named("create_time", &e.create_time)],
+            Record::MemoryVersion(v) => vec![named("create_time", &v.create_time)],
+            Record::Session(s) => {
+                let mut times = vec![
+                    named("create_time", &s.create_time),
+                    named("update_time", &s.update_time),
+                ];
+                times.extend(s.end_time.iter().map(|t| named("end_time", t)));
+                times
+            }
+            Record::Episode(e) => vec![
+                named("timestamp", &e.timestamp),
+                named("create_time", &e.create_time),
+            ],
+            Record::WorkingMemory(w) => {
+                let mut times = vec![named("update_time", &w.update_time)];
+                for (n, task) in w.tasks.iter().enumerate() {
+                    times.push(named(&format!("tasks[{n}].create_time"), &task.create_time));
+                    times.push(named(&format!("tasks[{n}].update_time"), &task.update_time));
+                }
+                for (n, cached) in w.cache.iter().enumerate() {
+                    times.push(named(
+                        &format!("cache[{n}].update_time"),
+                        &cached.update_time,
+                    ));
+                }
+                times
+            }
+            Record::Fact(f) => {
+                let mut times = vec![
+                    named("create_time", &f.create_time),
+                    named("update_time", &f.update_time),
+                ];
+                for (n, version) in f.versions.iter().enumerate() {
+                    times.push(named(
+                        &format!("versions[{n}].create_time"),
+                        &version.create_time,
+                    ));
+                }
+                times
+            }
+            Record::Rule(r) => {
+                let mut times = vec![named("create_time", &r.create_time)];
+                times.extend(r.last_run_time.iter().map(|t| named("last_run_time", t)));
+                times
+            }
+        }
+    }
+
     /// Checks every field the way the API checks a request's, naming the
     /// field in the error.
     pub fn check(&self) -> Result<()> {
@@ -309,62 +363,6 @@ impl Record {
                     Id::parse("watermark_episode", id.as_str())?;
                 }
                 counts(&[("episodes_promoted", r.episodes_promoted)])
-            }
-        }
-    }
-}
-
-impl Record {
-    /// Every time the record holds, with its field's name.
-    fn times(&self) -> Vec<(String, DateTime<Utc>)> {
-        let named = |field: &str, time: &DateTime<Utc>| (field.to_owned(), *time);
-        match self {
-            Record::Header(h) => vec![named("export_time", &h.export_time)],
-            Record::Execution(e) => vec![named("create_time", &e.create_time)],
-            Record::MemoryVersion(v) => vec![named("create_time", &v.create_time)],
-            Record::Session(s) => {
-                let mut times = vec![
-                    named("create_time", &s.create_time),
-                    named("update_time", &s.update_time),
-                ];
-                times.extend(s.end_time.iter().map(|t| named("end_time", t)));
-                times
-            }
-            Record::Episode(e) => vec![
-                named("timestamp", &e.timestamp),
-                named("create_time", &e.create_time),
-            ],
-            Record::WorkingMemory(w) => {
-                let mut times = vec![named("update_time", &w.update_time)];
-                for (n, task) in w.tasks.iter().enumerate() {
-                    times.push(named(&format!("tasks[{n}].create_time"), &task.create_time));
-                    times.push(named(&format!("tasks[{n}].update_time"), &task.update_time));
-                }
-                for (n, cached) in w.cache.iter().enumerate() {
-                    times.push(named(
-                        &format!("cache[{n}].update_time"),
-                        &cached.update_time,
-                    ));
-                }
-                times
-            }
-            Record::Fact(f) => {
-                let mut times = vec![
-                    named("create_time", &f.create_time),
-                    named("update_time", &f.update_time),
-                ];
-                for (n, version) in f.versions.iter().enumerate() {
-                    times.push(named(
-                        &format!("versions[{n}].create_time"),
-                        &version.create_time,
-                    ));
-                }
-                times
-            }
-            Record::Rule(r) => {
-                let mut times = vec![named("create_time", &r.create_time)];
-                times.extend(r.last_run_time.iter().map(|t| named("last_run_time", t)));
-                times
             }
         }
     }
