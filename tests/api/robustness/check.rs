@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use tonic::Code;
+
 use super::history::{Call, Op, Outcome};
 use super::workload::{Change, KEYS, Tailed};
 
@@ -22,6 +24,9 @@ pub struct Final {
     pub tailed: Vec<Vec<Tailed>>,
     /// The rule's count of promoted episodes after catch-up.
     pub promoted: i64,
+    /// What a search for each key's name found once it was quiet: the hit's
+    /// version and value, or None.
+    pub searched: BTreeMap<String, Option<(i64, i64)>>,
 }
 
 /// An anomaly and the operations that show it.
@@ -51,6 +56,7 @@ fn anomaly(what: String, ops: Vec<&Op>) -> Anomaly {
 pub fn check(ops: &[Op], end: &Final) -> Vec<Anomaly> {
     let mut found = Vec::new();
     memory(ops, end, &mut found);
+    recall(end, &mut found);
     feed("watch", &end.feed, &end.watched, |c| c.0, &mut found);
     feed("tail", &end.episodes, &end.tailed, |e| e.0, &mut found);
     episodes(ops, end, &mut found);
@@ -75,6 +81,7 @@ fn key_of(call: &Call) -> Option<&str> {
         | Call::Delete { key }
         | Call::Get { key }
         | Call::GetVersion { key, .. }
+        | Call::Search { key }
         | Call::History { key }
         | Call::Purge { key, .. } => Some(key),
         _ => None,
@@ -204,6 +211,42 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
             .max_by_key(|(_, version, _)| *version)
             .map(|(_, version, op)| (*version, *op))
     };
+    // A read that finds no live value: some delete must have been able to
+    // land after the newest write acknowledged before it started (a
+    // purge keeps the current version, and nothing else removes one).
+    let mut missed = |op: &Op, key: &str| {
+        let Some((newest, writer)) = newest_before(key, op.start) else {
+            return;
+        };
+        if !matches!(writer.call, Call::Set { .. }) {
+            return;
+        }
+        let deleted = ops.iter().any(|d| {
+            matches!(&d.call, Call::Delete { key: k } if k == key)
+                && !matches!(d.outcome, Outcome::Refused { .. })
+                && d.start < op.end
+                && d.end > writer.start
+        });
+        if !deleted {
+            found.push(anomaly(
+                format!(
+                    "a {} of {key} found no value after v{newest} was acknowledged, with no \
+                     delete that could land between (a write not found once acknowledged)",
+                    op.call.name()
+                ),
+                vec![writer, op],
+            ));
+        }
+    };
+    for op in ops {
+        match (&op.call, &op.outcome) {
+            (Call::Search { key }, Outcome::Absent) => missed(op, key),
+            (Call::Get { key }, Outcome::Refused { code, .. }) if *code == Code::NotFound => {
+                missed(op, key)
+            }
+            _ => {}
+        }
+    }
     let mut read = |op: &Op, key: &str, version: i64, value: i64, fresh: bool| {
         if let Some(Some(now)) = stored(key, version)
             && now != Some(value)
@@ -238,7 +281,7 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
     let mut skipped = Vec::new();
     for op in ops {
         match (&op.call, &op.outcome) {
-            (Call::Get { key }, Outcome::Read { version, value }) => {
+            (Call::Get { key } | Call::Search { key }, Outcome::Read { version, value }) => {
                 read(op, key, *version, *value, true);
             }
             (Call::GetVersion { key, .. }, Outcome::Read { version, value }) => {
@@ -273,6 +316,29 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
             if !deleted_by_purge {
                 found.push(anomaly(format!("key {key} vanished"), vec![]));
             }
+        }
+    }
+}
+
+/// Once quiet, a search for each key finds exactly its current version, and
+/// nothing for a deleted key: the search index agrees with the data after
+/// every fault.
+fn recall(end: &Final, found: &mut Vec<Anomaly>) {
+    for key in KEYS {
+        let holds = end
+            .histories
+            .get(key)
+            .and_then(|versions| versions.last())
+            .and_then(|&(version, value)| Some((version, value?)));
+        let searched = end.searched.get(key).copied().flatten();
+        if searched != holds {
+            found.push(anomaly(
+                format!(
+                    "after the faults a search for {key} finds {searched:?} (version, value) \
+                     where the key holds {holds:?}: the search index disagrees with the data"
+                ),
+                vec![],
+            ));
         }
     }
 }
@@ -394,7 +460,15 @@ mod tests {
     }
 
     fn quiet_end(histories: BTreeMap<String, Vec<(i64, Option<i64>)>>) -> Final {
+        let searched = histories
+            .iter()
+            .map(|(key, versions)| {
+                let live = versions.last().and_then(|&(v, value)| Some((v, value?)));
+                (key.clone(), live)
+            })
+            .collect();
         Final {
+            searched,
             histories,
             feed: vec![(1, 1, "k0".into(), 1), (2, 1, "k0".into(), 2)],
             episodes: vec![],
@@ -444,6 +518,62 @@ mod tests {
             found
                 .iter()
                 .any(|a| a.what.contains("stale read") && a.ops.len() == 2)
+        );
+
+        // A stale search hit, and a search and a get that miss a write
+        // acknowledged before they started.
+        for (call, outcome) in [
+            (
+                Call::Search { key: "k0".into() },
+                Outcome::Read {
+                    version: 1,
+                    value: 1,
+                },
+            ),
+            (Call::Search { key: "k0".into() }, Outcome::Absent),
+            (
+                Call::Get { key: "k0".into() },
+                Outcome::Refused {
+                    code: Code::NotFound,
+                    reason: "KEY_NOT_FOUND".into(),
+                },
+            ),
+        ] {
+            let mut missed = ops.clone();
+            missed.push(op(40, 50, call, outcome));
+            let found = check(&missed, &quiet_end(good.clone()));
+            assert!(
+                found.iter().any(|a| (a.what.contains("stale read")
+                    || a.what.contains("not found once acknowledged"))
+                    && a.ops.len() == 2),
+                "{:?}",
+                found.iter().map(|a| &a.what).collect::<Vec<_>>()
+            );
+        }
+        // A miss is no anomaly when a delete could have landed before it.
+        let mut deleted = ops.clone();
+        deleted.push(op(
+            35,
+            45,
+            Call::Delete { key: "k0".into() },
+            Outcome::Wrote { version: 3 },
+        ));
+        deleted.push(op(
+            40,
+            50,
+            Call::Search { key: "k0".into() },
+            Outcome::Absent,
+        ));
+        let tombstoned =
+            BTreeMap::from([("k0".to_owned(), vec![(1, Some(1)), (2, Some(2)), (3, None)])]);
+        assert!(check(&deleted, &quiet_end(tombstoned)).is_empty());
+        // The search index disagreeing with the data once quiet.
+        let mut disagrees = quiet_end(good.clone());
+        disagrees.searched.insert("k0".into(), Some((1, 1)));
+        assert!(
+            check(&ops, &disagrees)
+                .iter()
+                .any(|a| a.what.contains("disagrees"))
         );
 
         // A value stored twice (a retried write applied twice).

@@ -27,6 +27,10 @@ pub enum Call {
         version: i64,
     },
     List,
+    /// `Search` of memory for the key's name, which only that key holds.
+    Search {
+        key: String,
+    },
     History {
         key: String,
     },
@@ -57,6 +61,7 @@ impl Call {
             Call::Get { .. } => "get",
             Call::GetVersion { .. } => "get-version",
             Call::List => "list",
+            Call::Search { .. } => "search",
             Call::History { .. } => "history",
             Call::Purge { .. } => "purge",
             Call::Append { .. } => "append",
@@ -77,6 +82,8 @@ pub enum Outcome {
         version: i64,
         value: i64,
     },
+    /// A search that answered without the key it asked for.
+    Absent,
     /// A list: (key, version, value) of every live key.
     Listed(Vec<(String, i64, i64)>),
     /// A history: (version, value; None for a tombstone).

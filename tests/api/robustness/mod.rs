@@ -364,6 +364,11 @@ async fn run(name: &str, scenario: Scenario) {
             histories.insert(key.to_owned(), versions);
         }
     }
+    let mut searched = BTreeMap::new();
+    for key in KEYS {
+        let hit = retry("searching a key", || workload::search(&first, key)).await;
+        searched.insert(key.to_owned(), hit);
+    }
     let (feed, _) = workload::watch(servers.addrs[0], None).await;
     let (episodes, _) = workload::tail(servers.addrs[0]).await;
     let end = Final {
@@ -373,6 +378,7 @@ async fn run(name: &str, scenario: Scenario) {
         watched,
         tailed,
         promoted,
+        searched,
     };
 
     let ops = recorder.ops();

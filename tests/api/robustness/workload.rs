@@ -11,9 +11,12 @@ use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::episode_service_client::EpisodeServiceClient;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
+use engram::proto::search_hit::Item;
+use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::{
     AppendEpisodeRequest, DeleteRequest, GetRequest, HistoryRequest, ListRequest, MemoryEntry,
-    PurgeRequest, RunRuleRequest, ScopeType, SetRequest, TailEpisodesRequest, WatchRequest,
+    PurgeRequest, RunRuleRequest, ScopeType, SearchMode, SearchRequest, SearchSource, SetRequest,
+    TailEpisodesRequest, WatchRequest,
 };
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -130,7 +133,8 @@ impl Client {
                     request_id: Some(format!("r-{}-{written}", self.id)),
                 },
                 45..=51 => Call::Delete { key },
-                52..=66 => Call::Get { key },
+                52..=61 => Call::Get { key },
+                62..=66 => Call::Search { key },
                 67..=70 => Call::GetVersion {
                     key,
                     version: 1 + rng.below(seen_version[k].max(1) as u64) as i64,
@@ -283,6 +287,10 @@ impl Client {
                         .collect(),
                 )
             }
+            Call::Search { key } => match search(&self.channel, key).await? {
+                Some((version, value)) => Outcome::Read { version, value },
+                None => Outcome::Absent,
+            },
             Call::History { key } => Outcome::Versions(history(&self.channel, key).await?),
             Call::Purge { key, keep } => {
                 MemoryAdminServiceClient::new(self.channel.clone())
@@ -342,6 +350,28 @@ pub async fn history(
         versions.push((entry.version, value));
     }
     Ok(versions)
+}
+
+/// Searches the scope's memory for a key's name (lexical, so a write is
+/// findable once acknowledged): the version and value of the key's hit, or
+/// None when the key is not among the hits.
+pub async fn search(channel: &Channel, key: &str) -> Result<Option<(i64, i64)>, tonic::Status> {
+    let hits = SearchServiceClient::new(channel.clone())
+        .search(SearchRequest {
+            query: key.into(),
+            sources: vec![SearchSource::Memory as i32],
+            mode: SearchMode::Lexical as i32,
+            scope_type: NAMESPACE,
+            scope: SCOPE.into(),
+            ..SearchRequest::default()
+        })
+        .await?
+        .into_inner()
+        .hits;
+    Ok(hits.into_iter().find_map(|hit| match hit.item {
+        Some(Item::Entry(entry)) if entry.key == key => Some((entry.version, number(entry.value)?)),
+        _ => None,
+    }))
 }
 
 /// Appends one episode; its seq and whether it was a replay.

@@ -1,6 +1,7 @@
 //! Search follows writes: removals take effect in the call that made them,
 //! writes are found as soon as they return (also under a burst of
-//! concurrent writers), and memory hits follow every kind of write.
+//! concurrent writers, and while others rewrite the same keys), and memory
+//! hits follow every kind of write.
 
 use std::collections::BTreeSet;
 
@@ -139,24 +140,7 @@ async fn removals_take_effect_at_once(backend: Backend) {
     // A new version of the fact: found by its new words only.
     let mut consolidation = ConsolidationServiceClient::new(server.channel.clone());
     consolidation
-        .apply_deltas(ApplyDeltasRequest {
-            deltas: vec![MemoryDelta {
-                delta: Some(Delta::Update(UpdateDelta {
-                    fact_payload: Some(FactPayload {
-                        app: "app".to_owned(),
-                        user: "bob".to_owned(),
-                        kind: FactKind::Semantic as i32,
-                        subject: "bob".to_owned(),
-                        predicate: "uses".to_owned(),
-                        object: String::new(),
-                        content: Some(json_to_proto(&json!("bob keeps a yak"))),
-                        channels: vec![],
-                    }),
-                    replaces: vec![fact.id.clone()],
-                    provenance: Some(crate::consolidation::provenance(&["e0"])),
-                })),
-            }],
-        })
+        .apply_deltas(bobs_fact_update(&fact.id, "bob keeps a yak"))
         .await
         .expect("update the fact");
     assert!(
@@ -181,6 +165,28 @@ async fn removals_take_effect_at_once(backend: Backend) {
         .await
         .expect("delete fact");
     assert!(search(&server, yak).await.is_empty(), "a deleted fact");
+}
+
+/// A new version of bob's fact `id`, saying `content`.
+fn bobs_fact_update(id: &str, content: &str) -> ApplyDeltasRequest {
+    ApplyDeltasRequest {
+        deltas: vec![MemoryDelta {
+            delta: Some(Delta::Update(UpdateDelta {
+                fact_payload: Some(FactPayload {
+                    app: "app".to_owned(),
+                    user: "bob".to_owned(),
+                    kind: FactKind::Semantic as i32,
+                    subject: "bob".to_owned(),
+                    predicate: "uses".to_owned(),
+                    object: String::new(),
+                    content: Some(json_to_proto(&json!(content))),
+                    channels: vec![],
+                }),
+                replaces: vec![id.to_owned()],
+                provenance: Some(crate::consolidation::provenance(&["e0"])),
+            })),
+        }],
+    }
 }
 
 /// Writers append while searchers search: every append is found by the
@@ -233,6 +239,70 @@ async fn writes_are_found_during_a_burst(backend: Backend) {
     )
     .await;
     assert_eq!(all.len(), 90);
+}
+
+/// Writers rewrite the same two keys and the same fact, each searching for
+/// what it has just written: the key is found every time, at the version
+/// its writer was told or a later one, and so is the fact. A search reads
+/// its matches, then its hits whole; on Postgres those are two statements,
+/// and a key given a new version between them had been dropped from the
+/// hits although live (about one search in sixteen with five writers).
+async fn live_items_are_found_while_others_rewrite_them(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let fact = WorkingMemoryServiceClient::new(server.channel.clone())
+        .remember(remember("s1", "bob", "bob", "bob keeps a yak"))
+        .await
+        .expect("remember")
+        .into_inner()
+        .fact
+        .expect("fact");
+    let writers = (0..6).map(|w| {
+        let (server, fact_id) = (&server, fact.id.clone());
+        async move {
+            let mut memory = server.memory();
+            let mut consolidation = ConsolidationServiceClient::new(server.channel.clone());
+            for i in 0..20 {
+                let key = format!("race{}", i % 2);
+                let written = memory
+                    .set(set("race", &key, json!(format!("race note {w} {i}"))))
+                    .await
+                    .expect("set")
+                    .into_inner()
+                    .entry
+                    .expect("entry")
+                    .version;
+                let found: Vec<i64> = search(server, memory_query(&key))
+                    .await
+                    .iter()
+                    .filter_map(|hit| match hit.item.as_ref() {
+                        Some(Item::Entry(entry)) if entry.key == key => Some(entry.version),
+                        _ => None,
+                    })
+                    .collect();
+                assert!(
+                    matches!(found[..], [version] if version >= written),
+                    "writer {w}: {key} v{written} written, a search then found {found:?}"
+                );
+                consolidation
+                    .apply_deltas(bobs_fact_update(
+                        &fact_id,
+                        &format!("bob keeps a yak {w} {i}"),
+                    ))
+                    .await
+                    .expect("update the fact");
+                let yak = SearchRequest {
+                    sources: vec![FACTS],
+                    ..query("yak")
+                };
+                assert_eq!(
+                    names(&search(server, yak).await),
+                    vec!["fact:bob"],
+                    "writer {w}, update {i}"
+                );
+            }
+        }
+    });
+    futures::future::join_all(writers).await;
 }
 
 /// A memory key is found at its current version whatever wrote it:
@@ -332,5 +402,6 @@ async fn memory_hits_follow_every_kind_of_write(backend: Backend) {
 on_both_stores!(
     removals_take_effect_at_once,
     writes_are_found_during_a_burst,
+    live_items_are_found_while_others_rewrite_them,
     memory_hits_follow_every_kind_of_write,
 );

@@ -59,12 +59,18 @@ struct Table {
     keys: &'static [(&'static str, &'static str)],
 }
 
-/// A memory item's identity, under the heads' alias.
+/// A memory item's identity, under the heads' alias. Without the version:
+/// the hits are read whole by a second statement, which sees what was
+/// committed since the matches were read, and a key written in between
+/// is its current version there. With the version in its identity such
+/// a key was not found again and dropped from the hits, although live
+/// (the robustness test's searches missed keys written just before them,
+/// under concurrent writes to the same keys). A key deleted in between is
+/// dropped, as it is no longer live.
 const MEMORY_KEYS: &[(&str, &str)] = &[
     ("h.scope_type", "int2"),
     ("h.scope", "text"),
     ("h.key", "text"),
-    ("h.version", "int8"),
 ];
 
 fn table(source: Source, filters: &Filters) -> Table {
@@ -94,7 +100,8 @@ fn table(source: Source, filters: &Filters) -> Table {
             from: "facts f JOIN fact_search s \
                    ON s.tenant = f.tenant AND s.fact_id = f.id AND s.version = f.version",
             vector: "s.search",
-            keys: &[("f.id", "text"), ("f.version", "int8")],
+            // By id alone, for the reason given at [`MEMORY_KEYS`].
+            keys: &[("f.id", "text")],
         },
         Source::Episodes => Table {
             from: from(Source::Episodes),
@@ -218,8 +225,9 @@ struct Matches {
 /// `search`: 16 clients 810–956 → 873–934 ops/s, p99 58–75 → 53–55 ms;
 /// one client p50 2.96, 3.14 → 2.31, 2.60 ms). The second reads by
 /// identity and checks the filters and that the item is live again: an
-/// item changed in between (its embedding written, say) keeps its
-/// identity, and one removed in between is left out, as a search a moment
+/// item changed in between (a new version of a key or a fact, an
+/// episode's embedding written) keeps its identity and is read as it is
+/// now, and one removed in between is left out, as a search a moment
 /// later would leave it.
 async fn matches(
     conn: &mut Lease,
