@@ -26,6 +26,11 @@ pub enum Call {
         key: String,
         version: i64,
     },
+    /// `Get` with `as_of` a revision a watch consumer had received.
+    GetAt {
+        key: String,
+        revision: i64,
+    },
     List,
     /// `Search` of memory for the key's name, which only that key holds.
     Search {
@@ -42,6 +47,11 @@ pub enum Call {
         session: String,
         id: String,
         value: i64,
+    },
+    /// A session's episodes after a seq, every page.
+    ListEpisodes {
+        session: String,
+        after_seq: i64,
     },
     RunRule,
 }
@@ -60,11 +70,13 @@ impl Call {
             Call::Delete { .. } => "delete",
             Call::Get { .. } => "get",
             Call::GetVersion { .. } => "get-version",
+            Call::GetAt { .. } => "get-as-of",
             Call::List => "list",
             Call::Search { .. } => "search",
             Call::History { .. } => "history",
             Call::Purge { .. } => "purge",
             Call::Append { .. } => "append",
+            Call::ListEpisodes { .. } => "list-episodes",
             Call::RunRule => "run-rule",
         }
     }
@@ -92,6 +104,8 @@ pub enum Outcome {
         seq: i64,
         replayed: bool,
     },
+    /// A session's episodes listed: (seq, id) of each, in the order given.
+    Episodes(Vec<(i64, String)>),
     /// Done, with nothing to check (purge, run rule).
     Done,
     /// Refused for certain: the call changed nothing.

@@ -2,7 +2,7 @@
 //! space against real `engram serve` processes while faults are injected;
 //! every call is recorded with its start, end and outcome, and the checker
 //! validates the whole history against what the server holds once the
-//! faults are over (see `check.rs` for the guarantees it checks).
+//! faults are over (see `check/` for the guarantees it checks).
 //!
 //! Faults, each scenario on its own and mixed: `kill -9` of a server and a
 //! restart on the same port (both stores); the connection between server
@@ -23,6 +23,7 @@ mod workload;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use engram::proto::consolidation_service_client::ConsolidationServiceClient;
@@ -207,10 +208,15 @@ async fn run(name: &str, scenario: Scenario) {
     let deadline = recorder.now() + profile.seconds * 1_000_000_000;
 
     // Consumers on every replica, one of them slow.
+    let revisions = Arc::new(AtomicI64::new(0));
     let mut watchers = Vec::new();
     let mut tailers = Vec::new();
     for (n, addr) in servers.addrs.iter().enumerate() {
-        watchers.push(tokio::spawn(workload::watch(*addr, None)));
+        watchers.push(tokio::spawn(workload::watch_publishing(
+            *addr,
+            None,
+            revisions.clone(),
+        )));
         tailers.push(tokio::spawn(workload::tail(*addr)));
         if n == 0 {
             watchers.push(tokio::spawn(workload::watch(
@@ -226,6 +232,7 @@ async fn run(name: &str, scenario: Scenario) {
                 channel: channel(servers.addrs[id % servers.addrs.len()]),
                 recorder: recorder.clone(),
                 cancel_percent: scenario.cancel_percent,
+                revisions: revisions.clone(),
             };
             tokio::spawn(client.run(deadline))
         })

@@ -4,9 +4,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use engram::api::convert::{json_from_proto, json_to_proto};
+use engram::proto::as_of;
 use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::episode_service_client::EpisodeServiceClient;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
@@ -14,9 +16,9 @@ use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::search_hit::Item;
 use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::{
-    AppendEpisodeRequest, DeleteRequest, GetRequest, HistoryRequest, ListRequest, MemoryEntry,
-    PurgeRequest, RunRuleRequest, ScopeType, SearchMode, SearchRequest, SearchSource, SetRequest,
-    TailEpisodesRequest, WatchRequest,
+    AppendEpisodeRequest, AsOf, DeleteRequest, GetRequest, HistoryRequest, ListEpisodesRequest,
+    ListRequest, MemoryEntry, PurgeRequest, RunRuleRequest, ScopeType, SearchMode, SearchRequest,
+    SearchSource, SetRequest, TailEpisodesRequest, WatchRequest,
 };
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -99,6 +101,9 @@ pub struct Client {
     /// Percent of calls made with a deadline of a few milliseconds, which
     /// the client cancels mid-call.
     pub cancel_percent: u64,
+    /// The newest revision the watch consumers received, for reads as of
+    /// a revision.
+    pub revisions: Arc<AtomicI64>,
 }
 
 impl Client {
@@ -106,6 +111,7 @@ impl Client {
         let mut rng = Rng::new(self.id as u64 + 1);
         let mut written = 0i64;
         let mut seen_version = [0i64; KEYS.len()];
+        let mut seen_seq = [0i64; SESSIONS.len()];
         let mut calls = 0;
         while self.recorder.now() < deadline {
             calls += 1;
@@ -114,12 +120,20 @@ impl Client {
             written += 1;
             let value = self.id as i64 * 1_000_000 + written;
             let call = match rng.below(100) {
-                0..=24 => Call::Set {
+                0..=19 => Call::Set {
                     key,
                     value,
                     expected: None,
                     request_id: None,
                 },
+                20..=24 => {
+                    let s = rng.below(SESSIONS.len() as u64) as usize;
+                    Call::ListEpisodes {
+                        session: SESSIONS[s].to_owned(),
+                        // The newest few the client knows of, and after.
+                        after_seq: (seen_seq[s] - rng.below(20) as i64).max(0),
+                    }
+                }
                 25..=34 => Call::Set {
                     key,
                     value,
@@ -133,7 +147,22 @@ impl Client {
                     request_id: Some(format!("r-{}-{written}", self.id)),
                 },
                 45..=51 => Call::Delete { key },
-                52..=61 => Call::Get { key },
+                52..=57 => Call::Get { key },
+                58..=61 => {
+                    // Half of them among the newest revisions, whose
+                    // versions are mostly kept; the rest anywhere, mostly
+                    // purged since.
+                    let newest = self.revisions.load(Ordering::Relaxed).max(1) as u64;
+                    let back = if rng.chance(50) {
+                        newest.min(20)
+                    } else {
+                        newest
+                    };
+                    Call::GetAt {
+                        key,
+                        revision: (newest - rng.below(back)) as i64,
+                    }
+                }
                 62..=66 => Call::Search { key },
                 67..=70 => Call::GetVersion {
                     key,
@@ -168,6 +197,12 @@ impl Client {
                 }
                 if let Outcome::Read { version, .. } = op.outcome {
                     seen_version[k] = seen_version[k].max(version);
+                }
+                if let (Call::Append { session, .. }, Outcome::Appended { seq, .. }) =
+                    (&op.call, &op.outcome)
+                    && let Some(s) = SESSIONS.iter().position(|name| name == session)
+                {
+                    seen_seq[s] = seen_seq[s].max(*seq);
                 }
                 let unknown = matches!(op.outcome, Outcome::Unknown { .. });
                 self.recorder.record(op);
@@ -250,10 +285,16 @@ impl Client {
                     version: entry.version,
                 }
             }
-            Call::Get { key } | Call::GetVersion { key, .. } => {
-                let version = match call {
-                    Call::GetVersion { version, .. } => *version,
-                    _ => 0,
+            Call::Get { key } | Call::GetVersion { key, .. } | Call::GetAt { key, .. } => {
+                let (version, as_of) = match call {
+                    Call::GetVersion { version, .. } => (*version, None),
+                    Call::GetAt { revision, .. } => (
+                        0,
+                        Some(AsOf {
+                            point: Some(as_of::Point::Revision(*revision)),
+                        }),
+                    ),
+                    _ => (0, None),
                 };
                 let entry = memory
                     .get(GetRequest {
@@ -261,7 +302,7 @@ impl Client {
                         scope: SCOPE.into(),
                         key: key.clone(),
                         version,
-                        as_of: None,
+                        as_of,
                     })
                     .await?
                     .into_inner()
@@ -310,6 +351,9 @@ impl Client {
                     seq: response.0,
                     replayed: response.1,
                 }
+            }
+            Call::ListEpisodes { session, after_seq } => {
+                Outcome::Episodes(list_episodes(&self.channel, session, *after_seq).await?)
             }
             Call::RunRule => {
                 ConsolidationServiceClient::new(self.channel.clone())
@@ -374,6 +418,34 @@ pub async fn search(channel: &Channel, key: &str) -> Result<Option<(i64, i64)>, 
     }))
 }
 
+/// A session's episodes after `after_seq`, every page: (seq, id) of each.
+pub async fn list_episodes(
+    channel: &Channel,
+    session: &str,
+    after_seq: i64,
+) -> Result<Vec<(i64, String)>, tonic::Status> {
+    let mut episodes = EpisodeServiceClient::new(channel.clone());
+    let mut listed = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = episodes
+            .list_episodes(ListEpisodesRequest {
+                session_id: session.into(),
+                after_seq,
+                page_size: 1000,
+                page_token,
+                ..ListEpisodesRequest::default()
+            })
+            .await?
+            .into_inner();
+        listed.extend(page.episodes.into_iter().map(|e| (e.seq, e.id)));
+        if page.next_page_token.is_empty() {
+            return Ok(listed);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
 /// Appends one episode; its seq and whether it was a replay.
 pub async fn append(
     channel: &Channel,
@@ -414,18 +486,28 @@ pub type Tailed = (i64, String, String, i64);
 /// makes it a slow reader (the server may cut it off as too slow, and it
 /// resumes). Returns what it received, and how often it reconnected.
 pub async fn watch(addr: SocketAddr, pause: Option<Duration>) -> (Vec<Change>, usize) {
-    watch_after(addr, 0, pause).await
+    watch_after(addr, 0, pause, None).await
+}
+
+/// [`watch`], keeping `revisions` at the newest revision received.
+pub async fn watch_publishing(
+    addr: SocketAddr,
+    pause: Option<Duration>,
+    revisions: Arc<AtomicI64>,
+) -> (Vec<Change>, usize) {
+    watch_after(addr, 0, pause, Some(&revisions)).await
 }
 
 /// What a watch receives after `revision`, up to the sentinel.
 pub async fn watch_from(addr: SocketAddr, revision: i64) -> Vec<Change> {
-    watch_after(addr, revision, None).await.0
+    watch_after(addr, revision, None, None).await.0
 }
 
 async fn watch_after(
     addr: SocketAddr,
     revision: i64,
     pause: Option<Duration>,
+    revisions: Option<&AtomicI64>,
 ) -> (Vec<Change>, usize) {
     let channel = channel(addr);
     let mut seen: Vec<Change> = Vec::new();
@@ -444,6 +526,9 @@ async fn watch_after(
             let mut stream = stream.into_inner();
             while let Some(Ok(change)) = stream.next().await {
                 let done = change.key == SENTINEL;
+                if let Some(revisions) = revisions {
+                    revisions.fetch_max(change.revision, Ordering::Relaxed);
+                }
                 seen.push((change.revision, change.kind, change.key, change.version));
                 if done {
                     return (seen, reconnects);

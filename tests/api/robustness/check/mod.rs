@@ -9,6 +9,12 @@ use tonic::Code;
 use super::history::{Call, Op, Outcome};
 use super::workload::{Change, KEYS, Tailed};
 
+mod episodes;
+#[cfg(test)]
+mod planted;
+
+use episodes::{episodes, feed};
+
 /// What the server holds once the faults are over and everything caught
 /// up.
 pub struct Final {
@@ -221,11 +227,18 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
         if !matches!(writer.call, Call::Set { .. }) {
             return;
         }
+        // An acknowledged delete landed before it returned; one whose
+        // outcome is unknown may land at any time after it began, also
+        // after its client gave up on it (a cancelled call already in a
+        // group is committed with it), which the first long runs showed.
         let deleted = ops.iter().any(|d| {
             matches!(&d.call, Call::Delete { key: k } if k == key)
-                && !matches!(d.outcome, Outcome::Refused { .. })
                 && d.start < op.end
-                && d.end > writer.start
+                && match d.outcome {
+                    Outcome::Refused { .. } => false,
+                    Outcome::Unknown { .. } => true,
+                    _ => d.end > writer.start,
+                }
         });
         if !deleted {
             found.push(anomaly(
@@ -279,6 +292,7 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
         }
     };
     let mut skipped = Vec::new();
+    let mut as_of_anomalies = Vec::new();
     for op in ops {
         match (&op.call, &op.outcome) {
             (Call::Get { key } | Call::Search { key }, Outcome::Read { version, value }) => {
@@ -286,6 +300,14 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
             }
             (Call::GetVersion { key, .. }, Outcome::Read { version, value }) => {
                 read(op, key, *version, *value, false);
+            }
+            (Call::GetAt { key, revision }, outcome) => {
+                if let Outcome::Read { version, value } = outcome {
+                    read(op, key, *version, *value, false);
+                }
+                if let Some(what) = as_of_disagrees(end, key, *revision, outcome) {
+                    as_of_anomalies.push(anomaly(what, vec![op]));
+                }
             }
             (Call::List, Outcome::Listed(entries)) => {
                 for (key, version, value) in entries {
@@ -308,6 +330,7 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
     for op in skipped {
         found.push(anomaly("a history skips a version".to_owned(), vec![op]));
     }
+    found.extend(as_of_anomalies);
     for key in KEYS {
         if !end.histories.contains_key(key) && acked.contains_key(key) {
             let deleted_by_purge = ops
@@ -318,6 +341,49 @@ fn memory(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
             }
         }
     }
+}
+
+/// What a read of `key` as of `revision` should have answered, by the
+/// whole change feed: the version of the newest set or delete at or before
+/// the revision, `KEY_DELETED` for a tombstone, `KEY_NOT_FOUND` before any,
+/// `VERSION_PURGED` only for a version (or tombstone) since purged; a
+/// revision not yet settled may be refused. Says how the answer differs,
+/// if it does.
+fn as_of_disagrees(end: &Final, key: &str, revision: i64, outcome: &Outcome) -> Option<String> {
+    const DELETE: i32 = 2;
+    const PURGE: i32 = 3;
+    let then = end
+        .feed
+        .iter()
+        .filter(|c| c.2 == key && c.0 <= revision && c.1 != PURGE)
+        .max_by_key(|c| c.0);
+    let purged = |version: i64| {
+        end.histories
+            .get(key)
+            .and_then(|versions| versions.first())
+            .is_none_or(|oldest| version < oldest.0)
+    };
+    let fits = match (outcome, then) {
+        (Outcome::Read { version, .. }, Some(c)) => c.1 != DELETE && c.3 == *version,
+        (Outcome::Refused { code, reason }, then) if *code == Code::NotFound => {
+            match (reason.as_str(), then) {
+                ("KEY_NOT_FOUND", None) => true,
+                ("KEY_DELETED", Some(c)) => c.1 == DELETE,
+                // The version current then, a tombstone too, is gone.
+                ("VERSION_PURGED", Some(c)) => purged(c.3),
+                _ => false,
+            }
+        }
+        (Outcome::Refused { code, .. }, _) => *code == Code::OutOfRange,
+        (Outcome::Unknown { .. }, _) => true,
+        _ => false,
+    };
+    (!fits).then(|| {
+        format!(
+            "a read of {key} as of revision {revision} answered {outcome:?}; the feed's newest \
+             change of it by then is {then:?} (revision, kind, key, version)"
+        )
+    })
 }
 
 /// Once quiet, a search for each key finds exactly its current version, and
@@ -340,268 +406,5 @@ fn recall(end: &Final, found: &mut Vec<Anomaly>) {
                 vec![],
             ));
         }
-    }
-}
-
-/// A consumer must have received exactly the whole feed, in order: no gap,
-/// no duplicate, across its reconnects.
-fn feed<T: PartialEq + std::fmt::Debug>(
-    name: &str,
-    whole: &[T],
-    consumers: &[Vec<T>],
-    position: impl Fn(&T) -> i64,
-    found: &mut Vec<Anomaly>,
-) {
-    for pair in whole.windows(2) {
-        if position(&pair[1]) <= position(&pair[0]) {
-            found.push(anomaly(
-                format!(
-                    "the {name} feed goes from {} back to {}",
-                    position(&pair[0]),
-                    position(&pair[1])
-                ),
-                vec![],
-            ));
-        }
-    }
-    for (n, got) in consumers.iter().enumerate() {
-        if let Some(at) = (0..whole.len().max(got.len())).find(|&i| whole.get(i) != got.get(i)) {
-            found.push(anomaly(
-                format!(
-                    "{name} consumer {n} diverges at item {at}: expected {:?}, received {:?} \
-                     (a gap, a duplicate or a reorder across reconnects)",
-                    whole.get(at),
-                    got.get(at)
-                ),
-                vec![],
-            ));
-        }
-    }
-}
-
-fn episodes(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
-    let mut by_id: HashMap<&str, (&str, i64)> = HashMap::new();
-    let mut seqs: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
-    for (_, id, session, seq) in &end.episodes {
-        if by_id.insert(id, (session, *seq)).is_some() {
-            found.push(anomaly(format!("episode {id} is stored twice"), vec![]));
-        }
-        seqs.entry(session).or_default().push(*seq);
-    }
-    for (session, seqs) in seqs {
-        let dense = seqs.iter().enumerate().all(|(i, seq)| *seq == i as i64 + 1);
-        if !dense {
-            found.push(anomaly(
-                format!("session {session}: seqs {seqs:?} are not 1..n in cursor order"),
-                vec![],
-            ));
-        }
-    }
-    let mut acked: HashMap<&str, i64> = HashMap::new();
-    let mut tried: HashMap<&str, usize> = HashMap::new();
-    for op in ops {
-        let Call::Append { id, .. } = &op.call else {
-            continue;
-        };
-        let attempts = tried.entry(id).or_default();
-        *attempts += 1;
-        let Outcome::Appended { seq, replayed } = &op.outcome else {
-            continue;
-        };
-        if *replayed && *attempts == 1 {
-            found.push(anomaly(
-                format!("episode {id} was answered as a replay on its first attempt"),
-                vec![op],
-            ));
-        }
-        if let Some(first) = acked.insert(id, *seq)
-            && first != *seq
-        {
-            found.push(anomaly(
-                format!("episode {id} was acknowledged at seq {first} and at seq {seq}"),
-                vec![op],
-            ));
-        }
-        match by_id.get(id.as_str()) {
-            None => found.push(anomaly(
-                format!("episode {id} was acknowledged and is not stored"),
-                vec![op],
-            )),
-            Some((_, stored)) if stored != seq => found.push(anomaly(
-                format!("episode {id} was acknowledged at seq {seq} and is stored at {stored}"),
-                vec![op],
-            )),
-            Some(_) => {}
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn op(start: u64, end: u64, call: Call, outcome: Outcome) -> Op {
-        Op {
-            client: 0,
-            start,
-            end,
-            call,
-            outcome,
-        }
-    }
-
-    fn set(key: &str, value: i64) -> Call {
-        Call::Set {
-            key: key.into(),
-            value,
-            expected: None,
-            request_id: None,
-        }
-    }
-
-    fn quiet_end(histories: BTreeMap<String, Vec<(i64, Option<i64>)>>) -> Final {
-        let searched = histories
-            .iter()
-            .map(|(key, versions)| {
-                let live = versions.last().and_then(|&(v, value)| Some((v, value?)));
-                (key.clone(), live)
-            })
-            .collect();
-        Final {
-            searched,
-            histories,
-            feed: vec![(1, 1, "k0".into(), 1), (2, 1, "k0".into(), 2)],
-            episodes: vec![],
-            watched: vec![vec![(1, 1, "k0".into(), 1), (2, 1, "k0".into(), 2)]],
-            tailed: vec![],
-            promoted: 0,
-        }
-    }
-
-    /// The checker must see each kind of anomaly it claims to: a test of
-    /// the test.
-    #[test]
-    fn the_checker_finds_planted_anomalies() {
-        let ops = vec![
-            op(0, 10, set("k0", 1), Outcome::Wrote { version: 1 }),
-            op(20, 30, set("k0", 2), Outcome::Wrote { version: 2 }),
-        ];
-        let good = BTreeMap::from([("k0".to_owned(), vec![(1, Some(1)), (2, Some(2))])]);
-        assert!(check(&ops, &quiet_end(good.clone())).is_empty());
-
-        // A lost acknowledged write.
-        let lost = BTreeMap::from([("k0".to_owned(), vec![(1, Some(1)), (2, Some(9))])]);
-        let found = check(&ops, &quiet_end(lost));
-        assert!(found.iter().any(|a| a.what.contains("acknowledged as")));
-
-        // A gap in the versions.
-        let gap = BTreeMap::from([("k0".to_owned(), vec![(1, Some(1)), (3, Some(2))])]);
-        assert!(
-            check(&ops, &quiet_end(gap))
-                .iter()
-                .any(|a| a.what.contains("dense"))
-        );
-
-        // A stale read: v1 read after v2 was acknowledged.
-        let mut stale = ops.clone();
-        stale.push(op(
-            40,
-            50,
-            Call::Get { key: "k0".into() },
-            Outcome::Read {
-                version: 1,
-                value: 1,
-            },
-        ));
-        let found = check(&stale, &quiet_end(good.clone()));
-        assert!(
-            found
-                .iter()
-                .any(|a| a.what.contains("stale read") && a.ops.len() == 2)
-        );
-
-        // A stale search hit, and a search and a get that miss a write
-        // acknowledged before they started.
-        for (call, outcome) in [
-            (
-                Call::Search { key: "k0".into() },
-                Outcome::Read {
-                    version: 1,
-                    value: 1,
-                },
-            ),
-            (Call::Search { key: "k0".into() }, Outcome::Absent),
-            (
-                Call::Get { key: "k0".into() },
-                Outcome::Refused {
-                    code: Code::NotFound,
-                    reason: "KEY_NOT_FOUND".into(),
-                },
-            ),
-        ] {
-            let mut missed = ops.clone();
-            missed.push(op(40, 50, call, outcome));
-            let found = check(&missed, &quiet_end(good.clone()));
-            assert!(
-                found.iter().any(|a| (a.what.contains("stale read")
-                    || a.what.contains("not found once acknowledged"))
-                    && a.ops.len() == 2),
-                "{:?}",
-                found.iter().map(|a| &a.what).collect::<Vec<_>>()
-            );
-        }
-        // A miss is no anomaly when a delete could have landed before it.
-        let mut deleted = ops.clone();
-        deleted.push(op(
-            35,
-            45,
-            Call::Delete { key: "k0".into() },
-            Outcome::Wrote { version: 3 },
-        ));
-        deleted.push(op(
-            40,
-            50,
-            Call::Search { key: "k0".into() },
-            Outcome::Absent,
-        ));
-        let tombstoned =
-            BTreeMap::from([("k0".to_owned(), vec![(1, Some(1)), (2, Some(2)), (3, None)])]);
-        assert!(check(&deleted, &quiet_end(tombstoned)).is_empty());
-        // The search index disagreeing with the data once quiet.
-        let mut disagrees = quiet_end(good.clone());
-        disagrees.searched.insert("k0".into(), Some((1, 1)));
-        assert!(
-            check(&ops, &disagrees)
-                .iter()
-                .any(|a| a.what.contains("disagrees"))
-        );
-
-        // A value stored twice (a retried write applied twice).
-        let twice = BTreeMap::from([("k0".to_owned(), vec![(1, Some(1)), (2, Some(1))])]);
-        assert!(
-            check(&ops, &quiet_end(twice))
-                .iter()
-                .any(|a| a.what.contains("twice"))
-        );
-
-        // A watch consumer that missed a change.
-        let mut gap_in_watch = quiet_end(good);
-        gap_in_watch.watched = vec![vec![(2, 1, "k0".into(), 2)]];
-        assert!(
-            check(&ops, &gap_in_watch)
-                .iter()
-                .any(|a| a.what.contains("diverges"))
-        );
-
-        // An episode promoted twice.
-        let mut twice_promoted = quiet_end(BTreeMap::new());
-        twice_promoted.episodes = vec![(1, "e1".into(), "s0".into(), 1)];
-        twice_promoted.tailed = vec![twice_promoted.episodes.clone()];
-        twice_promoted.promoted = 2;
-        assert!(
-            check(&[], &twice_promoted)
-                .iter()
-                .any(|a| a.what.contains("promoted"))
-        );
     }
 }
