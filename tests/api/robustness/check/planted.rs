@@ -166,32 +166,24 @@ fn the_checker_finds_planted_anomalies() {
 
     // A read as of a revision that answers another version than the
     // feed holds there.
+    let read_at_1 = |version: i64| {
+        op(
+            40,
+            50,
+            Call::GetAt {
+                key: "k0".into(),
+                revision: 1,
+            },
+            Outcome::Read {
+                version,
+                value: version,
+            },
+        )
+    };
     let mut as_of = ops.clone();
-    as_of.push(op(
-        40,
-        50,
-        Call::GetAt {
-            key: "k0".into(),
-            revision: 1,
-        },
-        Outcome::Read {
-            version: 1,
-            value: 1,
-        },
-    ));
+    as_of.push(read_at_1(1));
     assert!(check(&as_of, &quiet_end(good.clone())).is_empty());
-    as_of.push(op(
-        40,
-        50,
-        Call::GetAt {
-            key: "k0".into(),
-            revision: 1,
-        },
-        Outcome::Read {
-            version: 2,
-            value: 2,
-        },
-    ));
+    as_of.push(read_at_1(2));
     let found = check(&as_of, &quiet_end(good.clone()));
     assert!(found.iter().any(|a| a.what.contains("as of revision 1")));
 
