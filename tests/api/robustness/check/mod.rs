@@ -87,6 +87,7 @@ fn key_of(call: &Call) -> Option<&str> {
         | Call::Delete { key }
         | Call::Get { key }
         | Call::GetVersion { key, .. }
+        | Call::GetAt { key, .. }
         | Call::Search { key }
         | Call::History { key }
         | Call::Purge { key, .. } => Some(key),
