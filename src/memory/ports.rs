@@ -8,7 +8,9 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use super::audit::{AuditRecord, MAX_RECORDED_KEYS};
-use super::types::{Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary};
+use super::types::{
+    ChangeKind, ChangePage, Entry, Key, KeyPrefix, Provenance, Scope, ScopeSummary,
+};
 use super::types::{ScopeType, Value};
 use crate::context::Tenant;
 use crate::error::Result;
@@ -495,7 +497,9 @@ pub trait MemoryStore: Clone + Send + Sync + 'static {
         apply: bool,
     ) -> impl Future<Output = Result<ReindexOutcome>> + Send;
 
-    /// Changes of a scope with `after < revision <= up_to`, oldest first.
+    /// Changes of a scope with `after < revision <= up_to`, oldest first,
+    /// and the prune mark read in the same statement (pruning moves the
+    /// mark before it deletes, so a page that misses pruned rows sees it).
     fn changes(
         &self,
         tenant: &Tenant,
@@ -504,7 +508,7 @@ pub trait MemoryStore: Clone + Send + Sync + 'static {
         after: i64,
         up_to: i64,
         limit: i64,
-    ) -> impl Future<Output = Result<Vec<Change>>> + Send;
+    ) -> impl Future<Output = Result<ChangePage>> + Send;
 
     /// The newest revision the feed has been pruned through by age (older
     /// changes are gone), if it ever was.

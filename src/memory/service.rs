@@ -545,14 +545,7 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                 if let Some(pruned) = self.store.pruned_through().await?
                     && revision < pruned
                 {
-                    let oldest = pruned + 1;
-                    return Err(Error::OutOfRange {
-                        reason: Reason::RevisionPruned,
-                        message: format!(
-                            "revision {revision} is older than the retained change feed (oldest {oldest}); \
-                             re-read the scope with List, then watch from now"
-                        ),
-                    });
+                    return Err(revision_pruned(revision, pruned));
                 }
                 revision
             }
@@ -573,7 +566,8 @@ impl<S: MemoryStore + Feeds> Memory<S> {
         after: i64,
         up_to: i64,
     ) -> Result<Vec<Change>> {
-        self.store
+        let page = self
+            .store
             .changes(
                 &ctx.tenant,
                 &start.scope,
@@ -582,7 +576,14 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                 up_to,
                 WATCH_BATCH,
             )
-            .await
+            .await?;
+        // A stream that fell behind the feed's retention while it ran (or
+        // that resumed just as pruning began) may have lost changes: say
+        // so rather than skip them.
+        match page.pruned_through {
+            Some(pruned) if after < pruned => Err(revision_pruned(after, pruned)),
+            _ => Ok(page.changes),
+        }
     }
 
     pub async fn list_scopes(
@@ -822,4 +823,17 @@ fn fingerprint(
 pub(crate) fn now_micros() -> chrono::DateTime<Utc> {
     let now = Utc::now();
     chrono::DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
+}
+
+/// A watch after `revision` cannot be served whole: changes up to `pruned`
+/// are gone.
+fn revision_pruned(revision: i64, pruned: i64) -> Error {
+    let oldest = pruned + 1;
+    Error::OutOfRange {
+        reason: Reason::RevisionPruned,
+        message: format!(
+            "revision {revision} is older than the retained change feed (oldest {oldest}); \
+             re-read the scope with List, then watch from now"
+        ),
+    }
 }

@@ -319,3 +319,12 @@ pub struct Change {
     pub value: Option<Value>,
     pub create_time: DateTime<Utc>,
 }
+
+/// A page of a scope's change feed, with how far the feed had been pruned
+/// as the same statement saw it: a page read after `after` is whole only
+/// while `after` is not older than that.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangePage {
+    pub changes: Vec<Change>,
+    pub pruned_through: Option<i64>,
+}

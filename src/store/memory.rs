@@ -19,8 +19,8 @@ use crate::memory::ports::{
     Write, Written,
 };
 use crate::memory::{
-    Change, ChangeKind, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName, ScopeSummary,
-    ScopeType, Value,
+    Change, ChangeKind, ChangePage, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName,
+    ScopeSummary, ScopeType, Value,
 };
 
 /// The columns [`entry_row`] reads, in order, for `concat!`.
@@ -171,15 +171,24 @@ static UNKNOWN_FLOWS: Sql = Sql::new(
      GROUP BY v.scope ORDER BY v.scope LIMIT 100",
 );
 
+/// A page of a scope's feed, each row also carrying the prune mark (one
+/// row of NULL change columns when the page is empty), so the page and the
+/// mark come from one snapshot.
 static CHANGES: Sql = Sql::new(
-    "SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
-     CASE WHEN c.kind IN (1, 4) THEN v.value::text END, c.create_time \
-     FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
-       AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key \
-       AND v.version = c.version \
-     WHERE c.tenant = $1 AND c.scope_type = $2 AND c.scope = $3 \
-     AND c.revision > $4 AND c.revision <= $5 AND c.key >= $6 AND c.key < $7 \
-     ORDER BY c.revision LIMIT $8",
+    "WITH feed AS (SELECT max(pruned_through) AS pruned FROM memory_feed) \
+     SELECT page.revision, page.kind, page.key, page.version, page.versions_deleted, \
+       page.value, page.create_time, feed.pruned \
+     FROM feed LEFT JOIN ( \
+       SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
+         CASE WHEN c.kind IN (1, 4) THEN v.value::text END AS value, c.create_time \
+       FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
+         AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key \
+         AND v.version = c.version \
+       WHERE c.tenant = $1 AND c.scope_type = $2 AND c.scope = $3 \
+       AND c.revision > $4 AND c.revision <= $5 AND c.key >= $6 AND c.key < $7 \
+       ORDER BY c.revision LIMIT $8 \
+     ) page ON true \
+     ORDER BY page.revision",
 );
 
 static PRUNED_THROUGH: Sql = Sql::new("SELECT pruned_through FROM memory_feed");
@@ -825,24 +834,40 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         after: i64,
         up_to: i64,
         limit: i64,
-    ) -> Result<Vec<Change>> {
+    ) -> Result<ChangePage> {
         let (low, high) = prefix.range();
         let mut conn = self.reader(tenant).await?;
-        conn.all(
-            &CHANGES,
-            params![
-                tenant.as_str(),
-                scope.scope_type.as_i16(),
-                scope.name.as_str(),
-                after,
-                up_to,
-                low.as_str(),
-                high.as_str(),
-                limit,
-            ],
-            change_row,
-        )
-        .await
+        let rows = conn
+            .rows(
+                &CHANGES,
+                params![
+                    tenant.as_str(),
+                    scope.scope_type.as_i16(),
+                    scope.name.as_str(),
+                    after,
+                    up_to,
+                    low.as_str(),
+                    high.as_str(),
+                    limit,
+                ],
+            )
+            .await?;
+        let pruned_through = match rows.first() {
+            Some(row) => row.opt_int(7)?,
+            None => return Err(Error::internal("the change feed page returned no row")),
+        };
+        let changes = rows
+            .iter()
+            .filter_map(|row| match row.opt_int(0) {
+                Ok(Some(_)) => Some(change_row(row)),
+                Ok(None) => None,
+                Err(err) => Some(Err(err)),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ChangePage {
+            changes,
+            pruned_through,
+        })
     }
 
     async fn pruned_through(&self) -> Result<Option<i64>> {
@@ -861,9 +886,11 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         else {
             return Ok(0);
         };
-        let pruned = conn.exec(&PRUNE_CHANGES, params![newest, before]).await?;
+        // The mark first: a feed page that misses a deleted row then sees
+        // it (see CHANGES), and a crash in between only leaves rows no
+        // watcher can be after.
         conn.exec(&PRUNED_TO, params![newest]).await?;
-        Ok(pruned)
+        conn.exec(&PRUNE_CHANGES, params![newest, before]).await
     }
 
     async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {

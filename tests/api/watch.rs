@@ -362,31 +362,97 @@ async fn slow_consumers_and_shutdown_say_where_to_resume(backend: Backend) {
     );
 }
 
+/// Prunes every change written so far, as the server's pruning would once
+/// they aged past the retention.
+async fn prune_everything(server: &TestServer, backend: Backend) -> u64 {
+    let before = chrono::Utc::now() + chrono::Duration::seconds(1);
+    match backend {
+        Backend::Sqlite => server.db.sqlite_store().await.prune_changes(before).await,
+        Backend::Postgres => server.db.pg_store().await.prune_changes(before).await,
+    }
+    .expect("prune")
+}
+
+/// A stream still reading changes that pruning then deletes is ended with
+/// REVISION_PRUNED: it is never handed what came after them as if nothing
+/// went missing.
+async fn a_stream_behind_pruning_is_ended_not_skipped(backend: Backend) {
+    let server = TestServer::spawn_with(backend, |s| {
+        s.watch_buffer = Some(4);
+        s.sqlite_synchronous = Some(engram::store::SqliteSynchronous::Normal);
+    })
+    .await;
+    let mut memory = server.memory();
+    // More changes than one page of the feed (500), 16 KiB each: the
+    // stream's buffers and HTTP/2 windows hold a few MB, so the producer is
+    // still handing out its first page when the pruning comes.
+    let big = "x".repeat(16 * 1024);
+    const WRITES: i64 = 520;
+    for i in 0..WRITES {
+        memory
+            .set(set(
+                "behind",
+                &format!("k{}", i % 7),
+                json!({"i": i, "pad": big}),
+            ))
+            .await
+            .expect("set");
+    }
+    let mut reader = MemoryServiceClient::new(connect(server.grpc_addr()).await);
+    let mut stream = reader
+        .watch(watch("behind", "", Some(0)))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut seen = vec![index_of(
+        &next(&mut stream).await.expect("the first change"),
+    )];
+    assert_eq!(prune_everything(&server, backend).await, WRITES as u64);
+    // Written after the pruning: a stream that skipped the pruned changes
+    // would hand this one on.
+    memory
+        .set(set("behind", "after", json!({"i": WRITES})))
+        .await
+        .expect("set");
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(30), stream.message()).await {
+            Err(_) => panic!("the stream neither went on nor ended after {seen:?}"),
+            Ok(Ok(Some(change))) => {
+                let i = index_of(&change);
+                let expected = seen.len() as i64;
+                assert_eq!(
+                    i,
+                    expected,
+                    "the stream skipped from {} to {i}",
+                    expected - 1
+                );
+                seen.push(i);
+            }
+            Ok(Ok(None)) => panic!("the stream ended without a status"),
+            Ok(Err(status)) => break status,
+        }
+    };
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::OutOfRange, "REVISION_PRUNED"),
+        "{status:?}"
+    );
+}
+
+/// The `i` a change of [`a_stream_behind_pruning_is_ended_not_skipped`] wrote.
+fn index_of(change: &WatchResponse) -> i64 {
+    let value = change.value.clone().expect("a value");
+    let value = engram::api::convert::json_from_proto(value).expect("json");
+    value["i"].as_i64().expect("an index")
+}
+
 async fn pruned_revisions_are_out_of_range(backend: Backend) {
     let server = TestServer::spawn(backend).await;
     let mut memory = server.memory();
     for i in 0..3 {
         memory.set(set("old", "k", json!(i))).await.expect("set");
     }
-    let pruned = match backend {
-        Backend::Sqlite => {
-            server
-                .db
-                .sqlite_store()
-                .await
-                .prune_changes(chrono::Utc::now())
-                .await
-        }
-        Backend::Postgres => {
-            server
-                .db
-                .pg_store()
-                .await
-                .prune_changes(chrono::Utc::now())
-                .await
-        }
-    }
-    .expect("prune");
+    let pruned = prune_everything(&server, backend).await;
     assert_eq!(pruned, 3);
     let latest = memory
         .set(set("old", "k", json!("new")))
@@ -417,6 +483,7 @@ async fn pruned_revisions_are_out_of_range(backend: Backend) {
 
 on_both_stores!(
     every_change_once_in_order,
+    a_stream_behind_pruning_is_ended_not_skipped,
     slow_consumers_and_shutdown_say_where_to_resume,
     pruned_revisions_are_out_of_range,
 );

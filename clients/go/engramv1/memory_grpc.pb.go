@@ -105,6 +105,8 @@ type MemoryServiceClient interface {
 	// read for too long; both carry `resume_revision` in the ErrorInfo
 	// metadata. A revision older than the retained feed is OUT_OF_RANGE
 	// (reason REVISION_PRUNED): re-read the scope with List, then watch from now.
+	// A stream still reading changes that age out of the feed before it reaches
+	// them ends with the same status, rather than skipping them.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 }
 
@@ -299,6 +301,8 @@ type MemoryServiceServer interface {
 	// read for too long; both carry `resume_revision` in the ErrorInfo
 	// metadata. A revision older than the retained feed is OUT_OF_RANGE
 	// (reason REVISION_PRUNED): re-read the scope with List, then watch from now.
+	// A stream still reading changes that age out of the feed before it reaches
+	// them ends with the same status, rather than skipping them.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	mustEmbedUnimplementedMemoryServiceServer()
 }

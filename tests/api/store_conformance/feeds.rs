@@ -35,7 +35,8 @@ async fn changed<S: Store>(store: &S, w: &Writer<'_, S>, settled: i64) -> Vec<(S
     let changes = store
         .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     changes
         .iter()
         .map(|c| (c.key.as_str().to_owned(), c.version))
@@ -52,7 +53,8 @@ async fn horizons_cover_committed_writes<S: Store>(store: S, _db: &TestDb) {
     let changes = store
         .changes(&w.tenant, &w.scope, &Default::default(), 0, settled, 10)
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     assert_eq!(
         changes.len(),
         1,
@@ -123,7 +125,8 @@ async fn a_late_committer_is_waited_for<S: Store>(store: S, db: &TestDb) {
             10,
         )
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
     match db.backend {
         Backend::Postgres => assert_eq!(keys, vec!["before", "late", "after"]),

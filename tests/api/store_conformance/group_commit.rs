@@ -274,7 +274,8 @@ async fn plain_sets_share_a_statement<S: Store>(store: S, _db: &TestDb) {
     let changes = store
         .changes(&tenant, &batch, &Default::default(), 0, i64::MAX, 100)
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     let mut seen: Vec<(String, i64)> = changes
         .iter()
         .map(|c| (c.key.as_str().to_owned(), c.version))

@@ -106,7 +106,8 @@ async fn purge_keeps_the_newest_and_audits<S: Store>(store: S, _db: &TestDb) {
     let changes = store
         .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, i64::MAX, 100)
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     let purged = changes
         .iter()
         .find(|c| c.kind == ChangeKind::Purge)
@@ -235,7 +236,8 @@ async fn compaction_is_fenced_by_its_sources<S: Store>(store: S, _db: &TestDb) {
     let changes = store
         .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, i64::MAX, 100)
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     assert!(
         changes
             .iter()
@@ -285,7 +287,8 @@ async fn changes_in_order_bounded_and_pruned<S: Store>(store: S, _db: &TestDb) {
     let all = store
         .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, horizon, 100)
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     let shape: Vec<(ChangeKind, &str, i64)> = all
         .iter()
         .map(|c| (c.kind, c.key.as_str(), c.version))
@@ -308,7 +311,8 @@ async fn changes_in_order_bounded_and_pruned<S: Store>(store: S, _db: &TestDb) {
     let p_only = store
         .changes(&w.tenant, &w.scope, &prefix, 0, horizon, 100)
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     assert_eq!(p_only.len(), 2);
     let after_first = store
         .changes(
@@ -320,7 +324,8 @@ async fn changes_in_order_bounded_and_pruned<S: Store>(store: S, _db: &TestDb) {
             100,
         )
         .await
-        .expect("changes");
+        .expect("changes")
+        .changes;
     assert_eq!(after_first.len(), 1);
     assert_eq!(after_first[0].revision, all[1].revision);
 
@@ -335,6 +340,13 @@ async fn changes_in_order_bounded_and_pruned<S: Store>(store: S, _db: &TestDb) {
         store.pruned_through().await.expect("pruned") >= newest,
         "the watermark covers what went"
     );
+    // A page read after the pruned changes is empty, and says why.
+    let behind = store
+        .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, horizon, 100)
+        .await
+        .expect("changes");
+    assert!(behind.changes.is_empty());
+    assert!(behind.pruned_through >= newest, "{behind:?}");
     assert_eq!(
         store
             .prune_changes(Utc::now() + chrono::Duration::seconds(1))

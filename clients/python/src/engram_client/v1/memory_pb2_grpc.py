@@ -207,6 +207,8 @@ class MemoryServiceServicer:
         read for too long; both carry `resume_revision` in the ErrorInfo
         metadata. A revision older than the retained feed is OUT_OF_RANGE
         (reason REVISION_PRUNED): re-read the scope with List, then watch from now.
+        A stream still reading changes that age out of the feed before it reaches
+        them ends with the same status, rather than skipping them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

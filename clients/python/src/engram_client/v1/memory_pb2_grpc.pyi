@@ -112,6 +112,8 @@ class MemoryServiceStub:
     read for too long; both carry `resume_revision` in the ErrorInfo
     metadata. A revision older than the retained feed is OUT_OF_RANGE
     (reason REVISION_PRUNED): re-read the scope with List, then watch from now.
+    A stream still reading changes that age out of the feed before it reaches
+    them ends with the same status, rather than skipping them.
     """
 
 @_typing.type_check_only
@@ -198,6 +200,8 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     read for too long; both carry `resume_revision` in the ErrorInfo
     metadata. A revision older than the retained feed is OUT_OF_RANGE
     (reason REVISION_PRUNED): re-read the scope with List, then watch from now.
+    A stream still reading changes that age out of the feed before it reaches
+    them ends with the same status, rather than skipping them.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -335,6 +339,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         read for too long; both carry `resume_revision` in the ErrorInfo
         metadata. A revision older than the retained feed is OUT_OF_RANGE
         (reason REVISION_PRUNED): re-read the scope with List, then watch from now.
+        A stream still reading changes that age out of the feed before it reaches
+        them ends with the same status, rather than skipping them.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
