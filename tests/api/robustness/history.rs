@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use tonic::Code;
 
+use super::workload::Recented;
+
 /// What a client asked for. Values are unique per write (`client * 1e6 +
 /// n`), so a value in the final state names the write that put it there.
 #[derive(Debug, Clone)]
@@ -53,6 +55,11 @@ pub enum Call {
         session: String,
         after_seq: i64,
     },
+    /// `Recent` of the user, or of one of its sessions: the newest `limit`.
+    Recent {
+        session: Option<String>,
+        limit: i64,
+    },
     RunRule,
 }
 
@@ -77,6 +84,7 @@ impl Call {
             Call::Purge { .. } => "purge",
             Call::Append { .. } => "append",
             Call::ListEpisodes { .. } => "list-episodes",
+            Call::Recent { .. } => "recent",
             Call::RunRule => "run-rule",
         }
     }
@@ -106,6 +114,8 @@ pub enum Outcome {
     },
     /// A session's episodes listed: (seq, id) of each, in the order given.
     Episodes(Vec<(i64, String)>),
+    /// The newest episodes, in the order given.
+    Recent(Vec<Recented>),
     /// Done, with nothing to check (purge, run rule).
     Done,
     /// Refused for certain: the call changed nothing.

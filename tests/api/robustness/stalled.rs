@@ -154,8 +154,7 @@ async fn stalled_consumers_keep_memory_bounded(backend: Backend) {
     while let Some(item) = tail.next().await {
         match item {
             Ok(item) => {
-                let e = item.episode.unwrap_or_default();
-                tailed.push((e.cursor, e.id, e.session_id, e.seq));
+                tailed.push(workload::tailed(item.episode.unwrap_or_default()));
             }
             Err(status) => {
                 assert_eq!(crate::helpers::reason(&status), "CONSUMER_TOO_SLOW");

@@ -17,8 +17,8 @@ use engram::proto::search_hit::Item;
 use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::{
     AppendEpisodeRequest, AsOf, DeleteRequest, GetRequest, HistoryRequest, ListEpisodesRequest,
-    ListRequest, MemoryEntry, PurgeRequest, RunRuleRequest, ScopeType, SearchMode, SearchRequest,
-    SearchSource, SetRequest, TailEpisodesRequest, WatchRequest,
+    ListRequest, MemoryEntry, PurgeRequest, RecentRequest, RunRuleRequest, ScopeType, SearchMode,
+    SearchRequest, SearchSource, SetRequest, TailEpisodesRequest, WatchRequest,
 };
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -31,6 +31,8 @@ pub const APP: &str = "robust";
 pub const RULE: &str = "promote";
 pub const KEYS: [&str; 5] = ["k0", "k1", "k2", "k3", "k4"];
 pub const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
+/// The user of every session.
+pub const USER: &str = "u";
 /// The key and the episode written last, once the faults are over, so a
 /// consumer knows it has caught up.
 pub const SENTINEL: &str = "sentinel";
@@ -120,11 +122,17 @@ impl Client {
             written += 1;
             let value = self.id as i64 * 1_000_000 + written;
             let call = match rng.below(100) {
-                0..=19 => Call::Set {
+                0..=15 => Call::Set {
                     key,
                     value,
                     expected: None,
                     request_id: None,
+                },
+                16..=19 => Call::Recent {
+                    session: rng
+                        .chance(50)
+                        .then(|| SESSIONS[rng.below(SESSIONS.len() as u64) as usize].to_owned()),
+                    limit: 1 + rng.below(30) as i64,
                 },
                 20..=24 => {
                     let s = rng.below(SESSIONS.len() as u64) as usize;
@@ -355,6 +363,9 @@ impl Client {
             Call::ListEpisodes { session, after_seq } => {
                 Outcome::Episodes(list_episodes(&self.channel, session, *after_seq).await?)
             }
+            Call::Recent { session, limit } => {
+                Outcome::Recent(recent(&self.channel, session.as_deref(), *limit).await?)
+            }
             Call::RunRule => {
                 ConsolidationServiceClient::new(self.channel.clone())
                     .run_rule(RunRuleRequest {
@@ -446,6 +457,33 @@ pub async fn list_episodes(
     }
 }
 
+/// The user's newest episodes (of one session, if given), newest first.
+pub async fn recent(
+    channel: &Channel,
+    session: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Recented>, tonic::Status> {
+    let episodes = EpisodeServiceClient::new(channel.clone())
+        .recent(RecentRequest {
+            user: USER.into(),
+            session_id: session.unwrap_or_default().into(),
+            limit: limit as i32,
+            ..RecentRequest::default()
+        })
+        .await?
+        .into_inner()
+        .episodes;
+    Ok(episodes
+        .into_iter()
+        .map(|e| (micros(e.timestamp), e.cursor, e.id, e.session_id, e.seq))
+        .collect())
+}
+
+/// A timestamp in microseconds since the epoch (0 when absent).
+fn micros(time: Option<prost_types::Timestamp>) -> i64 {
+    time.map_or(0, |t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1_000)
+}
+
 /// Appends one episode; its seq and whether it was a replay.
 pub async fn append(
     channel: &Channel,
@@ -457,7 +495,7 @@ pub async fn append(
         .append_episode(AppendEpisodeRequest {
             session_id: session.into(),
             app: APP.into(),
-            user: "u".into(),
+            user: USER.into(),
             episode: Some(engram::proto::NewEpisode {
                 id: id.into(),
                 r#type: "observation".into(),
@@ -478,8 +516,25 @@ pub async fn append(
 /// One change as a watch delivered it: revision, kind, key, version.
 pub type Change = (i64, i32, String, i64);
 
-/// One episode as a tail delivered it: cursor, id, session, seq.
-pub type Tailed = (i64, String, String, i64);
+/// An episode as a tail receives it: (cursor, id, session, seq, timestamp
+/// in µs).
+pub type Tailed = (i64, String, String, i64, i64);
+
+/// An episode of a tail as the checker keeps it.
+pub fn tailed(episode: engram::proto::Episode) -> Tailed {
+    let micros = micros(episode.timestamp);
+    (
+        episode.cursor,
+        episode.id,
+        episode.session_id,
+        episode.seq,
+        micros,
+    )
+}
+
+/// An episode as `Recent` gives it: (timestamp in µs, cursor, id, session,
+/// seq).
+pub type Recented = (i64, i64, String, String, i64);
 
 /// Watches the scope from the start, reconnecting from the last revision
 /// received after any error, until it sees the sentinel key. `pause`
@@ -572,7 +627,7 @@ async fn tail_after(addr: SocketAddr, cursor: i64) -> (Vec<Tailed>, usize) {
             while let Some(Ok(item)) = stream.next().await {
                 let episode = item.episode.unwrap_or_default();
                 let done = episode.id == SENTINEL;
-                seen.push((episode.cursor, episode.id, episode.session_id, episode.seq));
+                seen.push(tailed(episode));
                 if done {
                     return (seen, reconnects);
                 }

@@ -45,8 +45,11 @@ pub(super) fn feed<T: PartialEq + std::fmt::Debug>(
 
 pub(super) fn episodes(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
     let mut by_id: HashMap<&str, (&str, i64)> = HashMap::new();
+    // Where each episode sorts for `Recent`: (timestamp, cursor).
+    let mut newness: HashMap<&str, (i64, i64)> = HashMap::new();
     let mut seqs: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
-    for (_, id, session, seq) in &end.episodes {
+    for (cursor, id, session, seq, micros) in &end.episodes {
+        newness.insert(id, (*micros, *cursor));
         if by_id.insert(id, (session, *seq)).is_some() {
             found.push(anomaly(format!("episode {id} is stored twice"), vec![]));
         }
@@ -154,6 +157,81 @@ pub(super) fn episodes(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
                     format!(
                         "a listing of {session} after seq {after_seq} misses {id}, acknowledged \
                          at seq {seq} before it started"
+                    ),
+                    vec![append, op],
+                ));
+            }
+        }
+    }
+    recent(ops, &by_id, &newness, &appended, found);
+}
+
+/// `Recent` gives stored episodes of what it was asked for (a shared
+/// statement must not hand one call another's rows), newest first, and
+/// none newer than its oldest is missing of those acknowledged before it
+/// started; when it gives fewer than its limit, none is missing at all.
+fn recent(
+    ops: &[Op],
+    by_id: &HashMap<&str, (&str, i64)>,
+    newness: &HashMap<&str, (i64, i64)>,
+    appended: &[(&Op, &str, &str, i64)],
+    found: &mut Vec<Anomaly>,
+) {
+    for op in ops {
+        let (Call::Recent { session, limit }, Outcome::Recent(got)) = (&op.call, &op.outcome)
+        else {
+            continue;
+        };
+        let asked = session.as_deref().unwrap_or("the user");
+        for (micros, cursor, id, s, seq) in got {
+            if session.as_ref().is_some_and(|want| want != s) {
+                found.push(anomaly(
+                    format!("Recent of {asked} gives {id} of session {s}"),
+                    vec![op],
+                ));
+            }
+            let stored = (by_id.get(id.as_str()), newness.get(id.as_str()));
+            if stored != (Some(&(s.as_str(), *seq)), Some(&(*micros, *cursor))) {
+                found.push(anomaly(
+                    format!(
+                        "Recent of {asked} gives {id} of {s} at seq {seq}, cursor {cursor}, \
+                         time {micros}; it is stored as {stored:?}"
+                    ),
+                    vec![op],
+                ));
+            }
+        }
+        let order: Vec<(i64, i64)> = got.iter().map(|e| (e.0, e.1)).collect();
+        if order.windows(2).any(|pair| pair[1] >= pair[0]) {
+            found.push(anomaly(
+                format!("Recent of {asked} is not newest first: (time, cursor) {order:?}"),
+                vec![op],
+            ));
+        }
+        if got.len() as i64 > *limit {
+            found.push(anomaly(
+                format!(
+                    "Recent of {asked} gives {} episodes for a limit of {limit}",
+                    got.len()
+                ),
+                vec![op],
+            ));
+        }
+        let full = got.len() as i64 >= *limit;
+        let oldest = order.last().copied();
+        for &(append, s, id, _) in appended {
+            if append.end >= op.start || session.as_deref().is_some_and(|want| want != s) {
+                continue;
+            }
+            let Some(&place) = newness.get(id) else {
+                continue; // acknowledged and not stored: named above
+            };
+            let newer = !full || oldest.is_none_or(|oldest| place > oldest);
+            if newer && !got.iter().any(|e| e.2 == id) {
+                found.push(anomaly(
+                    format!(
+                        "Recent of {asked} (limit {limit}) misses {id}, acknowledged before it \
+                         started and newer than the oldest it gave"
                     ),
                     vec![append, op],
                 ));

@@ -212,8 +212,8 @@ fn the_checker_finds_planted_anomalies() {
     );
     let mut listed = quiet_end(BTreeMap::new());
     listed.episodes = vec![
-        (1, "e1".into(), "s0".into(), 1),
-        (2, "e2".into(), "s0".into(), 2),
+        (1, "e1".into(), "s0".into(), 1, 100),
+        (2, "e2".into(), "s0".into(), 2, 200),
     ];
     listed.tailed = vec![listed.episodes.clone()];
     listed.promoted = 2;
@@ -236,12 +236,63 @@ fn the_checker_finds_planted_anomalies() {
             .iter()
             .any(|a| a.what.contains("misses e1") && a.ops.len() == 2)
     );
-    let found = check(&[appended, listing(0, vec![(2, "e2".to_owned())])], &listed);
+    let found = check(
+        &[appended.clone(), listing(0, vec![(2, "e2".to_owned())])],
+        &listed,
+    );
     assert!(found.iter().any(|a| a.what.contains("a gap")));
+
+    // Recent: another session's episode, a wrong order, an acknowledged
+    // episode missing below the limit, and one newer than the oldest given.
+    let appended_e2 = op(
+        0,
+        10,
+        Call::Append {
+            session: "s0".into(),
+            id: "e2".into(),
+            value: 2,
+        },
+        Outcome::Appended {
+            seq: 2,
+            replayed: false,
+        },
+    );
+    let recent = |session: &str, limit: i64, got: &[&str]| {
+        let got = got
+            .iter()
+            .map(|id| match *id {
+                "e1" => (100, 1, "e1".to_owned(), "s0".to_owned(), 1),
+                _ => (200, 2, "e2".to_owned(), "s0".to_owned(), 2),
+            })
+            .collect();
+        let ops = [
+            appended.clone(),
+            appended_e2.clone(),
+            op(
+                20,
+                30,
+                Call::Recent {
+                    session: Some(session.into()),
+                    limit,
+                },
+                Outcome::Recent(got),
+            ),
+        ];
+        check(&ops, &listed)
+            .into_iter()
+            .map(|a| a.what)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(recent("s0", 2, &["e2", "e1"]), Vec::<String>::new());
+    assert_eq!(recent("s0", 1, &["e2"]), Vec::<String>::new());
+    assert!(recent("s1", 2, &["e2"])[0].contains("gives e2 of session s0"));
+    assert!(recent("s0", 2, &["e1", "e2"])[0].contains("not newest first"));
+    assert!(recent("s0", 5, &["e2"])[0].contains("misses e1"));
+    assert!(recent("s0", 1, &["e1"])[0].contains("misses e2"));
 
     // An episode promoted twice.
     let mut twice_promoted = quiet_end(BTreeMap::new());
-    twice_promoted.episodes = vec![(1, "e1".into(), "s0".into(), 1)];
+    twice_promoted.episodes = vec![(1, "e1".into(), "s0".into(), 1, 100)];
     twice_promoted.tailed = vec![twice_promoted.episodes.clone()];
     twice_promoted.promoted = 2;
     assert!(finds(&[], &twice_promoted, "promoted"));
