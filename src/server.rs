@@ -349,7 +349,10 @@ impl<S: Store> Services<S> {
         );
         Ok(Services {
             memory: Memory::new(store.clone(), config.limits),
-            data: Data::new(store.clone()).limited(config.limits.max_value_bytes),
+            data: Data::new(store.clone())
+                .limited(config.limits.max_value_bytes)
+                // A quarter of the pool: exports hold a connection each.
+                .exports_at_once(config.store.max_connections as usize / 4),
             admin: MemoryAdmin::new(store.clone(), config.limits, summarizer),
             consolidation: match (&embedder, config.dedup_similarity) {
                 (Some((embedder, _)), Some(threshold)) => {

@@ -15,8 +15,10 @@ pub use transfer::{
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use tokio::sync::Semaphore;
 
 use crate::context::{CallerContext, Tenant};
 use crate::error::{Error, Reason, Result};
@@ -78,15 +80,30 @@ pub trait DataStore: Clone + Send + Sync + 'static {
         record: AuditRecord,
     ) -> impl Future<Output = Result<ForgetCounts>> + Send;
 
+    /// What an export reads through: one snapshot of the tenant.
+    type Snapshot: Send + 'static;
+
+    /// Opens the snapshot an export reads every page from, so the file is
+    /// one moment of the tenant (a session and its episodes, a key's
+    /// versions, a fact and its versions agree) however long it takes.
+    fn export_snapshot(
+        &self,
+        tenant: &Tenant,
+    ) -> impl Future<Output = Result<Self::Snapshot>> + Send;
+
     /// One page of a part of an export, in the part's order, starting
     /// after `after`.
     fn export_page(
         &self,
+        snapshot: &mut Self::Snapshot,
         tenant: &Tenant,
         selection: &Selection,
         part: Part,
         after: &After,
     ) -> impl Future<Output = Result<ExportPage>> + Send;
+
+    /// Ends an export's snapshot once its last page is read.
+    fn export_done(&self, snapshot: Self::Snapshot) -> impl Future<Output = Result<()>> + Send;
 
     /// Stages checked import lines (line number, canonical record JSON).
     fn stage_import(
@@ -128,6 +145,10 @@ pub struct Data<S> {
     /// The largest memory value or episode content an import may bring
     /// (`--max-value-bytes`, as for a Set or an append).
     max_value_bytes: usize,
+    /// Exports reading at once: each holds a database connection for as
+    /// long as its client takes to read it, so they take turns rather than
+    /// take the pool from every other call.
+    exports: Arc<Semaphore>,
 }
 
 impl<S: DataStore> Data<S> {
@@ -135,12 +156,20 @@ impl<S: DataStore> Data<S> {
         Data {
             store,
             max_value_bytes: usize::MAX,
+            exports: Arc::new(Semaphore::new(1)),
         }
     }
 
     /// Refuses imported values larger than a write could store.
     pub fn limited(mut self, max_value_bytes: usize) -> Self {
         self.max_value_bytes = max_value_bytes;
+        self
+    }
+
+    /// Lets `at_once` exports read at a time (at least one); the rest wait
+    /// for a turn.
+    pub fn exports_at_once(mut self, at_once: usize) -> Self {
+        self.exports = Arc::new(Semaphore::new(at_once.max(1)));
         self
     }
 

@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::records::{Header, Record};
 use super::{Data, DataStore};
@@ -117,14 +118,42 @@ impl Selection {
     }
 }
 
+/// Bytes of lines an export sends per message: well under gRPC's usual
+/// 4 MiB, however big the values of a page.
+pub const EXPORT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Splits lines into chunks of about `budget` bytes, each with at least
+/// one line.
+fn chunks(lines: Vec<String>, budget: usize) -> Vec<Vec<String>> {
+    let mut chunks = Vec::new();
+    let (mut chunk, mut bytes) = (Vec::new(), 0);
+    for line in lines {
+        if !chunk.is_empty() && bytes + line.len() > budget {
+            chunks.push(std::mem::take(&mut chunk));
+            bytes = 0;
+        }
+        bytes += line.len();
+        chunk.push(line);
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+    chunks
+}
+
 /// Where an export stream is.
-enum Position {
+enum Position<T> {
     Header,
-    Part(usize, After),
+    /// In a part, reading through the export's snapshot.
+    Part(usize, After, T),
 }
 
 impl<S: DataStore> Data<S> {
-    /// The export as a stream of chunks of lines, the header first.
+    /// The export as a stream of chunks of lines, the header first; every
+    /// page is read from one snapshot, taken when the header is sent, so
+    /// the file is the tenant at one moment however long the export runs.
+    /// A chunk holds about [`EXPORT_CHUNK_BYTES`] of lines (a page of big
+    /// values would not fit one gRPC message), and at least one line.
     pub fn export(
         &self,
         ctx: &CallerContext,
@@ -132,24 +161,35 @@ impl<S: DataStore> Data<S> {
         now: DateTime<Utc>,
     ) -> impl Stream<Item = Result<Vec<String>>> + Send + 'static {
         let store = self.store.clone();
+        let exports = self.exports.clone();
         let tenant = ctx.tenant.clone();
-        futures::stream::try_unfold(Some(Position::Header), move |position| {
+        let start: Position<(OwnedSemaphorePermit, S::Snapshot)> = Position::Header;
+        futures::stream::try_unfold(Some(start), move |position| {
             let store = store.clone();
+            let exports = exports.clone();
             let tenant = tenant.clone();
             let selection = selection.clone();
             async move {
-                let (mut at, mut after) = match position {
-                    None => return Ok(None),
+                let (mut at, mut after, mut reading) = match position {
+                    None => return Ok::<_, Error>(None),
                     Some(Position::Header) => {
+                        let turn = exports
+                            .acquire_owned()
+                            .await
+                            .map_err(|_| Error::internal("the export turns were closed"))?;
+                        let snapshot = store.export_snapshot(&tenant).await?;
                         let header = Header::new(tenant.as_str(), selection.describe(), now);
                         let line = encode(&Record::Header(header))?;
-                        return Ok(Some((vec![line], Some(Position::Part(0, After::Start)))));
+                        let next = Position::Part(0, After::Start, (turn, snapshot));
+                        return Ok(Some((vec![vec![line]], Some(next))));
                     }
-                    Some(Position::Part(at, after)) => (at, after),
+                    Some(Position::Part(at, after, reading)) => (at, after, reading),
                 };
                 // Skips empty parts, so every chunk sent carries lines.
                 while let Some(&part) = selection.parts().get(at) {
-                    let page = store.export_page(&tenant, &selection, part, &after).await?;
+                    let page = store
+                        .export_page(&mut reading.1, &tenant, &selection, part, &after)
+                        .await?;
                     let lines = page
                         .records
                         .iter()
@@ -160,12 +200,17 @@ impl<S: DataStore> Data<S> {
                         None => (at + 1, After::Start),
                     };
                     if !lines.is_empty() {
-                        return Ok(Some((lines, Some(Position::Part(at, after)))));
+                        let next = Position::Part(at, after, reading);
+                        return Ok(Some((chunks(lines, EXPORT_CHUNK_BYTES), Some(next))));
                     }
                 }
+                let (_turn, snapshot) = reading;
+                store.export_done(snapshot).await?;
                 Ok(None)
             }
         })
+        .map_ok(|chunks| futures::stream::iter(chunks.into_iter().map(Ok)))
+        .try_flatten()
     }
 
     /// Imports the lines of an export into the caller's tenant: checks and
@@ -330,6 +375,24 @@ fn malformed(number: i64, field: &str, description: impl Into<String>) -> Error 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_hold_about_the_budget_and_at_least_one_line() {
+        let lines =
+            |sizes: &[usize]| -> Vec<String> { sizes.iter().map(|n| "x".repeat(*n)).collect() };
+        let sizes = |chunks: Vec<Vec<String>>| -> Vec<Vec<usize>> {
+            chunks
+                .into_iter()
+                .map(|c| c.iter().map(String::len).collect())
+                .collect()
+        };
+        assert_eq!(
+            sizes(chunks(lines(&[4, 4, 4, 12, 1]), 10)),
+            [vec![4, 4], vec![4], vec![12], vec![1]]
+        );
+        assert_eq!(sizes(chunks(lines(&[10, 10]), 10)), [vec![10], vec![10]]);
+        assert!(chunks(Vec::new(), 10).is_empty());
+    }
 
     #[test]
     fn a_bad_line_is_named_with_its_column_or_field() {

@@ -272,13 +272,18 @@ pub trait Transaction: Run {
 /// transactions, and one for the server's cross-tenant work.
 pub trait Backend: Clone + Send + Sync + 'static {
     type Conn: Run;
-    type Tx: Transaction;
+    type Tx: Transaction + 'static;
 
     fn reader(&self, tenant: &Tenant) -> impl Future<Output = Result<Self::Conn>> + Send;
 
     fn writer(&self, tenant: &Tenant) -> impl Future<Output = Result<Self::Conn>> + Send;
 
     fn begin(&self, tenant: &Tenant) -> impl Future<Output = Result<Self::Tx>> + Send;
+
+    /// A read-only transaction that sees one snapshot of the tenant for as
+    /// long as it is held (a long read made of many statements, as an
+    /// export is), without holding back writers.
+    fn snapshot(&self, tenant: &Tenant) -> impl Future<Output = Result<Self::Tx>> + Send;
 
     fn system(&self) -> impl Future<Output = Result<Self::Conn>> + Send;
 

@@ -5,6 +5,8 @@
 //! go into the importer's tenant and need an admin; a selection exports
 //! only what it names.
 
+use std::time::Duration;
+
 use engram::api::convert::json_to_proto;
 use engram::auth::hash_token;
 use engram::proto::consolidation_service_client::ConsolidationServiceClient;
@@ -653,7 +655,135 @@ async fn imports_respect_tenants_and_selections(backend: Backend) {
     assert!(err.message().starts_with("line 2:"), "{}", err.message());
 }
 
+/// An export is the tenant at one moment however long its client takes to
+/// read it: what is purged, started and appended meanwhile is not half in
+/// the file, and the file imports whole. Exports take turns (a quarter of
+/// the pool: one here), and one waiting for its turn sees the tenant as it
+/// is when the turn comes.
+async fn an_export_is_one_moment_of_the_tenant(backend: Backend) {
+    let source = TestServer::spawn_with(backend, |s| s.db_max_connections = Some(4)).await;
+    let mut memory = source.memory();
+    // More versions than a page of the export (500), 16 KiB each: the
+    // stream's buffers hold a few MB, so the server is still reading the
+    // key's versions when its client pauses.
+    let big = "x".repeat(16 * 1024);
+    const VERSIONS: i64 = 600;
+    for i in 1..=VERSIONS {
+        memory
+            .set(SetRequest {
+                scope_type: NAMESPACE,
+                scope: "moment".into(),
+                key: "k".into(),
+                value: Some(json_to_proto(&json!({"i": i, "pad": big}))),
+                ..SetRequest::default()
+            })
+            .await
+            .expect("set");
+    }
+    let mut episodes = source.episodes();
+    let append = |session: &str, id: &str| AppendEpisodeRequest {
+        session_id: session.into(),
+        app: "bot".into(),
+        user: "alice".into(),
+        episode: Some(episode(id, "observation", json!({}))),
+    };
+    for id in ["e1", "e2"] {
+        episodes
+            .append_episode(append("s1", id))
+            .await
+            .expect("append");
+    }
+
+    let mut stream = DataServiceClient::new(source.channel.clone())
+        .export(ExportRequest::default())
+        .await
+        .expect("export")
+        .into_inner();
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        let chunk = stream.next().await.expect("a chunk").expect("chunk");
+        lines.extend(chunk.lines);
+    }
+    let mut waiting = DataServiceClient::new(source.channel.clone())
+        .export(ExportRequest::default())
+        .await
+        .expect("export")
+        .into_inner();
+    let early = tokio::time::timeout(Duration::from_millis(300), waiting.next()).await;
+    assert!(
+        early.is_err(),
+        "a second export began beside the first: {early:?}"
+    );
+    // While the export is read: most of the key purged, an episode
+    // appended, a session started.
+    MemoryAdminServiceClient::new(source.channel.clone())
+        .purge(PurgeRequest {
+            scope_type: NAMESPACE,
+            scope: "moment".into(),
+            key: "k".into(),
+            keep: Some(10),
+            dry_run: false,
+        })
+        .await
+        .expect("purge");
+    episodes
+        .append_episode(append("s1", "e3"))
+        .await
+        .expect("append");
+    episodes
+        .append_episode(append("s2", "e4"))
+        .await
+        .expect("append");
+    while let Some(chunk) = stream.next().await {
+        lines.extend(chunk.expect("chunk").lines);
+    }
+
+    let exported = records(&lines);
+    let of =
+        |kind: &str| -> Vec<&Value> { exported.iter().filter(|r| r["kind"] == kind).collect() };
+    let versions: Vec<i64> = of("memory_version")
+        .iter()
+        .filter(|r| r["key"] == "k")
+        .filter_map(|r| r["version"].as_i64())
+        .collect();
+    assert_eq!(versions, (1..=VERSIONS).collect::<Vec<_>>());
+    let sessions: Vec<(&Value, &Value)> = of("session")
+        .iter()
+        .map(|r| (&r["id"], &r["last_seq"]))
+        .collect();
+    assert_eq!(sessions, [(&json!("s1"), &json!(2))]);
+    let ids: Vec<&Value> = of("episode").iter().map(|r| &r["id"]).collect();
+    assert_eq!(ids, [&json!("e1"), &json!("e2")]);
+
+    let target = TestServer::spawn(backend).await;
+    import(&target.channel, &lines)
+        .await
+        .expect("the export imports whole");
+
+    let mut later = Vec::new();
+    while let Some(chunk) = waiting.next().await {
+        later.extend(chunk.expect("chunk").lines);
+    }
+    let later = records(&later);
+    let versions: Vec<i64> = later
+        .iter()
+        .filter(|r| r["kind"] == "memory_version" && r["key"] == "k")
+        .filter_map(|r| r["version"].as_i64())
+        .collect();
+    assert_eq!(versions, (VERSIONS - 9..=VERSIONS).collect::<Vec<_>>());
+    let ids: Vec<&Value> = later
+        .iter()
+        .filter(|r| r["kind"] == "episode")
+        .map(|r| &r["id"])
+        .collect();
+    assert_eq!(
+        ids,
+        [&json!("e1"), &json!("e2"), &json!("e3"), &json!("e4")]
+    );
+}
+
 on_both_stores!(
+    an_export_is_one_moment_of_the_tenant,
     round_trip_across_stores,
     a_failed_import_leaves_nothing,
     imports_respect_tenants_and_selections

@@ -194,6 +194,18 @@ impl Pool {
     /// A transaction confined to `tenant`. Commit it with
     /// [`Lease::commit`]; dropped uncommitted, it is rolled back.
     pub(super) async fn transaction(&self, tenant: &Tenant) -> Result<Lease> {
+        self.begin(tenant, "BEGIN").await
+    }
+
+    /// A read-only transaction confined to `tenant` that sees one snapshot
+    /// throughout (`REPEATABLE READ`). Having no transaction id, it holds
+    /// back no feed horizon; it does hold back vacuum while it lasts.
+    pub(super) async fn snapshot(&self, tenant: &Tenant) -> Result<Lease> {
+        self.begin(tenant, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+    }
+
+    async fn begin(&self, tenant: &Tenant, statement: &'static str) -> Result<Lease> {
         let mut lease = self.session(tenant).await?;
         // Marked first: a BEGIN that fails or is cancelled half-way leaves
         // the connection's state unknown, and a rollback settles it.
@@ -201,7 +213,7 @@ impl Pool {
         lease
             .conn_mut()
             .raw
-            .execute("BEGIN")
+            .execute(statement)
             .await
             .inspect_err(observe)?;
         Ok(lease)

@@ -51,6 +51,10 @@ impl Backend for PgStore {
         self.scoped(tenant).await
     }
 
+    async fn snapshot(&self, tenant: &Tenant) -> Result<Lease> {
+        self.pool.snapshot(tenant).await
+    }
+
     async fn system(&self) -> Result<Lease> {
         PgStore::system(self).await
     }

@@ -97,6 +97,12 @@ impl Backend for SqliteStore {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// A deferred transaction on a reader: its first statement takes the
+    /// snapshot (WAL mode), which the writer does not wait for.
+    async fn snapshot(&self, _tenant: &Tenant) -> Result<sqlx::Transaction<'static, Sqlite>> {
+        Ok(self.reader.begin().await?)
+    }
+
     async fn system(&self) -> Result<PoolConnection<Sqlite>> {
         Ok(self.reader.acquire().await?)
     }

@@ -90,15 +90,26 @@ impl<B: Backend + MemoryWrites + Feeds> DataStore for B {
         self.forget_with_record(tenant, forget, record).await
     }
 
+    type Snapshot = B::Tx;
+
+    async fn export_snapshot(&self, tenant: &Tenant) -> Result<B::Tx> {
+        self.snapshot(tenant).await
+    }
+
     async fn export_page(
         &self,
+        snapshot: &mut B::Tx,
         tenant: &Tenant,
         selection: &Selection,
         part: Part,
         after: &After,
     ) -> Result<ExportPage> {
-        let mut conn = self.reader(tenant).await?;
-        export_page(&mut conn, tenant, selection, part, after).await
+        export_page(snapshot, tenant, selection, part, after).await
+    }
+
+    async fn export_done(&self, snapshot: B::Tx) -> Result<()> {
+        // It wrote nothing: ending it either way only lets go of it.
+        snapshot.rollback().await
     }
 
     async fn stage_import(

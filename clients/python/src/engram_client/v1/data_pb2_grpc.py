@@ -89,8 +89,12 @@ class DataServiceServicer:
         working memory, facts with every version and their lineage, and, for
         a whole tenant, consolidation rules with their watermarks (named by
         episode id, since cursors are re-issued on import). Pages are read one
-        at a time, so the server holds one page whatever the size; writes
-        made while an export runs may or may not be in it. Values that
+        at a time, so the server holds one page whatever the size, and sent in
+        messages of about 1 MiB. Every page comes from one snapshot taken when
+        the export begins, so the file is the tenant at one moment (it imports
+        whole) however long it takes to read; an export holds a database
+        connection until it is read, so a server runs a few at once and the
+        rest wait their turn, taking their snapshot when it comes. Values that
         redaction removed before they were stored are not in the store and so
         not in the export. Search vectors and idempotency records are not
         exported (vectors are recomputed by the importing store's embedder).
