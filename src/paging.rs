@@ -96,20 +96,123 @@ pub struct ListPage<T> {
     pub next_page_token: String,
 }
 
+/// About how many bytes of items a page (or a list answer without pages:
+/// `Recent`, `Search`) carries, however many its size allows: an answer is
+/// one gRPC message, which clients and servers refuse past 4 MiB unless
+/// told otherwise, and a page of large values would not fit. Weights
+/// estimate the protobuf encoding, which for JSON of numbers is several
+/// times the JSON's size; the margin up to 4 MiB covers the fields not
+/// weighed. An answer always holds at least one item.
+pub const PAGE_BYTES: usize = 2 << 20;
+
+/// What an item of a list weighs in its answer, about, in bytes.
+pub trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+/// The protobuf size of a JSON value as a `google.protobuf.Value`, about:
+/// a number is a tagged double, strings and keys their bytes, and each
+/// value a few bytes of framing.
+pub fn json_weight(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    const FRAMING: usize = 4;
+    FRAMING
+        + match value {
+            Value::Null | Value::Bool(_) => 2,
+            Value::Number(_) => 9,
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.iter().map(json_weight).sum(),
+            Value::Object(fields) => object_weight(fields),
+        }
+}
+
+/// [`json_weight`] of an object's fields (a `google.protobuf.Struct`).
+pub fn object_weight(fields: &serde_json::Map<String, serde_json::Value>) -> usize {
+    fields
+        .iter()
+        .map(|(key, value)| key.len() + 4 + json_weight(value))
+        .sum()
+}
+
+/// How many leading items fit in [`PAGE_BYTES`]: at least one.
+pub fn fitting<T: Weigh>(items: &[T]) -> usize {
+    let mut total = 0;
+    for (n, item) in items.iter().enumerate() {
+        total += item.weight();
+        if total > PAGE_BYTES && n > 0 {
+            return n;
+        }
+    }
+    items.len()
+}
+
 /// Cuts a page fetched with one item too many (`limit + 1`) down to
-/// `limit`, and returns the token for the next page (empty when the extra
-/// item was not there, i.e. this is the last page).
-pub fn next_token<T>(items: &mut Vec<T>, limit: i64, token: impl Fn(&T) -> String) -> String {
-    if items.len() as i64 <= limit {
+/// `limit`, and further to what fits in [`PAGE_BYTES`], and returns the
+/// token for the next page (empty when nothing was cut, i.e. this is the
+/// last page).
+pub fn next_token<T: Weigh>(
+    items: &mut Vec<T>,
+    limit: i64,
+    token: impl Fn(&T) -> String,
+) -> String {
+    let more = items.len() as i64 > limit;
+    items.truncate(limit.max(0) as usize);
+    let fit = fitting(items);
+    let cut = fit < items.len();
+    items.truncate(fit);
+    if !(more || cut) {
         return String::new();
     }
-    items.truncate(limit as usize);
     items.last().map(token).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Weighing(usize);
+
+    impl Weigh for Weighing {
+        fn weight(&self) -> usize {
+            self.0
+        }
+    }
+
+    #[test]
+    fn pages_end_where_their_bytes_would_not_fit() {
+        let page = |weights: &[usize], limit: i64| {
+            let mut items: Vec<Weighing> = weights.iter().map(|w| Weighing(*w)).collect();
+            let token = next_token(&mut items, limit, |last| last.0.to_string());
+            (items.iter().map(|i| i.0).collect::<Vec<_>>(), token)
+        };
+        let half = PAGE_BYTES / 2;
+        // Within the limit and the bytes: the last page.
+        assert_eq!(page(&[1, 2], 2), (vec![1, 2], String::new()));
+        // The extra item is there: more.
+        assert_eq!(page(&[1, 2, 3], 2), (vec![1, 2], "2".to_owned()));
+        // Cut by bytes: a token from the last item kept.
+        assert_eq!(
+            page(&[half, half, 7], 5),
+            (vec![half, half], half.to_string())
+        );
+        assert_eq!(
+            page(&[half, half + 1, 7], 5),
+            (vec![half], half.to_string())
+        );
+        // One item too big for a page still goes alone.
+        assert_eq!(
+            page(&[3 * PAGE_BYTES, 1], 5),
+            (vec![3 * PAGE_BYTES], (3 * PAGE_BYTES).to_string())
+        );
+    }
+
+    #[test]
+    fn json_weighs_numbers_as_doubles() {
+        let numbers = serde_json::json!([1, 2, 3]);
+        let text = serde_json::json!("abc");
+        assert!(json_weight(&numbers) > numbers.to_string().len() * 3);
+        assert_eq!(json_weight(&text), 4 + 3);
+    }
 
     #[test]
     fn page_size_defaults_caps_and_refuses_negative() {

@@ -54,6 +54,15 @@ pub struct Rule {
     pub last_run_time: Option<DateTime<Utc>>,
 }
 
+impl crate::paging::Weigh for Rule {
+    fn weight(&self) -> usize {
+        self.id.len()
+            + self.filter.len()
+            + self.then_emits.iter().map(String::len).sum::<usize>()
+            + 96
+    }
+}
+
 /// What a fact says, and whose it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FactPayload {
@@ -218,6 +227,28 @@ pub struct Fact {
     pub kind: FactKind,
     pub current: FactVersion,
     pub create_time: DateTime<Utc>,
+}
+
+impl crate::paging::Weigh for Fact {
+    fn weight(&self) -> usize {
+        let v = &self.current;
+        [
+            &self.id,
+            &self.app,
+            &self.user,
+            &v.subject,
+            &v.predicate,
+            &v.object,
+            &v.source,
+        ]
+        .iter()
+        .map(|text| text.len())
+        .sum::<usize>()
+            + v.source_episode_ids.iter().map(String::len).sum::<usize>()
+            + v.channels.iter().map(String::len).sum::<usize>()
+            + crate::paging::json_weight(&v.content)
+            + 96
+    }
 }
 
 /// What applying deltas did.

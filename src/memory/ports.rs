@@ -165,6 +165,15 @@ pub enum Past {
     Purged(Key),
 }
 
+impl crate::paging::Weigh for Past {
+    fn weight(&self) -> usize {
+        match self {
+            Past::Entry(entry) => entry.weight(),
+            Past::Purged(key) => key.as_str().len() + 16,
+        }
+    }
+}
+
 /// A copy of a scope's state at a point into a scope with no keys.
 #[derive(Debug, Clone, Copy)]
 pub struct Fork<'a> {

@@ -252,6 +252,22 @@ pub struct Entry {
     pub create_time: DateTime<Utc>,
 }
 
+impl crate::paging::Weigh for Entry {
+    fn weight(&self) -> usize {
+        let value = self
+            .value
+            .as_ref()
+            .map_or(0, |value| crate::paging::json_weight(value.json()));
+        self.scope.name.as_str().len()
+            + self.key.as_str().len()
+            + self.provenance.execution_id.len()
+            + self.provenance.flow_id.len()
+            + self.provenance.flow_name.len()
+            + value
+            + 48
+    }
+}
+
 /// A scope and how many of its keys have a live value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScopeSummary {
@@ -259,6 +275,12 @@ pub struct ScopeSummary {
     pub entry_count: i64,
     /// Read at a point: the keys whose value then was purged since.
     pub purged_count: i64,
+}
+
+impl crate::paging::Weigh for ScopeSummary {
+    fn weight(&self) -> usize {
+        self.scope.name.as_str().len() + 32
+    }
 }
 
 /// A point in the past to read memory at (`as_of`).

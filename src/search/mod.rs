@@ -222,6 +222,17 @@ pub struct Hit {
     pub item: Item,
 }
 
+impl crate::paging::Weigh for Hit {
+    fn weight(&self) -> usize {
+        let item = match &self.item {
+            Item::Entry(entry) => entry.weight(),
+            Item::Fact(fact) => fact.weight(),
+            Item::Episode(episode) => episode.weight(),
+        };
+        self.snippet.len() + item + 16
+    }
+}
+
 impl Hit {
     pub fn source(&self) -> Source {
         match self.item {

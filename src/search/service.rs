@@ -166,6 +166,8 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
             hits.sort_by(|a, b| b.score.total_cmp(&a.score));
             hits.truncate(limit);
         }
+        // The best that fit one answer: big items make them fewer.
+        hits.truncate(crate::paging::fitting(&hits));
         Ok(hits)
     }
 

@@ -409,7 +409,10 @@ impl<S: SessionStore + Feeds> Sessions<S> {
             types,
             limit: paging::bounded("limit", limit, DEFAULT_RECENT, MAX_RECENT)?,
         };
-        self.store.recent(&ctx.tenant, &query).await
+        let mut newest = self.store.recent(&ctx.tenant, &query).await?;
+        // The newest that fit one answer: big episodes make it fewer.
+        newest.truncate(paging::fitting(&newest));
+        Ok(newest)
     }
 
     /// The newest user and agent messages of a session as conversation
@@ -426,7 +429,9 @@ impl<S: SessionStore + Feeds> Sessions<S> {
             EpisodeType::parse("types", USER_MESSAGE)?,
             EpisodeType::parse("types", AGENT_RESPONSE)?,
         ];
-        let newest_first = self.newest_of(ctx, &session, types, limit).await?;
+        let mut newest_first = self.newest_of(ctx, &session, types, limit).await?;
+        // The newest messages that fit one answer.
+        newest_first.truncate(paging::fitting(&newest_first));
         Ok(render_conversation(newest_first.iter().rev()))
     }
 

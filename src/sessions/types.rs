@@ -190,6 +190,16 @@ pub struct Session {
     pub episodes_evicted: i64,
 }
 
+impl crate::paging::Weigh for Session {
+    fn weight(&self) -> usize {
+        self.id.len()
+            + self.app.len()
+            + self.user.len()
+            + crate::paging::object_weight(&self.metadata)
+            + 80
+    }
+}
+
 /// A stored episode.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Episode {
@@ -206,6 +216,26 @@ pub struct Episode {
     pub source_node: String,
     pub timestamp: DateTime<Utc>,
     pub create_time: DateTime<Utc>,
+}
+
+impl crate::paging::Weigh for Episode {
+    fn weight(&self) -> usize {
+        [
+            &self.id,
+            &self.session_id,
+            &self.app,
+            &self.user,
+            &self.agent,
+            &self.kind,
+            &self.source_node,
+        ]
+        .iter()
+        .map(|text| text.len())
+        .sum::<usize>()
+            + crate::paging::json_weight(&self.content)
+            + crate::paging::object_weight(&self.metadata)
+            + 64
+    }
 }
 
 /// An episode to append, validated, with the fingerprint that tells a

@@ -12,6 +12,7 @@ mod forget;
 mod helpers;
 mod history_memory;
 mod hostile_input;
+mod large_answers;
 mod limits;
 mod memory_admin;
 mod memory_api;

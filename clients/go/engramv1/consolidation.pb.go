@@ -1258,6 +1258,8 @@ func (x *GetRuleResponse) GetRule() *ConsolidationRule {
 type ListRulesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The maximum number of rules to return: 0 means 100, at most 1000.
+	// A page of large items holds fewer (about 2 MiB of them), with a token
+	// for the rest.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The `next_page_token` of a previous call.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1758,6 +1760,8 @@ type ListFactsRequest struct {
 	// Only facts of this kind.
 	Kind FactKind `protobuf:"varint,3,opt,name=kind,proto3,enum=engram.v1.FactKind" json:"kind,omitempty"`
 	// The maximum number of facts to return: 0 means 100, at most 1000.
+	// A page of large items holds fewer (about 2 MiB of them), with a token
+	// for the rest.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The `next_page_token` of a previous call with the same parameters.
 	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

@@ -547,6 +547,8 @@ type ListEpisodesRequest struct {
 	AfterSeq int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
 	// The maximum number of episodes to return: 0 means 100, values above
 	// 1000 are lowered to 1000, negative values are INVALID_ARGUMENT.
+	// A page of large items holds fewer (about 2 MiB of them), with a token
+	// for the rest.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The `next_page_token` of a previous call with the same parameters.
 	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -775,7 +777,8 @@ type RecentRequest struct {
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Only episodes of this agent.
 	Agent string `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
-	// How many episodes: 0 means 20, at most 1000.
+	// How many episodes: 0 means 20, at most 1000. Large episodes make it
+	// fewer: the newest that fit in about 2 MiB.
 	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Only episodes of these types; empty means every type.
 	Types         []string `protobuf:"bytes,5,rep,name=types,proto3" json:"types,omitempty"`
@@ -1029,7 +1032,8 @@ type BuildContextRequest struct {
 	// The session.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// How many of the newest user and agent messages to include: 0 means 20,
-	// at most 1000.
+	// at most 1000. Large messages make it fewer: the newest that fit in
+	// about 2 MiB.
 	MaxEvents     int32 `protobuf:"varint,2,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -652,6 +652,8 @@ type ListRequest struct {
 	KeyPrefix string `protobuf:"bytes,3,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	// The maximum number of entries to return: 0 means 100, values above 1000
 	// are lowered to 1000, negative values are INVALID_ARGUMENT.
+	// A page of large items holds fewer (about 2 MiB of them), with a token
+	// for the rest.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The `next_page_token` of a previous call with the same parameters.
 	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1193,6 +1195,8 @@ type ListScopesRequest struct {
 	ScopeType ScopeType `protobuf:"varint,1,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`
 	// The maximum number of scopes to return: 0 means 100, values above 1000
 	// are lowered to 1000, negative values are INVALID_ARGUMENT.
+	// A page of large items holds fewer (about 2 MiB of them), with a token
+	// for the rest.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The `next_page_token` of a previous call with the same parameters.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

@@ -1317,6 +1317,8 @@ type GetCompactionLogRequest struct {
 	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	// The maximum number of records to return: 0 means 100, values above 1000
 	// are lowered to 1000, negative values are INVALID_ARGUMENT.
+	// A page of large items holds fewer (about 2 MiB of them), with a token
+	// for the rest.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The `next_page_token` of a previous call with the same parameters.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

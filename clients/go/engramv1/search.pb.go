@@ -158,7 +158,8 @@ type SearchRequest struct {
 	Sources []SearchSource `protobuf:"varint,2,rep,packed,name=sources,proto3,enum=engram.v1.SearchSource" json:"sources,omitempty"`
 	// How to match.
 	Mode SearchMode `protobuf:"varint,3,opt,name=mode,proto3,enum=engram.v1.SearchMode" json:"mode,omitempty"`
-	// The most hits to return: default 10, at most 100.
+	// The most hits to return: default 10, at most 100. Large items make it
+	// fewer: the best that fit in about 2 MiB.
 	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Memory: only this scope type (SCOPE_TYPE_UNSPECIFIED: any).
 	ScopeType ScopeType `protobuf:"varint,5,opt,name=scope_type,json=scopeType,proto3,enum=engram.v1.ScopeType" json:"scope_type,omitempty"`

@@ -631,7 +631,10 @@ class ListRulesRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
-    """The maximum number of rules to return: 0 means 100, at most 1000."""
+    """The maximum number of rules to return: 0 means 100, at most 1000.
+    A page of large items holds fewer (about 2 MiB of them), with a token
+    for the rest.
+    """
     page_token: _builtins.str
     """The `next_page_token` of a previous call."""
     def __init__(
@@ -881,7 +884,10 @@ class ListFactsRequest(_message.Message):
     kind: Global___FactKind.ValueType
     """Only facts of this kind."""
     page_size: _builtins.int
-    """The maximum number of facts to return: 0 means 100, at most 1000."""
+    """The maximum number of facts to return: 0 means 100, at most 1000.
+    A page of large items holds fewer (about 2 MiB of them), with a token
+    for the rest.
+    """
     page_token: _builtins.str
     """The `next_page_token` of a previous call with the same parameters."""
     def __init__(

@@ -313,6 +313,8 @@ class ListEpisodesRequest(_message.Message):
     page_size: _builtins.int
     """The maximum number of episodes to return: 0 means 100, values above
     1000 are lowered to 1000, negative values are INVALID_ARGUMENT.
+    A page of large items holds fewer (about 2 MiB of them), with a token
+    for the rest.
     """
     page_token: _builtins.str
     """The `next_page_token` of a previous call with the same parameters."""
@@ -429,7 +431,9 @@ class RecentRequest(_message.Message):
     agent: _builtins.str
     """Only episodes of this agent."""
     limit: _builtins.int
-    """How many episodes: 0 means 20, at most 1000."""
+    """How many episodes: 0 means 20, at most 1000. Large episodes make it
+    fewer: the newest that fit in about 2 MiB.
+    """
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only episodes of these types; empty means every type."""
@@ -555,7 +559,8 @@ class BuildContextRequest(_message.Message):
     """The session."""
     max_events: _builtins.int
     """How many of the newest user and agent messages to include: 0 means 20,
-    at most 1000.
+    at most 1000. Large messages make it fewer: the newest that fit in
+    about 2 MiB.
     """
     def __init__(
         self,

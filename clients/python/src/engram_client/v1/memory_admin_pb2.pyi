@@ -719,6 +719,8 @@ class GetCompactionLogRequest(_message.Message):
     page_size: _builtins.int
     """The maximum number of records to return: 0 means 100, values above 1000
     are lowered to 1000, negative values are INVALID_ARGUMENT.
+    A page of large items holds fewer (about 2 MiB of them), with a token
+    for the rest.
     """
     page_token: _builtins.str
     """The `next_page_token` of a previous call with the same parameters."""

@@ -128,7 +128,9 @@ class SearchRequest(_message.Message):
     mode: Global___SearchMode.ValueType
     """How to match."""
     limit: _builtins.int
-    """The most hits to return: default 10, at most 100."""
+    """The most hits to return: default 10, at most 100. Large items make it
+    fewer: the best that fit in about 2 MiB.
+    """
     scope_type: _memory_pb2.ScopeType.ValueType
     """Memory: only this scope type (SCOPE_TYPE_UNSPECIFIED: any)."""
     scope: _builtins.str

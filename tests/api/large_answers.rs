@@ -1,0 +1,167 @@
+//! Answers too big for one gRPC message (4 MiB unless configured): a page
+//! of large values ends early with a token for the rest (`List`,
+//! `ListEpisodes`), and an answer without pages (`Recent`, `Search`,
+//! `BuildContext`) holds the best that fit. Nothing is refused for being
+//! large in sum.
+
+use engram::api::convert::json_to_proto;
+use engram::proto::search_service_client::SearchServiceClient;
+use engram::proto::{
+    AppendEpisodeRequest, BuildContextRequest, ListEpisodesRequest, ListRequest, RecentRequest,
+    ScopeType, SearchMode, SearchRequest, SearchSource, SetRequest,
+};
+use serde_json::json;
+
+use crate::consolidation::episode;
+use crate::helpers::{Backend, TestServer};
+use crate::on_both_stores;
+
+const NS: i32 = ScopeType::Namespace as i32;
+/// 100 items of 64 KiB: 6.4 MiB in all, over the default message limit.
+const ITEMS: usize = 100;
+
+/// About 64 KiB of words, with `needle` first.
+fn big_text(i: usize) -> String {
+    let mut text = format!("needle {i} ");
+    while text.len() < 64 * 1024 {
+        text.push_str("lorem ipsum dolor sit amet ");
+    }
+    text
+}
+
+async fn large_answers_end_early_and_page_on(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut memory = server.memory();
+    let mut episodes = server.episodes();
+    for i in 0..ITEMS {
+        memory
+            .set(SetRequest {
+                scope_type: NS,
+                scope: "big".into(),
+                key: format!("k{i:03}"),
+                value: Some(json_to_proto(&json!(big_text(i)))),
+                ..SetRequest::default()
+            })
+            .await
+            .expect("set");
+        let mut new = episode(&format!("e{i:03}"), "user_message", json!({}));
+        new.content = Some(json_to_proto(&json!(big_text(i))));
+        episodes
+            .append_episode(AppendEpisodeRequest {
+                session_id: "s".into(),
+                app: "bot".into(),
+                user: "alice".into(),
+                episode: Some(new),
+            })
+            .await
+            .expect("append");
+    }
+
+    // Pages of 100 asked for: fewer come, and the tokens reach every key
+    // once, in order.
+    let (mut keys, mut pages, mut token) = (Vec::new(), 0, String::new());
+    loop {
+        let page = memory
+            .list(ListRequest {
+                scope_type: NS,
+                scope: "big".into(),
+                page_size: ITEMS as i32,
+                page_token: token,
+                ..ListRequest::default()
+            })
+            .await
+            .expect("a page of large values")
+            .into_inner();
+        pages += 1;
+        keys.extend(page.entries.into_iter().map(|e| e.key));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let all: Vec<String> = (0..ITEMS).map(|i| format!("k{i:03}")).collect();
+    assert_eq!(keys, all);
+    assert!(pages > 1, "100 large values came in one page");
+
+    let (mut seqs, mut pages, mut token) = (Vec::new(), 0, String::new());
+    loop {
+        let page = episodes
+            .list_episodes(ListEpisodesRequest {
+                session_id: "s".into(),
+                page_size: ITEMS as i32,
+                page_token: token,
+                ..ListEpisodesRequest::default()
+            })
+            .await
+            .expect("a page of large episodes")
+            .into_inner();
+        pages += 1;
+        seqs.extend(page.episodes.into_iter().map(|e| e.seq));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seqs, (1..=ITEMS as i64).collect::<Vec<_>>());
+    assert!(pages > 1, "100 large episodes came in one page");
+
+    // No pages: the newest that fit, newest first.
+    let newest = episodes
+        .recent(RecentRequest {
+            user: "alice".into(),
+            session_id: "s".into(),
+            limit: ITEMS as i32,
+            ..RecentRequest::default()
+        })
+        .await
+        .expect("recent")
+        .into_inner()
+        .episodes;
+    let seqs: Vec<i64> = newest.iter().map(|e| e.seq).collect();
+    assert!(!seqs.is_empty() && seqs.len() < ITEMS, "{seqs:?}");
+    let top = ITEMS as i64;
+    assert_eq!(
+        seqs,
+        (top - seqs.len() as i64 + 1..=top)
+            .rev()
+            .collect::<Vec<_>>()
+    );
+
+    let context = episodes
+        .build_context(BuildContextRequest {
+            session_id: "s".into(),
+            max_events: ITEMS as i32,
+        })
+        .await
+        .expect("build context")
+        .into_inner();
+    let used = context.events_used as usize;
+    assert!(used > 0 && used < ITEMS, "{used} messages");
+    let last = format!("needle {}", ITEMS - 1);
+    assert!(
+        context.context.contains(&last),
+        "the newest message is in it"
+    );
+
+    // The best hits that fit.
+    let hits = SearchServiceClient::new(server.channel.clone())
+        .search(SearchRequest {
+            query: "needle".into(),
+            sources: vec![SearchSource::Memory as i32, SearchSource::Episodes as i32],
+            mode: SearchMode::Lexical as i32,
+            limit: ITEMS as i32,
+            ..SearchRequest::default()
+        })
+        .await
+        .expect("search")
+        .into_inner()
+        .hits;
+    assert!(
+        !hits.is_empty() && hits.len() < ITEMS,
+        "{} hits",
+        hits.len()
+    );
+    assert!(hits.windows(2).all(|pair| pair[0].score >= pair[1].score));
+}
+
+on_both_stores!(large_answers_end_early_and_page_on);
