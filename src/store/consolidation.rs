@@ -675,7 +675,7 @@ impl<B: Backend> ConsolidationStore for B {
             (&FACTS_ASCENDING, after.unwrap_or(""))
         };
         let mut conn = self.reader(tenant).await?;
-        conn.all(
+        conn.all_weighed(
             sql,
             params![
                 tenant.as_str(),

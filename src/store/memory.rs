@@ -620,7 +620,7 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
             (&LIST_ASCENDING, query.after.unwrap_or("").to_owned())
         };
         let mut conn = self.reader(tenant).await?;
-        conn.all(
+        conn.all_weighed(
             sql,
             params![
                 tenant.as_str(),

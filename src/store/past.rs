@@ -201,7 +201,7 @@ pub(super) async fn list_at(
     at: Point,
 ) -> Result<Vec<Past>> {
     let (low, high) = query.prefix.range();
-    conn.all(
+    conn.all_weighed(
         &LIST_AT,
         params![
             tenant.as_str(),

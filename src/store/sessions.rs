@@ -430,7 +430,7 @@ pub(super) async fn recent_alone<B: Backend>(
     let sql = recent_sql(query.session_id.is_some(), query.agent.is_some());
     let types = type_names(&query.types);
     let mut conn = store.reader(tenant).await?;
-    conn.all(
+    conn.all_weighed(
         sql,
         params![
             tenant.as_str(),
@@ -478,7 +478,7 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
         limit: i64,
     ) -> Result<Vec<Session>> {
         let mut conn = self.reader(tenant).await?;
-        conn.all(
+        conn.all_weighed(
             &LIST_SESSIONS,
             params![
                 tenant.as_str(),
@@ -592,7 +592,7 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
     ) -> Result<Vec<Episode>> {
         let types = type_names(query.types);
         let mut conn = self.reader(tenant).await?;
-        conn.all(
+        conn.all_weighed(
             &LIST_EPISODES,
             params![
                 tenant.as_str(),
@@ -618,7 +618,7 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
 
     async fn latest_episodes(&self, tenant: &Tenant, limit: i64) -> Result<Vec<Episode>> {
         let mut conn = self.reader(tenant).await?;
-        conn.all(&LATEST, params![tenant.as_str(), limit], episode_row)
+        conn.all_weighed(&LATEST, params![tenant.as_str(), limit], episode_row)
             .await
     }
 

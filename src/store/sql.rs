@@ -203,6 +203,21 @@ pub trait Run: Send {
         params: &[Param<'_>],
     ) -> impl Future<Output = Result<Vec<Self::Row>>> + Send;
 
+    /// The rows decoded, read one at a time, up to the first that makes
+    /// them weigh more than a page may carry ([`PAGE_BYTES`], with two
+    /// rows at least); the rest of the result is not held in memory. A
+    /// list of large values is then cut where its page will be: paging
+    /// weighs the same items and cuts before the last one read here, so it
+    /// issues a token for the rest.
+    ///
+    /// [`PAGE_BYTES`]: crate::paging::PAGE_BYTES
+    fn all_weighed<T: Send + crate::paging::Weigh>(
+        &mut self,
+        sql: &'static Sql,
+        params: &[Param<'_>],
+        decode: impl Fn(&Self::Row) -> Result<T> + Send,
+    ) -> impl Future<Output = Result<Vec<T>>> + Send;
+
     /// Runs the statement; returns how many rows it changed.
     fn exec(
         &mut self,
@@ -398,6 +413,27 @@ macro_rules! run_by_driver {
                     .execute(self)
                     .await?
                     .rows_affected())
+            }
+
+            async fn all_weighed<T: Send + $crate::paging::Weigh>(
+                &mut self,
+                sql: &'static Sql,
+                params: &[Param<'_>],
+                decode: impl Fn(&$row) -> Result<T> + Send,
+            ) -> Result<Vec<T>> {
+                use futures::TryStreamExt as _;
+                let args = $arguments(params)?;
+                let mut rows = sqlx::query_with(sql.$text(), args).fetch(self);
+                let (mut items, mut weight) = (Vec::new(), 0);
+                while let Some(row) = rows.try_next().await? {
+                    let item = decode(&row)?;
+                    weight += item.weight();
+                    items.push(item);
+                    if items.len() >= 2 && weight > $crate::paging::PAGE_BYTES {
+                        break;
+                    }
+                }
+                Ok(items)
             }
         }
     };

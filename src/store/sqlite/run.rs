@@ -62,6 +62,15 @@ macro_rules! run_on_held_connection {
             async fn exec(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<u64> {
                 (**self).exec(sql, params).await
             }
+
+            async fn all_weighed<T: Send + crate::paging::Weigh>(
+                &mut self,
+                sql: &'static Sql,
+                params: &[Param<'_>],
+                decode: impl Fn(&SqliteRow) -> Result<T> + Send,
+            ) -> Result<Vec<T>> {
+                (**self).all_weighed(sql, params, decode).await
+            }
         }
     )*};
 }
