@@ -266,6 +266,22 @@ async fn every_change_once_in_order(backend: Backend) {
     check_exactly_once_in_order(&prefixed);
 }
 
+/// Writes `n` changes of 16 KiB to seven keys of `scope`, each value
+/// `{"i": its index, "pad": …}`.
+async fn write_big(memory: &mut MemoryServiceClient<Channel>, scope: &str, n: i64) {
+    let big = "x".repeat(16 * 1024);
+    for i in 0..n {
+        memory
+            .set(set(
+                scope,
+                &format!("k{}", i % 7),
+                json!({"i": i, "pad": big}),
+            ))
+            .await
+            .expect("set");
+    }
+}
+
 async fn slow_consumers_and_shutdown_say_where_to_resume(backend: Backend) {
     let server = TestServer::spawn_with(backend, |s| {
         s.watch_stall_timeout_ms = Some(100);
@@ -285,18 +301,8 @@ async fn slow_consumers_and_shutdown_say_where_to_resume(backend: Backend) {
         .into_inner();
     // 16 KiB changes: a few MB in all, far beyond the tiny buffer plus the
     // HTTP/2 buffers (about 1 MB), so the producer must block and stall.
-    let big = "x".repeat(16 * 1024);
     const WRITES: i64 = 300;
-    for i in 0..WRITES {
-        memory
-            .set(set(
-                "slow",
-                &format!("k{}", i % 7),
-                json!({"i": i, "pad": big}),
-            ))
-            .await
-            .expect("set");
-    }
+    write_big(&mut memory, "slow", WRITES).await;
     // Only now read: what was buffered, then the verdict.
     let mut received = Vec::new();
     let status = loop {
@@ -386,18 +392,8 @@ async fn a_stream_behind_pruning_is_ended_not_skipped(backend: Backend) {
     // More changes than one page of the feed (500), 16 KiB each: the
     // stream's buffers and HTTP/2 windows hold a few MB, so the producer is
     // still handing out its first page when the pruning comes.
-    let big = "x".repeat(16 * 1024);
     const WRITES: i64 = 520;
-    for i in 0..WRITES {
-        memory
-            .set(set(
-                "behind",
-                &format!("k{}", i % 7),
-                json!({"i": i, "pad": big}),
-            ))
-            .await
-            .expect("set");
-    }
+    write_big(&mut memory, "behind", WRITES).await;
     let mut reader = MemoryServiceClient::new(connect(server.grpc_addr()).await);
     let mut stream = reader
         .watch(watch("behind", "", Some(0)))
