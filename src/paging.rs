@@ -134,12 +134,19 @@ pub fn object_weight(fields: &serde_json::Map<String, serde_json::Value>) -> usi
         .sum()
 }
 
+/// Whether items weighing `total` in all, the last of them following
+/// `before` others, pass what a page carries: that last one is then cut
+/// (a lone item never is).
+pub fn overflows(total: usize, before: usize) -> bool {
+    before > 0 && total > PAGE_BYTES
+}
+
 /// How many leading items fit in [`PAGE_BYTES`]: at least one.
 pub fn fitting<T: Weigh>(items: &[T]) -> usize {
     let mut total = 0;
     for (n, item) in items.iter().enumerate() {
         total += item.weight();
-        if total > PAGE_BYTES && n > 0 {
+        if overflows(total, n) {
             return n;
         }
     }

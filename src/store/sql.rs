@@ -203,14 +203,13 @@ pub trait Run: Send {
         params: &[Param<'_>],
     ) -> impl Future<Output = Result<Vec<Self::Row>>> + Send;
 
-    /// The rows decoded, read one at a time, up to the first that makes
-    /// them weigh more than a page may carry ([`PAGE_BYTES`], with two
-    /// rows at least); the rest of the result is not held in memory. A
-    /// list of large values is then cut where its page will be: paging
-    /// weighs the same items and cuts before the last one read here, so it
-    /// issues a token for the rest.
+    /// The rows decoded, read one at a time, up to the first that paging
+    /// would cut ([`overflows`]); the rest of the result is not held in
+    /// memory. A list of large values then ends where its page will:
+    /// paging weighs the same items, cuts that last one and gives a token
+    /// for the rest.
     ///
-    /// [`PAGE_BYTES`]: crate::paging::PAGE_BYTES
+    /// [`overflows`]: crate::paging::overflows
     fn all_weighed<T: Send + crate::paging::Weigh>(
         &mut self,
         sql: &'static Sql,
@@ -428,8 +427,9 @@ macro_rules! run_by_driver {
                 while let Some(row) = rows.try_next().await? {
                     let item = decode(&row)?;
                     weight += item.weight();
+                    let before = items.len();
                     items.push(item);
-                    if items.len() >= 2 && weight > $crate::paging::PAGE_BYTES {
+                    if $crate::paging::overflows(weight, before) {
                         break;
                     }
                 }
