@@ -110,6 +110,13 @@ pub trait Weigh {
     fn weight(&self) -> usize;
 }
 
+/// An item read with its key weighs as the item.
+impl<K, T: Weigh> Weigh for (K, T) {
+    fn weight(&self) -> usize {
+        self.1.weight()
+    }
+}
+
 /// The protobuf size of a JSON value as a `google.protobuf.Value`, about:
 /// a number is a tagged double, strings and keys their bytes, and each
 /// value a few bytes of framing.
@@ -139,6 +146,33 @@ pub fn object_weight(fields: &serde_json::Map<String, serde_json::Value>) -> usi
 /// (a lone item never is).
 pub fn overflows(total: usize, before: usize) -> bool {
     before > 0 && total > PAGE_BYTES
+}
+
+/// Items read one at a time up to the first that paging would cut: that
+/// one is kept, for paging to cut and give a token from the one before,
+/// and then the list is `full`.
+pub struct Weighed<T> {
+    pub items: Vec<T>,
+    weight: usize,
+    pub full: bool,
+}
+
+impl<T> Default for Weighed<T> {
+    fn default() -> Self {
+        Weighed {
+            items: Vec::new(),
+            weight: 0,
+            full: false,
+        }
+    }
+}
+
+impl<T: Weigh> Weighed<T> {
+    pub fn push(&mut self, item: T) {
+        self.weight += item.weight();
+        self.full = overflows(self.weight, self.items.len());
+        self.items.push(item);
+    }
 }
 
 /// How many leading items fit in [`PAGE_BYTES`]: at least one.
@@ -211,6 +245,31 @@ mod tests {
             page(&[3 * PAGE_BYTES, 1], 5),
             (vec![3 * PAGE_BYTES], (3 * PAGE_BYTES).to_string())
         );
+    }
+
+    #[test]
+    fn weighed_reads_stop_at_the_item_a_page_cuts() {
+        let read = |weights: &[usize]| {
+            let mut read = Weighed::default();
+            for w in weights {
+                read.push(Weighing(*w));
+                if read.full {
+                    break;
+                }
+            }
+            let mut items = read.items;
+            let kept = fitting(&items);
+            let cut = items.len() - kept;
+            items.truncate(kept);
+            (items.iter().map(|i| i.0).collect::<Vec<_>>(), cut)
+        };
+        let half = PAGE_BYTES / 2;
+        // Everything fits: all read, none cut.
+        assert_eq!(read(&[1, 2, 3]), (vec![1, 2, 3], 0));
+        // Read up to the one that does not fit, which paging then cuts.
+        assert_eq!(read(&[half, half, 1, 9]), (vec![half, half], 1));
+        // A lone item too big is read, and kept.
+        assert_eq!(read(&[3 * PAGE_BYTES, 1]), (vec![3 * PAGE_BYTES], 1));
     }
 
     #[test]

@@ -222,14 +222,21 @@ pub struct Hit {
     pub item: Item,
 }
 
-impl crate::paging::Weigh for Hit {
+impl crate::paging::Weigh for Item {
     fn weight(&self) -> usize {
-        let item = match &self.item {
+        match self {
             Item::Entry(entry) => entry.weight(),
             Item::Fact(fact) => fact.weight(),
             Item::Episode(episode) => episode.weight(),
-        };
-        self.snippet.len() + item + 16
+        }
+    }
+}
+
+/// A hit weighs more than its item, so the store, reading items best
+/// first, reads at least as many as the answer then keeps.
+impl crate::paging::Weigh for Hit {
+    fn weight(&self) -> usize {
+        self.snippet.len() + self.item.weight() + 16
     }
 }
 

@@ -32,6 +32,10 @@ const FOLLOWING_WEIGHT: f64 = 0.85;
 /// The longest snippet of a following episode, in characters.
 const PLAIN_SNIPPET_CHARS: usize = 240;
 
+/// How many semantic hits are read by one call of the store: the default
+/// limit in one call, more in steps that stop where the answer is full.
+const ITEMS_AT_ONCE: usize = DEFAULT_LIMIT;
+
 /// A search as the edge parsed it.
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
@@ -159,12 +163,9 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
         };
         hits.truncate(limit);
         if request.following_episodes > 0 {
-            let following = self
-                .following(ctx, &hits, filters, request.following_episodes)
+            hits = self
+                .with_following(ctx, hits, filters, request.following_episodes, limit)
                 .await?;
-            hits.extend(following);
-            hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-            hits.truncate(limit);
         }
         // The best that fit one answer: big items make them fewer.
         hits.truncate(crate::paging::fitting(&hits));
@@ -221,34 +222,50 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
         } else {
             limit * 2
         });
-        let refs: Vec<ItemRef> = scored.iter().map(|(_, item)| item.clone()).collect();
-        let items = self.store.items(&ctx.tenant, &refs).await?;
-        let mut hits: Vec<Hit> = scored
-            .into_iter()
-            .zip(items)
-            .filter_map(|((score, _), item)| {
-                item.filter(|item| !query.excludes(&item.text()))
-                    .map(|item| (score, item))
-            })
-            .map(|(score, item)| Hit {
-                score: f64::from(score),
-                snippet: plain_snippet(&item.visible_text()),
-                item,
-            })
-            .collect();
-        hits.truncate(limit);
-        Ok(hits)
+        // Read a few at a time, best first, and only as far as the answer
+        // carries: a hundred hits of a megabyte are not all held at once.
+        let mut hits = crate::paging::Weighed::default();
+        'read: for chunk in scored.chunks(ITEMS_AT_ONCE) {
+            let refs: Vec<ItemRef> = chunk.iter().map(|(_, item)| item.clone()).collect();
+            let items = self.store.items(&ctx.tenant, &refs).await?;
+            for ((score, _), item) in chunk.iter().zip(items) {
+                let Some(item) = item.filter(|item| !query.excludes(&item.text())) else {
+                    continue;
+                };
+                hits.push(Hit {
+                    score: f64::from(*score),
+                    snippet: plain_snippet(&item.visible_text()),
+                    item,
+                });
+                if hits.full || hits.items.len() == limit {
+                    break 'read;
+                }
+            }
+        }
+        Ok(hits.items)
     }
 
-    /// The episodes after each episode hit in its session that the filters
-    /// allow and the hits do not hold yet, each scored below the hit.
-    async fn following(
+    /// The hits with the episodes after each episode hit in its session
+    /// that the filters allow and the hits do not hold yet, each scored
+    /// below the hit, best first: the best `limit` that fit one answer.
+    /// The answer is cut after each hit's episodes are added, so what is
+    /// held stays about one answer (a hit cut then would be cut at the
+    /// end too: more hits only push it further down).
+    async fn with_following(
         &self,
         ctx: &CallerContext,
-        hits: &[Hit],
+        mut hits: Vec<Hit>,
         filters: &Filters,
         n: i32,
+        limit: usize,
     ) -> Result<Vec<Hit>> {
+        let anchors: Vec<(String, i64, f64)> = hits
+            .iter()
+            .filter_map(|hit| match &hit.item {
+                Item::Episode(e) => Some((e.session_id.clone(), e.seq, hit.score)),
+                _ => None,
+            })
+            .collect();
         let mut seen: std::collections::HashSet<String> = hits
             .iter()
             .filter_map(|hit| match &hit.item {
@@ -256,12 +273,8 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
                 _ => None,
             })
             .collect();
-        let mut found = Vec::new();
-        for hit in hits {
-            let Item::Episode(episode) = &hit.item else {
-                continue;
-            };
-            let session = Id::parse("session_id", episode.session_id.clone())?;
+        for (session, seq, mut score) in anchors {
+            let session = Id::parse("session_id", session)?;
             let next = self
                 .store
                 .list_episodes(
@@ -269,26 +282,28 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
                     &EpisodeQuery {
                         session_id: &session,
                         types: &filters.types,
-                        after_seq: episode.seq,
+                        after_seq: seq,
                         limit: i64::from(n),
                     },
                 )
                 .await?;
-            let mut score = hit.score;
             for episode in next {
                 score *= FOLLOWING_WEIGHT;
                 if !allowed(&episode, filters) || !seen.insert(episode.id.clone()) {
                     continue;
                 }
                 let item = Item::Episode(episode);
-                found.push(Hit {
+                hits.push(Hit {
                     score,
                     snippet: plain_snippet(&item.visible_text()),
                     item,
                 });
             }
+            hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+            hits.truncate(limit);
+            hits.truncate(crate::paging::fitting(&hits));
         }
-        Ok(found)
+        Ok(hits)
     }
 }
 

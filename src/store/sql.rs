@@ -217,6 +217,15 @@ pub trait Run: Send {
         decode: impl Fn(&Self::Row) -> Result<T> + Send,
     ) -> impl Future<Output = Result<Vec<T>>> + Send;
 
+    /// [`Run::all_weighed`] for a statement built at run time: search's
+    /// hits, which come back best first.
+    fn built_weighed<T: Send + crate::paging::Weigh>(
+        &mut self,
+        sql: String,
+        params: &[Param<'_>],
+        decode: impl Fn(&Self::Row) -> Result<T> + Send,
+    ) -> impl Future<Output = Result<Vec<T>>> + Send;
+
     /// Runs the statement; returns how many rows it changed.
     fn exec(
         &mut self,
@@ -420,25 +429,42 @@ macro_rules! run_by_driver {
                 params: &[Param<'_>],
                 decode: impl Fn(&$row) -> Result<T> + Send,
             ) -> Result<Vec<T>> {
-                use futures::TryStreamExt as _;
                 let args = $arguments(params)?;
-                let mut rows = sqlx::query_with(sql.$text(), args).fetch(self);
-                let (mut items, mut weight) = (Vec::new(), 0);
-                while let Some(row) = rows.try_next().await? {
-                    let item = decode(&row)?;
-                    weight += item.weight();
-                    let before = items.len();
-                    items.push(item);
-                    if $crate::paging::overflows(weight, before) {
-                        break;
-                    }
-                }
-                Ok(items)
+                $crate::store::sql::weighed(sqlx::query_with(sql.$text(), args).fetch(self), decode)
+                    .await
+            }
+
+            async fn built_weighed<T: Send + $crate::paging::Weigh>(
+                &mut self,
+                sql: String,
+                params: &[Param<'_>],
+                decode: impl Fn(&$row) -> Result<T> + Send,
+            ) -> Result<Vec<T>> {
+                let args = $arguments(params)?;
+                let rows = sqlx::query_with(sqlx::AssertSqlSafe(sql), args).fetch(self);
+                $crate::store::sql::weighed(rows, decode).await
             }
         }
     };
 }
 pub(super) use run_by_driver;
+
+/// The rows of a stream decoded, up to the first that paging would cut
+/// (see [`Run::all_weighed`]); the stream is dropped there.
+pub(super) async fn weighed<R, T: crate::paging::Weigh>(
+    mut rows: impl futures::Stream<Item = std::result::Result<R, sqlx::Error>> + Unpin,
+    decode: impl Fn(&R) -> Result<T>,
+) -> Result<Vec<T>> {
+    use futures::TryStreamExt as _;
+    let mut read = crate::paging::Weighed::default();
+    while let Some(row) = rows.try_next().await? {
+        read.push(decode(&row)?);
+        if read.full {
+            break;
+        }
+    }
+    Ok(read.items)
+}
 
 #[cfg(test)]
 mod tests {

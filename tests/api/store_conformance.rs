@@ -643,40 +643,6 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S, _db: &Tes
     assert_eq!((stats.total_sessions, stats.total_episodes), (1, 0));
 }
 
-/// A list of large values is read only as far as a page carries: the rows
-/// past it are never loaded into the server's memory (paging then cuts the
-/// last one read and gives a token for the rest).
-async fn lists_of_large_values_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
-    let w = writer(&store, "t1");
-    const BIG: usize = 64 * 1024;
-    for i in 0..100 {
-        w.set(&format!("k{i:03}"), json!("x".repeat(BIG))).await;
-    }
-    let listed = store
-        .list(
-            &w.tenant,
-            &ListQuery {
-                scope: &w.scope,
-                prefix: &KeyPrefix::default(),
-                after: None,
-                limit: 101,
-                include_reserved: false,
-                descending: false,
-            },
-        )
-        .await
-        .expect("list");
-    let keys: Vec<&str> = listed.iter().map(|e| e.key.as_str()).collect();
-    let page = engram::paging::PAGE_BYTES / BIG;
-    assert!(
-        (2..=page + 1).contains(&keys.len()),
-        "{} of 100 values of 64 KiB read for one page",
-        keys.len()
-    );
-    let first: Vec<String> = (0..keys.len()).map(|i| format!("k{i:03}")).collect();
-    assert_eq!(keys, first);
-}
-
 /// Runs each case on SQLite and on Postgres, each with a fresh, migrated
 /// database.
 macro_rules! store_suite {
@@ -721,13 +687,13 @@ mod embeddings;
 mod feeds;
 mod fixtures;
 mod group_commit;
+mod large;
 mod maintenance;
 mod search;
 mod sessions;
 mod working;
 
 store_suite!(
-    lists_of_large_values_stop_at_a_page,
     versions_tombstones_and_point_in_time,
     tenants_never_see_each_other,
     list_ranges_and_reserved_keys,

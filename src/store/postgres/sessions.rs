@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use futures::FutureExt;
+use futures::{FutureExt, TryStreamExt as _};
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
@@ -28,6 +28,7 @@ use super::pool::Lease;
 use super::{PgStore, Tsvector, slot_of};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::paging::Weighed;
 use crate::search::english::Reading;
 use crate::search::vector;
 use crate::sessions::ports::{Append, Appended};
@@ -610,7 +611,7 @@ impl PgStore {
         let texts =
             |get: fn(&RecentQuery) -> String| queries.iter().map(|q| get(q)).collect::<Vec<_>>();
         let mut conn = self.session(tenant).await?;
-        let rows = sqlx::query(RECENT_MANY[level])
+        let mut rows = sqlx::query(RECENT_MANY[level])
             .bind(tenant.as_str())
             .bind(texts(|q| q.user.as_str().to_owned()))
             .bind(texts(|q| {
@@ -625,16 +626,23 @@ impl PgStore {
             }))
             .bind(texts(|q| type_names(&q.types).join(",")))
             .bind(queries.iter().map(|q| q.limit).collect::<Vec<i64>>())
-            .fetch_all(&mut conn)
-            .await?;
-        let mut found: Vec<Vec<Episode>> = queries.iter().map(|_| Vec::new()).collect();
-        for row in &rows {
+            .fetch(&mut conn);
+        // Each query's episodes only as far as its answer carries, as
+        // `recent_alone` reads them: the rows past that are passed over
+        // undecoded, so a thousand episodes of a megabyte are not all held.
+        let mut found: Vec<Weighed<Episode>> = queries.iter().map(|_| Weighed::default()).collect();
+        while let Some(row) = rows.try_next().await? {
             let ord: i64 = row.try_get(13)?;
-            let episodes = slot_of(&mut found, ord)
+            let slot = slot_of(&mut found, ord)
                 .ok_or_else(|| Error::internal("a row for no query asked"))?;
-            episodes.push(episode_row(row)?);
+            if !slot.full {
+                slot.push(episode_row(&row)?);
+                if slot.full && found.iter().all(|slot| slot.full) {
+                    break;
+                }
+            }
         }
-        Ok(found)
+        Ok(found.into_iter().map(|slot| slot.items).collect())
     }
 }
 

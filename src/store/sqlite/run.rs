@@ -71,6 +71,15 @@ macro_rules! run_on_held_connection {
             ) -> Result<Vec<T>> {
                 (**self).all_weighed(sql, params, decode).await
             }
+
+            async fn built_weighed<T: Send + crate::paging::Weigh>(
+                &mut self,
+                sql: String,
+                params: &[Param<'_>],
+                decode: impl Fn(&SqliteRow) -> Result<T> + Send,
+            ) -> Result<Vec<T>> {
+                (**self).built_weighed(sql, params, decode).await
+            }
         }
     )*};
 }

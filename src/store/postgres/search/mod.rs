@@ -351,14 +351,11 @@ impl Matches {
             best.push((score, identity));
         }
         let found = whole(conn, source, keys, tenant, filters, bounds, &lists).await?;
-        let mut by_identity = HashMap::with_capacity(found.len());
-        for row in &found {
-            by_identity.insert(identity_at(row, width(source), keys.len())?, row);
-        }
-        best.into_iter()
-            .filter_map(|(score, identity)| by_identity.get(&identity).map(|row| (score, *row)))
-            .map(|(score, row)| Ok((score, item(source, row)?)))
-            .collect()
+        let mut by_identity: HashMap<Vec<String>, Item> = found.into_iter().collect();
+        Ok(best
+            .into_iter()
+            .filter_map(|(score, identity)| Some((score, by_identity.remove(&identity)?)))
+            .collect())
     }
 }
 
@@ -375,8 +372,10 @@ fn identity_at(row: &impl Cols, first: usize, width: usize) -> Result<Vec<String
 }
 
 /// The items named by `lists` (one list per column of `keys`, the
-/// source's identity), still live and still within the filters, each row followed
-/// by its identity's columns as text.
+/// source's identity), still live and still within the filters, each with
+/// its identity. They are read in the order named, and only as far as an
+/// answer carries ([`Run::built_weighed`]): a hundred hits of a megabyte
+/// are not all held at once.
 async fn whole(
     conn: &mut Lease,
     source: Source,
@@ -385,7 +384,7 @@ async fn whole(
     filters: &Filters,
     bounds: &Bounds,
     lists: &[Vec<String>],
-) -> Result<Vec<sqlx::postgres::PgRow>> {
+) -> Result<Vec<(Vec<String>, Item)>> {
     let filter = conditions(
         source,
         Dialect::Postgres,
@@ -411,8 +410,9 @@ async fn whole(
     // custom plan's better estimate for fewer than about ten hits had it
     // plan every call again (0.21–0.25 against 0.15–0.19 ms for three).
     let sql = format!(
-        "SELECT i.* FROM unnest({arrays}) AS k({names}) CROSS JOIN LATERAL \
-         (SELECT {columns}, {identity} FROM {from} WHERE {matches} AND {w} OFFSET 0) i",
+        "SELECT i.* FROM unnest({arrays}) WITH ORDINALITY AS k({names}, ord) CROSS JOIN LATERAL \
+         (SELECT {columns}, {identity} FROM {from} WHERE {matches} AND {w} OFFSET 0) i \
+         ORDER BY k.ord",
         columns = columns(source),
         identity = identity(keys),
         from = from(source),
@@ -423,7 +423,11 @@ async fn whole(
     );
     let mut params: Vec<Param> = lists.iter().map(|list| Param::TextList(list)).collect();
     params.extend(filter.params.iter().copied());
-    conn.rows_built(sql, &params).await
+    let at = width(source);
+    conn.built_weighed(sql, &params, |row| {
+        Ok((identity_at(row, at, keys.len())?, item(source, row)?))
+    })
+    .await
 }
 
 /// What BM25 needs of a candidate: the positions of each query term (by

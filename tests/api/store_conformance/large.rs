@@ -1,0 +1,169 @@
+//! Reads of large items stop where their answer will: the store reads rows
+//! only as far as a page (or an answer without pages) carries, so a list,
+//! a `Recent` or a search over items of a megabyte never holds them all.
+//! Paging then cuts the last one read and gives a token for the rest.
+//!
+//! The cases run on a single-threaded runtime, where the `Recent` reads
+//! asked in one poll are read together (one statement on Postgres).
+
+use std::pin::pin;
+
+use engram::context::Tenant;
+use engram::memory::KeyPrefix;
+use engram::memory::ports::ListQuery;
+use engram::ports::Store;
+use engram::search::{Filters, Item, Query, Source};
+use serde_json::json;
+
+use super::fixtures::{episode, id, log, recent as query};
+use super::writer;
+use crate::helpers::TestDb;
+
+/// The weight of one item: 64 KiB.
+const BIG: usize = 64 * 1024;
+
+/// How many items of [`BIG`] a page carries, about.
+fn page() -> usize {
+    engram::paging::PAGE_BYTES / BIG
+}
+
+/// About [`BIG`] bytes of words holding `needle` `n` times: the more
+/// needles, the better the match.
+fn needles(n: usize) -> String {
+    let mut text = "needle ".repeat(n);
+    while text.len() < BIG {
+        text.push_str("lorem ipsum dolor sit amet ");
+    }
+    text
+}
+
+/// Asserts `read` holds more than one but no more than a page (and the one
+/// it cuts) of items.
+fn a_page(what: &str, read: usize) {
+    assert!(
+        (2..=page() + 1).contains(&read),
+        "{what}: {read} items of 64 KiB read for one answer"
+    );
+}
+
+async fn lists_of_large_values_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    for i in 0..100 {
+        w.set(&format!("k{i:03}"), json!("x".repeat(BIG))).await;
+    }
+    let listed = store
+        .list(
+            &w.tenant,
+            &ListQuery {
+                scope: &w.scope,
+                prefix: &KeyPrefix::default(),
+                after: None,
+                limit: 101,
+                include_reserved: false,
+                descending: false,
+            },
+        )
+        .await
+        .expect("list");
+    let keys: Vec<&str> = listed.iter().map(|e| e.key.as_str()).collect();
+    a_page("list", keys.len());
+    let first: Vec<String> = (0..keys.len()).map(|i| format!("k{i:03}")).collect();
+    assert_eq!(keys, first);
+}
+
+/// `Recent` reads of sessions of large episodes, together and alone, each
+/// read a page's worth of its newest.
+async fn recents_of_large_episodes_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
+    const EACH: usize = 40;
+    let l = log(&store, "t1");
+    for session in ["s1", "s2"] {
+        l.create(session, "app", "alice", 0).await;
+        let s = id(session);
+        let episodes: Vec<_> = (0..EACH)
+            .map(|i| {
+                let name = format!("{session}-{i:02}");
+                episode(&s, Some(&name), None, None, json!("x".repeat(BIG)))
+            })
+            .collect();
+        l.append(session, &episodes).await;
+    }
+    let newest = |session: &str, n: usize| -> Vec<String> {
+        (EACH - n..EACH)
+            .rev()
+            .map(|i| format!("{session}-{i:02}"))
+            .collect()
+    };
+    let ids = |found: Vec<engram::sessions::Episode>| -> Vec<String> {
+        found.into_iter().map(|e| e.id).collect()
+    };
+    let asked = [
+        query("alice", Some("s1"), None, vec![], 1000),
+        query("alice", Some("s2"), None, vec![], 1000),
+    ];
+    let mut together = pin!(futures::future::join_all(
+        asked.iter().map(|q| store.recent(&l.tenant, q))
+    ));
+    assert!(futures::poll!(together.as_mut()).is_pending());
+    for (found, session) in together.await.into_iter().zip(["s1", "s2"]) {
+        let found = ids(found.expect("recent"));
+        a_page("recent together", found.len());
+        assert_eq!(found, newest(session, found.len()));
+    }
+    let alone = ids(store.recent(&l.tenant, &asked[0]).await.expect("recent"));
+    a_page("recent alone", alone.len());
+    assert_eq!(alone, newest("s1", alone.len()));
+}
+
+/// A search for 100 hits of large items reads only the best a page
+/// carries, best first.
+async fn search_hits_of_large_items_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
+    const ITEMS: usize = 100;
+    let w = writer(&store, "t1");
+    let l = log(&store, "t1");
+    l.create("s", "app", "alice", 0).await;
+    let s = id("s");
+    for i in 0..ITEMS {
+        w.set(&format!("k{i:03}"), json!(needles(i + 1))).await;
+        let name = format!("e{i:03}");
+        l.append(
+            "s",
+            &[episode(&s, Some(&name), None, None, json!(needles(i + 1)))],
+        )
+        .await;
+    }
+    let query = Query::parse("query", "needle").expect("query");
+    for source in [Source::Memory, Source::Episodes] {
+        let hits = store
+            .search(
+                &Tenant::new("t1"),
+                &[source],
+                &query,
+                &Filters::default(),
+                ITEMS,
+            )
+            .await
+            .expect("search");
+        a_page(&format!("{source:?}"), hits.len());
+        let found: Vec<String> = hits
+            .iter()
+            .map(|hit| match &hit.item {
+                Item::Entry(entry) => entry.key.as_str().to_owned(),
+                Item::Episode(episode) => episode.id.clone(),
+                Item::Fact(fact) => fact.id.clone(),
+            })
+            .collect();
+        let prefix = if source == Source::Memory { "k" } else { "e" };
+        let best: Vec<String> = (ITEMS - hits.len()..ITEMS)
+            .rev()
+            .map(|i| format!("{prefix}{i:03}"))
+            .collect();
+        assert_eq!(found, best, "{source:?}: the best hits, best first");
+    }
+}
+
+store_suite!(
+    single_threaded;
+    lists_of_large_values_stop_at_a_page,
+    recents_of_large_episodes_stop_at_a_page,
+    search_hits_of_large_items_stop_at_a_page,
+);
