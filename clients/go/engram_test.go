@@ -770,6 +770,14 @@ func TestAllReadsEveryPage(t *testing.T) {
 	if err != nil || len(facts) != 5 {
 		t.Fatalf("facts: %v %v", facts, err)
 	}
+	if _, err := client.Consolidation.DeleteFact(ctx, &engramv1.DeleteFactRequest{FactId: facts[0].GetId()}); err != nil {
+		t.Fatalf("delete fact: %v", err)
+	}
+	versions, err := collect(client.AllFactVersions(ctx, &engramv1.GetFactRequest{FactId: facts[0].GetId(), PageSize: 1}))
+	if err != nil || len(versions) != 2 || versions[0].GetVersion() != 1 || versions[0].GetDeleted() ||
+		versions[1].GetVersion() != 2 || !versions[1].GetDeleted() {
+		t.Fatalf("fact versions, oldest first, the tombstone last: %v %v", versions, err)
+	}
 	rules, err := collect(client.AllRules(ctx, &engramv1.ListRulesRequest{PageSize: 2}))
 	if err != nil || len(rules) != 5 {
 		t.Fatalf("rules: %v %v", rules, err)

@@ -101,6 +101,13 @@ func (c *Client) AllFacts(ctx context.Context, request *engramv1.ListFactsReques
 		c.Consolidation.ListFacts, (*engramv1.ListFactsResponse).GetFacts)
 }
 
+// AllFactVersions yields every version of a fact with its lineage, oldest
+// first; each page carries the fact at its newest version too.
+func (c *Client) AllFactVersions(ctx context.Context, request *engramv1.GetFactRequest) iter.Seq2[*engramv1.FactVersion, error] {
+	return pages(ctx, request, func(r *engramv1.GetFactRequest, t string) { r.PageToken = t },
+		c.Consolidation.GetFact, (*engramv1.GetFactResponse).GetVersions)
+}
+
 // AllRules yields every consolidation rule of the tenant.
 func (c *Client) AllRules(ctx context.Context, request *engramv1.ListRulesRequest) iter.Seq2[*engramv1.ConsolidationRule, error] {
 	return pages(ctx, request, func(r *engramv1.ListRulesRequest, t string) { r.PageToken = t },

@@ -416,15 +416,17 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         request: Request<proto::GetFactRequest>,
     ) -> Result<Response<proto::GetFactResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
-        let id = required_id("fact_id", request.into_inner().fact_id).map_err(to_status)?;
+        let req = request.into_inner();
+        let id = required_id("fact_id", req.fact_id).map_err(to_status)?;
         let (fact, versions) = self
             .consolidation
-            .get_fact(&ctx, &id)
+            .get_fact(&ctx, &id, req.page_size, &req.page_token)
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::GetFactResponse {
             fact: Some(fact_to_proto(fact)),
-            versions: versions.into_iter().map(version_to_proto).collect(),
+            versions: versions.items.into_iter().map(version_to_proto).collect(),
+            next_page_token: versions.next_page_token,
         }))
     }
 

@@ -409,7 +409,7 @@ enum FactCommand {
         #[arg(long, value_enum)]
         kind: Option<KindArg>,
     },
-    /// Print a fact with every version and its lineage
+    /// Print a fact with every version and its lineage (every page)
     Get {
         /// The fact's id
         id: String,
@@ -515,20 +515,33 @@ impl FactsCommand {
                 }
             }
             FactCommand::Get { id } => {
-                let got = facts
-                    .get_fact(proto::GetFactRequest { fact_id: id })
-                    .await?
-                    .into_inner();
+                // Every page of versions; the fact as the last page had it.
+                let (mut versions, mut page_token) = (Vec::new(), String::new());
+                let fact = loop {
+                    let page = facts
+                        .get_fact(proto::GetFactRequest {
+                            fact_id: id.clone(),
+                            page_size: 1000,
+                            page_token,
+                        })
+                        .await?
+                        .into_inner();
+                    versions.extend(page.versions);
+                    if page.next_page_token.is_empty() {
+                        break page.fact;
+                    }
+                    page_token = page.next_page_token;
+                };
                 match output {
                     Output::Json => print_json(&json!({
-                        "fact": got.fact.as_ref().map(fact_json),
-                        "versions": got.versions.iter().map(version_json).collect::<Vec<_>>(),
+                        "fact": fact.as_ref().map(fact_json),
+                        "versions": versions.iter().map(version_json).collect::<Vec<_>>(),
                     })),
                     Output::Text => {
-                        if let Some(fact) = &got.fact {
+                        if let Some(fact) = &fact {
                             outln!("{}", fact_line(fact));
                         }
-                        for version in &got.versions {
+                        for version in &versions {
                             outln!("  {}", version_json(version));
                         }
                     }

@@ -127,11 +127,16 @@ pub trait ConsolidationStore: Clone + Send + Sync + 'static {
         limit: i64,
     ) -> impl Future<Output = Result<Vec<Fact>>> + Send;
 
-    /// A fact (live or tombstoned) with every version, oldest first.
+    /// A fact (live or tombstoned) at its current version, with up to
+    /// `limit` of its versions after version `after`, oldest first, read
+    /// only as far as a page carries (up to the first version
+    /// [`paging::next_token`](crate::paging::next_token) would cut).
     fn get_fact(
         &self,
         tenant: &Tenant,
         id: &str,
+        after: i64,
+        limit: i64,
     ) -> impl Future<Output = Result<Option<(Fact, Vec<FactVersion>)>>> + Send;
 }
 

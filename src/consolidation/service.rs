@@ -411,15 +411,33 @@ impl<S: ConsolidationStore + Feeds> Consolidation<S> {
         })
     }
 
+    /// A fact at its newest version, with a page of its versions, oldest
+    /// first.
     pub async fn get_fact(
         &self,
         ctx: &CallerContext,
         id: &str,
-    ) -> Result<(Fact, Vec<FactVersion>)> {
-        self.store
-            .get_fact(&ctx.tenant, id)
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<(Fact, ListPage<FactVersion>)> {
+        let limit = paging::page_size(page_size)?;
+        let query = paging::query_digest(&["fact versions", id]);
+        let after: Option<i64> = paging::decode_token(&query, page_token)?;
+        let (fact, mut items) = self
+            .store
+            .get_fact(&ctx.tenant, id, after.unwrap_or(0), limit + 1)
             .await?
-            .ok_or_else(|| fact_not_found(id))
+            .ok_or_else(|| fact_not_found(id))?;
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
+            paging::encode_token(&query, last.version)
+        });
+        Ok((
+            fact,
+            ListPage {
+                items,
+                next_page_token,
+            },
+        ))
     }
 
     /// Tombstones a fact; its versions stay readable through `GetFact`.
@@ -439,7 +457,7 @@ impl<S: ConsolidationStore + Feeds> Consolidation<S> {
             return fact.ok_or_else(|| Error::internal("a deleted fact was not read back"));
         }
         tx.rollback().await?;
-        Err(match self.store.get_fact(&ctx.tenant, id).await? {
+        Err(match self.store.get_fact(&ctx.tenant, id, 0, 0).await? {
             Some(_) => Error::NotFound {
                 reason: Reason::FactNotFound,
                 message: format!("fact {id:?} is already deleted"),

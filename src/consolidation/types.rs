@@ -229,25 +229,26 @@ pub struct Fact {
     pub create_time: DateTime<Utc>,
 }
 
+impl crate::paging::Weigh for FactVersion {
+    fn weight(&self) -> usize {
+        [&self.subject, &self.predicate, &self.object, &self.source]
+            .iter()
+            .map(|text| text.len())
+            .sum::<usize>()
+            + self
+                .source_episode_ids
+                .iter()
+                .map(String::len)
+                .sum::<usize>()
+            + self.channels.iter().map(String::len).sum::<usize>()
+            + crate::paging::json_weight(&self.content)
+            + 64
+    }
+}
+
 impl crate::paging::Weigh for Fact {
     fn weight(&self) -> usize {
-        let v = &self.current;
-        [
-            &self.id,
-            &self.app,
-            &self.user,
-            &v.subject,
-            &v.predicate,
-            &v.object,
-            &v.source,
-        ]
-        .iter()
-        .map(|text| text.len())
-        .sum::<usize>()
-            + v.source_episode_ids.iter().map(String::len).sum::<usize>()
-            + v.channels.iter().map(String::len).sum::<usize>()
-            + crate::paging::json_weight(&v.content)
-            + 96
+        self.id.len() + self.app.len() + self.user.len() + self.current.weight() + 32
     }
 }
 

@@ -90,11 +90,23 @@ static FACTS_ASCENDING: Sql = facts!("f.id > $5 ORDER BY f.id");
 
 static FACTS_DESCENDING: Sql = facts!("f.id < $5 ORDER BY f.id DESC");
 
-static FACT_VERSIONS: Sql = select!(
+/// A fact at its current version (`part` 0), then a page of its versions
+/// after `$3` (`part` 1), oldest first: one statement, so one moment of
+/// the fact.
+static FACT_PAGE: Sql = Sql::new(concat!(
+    "SELECT * FROM (SELECT ",
     fact_columns!(),
-    " FROM facts f JOIN fact_versions v ON v.tenant = f.tenant AND v.fact_id = f.id \
-     WHERE f.tenant = $1 AND f.id = $2 ORDER BY v.version"
-);
+    ", CAST(0 AS BIGINT) AS part FROM facts f JOIN fact_versions v \
+     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+     WHERE f.tenant = $1 AND f.id = $2) AS current \
+     UNION ALL SELECT * FROM (SELECT ",
+    fact_columns!(),
+    ", CAST(1 AS BIGINT) AS part FROM fact_versions v \
+     JOIN facts f ON f.tenant = v.tenant AND f.id = v.fact_id \
+     WHERE v.tenant = $1 AND v.fact_id = $2 AND v.version > $3 \
+     ORDER BY v.version LIMIT $4) AS page \
+     ORDER BY 17, 6"
+));
 
 static FACT: Sql = select!(
     fact_columns!(),
@@ -252,6 +264,23 @@ fn version_row(row: &impl Cols, at: usize) -> Result<FactVersion> {
         channels: string_list(&row.text(at + 9)?)?,
         create_time: row.time(at + 10)?,
     })
+}
+
+/// A row of [`FACT_PAGE`]: the fact, then its versions.
+enum FactRead {
+    Fact(Fact),
+    Version(FactVersion),
+}
+
+/// The page's budget is its versions': the fact comes with every page,
+/// on top, as it does in the answer.
+impl crate::paging::Weigh for FactRead {
+    fn weight(&self) -> usize {
+        match self {
+            FactRead::Fact(_) => 0,
+            FactRead::Version(version) => version.weight(),
+        }
+    }
 }
 
 pub(super) fn fact_row(row: &impl Cols) -> Result<Fact> {
@@ -694,18 +723,31 @@ impl<B: Backend> ConsolidationStore for B {
         &self,
         tenant: &Tenant,
         id: &str,
+        after: i64,
+        limit: i64,
     ) -> Result<Option<(Fact, Vec<FactVersion>)>> {
         let mut conn = self.reader(tenant).await?;
-        let rows = conn
-            .rows(&FACT_VERSIONS, params![tenant.as_str(), id])
+        let read = conn
+            .all_weighed(
+                &FACT_PAGE,
+                params![tenant.as_str(), id, after, limit],
+                |row| {
+                    Ok(match row.int(16)? {
+                        0 => FactRead::Fact(fact_row(row)?),
+                        _ => FactRead::Version(version_row(row, 5)?),
+                    })
+                },
+            )
             .await?;
-        let Some(last) = rows.last() else {
+        let mut read = read.into_iter();
+        let Some(FactRead::Fact(fact)) = read.next() else {
             return Ok(None);
         };
-        let fact = fact_row(last)?;
-        let versions = rows
-            .iter()
-            .map(|row| version_row(row, 5))
+        let versions = read
+            .map(|row| match row {
+                FactRead::Version(version) => Ok(version),
+                FactRead::Fact(_) => Err(Error::internal("a fact read twice in its page")),
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Some((fact, versions)))
     }

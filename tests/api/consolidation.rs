@@ -259,6 +259,7 @@ async fn classification_with_lineage(backend: Backend) {
     let history = rules
         .get_fact(GetFactRequest {
             fact_id: tea.id.clone(),
+            ..GetFactRequest::default()
         })
         .await
         .expect("get fact")
@@ -274,6 +275,47 @@ async fn classification_with_lineage(backend: Backend) {
         })
         .collect();
     assert_eq!(lineage, [["e2"], ["e3"], ["e8"]]);
+    assert!(history.next_page_token.is_empty());
+
+    // A page at a time: the same versions, the fact at its newest on each.
+    let (mut paged, mut page_token) = (Vec::new(), String::new());
+    loop {
+        let page = rules
+            .get_fact(GetFactRequest {
+                fact_id: tea.id.clone(),
+                page_size: 2,
+                page_token,
+            })
+            .await
+            .expect("a page of versions")
+            .into_inner();
+        assert_eq!(page.fact, history.fact);
+        paged.push(page.versions.iter().map(|v| v.version).collect::<Vec<_>>());
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(paged, [vec![1, 2], vec![3]]);
+    let refused = |page_size: i32, page_token: &str| {
+        let mut rules = rules.clone();
+        let request = GetFactRequest {
+            fact_id: tea.id.clone(),
+            page_size,
+            page_token: page_token.to_owned(),
+        };
+        async move { rules.get_fact(request).await.expect_err("refused") }
+    };
+    let err = refused(-1, "").await;
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "INVALID_PAGE_SIZE")
+    );
+    let err = refused(0, "not-a-token").await;
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "INVALID_PAGE_TOKEN")
+    );
 
     // Nothing is promoted twice: a second run sees nothing new.
     let again = rules
@@ -325,6 +367,7 @@ async fn classification_with_lineage(backend: Backend) {
     let err = rules
         .get_fact(GetFactRequest {
             fact_id: "nope".into(),
+            ..GetFactRequest::default()
         })
         .await
         .expect_err("unknown fact");

@@ -1,18 +1,20 @@
 //! Answers too big for one gRPC message (4 MiB unless configured): a page
 //! of large values ends early with a token for the rest (`List`,
-//! `ListEpisodes`), and an answer without pages (`Recent`, `Search`,
-//! `BuildContext`) holds the best that fit. Nothing is refused for being
-//! large in sum.
+//! `ListEpisodes`, the versions of `GetFact`), and an answer without pages
+//! (`Recent`, `Search`, `BuildContext`) holds the best that fit. Nothing
+//! is refused for being large in sum.
 
 use engram::api::convert::json_to_proto;
+use engram::proto::memory_delta::Delta;
 use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::{
-    AppendEpisodeRequest, BuildContextRequest, ListEpisodesRequest, ListRequest, RecentRequest,
-    ScopeType, SearchMode, SearchRequest, SearchSource, SetRequest,
+    AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, BuildContextRequest, FactKind, FactPayload,
+    GetFactRequest, ListEpisodesRequest, ListRequest, MemoryDelta, RecentRequest, ScopeType,
+    SearchMode, SearchRequest, SearchSource, SetRequest, UpdateDelta,
 };
 use serde_json::json;
 
-use crate::consolidation::episode;
+use crate::consolidation::{episode, provenance};
 use crate::helpers::{Backend, TestServer};
 use crate::on_both_stores;
 
@@ -164,4 +166,101 @@ async fn large_answers_end_early_and_page_on(backend: Backend) {
     assert!(hits.windows(2).all(|pair| pair[0].score >= pair[1].score));
 }
 
-on_both_stores!(large_answers_end_early_and_page_on);
+/// A fact's versions of 64 KiB come in pages by bytes, and the CLI
+/// follows them to every version.
+async fn large_fact_versions_come_in_pages(backend: Backend) {
+    const VERSIONS: i64 = 40;
+    let server = TestServer::spawn(backend).await;
+    let mut facts = server.consolidation();
+    let payload = |n: i64| FactPayload {
+        app: "app".into(),
+        user: "alice".into(),
+        kind: FactKind::Semantic as i32,
+        subject: "alice".into(),
+        predicate: "wrote".into(),
+        object: format!("draft {n}"),
+        content: Some(json_to_proto(&json!(big_text(n as usize)))),
+        channels: vec![],
+    };
+    let added = facts
+        .apply_deltas(ApplyDeltasRequest {
+            deltas: vec![MemoryDelta {
+                delta: Some(Delta::Add(AddDelta {
+                    fact_payload: Some(payload(1)),
+                    provenance: Some(provenance(&["e1"])),
+                })),
+            }],
+        })
+        .await
+        .expect("add")
+        .into_inner();
+    let id = added.fact_ids[0].clone();
+    let updates = (2..=VERSIONS)
+        .map(|n| MemoryDelta {
+            delta: Some(Delta::Update(UpdateDelta {
+                fact_payload: Some(payload(n)),
+                replaces: vec![id.clone()],
+                provenance: Some(provenance(&["e1"])),
+            })),
+        })
+        .collect();
+    facts
+        .apply_deltas(ApplyDeltasRequest { deltas: updates })
+        .await
+        .expect("updates");
+
+    let (mut versions, mut pages, mut page_token) = (Vec::new(), 0, String::new());
+    loop {
+        let page = facts
+            .get_fact(GetFactRequest {
+                fact_id: id.clone(),
+                page_size: 0,
+                page_token,
+            })
+            .await
+            .expect("a page of large versions")
+            .into_inner();
+        let newest = page.fact.and_then(|f| f.current).map(|v| v.version);
+        assert_eq!(
+            newest,
+            Some(VERSIONS),
+            "the fact at its newest on each page"
+        );
+        pages += 1;
+        versions.extend(page.versions.iter().map(|v| v.version));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(versions, (1..=VERSIONS).collect::<Vec<_>>());
+    assert!(pages > 1, "40 versions of 64 KiB came in one page");
+
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args([
+            "facts",
+            "--server",
+            &format!("http://{}", server.grpc_addr()),
+        ])
+        .args(["--output", "json", "get", &id])
+        .output()
+        .expect("run engram facts get");
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&cli.stdout).expect("json");
+    let numbers: Vec<i64> = printed["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .filter_map(|v| v["version"].as_i64())
+        .collect();
+    assert_eq!(numbers, (1..=VERSIONS).collect::<Vec<_>>());
+}
+
+on_both_stores!(
+    large_answers_end_early_and_page_on,
+    large_fact_versions_come_in_pages
+);

@@ -1889,11 +1889,17 @@ func (x *ListFactsResponse) GetNextPageToken() string {
 	return ""
 }
 
-// GetFactRequest reads a fact.
+// GetFactRequest reads a fact and a page of its versions.
 type GetFactRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The fact id.
-	FactId        string `protobuf:"bytes,1,opt,name=fact_id,json=factId,proto3" json:"fact_id,omitempty"`
+	FactId string `protobuf:"bytes,1,opt,name=fact_id,json=factId,proto3" json:"fact_id,omitempty"`
+	// The maximum number of versions to return: 0 means 100, at most 1000.
+	// A page of large versions holds fewer (about 2 MiB of them), with a
+	// token for the rest.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of a previous call for the same fact.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1935,13 +1941,30 @@ func (x *GetFactRequest) GetFactId() string {
 	return ""
 }
 
-// GetFactResponse carries the fact and its history.
+func (x *GetFactRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetFactRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// GetFactResponse carries the fact and a page of its history.
 type GetFactResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The fact at its newest version.
+	// The fact at its newest version, on every page.
 	Fact *Fact `protobuf:"bytes,1,opt,name=fact,proto3" json:"fact,omitempty"`
-	// Every version, oldest first.
-	Versions      []*FactVersion `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Versions oldest first: from version 1 on the first page, from after
+	// the previous page's last on the others.
+	Versions []*FactVersion `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	// A token for the next page of versions; empty when this is the last.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1988,6 +2011,13 @@ func (x *GetFactResponse) GetVersions() []*FactVersion {
 		return x.Versions
 	}
 	return nil
+}
+
+func (x *GetFactResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // DeleteFactRequest tombstones a fact.
@@ -2226,12 +2256,16 @@ const file_engram_v1_consolidation_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\"b\n" +
 	"\x11ListFactsResponse\x12%\n" +
 	"\x05facts\x18\x01 \x03(\v2\x0f.engram.v1.FactR\x05facts\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
 	"\x0eGetFactRequest\x12\x17\n" +
-	"\afact_id\x18\x01 \x01(\tR\x06factId\"j\n" +
+	"\afact_id\x18\x01 \x01(\tR\x06factId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x92\x01\n" +
 	"\x0fGetFactResponse\x12#\n" +
 	"\x04fact\x18\x01 \x01(\v2\x0f.engram.v1.FactR\x04fact\x122\n" +
-	"\bversions\x18\x02 \x03(\v2\x16.engram.v1.FactVersionR\bversions\",\n" +
+	"\bversions\x18\x02 \x03(\v2\x16.engram.v1.FactVersionR\bversions\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\",\n" +
 	"\x11DeleteFactRequest\x12\x17\n" +
 	"\afact_id\x18\x01 \x01(\tR\x06factId\"9\n" +
 	"\x12DeleteFactResponse\x12#\n" +

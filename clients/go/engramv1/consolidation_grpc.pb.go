@@ -80,8 +80,9 @@ type ConsolidationServiceClient interface {
 	// ListFacts pages through live facts, optionally of one app, one user and
 	// one kind, in creation order.
 	ListFacts(ctx context.Context, in *ListFactsRequest, opts ...grpc.CallOption) (*ListFactsResponse, error)
-	// GetFact reads a fact with every version and its lineage; a deleted fact
-	// is returned too, with `deleted` set.
+	// GetFact reads a fact with its versions and their lineage, oldest
+	// first, a page at a time; a deleted fact is returned too, with `deleted`
+	// set.
 	GetFact(ctx context.Context, in *GetFactRequest, opts ...grpc.CallOption) (*GetFactResponse, error)
 	// DeleteFact tombstones a fact: it leaves ListFacts, and its versions stay
 	// readable through GetFact.
@@ -236,8 +237,9 @@ type ConsolidationServiceServer interface {
 	// ListFacts pages through live facts, optionally of one app, one user and
 	// one kind, in creation order.
 	ListFacts(context.Context, *ListFactsRequest) (*ListFactsResponse, error)
-	// GetFact reads a fact with every version and its lineage; a deleted fact
-	// is returned too, with `deleted` set.
+	// GetFact reads a fact with its versions and their lineage, oldest
+	// first, a page at a time; a deleted fact is returned too, with `deleted`
+	// set.
 	GetFact(context.Context, *GetFactRequest) (*GetFactResponse, error)
 	// DeleteFact tombstones a fact: it leaves ListFacts, and its versions stay
 	// readable through GetFact.

@@ -233,8 +233,15 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             assert (deleted.id, deleted.version, deleted.deleted) == (facts[0].id, 2, True)
             assert [f async for f in client.facts.list(user="alice", kind="semantic")] == []
             assert await client.facts.get(facts[0].id) == deleted
+            history = [v async for v in client.facts.history(facts[0].id)]
+            assert [(v.version, v.deleted, v.source) for v in history] == [
+                (1, False, "remember"),
+                (2, True, "delete"),
+            ]
             with pytest.raises(NotFound):
                 await client.facts.get("01a217d0-16f4-77f7-b943-07089ac8712b")
+            with pytest.raises(NotFound):
+                [v async for v in client.facts.history("01a217d0-16f4-77f7-b943-07089ac8712b")]
 
             ended = await client.sessions.end("chat-1")
             assert ended.ended

@@ -485,6 +485,18 @@ def test_a_consolidator_of_your_own(server: Server) -> None:
         assert removed.facts_deleted == 1
         assert client.facts.get(tea.id).deleted
 
+        # Every version with its lineage, oldest first.
+        history = list(client.facts.history(tea.id))
+        assert [(v.version, v.deleted, v.object) for v in history] == [
+            (1, False, "tea"),
+            (2, False, "coffee"),
+            (3, True, ""),
+        ]
+        assert [v.source_episode_ids for v in history[:2]] == [["e1"], ["e2"]]
+        assert history[0].source == "llm-extractor" and history[0].confidence == pytest.approx(0.8)
+        with pytest.raises(NotFound):
+            list(client.facts.history("01a217d0-16f4-77f7-b943-07089ac8712b"))
+
 
 def test_working_memory(database_url: str) -> None:
     server = start_server(

@@ -6,7 +6,7 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{AppUserQuery, IdQuery, PAGE, link, next_link, preview};
+use super::{AppUserQuery, PAGE, link, next_link, preview};
 use crate::cli::{plural, time, value_json};
 use crate::console::{Console, page, refused};
 use crate::proto;
@@ -123,16 +123,26 @@ pub async fn facts(
     )
 }
 
-/// A fact's versions with their lineage.
+/// A fact and a page of its versions.
+#[derive(Deserialize)]
+pub struct FactQuery {
+    id: String,
+    #[serde(default)]
+    page: String,
+}
+
+/// A fact's versions with their lineage, oldest first, a page at a time.
 pub async fn fact(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<IdQuery>,
+    Query(query): Query<FactQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let got = call!(
         ConsolidationServiceClient::new(conn).get_fact(proto::GetFactRequest {
             fact_id: query.id.clone(),
+            page_size: PAGE,
+            page_token: query.page.clone(),
         })
     );
     let fact = got.fact.unwrap_or_default();
@@ -144,7 +154,7 @@ pub async fn fact(
             table {
                 thead { tr { th.num { "Version" } th { "Written" } th { "Statement" } th { "Source" } th { "From episodes" } } }
                 tbody {
-                    @for v in got.versions.iter().rev() {
+                    @for v in &got.versions {
                         @let lineage = v.lineage.clone().unwrap_or_default();
                         tr.tombstone[v.deleted] {
                             td.num { (v.version) }
@@ -164,6 +174,7 @@ pub async fn fact(
                     }
                 }
             }
+            (next_link("/ui/fact", &[("id", &fact.id)], &got.next_page_token))
         },
     )
 }

@@ -41,7 +41,7 @@ pub(super) fn payload(subject: &str, object: &str) -> FactPayload {
     }
 }
 
-fn provenance(episodes: &[&str]) -> Provenance {
+pub(super) fn provenance(episodes: &[&str]) -> Provenance {
     Provenance {
         source_episode_ids: episodes.iter().map(|e| (*e).to_owned()).collect(),
         promotion_ts: now(),
@@ -347,7 +347,7 @@ async fn facts_keep_versions_and_lineage<S: Store>(store: S, _db: &TestDb) {
     tx.commit().await.expect("commit");
 
     let (fact, versions) = store
-        .get_fact(&tenant, &id)
+        .get_fact(&tenant, &id, 0, 1000)
         .await
         .expect("get")
         .expect("fact");
@@ -365,9 +365,29 @@ async fn facts_keep_versions_and_lineage<S: Store>(store: S, _db: &TestDb) {
     assert_eq!(versions[1].content, json!({"text": "alice likes coffee"}));
     assert_eq!(versions[0].source, "r1");
     assert_eq!(
-        store.get_fact(&Tenant::new("t2"), &id).await.expect("get"),
+        store
+            .get_fact(&Tenant::new("t2"), &id, 0, 1000)
+            .await
+            .expect("get"),
         None
     );
+    // A page of versions: the fact at its newest version on each.
+    let page = |after, limit| {
+        let (store, tenant, id) = (&store, &tenant, &id);
+        async move {
+            let (fact, versions) = store
+                .get_fact(tenant, id, after, limit)
+                .await
+                .expect("get")
+                .expect("fact");
+            let numbers: Vec<i64> = versions.iter().map(|v| v.version).collect();
+            (fact.current.version, numbers)
+        }
+    };
+    assert_eq!(page(1, 1).await, (3, vec![2]));
+    assert_eq!(page(1, 5).await, (3, vec![2, 3]));
+    assert_eq!(page(3, 5).await, (3, vec![]));
+    assert_eq!(page(0, 0).await, (3, vec![]));
 }
 
 /// The newest live fact of each (app, user, subject, predicate) key.
@@ -475,7 +495,10 @@ async fn a_rolled_back_apply_leaves_nothing<S: Store>(store: S, _db: &TestDb) {
         "visible inside"
     );
     tx.rollback().await.expect("rollback");
-    assert_eq!(store.get_fact(&tenant, &id).await.expect("get"), None);
+    assert_eq!(
+        store.get_fact(&tenant, &id, 0, 1000).await.expect("get"),
+        None
+    );
     let mut tx = store.begin(&tenant).await.expect("begin");
     assert!(
         tx.resolve(&tenant, "app", "alice", &["ep-1".to_owned()])
@@ -494,7 +517,10 @@ async fn a_rolled_back_apply_leaves_nothing<S: Store>(store: S, _db: &TestDb) {
     .await
     .expect("insert");
     drop(tx);
-    assert_eq!(store.get_fact(&tenant, &id).await.expect("get"), None);
+    assert_eq!(
+        store.get_fact(&tenant, &id, 0, 1000).await.expect("get"),
+        None
+    );
 }
 
 store_suite!(

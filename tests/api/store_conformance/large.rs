@@ -1,6 +1,7 @@
 //! Reads of large items stop where their answer will: the store reads rows
 //! only as far as a page (or an answer without pages) carries, so a list,
-//! a `Recent` or a search over items of a megabyte never holds them all.
+//! a `Recent`, a search or a fact's versions over items of a megabyte
+//! never holds them all.
 //! Paging then cuts the last one read and gives a token for the rest.
 //!
 //! The cases run on a single-threaded runtime, where the `Recent` reads
@@ -8,6 +9,7 @@
 
 use std::pin::pin;
 
+use engram::consolidation::ports::FactTx;
 use engram::context::Tenant;
 use engram::memory::KeyPrefix;
 use engram::memory::ports::ListQuery;
@@ -15,7 +17,8 @@ use engram::ports::Store;
 use engram::search::{Filters, Item, Query, Source};
 use serde_json::json;
 
-use super::fixtures::{episode, id, log, recent as query};
+use super::consolidation::{insert, payload, provenance};
+use super::fixtures::{episode, id, log, now, recent as query};
 use super::writer;
 use crate::helpers::TestDb;
 
@@ -161,9 +164,49 @@ async fn search_hits_of_large_items_stop_at_a_page<S: Store>(store: S, _db: &Tes
     }
 }
 
+/// A fact's versions of large content are read a page's worth at a time,
+/// oldest first, with the fact at its newest version.
+async fn fact_versions_of_large_content_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
+    const VERSIONS: i64 = 40;
+    let tenant = Tenant::new("t1");
+    let big = |n: i64| {
+        let mut big = payload("alice", &format!("v{n}"));
+        big.content = json!("x".repeat(BIG));
+        big
+    };
+    let fact = insert(&store, &tenant, &big(1), &["ep-1"]).await;
+    let mut tx = store.begin(&tenant).await.expect("begin");
+    for n in 2..=VERSIONS {
+        tx.write_version(&tenant, &fact, Some(&big(n)), &provenance(&[]), now())
+            .await
+            .expect("update");
+    }
+    tx.commit().await.expect("commit");
+    let (mut read, mut after) = (Vec::new(), 0);
+    loop {
+        let (newest, versions) = store
+            .get_fact(&tenant, &fact, after, 1000)
+            .await
+            .expect("get")
+            .expect("the fact");
+        assert_eq!(newest.current.version, VERSIONS);
+        let Some(last) = versions.last() else {
+            break;
+        };
+        a_page("fact versions", versions.len());
+        after = last.version;
+        read.extend(versions.into_iter().map(|v| v.version));
+        if after == VERSIONS {
+            break;
+        }
+    }
+    assert_eq!(read, (1..=VERSIONS).collect::<Vec<_>>());
+}
+
 store_suite!(
     single_threaded;
     lists_of_large_values_stop_at_a_page,
     recents_of_large_episodes_stop_at_a_page,
     search_hits_of_large_items_stop_at_a_page,
+    fact_versions_of_large_content_stop_at_a_page,
 );

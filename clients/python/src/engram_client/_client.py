@@ -33,6 +33,7 @@ from ._results import (
     Entry,
     Episode,
     Fact,
+    FactVersion,
     Forgotten,
     Fork,
     Hit,
@@ -721,9 +722,16 @@ class Facts:
         NotFound when there is none."""
         response = self._client.call(
             self._client.stubs.consolidation.GetFact,
-            consolidation_pb2.GetFactRequest(fact_id=fact_id),
+            consolidation_pb2.GetFactRequest(fact_id=fact_id, page_size=1),
         )
         return Fact.from_proto(response.fact)
+
+    def history(self, fact_id: str) -> Iterator[FactVersion]:
+        """Every version of a fact with its lineage, oldest first, page by
+        page; NotFound when there is no such fact."""
+        request = functools.partial(_requests.fact_versions, fact_id)
+        for page in self._client.pages(self._client.stubs.consolidation.GetFact, request):
+            yield from (FactVersion.from_proto(v) for v in page.versions)
 
     def delete(self, fact_id: str) -> Fact:
         """Deletes a fact: it leaves :meth:`list`, and :meth:`get` still reads

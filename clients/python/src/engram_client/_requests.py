@@ -612,6 +612,10 @@ def list_facts(
     )
 
 
+def fact_versions(fact_id: str, token: str) -> consolidation_pb2.GetFactRequest:
+    return consolidation_pb2.GetFactRequest(fact_id=fact_id, page_size=PAGE, page_token=token)
+
+
 def render(
     session_id: str, *, app: str, user: str, query: str, max_facts: int, max_events: int
 ) -> working_memory_pb2.RenderMemoryBlockRequest:

@@ -375,6 +375,41 @@ class Episode:
 
 
 @dataclass(frozen=True)
+class FactVersion:
+    """One version of a fact with its lineage: what wrote it (``source``: a
+    rule id, ``remember``, ``delta`` or ``delete``) from which episodes.
+    ``deleted`` marks the tombstone a delete wrote."""
+
+    version: int
+    deleted: bool
+    subject: str
+    predicate: str
+    object: str
+    content: Any
+    confidence: float
+    source: str
+    source_episode_ids: list[str]
+    channels: list[str]
+    create_time: datetime
+
+    @staticmethod
+    def from_proto(version: consolidation_pb2.FactVersion) -> FactVersion:
+        return FactVersion(
+            version=version.version,
+            deleted=version.deleted,
+            subject=version.subject,
+            predicate=version.predicate,
+            object=version.object,
+            content=from_value(version.content) if version.HasField("content") else None,
+            confidence=version.confidence,
+            source=version.lineage.source,
+            source_episode_ids=list(version.lineage.source_episode_ids),
+            channels=list(version.channels),
+            create_time=_time(version.create_time),
+        )
+
+
+@dataclass(frozen=True)
 class Fact:
     """A fact at its newest version; ``deleted`` once it was deleted (only
     :meth:`Facts.get` returns those)."""

@@ -40,6 +40,7 @@ from ._results import (
     Fork,
     Forgotten,
     Fact,
+    FactVersion,
     Hit,
     Imported,
     MemoryBlock,
@@ -710,9 +711,15 @@ class AsyncFacts:
     async def get(self, fact_id: str) -> Fact:
         response = await self._client.call(
             self._client.stubs.consolidation.GetFact,
-            consolidation_pb2.GetFactRequest(fact_id=fact_id),
+            consolidation_pb2.GetFactRequest(fact_id=fact_id, page_size=1),
         )
         return Fact.from_proto(response.fact)
+
+    async def history(self, fact_id: str) -> AsyncIterator[FactVersion]:
+        request = functools.partial(_requests.fact_versions, fact_id)
+        async for page in self._client.pages(self._client.stubs.consolidation.GetFact, request):
+            for version in page.versions:
+                yield FactVersion.from_proto(version)
 
     async def delete(self, fact_id: str) -> Fact:
         response = await self._client.call(

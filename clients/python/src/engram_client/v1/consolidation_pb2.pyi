@@ -937,21 +937,32 @@ Global___ListFactsResponse: _TypeAlias = ListFactsResponse  # noqa: Y015
 
 @_typing.final
 class GetFactRequest(_message.Message):
-    """GetFactRequest reads a fact."""
+    """GetFactRequest reads a fact and a page of its versions."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     FACT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     fact_id: _builtins.str
     """The fact id."""
+    page_size: _builtins.int
+    """The maximum number of versions to return: 0 means 100, at most 1000.
+    A page of large versions holds fewer (about 2 MiB of them), with a
+    token for the rest.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of a previous call for the same fact."""
     def __init__(
         self,
         *,
         fact_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fact_id", b"fact_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fact_id", b"fact_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -959,29 +970,35 @@ Global___GetFactRequest: _TypeAlias = GetFactRequest  # noqa: Y015
 
 @_typing.final
 class GetFactResponse(_message.Message):
-    """GetFactResponse carries the fact and its history."""
+    """GetFactResponse carries the fact and a page of its history."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     FACT_FIELD_NUMBER: _builtins.int
     VERSIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """A token for the next page of versions; empty when this is the last."""
     @_builtins.property
     def fact(self) -> Global___Fact:
-        """The fact at its newest version."""
+        """The fact at its newest version, on every page."""
 
     @_builtins.property
     def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FactVersion]:
-        """Every version, oldest first."""
+        """Versions oldest first: from version 1 on the first page, from after
+        the previous page's last on the others.
+        """
 
     def __init__(
         self,
         *,
         fact: Global___Fact | None = ...,
         versions: _abc.Iterable[Global___FactVersion] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact", "versions", b"versions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact", "next_page_token", b"next_page_token", "versions", b"versions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

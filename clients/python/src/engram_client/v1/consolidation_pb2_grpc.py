@@ -188,8 +188,9 @@ class ConsolidationServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetFact(self, request, context):
-        """GetFact reads a fact with every version and its lineage; a deleted fact
-        is returned too, with `deleted` set.
+        """GetFact reads a fact with its versions and their lineage, oldest
+        first, a page at a time; a deleted fact is returned too, with `deleted`
+        set.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

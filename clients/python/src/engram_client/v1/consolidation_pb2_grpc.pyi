@@ -83,8 +83,9 @@ class ConsolidationServiceStub:
     one kind, in creation order.
     """
     GetFact: _grpc.UnaryUnaryMultiCallable[_consolidation_pb2.GetFactRequest, _consolidation_pb2.GetFactResponse]
-    """GetFact reads a fact with every version and its lineage; a deleted fact
-    is returned too, with `deleted` set.
+    """GetFact reads a fact with its versions and their lineage, oldest
+    first, a page at a time; a deleted fact is returned too, with `deleted`
+    set.
     """
     DeleteFact: _grpc.UnaryUnaryMultiCallable[_consolidation_pb2.DeleteFactRequest, _consolidation_pb2.DeleteFactResponse]
     """DeleteFact tombstones a fact: it leaves ListFacts, and its versions stay
@@ -146,8 +147,9 @@ class ConsolidationServiceAsyncStub(ConsolidationServiceStub):
     one kind, in creation order.
     """
     GetFact: _aio.UnaryUnaryMultiCallable[_consolidation_pb2.GetFactRequest, _consolidation_pb2.GetFactResponse]  # type: ignore[assignment]
-    """GetFact reads a fact with every version and its lineage; a deleted fact
-    is returned too, with `deleted` set.
+    """GetFact reads a fact with its versions and their lineage, oldest
+    first, a page at a time; a deleted fact is returned too, with `deleted`
+    set.
     """
     DeleteFact: _aio.UnaryUnaryMultiCallable[_consolidation_pb2.DeleteFactRequest, _consolidation_pb2.DeleteFactResponse]  # type: ignore[assignment]
     """DeleteFact tombstones a fact: it leaves ListFacts, and its versions stay
@@ -254,8 +256,9 @@ class ConsolidationServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _consolidation_pb2.GetFactRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_consolidation_pb2.GetFactResponse, _abc.Awaitable[_consolidation_pb2.GetFactResponse]]:
-        """GetFact reads a fact with every version and its lineage; a deleted fact
-        is returned too, with `deleted` set.
+        """GetFact reads a fact with its versions and their lineage, oldest
+        first, a page at a time; a deleted fact is returned too, with `deleted`
+        set.
         """
 
     @_abc_1.abstractmethod
