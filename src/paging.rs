@@ -175,6 +175,49 @@ impl<T: Weigh> Weighed<T> {
     }
 }
 
+/// Several lists sharing one answer's [`PAGE_BYTES`], cut in the order
+/// they are given: each list ends at its first item that does not fit
+/// what the lists before it left. Unlike a page, a list may be cut to
+/// nothing.
+pub struct Budget {
+    left: usize,
+}
+
+impl Budget {
+    /// A budget with `used` bytes already taken (by what the answer always
+    /// holds).
+    pub fn after(used: usize) -> Self {
+        Budget {
+            left: PAGE_BYTES.saturating_sub(used),
+        }
+    }
+
+    /// Keeps the leading items that fit what is left.
+    pub fn keep_first<T: Weigh>(&mut self, items: &mut Vec<T>) {
+        let kept = self.fitting(items.iter());
+        items.truncate(kept);
+    }
+
+    /// Keeps the trailing items that fit what is left (of a list oldest
+    /// first, the newest).
+    pub fn keep_last<T: Weigh>(&mut self, items: &mut Vec<T>) {
+        let kept = self.fitting(items.iter().rev());
+        items.drain(..items.len() - kept);
+    }
+
+    fn fitting<'a, T: Weigh + 'a>(&mut self, items: impl Iterator<Item = &'a T>) -> usize {
+        let mut kept = 0;
+        for item in items {
+            match self.left.checked_sub(item.weight()) {
+                Some(left) => self.left = left,
+                None => break,
+            }
+            kept += 1;
+        }
+        kept
+    }
+}
+
 /// How many leading items fit in [`PAGE_BYTES`]: at least one.
 pub fn fitting<T: Weigh>(items: &[T]) -> usize {
     let mut total = 0;
@@ -270,6 +313,33 @@ mod tests {
         assert_eq!(read(&[half, half, 1, 9]), (vec![half, half], 1));
         // A lone item too big is read, and kept.
         assert_eq!(read(&[3 * PAGE_BYTES, 1]), (vec![3 * PAGE_BYTES], 1));
+    }
+
+    #[test]
+    fn a_budget_keeps_lists_in_order_until_it_is_spent() {
+        let weights = |items: &[Weighing]| items.iter().map(|i| i.0).collect::<Vec<_>>();
+        let third = PAGE_BYTES / 3;
+        let mut budget = Budget::after(third);
+        let mut first = vec![Weighing(third), Weighing(1)];
+        budget.keep_first(&mut first);
+        assert_eq!(weights(&first), [third, 1]);
+        // Oldest first: the newest that fit are kept.
+        let mut second = vec![Weighing(5), Weighing(third), Weighing(third)];
+        budget.keep_last(&mut second);
+        assert_eq!(weights(&second), [third]);
+        // A list ends at its first item that does not fit; the next list
+        // may still have what is left (here, a byte or two).
+        let left = PAGE_BYTES - 3 * third - 1;
+        let mut third_list = vec![Weighing(left + 1), Weighing(1)];
+        budget.keep_first(&mut third_list);
+        assert!(third_list.is_empty());
+        let mut fourth = vec![Weighing(left), Weighing(1)];
+        budget.keep_first(&mut fourth);
+        assert_eq!(weights(&fourth), [left]);
+        let mut spent = Budget::after(2 * PAGE_BYTES);
+        let mut none = vec![Weighing(1)];
+        spent.keep_last(&mut none);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -420,29 +420,44 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         let max_facts = paging::bounded("max_facts", max_facts, DEFAULT_FACTS, MAX_LISTED)?;
         let max_events = paging::bounded("max_events", max_events, DEFAULT_EVENTS, MAX_LISTED)?;
         let goal = self.store.goal(&ctx.tenant, &session.id).await?;
-        let tasks = self.store.list_tasks(&ctx.tenant, &session.id).await?;
+        let mut tasks = self.store.list_tasks(&ctx.tenant, &session.id).await?;
+        // One message holds it all: the sections share one answer's bytes,
+        // in this order, each keeping what matters most in it (the best or
+        // newest facts, the newest events and files).
+        let mut budget = paging::Budget::after(goal.len());
+        budget.keep_first(&mut tasks);
         let facts = match query {
-            Some(query) => self.relevant_facts(ctx, session, query, max_facts).await?,
+            Some(query) => {
+                let mut best = self.relevant_facts(ctx, session, query, max_facts).await?;
+                budget.keep_first(&mut best);
+                best
+            }
             None => {
-                self.newest_facts(
-                    ctx,
-                    &session.app,
-                    &session.user,
-                    FactKind::Semantic,
-                    max_facts,
-                )
-                .await?
+                let mut newest = self
+                    .newest_facts(
+                        ctx,
+                        &session.app,
+                        &session.user,
+                        FactKind::Semantic,
+                        max_facts,
+                    )
+                    .await?;
+                budget.keep_last(&mut newest);
+                newest
             }
         };
-        let procedures = self
+        let mut procedures = self
             .newest_facts(ctx, &session.app, "", FactKind::Procedural, max_facts)
             .await?;
+        budget.keep_last(&mut procedures);
         let mut recent = self
             .sessions
             .newest_of(ctx, session, Vec::new(), max_events)
             .await?;
+        budget.keep_first(&mut recent);
         recent.reverse();
-        let cache = self.store.list_cache(&ctx.tenant, &session.id).await?;
+        let mut cache = self.store.list_cache(&ctx.tenant, &session.id).await?;
+        budget.keep_last(&mut cache);
         Ok(Snapshot {
             goal,
             tasks,

@@ -61,6 +61,12 @@ pub struct Task {
     pub update_time: DateTime<Utc>,
 }
 
+impl crate::paging::Weigh for Task {
+    fn weight(&self) -> usize {
+        self.id.len() + self.subject.len() + self.description.len() + 48
+    }
+}
+
 /// A change to a task; `None` keeps a part.
 #[derive(Debug, Clone, Default)]
 pub struct TaskChange {
@@ -76,6 +82,12 @@ pub struct CachedFile {
     pub content: String,
     pub bytes: i64,
     pub update_time: DateTime<Utc>,
+}
+
+impl crate::paging::Weigh for CachedFile {
+    fn weight(&self) -> usize {
+        self.path.len() + self.content.len() + 32
+    }
 }
 
 /// Limits from configuration.

@@ -1,16 +1,19 @@
 //! Answers too big for one gRPC message (4 MiB unless configured): a page
 //! of large values ends early with a token for the rest (`List`,
 //! `ListEpisodes`, the versions of `GetFact`), and an answer without pages
-//! (`Recent`, `Search`, `BuildContext`) holds the best that fit. Nothing
-//! is refused for being large in sum.
+//! (`Recent`, `Search`, `BuildContext`, working memory's snapshot and
+//! block) holds the best that fit. Nothing is refused for being large in
+//! sum.
 
 use engram::api::convert::json_to_proto;
 use engram::proto::memory_delta::Delta;
 use engram::proto::search_service_client::SearchServiceClient;
+use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
     AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, BuildContextRequest, FactKind, FactPayload,
-    GetFactRequest, ListEpisodesRequest, ListRequest, MemoryDelta, RecentRequest, ScopeType,
-    SearchMode, SearchRequest, SearchSource, SetRequest, UpdateDelta,
+    GetFactRequest, GetSnapshotRequest, ListEpisodesRequest, ListRequest, MemoryDelta,
+    RecentRequest, RenderMemoryBlockRequest, ScopeType, SearchMode, SearchRequest, SearchSource,
+    SetRequest, UpdateDelta,
 };
 use serde_json::json;
 
@@ -260,7 +263,127 @@ async fn large_fact_versions_come_in_pages(backend: Backend) {
     assert_eq!(numbers, (1..=VERSIONS).collect::<Vec<_>>());
 }
 
+/// About 512 KiB of words, `label` first.
+fn half_mib(label: &str) -> String {
+    let mut text = format!("{label} ");
+    while text.len() < 512 * 1024 {
+        text.push_str("lorem ipsum dolor sit amet ");
+    }
+    text
+}
+
+/// Twelve facts, four procedures and four episodes of 512 KiB (10 MiB):
+/// the snapshot and the MEMORY block hold what fits one answer, the
+/// sections in order (facts, procedures, recent), each the newest it can.
+async fn working_memory_of_large_items_fits_one_answer(backend: Backend) {
+    const FACTS: usize = 12;
+    let server = TestServer::spawn(backend).await;
+    let mut episodes = server.episodes();
+    for (n, text) in (0..4)
+        .map(|n| half_mib(&format!("event {n}")))
+        .chain(["hello".to_owned()])
+        .enumerate()
+    {
+        let mut new = episode(&format!("w{n}"), "user_message", json!({}));
+        new.content = Some(json_to_proto(&json!(text)));
+        episodes
+            .append_episode(AppendEpisodeRequest {
+                session_id: "w".into(),
+                app: "app".into(),
+                user: "alice".into(),
+                episode: Some(new),
+            })
+            .await
+            .expect("append");
+    }
+    let fact = |(n, kind): (usize, FactKind)| {
+        let user = match kind {
+            FactKind::Procedural => "",
+            _ => "alice",
+        };
+        MemoryDelta {
+            delta: Some(Delta::Add(AddDelta {
+                fact_payload: Some(FactPayload {
+                    app: "app".into(),
+                    user: user.into(),
+                    kind: kind as i32,
+                    subject: format!("s{n}"),
+                    predicate: "is".into(),
+                    object: "long".into(),
+                    content: Some(json_to_proto(&json!(half_mib(&format!("fact {n:02}"))))),
+                    channels: vec![],
+                }),
+                provenance: Some(provenance(&["w0"])),
+            })),
+        }
+    };
+    let mut facts = server.consolidation();
+    let kinds = (1..=FACTS)
+        .map(|n| (n, FactKind::Semantic))
+        .chain((FACTS + 1..=FACTS + 4).map(|n| (n, FactKind::Procedural)))
+        .collect::<Vec<_>>();
+    for four in kinds.chunks(4) {
+        facts
+            .apply_deltas(ApplyDeltasRequest {
+                deltas: four.iter().copied().map(fact).collect(),
+            })
+            .await
+            .expect("four facts of 512 KiB");
+    }
+
+    let mut working = WorkingMemoryServiceClient::new(server.channel.clone());
+    let snapshot = working
+        .get_snapshot(GetSnapshotRequest {
+            session_id: "w".into(),
+            app: "app".into(),
+            user: "alice".into(),
+            ..GetSnapshotRequest::default()
+        })
+        .await
+        .expect("a snapshot of 10 MiB of items")
+        .into_inner();
+    let kept = snapshot.facts.len();
+    assert!(kept > 0 && kept < FACTS, "{kept} facts");
+    let subjects: Vec<String> = snapshot
+        .facts
+        .iter()
+        .filter_map(|f| Some(f.current.as_ref()?.subject.clone()))
+        .collect();
+    let newest: Vec<String> = (FACTS - kept + 1..=FACTS)
+        .map(|n| format!("s{n}"))
+        .collect();
+    assert_eq!(subjects, newest, "the newest facts, oldest first");
+    assert!(
+        snapshot.procedures.len() < 4,
+        "{}",
+        snapshot.procedures.len()
+    );
+    let recent: Vec<i64> = snapshot.recent.iter().map(|e| e.seq).collect();
+    assert_eq!(recent, [5], "the newest episode, small, still fits");
+
+    let block = working
+        .render_memory_block(RenderMemoryBlockRequest {
+            session_id: "w".into(),
+            app: "app".into(),
+            user: "alice".into(),
+            ..RenderMemoryBlockRequest::default()
+        })
+        .await
+        .expect("a block of 10 MiB of items")
+        .into_inner()
+        .memory_block;
+    assert!(
+        block.contains(&format!("## Facts ({kept})")),
+        "{}",
+        &block[..200]
+    );
+    assert!(block.contains(&format!("fact {FACTS:02}")));
+    assert!(!block.contains("fact 01 "));
+    assert!(block.contains("- user_message: hello"));
+}
+
 on_both_stores!(
     large_answers_end_early_and_page_on,
-    large_fact_versions_come_in_pages
+    large_fact_versions_come_in_pages,
+    working_memory_of_large_items_fits_one_answer
 );

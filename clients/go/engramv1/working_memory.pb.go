@@ -1235,7 +1235,11 @@ func (x *GetSnapshotRequest) GetMaxEvents() int32 {
 	return 0
 }
 
-// GetSnapshotResponse is the session's working memory.
+// GetSnapshotResponse is the session's working memory. Its lists share
+// one answer of about 2 MiB, kept in this order: the tasks, the facts
+// (the newest), the procedures (the newest), the recent episodes (the
+// newest), the cache (the most recent); each list ends at its first item
+// that does not fit, so large items make them shorter.
 type GetSnapshotResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The goal; empty when none is set.
@@ -1425,7 +1429,8 @@ type RenderMemoryBlockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The MEMORY block: `# MEMORY`, `## Goal`, `## Todos (n)`, `## Facts (n)`,
 	// `## Procedures (n)`, `## Recent activity`, each section only when it
-	// has something to show.
+	// has something to show. Its sections hold what GetSnapshot would (the
+	// best facts first when a query is given), within the same 2 MiB.
 	MemoryBlock string `protobuf:"bytes,1,opt,name=memory_block,json=memoryBlock,proto3" json:"memory_block,omitempty"`
 	// The memory instructions section: how the agent keeps its memory.
 	Instructions  string `protobuf:"bytes,2,opt,name=instructions,proto3" json:"instructions,omitempty"`

@@ -622,7 +622,12 @@ Global___GetSnapshotRequest: _TypeAlias = GetSnapshotRequest  # noqa: Y015
 
 @_typing.final
 class GetSnapshotResponse(_message.Message):
-    """GetSnapshotResponse is the session's working memory."""
+    """GetSnapshotResponse is the session's working memory. Its lists share
+    one answer of about 2 MiB, kept in this order: the tasks, the facts
+    (the newest), the procedures (the newest), the recent episodes (the
+    newest), the cache (the most recent); each list ends at its first item
+    that does not fit, so large items make them shorter.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -729,7 +734,8 @@ class RenderMemoryBlockResponse(_message.Message):
     memory_block: _builtins.str
     """The MEMORY block: `# MEMORY`, `## Goal`, `## Todos (n)`, `## Facts (n)`,
     `## Procedures (n)`, `## Recent activity`, each section only when it
-    has something to show.
+    has something to show. Its sections hold what GetSnapshot would (the
+    best facts first when a query is given), within the same 2 MiB.
     """
     instructions: _builtins.str
     """The memory instructions section: how the agent keeps its memory."""
