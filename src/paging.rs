@@ -218,6 +218,14 @@ impl Budget {
     }
 }
 
+/// Whether a read that gathered `items` one at a time up to the first
+/// that paging would cut ([`Weighed`]) stopped at the last of them: then
+/// more may follow although fewer than asked for came.
+pub fn filled<T: Weigh>(items: &[T]) -> bool {
+    let total: usize = items.iter().map(Weigh::weight).sum();
+    overflows(total, items.len().saturating_sub(1))
+}
+
 /// How many leading items fit in [`PAGE_BYTES`]: at least one.
 pub fn fitting<T: Weigh>(items: &[T]) -> usize {
     let mut total = 0;
@@ -313,6 +321,13 @@ mod tests {
         assert_eq!(read(&[half, half, 1, 9]), (vec![half, half], 1));
         // A lone item too big is read, and kept.
         assert_eq!(read(&[3 * PAGE_BYTES, 1]), (vec![3 * PAGE_BYTES], 1));
+        // What such a read stopped at is known from the items alone.
+        let filled =
+            |weights: &[usize]| filled(&weights.iter().map(|w| Weighing(*w)).collect::<Vec<_>>());
+        assert!(filled(&[half, half, 1]));
+        assert!(!filled(&[half, half]));
+        assert!(!filled(&[3 * PAGE_BYTES]));
+        assert!(!filled(&[]));
     }
 
     #[test]

@@ -220,7 +220,10 @@ pub trait RuleTx: FactTx {
         lock: RunLock,
     ) -> impl Future<Output = Result<Locked>> + Send;
 
-    /// Episodes with `after < cursor <= up_to`, in cursor order.
+    /// Episodes with `after < cursor <= up_to`, in cursor order: up to
+    /// `limit`, and only as far as a page carries (see
+    /// [`paging::filled`](crate::paging::filled)), so a run over large
+    /// episodes holds a few megabytes of them, not a gigabyte.
     fn episodes(
         &mut self,
         tenant: &Tenant,

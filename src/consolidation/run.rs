@@ -106,7 +106,8 @@ pub(super) async fn run<T: RuleTx>(
     let episodes = tx
         .episodes(tenant, rule.watermark, up_to, run.limit)
         .await?;
-    let more = episodes.len() as i64 >= run.limit;
+    // More wait when the limit or the bytes a run reads were reached.
+    let more = episodes.len() as i64 >= run.limit || crate::paging::filled(&episodes);
     let watermark = match episodes.last() {
         Some(last) if more => last.cursor,
         _ => up_to,

@@ -582,11 +582,13 @@ impl<T: Transaction> RuleTx for FactsTx<T> {
         up_to: i64,
         limit: i64,
     ) -> Result<Vec<Episode>> {
-        let rows = self
-            .0
-            .rows(&EPISODES, params![tenant.as_str(), after, up_to, limit])
-            .await?;
-        rows.iter().map(episode_row).collect()
+        self.0
+            .all_weighed(
+                &EPISODES,
+                params![tenant.as_str(), after, up_to, limit],
+                episode_row,
+            )
+            .await
     }
 
     async fn advance(

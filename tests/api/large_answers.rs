@@ -10,14 +10,14 @@ use engram::proto::memory_delta::Delta;
 use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
-    AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, BuildContextRequest, FactKind, FactPayload,
-    GetFactRequest, GetSnapshotRequest, ListEpisodesRequest, ListRequest, MemoryDelta,
-    RecentRequest, RenderMemoryBlockRequest, ScopeType, SearchMode, SearchRequest, SearchSource,
-    SetRequest, UpdateDelta,
+    AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, BuildContextRequest, CreateRuleRequest,
+    FactKind, FactPayload, GetFactRequest, GetSnapshotRequest, ListEpisodesRequest, ListRequest,
+    MemoryDelta, RecentRequest, RenderMemoryBlockRequest, RunRuleRequest, ScopeType, SearchMode,
+    SearchRequest, SearchSource, SetRequest, UpdateDelta,
 };
 use serde_json::json;
 
-use crate::consolidation::{episode, provenance};
+use crate::consolidation::{episode, provenance, rule};
 use crate::helpers::{Backend, TestServer};
 use crate::on_both_stores;
 
@@ -382,7 +382,72 @@ async fn working_memory_of_large_items_fits_one_answer(backend: Backend) {
     assert!(block.contains("- user_message: hello"));
 }
 
+/// A rule over ten episodes of 512 KiB (5 MiB) runs in steps: each run
+/// reads a few megabytes of episodes and says more wait, a dry run's
+/// deltas fit one answer, and the runs promote every episode once.
+async fn a_rule_over_large_episodes_runs_in_steps(backend: Backend) {
+    const EPISODES: usize = 10;
+    let server = TestServer::spawn(backend).await;
+    let mut episodes = server.episodes();
+    for n in 0..EPISODES {
+        let mut new = episode(&format!("r{n}"), "observation", json!({}));
+        new.content = Some(json_to_proto(&json!(half_mib(&format!("event {n}")))));
+        episodes
+            .append_episode(AppendEpisodeRequest {
+                session_id: "r".into(),
+                app: "app".into(),
+                user: "alice".into(),
+                episode: Some(new),
+            })
+            .await
+            .expect("append");
+    }
+    let mut rules = server.consolidation();
+    rules
+        .create_rule(CreateRuleRequest {
+            rule: Some(rule("all", "", false)),
+        })
+        .await
+        .expect("create");
+    let run = |dry_run: bool| {
+        let mut rules = rules.clone();
+        async move {
+            rules
+                .run_rule(RunRuleRequest {
+                    rule_id: "all".into(),
+                    dry_run,
+                    max_episodes: 0,
+                })
+                .await
+                .expect("a run over large episodes")
+                .into_inner()
+        }
+    };
+    let dry = run(true).await;
+    let read = dry.deltas.len();
+    assert!(
+        read > 0 && read < EPISODES && dry.more,
+        "{read} deltas, more: {}",
+        dry.more
+    );
+
+    let (mut added, mut runs) = (0, 0);
+    loop {
+        let done = run(false).await;
+        added += done.facts_added;
+        runs += 1;
+        if !done.more {
+            break;
+        }
+        assert!(runs < EPISODES, "the runs do not end");
+    }
+    assert_eq!(added, EPISODES as i64, "every episode promoted once");
+    assert!(runs > 1, "one run read 5 MiB of episodes");
+    assert!(run(true).await.deltas.is_empty());
+}
+
 on_both_stores!(
+    a_rule_over_large_episodes_runs_in_steps,
     large_answers_end_early_and_page_on,
     large_fact_versions_come_in_pages,
     working_memory_of_large_items_fits_one_answer

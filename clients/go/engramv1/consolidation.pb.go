@@ -1456,7 +1456,9 @@ type RunRuleRequest struct {
 	RuleId string `protobuf:"bytes,1,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
 	// Return the deltas, write nothing, keep the watermark.
 	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	// The most episodes this run reads: 0 means 1000, at most 10000.
+	// The most episodes this run reads: 0 means 1000, at most 10000. A run
+	// also stops once it has read about 2 MiB of episodes (`more` is then
+	// set), so its deltas fit one answer and large episodes take several.
 	MaxEpisodes   int32 `protobuf:"varint,3,opt,name=max_episodes,json=maxEpisodes,proto3" json:"max_episodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1524,7 +1526,8 @@ type RunRuleResponse struct {
 	EpisodesMatched int64 `protobuf:"varint,3,opt,name=episodes_matched,json=episodesMatched,proto3" json:"episodes_matched,omitempty"`
 	// The watermark after the run (unchanged on a dry run).
 	Watermark int64 `protobuf:"varint,4,opt,name=watermark,proto3" json:"watermark,omitempty"`
-	// More episodes wait beyond `max_episodes`: run again.
+	// More episodes may wait beyond what this run read (`max_episodes`, or
+	// about 2 MiB of them): run again.
 	More bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
 	// Facts added, updated and deleted (0 on a dry run).
 	FactsAdded int64 `protobuf:"varint,6,opt,name=facts_added,json=factsAdded,proto3" json:"facts_added,omitempty"`

@@ -732,7 +732,10 @@ class RunRuleRequest(_message.Message):
     dry_run: _builtins.bool
     """Return the deltas, write nothing, keep the watermark."""
     max_episodes: _builtins.int
-    """The most episodes this run reads: 0 means 1000, at most 10000."""
+    """The most episodes this run reads: 0 means 1000, at most 10000. A run
+    also stops once it has read about 2 MiB of episodes (`more` is then
+    set), so its deltas fit one answer and large episodes take several.
+    """
     def __init__(
         self,
         *,
@@ -770,7 +773,9 @@ class RunRuleResponse(_message.Message):
     watermark: _builtins.int
     """The watermark after the run (unchanged on a dry run)."""
     more: _builtins.bool
-    """More episodes wait beyond `max_episodes`: run again."""
+    """More episodes may wait beyond what this run read (`max_episodes`, or
+    about 2 MiB of them): run again.
+    """
     facts_added: _builtins.int
     """Facts added, updated and deleted (0 on a dry run)."""
     facts_updated: _builtins.int
