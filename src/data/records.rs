@@ -216,6 +216,58 @@ pub struct Rule {
     pub last_run_time: Option<DateTime<Utc>>,
 }
 
+/// What the heavy records weigh in memory, about (their JSON values
+/// counted as an answer would): export pages read them only as far as a
+/// page carries ([`crate::paging::Weighed`]).
+impl crate::paging::Weigh for MemoryVersion {
+    fn weight(&self) -> usize {
+        use crate::paging::json_weight;
+        self.scope.len() + self.key.len() + json_weight(&self.value) + 96
+    }
+}
+
+impl crate::paging::Weigh for Episode {
+    fn weight(&self) -> usize {
+        use crate::paging::json_weight;
+        self.id.len() + json_weight(&self.content) + json_weight(&self.metadata) + 160
+    }
+}
+
+impl crate::paging::Weigh for WorkingMemory {
+    fn weight(&self) -> usize {
+        let tasks: usize = self
+            .tasks
+            .iter()
+            .map(|t| t.subject.len() + t.description.len() + 64)
+            .sum();
+        let cache: usize = self
+            .cache
+            .iter()
+            .map(|c| c.path.len() + c.content.len() + 48)
+            .sum();
+        self.goal.len() + tasks + cache + 64
+    }
+}
+
+impl crate::paging::Weigh for Fact {
+    fn weight(&self) -> usize {
+        use crate::paging::json_weight;
+        let versions: usize = self
+            .versions
+            .iter()
+            .map(|v| {
+                v.subject.len()
+                    + v.predicate.len()
+                    + v.object.len()
+                    + json_weight(&v.content)
+                    + json_weight(&v.source_episode_ids)
+                    + 96
+            })
+            .sum();
+        self.sources.iter().map(String::len).sum::<usize>() + versions + 160
+    }
+}
+
 impl Record {
     /// The record's kind, as the `kind` field and the import counts name it.
     pub fn kind(&self) -> &'static str {

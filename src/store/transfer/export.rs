@@ -8,6 +8,7 @@ use crate::context::Tenant;
 use crate::data::records::Record;
 use crate::data::{After, ExportPage, Part, Selection};
 use crate::error::Result;
+use crate::paging::{self, Weighed};
 use crate::store::sql::{Cols, Param, Run, Sql, params};
 
 /// Rows of a part read per page.
@@ -181,13 +182,17 @@ pub(super) async fn export_page(
     };
     let at_id: &[Param<'_>] = params![id_after, PAGE];
     let with_id = [&chosen[..], at_id].concat();
-    let (records, next) = match part {
+    let (records, next, cut) = match part {
         Part::Executions => {
             let rows = conn
                 .all(&EXPORT_EXECUTIONS, &with_id, execution_row)
                 .await?;
             let next = rows.last().map(|e| After::Id(e.execution_id.clone()));
-            (rows.into_iter().map(Record::Execution).collect(), next)
+            (
+                rows.into_iter().map(Record::Execution).collect(),
+                next,
+                false,
+            )
         }
         Part::Memory => {
             let (scope_type, scope, key, version) = match after {
@@ -201,10 +206,11 @@ pub(super) async fn export_page(
             };
             let at: &[Param<'_>] = params![scope_type, scope, key, version, PAGE];
             let rows = conn
-                .all(&EXPORT_MEMORY, &[&chosen[..], at].concat(), |row| {
+                .all_weighed(&EXPORT_MEMORY, &[&chosen[..], at].concat(), |row| {
                     Ok((row.small(0)?, memory_row(row)?))
                 })
                 .await?;
+            let cut = paging::filled(&rows);
             let next = rows.last().map(|(scope_type, v)| After::Key {
                 scope_type: *scope_type,
                 scope: v.scope.clone(),
@@ -212,12 +218,12 @@ pub(super) async fn export_page(
                 version: v.version,
             });
             let records = rows.into_iter().map(|(_, v)| Record::MemoryVersion(v));
-            (records.collect(), next)
+            (records.collect(), next, cut)
         }
         Part::Sessions => {
             let rows = conn.all(&EXPORT_SESSIONS, &with_id, session_row).await?;
             let next = rows.last().map(|s| After::Id(s.id.clone()));
-            (rows.into_iter().map(Record::Session).collect(), next)
+            (rows.into_iter().map(Record::Session).collect(), next, false)
         }
         Part::Episodes => {
             let cursor = match after {
@@ -226,29 +232,43 @@ pub(super) async fn export_page(
             };
             let at: &[Param<'_>] = params![cursor, PAGE];
             let rows = conn
-                .all(&EXPORT_EPISODES, &[&chosen[..], at].concat(), episode_row)
+                .all_weighed(&EXPORT_EPISODES, &[&chosen[..], at].concat(), episode_row)
                 .await?;
+            let cut = paging::filled(&rows);
             let next = rows.last().map(|(cursor, _)| After::Cursor(*cursor));
             let records = rows.into_iter().map(|(_, e)| Record::Episode(e));
-            (records.collect(), next)
+            (records.collect(), next, cut)
         }
         Part::Working => {
             let heads = conn.all(&EXPORT_WORKING, &with_id, working_row).await?;
-            let next = heads.last().map(|w| After::Id(w.session_id.clone()));
-            let mut records = Vec::with_capacity(heads.len());
+            let mut read = Weighed::default();
+            let mut next = None;
             for head in heads {
-                records.push(Record::WorkingMemory(working_of(conn, tenant, head).await?));
+                next = Some(After::Id(head.session_id.clone()));
+                read.push(working_of(conn, tenant, head).await?);
+                if read.full {
+                    break;
+                }
             }
-            (records, next)
+            let records = read.items.into_iter().map(Record::WorkingMemory);
+            (records.collect(), next, read.full)
         }
         Part::Facts => {
             let heads = conn.all(&EXPORT_FACTS, &with_id, fact_row).await?;
-            let next = heads.last().map(|f| After::Id(f.id.clone()));
-            let mut records = Vec::with_capacity(heads.len());
+            let mut read = Weighed::default();
+            let mut next = None;
             for head in heads {
-                records.push(Record::Fact(fact_of(conn, tenant, head).await?));
+                next = Some(After::Id(head.id.clone()));
+                read.push(fact_of(conn, tenant, head).await?);
+                if read.full {
+                    break;
+                }
             }
-            (records, next)
+            (
+                read.items.into_iter().map(Record::Fact).collect(),
+                next,
+                read.full,
+            )
         }
         Part::Rules => {
             let rows = conn.all(&EXPORT_RULES, &with_id, rule_row).await?;
@@ -257,10 +277,12 @@ pub(super) async fn export_page(
             for (rule, watermark) in rows {
                 records.push(Record::Rule(rule_of(conn, tenant, rule, watermark).await?));
             }
-            (records, next)
+            (records, next, false)
         }
     };
-    let full = records.len() as i64 == PAGE;
+    // A page is followed by another when it was full: of records, or of
+    // the bytes a page of large ones holds.
+    let full = cut || records.len() as i64 == PAGE;
     Ok(ExportPage {
         records,
         next: next.filter(|_| full),

@@ -1,7 +1,7 @@
 //! Reads of large items stop where their answer will: the store reads rows
 //! only as far as a page (or an answer without pages) carries, so a list,
-//! a `Recent`, a search or a fact's versions over items of a megabyte
-//! never holds them all.
+//! a `Recent`, a search, a fact's versions or an export over items of a
+//! megabyte never holds them all.
 //! Paging then cuts the last one read and gives a token for the rest.
 //!
 //! The cases run on a single-threaded runtime, where the `Recent` reads
@@ -11,6 +11,7 @@ use std::pin::pin;
 
 use engram::consolidation::ports::FactTx;
 use engram::context::Tenant;
+use engram::data::{After, Part, Selection};
 use engram::memory::KeyPrefix;
 use engram::memory::ports::ListQuery;
 use engram::ports::Store;
@@ -203,10 +204,56 @@ async fn fact_versions_of_large_content_stop_at_a_page<S: Store>(store: S, _db: 
     assert_eq!(read, (1..=VERSIONS).collect::<Vec<_>>());
 }
 
+/// An export reads its parts a page's worth of large records at a time,
+/// and its pages together hold every record once.
+async fn exports_of_large_items_read_a_page_at_a_time<S: Store>(store: S, _db: &TestDb) {
+    const EACH: usize = 40;
+    let w = writer(&store, "t1");
+    let l = log(&store, "t1");
+    l.create("s", "app", "alice", 0).await;
+    let s = id("s");
+    let tenant = Tenant::new("t1");
+    for n in 0..EACH {
+        w.set(&format!("k{n:02}"), json!("x".repeat(BIG))).await;
+        let name = format!("e{n:02}");
+        l.append(
+            "s",
+            &[episode(&s, Some(&name), None, None, json!("x".repeat(BIG)))],
+        )
+        .await;
+        let mut big = payload("alice", &format!("v{n}"));
+        big.content = json!("x".repeat(BIG));
+        insert(&store, &tenant, &big, &[&name]).await;
+    }
+    let mut snapshot = store.export_snapshot(&tenant).await.expect("snapshot");
+    for part in [Part::Memory, Part::Episodes, Part::Facts] {
+        let (mut after, mut records, mut pages) = (After::Start, 0, 0);
+        loop {
+            let page = store
+                .export_page(&mut snapshot, &tenant, &Selection::Tenant, part, &after)
+                .await
+                .expect("export page");
+            pages += 1;
+            records += page.records.len();
+            match page.next {
+                Some(next) => {
+                    a_page(&format!("{part:?}"), page.records.len());
+                    after = next;
+                }
+                None => break,
+            }
+        }
+        assert_eq!(records, EACH, "{part:?}: every record once");
+        assert!(pages > 1, "{part:?}: 40 records of 64 KiB in one page");
+    }
+    store.export_done(snapshot).await.expect("done");
+}
+
 store_suite!(
     single_threaded;
     lists_of_large_values_stop_at_a_page,
     recents_of_large_episodes_stop_at_a_page,
     search_hits_of_large_items_stop_at_a_page,
     fact_versions_of_large_content_stop_at_a_page,
+    exports_of_large_items_read_a_page_at_a_time,
 );
