@@ -398,7 +398,8 @@ pub trait MemoryStore: Clone + Send + Sync + 'static {
         record: AuditRecord,
     ) -> impl Future<Output = Result<Forked>> + Send;
 
-    /// Up to `limit` versions of a key from `from_version` on, oldest first.
+    /// Up to `limit` versions of a key from `from_version` on, oldest first,
+    /// only as far as a page carries (see [`crate::paging::filled`]).
     fn history(
         &self,
         tenant: &Tenant,

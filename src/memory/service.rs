@@ -512,7 +512,9 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                         HISTORY_BATCH,
                     )
                     .await?;
-                let more = batch.len() as i64 == HISTORY_BATCH;
+                // A batch ends at HISTORY_BATCH versions or at about 2 MiB
+                // of them, whichever comes first.
+                let more = batch.len() as i64 == HISTORY_BATCH || paging::filled(&batch);
                 let Some(last) = batch.last() else {
                     return Ok(None);
                 };

@@ -646,7 +646,7 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         limit: i64,
     ) -> Result<Vec<Entry>> {
         let mut conn = self.reader(tenant).await?;
-        conn.all(
+        conn.all_weighed(
             &HISTORY,
             params![
                 tenant.as_str(),

@@ -11,9 +11,9 @@ use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
     AddDelta, AppendEpisodeRequest, ApplyDeltasRequest, BuildContextRequest, CreateRuleRequest,
-    FactKind, FactPayload, GetFactRequest, GetSnapshotRequest, ListEpisodesRequest, ListRequest,
-    MemoryDelta, RecentRequest, RenderMemoryBlockRequest, RunRuleRequest, ScopeType, SearchMode,
-    SearchRequest, SearchSource, SetRequest, UpdateDelta,
+    FactKind, FactPayload, GetFactRequest, GetSnapshotRequest, HistoryRequest, ListEpisodesRequest,
+    ListRequest, MemoryDelta, RecentRequest, RenderMemoryBlockRequest, RunRuleRequest, ScopeType,
+    SearchMode, SearchRequest, SearchSource, SetRequest, UpdateDelta,
 };
 use serde_json::json;
 
@@ -109,6 +109,35 @@ async fn large_answers_end_early_and_page_on(backend: Backend) {
     }
     assert_eq!(seqs, (1..=ITEMS as i64).collect::<Vec<_>>());
     assert!(pages > 1, "100 large episodes came in one page");
+
+    // A history of large versions streams whole, batch after batch.
+    for _ in 1..40 {
+        memory
+            .set(SetRequest {
+                scope_type: NS,
+                scope: "big".into(),
+                key: "k000".into(),
+                value: Some(json_to_proto(&json!(big_text(0)))),
+                ..SetRequest::default()
+            })
+            .await
+            .expect("set");
+    }
+    let mut history = memory
+        .history(HistoryRequest {
+            scope_type: NS,
+            scope: "big".into(),
+            key: "k000".into(),
+            ..HistoryRequest::default()
+        })
+        .await
+        .expect("history")
+        .into_inner();
+    let mut versions = Vec::new();
+    while let Some(item) = history.message().await.expect("a version") {
+        versions.extend(item.entry.map(|e| e.version));
+    }
+    assert_eq!(versions, (1..=40).collect::<Vec<_>>());
 
     // No pages: the newest that fit, newest first.
     let newest = episodes

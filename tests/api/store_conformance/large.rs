@@ -75,6 +75,22 @@ async fn lists_of_large_values_stop_at_a_page<S: Store>(store: S, _db: &TestDb) 
     assert_eq!(keys, first);
 }
 
+/// A key's history of large versions is read a page's worth at a time.
+async fn histories_of_large_versions_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    for _ in 0..40 {
+        w.set("k", json!("x".repeat(BIG))).await;
+    }
+    let key = engram::memory::Key::parse("key", "k").expect("key");
+    let read = store
+        .history(&w.tenant, &w.scope, &key, 1, 500)
+        .await
+        .expect("history");
+    a_page("history", read.len());
+    let versions: Vec<i64> = read.iter().map(|e| e.version).collect();
+    assert_eq!(versions, (1..=read.len() as i64).collect::<Vec<_>>());
+}
+
 /// `Recent` reads of sessions of large episodes, together and alone, each
 /// read a page's worth of its newest.
 async fn recents_of_large_episodes_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
@@ -252,6 +268,7 @@ async fn exports_of_large_items_read_a_page_at_a_time<S: Store>(store: S, _db: &
 store_suite!(
     single_threaded;
     lists_of_large_values_stop_at_a_page,
+    histories_of_large_versions_stop_at_a_page,
     recents_of_large_episodes_stop_at_a_page,
     search_hits_of_large_items_stop_at_a_page,
     fact_versions_of_large_content_stop_at_a_page,
