@@ -269,7 +269,7 @@ settings! {
     /// and TailEpisodes
     feed_wait_warn_ms: u64 = "10000", env "ENGRAM_FEED_WAIT_WARN_MS";
     /// Items buffered per Watch or TailEpisodes stream before the stall timeout
-    /// starts
+    /// starts (and at most about 2 MiB of them)
     watch_buffer: usize = "256", env "ENGRAM_WATCH_BUFFER";
     /// How long the change feed behind Watch is kept, in seconds (604800 is a
     /// week)

@@ -3,8 +3,10 @@
 //! store up to the feed's settled horizon and pushes them into a small
 //! bounded buffer; the stream handed to tonic drains it.
 //!
-//! Server memory per stream is the buffer plus one page (and the HTTP/2
-//! send buffer, bounded by hyper), whatever the write rate. A consumer that
+//! Server memory per stream is the buffer (at most `buffer` items and
+//! about 2 MiB of them) plus one page (at most `BATCH` items and about
+//! 2 MiB of them) and the HTTP/2 send buffer, bounded by hyper, whatever
+//! the write rate. A consumer that
 //! leaves the buffer full for longer than the stall timeout is cut off with
 //! CONSUMER_TOO_SLOW, and shutdown ends the stream with UNAVAILABLE; both
 //! say where to resume (the last position actually handed to the client),
@@ -19,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -29,17 +31,20 @@ use crate::error::{Error, Reason, Result};
 
 /// One ordered feed: how to read a page of it and how to send an item.
 pub trait Feed: Send + 'static {
-    type Item: Send + 'static;
+    type Item: Send + crate::paging::Weigh + 'static;
     type Message: Send + 'static;
     /// What a position is called (`revision`, `cursor`): the ErrorInfo
     /// metadata key is `resume_<this>`.
     const POSITION: &'static str;
-    /// The most items `page` returns; fewer means the range is exhausted.
+    /// The most items `page` returns; fewer means the range is exhausted,
+    /// unless the page stopped at the bytes a page holds
+    /// ([`paging::filled`](crate::paging::filled)).
     const BATCH: i64;
 
     fn position(item: &Self::Item) -> i64;
 
-    /// Items with `after < position <= up_to`, in order, at most `BATCH`.
+    /// Items with `after < position <= up_to`, in order, at most `BATCH`
+    /// and about a page's bytes of them.
     fn page(&self, after: i64, up_to: i64) -> impl Future<Output = Result<Vec<Self::Item>>> + Send;
 
     fn message(item: Self::Item) -> Self::Message;
@@ -94,8 +99,17 @@ fn resume_status(code: Code, reason: Reason, message: &str, position: &str, last
     )
 }
 
+/// The bytes of items a stream buffers, at most (an item bigger than this
+/// is buffered alone): with values of a megabyte, `buffer` items would
+/// otherwise be hundreds of megabytes per slow client.
+const BUFFER_BYTES: usize = crate::paging::PAGE_BYTES;
+
+/// A buffered item with its share of [`BUFFER_BYTES`], given back when the
+/// item is handed to tonic.
+type Buffered<T> = (T, OwnedSemaphorePermit);
+
 pub struct FeedStream<F: Feed> {
-    items: mpsc::Receiver<F::Item>,
+    items: mpsc::Receiver<Buffered<F::Item>>,
     shared: Arc<Shared>,
     /// The last position handed to tonic: where a client should resume.
     last: i64,
@@ -137,7 +151,8 @@ impl<F: Feed> Stream for FeedStream<F> {
             return Poll::Ready(Some(Err(status)));
         }
         match self.items.poll_recv(cx) {
-            Poll::Ready(Some(item)) => {
+            Poll::Ready(Some((item, bytes))) => {
+                drop(bytes);
                 self.last = F::position(&item);
                 Poll::Ready(Some(Ok(F::message(item))))
             }
@@ -161,11 +176,12 @@ pub fn spawn<F: Feed>(
 ) -> FeedStream<F> {
     let (sender, items) = mpsc::channel(options.buffer.max(1));
     let shared = Arc::new(Shared::default());
+    let bytes = Arc::new(Semaphore::new(BUFFER_BYTES));
     tokio::spawn(produce(
         feed,
         after,
         horizon,
-        sender,
+        (sender, bytes),
         shared.clone(),
         options,
     ));
@@ -181,7 +197,7 @@ async fn produce<F: Feed>(
     feed: F,
     mut cursor: i64,
     mut horizon: watch::Receiver<i64>,
-    sender: mpsc::Sender<F::Item>,
+    (sender, bytes): (mpsc::Sender<Buffered<F::Item>>, Arc<Semaphore>),
     shared: Arc<Shared>,
     options: FeedOptions,
 ) {
@@ -192,13 +208,22 @@ async fn produce<F: Feed>(
                 Ok(page) => page,
                 Err(err) => return shared.end(Ending::Failed(err)),
             };
-            let complete = (page.len() as i64) < F::BATCH;
+            // A page that stopped for its bytes is not the range's end:
+            // skipping to `up_to` then would leave a gap in the feed.
+            let complete = (page.len() as i64) < F::BATCH && !crate::paging::filled(&page);
             for item in page {
                 let position = F::position(&item);
+                // Room for the item in the buffer's count and its bytes.
+                let weight = crate::paging::Weigh::weight(&item).min(BUFFER_BYTES);
+                let share = u32::try_from(weight).unwrap_or(u32::MAX);
+                let send = async {
+                    let permit = bytes.clone().acquire_many_owned(share).await.ok()?;
+                    sender.send((item, permit)).await.ok()
+                };
                 tokio::select! {
-                    sent = tokio::time::timeout(options.stall, sender.send(item)) => match sent {
-                        Ok(Ok(())) => {}
-                        Ok(Err(_)) => return, // the client went away
+                    sent = tokio::time::timeout(options.stall, send) => match sent {
+                        Ok(Some(())) => {}
+                        Ok(None) => return, // the client went away
                         Err(_) => return shared.end(Ending::TooSlow),
                     },
                     () = options.shutdown.cancelled() => return shared.end(Ending::ShuttingDown),

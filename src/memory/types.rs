@@ -342,6 +342,16 @@ pub struct Change {
     pub create_time: DateTime<Utc>,
 }
 
+impl crate::paging::Weigh for Change {
+    fn weight(&self) -> usize {
+        let value = self
+            .value
+            .as_ref()
+            .map_or(0, |value| crate::paging::json_weight(value.json()));
+        self.key.as_str().len() + value + 48
+    }
+}
+
 /// A page of a scope's change feed, with how far the feed had been pruned
 /// as the same statement saw it: a page read after `after` is whole only
 /// while `after` is not older than that.

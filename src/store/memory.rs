@@ -837,8 +837,11 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
     ) -> Result<ChangePage> {
         let (low, high) = prefix.range();
         let mut conn = self.reader(tenant).await?;
+        // Only as far as a page carries (the feed then reads on from the
+        // last change read): a page of values of a megabyte is not held
+        // whole.
         let rows = conn
-            .rows(
+            .all_weighed(
                 &CHANGES,
                 params![
                     tenant.as_str(),
@@ -850,20 +853,23 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
                     high.as_str(),
                     limit,
                 ],
+                |row| {
+                    let change = match row.opt_int(0)? {
+                        Some(_) => Some(change_row(row)?),
+                        None => None,
+                    };
+                    Ok(FeedRow {
+                        pruned_through: row.opt_int(7)?,
+                        change,
+                    })
+                },
             )
             .await?;
         let pruned_through = match rows.first() {
-            Some(row) => row.opt_int(7)?,
+            Some(row) => row.pruned_through,
             None => return Err(Error::internal("the change feed page returned no row")),
         };
-        let changes = rows
-            .iter()
-            .filter_map(|row| match row.opt_int(0) {
-                Ok(Some(_)) => Some(change_row(row)),
-                Ok(None) => None,
-                Err(err) => Some(Err(err)),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let changes = rows.into_iter().filter_map(|row| row.change).collect();
         Ok(ChangePage {
             changes,
             pruned_through,
@@ -896,5 +902,17 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
     async fn prune_request_ids(&self, before: DateTime<Utc>) -> Result<u64> {
         let mut conn = self.system_writer().await?;
         conn.exec(&PRUNE_REQUEST_IDS, params![before]).await
+    }
+}
+/// A row of [`CHANGES`]: how far the feed was pruned, and a change (none
+/// on the one row of an empty page).
+struct FeedRow {
+    pruned_through: Option<i64>,
+    change: Option<Change>,
+}
+
+impl crate::paging::Weigh for FeedRow {
+    fn weight(&self) -> usize {
+        self.change.as_ref().map_or(0, |change| change.weight())
     }
 }

@@ -632,7 +632,7 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
     ) -> Result<Vec<Episode>> {
         let types = type_names(&filter.types);
         let mut conn = self.reader(tenant).await?;
-        conn.all(
+        conn.all_weighed(
             &EPISODES_AFTER,
             params![
                 tenant.as_str(),

@@ -477,8 +477,62 @@ async fn pruned_revisions_are_out_of_range(backend: Backend) {
     assert_eq!(err.code(), Code::InvalidArgument);
 }
 
+/// A stream buffers a couple of megabytes of changes, not `watch_buffer`
+/// of them whatever their size: with the default buffer of 256, a reader
+/// that leaves 100 changes of 64 KiB unread is cut off (and resumes where
+/// it was), rather than the server holding them all for it.
+async fn a_stream_buffers_megabytes_not_items(backend: Backend) {
+    const WRITES: i64 = 100;
+    let server = TestServer::spawn_with(backend, |s| {
+        s.watch_stall_timeout_ms = Some(100);
+        s.sqlite_synchronous = Some(engram::store::SqliteSynchronous::Normal);
+    })
+    .await;
+    let mut memory = server.memory();
+    let mut stalled_client = MemoryServiceClient::new(connect(server.grpc_addr()).await);
+    let mut stalled = stalled_client
+        .watch(watch("large", "", None))
+        .await
+        .expect("watch")
+        .into_inner();
+    let big = "x".repeat(64 * 1024);
+    for i in 0..WRITES {
+        memory
+            .set(set(
+                "large",
+                &format!("k{}", i % 7),
+                json!({"i": i, "pad": big}),
+            ))
+            .await
+            .expect("set");
+    }
+    let mut received = Vec::new();
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(30), stalled.message()).await {
+            Err(_) => panic!(
+                "no verdict after {} changes of 64 KiB: the server buffered them all",
+                received.len()
+            ),
+            Ok(Ok(Some(change))) => received.push(change.revision),
+            Ok(Ok(None)) => panic!("the stream ended without a status"),
+            Ok(Err(status)) => break status,
+        }
+    };
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (Code::ResourceExhausted, "CONSUMER_TOO_SLOW")
+    );
+    assert!((received.len() as i64) < WRITES, "cut off before the end");
+    let resume: i64 = error_metadata(&status, "resume_revision")
+        .expect("resume_revision")
+        .parse()
+        .expect("number");
+    assert_eq!(Some(&resume), received.last());
+}
+
 on_both_stores!(
     every_change_once_in_order,
+    a_stream_buffers_megabytes_not_items,
     a_stream_behind_pruning_is_ended_not_skipped,
     slow_consumers_and_shutdown_say_where_to_resume,
     pruned_revisions_are_out_of_range,
