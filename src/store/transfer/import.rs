@@ -184,14 +184,22 @@ pub(super) async fn apply_in<C: Run>(
     let mut counts = ImportCounts::default();
     let mut after = 0;
     loop {
+        // Up to APPLY_PAGE lines and about 2 MiB of them: lines of large
+        // values are not read back hundreds at a time.
         let staged = conn
-            .all(
+            .all_weighed(
                 &STAGED,
                 params![tenant.as_str(), import_id, after, APPLY_PAGE],
-                |row| Ok((row.int(0)?, row.text(1)?)),
+                |row| {
+                    Ok(Staged {
+                        line: row.int(0)?,
+                        body: row.text(1)?,
+                    })
+                },
             )
             .await?;
-        for (line, body) in &staged {
+        let more = staged.len() as i64 == APPLY_PAGE || crate::paging::filled(&staged);
+        for Staged { line, body } in &staged {
             let record: Record = serde_json::from_str(body).map_err(Error::internal)?;
             let kind = record.kind();
             let tally = match apply(conn, tenant, *line, record).await? {
@@ -202,7 +210,7 @@ pub(super) async fn apply_in<C: Run>(
             *tally.entry(kind.to_owned()).or_insert(0) += 1;
         }
         match staged.last() {
-            Some((line, _)) if staged.len() as i64 == APPLY_PAGE => after = *line,
+            Some(last) if more => after = last.line,
             _ => break,
         }
     }
@@ -212,6 +220,18 @@ pub(super) async fn apply_in<C: Run>(
     )
     .await?;
     Ok(counts)
+}
+
+/// A staged line read back: its number and its canonical JSON.
+struct Staged {
+    line: i64,
+    body: String,
+}
+
+impl crate::paging::Weigh for Staged {
+    fn weight(&self) -> usize {
+        self.body.len() + 16
+    }
 }
 
 /// A stored record that differs from the file's.
