@@ -18,6 +18,7 @@ use crate::cli::consolidation::KindArg;
 use crate::cli::memory::{entry_json, record_json};
 use crate::cli::search::{ModeArg, SourceArg, hit_json, timestamp};
 use crate::cli::sessions::{episode_json, session_json};
+use crate::paging;
 use crate::proto;
 use crate::proto::episode_service_client::EpisodeServiceClient;
 use crate::proto::search_service_client::SearchServiceClient;
@@ -270,7 +271,7 @@ impl Engram {
         description = "Export memory, sessions, episodes, working memory, facts and rules \
                        as JSON records (the engram.export format, header first): the whole \
                        tenant, or one scope, session or app user. Returns at most `limit` \
-                       records and says whether there were more.",
+                       records (and about 2 MiB of them) and says whether there were more.",
         annotations(read_only_hint = true)
     )]
     async fn data_export(&self, Parameters(args): Parameters<ExportArgs>) -> Reply {
@@ -295,11 +296,15 @@ impl Engram {
             })
             .await?
             .into_inner();
-        let mut records = Vec::new();
+        // At most `limit` records and about a page's bytes of them (one
+        // at least): an export of large values is not all held, nor all
+        // handed to the assistant.
+        let (mut records, mut bytes) = (Vec::new(), 0);
         let mut truncated = false;
         'chunks: while let Some(chunk) = stream.next().await {
             for line in chunk?.lines {
-                if records.len() == limit {
+                bytes += line.len();
+                if records.len() == limit || paging::overflows(bytes, records.len()) {
                     truncated = true;
                     break 'chunks;
                 }

@@ -243,6 +243,20 @@ async def test_export_and_import(connect: Connect) -> None:
         assert (exported["truncated"], records[2]["content"]) == (False, "keep me")
         short = structured(await session.call_tool("data_export", {"session_id": sid, "limit": 1}))
         assert (len(short["records"]), short["truncated"]) == (1, True)
+        # Large records: about 2 MiB of them come, and the rest is said to wait.
+        big_sid = unique("xb")
+        for n in range(4):
+            structured(
+                await session.call_tool(
+                    "episode_append",
+                    {"session_id": big_sid, "app": "mcp-bot", "user": user, "type": "observation",
+                     "content": f"big {n} " + "x" * (768 * 1024)},
+                )
+            )
+        large = structured(await session.call_tool("data_export", {"session_id": big_sid}))
+        kinds = [r["kind"] for r in large["records"]]
+        assert large["truncated"] and kinds[:2] == ["header", "session"], kinds
+        assert 1 <= kinds.count("episode") < 4, kinds
         refused = error(await session.call_tool("data_import", {"records": records}))
         assert refused["reason"] == "ADMIN_REQUIRED"
     async with connect("admin") as session:
