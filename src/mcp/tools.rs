@@ -201,15 +201,18 @@ impl Engram {
             })
             .await?
             .into_inner();
-        let mut versions = Vec::new();
+        // At most `limit` versions and about a page's bytes of them.
+        let (mut versions, mut bytes) = (Vec::new(), 0);
         let mut next_from_version = None;
         while let Some(item) = stream.next().await {
             let Some(entry) = item?.entry else { continue };
-            if versions.len() == limit {
+            let version = entry_json(&entry);
+            bytes += paging::json_weight(&version);
+            if versions.len() == limit || paging::overflows(bytes, versions.len()) {
                 next_from_version = Some(entry.version);
                 break;
             }
-            versions.push(entry_json(&entry));
+            versions.push(version);
         }
         ok(json!({ "versions": versions, "next_from_version": next_from_version }))
     }

@@ -117,6 +117,17 @@ async def test_memory_tools(connect: Connect) -> None:
         )
         assert [(v["version"], v["deleted"]) for v in tail["versions"]] == [(3, True)]
         assert tail["next_from_version"] is None
+        # Large versions: about 2 MiB of them at a time, then where to go on.
+        big = {**scope, "scope": unique("big"), "key": "big"}
+        for n in range(4):
+            structured(await session.call_tool("memory_set", {**big, "value": f"v{n} " + "x" * (768 * 1024)}))
+        first = structured(await session.call_tool("memory_history", big))
+        shown = [v["version"] for v in first["versions"]]
+        assert 1 <= len(shown) < 4 and first["next_from_version"] == len(shown) + 1, (shown, first["next_from_version"])
+        rest = structured(
+            await session.call_tool("memory_history", {**big, "from_version": first["next_from_version"]})
+        )
+        assert shown + [v["version"] for v in rest["versions"]] == [1, 2, 3, 4]
 
         rolled = structured(await session.call_tool("memory_rollback", {**scope, "key": "user/theme", "to_version": 1}))
         assert (rolled["entry"]["version"], rolled["entry"]["value"]) == (4, {"dark": True})
