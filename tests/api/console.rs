@@ -179,3 +179,53 @@ async fn a_scope_type_the_console_does_not_know_is_refused_by_name() {
         );
     }
 }
+
+/// A key with more versions than the page shows: the page shows the
+/// newest, a tombstone too, and the diff is between the newest two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_history_shows_its_newest_versions() {
+    use engram::proto::DeleteRequest;
+
+    use crate::search::set;
+    const VERSIONS: i64 = 1005;
+    let server = TestServer::spawn_with(Backend::Sqlite, |s| {
+        s.sqlite_synchronous = Some(engram::store::SqliteSynchronous::Normal);
+    })
+    .await;
+    let mut memory = server.memory();
+    for n in 1..=VERSIONS {
+        memory
+            .set(set("ops", "counter", json!(n)))
+            .await
+            .expect("set");
+    }
+    let addr = server.http_addr();
+    let path = "/ui/key?type=namespace&scope=ops&key=counter";
+    let (status, page) = console_page(addr, path, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Changes from version 1004 to version 1005"),
+        "the diff is between the newest two"
+    );
+    assert!(page.contains(r#"<option value="1005" selected>"#));
+    assert!(
+        !page.contains(r#"<option value="5">"#),
+        "the oldest are left out"
+    );
+
+    memory
+        .delete(DeleteRequest {
+            scope_type: engram::proto::ScopeType::Namespace as i32,
+            scope: "ops".into(),
+            key: "counter".into(),
+            ..DeleteRequest::default()
+        })
+        .await
+        .expect("delete");
+    let (status, page) = console_page(addr, path, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Changes from version 1005 to version 1006"),
+        "a deleted key shows its tombstone last"
+    );
+}

@@ -182,24 +182,40 @@ pub async fn key(
     Query(query): Query<KeyQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
-    let mut stream = call!(
-        MemoryServiceClient::new(conn).history(proto::HistoryRequest {
-            scope_type: or_page!(scope_type(&query.r#type)),
-            scope: query.scope.clone(),
-            key: query.key.clone(),
-            from_version: 0,
-        })
-    );
-    let mut versions = Vec::new();
+    let scope_type = or_page!(scope_type(&query.r#type));
+    let mut client = MemoryServiceClient::new(conn);
+    // The newest MAX_VERSIONS versions (and about HISTORY_BYTES of them):
+    // from the newest version back, so a long history shows its end.
+    let newest = match newest_version(&mut client, scope_type, &query.scope, &query.key).await {
+        Ok(newest) => newest,
+        Err(status) => return refused(status),
+    };
+    let mut stream = call!(client.history(proto::HistoryRequest {
+        scope_type,
+        scope: query.scope.clone(),
+        key: query.key.clone(),
+        from_version: (newest - MAX_VERSIONS as i64 + 1).max(1),
+    }));
+    let (mut versions, mut bytes) = (std::collections::VecDeque::new(), 0);
     while let Some(item) = stream.next().await {
         match item {
-            Ok(item) => versions.extend(item.entry),
+            Ok(proto::HistoryResponse { entry: Some(entry) }) => {
+                bytes += prost::Message::encoded_len(&entry);
+                versions.push_back(entry);
+            }
+            Ok(_) => {}
             Err(status) => return refused(status),
         }
-        if versions.len() == MAX_VERSIONS {
+        while bytes > HISTORY_BYTES && versions.len() > 2 {
+            if let Some(oldest) = versions.pop_front() {
+                bytes -= prost::Message::encoded_len(&oldest);
+            }
+        }
+        if versions.back().is_some_and(|e| e.version >= newest) {
             break;
         }
     }
+    let versions = Vec::from(versions);
     let newest = versions.last().map_or(0, |e| e.version);
     let b = query.b.unwrap_or(newest);
     let a = query.a.unwrap_or_else(|| {
@@ -284,6 +300,36 @@ pub async fn key(
             }
         },
     )
+}
+
+/// The bytes of versions the key page holds, about: the newest kept.
+const HISTORY_BYTES: usize = 4 * crate::paging::PAGE_BYTES;
+
+/// A key's newest version, a tombstone's too (from the `KEY_DELETED`
+/// answer's metadata); 0 when the key has none.
+async fn newest_version(
+    client: &mut MemoryServiceClient<crate::mcp::Conn>,
+    scope_type: i32,
+    scope: &str,
+    key: &str,
+) -> Result<i64, tonic::Status> {
+    use tonic_types::StatusExt;
+    let got = client
+        .get(proto::GetRequest {
+            scope_type,
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            ..Default::default()
+        })
+        .await;
+    match got {
+        Ok(response) => Ok(response.into_inner().entry.map_or(0, |e| e.version)),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(status
+            .get_details_error_info()
+            .and_then(|info| info.metadata.get("version")?.parse().ok())
+            .unwrap_or(0)),
+        Err(status) => Err(status),
+    }
 }
 
 #[derive(Deserialize)]
