@@ -304,27 +304,7 @@ async fn slow_consumers_and_shutdown_say_where_to_resume(backend: Backend) {
     const WRITES: i64 = 300;
     write_big(&mut memory, "slow", WRITES).await;
     // Only now read: what was buffered, then the verdict.
-    let mut received = Vec::new();
-    let status = loop {
-        match tokio::time::timeout(Duration::from_secs(30), stalled.message()).await {
-            Err(_) => panic!(
-                "no verdict after {} changes: the consumer was never cut off",
-                received.len()
-            ),
-            Ok(Ok(Some(change))) => received.push(change.revision),
-            Ok(Ok(None)) => panic!("the stream ended without a status"),
-            Ok(Err(status)) => break status,
-        }
-    };
-    assert_eq!(
-        (status.code(), reason(&status).as_str()),
-        (Code::ResourceExhausted, "CONSUMER_TOO_SLOW")
-    );
-    assert!((received.len() as i64) < WRITES, "cut off before the end");
-    let resume: i64 = error_metadata(&status, "resume_revision")
-        .expect("resume_revision")
-        .parse()
-        .expect("number");
+    let (mut received, resume) = cut_off(&mut stalled, WRITES).await;
     assert_eq!(
         Some(&resume),
         received.last(),
@@ -506,11 +486,19 @@ async fn a_stream_buffers_megabytes_not_items(backend: Backend) {
             .await
             .expect("set");
     }
+    let (received, resume) = cut_off(&mut stalled, WRITES).await;
+    assert_eq!(Some(&resume), received.last());
+}
+
+/// Reads a stalled watch of `writes` changes to its verdict: the
+/// revisions received, and where it says to resume. Asserts it was cut
+/// off as too slow, before the end.
+async fn cut_off(stalled: &mut tonic::Streaming<WatchResponse>, writes: i64) -> (Vec<i64>, i64) {
     let mut received = Vec::new();
     let status = loop {
         match tokio::time::timeout(Duration::from_secs(30), stalled.message()).await {
             Err(_) => panic!(
-                "no verdict after {} changes of 64 KiB: the server buffered them all",
+                "no verdict after {} changes: the server buffered them all, never cutting off",
                 received.len()
             ),
             Ok(Ok(Some(change))) => received.push(change.revision),
@@ -522,12 +510,12 @@ async fn a_stream_buffers_megabytes_not_items(backend: Backend) {
         (status.code(), reason(&status).as_str()),
         (Code::ResourceExhausted, "CONSUMER_TOO_SLOW")
     );
-    assert!((received.len() as i64) < WRITES, "cut off before the end");
+    assert!((received.len() as i64) < writes, "cut off before the end");
     let resume: i64 = error_metadata(&status, "resume_revision")
         .expect("resume_revision")
         .parse()
         .expect("number");
-    assert_eq!(Some(&resume), received.last());
+    (received, resume)
 }
 
 on_both_stores!(
