@@ -484,6 +484,15 @@ fn micros(time: Option<prost_types::Timestamp>) -> i64 {
     time.map_or(0, |t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1_000)
 }
 
+/// What each episode's metadata carries beside its facts: 8 KiB, so that
+/// pages of hundreds of episodes (a tail catching up, a listing, a rule's
+/// run) end at their bytes rather than their count, and those cuts are
+/// read under faults too.
+fn pad() -> &'static str {
+    static PAD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PAD.get_or_init(|| "p".repeat(8 * 1024))
+}
+
 /// Appends one episode; its seq and whether it was a replay.
 pub async fn append(
     channel: &Channel,
@@ -500,7 +509,9 @@ pub async fn append(
                 id: id.into(),
                 r#type: "observation".into(),
                 content: Some(json_to_proto(&json!(value))),
-                metadata: match json_to_proto(&json!({"learn": true, "subject": id})).kind {
+                metadata: match json_to_proto(&json!({"learn": true, "subject": id, "pad": pad()}))
+                    .kind
+                {
                     Some(prost_types::value::Kind::StructValue(s)) => Some(s),
                     _ => None,
                 },
