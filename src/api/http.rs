@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -139,16 +139,54 @@ fn event_json(episode: Episode) -> serde_json::Value {
     })
 }
 
+/// The query's parameters, percent-decoded; one that is not UTF-8 once
+/// decoded is refused by name (a lossy decode would look up some other
+/// text). A name given twice keeps its last value.
+fn query_params(raw: Option<String>) -> Result<HashMap<String, String>, Error> {
+    let mut params = HashMap::new();
+    for pair in raw
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |text: &str| {
+            let spaced = text.replace('+', " ");
+            percent_encoding::percent_decode_str(&spaced)
+                .decode_utf8()
+                .map(|text| text.into_owned())
+        };
+        let Ok(name) = decode(name) else {
+            return Err(Error::invalid(
+                crate::error::Reason::InvalidArgument,
+                "query",
+                "a parameter name is not UTF-8 once percent-decoded",
+            ));
+        };
+        let Ok(value) = decode(value) else {
+            return Err(Error::invalid(
+                crate::error::Reason::InvalidArgument,
+                &name,
+                "must be UTF-8 once percent-decoded",
+            ));
+        };
+        params.insert(name, value);
+    }
+    Ok(params)
+}
+
 async fn events<S: Store>(
     State(Endpoints { sessions, auth }): State<Endpoints<S>>,
     headers: HeaderMap,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     let ctx = match caller(&auth, &headers) {
         Ok(ctx) => ctx,
         Err(refusal) => return refused(refusal),
     };
     let answer = async {
+        let params = query_params(query)?;
         let limit = limit(&params)?;
         let session_id = param(&params, "session_id", Id::parse_optional)?;
         let (agent, events) = sessions.latest_events(&ctx, session_id, limit).await?;
@@ -165,13 +203,14 @@ async fn events<S: Store>(
 async fn session_ids<S: Store>(
     State(Endpoints { sessions, auth }): State<Endpoints<S>>,
     headers: HeaderMap,
-    Query(params): Query<HashMap<String, String>>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     let ctx = match caller(&auth, &headers) {
         Ok(ctx) => ctx,
         Err(refusal) => return refused(refusal),
     };
     let answer = async {
+        let params = query_params(query)?;
         let limit = limit(&params)?;
         let filter = SessionFilter {
             app: param(&params, "app", Name::parse_optional)?,
@@ -187,4 +226,22 @@ async fn session_ids<S: Store>(
         Ok::<_, Error>(json!({ "agent": agent, "total": ids.len(), "sessions": ids }))
     };
     respond(answer.await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_params_decode_strictly() {
+        let params = |raw: &str| query_params(Some(raw.to_owned()));
+        let decoded = params("session_id=a%2Fb+c&limit=2&limit=3&flag").expect("params");
+        assert_eq!(decoded.get("session_id").map(String::as_str), Some("a/b c"));
+        assert_eq!(decoded.get("limit").map(String::as_str), Some("3"));
+        assert_eq!(decoded.get("flag").map(String::as_str), Some(""));
+        assert!(query_params(None).expect("none").is_empty());
+        let refused = params("session_id=%ff%fe").expect_err("not UTF-8");
+        assert!(refused.to_string().contains("session_id"), "{refused}");
+        assert!(params("%ff=1").is_err());
+    }
 }

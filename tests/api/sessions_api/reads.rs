@@ -155,6 +155,22 @@ async fn type_filters_paging_and_context(backend: Backend) {
     assert_eq!(body["reason"], json!("SESSION_NOT_FOUND"));
     let (status, _) = http_get_json(server.http_addr(), "/memory/events?limit=0").await;
     assert_eq!(status, 400);
+    // Percent-encoded text is decoded; bytes that are not UTF-8 are refused
+    // by name, not read as some other id.
+    let (status, body) = http_get_json(
+        server.http_addr(),
+        "/memory/events?session_id=%63hat&limit=1",
+    )
+    .await;
+    assert_eq!((status, &body["total"]), (200, &json!(1)));
+    let (status, body) =
+        http_get_json(server.http_addr(), "/memory/events?session_id=%ff%fe").await;
+    assert_eq!(status, 400);
+    assert_eq!(body["reason"], json!("INVALID_ARGUMENT"));
+    assert_eq!(
+        body["error"],
+        json!("session_id: must be UTF-8 once percent-decoded")
+    );
     let (status, body) = http_get_json(server.http_addr(), "/memory/events?limit=5000").await;
     assert_eq!(status, 200, "over the maximum is lowered");
     assert_eq!(body["total"], json!(6));
