@@ -226,6 +226,12 @@ pub fn filled<T: Weigh>(items: &[T]) -> bool {
     overflows(total, items.len().saturating_sub(1))
 }
 
+/// Whether more may follow a read of up to `limit` items that stopped at
+/// a page's bytes ([`Weighed`]): it came back full by count, or by bytes.
+pub fn more<T: Weigh>(items: &[T], limit: i64) -> bool {
+    i64::try_from(items.len()).is_ok_and(|n| n >= limit) || filled(items)
+}
+
 /// How many leading items fit in [`PAGE_BYTES`]: at least one.
 pub fn fitting<T: Weigh>(items: &[T]) -> usize {
     let mut total = 0;
@@ -328,6 +334,14 @@ mod tests {
         assert!(!filled(&[half, half]));
         assert!(!filled(&[3 * PAGE_BYTES]));
         assert!(!filled(&[]));
+        let more = |weights: &[usize], limit| {
+            more(
+                &weights.iter().map(|w| Weighing(*w)).collect::<Vec<_>>(),
+                limit,
+            )
+        };
+        assert!(more(&[1, 2], 2) && more(&[half, half, 1], 5));
+        assert!(!more(&[1], 2) && !more(&[], 1));
     }
 
     #[test]

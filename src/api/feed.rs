@@ -38,7 +38,7 @@ pub trait Feed: Send + 'static {
     const POSITION: &'static str;
     /// The most items `page` returns; fewer means the range is exhausted,
     /// unless the page stopped at the bytes a page holds
-    /// ([`paging::filled`](crate::paging::filled)).
+    /// ([`paging::more`](crate::paging::more)).
     const BATCH: i64;
 
     fn position(item: &Self::Item) -> i64;
@@ -210,7 +210,7 @@ async fn produce<F: Feed>(
             };
             // A page that stopped for its bytes is not the range's end:
             // skipping to `up_to` then would leave a gap in the feed.
-            let complete = (page.len() as i64) < F::BATCH && !crate::paging::filled(&page);
+            let complete = !crate::paging::more(&page, F::BATCH);
             for item in page {
                 let position = F::position(&item);
                 // Room for the item in the buffer's count and its bytes.

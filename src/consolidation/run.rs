@@ -107,7 +107,7 @@ pub(super) async fn run<T: RuleTx>(
         .episodes(tenant, rule.watermark, up_to, run.limit)
         .await?;
     // More wait when the limit or the bytes a run reads were reached.
-    let more = episodes.len() as i64 >= run.limit || crate::paging::filled(&episodes);
+    let more = crate::paging::more(&episodes, run.limit);
     let watermark = match episodes.last() {
         Some(last) if more => last.cursor,
         _ => up_to,

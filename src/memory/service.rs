@@ -514,7 +514,7 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                     .await?;
                 // A batch ends at HISTORY_BATCH versions or at about 2 MiB
                 // of them, whichever comes first.
-                let more = batch.len() as i64 == HISTORY_BATCH || paging::filled(&batch);
+                let more = paging::more(&batch, HISTORY_BATCH);
                 let Some(last) = batch.last() else {
                     return Ok(None);
                 };

@@ -198,7 +198,7 @@ pub(super) async fn apply_in<C: Run>(
                 },
             )
             .await?;
-        let more = staged.len() as i64 == APPLY_PAGE || crate::paging::filled(&staged);
+        let more = crate::paging::more(&staged, APPLY_PAGE);
         for Staged { line, body } in &staged {
             let record: Record = serde_json::from_str(body).map_err(Error::internal)?;
             let kind = record.kind();
