@@ -105,15 +105,24 @@ impl Embedder for OpenAiEmbedder {
     }
 }
 
-/// The start of a text, at most [`MAX_TEXT_CHARS`] characters; never empty
-/// (endpoints refuse an empty input).
-fn clip(text: &str) -> &str {
-    let text = text.trim();
+/// The start of a text, at most [`MAX_TEXT_CHARS`] characters, trimmed;
+/// never empty (endpoints refuse an empty input). Clipping a clipped text
+/// changes nothing, so a caller may clip before it holds many texts.
+pub fn clip(text: &str) -> &str {
+    let text = text.trim_start();
     let text = match text.char_indices().nth(MAX_TEXT_CHARS) {
         Some((at, _)) => &text[..at],
         None => text,
     };
+    let text = text.trim_end();
     if text.is_empty() { " " } else { text }
+}
+
+/// What an item is embedded as: the start of its text, as [`clip`] keeps
+/// it. The worker and the backfill hold these, not the items, so a batch
+/// of megabyte values holds kilobytes.
+pub fn input(item: &crate::search::Item) -> String {
+    clip(&item.text()).to_owned()
 }
 
 /// The vectors of an `/embeddings` answer, by their `index`, normalised.
@@ -231,5 +240,11 @@ mod tests {
             clip(&"é".repeat(MAX_TEXT_CHARS + 5)).chars().count(),
             MAX_TEXT_CHARS
         );
+        // Cut where a space falls, the clipped text ends with a word, and
+        // clipping it again changes nothing.
+        let text = format!("  {} tail", "ab ".repeat(MAX_TEXT_CHARS));
+        let clipped = clip(&text);
+        assert!(clipped.starts_with("ab") && clipped.ends_with("ab"));
+        assert_eq!(clip(clipped), clipped);
     }
 }

@@ -127,14 +127,18 @@ pub trait EmbeddingStore: Clone + Send + Sync + 'static {
 
     /// Live items of one source, every tenant's, with no vector of `model`
     /// and not in the outbox, in a stable order after `after` (a previous
-    /// page's last): what `engram reembed` backfills.
+    /// page's last): what `engram reembed` backfills. Each comes as what
+    /// it is embedded as ([`input`]), read a row at a time, so a page of
+    /// megabyte values never holds them all.
+    ///
+    /// [`input`]: super::embedder::input
     fn unembedded(
         &self,
         source: Source,
         model: &str,
         after: Option<&(Tenant, ItemRef)>,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<(Tenant, ItemRef, Item)>>> + Send;
+    ) -> impl Future<Output = Result<Vec<(Tenant, ItemRef, String)>>> + Send;
 
     /// How many live items have no vector of `model`, per source.
     fn count_unembedded(
@@ -164,6 +168,17 @@ pub trait EmbeddingStore: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         refs: &[ItemRef],
     ) -> impl Future<Output = Result<Vec<Option<Item>>>> + Send;
+
+    /// What the live items named are embedded as ([`input`]), in that
+    /// order (`None`: gone since): an embedding worker's batch, each item
+    /// read and clipped before the next is read.
+    ///
+    /// [`input`]: super::embedder::input
+    fn inputs(
+        &self,
+        tenant: &Tenant,
+        refs: &[ItemRef],
+    ) -> impl Future<Output = Result<Vec<Option<String>>>> + Send;
 }
 
 /// The most vectors a semantic search compares per source: the bound on a

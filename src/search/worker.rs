@@ -20,9 +20,9 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
+use super::Source;
 use super::embedder::{Embedder, encode};
 use super::ports::{Embedded, EmbeddingStore, ItemRef, Pending};
-use super::{Item, Source};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 
@@ -98,8 +98,8 @@ impl<S: EmbeddingStore> Worker<S> {
         if pending.is_empty() {
             return Ok(0);
         }
-        let items = self.live_items(&pending).await?;
-        let texts: Vec<String> = items.iter().flatten().map(Item::text).collect();
+        let inputs = self.live_inputs(&pending).await?;
+        let texts: Vec<String> = inputs.iter().flatten().cloned().collect();
         let vectors = if texts.is_empty() {
             Vec::new()
         } else {
@@ -126,11 +126,11 @@ impl<S: EmbeddingStore> Worker<S> {
         let mut vectors = vectors.into_iter();
         let done: Vec<Embedded> = pending
             .iter()
-            .zip(&items)
-            .map(|(entry, item)| Embedded {
+            .zip(&inputs)
+            .map(|(entry, input)| Embedded {
                 tenant: entry.tenant.clone(),
                 item: entry.item.clone(),
-                vector: item
+                vector: input
                     .as_ref()
                     .and_then(|_| vectors.next())
                     .map(|v| encode(&v)),
@@ -144,24 +144,25 @@ impl<S: EmbeddingStore> Worker<S> {
         Ok(pending.len())
     }
 
-    /// Each entry's item if still live at its version, in order.
-    async fn live_items(&self, pending: &[Pending]) -> Result<Vec<Option<Item>>> {
+    /// What each entry's item is embedded as, if still live at its
+    /// version, in order.
+    async fn live_inputs(&self, pending: &[Pending]) -> Result<Vec<Option<String>>> {
         let mut by_tenant: BTreeMap<&Tenant, Vec<usize>> = BTreeMap::new();
         for (at, entry) in pending.iter().enumerate() {
             by_tenant.entry(&entry.tenant).or_default().push(at);
         }
-        let mut items = vec![None; pending.len()];
+        let mut inputs = vec![None; pending.len()];
         for (tenant, positions) in by_tenant {
             let refs: Vec<ItemRef> = positions
                 .iter()
                 .map(|&at| pending[at].item.clone())
                 .collect();
-            let found = self.store.items(tenant, &refs).await?;
-            for (at, item) in positions.into_iter().zip(found) {
-                items[at] = item;
+            let found = self.store.inputs(tenant, &refs).await?;
+            for (at, input) in positions.into_iter().zip(found) {
+                inputs[at] = input;
             }
         }
-        Ok(items)
+        Ok(inputs)
     }
 }
 
@@ -229,17 +230,20 @@ pub async fn reembed<S: EmbeddingStore>(
                 break;
             };
             after = Some((tenant.clone(), item.clone()));
-            let texts: Vec<String> = page.iter().map(|(_, _, item)| item.text()).collect();
+            let (items, texts): (Vec<_>, Vec<_>) = page
+                .into_iter()
+                .map(|(tenant, item, text)| ((tenant, item), text))
+                .unzip();
             let vectors = embedder
                 .embed(&texts)
                 .await
                 .map_err(|err| Error::Unavailable {
                     source: format!("the embedder failed: {err}").into(),
                 })?;
-            let stored: Vec<Embedded> = page
+            let stored: Vec<Embedded> = items
                 .into_iter()
                 .zip(vectors)
-                .map(|((tenant, item, _), vector)| Embedded {
+                .map(|((tenant, item), vector)| Embedded {
                     tenant,
                     item,
                     vector: Some(encode(&vector)),

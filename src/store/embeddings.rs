@@ -14,6 +14,7 @@ use super::sessions::episode_columns;
 use super::sql::{Backend, Cols, Dialect, Param, Run, Sql, Transaction, params, select};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::search::embedder::input;
 use crate::search::ports::{Embedded, EmbeddingStore, ItemRef, MAX_VECTORS, Pending};
 use crate::search::{Filters, Item, Source};
 
@@ -263,6 +264,31 @@ async fn fetch(conn: &mut impl Run, tenant: &Tenant, item: &ItemRef) -> Result<O
     row?.map(|row| self::item(source, &row)).transpose()
 }
 
+/// The live items named, in order, each kept as `keep` makes it before
+/// the next is read.
+async fn each_item<T>(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    refs: &[ItemRef],
+    keep: impl Fn(Item) -> T,
+) -> Result<Vec<Option<T>>> {
+    let mut kept = Vec::with_capacity(refs.len());
+    for item in refs {
+        kept.push(fetch(conn, tenant, item).await?.map(&keep));
+    }
+    Ok(kept)
+}
+
+/// An unembedded item as the backfill reads it: weighed by its input, so
+/// a page is its whole `limit` of clipped texts.
+struct Unembedded(Tenant, ItemRef, String);
+
+impl crate::paging::Weigh for Unembedded {
+    fn weight(&self) -> usize {
+        self.2.len()
+    }
+}
+
 impl<B: Backend> EmbeddingStore for B {
     async fn set_embedder(&self, model: &str) -> Result<()> {
         let mut conn = self.system_writer().await?;
@@ -368,13 +394,12 @@ impl<B: Backend> EmbeddingStore for B {
         model: &str,
         after: Option<&(Tenant, ItemRef)>,
         limit: usize,
-    ) -> Result<Vec<(Tenant, ItemRef, Item)>> {
+    ) -> Result<Vec<(Tenant, ItemRef, String)>> {
         let mut conn = self.system().await?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = match (source, after) {
+        let (sql, params): (&'static Sql, &[Param<'_>]) = match (source, after) {
             (Source::Memory, None) => {
-                conn.rows(&UNEMBEDDED_MEMORY, params![model, limit, "", 0_i16, "", ""])
-                    .await?
+                (&UNEMBEDDED_MEMORY, params![model, limit, "", 0_i16, "", ""])
             }
             (
                 Source::Memory,
@@ -387,44 +412,39 @@ impl<B: Backend> EmbeddingStore for B {
                         ..
                     },
                 )),
-            ) => {
-                conn.rows(
-                    &UNEMBEDDED_MEMORY,
-                    params![model, limit, tenant.as_str(), *scope_type, scope, key],
-                )
-                .await?
-            }
-            (Source::Facts, None) => {
-                conn.rows(&UNEMBEDDED_FACTS, params![model, limit, "", ""])
-                    .await?
-            }
-            (Source::Facts, Some((tenant, ItemRef::Fact { id, .. }))) => {
-                conn.rows(
-                    &UNEMBEDDED_FACTS,
-                    params![model, limit, tenant.as_str(), id],
-                )
-                .await?
-            }
+            ) => (
+                &UNEMBEDDED_MEMORY,
+                params![model, limit, tenant.as_str(), *scope_type, scope, key],
+            ),
+            (Source::Facts, None) => (&UNEMBEDDED_FACTS, params![model, limit, "", ""]),
+            (Source::Facts, Some((tenant, ItemRef::Fact { id, .. }))) => (
+                &UNEMBEDDED_FACTS,
+                params![model, limit, tenant.as_str(), id],
+            ),
             (Source::Episodes, None) => {
-                conn.rows(&UNEMBEDDED_EPISODES, params![model, limit, "", "", 0_i64])
-                    .await?
+                (&UNEMBEDDED_EPISODES, params![model, limit, "", "", 0_i64])
             }
-            (Source::Episodes, Some((tenant, ItemRef::Episode { session_id, seq }))) => {
-                conn.rows(
-                    &UNEMBEDDED_EPISODES,
-                    params![model, limit, tenant.as_str(), session_id, *seq],
-                )
-                .await?
-            }
+            (Source::Episodes, Some((tenant, ItemRef::Episode { session_id, seq }))) => (
+                &UNEMBEDDED_EPISODES,
+                params![model, limit, tenant.as_str(), session_id, *seq],
+            ),
             _ => return Err(Error::internal("a position of another source")),
         };
         let tenant_at = super::search::width(source);
-        rows.iter()
-            .map(|row| {
+        let read = conn
+            .all_weighed(sql, params, |row| {
                 let item = item(source, row)?;
-                Ok((Tenant::new(row.text(tenant_at)?), item.reference(), item))
+                Ok(Unembedded(
+                    Tenant::new(row.text(tenant_at)?),
+                    item.reference(),
+                    input(&item),
+                ))
             })
-            .collect()
+            .await?;
+        Ok(read
+            .into_iter()
+            .map(|Unembedded(tenant, item, text)| (tenant, item, text))
+            .collect())
     }
 
     async fn count_unembedded(&self, source: Source, model: &str) -> Result<i64> {
@@ -485,10 +505,11 @@ impl<B: Backend> EmbeddingStore for B {
 
     async fn items(&self, tenant: &Tenant, refs: &[ItemRef]) -> Result<Vec<Option<Item>>> {
         let mut conn = self.reader(tenant).await?;
-        let mut items = Vec::with_capacity(refs.len());
-        for item in refs {
-            items.push(fetch(&mut conn, tenant, item).await?);
-        }
-        Ok(items)
+        each_item(&mut conn, tenant, refs, |item| item).await
+    }
+
+    async fn inputs(&self, tenant: &Tenant, refs: &[ItemRef]) -> Result<Vec<Option<String>>> {
+        let mut conn = self.reader(tenant).await?;
+        each_item(&mut conn, tenant, refs, |item| input(&item)).await
     }
 }

@@ -265,6 +265,65 @@ async fn exports_of_large_items_read_a_page_at_a_time<S: Store>(store: S, _db: &
     store.export_done(snapshot).await.expect("done");
 }
 
+/// The backfill and the embedding worker hold what they embed, not the
+/// items: an item of 64 KiB comes back as the start of its text, at most
+/// what the embedder is sent, and a page is its whole limit.
+async fn embedding_reads_hold_clipped_inputs<S: Store>(store: S, _db: &TestDb) {
+    use engram::search::embedder::MAX_TEXT_CHARS;
+    const EACH: usize = 30;
+    let clipped = |what: &str, text: &str| {
+        assert!(
+            text.chars().count() <= MAX_TEXT_CHARS && text.contains("needle lorem ipsum"),
+            "{what}: an input of {} bytes",
+            text.len()
+        );
+    };
+    let w = writer(&store, "t1");
+    let l = log(&store, "t1");
+    l.create("s", "app", "alice", 0).await;
+    let s = id("s");
+    let tenant = Tenant::new("t1");
+    for n in 0..EACH {
+        w.set(&format!("k{n:02}"), json!(needles(1))).await;
+        let name = format!("e{n:02}");
+        l.append(
+            "s",
+            &[episode(&s, Some(&name), None, None, json!(needles(1)))],
+        )
+        .await;
+        let mut big = payload("alice", &format!("v{n}"));
+        big.content = json!(needles(1));
+        insert(&store, &tenant, &big, &[&name]).await;
+    }
+    for source in Source::ALL {
+        let page = store
+            .unembedded(source, "m1", None, 100)
+            .await
+            .expect("unembedded");
+        assert_eq!(page.len(), EACH, "{source:?}: the whole limit");
+        for (_, _, text) in &page {
+            clipped(&format!("{source:?}"), text);
+        }
+    }
+
+    store.set_embedder("m1").await.expect("set embedder");
+    for n in 0..EACH {
+        w.set(&format!("q{n:02}"), json!(needles(1))).await;
+    }
+    let now = chrono::Utc::now();
+    let claimed = store
+        .claim_pending("w", now, now + std::time::Duration::from_secs(60), 100)
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), EACH);
+    let refs: Vec<_> = claimed.iter().map(|p| p.item.clone()).collect();
+    let inputs = store.inputs(&tenant, &refs).await.expect("inputs");
+    assert_eq!(inputs.len(), EACH);
+    for input in inputs {
+        clipped("worker", input.as_deref().unwrap_or_default());
+    }
+}
+
 store_suite!(
     single_threaded;
     lists_of_large_values_stop_at_a_page,
@@ -273,4 +332,5 @@ store_suite!(
     search_hits_of_large_items_stop_at_a_page,
     fact_versions_of_large_content_stop_at_a_page,
     exports_of_large_items_read_a_page_at_a_time,
+    embedding_reads_hold_clipped_inputs,
 );
