@@ -1,6 +1,12 @@
 //! The export format: JSON Lines, one [`Record`] per line, tagged by
 //! `kind`, after a [`Header`] naming the format and its version.
 //!
+//! Every line is bounded: what grows without bound (a fact's versions, a
+//! session's tasks and cached files) has a line per item after its owner's
+//! line, so no line outgrows a message or a page, however long a fact's
+//! history. Version 1 files held them inside their owner's line; those
+//! lines are still read.
+//!
 //! A record holds what a store keeps about a thing, less what the
 //! importing store issues again (change-feed revisions, episode cursors)
 //! and what it recomputes (search vectors). Everything here is checked on
@@ -20,8 +26,8 @@ use crate::working::TaskStatus;
 /// The `format` of the header line.
 pub const FORMAT: &str = "engram.export";
 
-/// The format version this server writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this server writes; it reads every version from 1.
+pub const VERSION: u32 = 2;
 
 /// One line of an export.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,7 +39,13 @@ pub enum Record {
     Session(Session),
     Episode(Episode),
     WorkingMemory(WorkingMemory),
+    /// A task of a working memory written earlier (version 2).
+    Task(Task),
+    /// A cached file of a working memory written earlier (version 2).
+    CachedFile(Cached),
     Fact(Fact),
+    /// A version of a fact written earlier (version 2).
+    FactVersion(FactVersion),
     Rule(Rule),
 }
 
@@ -122,7 +134,8 @@ pub struct Episode {
     pub fingerprint: String,
 }
 
-/// A session's working memory: goal, tasks and cached files.
+/// A session's working memory: its goal, and in a version 1 file its tasks
+/// and cached files (version 2 writes each as a line of its own).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkingMemory {
@@ -131,13 +144,19 @@ pub struct WorkingMemory {
     /// The number of the last task id handed out.
     pub next_task: i64,
     pub update_time: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<Task>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache: Vec<Cached>,
 }
 
+/// A task: a `task` line, or one of a version 1 working memory's `tasks`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Task {
+    /// The session whose working memory holds it; empty inside its line.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub session_id: String,
     pub number: i64,
     pub subject: String,
     pub description: String,
@@ -147,16 +166,22 @@ pub struct Task {
     pub update_time: DateTime<Utc>,
 }
 
+/// A cached file: a `cached_file` line, or one of a version 1 working
+/// memory's `cache`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cached {
+    /// The session whose working memory holds it; empty inside its line.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub session_id: String,
     pub path: String,
     pub content: String,
     pub bytes: i64,
     pub update_time: DateTime<Utc>,
 }
 
-/// A fact with every version and its lineage.
+/// A fact with its lineage, and in a version 1 file its versions (version 2
+/// writes each as a `fact_version` line).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fact {
@@ -172,15 +197,22 @@ pub struct Fact {
     pub deleted: bool,
     pub create_time: DateTime<Utc>,
     pub update_time: DateTime<Utc>,
-    /// Oldest first; the last is `version`.
+    /// Oldest first; the last is `version`. Empty when the versions have
+    /// lines of their own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub versions: Vec<FactVersion>,
     /// The ids of the episodes it was derived from, sorted.
     pub sources: Vec<String>,
 }
 
+/// A version of a fact: a `fact_version` line, or one of a version 1
+/// fact's `versions`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FactVersion {
+    /// The fact; empty inside its line.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fact_id: String,
     pub version: i64,
     pub deleted: bool,
     pub subject: String,
@@ -235,36 +267,41 @@ impl crate::paging::Weigh for Episode {
 
 impl crate::paging::Weigh for WorkingMemory {
     fn weight(&self) -> usize {
-        let tasks: usize = self
-            .tasks
-            .iter()
-            .map(|t| t.subject.len() + t.description.len() + 64)
-            .sum();
-        let cache: usize = self
-            .cache
-            .iter()
-            .map(|c| c.path.len() + c.content.len() + 48)
-            .sum();
+        let tasks: usize = self.tasks.iter().map(Task::weight).sum();
+        let cache: usize = self.cache.iter().map(Cached::weight).sum();
         self.goal.len() + tasks + cache + 64
+    }
+}
+
+impl crate::paging::Weigh for Task {
+    fn weight(&self) -> usize {
+        self.session_id.len() + self.subject.len() + self.description.len() + 64
+    }
+}
+
+impl crate::paging::Weigh for Cached {
+    fn weight(&self) -> usize {
+        self.session_id.len() + self.path.len() + self.content.len() + 48
     }
 }
 
 impl crate::paging::Weigh for Fact {
     fn weight(&self) -> usize {
-        use crate::paging::json_weight;
-        let versions: usize = self
-            .versions
-            .iter()
-            .map(|v| {
-                v.subject.len()
-                    + v.predicate.len()
-                    + v.object.len()
-                    + json_weight(&v.content)
-                    + json_weight(&v.source_episode_ids)
-                    + 96
-            })
-            .sum();
+        let versions: usize = self.versions.iter().map(FactVersion::weight).sum();
         self.sources.iter().map(String::len).sum::<usize>() + versions + 160
+    }
+}
+
+impl crate::paging::Weigh for FactVersion {
+    fn weight(&self) -> usize {
+        use crate::paging::json_weight;
+        self.fact_id.len()
+            + self.subject.len()
+            + self.predicate.len()
+            + self.object.len()
+            + json_weight(&self.content)
+            + json_weight(&self.source_episode_ids)
+            + 96
     }
 }
 
@@ -278,7 +315,10 @@ impl Record {
             Record::Session(_) => "session",
             Record::Episode(_) => "episode",
             Record::WorkingMemory(_) => "working_memory",
+            Record::Task(_) => "task",
+            Record::CachedFile(_) => "cached_file",
             Record::Fact(_) => "fact",
+            Record::FactVersion(_) => "fact_version",
             Record::Rule(_) => "rule",
         }
     }
@@ -329,6 +369,12 @@ impl Record {
                 }
                 times
             }
+            Record::Task(t) => vec![
+                named("create_time", &t.create_time),
+                named("update_time", &t.update_time),
+            ],
+            Record::CachedFile(c) => vec![named("update_time", &c.update_time)],
+            Record::FactVersion(v) => vec![named("create_time", &v.create_time)],
             Record::Rule(r) => {
                 let mut times = vec![named("create_time", &r.create_time)];
                 times.extend(r.last_run_time.iter().map(|t| named("last_run_time", t)));
@@ -377,17 +423,17 @@ impl Record {
                 Id::parse("session_id", w.session_id.as_str())?;
                 counts(&[("next_task", w.next_task)])?;
                 for (n, task) in w.tasks.iter().enumerate() {
-                    positive(&format!("tasks[{n}].number"), task.number)?;
-                    TaskStatus::parse(&format!("tasks[{n}].status"), &task.status)?;
+                    task.check(&format!("tasks[{n}]."), Some(&w.session_id))?;
                 }
                 for (n, cached) in w.cache.iter().enumerate() {
-                    if cached.path.is_empty() {
-                        return Err(invalid(&format!("cache[{n}].path"), "must not be empty"));
-                    }
+                    cached.check(&format!("cache[{n}]."), Some(&w.session_id))?;
                 }
                 Ok(())
             }
+            Record::Task(t) => t.check("", None),
+            Record::CachedFile(c) => c.check("", None),
             Record::Fact(f) => f.check(),
+            Record::FactVersion(v) => v.check("", None),
             Record::Rule(r) => {
                 let cadence = match (r.every_n_episodes, &r.cron) {
                     (Some(n), None) => Cadence::EveryNEpisodes(n),
@@ -438,11 +484,11 @@ impl Header {
                 format!("must be {FORMAT:?}, got {:?}", self.format),
             ));
         }
-        if self.version != VERSION {
+        if !(1..=VERSION).contains(&self.version) {
             return Err(invalid(
                 "version",
                 format!(
-                    "this server reads version {VERSION} of the format, got {}",
+                    "this server reads versions 1 to {VERSION} of the format, got {}",
                     self.version
                 ),
             ));
@@ -493,7 +539,11 @@ impl Fact {
         }
         fact_kind("fact_kind", &self.fact_kind)?;
         positive("version", self.version)?;
-        if self.versions.last().map(|v| v.version) != Some(self.version) {
+        // Without versions, they follow as lines of their own; the import
+        // checks that the current one came.
+        if !self.versions.is_empty()
+            && self.versions.last().map(|v| v.version) != Some(self.version)
+        {
             return Err(invalid(
                 "versions",
                 "must end with the fact's current version",
@@ -508,16 +558,55 @@ impl Fact {
             }
         }
         for (n, version) in self.versions.iter().enumerate() {
-            positive(&format!("versions[{n}].version"), version.version)?;
-            if !version.source_episode_ids.is_array() {
-                return Err(invalid(
-                    &format!("versions[{n}].source_episode_ids"),
-                    "must be an array",
-                ));
-            }
+            version.check(&format!("versions[{n}]."), Some(&self.id))?;
         }
         for (n, id) in self.sources.iter().enumerate() {
             Id::parse(&format!("sources[{n}]"), id.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+/// The owner of an item: on its own line it names it; inside its owner's
+/// line (`inside`) it names nothing or the same.
+fn owner(field: &str, owner: &str, inside: Option<&str>) -> Result<()> {
+    match inside {
+        None => Id::parse(field, owner).map(|_| ()),
+        Some(id) if owner.is_empty() || owner == id => Ok(()),
+        Some(id) => Err(invalid(field, format!("must be empty or {id:?}"))),
+    }
+}
+
+impl Task {
+    /// Checks the task's fields, named after `prefix`; `inside` is the
+    /// session of the line holding it.
+    fn check(&self, prefix: &str, inside: Option<&str>) -> Result<()> {
+        owner(&format!("{prefix}session_id"), &self.session_id, inside)?;
+        positive(&format!("{prefix}number"), self.number)?;
+        TaskStatus::parse(&format!("{prefix}status"), &self.status)?;
+        Ok(())
+    }
+}
+
+impl Cached {
+    fn check(&self, prefix: &str, inside: Option<&str>) -> Result<()> {
+        owner(&format!("{prefix}session_id"), &self.session_id, inside)?;
+        if self.path.is_empty() {
+            return Err(invalid(&format!("{prefix}path"), "must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+impl FactVersion {
+    fn check(&self, prefix: &str, inside: Option<&str>) -> Result<()> {
+        owner(&format!("{prefix}fact_id"), &self.fact_id, inside)?;
+        positive(&format!("{prefix}version"), self.version)?;
+        if !self.source_episode_ids.is_array() {
+            return Err(invalid(
+                &format!("{prefix}source_episode_ids"),
+                "must be an array",
+            ));
         }
         Ok(())
     }
@@ -634,6 +723,39 @@ mod tests {
         assert!(
             matches!(record.check(), Err(Error::InvalidArgument { field, .. }) if field == "scope_type")
         );
+    }
+
+    #[test]
+    fn items_name_their_owner_on_their_own_line_and_nothing_else_inside_it() {
+        let task = r#"{"kind":"task","number":1,"subject":"s","description":"","status":"pending","create_time":"2026-11-23T10:00:00Z","update_time":"2026-11-23T10:00:00Z"}"#;
+        let record: Record = serde_json::from_str(task).expect("parses");
+        assert!(
+            matches!(record.check(), Err(Error::InvalidArgument { field, .. }) if field == "session_id")
+        );
+        let inside = r#"{"kind":"working_memory","session_id":"s1","goal":"","next_task":1,"update_time":"2026-11-23T10:00:00Z","cache":[{"session_id":"s2","path":"a","content":"","bytes":0,"update_time":"2026-11-23T10:00:00Z"}]}"#;
+        let record: Record = serde_json::from_str(inside).expect("parses");
+        assert!(
+            matches!(record.check(), Err(Error::InvalidArgument { field, .. }) if field == "cache[0].session_id")
+        );
+        let version = r#"{"kind":"fact_version","fact_id":"f1","version":2,"deleted":false,"subject":"","predicate":"","object":"","content":"x","confidence":1.0,"source":"remember","source_episode_ids":[],"channels":[],"create_time":"2026-11-23T10:00:00Z"}"#;
+        let record: Record = serde_json::from_str(version).expect("parses");
+        record.check().expect("valid");
+        assert_eq!(record.kind(), "fact_version");
+    }
+
+    #[test]
+    fn headers_of_every_version_read_are_accepted() {
+        let header = |version: u32| {
+            let mut header = Header::new("t", "tenant".to_owned(), Utc::now());
+            header.version = version;
+            Record::Header(header).check()
+        };
+        header(1).expect("version 1");
+        header(VERSION).expect("this version");
+        assert!(
+            matches!(header(VERSION + 1), Err(Error::InvalidArgument { field, .. }) if field == "version")
+        );
+        assert!(header(0).is_err());
     }
 
     #[test]

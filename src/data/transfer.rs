@@ -38,7 +38,8 @@ pub enum Selection {
 
 /// The parts of an export, in the order they are written, which is an
 /// order an import can apply them in (sessions before their episodes,
-/// episodes before the rules whose watermarks name them).
+/// working memories before their tasks and files, facts before their
+/// versions, episodes before the rules whose watermarks name them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
     Executions,
@@ -46,7 +47,10 @@ pub enum Part {
     Sessions,
     Episodes,
     Working,
+    Tasks,
+    CachedFiles,
     Facts,
+    FactVersions,
     Rules,
 }
 
@@ -65,6 +69,10 @@ pub enum After {
     },
     /// After this episode cursor.
     Cursor(i64),
+    /// After this item of an owner: a session's task, a fact's version.
+    Numbered(String, i64),
+    /// After this cached file of a session.
+    Named(String, String),
 }
 
 /// A page of a part, and where the next starts (none after the last).
@@ -93,11 +101,38 @@ impl Selection {
         use Part::*;
         match self {
             Selection::Tenant => &[
-                Executions, Memory, Sessions, Episodes, Working, Facts, Rules,
+                Executions,
+                Memory,
+                Sessions,
+                Episodes,
+                Working,
+                Tasks,
+                CachedFiles,
+                Facts,
+                FactVersions,
+                Rules,
             ],
             Selection::Scope(_) => &[Executions, Memory],
-            Selection::Session(_) => &[Executions, Memory, Sessions, Episodes, Working],
-            Selection::User { .. } => &[Executions, Memory, Sessions, Episodes, Working, Facts],
+            Selection::Session(_) => &[
+                Executions,
+                Memory,
+                Sessions,
+                Episodes,
+                Working,
+                Tasks,
+                CachedFiles,
+            ],
+            Selection::User { .. } => &[
+                Executions,
+                Memory,
+                Sessions,
+                Episodes,
+                Working,
+                Tasks,
+                CachedFiles,
+                Facts,
+                FactVersions,
+            ],
         }
     }
 
@@ -458,6 +493,19 @@ mod tests {
             let at = |part| parts.iter().position(|p| *p == part);
             assert!(at(Part::Sessions) < at(Part::Episodes));
             assert!(at(Part::Episodes) < at(Part::Working));
+            assert!(at(Part::Working) < at(Part::Tasks));
+            assert!(at(Part::Working) < at(Part::CachedFiles));
+        }
+        for selection in [
+            Selection::Tenant,
+            Selection::User {
+                app: Name::parse("app", "a").expect("app"),
+                user: Name::parse("user", "u").expect("user"),
+            },
+        ] {
+            let parts = selection.parts();
+            let at = |part| parts.iter().position(|p| *p == part);
+            assert!(at(Part::Facts) < at(Part::FactVersions));
         }
         let all = Selection::Tenant.parts();
         assert_eq!(all.last(), Some(&Part::Rules));

@@ -185,7 +185,7 @@ fn records(lines: &[String]) -> Vec<Value> {
     let header: Value = serde_json::from_str(&lines[0]).expect("header");
     assert_eq!(header["kind"], "header");
     assert_eq!(header["format"], "engram.export");
-    assert_eq!(header["version"], 1);
+    assert_eq!(header["version"], 2);
     lines[1..]
         .iter()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
@@ -243,7 +243,10 @@ async fn round_trip_across_stores(backend: Backend) {
             "session",
             "episode",
             "working_memory",
+            "task",
+            "cached_file",
             "fact",
+            "fact_version",
             "rule"
         ]
     );
@@ -791,7 +794,205 @@ async fn an_export_is_one_moment_of_the_tenant(backend: Backend) {
     );
 }
 
+const T0: &str = "2026-11-23T10:00:00Z";
+
+fn line(record: Value) -> String {
+    record.to_string()
+}
+
+fn header(version: u32) -> String {
+    line(
+        json!({"kind": "header", "format": "engram.export", "version": version,
+                "tenant": "elsewhere", "selection": "tenant", "export_time": T0}),
+    )
+}
+
+fn session_line(id: &str) -> String {
+    line(
+        json!({"kind": "session", "id": id, "app": "app", "user": "alice",
+                "metadata": {}, "create_time": T0, "update_time": T0, "end_time": null,
+                "last_seq": 0, "episode_count": 0, "episodes_evicted": 0}),
+    )
+}
+
+fn fact_head(id: &str, version: i64) -> Value {
+    json!({"kind": "fact", "id": id, "app": "app", "user": "alice",
+           "fact_kind": "semantic", "subject": "alice", "predicate": "notes",
+           "version": version, "deleted": false, "create_time": T0, "update_time": T0,
+           "sources": ["e1"]})
+}
+
+fn fact_version(version: i64, content: Value) -> Value {
+    json!({"version": version, "deleted": false, "subject": "alice", "predicate": "notes",
+           "object": format!("note {version}"), "content": content, "confidence": 0.5,
+           "source": "remember", "source_episode_ids": ["e1"], "channels": [],
+           "create_time": T0})
+}
+
+/// The kinds of an export's records and how many of each, in order.
+fn runs(records: &[Value]) -> Vec<(String, usize)> {
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for kind in records.iter().filter_map(|r| r["kind"].as_str()) {
+        match runs.last_mut() {
+            Some((last, n)) if last == kind => *n += 1,
+            _ => runs.push((kind.to_owned(), 1)),
+        }
+    }
+    runs
+}
+
+/// What grows without bound has a line per item: a version 1 file, with
+/// tasks, files and versions inside their owners' lines, is still read,
+/// and exported again with a line for each; a fact whose versions pass
+/// what one message carries moves whole; and a file whose items do not
+/// follow their owners is refused by line.
+async fn items_have_lines_of_their_own(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let old = vec![
+        header(1),
+        session_line("s1"),
+        line(
+            json!({"kind": "working_memory", "session_id": "s1", "goal": "ship",
+            "next_task": 1, "update_time": T0,
+            "tasks": [{"number": 1, "subject": "write", "description": "the docs",
+                       "status": "pending", "create_time": T0, "update_time": T0}],
+            "cache": [{"path": "a.txt", "content": "hello", "bytes": 5,
+                       "update_time": T0}]}),
+        ),
+        line({
+            let mut fact = fact_head("f1", 2);
+            fact["versions"] = json!([
+                fact_version(1, json!("first")),
+                fact_version(2, json!("second"))
+            ]);
+            fact
+        }),
+    ];
+    let imported = import(&server.channel, &old)
+        .await
+        .expect("a version 1 file");
+    assert_eq!(imported.imported["working_memory"], 1);
+    assert_eq!(imported.imported["fact"], 1);
+    let exported = records(&export(&server.channel, ExportRequest::default()).await);
+    assert_eq!(
+        runs(&exported),
+        [
+            ("session".to_owned(), 1),
+            ("working_memory".to_owned(), 1),
+            ("task".to_owned(), 1),
+            ("cached_file".to_owned(), 1),
+            ("fact".to_owned(), 1),
+            ("fact_version".to_owned(), 2),
+        ]
+    );
+    let by_kind =
+        |kind: &str| -> Vec<&Value> { exported.iter().filter(|r| r["kind"] == kind).collect() };
+    assert_eq!(by_kind("working_memory")[0].get("tasks"), None);
+    assert_eq!(by_kind("task")[0]["session_id"], "s1");
+    assert_eq!(by_kind("task")[0]["description"], "the docs");
+    assert_eq!(by_kind("cached_file")[0]["content"], "hello");
+    assert_eq!(by_kind("fact")[0].get("versions"), None);
+    let versions = by_kind("fact_version");
+    assert_eq!(
+        versions
+            .iter()
+            .map(|v| (&v["fact_id"], &v["content"]))
+            .collect::<Vec<_>>(),
+        [
+            (&json!("f1"), &json!("first")),
+            (&json!("f1"), &json!("second"))
+        ]
+    );
+    // The same file again finds everything in place.
+    let again = import(&server.channel, &old).await.expect("again");
+    assert!(again.imported.is_empty(), "{:?}", again.imported);
+
+    // A fact of 50 versions of 128 KiB: 6.4 MB, more than a message holds.
+    const VERSIONS: i64 = 50;
+    let big = |n: i64| json!(format!("{n} {}", "x".repeat(128 * 1024)));
+    let mut long = vec![header(2), line(fact_head("f2", VERSIONS))];
+    for n in 1..=VERSIONS {
+        let mut version = fact_version(n, big(n));
+        version["kind"] = json!("fact_version");
+        version["fact_id"] = json!("f2");
+        long.push(line(version));
+    }
+    let imported = import(&server.channel, &long).await.expect("a long fact");
+    assert_eq!(imported.imported["fact_version"], VERSIONS);
+    let moved = TestServer::spawn(the_other(backend)).await;
+    let lines = export(&server.channel, ExportRequest::default()).await;
+    import(&moved.channel, &lines).await.expect("moved");
+    let exported = records(&export(&moved.channel, ExportRequest::default()).await);
+    let contents: Vec<&Value> = exported
+        .iter()
+        .filter(|r| r["kind"] == "fact_version" && r["fact_id"] == "f2")
+        .map(|r| &r["content"])
+        .collect();
+    assert_eq!(
+        contents,
+        (1..=VERSIONS)
+            .map(big)
+            .collect::<Vec<_>>()
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        exported,
+        records(&lines),
+        "the same records on the other store"
+    );
+
+    // Refused by line: a fact whose current version never comes, a version
+    // past the current one or of a fact not there, a task of a working
+    // memory not there.
+    let refused = |lines: Vec<String>| {
+        let server = &server;
+        async move {
+            let err = import(&server.channel, &lines).await.expect_err("refused");
+            assert_eq!(
+                (err.code(), reason(&err)),
+                (Code::FailedPrecondition, "IMPORT_CONFLICT".into()),
+                "{err:?}"
+            );
+            err.message().to_owned()
+        }
+    };
+    let mut cut = long.clone();
+    cut.truncate(long.len() - 1);
+    for n in cut.iter_mut().skip(1) {
+        *n = n.replace("\"f2\"", "\"f3\"");
+    }
+    let message = refused(cut).await;
+    assert!(
+        message.starts_with("line 2: fact \"f3\", whose current version 50"),
+        "{message}"
+    );
+    let mut past = fact_version(3, json!("third"));
+    past["kind"] = json!("fact_version");
+    past["fact_id"] = json!("f1");
+    let message = refused(vec![header(2), line(past.clone())]).await;
+    assert!(
+        message.starts_with("line 2: version 3 of fact \"f1\""),
+        "{message}"
+    );
+    past["fact_id"] = json!("f9");
+    let message = refused(vec![header(2), line(past)]).await;
+    assert!(
+        message.starts_with("line 2: a version of fact \"f9\""),
+        "{message}"
+    );
+    let task = json!({"kind": "task", "session_id": "s2", "number": 1, "subject": "x",
+                      "description": "", "status": "pending", "create_time": T0,
+                      "update_time": T0});
+    let message = refused(vec![header(2), session_line("s2"), line(task)]).await;
+    assert!(
+        message.starts_with("line 3: a task of the working memory of session \"s2\""),
+        "{message}"
+    );
+}
+
 on_both_stores!(
+    items_have_lines_of_their_own,
     an_export_is_one_moment_of_the_tenant,
     round_trip_across_stores,
     a_failed_import_leaves_nothing,

@@ -1,8 +1,8 @@
 //! Export: one page of one part of the selection at a time.
 
 use super::rows::{
-    episode_row, execution_row, fact_of, fact_row, memory_row, rule_of, rule_row, session_row,
-    working_of, working_row,
+    cached_row, episode_row, execution_row, fact_row, fact_version_row, memory_row, rule_of,
+    rule_row, session_row, sources_of, task_row, working_row,
 };
 use crate::context::Tenant;
 use crate::data::records::Record;
@@ -133,6 +133,31 @@ static EXPORT_WORKING: Sql = Sql::new(concat!(
     " AND session_id > $7 ORDER BY session_id LIMIT $8"
 ));
 
+static EXPORT_TASKS: Sql = Sql::new(concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM working_tasks WHERE tenant = $1 AND ",
+    chosen_working!(),
+    " AND (session_id, number) > ($7, $8) ORDER BY session_id, number LIMIT $9"
+));
+
+static EXPORT_CACHE: Sql = Sql::new(concat!(
+    "SELECT ",
+    cached_columns!(),
+    " FROM working_cache WHERE tenant = $1 AND ",
+    chosen_working!(),
+    " AND (session_id, path) > ($7, $8) ORDER BY session_id, path LIMIT $9"
+));
+
+static EXPORT_FACT_VERSIONS: Sql = Sql::new(concat!(
+    "SELECT ",
+    fact_version_columns!(),
+    " FROM fact_versions WHERE tenant = $1 AND fact_id IN (SELECT id FROM facts \
+     WHERE tenant = $1 AND ",
+    chosen_facts!(),
+    ") AND (fact_id, version) > ($7, $8) ORDER BY fact_id, version LIMIT $9"
+));
+
 static EXPORT_FACTS: Sql = Sql::new(concat!(
     "SELECT ",
     fact_columns!(),
@@ -165,6 +190,15 @@ fn selection_params<'a>(tenant: &'a Tenant, selection: &'a Selection) -> [Param<
         Param::Text(app),
         Param::Text(user),
     ]
+}
+
+/// The position in a part of numbered items of owners; the start before
+/// the first.
+fn numbered(after: &After) -> (&str, i64) {
+    match after {
+        After::Numbered(owner, n) => (owner.as_str(), *n),
+        _ => ("", 0),
+    }
 }
 
 /// One page of a part, and where the next one starts (none after the last).
@@ -240,26 +274,54 @@ pub(super) async fn export_page(
             (records.collect(), next, cut)
         }
         Part::Working => {
-            let heads = conn.all(&EXPORT_WORKING, &with_id, working_row).await?;
-            let mut read = Weighed::default();
-            let mut next = None;
-            for head in heads {
-                next = Some(After::Id(head.session_id.clone()));
-                read.push(working_of(conn, tenant, head).await?);
-                if read.full {
-                    break;
-                }
-            }
-            let records = read.items.into_iter().map(Record::WorkingMemory);
-            (records.collect(), next, read.full)
+            let rows = conn
+                .all_weighed(&EXPORT_WORKING, &with_id, working_row)
+                .await?;
+            let cut = paging::filled(&rows);
+            let next = rows.last().map(|w| After::Id(w.session_id.clone()));
+            let records = rows.into_iter().map(Record::WorkingMemory);
+            (records.collect(), next, cut)
+        }
+        Part::Tasks => {
+            let (session, number) = numbered(after);
+            let at: &[Param<'_>] = params![session, number, PAGE];
+            let rows = conn
+                .all_weighed(&EXPORT_TASKS, &[&chosen[..], at].concat(), task_row)
+                .await?;
+            let cut = paging::filled(&rows);
+            let next = rows
+                .last()
+                .map(|t| After::Numbered(t.session_id.clone(), t.number));
+            (rows.into_iter().map(Record::Task).collect(), next, cut)
+        }
+        Part::CachedFiles => {
+            let (session, path) = match after {
+                After::Named(session, path) => (session.as_str(), path.as_str()),
+                _ => ("", ""),
+            };
+            let at: &[Param<'_>] = params![session, path, PAGE];
+            let rows = conn
+                .all_weighed(&EXPORT_CACHE, &[&chosen[..], at].concat(), cached_row)
+                .await?;
+            let cut = paging::filled(&rows);
+            let next = rows
+                .last()
+                .map(|c| After::Named(c.session_id.clone(), c.path.clone()));
+            (
+                rows.into_iter().map(Record::CachedFile).collect(),
+                next,
+                cut,
+            )
         }
         Part::Facts => {
+            // A fact's line holds its sources; its versions have lines of
+            // their own (the next part).
             let heads = conn.all(&EXPORT_FACTS, &with_id, fact_row).await?;
             let mut read = Weighed::default();
             let mut next = None;
             for head in heads {
                 next = Some(After::Id(head.id.clone()));
-                read.push(fact_of(conn, tenant, head).await?);
+                read.push(sources_of(conn, tenant, head).await?);
                 if read.full {
                     break;
                 }
@@ -268,6 +330,26 @@ pub(super) async fn export_page(
                 read.items.into_iter().map(Record::Fact).collect(),
                 next,
                 read.full,
+            )
+        }
+        Part::FactVersions => {
+            let (fact, version) = numbered(after);
+            let at: &[Param<'_>] = params![fact, version, PAGE];
+            let rows = conn
+                .all_weighed(
+                    &EXPORT_FACT_VERSIONS,
+                    &[&chosen[..], at].concat(),
+                    fact_version_row,
+                )
+                .await?;
+            let cut = paging::filled(&rows);
+            let next = rows
+                .last()
+                .map(|v| After::Numbered(v.fact_id.clone(), v.version));
+            (
+                rows.into_iter().map(Record::FactVersion).collect(),
+                next,
+                cut,
             )
         }
         Part::Rules => {

@@ -4,8 +4,8 @@
 use chrono::{DateTime, Utc};
 
 use super::rows::{
-    episode_row, execution_row, fact_of, fact_row, memory_row, rule_of, rule_row, session_row,
-    working_of, working_row,
+    cached_row, episode_row, execution_row, fact_of, fact_row, fact_version_row, memory_row,
+    rule_of, rule_row, session_row, sources_of, task_row, working_of, working_row,
 };
 use crate::context::Tenant;
 use crate::data::ImportCounts;
@@ -54,6 +54,21 @@ static WORKING: Sql = select!(
 );
 
 static FACT: Sql = select!(fact_columns!(), " FROM facts WHERE tenant = $1 AND id = $2");
+
+static TASK: Sql = select!(
+    task_columns!(),
+    " FROM working_tasks WHERE tenant = $1 AND session_id = $2 AND number = $3"
+);
+
+static CACHED: Sql = select!(
+    cached_columns!(),
+    " FROM working_cache WHERE tenant = $1 AND session_id = $2 AND path = $3"
+);
+
+static FACT_VERSION: Sql = select!(
+    fact_version_columns!(),
+    " FROM fact_versions WHERE tenant = $1 AND fact_id = $2 AND version = $3"
+);
 
 static RULE: Sql = select!(
     rule_columns!(),
@@ -169,6 +184,9 @@ pub(super) static PRUNE_IMPORTS: Sql = Sql::new("DELETE FROM import_lines WHERE 
 enum Applied {
     Imported,
     Unchanged,
+    /// Imported a fact whose versions follow as lines of their own: the
+    /// current one (the number) must come before the import ends.
+    FactAwaitingVersions(String, i64),
 }
 
 /// Applies every staged line of the import, in order, inside the caller's
@@ -182,6 +200,7 @@ pub(super) async fn apply_in<C: Run>(
         conn.exec(&TAKE_XID, &[]).await?;
     }
     let mut counts = ImportCounts::default();
+    let mut awaiting = Vec::new();
     let mut after = 0;
     loop {
         // Up to APPLY_PAGE lines and about 2 MiB of them: lines of large
@@ -204,6 +223,10 @@ pub(super) async fn apply_in<C: Run>(
             let kind = record.kind();
             let tally = match apply(conn, tenant, *line, record).await? {
                 Some(Applied::Imported) => &mut counts.imported,
+                Some(Applied::FactAwaitingVersions(id, version)) => {
+                    awaiting.push((*line, id, version));
+                    &mut counts.imported
+                }
                 Some(Applied::Unchanged) => &mut counts.unchanged,
                 None => continue,
             };
@@ -212,6 +235,23 @@ pub(super) async fn apply_in<C: Run>(
         match staged.last() {
             Some(last) if more => after = last.line,
             _ => break,
+        }
+    }
+    // A fact's line without versions is whole once its current version's
+    // line has come; a file cut short must not leave a fact without one.
+    for (line, id, version) in awaiting {
+        let present = conn
+            .first(
+                &FACT_VERSION,
+                params![tenant.as_str(), id.as_str(), version],
+                |_| Ok(()),
+            )
+            .await?;
+        if present.is_none() {
+            return Err(refused(
+                line,
+                format!("fact {id:?}, whose current version {version} no line of the file holds"),
+            ));
         }
     }
     conn.exec(
@@ -391,10 +431,12 @@ async fn apply(
             Applied::Imported
         }
         Record::WorkingMemory(w) => {
+            // A version 1 line holds its tasks and files: compare them too.
             let stored = match conn
                 .first(&WORKING, params![t, w.session_id.as_str()], working_row)
                 .await?
             {
+                Some(head) if w.tasks.is_empty() && w.cache.is_empty() => Some(head),
                 Some(head) => Some(working_of(conn, tenant, head).await?),
                 None => None,
             };
@@ -421,45 +463,47 @@ async fn apply(
                 params![t, s, w.goal.as_str(), w.next_task, w.update_time],
             )
             .await?;
-            for (n, task) in w.tasks.iter().enumerate() {
-                let status =
-                    crate::working::TaskStatus::parse(&format!("tasks[{n}].status"), &task.status)?;
-                conn.exec(
-                    &INSERT_TASK,
-                    params![
-                        t,
-                        s,
-                        task.number,
-                        task.subject.as_str(),
-                        task.description.as_str(),
-                        status.as_i16(),
-                        task.create_time,
-                        task.update_time
-                    ],
-                )
-                .await?;
+            for task in &w.tasks {
+                insert_task(conn, tenant, s, task).await?;
             }
             for cached in &w.cache {
-                conn.exec(
-                    &INSERT_CACHE,
-                    params![
-                        t,
-                        s,
-                        cached.path.as_str(),
-                        cached.content.as_str(),
-                        cached.bytes,
-                        cached.update_time
-                    ],
-                )
-                .await?;
+                insert_cached(conn, tenant, s, cached).await?;
             }
             Applied::Imported
         }
+        Record::Task(task) => {
+            let s = task.session_id.as_str();
+            let stored = conn
+                .first(&TASK, params![t, s, task.number], task_row)
+                .await?;
+            let what = || format!("task {} of session {s:?}", task.number);
+            if let Some(done) = compare(stored, &task, line, what)? {
+                return Ok(Some(done));
+            }
+            owned_by_working(conn, tenant, line, s, "a task").await?;
+            insert_task(conn, tenant, s, &task).await?;
+            Applied::Imported
+        }
+        Record::CachedFile(cached) => {
+            let s = cached.session_id.as_str();
+            let stored = conn
+                .first(&CACHED, params![t, s, cached.path.as_str()], cached_row)
+                .await?;
+            let what = || format!("cached file {:?} of session {s:?}", cached.path);
+            if let Some(done) = compare(stored, &cached, line, what)? {
+                return Ok(Some(done));
+            }
+            owned_by_working(conn, tenant, line, s, "a cached file").await?;
+            insert_cached(conn, tenant, s, &cached).await?;
+            Applied::Imported
+        }
         Record::Fact(f) => {
+            // A version 1 line holds its versions: compare them too.
             let stored = match conn
                 .first(&FACT, params![t, f.id.as_str()], fact_row)
                 .await?
             {
+                Some(head) if f.versions.is_empty() => Some(sources_of(conn, tenant, head).await?),
                 Some(head) => Some(fact_of(conn, tenant, head).await?),
                 None => None,
             };
@@ -485,28 +529,7 @@ async fn apply(
             )
             .await?;
             for v in &f.versions {
-                let content = v.content.to_string();
-                let sources = v.source_episode_ids.to_string();
-                let channels = v.channels.to_string();
-                conn.exec(
-                    &INSERT_FACT_VERSION,
-                    params![
-                        t,
-                        f.id.as_str(),
-                        v.version,
-                        v.deleted,
-                        v.subject.as_str(),
-                        v.predicate.as_str(),
-                        v.object.as_str(),
-                        content.as_str(),
-                        v.confidence,
-                        v.source.as_str(),
-                        sources.as_str(),
-                        channels.as_str(),
-                        v.create_time
-                    ],
-                )
-                .await?;
+                insert_fact_version(conn, tenant, &f.id, v).await?;
             }
             for episode in &f.sources {
                 conn.exec(
@@ -515,6 +538,43 @@ async fn apply(
                 )
                 .await?;
             }
+            if f.versions.is_empty() {
+                return Ok(Some(Applied::FactAwaitingVersions(f.id, f.version)));
+            }
+            Applied::Imported
+        }
+        Record::FactVersion(v) => {
+            let id = v.fact_id.as_str();
+            let stored = conn
+                .first(&FACT_VERSION, params![t, id, v.version], fact_version_row)
+                .await?;
+            let what = || format!("version {} of fact {id:?}", v.version);
+            if let Some(done) = compare(stored, &v, line, what)? {
+                return Ok(Some(done));
+            }
+            let head = conn.first(&FACT, params![t, id], fact_row).await?;
+            match head {
+                None => {
+                    return Err(refused(
+                        line,
+                        format!(
+                            "a version of fact {id:?}, which is neither stored nor earlier in \
+                             the file"
+                        ),
+                    ));
+                }
+                Some(head) if v.version > head.version => {
+                    return Err(refused(
+                        line,
+                        format!(
+                            "version {} of fact {id:?}, whose current version is {}",
+                            v.version, head.version
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+            insert_fact_version(conn, tenant, id, &v).await?;
             Applied::Imported
         }
         Record::Rule(r) => {
@@ -553,6 +613,106 @@ async fn apply(
         }
     };
     Ok(Some(applied))
+}
+
+/// Refuses an item of a session's working memory that is neither stored
+/// nor earlier in the file.
+async fn owned_by_working(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    line: i64,
+    session: &str,
+    what: &str,
+) -> Result<()> {
+    let head = conn
+        .first(&WORKING, params![tenant.as_str(), session], working_row)
+        .await?;
+    match head {
+        Some(_) => Ok(()),
+        None => Err(refused(
+            line,
+            format!(
+                "{what} of the working memory of session {session:?}, which is neither stored \
+                 nor earlier in the file"
+            ),
+        )),
+    }
+}
+
+async fn insert_task(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    session: &str,
+    task: &records::Task,
+) -> Result<()> {
+    let status = crate::working::TaskStatus::parse("status", &task.status)?;
+    conn.exec(
+        &INSERT_TASK,
+        params![
+            tenant.as_str(),
+            session,
+            task.number,
+            task.subject.as_str(),
+            task.description.as_str(),
+            status.as_i16(),
+            task.create_time,
+            task.update_time
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn insert_cached(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    session: &str,
+    cached: &records::Cached,
+) -> Result<()> {
+    conn.exec(
+        &INSERT_CACHE,
+        params![
+            tenant.as_str(),
+            session,
+            cached.path.as_str(),
+            cached.content.as_str(),
+            cached.bytes,
+            cached.update_time
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn insert_fact_version(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    fact: &str,
+    v: &records::FactVersion,
+) -> Result<()> {
+    let content = v.content.to_string();
+    let sources = v.source_episode_ids.to_string();
+    let channels = v.channels.to_string();
+    conn.exec(
+        &INSERT_FACT_VERSION,
+        params![
+            tenant.as_str(),
+            fact,
+            v.version,
+            v.deleted,
+            v.subject.as_str(),
+            v.predicate.as_str(),
+            v.object.as_str(),
+            content.as_str(),
+            v.confidence,
+            v.source.as_str(),
+            sources.as_str(),
+            channels.as_str(),
+            v.create_time
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Applies a memory version: unchanged when stored (or purged here since),

@@ -60,6 +60,25 @@ macro_rules! working_columns {
     };
 }
 
+macro_rules! task_columns {
+    () => {
+        "session_id, number, subject, description, status, create_time, update_time"
+    };
+}
+
+macro_rules! cached_columns {
+    () => {
+        "session_id, path, content, bytes, update_time"
+    };
+}
+
+macro_rules! fact_version_columns {
+    () => {
+        "fact_id, version, deleted, subject, predicate, object, content::text, confidence, \
+         source, source_episode_ids::text, channels::text, create_time"
+    };
+}
+
 macro_rules! fact_columns {
     () => {
         "id, app, user_id, kind, subject, predicate, version, deleted, create_time, update_time"

@@ -1,6 +1,7 @@
-//! Rows to records, with what a record holds beside its row (a working
-//! memory's tasks and cache, a fact's versions and sources, a rule's
-//! watermark as an episode id).
+//! Rows to records, with what a record holds beside its row (a fact's
+//! sources, a rule's watermark as an episode id, and for comparing with a
+//! version 1 file a working memory's tasks and cache and a fact's
+//! versions).
 
 use serde_json::Value;
 
@@ -11,22 +12,21 @@ use crate::data::records::{
 };
 use crate::error::{Error, Result};
 use crate::memory::ScopeType;
-use crate::store::sql::{Cols, Run, Sql, params};
+use crate::store::sql::{Cols, Run, Sql, params, select};
 
-static TASKS: Sql = Sql::new(
-    "SELECT number, subject, description, status, create_time, update_time FROM working_tasks \
-     WHERE tenant = $1 AND session_id = $2 ORDER BY number",
+static TASKS: Sql = select!(
+    task_columns!(),
+    " FROM working_tasks WHERE tenant = $1 AND session_id = $2 ORDER BY number"
 );
 
-static CACHE: Sql = Sql::new(
-    "SELECT path, content, bytes, update_time FROM working_cache \
-     WHERE tenant = $1 AND session_id = $2 ORDER BY path",
+static CACHE: Sql = select!(
+    cached_columns!(),
+    " FROM working_cache WHERE tenant = $1 AND session_id = $2 ORDER BY path"
 );
 
-static FACT_VERSIONS: Sql = Sql::new(
-    "SELECT version, deleted, subject, predicate, object, content::text, confidence, source, \
-     source_episode_ids::text, channels::text, create_time FROM fact_versions \
-     WHERE tenant = $1 AND fact_id = $2 ORDER BY version",
+static FACT_VERSIONS: Sql = select!(
+    fact_version_columns!(),
+    " FROM fact_versions WHERE tenant = $1 AND fact_id = $2 ORDER BY version"
 );
 
 static FACT_SOURCES: Sql = Sql::new(
@@ -123,36 +123,46 @@ pub(super) fn working_row(row: &impl Cols) -> Result<WorkingMemory> {
     })
 }
 
+pub(super) fn task_row(row: &impl Cols) -> Result<Task> {
+    let status = crate::working::TaskStatus::from_i16(row.small(4)?)
+        .ok_or_else(|| Error::internal("stored task status out of range"))?;
+    Ok(Task {
+        session_id: row.text(0)?,
+        number: row.int(1)?,
+        subject: row.text(2)?,
+        description: row.text(3)?,
+        status: status.name().to_owned(),
+        create_time: row.time(5)?,
+        update_time: row.time(6)?,
+    })
+}
+
+pub(super) fn cached_row(row: &impl Cols) -> Result<Cached> {
+    Ok(Cached {
+        session_id: row.text(0)?,
+        path: row.text(1)?,
+        content: row.text(2)?,
+        bytes: row.int(3)?,
+        update_time: row.time(4)?,
+    })
+}
+
+/// Working memory with its tasks and cache inside, as a version 1 file
+/// holds it (the items name no session there).
 pub(super) async fn working_of(
     conn: &mut impl Run,
     tenant: &Tenant,
     mut working: WorkingMemory,
 ) -> Result<WorkingMemory> {
     let at = params![tenant.as_str(), working.session_id.as_str()];
-    working.tasks = conn
-        .all(&TASKS, at, |row| {
-            let status = crate::working::TaskStatus::from_i16(row.small(3)?)
-                .ok_or_else(|| Error::internal("stored task status out of range"))?;
-            Ok(Task {
-                number: row.int(0)?,
-                subject: row.text(1)?,
-                description: row.text(2)?,
-                status: status.name().to_owned(),
-                create_time: row.time(4)?,
-                update_time: row.time(5)?,
-            })
-        })
-        .await?;
-    working.cache = conn
-        .all(&CACHE, at, |row| {
-            Ok(Cached {
-                path: row.text(0)?,
-                content: row.text(1)?,
-                bytes: row.int(2)?,
-                update_time: row.time(3)?,
-            })
-        })
-        .await?;
+    working.tasks = conn.all(&TASKS, at, task_row).await?;
+    working.cache = conn.all(&CACHE, at, cached_row).await?;
+    for task in &mut working.tasks {
+        task.session_id.clear();
+    }
+    for cached in &mut working.cache {
+        cached.session_id.clear();
+    }
     Ok(working)
 }
 
@@ -176,26 +186,43 @@ pub(super) fn fact_row(row: &impl Cols) -> Result<Fact> {
     })
 }
 
-pub(super) async fn fact_of(conn: &mut impl Run, tenant: &Tenant, mut fact: Fact) -> Result<Fact> {
+pub(super) fn fact_version_row(row: &impl Cols) -> Result<FactVersion> {
+    Ok(FactVersion {
+        fact_id: row.text(0)?,
+        version: row.int(1)?,
+        deleted: row.boolean(2)?,
+        subject: row.text(3)?,
+        predicate: row.text(4)?,
+        object: row.text(5)?,
+        content: json(row.text(6)?)?,
+        confidence: row.float(7)?,
+        source: row.text(8)?,
+        source_episode_ids: json(row.text(9)?)?,
+        channels: json(row.text(10)?)?,
+        create_time: row.time(11)?,
+    })
+}
+
+/// A fact with its sources: a version 2 `fact` line.
+pub(super) async fn sources_of(
+    conn: &mut impl Run,
+    tenant: &Tenant,
+    mut fact: Fact,
+) -> Result<Fact> {
     let at = params![tenant.as_str(), fact.id.as_str()];
-    fact.versions = conn
-        .all(&FACT_VERSIONS, at, |row| {
-            Ok(FactVersion {
-                version: row.int(0)?,
-                deleted: row.boolean(1)?,
-                subject: row.text(2)?,
-                predicate: row.text(3)?,
-                object: row.text(4)?,
-                content: json(row.text(5)?)?,
-                confidence: row.float(6)?,
-                source: row.text(7)?,
-                source_episode_ids: json(row.text(8)?)?,
-                channels: json(row.text(9)?)?,
-                create_time: row.time(10)?,
-            })
-        })
-        .await?;
     fact.sources = conn.all(&FACT_SOURCES, at, |row| row.text(0)).await?;
+    Ok(fact)
+}
+
+/// A fact with its sources and versions inside, as a version 1 file
+/// holds it (the versions name no fact there).
+pub(super) async fn fact_of(conn: &mut impl Run, tenant: &Tenant, fact: Fact) -> Result<Fact> {
+    let mut fact = sources_of(conn, tenant, fact).await?;
+    let at = params![tenant.as_str(), fact.id.as_str()];
+    fact.versions = conn.all(&FACT_VERSIONS, at, fact_version_row).await?;
+    for version in &mut fact.versions {
+        version.fact_id.clear();
+    }
     Ok(fact)
 }
 

@@ -169,8 +169,9 @@ class ImportResponse(_message.Message):
     """Lines read, the header and blank lines included."""
     @_builtins.property
     def imported(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """Records written, by kind ("memory_version", "session", "episode",
-        "working_memory", "fact", "rule", "execution").
+        """Records written, by kind ("execution", "memory_version", "session",
+        "episode", "working_memory", "task", "cached_file", "fact",
+        "fact_version", "rule").
         """
 
     @_builtins.property

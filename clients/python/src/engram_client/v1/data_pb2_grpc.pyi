@@ -53,13 +53,14 @@ class DataServiceStub:
     """
     Export: _grpc.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportResponse]
     """Export streams the caller's tenant, or a part of it, as JSON Lines
-    (format "engram.export", version 1; the README's model section lists
+    (format "engram.export", version 2; the README's model section lists
     every record kind and its fields). The first line is a header; then,
     in this order:
     executions (the flow registry), memory versions with tombstones,
     provenance and the `_compaction/` audit records (per key in version
     order), sessions, episodes (in the order they were appended),
-    working memory, facts with every version and their lineage, and, for
+    working memory, its tasks and cached files, facts with their lineage,
+    their versions (a line each, so no line outgrows a message), and, for
     a whole tenant, consolidation rules with their watermarks (named by
     episode id, since cursors are re-issued on import). Pages are read one
     at a time, so the server holds one page whatever the size, and sent in
@@ -84,8 +85,12 @@ class DataServiceStub:
     refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
     naming the line. Memory versions get new change-feed revisions and
     episodes new cursors, issued in the file's order; a key's versions
-    must follow its newest stored version without a gap. A stream that
-    breaks before its end imports nothing.
+    must follow its newest stored version without a gap. Files of format
+    versions 1 and 2 are read; a task, cached file or fact version whose
+    owner is neither stored nor earlier in the file, a fact version past
+    its fact's current one and a fact whose current version no line holds
+    refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
+    line. A stream that breaks before its end imports nothing.
     """
 
 @_typing.type_check_only
@@ -113,13 +118,14 @@ class DataServiceAsyncStub(DataServiceStub):
     """
     Export: _aio.UnaryStreamMultiCallable[_data_pb2.ExportRequest, _data_pb2.ExportResponse]  # type: ignore[assignment]
     """Export streams the caller's tenant, or a part of it, as JSON Lines
-    (format "engram.export", version 1; the README's model section lists
+    (format "engram.export", version 2; the README's model section lists
     every record kind and its fields). The first line is a header; then,
     in this order:
     executions (the flow registry), memory versions with tombstones,
     provenance and the `_compaction/` audit records (per key in version
     order), sessions, episodes (in the order they were appended),
-    working memory, facts with every version and their lineage, and, for
+    working memory, its tasks and cached files, facts with their lineage,
+    their versions (a line each, so no line outgrows a message), and, for
     a whole tenant, consolidation rules with their watermarks (named by
     episode id, since cursors are re-issued on import). Pages are read one
     at a time, so the server holds one page whatever the size, and sent in
@@ -144,8 +150,12 @@ class DataServiceAsyncStub(DataServiceStub):
     refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
     naming the line. Memory versions get new change-feed revisions and
     episodes new cursors, issued in the file's order; a key's versions
-    must follow its newest stored version without a gap. A stream that
-    breaks before its end imports nothing.
+    must follow its newest stored version without a gap. Files of format
+    versions 1 and 2 are read; a task, cached file or fact version whose
+    owner is neither stored nor earlier in the file, a fact version past
+    its fact's current one and a fact whose current version no line holds
+    refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
+    line. A stream that breaks before its end imports nothing.
     """
 
 class DataServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -182,13 +192,14 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_data_pb2.ExportResponse], _abc.AsyncIterator[_data_pb2.ExportResponse]]:
         """Export streams the caller's tenant, or a part of it, as JSON Lines
-        (format "engram.export", version 1; the README's model section lists
+        (format "engram.export", version 2; the README's model section lists
         every record kind and its fields). The first line is a header; then,
         in this order:
         executions (the flow registry), memory versions with tombstones,
         provenance and the `_compaction/` audit records (per key in version
         order), sessions, episodes (in the order they were appended),
-        working memory, facts with every version and their lineage, and, for
+        working memory, its tasks and cached files, facts with their lineage,
+        their versions (a line each, so no line outgrows a message), and, for
         a whole tenant, consolidation rules with their watermarks (named by
         episode id, since cursors are re-issued on import). Pages are read one
         at a time, so the server holds one page whatever the size, and sent in
@@ -219,8 +230,12 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
         naming the line. Memory versions get new change-feed revisions and
         episodes new cursors, issued in the file's order; a key's versions
-        must follow its newest stored version without a gap. A stream that
-        breaks before its end imports nothing.
+        must follow its newest stored version without a gap. Files of format
+        versions 1 and 2 are read; a task, cached file or fact version whose
+        owner is neither stored nor earlier in the file, a fact version past
+        its fact's current one and a fact whose current version no line holds
+        refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
+        line. A stream that breaks before its end imports nothing.
         """
 
 def add_DataServiceServicer_to_server(servicer: DataServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
