@@ -862,8 +862,8 @@ async fn items_have_lines_of_their_own(backend: Backend) {
         line({
             let mut fact = fact_head("f1", 2);
             fact["versions"] = json!([
-                fact_version(1, json!("first")),
-                fact_version(2, json!("second"))
+                fact_version(1, json!("quartz")),
+                fact_version(2, json!("zephyr"))
             ]);
             fact
         }),
@@ -899,10 +899,15 @@ async fn items_have_lines_of_their_own(backend: Backend) {
             .map(|v| (&v["fact_id"], &v["content"]))
             .collect::<Vec<_>>(),
         [
-            (&json!("f1"), &json!("first")),
-            (&json!("f1"), &json!("second"))
+            (&json!("f1"), &json!("quartz")),
+            (&json!("f1"), &json!("zephyr"))
         ]
     );
+    // Found at its current version only.
+    let found = crate::search::search(&server, crate::search::query("zephyr")).await;
+    assert_eq!(crate::search::names(&found), ["fact:alice"]);
+    let older = crate::search::search(&server, crate::search::query("quartz")).await;
+    assert!(older.is_empty(), "{older:?}");
     // The same file again finds everything in place.
     let again = import(&server.channel, &old).await.expect("again");
     assert!(again.imported.is_empty(), "{:?}", again.imported);
