@@ -56,7 +56,7 @@ enum RuleCommand {
         #[arg(long, default_value = "", hide_default_value = true)]
         filter: String,
         /// Run once this many episodes arrived
-        #[arg(long, conflicts_with = "cron")]
+        #[arg(long, conflicts_with = "cron", value_parser = clap::value_parser!(i64).range(1..))]
         every_n_episodes: Option<i64>,
         /// Run on a five-field cron schedule (UTC)
         #[arg(long)]
@@ -96,7 +96,7 @@ enum RuleCommand {
         #[arg(long)]
         dry_run: bool,
         /// The most episodes to read
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i32).range(0..))]
         max_episodes: i32,
     },
 }

@@ -71,7 +71,7 @@ pub struct SearchCommand {
     mode: Option<ModeArg>,
 
     /// The most hits (1 to 100)
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..))]
     limit: i32,
 
     /// Memory: only this scope type
@@ -116,7 +116,7 @@ pub struct SearchCommand {
 
     /// Episodes: also show up to this many episodes following each episode
     /// hit in its session (0 to 3)
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
     following: i32,
 
     /// Only items from this time on (RFC 3339)

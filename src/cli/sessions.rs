@@ -390,7 +390,7 @@ enum EpisodeCommand {
         #[arg(long = "type")]
         types: Vec<String>,
         /// Only episodes after this seq
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
         after_seq: i64,
     },
     /// Print one episode by its id (such as a fact's source episode)
@@ -410,7 +410,7 @@ enum EpisodeCommand {
         #[arg(long, default_value = "", hide_default_value = true)]
         agent: String,
         /// How many episodes (1 to 1000)
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i32).range(0..))]
         limit: i32,
         /// Only these types (repeatable)
         #[arg(long = "type")]
@@ -422,7 +422,7 @@ enum EpisodeCommand {
         /// The session whose conversation to print
         session_id: String,
         /// How many of the newest messages
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i32).range(0..))]
         max_events: i32,
     },
     /// Follow appended episodes until Ctrl-C, then print the cursor to
@@ -443,7 +443,7 @@ enum EpisodeCommand {
         types: Vec<String>,
         /// Replay everything after this cursor first (0: from the start);
         /// without it the tail starts now
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         cursor: Option<i64>,
         /// Stop after this many episodes
         #[arg(long)]

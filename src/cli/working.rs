@@ -114,19 +114,19 @@ enum Command {
     /// procedures, recent episodes and the cache's paths
     Snapshot {
         /// How many facts (and procedures) at most (0: 20; at most 1000)
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
         max_facts: i32,
         /// How many recent episodes at most (0: 10; at most 1000)
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
         max_events: i32,
     },
     /// Print the MEMORY block and the memory instructions
     Render {
         /// How many facts (and procedures) at most (0: 20; at most 1000)
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
         max_facts: i32,
         /// How many recent episodes at most (0: 10; at most 1000)
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
         max_events: i32,
         /// Show the facts most relevant to this text first (else the newest)
         #[arg(long, default_value = "", hide_default_value = true)]

@@ -22,7 +22,7 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// How many of the newest versions to keep, tombstones included
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         keep: Option<i64>,
         /// Report what would be deleted, delete nothing
         #[arg(long)]
@@ -33,7 +33,7 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// How many of each key's newest versions to keep, tombstones included
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         keep: Option<i64>,
         /// Also purge keys whose newest version is a tombstone
         #[arg(long)]
@@ -64,7 +64,7 @@ pub(super) enum AdminCommand {
         #[arg(long, default_value = "", hide_default_value = true)]
         model: String,
         /// The most tokens the summary may take (0: the server's default)
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
         max_tokens: i32,
     },
     /// Declare how much history a scope keeps, applied by the server every
@@ -73,7 +73,7 @@ pub(super) enum AdminCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// Keep the newest N versions of each key
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         keep: Option<i64>,
         /// Drop versions older than this (90s, 30m, 24h, 7d), except each key's newest
         #[arg(long, value_parser = parse_age)]

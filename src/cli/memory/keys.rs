@@ -52,7 +52,7 @@ pub(super) enum KeyCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// Read this version instead of the newest
-        #[arg(long, conflicts_with = "as_of")]
+        #[arg(long, conflicts_with = "as_of", value_parser = clap::value_parser!(i64).range(1..))]
         version: Option<i64>,
         /// Read the value the key had then: a revision, an RFC 3339 time or a duration
         /// ago (30m, 2h, 7d)
@@ -84,7 +84,7 @@ pub(super) enum KeyCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// Only write if the newest version is this one (0: the key has no live value)
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         expected_version: Option<i64>,
         /// Makes retrying this command safe
         #[arg(long)]
@@ -97,7 +97,7 @@ pub(super) enum KeyCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// Only delete if the newest version is this one
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         expected_version: Option<i64>,
         /// Makes retrying this command safe
         #[arg(long)]
@@ -111,7 +111,7 @@ pub(super) enum KeyCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// The version whose value to restore
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         to_version: i64,
     },
     /// Print every version of a key, oldest first, tombstones included
@@ -121,7 +121,7 @@ pub(super) enum KeyCommand {
         #[command(flatten)]
         scope: ScopeArgs,
         /// Start at this version
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
         from_version: i64,
     },
     /// Follow a scope's changes until Ctrl-C (or --limit changes); prints
@@ -135,7 +135,7 @@ pub(super) enum KeyCommand {
         #[arg(long, default_value = "", hide_default_value = true)]
         prefix: String,
         /// Resume after this revision instead of starting now
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
         from_revision: Option<i64>,
         /// Stop after this many changes
         #[arg(long)]

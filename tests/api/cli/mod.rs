@@ -105,6 +105,61 @@ fn recall_eval_help_gives_the_data_format() {
     assert!(help.contains("\"turns\": ["), "{help}");
 }
 
+/// A count or version below its range is refused by its flag before any
+/// call (the server would refuse it too, by its field name, not the
+/// flag's).
+#[test]
+fn numbers_out_of_range_are_refused_by_their_flag() {
+    let cases: [(&[&str], &str); 10] = [
+        (&["search", "x", "--limit=-1"], "--limit"),
+        (&["episodes", "recent", "--user=u", "--limit=-5"], "--limit"),
+        (
+            &["episodes", "tail", "--session-id=s", "--cursor=-1"],
+            "--cursor",
+        ),
+        (
+            &["memory", "get", "k", "--scope=s", "--version=0"],
+            "--version",
+        ),
+        (
+            &["memory", "history", "k", "--scope=s", "--from-version=-3"],
+            "--from-version",
+        ),
+        (
+            &["memory", "purge", "k", "--scope=s", "--keep=-1"],
+            "--keep",
+        ),
+        (
+            &["memory", "compact", "k", "--scope=s", "--max-tokens=-1"],
+            "--max-tokens",
+        ),
+        (
+            &["working", "snapshot", "--session=s", "--max-facts=-2"],
+            "--max-facts",
+        ),
+        (
+            &["working", "render", "--session=s", "--max-events=-2"],
+            "--max-events",
+        ),
+        (
+            &["rules", "run", "r", "--max-episodes=-1"],
+            "--max-episodes",
+        ),
+    ];
+    for (args, flag) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(args)
+            .output()
+            .expect("run engram");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("for '{flag} ")),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 /// Every command, argument and flag says in its `--help` what it is for:
 /// the commands are walked as a user would, from `engram --help` down.
 #[test]
