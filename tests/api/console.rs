@@ -212,6 +212,18 @@ async fn a_long_history_shows_its_newest_versions() {
         !page.contains(r#"<option value="5">"#),
         "the oldest are left out"
     );
+    // A version outside them, chosen through the URL, is read by itself.
+    let (status, page) = console_page(addr, &format!("{path}&a=3"), None).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("Changes from version 3 to version 1005"));
+    assert!(page.contains(r#"<option value="3" selected>"#));
+    assert!(
+        page.contains("<del>- 3\n</del>") && page.contains("<ins>+ 1005\n</ins>"),
+        "{page}"
+    );
+    let (status, page) = console_page(addr, &format!("{path}&a=2000"), None).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("(there is no version 2000)"), "{page}");
 
     memory
         .delete(DeleteRequest {

@@ -226,24 +226,22 @@ pub async fn key(
             .find(|v| *v < b)
             .unwrap_or(b)
     });
-    let text_of = |version: i64| {
-        versions
-            .iter()
-            .find(|e| e.version == version)
-            .map(|e| {
-                if e.deleted {
-                    "(tombstone)\n".to_owned()
-                } else {
-                    let value = value_json(e.value.clone());
-                    format!(
-                        "{}\n",
-                        serde_json::to_string_pretty(&value).unwrap_or_default()
-                    )
-                }
-            })
-            .unwrap_or_default()
+    // A version chosen outside the versions shown (through the URL) is
+    // read by itself.
+    let (old, new) = match (
+        version_text(&mut client, &versions, scope_type, &query, a).await,
+        version_text(&mut client, &versions, scope_type, &query, b).await,
+    ) {
+        (Ok(old), Ok(new)) => (old, new),
+        (Err(status), _) | (_, Err(status)) => return refused(status),
     };
-    let (old, new) = (text_of(a), text_of(b));
+    let choices: Vec<i64> = {
+        let mut choices: Vec<i64> = versions.iter().map(|e| e.version).collect();
+        choices.extend([a, b]);
+        choices.sort_unstable();
+        choices.dedup();
+        choices
+    };
     let diff = similar::TextDiff::from_lines(&old, &new);
     let here = [
         ("type", query.r#type.as_str()),
@@ -263,11 +261,11 @@ pub async fn key(
                 @for (name, value) in &here { input type="hidden" name=(name) value=(value); }
                 label for="a" { "From version" }
                 select id="a" name="a" {
-                    @for e in &versions { option value=(e.version) selected[e.version == a] { (e.version) } }
+                    @for v in &choices { option value=(v) selected[*v == a] { (v) } }
                 }
                 label for="b" { "to version" }
                 select id="b" name="b" {
-                    @for e in &versions { option value=(e.version) selected[e.version == b] { (e.version) } }
+                    @for v in &choices { option value=(v) selected[*v == b] { (v) } }
                 }
                 button type="submit" { "Compare" }
             }
@@ -307,6 +305,62 @@ const HISTORY_BYTES: usize = 4 * crate::paging::PAGE_BYTES;
 
 /// A key's newest version, a tombstone's too (from the `KEY_DELETED`
 /// answer's metadata); 0 when the key has none.
+/// What the diff shows of a version: its value, pretty, or a word on a
+/// tombstone or a version not kept. One of `versions` is taken from them;
+/// another is read by itself.
+async fn version_text(
+    client: &mut MemoryServiceClient<crate::mcp::Conn>,
+    versions: &[proto::MemoryEntry],
+    scope_type: i32,
+    query: &KeyQuery,
+    version: i64,
+) -> Result<String, tonic::Status> {
+    use tonic_types::StatusExt;
+    let shown = |entry: &proto::MemoryEntry| {
+        if entry.deleted {
+            "(tombstone)\n".to_owned()
+        } else {
+            let value = value_json(entry.value.clone());
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            )
+        }
+    };
+    if let Some(entry) = versions.iter().find(|e| e.version == version) {
+        return Ok(shown(entry));
+    }
+    if version < 1 {
+        return Ok(String::new());
+    }
+    let got = client
+        .get(proto::GetRequest {
+            scope_type,
+            scope: query.scope.clone(),
+            key: query.key.clone(),
+            version,
+            ..Default::default()
+        })
+        .await;
+    match got {
+        Ok(response) => Ok(response
+            .into_inner()
+            .entry
+            .as_ref()
+            .map(shown)
+            .unwrap_or_default()),
+        Err(status) if status.code() == tonic::Code::NotFound => {
+            let reason = status.get_details_error_info().map(|info| info.reason);
+            Ok(match reason.as_deref() {
+                Some("KEY_DELETED") => "(tombstone)\n".to_owned(),
+                Some("VERSION_PURGED") => format!("(version {version} was purged)\n"),
+                _ => format!("(there is no version {version})\n"),
+            })
+        }
+        Err(status) => Err(status),
+    }
+}
+
 async fn newest_version(
     client: &mut MemoryServiceClient<crate::mcp::Conn>,
     scope_type: i32,
