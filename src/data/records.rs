@@ -1,9 +1,9 @@
 //! The export format: JSON Lines, one [`Record`] per line, tagged by
 //! `kind`, after a [`Header`] naming the format and its version.
 //!
-//! Every line is bounded: what grows without bound (a fact's versions, a
-//! session's tasks and cached files) has a line per item after its owner's
-//! line, so no line outgrows a message or a page, however long a fact's
+//! Every line is bounded: what grows without bound (a fact's versions and
+//! sources, a session's tasks and cached files) has a line per item after
+//! its owner's line, so no line outgrows a message or a page, however long a fact's
 //! history. Version 1 files held them inside their owner's line; those
 //! lines are still read.
 //!
@@ -46,6 +46,8 @@ pub enum Record {
     Fact(Fact),
     /// A version of a fact written earlier (version 2).
     FactVersion(FactVersion),
+    /// An episode a fact written earlier was derived from (version 2).
+    FactSource(FactSource),
     Rule(Rule),
 }
 
@@ -180,8 +182,8 @@ pub struct Cached {
     pub update_time: DateTime<Utc>,
 }
 
-/// A fact with its lineage, and in a version 1 file its versions (version 2
-/// writes each as a `fact_version` line).
+/// A fact, and in a version 1 file its versions and sources (version 2
+/// writes each as a `fact_version` or `fact_source` line).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fact {
@@ -201,8 +203,18 @@ pub struct Fact {
     /// lines of their own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub versions: Vec<FactVersion>,
-    /// The ids of the episodes it was derived from, sorted.
+    /// The ids of the episodes it was derived from, sorted; in a version 2
+    /// file each is a `fact_source` line of its own instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
+}
+
+/// An episode a fact was derived from (version 2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactSource {
+    pub fact_id: String,
+    pub episode_id: String,
 }
 
 /// A version of a fact: a `fact_version` line, or one of a version 1
@@ -319,6 +331,7 @@ impl Record {
             Record::CachedFile(_) => "cached_file",
             Record::Fact(_) => "fact",
             Record::FactVersion(_) => "fact_version",
+            Record::FactSource(_) => "fact_source",
             Record::Rule(_) => "rule",
         }
     }
@@ -375,6 +388,7 @@ impl Record {
             ],
             Record::CachedFile(c) => vec![named("update_time", &c.update_time)],
             Record::FactVersion(v) => vec![named("create_time", &v.create_time)],
+            Record::FactSource(_) => Vec::new(),
             Record::Rule(r) => {
                 let mut times = vec![named("create_time", &r.create_time)];
                 times.extend(r.last_run_time.iter().map(|t| named("last_run_time", t)));
@@ -434,6 +448,11 @@ impl Record {
             Record::CachedFile(c) => c.check("", None),
             Record::Fact(f) => f.check(),
             Record::FactVersion(v) => v.check("", None),
+            Record::FactSource(source) => {
+                Id::parse("fact_id", source.fact_id.as_str())?;
+                Id::parse("episode_id", source.episode_id.as_str())?;
+                Ok(())
+            }
             Record::Rule(r) => {
                 let cadence = match (r.every_n_episodes, &r.cron) {
                     (Some(n), None) => Cadence::EveryNEpisodes(n),

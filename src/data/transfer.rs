@@ -51,6 +51,7 @@ pub enum Part {
     CachedFiles,
     Facts,
     FactVersions,
+    FactSources,
     Rules,
 }
 
@@ -71,7 +72,8 @@ pub enum After {
     Cursor(i64),
     /// After this item of an owner: a session's task, a fact's version.
     Numbered(String, i64),
-    /// After this cached file of a session.
+    /// After this named item of an owner: a session's cached file, a
+    /// fact's source.
     Named(String, String),
 }
 
@@ -110,6 +112,7 @@ impl Selection {
                 CachedFiles,
                 Facts,
                 FactVersions,
+                FactSources,
                 Rules,
             ],
             Selection::Scope(_) => &[Executions, Memory],
@@ -132,6 +135,7 @@ impl Selection {
                 CachedFiles,
                 Facts,
                 FactVersions,
+                FactSources,
             ],
         }
     }
@@ -506,6 +510,7 @@ mod tests {
             let parts = selection.parts();
             let at = |part| parts.iter().position(|p| *p == part);
             assert!(at(Part::Facts) < at(Part::FactVersions));
+            assert!(at(Part::Facts) < at(Part::FactSources));
         }
         let all = Selection::Tenant.parts();
         assert_eq!(all.last(), Some(&Part::Rules));

@@ -247,6 +247,7 @@ async fn round_trip_across_stores(backend: Backend) {
             "cached_file",
             "fact",
             "fact_version",
+            "fact_source",
             "rule"
         ]
     );
@@ -883,6 +884,7 @@ async fn items_have_lines_of_their_own(backend: Backend) {
             ("cached_file".to_owned(), 1),
             ("fact".to_owned(), 1),
             ("fact_version".to_owned(), 2),
+            ("fact_source".to_owned(), 1),
         ]
     );
     let by_kind =
@@ -892,6 +894,11 @@ async fn items_have_lines_of_their_own(backend: Backend) {
     assert_eq!(by_kind("task")[0]["description"], "the docs");
     assert_eq!(by_kind("cached_file")[0]["content"], "hello");
     assert_eq!(by_kind("fact")[0].get("versions"), None);
+    assert_eq!(by_kind("fact")[0].get("sources"), None);
+    assert_eq!(
+        by_kind("fact_source")[0],
+        &json!({"kind": "fact_source", "fact_id": "f1", "episode_id": "e1"})
+    );
     let versions = by_kind("fact_version");
     assert_eq!(
         versions
@@ -984,6 +991,12 @@ async fn items_have_lines_of_their_own(backend: Backend) {
     let message = refused(vec![header(2), line(past)]).await;
     assert!(
         message.starts_with("line 2: a version of fact \"f9\""),
+        "{message}"
+    );
+    let source = json!({"kind": "fact_source", "fact_id": "f9", "episode_id": "e1"});
+    let message = refused(vec![header(2), line(source)]).await;
+    assert!(
+        message.starts_with("line 2: a source of fact \"f9\""),
         "{message}"
     );
     let task = json!({"kind": "task", "session_id": "s2", "number": 1, "subject": "x",

@@ -206,7 +206,7 @@ type ImportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Records written, by kind ("execution", "memory_version", "session",
 	// "episode", "working_memory", "task", "cached_file", "fact",
-	// "fact_version", "rule").
+	// "fact_version", "fact_source", "rule").
 	Imported map[string]int64 `protobuf:"bytes,1,rep,name=imported,proto3" json:"imported,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Records that existed already, identical, by kind.
 	Unchanged map[string]int64 `protobuf:"bytes,2,rep,name=unchanged,proto3" json:"unchanged,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`

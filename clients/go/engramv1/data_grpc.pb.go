@@ -54,8 +54,9 @@ type DataServiceClient interface {
 	// executions (the flow registry), memory versions with tombstones,
 	// provenance and the `_compaction/` audit records (per key in version
 	// order), sessions, episodes (in the order they were appended),
-	// working memory, its tasks and cached files, facts with their lineage,
-	// their versions (a line each, so no line outgrows a message), and, for
+	// working memory, its tasks and cached files, facts, their versions and
+	// the episodes they came from (a line each, so no line outgrows a
+	// message), and, for
 	// a whole tenant, consolidation rules with their watermarks (named by
 	// episode id, since cursors are re-issued on import). Pages are read one
 	// at a time, so the server holds one page whatever the size, and sent in
@@ -80,11 +81,12 @@ type DataServiceClient interface {
 	// naming the line. Memory versions get new change-feed revisions and
 	// episodes new cursors, issued in the file's order; a key's versions
 	// must follow its newest stored version without a gap. Files of format
-	// versions 1 and 2 are read; a task, cached file or fact version whose
-	// owner is neither stored nor earlier in the file, a fact version past
-	// its fact's current one and a fact whose current version no line holds
-	// refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
-	// line. A stream that breaks before its end imports nothing.
+	// versions 1 and 2 are read; a task, cached file, fact version or fact
+	// source whose owner is neither stored nor earlier in the file, a fact
+	// version past its fact's current one and a fact whose current version
+	// no line holds refuse the import with FAILED_PRECONDITION, reason
+	// IMPORT_CONFLICT, naming the line. A stream that breaks before its end
+	// imports nothing.
 	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error)
 }
 
@@ -168,8 +170,9 @@ type DataServiceServer interface {
 	// executions (the flow registry), memory versions with tombstones,
 	// provenance and the `_compaction/` audit records (per key in version
 	// order), sessions, episodes (in the order they were appended),
-	// working memory, its tasks and cached files, facts with their lineage,
-	// their versions (a line each, so no line outgrows a message), and, for
+	// working memory, its tasks and cached files, facts, their versions and
+	// the episodes they came from (a line each, so no line outgrows a
+	// message), and, for
 	// a whole tenant, consolidation rules with their watermarks (named by
 	// episode id, since cursors are re-issued on import). Pages are read one
 	// at a time, so the server holds one page whatever the size, and sent in
@@ -194,11 +197,12 @@ type DataServiceServer interface {
 	// naming the line. Memory versions get new change-feed revisions and
 	// episodes new cursors, issued in the file's order; a key's versions
 	// must follow its newest stored version without a gap. Files of format
-	// versions 1 and 2 are read; a task, cached file or fact version whose
-	// owner is neither stored nor earlier in the file, a fact version past
-	// its fact's current one and a fact whose current version no line holds
-	// refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
-	// line. A stream that breaks before its end imports nothing.
+	// versions 1 and 2 are read; a task, cached file, fact version or fact
+	// source whose owner is neither stored nor earlier in the file, a fact
+	// version past its fact's current one and a fact whose current version
+	// no line holds refuse the import with FAILED_PRECONDITION, reason
+	// IMPORT_CONFLICT, naming the line. A stream that breaks before its end
+	// imports nothing.
 	Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error
 	mustEmbedUnimplementedDataServiceServer()
 }

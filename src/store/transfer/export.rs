@@ -2,13 +2,13 @@
 
 use super::rows::{
     cached_row, episode_row, execution_row, fact_row, fact_version_row, memory_row, rule_of,
-    rule_row, session_row, sources_of, task_row, working_row,
+    rule_row, session_row, task_row, working_row,
 };
 use crate::context::Tenant;
-use crate::data::records::Record;
+use crate::data::records::{FactSource, Record};
 use crate::data::{After, ExportPage, Part, Selection};
 use crate::error::Result;
-use crate::paging::{self, Weighed};
+use crate::paging;
 use crate::store::sql::{Cols, Param, Run, Sql, params};
 
 /// Rows of a part read per page.
@@ -158,6 +158,13 @@ static EXPORT_FACT_VERSIONS: Sql = Sql::new(concat!(
     ") AND (fact_id, version) > ($7, $8) ORDER BY fact_id, version LIMIT $9"
 ));
 
+static EXPORT_FACT_SOURCES: Sql = Sql::new(concat!(
+    "SELECT fact_id, episode_id FROM fact_sources WHERE tenant = $1 AND fact_id IN \
+     (SELECT id FROM facts WHERE tenant = $1 AND ",
+    chosen_facts!(),
+    ") AND (fact_id, episode_id) > ($7, $8) ORDER BY fact_id, episode_id LIMIT $9"
+));
+
 static EXPORT_FACTS: Sql = Sql::new(concat!(
     "SELECT ",
     fact_columns!(),
@@ -198,6 +205,15 @@ fn numbered(after: &After) -> (&str, i64) {
     match after {
         After::Numbered(owner, n) => (owner.as_str(), *n),
         _ => ("", 0),
+    }
+}
+
+/// The position in a part of named items of owners; the start before
+/// the first.
+fn named(after: &After) -> (&str, &str) {
+    match after {
+        After::Named(owner, name) => (owner.as_str(), name.as_str()),
+        _ => ("", ""),
     }
 }
 
@@ -295,10 +311,7 @@ pub(super) async fn export_page(
             (rows.into_iter().map(Record::Task).collect(), next, cut)
         }
         Part::CachedFiles => {
-            let (session, path) = match after {
-                After::Named(session, path) => (session.as_str(), path.as_str()),
-                _ => ("", ""),
-            };
+            let (session, path) = named(after);
             let at: &[Param<'_>] = params![session, path, PAGE];
             let rows = conn
                 .all_weighed(&EXPORT_CACHE, &[&chosen[..], at].concat(), cached_row)
@@ -314,23 +327,12 @@ pub(super) async fn export_page(
             )
         }
         Part::Facts => {
-            // A fact's line holds its sources; its versions have lines of
-            // their own (the next part).
-            let heads = conn.all(&EXPORT_FACTS, &with_id, fact_row).await?;
-            let mut read = Weighed::default();
-            let mut next = None;
-            for head in heads {
-                next = Some(After::Id(head.id.clone()));
-                read.push(sources_of(conn, tenant, head).await?);
-                if read.full {
-                    break;
-                }
-            }
-            (
-                read.items.into_iter().map(Record::Fact).collect(),
-                next,
-                read.full,
-            )
+            // Its versions and sources have lines of their own (the next
+            // parts).
+            let rows = conn.all_weighed(&EXPORT_FACTS, &with_id, fact_row).await?;
+            let cut = paging::filled(&rows);
+            let next = rows.last().map(|f| After::Id(f.id.clone()));
+            (rows.into_iter().map(Record::Fact).collect(), next, cut)
         }
         Part::FactVersions => {
             let (fact, version) = numbered(after);
@@ -350,6 +352,26 @@ pub(super) async fn export_page(
                 rows.into_iter().map(Record::FactVersion).collect(),
                 next,
                 cut,
+            )
+        }
+        Part::FactSources => {
+            let (fact, episode) = named(after);
+            let at: &[Param<'_>] = params![fact, episode, PAGE];
+            let rows = conn
+                .all(&EXPORT_FACT_SOURCES, &[&chosen[..], at].concat(), |row| {
+                    Ok(FactSource {
+                        fact_id: row.text(0)?,
+                        episode_id: row.text(1)?,
+                    })
+                })
+                .await?;
+            let next = rows
+                .last()
+                .map(|s| After::Named(s.fact_id.clone(), s.episode_id.clone()));
+            (
+                rows.into_iter().map(Record::FactSource).collect(),
+                next,
+                false,
             )
         }
         Part::Rules => {

@@ -70,6 +70,9 @@ static FACT_VERSION: Sql = select!(
     " FROM fact_versions WHERE tenant = $1 AND fact_id = $2 AND version = $3"
 );
 
+static FACT_SOURCE: Sql =
+    Sql::new("SELECT 1 FROM fact_sources WHERE tenant = $1 AND fact_id = $2 AND episode_id = $3");
+
 static RULE: Sql = select!(
     rule_columns!(),
     " FROM consolidation_rules WHERE tenant = $1 AND id = $2"
@@ -498,11 +501,13 @@ async fn apply(
             Applied::Imported
         }
         Record::Fact(f) => {
-            // A version 1 line holds its versions: compare them too.
+            // A version 1 line holds its versions and sources: compare them
+            // too.
             let stored = match conn
                 .first(&FACT, params![t, f.id.as_str()], fact_row)
                 .await?
             {
+                Some(head) if f.versions.is_empty() && f.sources.is_empty() => Some(head),
                 Some(head) if f.versions.is_empty() => Some(sources_of(conn, tenant, head).await?),
                 Some(head) => Some(fact_of(conn, tenant, head).await?),
                 None => None,
@@ -575,6 +580,26 @@ async fn apply(
                 Some(_) => {}
             }
             insert_fact_version(conn, tenant, id, &v).await?;
+            Applied::Imported
+        }
+        Record::FactSource(source) => {
+            let (id, episode) = (source.fact_id.as_str(), source.episode_id.as_str());
+            let stored = conn
+                .first(&FACT_SOURCE, params![t, id, episode], |_| Ok(()))
+                .await?;
+            if stored.is_some() {
+                return Ok(Some(Applied::Unchanged));
+            }
+            if conn.first(&FACT, params![t, id], fact_row).await?.is_none() {
+                return Err(refused(
+                    line,
+                    format!(
+                        "a source of fact {id:?}, which is neither stored nor earlier in the file"
+                    ),
+                ));
+            }
+            conn.exec(&INSERT_FACT_SOURCE, params![t, episode, id])
+                .await?;
             Applied::Imported
         }
         Record::Rule(r) => {

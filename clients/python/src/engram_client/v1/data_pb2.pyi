@@ -171,7 +171,7 @@ class ImportResponse(_message.Message):
     def imported(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Records written, by kind ("execution", "memory_version", "session",
         "episode", "working_memory", "task", "cached_file", "fact",
-        "fact_version", "rule").
+        "fact_version", "fact_source", "rule").
         """
 
     @_builtins.property

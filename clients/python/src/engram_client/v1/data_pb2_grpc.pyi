@@ -59,8 +59,9 @@ class DataServiceStub:
     executions (the flow registry), memory versions with tombstones,
     provenance and the `_compaction/` audit records (per key in version
     order), sessions, episodes (in the order they were appended),
-    working memory, its tasks and cached files, facts with their lineage,
-    their versions (a line each, so no line outgrows a message), and, for
+    working memory, its tasks and cached files, facts, their versions and
+    the episodes they came from (a line each, so no line outgrows a
+    message), and, for
     a whole tenant, consolidation rules with their watermarks (named by
     episode id, since cursors are re-issued on import). Pages are read one
     at a time, so the server holds one page whatever the size, and sent in
@@ -86,11 +87,12 @@ class DataServiceStub:
     naming the line. Memory versions get new change-feed revisions and
     episodes new cursors, issued in the file's order; a key's versions
     must follow its newest stored version without a gap. Files of format
-    versions 1 and 2 are read; a task, cached file or fact version whose
-    owner is neither stored nor earlier in the file, a fact version past
-    its fact's current one and a fact whose current version no line holds
-    refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
-    line. A stream that breaks before its end imports nothing.
+    versions 1 and 2 are read; a task, cached file, fact version or fact
+    source whose owner is neither stored nor earlier in the file, a fact
+    version past its fact's current one and a fact whose current version
+    no line holds refuse the import with FAILED_PRECONDITION, reason
+    IMPORT_CONFLICT, naming the line. A stream that breaks before its end
+    imports nothing.
     """
 
 @_typing.type_check_only
@@ -124,8 +126,9 @@ class DataServiceAsyncStub(DataServiceStub):
     executions (the flow registry), memory versions with tombstones,
     provenance and the `_compaction/` audit records (per key in version
     order), sessions, episodes (in the order they were appended),
-    working memory, its tasks and cached files, facts with their lineage,
-    their versions (a line each, so no line outgrows a message), and, for
+    working memory, its tasks and cached files, facts, their versions and
+    the episodes they came from (a line each, so no line outgrows a
+    message), and, for
     a whole tenant, consolidation rules with their watermarks (named by
     episode id, since cursors are re-issued on import). Pages are read one
     at a time, so the server holds one page whatever the size, and sent in
@@ -151,11 +154,12 @@ class DataServiceAsyncStub(DataServiceStub):
     naming the line. Memory versions get new change-feed revisions and
     episodes new cursors, issued in the file's order; a key's versions
     must follow its newest stored version without a gap. Files of format
-    versions 1 and 2 are read; a task, cached file or fact version whose
-    owner is neither stored nor earlier in the file, a fact version past
-    its fact's current one and a fact whose current version no line holds
-    refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
-    line. A stream that breaks before its end imports nothing.
+    versions 1 and 2 are read; a task, cached file, fact version or fact
+    source whose owner is neither stored nor earlier in the file, a fact
+    version past its fact's current one and a fact whose current version
+    no line holds refuse the import with FAILED_PRECONDITION, reason
+    IMPORT_CONFLICT, naming the line. A stream that breaks before its end
+    imports nothing.
     """
 
 class DataServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -198,8 +202,9 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         executions (the flow registry), memory versions with tombstones,
         provenance and the `_compaction/` audit records (per key in version
         order), sessions, episodes (in the order they were appended),
-        working memory, its tasks and cached files, facts with their lineage,
-        their versions (a line each, so no line outgrows a message), and, for
+        working memory, its tasks and cached files, facts, their versions and
+        the episodes they came from (a line each, so no line outgrows a
+        message), and, for
         a whole tenant, consolidation rules with their watermarks (named by
         episode id, since cursors are re-issued on import). Pages are read one
         at a time, so the server holds one page whatever the size, and sent in
@@ -231,11 +236,12 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         naming the line. Memory versions get new change-feed revisions and
         episodes new cursors, issued in the file's order; a key's versions
         must follow its newest stored version without a gap. Files of format
-        versions 1 and 2 are read; a task, cached file or fact version whose
-        owner is neither stored nor earlier in the file, a fact version past
-        its fact's current one and a fact whose current version no line holds
-        refuse the import with FAILED_PRECONDITION, IMPORT_CONFLICT, naming the
-        line. A stream that breaks before its end imports nothing.
+        versions 1 and 2 are read; a task, cached file, fact version or fact
+        source whose owner is neither stored nor earlier in the file, a fact
+        version past its fact's current one and a fact whose current version
+        no line holds refuse the import with FAILED_PRECONDITION, reason
+        IMPORT_CONFLICT, naming the line. A stream that breaks before its end
+        imports nothing.
         """
 
 def add_DataServiceServicer_to_server(servicer: DataServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
