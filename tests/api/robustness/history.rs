@@ -61,6 +61,12 @@ pub enum Call {
         limit: i64,
     },
     RunRule,
+    /// `Import` of a file of its own, everything in it named by `id`: two
+    /// keys of the scope `id` and a fact `id` of two versions and a
+    /// source. It must land whole or not at all.
+    Import {
+        id: String,
+    },
 }
 
 impl Call {
@@ -86,6 +92,7 @@ impl Call {
             Call::ListEpisodes { .. } => "list-episodes",
             Call::Recent { .. } => "recent",
             Call::RunRule => "run-rule",
+            Call::Import { .. } => "import",
         }
     }
 }

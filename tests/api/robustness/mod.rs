@@ -376,6 +376,13 @@ async fn run(name: &str, scenario: Scenario) {
         let hit = retry("searching a key", || workload::search(&first, key)).await;
         searched.insert(key.to_owned(), hit);
     }
+    let mut imports = BTreeMap::new();
+    for op in recorder.ops() {
+        if let history::Call::Import { id } = op.call {
+            let held = retry("reading an import", || workload::imported(&first, &id)).await;
+            imports.insert(id, held);
+        }
+    }
     let (feed, _) = workload::watch(servers.addrs[0], None).await;
     let (episodes, _) = workload::tail(servers.addrs[0]).await;
     let end = Final {
@@ -386,6 +393,7 @@ async fn run(name: &str, scenario: Scenario) {
         tailed,
         promoted,
         searched,
+        imports,
     };
 
     let ops = recorder.ops();
@@ -447,6 +455,15 @@ fn report(
         *why.entry(reason).or_default() += 1;
     }
     println!("    outcomes: {why:?}");
+    let whole = end
+        .imports
+        .values()
+        .filter(|&&held| held == (workload::IMPORT_KEYS.len(), workload::IMPORT_VERSIONS))
+        .count();
+    println!(
+        "    imports: {whole} landed whole, {} not at all",
+        end.imports.len() - whole
+    );
     for anomaly in anomalies {
         println!("{anomaly}");
     }

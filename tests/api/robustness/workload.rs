@@ -10,15 +10,17 @@ use std::time::Duration;
 use engram::api::convert::{json_from_proto, json_to_proto};
 use engram::proto::as_of;
 use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+use engram::proto::data_service_client::DataServiceClient;
 use engram::proto::episode_service_client::EpisodeServiceClient;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::search_hit::Item;
 use engram::proto::search_service_client::SearchServiceClient;
 use engram::proto::{
-    AppendEpisodeRequest, AsOf, DeleteRequest, GetRequest, HistoryRequest, ListEpisodesRequest,
-    ListRequest, MemoryEntry, PurgeRequest, RecentRequest, RunRuleRequest, ScopeType, SearchMode,
-    SearchRequest, SearchSource, SetRequest, TailEpisodesRequest, WatchRequest,
+    AppendEpisodeRequest, AsOf, DeleteRequest, GetFactRequest, GetRequest, HistoryRequest,
+    ImportRequest, ListEpisodesRequest, ListRequest, MemoryEntry, PurgeRequest, RecentRequest,
+    RunRuleRequest, ScopeType, SearchMode, SearchRequest, SearchSource, SetRequest,
+    TailEpisodesRequest, WatchRequest,
 };
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -179,10 +181,13 @@ impl Client {
                 71..=74 => Call::List,
                 75..=78 => Call::History { key },
                 79..=80 => Call::Purge { key, keep: 3 },
-                81..=97 => Call::Append {
+                81..=96 => Call::Append {
                     session: SESSIONS[rng.below(SESSIONS.len() as u64) as usize].to_owned(),
                     id: format!("e-{}-{written}", self.id),
                     value,
+                },
+                97 => Call::Import {
+                    id: format!("imp-{}-{written}", self.id),
                 },
                 _ => Call::RunRule,
             };
@@ -366,6 +371,18 @@ impl Client {
             Call::Recent { session, limit } => {
                 Outcome::Recent(recent(&self.channel, session.as_deref(), *limit).await?)
             }
+            Call::Import { id } => {
+                // Two messages, so the lines are staged in two steps.
+                let lines = import_lines(id);
+                let (first, second) = lines.split_at(lines.len() / 2);
+                let messages = [first, second].map(|lines| ImportRequest {
+                    lines: lines.to_vec(),
+                });
+                DataServiceClient::new(self.channel.clone())
+                    .import(tokio_stream::iter(messages))
+                    .await?;
+                Outcome::Done
+            }
             Call::RunRule => {
                 ConsolidationServiceClient::new(self.channel.clone())
                     .run_rule(RunRuleRequest {
@@ -378,6 +395,74 @@ impl Client {
             }
         })
     }
+}
+
+/// The keys an import file writes in its scope.
+pub const IMPORT_KEYS: [&str; 2] = ["a", "b"];
+
+/// The versions of the fact an import file writes.
+pub const IMPORT_VERSIONS: usize = 2;
+
+/// An import file (format version 2) whose every record is named by `id`.
+pub fn import_lines(id: &str) -> Vec<String> {
+    const T0: &str = "2026-11-23T10:00:00Z";
+    let mut records = vec![
+        json!({"kind": "header", "format": "engram.export", "version": 2,
+        "tenant": "elsewhere", "selection": "tenant", "export_time": T0}),
+    ];
+    for key in IMPORT_KEYS {
+        records.push(
+            json!({"kind": "memory_version", "scope_type": "namespace", "scope": id,
+            "key": key, "version": 1, "value": key, "deleted": false, "create_time": T0}),
+        );
+    }
+    records.push(json!({"kind": "fact", "id": id, "app": APP, "user": USER,
+        "fact_kind": "semantic", "subject": id, "predicate": "imported",
+        "version": IMPORT_VERSIONS, "deleted": false, "create_time": T0, "update_time": T0}));
+    for version in 1..=IMPORT_VERSIONS {
+        records.push(
+            json!({"kind": "fact_version", "fact_id": id, "version": version,
+            "deleted": false, "subject": id, "predicate": "imported", "object": "",
+            "content": format!("{id} {version}"), "confidence": 1.0, "source": "remember",
+            "source_episode_ids": [], "channels": [], "create_time": T0}),
+        );
+    }
+    records.push(json!({"kind": "fact_source", "fact_id": id, "episode_id": id}));
+    records.iter().map(ToString::to_string).collect()
+}
+
+/// What of an import file's records the server holds: how many of its keys
+/// and how many versions of its fact.
+pub async fn imported(channel: &Channel, id: &str) -> Result<(usize, usize), tonic::Status> {
+    let mut keys = 0;
+    for key in IMPORT_KEYS {
+        let got = MemoryServiceClient::new(channel.clone())
+            .get(GetRequest {
+                scope_type: NAMESPACE,
+                scope: id.into(),
+                key: key.into(),
+                ..GetRequest::default()
+            })
+            .await;
+        match got {
+            Ok(_) => keys += 1,
+            Err(status) if status.code() == tonic::Code::NotFound => {}
+            Err(status) => return Err(status),
+        }
+    }
+    let fact = ConsolidationServiceClient::new(channel.clone())
+        .get_fact(GetFactRequest {
+            fact_id: id.into(),
+            page_size: 10,
+            ..GetFactRequest::default()
+        })
+        .await;
+    let versions = match fact {
+        Ok(fact) => fact.into_inner().versions.len(),
+        Err(status) if status.code() == tonic::Code::NotFound => 0,
+        Err(status) => return Err(status),
+    };
+    Ok((keys, versions))
 }
 
 /// Every kept version of a key: (version, value; None for a tombstone).

@@ -1,13 +1,13 @@
 //! The checker: validates a whole recorded history against what the
 //! server finally holds, and names each anomaly with the fewest operations
-//! that show it.
+//! that show it. Here: memory, search, as-of reads and imports.
 
 use std::collections::{BTreeMap, HashMap};
 
 use tonic::Code;
 
 use super::history::{Call, Op, Outcome};
-use super::workload::{Change, KEYS, Tailed};
+use super::workload::{Change, IMPORT_KEYS, IMPORT_VERSIONS, KEYS, Tailed};
 
 mod episodes;
 #[cfg(test)]
@@ -33,6 +33,9 @@ pub struct Final {
     /// What a search for each key's name found once it was quiet: the hit's
     /// version and value, or None.
     pub searched: BTreeMap<String, Option<(i64, i64)>>,
+    /// What the server holds of each import's file: how many of its keys
+    /// and of its fact's versions.
+    pub imports: BTreeMap<String, (usize, usize)>,
 }
 
 /// An anomaly and the operations that show it.
@@ -66,6 +69,7 @@ pub fn check(ops: &[Op], end: &Final) -> Vec<Anomaly> {
     feed("watch", &end.feed, &end.watched, |c| c.0, &mut found);
     feed("tail", &end.episodes, &end.tailed, |e| e.0, &mut found);
     episodes(ops, end, &mut found);
+    imports(ops, end, &mut found);
     let matched = end.episodes.len() as i64;
     if end.promoted != matched {
         found.push(anomaly(
@@ -78,6 +82,32 @@ pub fn check(ops: &[Op], end: &Final) -> Vec<Anomaly> {
         ));
     }
     found
+}
+
+/// An import lands whole or not at all (whatever the fault, however it
+/// ended for its client); one acknowledged lands whole, and one refused
+/// not at all.
+fn imports(ops: &[Op], end: &Final, found: &mut Vec<Anomaly>) {
+    let whole = (IMPORT_KEYS.len(), IMPORT_VERSIONS);
+    for op in ops {
+        let Call::Import { id } = &op.call else {
+            continue;
+        };
+        let held = end.imports.get(id).copied().unwrap_or_default();
+        let wrong = match (&op.outcome, held) {
+            (_, held) if held != whole && held != (0, 0) => "landed in part",
+            (Outcome::Done, (0, 0)) => "was acknowledged and is missing",
+            (Outcome::Refused { .. }, held) if held == whole => "was refused and landed",
+            _ => continue,
+        };
+        found.push(anomaly(
+            format!(
+                "import {id} {wrong}: {} of {} keys, {} of {} fact versions",
+                held.0, whole.0, held.1, whole.1
+            ),
+            vec![op],
+        ));
+    }
 }
 
 /// The key a call writes or reads, if one.

@@ -43,6 +43,7 @@ fn quiet_end(histories: BTreeMap<String, Vec<(i64, Option<i64>)>>) -> Final {
         watched: vec![vec![(1, 1, "k0".into(), 1), (2, 1, "k0".into(), 2)]],
         tailed: vec![],
         promoted: 0,
+        imports: BTreeMap::new(),
     }
 }
 
@@ -296,4 +297,32 @@ fn the_checker_finds_planted_anomalies() {
     twice_promoted.tailed = vec![twice_promoted.episodes.clone()];
     twice_promoted.promoted = 2;
     assert!(finds(&[], &twice_promoted, "promoted"));
+
+    // Imports: whole or nothing, whole when acknowledged, nothing when
+    // refused.
+    let import = |outcome: Outcome, held: (usize, usize)| {
+        let ops = [op(0, 10, Call::Import { id: "i".into() }, outcome)];
+        let mut end = quiet_end(BTreeMap::new());
+        end.imports.insert("i".into(), held);
+        check(&ops, &end)
+            .into_iter()
+            .map(|a| a.what)
+            .collect::<Vec<_>>()
+    };
+    let unknown = || Outcome::Unknown {
+        code: Code::Unavailable,
+        transport: true,
+    };
+    let refused = || Outcome::Refused {
+        code: Code::InvalidArgument,
+        reason: "IMPORT_MALFORMED".into(),
+    };
+    assert!(import(Outcome::Done, (2, 2)).is_empty());
+    assert!(import(unknown(), (2, 2)).is_empty());
+    assert!(import(unknown(), (0, 0)).is_empty());
+    assert!(import(refused(), (0, 0)).is_empty());
+    assert!(import(unknown(), (2, 0))[0].contains("landed in part"));
+    assert!(import(Outcome::Done, (1, 2))[0].contains("landed in part"));
+    assert!(import(Outcome::Done, (0, 0))[0].contains("acknowledged and is missing"));
+    assert!(import(refused(), (2, 2))[0].contains("refused and landed"));
 }
