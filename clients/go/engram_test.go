@@ -718,6 +718,11 @@ func TestAllReadsEveryPage(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := client.WorkingMemory.CreateTask(ctx, &engramv1.CreateTaskRequest{
+			SessionId: "p-0", Subject: fmt.Sprintf("task %d", i),
+		}); err != nil {
+			t.Fatal(err)
+		}
 		rule := &engramv1.ConsolidationRule{Id: fmt.Sprintf("r%d", i), Cadence: &engramv1.ConsolidationRule_EveryNEpisodes{EveryNEpisodes: 100}}
 		if _, err := client.Consolidation.CreateRule(ctx, &engramv1.CreateRuleRequest{Rule: rule}); err != nil {
 			t.Fatal(err)
@@ -777,6 +782,10 @@ func TestAllReadsEveryPage(t *testing.T) {
 	if err != nil || len(versions) != 2 || versions[0].GetVersion() != 1 || versions[0].GetDeleted() ||
 		versions[1].GetVersion() != 2 || !versions[1].GetDeleted() {
 		t.Fatalf("fact versions, oldest first, the tombstone last: %v %v", versions, err)
+	}
+	tasks, err := collect(client.AllTasks(ctx, &engramv1.ListTasksRequest{SessionId: "p-0", PageSize: 2}))
+	if err != nil || len(tasks) != 5 || tasks[0].GetId() != "t1" || tasks[4].GetId() != "t5" {
+		t.Fatalf("tasks, in creation order: %v %v", tasks, err)
 	}
 	rules, err := collect(client.AllRules(ctx, &engramv1.ListRulesRequest{PageSize: 2}))
 	if err != nil || len(rules) != 5 {

@@ -108,6 +108,12 @@ func (c *Client) AllFactVersions(ctx context.Context, request *engramv1.GetFactR
 		c.Consolidation.GetFact, (*engramv1.GetFactResponse).GetVersions)
 }
 
+// AllTasks yields a session's tasks, in creation order.
+func (c *Client) AllTasks(ctx context.Context, request *engramv1.ListTasksRequest) iter.Seq2[*engramv1.Task, error] {
+	return pages(ctx, request, func(r *engramv1.ListTasksRequest, t string) { r.PageToken = t },
+		c.WorkingMemory.ListTasks, (*engramv1.ListTasksResponse).GetTasks)
+}
+
 // AllRules yields every consolidation rule of the tenant.
 func (c *Client) AllRules(ctx context.Context, request *engramv1.ListRulesRequest) iter.Seq2[*engramv1.ConsolidationRule, error] {
 	return pages(ctx, request, func(r *engramv1.ListRulesRequest, t string) { r.PageToken = t },

@@ -178,13 +178,14 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
             .session(&ctx, (req.session_id, req.app, req.user), false)
             .await
             .map_err(to_status)?;
-        let tasks = self
+        let page = self
             .working
-            .list_tasks(&ctx, &session)
+            .list_tasks(&ctx, &session, req.page_size, &req.page_token)
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::ListTasksResponse {
-            tasks: tasks.into_iter().map(task_to_proto).collect(),
+            tasks: page.items.into_iter().map(task_to_proto).collect(),
+            next_page_token: page.next_page_token,
         }))
     }
 

@@ -83,7 +83,7 @@ enum Command {
         #[arg(long)]
         description: Option<String>,
     },
-    /// List the session's tasks
+    /// List the session's tasks (every page)
     Tasks,
     /// Remember a fact for the session's app and user (secrets are redacted)
     Remember {
@@ -308,15 +308,25 @@ impl WorkingCommand {
                 print(value, text);
             }
             Command::Tasks => {
-                let tasks = working
-                    .list_tasks(proto::ListTasksRequest {
-                        session_id,
-                        app,
-                        user,
-                    })
-                    .await?
-                    .into_inner()
-                    .tasks;
+                // Every page.
+                let (mut tasks, mut page_token) = (Vec::new(), String::new());
+                loop {
+                    let page = working
+                        .list_tasks(proto::ListTasksRequest {
+                            session_id: session_id.clone(),
+                            app: app.clone(),
+                            user: user.clone(),
+                            page_size: 0,
+                            page_token,
+                        })
+                        .await?
+                        .into_inner();
+                    tasks.extend(page.tasks);
+                    if page.next_page_token.is_empty() {
+                        break;
+                    }
+                    page_token = page.next_page_token;
+                }
                 let values: Vec<_> = tasks.iter().map(task_json).collect();
                 let text = values.iter().map(task_line).collect::<Vec<_>>().join("\n");
                 print(json!({ "tasks": values }), text);

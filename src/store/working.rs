@@ -47,7 +47,8 @@ static UPDATE_TASK: Sql = Sql::new(
 
 static TASKS: Sql = Sql::new(
     "SELECT number, subject, description, status, create_time, update_time \
-     FROM working_tasks WHERE tenant = $1 AND session_id = $2 ORDER BY number",
+     FROM working_tasks WHERE tenant = $1 AND session_id = $2 AND number > $3 \
+     ORDER BY number LIMIT $4",
 );
 
 static TOUCH_CACHE: Sql = Sql::new(
@@ -185,10 +186,20 @@ impl<B: Backend> WorkingStore for B {
         .await
     }
 
-    async fn list_tasks(&self, tenant: &Tenant, session_id: &str) -> Result<Vec<Task>> {
+    async fn list_tasks(
+        &self,
+        tenant: &Tenant,
+        session_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Task>> {
         let mut conn = self.reader(tenant).await?;
-        conn.all(&TASKS, params![tenant.as_str(), session_id], task_row)
-            .await
+        conn.all_weighed(
+            &TASKS,
+            params![tenant.as_str(), session_id, after, limit],
+            task_row,
+        )
+        .await
     }
 
     async fn cache_content(

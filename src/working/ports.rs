@@ -60,10 +60,15 @@ pub trait WorkingStore: Clone + Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> impl Future<Output = Result<Option<Task>>> + Send;
 
+    /// The session's tasks numbered after `after`, in order, at most
+    /// `limit` and read only as far as a page carries
+    /// ([`crate::paging::Weighed`]).
     fn list_tasks(
         &self,
         tenant: &Tenant,
         session_id: &str,
+        after: i64,
+        limit: i64,
     ) -> impl Future<Output = Result<Vec<Task>>> + Send;
 
     /// Caches content, then evicts the least recently cached other entries

@@ -12,7 +12,7 @@ use crate::consolidation::{Fact, FactKind, FactPayload, Provenance, check_triple
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result, refuse_nul, refuse_over};
 use crate::memory::now_micros;
-use crate::paging;
+use crate::paging::{self, ListPage};
 use crate::ports::Feeds;
 use crate::redact::Redactor;
 use crate::search::ports::{EmbeddingStore, SearchStore};
@@ -196,8 +196,28 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
             .ok_or_else(|| task_not_found(task_id))
     }
 
-    pub async fn list_tasks(&self, ctx: &CallerContext, session: &Session) -> Result<Vec<Task>> {
-        self.store.list_tasks(&ctx.tenant, &session.id).await
+    /// A page of the session's tasks, in creation order.
+    pub async fn list_tasks(
+        &self,
+        ctx: &CallerContext,
+        session: &Session,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<ListPage<Task>> {
+        let limit = paging::page_size(page_size)?;
+        let query = paging::query_digest(&["tasks", session.id.as_str()]);
+        let after: Option<i64> = paging::decode_token(&query, page_token)?;
+        let mut items = self
+            .store
+            .list_tasks(&ctx.tenant, &session.id, after.unwrap_or(0), limit + 1)
+            .await?;
+        let next_page_token = paging::next_token(&mut items, limit, |last| {
+            paging::encode_token(&query, task_number(&last.id).unwrap_or(0))
+        });
+        Ok(ListPage {
+            items,
+            next_page_token,
+        })
     }
 
     /// Stores a fact (after redaction) through the facts store, with the
@@ -420,7 +440,11 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         let max_facts = paging::bounded("max_facts", max_facts, DEFAULT_FACTS, MAX_LISTED)?;
         let max_events = paging::bounded("max_events", max_events, DEFAULT_EVENTS, MAX_LISTED)?;
         let goal = self.store.goal(&ctx.tenant, &session.id).await?;
-        let mut tasks = self.store.list_tasks(&ctx.tenant, &session.id).await?;
+        // As many as the answer may carry: the budget below keeps them.
+        let mut tasks = self
+            .store
+            .list_tasks(&ctx.tenant, &session.id, 0, i64::MAX)
+            .await?;
         // One message holds it all: the sections share one answer's bytes,
         // in this order, each keeping what matters most in it (the best or
         // newest facts, the newest events and files).

@@ -475,7 +475,80 @@ async fn a_rule_over_large_episodes_runs_in_steps(backend: Backend) {
     assert!(run(true).await.deltas.is_empty());
 }
 
+/// A session's tasks of 120 KiB each come in pages: 40 of them (4.8 MB)
+/// would pass a message, and asked for without a size they end at about
+/// 2 MiB, with a token for the rest.
+async fn tasks_come_in_pages(backend: Backend) {
+    use engram::proto::{CreateTaskRequest, ListTasksRequest};
+    const TASKS: usize = 40;
+    let server = TestServer::spawn(backend).await;
+    let mut working = WorkingMemoryServiceClient::new(server.channel.clone());
+    for n in 1..=TASKS {
+        working
+            .create_task(CreateTaskRequest {
+                session_id: "w".into(),
+                app: "app".into(),
+                user: "alice".into(),
+                subject: format!("task {n} {}", "s".repeat(60 * 1024)),
+                description: "d".repeat(60 * 1024),
+            })
+            .await
+            .expect("a task of 120 KiB");
+    }
+    let list = |page_size: i32, page_token: String| ListTasksRequest {
+        session_id: "w".into(),
+        page_size,
+        page_token,
+        ..ListTasksRequest::default()
+    };
+    let (mut ids, mut token, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let page = working
+            .list_tasks(list(0, token))
+            .await
+            .expect("a page of tasks")
+            .into_inner();
+        pages += 1;
+        assert!(!page.tasks.is_empty());
+        ids.extend(page.tasks.into_iter().map(|t| t.id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let every: Vec<String> = (1..=TASKS).map(|n| format!("t{n}")).collect();
+    assert_eq!(ids, every, "every task once, in creation order");
+    assert!(pages >= 3, "40 tasks of 120 KiB in {pages} pages");
+
+    let five = working
+        .list_tasks(list(5, String::new()))
+        .await
+        .expect("five")
+        .into_inner();
+    assert_eq!(five.tasks.len(), 5);
+    let err = working
+        .list_tasks(ListTasksRequest {
+            session_id: "other".into(),
+            app: "app".into(),
+            user: "alice".into(),
+            page_token: five.next_page_token,
+            ..ListTasksRequest::default()
+        })
+        .await
+        .expect_err("another session's token");
+    assert_eq!(
+        (err.code(), crate::helpers::reason(&err)),
+        (tonic::Code::InvalidArgument, "INVALID_PAGE_TOKEN".into())
+    );
+    let err = working
+        .list_tasks(list(-1, String::new()))
+        .await
+        .expect_err("a negative size");
+    assert_eq!(crate::helpers::bad_fields(&err), ["page_size"]);
+}
+
 on_both_stores!(
+    tasks_come_in_pages,
     a_rule_over_large_episodes_runs_in_steps,
     large_answers_end_early_and_page_on,
     large_fact_versions_come_in_pages,

@@ -649,7 +649,13 @@ type ListTasksRequest struct {
 	// The session's app.
 	App string `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
 	// The session's user.
-	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// The most tasks to return (0: 100; at most 1000). A page also ends
+	// early, with a token, where its tasks would pass about 2 MiB.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// A previous response's next_page_token, with the other fields
+	// unchanged.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,11 +711,27 @@ func (x *ListTasksRequest) GetUser() string {
 	return ""
 }
 
-// ListTasksResponse holds the tasks.
+func (x *ListTasksRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTasksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListTasksResponse holds a page of the tasks.
 type ListTasksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tasks in creation order.
-	Tasks         []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The token for the next page; empty on the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -749,6 +771,13 @@ func (x *ListTasksResponse) GetTasks() []*Task {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *ListTasksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // RememberRequest stores a fact about the session's user.
@@ -1827,14 +1856,18 @@ const file_engram_v1_working_memory_proto_rawDesc = "" +
 	"\b_subjectB\x0e\n" +
 	"\f_description\"9\n" +
 	"\x12UpdateTaskResponse\x12#\n" +
-	"\x04task\x18\x01 \x01(\v2\x0f.engram.v1.TaskR\x04task\"W\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.engram.v1.TaskR\x04task\"\x93\x01\n" +
 	"\x10ListTasksRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\":\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"b\n" +
 	"\x11ListTasksResponse\x12%\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x0f.engram.v1.TaskR\x05tasks\"\xc0\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x0f.engram.v1.TaskR\x05tasks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc0\x01\n" +
 	"\x0fRememberRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +

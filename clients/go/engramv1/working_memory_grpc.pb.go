@@ -64,7 +64,8 @@ type WorkingMemoryServiceClient interface {
 	// UpdateTask changes a task's status (and optionally its subject or
 	// description). An unknown task is NOT_FOUND (reason TASK_NOT_FOUND).
 	UpdateTask(ctx context.Context, in *UpdateTaskRequest, opts ...grpc.CallOption) (*UpdateTaskResponse, error)
-	// ListTasks returns the session's tasks in creation order.
+	// ListTasks returns the session's tasks in creation order, a page at a
+	// time.
 	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
 	// Remember stores a semantic fact for the session's app and user (after
 	// redaction); it survives the session. Over the fact limit is
@@ -241,7 +242,8 @@ type WorkingMemoryServiceServer interface {
 	// UpdateTask changes a task's status (and optionally its subject or
 	// description). An unknown task is NOT_FOUND (reason TASK_NOT_FOUND).
 	UpdateTask(context.Context, *UpdateTaskRequest) (*UpdateTaskResponse, error)
-	// ListTasks returns the session's tasks in creation order.
+	// ListTasks returns the session's tasks in creation order, a page at a
+	// time.
 	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
 	// Remember stores a semantic fact for the session's app and user (after
 	// redaction); it survives the session. Over the fact limit is

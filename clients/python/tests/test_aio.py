@@ -261,7 +261,10 @@ def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) 
                 await client.memory.set(f"k{i}", i)
                 await client.episodes.append(f"p-{i % 3}", f"note {i}", app="bot", user="fay")
                 await client.working.remember("p-0", f"fact {i}")
+                await client.working.create_task("p-0", f"task {i}")
             assert [e.value async for e in client.memory.list()] == [0, 1, 2, 3, 4]
+            tasks = [t.id for t in await client.working.tasks("p-0")]
+            assert tasks == ["t1", "t2", "t3", "t4", "t5"]
             snapshot = await client.memory.snapshot(as_of=datetime.now(timezone.utc))
             assert len(snapshot.entries) == 5
             sessions = sorted([s.id async for s in client.sessions.list(user="fay")])

@@ -624,7 +624,9 @@ def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) 
             client.memory.set(f"k{i}", i)
             client.episodes.append(f"p-{i % 3}", f"note {i}", app="bot", user="fay")
             client.working.remember("p-0", f"fay fact {i}")
+            client.working.create_task("p-0", f"task {i}")
         assert [e.value for e in client.memory.list()] == [0, 1, 2, 3, 4]
+        assert [t.id for t in client.working.tasks("p-0")] == ["t1", "t2", "t3", "t4", "t5"]
         assert len(client.memory.snapshot(as_of=datetime.now(timezone.utc)).entries) == 5
         assert sorted(s.id for s in client.sessions.list(user="fay")) == ["p-0", "p-1", "p-2"]
         assert [e.content for e in client.episodes.list("p-0")] == ["note 0", "note 3"]

@@ -102,7 +102,7 @@ async fn tasks_are_numbered_and_limited<S: Store>(store: S, _db: &TestDb) {
         None
     );
     let listed: Vec<(String, TaskStatus)> = store
-        .list_tasks(&tenant, "s1")
+        .list_tasks(&tenant, "s1", 0, 100)
         .await
         .expect("list")
         .into_iter()
@@ -116,6 +116,15 @@ async fn tasks_are_numbered_and_limited<S: Store>(store: S, _db: &TestDb) {
             ("t3".to_owned(), TaskStatus::Pending)
         ]
     );
+    // After a task, at most a limit.
+    let page: Vec<String> = store
+        .list_tasks(&tenant, "s1", 1, 1)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(page, ["t2"]);
 }
 
 /// Racing creators of one session's tasks get distinct, dense ids.

@@ -867,9 +867,10 @@ class Working:
         return Task.from_proto(self._client.call(self._stub.UpdateTask, request).task)
 
     def tasks(self, session_id: str, *, app: str = "", user: str = "") -> builtins.list[Task]:
-        """The session's tasks in creation order."""
-        request = working_memory_pb2.ListTasksRequest(session_id=session_id, app=app, user=user)
-        return [Task.from_proto(t) for t in self._client.call(self._stub.ListTasks, request).tasks]
+        """The session's tasks in creation order (every page)."""
+        request = functools.partial(_requests.tasks, session_id, app, user)
+        pages = self._client.pages(self._stub.ListTasks, request)
+        return [Task.from_proto(t) for page in pages for t in page.tasks]
 
     def remember(
         self,

@@ -612,6 +612,12 @@ def list_facts(
     )
 
 
+def tasks(session_id: str, app: str, user: str, token: str) -> working_memory_pb2.ListTasksRequest:
+    return working_memory_pb2.ListTasksRequest(
+        session_id=session_id, app=app, user=user, page_size=PAGE, page_token=token
+    )
+
+
 def fact_versions(fact_id: str, token: str) -> consolidation_pb2.GetFactRequest:
     return consolidation_pb2.GetFactRequest(fact_id=fact_id, page_size=PAGE, page_token=token)
 

@@ -830,9 +830,12 @@ class AsyncWorking:
         return Task.from_proto((await self._client.call(self._stub.UpdateTask, request)).task)
 
     async def tasks(self, session_id: str, *, app: str = "", user: str = "") -> builtins.list[Task]:
-        request = working_memory_pb2.ListTasksRequest(session_id=session_id, app=app, user=user)
-        response = await self._client.call(self._stub.ListTasks, request)
-        return [Task.from_proto(t) for t in response.tasks]
+        request = functools.partial(_requests.tasks, session_id, app, user)
+        return [
+            Task.from_proto(t)
+            async for page in self._client.pages(self._stub.ListTasks, request)
+            for t in page.tasks
+        ]
 
     async def remember(
         self,

@@ -341,22 +341,34 @@ class ListTasksRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     APP_FIELD_NUMBER: _builtins.int
     USER_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
     app: _builtins.str
     """The session's app."""
     user: _builtins.str
     """The session's user."""
+    page_size: _builtins.int
+    """The most tasks to return (0: 100; at most 1000). A page also ends
+    early, with a token, where its tasks would pass about 2 MiB.
+    """
+    page_token: _builtins.str
+    """A previous response's next_page_token, with the other fields
+    unchanged.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         app: _builtins.str = ...,
         user: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -364,11 +376,14 @@ Global___ListTasksRequest: _TypeAlias = ListTasksRequest  # noqa: Y015
 
 @_typing.final
 class ListTasksResponse(_message.Message):
-    """ListTasksResponse holds the tasks."""
+    """ListTasksResponse holds a page of the tasks."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     TASKS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """The token for the next page; empty on the last."""
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Task]:
         """The tasks in creation order."""
@@ -377,10 +392,11 @@ class ListTasksResponse(_message.Message):
         self,
         *,
         tasks: _abc.Iterable[Global___Task] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -155,7 +155,8 @@ class WorkingMemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTasks(self, request, context):
-        """ListTasks returns the session's tasks in creation order.
+        """ListTasks returns the session's tasks in creation order, a page at a
+        time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -63,7 +63,9 @@ class WorkingMemoryServiceStub:
     description). An unknown task is NOT_FOUND (reason TASK_NOT_FOUND).
     """
     ListTasks: _grpc.UnaryUnaryMultiCallable[_working_memory_pb2.ListTasksRequest, _working_memory_pb2.ListTasksResponse]
-    """ListTasks returns the session's tasks in creation order."""
+    """ListTasks returns the session's tasks in creation order, a page at a
+    time.
+    """
     Remember: _grpc.UnaryUnaryMultiCallable[_working_memory_pb2.RememberRequest, _working_memory_pb2.RememberResponse]
     """Remember stores a semantic fact for the session's app and user (after
     redaction); it survives the session. Over the fact limit is
@@ -128,7 +130,9 @@ class WorkingMemoryServiceAsyncStub(WorkingMemoryServiceStub):
     description). An unknown task is NOT_FOUND (reason TASK_NOT_FOUND).
     """
     ListTasks: _aio.UnaryUnaryMultiCallable[_working_memory_pb2.ListTasksRequest, _working_memory_pb2.ListTasksResponse]  # type: ignore[assignment]
-    """ListTasks returns the session's tasks in creation order."""
+    """ListTasks returns the session's tasks in creation order, a page at a
+    time.
+    """
     Remember: _aio.UnaryUnaryMultiCallable[_working_memory_pb2.RememberRequest, _working_memory_pb2.RememberResponse]  # type: ignore[assignment]
     """Remember stores a semantic fact for the session's app and user (after
     redaction); it survives the session. Over the fact limit is
@@ -214,7 +218,9 @@ class WorkingMemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _working_memory_pb2.ListTasksRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_working_memory_pb2.ListTasksResponse, _abc.Awaitable[_working_memory_pb2.ListTasksResponse]]:
-        """ListTasks returns the session's tasks in creation order."""
+        """ListTasks returns the session's tasks in creation order, a page at a
+        time.
+        """
 
     @_abc_1.abstractmethod
     def Remember(
