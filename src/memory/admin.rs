@@ -22,6 +22,11 @@ pub const DEFAULT_MAX_TOKENS: u32 = 512;
 pub const MAX_COMPACT_KEYS: usize = 100;
 /// The most versions a HISTORY compaction reads; purge first beyond that.
 pub const MAX_HISTORY_VERSIONS: usize = 10_000;
+/// About the most a compaction reads of its sources, weighed as an answer
+/// carries them: the summarizer is sent them in one request (more than a
+/// model's context holds anyway) and `CompactResponse` carries them back
+/// in one message.
+pub const MAX_SOURCE_BYTES: usize = paging::PAGE_BYTES;
 
 /// What a compaction reads.
 #[derive(Debug, Clone)]
@@ -167,6 +172,9 @@ impl<S: MemoryStore> MemoryAdmin<S> {
 
         let mut sources = Vec::new();
         let mut fences = Vec::new();
+        // What the sources weigh so far; one alone is never refused (a
+        // value is within the message limit by itself).
+        let mut weight = 0;
         match &command.sources {
             Sources::One { key, history: true } => {
                 let head = self
@@ -183,11 +191,12 @@ impl<S: MemoryStore> MemoryAdmin<S> {
                     let Some(last) = batch.last() else { break };
                     next = last.version + 1;
                     let full = batch.len() == 500;
-                    sources.extend(
-                        batch
-                            .into_iter()
-                            .filter(|e| !e.deleted && e.version <= head.version),
-                    );
+                    for entry in batch {
+                        if !entry.deleted && entry.version <= head.version {
+                            weight = within_bounds(weight, &entry)?;
+                            sources.push(entry);
+                        }
+                    }
                     if sources.len() > MAX_HISTORY_VERSIONS {
                         return Err(Error::FailedPrecondition {
                             reason: Reason::InvalidArgument,
@@ -216,6 +225,7 @@ impl<S: MemoryStore> MemoryAdmin<S> {
             Sources::Many(keys) => {
                 for key in keys {
                     let entry = read_entry(&self.store, &ctx.tenant, scope, key, None).await?;
+                    weight = within_bounds(weight, &entry)?;
                     fences.push((key.clone(), entry.version));
                     sources.push(entry);
                 }
@@ -357,6 +367,23 @@ impl<S: MemoryStore> MemoryAdmin<S> {
 
 /// The text a summarizer sees for a value: strings as they are, anything
 /// else as compact JSON.
+/// The sources' weight with `entry` added, or the refusal when that passes
+/// [`MAX_SOURCE_BYTES`] (a first source alone never does).
+fn within_bounds(weight: usize, entry: &Entry) -> Result<usize> {
+    let total = weight + paging::Weigh::weight(entry);
+    if weight > 0 && total > MAX_SOURCE_BYTES {
+        return Err(Error::FailedPrecondition {
+            reason: Reason::InvalidArgument,
+            message: format!(
+                "the sources hold more than {} MiB of values, more than one summary reads; \
+                 compact fewer keys, or purge old versions first",
+                MAX_SOURCE_BYTES >> 20
+            ),
+        });
+    }
+    Ok(total)
+}
+
 fn text_of(value: &Value) -> String {
     match value.json() {
         serde_json::Value::String(text) => text.clone(),

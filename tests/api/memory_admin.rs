@@ -760,7 +760,64 @@ async fn versions_tags(server: &TestServer, execution: &str) -> Vec<String> {
     tags
 }
 
+/// A compaction reads at most about 2 MiB of sources: the summarizer gets
+/// them in one request and the answer carries them back in one message.
+/// Past that it is refused before anything is written; within it, large
+/// sources are summarised and returned.
+async fn compaction_sources_are_bounded(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut memory = server.memory();
+    let big = |n: usize| json!(format!("note {n}: {}", "word ".repeat(120 * 1024)));
+    for n in 0..5 {
+        memory.set(set("big", "notes", big(n))).await.expect("set");
+    }
+    memory.set(set("big", "other", big(9))).await.expect("set");
+    let mut admin = admin(&server);
+    let history = CompactRequest {
+        scope_type: NS,
+        scope: "big".to_owned(),
+        key: "notes".to_owned(),
+        source_mode: SourceMode::History as i32,
+        target_key: "notes/summary".to_owned(),
+        ..CompactRequest::default()
+    };
+    let err = admin
+        .compact(history)
+        .await
+        .expect_err("five versions of 600 KiB");
+    assert_eq!(
+        (err.code(), crate::helpers::reason(&err)),
+        (Code::FailedPrecondition, "INVALID_ARGUMENT".to_owned())
+    );
+    assert!(
+        err.message().contains("more than 2 MiB"),
+        "{}",
+        err.message()
+    );
+    assert!(log(&server, "big").await.is_empty(), "nothing was written");
+
+    let two = admin
+        .compact(CompactRequest {
+            scope_type: NS,
+            scope: "big".to_owned(),
+            keys: vec!["notes".to_owned(), "other".to_owned()],
+            target_key: "digest".to_owned(),
+            ..CompactRequest::default()
+        })
+        .await
+        .expect("two values of 600 KiB")
+        .into_inner();
+    assert_eq!(
+        two.sources
+            .iter()
+            .map(|e| (e.key.as_str(), e.version))
+            .collect::<Vec<_>>(),
+        [("notes", 5), ("other", 1)]
+    );
+}
+
 on_both_stores!(
+    compaction_sources_are_bounded,
     purge_keeps_the_newest_versions,
     purge_scope_spares_tombstones_and_the_audit_trail,
     compact_in_each_mode,

@@ -53,7 +53,10 @@ type MemoryAdminServiceClient interface {
 	// the target key; the sources are left untouched. If a source changes
 	// while the summary is being made, nothing is written and the call is
 	// ABORTED (reason SOURCE_CHANGED). A summarizer failure is UNAVAILABLE
-	// (reason SUMMARIZER_UNAVAILABLE) and writes nothing.
+	// (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
+	// sent to the summarizer in one request and returned in the answer, so
+	// sources past 10,000 versions or about 2 MiB of values are refused with
+	// FAILED_PRECONDITION before anything is written.
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 	// GetCompactionLog returns the audit records of a scope, newest first.
 	GetCompactionLog(ctx context.Context, in *GetCompactionLogRequest, opts ...grpc.CallOption) (*GetCompactionLogResponse, error)
@@ -190,7 +193,10 @@ type MemoryAdminServiceServer interface {
 	// the target key; the sources are left untouched. If a source changes
 	// while the summary is being made, nothing is written and the call is
 	// ABORTED (reason SOURCE_CHANGED). A summarizer failure is UNAVAILABLE
-	// (reason SUMMARIZER_UNAVAILABLE) and writes nothing.
+	// (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
+	// sent to the summarizer in one request and returned in the answer, so
+	// sources past 10,000 versions or about 2 MiB of values are refused with
+	// FAILED_PRECONDITION before anything is written.
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	// GetCompactionLog returns the audit records of a scope, newest first.
 	GetCompactionLog(context.Context, *GetCompactionLogRequest) (*GetCompactionLogResponse, error)

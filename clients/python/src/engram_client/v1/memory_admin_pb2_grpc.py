@@ -116,7 +116,10 @@ class MemoryAdminServiceServicer:
         the target key; the sources are left untouched. If a source changes
         while the summary is being made, nothing is written and the call is
         ABORTED (reason SOURCE_CHANGED). A summarizer failure is UNAVAILABLE
-        (reason SUMMARIZER_UNAVAILABLE) and writes nothing.
+        (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
+        sent to the summarizer in one request and returned in the answer, so
+        sources past 10,000 versions or about 2 MiB of values are refused with
+        FAILED_PRECONDITION before anything is written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

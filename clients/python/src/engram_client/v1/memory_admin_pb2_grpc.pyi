@@ -55,7 +55,10 @@ class MemoryAdminServiceStub:
     the target key; the sources are left untouched. If a source changes
     while the summary is being made, nothing is written and the call is
     ABORTED (reason SOURCE_CHANGED). A summarizer failure is UNAVAILABLE
-    (reason SUMMARIZER_UNAVAILABLE) and writes nothing.
+    (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
+    sent to the summarizer in one request and returned in the answer, so
+    sources past 10,000 versions or about 2 MiB of values are refused with
+    FAILED_PRECONDITION before anything is written.
     """
     GetCompactionLog: _grpc.UnaryUnaryMultiCallable[_memory_admin_pb2.GetCompactionLogRequest, _memory_admin_pb2.GetCompactionLogResponse]
     """GetCompactionLog returns the audit records of a scope, newest first."""
@@ -110,7 +113,10 @@ class MemoryAdminServiceAsyncStub(MemoryAdminServiceStub):
     the target key; the sources are left untouched. If a source changes
     while the summary is being made, nothing is written and the call is
     ABORTED (reason SOURCE_CHANGED). A summarizer failure is UNAVAILABLE
-    (reason SUMMARIZER_UNAVAILABLE) and writes nothing.
+    (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
+    sent to the summarizer in one request and returned in the answer, so
+    sources past 10,000 versions or about 2 MiB of values are refused with
+    FAILED_PRECONDITION before anything is written.
     """
     GetCompactionLog: _aio.UnaryUnaryMultiCallable[_memory_admin_pb2.GetCompactionLogRequest, _memory_admin_pb2.GetCompactionLogResponse]  # type: ignore[assignment]
     """GetCompactionLog returns the audit records of a scope, newest first."""
@@ -180,7 +186,10 @@ class MemoryAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         the target key; the sources are left untouched. If a source changes
         while the summary is being made, nothing is written and the call is
         ABORTED (reason SOURCE_CHANGED). A summarizer failure is UNAVAILABLE
-        (reason SUMMARIZER_UNAVAILABLE) and writes nothing.
+        (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
+        sent to the summarizer in one request and returned in the answer, so
+        sources past 10,000 versions or about 2 MiB of values are refused with
+        FAILED_PRECONDITION before anything is written.
         """
 
     @_abc_1.abstractmethod
