@@ -10,6 +10,7 @@ use super::feed::{self, Feed, FeedOptions, FeedStream};
 use super::sessions::{owner, session_id};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
+use crate::paging;
 use crate::ports::Store;
 use crate::proto;
 use crate::proto::episode_service_server::EpisodeService;
@@ -151,10 +152,25 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
             .append(&ctx, &id, &owner, inputs, "episodes", true)
             .await
             .map_err(to_status)?;
+        // The answer must fit one message however large the batch (its
+        // limit is several messages'): past a page's bytes the episodes
+        // come back without what the request already holds.
+        let whole = appended
+            .iter()
+            .map(|(episode, _)| paging::Weigh::weight(episode))
+            .sum::<usize>()
+            <= paging::PAGE_BYTES;
         Ok(Response::new(proto::AppendEpisodesResponse {
             episodes: appended
                 .into_iter()
-                .map(|(episode, _)| episode_to_proto(episode))
+                .map(|(episode, _)| {
+                    let mut episode = episode_to_proto(episode);
+                    if !whole {
+                        episode.content = None;
+                        episode.metadata = None;
+                    }
+                    episode
+                })
                 .collect(),
         }))
     }

@@ -547,7 +547,77 @@ async fn tasks_come_in_pages(backend: Backend) {
     assert_eq!(crate::helpers::bad_fields(&err), ["page_size"]);
 }
 
+/// A batch of large episodes is appended whole and answered within a
+/// message: past about 2 MiB the stored episodes come back without their
+/// content and metadata, which the request holds.
+async fn large_batches_are_answered_within_a_message(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut episodes = server.episodes();
+    let big = |n: usize| {
+        let mut new = episode(&format!("b{n}"), "tool_output", json!({"n": n}));
+        new.content = Some(json_to_proto(&json!(half_mib(&format!("output {n}")))));
+        new
+    };
+    let appended = episodes
+        .append_episodes(crate::consolidation::batch(
+            "big",
+            "alice",
+            (0..12).map(big).collect(),
+        ))
+        .await
+        .expect("12 episodes of 512 KiB, appended and answered")
+        .into_inner()
+        .episodes;
+    assert_eq!(
+        appended
+            .iter()
+            .map(|e| (e.id.as_str(), e.seq))
+            .collect::<Vec<_>>(),
+        (0..12)
+            .map(|n| (format!("b{n}"), n as i64 + 1))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|(id, seq)| (id.as_str(), *seq))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        appended
+            .iter()
+            .all(|e| e.content.is_none() && e.metadata.is_none())
+    );
+    assert!(
+        appended
+            .iter()
+            .all(|e| e.cursor > 0 && e.timestamp.is_some())
+    );
+    // The same batch again is a replay, answered the same way.
+    let again = episodes
+        .append_episodes(crate::consolidation::batch(
+            "big",
+            "alice",
+            (0..12).map(big).collect(),
+        ))
+        .await
+        .expect("a replay")
+        .into_inner()
+        .episodes;
+    assert_eq!(again.len(), 12);
+    // A small batch is answered whole.
+    let small = episodes
+        .append_episodes(crate::consolidation::batch(
+            "big",
+            "alice",
+            vec![episode("s0", "user_message", json!({}))],
+        ))
+        .await
+        .expect("small")
+        .into_inner()
+        .episodes;
+    assert!(small[0].content.is_some());
+}
+
 on_both_stores!(
+    large_batches_are_answered_within_a_message,
     tasks_come_in_pages,
     a_rule_over_large_episodes_runs_in_steps,
     large_answers_end_early_and_page_on,

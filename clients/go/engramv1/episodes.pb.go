@@ -493,7 +493,10 @@ func (x *AppendEpisodesRequest) GetEpisodes() []*NewEpisode {
 type AppendEpisodesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The episodes in the order given, each with its `seq` and `cursor`
-	// (the stored one for an id that already existed).
+	// (the stored one for an id that already existed). A batch may be
+	// several messages large; when its episodes pass about 2 MiB they come
+	// back without `content` and `metadata`, so the answer fits the 4 MiB a
+	// client takes by default.
 	Episodes      []*Episode `protobuf:"bytes,1,rep,name=episodes,proto3" json:"episodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

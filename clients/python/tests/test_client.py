@@ -616,6 +616,21 @@ def test_facts_and_the_memory_block(server: Server) -> None:
             client.working.render("no-such-session")
 
 
+def test_a_large_batch_is_appended_whole(server: Server) -> None:
+    """A batch of 6 MB is appended whole; its answer leaves out the content
+    (it must fit one message), which reads give back."""
+    with Engram(server.address) as client:
+        outputs = [
+            client.episodes.new("x" * 512 * 1024, type="tool_output", id=f"big-{n}")
+            for n in range(12)
+        ]
+        big = client.episodes.append_many("chat-big", outputs, app="bot", user="dana")
+        assert [(e.id, e.seq, e.content) for e in big] == [
+            (f"big-{n}", n + 1, None) for n in range(12)
+        ]
+        assert client.episodes.get("big-11").content == "x" * 512 * 1024
+
+
 def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engram_client._requests, "PAGE", 2)
     with Engram(server.address) as client:

@@ -604,7 +604,9 @@ class AsyncEpisodes:
         app: str | None = None,
         user: str | None = None,
     ) -> builtins.list[Episode]:
-        """Appends episodes atomically (build them with :meth:`new`)."""
+        """Appends episodes atomically (build them with :meth:`new`). When
+        they pass about 2 MiB the episodes returned carry no content and
+        metadata (the answer must fit one message)."""
         request = episodes_pb2.AppendEpisodesRequest(
             session_id=session_id,
             app=app or "",

@@ -279,7 +279,10 @@ class AppendEpisodesResponse(_message.Message):
     @_builtins.property
     def episodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Episode]:
         """The episodes in the order given, each with its `seq` and `cursor`
-        (the stored one for an id that already existed).
+        (the stored one for an id that already existed). A batch may be
+        several messages large; when its episodes pass about 2 MiB they come
+        back without `content` and `metadata`, so the answer fits the 4 MiB a
+        client takes by default.
         """
 
     def __init__(
