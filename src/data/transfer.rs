@@ -55,6 +55,23 @@ pub enum Part {
     Rules,
 }
 
+impl Part {
+    /// Every part, in export order.
+    pub const ALL: [Part; 11] = [
+        Part::Executions,
+        Part::Memory,
+        Part::Sessions,
+        Part::Episodes,
+        Part::Working,
+        Part::Tasks,
+        Part::CachedFiles,
+        Part::Facts,
+        Part::FactVersions,
+        Part::FactSources,
+        Part::Rules,
+    ];
+}
+
 /// Where the next page of a part starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum After {
@@ -98,46 +115,19 @@ pub struct ImportCounts {
 pub const STALE_AFTER: Duration = Duration::days(1);
 
 impl Selection {
-    /// The parts the selection covers, in export order.
+    /// The parts the selection covers, in export order: each selection's
+    /// are a beginning of [`Part::ALL`].
     pub fn parts(&self) -> &'static [Part] {
-        use Part::*;
-        match self {
-            Selection::Tenant => &[
-                Executions,
-                Memory,
-                Sessions,
-                Episodes,
-                Working,
-                Tasks,
-                CachedFiles,
-                Facts,
-                FactVersions,
-                FactSources,
-                Rules,
-            ],
-            Selection::Scope(_) => &[Executions, Memory],
-            Selection::Session(_) => &[
-                Executions,
-                Memory,
-                Sessions,
-                Episodes,
-                Working,
-                Tasks,
-                CachedFiles,
-            ],
-            Selection::User { .. } => &[
-                Executions,
-                Memory,
-                Sessions,
-                Episodes,
-                Working,
-                Tasks,
-                CachedFiles,
-                Facts,
-                FactVersions,
-                FactSources,
-            ],
-        }
+        let covered = match self {
+            Selection::Tenant => Part::ALL.len(),
+            // Not the rules.
+            Selection::User { .. } => 10,
+            // Nor the facts.
+            Selection::Session(_) => 7,
+            // Memory alone.
+            Selection::Scope(_) => 2,
+        };
+        &Part::ALL[..covered]
     }
 
     /// The header's `selection`.
@@ -489,30 +479,56 @@ mod tests {
 
     #[test]
     fn every_selection_exports_parts_in_an_order_an_import_can_apply() {
-        for selection in [
-            Selection::Tenant,
-            Selection::Session(Id::parse("id", "s").expect("id")),
+        let at = |part| Part::ALL.iter().position(|p| *p == part);
+        for (before, after) in [
+            (Part::Sessions, Part::Episodes),
+            (Part::Episodes, Part::Working),
+            (Part::Working, Part::Tasks),
+            (Part::Working, Part::CachedFiles),
+            (Part::Facts, Part::FactVersions),
+            (Part::Facts, Part::FactSources),
+            (Part::Episodes, Part::Rules),
         ] {
-            let parts = selection.parts();
-            let at = |part| parts.iter().position(|p| *p == part);
-            assert!(at(Part::Sessions) < at(Part::Episodes));
-            assert!(at(Part::Episodes) < at(Part::Working));
-            assert!(at(Part::Working) < at(Part::Tasks));
-            assert!(at(Part::Working) < at(Part::CachedFiles));
+            assert!(at(before) < at(after), "{before:?} before {after:?}");
         }
-        for selection in [
-            Selection::Tenant,
-            Selection::User {
-                app: Name::parse("app", "a").expect("app"),
-                user: Name::parse("user", "u").expect("user"),
-            },
-        ] {
-            let parts = selection.parts();
-            let at = |part| parts.iter().position(|p| *p == part);
-            assert!(at(Part::Facts) < at(Part::FactVersions));
-            assert!(at(Part::Facts) < at(Part::FactSources));
-        }
-        let all = Selection::Tenant.parts();
-        assert_eq!(all.last(), Some(&Part::Rules));
+        use Part::*;
+        let user = Selection::User {
+            app: Name::parse("app", "a").expect("app"),
+            user: Name::parse("user", "u").expect("user"),
+        };
+        let session = Selection::Session(Id::parse("id", "s").expect("id"));
+        let scope = Selection::Scope(crate::memory::Scope {
+            scope_type: crate::memory::ScopeType::Namespace,
+            name: crate::memory::ScopeName::parse("scope", "s").expect("scope"),
+        });
+        assert_eq!(Selection::Tenant.parts(), &Part::ALL[..]);
+        assert_eq!(
+            user.parts(),
+            [
+                Executions,
+                Memory,
+                Sessions,
+                Episodes,
+                Working,
+                Tasks,
+                CachedFiles,
+                Facts,
+                FactVersions,
+                FactSources
+            ]
+        );
+        assert_eq!(
+            session.parts(),
+            [
+                Executions,
+                Memory,
+                Sessions,
+                Episodes,
+                Working,
+                Tasks,
+                CachedFiles
+            ]
+        );
+        assert_eq!(scope.parts(), [Executions, Memory]);
     }
 }

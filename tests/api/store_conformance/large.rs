@@ -41,6 +41,25 @@ fn needles(n: usize) -> String {
     text
 }
 
+/// `n` items of each kind in tenant t1, each holding `text`: keys `k00`…,
+/// episodes `e00`… of session `s` and facts of alice learned from them.
+async fn of_each_kind<'a, S: Store>(store: &'a S, n: usize, text: &str) -> super::Writer<'a, S> {
+    let w = writer(store, "t1");
+    let l = log(store, "t1");
+    l.create("s", "app", "alice", 0).await;
+    let s = id("s");
+    for n in 0..n {
+        w.set(&format!("k{n:02}"), json!(text)).await;
+        let name = format!("e{n:02}");
+        l.append("s", &[episode(&s, Some(&name), None, None, json!(text))])
+            .await;
+        let mut fact = payload("alice", &format!("v{n}"));
+        fact.content = json!(text);
+        insert(store, &w.tenant, &fact, &[&name]).await;
+    }
+    w
+}
+
 /// Asserts `read` holds more than one but no more than a page (and the one
 /// it cuts) of items.
 fn a_page(what: &str, read: usize) {
@@ -226,23 +245,8 @@ async fn fact_versions_of_large_content_stop_at_a_page<S: Store>(store: S, _db: 
 /// the rest.
 async fn exports_of_large_items_read_a_page_at_a_time<S: Store>(store: S, _db: &TestDb) {
     const EACH: usize = 40;
-    let w = writer(&store, "t1");
-    let l = log(&store, "t1");
-    l.create("s", "app", "alice", 0).await;
-    let s = id("s");
     let tenant = Tenant::new("t1");
-    for n in 0..EACH {
-        w.set(&format!("k{n:02}"), json!("x".repeat(BIG))).await;
-        let name = format!("e{n:02}");
-        l.append(
-            "s",
-            &[episode(&s, Some(&name), None, None, json!("x".repeat(BIG)))],
-        )
-        .await;
-        let mut big = payload("alice", &format!("v{n}"));
-        big.content = json!("x".repeat(BIG));
-        insert(&store, &tenant, &big, &[&name]).await;
-    }
+    of_each_kind(&store, EACH, &"x".repeat(BIG)).await;
     // One more fact, of EACH versions of BIG.
     let mut big = payload("bob", "long");
     big.content = json!("x".repeat(BIG));
@@ -298,23 +302,8 @@ async fn embedding_reads_hold_clipped_inputs<S: Store>(store: S, _db: &TestDb) {
             text.len()
         );
     };
-    let w = writer(&store, "t1");
-    let l = log(&store, "t1");
-    l.create("s", "app", "alice", 0).await;
-    let s = id("s");
     let tenant = Tenant::new("t1");
-    for n in 0..EACH {
-        w.set(&format!("k{n:02}"), json!(needles(1))).await;
-        let name = format!("e{n:02}");
-        l.append(
-            "s",
-            &[episode(&s, Some(&name), None, None, json!(needles(1)))],
-        )
-        .await;
-        let mut big = payload("alice", &format!("v{n}"));
-        big.content = json!(needles(1));
-        insert(&store, &tenant, &big, &[&name]).await;
-    }
+    let w = of_each_kind(&store, EACH, &needles(1)).await;
     for source in Source::ALL {
         let page = store
             .unembedded(source, "m1", None, 100)
