@@ -99,7 +99,9 @@ impl<S: EmbeddingStore> Worker<S> {
             return Ok(0);
         }
         let inputs = self.live_inputs(&pending).await?;
-        let texts: Vec<String> = inputs.iter().flatten().cloned().collect();
+        // Which entries are still live; their texts move to the embedder.
+        let live: Vec<bool> = inputs.iter().map(Option::is_some).collect();
+        let texts: Vec<String> = inputs.into_iter().flatten().collect();
         let vectors = if texts.is_empty() {
             Vec::new()
         } else {
@@ -126,14 +128,11 @@ impl<S: EmbeddingStore> Worker<S> {
         let mut vectors = vectors.into_iter();
         let done: Vec<Embedded> = pending
             .iter()
-            .zip(&inputs)
-            .map(|(entry, input)| Embedded {
+            .zip(live)
+            .map(|(entry, live)| Embedded {
                 tenant: entry.tenant.clone(),
                 item: entry.item.clone(),
-                vector: input
-                    .as_ref()
-                    .and_then(|_| vectors.next())
-                    .map(|v| encode(&v)),
+                vector: live.then(|| vectors.next()).flatten().map(|v| encode(&v)),
                 outbox: Some(entry.id),
             })
             .collect();
