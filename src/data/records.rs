@@ -438,6 +438,12 @@ impl Record {
                 counts(&[("next_task", w.next_task)])?;
                 for (n, task) in w.tasks.iter().enumerate() {
                     task.check(&format!("tasks[{n}]."), Some(&w.session_id))?;
+                    if task.number > w.next_task {
+                        return Err(invalid(
+                            &format!("tasks[{n}].number"),
+                            format!("is past next_task ({})", w.next_task),
+                        ));
+                    }
                 }
                 for (n, cached) in w.cache.iter().enumerate() {
                     cached.check(&format!("cache[{n}]."), Some(&w.session_id))?;
@@ -567,6 +573,21 @@ impl Fact {
                 "versions",
                 "must end with the fact's current version",
             ));
+        }
+        if let Some(current) = self.versions.last() {
+            let n = self.versions.len() - 1;
+            for (field, agrees) in [
+                ("deleted", current.deleted == self.deleted),
+                ("subject", current.subject == self.subject),
+                ("predicate", current.predicate == self.predicate),
+            ] {
+                if !agrees {
+                    return Err(invalid(
+                        &format!("versions[{n}].{field}"),
+                        format!("must be the fact's {field}: it is the current version"),
+                    ));
+                }
+            }
         }
         for (n, pair) in self.versions.windows(2).enumerate() {
             if pair[1].version <= pair[0].version {

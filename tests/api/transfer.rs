@@ -1009,7 +1009,195 @@ async fn items_have_lines_of_their_own(backend: Backend) {
     );
 }
 
+fn episode_line(session: &str, seq: i64, user: &str) -> Value {
+    json!({"kind": "episode", "session_id": session, "seq": seq, "id": format!("{session}-e{seq}"),
+           "app": "app", "user": user, "agent": "bot", "type": "message",
+           "content": format!("turn {seq}"), "metadata": {}, "source_node": "",
+           "timestamp": T0, "create_time": T0, "fingerprint": format!("{seq:064x}")})
+}
+
+/// What a store derives from its records (a session's last seq, owner and
+/// count of episodes, a working memory's last task number, a fact's
+/// subject, predicate and deletion) must agree with the records a file
+/// brings: a file that contradicts it is refused by line, since the store
+/// would break on it (the next append or task given a taken number, an
+/// episode found under another user). A file that agrees imports, and the
+/// next writes follow on.
+async fn an_import_agrees_with_what_the_store_derives(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let session = |last_seq: i64, count: i64, evicted: i64| {
+        let mut session: Value = serde_json::from_str(&session_line("s1")).expect("json");
+        session["last_seq"] = json!(last_seq);
+        session["episode_count"] = json!(count);
+        session["episodes_evicted"] = json!(evicted);
+        line(session)
+    };
+    let working = |next_task: i64| {
+        line(
+            json!({"kind": "working_memory", "session_id": "s1", "goal": "",
+                    "next_task": next_task, "update_time": T0}),
+        )
+    };
+    let task = |number: i64| {
+        line(
+            json!({"kind": "task", "session_id": "s1", "number": number, "subject": "x",
+                    "description": "", "status": "pending", "create_time": T0,
+                    "update_time": T0}),
+        )
+    };
+    let refused = |lines: Vec<String>| {
+        let server = &server;
+        async move {
+            let err = import(&server.channel, &lines).await.expect_err("refused");
+            assert_eq!(
+                (err.code(), reason(&err)),
+                (Code::FailedPrecondition, "IMPORT_CONFLICT".into()),
+                "{err:?}"
+            );
+            err.message().to_owned()
+        }
+    };
+    let ep = |seq: i64, user: &str| line(episode_line("s1", seq, user));
+
+    let message = refused(vec![
+        header(2),
+        session(2, 2, 0),
+        ep(1, "alice"),
+        ep(2, "mallory"),
+    ])
+    .await;
+    assert!(
+        message.starts_with("line 4: episode \"s1-e2\" is of app \"app\" and user \"mallory\""),
+        "{message}"
+    );
+    let message = refused(vec![
+        header(2),
+        session(2, 3, 0),
+        ep(1, "alice"),
+        ep(2, "alice"),
+        ep(3, "alice"),
+    ])
+    .await;
+    assert!(
+        message.starts_with("line 5: episode \"s1-e3\" has seq 3, past the last seq 2"),
+        "{message}"
+    );
+    let message = refused(vec![header(2), session(2, 2, 0), ep(1, "alice")]).await;
+    assert!(
+        message.starts_with(
+            "line 2: session \"s1\" would hold 1 episodes, but its episode_count is 2"
+        ),
+        "{message}"
+    );
+    let message = refused(vec![
+        header(2),
+        session(2, 2, 0),
+        ep(1, "alice"),
+        ep(2, "alice"),
+        working(1),
+        task(1),
+        task(2),
+    ])
+    .await;
+    assert!(
+        message.starts_with("line 7: task 2 of session \"s1\", past the last task number 1"),
+        "{message}"
+    );
+    let mut tombstone = fact_version(2, Value::Null);
+    tombstone["kind"] = json!("fact_version");
+    tombstone["fact_id"] = json!("f1");
+    tombstone["deleted"] = json!(true);
+    let mut first = fact_version(1, json!("quartz"));
+    first["kind"] = json!("fact_version");
+    first["fact_id"] = json!("f1");
+    let message = refused(vec![
+        header(2),
+        line(fact_head("f1", 2)),
+        line(first.clone()),
+        line(tombstone.clone()),
+    ])
+    .await;
+    assert!(
+        message.starts_with(
+            "line 4: version 2 of fact \"f1\" is its current version, and its deleted differs"
+        ),
+        "{message}"
+    );
+    let mut renamed = first.clone();
+    renamed["predicate"] = json!("likes");
+    let message = refused(vec![header(2), line(fact_head("f1", 1)), line(renamed)]).await;
+    assert!(message.contains("its predicate differs"), "{message}");
+    // In a version 1 line, the same contradictions are malformed fields.
+    let mut old_fact = fact_head("f1", 2);
+    let mut gone = fact_version(2, Value::Null);
+    gone["deleted"] = json!(true);
+    old_fact["versions"] = json!([fact_version(1, json!("quartz")), gone]);
+    let err = import(&server.channel, &[header(1), line(old_fact)])
+        .await
+        .expect_err("v1 fact");
+    assert_eq!(bad_fields(&err), ["line 2.versions[1].deleted"]);
+    let old_working = line(
+        json!({"kind": "working_memory", "session_id": "s1", "goal": "",
+        "next_task": 1, "update_time": T0,
+        "tasks": [{"number": 2, "subject": "x", "description": "", "status": "pending",
+                   "create_time": T0, "update_time": T0}]}),
+    );
+    let err = import(&server.channel, &[header(1), session(0, 0, 0), old_working])
+        .await
+        .expect_err("v1 working");
+    assert_eq!(bad_fields(&err), ["line 3.tasks[0].number"]);
+
+    // Nothing of those landed; a file that agrees does, one episode
+    // evicted, and the next append and task follow on.
+    let agreeing = vec![
+        header(2),
+        session(3, 2, 1),
+        ep(2, "alice"),
+        ep(3, "alice"),
+        working(2),
+        task(1),
+        task(2),
+    ];
+    let imported = import(&server.channel, &agreeing).await.expect("agrees");
+    assert_eq!(imported.imported["episode"], 2);
+    let appended = server
+        .episodes()
+        .append_episode(AppendEpisodeRequest {
+            session_id: "s1".into(),
+            episode: Some(episode("next", "message", json!("turn 4"))),
+            ..AppendEpisodeRequest::default()
+        })
+        .await
+        .expect("append after import")
+        .into_inner()
+        .episode
+        .expect("episode");
+    assert_eq!((appended.seq, appended.user.as_str()), (4, "alice"));
+    let created = WorkingMemoryServiceClient::new(server.channel.clone())
+        .create_task(CreateTaskRequest {
+            session_id: "s1".into(),
+            subject: "third".into(),
+            ..CreateTaskRequest::default()
+        })
+        .await
+        .expect("task after import")
+        .into_inner()
+        .task
+        .expect("task");
+    assert_eq!(created.id, "t3");
+    // The stored session counts too: its evicted episode brought back
+    // would make three where it counts two.
+    let message = refused(vec![header(2), ep(1, "alice")]).await;
+    assert!(
+        message.starts_with(
+            "line 2: session \"s1\" would hold 4 episodes, but its episode_count is 3"
+        ),
+        "{message}"
+    );
+}
+
 on_both_stores!(
+    an_import_agrees_with_what_the_store_derives,
     items_have_lines_of_their_own,
     an_export_is_one_moment_of_the_tenant,
     round_trip_across_stores,

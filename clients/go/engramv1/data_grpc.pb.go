@@ -85,8 +85,13 @@ type DataServiceClient interface {
 	// source whose owner is neither stored nor earlier in the file, a fact
 	// version past its fact's current one and a fact whose current version
 	// no line holds refuse the import with FAILED_PRECONDITION, reason
-	// IMPORT_CONFLICT, naming the line. A stream that breaks before its end
-	// imports nothing.
+	// IMPORT_CONFLICT, naming the line. So does a file that contradicts what
+	// the store keeps of its records: an episode of another app or user
+	// than its session's, or with a seq past the session's `last_seq`; a
+	// session whose `episode_count` is not the episodes it holds once the
+	// file is in; a task numbered past its working memory's `next_task`; a
+	// fact's current version whose subject, predicate or deletion differs
+	// from the fact's. A stream that breaks before its end imports nothing.
 	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error)
 }
 
@@ -201,8 +206,13 @@ type DataServiceServer interface {
 	// source whose owner is neither stored nor earlier in the file, a fact
 	// version past its fact's current one and a fact whose current version
 	// no line holds refuse the import with FAILED_PRECONDITION, reason
-	// IMPORT_CONFLICT, naming the line. A stream that breaks before its end
-	// imports nothing.
+	// IMPORT_CONFLICT, naming the line. So does a file that contradicts what
+	// the store keeps of its records: an episode of another app or user
+	// than its session's, or with a seq past the session's `last_seq`; a
+	// session whose `episode_count` is not the episodes it holds once the
+	// file is in; a task numbered past its working memory's `next_task`; a
+	// fact's current version whose subject, predicate or deletion differs
+	// from the fact's. A stream that breaks before its end imports nothing.
 	Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error
 	mustEmbedUnimplementedDataServiceServer()
 }

@@ -48,6 +48,13 @@ static EPISODE: Sql = select!(
 static EPISODE_AT: Sql =
     Sql::new("SELECT id FROM episodes WHERE tenant = $1 AND session_id = $2 AND seq = $3");
 
+/// A session's count of its episodes, and the episodes it holds.
+static EPISODES_HELD: Sql = Sql::new(
+    "SELECT s.episode_count, (SELECT count(*) FROM episodes e \
+     WHERE e.tenant = s.tenant AND e.session_id = s.id) \
+     FROM sessions s WHERE s.tenant = $1 AND s.id = $2",
+);
+
 static WORKING: Sql = select!(
     working_columns!(),
     " FROM working_memory WHERE tenant = $1 AND session_id = $2"
@@ -190,6 +197,9 @@ enum Applied {
     /// Imported a fact whose versions follow as lines of their own: the
     /// current one (the number) must come before the import ends.
     FactAwaitingVersions(String, i64),
+    /// Imported a session or one of its episodes: the session's count of
+    /// episodes must match those it holds when the import ends.
+    EpisodesToCount(String),
 }
 
 /// Applies every staged line of the import, in order, inside the caller's
@@ -204,6 +214,8 @@ pub(super) async fn apply_in<C: Run>(
     }
     let mut counts = ImportCounts::default();
     let mut awaiting = Vec::new();
+    // Each session to count, with the first line that touched it.
+    let mut to_count = std::collections::BTreeMap::new();
     let mut after = 0;
     loop {
         // Up to APPLY_PAGE lines and about 2 MiB of them: lines of large
@@ -230,6 +242,10 @@ pub(super) async fn apply_in<C: Run>(
                     awaiting.push((*line, id, version));
                     &mut counts.imported
                 }
+                Some(Applied::EpisodesToCount(session)) => {
+                    to_count.entry(session).or_insert(*line);
+                    &mut counts.imported
+                }
                 Some(Applied::Unchanged) => &mut counts.unchanged,
                 None => continue,
             };
@@ -254,6 +270,28 @@ pub(super) async fn apply_in<C: Run>(
             return Err(refused(
                 line,
                 format!("fact {id:?}, whose current version {version} no line of the file holds"),
+            ));
+        }
+    }
+    // A session's episode count is what eviction and the statistics go
+    // by: it must be the episodes the session holds once the file is in.
+    for (session, line) in to_count {
+        let held = conn
+            .first(
+                &EPISODES_HELD,
+                params![tenant.as_str(), session.as_str()],
+                |row| Ok((row.int(0)?, row.int(1)?)),
+            )
+            .await?;
+        if let Some((count, held)) = held
+            && count != held
+        {
+            return Err(refused(
+                line,
+                format!(
+                    "session {session:?} would hold {held} episodes, but its episode_count \
+                     is {count}"
+                ),
             ));
         }
     }
@@ -369,7 +407,7 @@ async fn apply(
                 ],
             )
             .await?;
-            Applied::Imported
+            Applied::EpisodesToCount(s.id)
         }
         Record::Episode(e) => {
             let stored = conn
@@ -382,13 +420,36 @@ async fn apply(
             let session = conn
                 .first(&SESSION, params![t, e.session_id.as_str()], session_row)
                 .await?;
-            if session.is_none() {
+            let Some(session) = session else {
                 return Err(refused(
                     line,
                     format!(
                         "episode {:?} belongs to session {:?}, which is neither stored nor \
                          earlier in the file",
                         e.id, e.session_id
+                    ),
+                ));
+            };
+            // An append takes its session's owner and the next seq: an
+            // episode of another owner, or past the session's last seq
+            // (which the next append would be given again), is not one
+            // the session could hold.
+            if (e.app.as_str(), e.user.as_str()) != (session.app.as_str(), session.user.as_str()) {
+                return Err(refused(
+                    line,
+                    format!(
+                        "episode {:?} is of app {:?} and user {:?}, but its session {:?} is of \
+                         app {:?} and user {:?}",
+                        e.id, e.app, e.user, e.session_id, session.app, session.user
+                    ),
+                ));
+            }
+            if e.seq > session.last_seq {
+                return Err(refused(
+                    line,
+                    format!(
+                        "episode {:?} has seq {}, past the last seq {} of its session {:?}",
+                        e.id, e.seq, session.last_seq, e.session_id
                     ),
                 ));
             }
@@ -431,7 +492,7 @@ async fn apply(
                 ],
             )
             .await?;
-            Applied::Imported
+            Applied::EpisodesToCount(e.session_id)
         }
         Record::WorkingMemory(w) => {
             // A version 1 line holds its tasks and files: compare them too.
@@ -483,7 +544,18 @@ async fn apply(
             if let Some(done) = compare(stored, &task, line, what)? {
                 return Ok(Some(done));
             }
-            owned_by_working(conn, tenant, line, s, "a task").await?;
+            let head = owned_by_working(conn, tenant, line, s, "a task").await?;
+            // The next task created is numbered after `next_task`.
+            if task.number > head.next_task {
+                return Err(refused(
+                    line,
+                    format!(
+                        "task {} of session {s:?}, past the last task number {} its working \
+                         memory handed out",
+                        task.number, head.next_task
+                    ),
+                ));
+            }
             insert_task(conn, tenant, s, &task).await?;
             Applied::Imported
         }
@@ -577,6 +649,7 @@ async fn apply(
                         ),
                     ));
                 }
+                Some(head) if v.version == head.version => current_agrees(line, &head, &v)?,
                 Some(_) => {}
             }
             insert_fact_version(conn, tenant, id, &v).await?;
@@ -640,20 +713,20 @@ async fn apply(
     Ok(Some(applied))
 }
 
-/// Refuses an item of a session's working memory that is neither stored
-/// nor earlier in the file.
+/// The working memory an item belongs to; refuses an item whose working
+/// memory is neither stored nor earlier in the file.
 async fn owned_by_working(
     conn: &mut impl Run,
     tenant: &Tenant,
     line: i64,
     session: &str,
     what: &str,
-) -> Result<()> {
+) -> Result<records::WorkingMemory> {
     let head = conn
         .first(&WORKING, params![tenant.as_str(), session], working_row)
         .await?;
     match head {
-        Some(_) => Ok(()),
+        Some(head) => Ok(head),
         None => Err(refused(
             line,
             format!(
@@ -662,6 +735,29 @@ async fn owned_by_working(
             ),
         )),
     }
+}
+
+/// Refuses a fact's current version that contradicts the fact's own line:
+/// a write keeps the fact's subject, predicate and deletion those of its
+/// newest version.
+fn current_agrees(line: i64, fact: &records::Fact, current: &records::FactVersion) -> Result<()> {
+    let field = if current.deleted != fact.deleted {
+        "deleted"
+    } else if current.subject != fact.subject {
+        "subject"
+    } else if current.predicate != fact.predicate {
+        "predicate"
+    } else {
+        return Ok(());
+    };
+    Err(refused(
+        line,
+        format!(
+            "version {} of fact {:?} is its current version, and its {field} differs from the \
+             fact's",
+            current.version, fact.id
+        ),
+    ))
 }
 
 async fn insert_task(

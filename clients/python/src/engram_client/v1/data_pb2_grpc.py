@@ -122,8 +122,13 @@ class DataServiceServicer:
         source whose owner is neither stored nor earlier in the file, a fact
         version past its fact's current one and a fact whose current version
         no line holds refuse the import with FAILED_PRECONDITION, reason
-        IMPORT_CONFLICT, naming the line. A stream that breaks before its end
-        imports nothing.
+        IMPORT_CONFLICT, naming the line. So does a file that contradicts what
+        the store keeps of its records: an episode of another app or user
+        than its session's, or with a seq past the session's `last_seq`; a
+        session whose `episode_count` is not the episodes it holds once the
+        file is in; a task numbered past its working memory's `next_task`; a
+        fact's current version whose subject, predicate or deletion differs
+        from the fact's. A stream that breaks before its end imports nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

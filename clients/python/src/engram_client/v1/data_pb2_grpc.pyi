@@ -91,8 +91,13 @@ class DataServiceStub:
     source whose owner is neither stored nor earlier in the file, a fact
     version past its fact's current one and a fact whose current version
     no line holds refuse the import with FAILED_PRECONDITION, reason
-    IMPORT_CONFLICT, naming the line. A stream that breaks before its end
-    imports nothing.
+    IMPORT_CONFLICT, naming the line. So does a file that contradicts what
+    the store keeps of its records: an episode of another app or user
+    than its session's, or with a seq past the session's `last_seq`; a
+    session whose `episode_count` is not the episodes it holds once the
+    file is in; a task numbered past its working memory's `next_task`; a
+    fact's current version whose subject, predicate or deletion differs
+    from the fact's. A stream that breaks before its end imports nothing.
     """
 
 @_typing.type_check_only
@@ -158,8 +163,13 @@ class DataServiceAsyncStub(DataServiceStub):
     source whose owner is neither stored nor earlier in the file, a fact
     version past its fact's current one and a fact whose current version
     no line holds refuse the import with FAILED_PRECONDITION, reason
-    IMPORT_CONFLICT, naming the line. A stream that breaks before its end
-    imports nothing.
+    IMPORT_CONFLICT, naming the line. So does a file that contradicts what
+    the store keeps of its records: an episode of another app or user
+    than its session's, or with a seq past the session's `last_seq`; a
+    session whose `episode_count` is not the episodes it holds once the
+    file is in; a task numbered past its working memory's `next_task`; a
+    fact's current version whose subject, predicate or deletion differs
+    from the fact's. A stream that breaks before its end imports nothing.
     """
 
 class DataServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -240,8 +250,13 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         source whose owner is neither stored nor earlier in the file, a fact
         version past its fact's current one and a fact whose current version
         no line holds refuse the import with FAILED_PRECONDITION, reason
-        IMPORT_CONFLICT, naming the line. A stream that breaks before its end
-        imports nothing.
+        IMPORT_CONFLICT, naming the line. So does a file that contradicts what
+        the store keeps of its records: an episode of another app or user
+        than its session's, or with a seq past the session's `last_seq`; a
+        session whose `episode_count` is not the episodes it holds once the
+        file is in; a task numbered past its working memory's `next_task`; a
+        fact's current version whose subject, predicate or deletion differs
+        from the fact's. A stream that breaks before its end imports nothing.
         """
 
 def add_DataServiceServicer_to_server(servicer: DataServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
