@@ -559,10 +559,20 @@ impl Fact {
     fn check(&self) -> Result<()> {
         Id::parse("id", self.id.as_str())?;
         Name::parse("app", self.app.as_str())?;
-        if !self.user.is_empty() {
-            Name::parse("user", self.user.as_str())?;
+        // As a write has them: an app's procedure has no user, a fact
+        // about a user names one.
+        match fact_kind("fact_kind", &self.fact_kind)? {
+            FactKind::Procedural if !self.user.is_empty() => {
+                return Err(invalid(
+                    "user",
+                    "must be empty for a procedural (app-wide) fact",
+                ));
+            }
+            FactKind::Procedural => {}
+            FactKind::Semantic => {
+                Name::parse("user", self.user.as_str())?;
+            }
         }
-        fact_kind("fact_kind", &self.fact_kind)?;
         positive("version", self.version)?;
         // Without versions, they follow as lines of their own; the import
         // checks that the current one came.
@@ -781,6 +791,26 @@ mod tests {
         let record: Record = serde_json::from_str(version).expect("parses");
         record.check().expect("valid");
         assert_eq!(record.kind(), "fact_version");
+    }
+
+    #[test]
+    fn a_fact_has_a_user_as_its_kind_says() {
+        let fact = |kind: &str, user: &str| {
+            let line = format!(
+                r#"{{"kind":"fact","id":"f1","app":"bot","user":"{user}","fact_kind":"{kind}","subject":"","predicate":"","version":1,"deleted":false,"create_time":"2026-11-23T10:00:00Z","update_time":"2026-11-23T10:00:00Z"}}"#
+            );
+            serde_json::from_str::<Record>(&line)
+                .expect("parses")
+                .check()
+        };
+        fact("semantic", "alice").expect("a user's fact");
+        fact("procedural", "").expect("an app's procedure");
+        for (kind, user) in [("semantic", ""), ("procedural", "alice")] {
+            assert!(
+                matches!(fact(kind, user), Err(Error::InvalidArgument { field, .. }) if field == "user"),
+                "{kind} of {user:?}"
+            );
+        }
     }
 
     #[test]
