@@ -4,7 +4,7 @@
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
-use super::convert::{json_from_proto, json_to_proto, optional_timestamp, timestamp};
+use super::convert::{json_at, json_to_proto, optional_timestamp, timestamp};
 use super::error::to_status;
 use crate::consolidation::FactFilter;
 use crate::consolidation::{
@@ -140,7 +140,7 @@ fn payload_from_proto(field: &str, payload: Option<proto::FactPayload>) -> Resul
         predicate: payload.predicate,
         object: payload.object,
         content: match payload.content {
-            Some(content) => json_from_proto(content)?,
+            Some(content) => json_at(&format!("{field}.content"), content)?,
             None => serde_json::Value::Null,
         },
         channels: payload.channels,

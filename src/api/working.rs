@@ -4,9 +4,7 @@ use tonic::{Request, Response, Status};
 
 use super::consolidation::fact_to_proto;
 use super::context::caller_context;
-use super::convert::{
-    episode_to_proto, json_from_proto, json_to_proto, object_to_proto, timestamp,
-};
+use super::convert::{episode_to_proto, json_at, json_to_proto, object_to_proto, timestamp};
 use super::error::to_status;
 use super::sessions::{owner, session_id};
 use crate::context::CallerContext;
@@ -321,7 +319,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let arguments = match req.arguments {
-            Some(value) => json_from_proto(value).map_err(to_status)?,
+            Some(value) => json_at("arguments", value).map_err(to_status)?,
             None => serde_json::Value::Null,
         };
         let session = self

@@ -835,7 +835,158 @@ async fn times_outside_protobufs_range_are_refused(backend: Backend) {
         .expect("the session stays");
 }
 
+/// A JSON value a request carries (a memory value, an episode's content
+/// and metadata, a session's metadata, a fact's content, a tool's
+/// arguments) that JSON cannot hold is refused by its own field's path, so
+/// a client knows which of its values to fix: a fact's content and a
+/// tool's arguments were once reported as `value`.
+async fn json_values_are_refused_by_their_own_field(backend: Backend) {
+    use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+    use engram::proto::memory_delta::Delta;
+    use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
+    use engram::proto::{
+        AddDelta, AppendEpisodeRequest, AppendEpisodesRequest, ApplyDeltasRequest, CallToolRequest,
+        CreateSessionRequest, FactPayload, MemoryDelta, NewEpisode, ScopeType, SetRequest,
+        UpdateDelta,
+    };
+    use prost_types::value::Kind;
+    use prost_types::{Struct, Value};
+
+    let server = TestServer::spawn(backend).await;
+    let nan = || Value {
+        kind: Some(Kind::NumberValue(f64::NAN)),
+    };
+    let null = || {
+        Some(Value {
+            kind: Some(Kind::NullValue(0)),
+        })
+    };
+    let holding_nan = || {
+        Some(Struct {
+            fields: [("score".to_owned(), nan())].into(),
+        })
+    };
+    let expect_field = |status: tonic::Status, field: &str| {
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert_eq!(crate::helpers::bad_fields(&status), [field], "{status:?}");
+    };
+    server
+        .sessions()
+        .create_session(CreateSessionRequest {
+            app: "app".into(),
+            user: "alice".into(),
+            session_id: "s1".into(),
+            metadata: None,
+        })
+        .await
+        .expect("session");
+
+    let status = server
+        .memory()
+        .set(SetRequest {
+            scope_type: ScopeType::Namespace as i32,
+            scope: "team".into(),
+            key: "k".into(),
+            value: Some(nan()),
+            ..SetRequest::default()
+        })
+        .await
+        .expect_err("NaN value");
+    expect_field(status, "value");
+
+    let status = server
+        .sessions()
+        .create_session(CreateSessionRequest {
+            app: "app".into(),
+            user: "alice".into(),
+            session_id: "s2".into(),
+            metadata: holding_nan(),
+        })
+        .await
+        .expect_err("NaN metadata");
+    expect_field(status, "metadata.score");
+
+    let episode = |content: Option<Value>, metadata: Option<Struct>| NewEpisode {
+        r#type: "message".into(),
+        content,
+        metadata,
+        ..NewEpisode::default()
+    };
+    let append = |new: NewEpisode| AppendEpisodeRequest {
+        session_id: "s1".into(),
+        episode: Some(new),
+        ..AppendEpisodeRequest::default()
+    };
+    let mut episodes = server.episodes();
+    let status = episodes
+        .append_episode(append(episode(Some(nan()), None)))
+        .await
+        .expect_err("NaN content");
+    expect_field(status, "episode.content");
+    let status = episodes
+        .append_episode(append(episode(null(), holding_nan())))
+        .await
+        .expect_err("NaN metadata");
+    expect_field(status, "episode.metadata.score");
+    let status = episodes
+        .append_episodes(AppendEpisodesRequest {
+            session_id: "s1".into(),
+            episodes: vec![episode(null(), None), episode(Some(nan()), None)],
+            ..AppendEpisodesRequest::default()
+        })
+        .await
+        .expect_err("NaN content in a batch");
+    expect_field(status, "episodes[1].content");
+
+    let payload = || FactPayload {
+        app: "app".into(),
+        user: "alice".into(),
+        content: Some(nan()),
+        ..FactPayload::default()
+    };
+    let mut consolidation = ConsolidationServiceClient::new(server.channel.clone());
+    for (delta, field) in [
+        (
+            Delta::Add(AddDelta {
+                fact_payload: Some(payload()),
+                provenance: Some(crate::consolidation::provenance(&["e1"])),
+            }),
+            "deltas[0].add.fact_payload.content",
+        ),
+        (
+            Delta::Update(UpdateDelta {
+                fact_payload: Some(payload()),
+                replaces: vec!["f1".into()],
+                provenance: Some(crate::consolidation::provenance(&["e1"])),
+            }),
+            "deltas[0].update.fact_payload.content",
+        ),
+    ] {
+        let status = consolidation
+            .apply_deltas(ApplyDeltasRequest {
+                deltas: vec![MemoryDelta { delta: Some(delta) }],
+            })
+            .await
+            .expect_err("NaN fact content");
+        expect_field(status, field);
+    }
+
+    let status = WorkingMemoryServiceClient::new(server.channel.clone())
+        .call_tool(CallToolRequest {
+            session_id: "s1".into(),
+            name: "Remember".into(),
+            arguments: Some(Value {
+                kind: Some(Kind::StructValue(holding_nan().unwrap_or_default())),
+            }),
+            ..CallToolRequest::default()
+        })
+        .await
+        .expect_err("NaN arguments");
+    expect_field(status, "arguments");
+}
+
 on_both_stores!(
+    json_values_are_refused_by_their_own_field,
     every_rpc_answers_hostile_input_with_a_client_status,
     times_outside_protobufs_range_are_refused,
     hostile_values_found_so_far_are_client_errors,
