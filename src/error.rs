@@ -51,6 +51,7 @@ pub enum Reason {
     LimitExceeded,
     ImportMalformed,
     ImportConflict,
+    SourcesTooLarge,
     DatabaseUnavailable,
     Internal,
 }
@@ -103,6 +104,7 @@ impl Reason {
             Reason::LimitExceeded => "LIMIT_EXCEEDED",
             Reason::ImportMalformed => "IMPORT_MALFORMED",
             Reason::ImportConflict => "IMPORT_CONFLICT",
+            Reason::SourcesTooLarge => "SOURCES_TOO_LARGE",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
             Reason::Internal => "INTERNAL",
         }

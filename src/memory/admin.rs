@@ -199,7 +199,7 @@ impl<S: MemoryStore> MemoryAdmin<S> {
                     }
                     if sources.len() > MAX_HISTORY_VERSIONS {
                         return Err(Error::FailedPrecondition {
-                            reason: Reason::InvalidArgument,
+                            reason: Reason::SourcesTooLarge,
                             message: format!(
                                 "{key} has more than {MAX_HISTORY_VERSIONS} versions to summarise; purge old versions first"
                             ),
@@ -365,15 +365,13 @@ impl<S: MemoryStore> MemoryAdmin<S> {
     }
 }
 
-/// The text a summarizer sees for a value: strings as they are, anything
-/// else as compact JSON.
 /// The sources' weight with `entry` added, or the refusal when that passes
 /// [`MAX_SOURCE_BYTES`] (a first source alone never does).
 fn within_bounds(weight: usize, entry: &Entry) -> Result<usize> {
     let total = weight + paging::Weigh::weight(entry);
     if weight > 0 && total > MAX_SOURCE_BYTES {
         return Err(Error::FailedPrecondition {
-            reason: Reason::InvalidArgument,
+            reason: Reason::SourcesTooLarge,
             message: format!(
                 "the sources hold more than {} MiB of values, more than one summary reads; \
                  compact fewer keys, or purge old versions first",
@@ -384,6 +382,8 @@ fn within_bounds(weight: usize, entry: &Entry) -> Result<usize> {
     Ok(total)
 }
 
+/// The text a summarizer sees for a value: strings as they are, anything
+/// else as compact JSON.
 fn text_of(value: &Value) -> String {
     match value.json() {
         serde_json::Value::String(text) => text.clone(),

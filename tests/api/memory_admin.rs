@@ -787,7 +787,7 @@ async fn compaction_sources_are_bounded(backend: Backend) {
         .expect_err("five versions of 600 KiB");
     assert_eq!(
         (err.code(), crate::helpers::reason(&err)),
-        (Code::FailedPrecondition, "INVALID_ARGUMENT".to_owned())
+        (Code::FailedPrecondition, "SOURCES_TOO_LARGE".to_owned())
     );
     assert!(
         err.message().contains("more than 2 MiB"),

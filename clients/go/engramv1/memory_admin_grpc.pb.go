@@ -56,7 +56,8 @@ type MemoryAdminServiceClient interface {
 	// (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
 	// sent to the summarizer in one request and returned in the answer, so
 	// sources past 10,000 versions or about 2 MiB of values are refused with
-	// FAILED_PRECONDITION before anything is written.
+	// FAILED_PRECONDITION (reason SOURCES_TOO_LARGE) before anything is
+	// written.
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 	// GetCompactionLog returns the audit records of a scope, newest first.
 	GetCompactionLog(ctx context.Context, in *GetCompactionLogRequest, opts ...grpc.CallOption) (*GetCompactionLogResponse, error)
@@ -196,7 +197,8 @@ type MemoryAdminServiceServer interface {
 	// (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
 	// sent to the summarizer in one request and returned in the answer, so
 	// sources past 10,000 versions or about 2 MiB of values are refused with
-	// FAILED_PRECONDITION before anything is written.
+	// FAILED_PRECONDITION (reason SOURCES_TOO_LARGE) before anything is
+	// written.
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	// GetCompactionLog returns the audit records of a scope, newest first.
 	GetCompactionLog(context.Context, *GetCompactionLogRequest) (*GetCompactionLogResponse, error)

@@ -119,7 +119,8 @@ class MemoryAdminServiceServicer:
         (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
         sent to the summarizer in one request and returned in the answer, so
         sources past 10,000 versions or about 2 MiB of values are refused with
-        FAILED_PRECONDITION before anything is written.
+        FAILED_PRECONDITION (reason SOURCES_TOO_LARGE) before anything is
+        written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

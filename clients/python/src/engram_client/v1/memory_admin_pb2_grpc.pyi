@@ -58,7 +58,8 @@ class MemoryAdminServiceStub:
     (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
     sent to the summarizer in one request and returned in the answer, so
     sources past 10,000 versions or about 2 MiB of values are refused with
-    FAILED_PRECONDITION before anything is written.
+    FAILED_PRECONDITION (reason SOURCES_TOO_LARGE) before anything is
+    written.
     """
     GetCompactionLog: _grpc.UnaryUnaryMultiCallable[_memory_admin_pb2.GetCompactionLogRequest, _memory_admin_pb2.GetCompactionLogResponse]
     """GetCompactionLog returns the audit records of a scope, newest first."""
@@ -116,7 +117,8 @@ class MemoryAdminServiceAsyncStub(MemoryAdminServiceStub):
     (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
     sent to the summarizer in one request and returned in the answer, so
     sources past 10,000 versions or about 2 MiB of values are refused with
-    FAILED_PRECONDITION before anything is written.
+    FAILED_PRECONDITION (reason SOURCES_TOO_LARGE) before anything is
+    written.
     """
     GetCompactionLog: _aio.UnaryUnaryMultiCallable[_memory_admin_pb2.GetCompactionLogRequest, _memory_admin_pb2.GetCompactionLogResponse]  # type: ignore[assignment]
     """GetCompactionLog returns the audit records of a scope, newest first."""
@@ -189,7 +191,8 @@ class MemoryAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         (reason SUMMARIZER_UNAVAILABLE) and writes nothing. The sources are
         sent to the summarizer in one request and returned in the answer, so
         sources past 10,000 versions or about 2 MiB of values are refused with
-        FAILED_PRECONDITION before anything is written.
+        FAILED_PRECONDITION (reason SOURCES_TOO_LARGE) before anything is
+        written.
         """
 
     @_abc_1.abstractmethod
