@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::show::{entry_json, scope_type_name};
-use super::{ScopeArgs, ScopeTypeArg, as_of};
+use super::{ScopeArgs, ScopeTypeArg, as_of_flag};
 use crate::api::convert::json_to_proto;
 use crate::cli::follow::Follow;
 use crate::cli::{
@@ -26,8 +26,8 @@ pub(super) enum KeyCommand {
         flow: Option<String>,
         /// Count what was live then: a revision (from `memory watch`), an RFC 3339 time
         /// or a duration ago (30m, 2h, 7d)
-        #[arg(long)]
-        as_of: Option<String>,
+        #[arg(long, value_parser = as_of_flag)]
+        as_of: Option<proto::AsOf>,
     },
     /// List the live entries of a scope, in key order (every page)
     List {
@@ -42,8 +42,8 @@ pub(super) enum KeyCommand {
         /// List what was live then: a revision (from `memory watch`), an RFC 3339 time or
         /// a duration ago (30m, 2h, 7d); keys whose value then was purged since are listed
         /// as purged
-        #[arg(long)]
-        as_of: Option<String>,
+        #[arg(long, value_parser = as_of_flag)]
+        as_of: Option<proto::AsOf>,
     },
     /// Print a key's current value (or the value at --version or --as-of)
     Get {
@@ -56,8 +56,8 @@ pub(super) enum KeyCommand {
         version: Option<i64>,
         /// Read the value the key had then: a revision, an RFC 3339 time or a duration
         /// ago (30m, 2h, 7d)
-        #[arg(long)]
-        as_of: Option<String>,
+        #[arg(long, value_parser = as_of_flag)]
+        as_of: Option<proto::AsOf>,
     },
     /// Copy a scope's live entries (now, or at --as-of) into a new, empty scope,
     /// e.g. to replay a run against the memory it saw
@@ -72,8 +72,8 @@ pub(super) enum KeyCommand {
         to_scope_type: Option<ScopeTypeArg>,
         /// Copy the state at this point: a revision, an RFC 3339 time or a duration ago
         /// (30m, 2h, 7d)
-        #[arg(long)]
-        as_of: Option<String>,
+        #[arg(long, value_parser = as_of_flag)]
+        as_of: Option<proto::AsOf>,
     },
     /// Write a new version; VALUE is parsed as JSON when it can be, else stored as a string
     Set {
@@ -154,7 +154,6 @@ pub(super) async fn run(channel: Connection, output: Output, command: KeyCommand
             flow,
             as_of: point,
         } => {
-            let point = as_of("--as-of", point.as_deref())?;
             let all = all_pages(|page_token| {
                 let mut memory = memory.clone();
                 let request = proto::ListScopesRequest {
@@ -204,7 +203,6 @@ pub(super) async fn run(channel: Connection, output: Output, command: KeyCommand
             include_reserved,
             as_of: point,
         } => {
-            let point = as_of("--as-of", point.as_deref())?;
             let (scope_type, scope) = scope.proto();
             // Entries and purged keys, merged back into key order.
             let rows = all_pages(|page_token| {
@@ -256,7 +254,7 @@ pub(super) async fn run(channel: Connection, output: Output, command: KeyCommand
                     source_scope: scope,
                     target_scope_type: to_scope_type.map_or(scope_type, |t| t.to_proto() as i32),
                     target_scope: to_scope.clone(),
-                    as_of: as_of("--as-of", point.as_deref())?,
+                    as_of: point,
                 })
                 .await?
                 .into_inner();
@@ -286,7 +284,7 @@ pub(super) async fn run(channel: Connection, output: Output, command: KeyCommand
                     scope,
                     key,
                     version: version.unwrap_or(0),
-                    as_of: as_of("--as-of", point.as_deref())?,
+                    as_of: point,
                 })
                 .await?
                 .into_inner()

@@ -66,27 +66,35 @@ impl ScopeArgs {
 /// A point in the past: a revision of the change feed (as `memory watch`
 /// prints them), an RFC 3339 time, or a duration ago (`90s`, `30m`, `2h`,
 /// `7d`; a bare number is a revision), which becomes the time that long
-/// before now.
+/// before now. An error names `flag`.
 pub(crate) fn as_of(flag: &str, text: Option<&str>) -> CliResult<Option<proto::AsOf>> {
+    text.map(point)
+        .transpose()
+        .map_err(|why| CliError::usage(format!("{flag}: {why}")))
+}
+
+/// `--as-of` as clap reads it ([`as_of`]), so a bad point is refused by
+/// its flag, with exit code 2, before any call.
+pub(crate) fn as_of_flag(text: &str) -> Result<proto::AsOf, String> {
+    point(text)
+}
+
+fn point(text: &str) -> Result<proto::AsOf, String> {
     use proto::as_of::Point;
-    let Some(text) = text else {
-        return Ok(None);
-    };
     if let Ok(revision) = text.parse::<i64>() {
-        return Ok(Some(proto::AsOf {
+        return Ok(proto::AsOf {
             point: Some(Point::Revision(revision)),
-        }));
+        });
     }
     let ago = text.starts_with(|c: char| c.is_ascii_digit())
         && text.ends_with(|c: char| c.is_ascii_alphabetic())
         && !text.contains(['-', ':']);
     let time = if ago {
-        let age = super::sessions::parse_age(text)
-            .map_err(|err| CliError::usage(format!("{flag}: {err}")))?;
+        let age = super::sessions::parse_age(text)?;
         let then = chrono::TimeDelta::from_std(age)
             .ok()
             .and_then(|age| chrono::Utc::now().checked_sub_signed(age))
-            .ok_or_else(|| CliError::usage(format!("{flag}: {text} ago is before any time")))?;
+            .ok_or_else(|| format!("{text} ago is before any time"))?;
         crate::api::convert::timestamp(then)
     } else {
         chrono::DateTime::parse_from_rfc3339(text)
@@ -98,15 +106,15 @@ pub(crate) fn as_of(flag: &str, text: Option<&str>) -> CliResult<Option<proto::A
                 } else {
                     String::new()
                 };
-                CliError::usage(format!(
-                    "{flag}: {text:?} is not a revision (42), an RFC 3339 time \
+                format!(
+                    "{text:?} is not a revision (42), an RFC 3339 time \
                      (2026-11-23T12:00:00Z) or a duration ago (30m, 2h, 7d){why}"
-                ))
+                )
             })?
     };
-    Ok(Some(proto::AsOf {
+    Ok(proto::AsOf {
         point: Some(Point::Time(time)),
-    }))
+    })
 }
 
 /// The subcommands, by the service they call; `--help` lists them in this

@@ -147,17 +147,50 @@ fn numbers_out_of_range_are_refused_by_their_flag() {
         ),
     ];
     for (args, flag) in cases {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
-            .args(args)
-            .output()
-            .expect("run engram");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains(&format!("for '{flag} ")),
-            "{args:?}: {stderr}"
-        );
+        refused_by_flag(args, flag);
     }
+}
+
+/// A point in the past that is neither a revision, a time nor a duration
+/// ago is refused by `--as-of` before any call (no server runs here), on
+/// every command that takes one.
+#[test]
+fn points_in_the_past_are_refused_by_their_flag() {
+    for point in [
+        "yesterday",
+        "10000-01-01T00:00:00Z",
+        "99999999999d",
+        "2026-13-01",
+    ] {
+        for command in [
+            &["memory", "get", "k", "--scope=s"][..],
+            &["memory", "list", "--scope=s"],
+            &["memory", "scopes"],
+            &["memory", "fork", "--scope=s", "--to-scope=t"],
+        ] {
+            let flag = format!("--as-of={point}");
+            let args: Vec<&str> = command.iter().copied().chain([flag.as_str()]).collect();
+            let stderr = refused_by_flag(&args, "--as-of");
+            assert!(stderr.contains(point), "{args:?}: {stderr}");
+        }
+    }
+}
+
+/// Runs `engram` with `args`, which must exit with code 2 naming `flag`;
+/// returns what it printed on stderr.
+fn refused_by_flag(args: &[&str], flag: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args(args)
+        .env("ENGRAM_SERVER", "http://127.0.0.1:9")
+        .output()
+        .expect("run engram");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(&format!("for '{flag} ")),
+        "{args:?}: {stderr}"
+    );
+    stderr
 }
 
 /// Every command, argument and flag says in its `--help` what it is for:
