@@ -380,6 +380,25 @@ func TestSessionsEpisodesAndTheRest(t *testing.T) {
 	if err != nil || !strings.Contains(block.GetMemoryBlock(), "- [pending] t1: Reply") {
 		t.Fatalf("block: %v %v", block, err)
 	}
+	// With RequireSession an append never creates its session.
+	if _, err := client.Sessions.CreateSession(ctx, &engramv1.CreateSessionRequest{App: "bot", User: "alice", SessionId: "chat-2"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, session := range []string{"chat-2", "chat-9"} {
+		_, err := client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+			SessionId: session, App: "bot", User: "alice", RequireSession: true,
+			Episode: &engramv1.NewEpisode{Type: "observation", Content: value(t, "x")},
+		})
+		if session == "chat-2" && err != nil {
+			t.Fatalf("append to an existing session: %v", err)
+		}
+		if session == "chat-9" && engram.Reason(err) != "SESSION_NOT_FOUND" {
+			t.Fatalf("append requiring a missing session: %v", err)
+		}
+	}
+	if _, err := client.Sessions.GetSession(ctx, &engramv1.GetSessionRequest{SessionId: "chat-9"}); engram.Reason(err) != "SESSION_NOT_FOUND" {
+		t.Fatalf("a session was created: %v", err)
+	}
 }
 
 func TestSearch(t *testing.T) {

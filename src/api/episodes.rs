@@ -15,7 +15,7 @@ use crate::ports::Store;
 use crate::proto;
 use crate::proto::episode_service_server::EpisodeService;
 use crate::sessions::{
-    Episode, EpisodeInput, EpisodeType, Id, Name, Sessions, TAIL_BATCH, TailFilter,
+    AppendTo, Episode, EpisodeInput, EpisodeType, Id, Name, Sessions, TAIL_BATCH, TailFilter,
 };
 
 pub struct EpisodeApi<S> {
@@ -113,9 +113,14 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
             ))
         })();
         let (id, owner, input) = parsed.map_err(to_status)?;
+        let to = AppendTo {
+            session_id: &id,
+            owner: &owner,
+            create: !req.require_session,
+        };
         let mut appended = self
             .sessions
-            .append(&ctx, &id, &owner, vec![input], "episode", false)
+            .append(&ctx, to, vec![input], "episode", false)
             .await
             .map_err(to_status)?;
         let (episode, replayed) = appended
@@ -147,9 +152,14 @@ impl<S: Store> EpisodeService for EpisodeApi<S> {
             ))
         })();
         let (id, owner, inputs) = parsed.map_err(to_status)?;
+        let to = AppendTo {
+            session_id: &id,
+            owner: &owner,
+            create: !req.require_session,
+        };
         let appended = self
             .sessions
-            .append(&ctx, &id, &owner, inputs, "episodes", true)
+            .append(&ctx, to, inputs, "episodes", true)
             .await
             .map_err(to_status)?;
         // The answer must fit one message however large the batch (its

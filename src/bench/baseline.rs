@@ -506,6 +506,7 @@ async fn in_process(workload: Workload, args: &BenchArgs) -> anyhow::Result<f64>
                                 &Append {
                                     session_id: &session,
                                     owner: &owner,
+                                    create: true,
                                     episodes: std::slice::from_ref(&episode),
                                     now: Utc::now(),
                                     max_sessions: 0,

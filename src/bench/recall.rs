@@ -445,6 +445,7 @@ impl RecallArgs {
                         app: self.app.clone(),
                         user: user.clone(),
                         episodes: batch,
+                        require_session: false,
                     })
                     .await
                     .with_context(|| format!("loading conversation {conversation}"))?;

@@ -583,6 +583,7 @@ fn append_request(session: &str, client: usize, content: &str) -> proto::AppendE
             ))),
             ..proto::NewEpisode::default()
         }),
+        require_session: false,
     }
 }
 
@@ -667,6 +668,7 @@ async fn tail(
                             content: Some(json_to_proto(&serde_json::Value::from(now_micros()))),
                             ..proto::NewEpisode::default()
                         }),
+                        require_session: false,
                     })
                     .await?;
                 Ok(1)

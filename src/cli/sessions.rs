@@ -361,7 +361,8 @@ pub struct EpisodesCommand {
 #[derive(Debug, clap::Subcommand)]
 enum EpisodeCommand {
     /// Append an episode; CONTENT is parsed as JSON when it can be, else a
-    /// string. With --app and --user a missing session is created.
+    /// string. With --app and --user a missing session is created (unless
+    /// --require-session).
     Append {
         /// The session to append to
         session_id: String,
@@ -381,6 +382,10 @@ enum EpisodeCommand {
         /// A JSON object of attributes
         #[arg(long)]
         metadata: Option<String>,
+        /// Append only to a session that exists: a missing one is not created
+        /// (exit code 3), even with --app and --user
+        #[arg(long)]
+        require_session: bool,
     },
     /// Print a session's log in seq order (every page)
     List {
@@ -514,6 +519,7 @@ impl EpisodesCommand {
                 id,
                 agent,
                 metadata,
+                require_session,
             } => {
                 let metadata = metadata_arg(metadata)?;
                 let done = episodes
@@ -531,6 +537,7 @@ impl EpisodesCommand {
                             metadata,
                             ..proto::NewEpisode::default()
                         }),
+                        require_session,
                     })
                     .await?
                     .into_inner();

@@ -300,6 +300,9 @@ pub struct AppendArgs {
     pub(super) id: Option<String>,
     /// A JSON object of attributes
     pub(super) metadata: Option<serde_json::Map<String, Value>>,
+    /// Append only to a session that exists: a missing one is an error,
+    /// not created, even with app and user
+    pub(super) require_session: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -531,7 +531,8 @@ impl Engram {
 
     #[tool(
         description = "Append an event to a session's log. A session that does not exist yet \
-                       is created when app and user are given. Give an id to make a retry safe.",
+                       is created when app and user are given (unless require_session is \
+                       true). Give an id to make a retry safe.",
         annotations(destructive_hint = false)
     )]
     async fn episode_append(&self, Parameters(args): Parameters<AppendArgs>) -> Reply {
@@ -556,6 +557,7 @@ impl Engram {
                     source_node: String::new(),
                     timestamp: None,
                 }),
+                require_session: args.require_session.unwrap_or(false),
             })
             .await?
             .into_inner();

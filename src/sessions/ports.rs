@@ -46,8 +46,12 @@ impl NewSession<'_> {
 #[derive(Debug, Clone)]
 pub struct Append<'a> {
     pub session_id: &'a Id,
-    /// Checked against the session; when complete, creates a missing one.
+    /// Checked against the session; when complete, creates a missing one
+    /// (unless `create` is off).
     pub owner: &'a Owner,
+    /// Whether a missing session is created (from a complete owner); off,
+    /// a missing session is [`Appended::NoSession`].
+    pub create: bool,
     pub episodes: &'a [NewEpisode],
     pub now: DateTime<Utc>,
     pub max_sessions: i64,

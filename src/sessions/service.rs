@@ -9,9 +9,9 @@ use serde_json::{Map, Value};
 use super::conversation::{AGENT_RESPONSE, USER_MESSAGE, render_conversation};
 use super::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
 use super::types::{
-    Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery, Session,
-    SessionFilter, SessionLimits, SessionStats, TailFilter, episode_not_found, owner_mismatch,
-    session_ended, session_not_found,
+    AppendTo, Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery,
+    Session, SessionFilter, SessionLimits, SessionStats, TailFilter, episode_not_found,
+    owner_mismatch, session_ended, session_not_found,
 };
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result, TIME_RANGE};
@@ -257,8 +257,7 @@ impl<S: SessionStore + Feeds> Sessions<S> {
     pub async fn append(
         &self,
         ctx: &CallerContext,
-        session_id: &Id,
-        owner: &Owner,
+        to: AppendTo<'_>,
         inputs: Vec<EpisodeInput>,
         field: &str,
         batch: bool,
@@ -280,6 +279,11 @@ impl<S: SessionStore + Feeds> Sessions<S> {
                 ),
             ));
         }
+        let AppendTo {
+            session_id,
+            owner,
+            create,
+        } = to;
         let mut seen = HashSet::new();
         let mut episodes = Vec::with_capacity(inputs.len());
         for (i, mut input) in inputs.into_iter().enumerate() {
@@ -314,6 +318,7 @@ impl<S: SessionStore + Feeds> Sessions<S> {
         let append = Append {
             session_id,
             owner,
+            create,
             episodes: &episodes,
             now: now_micros(),
             max_sessions: self.limits.max_sessions,

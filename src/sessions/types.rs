@@ -144,6 +144,16 @@ impl Owner {
     }
 }
 
+/// Where an append goes: the session, the owner the request claims, and
+/// whether a missing session is created (from a complete owner) or the
+/// append is refused as NOT_FOUND.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendTo<'a> {
+    pub session_id: &'a Id,
+    pub owner: &'a Owner,
+    pub create: bool,
+}
+
 pub fn owner_mismatch(id: &str) -> Error {
     // Says nothing about who owns the session: that would be the leak.
     Error::FailedPrecondition {

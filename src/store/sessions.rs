@@ -352,8 +352,11 @@ pub(super) fn filled(slots: Vec<Option<(Episode, bool)>>) -> Result<Vec<(Episode
 }
 
 /// The session an append creates when its id is unknown; `None` when the
-/// owner is not complete enough to create one.
+/// append may not create one, or its owner is not complete enough to.
 pub(super) fn missing_session<'a>(append: &'a Append<'_>) -> Option<NewSession<'a>> {
+    if !append.create {
+        return None;
+    }
     let (app, user) = append.owner.complete()?;
     Some(NewSession {
         id: append.session_id,
@@ -371,6 +374,7 @@ pub(super) fn missing_session<'a>(append: &'a Append<'_>) -> Option<NewSession<'
 pub(super) struct OwnedAppend {
     session_id: Id,
     owner: Owner,
+    create: bool,
     episodes: Vec<NewEpisode>,
     now: DateTime<Utc>,
     max_sessions: i64,
@@ -382,6 +386,7 @@ impl OwnedAppend {
         OwnedAppend {
             session_id: append.session_id.clone(),
             owner: append.owner.clone(),
+            create: append.create,
             episodes: append.episodes.to_vec(),
             now: append.now,
             max_sessions: append.max_sessions,
@@ -393,6 +398,7 @@ impl OwnedAppend {
         Append {
             session_id: &self.session_id,
             owner: &self.owner,
+            create: self.create,
             episodes: &self.episodes,
             now: self.now,
             max_sessions: self.max_sessions,

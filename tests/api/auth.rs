@@ -94,6 +94,7 @@ fn append(id: &str) -> AppendEpisodeRequest {
             content: Some(json_to_proto(&json!(id))),
             ..NewEpisode::default()
         }),
+        require_session: false,
     }
 }
 

@@ -371,6 +371,7 @@ async fn bench_leaves_the_sessions_another_run_writes() {
             content: Some(json_to_proto(&serde_json::json!("beside the bench"))),
             ..NewEpisode::default()
         }),
+        require_session: false,
     };
     // An earlier run's session left idle, and one another run goes on with.
     for session in ["bench-append-idle-0", "bench-append-busy-0"] {
@@ -469,6 +470,7 @@ async fn bench_tail_follows_only_its_own_appends() {
                     content: Some(json_to_proto(&serde_json::json!(hour_ago))),
                     ..NewEpisode::default()
                 }),
+                require_session: false,
             })
             .await
             .expect("an append beside the bench");

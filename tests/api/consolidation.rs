@@ -53,6 +53,7 @@ pub(crate) fn batch(session: &str, user: &str, episodes: Vec<NewEpisode>) -> App
         app: "app".to_owned(),
         user: user.to_owned(),
         episodes,
+        require_session: false,
     }
 }
 

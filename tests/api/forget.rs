@@ -86,6 +86,7 @@ impl As {
                 app: app.into(),
                 user: user.into(),
                 episode: Some(new),
+                require_session: false,
             })
             .await
             .expect("append");

@@ -729,6 +729,7 @@ async fn times_outside_protobufs_range_are_refused(backend: Backend) {
             timestamp,
             ..NewEpisode::default()
         }),
+        require_session: false,
     };
     for (timestamp, what) in [
         (at(1 << 40, 0), "the year 36812"),

@@ -57,6 +57,7 @@ async fn large_answers_end_early_and_page_on(backend: Backend) {
                 app: "bot".into(),
                 user: "alice".into(),
                 episode: Some(new),
+                require_session: false,
             })
             .await
             .expect("append");
@@ -321,6 +322,7 @@ async fn working_memory_of_large_items_fits_one_answer(backend: Backend) {
                 app: "app".into(),
                 user: "alice".into(),
                 episode: Some(new),
+                require_session: false,
             })
             .await
             .expect("append");
@@ -427,6 +429,7 @@ async fn a_rule_over_large_episodes_runs_in_steps(backend: Backend) {
                 app: "app".into(),
                 user: "alice".into(),
                 episode: Some(new),
+                require_session: false,
             })
             .await
             .expect("append");

@@ -131,6 +131,7 @@ async fn counters_move_with_traffic(backend: Backend) {
                     content: Some(json_to_proto(&json!(i))),
                     ..NewEpisode::default()
                 }),
+                require_session: false,
             })
             .await
             .expect("append");

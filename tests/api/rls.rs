@@ -125,6 +125,7 @@ async fn postgres_confines_each_transaction_to_its_tenant() {
                 content: Some(json_to_proto(&json!("hello"))),
                 ..NewEpisode::default()
             }),
+            require_session: false,
         })
         .await
         .expect("acme appends");

@@ -559,6 +559,7 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S, _db: &Tes
                 now,
                 max_sessions: 0,
                 max_events: 0,
+                create: true,
             },
         )
         .await

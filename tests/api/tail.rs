@@ -28,6 +28,7 @@ fn append(app: &str, user: &str, session: &str, kind: &str, id: &str) -> AppendE
             content: Some(json_to_proto(&json!({ "id": id }))),
             ..NewEpisode::default()
         }),
+        require_session: false,
     }
 }
 

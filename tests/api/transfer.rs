@@ -101,6 +101,7 @@ async fn seed(server: &TestServer) {
                 app: "bot".into(),
                 user: user.into(),
                 episode: Some(new),
+                require_session: false,
             })
             .await
             .expect("append");
@@ -690,6 +691,7 @@ async fn an_export_is_one_moment_of_the_tenant(backend: Backend) {
         app: "bot".into(),
         user: "alice".into(),
         episode: Some(episode(id, "observation", json!({}))),
+        require_session: false,
     };
     for id in ["e1", "e2"] {
         episodes

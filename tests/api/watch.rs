@@ -708,6 +708,7 @@ async fn postgres_a_transaction_holding_the_feed_back_is_named() {
                 content: Some(json_to_proto(&json!("seen"))),
                 ..Default::default()
             }),
+            require_session: false,
         })
         .await
         .expect("an append is not held back");

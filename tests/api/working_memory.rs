@@ -485,6 +485,7 @@ async fn secrets_are_redacted(backend: Backend) {
                 "observation",
                 json!({"password": "hunter2", "note": "token=abc and more"}),
             )],
+            require_session: false,
         })
         .await
         .expect("append")

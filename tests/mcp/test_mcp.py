@@ -331,6 +331,12 @@ async def test_sessions_and_episodes(connect: Connect) -> None:
         assert context["context"] == "User: my deploy fails\nAssistant: which cluster?"
         missing = error(await session.call_tool("episode_append", {"session_id": unique("none"), "type": "t", "content": 1}))
         assert missing["reason"] == "SESSION_NOT_FOUND"
+        # With app and user the session would be made, unless it is required.
+        required = {"session_id": unique("none"), "app": "support", "user": user, "require_session": True}
+        refused = error(await session.call_tool("episode_append", {**required, "type": "t", "content": 1}))
+        assert refused["reason"] == "SESSION_NOT_FOUND"
+        sessions = structured(await session.call_tool("sessions_list", {"user": user}))
+        assert [s["id"] for s in sessions["sessions"]] == [sid]
 
 
 async def test_working_memory(connect: Connect, server: Server) -> None:

@@ -298,9 +298,15 @@ type AppendEpisodeRequest struct {
 	// create a missing one.
 	User string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	// The episode.
-	Episode       *NewEpisode `protobuf:"bytes,4,opt,name=episode,proto3" json:"episode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Episode *NewEpisode `protobuf:"bytes,4,opt,name=episode,proto3" json:"episode,omitempty"`
+	// Append only to a session that exists: a missing one is NOT_FOUND
+	// (reason SESSION_NOT_FOUND) even when `app` and `user` are given, and
+	// nothing is created. For a client that holds a session it created (an
+	// agent framework's session object), so an append after the session was
+	// deleted does not bring it back.
+	RequireSession bool `protobuf:"varint,5,opt,name=require_session,json=requireSession,proto3" json:"require_session,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AppendEpisodeRequest) Reset() {
@@ -359,6 +365,13 @@ func (x *AppendEpisodeRequest) GetEpisode() *NewEpisode {
 		return x.Episode
 	}
 	return nil
+}
+
+func (x *AppendEpisodeRequest) GetRequireSession() bool {
+	if x != nil {
+		return x.RequireSession
+	}
+	return false
 }
 
 // AppendEpisodeResponse carries the stored episode.
@@ -426,9 +439,11 @@ type AppendEpisodesRequest struct {
 	// The session's user (see AppendEpisodeRequest).
 	User string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	// The episodes, in order: 1 to 1000 of them, ids distinct.
-	Episodes      []*NewEpisode `protobuf:"bytes,4,rep,name=episodes,proto3" json:"episodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Episodes []*NewEpisode `protobuf:"bytes,4,rep,name=episodes,proto3" json:"episodes,omitempty"`
+	// Append only to a session that exists (see AppendEpisodeRequest).
+	RequireSession bool `protobuf:"varint,5,opt,name=require_session,json=requireSession,proto3" json:"require_session,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AppendEpisodesRequest) Reset() {
@@ -487,6 +502,13 @@ func (x *AppendEpisodesRequest) GetEpisodes() []*NewEpisode {
 		return x.Episodes
 	}
 	return nil
+}
+
+func (x *AppendEpisodesRequest) GetRequireSession() bool {
+	if x != nil {
+		return x.RequireSession
+	}
+	return false
 }
 
 // AppendEpisodesResponse carries the stored episodes.
@@ -1175,22 +1197,24 @@ const file_engram_v1_episodes_proto_rawDesc = "" +
 	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x1f\n" +
 	"\vsource_node\x18\x06 \x01(\tR\n" +
 	"sourceNode\x128\n" +
-	"\ttimestamp\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x8c\x01\n" +
+	"\ttimestamp\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\xb5\x01\n" +
 	"\x14AppendEpisodeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12/\n" +
-	"\aepisode\x18\x04 \x01(\v2\x15.engram.v1.NewEpisodeR\aepisode\"a\n" +
+	"\aepisode\x18\x04 \x01(\v2\x15.engram.v1.NewEpisodeR\aepisode\x12'\n" +
+	"\x0frequire_session\x18\x05 \x01(\bR\x0erequireSession\"a\n" +
 	"\x15AppendEpisodeResponse\x12,\n" +
 	"\aepisode\x18\x01 \x01(\v2\x12.engram.v1.EpisodeR\aepisode\x12\x1a\n" +
-	"\breplayed\x18\x02 \x01(\bR\breplayed\"\x8f\x01\n" +
+	"\breplayed\x18\x02 \x01(\bR\breplayed\"\xb8\x01\n" +
 	"\x15AppendEpisodesRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x121\n" +
-	"\bepisodes\x18\x04 \x03(\v2\x15.engram.v1.NewEpisodeR\bepisodes\"H\n" +
+	"\bepisodes\x18\x04 \x03(\v2\x15.engram.v1.NewEpisodeR\bepisodes\x12'\n" +
+	"\x0frequire_session\x18\x05 \x01(\bR\x0erequireSession\"H\n" +
 	"\x16AppendEpisodesResponse\x12.\n" +
 	"\bepisodes\x18\x01 \x03(\v2\x12.engram.v1.EpisodeR\bepisodes\"\xa3\x01\n" +
 	"\x13ListEpisodesRequest\x12\x1d\n" +

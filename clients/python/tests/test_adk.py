@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
-from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
+from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 
 from conftest import Server
@@ -96,6 +98,43 @@ def test_session_service(server: Server) -> None:
         await service.close()
 
     asyncio.run(run())
+
+
+def test_appends_behave_as_adks_own_services(server: Server) -> None:
+    """What ADK's InMemorySessionService does, Engram's does: an event
+    delivered again (a retried call) is stored and applied once, and an
+    event for a session that is gone is SessionNotFoundError, the session
+    left deleted and the session in hand unchanged."""
+
+    async def run(service: BaseSessionService) -> list[object]:
+        seen: list[object] = []
+        session = await service.create_session(app_name="app", user_id="u", session_id="s1")
+        event = _event("one", delta={"x": 1, "temp:t": 1})
+        await service.append_event(session, event)
+        await service.append_event(session, event)
+        stored = await service.get_session(app_name="app", user_id="u", session_id="s1")
+        assert stored is not None
+        seen += [len(session.events), len(stored.events), stored.events[0].id == event.id]
+        seen += [session.state, stored.state]
+
+        gone = await service.create_session(app_name="app", user_id="u", session_id="s2")
+        await service.delete_session(app_name="app", user_id="u", session_id="s2")
+        with pytest.raises(SessionNotFoundError):
+            await service.append_event(gone, _event("late", delta={"y": 2}))
+        seen += [len(gone.events), gone.state]
+        seen.append(await service.get_session(app_name="app", user_id="u", session_id="s2"))
+        listed = await service.list_sessions(app_name="app", user_id="u")
+        seen.append([s.id for s in listed.sessions])
+        return seen
+
+    async def both() -> None:
+        engram = EngramSessionService(server.address)
+        ours = await run(engram)
+        await engram.close()
+        assert ours == await run(InMemorySessionService())
+        assert ours[:3] == [1, 1, True]
+
+    asyncio.run(both())
 
 
 def test_a_runner_conversation_resumes_in_another_process(server: Server) -> None:

@@ -149,7 +149,18 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             assert (session.id, session.metadata) == ("chat-1", {"channel": "web"})
             _, created = await client.sessions.get_or_create("support", "alice", "chat-1")
             assert created is False
-            await client.episodes.append("chat-1", "my deploy fails", type="user_message", id="e1")
+            with pytest.raises(NotFound) as required:
+                await client.episodes.append(
+                    "chat-9", "x", app="support", user="alice", require_session=True
+                )
+            assert required.value.reason == "SESSION_NOT_FOUND"
+            with pytest.raises(NotFound):
+                await client.episodes.append_many(
+                    "chat-9", [client.episodes.new("x")], app="support", user="alice", require_session=True
+                )
+            await client.episodes.append(
+                "chat-1", "my deploy fails", type="user_message", id="e1", require_session=True
+            )
             await client.episodes.append_many(
                 "chat-1",
                 [

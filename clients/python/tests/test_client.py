@@ -355,7 +355,16 @@ def test_sessions_and_episodes(server: Server) -> None:
         with pytest.raises(NotFound) as no_episode:
             client.episodes.get("no-such-episode")
         assert no_episode.value.reason == "EPISODE_NOT_FOUND"
-        # One call in the episodic-store style creates the session.
+        # One call in the episodic-store style creates the session, unless
+        # the session is required.
+        with pytest.raises(NotFound) as required:
+            client.episodes.append("s-9", {"doc": 7}, app="rag", user="bob", require_session=True)
+        assert required.value.reason == "SESSION_NOT_FOUND"
+        with pytest.raises(NotFound):
+            client.episodes.append_many(
+                "s-9", [client.episodes.new(1)], app="rag", user="bob", require_session=True
+            )
+        assert client.sessions.get("s-9") is None
         client.episodes.append("s-9", {"doc": 7}, app="rag", user="bob")
         assert client.sessions.get("s-9") is not None
         assert {s.id for s in client.sessions.list(user="alice")} == {"chat-1"}

@@ -98,6 +98,7 @@ async fn append(addr: SocketAddr, text: &str) {
                 content: Some(json_to_proto(&json!(text))),
                 ..NewEpisode::default()
             }),
+            require_session: false,
         })
         .await
         .expect("append");

@@ -87,6 +87,7 @@ async fn stalled_consumers_keep_memory_bounded(backend: Backend) {
                         content: Some(json_to_proto(&json!(big))),
                         ..NewEpisode::default()
                     }),
+                    require_session: false,
                 })
                 .await
                 .expect("append");

@@ -602,6 +602,7 @@ pub async fn append(
                 },
                 ..engram::proto::NewEpisode::default()
             }),
+            require_session: false,
         })
         .await?
         .into_inner();

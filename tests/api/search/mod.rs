@@ -102,6 +102,7 @@ pub(crate) fn append(
         app: "app".to_owned(),
         user: user.to_owned(),
         episodes,
+        require_session: false,
     }
 }
 

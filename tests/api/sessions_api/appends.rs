@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use engram::api::convert::json_to_proto;
 use engram::proto::{
-    AppendEpisodesRequest, GetEpisodeRequest, GetSessionRequest, GetStatsRequest,
-    ListSessionsRequest, NewEpisode,
+    AppendEpisodeRequest, AppendEpisodesRequest, DeleteSessionRequest, GetEpisodeRequest,
+    GetSessionRequest, GetStatsRequest, ListSessionsRequest, NewEpisode,
 };
 use serde_json::json;
 use tonic::Code;
@@ -302,7 +302,96 @@ async fn limits_evict_the_oldest(backend: Backend) {
     assert!((stats.avg_episodes_per_session - 0.8).abs() < 1e-9);
 }
 
+/// An append with `require_session` goes only to a session that exists:
+/// with the owner given it creates none, so a session deleted while its
+/// agent still runs is not brought back by the agent's next event (as an
+/// append without the flag does, by design).
+async fn an_append_may_require_its_session(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut episodes = server.episodes();
+    let requiring = |session: &str, id: &str| AppendEpisodeRequest {
+        require_session: true,
+        ..append_as(
+            "rag",
+            "alice",
+            session,
+            new_episode(id, "user_message", json!(id)),
+        )
+    };
+    let not_found = |err: tonic::Status| {
+        assert_eq!(
+            (err.code(), reason(&err)),
+            (Code::NotFound, "SESSION_NOT_FOUND".to_owned()),
+            "{err:?}"
+        );
+    };
+    not_found(
+        episodes
+            .append_episode(requiring("s1", "e1"))
+            .await
+            .expect_err("no session"),
+    );
+    not_found(
+        episodes
+            .append_episodes(AppendEpisodesRequest {
+                session_id: "s1".into(),
+                app: "rag".into(),
+                user: "alice".into(),
+                episodes: vec![new_episode("e1", "user_message", json!(1))],
+                require_session: true,
+            })
+            .await
+            .expect_err("no session for a batch either"),
+    );
+    let mut sessions = server.sessions();
+    let get = GetSessionRequest {
+        session_id: "s1".into(),
+        ..GetSessionRequest::default()
+    };
+    not_found(
+        sessions
+            .get_session(get.clone())
+            .await
+            .expect_err("none created"),
+    );
+
+    sessions
+        .create_session(create("rag", "alice", "s1"))
+        .await
+        .expect("create");
+    let stored = episodes
+        .append_episode(requiring("s1", "e1"))
+        .await
+        .expect("the session exists")
+        .into_inner();
+    assert_eq!(stored.episode.map(|e| e.seq), Some(1));
+    let err = episodes
+        .append_episode(AppendEpisodeRequest {
+            user: "mallory".into(),
+            ..requiring("s1", "e2")
+        })
+        .await
+        .expect_err("another user");
+    assert_eq!(reason(&err), "SESSION_OWNER_MISMATCH");
+
+    sessions
+        .delete_session(DeleteSessionRequest {
+            session_id: "s1".into(),
+            ..DeleteSessionRequest::default()
+        })
+        .await
+        .expect("delete");
+    not_found(
+        episodes
+            .append_episode(requiring("s1", "e3"))
+            .await
+            .expect_err("deleted"),
+    );
+    not_found(sessions.get_session(get).await.expect_err("still deleted"));
+}
+
 on_both_stores!(
+    an_append_may_require_its_session,
     appends_are_idempotent_and_atomic,
     dense_seq_under_concurrent_appenders,
     limits_evict_the_oldest,

@@ -50,6 +50,7 @@ fn append_as(app: &str, user: &str, session: &str, episode: NewEpisode) -> Appen
         app: app.to_owned(),
         user: user.to_owned(),
         episode: Some(episode),
+        require_session: false,
     }
 }
 

@@ -29,6 +29,7 @@ async fn type_filters_paging_and_context(backend: Backend) {
             .iter()
             .map(|(kind, content)| new_episode("", kind, content.clone()))
             .collect(),
+        require_session: false,
     };
     episodes.append_episodes(batch).await.expect("append");
 

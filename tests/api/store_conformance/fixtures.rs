@@ -129,6 +129,7 @@ impl<S: Store> Log<'_, S> {
                     now: now(),
                     max_sessions: 0,
                     max_events,
+                    create: true,
                 },
             )
             .await

@@ -383,6 +383,7 @@ fn appends_of<'a>(
             now: super::fixtures::now(),
             max_sessions: 0,
             max_events: 0,
+            create: true,
         })
         .collect()
 }
@@ -490,6 +491,7 @@ async fn appends_in_a_group_keep_each_outcome<S: Store>(store: S, db: &TestDb) {
             now: now(),
             max_sessions: 0,
             max_events: *max_events,
+            create: true,
         })
         .collect();
     let tenant = l.tenant.clone();

@@ -2,7 +2,7 @@
 //! refusals, evictions), the widening reads and the tail's filters.
 
 use engram::ports::Store;
-use engram::sessions::ports::{Appended, EpisodeQuery};
+use engram::sessions::ports::{Append, Appended, EpisodeQuery};
 use engram::sessions::{Episode, EpisodeType, Id, NewEpisode, Owner, SessionFilter, TailFilter};
 use serde_json::json;
 
@@ -195,8 +195,43 @@ async fn appends_respect_owner_and_end<S: Store>(store: S, _db: &TestDb) {
         l.append_as("s9", &partial, &e9, 0).await,
         Appended::NoSession
     );
+    // One that may not create a session finds none, with a complete owner
+    // too, and leaves none behind.
+    let alice = owner("app", "alice");
+    let existing_only = |episodes| Append {
+        session_id: &s9,
+        owner: &alice,
+        episodes,
+        now: now(),
+        max_sessions: 0,
+        max_events: 0,
+        create: false,
+    };
+    assert_eq!(
+        store
+            .append(&l.tenant, &existing_only(&e9))
+            .await
+            .expect("append"),
+        Appended::NoSession
+    );
+    assert!(
+        store
+            .get_session(&l.tenant, &s9)
+            .await
+            .expect("get")
+            .is_none()
+    );
     let created = l.append("s9", &e9).await;
     assert_eq!(created[0].0.seq, 1);
+    let e10 = [episode(&s9, "e10", "user_message", None, json!(2))];
+    match store
+        .append(&l.tenant, &existing_only(&e10))
+        .await
+        .expect("append")
+    {
+        Appended::Stored(done) => assert_eq!(done[0].0.seq, 2),
+        other => panic!("an existing session takes it, got {other:?}"),
+    }
     let made = store
         .get_session(&l.tenant, &s9)
         .await

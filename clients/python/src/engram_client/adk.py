@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
 from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
@@ -260,30 +261,57 @@ class EngramSessionService(BaseSessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
-        # Applies temp: state to the session in hand and drops it from the
-        # event, then adds the rest of the delta to the session object.
-        event = await super().append_event(session=session, event=event)
+        # As ADK's own services: an event delivered again (a retried call)
+        # is stored and applied to the session in hand once, and an event
+        # for a session that is gone is SessionNotFoundError, before the
+        # session in hand changes (the append never creates a session, so
+        # a deleted one stays deleted).
+        delivered = any(e == event for e in session.events if e.id == event.id)
+        sent = event.model_copy(deep=True)
+        if sent.actions and sent.actions.state_delta:
+            sent.actions.state_delta = {
+                key: value
+                for key, value in sent.actions.state_delta.items()
+                if not key.startswith(State.TEMP_PREFIX)
+            }
         client = self._connection.aio()
-        content = _event_text(event) or event.model_dump(mode="json", exclude_none=True)
-        request = _append(session.id, session.app_name, session.user_id, event, content)
-        await client.call(client.stubs.episodes.AppendEpisode, request)
-        if event.actions and event.actions.state_delta:
+        content = _event_text(sent) or sent.model_dump(mode="json", exclude_none=True)
+        request = _append(
+            session.id, session.app_name, session.user_id, sent, content, require_session=True
+        )
+        try:
+            await client.call(client.stubs.episodes.AppendEpisode, request)
+        except NotFound:
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        if sent.actions and sent.actions.state_delta:
             await self._write_state(
-                session.app_name, session.user_id, session.id, event.actions.state_delta
+                session.app_name, session.user_id, session.id, sent.actions.state_delta
             )
+        if not delivered:
+            # Applies temp: state to the session in hand and drops it from
+            # the event, then adds the rest of the delta and the event.
+            event = await super().append_event(session=session, event=event)
         session.last_update_time = event.timestamp
         return event
 
 
 def _append(
-    session_id: str, app_name: str, user_id: str, event: Event, content: Any
+    session_id: str,
+    app_name: str,
+    user_id: str,
+    event: Event,
+    content: Any,
+    *,
+    require_session: bool,
 ) -> episodes_pb2.AppendEpisodeRequest:
     """An event as an episode: its id, its type by author and parts, the
-    whole event in the metadata, its time."""
+    whole event in the metadata, its time. With ``require_session`` a
+    missing session is NotFound instead of created."""
     request = episodes_pb2.AppendEpisodeRequest(
         session_id=session_id,
         app=app_name,
         user=user_id,
+        require_session=require_session,
         episode=_requests.new_episode(
             content,
             type=_event_type(event),
@@ -332,7 +360,10 @@ class EngramMemoryService(BaseMemoryService):
         for event in events:
             if event.partial or not _event_text(event):
                 continue
-            request = _append(session_id, app_name, user_id, event, _event_text(event))
+            # The memory session is made by its first event.
+            request = _append(
+                session_id, app_name, user_id, event, _event_text(event), require_session=False
+            )
             try:
                 await client.call(client.stubs.episodes.AppendEpisode, request)
             except AlreadyExists:

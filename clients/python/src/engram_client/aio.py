@@ -584,13 +584,16 @@ class AsyncEpisodes:
         user: str | None = None,
         agent: str | None = None,
         metadata: dict[str, Any] | None = None,
+        require_session: bool = False,
     ) -> Episode:
         """Appends one episode; with ``app`` and ``user`` a missing session is
-        created. Appending the same ``id`` again returns the stored episode."""
+        created, unless ``require_session`` (then it is NotFound). Appending
+        the same ``id`` again returns the stored episode."""
         request = episodes_pb2.AppendEpisodeRequest(
             session_id=session_id,
             app=app or "",
             user=user or "",
+            require_session=require_session,
             episode=new_episode(content, type=type, id=id, agent=agent, metadata=metadata),
         )
         response = await self._client.call(self._client.stubs.episodes.AppendEpisode, request)
@@ -603,14 +606,17 @@ class AsyncEpisodes:
         *,
         app: str | None = None,
         user: str | None = None,
+        require_session: bool = False,
     ) -> builtins.list[Episode]:
-        """Appends episodes atomically (build them with :meth:`new`). When
-        they pass about 2 MiB the episodes returned carry no content and
-        metadata (the answer must fit one message)."""
+        """Appends episodes atomically (build them with :meth:`new`); a
+        missing session is created as :meth:`append` says. When they pass
+        about 2 MiB the episodes returned carry no content and metadata (the
+        answer must fit one message)."""
         request = episodes_pb2.AppendEpisodesRequest(
             session_id=session_id,
             app=app or "",
             user=user or "",
+            require_session=require_session,
             episodes=builtins.list(episodes),
         )
         response = await self._client.call(self._client.stubs.episodes.AppendEpisodes, request)

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65ngram/v1/episodes.proto\x12\tengram.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n\x07\x45pisode\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x0e\n\x06\x63ursor\x18\x04 \x01(\x03\x12\x0b\n\x03\x61pp\x18\x05 \x01(\t\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\r\n\x05\x61gent\x18\x07 \x01(\t\x12\x0c\n\x04type\x18\x08 \x01(\t\x12\'\n\x07\x63ontent\x18\t \x01(\x0b\x32\x16.google.protobuf.Value\x12)\n\x08metadata\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bsource_node\x18\x0b \x01(\t\x12-\n\ttimestamp\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xcd\x01\n\nNewEpisode\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\'\n\x07\x63ontent\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12)\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bsource_node\x18\x06 \x01(\t\x12-\n\ttimestamp\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"m\n\x14\x41ppendEpisodeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12&\n\x07\x65pisode\x18\x04 \x01(\x0b\x32\x15.engram.v1.NewEpisode\"N\n\x15\x41ppendEpisodeResponse\x12#\n\x07\x65pisode\x18\x01 \x01(\x0b\x32\x12.engram.v1.Episode\x12\x10\n\x08replayed\x18\x02 \x01(\x08\"o\n\x15\x41ppendEpisodesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\'\n\x08\x65pisodes\x18\x04 \x03(\x0b\x32\x15.engram.v1.NewEpisode\">\n\x16\x41ppendEpisodesResponse\x12$\n\x08\x65pisodes\x18\x01 \x03(\x0b\x32\x12.engram.v1.Episode\"r\n\x13ListEpisodesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05types\x18\x02 \x03(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x03\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"U\n\x14ListEpisodesResponse\x12$\n\x08\x65pisodes\x18\x01 \x03(\x0b\x32\x12.engram.v1.Episode\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\x11GetEpisodeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"9\n\x12GetEpisodeResponse\x12#\n\x07\x65pisode\x18\x01 \x01(\x0b\x32\x12.engram.v1.Episode\"^\n\rRecentRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\r\n\x05types\x18\x05 \x03(\t\"6\n\x0eRecentResponse\x12$\n\x08\x65pisodes\x18\x01 \x03(\x0b\x32\x12.engram.v1.Episode\"s\n\x13TailEpisodesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0b\n\x03\x61pp\x18\x03 \x01(\t\x12\r\n\x05types\x18\x04 \x03(\t\x12\x13\n\x06\x63ursor\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_cursor\";\n\x14TailEpisodesResponse\x12#\n\x07\x65pisode\x18\x01 \x01(\x0b\x32\x12.engram.v1.Episode\"=\n\x13\x42uildContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nmax_events\x18\x02 \x01(\x05\"<\n\x14\x42uildContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12\x13\n\x0b\x65vents_used\x18\x02 \x01(\x05\x32\xba\x04\n\x0e\x45pisodeService\x12R\n\rAppendEpisode\x12\x1f.engram.v1.AppendEpisodeRequest\x1a .engram.v1.AppendEpisodeResponse\x12U\n\x0e\x41ppendEpisodes\x12 .engram.v1.AppendEpisodesRequest\x1a!.engram.v1.AppendEpisodesResponse\x12O\n\x0cListEpisodes\x12\x1e.engram.v1.ListEpisodesRequest\x1a\x1f.engram.v1.ListEpisodesResponse\x12I\n\nGetEpisode\x12\x1c.engram.v1.GetEpisodeRequest\x1a\x1d.engram.v1.GetEpisodeResponse\x12=\n\x06Recent\x12\x18.engram.v1.RecentRequest\x1a\x19.engram.v1.RecentResponse\x12Q\n\x0cTailEpisodes\x12\x1e.engram.v1.TailEpisodesRequest\x1a\x1f.engram.v1.TailEpisodesResponse0\x01\x12O\n\x0c\x42uildContext\x12\x1e.engram.v1.BuildContextRequest\x1a\x1f.engram.v1.BuildContextResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65ngram/v1/episodes.proto\x12\tengram.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n\x07\x45pisode\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x0e\n\x06\x63ursor\x18\x04 \x01(\x03\x12\x0b\n\x03\x61pp\x18\x05 \x01(\t\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\r\n\x05\x61gent\x18\x07 \x01(\t\x12\x0c\n\x04type\x18\x08 \x01(\t\x12\'\n\x07\x63ontent\x18\t \x01(\x0b\x32\x16.google.protobuf.Value\x12)\n\x08metadata\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bsource_node\x18\x0b \x01(\t\x12-\n\ttimestamp\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xcd\x01\n\nNewEpisode\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05\x61gent\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\'\n\x07\x63ontent\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12)\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0bsource_node\x18\x06 \x01(\t\x12-\n\ttimestamp\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x86\x01\n\x14\x41ppendEpisodeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12&\n\x07\x65pisode\x18\x04 \x01(\x0b\x32\x15.engram.v1.NewEpisode\x12\x17\n\x0frequire_session\x18\x05 \x01(\x08\"N\n\x15\x41ppendEpisodeResponse\x12#\n\x07\x65pisode\x18\x01 \x01(\x0b\x32\x12.engram.v1.Episode\x12\x10\n\x08replayed\x18\x02 \x01(\x08\"\x88\x01\n\x15\x41ppendEpisodesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\'\n\x08\x65pisodes\x18\x04 \x03(\x0b\x32\x15.engram.v1.NewEpisode\x12\x17\n\x0frequire_session\x18\x05 \x01(\x08\">\n\x16\x41ppendEpisodesResponse\x12$\n\x08\x65pisodes\x18\x01 \x03(\x0b\x32\x12.engram.v1.Episode\"r\n\x13ListEpisodesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05types\x18\x02 \x03(\t\x12\x11\n\tafter_seq\x18\x03 \x01(\x03\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"U\n\x14ListEpisodesResponse\x12$\n\x08\x65pisodes\x18\x01 \x03(\x0b\x32\x12.engram.v1.Episode\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\x11GetEpisodeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"9\n\x12GetEpisodeResponse\x12#\n\x07\x65pisode\x18\x01 \x01(\x0b\x32\x12.engram.v1.Episode\"^\n\rRecentRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\r\n\x05types\x18\x05 \x03(\t\"6\n\x0eRecentResponse\x12$\n\x08\x65pisodes\x18\x01 \x03(\x0b\x32\x12.engram.v1.Episode\"s\n\x13TailEpisodesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x0b\n\x03\x61pp\x18\x03 \x01(\t\x12\r\n\x05types\x18\x04 \x03(\t\x12\x13\n\x06\x63ursor\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_cursor\";\n\x14TailEpisodesResponse\x12#\n\x07\x65pisode\x18\x01 \x01(\x0b\x32\x12.engram.v1.Episode\"=\n\x13\x42uildContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nmax_events\x18\x02 \x01(\x05\"<\n\x14\x42uildContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12\x13\n\x0b\x65vents_used\x18\x02 \x01(\x05\x32\xba\x04\n\x0e\x45pisodeService\x12R\n\rAppendEpisode\x12\x1f.engram.v1.AppendEpisodeRequest\x1a .engram.v1.AppendEpisodeResponse\x12U\n\x0e\x41ppendEpisodes\x12 .engram.v1.AppendEpisodesRequest\x1a!.engram.v1.AppendEpisodesResponse\x12O\n\x0cListEpisodes\x12\x1e.engram.v1.ListEpisodesRequest\x1a\x1f.engram.v1.ListEpisodesResponse\x12I\n\nGetEpisode\x12\x1c.engram.v1.GetEpisodeRequest\x1a\x1d.engram.v1.GetEpisodeResponse\x12=\n\x06Recent\x12\x18.engram.v1.RecentRequest\x1a\x19.engram.v1.RecentResponse\x12Q\n\x0cTailEpisodes\x12\x1e.engram.v1.TailEpisodesRequest\x1a\x1f.engram.v1.TailEpisodesResponse0\x01\x12O\n\x0c\x42uildContext\x12\x1e.engram.v1.BuildContextRequest\x1a\x1f.engram.v1.BuildContextResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,34 +37,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EPISODE']._serialized_end=430
   _globals['_NEWEPISODE']._serialized_start=433
   _globals['_NEWEPISODE']._serialized_end=638
-  _globals['_APPENDEPISODEREQUEST']._serialized_start=640
-  _globals['_APPENDEPISODEREQUEST']._serialized_end=749
-  _globals['_APPENDEPISODERESPONSE']._serialized_start=751
-  _globals['_APPENDEPISODERESPONSE']._serialized_end=829
-  _globals['_APPENDEPISODESREQUEST']._serialized_start=831
-  _globals['_APPENDEPISODESREQUEST']._serialized_end=942
-  _globals['_APPENDEPISODESRESPONSE']._serialized_start=944
-  _globals['_APPENDEPISODESRESPONSE']._serialized_end=1006
-  _globals['_LISTEPISODESREQUEST']._serialized_start=1008
-  _globals['_LISTEPISODESREQUEST']._serialized_end=1122
-  _globals['_LISTEPISODESRESPONSE']._serialized_start=1124
-  _globals['_LISTEPISODESRESPONSE']._serialized_end=1209
-  _globals['_GETEPISODEREQUEST']._serialized_start=1211
-  _globals['_GETEPISODEREQUEST']._serialized_end=1242
-  _globals['_GETEPISODERESPONSE']._serialized_start=1244
-  _globals['_GETEPISODERESPONSE']._serialized_end=1301
-  _globals['_RECENTREQUEST']._serialized_start=1303
-  _globals['_RECENTREQUEST']._serialized_end=1397
-  _globals['_RECENTRESPONSE']._serialized_start=1399
-  _globals['_RECENTRESPONSE']._serialized_end=1453
-  _globals['_TAILEPISODESREQUEST']._serialized_start=1455
-  _globals['_TAILEPISODESREQUEST']._serialized_end=1570
-  _globals['_TAILEPISODESRESPONSE']._serialized_start=1572
-  _globals['_TAILEPISODESRESPONSE']._serialized_end=1631
-  _globals['_BUILDCONTEXTREQUEST']._serialized_start=1633
-  _globals['_BUILDCONTEXTREQUEST']._serialized_end=1694
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=1696
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=1756
-  _globals['_EPISODESERVICE']._serialized_start=1759
-  _globals['_EPISODESERVICE']._serialized_end=2329
+  _globals['_APPENDEPISODEREQUEST']._serialized_start=641
+  _globals['_APPENDEPISODEREQUEST']._serialized_end=775
+  _globals['_APPENDEPISODERESPONSE']._serialized_start=777
+  _globals['_APPENDEPISODERESPONSE']._serialized_end=855
+  _globals['_APPENDEPISODESREQUEST']._serialized_start=858
+  _globals['_APPENDEPISODESREQUEST']._serialized_end=994
+  _globals['_APPENDEPISODESRESPONSE']._serialized_start=996
+  _globals['_APPENDEPISODESRESPONSE']._serialized_end=1058
+  _globals['_LISTEPISODESREQUEST']._serialized_start=1060
+  _globals['_LISTEPISODESREQUEST']._serialized_end=1174
+  _globals['_LISTEPISODESRESPONSE']._serialized_start=1176
+  _globals['_LISTEPISODESRESPONSE']._serialized_end=1261
+  _globals['_GETEPISODEREQUEST']._serialized_start=1263
+  _globals['_GETEPISODEREQUEST']._serialized_end=1294
+  _globals['_GETEPISODERESPONSE']._serialized_start=1296
+  _globals['_GETEPISODERESPONSE']._serialized_end=1353
+  _globals['_RECENTREQUEST']._serialized_start=1355
+  _globals['_RECENTREQUEST']._serialized_end=1449
+  _globals['_RECENTRESPONSE']._serialized_start=1451
+  _globals['_RECENTRESPONSE']._serialized_end=1505
+  _globals['_TAILEPISODESREQUEST']._serialized_start=1507
+  _globals['_TAILEPISODESREQUEST']._serialized_end=1622
+  _globals['_TAILEPISODESRESPONSE']._serialized_start=1624
+  _globals['_TAILEPISODESRESPONSE']._serialized_end=1683
+  _globals['_BUILDCONTEXTREQUEST']._serialized_start=1685
+  _globals['_BUILDCONTEXTREQUEST']._serialized_end=1746
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=1748
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=1808
+  _globals['_EPISODESERVICE']._serialized_start=1811
+  _globals['_EPISODESERVICE']._serialized_end=2381
 # @@protoc_insertion_point(module_scope)

@@ -175,6 +175,7 @@ class AppendEpisodeRequest(_message.Message):
     APP_FIELD_NUMBER: _builtins.int
     USER_FIELD_NUMBER: _builtins.int
     EPISODE_FIELD_NUMBER: _builtins.int
+    REQUIRE_SESSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to append to (at most 128 characters)."""
     app: _builtins.str
@@ -184,6 +185,13 @@ class AppendEpisodeRequest(_message.Message):
     user: _builtins.str
     """The session's user: checked against an existing session, used to
     create a missing one.
+    """
+    require_session: _builtins.bool
+    """Append only to a session that exists: a missing one is NOT_FOUND
+    (reason SESSION_NOT_FOUND) even when `app` and `user` are given, and
+    nothing is created. For a client that holds a session it created (an
+    agent framework's session object), so an append after the session was
+    deleted does not bring it back.
     """
     @_builtins.property
     def episode(self) -> Global___NewEpisode:
@@ -196,10 +204,11 @@ class AppendEpisodeRequest(_message.Message):
         app: _builtins.str = ...,
         user: _builtins.str = ...,
         episode: Global___NewEpisode | None = ...,
+        require_session: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "episode", b"episode", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "episode", b"episode", "require_session", b"require_session", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -243,12 +252,15 @@ class AppendEpisodesRequest(_message.Message):
     APP_FIELD_NUMBER: _builtins.int
     USER_FIELD_NUMBER: _builtins.int
     EPISODES_FIELD_NUMBER: _builtins.int
+    REQUIRE_SESSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to append to."""
     app: _builtins.str
     """The session's app (see AppendEpisodeRequest)."""
     user: _builtins.str
     """The session's user (see AppendEpisodeRequest)."""
+    require_session: _builtins.bool
+    """Append only to a session that exists (see AppendEpisodeRequest)."""
     @_builtins.property
     def episodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NewEpisode]:
         """The episodes, in order: 1 to 1000 of them, ids distinct."""
@@ -260,10 +272,11 @@ class AppendEpisodesRequest(_message.Message):
         app: _builtins.str = ...,
         user: _builtins.str = ...,
         episodes: _abc.Iterable[Global___NewEpisode] | None = ...,
+        require_session: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "episodes", b"episodes", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "episodes", b"episodes", "require_session", b"require_session", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

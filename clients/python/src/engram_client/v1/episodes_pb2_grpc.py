@@ -94,8 +94,8 @@ class EpisodeServiceServicer:
         (`replayed` set) and writes nothing; the same id with different
         content is ALREADY_EXISTS (reason EPISODE_EXISTS). When the session
         does not exist and the request names `app` and `user`, the session is
-        created in the same call; without them it is NOT_FOUND (reason
-        SESSION_NOT_FOUND). At the per-session limit
+        created in the same call (unless `require_session` is set); without
+        them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
         (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

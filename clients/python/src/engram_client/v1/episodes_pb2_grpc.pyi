@@ -46,8 +46,8 @@ class EpisodeServiceStub:
     (`replayed` set) and writes nothing; the same id with different
     content is ALREADY_EXISTS (reason EPISODE_EXISTS). When the session
     does not exist and the request names `app` and `user`, the session is
-    created in the same call; without them it is NOT_FOUND (reason
-    SESSION_NOT_FOUND). At the per-session limit
+    created in the same call (unless `require_session` is set); without
+    them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
     (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
     """
     AppendEpisodes: _grpc.UnaryUnaryMultiCallable[_episodes_pb2.AppendEpisodesRequest, _episodes_pb2.AppendEpisodesResponse]
@@ -103,8 +103,8 @@ class EpisodeServiceAsyncStub(EpisodeServiceStub):
     (`replayed` set) and writes nothing; the same id with different
     content is ALREADY_EXISTS (reason EPISODE_EXISTS). When the session
     does not exist and the request names `app` and `user`, the session is
-    created in the same call; without them it is NOT_FOUND (reason
-    SESSION_NOT_FOUND). At the per-session limit
+    created in the same call (unless `require_session` is set); without
+    them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
     (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
     """
     AppendEpisodes: _aio.UnaryUnaryMultiCallable[_episodes_pb2.AppendEpisodesRequest, _episodes_pb2.AppendEpisodesResponse]  # type: ignore[assignment]
@@ -163,8 +163,8 @@ class EpisodeServiceServicer(metaclass=_abc_1.ABCMeta):
         (`replayed` set) and writes nothing; the same id with different
         content is ALREADY_EXISTS (reason EPISODE_EXISTS). When the session
         does not exist and the request names `app` and `user`, the session is
-        created in the same call; without them it is NOT_FOUND (reason
-        SESSION_NOT_FOUND). At the per-session limit
+        created in the same call (unless `require_session` is set); without
+        them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
         (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
         """
 
