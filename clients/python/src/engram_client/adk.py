@@ -29,6 +29,12 @@ integration escapes identifiers), one entry per state key.
 
 Deleting a session needs a token with the admin role (Engram's
 ``DeleteSession``).
+
+One difference from ADK's own services remains: an Engram session id is
+unique in its tenant, where ADK's are unique per app and user. Creating a
+session whose id another user (or app) already has raises
+``AlreadyExistsError``, so give sessions ids of their own (ADK's default,
+a UUID, is).
 """
 
 from __future__ import annotations
