@@ -54,6 +54,13 @@ def test_put_get_search_list_delete(server: Server) -> None:
     store.delete(alice, "m1")
     assert store.get(alice, "m1") is None
     assert [i.key for i in store.search(alice)] == ["m2"]
+    # A namespace whose items are all deleted is no longer listed (as
+    # LangGraph's Postgres store lists only namespaces holding items).
+    store.delete(("users", "bob", "settings"), "tz")
+    assert store.list_namespaces(prefix=("users",)) == [
+        ("users", "alice", "memories"),
+        ("users", "bob", "memories"),
+    ]
     store.close()
 
 
@@ -65,6 +72,9 @@ def test_async_methods(server: Server) -> None:
         await store.aput(("docs", "team a/b"), "key with spaces", {"title": "Runbook: deploys"})
         item = await store.aget(("docs", "team a/b"), "key with spaces")
         assert item is not None and item.value == {"title": "Runbook: deploys"}
+        assert await store.alist_namespaces() == [("docs", "team a/b")]
+        await store.aput(("docs", "old"), "gone", {"title": "x"})
+        await store.adelete(("docs", "old"), "gone")
         assert await store.alist_namespaces() == [("docs", "team a/b")]
         found = await store.asearch(("docs",), query="runbook")
         assert [i.key for i in found] == ["key with spaces"]

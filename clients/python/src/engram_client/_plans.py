@@ -154,7 +154,7 @@ def _sync(client: Engram, op: Op) -> Any:
             pass
         return None
     if isinstance(op, Scopes):
-        return [s.scope for s in client.memory.scopes("namespace")]
+        return [s.scope for s in client.memory.scopes("namespace") if s.entry_count > 0]
     return client.search(
         op.query,
         sources=["memory"],
@@ -196,7 +196,7 @@ async def _async(client: AsyncEngram, op: Op) -> Any:
             pass
         return None
     if isinstance(op, Scopes):
-        return [s.scope async for s in client.memory.scopes("namespace")]
+        return [s.scope async for s in client.memory.scopes("namespace") if s.entry_count > 0]
     hits: builtins.list[Hit] = await client.search(
         op.query,
         sources=["memory"],
