@@ -227,7 +227,9 @@ impl<B: Backend> WorkingStore for B {
             ],
         )
         .await?;
-        // Everything else, newest first: keep while within both limits.
+        // Everything else, newest first: keep while within both limits;
+        // the first that does not fit goes, and every older one with it
+        // (least recently cached first, never a newer before an older).
         let others = tx
             .rows(
                 &OTHER_CACHED,
@@ -238,7 +240,7 @@ impl<B: Backend> WorkingStore for B {
         let mut evicted = Vec::new();
         for row in &others {
             let (path, size) = (row.text(0)?, row.int(1)?);
-            if files < put.max_files && total + size <= put.max_bytes {
+            if evicted.is_empty() && files < put.max_files && total + size <= put.max_bytes {
                 files += 1;
                 total += size;
             } else {

@@ -196,6 +196,13 @@ async fn the_cache_evicts_the_least_recent<S: Store>(store: S, _db: &TestDb) {
         .map(|f| (f.path, f.bytes))
         .collect();
     assert_eq!(listed, vec![("d".to_owned(), 1), ("e".to_owned(), 8)]);
+    // A newer entry that does not fit takes every older one with it: d,
+    // small enough to fit beside f, is older than e and goes first.
+    let (_, evicted) = store
+        .cache_content(&tenant, &put("f", "fff"))
+        .await
+        .expect("cache");
+    assert_eq!(evicted, vec!["d", "e"]);
     assert!(
         store
             .list_cache(&tenant, "s2")
