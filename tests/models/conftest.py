@@ -27,6 +27,7 @@ from engram_client.v1 import (  # noqa: E402
     episodes_pb2_grpc,
     memory_admin_pb2_grpc,
     memory_pb2_grpc,
+    search_pb2_grpc,
     sessions_pb2_grpc,
     working_memory_pb2_grpc,
 )
@@ -65,6 +66,7 @@ class Engram:
         self.episodes = episodes_pb2_grpc.EpisodeServiceStub(channel)
         self.working = working_memory_pb2_grpc.WorkingMemoryServiceStub(channel)
         self.consolidation = consolidation_pb2_grpc.ConsolidationServiceStub(channel)
+        self.search = search_pb2_grpc.SearchServiceStub(channel)
 
     @staticmethod
     def call(method: Callable[..., Any], request: Any) -> Outcome:

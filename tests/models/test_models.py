@@ -27,6 +27,7 @@ from engram_client.v1 import (
     episodes_pb2,
     memory_admin_pb2,
     memory_pb2,
+    search_pb2,
     sessions_pb2,
     working_memory_pb2,
 )
@@ -369,3 +370,110 @@ def test_working_memory_follows_its_model(engram: Engram) -> None:
                     evicted.insert(0, entry[0])
             cache[session] = kept
             assert got.answer.get("evicted", []) == evicted, f"op {n}: evicted from {session}'s cache"
+
+
+# --- search -------------------------------------------------------------
+
+
+def test_search_finds_exactly_what_is_live(engram: Engram) -> None:
+    """Every item carries a word of its own; a search for a word finds
+    exactly the live items holding it, whatever removed or restored the
+    rest: deletes, purges, rollbacks, evictions, ended sessions with their
+    episodes dropped, deleted sessions, deleted facts."""
+    rng = random.Random(17)
+    values: dict[str, Key] = {}  # memory key -> its versions' words
+    episodes: dict[str, list[tuple[int, str]]] = {}  # session -> (seq, word), live
+    last_seq: dict[str, int] = {}
+    facts: dict[str, str] = {}  # live fact id -> word
+    words: list[str] = []
+    kinds_found: set[str] = set()
+
+    def word(n: int) -> str:
+        words.append(f"zq{n}x")
+        return words[-1]
+
+    def live_hits(w: str) -> set[str]:
+        found = {f"memory:{k}" for k, m in values.items() if m.live() and m.versions[m.live()] == w}
+        found |= {f"episode:{s}/{seq}" for s, log in episodes.items() for seq, v in log if v == w}
+        found |= {f"fact:{f}" for f, v in facts.items() if v == w}
+        return found
+
+    for n in range(OPS):
+        op = rng.randrange(10)
+        name = rng.choice(["a", "b", "c"])
+        session = rng.choice(["s1", "s2"])
+        at: dict[str, Any] = {"scope_type": NS, "scope": "found", "key": name}
+        key = values.get(name)
+        if op <= 1:
+            w = word(n)
+            assert engram.call(engram.memory.Set, memory_pb2.SetRequest(**at, value=text(w))).ok
+            key = values.setdefault(name, Key())
+            key.latest += 1
+            key.versions[key.latest] = w
+        elif op == 2 and key and key.live():
+            assert engram.call(engram.memory.Delete, memory_pb2.DeleteRequest(**at)).ok
+            key.latest += 1
+            key.versions[key.latest] = None
+        elif op == 3 and key:
+            to = rng.choice(sorted(key.versions))
+            got = engram.call(engram.memory.Rollback, memory_pb2.RollbackRequest(**at, to_version=to))
+            if to < key.latest and key.versions[to] is not None:
+                assert got.ok, f"op {n}: rollback"
+                key.latest += 1
+                key.versions[key.latest] = key.versions[to]
+        elif op == 4 and key:
+            assert engram.call(engram.admin.Purge, memory_admin_pb2.PurgeRequest(**at, keep=1)).ok
+            key.versions = {key.latest: key.versions[key.latest]} if key.latest in key.versions else {}
+        elif op <= 6:
+            w = word(n)
+            got = engram.call(
+                engram.episodes.AppendEpisode,
+                episodes_pb2.AppendEpisodeRequest(
+                    session_id=session, app="bot", user="alice",
+                    episode=episodes_pb2.NewEpisode(type="message", content=text(w)),
+                ),
+            )
+            if got.code == "FAILED_PRECONDITION":  # ended
+                continue
+            assert got.ok, f"op {n}: append"
+            last_seq[session] = last_seq.get(session, 0) + 1
+            log = episodes.setdefault(session, [])
+            log.append((last_seq[session], w))
+            episodes[session] = [e for e in log if e[0] > last_seq[session] - MAX_EVENTS]
+        elif op == 7:
+            if rng.random() < 0.5:
+                engram.call(engram.sessions.EndSession, sessions_pb2.EndSessionRequest(session_id=session, delete_episodes=True))
+                if session in episodes:
+                    episodes[session] = []
+            else:
+                engram.call(engram.sessions.DeleteSession, sessions_pb2.DeleteSessionRequest(session_id=session))
+                episodes.pop(session, None)
+                last_seq.pop(session, None)
+        elif op == 8:
+            if facts and rng.random() < 0.5:
+                fact = rng.choice(sorted(facts))
+                assert engram.call(engram.consolidation.DeleteFact, consolidation_pb2.DeleteFactRequest(fact_id=fact)).ok
+                del facts[fact]
+            elif len(facts) < MAX_FACTS:
+                w = word(n)
+                got = engram.call(
+                    engram.working.Remember,
+                    working_memory_pb2.RememberRequest(session_id="facts", app="bot", user="alice", content=w),
+                )
+                assert got.ok, f"op {n}: remember"
+                facts[got.answer["fact"]["id"]] = w
+        elif words:
+            w = rng.choice(words[-20:])
+            got = engram.call(engram.search.Search, search_pb2.SearchRequest(query=w, limit=100))
+            assert got.ok, f"op {n}: search"
+            hits = set()
+            for hit in got.answer.get("hits", []):
+                if "entry" in hit:
+                    hits.add(f"memory:{hit['entry']['key']}")
+                elif "episode" in hit:
+                    hits.add(f"episode:{hit['episode']['sessionId']}/{hit['episode']['seq']}")
+                else:
+                    hits.add(f"fact:{hit['fact']['id']}")
+            assert hits == live_hits(w), f"op {n}: search for {w}"
+            kinds_found |= {hit.split(":")[0] for hit in hits}
+    assert kinds_found == {"memory", "episode", "fact"}, "every source was found at least once"
