@@ -832,6 +832,18 @@ fn fact_version(version: i64, content: Value) -> Value {
            "create_time": T0})
 }
 
+/// Imports `lines`, which must be refused as a conflict
+/// (`FAILED_PRECONDITION`, `IMPORT_CONFLICT`); returns the message.
+async fn conflict(channel: &Channel, lines: Vec<String>) -> String {
+    let err = import(channel, &lines).await.expect_err("refused");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::FailedPrecondition, "IMPORT_CONFLICT".into()),
+        "{err:?}"
+    );
+    err.message().to_owned()
+}
+
 /// The kinds of an export's records and how many of each, in order.
 fn runs(records: &[Value]) -> Vec<(String, usize)> {
     let mut runs: Vec<(String, usize)> = Vec::new();
@@ -959,18 +971,7 @@ async fn items_have_lines_of_their_own(backend: Backend) {
     // Refused by line: a fact whose current version never comes, a version
     // past the current one or of a fact not there, a task of a working
     // memory not there.
-    let refused = |lines: Vec<String>| {
-        let server = &server;
-        async move {
-            let err = import(&server.channel, &lines).await.expect_err("refused");
-            assert_eq!(
-                (err.code(), reason(&err)),
-                (Code::FailedPrecondition, "IMPORT_CONFLICT".into()),
-                "{err:?}"
-            );
-            err.message().to_owned()
-        }
-    };
+    let refused = |lines: Vec<String>| conflict(&server.channel, lines);
     let mut cut = long.clone();
     cut.truncate(long.len() - 1);
     for n in cut.iter_mut().skip(1) {
@@ -1047,18 +1048,7 @@ async fn an_import_agrees_with_what_the_store_derives(backend: Backend) {
                     "update_time": T0}),
         )
     };
-    let refused = |lines: Vec<String>| {
-        let server = &server;
-        async move {
-            let err = import(&server.channel, &lines).await.expect_err("refused");
-            assert_eq!(
-                (err.code(), reason(&err)),
-                (Code::FailedPrecondition, "IMPORT_CONFLICT".into()),
-                "{err:?}"
-            );
-            err.message().to_owned()
-        }
-    };
+    let refused = |lines: Vec<String>| conflict(&server.channel, lines);
     let ep = |seq: i64, user: &str| line(episode_line("s1", seq, user));
 
     let message = refused(vec![
