@@ -22,15 +22,7 @@ from google.protobuf import json_format
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "tests"))
 
 from engram_server import STORES, database_url, start_server  # type: ignore[import-not-found]  # noqa: E402
-from engram_client.v1 import (  # noqa: E402
-    consolidation_pb2_grpc,
-    episodes_pb2_grpc,
-    memory_admin_pb2_grpc,
-    memory_pb2_grpc,
-    search_pb2_grpc,
-    sessions_pb2_grpc,
-    working_memory_pb2_grpc,
-)
+from engram_client import Stubs  # noqa: E402
 
 #: Small limits, so that the operations reach them often.
 LIMITS = {
@@ -54,19 +46,15 @@ class Outcome:
         return self.code is None
 
 
-class Engram:
-    """The server's stubs, and :meth:`call`, which turns a status into an
-    :class:`Outcome` instead of raising."""
+class Engram(Stubs):
+    """The server's generated stubs (the client's :class:`Stubs`), and
+    :meth:`call`, which turns a status into an :class:`Outcome` instead of
+    raising."""
 
     def __init__(self, address: str) -> None:
-        channel = grpc.insecure_channel(address)
-        self.memory = memory_pb2_grpc.MemoryServiceStub(channel)
-        self.admin = memory_admin_pb2_grpc.MemoryAdminServiceStub(channel)
-        self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
-        self.episodes = episodes_pb2_grpc.EpisodeServiceStub(channel)
-        self.working = working_memory_pb2_grpc.WorkingMemoryServiceStub(channel)
-        self.consolidation = consolidation_pb2_grpc.ConsolidationServiceStub(channel)
-        self.search = search_pb2_grpc.SearchServiceStub(channel)
+        super().__init__(grpc.insecure_channel(address))
+        self.admin = self.memory_admin
+        self.working = self.working_memory
 
     @staticmethod
     def call(method: Callable[..., Any], request: Any) -> Outcome:
