@@ -215,7 +215,7 @@ pub(super) async fn apply_in<C: Run>(
     let mut counts = ImportCounts::default();
     let mut awaiting = Vec::new();
     // Each session to count, with the first line that touched it.
-    let mut to_count = std::collections::BTreeMap::new();
+    let mut to_count = std::collections::HashMap::new();
     let mut after = 0;
     loop {
         // Up to APPLY_PAGE lines and about 2 MiB of them: lines of large
@@ -275,6 +275,9 @@ pub(super) async fn apply_in<C: Run>(
     }
     // A session's episode count is what eviction and the statistics go
     // by: it must be the episodes the session holds once the file is in.
+    // Checked in file order, so the refusal names the first line wrong.
+    let mut to_count: Vec<(String, i64)> = to_count.into_iter().collect();
+    to_count.sort_by_key(|(_, line)| *line);
     for (session, line) in to_count {
         let held = conn
             .first(
