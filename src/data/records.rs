@@ -556,6 +556,20 @@ impl MemoryVersion {
 }
 
 impl Fact {
+    /// The first field in which `current`, the fact's current version,
+    /// differs from the fact's own line (a write keeps the fact's subject,
+    /// predicate and deletion those of its newest version); `None` when
+    /// they agree.
+    pub fn disagreement(&self, current: &FactVersion) -> Option<&'static str> {
+        [
+            ("deleted", current.deleted == self.deleted),
+            ("subject", current.subject == self.subject),
+            ("predicate", current.predicate == self.predicate),
+        ]
+        .into_iter()
+        .find_map(|(field, agrees)| (!agrees).then_some(field))
+    }
+
     fn check(&self) -> Result<()> {
         Id::parse("id", self.id.as_str())?;
         Name::parse("app", self.app.as_str())?;
@@ -584,20 +598,12 @@ impl Fact {
                 "must end with the fact's current version",
             ));
         }
-        if let Some(current) = self.versions.last() {
+        if let Some(field) = self.versions.last().and_then(|v| self.disagreement(v)) {
             let n = self.versions.len() - 1;
-            for (field, agrees) in [
-                ("deleted", current.deleted == self.deleted),
-                ("subject", current.subject == self.subject),
-                ("predicate", current.predicate == self.predicate),
-            ] {
-                if !agrees {
-                    return Err(invalid(
-                        &format!("versions[{n}].{field}"),
-                        format!("must be the fact's {field}: it is the current version"),
-                    ));
-                }
-            }
+            return Err(invalid(
+                &format!("versions[{n}].{field}"),
+                format!("must be the fact's {field}: it is the current version"),
+            ));
         }
         for (n, pair) in self.versions.windows(2).enumerate() {
             if pair[1].version <= pair[0].version {

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::show::{entry_json, scope_type_name};
-use super::{ScopeArgs, ScopeTypeArg, as_of_flag};
+use super::{ScopeArgs, ScopeTypeArg, point};
 use crate::api::convert::json_to_proto;
 use crate::cli::follow::Follow;
 use crate::cli::{
@@ -26,7 +26,7 @@ pub(super) enum KeyCommand {
         flow: Option<String>,
         /// Count what was live then: a revision (from `memory watch`), an RFC 3339 time
         /// or a duration ago (30m, 2h, 7d)
-        #[arg(long, value_parser = as_of_flag)]
+        #[arg(long, value_parser = point)]
         as_of: Option<proto::AsOf>,
     },
     /// List the live entries of a scope, in key order (every page)
@@ -42,7 +42,7 @@ pub(super) enum KeyCommand {
         /// List what was live then: a revision (from `memory watch`), an RFC 3339 time or
         /// a duration ago (30m, 2h, 7d); keys whose value then was purged since are listed
         /// as purged
-        #[arg(long, value_parser = as_of_flag)]
+        #[arg(long, value_parser = point)]
         as_of: Option<proto::AsOf>,
     },
     /// Print a key's current value (or the value at --version or --as-of)
@@ -56,7 +56,7 @@ pub(super) enum KeyCommand {
         version: Option<i64>,
         /// Read the value the key had then: a revision, an RFC 3339 time or a duration
         /// ago (30m, 2h, 7d)
-        #[arg(long, value_parser = as_of_flag)]
+        #[arg(long, value_parser = point)]
         as_of: Option<proto::AsOf>,
     },
     /// Copy a scope's live entries (now, or at --as-of) into a new, empty scope,
@@ -72,7 +72,7 @@ pub(super) enum KeyCommand {
         to_scope_type: Option<ScopeTypeArg>,
         /// Copy the state at this point: a revision, an RFC 3339 time or a duration ago
         /// (30m, 2h, 7d)
-        #[arg(long, value_parser = as_of_flag)]
+        #[arg(long, value_parser = point)]
         as_of: Option<proto::AsOf>,
     },
     /// Write a new version; VALUE is parsed as JSON when it can be, else stored as a string

@@ -73,13 +73,10 @@ pub(crate) fn as_of(flag: &str, text: Option<&str>) -> CliResult<Option<proto::A
         .map_err(|why| CliError::usage(format!("{flag}: {why}")))
 }
 
-/// `--as-of` as clap reads it ([`as_of`]), so a bad point is refused by
-/// its flag, with exit code 2, before any call.
-pub(crate) fn as_of_flag(text: &str) -> Result<proto::AsOf, String> {
-    point(text)
-}
-
-fn point(text: &str) -> Result<proto::AsOf, String> {
+/// A point as [`as_of`] reads it, without the flag's name: clap reads
+/// `--as-of` with it, so a bad point is refused by its flag, with exit
+/// code 2, before any call.
+pub(crate) fn point(text: &str) -> Result<proto::AsOf, String> {
     use proto::as_of::Point;
     if let Ok(revision) = text.parse::<i64>() {
         return Ok(proto::AsOf {

@@ -740,17 +740,10 @@ async fn owned_by_working(
     }
 }
 
-/// Refuses a fact's current version that contradicts the fact's own line:
-/// a write keeps the fact's subject, predicate and deletion those of its
-/// newest version.
+/// Refuses a fact's current version that contradicts the fact's own line
+/// ([`records::Fact::disagreement`]).
 fn current_agrees(line: i64, fact: &records::Fact, current: &records::FactVersion) -> Result<()> {
-    let field = if current.deleted != fact.deleted {
-        "deleted"
-    } else if current.subject != fact.subject {
-        "subject"
-    } else if current.predicate != fact.predicate {
-        "predicate"
-    } else {
+    let Some(field) = fact.disagreement(current) else {
         return Ok(());
     };
     Err(refused(

@@ -273,13 +273,8 @@ class EngramSessionService(BaseSessionService):
         # session in hand changes (the append never creates a session, so
         # a deleted one stays deleted).
         delivered = any(e == event for e in session.events if e.id == event.id)
-        sent = event.model_copy(deep=True)
-        if sent.actions and sent.actions.state_delta:
-            sent.actions.state_delta = {
-                key: value
-                for key, value in sent.actions.state_delta.items()
-                if not key.startswith(State.TEMP_PREFIX)
-            }
+        # What is stored: a copy without temp: state (ADK's own trimming).
+        sent = self._trim_temp_delta_state(event.model_copy(deep=True))
         client = self._connection.aio()
         content = _event_text(sent) or sent.model_dump(mode="json", exclude_none=True)
         request = _append(
