@@ -183,7 +183,7 @@ static CHANGES: Sql = Sql::new(
          CASE WHEN c.kind IN (1, 4) THEN v.value::text END AS value, c.create_time \
        FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
          AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key \
-         AND v.version = c.version \
+         AND v.version = c.version AND v.revision = c.revision \
        WHERE c.tenant = $1 AND c.scope_type = $2 AND c.scope = $3 \
        AND c.revision > $4 AND c.revision <= $5 AND c.key >= $6 AND c.key < $7 \
        ORDER BY c.revision LIMIT $8 \

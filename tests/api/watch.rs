@@ -457,6 +457,64 @@ async fn pruned_revisions_are_out_of_range(backend: Backend) {
     assert_eq!(err.code(), Code::InvalidArgument);
 }
 
+/// A change carries the value of the version it wrote and of no other: a
+/// key purged whole and written again numbers its versions from 1 anew, and
+/// a watcher replaying the feed sees the first version 1 without a value
+/// (it is gone), not with the value of the new version 1.
+async fn a_replayed_set_carries_its_own_value_or_none(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut memory = server.memory();
+    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+    memory
+        .set(set("again", "k", json!("old")))
+        .await
+        .expect("set");
+    memory
+        .set(set("again", "k", json!("older")))
+        .await
+        .expect("set");
+    admin
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "again".to_owned(),
+            key: "k".to_owned(),
+            keep: None,
+            dry_run: false,
+        })
+        .await
+        .expect("purge");
+    let rewritten = memory
+        .set(set("again", "k", json!("new")))
+        .await
+        .expect("set")
+        .into_inner();
+    assert_eq!(rewritten.entry.expect("entry").version, 1, "numbered anew");
+
+    let mut stream = memory
+        .watch(watch("again", "k", Some(0)))
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let change = next(&mut stream).await.expect("change");
+        let value = change
+            .value
+            .map(|v| engram::api::convert::json_from_proto(v).expect("json"));
+        seen.push((change.kind, change.version, value));
+    }
+    let (written, purged) = (ChangeKind::Set as i32, ChangeKind::Purge as i32);
+    assert_eq!(
+        seen,
+        vec![
+            (written, 1, None),
+            (written, 2, None),
+            (purged, 2, None),
+            (written, 1, Some(json!("new"))),
+        ]
+    );
+}
+
 /// A stream buffers a couple of megabytes of changes, not `watch_buffer`
 /// of them whatever their size: with the default buffer of 256, a reader
 /// that leaves 100 changes of 64 KiB unread is cut off (and resumes where
@@ -524,6 +582,7 @@ on_both_stores!(
     a_stream_behind_pruning_is_ended_not_skipped,
     slow_consumers_and_shutdown_say_where_to_resume,
     pruned_revisions_are_out_of_range,
+    a_replayed_set_carries_its_own_value_or_none,
 );
 
 /// Two server processes on one Postgres: a write through one reaches a
