@@ -15,6 +15,13 @@
 //! value      := "string" | 'string' | number | true | false | null | bare_word
 //! ```
 //!
+//! AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`),
+//! where most languages read `(a AND b) OR c`. So that no filter means one
+//! thing to its author and another here, a new filter that mixes AND (or
+//! juxtaposition) with OR at one level without parentheses is refused
+//! ([`parse`]). Filters stored by releases that accepted that mix were read
+//! the second way, and still are ([`parse_stored`]).
+//!
 //! Strings compare with strings, numbers with numbers; `timestamp` compares
 //! with RFC 3339 strings. `:` means "has": a substring of a string, an
 //! element of a list, a key of an object, and `:*` means present. A
@@ -234,6 +241,8 @@ struct Parser {
     next: usize,
     end: usize,
     depth: usize,
+    /// Refuse AND and OR mixed at one level without parentheses.
+    strict: bool,
 }
 
 impl Parser {
@@ -271,17 +280,31 @@ impl Parser {
     }
 
     fn or(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.and()?;
+        let (mut left, mut mixed) = self.and()?;
+        let mut first_or = None;
         while self.is_word("OR") {
+            first_or.get_or_insert(self.position());
             self.bump();
-            let right = self.and()?;
+            let (right, joined) = self.and()?;
+            mixed |= joined;
             left = Expr::Or(Box::new(left), Box::new(right));
+        }
+        if let (true, true, Some(position)) = (self.strict, mixed, first_or) {
+            return Err(FilterError {
+                position,
+                message: "AND and OR are mixed without parentheses, which AIP-160 reads as \
+                          `a AND (b OR c)` and most languages as `(a AND b) OR c`; add \
+                          parentheses to say which"
+                    .to_owned(),
+            });
         }
         Ok(left)
     }
 
-    fn and(&mut self) -> Result<Expr, FilterError> {
+    /// A conjunction, and whether it joined more than one operand.
+    fn and(&mut self) -> Result<(Expr, bool), FilterError> {
         let mut left = self.unary()?;
+        let mut joined = false;
         loop {
             if self.is_word("AND") {
                 self.bump();
@@ -289,10 +312,11 @@ impl Parser {
                 || self.is_word("OR")
                 || matches!(self.peek(), Some(Token::RParen))
             {
-                return Ok(left);
+                return Ok((left, joined));
             }
             let right = self.unary()?;
             left = Expr::And(Box::new(left), Box::new(right));
+            joined = true;
         }
     }
 
@@ -440,8 +464,19 @@ fn describe(token: &Token) -> String {
     }
 }
 
-/// Parses a filter; the empty filter matches every episode.
+/// Parses a new filter; the empty filter matches every episode.
 pub fn parse(text: &str) -> Result<Expr, FilterError> {
+    parse_with(text, true)
+}
+
+/// Parses a filter already stored, which releases before the refusal of AND
+/// and OR mixed without parentheses accepted (and read as `(a AND b) OR
+/// c`): a rule's run and an import take a stored rule as it was written.
+pub fn parse_stored(text: &str) -> Result<Expr, FilterError> {
+    parse_with(text, false)
+}
+
+fn parse_with(text: &str, strict: bool) -> Result<Expr, FilterError> {
     if text.len() > MAX_FILTER_LEN {
         return Err(FilterError {
             position: MAX_FILTER_LEN,
@@ -457,6 +492,7 @@ pub fn parse(text: &str) -> Result<Expr, FilterError> {
         next: 0,
         end: text.len(),
         depth: 0,
+        strict,
     };
     let expr = parser.or()?;
     if parser.peek().is_some() {
@@ -675,6 +711,40 @@ mod tests {
                 Err(err) => assert_eq!(err.position, position, "{filter:?}: {err}"),
             }
         }
+    }
+
+    #[test]
+    fn and_and_or_mixed_need_parentheses() {
+        for (filter, position) in [
+            ("type = a AND user = b OR user = alice", 22),
+            ("type = a OR type = user_message AND user = bob", 9),
+            ("type = a user = b OR user = alice", 18),
+            ("(type = a) OR (type = b) (user = c)", 11),
+            ("NOT (type = a OR user = b AND agent = c)", 14),
+        ] {
+            match parse(filter) {
+                Ok(expr) => panic!("{filter:?} parsed as {expr:?}"),
+                Err(err) => {
+                    assert_eq!(err.position, position, "{filter:?}: {err}");
+                    assert!(err.message.contains("parentheses"), "{err}");
+                }
+            }
+        }
+        // Either reading, spelt out, and either operator alone, are fine.
+        for filter in [
+            "type = a AND (user = b OR user = alice)",
+            "(type = a AND user = b) OR user = alice",
+            "type = a OR user = b OR agent = c",
+            "type = a user = b AND agent = c",
+            "NOT type = a OR user = b",
+        ] {
+            assert!(parse(filter).is_ok(), "{filter:?}");
+        }
+        // A filter stored before the refusal keeps the reading it had.
+        let stored = parse_stored("type = a AND user = b OR user = alice").expect("stored");
+        assert!(stored.matches(&episode()), "(a AND b) OR c");
+        let stored = parse_stored("user = alice OR type = a AND user = b").expect("stored");
+        assert!(stored.matches(&episode()), "a OR (b AND c)");
     }
 
     #[test]

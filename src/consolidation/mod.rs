@@ -15,5 +15,8 @@ mod types;
 
 pub use classify::{FactKey, classify, fact_key};
 pub use ports::FactFilter;
-pub use service::{Consolidation, DEFAULT_RUN_EPISODES, MAX_RUN_EPISODES, NewRule, validate_rule};
+pub use service::{
+    Consolidation, DEFAULT_RUN_EPISODES, MAX_RUN_EPISODES, NewRule, validate_rule,
+    validate_stored_rule,
+};
 pub use types::*;

@@ -99,7 +99,7 @@ pub(super) async fn run<T: RuleTx>(
         Locked::Rule(rule) => rule,
         other => return Ok(Err(other)),
     };
-    let filter = super::filter::parse(&rule.filter).map_err(|err| {
+    let filter = super::filter::parse_stored(&rule.filter).map_err(|err| {
         Error::internal(format!("stored filter of {} is invalid: {err}", rule.id))
     })?;
     let up_to = run.up_to.max(rule.watermark);

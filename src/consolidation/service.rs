@@ -59,10 +59,24 @@ fn fact_not_found(id: &str) -> Error {
     }
 }
 
-/// Checks a rule definition and fills its defaults.
+/// Checks a new rule's definition and fills its defaults.
 pub fn validate_rule(new: NewRule, now: chrono::DateTime<chrono::Utc>) -> Result<Rule> {
+    checked_rule(new, now, filter::parse)
+}
+
+/// Checks a rule as an earlier release stored it (an import's): its filter
+/// may mix AND and OR without parentheses ([`filter::parse_stored`]).
+pub fn validate_stored_rule(new: NewRule, now: chrono::DateTime<chrono::Utc>) -> Result<Rule> {
+    checked_rule(new, now, filter::parse_stored)
+}
+
+fn checked_rule(
+    new: NewRule,
+    now: chrono::DateTime<chrono::Utc>,
+    parse: fn(&str) -> std::result::Result<filter::Expr, filter::FilterError>,
+) -> Result<Rule> {
     let id = Id::parse("rule.id", new.id)?;
-    filter::parse(&new.filter).map_err(|err| {
+    parse(&new.filter).map_err(|err| {
         invalid(
             Reason::InvalidFilter,
             "rule.filter",

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::consolidation::{Cadence, FactKind, NewRule, validate_rule};
+use crate::consolidation::{Cadence, FactKind, NewRule, validate_stored_rule};
 use crate::error::{Error, Reason, Result, refuse_time_out_of_range};
 use crate::memory::{Key, ScopeName, ScopeType};
 use crate::sessions::{EpisodeType, Id, Name};
@@ -470,7 +470,7 @@ impl Record {
                         ));
                     }
                 };
-                validate_rule(
+                validate_stored_rule(
                     NewRule {
                         id: r.id.clone(),
                         filter: r.filter.clone(),

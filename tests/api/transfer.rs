@@ -1188,7 +1188,76 @@ async fn an_import_agrees_with_what_the_store_derives(backend: Backend) {
     );
 }
 
+/// A rule stored before filters that mix AND and OR without parentheses
+/// were refused (such as one an earlier release exported) imports, and
+/// runs with the reading it was written for, `(a AND b) OR c`; the same
+/// filter in a new rule is refused, naming where the OR is.
+async fn a_rule_keeps_the_reading_it_was_stored_with(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mixed = "user = nobody AND agent = bot OR user = alice";
+    let mut session: Value = serde_json::from_str(&session_line("s1")).expect("json");
+    session["last_seq"] = json!(2);
+    session["episode_count"] = json!(2);
+    let stored = json!({"kind": "rule", "id": "old", "filter": mixed, "every_n_episodes": 100,
+        "cron": null, "then_emits": ["semantic"], "fact_kind": "semantic", "confidence": 0.5,
+        "enabled": false, "watermark_episode": null, "episodes_promoted": 0,
+        "create_time": T0, "last_run_time": null});
+    let lines = vec![
+        header(2),
+        line(session),
+        line(episode_line("s1", 1, "alice")),
+        line(episode_line("s1", 2, "alice")),
+        line(stored),
+    ];
+    import(&server.channel, &lines).await.expect("import");
+
+    let mut rules = server.consolidation();
+    let run = rules
+        .run_rule(RunRuleRequest {
+            rule_id: "old".into(),
+            dry_run: true,
+            max_episodes: 0,
+        })
+        .await
+        .expect("run")
+        .into_inner();
+    assert_eq!(
+        (run.episodes_scanned, run.episodes_matched),
+        (2, 2),
+        "(nobody AND bot) OR alice matches alice's episodes"
+    );
+
+    let err = rules
+        .create_rule(CreateRuleRequest {
+            rule: Some(rule("new", mixed, false)),
+        })
+        .await
+        .expect_err("ambiguous");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "INVALID_FILTER")
+    );
+    assert_eq!(bad_fields(&err), vec!["rule.filter".to_owned()]);
+    assert!(
+        err.message().contains("position 30") && err.message().contains("parentheses"),
+        "{}",
+        err.message()
+    );
+    for (id, spelt) in [
+        ("either", "(user = nobody AND agent = bot) OR user = alice"),
+        ("both", "user = nobody AND (agent = bot OR user = alice)"),
+    ] {
+        rules
+            .create_rule(CreateRuleRequest {
+                rule: Some(rule(id, spelt, false)),
+            })
+            .await
+            .expect("parenthesised");
+    }
+}
+
 on_both_stores!(
+    a_rule_keeps_the_reading_it_was_stored_with,
     an_import_agrees_with_what_the_store_derives,
     items_have_lines_of_their_own,
     an_export_is_one_moment_of_the_tenant,

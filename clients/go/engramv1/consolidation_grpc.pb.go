@@ -55,8 +55,12 @@ const (
 // `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
 // timestamp literals. Example:
 // `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-// A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-// position of the error.
+// AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+// where most languages do the reverse, so a new filter that mixes AND (or
+// juxtaposition) with OR at one level without parentheses is refused; a
+// rule stored before that was refused keeps the `(a AND b) OR c` reading
+// it was run with. A bad filter is INVALID_ARGUMENT (reason
+// INVALID_FILTER) naming the position of the error.
 type ConsolidationServiceClient interface {
 	// CreateRule stores a rule. Its watermark starts at 0: the first run sees
 	// every episode kept. A taken id is ALREADY_EXISTS (reason RULE_EXISTS).
@@ -212,8 +216,12 @@ func (c *consolidationServiceClient) DeleteFact(ctx context.Context, in *DeleteF
 // `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
 // timestamp literals. Example:
 // `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-// A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-// position of the error.
+// AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+// where most languages do the reverse, so a new filter that mixes AND (or
+// juxtaposition) with OR at one level without parentheses is refused; a
+// rule stored before that was refused keeps the `(a AND b) OR c` reading
+// it was run with. A bad filter is INVALID_ARGUMENT (reason
+// INVALID_FILTER) naming the position of the error.
 type ConsolidationServiceServer interface {
 	// CreateRule stores a rule. Its watermark starts at 0: the first run sees
 	// every episode kept. A taken id is ALREADY_EXISTS (reason RULE_EXISTS).

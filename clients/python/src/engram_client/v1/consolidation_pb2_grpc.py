@@ -47,8 +47,12 @@ class ConsolidationServiceStub:
     `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
     timestamp literals. Example:
     `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-    A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-    position of the error.
+    AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+    where most languages do the reverse, so a new filter that mixes AND (or
+    juxtaposition) with OR at one level without parentheses is refused; a
+    rule stored before that was refused keeps the `(a AND b) OR c` reading
+    it was run with. A bad filter is INVALID_ARGUMENT (reason
+    INVALID_FILTER) naming the position of the error.
     """
 
     def __init__(self, channel):
@@ -126,8 +130,12 @@ class ConsolidationServiceServicer:
     `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
     timestamp literals. Example:
     `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-    A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-    position of the error.
+    AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+    where most languages do the reverse, so a new filter that mixes AND (or
+    juxtaposition) with OR at one level without parentheses is refused; a
+    rule stored before that was refused keeps the `(a AND b) OR c` reading
+    it was run with. A bad filter is INVALID_ARGUMENT (reason
+    INVALID_FILTER) naming the position of the error.
     """
 
     def CreateRule(self, request, context):
@@ -282,8 +290,12 @@ class ConsolidationService:
     `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
     timestamp literals. Example:
     `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-    A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-    position of the error.
+    AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+    where most languages do the reverse, so a new filter that mixes AND (or
+    juxtaposition) with OR at one level without parentheses is refused; a
+    rule stored before that was refused keeps the `(a AND b) OR c` reading
+    it was run with. A bad filter is INVALID_ARGUMENT (reason
+    INVALID_FILTER) naming the position of the error.
     """
 
     @staticmethod

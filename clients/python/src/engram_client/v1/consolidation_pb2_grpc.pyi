@@ -48,8 +48,12 @@ class ConsolidationServiceStub:
     `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
     timestamp literals. Example:
     `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-    A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-    position of the error.
+    AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+    where most languages do the reverse, so a new filter that mixes AND (or
+    juxtaposition) with OR at one level without parentheses is refused; a
+    rule stored before that was refused keeps the `(a AND b) OR c` reading
+    it was run with. A bad filter is INVALID_ARGUMENT (reason
+    INVALID_FILTER) naming the position of the error.
     """
 
     @_typing.overload
@@ -115,8 +119,12 @@ class ConsolidationServiceAsyncStub(ConsolidationServiceStub):
     `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
     timestamp literals. Example:
     `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-    A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-    position of the error.
+    AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+    where most languages do the reverse, so a new filter that mixes AND (or
+    juxtaposition) with OR at one level without parentheses is refused; a
+    rule stored before that was refused keeps the `(a AND b) OR c` reading
+    it was run with. A bad filter is INVALID_ARGUMENT (reason
+    INVALID_FILTER) naming the position of the error.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -178,8 +186,12 @@ class ConsolidationServiceServicer(metaclass=_abc_1.ABCMeta):
     `NOT` (or `-`), parentheses, and string, number, boolean and RFC 3339
     timestamp literals. Example:
     `type = "user_message" AND metadata.intent:* AND timestamp > "2025-01-01T00:00:00Z"`.
-    A bad filter is INVALID_ARGUMENT (reason INVALID_FILTER) naming the
-    position of the error.
+    AIP-160 binds OR tighter than AND (`a AND b OR c` is `a AND (b OR c)`)
+    where most languages do the reverse, so a new filter that mixes AND (or
+    juxtaposition) with OR at one level without parentheses is refused; a
+    rule stored before that was refused keeps the `(a AND b) OR c` reading
+    it was run with. A bad filter is INVALID_ARGUMENT (reason
+    INVALID_FILTER) naming the position of the error.
     """
 
     @_abc_1.abstractmethod
