@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 
 use engram::api::convert::json_to_proto;
 use engram::proto::{
-    DeleteRequest, HistoryRequest, ListRequest, ScopeType, SearchRequest, SetRequest,
+    AppendEpisodeRequest, DeleteRequest, GetStatsRequest, HistoryRequest, ListRequest, NewEpisode,
+    ScopeType, SearchRequest, SetRequest,
 };
 use serde_json::json;
 use tonic::Code;
@@ -214,7 +215,61 @@ async fn search_follows_racing_writes(backend: Backend) {
     assert_eq!(found, live);
 }
 
+/// Appends that each create a session race at the tenant's session limit:
+/// a new session and its first episode commit together, so no creator
+/// evicts a session before its episode is written, every append succeeds,
+/// and each session was stored once (the limit's eviction counts add up).
+async fn appends_creating_sessions_race_at_the_session_limit(backend: Backend) {
+    const CREATORS: usize = 16;
+    const EACH: usize = 20;
+    let server = TestServer::spawn_with(backend, |s| {
+        s.max_sessions = Some(5);
+        s.db_max_connections = Some(16);
+    })
+    .await;
+    let mut tasks = Vec::new();
+    for creator in 0..CREATORS {
+        let mut episodes = server.episodes();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                episodes
+                    .append_episode(AppendEpisodeRequest {
+                        session_id: format!("c{creator}-{i}"),
+                        app: "app".into(),
+                        user: "alice".into(),
+                        episode: Some(NewEpisode {
+                            r#type: "user_message".into(),
+                            content: Some(json_to_proto(&json!(i))),
+                            ..NewEpisode::default()
+                        }),
+                        ..AppendEpisodeRequest::default()
+                    })
+                    .await
+                    .expect("append");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("creator");
+    }
+    let stats = server
+        .sessions()
+        .get_stats(GetStatsRequest {})
+        .await
+        .expect("stats")
+        .into_inner();
+    assert_eq!(
+        (
+            stats.total_sessions,
+            stats.sessions_evicted,
+            stats.total_episodes
+        ),
+        (5, (CREATORS * EACH) as i64 - 5, 5)
+    );
+}
+
 on_both_stores!(
+    appends_creating_sessions_race_at_the_session_limit,
     dense_versions_under_32_writers,
     one_winner_among_16_cas_writers,
     racing_retries_write_once,

@@ -157,6 +157,31 @@ pub(super) struct AppendWrite {
 }
 
 impl AppendWrite {
+    /// The write of an append's `fresh` episodes (those whose slot is
+    /// empty; `vectors` are all of the append's) to `session`, read first.
+    fn of(
+        session: &Session,
+        append: &Append<'_>,
+        fresh: Vec<&NewEpisode>,
+        vectors: &[Option<Vec<u8>>],
+        slots: &[Option<(Episode, bool)>],
+    ) -> AppendWrite {
+        AppendWrite {
+            session_id: session.id.clone(),
+            app: Some(session.app.clone()),
+            user: Some(session.user.clone()),
+            fresh: fresh.into_iter().cloned().collect(),
+            vectors: vectors
+                .iter()
+                .zip(slots)
+                .filter(|(_, slot)| slot.is_none())
+                .map(|(vector, _)| vector.clone())
+                .collect(),
+            now: append.now,
+            max_events: append.max_events,
+        }
+    }
+
     /// Whether the server generated every id of the episodes, which then
     /// need no lookup before they are stored.
     fn ids_new(&self) -> bool {
@@ -228,17 +253,34 @@ impl PgStore {
                 // created, so a refused append leaves nothing behind.
                 let stored =
                     stored_episodes(&mut conn, tenant, &episode_ids(append.episodes)).await?;
-                if let Err(id) = sort_out(append.episodes, stored) {
-                    return Ok(Some(Appended::Conflict(id)));
-                }
+                let (slots, fresh) = match sort_out(append.episodes, stored) {
+                    Ok(sorted) => sorted,
+                    Err(id) => return Ok(Some(Appended::Conflict(id))),
+                };
                 drop(conn);
+                // The session and its first episodes commit together:
+                // apart, creators at the tenant's session limit evict the
+                // new session before its episodes are written, and again
+                // on each rerun.
                 let mut tx = self.scoped(tenant).await?;
                 let Some(session) = insert_session_in(&mut tx, tenant, &new).await? else {
                     return Ok(None);
                 };
-                tx.commit().await?;
-                conn = self.session(tenant).await?;
-                session
+                if fresh.is_empty() {
+                    tx.commit().await?;
+                    return filled(slots).map(|done| Some(Appended::Stored(done)));
+                }
+                let write = AppendWrite::of(&session, append, fresh, vectors, &slots);
+                return match append_in(&mut tx, tenant, &write).await {
+                    Ok(Some(inserted)) => {
+                        tx.commit().await?;
+                        fill(append, slots, inserted).map(Some)
+                    }
+                    // Rolled back with the session: rerun, and replay.
+                    Ok(None) => Ok(None),
+                    Err(err) if is_unique_violation(&err) => Ok(None),
+                    Err(err) => Err(err.into()),
+                };
             }
         };
         if !append.owner.admits(&session) || session.end_time.is_some() {
@@ -256,21 +298,7 @@ impl PgStore {
         if fresh.is_empty() {
             return filled(slots).map(|done| Some(Appended::Stored(done)));
         }
-        let write = AppendWrite {
-            session_id: session.id.clone(),
-            app: Some(session.app.clone()),
-            user: Some(session.user.clone()),
-            fresh: fresh.into_iter().cloned().collect(),
-            // The fresh episodes are those whose slot is empty.
-            vectors: vectors
-                .iter()
-                .zip(&slots)
-                .filter(|(_, slot)| slot.is_none())
-                .map(|(vector, _)| vector.clone())
-                .collect(),
-            now: append.now,
-            max_events: append.max_events,
-        };
+        let write = AppendWrite::of(&session, append, fresh, vectors, &slots);
         // Nothing: the session ended, went or changed hands since it was
         // read, or another append took one of the ids; the rerun reads
         // again and says which.
