@@ -129,8 +129,17 @@ const APPEND_MANY: &str = "WITH a AS (SELECT * FROM unnest($2::text[], $3::bigin
 
 /// Past the per-session limit, the oldest episodes go, counted on the
 /// session. Parameters: $1 tenant, $2 session, $3 the newest seq to go.
-const EVICT_EPISODES: &str = "WITH gone AS (DELETE FROM episodes \
-       WHERE tenant = $1 AND session_id = $2 AND seq <= $3 RETURNING 1), \
+///
+/// The session's row is locked before any episode's (`held`, which the
+/// delete reads as a one-time filter, so before its scan), the order an
+/// append takes them in. Taken the other way, an eviction committing on
+/// its own (an append alone) and a group of appends holding the session
+/// each waited for the other: a deadlock, and an append failed.
+const EVICT_EPISODES: &str = "WITH held AS (SELECT 1 FROM sessions \
+       WHERE tenant = $1 AND id = $2 FOR NO KEY UPDATE), \
+     gone AS (DELETE FROM episodes \
+       WHERE tenant = $1 AND session_id = $2 AND seq <= $3 AND EXISTS (SELECT FROM held) \
+       RETURNING 1), \
      counted AS (SELECT count(*) AS n FROM gone) \
      UPDATE sessions SET episode_count = episode_count - counted.n, \
        episodes_evicted = episodes_evicted + counted.n \

@@ -214,6 +214,73 @@ async fn dense_seq_under_concurrent_appenders(backend: Backend) {
     assert_eq!(ids.len(), WRITERS * EACH);
 }
 
+/// Appends racing on a few sessions at their episode limit, so that most
+/// evict: whether a batch commits alone or in a group, none fails, and
+/// each session keeps exactly its newest episodes with dense seqs.
+async fn racing_appends_evict_at_the_limit(backend: Backend) {
+    const SESSIONS: usize = 3;
+    const WRITERS: usize = 12;
+    const EACH: usize = 30;
+    const LIMIT: usize = 7;
+    let server = TestServer::spawn_with(backend, |s| {
+        s.max_events_per_session = Some(LIMIT as u64);
+        s.db_max_connections = Some(16);
+    })
+    .await;
+    for at in 0..SESSIONS {
+        server
+            .sessions()
+            .create_session(create("app", "u", &format!("hot{at}")))
+            .await
+            .expect("create");
+    }
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let mut client = server.episodes();
+        tasks.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for i in 0..EACH {
+                let session = format!("hot{}", (w + i) % SESSIONS);
+                let episode = new_episode(&format!("w{w}-{i}"), "observation", json!(i));
+                let stored = client
+                    .append_episode(append(&session, episode))
+                    .await
+                    .expect("append")
+                    .into_inner()
+                    .episode
+                    .expect("episode");
+                seqs.push((session, stored.seq));
+            }
+            seqs
+        }));
+    }
+    let mut written: Vec<(String, i64)> = Vec::new();
+    for task in tasks {
+        written.extend(task.await.expect("writer"));
+    }
+    for at in 0..SESSIONS {
+        let session = format!("hot{at}");
+        let mut seqs: Vec<i64> = written
+            .iter()
+            .filter(|(s, _)| *s == session)
+            .map(|(_, seq)| *seq)
+            .collect();
+        seqs.sort_unstable();
+        let total = seqs.len() as i64;
+        assert_eq!(seqs, (1..=total).collect::<Vec<_>>(), "{session}: dense");
+        let kept: Vec<i64> = all_episodes(&mut server.episodes(), &session)
+            .await
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(
+            kept,
+            ((total - LIMIT as i64 + 1)..=total).collect::<Vec<_>>(),
+            "{session}: the newest {LIMIT}"
+        );
+    }
+}
+
 async fn limits_evict_the_oldest(backend: Backend) {
     let server = TestServer::spawn_with(backend, |s| {
         s.max_sessions = Some(5);
@@ -395,4 +462,5 @@ on_both_stores!(
     appends_are_idempotent_and_atomic,
     dense_seq_under_concurrent_appenders,
     limits_evict_the_oldest,
+    racing_appends_evict_at_the_limit,
 );
