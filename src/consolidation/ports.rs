@@ -170,6 +170,17 @@ pub trait FactTx: Send {
         model: &str,
     ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>>> + Send;
 
+    /// How many live facts of a kind an owner has; until the transaction
+    /// ends, no other transaction counting the same owner's facts gets
+    /// past this, so a count checked against a limit stays true for the
+    /// insert that follows.
+    fn count_owned_facts(
+        &mut self,
+        tenant: &Tenant,
+        owner: (&str, &str),
+        kind: FactKind,
+    ) -> impl Future<Output = Result<i64>> + Send;
+
     /// Stores a new fact at version 1.
     fn insert_fact(
         &mut self,

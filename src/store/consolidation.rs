@@ -354,7 +354,32 @@ impl<T: Transaction> FactsTx<T> {
     }
 }
 
+static COUNT_OWNED_FACTS: Sql = Sql::new(
+    "SELECT count(*) FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+     AND kind = $4 AND NOT deleted",
+);
+
+/// One counter of an owner's facts at a time, until its transaction ends
+/// (SQLite's single writer already is one at a time).
+static LOCK_FACT_OWNER: Sql = Sql::new(
+    "SELECT pg_advisory_xact_lock(hashtextextended('engram.facts/' || $1 || '/' || $2 \
+     || '/' || $3 || '/' || $4, 0))",
+);
+
 impl<T: Transaction> FactTx for FactsTx<T> {
+    async fn count_owned_facts(
+        &mut self,
+        tenant: &Tenant,
+        (app, user): (&str, &str),
+        kind: FactKind,
+    ) -> Result<i64> {
+        let owner = params![tenant.as_str(), app, user, kind.as_i16()];
+        if T::DIALECT == Dialect::Postgres {
+            self.0.exec(&LOCK_FACT_OWNER, owner).await?;
+        }
+        self.0.count(&COUNT_OWNED_FACTS, owner).await
+    }
+
     async fn resolve(
         &mut self,
         tenant: &Tenant,

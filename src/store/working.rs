@@ -7,7 +7,6 @@
 use chrono::{DateTime, Utc};
 
 use super::sql::{Backend, Cols, Run, Sql, Transaction, params};
-use crate::consolidation::FactKind;
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::working::ports::{CachePut, WorkingStore};
@@ -74,11 +73,6 @@ static EVICT_CACHED: Sql =
 static CACHED: Sql = Sql::new(
     "SELECT path, bytes, update_time FROM working_cache WHERE tenant = $1 \
      AND session_id = $2 ORDER BY update_time, path",
-);
-
-static COUNT_FACTS: Sql = Sql::new(
-    "SELECT count(*) FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 \
-     AND kind = $4 AND NOT deleted",
 );
 
 fn task_row(row: &impl Cols) -> Result<Task> {
@@ -280,20 +274,5 @@ impl<B: Backend> WorkingStore for B {
                 })
             })
             .collect()
-    }
-
-    async fn count_facts(
-        &self,
-        tenant: &Tenant,
-        app: &str,
-        user: &str,
-        kind: FactKind,
-    ) -> Result<i64> {
-        let mut conn = self.reader(tenant).await?;
-        conn.count(
-            &COUNT_FACTS,
-            params![tenant.as_str(), app, user, kind.as_i16()],
-        )
-        .await
     }
 }

@@ -1,5 +1,5 @@
 //! What working memory needs from persistence: goals, tasks and the
-//! content cache of a session, and counts of facts. The limits come in as
+//! content cache of a session. The limits come in as
 //! numbers; what reaching one means for the caller is the service's call.
 
 use std::future::Future;
@@ -7,7 +7,6 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use super::types::{CachedFile, Task, TaskChange};
-use crate::consolidation::FactKind;
 use crate::context::Tenant;
 use crate::error::Result;
 
@@ -86,13 +85,4 @@ pub trait WorkingStore: Clone + Send + Sync + 'static {
         tenant: &Tenant,
         session_id: &str,
     ) -> impl Future<Output = Result<Vec<CachedFile>>> + Send;
-
-    /// How many live facts of a kind an owner has.
-    fn count_facts(
-        &self,
-        tenant: &Tenant,
-        app: &str,
-        user: &str,
-        kind: FactKind,
-    ) -> impl Future<Output = Result<i64>> + Send;
 }

@@ -228,9 +228,9 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         payload: FactPayload,
         limit: (&'static str, i64),
     ) -> Result<Fact> {
-        let count = self
-            .store
-            .count_facts(&ctx.tenant, &payload.app, &payload.user, payload.kind)
+        let mut tx = self.store.begin(&ctx.tenant).await?;
+        let count = tx
+            .count_owned_facts(&ctx.tenant, (&payload.app, &payload.user), payload.kind)
             .await?;
         if limit.1 > 0 && count >= limit.1 {
             return Err(limit_exceeded(
@@ -247,7 +247,6 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
             confidence: 1.0,
         };
         let id = uuid::Uuid::now_v7().to_string();
-        let mut tx = self.store.begin(&ctx.tenant).await?;
         tx.insert_fact(&ctx.tenant, &id, &payload, &provenance, now)
             .await?;
         let fact = tx.fact(&ctx.tenant, &id).await?;

@@ -2,12 +2,13 @@
 //! an LLM calls them, redaction, isolation, EndSession and limits.
 
 use engram::api::convert::json_to_proto;
+use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
     AppendEpisodesRequest, CacheContentRequest, CallToolRequest, CreateTaskRequest,
-    EndSessionRequest, GetSnapshotRequest, ListTasksRequest, ListToolsRequest, NewEpisode,
-    RecordProcedureRequest, RememberRequest, RenderMemoryBlockRequest, SetGoalRequest, TaskStatus,
-    UpdateTaskRequest,
+    EndSessionRequest, GetSnapshotRequest, ListFactsRequest, ListTasksRequest, ListToolsRequest,
+    NewEpisode, RecordProcedureRequest, RememberRequest, RenderMemoryBlockRequest, SetGoalRequest,
+    TaskStatus, UpdateTaskRequest,
 };
 use serde_json::{Value, json};
 use tonic::Code;
@@ -805,7 +806,67 @@ async fn the_block_for_a_query(backend: Backend) {
     assert_eq!(reason(&status), "INVALID_QUERY");
 }
 
+/// Remembers racing for the last places under the fact limit: exactly the
+/// limit's worth are stored, and every other caller hears the limit.
+async fn racing_remembers_stop_at_the_fact_limit(backend: Backend) {
+    const LIMIT: usize = 6;
+    const CALLERS: usize = 12;
+    const EACH: usize = 4;
+    let server = TestServer::spawn_with(backend, |s| {
+        s.max_facts_per_user = Some(LIMIT as u64);
+        s.db_max_connections = Some(16);
+    })
+    .await;
+    let at = At("race", "agent", "u");
+    // The session first, so the racers only remember.
+    set_goal(&mut working(&server), at, "race").await;
+    let mut tasks = Vec::new();
+    for caller in 0..CALLERS {
+        let mut client = working(&server);
+        tasks.push(tokio::spawn(async move {
+            let mut codes = Vec::new();
+            for i in 0..EACH {
+                let outcome = client
+                    .remember(RememberRequest {
+                        session_id: "race".into(),
+                        content: format!("fact {caller}.{i}"),
+                        subject: format!("s{caller}.{i}"),
+                        predicate: "p".into(),
+                        object: "o".into(),
+                        ..RememberRequest::default()
+                    })
+                    .await;
+                codes.push(outcome.map(|_| ()).map_err(|err| err.code()));
+            }
+            codes
+        }));
+    }
+    let mut stored = 0;
+    for task in tasks {
+        for outcome in task.await.expect("caller") {
+            match outcome {
+                Ok(()) => stored += 1,
+                Err(code) => assert_eq!(code, Code::ResourceExhausted),
+            }
+        }
+    }
+    assert_eq!(stored, LIMIT, "the limit's worth stored");
+    let facts = ConsolidationServiceClient::new(server.channel.clone())
+        .list_facts(ListFactsRequest {
+            app: "agent".into(),
+            user: "u".into(),
+            page_size: 100,
+            ..ListFactsRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .facts;
+    assert_eq!(facts.len(), LIMIT);
+}
+
 on_both_stores!(
+    racing_remembers_stop_at_the_fact_limit,
     the_block_for_a_query,
     the_rendered_block,
     tools_as_an_llm_calls_them,

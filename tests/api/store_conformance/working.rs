@@ -255,27 +255,20 @@ async fn facts_are_counted_by_owner_and_kind<S: Store>(store: S, _db: &TestDb) {
     .await
     .expect("delete");
     tx.commit().await.expect("commit");
-    assert_eq!(
-        store
-            .count_facts(&tenant, "app", "alice", FactKind::Semantic)
-            .await
-            .expect("count"),
-        1
-    );
-    assert_eq!(
-        store
-            .count_facts(&tenant, "app", "alice", FactKind::Procedural)
-            .await
-            .expect("count"),
-        1
-    );
-    assert_eq!(
-        store
-            .count_facts(&tenant, "app", "bob", FactKind::Semantic)
-            .await
-            .expect("count"),
-        0
-    );
+    let mut tx = store.begin(&tenant).await.expect("begin");
+    for (user, kind, count) in [
+        ("alice", FactKind::Semantic, 1),
+        ("alice", FactKind::Procedural, 1),
+        ("bob", FactKind::Semantic, 0),
+    ] {
+        assert_eq!(
+            tx.count_owned_facts(&tenant, ("app", user), kind)
+                .await
+                .expect("count"),
+            count,
+            "{user} {kind:?}"
+        );
+    }
 }
 
 store_suite!(
