@@ -123,6 +123,12 @@ static DELETE_SESSION: Sql = Sql::new(
      RETURNING episode_count",
 );
 
+/// Before a session ends, its row is locked for update, so that a
+/// working-memory write holding it ([`super::working`]) finishes first and
+/// what it wrote is cleared with the rest, and later ones see the end.
+static LOCK_SESSION_TO_END: Sql =
+    Sql::new("SELECT 1 FROM sessions WHERE tenant = $1 AND id = $2 FOR UPDATE");
+
 static END_SESSION: Sql = Sql::new(concat!(
     "UPDATE sessions SET end_time = coalesce(end_time, $5), \
      episode_count = CASE WHEN $6 THEN 0 ELSE episode_count END \
@@ -525,6 +531,10 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
         delete_episodes: bool,
     ) -> Result<Option<(Session, i64)>> {
         let mut tx = self.begin(tenant).await?;
+        if <B::Tx as Run>::DIALECT == Dialect::Postgres {
+            tx.exec(&LOCK_SESSION_TO_END, params![tenant.as_str(), id.as_str()])
+                .await?;
+        }
         let Some(row) = tx
             .row(
                 &END_SESSION,

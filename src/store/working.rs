@@ -3,14 +3,49 @@
 //! statement that reads it, so ids are dense per session under concurrent
 //! callers (on Postgres the row lock queues them; on SQLite the single
 //! writer does).
+//!
+//! A write that adds to a session's working memory (a goal, a task, a
+//! cached file) first holds the session open ([`hold_open`]), so that an
+//! `EndSession` or a delete racing it either waits for it and then clears
+//! what it wrote, or goes first and the write is refused: never a goal or
+//! a task left on an ended session, nor a deadlock with a delete.
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Backend, Cols, Run, Sql, Transaction, params};
+use super::sql::{Backend, Cols, Dialect, Run, Sql, Transaction, params};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::sessions::{session_ended, session_not_found};
 use crate::working::ports::{CachePut, WorkingStore};
 use crate::working::{CachedFile, Task, TaskChange, TaskStatus};
+
+/// The session's end time, its row held until the transaction ends: on
+/// Postgres by a key-share lock, which a delete and an `EndSession` (it
+/// locks the row for update first) wait for, and which waits for them;
+/// SQLite's single writer is alone anyway.
+static SESSION_HELD_PG: Sql =
+    Sql::new("SELECT end_time FROM sessions WHERE tenant = $1 AND id = $2 FOR KEY SHARE");
+
+static SESSION_HELD: Sql = Sql::new("SELECT end_time FROM sessions WHERE tenant = $1 AND id = $2");
+
+/// Refuses a write to a session that is gone or has ended, and keeps it
+/// from going or ending until the transaction does.
+async fn hold_open<T: Run>(tx: &mut T, tenant: &Tenant, session_id: &str) -> Result<()> {
+    let sql = match T::DIALECT {
+        Dialect::Postgres => &SESSION_HELD_PG,
+        Dialect::Sqlite => &SESSION_HELD,
+    };
+    match tx
+        .first(sql, params![tenant.as_str(), session_id], |row| {
+            row.opt_time(0)
+        })
+        .await?
+    {
+        None => Err(session_not_found(session_id)),
+        Some(None) => Ok(()),
+        Some(Some(_)) => Err(session_ended(session_id)),
+    }
+}
 
 static SET_GOAL: Sql = Sql::new(
     "INSERT INTO working_memory AS w (tenant, session_id, goal, update_time) \
@@ -96,10 +131,11 @@ impl<B: Backend> WorkingStore for B {
         goal: &str,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let mut conn = self.writer(tenant).await?;
-        conn.exec(&SET_GOAL, params![tenant.as_str(), session_id, goal, now])
+        let mut tx = self.begin(tenant).await?;
+        hold_open(&mut tx, tenant, session_id).await?;
+        tx.exec(&SET_GOAL, params![tenant.as_str(), session_id, goal, now])
             .await?;
-        Ok(())
+        tx.commit().await
     }
 
     async fn goal(&self, tenant: &Tenant, session_id: &str) -> Result<String> {
@@ -124,6 +160,7 @@ impl<B: Backend> WorkingStore for B {
         max_tasks: i64,
     ) -> Result<Option<Task>> {
         let mut tx = self.begin(tenant).await?;
+        hold_open(&mut tx, tenant, session_id).await?;
         // The counter row is the lock: creators of one session queue here.
         let number = tx
             .row(&NEXT_TASK, params![tenant.as_str(), session_id, now])
@@ -202,6 +239,7 @@ impl<B: Backend> WorkingStore for B {
         put: &CachePut<'_>,
     ) -> Result<(CachedFile, Vec<String>)> {
         let mut tx = self.begin(tenant).await?;
+        hold_open(&mut tx, tenant, put.session_id).await?;
         // Serialise writers of one session's cache on its working row.
         tx.exec(
             &TOUCH_CACHE,

@@ -6,9 +6,9 @@ use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
     AppendEpisodesRequest, CacheContentRequest, CallToolRequest, CreateTaskRequest,
-    EndSessionRequest, GetSnapshotRequest, ListFactsRequest, ListTasksRequest, ListToolsRequest,
-    NewEpisode, RecordProcedureRequest, RememberRequest, RenderMemoryBlockRequest, SetGoalRequest,
-    TaskStatus, UpdateTaskRequest,
+    DeleteSessionRequest, EndSessionRequest, GetSnapshotRequest, ListFactsRequest,
+    ListTasksRequest, ListToolsRequest, NewEpisode, RecordProcedureRequest, RememberRequest,
+    RenderMemoryBlockRequest, SetGoalRequest, TaskStatus, UpdateTaskRequest,
 };
 use serde_json::{Value, json};
 use tonic::Code;
@@ -865,7 +865,105 @@ async fn racing_remembers_stop_at_the_fact_limit(backend: Backend) {
     assert_eq!(facts.len(), LIMIT);
 }
 
+/// Goals, tasks and cached files written while the session ends or is
+/// deleted: each write lands before the end (and is cleared with the
+/// rest) or is refused after it, never left on an ended session, and a
+/// racing delete never fails.
+async fn working_writes_race_the_session_end(backend: Backend) {
+    const ROUNDS: usize = 12;
+    let server = TestServer::spawn_with(backend, |s| s.db_max_connections = Some(16)).await;
+    let mut sessions = server.sessions();
+    for round in 0..ROUNDS {
+        let id = format!("r{round}");
+        set_goal(&mut working(&server), At(&id, "agent", "u"), "start").await;
+        let mut writers = Vec::new();
+        for kind in 0..3 {
+            let (mut client, id) = (working(&server), id.clone());
+            writers.push(tokio::spawn(async move {
+                for i in 0..20 {
+                    let outcome = match kind {
+                        0 => client
+                            .set_goal(SetGoalRequest {
+                                session_id: id.clone(),
+                                goal: format!("goal {i}"),
+                                ..SetGoalRequest::default()
+                            })
+                            .await
+                            .map(|_| ()),
+                        1 => client
+                            .create_task(CreateTaskRequest {
+                                session_id: id.clone(),
+                                subject: format!("task {i}"),
+                                ..CreateTaskRequest::default()
+                            })
+                            .await
+                            .map(|_| ()),
+                        _ => client
+                            .cache_content(CacheContentRequest {
+                                session_id: id.clone(),
+                                path: format!("f{i}"),
+                                content: "x".into(),
+                                ..CacheContentRequest::default()
+                            })
+                            .await
+                            .map(|_| ()),
+                    };
+                    if let Err(err) = outcome {
+                        assert!(
+                            matches!(err.code(), Code::FailedPrecondition | Code::NotFound),
+                            "{err:?}"
+                        );
+                    }
+                }
+            }));
+        }
+        let deleted = round % 2 == 0;
+        if deleted {
+            sessions
+                .delete_session(DeleteSessionRequest {
+                    session_id: id.clone(),
+                    ..DeleteSessionRequest::default()
+                })
+                .await
+                .expect("delete");
+        } else {
+            sessions
+                .end_session(EndSessionRequest {
+                    session_id: id.clone(),
+                    ..EndSessionRequest::default()
+                })
+                .await
+                .expect("end");
+        }
+        for writer in writers {
+            writer.await.expect("writer");
+        }
+        if deleted {
+            // The id is free, and nothing of the old session comes back.
+            set_goal(&mut working(&server), At(&id, "agent", "u"), "").await;
+        }
+        let snapshot = working(&server)
+            .get_snapshot(GetSnapshotRequest {
+                session_id: id.clone(),
+                ..GetSnapshotRequest::default()
+            })
+            .await
+            .expect("snapshot")
+            .into_inner();
+        assert_eq!(
+            (
+                snapshot.goal.as_str(),
+                snapshot.tasks.len(),
+                snapshot.cache.len()
+            ),
+            ("", 0, 0),
+            "{id} (deleted: {deleted})"
+        );
+    }
+}
+
 on_both_stores!(
+    working_writes_race_the_session_end,
     racing_remembers_stop_at_the_fact_limit,
     the_block_for_a_query,
     the_rendered_block,
