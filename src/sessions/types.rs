@@ -178,6 +178,19 @@ pub fn episode_not_found(id: &str) -> Error {
     }
 }
 
+/// A write that lost every attempt to a session deleted or made again by
+/// others while it ran (a forget, a delete, the session limit); nothing
+/// was written, and a retry may well pass.
+pub fn session_changed(id: &str) -> Error {
+    Error::Conflict {
+        reason: Reason::SessionChanged,
+        message: format!(
+            "session {id:?} was deleted or made again while this call ran, on every try; \
+             nothing was written"
+        ),
+    }
+}
+
 pub fn session_ended(id: &str) -> Error {
     Error::FailedPrecondition {
         reason: Reason::SessionEnded,

@@ -8,8 +8,14 @@
 //! execution ids. The order matters: the statements find the user's facts
 //! through their episodes' lineage, and everything through their sessions,
 //! so lineage goes before episodes and sessions go last.
+//!
+//! On Postgres the forget first waits out the creation of the user's
+//! sessions and keeps new ones from being made ([`LOCK_USER`]), then locks
+//! the user's sessions, the row every write to a session takes before its
+//! episodes or working memory: taken after those, a write racing the
+//! forget deadlocked with it and one of them failed.
 
-use super::sql::{Param, Run, Sql, params};
+use super::sql::{Dialect, Param, Run, Sql, params};
 use crate::context::Tenant;
 use crate::data::{ForgetCounts, Forgetting};
 use crate::error::Result;
@@ -56,6 +62,33 @@ macro_rules! user_facts {
         )
     };
 }
+
+/// The advisory lock on a user of an app, for `concat!`: held shared by
+/// whoever creates a session of theirs ([`HOLD_USER`]), alone by a forget.
+macro_rules! user_lock {
+    () => {
+        "hashtextextended('engram.user/' || $1 || '/' || $2 || '/' || $3, 0)"
+    };
+}
+
+/// Taken by a session's creation on Postgres ($1 tenant, $2 app, $3 user),
+/// so that no session of a user being forgotten appears mid-forget.
+pub(super) static HOLD_USER: Sql = Sql::new(concat!(
+    "SELECT pg_advisory_xact_lock_shared(",
+    user_lock!(),
+    ")"
+));
+
+static LOCK_USER: Sql = Sql::new(concat!(
+    "SELECT pg_advisory_xact_lock(",
+    user_lock!(),
+    ") WHERE cardinality($4::text[]) >= 0"
+));
+
+static LOCK_SESSIONS: Sql = Sql::new(
+    "SELECT 1 FROM sessions WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+     AND cardinality($4::text[]) >= 0 ORDER BY id FOR UPDATE",
+);
 
 static COUNT_SESSIONS: Sql = Sql::new(
     "SELECT count(*) FROM sessions WHERE tenant = $1 AND app = $2 AND user_id = $3 \
@@ -166,8 +199,8 @@ static DELETES: [Sql; 14] = [
 
 /// Counts what forgetting the user deletes and, unless it is a dry run,
 /// deletes it, inside the caller's transaction.
-pub(super) async fn forget_in(
-    conn: &mut impl Run,
+pub(super) async fn forget_in<C: Run>(
+    conn: &mut C,
     tenant: &Tenant,
     forget: &Forgetting,
 ) -> Result<ForgetCounts> {
@@ -177,6 +210,10 @@ pub(super) async fn forget_in(
         forget.user.as_str(),
         forget.execution_ids.as_slice(),
     ];
+    if !forget.dry_run && C::DIALECT == Dialect::Postgres {
+        conn.exec(&LOCK_USER, params).await?;
+        conn.exec(&LOCK_SESSIONS, params).await?;
+    }
     let counts = ForgetCounts {
         sessions: conn.count(&COUNT_SESSIONS, params).await?,
         episodes: conn.count(&COUNT_EPISODES, params).await?,

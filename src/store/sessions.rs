@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::sessions::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
 use crate::sessions::{
     Episode, EpisodeType, Id, NewEpisode, Owner, RecentQuery, Session, SessionFilter, SessionStats,
-    TailFilter,
+    TailFilter, session_changed,
 };
 
 /// The columns [`episode_row`] reads, in order, for `concat!`.
@@ -275,6 +275,14 @@ pub(super) async fn insert_session_in<T: Run>(
     tenant: &Tenant,
     session: &NewSession<'_>,
 ) -> Result<Option<Session>> {
+    if T::DIALECT == Dialect::Postgres {
+        // Not while the user is being forgotten (see `store::forget`).
+        tx.exec(
+            &super::forget::HOLD_USER,
+            params![tenant.as_str(), session.app.as_str(), session.user.as_str()],
+        )
+        .await?;
+    }
     if session.max_sessions > 0 {
         if T::DIALECT == Dialect::Postgres {
             // One creator per tenant at a time while a limit is set, so the
@@ -474,7 +482,7 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
             }
             // Taken between the read and the insert: read it again.
         }
-        Err(Error::internal("session creation kept racing"))
+        Err(session_changed(session.id.as_str()))
     }
 
     async fn get_session(&self, tenant: &Tenant, id: &Id) -> Result<Option<Session>> {

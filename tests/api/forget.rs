@@ -465,4 +465,96 @@ async fn forgets_a_user_and_nobody_else(backend: Backend) {
     assert!(!text.contains("alice"), "{text}");
 }
 
-on_both_stores!(forgets_a_user_and_nobody_else);
+/// A user forgotten while they are still writing: every forget succeeds
+/// (on Postgres it used to deadlock with the writes), no write fails with
+/// anything but a refusal a client can act on, and once the writes stop, a
+/// last forget leaves nothing of theirs.
+async fn a_forget_racing_the_users_writes(backend: Backend) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = TestServer::spawn_with(backend, |s| s.db_max_connections = Some(16)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for writer in 0..6usize {
+        let (mut episodes, stop) = (server.episodes(), stop.clone());
+        let mut working = WorkingMemoryServiceClient::new(server.channel.clone());
+        writers.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let session = format!("s{}", (writer + i) % 3);
+                let outcome = match i % 3 {
+                    0 => episodes
+                        .append_episode(AppendEpisodeRequest {
+                            session_id: session,
+                            app: "bot".into(),
+                            user: "alice".into(),
+                            episode: Some(episode(
+                                &format!("w{writer}-{i}"),
+                                "observation",
+                                json!(i),
+                            )),
+                            require_session: false,
+                        })
+                        .await
+                        .map(|_| ()),
+                    1 => working
+                        .create_task(CreateTaskRequest {
+                            session_id: session,
+                            app: "bot".into(),
+                            user: "alice".into(),
+                            subject: format!("task {i}"),
+                            ..CreateTaskRequest::default()
+                        })
+                        .await
+                        .map(|_| ()),
+                    _ => working
+                        .set_goal(SetGoalRequest {
+                            session_id: session,
+                            app: "bot".into(),
+                            user: "alice".into(),
+                            goal: format!("goal {i}"),
+                        })
+                        .await
+                        .map(|_| ()),
+                };
+                if let Err(err) = outcome {
+                    let refused = matches!(err.code(), Code::NotFound | Code::FailedPrecondition)
+                        || reason(&err) == "SESSION_CHANGED";
+                    assert!(refused, "{err:?}");
+                }
+            }
+        }));
+    }
+    let mut data = DataServiceClient::new(server.channel.clone());
+    let forget = ForgetUserRequest {
+        app: "bot".into(),
+        user: "alice".into(),
+        ..ForgetUserRequest::default()
+    };
+    for _ in 0..12 {
+        data.forget_user(forget.clone()).await.expect("forget");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    data.forget_user(forget.clone()).await.expect("forget");
+    let left = data
+        .forget_user(ForgetUserRequest {
+            dry_run: true,
+            ..forget
+        })
+        .await
+        .expect("dry run")
+        .into_inner();
+    assert_eq!(
+        (left.sessions, left.episodes, left.working_items),
+        (0, 0, 0)
+    );
+}
+
+on_both_stores!(
+    forgets_a_user_and_nobody_else,
+    a_forget_racing_the_users_writes
+);

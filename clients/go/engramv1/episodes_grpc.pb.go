@@ -47,10 +47,13 @@ type EpisodeServiceClient interface {
 	// does not exist and the request names `app` and `user`, the session is
 	// created in the same call (unless `require_session` is set); without
 	// them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
-	// (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
+	// (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted. A session
+	// deleted or made again by others on each try of the call (a forget, a
+	// delete, the session limit) is ABORTED (reason SESSION_CHANGED), with
+	// nothing written.
 	AppendEpisode(ctx context.Context, in *AppendEpisodeRequest, opts ...grpc.CallOption) (*AppendEpisodeResponse, error)
 	// AppendEpisodes appends several episodes to one session atomically: all
-	// of them, in the order given, or none.
+	// of them, in the order given, or none; otherwise as AppendEpisode.
 	AppendEpisodes(ctx context.Context, in *AppendEpisodesRequest, opts ...grpc.CallOption) (*AppendEpisodesResponse, error)
 	// ListEpisodes pages through a session's log in `seq` order, optionally
 	// only some types, optionally after a `seq`.
@@ -185,10 +188,13 @@ type EpisodeServiceServer interface {
 	// does not exist and the request names `app` and `user`, the session is
 	// created in the same call (unless `require_session` is set); without
 	// them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
-	// (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
+	// (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted. A session
+	// deleted or made again by others on each try of the call (a forget, a
+	// delete, the session limit) is ABORTED (reason SESSION_CHANGED), with
+	// nothing written.
 	AppendEpisode(context.Context, *AppendEpisodeRequest) (*AppendEpisodeResponse, error)
 	// AppendEpisodes appends several episodes to one session atomically: all
-	// of them, in the order given, or none.
+	// of them, in the order given, or none; otherwise as AppendEpisode.
 	AppendEpisodes(context.Context, *AppendEpisodesRequest) (*AppendEpisodesResponse, error)
 	// ListEpisodes pages through a session's log in `seq` order, optionally
 	// only some types, optionally after a `seq`.

@@ -50,7 +50,8 @@ type SessionServiceClient interface {
 	// GetOrCreateSession returns the session with the given id, creating it
 	// for `app` and `user` when it does not exist yet. An existing id owned by
 	// another app or user is FAILED_PRECONDITION (reason
-	// SESSION_OWNER_MISMATCH).
+	// SESSION_OWNER_MISMATCH); an id deleted again by others after each try
+	// to read it is ABORTED (reason SESSION_CHANGED).
 	GetOrCreateSession(ctx context.Context, in *GetOrCreateSessionRequest, opts ...grpc.CallOption) (*GetOrCreateSessionResponse, error)
 	// GetSession reads one session. An unknown id is NOT_FOUND (reason
 	// SESSION_NOT_FOUND).
@@ -183,7 +184,8 @@ type SessionServiceServer interface {
 	// GetOrCreateSession returns the session with the given id, creating it
 	// for `app` and `user` when it does not exist yet. An existing id owned by
 	// another app or user is FAILED_PRECONDITION (reason
-	// SESSION_OWNER_MISMATCH).
+	// SESSION_OWNER_MISMATCH); an id deleted again by others after each try
+	// to read it is ABORTED (reason SESSION_CHANGED).
 	GetOrCreateSession(context.Context, *GetOrCreateSessionRequest) (*GetOrCreateSessionResponse, error)
 	// GetSession reads one session. An unknown id is NOT_FOUND (reason
 	// SESSION_NOT_FOUND).

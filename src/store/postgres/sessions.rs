@@ -32,7 +32,7 @@ use crate::paging::Weighed;
 use crate::search::english::Reading;
 use crate::search::vector;
 use crate::sessions::ports::{Append, Appended};
-use crate::sessions::{Episode, NewEpisode, RecentQuery, Session};
+use crate::sessions::{Episode, NewEpisode, RecentQuery, Session, session_changed};
 use crate::store::group::shared_steps;
 use crate::store::sessions::{
     AppendEpisodes, RecentEpisodes, episode_columns, episode_ids, episode_row, filled,
@@ -694,8 +694,6 @@ impl AppendEpisodes for PgStore {
                 return Ok(done);
             }
         }
-        Err(Error::internal(
-            "append kept racing with appends of the same ids",
-        ))
+        Err(session_changed(append.session_id.as_str()))
     }
 }

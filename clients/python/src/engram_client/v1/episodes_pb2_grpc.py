@@ -96,7 +96,10 @@ class EpisodeServiceServicer:
         does not exist and the request names `app` and `user`, the session is
         created in the same call (unless `require_session` is set); without
         them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
-        (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
+        (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted. A session
+        deleted or made again by others on each try of the call (a forget, a
+        delete, the session limit) is ABORTED (reason SESSION_CHANGED), with
+        nothing written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,7 +107,7 @@ class EpisodeServiceServicer:
 
     def AppendEpisodes(self, request, context):
         """AppendEpisodes appends several episodes to one session atomically: all
-        of them, in the order given, or none.
+        of them, in the order given, or none; otherwise as AppendEpisode.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -48,11 +48,14 @@ class EpisodeServiceStub:
     does not exist and the request names `app` and `user`, the session is
     created in the same call (unless `require_session` is set); without
     them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
-    (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
+    (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted. A session
+    deleted or made again by others on each try of the call (a forget, a
+    delete, the session limit) is ABORTED (reason SESSION_CHANGED), with
+    nothing written.
     """
     AppendEpisodes: _grpc.UnaryUnaryMultiCallable[_episodes_pb2.AppendEpisodesRequest, _episodes_pb2.AppendEpisodesResponse]
     """AppendEpisodes appends several episodes to one session atomically: all
-    of them, in the order given, or none.
+    of them, in the order given, or none; otherwise as AppendEpisode.
     """
     ListEpisodes: _grpc.UnaryUnaryMultiCallable[_episodes_pb2.ListEpisodesRequest, _episodes_pb2.ListEpisodesResponse]
     """ListEpisodes pages through a session's log in `seq` order, optionally
@@ -105,11 +108,14 @@ class EpisodeServiceAsyncStub(EpisodeServiceStub):
     does not exist and the request names `app` and `user`, the session is
     created in the same call (unless `require_session` is set); without
     them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
-    (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
+    (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted. A session
+    deleted or made again by others on each try of the call (a forget, a
+    delete, the session limit) is ABORTED (reason SESSION_CHANGED), with
+    nothing written.
     """
     AppendEpisodes: _aio.UnaryUnaryMultiCallable[_episodes_pb2.AppendEpisodesRequest, _episodes_pb2.AppendEpisodesResponse]  # type: ignore[assignment]
     """AppendEpisodes appends several episodes to one session atomically: all
-    of them, in the order given, or none.
+    of them, in the order given, or none; otherwise as AppendEpisode.
     """
     ListEpisodes: _aio.UnaryUnaryMultiCallable[_episodes_pb2.ListEpisodesRequest, _episodes_pb2.ListEpisodesResponse]  # type: ignore[assignment]
     """ListEpisodes pages through a session's log in `seq` order, optionally
@@ -165,7 +171,10 @@ class EpisodeServiceServicer(metaclass=_abc_1.ABCMeta):
         does not exist and the request names `app` and `user`, the session is
         created in the same call (unless `require_session` is set); without
         them it is NOT_FOUND (reason SESSION_NOT_FOUND). At the per-session limit
-        (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted.
+        (ENGRAM_MAX_EVENTS_PER_SESSION) the oldest episodes are evicted. A session
+        deleted or made again by others on each try of the call (a forget, a
+        delete, the session limit) is ABORTED (reason SESSION_CHANGED), with
+        nothing written.
         """
 
     @_abc_1.abstractmethod
@@ -175,7 +184,7 @@ class EpisodeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_episodes_pb2.AppendEpisodesResponse, _abc.Awaitable[_episodes_pb2.AppendEpisodesResponse]]:
         """AppendEpisodes appends several episodes to one session atomically: all
-        of them, in the order given, or none.
+        of them, in the order given, or none; otherwise as AppendEpisode.
         """
 
     @_abc_1.abstractmethod

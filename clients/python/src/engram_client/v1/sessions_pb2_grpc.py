@@ -110,7 +110,8 @@ class SessionServiceServicer:
         """GetOrCreateSession returns the session with the given id, creating it
         for `app` and `user` when it does not exist yet. An existing id owned by
         another app or user is FAILED_PRECONDITION (reason
-        SESSION_OWNER_MISMATCH).
+        SESSION_OWNER_MISMATCH); an id deleted again by others after each try
+        to read it is ABORTED (reason SESSION_CHANGED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -51,7 +51,8 @@ class SessionServiceStub:
     """GetOrCreateSession returns the session with the given id, creating it
     for `app` and `user` when it does not exist yet. An existing id owned by
     another app or user is FAILED_PRECONDITION (reason
-    SESSION_OWNER_MISMATCH).
+    SESSION_OWNER_MISMATCH); an id deleted again by others after each try
+    to read it is ABORTED (reason SESSION_CHANGED).
     """
     GetSession: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetSessionRequest, _sessions_pb2.GetSessionResponse]
     """GetSession reads one session. An unknown id is NOT_FOUND (reason
@@ -102,7 +103,8 @@ class SessionServiceAsyncStub(SessionServiceStub):
     """GetOrCreateSession returns the session with the given id, creating it
     for `app` and `user` when it does not exist yet. An existing id owned by
     another app or user is FAILED_PRECONDITION (reason
-    SESSION_OWNER_MISMATCH).
+    SESSION_OWNER_MISMATCH); an id deleted again by others after each try
+    to read it is ABORTED (reason SESSION_CHANGED).
     """
     GetSession: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetSessionRequest, _sessions_pb2.GetSessionResponse]  # type: ignore[assignment]
     """GetSession reads one session. An unknown id is NOT_FOUND (reason
@@ -162,7 +164,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         """GetOrCreateSession returns the session with the given id, creating it
         for `app` and `user` when it does not exist yet. An existing id owned by
         another app or user is FAILED_PRECONDITION (reason
-        SESSION_OWNER_MISMATCH).
+        SESSION_OWNER_MISMATCH); an id deleted again by others after each try
+        to read it is ABORTED (reason SESSION_CHANGED).
         """
 
     @_abc_1.abstractmethod
