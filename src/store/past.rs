@@ -154,7 +154,9 @@ static FORK_CHANGES: Sql = Sql::new(
 );
 
 /// $6, $7 the target scope, $8 now, $9 the first revision of the fork's
-/// changes.
+/// changes. A version a concurrent write gave the target first is passed
+/// over, not an error: the count then falls short, and the fork is refused
+/// as SOURCE_CHANGED with nothing written.
 static FORK_VERSIONS: Sql = Sql::new(concat!(
     "INSERT INTO memory_versions (tenant, scope_type, scope, key, version, value, deleted, \
      execution_id, flow_id, flow_name, create_time, revision) \
@@ -164,7 +166,8 @@ static FORK_VERSIONS: Sql = Sql::new(concat!(
     " JOIN memory_versions v ON v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
        AND v.key = s.key AND v.version = s.version \
      JOIN memory_changes c ON c.tenant = $1 AND c.scope_type = $6 AND c.scope = $7 \
-       AND c.key = s.key AND c.kind = 1 AND c.version = 1 AND c.revision >= $9"
+       AND c.key = s.key AND c.kind = 1 AND c.version = 1 AND c.revision >= $9 \
+     WHERE true ON CONFLICT DO NOTHING"
 ));
 
 /// A key at a point; see [`MemoryStore::get_at`](crate::memory::ports::MemoryStore::get_at).

@@ -10,8 +10,8 @@ use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::{
     AsOf, ChangeKind, DeleteRequest, ForkScopeRequest, GetCompactionLogRequest, GetRequest,
-    ListRequest, ListScopesRequest, MemoryEntry, PurgeRequest, ScopeType, SetRequest, WatchRequest,
-    WatchResponse, as_of,
+    HistoryRequest, ListRequest, ListScopesRequest, MemoryEntry, PurgeRequest, ScopeType,
+    SetRequest, WatchRequest, WatchResponse, as_of,
 };
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
@@ -545,4 +545,73 @@ async fn fork_under_concurrent_writes(backend: Backend) {
     assert_eq!(listed_then, expected);
 }
 
-on_both_stores!(reads_at_a_point, forks, fork_under_concurrent_writes);
+/// Writes into a fork's target while the fork copies: the fork either
+/// copies into an empty scope, finds it written (SCOPE_NOT_EMPTY), or is
+/// refused as raced (SOURCE_CHANGED) with nothing written; every write
+/// lands, and each key of the target has dense versions from 1.
+async fn writes_into_a_forks_target_while_it_copies(backend: Backend) {
+    const ROUNDS: usize = 40;
+    let server = TestServer::spawn_with(backend, |s| s.db_max_connections = Some(16)).await;
+    let mut client = server.memory();
+    for k in 0..20 {
+        set(&mut client, "src", &format!("k{k}"), json!(k)).await;
+    }
+    for round in 0..ROUNDS {
+        let target = format!("t{round}");
+        let mut setters = Vec::new();
+        for setter in 0..2usize {
+            let (mut client, target) = (server.memory(), target.clone());
+            setters.push(tokio::spawn(async move {
+                // Start a little later each round, so that some writes land
+                // while the fork runs.
+                for _ in 0..(round % 8) * 4 {
+                    tokio::task::yield_now().await;
+                }
+                for j in 0..5 {
+                    let key = format!("k{}", (setter * 7 + j) % 20);
+                    set(&mut client, &target, &key, json!("mine")).await;
+                }
+            }));
+        }
+        let forked = client.fork_scope(fork("src", &target, None)).await;
+        for setter in setters {
+            setter.await.expect("setter");
+        }
+        if let Err(err) = forked {
+            assert!(
+                matches!(
+                    (err.code(), reason(&err).as_str()),
+                    (Code::FailedPrecondition, "SCOPE_NOT_EMPTY")
+                        | (Code::Aborted, "SOURCE_CHANGED")
+                ),
+                "{err:?}"
+            );
+        }
+        let mut request = list_at(&target, None);
+        request.page_size = 1000;
+        let (entries, _) = listed(&mut client, request).await;
+        for (key, version, _) in entries {
+            let history: Vec<i64> = client
+                .history(HistoryRequest {
+                    scope_type: NS,
+                    scope: target.clone(),
+                    key: key.clone(),
+                    ..HistoryRequest::default()
+                })
+                .await
+                .expect("history")
+                .into_inner()
+                .map(|page| page.expect("page").entry.expect("entry").version)
+                .collect()
+                .await;
+            assert_eq!(history, (1..=version).collect::<Vec<_>>(), "{target}/{key}");
+        }
+    }
+}
+
+on_both_stores!(
+    reads_at_a_point,
+    forks,
+    fork_under_concurrent_writes,
+    writes_into_a_forks_target_while_it_copies
+);
