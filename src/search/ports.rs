@@ -82,8 +82,18 @@ pub enum ItemRef {
 pub struct Embedded {
     pub tenant: Tenant,
     pub item: ItemRef,
-    pub vector: Option<Vec<u8>>,
+    pub vector: Option<Vector>,
     pub outbox: Option<i64>,
+}
+
+/// An encoded vector and the input it was computed from: stored only on an
+/// item that still reads as that input, since a reference names a place
+/// that a purge and a new write (or a deleted session made again) can
+/// fill with another text while the embedder call is in flight.
+#[derive(Debug, Clone)]
+pub struct Vector {
+    pub input: String,
+    pub encoded: Vec<u8>,
 }
 
 /// What the embedding worker and semantic search need from persistence.
@@ -107,7 +117,8 @@ pub trait EmbeddingStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Pending>>> + Send;
 
     /// Stores each vector on its item if that is still the live version
-    /// and clears the vectors of the item's older versions; removes the
+    /// and still reads as the vector's input (its row held meanwhile), and
+    /// clears the vectors of the item's older versions; removes the
     /// outbox entries named, for as long as `claim` holds them. An entry
     /// with no vector (its item is gone) is only removed.
     fn store_vectors(

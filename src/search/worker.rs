@@ -3,7 +3,9 @@
 //! Every replica with an embedder runs a [`Worker`]. It claims a batch of
 //! the outbox (the writing transactions fill it), reads each item if it is
 //! still live at that version, embeds the texts in one call and stores the
-//! vectors, removing the entries in the same transaction. A claim is a
+//! vectors on the items that still read as those texts (a purged key or a
+//! deleted session written again is a new item at the old place: its own
+//! entry embeds it), removing the entries in the same transaction. A claim is a
 //! lease: entries another replica holds are skipped, so one replica embeds
 //! each item; a replica that dies mid-batch leaves its entries to be
 //! claimed again when the lease ends. A failed call gives the batch back
@@ -22,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Source;
 use super::embedder::{Embedder, encode};
-use super::ports::{Embedded, EmbeddingStore, ItemRef, Pending};
+use super::ports::{Embedded, EmbeddingStore, ItemRef, Pending, Vector};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 
@@ -100,8 +102,7 @@ impl<S: EmbeddingStore> Worker<S> {
         }
         let inputs = self.live_inputs(&pending).await?;
         // Which entries are still live; their texts move to the embedder.
-        let live: Vec<bool> = inputs.iter().map(Option::is_some).collect();
-        let texts: Vec<String> = inputs.into_iter().flatten().collect();
+        let texts: Vec<String> = inputs.iter().flatten().cloned().collect();
         let vectors = if texts.is_empty() {
             Vec::new()
         } else {
@@ -128,11 +129,16 @@ impl<S: EmbeddingStore> Worker<S> {
         let mut vectors = vectors.into_iter();
         let done: Vec<Embedded> = pending
             .iter()
-            .zip(live)
-            .map(|(entry, live)| Embedded {
+            .zip(inputs)
+            .map(|(entry, input)| Embedded {
                 tenant: entry.tenant.clone(),
                 item: entry.item.clone(),
-                vector: live.then(|| vectors.next()).flatten().map(|v| encode(&v)),
+                vector: input.and_then(|input| {
+                    vectors.next().map(|v| Vector {
+                        input,
+                        encoded: encode(&v),
+                    })
+                }),
                 outbox: Some(entry.id),
             })
             .collect();
@@ -241,11 +247,14 @@ pub async fn reembed<S: EmbeddingStore>(
                 })?;
             let stored: Vec<Embedded> = items
                 .into_iter()
-                .zip(vectors)
-                .map(|((tenant, item), vector)| Embedded {
+                .zip(texts.into_iter().zip(vectors))
+                .map(|((tenant, item), (input, vector))| Embedded {
                     tenant,
                     item,
-                    vector: Some(encode(&vector)),
+                    vector: Some(Vector {
+                        input,
+                        encoded: encode(&vector),
+                    }),
                     outbox: None,
                 })
                 .collect();

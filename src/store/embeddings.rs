@@ -15,7 +15,7 @@ use super::sql::{Backend, Cols, Dialect, Param, Run, Sql, Transaction, params, s
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::embedder::input;
-use crate::search::ports::{Embedded, EmbeddingStore, ItemRef, MAX_VECTORS, Pending};
+use crate::search::ports::{Embedded, EmbeddingStore, ItemRef, MAX_VECTORS, Pending, Vector};
 use crate::search::{Filters, Item, Source};
 
 static SET_EMBEDDER: Sql = Sql::new(
@@ -79,24 +79,55 @@ static STORE_EPISODE: Sql = Sql::new(
      WHERE tenant = $1 AND session_id = $2 AND seq = $3",
 );
 
-static MEMORY_ITEM: Sql = select!(
-    concat!(version_columns!(), ", h.scope_type, h.scope"),
-    " FROM memory_heads h JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-     WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4 \
-     AND h.version = $5 AND NOT h.deleted"
-);
+/// The live item a reference names: its columns and where they are read
+/// from, so that the locking forms below are the same statements.
+macro_rules! memory_item {
+    () => {
+        concat!(
+            "SELECT ",
+            version_columns!(),
+            ", h.scope_type, h.scope \
+             FROM memory_heads h JOIN memory_versions v \
+             USING (tenant, scope_type, scope, key, version) \
+             WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND h.key = $4 \
+             AND h.version = $5 AND NOT h.deleted"
+        )
+    };
+}
 
-static FACT_ITEM: Sql = select!(
-    fact_columns!(),
-    " FROM facts f JOIN fact_versions v \
-     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
-     WHERE f.tenant = $1 AND f.id = $2 AND f.version = $3 AND NOT f.deleted"
-);
+macro_rules! fact_item {
+    () => {
+        concat!(
+            "SELECT ",
+            fact_columns!(),
+            " FROM facts f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+             WHERE f.tenant = $1 AND f.id = $2 AND f.version = $3 AND NOT f.deleted"
+        )
+    };
+}
 
-static EPISODE_ITEM: Sql = select!(
-    episode_columns!(),
-    " FROM episodes e WHERE tenant = $1 AND session_id = $2 AND seq = $3"
-);
+macro_rules! episode_item {
+    () => {
+        concat!(
+            "SELECT ",
+            episode_columns!(),
+            " FROM episodes e WHERE tenant = $1 AND session_id = $2 AND seq = $3"
+        )
+    };
+}
+
+static MEMORY_ITEM: Sql = Sql::new(memory_item!());
+static FACT_ITEM: Sql = Sql::new(fact_item!());
+static EPISODE_ITEM: Sql = Sql::new(episode_item!());
+
+/// The same, the row the vector goes on locked until the storing
+/// transaction ends (Postgres; SQLite's single writer is alone): a purge
+/// or a delete then waits, and a new item cannot take the place between
+/// the check of its input and the store.
+static MEMORY_ITEM_HELD: Sql = Sql::new(concat!(memory_item!(), " FOR UPDATE OF v"));
+static FACT_ITEM_HELD: Sql = Sql::new(concat!(fact_item!(), " FOR UPDATE OF v"));
+static EPISODE_ITEM_HELD: Sql = Sql::new(concat!(episode_item!(), " FOR UPDATE"));
 
 /// Unembedded live items after a position, every tenant's. Parameters:
 /// $1 model, $2 limit, then the position.
@@ -238,9 +269,16 @@ fn pending_row(row: &impl Cols) -> Result<Pending> {
     })
 }
 
-/// The live item a reference names, if it still is.
-async fn fetch(conn: &mut impl Run, tenant: &Tenant, item: &ItemRef) -> Result<Option<Item>> {
+/// The live item a reference names, if it still is; with `hold`, its row
+/// stays locked until the transaction ends (see [`MEMORY_ITEM_HELD`]).
+async fn fetch<C: Run>(
+    conn: &mut C,
+    tenant: &Tenant,
+    item: &ItemRef,
+    hold: bool,
+) -> Result<Option<Item>> {
     let t = tenant.as_str();
+    let hold = hold && C::DIALECT == Dialect::Postgres;
     let (source, row) = match item {
         ItemRef::Memory {
             scope_type,
@@ -249,16 +287,35 @@ async fn fetch(conn: &mut impl Run, tenant: &Tenant, item: &ItemRef) -> Result<O
             version,
         } => (
             Source::Memory,
-            conn.row(&MEMORY_ITEM, params![t, *scope_type, scope, key, *version])
-                .await,
+            conn.row(
+                if hold {
+                    &MEMORY_ITEM_HELD
+                } else {
+                    &MEMORY_ITEM
+                },
+                params![t, *scope_type, scope, key, *version],
+            )
+            .await,
         ),
         ItemRef::Fact { id, version } => (
             Source::Facts,
-            conn.row(&FACT_ITEM, params![t, id, *version]).await,
+            conn.row(
+                if hold { &FACT_ITEM_HELD } else { &FACT_ITEM },
+                params![t, id, *version],
+            )
+            .await,
         ),
         ItemRef::Episode { session_id, seq } => (
             Source::Episodes,
-            conn.row(&EPISODE_ITEM, params![t, session_id, *seq]).await,
+            conn.row(
+                if hold {
+                    &EPISODE_ITEM_HELD
+                } else {
+                    &EPISODE_ITEM
+                },
+                params![t, session_id, *seq],
+            )
+            .await,
         ),
     };
     row?.map(|row| self::item(source, &row)).transpose()
@@ -274,7 +331,7 @@ async fn each_item<T>(
 ) -> Result<Vec<Option<T>>> {
     let mut kept = Vec::with_capacity(refs.len());
     for item in refs {
-        kept.push(fetch(conn, tenant, item).await?.map(&keep));
+        kept.push(fetch(conn, tenant, item, false).await?.map(&keep));
     }
     Ok(kept)
 }
@@ -329,8 +386,12 @@ impl<B: Backend> EmbeddingStore for B {
             let t = tenant.as_str();
             let mut tx = self.begin(tenant).await?;
             for embedded in done.iter().filter(|d| &d.tenant == tenant) {
-                if let Some(vector) = &embedded.vector {
-                    let vector = vector.as_slice();
+                if let Some(Vector { input, encoded }) = &embedded.vector
+                    && fetch(&mut tx, tenant, &embedded.item, true)
+                        .await?
+                        .is_some_and(|item| self::input(&item) == *input)
+                {
+                    let vector = encoded.as_slice();
                     match &embedded.item {
                         ItemRef::Memory {
                             scope_type,

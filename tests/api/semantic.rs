@@ -37,6 +37,11 @@ struct Fake {
     calls: Arc<AtomicUsize>,
     failed_calls: Arc<AtomicUsize>,
     models: Arc<Mutex<Vec<String>>>,
+    /// A call with an input holding this word waits for `release`, once it
+    /// has told `arrived`.
+    gate: Arc<Mutex<Option<String>>>,
+    arrived: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
 }
 
 impl Fake {
@@ -82,6 +87,16 @@ fn vector(text: &str) -> Vec<f32> {
 
 async fn embeddings(State(fake): State<Fake>, Json(body): Json<Value>) -> (StatusCode, String) {
     fake.calls.fetch_add(1, Ordering::SeqCst);
+    let gated = fake.gate.lock().expect("gate").clone().is_some_and(|word| {
+        body["input"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|v| v.as_str().is_some_and(|t| t.contains(&word)))
+        })
+    });
+    if gated {
+        fake.arrived.notify_one();
+        fake.release.notified().await;
+    }
     let scripted = fake.failures.lock().expect("failures").pop_front();
     let status = match scripted {
         Some(status) => Some(status),
@@ -533,6 +548,106 @@ async fn two_replicas_embed_each_item_once() {
         100,
         "vectors stored by either replica are found"
     );
+    assert!(two.terminate().await.success());
+}
+
+/// A deleted session made again holds a new episode at the old episode's
+/// place (session, seq 1). When one replica's embedder call for the old
+/// text is still in flight as the other replica embeds the new one, the
+/// late vector is not stored over the new episode's: its text is no longer
+/// the one embedded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_vector_skips_an_item_written_again_in_its_place() {
+    let (fake, addr) = start_fake().await;
+    let url = format!("http://{addr}/v1");
+    let one = TestServer::spawn_with(Backend::Postgres, |s| {
+        s.embedder_url = Some(url.clone());
+        s.embedder_model = Some("fake-1".to_owned());
+        s.embedder_retries = Some(1);
+        s.embedder_timeout_ms = Some(60_000);
+        s.embedder_batch = Some(8);
+    })
+    .await;
+    let two = ChildServer::spawn(
+        &["--migrate", "off"],
+        &[
+            ("ENGRAM_DATABASE_URL", &one.db.url),
+            ("ENGRAM_EMBEDDER_URL", &url),
+            ("ENGRAM_EMBEDDER_MODEL", "fake-1"),
+            ("ENGRAM_EMBEDDER_TIMEOUT_MS", "60000"),
+        ],
+        None,
+    )
+    .await;
+    *fake.gate.lock().expect("gate") = Some("marmalade".to_owned());
+    let mut episodes = one.episodes();
+    let old = "marmalade holiday trip to the beach";
+    episodes
+        .append_episodes(append(
+            "reborn",
+            "alice",
+            vec![episode("old", "user_message", "", json!(old))],
+        ))
+        .await
+        .expect("append the old episode");
+    // Whichever replica took the old episode now waits in its call.
+    tokio::time::timeout(Duration::from_secs(30), fake.arrived.notified())
+        .await
+        .expect("the old episode reaches the embedder");
+    one.sessions()
+        .delete_session(engram::proto::DeleteSessionRequest {
+            session_id: "reborn".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete the session");
+    episodes
+        .append_episodes(append(
+            "reborn",
+            "alice",
+            vec![episode(
+                "new",
+                "user_message",
+                "",
+                json!("pasta lunch with the team"),
+            )],
+        ))
+        .await
+        .expect("append the new episode at seq 1");
+    let semantic = |text: &str| SearchRequest {
+        sources: vec![SearchSource::Episodes as i32],
+        ..request(text, SearchMode::Semantic)
+    };
+    // The other replica embeds the new episode meanwhile.
+    eventually(&one, semantic("meal"), has("episode:new")).await;
+    fake.release.notify_one();
+    let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&one.db.url)
+        .await
+        .expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM embedding_outbox")
+            .fetch_one(&mut db)
+            .await
+            .expect("count the outbox");
+        if waiting == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the late call never finished");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let score = |hits: Vec<SearchHit>| {
+        assert_eq!(names(&hits), ["episode:new"]);
+        hits[0].score
+    };
+    let by_its_meaning = score(search(&one, semantic("meal")).await);
+    let by_the_old_meaning = score(search(&one, semantic("vacation")).await);
+    assert!(
+        by_its_meaning > by_the_old_meaning,
+        "the new episode carries the old text's vector: {by_its_meaning} for its meaning, \
+         {by_the_old_meaning} for the old one's"
+    );
+    assert_eq!(fake.count(old), 1, "the old text was embedded once");
     assert!(two.terminate().await.success());
 }
 

@@ -1,8 +1,9 @@
 //! The embedding outbox at the store level: writes queue their items only
 //! once an embedder is recorded, claims never hand one entry to two
 //! workers, a lease that ends frees its entries, a release delays them,
-//! stored vectors are found only on live items, and a claim that was
-//! taken over cannot remove the entry.
+//! stored vectors are found only on live items, a claim that was taken
+//! over cannot remove the entry, and a vector is stored only on an item
+//! that still reads as the input it was computed from.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use engram::context::Tenant;
 use engram::memory::ports::Mutation;
 use engram::ports::Store;
 use engram::search::embedder::{encode, normalized};
-use engram::search::ports::{Embedded, ItemRef};
+use engram::search::ports::{Embedded, ItemRef, Vector};
 use engram::search::{Filters, Source};
 use serde_json::json;
 
@@ -78,10 +79,20 @@ async fn claims_leases_and_live_vectors<S: Store>(store: S, _db: &TestDb) {
 
     // a, no longer the holder, stores its vector but cannot remove the
     // entry; c can.
+    let t1 = Tenant::new("t1");
+    let input = store
+        .inputs(&t1, &[first[0].item.clone()])
+        .await
+        .expect("inputs")
+        .remove(0)
+        .expect("the item is live");
     let done = |claimed: &engram::search::ports::Pending| Embedded {
         tenant: claimed.tenant.clone(),
         item: claimed.item.clone(),
-        vector: Some(vector(1.0)),
+        vector: Some(Vector {
+            input: input.clone(),
+            encoded: vector(1.0),
+        }),
         outbox: Some(claimed.id),
     };
     store
@@ -95,7 +106,6 @@ async fn claims_leases_and_live_vectors<S: Store>(store: S, _db: &TestDb) {
         .expect("store");
     assert_eq!(store.pending_count().await.expect("count"), 1);
 
-    let t1 = Tenant::new("t1");
     let found = store
         .vectors(&t1, &[Source::Memory], "m1", &Filters::default())
         .await
@@ -168,6 +178,58 @@ async fn claims_leases_and_live_vectors<S: Store>(store: S, _db: &TestDb) {
             .expect("count"),
         2
     );
+
+    // A vector computed from what the place held before (the key's
+    // previous text at its version now) is not stored; its own input is.
+    let ItemRef::Memory {
+        scope_type, scope, ..
+    } = found[0].0.clone()
+    else {
+        panic!("a memory item: {found:?}");
+    };
+    let again = ItemRef::Memory {
+        scope_type,
+        scope,
+        key: "one".to_owned(),
+        version: 2,
+    };
+    let computed = |input: &str| Embedded {
+        tenant: t1.clone(),
+        item: again.clone(),
+        vector: Some(Vector {
+            input: input.to_owned(),
+            encoded: vector(2.0),
+        }),
+        outbox: None,
+    };
+    store
+        .store_vectors(None, "m1", &[computed(&input)])
+        .await
+        .expect("store");
+    assert!(
+        store
+            .vectors(&t1, &[Source::Memory], "m1", &Filters::default())
+            .await
+            .expect("vectors")
+            .is_empty(),
+        "a vector of another text is not stored"
+    );
+    let current = store
+        .inputs(&t1, std::slice::from_ref(&again))
+        .await
+        .expect("inputs")
+        .remove(0)
+        .expect("the new version is live");
+    store
+        .store_vectors(None, "m1", &[computed(&current)])
+        .await
+        .expect("store");
+    let found = store
+        .vectors(&t1, &[Source::Memory], "m1", &Filters::default())
+        .await
+        .expect("vectors");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].0, again);
 }
 
 store_suite!(claims_leases_and_live_vectors);
