@@ -167,6 +167,17 @@ static COUNT_IDLE: Sql = idle!("SELECT count(*)");
 
 static DELETE_IDLE: Sql = idle!("DELETE");
 
+/// The same on Postgres, the sessions' rows locked first in id order, as
+/// a group of appends and a forget take them: deleted in the order a scan
+/// met them, a cleanup and a group each held a session the other waited
+/// for (a deadlock, and one of them failed). A session appended to
+/// meanwhile is read again once its append commits, and then is not idle.
+static DELETE_IDLE_PG: Sql = Sql::new(
+    "WITH held AS (SELECT id FROM sessions \
+       WHERE tenant = $1 AND create_time < $2 AND update_time < $2 ORDER BY id FOR UPDATE) \
+     DELETE FROM sessions s USING held WHERE s.tenant = $1 AND s.id = held.id",
+);
+
 static STATS: Sql = Sql::new(
     "SELECT count(*), coalesce(sum(episode_count), 0)::bigint, \
      coalesce(sum(episodes_evicted), 0)::bigint, \
@@ -586,9 +597,11 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
                 .await;
         }
         let mut conn = self.writer(tenant).await?;
-        Ok(conn
-            .exec(&DELETE_IDLE, params![tenant.as_str(), before])
-            .await? as i64)
+        let sql = match <B::Conn as Run>::DIALECT {
+            Dialect::Postgres => &DELETE_IDLE_PG,
+            Dialect::Sqlite => &DELETE_IDLE,
+        };
+        Ok(conn.exec(sql, params![tenant.as_str(), before]).await? as i64)
     }
 
     async fn session_stats(&self, tenant: &Tenant) -> Result<SessionStats> {

@@ -2,11 +2,13 @@
 //! one winner among compare-and-set writers, one write for racing retries.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use engram::api::convert::json_to_proto;
 use engram::proto::{
-    AppendEpisodeRequest, DeleteRequest, GetStatsRequest, HistoryRequest, ListRequest, NewEpisode,
-    ScopeType, SearchRequest, SetRequest,
+    AppendEpisodeRequest, CleanupSessionsRequest, DeleteRequest, GetStatsRequest, HistoryRequest,
+    ListEpisodesRequest, ListRequest, NewEpisode, ScopeType, SearchRequest, SetRequest,
 };
 use serde_json::json;
 use tonic::Code;
@@ -268,8 +270,102 @@ async fn appends_creating_sessions_race_at_the_session_limit(backend: Backend) {
     );
 }
 
+/// Cleanups of idle sessions race appends to those sessions (an append
+/// makes its session again once a cleanup took it). Each cleanup locks
+/// its sessions in the order a group of appends does: no call fails but
+/// an append whose session went on each of its tries (`SESSION_CHANGED`),
+/// and what stays adds up, each session's seqs rising.
+async fn cleanups_race_appends_to_the_sessions_they_delete(backend: Backend) {
+    const APPENDERS: usize = 12;
+    const EACH: usize = 100;
+    const SESSIONS: usize = 6;
+    let server = TestServer::spawn_with(backend, |s| s.db_max_connections = Some(16)).await;
+    let appending = Arc::new(AtomicUsize::new(APPENDERS));
+    let mut cleaners = Vec::new();
+    for _ in 0..2 {
+        let mut sessions = server.sessions();
+        let appending = appending.clone();
+        cleaners.push(tokio::spawn(async move {
+            let mut cleanups = 0;
+            while appending.load(Ordering::SeqCst) > 0 {
+                sessions
+                    .cleanup_sessions(CleanupSessionsRequest {
+                        max_age: Some(prost_types::Duration {
+                            seconds: 0,
+                            nanos: 1_000_000,
+                        }),
+                        dry_run: false,
+                    })
+                    .await
+                    .expect("cleanup");
+                cleanups += 1;
+            }
+            cleanups
+        }));
+    }
+    let mut appenders = Vec::new();
+    for appender in 0..APPENDERS {
+        let mut episodes = server.episodes();
+        let appending = appending.clone();
+        appenders.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                let outcome = episodes
+                    .append_episode(AppendEpisodeRequest {
+                        session_id: format!("idle-{}", (appender + i) % SESSIONS),
+                        app: "app".into(),
+                        user: "alice".into(),
+                        episode: Some(NewEpisode {
+                            r#type: "user_message".into(),
+                            content: Some(json_to_proto(&json!(i))),
+                            ..NewEpisode::default()
+                        }),
+                        ..AppendEpisodeRequest::default()
+                    })
+                    .await;
+                if let Err(err) = outcome {
+                    assert_eq!(
+                        (err.code(), reason(&err)),
+                        (Code::Aborted, "SESSION_CHANGED".to_owned()),
+                        "{err:?}"
+                    );
+                }
+            }
+            appending.fetch_sub(1, Ordering::SeqCst);
+        }));
+    }
+    for task in appenders {
+        task.await.expect("appender");
+    }
+    for task in cleaners {
+        assert!(task.await.expect("cleaner") > 0);
+    }
+    let mut stored = 0;
+    for session in 0..SESSIONS {
+        let listed = server
+            .episodes()
+            .list_episodes(ListEpisodesRequest {
+                session_id: format!("idle-{session}"),
+                page_size: 1000,
+                ..ListEpisodesRequest::default()
+            })
+            .await;
+        let Ok(listed) = listed else { continue };
+        let seqs: Vec<i64> = listed.into_inner().episodes.iter().map(|e| e.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        stored += seqs.len() as i64;
+    }
+    let stats = server
+        .sessions()
+        .get_stats(GetStatsRequest {})
+        .await
+        .expect("stats")
+        .into_inner();
+    assert_eq!(stats.total_episodes, stored);
+}
+
 on_both_stores!(
     appends_creating_sessions_race_at_the_session_limit,
+    cleanups_race_appends_to_the_sessions_they_delete,
     dense_versions_under_32_writers,
     one_winner_among_16_cas_writers,
     racing_retries_write_once,
