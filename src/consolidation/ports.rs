@@ -142,8 +142,20 @@ pub trait ConsolidationStore: Clone + Send + Sync + 'static {
 
 /// The fact primitives a backend runs inside one transaction.
 pub trait FactTx: Send {
+    /// Keeps every other transaction that changes these owners' facts
+    /// (applying deltas, forgetting a user) out until this one ends, so
+    /// that such transactions, each taking its owners in order, never hold
+    /// facts the other waits for. `owners` are (app, user), sorted.
+    fn hold_owners(
+        &mut self,
+        tenant: &Tenant,
+        owners: &[(&str, &str)],
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// Live facts of an owner named by `ids`: fact ids, or ids of episodes
-    /// a version of the fact came from. Distinct, in the order named.
+    /// a version of the fact came from. Distinct, in the order named, and
+    /// held against other writers (a `DeleteFact`) until the transaction
+    /// ends, so each is still live when its new version is written.
     fn resolve(
         &mut self,
         tenant: &Tenant,

@@ -18,13 +18,19 @@ use crate::sessions::Episode;
 
 /// Applies deltas in order. An update whose targets are all unknown adds a
 /// new fact (what it replaced was never promoted); a delete of unknown
-/// targets changes nothing.
+/// targets changes nothing. The owners of the facts written are held
+/// first (see [`FactTx::hold_owners`]): applied in delta order, two
+/// batches touching the same facts in other orders deadlocked.
 pub(super) async fn apply<T: FactTx>(
     tx: &mut T,
     tenant: &Tenant,
     deltas: &[Delta],
     now: DateTime<Utc>,
 ) -> Result<Applied> {
+    let mut owners: Vec<(&str, &str)> = deltas.iter().filter_map(Delta::owner).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    tx.hold_owners(tenant, &owners).await?;
     let mut applied = Applied::default();
     for delta in deltas {
         match delta {

@@ -191,6 +191,16 @@ impl Delta {
         }
     }
 
+    /// The owner (app, user) whose stored facts the delta changes: none
+    /// for an add, which only inserts, nor for a noop.
+    pub fn owner(&self) -> Option<(&str, &str)> {
+        match self {
+            Delta::Update { payload, .. } => Some((&payload.app, &payload.user)),
+            Delta::Delete { app, user, .. } => Some((app, user)),
+            Delta::Add { .. } | Delta::Noop { .. } => None,
+        }
+    }
+
     pub fn provenance(&self) -> &Provenance {
         match self {
             Delta::Add { provenance, .. }

@@ -167,12 +167,14 @@ mod dialect {
          ON CONFLICT DO NOTHING",
     );
 
+    /// Locked: a fact deleted meanwhile is read again once its delete
+    /// commits, and then is not live.
     pub(super) static PG_RESOLVE: Sql = Sql::new(
         "SELECT f.id FROM unnest($4::text[]) WITH ORDINALITY AS w(id, ord) \
          JOIN facts f ON f.tenant = $1 AND f.app = $2 AND f.user_id = $3 AND NOT f.deleted \
          AND (f.id = w.id COLLATE \"C\" OR f.id IN (SELECT s.fact_id FROM fact_sources s \
               WHERE s.tenant = $1 AND s.episode_id = w.id COLLATE \"C\")) \
-         ORDER BY w.ord, f.create_time",
+         ORDER BY w.ord, f.create_time FOR UPDATE OF f",
     );
 
     pub(super) static SQLITE_RESOLVE: Sql = Sql::new(
@@ -366,7 +368,26 @@ static LOCK_FACT_OWNER: Sql = Sql::new(
      || '/' || $3 || '/' || $4, 0))",
 );
 
+/// The writers of an owner's stored facts, one at a time until its
+/// transaction ends ($1 tenant, $2 app, $3 user); forgetting a user takes
+/// it too (`store::forget`).
+pub(super) static HOLD_FACT_OWNER: Sql = Sql::new(
+    "SELECT pg_advisory_xact_lock(hashtextextended('engram.fact-writers/' || $1 || '/' || $2 \
+     || '/' || $3, 0))",
+);
+
 impl<T: Transaction> FactTx for FactsTx<T> {
+    async fn hold_owners(&mut self, tenant: &Tenant, owners: &[(&str, &str)]) -> Result<()> {
+        if T::DIALECT == Dialect::Postgres {
+            for (app, user) in owners {
+                self.0
+                    .exec(&HOLD_FACT_OWNER, params![tenant.as_str(), *app, *user])
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn count_owned_facts(
         &mut self,
         tenant: &Tenant,

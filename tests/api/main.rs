@@ -8,6 +8,7 @@ mod binary;
 mod cli;
 mod console;
 mod consolidation;
+mod consolidation_races;
 mod forget;
 mod helpers;
 mod history_memory;

@@ -1,0 +1,199 @@
+//! Writers of the same facts, raced: batches of deltas naming the same facts
+//! in other orders, and updates and deletes of one fact at once. Every call
+//! succeeds or is refused as it would be alone, and each fact's history is
+//! one that some order of the calls would have written.
+
+use engram::api::convert::json_to_proto;
+use engram::proto::consolidation_service_client::ConsolidationServiceClient;
+use engram::proto::memory_delta::Delta;
+use engram::proto::{
+    AddDelta, ApplyDeltasRequest, DeleteDelta, DeleteFactRequest, FactKind, FactPayload,
+    FactVersion, GetFactRequest, MemoryDelta, UpdateDelta,
+};
+use serde_json::json;
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::consolidation::provenance;
+use crate::helpers::{Backend, TestServer, reason};
+use crate::on_both_stores;
+
+fn payload(subject: &str, content: &str) -> FactPayload {
+    FactPayload {
+        app: "app".into(),
+        user: "alice".into(),
+        kind: FactKind::Semantic as i32,
+        subject: subject.into(),
+        predicate: "is".into(),
+        object: String::new(),
+        content: Some(json_to_proto(&json!(content))),
+        channels: vec![],
+    }
+}
+
+fn update(fact: &str, content: &str) -> MemoryDelta {
+    MemoryDelta {
+        delta: Some(Delta::Update(UpdateDelta {
+            fact_payload: Some(payload("s", content)),
+            replaces: vec![fact.to_owned()],
+            provenance: Some(provenance(&["e"])),
+        })),
+    }
+}
+
+async fn add(client: &mut ConsolidationServiceClient<Channel>, subject: &str) -> String {
+    client
+        .apply_deltas(ApplyDeltasRequest {
+            deltas: vec![MemoryDelta {
+                delta: Some(Delta::Add(AddDelta {
+                    fact_payload: Some(payload(subject, "first")),
+                    provenance: Some(provenance(&["e"])),
+                })),
+            }],
+        })
+        .await
+        .expect("add")
+        .into_inner()
+        .fact_ids
+        .remove(0)
+}
+
+async fn versions(
+    client: &mut ConsolidationServiceClient<Channel>,
+    fact: &str,
+) -> Vec<FactVersion> {
+    client
+        .get_fact(GetFactRequest {
+            fact_id: fact.to_owned(),
+            page_size: 1000,
+            ..GetFactRequest::default()
+        })
+        .await
+        .expect("get fact")
+        .into_inner()
+        .versions
+}
+
+/// Batches that each update the same four facts, every writer in its own
+/// order: applied in delta order, two of them held a fact the other waited
+/// for, and Postgres failed one. Each fact gets every update, its versions
+/// dense.
+async fn batches_update_the_same_facts_in_other_orders(backend: Backend) {
+    const WRITERS: usize = 8;
+    const EACH: usize = 20;
+    let server = TestServer::spawn_with(backend, |s| s.db_max_connections = Some(16)).await;
+    let mut client = server.consolidation();
+    let mut facts = Vec::new();
+    for subject in ["a", "b", "c", "d"] {
+        facts.push(add(&mut client, subject).await);
+    }
+    let mut tasks = Vec::new();
+    for writer in 0..WRITERS {
+        let mut client = server.consolidation();
+        let mut facts = facts.clone();
+        facts.rotate_left(writer % 4);
+        if writer % 2 == 1 {
+            facts.reverse();
+        }
+        tasks.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                let deltas = facts
+                    .iter()
+                    .map(|fact| update(fact, &format!("{writer}.{i}")))
+                    .collect();
+                let applied = client
+                    .apply_deltas(ApplyDeltasRequest { deltas })
+                    .await
+                    .expect("apply")
+                    .into_inner();
+                assert_eq!(applied.facts_updated, 4);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("writer");
+    }
+    for fact in &facts {
+        let numbers: Vec<i64> = versions(&mut client, fact)
+            .await
+            .iter()
+            .map(|v| v.version)
+            .collect();
+        assert_eq!(
+            numbers,
+            (1..=(1 + WRITERS * EACH) as i64).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// An update, a delete delta and a `DeleteFact` of one fact at once: a
+/// delete is the fact's last version, and written once. An update that
+/// read the fact live before a delete committed wrote a version after
+/// the tombstone (a fact deleted and live again, which no order of the
+/// calls writes), and two deletes tombstoned it twice.
+async fn updates_and_deletes_of_one_fact_race(backend: Backend) {
+    const ROUNDS: usize = 40;
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.consolidation();
+    for round in 0..ROUNDS {
+        let fact = add(&mut client, &format!("r{round}")).await;
+        let mut updater = server.consolidation();
+        let mut deleter = server.consolidation();
+        let mut remover = server.consolidation();
+        let updated = updater.apply_deltas(ApplyDeltasRequest {
+            deltas: vec![update(&fact, "second")],
+        });
+        let deleted = deleter.apply_deltas(ApplyDeltasRequest {
+            deltas: vec![MemoryDelta {
+                delta: Some(Delta::Delete(DeleteDelta {
+                    app: "app".into(),
+                    user: "alice".into(),
+                    replaces: vec![fact.clone()],
+                    provenance: Some(provenance(&["e"])),
+                })),
+            }],
+        });
+        let removed = remover.delete_fact(DeleteFactRequest {
+            fact_id: fact.clone(),
+        });
+        let (updated, deleted, removed) = tokio::join!(updated, deleted, removed);
+        updated.expect("update");
+        let deletes = deleted.expect("delete delta").into_inner().facts_deleted;
+        let removes = match removed {
+            Ok(_) => 1,
+            Err(err) => {
+                assert_eq!(
+                    (err.code(), reason(&err)),
+                    (Code::NotFound, "FACT_NOT_FOUND".to_owned())
+                );
+                0
+            }
+        };
+        let history = versions(&mut client, &fact).await;
+        let tombstones: Vec<usize> = history
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.deleted)
+            .map(|(at, _)| at)
+            .collect();
+        assert_eq!(
+            tombstones,
+            [history.len() - 1],
+            "round {round}: versions {:?}",
+            history
+                .iter()
+                .map(|v| (v.version, v.deleted))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            deletes + removes,
+            1,
+            "round {round}: one delete tombstones it"
+        );
+    }
+}
+
+on_both_stores!(
+    batches_update_the_same_facts_in_other_orders,
+    updates_and_deletes_of_one_fact_race,
+);
