@@ -100,6 +100,15 @@ fn connection_lost(err: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether a store error is a unique key's violation: a row written by
+/// another transaction between a read that found none and the insert.
+pub(crate) fn unique_violation(err: &Error) -> bool {
+    matches!(err, Error::Internal { source }
+    if source.downcast_ref::<sqlx::Error>().is_some_and(|err| {
+        matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+    }))
+}
+
 /// Database errors are classified once: connection trouble is `Unavailable`
 /// (retryable), everything else `Internal`. Neither shows SQL to a client.
 impl From<sqlx::Error> for Error {

@@ -38,6 +38,7 @@ mod telemetry;
 mod time_travel;
 mod tls;
 mod transfer;
+mod transfer_races;
 mod upgrade;
 mod watch;
 mod working_memory;

@@ -33,7 +33,7 @@ const NAMESPACE: i32 = ScopeType::Namespace as i32;
 const EXECUTION: i32 = ScopeType::Execution as i32;
 
 /// Writes a data set with every kind of record an export holds.
-async fn seed(server: &TestServer) {
+pub(crate) async fn seed(server: &TestServer) {
     let mut memory = server.memory();
     let set = |key: &str, value: Value| SetRequest {
         scope_type: NAMESPACE,
@@ -167,7 +167,7 @@ async fn seed(server: &TestServer) {
         .expect("run");
 }
 
-async fn export(channel: &Channel, request: ExportRequest) -> Vec<String> {
+pub(crate) async fn export(channel: &Channel, request: ExportRequest) -> Vec<String> {
     let mut stream = DataServiceClient::new(channel.clone())
         .export(request)
         .await
@@ -182,7 +182,7 @@ async fn export(channel: &Channel, request: ExportRequest) -> Vec<String> {
 
 /// The records of an export, without the header (which names the tenant
 /// and the time).
-fn records(lines: &[String]) -> Vec<Value> {
+pub(crate) fn records(lines: &[String]) -> Vec<Value> {
     let header: Value = serde_json::from_str(&lines[0]).expect("header");
     assert_eq!(header["kind"], "header");
     assert_eq!(header["format"], "engram.export");
@@ -195,7 +195,10 @@ fn records(lines: &[String]) -> Vec<Value> {
 
 type Authed = InterceptedService<Channel, Metadata>;
 
-async fn import(channel: &Channel, lines: &[String]) -> Result<ImportResponse, tonic::Status> {
+pub(crate) async fn import(
+    channel: &Channel,
+    lines: &[String],
+) -> Result<ImportResponse, tonic::Status> {
     let client = DataServiceClient::with_interceptor(channel.clone(), Metadata::new(&[]));
     import_with(client, lines).await
 }
@@ -803,14 +806,14 @@ fn line(record: Value) -> String {
     record.to_string()
 }
 
-fn header(version: u32) -> String {
+pub(crate) fn header(version: u32) -> String {
     line(
         json!({"kind": "header", "format": "engram.export", "version": version,
                 "tenant": "elsewhere", "selection": "tenant", "export_time": T0}),
     )
 }
 
-fn session_line(id: &str) -> String {
+pub(crate) fn session_line(id: &str) -> String {
     line(
         json!({"kind": "session", "id": id, "app": "app", "user": "alice",
                 "metadata": {}, "create_time": T0, "update_time": T0, "end_time": null,

@@ -92,6 +92,10 @@ type DataServiceClient interface {
 	// file is in; a task numbered past its working memory's `next_task`; a
 	// fact's current version whose subject, predicate or deletion differs
 	// from the fact's. A stream that breaks before its end imports nothing.
+	// Imports into one tenant are applied one at a time, so importing a file
+	// twice at once ends as importing it twice in turn; a record that
+	// another call writes while the import runs refuses the import with
+	// ABORTED, reason SOURCE_CHANGED, naming the line: import again.
 	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error)
 }
 
@@ -213,6 +217,10 @@ type DataServiceServer interface {
 	// file is in; a task numbered past its working memory's `next_task`; a
 	// fact's current version whose subject, predicate or deletion differs
 	// from the fact's. A stream that breaks before its end imports nothing.
+	// Imports into one tenant are applied one at a time, so importing a file
+	// twice at once ends as importing it twice in turn; a record that
+	// another call writes while the import runs refuses the import with
+	// ABORTED, reason SOURCE_CHANGED, naming the line: import again.
 	Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error
 	mustEmbedUnimplementedDataServiceServer()
 }

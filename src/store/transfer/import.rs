@@ -91,6 +91,15 @@ static RULE: Sql = select!(
 /// cursor (see migration 0003).
 static TAKE_XID: Sql = Sql::new("SELECT pg_current_xact_id()");
 
+/// One import of a tenant's at a time on Postgres (SQLite's single writer
+/// already is), taken before the transaction has an id, so an import
+/// waiting its turn holds back no tail: imports of one file at once then
+/// end as they would one after another, the first writing and the rest
+/// finding every record in place, where each found none, inserted, and all
+/// but one failed on the records' keys.
+static ONE_IMPORT: Sql =
+    Sql::new("SELECT pg_advisory_xact_lock(hashtextextended('engram.import/' || $1, 0))");
+
 static INSERT_EXECUTION: Sql = Sql::new(
     "INSERT INTO memory_executions (tenant, execution_id, flow_id, flow_name, create_time) \
      VALUES ($1, $2, $3, $4, $5)",
@@ -210,6 +219,7 @@ pub(super) async fn apply_in<C: Run>(
     import_id: &str,
 ) -> Result<ImportCounts> {
     if C::DIALECT == Dialect::Postgres {
+        conn.exec(&ONE_IMPORT, params![tenant.as_str()]).await?;
         conn.exec(&TAKE_XID, &[]).await?;
     }
     let mut counts = ImportCounts::default();
@@ -236,7 +246,21 @@ pub(super) async fn apply_in<C: Run>(
         for Staged { line, body } in &staged {
             let record: Record = serde_json::from_str(body).map_err(Error::internal)?;
             let kind = record.kind();
-            let tally = match apply(conn, tenant, *line, record).await? {
+            let applied = match apply(conn, tenant, *line, record).await {
+                // Another writer stored the record's key after the read
+                // that found it free (not another import: see ONE_IMPORT).
+                Err(err) if crate::store::unique_violation(&err) => {
+                    return Err(Error::Conflict {
+                        reason: Reason::SourceChanged,
+                        message: format!(
+                            "line {line}: the {kind} was written while the import ran; \
+                             import again"
+                        ),
+                    });
+                }
+                applied => applied?,
+            };
+            let tally = match applied {
                 Some(Applied::Imported) => &mut counts.imported,
                 Some(Applied::FactAwaitingVersions(id, version)) => {
                     awaiting.push((*line, id, version));

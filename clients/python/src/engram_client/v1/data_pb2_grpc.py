@@ -129,6 +129,10 @@ class DataServiceServicer:
         file is in; a task numbered past its working memory's `next_task`; a
         fact's current version whose subject, predicate or deletion differs
         from the fact's. A stream that breaks before its end imports nothing.
+        Imports into one tenant are applied one at a time, so importing a file
+        twice at once ends as importing it twice in turn; a record that
+        another call writes while the import runs refuses the import with
+        ABORTED, reason SOURCE_CHANGED, naming the line: import again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

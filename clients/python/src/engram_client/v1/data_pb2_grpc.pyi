@@ -98,6 +98,10 @@ class DataServiceStub:
     file is in; a task numbered past its working memory's `next_task`; a
     fact's current version whose subject, predicate or deletion differs
     from the fact's. A stream that breaks before its end imports nothing.
+    Imports into one tenant are applied one at a time, so importing a file
+    twice at once ends as importing it twice in turn; a record that
+    another call writes while the import runs refuses the import with
+    ABORTED, reason SOURCE_CHANGED, naming the line: import again.
     """
 
 @_typing.type_check_only
@@ -170,6 +174,10 @@ class DataServiceAsyncStub(DataServiceStub):
     file is in; a task numbered past its working memory's `next_task`; a
     fact's current version whose subject, predicate or deletion differs
     from the fact's. A stream that breaks before its end imports nothing.
+    Imports into one tenant are applied one at a time, so importing a file
+    twice at once ends as importing it twice in turn; a record that
+    another call writes while the import runs refuses the import with
+    ABORTED, reason SOURCE_CHANGED, naming the line: import again.
     """
 
 class DataServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -257,6 +265,10 @@ class DataServiceServicer(metaclass=_abc_1.ABCMeta):
         file is in; a task numbered past its working memory's `next_task`; a
         fact's current version whose subject, predicate or deletion differs
         from the fact's. A stream that breaks before its end imports nothing.
+        Imports into one tenant are applied one at a time, so importing a file
+        twice at once ends as importing it twice in turn; a record that
+        another call writes while the import runs refuses the import with
+        ABORTED, reason SOURCE_CHANGED, naming the line: import again.
         """
 
 def add_DataServiceServicer_to_server(servicer: DataServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
