@@ -13,8 +13,8 @@
 //! sessions and keeps new ones from being made ([`LOCK_USER`]), then locks
 //! the user's sessions, the row every write to a session takes before its
 //! episodes or working memory: taken after those, a write racing the
-//! forget deadlocked with it and one of them failed. Then it holds the
-//! writers of the facts it deletes, as applying deltas does.
+//! forget deadlocked with it and one of them failed. Between the two it
+//! holds the writers of the facts it deletes, as applying deltas does.
 
 use super::sql::{Dialect, Param, Run, Sql, params};
 use crate::context::Tenant;
@@ -213,9 +213,8 @@ pub(super) async fn forget_in<C: Run>(
     ];
     if !forget.dry_run && C::DIALECT == Dialect::Postgres {
         conn.exec(&LOCK_USER, params).await?;
-        conn.exec(&LOCK_SESSIONS, params).await?;
-        // The facts go too: their writers first, app-wide ones ("") then
-        // the user's, in the order deltas take them.
+        // The facts go too: their writers are held, app-wide ones ("")
+        // then the user's, in the order deltas take them.
         for user in ["", forget.user.as_str()] {
             conn.exec(
                 &super::consolidation::HOLD_FACT_OWNER,
@@ -223,6 +222,7 @@ pub(super) async fn forget_in<C: Run>(
             )
             .await?;
         }
+        conn.exec(&LOCK_SESSIONS, params).await?;
     }
     let counts = ForgetCounts {
         sessions: conn.count(&COUNT_SESSIONS, params).await?,

@@ -3,6 +3,30 @@
 //! with its own migrations. The URL scheme chooses one at start-up. Nothing
 //! here knows about gRPC, and nothing here decides a domain rule: the store
 //! reports what it found and the domain says what that means.
+//!
+//! # Lock order on Postgres
+//!
+//! SQLite's single writer runs one transaction at a time. On Postgres the
+//! writers that take more than one lock take them in one order, so that
+//! two never each hold what the other waits for (Postgres then fails one
+//! of them, which a client would see as `INTERNAL`):
+//!
+//! 1. advisory locks, in this order: an import of the tenant
+//!    (`transfer::import`), a user being forgotten (`forget`), the tenant's
+//!    session creators, a rule, the writers of an owner's facts (in (app,
+//!    user) order), the counter of an owner's facts;
+//! 2. sessions' rows, in id order, before anything of theirs (episodes,
+//!    working memory): appends and their groups, evictions, ends, deletes,
+//!    cleanups and forgets all lock the session first;
+//! 3. then the rows a statement changes: memory heads in key order (a
+//!    group of sets), facts as their deltas resolve them (under their
+//!    owner's lock).
+//!
+//! A write that reads before it writes locks what it read (`FOR UPDATE`,
+//! or `FOR KEY SHARE` where it only needs the row to stay) or rechecks it
+//! in the writing statement, and a key another writer took meanwhile is a
+//! retry or a reason (`SESSION_CHANGED`, `SOURCE_CHANGED`), not an internal
+//! error. `tests/api/races.rs` and the `*_races.rs` files race these.
 
 use std::time::Duration;
 
