@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import PutOp
+from langgraph.store.memory import InMemoryStore
 
 from conftest import Server
 from engram_client import Engram
@@ -61,6 +62,50 @@ def test_put_get_search_list_delete(server: Server) -> None:
         ("users", "alice", "memories"),
         ("users", "bob", "memories"),
     ]
+    store.close()
+
+
+def test_filters_match_as_langgraphs_own_store(server: Server) -> None:
+    """The same items and filters in LangGraph's in-memory store and in
+    Engram's find the same keys: nested dicts match what holds their keys,
+    operators apply at any depth, lists match item by item."""
+    items: dict[str, dict[str, Any]] = {
+        "a": {"kind": "note", "meta": {"lang": "en", "score": 5, "tags": ["x", "y"]}, "n": 1},
+        "b": {"kind": "note", "meta": {"lang": "fr", "score": 9}, "n": "10"},
+        "c": {"kind": "todo", "meta": {"lang": "en", "score": 7, "owner": {"name": "alice"}}, "n": 2.5},
+        "d": {"kind": "todo", "meta": "plain", "n": True, "list": [{"k": 1, "j": 2}, 3]},
+        "e": {"kind": "note", "n": 0},
+    }
+    filters: list[dict[str, Any]] = [
+        {"kind": "note"},
+        {"meta": {"lang": "en"}},
+        {"meta": {"lang": "en", "score": 5}},
+        {"meta": {"score": {"$gt": 6}}},
+        {"meta": {"score": {"$gte": 5, "$lt": 9}}},
+        {"meta": {"owner": {"name": "alice"}}},
+        {"meta": {"owner": {}}},
+        {"meta": {}},
+        {"meta": {"tags": ["x", "y"]}},
+        {"meta": {"tags": ["x"]}},
+        {"list": [{"k": 1}, 3]},
+        {"n": {"$gt": 1.5}},
+        {"n": {"$lte": 1}},
+        {"n": {"$ne": 1}},
+        {"kind": {"$eq": "todo"}, "meta": {"lang": "en"}},
+        {"meta": "plain"},
+    ]
+    ns = ("filters",)
+    reference = InMemoryStore()
+    store = EngramStore(server.address, root=f"lgs-{uuid.uuid4().hex[:6]}")
+    for key, value in items.items():
+        reference.put(ns, key, value)
+        store.put(ns, key, value)
+    for wanted in filters:
+        expected = sorted(i.key for i in reference.search(ns, filter=wanted))
+        assert sorted(i.key for i in store.search(ns, filter=wanted)) == expected, wanted
+    # Where LangGraph's store raises (an ordering of a missing value),
+    # nothing matches.
+    assert store.search(ns, filter={"meta": {"missing": {"$gt": 1}}}) == []
     store.close()
 
 

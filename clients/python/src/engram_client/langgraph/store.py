@@ -15,15 +15,16 @@ escapes identifiers; an item is a key holding the item's value as it is, so
 the data reads the same from grpcurl and the CLI. ``search`` with a
 ``query`` asks Engram's SearchService (words, or meaning and words when
 the server has an embedder) over the scopes under the namespace prefix; without one it lists the namespaces' items, newest first.
-``filter`` compares values (equality, or ``$eq``, ``$ne``, ``$gt``,
-``$gte``, ``$lt``, ``$lte``). An item's ``created_at`` and ``updated_at`` are
+``filter`` compares values as LangGraph's in-memory store does: equality,
+nested dicts matching the values that hold their keys, and the operators
+``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte`` at any depth. An item's ``created_at`` and ``updated_at`` are
 both the time of its current version. TTLs are not supported.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from langgraph.store.base import (
@@ -171,34 +172,58 @@ def _scored(item: Item, score: float | None) -> SearchItem:
 
 
 def _compare(operator: str, actual: Any, wanted: Any) -> bool:
+    """One operator, as LangGraph's own stores apply it: ``$eq`` and ``$ne``
+    by equality, the orderings on numbers (numeric strings too); values
+    that are not numbers compare among their own kind, and a missing
+    value or one of another kind matches no ordering."""
     if operator == "$eq":
         return bool(actual == wanted)
     if operator == "$ne":
         return bool(actual != wanted)
+    if operator not in _ORDERINGS:
+        raise ValueError(f"Unsupported operator: {operator}")
     if actual is None:
         return False
-    if operator == "$gt":
-        return bool(actual > wanted)
-    if operator == "$gte":
-        return bool(actual >= wanted)
-    if operator == "$lt":
-        return bool(actual < wanted)
-    return bool(actual <= wanted)  # $lte
+    try:
+        return bool(_ORDERINGS[operator](float(actual), float(wanted)))
+    except (TypeError, ValueError):
+        if type(actual) is not type(wanted) or not isinstance(actual, str):
+            return False
+        return bool(_ORDERINGS[operator](actual, wanted))
 
 
-_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+_ORDERINGS: dict[str, Callable[[Any, Any], bool]] = {
+    "$gt": lambda a, b: a > b,
+    "$gte": lambda a, b: a >= b,
+    "$lt": lambda a, b: a < b,
+    "$lte": lambda a, b: a <= b,
+}
 
 
 def _matches(value: dict[str, Any], filter: dict[str, Any] | None) -> bool:
     """Whether a value passes a search filter."""
-    for field, wanted in (filter or {}).items():
-        actual = value.get(field)
-        if isinstance(wanted, dict) and wanted and all(k in _OPERATORS for k in wanted):
-            if not all(_compare(k, actual, v) for k, v in wanted.items()):
-                return False
-        elif actual != wanted:
-            return False
-    return True
+    return all(_agrees(value.get(field), wanted) for field, wanted in (filter or {}).items())
+
+
+def _agrees(actual: Any, wanted: Any) -> bool:
+    """A value against one filter entry, as LangGraph's in-memory store
+    compares them: a dict with ``$`` keys applies its operators; any other
+    dict matches a dict holding each of its keys with a value that agrees
+    (other keys may be there too), at any depth; a list matches a list of
+    as many items agreeing in order; anything else, an equal value."""
+    if isinstance(wanted, dict):
+        if any(key.startswith("$") for key in wanted):
+            return all(_compare(op, actual, operand) for op, operand in wanted.items())
+        return isinstance(actual, dict) and all(
+            _agrees(actual.get(key), inner) for key, inner in wanted.items()
+        )
+    if isinstance(wanted, (list, tuple)):
+        return (
+            isinstance(actual, (list, tuple))
+            and len(actual) == len(wanted)
+            and all(_agrees(a, w) for a, w in zip(actual, wanted))
+        )
+    return bool(actual == wanted)
 
 
 def _list_namespaces(
