@@ -49,7 +49,9 @@ fn replaces(episode: &Episode) -> Vec<String> {
 }
 
 /// The owner of the fact an episode makes under a rule.
-fn owner(rule: &Rule, episode: &Episode) -> (String, String) {
+/// Whose fact an episode's delta writes: (app, user), the user empty for
+/// a procedural rule's app-wide facts.
+pub fn owner(rule: &Rule, episode: &Episode) -> (String, String) {
     let user = match rule.kind {
         FactKind::Semantic => episode.user.clone(),
         FactKind::Procedural => String::new(),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use super::classify::{FactKey, classify, fact_key};
+use super::classify::{FactKey, classify, fact_key, owner};
 use super::ports::{Dedup, FactTx, Locked, RuleTx, RunRequest};
 use super::types::FactKind;
 use super::types::{Applied, Delta, RunOutcome};
@@ -123,6 +123,23 @@ pub(super) async fn run<T: RuleTx>(
         .into_iter()
         .filter(|episode| filter.matches(episode))
         .collect();
+    if !run.dry_run {
+        // The owners of the facts the run will read and write, held before
+        // they are read (see `FactTx::hold_owners`): read first, runs of two
+        // rules over the same episodes each found no fact for a subject and
+        // both added one, where one after the other updates it.
+        let mut owners: Vec<(String, String)> = matched
+            .iter()
+            .map(|episode| owner(&rule, episode))
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let owners: Vec<(&str, &str)> = owners
+            .iter()
+            .map(|(app, user)| (app.as_str(), user.as_str()))
+            .collect();
+        tx.hold_owners(tenant, &owners).await?;
+    }
     let mut keys: Vec<FactKey> = matched
         .iter()
         .filter_map(|episode| fact_key(&rule, episode))

@@ -1,5 +1,6 @@
 //! Writers of the same facts, raced: batches of deltas naming the same facts
-//! in other orders, and updates and deletes of one fact at once. Every call
+//! in other orders, updates and deletes of one fact at once, and runs of
+//! several rules over the same episodes. Every call
 //! succeeds or is refused as it would be alone, and each fact's history is
 //! one that some order of the calls would have written.
 
@@ -7,14 +8,14 @@ use engram::api::convert::json_to_proto;
 use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::memory_delta::Delta;
 use engram::proto::{
-    AddDelta, ApplyDeltasRequest, DeleteDelta, DeleteFactRequest, FactKind, FactPayload,
-    FactVersion, GetFactRequest, MemoryDelta, UpdateDelta,
+    AddDelta, ApplyDeltasRequest, CreateRuleRequest, DeleteDelta, DeleteFactRequest, FactKind,
+    FactPayload, FactVersion, GetFactRequest, MemoryDelta, RunRuleRequest, UpdateDelta,
 };
 use serde_json::json;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::consolidation::provenance;
+use crate::consolidation::{all_facts, batch, episode, provenance, rule};
 use crate::helpers::{Backend, TestServer, reason};
 use crate::on_both_stores;
 
@@ -193,7 +194,69 @@ async fn updates_and_deletes_of_one_fact_race(backend: Backend) {
     }
 }
 
+/// Three rules over the same episodes run at once, round after round: an
+/// episode about a subject the owner has a live fact for updates it, so
+/// each subject keeps one live fact, as when the runs go one at a time.
+/// (Each run read the owner's facts before another's add committed, and
+/// each added one.)
+async fn runs_of_rules_over_one_subject_keep_one_fact(backend: Backend) {
+    const ROUNDS: usize = 20;
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.consolidation();
+    for id in ["r1", "r2", "r3"] {
+        client
+            .create_rule(CreateRuleRequest {
+                rule: Some(rule(id, "metadata.learn = true", false)),
+            })
+            .await
+            .expect("create rule");
+    }
+    let mut episodes = server.episodes();
+    for round in 0..ROUNDS {
+        let about =
+            json!({"learn": true, "subject": format!("s{}", round % 4), "predicate": "likes"});
+        episodes
+            .append_episodes(batch(
+                "learning",
+                "alice",
+                vec![episode(&format!("e{round}"), "note", about)],
+            ))
+            .await
+            .expect("append");
+        let runs: Vec<_> = ["r1", "r2", "r3"]
+            .into_iter()
+            .map(|id| {
+                let mut client = server.consolidation();
+                tokio::spawn(async move {
+                    client
+                        .run_rule(RunRuleRequest {
+                            rule_id: id.to_owned(),
+                            dry_run: false,
+                            max_episodes: 0,
+                        })
+                        .await
+                })
+            })
+            .collect();
+        for run in runs {
+            run.await.expect("run task").expect("run");
+        }
+    }
+    let facts = all_facts(&mut client).await;
+    let mut subjects: Vec<String> = facts
+        .iter()
+        .filter_map(|f| {
+            f.current
+                .as_ref()
+                .map(|v| format!("{}/{}", v.subject, v.predicate))
+        })
+        .collect();
+    subjects.sort();
+    assert_eq!(subjects, ["s0/likes", "s1/likes", "s2/likes", "s3/likes"]);
+}
+
 on_both_stores!(
     batches_update_the_same_facts_in_other_orders,
     updates_and_deletes_of_one_fact_race,
+    runs_of_rules_over_one_subject_keep_one_fact,
 );
