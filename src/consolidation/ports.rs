@@ -4,7 +4,7 @@
 //! backend. The store supplies the primitives and never decides anything
 //! about episodes or facts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -254,6 +254,17 @@ pub trait RuleTx: FactTx {
         up_to: i64,
         limit: i64,
     ) -> impl Future<Output = Result<Vec<Episode>>> + Send;
+
+    /// Which of these episodes (by id) are stored now. A run asks once
+    /// it holds its owners, so an episode that a forget removed after
+    /// `episodes` read it (the forget holds the same owners first) is not
+    /// made a fact of a forgotten user. On SQLite the single writer read
+    /// them in this same transaction alone: all of them.
+    fn still_stored(
+        &mut self,
+        tenant: &Tenant,
+        ids: &[String],
+    ) -> impl Future<Output = Result<HashSet<String>>> + Send;
 
     /// Moves the rule's watermark and counts what it promoted.
     fn advance(

@@ -119,7 +119,7 @@ pub(super) async fn run<T: RuleTx>(
         _ => up_to,
     };
     let scanned = episodes.len() as i64;
-    let matched: Vec<Episode> = episodes
+    let mut matched: Vec<Episode> = episodes
         .into_iter()
         .filter(|episode| filter.matches(episode))
         .collect();
@@ -139,6 +139,11 @@ pub(super) async fn run<T: RuleTx>(
             .map(|(app, user)| (app.as_str(), user.as_str()))
             .collect();
         tx.hold_owners(tenant, &owners).await?;
+        // A forget holds the same owners before it deletes: what it took
+        // since the read above is not promoted (its facts would outlive it).
+        let ids: Vec<String> = matched.iter().map(|episode| episode.id.clone()).collect();
+        let stored = tx.still_stored(tenant, &ids).await?;
+        matched.retain(|episode| stored.contains(&episode.id));
     }
     let mut keys: Vec<FactKey> = matched
         .iter()

@@ -177,6 +177,9 @@ mod dialect {
          ORDER BY w.ord, f.create_time FOR UPDATE OF f",
     );
 
+    pub(super) static PG_STORED_EPISODES: Sql =
+        Sql::new("SELECT id FROM episodes WHERE tenant = $1 AND id = ANY($2::text[])");
+
     pub(super) static SQLITE_RESOLVE: Sql = Sql::new(
         "SELECT f.id FROM facts f WHERE f.tenant = $1 AND f.app = $2 AND f.user_id = $3 \
          AND NOT f.deleted AND (f.id = $4 OR f.id IN (SELECT s.fact_id FROM fact_sources s \
@@ -635,6 +638,21 @@ impl<T: Transaction> RuleTx for FactsTx<T> {
                 episode_row,
             )
             .await
+    }
+
+    async fn still_stored(&mut self, tenant: &Tenant, ids: &[String]) -> Result<HashSet<String>> {
+        if T::DIALECT == Dialect::Sqlite || ids.is_empty() {
+            return Ok(ids.iter().cloned().collect());
+        }
+        let found = self
+            .0
+            .all(
+                &dialect::PG_STORED_EPISODES,
+                params![tenant.as_str(), ids],
+                |row| row.text(0),
+            )
+            .await?;
+        Ok(found.into_iter().collect())
     }
 
     async fn advance(
