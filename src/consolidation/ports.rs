@@ -143,9 +143,10 @@ pub trait ConsolidationStore: Clone + Send + Sync + 'static {
 /// The fact primitives a backend runs inside one transaction.
 pub trait FactTx: Send {
     /// Keeps every other transaction that changes these owners' facts
-    /// (applying deltas, forgetting a user) out until this one ends, so
-    /// that such transactions, each taking its owners in order, never hold
-    /// facts the other waits for. `owners` are (app, user), sorted.
+    /// (applying deltas, a rule run, forgetting a user) out until this one
+    /// ends, so that two never hold facts the other waits for. `owners` are
+    /// (app, user), in any order; taken again within a transaction, only
+    /// owners it already holds.
     fn hold_owners(
         &mut self,
         tenant: &Tenant,

@@ -27,9 +27,7 @@ pub(super) async fn apply<T: FactTx>(
     deltas: &[Delta],
     now: DateTime<Utc>,
 ) -> Result<Applied> {
-    let mut owners: Vec<(&str, &str)> = deltas.iter().filter_map(Delta::owner).collect();
-    owners.sort_unstable();
-    owners.dedup();
+    let owners: Vec<(&str, &str)> = deltas.iter().filter_map(Delta::owner).collect();
     tx.hold_owners(tenant, &owners).await?;
     let mut applied = Applied::default();
     for delta in deltas {
@@ -128,12 +126,10 @@ pub(super) async fn run<T: RuleTx>(
         // they are read (see `FactTx::hold_owners`): read first, runs of two
         // rules over the same episodes each found no fact for a subject and
         // both added one, where one after the other updates it.
-        let mut owners: Vec<(String, String)> = matched
+        let owners: Vec<(String, String)> = matched
             .iter()
             .map(|episode| owner(&rule, episode))
             .collect();
-        owners.sort_unstable();
-        owners.dedup();
         let owners: Vec<(&str, &str)> = owners
             .iter()
             .map(|(app, user)| (app.as_str(), user.as_str()))

@@ -371,24 +371,62 @@ static LOCK_FACT_OWNER: Sql = Sql::new(
      || '/' || $3 || '/' || $4, 0))",
 );
 
-/// The writers of an owner's stored facts, one at a time until its
-/// transaction ends ($1 tenant, $2 app, $3 user); forgetting a user takes
-/// it too (`store::forget`).
-pub(super) static HOLD_FACT_OWNER: Sql = Sql::new(
-    "SELECT pg_advisory_xact_lock(hashtextextended('engram.fact-writers/' || $1 || '/' || $2 \
-     || '/' || $3, 0))",
+/// How many locks the writers of one tenant's facts are spread over. An
+/// owner's writers take one of them ([`writer_bucket`]), so a batch or a
+/// rule run over a thousand owners takes at most this many, always in
+/// bucket order: Postgres keeps advisory locks in a shared table that its
+/// default settings size for 64 per connection, which a lock per owner
+/// would run out of. Owners that share a bucket only wait for each other.
+const WRITER_BUCKETS: u64 = 64;
+
+/// The bucket of an owner's fact writers: FNV-1a over app and user, the
+/// same in every replica and release (the standard library's hashers may
+/// change between releases, and replicas must agree).
+fn writer_bucket(app: &str, user: &str) -> i64 {
+    let hash = app
+        .bytes()
+        .chain([0])
+        .chain(user.bytes())
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    // Below WRITER_BUCKETS, so it fits.
+    (hash % WRITER_BUCKETS) as i64
+}
+
+/// Parameters: $1 tenant, $2 bucket.
+static HOLD_FACT_WRITERS: Sql = Sql::new(
+    "SELECT pg_advisory_xact_lock(hashtextextended('engram.fact-writers/' || $1 || '/' || $2, 0))",
 );
+
+/// Keeps every other writer of these owners' stored facts (applying
+/// deltas, a rule run, forgetting a user) waiting until the transaction
+/// ends, on Postgres; SQLite's single writer is alone. Owners come in any
+/// order; their buckets are taken in one.
+pub(super) async fn hold_fact_writers<C: Run>(
+    conn: &mut C,
+    tenant: &Tenant,
+    owners: &[(&str, &str)],
+) -> Result<()> {
+    if C::DIALECT != Dialect::Postgres {
+        return Ok(());
+    }
+    let mut buckets: Vec<i64> = owners
+        .iter()
+        .map(|(app, user)| writer_bucket(app, user))
+        .collect();
+    buckets.sort_unstable();
+    buckets.dedup();
+    for bucket in buckets {
+        conn.exec(&HOLD_FACT_WRITERS, params![tenant.as_str(), bucket])
+            .await?;
+    }
+    Ok(())
+}
 
 impl<T: Transaction> FactTx for FactsTx<T> {
     async fn hold_owners(&mut self, tenant: &Tenant, owners: &[(&str, &str)]) -> Result<()> {
-        if T::DIALECT == Dialect::Postgres {
-            for (app, user) in owners {
-                self.0
-                    .exec(&HOLD_FACT_OWNER, params![tenant.as_str(), *app, *user])
-                    .await?;
-            }
-        }
-        Ok(())
+        hold_fact_writers(&mut self.0, tenant, owners).await
     }
 
     async fn count_owned_facts(
@@ -816,5 +854,26 @@ impl<B: Backend> ConsolidationStore for B {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Some((fact, versions)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_buckets_are_fixed_and_in_range() {
+        // Fixed values: replicas of any release must agree on them.
+        assert_eq!(writer_bucket("app", "alice"), writer_bucket("app", "alice"));
+        assert_ne!(writer_bucket("app", "alice"), writer_bucket("appa", "lice"));
+        let all: std::collections::HashSet<i64> = (0..1000)
+            .map(|n| writer_bucket("app", &format!("user{n}")))
+            .collect();
+        assert!(all.iter().all(|b| (0..WRITER_BUCKETS as i64).contains(b)));
+        assert_eq!(
+            all.len(),
+            WRITER_BUCKETS as usize,
+            "a thousand owners fill every bucket"
+        );
     }
 }

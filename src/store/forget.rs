@@ -213,15 +213,15 @@ pub(super) async fn forget_in<C: Run>(
     ];
     if !forget.dry_run && C::DIALECT == Dialect::Postgres {
         conn.exec(&LOCK_USER, params).await?;
-        // The facts go too: their writers are held, app-wide ones ("")
-        // then the user's, in the order deltas take them.
-        for user in ["", forget.user.as_str()] {
-            conn.exec(
-                &super::consolidation::HOLD_FACT_OWNER,
-                params![tenant.as_str(), forget.app.as_str(), user],
-            )
-            .await?;
-        }
+        // The facts go too: their writers are held, the app-wide ones
+        // ("") and the user's, as deltas hold them.
+        let app = forget.app.as_str();
+        super::consolidation::hold_fact_writers(
+            conn,
+            tenant,
+            &[(app, ""), (app, forget.user.as_str())],
+        )
+        .await?;
         conn.exec(&LOCK_SESSIONS, params).await?;
     }
     let counts = ForgetCounts {

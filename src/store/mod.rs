@@ -13,8 +13,9 @@
 //!
 //! 1. advisory locks, in this order: an import of the tenant
 //!    (`transfer::import`), a user being forgotten (`forget`), the tenant's
-//!    session creators, a rule, the writers of an owner's facts (in (app,
-//!    user) order), the counter of an owner's facts;
+//!    session creators, a rule, the writers of owners' facts (in bucket
+//!    order, `consolidation::hold_fact_writers`), the counter of an owner's
+//!    facts;
 //! 2. sessions' rows, in id order, before anything of theirs (episodes,
 //!    working memory): appends and their groups, evictions, ends, deletes,
 //!    cleanups and forgets all lock the session first;

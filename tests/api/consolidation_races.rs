@@ -255,6 +255,105 @@ async fn runs_of_rules_over_one_subject_keep_one_fact(backend: Backend) {
     assert_eq!(subjects, ["s0/likes", "s1/likes", "s2/likes", "s3/likes"]);
 }
 
+/// A batch over the facts of 200 owners holds its owners through at most
+/// 64 advisory locks (Postgres keeps them in a shared table that its
+/// default settings size for 64 per connection, so a lock per owner would
+/// run it out under a few such batches). Seen in `pg_locks` while the
+/// batch waits for a fact the test holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_over_many_owners_takes_few_locks() {
+    const OWNERS: usize = 200;
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let mut client = server.consolidation();
+    let adds = (0..OWNERS)
+        .map(|n| MemoryDelta {
+            delta: Some(Delta::Add(AddDelta {
+                fact_payload: Some(FactPayload {
+                    user: format!("u{n}"),
+                    ..payload("s", "first")
+                }),
+                provenance: Some(provenance(&["e"])),
+            })),
+        })
+        .collect();
+    let facts = client
+        .apply_deltas(ApplyDeltasRequest { deltas: adds })
+        .await
+        .expect("add")
+        .into_inner()
+        .fact_ids;
+    let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut db)
+        .await
+        .expect("begin");
+    sqlx::query("SELECT 1 FROM facts WHERE id = $1 FOR UPDATE")
+        .bind(&facts[OWNERS - 1])
+        .execute(&mut db)
+        .await
+        .expect("hold the last fact");
+    let updates: Vec<MemoryDelta> = facts
+        .iter()
+        .enumerate()
+        .map(|(n, fact)| MemoryDelta {
+            delta: Some(Delta::Update(UpdateDelta {
+                fact_payload: Some(FactPayload {
+                    user: format!("u{n}"),
+                    ..payload("s", "second")
+                }),
+                replaces: vec![fact.clone()],
+                provenance: Some(provenance(&["e"])),
+            })),
+        })
+        .collect();
+    let mut writer = server.consolidation();
+    let batch = tokio::spawn(async move {
+        writer
+            .apply_deltas(ApplyDeltasRequest { deltas: updates })
+            .await
+    });
+    let mut watcher = <sqlx::PgConnection as sqlx::Connection>::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let held = loop {
+        // The advisory locks of the backend of this database that waits.
+        let held: Option<i64> = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM pg_locks a WHERE a.pid = w.pid \
+               AND a.locktype = 'advisory' AND a.granted) \
+             FROM pg_locks w JOIN pg_stat_activity s ON s.pid = w.pid \
+             WHERE NOT w.granted AND s.datname = current_database() LIMIT 1",
+        )
+        .fetch_optional(&mut watcher)
+        .await
+        .expect("read pg_locks");
+        if let Some(held) = held {
+            break held;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut db)
+        .await
+        .expect("rollback");
+    let applied = batch
+        .await
+        .expect("batch task")
+        .expect("apply")
+        .into_inner();
+    assert_eq!(applied.facts_updated, OWNERS as i64);
+    assert!(
+        (1..=64).contains(&held),
+        "{held} advisory locks for {OWNERS} owners"
+    );
+}
+
 on_both_stores!(
     batches_update_the_same_facts_in_other_orders,
     updates_and_deletes_of_one_fact_race,
