@@ -159,13 +159,17 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
+    let mut last = None;
     for _ in 0..300 {
         match call().await {
             Ok(value) => return value,
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(status) => {
+                last = Some(status);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
-    panic!("{what} kept failing for 30 s after the faults ended");
+    panic!("{what} kept failing for 30 s after the faults ended; the last error: {last:?}");
 }
 
 async fn run(name: &str, scenario: Scenario) {
