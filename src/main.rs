@@ -166,7 +166,7 @@ async fn reembed(args: ConfigArgs) -> anyhow::Result<()> {
     let _telemetry = engram::telemetry::init(config.log_format)?;
     let terminal = std::io::stderr().is_terminal();
     let mut shown = None;
-    let embedded = engram::server::reembed(&config, |p| {
+    let backfilled = engram::server::reembed(&config, |p| {
         let percent = (p.done * 100).checked_div(p.total).unwrap_or(100);
         let line = format!(
             "engram reembed: {:<8} {:>9} of {:<9} {:>3}%",
@@ -188,7 +188,14 @@ async fn reembed(args: ConfigArgs) -> anyhow::Result<()> {
         let _ = std::io::stderr().flush();
     })
     .await?;
-    eprintln!("engram reembed: {embedded} items embedded");
+    if backfilled.busy > 0 {
+        eprintln!(
+            "engram reembed: {} items were held by other writers throughout (most often \
+             deleting them); run reembed again to embed those still live",
+            backfilled.busy
+        );
+    }
+    eprintln!("engram reembed: {} items embedded", backfilled.embedded);
     Ok(())
 }
 

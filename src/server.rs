@@ -123,11 +123,11 @@ pub async fn migrate(config: &Config, grant_to: Option<&str>) -> anyhow::Result<
 
 /// Embeds the live items with no vector of the configured embedder's model
 /// (written before it was configured, or under another model), telling
-/// `progress` after each batch; returns how many it embedded.
+/// `progress` after each batch.
 pub async fn reembed(
     config: &Config,
     progress: impl FnMut(crate::search::worker::Progress),
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<crate::search::worker::Backfilled> {
     let settings = config.embedder.clone().ok_or_else(|| {
         anyhow::anyhow!("reembed needs --embedder-url and --embedder-model (ENGRAM_EMBEDDER_URL)")
     })?;
@@ -163,7 +163,7 @@ async fn reembed_on<S: Store>(
     embedder: &OpenAiEmbedder,
     batch: usize,
     progress: impl FnMut(crate::search::worker::Progress),
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<crate::search::worker::Backfilled> {
     match config.migrate {
         MigrateMode::Auto => store.migrate().await.context("cannot apply migrations")?,
         MigrateMode::Off => store

@@ -86,6 +86,17 @@ pub struct Embedded {
     pub outbox: Option<i64>,
 }
 
+/// What [`EmbeddingStore::store_vectors`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// How many vectors it stored.
+    pub vectors: usize,
+    /// Where in its `done` the items are that another transaction held
+    /// (most often about to delete them): nothing was stored on them or
+    /// removed from the outbox, for the caller to try again.
+    pub busy: Vec<usize>,
+}
+
 /// An encoded vector and the input it was computed from: stored only on an
 /// item that still reads as that input, since a reference names a place
 /// that a purge and a new write (or a deleted session made again) can
@@ -121,12 +132,19 @@ pub trait EmbeddingStore: Clone + Send + Sync + 'static {
     /// clears the vectors of the item's older versions; removes the
     /// outbox entries named, for as long as `claim` holds them. An entry
     /// with no vector (its item is gone) is only removed.
+    ///
+    /// It never waits for a row another transaction holds (Postgres): an
+    /// item held is left as it is, its entry still claimed, and reported
+    /// busy; an older version or an entry held is left to its holder. A
+    /// background writer that waited while holding the rows of a batch
+    /// would deadlock with a purge or a forget taking the same rows in
+    /// another order, and Postgres might fail the client's call.
     fn store_vectors(
         &self,
         claim: Option<&str>,
         model: &str,
         done: &[Embedded],
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<Stored>> + Send;
 
     /// Gives claimed entries back, due again at `due`.
     fn release_pending(

@@ -142,10 +142,19 @@ impl<S: EmbeddingStore> Worker<S> {
                 outbox: Some(entry.id),
             })
             .collect();
-        self.store
+        let stored = self
+            .store
             .store_vectors(Some(&self.claim), self.embedder.model(), &done)
             .await?;
-        crate::metrics::global().embedded(done.iter().filter(|d| d.vector.is_some()).count());
+        crate::metrics::global().embedded(stored.vectors);
+        if !stored.busy.is_empty() {
+            // Most often a purge or a forget is deleting them: the next
+            // attempt finds them gone, or stores their vectors.
+            let busy: Vec<Pending> = stored.busy.iter().map(|&at| pending[at].clone()).collect();
+            self.store
+                .release_pending(&self.claim, &busy, Utc::now() + FIRST_BACKOFF)
+                .await?;
+        }
         Ok(pending.len())
     }
 
@@ -205,19 +214,34 @@ pub struct Progress {
     pub total: u64,
 }
 
+/// What a backfill did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backfilled {
+    /// Items whose vectors it stored.
+    pub embedded: u64,
+    /// Items other writers kept holding (most often deleting them): a
+    /// later run embeds those still live.
+    pub busy: u64,
+}
+
+/// How often a backfill tries again to store on items another writer
+/// holds, after waits of [`BUSY_WAIT`] doubling.
+const BUSY_TRIES: u32 = 5;
+const BUSY_WAIT: Duration = Duration::from_millis(50);
+
 /// Embeds every live item with no vector of the embedder's model and not
 /// waiting in the outbox, source by source, `batch` items per call;
-/// `progress` hears after each batch. Returns how many it embedded.
+/// `progress` hears after each batch.
 pub async fn reembed<S: EmbeddingStore>(
     store: &S,
     embedder: &dyn Embedder,
     batch: usize,
     mut progress: impl FnMut(Progress),
-) -> Result<u64> {
+) -> Result<Backfilled> {
     let model = embedder.model();
     store.set_embedder(model).await?;
     let batch = batch.max(1);
-    let mut embedded = 0;
+    let mut backfilled = Backfilled::default();
     for source in Source::ALL {
         let total = u64::try_from(store.count_unembedded(source, model).await?).unwrap_or(0);
         let mut done = 0;
@@ -258,9 +282,10 @@ pub async fn reembed<S: EmbeddingStore>(
                     outbox: None,
                 })
                 .collect();
-            store.store_vectors(None, model, &stored).await?;
             done += stored.len() as u64;
-            embedded += stored.len() as u64;
+            let (vectors, busy) = store_waiting_out(store, model, stored).await?;
+            backfilled.embedded += vectors;
+            backfilled.busy += busy;
             progress(Progress {
                 source,
                 done,
@@ -268,7 +293,30 @@ pub async fn reembed<S: EmbeddingStore>(
             });
         }
     }
-    Ok(embedded)
+    Ok(backfilled)
+}
+
+/// Stores a backfill's vectors, trying again a few times on items another
+/// writer holds; returns how many it stored and how many stayed held.
+async fn store_waiting_out<S: EmbeddingStore>(
+    store: &S,
+    model: &str,
+    mut vectors: Vec<Embedded>,
+) -> Result<(u64, u64)> {
+    let mut stored = 0;
+    let mut wait = BUSY_WAIT;
+    let mut tries = 1;
+    loop {
+        let report = store.store_vectors(None, model, &vectors).await?;
+        stored += report.vectors as u64;
+        if report.busy.is_empty() || tries == BUSY_TRIES {
+            return Ok((stored, report.busy.len() as u64));
+        }
+        vectors = report.busy.iter().map(|&at| vectors[at].clone()).collect();
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+        tries += 1;
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! (each backend's triggers, migrations `postgres/0010` and `sqlite/0008`),
 //! the claims the workers of every replica take on it, the vectors on the
 //! items' rows, and the candidates of a semantic search. One statement text
-//! each, but the claim: Postgres skips rows another replica has locked,
+//! each, but where the worker takes rows: Postgres skips rows another
+//! transaction has locked (another replica's claim, a purge or a forget
+//! deleting an item), so that the worker never waits while it holds rows;
 //! SQLite's single writer has no one to skip.
 
 use chrono::{DateTime, Utc};
@@ -15,7 +17,9 @@ use super::sql::{Backend, Cols, Dialect, Param, Run, Sql, Transaction, params, s
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::search::embedder::input;
-use crate::search::ports::{Embedded, EmbeddingStore, ItemRef, MAX_VECTORS, Pending, Vector};
+use crate::search::ports::{
+    Embedded, EmbeddingStore, ItemRef, MAX_VECTORS, Pending, Stored, Vector,
+};
 use crate::search::{Filters, Item, Source};
 
 static SET_EMBEDDER: Sql = Sql::new(
@@ -45,6 +49,13 @@ static RELEASE: Sql = Sql::new(
 
 static DONE: Sql = Sql::new("DELETE FROM embedding_outbox WHERE id = $1 AND claim = $2");
 
+/// The same, unless another transaction holds the entry (a forget deleting
+/// it): the worker waits for no one (see `store_vectors`).
+static DONE_PG: Sql = Sql::new(
+    "DELETE FROM embedding_outbox WHERE id = \
+     (SELECT id FROM embedding_outbox WHERE id = $1 AND claim = $2 FOR UPDATE SKIP LOCKED)",
+);
+
 static PENDING_COUNT: Sql = Sql::new("SELECT count(*) FROM embedding_outbox");
 
 /// Parameters: $1 tenant, $2 scope type, $3 scope, $4 key, $5 version, $6
@@ -55,11 +66,27 @@ static STORE_MEMORY: Sql = Sql::new(
      AND NOT deleted",
 );
 
-static CLEAR_MEMORY: Sql = Sql::new(
+macro_rules! older_memory {
+    () => {
+        "tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4 AND version < $5 \
+         AND embedding IS NOT NULL"
+    };
+}
+
+static CLEAR_MEMORY: Sql = Sql::new(concat!(
+    "UPDATE memory_versions SET embedding = NULL, embedding_model = NULL WHERE ",
+    older_memory!()
+));
+
+/// The same, but for the versions another transaction holds (a purge
+/// deleting them): the worker waits for no one (see `store_vectors`).
+static CLEAR_MEMORY_PG: Sql = Sql::new(concat!(
     "UPDATE memory_versions SET embedding = NULL, embedding_model = NULL \
-     WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4 AND version < $5 \
-     AND embedding IS NOT NULL",
-);
+     WHERE (tenant, scope_type, scope, key, version) IN \
+     (SELECT tenant, scope_type, scope, key, version FROM memory_versions WHERE ",
+    older_memory!(),
+    " FOR UPDATE SKIP LOCKED)"
+));
 
 /// Parameters: $1 tenant, $2 fact id, $3 version, $4 the vector, $5 the
 /// model.
@@ -68,10 +95,24 @@ static STORE_FACT: Sql = Sql::new(
      WHERE tenant = $1 AND fact_id = $2 AND version = $3 AND NOT deleted",
 );
 
-static CLEAR_FACT: Sql = Sql::new(
+macro_rules! older_fact {
+    () => {
+        "tenant = $1 AND fact_id = $2 AND version < $3 AND embedding IS NOT NULL"
+    };
+}
+
+static CLEAR_FACT: Sql = Sql::new(concat!(
+    "UPDATE fact_versions SET embedding = NULL, embedding_model = NULL WHERE ",
+    older_fact!()
+));
+
+static CLEAR_FACT_PG: Sql = Sql::new(concat!(
     "UPDATE fact_versions SET embedding = NULL, embedding_model = NULL \
-     WHERE tenant = $1 AND fact_id = $2 AND version < $3 AND embedding IS NOT NULL",
-);
+     WHERE (tenant, fact_id, version) IN \
+     (SELECT tenant, fact_id, version FROM fact_versions WHERE ",
+    older_fact!(),
+    " FOR UPDATE SKIP LOCKED)"
+));
 
 /// Parameters: $1 tenant, $2 session, $3 seq, $4 the vector, $5 the model.
 static STORE_EPISODE: Sql = Sql::new(
@@ -124,10 +165,11 @@ static EPISODE_ITEM: Sql = Sql::new(episode_item!());
 /// The same, the row the vector goes on locked until the storing
 /// transaction ends (Postgres; SQLite's single writer is alone): a purge
 /// or a delete then waits, and a new item cannot take the place between
-/// the check of its input and the store.
-static MEMORY_ITEM_HELD: Sql = Sql::new(concat!(memory_item!(), " FOR UPDATE OF v"));
-static FACT_ITEM_HELD: Sql = Sql::new(concat!(fact_item!(), " FOR UPDATE OF v"));
-static EPISODE_ITEM_HELD: Sql = Sql::new(concat!(episode_item!(), " FOR UPDATE"));
+/// the check of its input and the store. A row another transaction holds
+/// is skipped, not waited for (see `store_vectors`).
+static MEMORY_ITEM_HELD: Sql = Sql::new(concat!(memory_item!(), " FOR UPDATE OF v SKIP LOCKED"));
+static FACT_ITEM_HELD: Sql = Sql::new(concat!(fact_item!(), " FOR UPDATE OF v SKIP LOCKED"));
+static EPISODE_ITEM_HELD: Sql = Sql::new(concat!(episode_item!(), " FOR UPDATE SKIP LOCKED"));
 
 /// Unembedded live items after a position, every tenant's. Parameters:
 /// $1 model, $2 limit, then the position.
@@ -321,6 +363,30 @@ async fn fetch<C: Run>(
     row?.map(|row| self::item(source, &row)).transpose()
 }
 
+/// What the storing transaction finds at an item's place.
+enum Place {
+    /// The live item, read as the embedder's input, its row now held by
+    /// this transaction (Postgres).
+    Held(String),
+    /// Deleted, purged, or no longer the current version.
+    Gone,
+    /// Live, but another transaction holds its row.
+    Busy,
+}
+
+/// Takes the item's row if it is live and no one else holds it.
+async fn hold<C: Run>(conn: &mut C, tenant: &Tenant, item: &ItemRef) -> Result<Place> {
+    if let Some(found) = fetch(conn, tenant, item, true).await? {
+        return Ok(Place::Held(self::input(&found)));
+    }
+    // Skipping a held row reads it as none: read it again, unlocked, to
+    // tell the two apart.
+    if C::DIALECT == Dialect::Postgres && fetch(conn, tenant, item, false).await?.is_some() {
+        return Ok(Place::Busy);
+    }
+    Ok(Place::Gone)
+}
+
 /// The live items named, in order, each kept as `keep` makes it before
 /// the next is read.
 async fn each_item<T>(
@@ -378,62 +444,76 @@ impl<B: Backend> EmbeddingStore for B {
         claim: Option<&str>,
         model: &str,
         done: &[Embedded],
-    ) -> Result<()> {
+    ) -> Result<Stored> {
+        let postgres = <B::Conn as Run>::DIALECT == Dialect::Postgres;
+        let (clear_memory, clear_fact, remove) = if postgres {
+            (&CLEAR_MEMORY_PG, &CLEAR_FACT_PG, &DONE_PG)
+        } else {
+            (&CLEAR_MEMORY, &CLEAR_FACT, &DONE)
+        };
+        let mut stored = Stored::default();
         let mut tenants: Vec<&Tenant> = done.iter().map(|d| &d.tenant).collect();
         tenants.sort();
         tenants.dedup();
         for tenant in tenants {
             let t = tenant.as_str();
             let mut tx = self.begin(tenant).await?;
-            for embedded in done.iter().filter(|d| &d.tenant == tenant) {
-                if let Some(Vector { input, encoded }) = &embedded.vector
-                    && fetch(&mut tx, tenant, &embedded.item, true)
-                        .await?
-                        .is_some_and(|item| self::input(&item) == *input)
-                {
-                    let vector = encoded.as_slice();
-                    match &embedded.item {
-                        ItemRef::Memory {
-                            scope_type,
-                            scope,
-                            key,
-                            version,
-                        } => {
-                            let stored = tx
-                                .exec(
+            for (at, embedded) in done.iter().enumerate() {
+                if &embedded.tenant != tenant {
+                    continue;
+                }
+                if let Some(Vector { input, encoded }) = &embedded.vector {
+                    let read = match hold(&mut tx, tenant, &embedded.item).await? {
+                        Place::Busy => {
+                            stored.busy.push(at);
+                            continue;
+                        }
+                        Place::Gone => None,
+                        Place::Held(read) => Some(read),
+                    };
+                    if read.as_ref() == Some(input) {
+                        let vector = encoded.as_slice();
+                        match &embedded.item {
+                            ItemRef::Memory {
+                                scope_type,
+                                scope,
+                                key,
+                                version,
+                            } => {
+                                tx.exec(
                                     &STORE_MEMORY,
                                     params![t, *scope_type, scope, key, *version, vector, model],
                                 )
                                 .await?;
-                            if stored > 0 {
                                 tx.exec(
-                                    &CLEAR_MEMORY,
+                                    clear_memory,
                                     params![t, *scope_type, scope, key, *version],
                                 )
                                 .await?;
                             }
-                        }
-                        ItemRef::Fact { id, version } => {
-                            let stored = tx
-                                .exec(&STORE_FACT, params![t, id, *version, vector, model])
+                            ItemRef::Fact { id, version } => {
+                                tx.exec(&STORE_FACT, params![t, id, *version, vector, model])
+                                    .await?;
+                                tx.exec(clear_fact, params![t, id, *version]).await?;
+                            }
+                            ItemRef::Episode { session_id, seq } => {
+                                tx.exec(
+                                    &STORE_EPISODE,
+                                    params![t, session_id, *seq, vector, model],
+                                )
                                 .await?;
-                            if stored > 0 {
-                                tx.exec(&CLEAR_FACT, params![t, id, *version]).await?;
                             }
                         }
-                        ItemRef::Episode { session_id, seq } => {
-                            tx.exec(&STORE_EPISODE, params![t, session_id, *seq, vector, model])
-                                .await?;
-                        }
+                        stored.vectors += 1;
                     }
                 }
                 if let (Some(id), Some(claim)) = (embedded.outbox, claim) {
-                    tx.exec(&DONE, params![id, claim]).await?;
+                    tx.exec(remove, params![id, claim]).await?;
                 }
             }
             tx.commit().await?;
         }
-        Ok(())
+        Ok(stored)
     }
 
     async fn release_pending(

@@ -54,14 +54,16 @@ macro_rules! keys_ever {
 
 /// Records, before a purge deletes them, the oldest version each target
 /// key loses (merged with what earlier purges took). Parameters as
-/// `purge_victim!`, and $9 now.
+/// `purge_victim!`, and $9 now. In key order, so that purges of one scope
+/// that share keys take their rows in one order (in the order of a hash
+/// table, which differs with the keys that share it, two deadlocked).
 pub(super) static RECORD_PURGES: Sql = Sql::new(concat!(
     "INSERT INTO memory_purges (tenant, scope_type, scope, key, first_revision, first_time, \
      purge_time) \
      SELECT $1, $2, $3, v.key, min(v.revision), min(v.create_time), $9 FROM memory_versions v \
      JOIN memory_heads h USING (tenant, scope_type, scope, key) WHERE ",
     purge_victim!(),
-    " GROUP BY v.key \
+    " GROUP BY v.key ORDER BY v.key \
      ON CONFLICT (tenant, scope_type, scope, key) DO UPDATE SET \
        first_revision = CASE WHEN EXCLUDED.first_revision < memory_purges.first_revision \
          THEN EXCLUDED.first_revision ELSE memory_purges.first_revision END, \

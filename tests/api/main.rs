@@ -9,6 +9,7 @@ mod cli;
 mod console;
 mod consolidation;
 mod consolidation_races;
+mod embedding_races;
 mod forget;
 mod helpers;
 mod history_memory;

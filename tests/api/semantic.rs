@@ -27,7 +27,7 @@ use crate::search::{NS, append, episode, name, names, search, set};
 const DIMENSIONS: usize = 256;
 
 #[derive(Clone, Default)]
-struct Fake {
+pub(crate) struct Fake {
     /// Successful embeddings per text.
     embedded: Arc<Mutex<HashMap<String, usize>>>,
     /// Statuses to answer with, one per call, before answering normally.
@@ -39,13 +39,13 @@ struct Fake {
     models: Arc<Mutex<Vec<String>>>,
     /// A call with an input holding this word waits for `release`, once it
     /// has told `arrived`.
-    gate: Arc<Mutex<Option<String>>>,
-    arrived: Arc<tokio::sync::Notify>,
-    release: Arc<tokio::sync::Notify>,
+    pub(crate) gate: Arc<Mutex<Option<String>>>,
+    pub(crate) arrived: Arc<tokio::sync::Notify>,
+    pub(crate) release: Arc<tokio::sync::Notify>,
 }
 
 impl Fake {
-    fn count(&self, text: &str) -> usize {
+    pub(crate) fn count(&self, text: &str) -> usize {
         self.embedded
             .lock()
             .expect("embedded")
@@ -134,7 +134,7 @@ async fn embeddings(State(fake): State<Fake>, Json(body): Json<Value>) -> (Statu
     (StatusCode::OK, json!({"data": data}).to_string())
 }
 
-async fn start_fake() -> (Fake, SocketAddr) {
+pub(crate) async fn start_fake() -> (Fake, SocketAddr) {
     let fake = Fake::default();
     let app = axum::Router::new()
         .route("/v1/embeddings", axum::routing::post(embeddings))
@@ -147,7 +147,7 @@ async fn start_fake() -> (Fake, SocketAddr) {
     (fake, addr)
 }
 
-async fn server_with(backend: Backend, addr: SocketAddr) -> TestServer {
+pub(crate) async fn server_with(backend: Backend, addr: SocketAddr) -> TestServer {
     TestServer::spawn_with(backend, |s| {
         s.embedder_url = Some(format!("http://{addr}/v1"));
         s.embedder_model = Some("fake-1".to_owned());
@@ -158,7 +158,7 @@ async fn server_with(backend: Backend, addr: SocketAddr) -> TestServer {
     .await
 }
 
-fn request(text: &str, mode: SearchMode) -> SearchRequest {
+pub(crate) fn request(text: &str, mode: SearchMode) -> SearchRequest {
     SearchRequest {
         query: text.to_owned(),
         mode: mode as i32,
@@ -168,7 +168,7 @@ fn request(text: &str, mode: SearchMode) -> SearchRequest {
 
 /// Searches until `done` holds for the hit names (the worker embeds in the
 /// background), for at most 30 seconds; returns the hits.
-async fn eventually(
+pub(crate) async fn eventually(
     server: &TestServer,
     request: SearchRequest,
     done: impl Fn(&[String]) -> bool,
@@ -189,7 +189,35 @@ async fn eventually(
     }
 }
 
-fn has(name: &str) -> impl Fn(&[String]) -> bool + '_ {
+/// How many entries wait in the embedding outbox.
+pub(crate) const OUTBOX: &str = "SELECT count(*) FROM embedding_outbox";
+
+/// Reads `count` (a query of one number) until it is `want`, for at most
+/// 30 seconds: the worker writes in the background.
+pub(crate) async fn until_reads(
+    db: &mut sqlx::PgConnection,
+    count: &'static str,
+    want: i64,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read: i64 = sqlx::query_scalar(count)
+            .fetch_one(&mut *db)
+            .await
+            .expect("read the count");
+        if read == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {count:?} still reads {read}, not {want}, after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(crate) fn has(name: &str) -> impl Fn(&[String]) -> bool + '_ {
     move |names| names.iter().any(|n| n == name)
 }
 
@@ -624,18 +652,7 @@ async fn a_late_vector_skips_an_item_written_again_in_its_place() {
     let mut db = <sqlx::PgConnection as sqlx::Connection>::connect(&one.db.url)
         .await
         .expect("connect");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM embedding_outbox")
-            .fetch_one(&mut db)
-            .await
-            .expect("count the outbox");
-        if waiting == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the late call never finished");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_reads(&mut db, OUTBOX, 0, "the late call finishes").await;
     let score = |hits: Vec<SearchHit>| {
         assert_eq!(names(&hits), ["episode:new"]);
         hits[0].score

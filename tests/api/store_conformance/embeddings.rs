@@ -12,7 +12,7 @@ use engram::context::Tenant;
 use engram::memory::ports::Mutation;
 use engram::ports::Store;
 use engram::search::embedder::{encode, normalized};
-use engram::search::ports::{Embedded, ItemRef, Vector};
+use engram::search::ports::{Embedded, ItemRef, Stored, Vector};
 use engram::search::{Filters, Source};
 use serde_json::json;
 
@@ -202,10 +202,11 @@ async fn claims_leases_and_live_vectors<S: Store>(store: S, _db: &TestDb) {
         }),
         outbox: None,
     };
-    store
+    let stored = store
         .store_vectors(None, "m1", &[computed(&input)])
         .await
         .expect("store");
+    assert_eq!(stored, Stored::default(), "nothing stored, nothing busy");
     assert!(
         store
             .vectors(&t1, &[Source::Memory], "m1", &Filters::default())
@@ -220,10 +221,17 @@ async fn claims_leases_and_live_vectors<S: Store>(store: S, _db: &TestDb) {
         .expect("inputs")
         .remove(0)
         .expect("the new version is live");
-    store
+    let stored = store
         .store_vectors(None, "m1", &[computed(&current)])
         .await
         .expect("store");
+    assert_eq!(
+        stored,
+        Stored {
+            vectors: 1,
+            busy: Vec::new()
+        }
+    );
     let found = store
         .vectors(&t1, &[Source::Memory], "m1", &Filters::default())
         .await
