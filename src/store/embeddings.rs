@@ -7,6 +7,8 @@
 //! deleting an item), so that the worker never waits while it holds rows;
 //! SQLite's single writer has no one to skip.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 
 use super::consolidation::fact_columns;
@@ -387,6 +389,68 @@ async fn hold<C: Run>(conn: &mut C, tenant: &Tenant, item: &ItemRef) -> Result<P
     Ok(Place::Gone)
 }
 
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Stored,
+    /// Gone, or no longer the text the vector was computed from.
+    Skipped,
+    Busy,
+}
+
+/// Stores a vector on its item if that still reads as the vector's input,
+/// and clears the vectors of the item's older versions.
+async fn store_vector<C: Run>(
+    conn: &mut C,
+    tenant: &Tenant,
+    item: &ItemRef,
+    Vector { input, encoded }: &Vector,
+    model: &str,
+) -> Result<Outcome> {
+    let postgres = C::DIALECT == Dialect::Postgres;
+    match hold(conn, tenant, item).await? {
+        Place::Busy => return Ok(Outcome::Busy),
+        Place::Held(read) if read == *input => {}
+        Place::Held(_) | Place::Gone => return Ok(Outcome::Skipped),
+    }
+    let (t, vector) = (tenant.as_str(), encoded.as_slice());
+    match item {
+        ItemRef::Memory {
+            scope_type,
+            scope,
+            key,
+            version,
+        } => {
+            conn.exec(
+                &STORE_MEMORY,
+                params![t, *scope_type, scope, key, *version, vector, model],
+            )
+            .await?;
+            let clear = if postgres {
+                &CLEAR_MEMORY_PG
+            } else {
+                &CLEAR_MEMORY
+            };
+            conn.exec(clear, params![t, *scope_type, scope, key, *version])
+                .await?;
+        }
+        ItemRef::Fact { id, version } => {
+            conn.exec(&STORE_FACT, params![t, id, *version, vector, model])
+                .await?;
+            let clear = if postgres {
+                &CLEAR_FACT_PG
+            } else {
+                &CLEAR_FACT
+            };
+            conn.exec(clear, params![t, id, *version]).await?;
+        }
+        ItemRef::Episode { session_id, seq } => {
+            conn.exec(&STORE_EPISODE, params![t, session_id, *seq, vector, model])
+                .await?;
+        }
+    }
+    Ok(Outcome::Stored)
+}
+
 /// The live items named, in order, each kept as `keep` makes it before
 /// the next is read.
 async fn each_item<T>(
@@ -445,66 +509,43 @@ impl<B: Backend> EmbeddingStore for B {
         model: &str,
         done: &[Embedded],
     ) -> Result<Stored> {
-        let postgres = <B::Conn as Run>::DIALECT == Dialect::Postgres;
-        let (clear_memory, clear_fact, remove) = if postgres {
-            (&CLEAR_MEMORY_PG, &CLEAR_FACT_PG, &DONE_PG)
-        } else {
-            (&CLEAR_MEMORY, &CLEAR_FACT, &DONE)
+        let remove = match <B::Conn as Run>::DIALECT {
+            Dialect::Postgres => &DONE_PG,
+            Dialect::Sqlite => &DONE,
         };
         let mut stored = Stored::default();
         let mut tenants: Vec<&Tenant> = done.iter().map(|d| &d.tenant).collect();
         tenants.sort();
         tenants.dedup();
         for tenant in tenants {
-            let t = tenant.as_str();
             let mut tx = self.begin(tenant).await?;
+            // Whether each item was busy. An item is written once a batch:
+            // a place an evicted episode or a purged version left is taken
+            // again with an entry of its own, and both entries read its new
+            // text. (Written twice, its row would be one this transaction
+            // wrote, which Postgres checks against the session again: a
+            // wait while holding rows.)
+            let mut handled: HashMap<&ItemRef, bool> = HashMap::new();
             for (at, embedded) in done.iter().enumerate() {
                 if &embedded.tenant != tenant {
                     continue;
                 }
-                if let Some(Vector { input, encoded }) = &embedded.vector {
-                    let read = match hold(&mut tx, tenant, &embedded.item).await? {
-                        Place::Busy => {
-                            stored.busy.push(at);
-                            continue;
-                        }
-                        Place::Gone => None,
-                        Place::Held(read) => Some(read),
-                    };
-                    if read.as_ref() == Some(input) {
-                        let vector = encoded.as_slice();
-                        match &embedded.item {
-                            ItemRef::Memory {
-                                scope_type,
-                                scope,
-                                key,
-                                version,
-                            } => {
-                                tx.exec(
-                                    &STORE_MEMORY,
-                                    params![t, *scope_type, scope, key, *version, vector, model],
-                                )
-                                .await?;
-                                tx.exec(
-                                    clear_memory,
-                                    params![t, *scope_type, scope, key, *version],
-                                )
-                                .await?;
-                            }
-                            ItemRef::Fact { id, version } => {
-                                tx.exec(&STORE_FACT, params![t, id, *version, vector, model])
+                if let Some(vector) = &embedded.vector {
+                    let busy = match handled.get(&embedded.item) {
+                        Some(&busy) => busy,
+                        None => {
+                            let outcome =
+                                store_vector(&mut tx, tenant, &embedded.item, vector, model)
                                     .await?;
-                                tx.exec(clear_fact, params![t, id, *version]).await?;
-                            }
-                            ItemRef::Episode { session_id, seq } => {
-                                tx.exec(
-                                    &STORE_EPISODE,
-                                    params![t, session_id, *seq, vector, model],
-                                )
-                                .await?;
-                            }
+                            stored.vectors += usize::from(outcome == Outcome::Stored);
+                            let busy = outcome == Outcome::Busy;
+                            handled.insert(&embedded.item, busy);
+                            busy
                         }
-                        stored.vectors += 1;
+                    };
+                    if busy {
+                        stored.busy.push(at);
+                        continue;
                     }
                 }
                 if let (Some(id), Some(claim)) = (embedded.outbox, claim) {

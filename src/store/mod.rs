@@ -23,6 +23,11 @@
 //!    group of sets), facts as their deltas resolve them (under their
 //!    owner's lock).
 //!
+//! The embedding worker, in the background, waits for no one: it skips
+//! rows another transaction holds (`SKIP LOCKED`) and tries those items
+//! again later, and it writes each row once a transaction (a row it wrote
+//! itself would be checked against its session again, a wait).
+//!
 //! A write that reads before it writes locks what it read (`FOR UPDATE`,
 //! or `FOR KEY SHARE` where it only needs the row to stay) or rechecks it
 //! in the writing statement, and a key another writer took meanwhile is a

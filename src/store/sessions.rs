@@ -99,10 +99,27 @@ static LOCK_SESSION_CREATORS: Sql =
 
 static COUNT_SESSIONS: Sql = Sql::new("SELECT count(*) FROM sessions WHERE tenant = $1");
 
-static EVICT_SESSIONS: Sql = Sql::new(
-    "DELETE FROM sessions WHERE tenant = $1 AND id IN \
-     (SELECT id FROM sessions WHERE tenant = $1 ORDER BY create_time, id LIMIT $2)",
-);
+macro_rules! oldest_sessions {
+    () => {
+        "(SELECT id FROM sessions WHERE tenant = $1 ORDER BY create_time, id LIMIT $2)"
+    };
+}
+
+static EVICT_SESSIONS: Sql = Sql::new(concat!(
+    "DELETE FROM sessions WHERE tenant = $1 AND id IN ",
+    oldest_sessions!()
+));
+
+/// The same on Postgres, the sessions' rows locked first in id order, as a
+/// group of appends takes them: deleted in age order, an eviction and a
+/// group each held a session the other waited for (a deadlock, and one of
+/// them failed).
+static EVICT_SESSIONS_PG: Sql = Sql::new(concat!(
+    "WITH held AS (SELECT id FROM sessions WHERE tenant = $1 AND id IN ",
+    oldest_sessions!(),
+    " ORDER BY id FOR UPDATE) \
+     DELETE FROM sessions s USING held WHERE s.tenant = $1 AND s.id = held.id"
+));
 
 static COUNT_EVICTED_SESSIONS: Sql = Sql::new(
     "INSERT INTO session_evictions AS e (tenant, sessions) VALUES ($1, $2) \
@@ -305,8 +322,12 @@ pub(super) async fn insert_session_in<T: Run>(
         let count = tx.count(&COUNT_SESSIONS, params![tenant.as_str()]).await?;
         let evict = session.to_evict(count);
         if evict > 0 {
+            let evict_sessions = match T::DIALECT {
+                Dialect::Postgres => &EVICT_SESSIONS_PG,
+                Dialect::Sqlite => &EVICT_SESSIONS,
+            };
             let evicted = tx
-                .exec(&EVICT_SESSIONS, params![tenant.as_str(), evict])
+                .exec(evict_sessions, params![tenant.as_str(), evict])
                 .await? as i64;
             tx.exec(&COUNT_EVICTED_SESSIONS, params![tenant.as_str(), evicted])
                 .await?;

@@ -14,9 +14,9 @@ use engram::proto::{SearchMode, SearchRequest, SearchSource};
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
 
-use crate::helpers::Backend;
+use crate::helpers::{Backend, until_reads};
 use crate::search::{append, episode, set};
-use crate::semantic::{OUTBOX, eventually, has, request, server_with, start_fake, until_reads};
+use crate::semantic::{OUTBOX, eventually, has, request, server_with, start_fake};
 
 macro_rules! hold_version {
     () => {
@@ -148,4 +148,76 @@ async fn the_embedding_worker_waits_for_no_row_another_writer_holds() {
         .await
         .expect("the worker holds the episode no longer");
     forget.rollback().await.expect("roll back");
+}
+
+/// Two outbox entries for one place (an episode written, its session
+/// deleted, and an episode written again at the same seq) in one batch:
+/// the worker writes the place once. Written twice, its row was one the
+/// worker's own transaction had written, which Postgres checks against
+/// the session again, and that waited for whoever held the session (an
+/// eviction deleting it, which in turn waited for the episode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedding_worker_writes_a_place_once_a_batch() {
+    let (fake, addr) = start_fake().await;
+    let server = server_with(Backend::Postgres, addr).await;
+    let mut db = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let mut evictor = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect the evictor");
+    let mut episodes = server.episodes();
+    let write = |session: &str, id: &str, text: &str| {
+        append(
+            session,
+            "alice",
+            vec![episode(id, "user_message", "", json!(text))],
+        )
+    };
+    // The worker waits in its call for another session's episode while
+    // both entries of the place queue behind it.
+    *fake.gate.lock().expect("gate") = Some("gatekeeper".to_owned());
+    episodes
+        .append_episodes(write("g", "g1", "the gatekeeper's note"))
+        .await
+        .expect("append to g");
+    tokio::time::timeout(Duration::from_secs(30), fake.arrived.notified())
+        .await
+        .expect("the first batch reaches the embedder");
+    *fake.gate.lock().expect("gate") = None;
+    episodes
+        .append_episodes(write("s", "e1", "a kayak on the lake"))
+        .await
+        .expect("append e1");
+    server
+        .sessions()
+        .delete_session(engram::proto::DeleteSessionRequest {
+            session_id: "s".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete s");
+    episodes
+        .append_episodes(write("s", "e2", "a canoe on the river"))
+        .await
+        .expect("append e2 at the same seq");
+    let mut eviction = evictor.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE")
+        .execute(&mut *eviction)
+        .await
+        .expect("hold session s");
+    fake.release.notify_one();
+    until_reads(
+        &mut db,
+        OUTBOX,
+        0,
+        "the worker stores the place's vector while its session is held",
+    )
+    .await;
+    eviction.rollback().await.expect("roll back");
+    let boats = SearchRequest {
+        sources: vec![SearchSource::Episodes as i32],
+        ..request("canoe", SearchMode::Semantic)
+    };
+    eventually(&server, boats, has("episode:e2")).await;
 }

@@ -812,3 +812,23 @@ impl ChildServer {
             .expect("wait for engram")
     }
 }
+
+/// Reads `count` (a query of one number) until it is `want`, for at most
+/// 30 seconds: what it waits for happens in the background.
+pub async fn until_reads(db: &mut sqlx::PgConnection, count: &'static str, want: i64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let read: i64 = sqlx::query_scalar(count)
+            .fetch_one(&mut *db)
+            .await
+            .expect("read the count");
+        if read == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {count:?} still reads {read}, not {want}, after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

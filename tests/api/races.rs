@@ -6,14 +6,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use engram::api::convert::json_to_proto;
+use engram::proto::session_service_client::SessionServiceClient;
 use engram::proto::{
-    AppendEpisodeRequest, CleanupSessionsRequest, DeleteRequest, GetStatsRequest, HistoryRequest,
-    ListEpisodesRequest, ListRequest, NewEpisode, ScopeType, SearchRequest, SetRequest,
+    AppendEpisodeRequest, CleanupSessionsRequest, CreateSessionRequest, DeleteRequest,
+    GetStatsRequest, HistoryRequest, ListEpisodesRequest, ListRequest, ListSessionsRequest,
+    NewEpisode, ScopeType, SearchRequest, SetRequest,
 };
 use serde_json::json;
+use sqlx::{Connection, PgConnection};
 use tonic::Code;
 
-use crate::helpers::{Backend, TestServer, reason};
+use crate::helpers::{Backend, ChildServer, TestServer, connect, reason, until_reads};
 use crate::on_both_stores;
 
 const WRITERS: usize = 32;
@@ -361,6 +364,83 @@ async fn cleanups_race_appends_to_the_sessions_they_delete(backend: Backend) {
         .expect("stats")
         .into_inner();
     assert_eq!(stats.total_episodes, stored);
+}
+
+/// An eviction that deletes several sessions locks them in id order
+/// first, as a group of appends does. Deleted oldest first, an eviction
+/// held the older session `z` while it waited for `a`, which a group of
+/// appends held while it waited for `z`: a deadlock, and one of the two
+/// calls failed. Here the test's own transaction is that group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_takes_its_sessions_in_id_order() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let create = |id: &str| CreateSessionRequest {
+        session_id: id.to_owned(),
+        app: "app".into(),
+        user: "alice".into(),
+        metadata: None,
+    };
+    for id in ["z", "a", "m"] {
+        server
+            .sessions()
+            .create_session(create(id))
+            .await
+            .expect("create");
+    }
+    // A replica with a limit of two sessions evicts the two oldest, `z`
+    // and `a`, to make a third.
+    let limited = ChildServer::spawn(
+        &["--migrate", "off"],
+        &[
+            ("ENGRAM_DATABASE_URL", &server.db.url),
+            ("ENGRAM_MAX_SESSIONS", "2"),
+        ],
+        None,
+    )
+    .await;
+    let mut db = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let mut appends = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect the appends");
+    let mut group = appends.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM sessions WHERE id = 'a' FOR UPDATE")
+        .execute(&mut *group)
+        .await
+        .expect("hold a");
+    let mut sessions = SessionServiceClient::new(connect(limited.grpc_addr).await);
+    let creating = tokio::spawn(async move { sessions.create_session(create("new")).await });
+    until_reads(
+        &mut db,
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        1,
+        "the eviction waits for a",
+    )
+    .await;
+    sqlx::query("SELECT 1 FROM sessions WHERE id = 'z' FOR UPDATE NOWAIT")
+        .execute(&mut *group)
+        .await
+        .expect("the eviction holds z no longer while it waits for a");
+    group.rollback().await.expect("roll back");
+    creating
+        .await
+        .expect("creator")
+        .expect("the eviction goes on");
+    let mut left: Vec<String> = server
+        .sessions()
+        .list_sessions(ListSessionsRequest::default())
+        .await
+        .expect("list")
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    left.sort();
+    assert_eq!(left, ["m", "new"]);
+    assert!(limited.terminate().await.success());
 }
 
 on_both_stores!(

@@ -20,7 +20,7 @@ use engram::proto::{DeleteRequest, SearchHit, SearchMode, SearchRequest, SearchS
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::helpers::{Backend, ChildServer, TestServer, connect, reason};
+use crate::helpers::{Backend, ChildServer, TestServer, connect, reason, until_reads};
 use crate::on_both_stores;
 use crate::search::{NS, append, episode, name, names, search, set};
 
@@ -191,31 +191,6 @@ pub(crate) async fn eventually(
 
 /// How many entries wait in the embedding outbox.
 pub(crate) const OUTBOX: &str = "SELECT count(*) FROM embedding_outbox";
-
-/// Reads `count` (a query of one number) until it is `want`, for at most
-/// 30 seconds: the worker writes in the background.
-pub(crate) async fn until_reads(
-    db: &mut sqlx::PgConnection,
-    count: &'static str,
-    want: i64,
-    what: &str,
-) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let read: i64 = sqlx::query_scalar(count)
-            .fetch_one(&mut *db)
-            .await
-            .expect("read the count");
-        if read == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {count:?} still reads {read}, not {want}, after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 pub(crate) fn has(name: &str) -> impl Fn(&[String]) -> bool + '_ {
     move |names| names.iter().any(|n| n == name)
