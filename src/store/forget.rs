@@ -14,9 +14,11 @@
 //! the user's sessions, the row every write to a session takes before its
 //! episodes or working memory: taken after those, a write racing the
 //! forget deadlocked with it and one of them failed. Between the two it
-//! holds the writers of the facts it deletes, as applying deltas does.
+//! holds the writers of the facts it deletes, as applying deltas does;
+//! after them, the heads of the memory keys it deletes, as sets and
+//! purges take them before their versions.
 
-use super::sql::{Dialect, Param, Run, Sql, params};
+use super::sql::{Cols, Dialect, Param, Run, Sql, params};
 use crate::context::Tenant;
 use crate::data::{ForgetCounts, Forgetting};
 use crate::error::Result;
@@ -91,6 +93,17 @@ static LOCK_SESSIONS: Sql = Sql::new(
      AND cardinality($4::text[]) >= 0 ORDER BY id FOR UPDATE",
 );
 
+/// The heads of the user's execution scopes, in the order a group of sets
+/// takes them. Taken only as the heads were deleted, after the versions,
+/// a set of one of them that committed meanwhile left a version without
+/// its head (every later set of the key then failed on it), and a set or
+/// a purge holding a head the forget waited for deadlocked with it.
+static LOCK_HEADS: Sql = Sql::new(concat!(
+    "SELECT scope, key FROM memory_heads WHERE tenant = $1 AND ",
+    user_runs!(),
+    " ORDER BY scope_type, scope, key FOR UPDATE"
+));
+
 static COUNT_SESSIONS: Sql = Sql::new(
     "SELECT count(*) FROM sessions WHERE tenant = $1 AND app = $2 AND user_id = $3 \
      AND cardinality($4::text[]) >= 0",
@@ -126,8 +139,8 @@ static COUNT_VERSIONS: Sql = Sql::new(concat!(
     user_runs!()
 ));
 
-/// The deletes, in order.
-static DELETES: [Sql; 14] = [
+/// The deletes, in order, before memory's and [`LAST_DELETES`].
+static DELETES: [Sql; 7] = [
     Sql::new(concat!(
         "DELETE FROM embedding_outbox WHERE tenant = $1 AND ((source = 3 AND scope IN ",
         user_sessions!(),
@@ -165,28 +178,76 @@ static DELETES: [Sql; 14] = [
         "DELETE FROM episodes WHERE tenant = $1 AND app = $2 AND user_id = $3 \
          AND cardinality($4::text[]) >= 0",
     ),
-    // Versions before heads: SQLite's search triggers find a version's
-    // index row through its key's.
+];
+
+/// The records of what happened to the user's keys (changes, request
+/// ids, purges), by scope: they outlive a key's head.
+macro_rules! memory_record {
+    ($table:literal, $row:literal, $held:literal) => {
+        Sql::new(concat!(
+            "DELETE FROM ",
+            $table,
+            " WHERE (",
+            $row,
+            ") IN (SELECT ",
+            $row,
+            " FROM ",
+            $table,
+            " WHERE tenant = $1 AND ",
+            user_runs!(),
+            $held,
+            ")"
+        ))
+    };
+}
+
+macro_rules! memory_records {
+    ($held:literal) => {
+        [
+            memory_record!("memory_changes", "revision", $held),
+            memory_record!("memory_request_ids", "tenant, request_id", $held),
+            memory_record!("memory_purges", "tenant, scope_type, scope, key", $held),
+        ]
+    };
+}
+
+/// SQLite: memory's rows, after the sessions'. Versions before heads: the
+/// search triggers find a version's index row through its key's.
+static MEMORY_DELETES: [Sql; 5] = [
     Sql::new(concat!(
         "DELETE FROM memory_versions WHERE tenant = $1 AND ",
         user_runs!()
     )),
-    Sql::new(concat!(
-        "DELETE FROM memory_changes WHERE tenant = $1 AND ",
-        user_runs!()
-    )),
-    Sql::new(concat!(
-        "DELETE FROM memory_request_ids WHERE tenant = $1 AND ",
-        user_runs!()
-    )),
-    Sql::new(concat!(
-        "DELETE FROM memory_purges WHERE tenant = $1 AND ",
-        user_runs!()
-    )),
+    memory_record!("memory_changes", "revision", ""),
+    memory_record!("memory_request_ids", "tenant, request_id", ""),
+    memory_record!("memory_purges", "tenant, scope_type, scope, key", ""),
     Sql::new(concat!(
         "DELETE FROM memory_heads WHERE tenant = $1 AND ",
         user_runs!()
     )),
+];
+
+/// Postgres: the versions and heads of the keys the forget locked at its
+/// start ([`LOCK_HEADS`]; $2 their scopes, $3 their keys), and the records
+/// of the user's scopes but those another call holds. A key made while the
+/// forget ran is a call racing it, and the forget leaves the key whole to
+/// it rather than wait for it: such a call may hold the key's rows while it
+/// waits for a head the forget holds (a deadlock, and one of the two
+/// failed), and a later statement seeing only part of the key deleted its
+/// head and left a version behind, on which every later set of the key
+/// failed.
+static HELD_VERSIONS: Sql = Sql::new(
+    "DELETE FROM memory_versions WHERE tenant = $1 AND scope_type = 3 \
+     AND (scope, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))",
+);
+static HELD_HEADS: Sql = Sql::new(
+    "DELETE FROM memory_heads WHERE tenant = $1 AND scope_type = 3 \
+     AND (scope, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))",
+);
+static MEMORY_RECORDS_PG: [Sql; 3] = memory_records!(" FOR UPDATE SKIP LOCKED");
+
+/// The last deletes: what the ones before find the user's rows through.
+static LAST_DELETES: [Sql; 2] = [
     Sql::new(concat!(
         "DELETE FROM memory_executions WHERE tenant = $1 AND (execution_id IN ",
         user_sessions!(),
@@ -211,6 +272,8 @@ pub(super) async fn forget_in<C: Run>(
         forget.user.as_str(),
         forget.execution_ids.as_slice(),
     ];
+    // The keys whose heads the forget holds (Postgres).
+    let mut held = Vec::new();
     if !forget.dry_run && C::DIALECT == Dialect::Postgres {
         conn.exec(&LOCK_USER, params).await?;
         // The facts go too: their writers are held, the app-wide ones
@@ -223,6 +286,9 @@ pub(super) async fn forget_in<C: Run>(
         )
         .await?;
         conn.exec(&LOCK_SESSIONS, params).await?;
+        held = conn
+            .all(&LOCK_HEADS, params, |row| Ok((row.text(0)?, row.text(1)?)))
+            .await?;
     }
     let counts = ForgetCounts {
         sessions: conn.count(&COUNT_SESSIONS, params).await?,
@@ -234,6 +300,25 @@ pub(super) async fn forget_in<C: Run>(
     };
     if !forget.dry_run {
         for sql in &DELETES {
+            conn.exec(sql, params).await?;
+        }
+        match C::DIALECT {
+            Dialect::Postgres => {
+                let (scopes, keys): (Vec<String>, Vec<String>) = held.into_iter().unzip();
+                let held = params![tenant.as_str(), scopes.as_slice(), keys.as_slice()];
+                conn.exec(&HELD_VERSIONS, held).await?;
+                for sql in &MEMORY_RECORDS_PG {
+                    conn.exec(sql, params).await?;
+                }
+                conn.exec(&HELD_HEADS, held).await?;
+            }
+            Dialect::Sqlite => {
+                for sql in &MEMORY_DELETES {
+                    conn.exec(sql, params).await?;
+                }
+            }
+        }
+        for sql in &LAST_DELETES {
             conn.exec(sql, params).await?;
         }
     }

@@ -19,8 +19,9 @@
 //! 2. sessions' rows, in id order, before anything of theirs (episodes,
 //!    working memory): appends and their groups, evictions, ends, deletes,
 //!    cleanups and forgets all lock the session first;
-//! 3. then the rows a statement changes: memory heads in key order (a
-//!    group of sets), facts as their deltas resolve them (under their
+//! 3. then the rows a statement changes: memory heads in key order before
+//!    anything of their keys (a group of sets; a forget, those of the
+//!    user's runs), facts as their deltas resolve them (under their
 //!    owner's lock).
 //!
 //! The embedding worker, in the background, waits for no one: it skips

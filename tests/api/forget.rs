@@ -465,8 +465,9 @@ async fn forgets_a_user_and_nobody_else(backend: Backend) {
     assert!(!text.contains("alice"), "{text}");
 }
 
-/// A user forgotten while they are still writing: every forget succeeds
-/// (on Postgres it used to deadlock with the writes), no write fails with
+/// A user forgotten while they are still writing (episodes, working
+/// memory, memory in their runs): every forget succeeds (on Postgres it
+/// used to deadlock with the writes), no write fails with
 /// anything but a refusal a client can act on, and once the writes stop, a
 /// last forget leaves nothing of theirs.
 async fn a_forget_racing_the_users_writes(backend: Backend) {
@@ -478,12 +479,23 @@ async fn a_forget_racing_the_users_writes(backend: Backend) {
     for writer in 0..6usize {
         let (mut episodes, stop) = (server.episodes(), stop.clone());
         let mut working = WorkingMemoryServiceClient::new(server.channel.clone());
+        let mut memory = server.memory();
         writers.push(tokio::spawn(async move {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
                 let session = format!("s{}", (writer + i) % 3);
-                let outcome = match i % 3 {
+                let outcome = match i % 4 {
+                    3 => memory
+                        .set(SetRequest {
+                            scope_type: EXECUTION,
+                            scope: session,
+                            key: format!("k{}", i % 2),
+                            value: Some(json_to_proto(&json!(i))),
+                            ..SetRequest::default()
+                        })
+                        .await
+                        .map(|_| ()),
                     0 => episodes
                         .append_episode(AppendEpisodeRequest {
                             session_id: session,
@@ -549,8 +561,13 @@ async fn a_forget_racing_the_users_writes(backend: Backend) {
         .expect("dry run")
         .into_inner();
     assert_eq!(
-        (left.sessions, left.episodes, left.working_items),
-        (0, 0, 0)
+        (
+            left.sessions,
+            left.episodes,
+            left.working_items,
+            left.memory_versions
+        ),
+        (0, 0, 0, 0)
     );
 }
 
@@ -624,6 +641,131 @@ async fn rule_runs_racing_a_forget_leave_no_fact(backend: Backend) {
             .facts;
         assert!(left.is_empty(), "round {round}: {left:?}");
     }
+}
+
+/// A set of a key in the user's run, made while a forget runs, leaves the
+/// key whole: all of it or none of it goes. On Postgres the forget deleted
+/// the key's versions, then its purge record, then its head. A purge
+/// holding the record stopped it between the two (a deadlock: the purge
+/// then waited for the versions), and a set committing meanwhile left its
+/// version without a head, on which the key's later sets failed
+/// (`INTERNAL`, a duplicate version). Here the test holds the record, a
+/// set runs meanwhile, and three sets follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_racing_a_forget_leaves_its_key_whole() {
+    use sqlx::{Connection, PgConnection};
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let mut memory = server.memory();
+    let set = |value: &str| SetRequest {
+        scope_type: EXECUTION,
+        scope: "s1".into(),
+        key: "k".into(),
+        value: Some(json_to_proto(&json!(value))),
+        ..SetRequest::default()
+    };
+    server
+        .sessions()
+        .create_session(engram::proto::CreateSessionRequest {
+            session_id: "s1".into(),
+            app: "bot".into(),
+            user: "alice".into(),
+            metadata: None,
+        })
+        .await
+        .expect("create");
+    for value in ["one", "two"] {
+        memory.set(set(value)).await.expect("set");
+    }
+    MemoryAdminServiceClient::new(server.channel.clone())
+        .purge(engram::proto::PurgeRequest {
+            scope_type: EXECUTION,
+            scope: "s1".into(),
+            key: "k".into(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge version 1");
+    let mut db = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let mut other = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect the other writer");
+    let mut holder = other.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM memory_purges WHERE key = 'k' FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .expect("hold the purge record");
+    let mut data = DataServiceClient::new(server.channel.clone());
+    let forgetting = tokio::spawn(async move {
+        data.forget_user(ForgetUserRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            ..ForgetUserRequest::default()
+        })
+        .await
+    });
+    // The forget waits for the record, or (leaving a record another call
+    // holds) is done.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut db)
+        .await
+        .expect("read the waits");
+        if waiting > 0 || forgetting.is_finished() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the forget never got there"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // A set while the forget waits (for a purge, say) goes through: the
+    // forget holds the key's head, not its versions alone.
+    let during = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        memory.set(set("during")),
+    )
+    .await;
+    holder.rollback().await.expect("roll back");
+    during
+        .expect("the set waited for the forget, which held the key's versions while it waited")
+        .expect("the set during the forget");
+    forgetting.await.expect("forget task").expect("forget");
+    for value in ["after 1", "after 2", "after 3"] {
+        memory
+            .set(set(value))
+            .await
+            .expect("a set of the key after the forget");
+    }
+    let mut history = memory
+        .history(engram::proto::HistoryRequest {
+            scope_type: EXECUTION,
+            scope: "s1".into(),
+            key: "k".into(),
+            from_version: 0,
+        })
+        .await
+        .expect("history")
+        .into_inner();
+    let mut values = Vec::new();
+    while let Some(version) = history.next().await {
+        let entry = version.expect("a version").entry.expect("entry");
+        values.push(entry.value);
+    }
+    // Whichever of the forget and the set went first, the key's newest
+    // versions are the three sets after the forget.
+    assert_eq!(
+        values[values.len().saturating_sub(3)..],
+        ["after 1", "after 2", "after 3"].map(|v| Some(json_to_proto(&json!(v)))),
+        "{values:?}"
+    );
 }
 
 on_both_stores!(
