@@ -9,7 +9,8 @@ use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::memory_delta::Delta;
 use engram::proto::{
     AddDelta, ApplyDeltasRequest, CreateRuleRequest, DeleteDelta, DeleteFactRequest, FactKind,
-    FactPayload, FactVersion, GetFactRequest, MemoryDelta, RunRuleRequest, UpdateDelta,
+    FactPayload, FactVersion, GetFactRequest, MemoryDelta, RunRuleRequest, RunRuleResponse,
+    UpdateDelta,
 };
 use serde_json::json;
 use tonic::Code;
@@ -18,6 +19,29 @@ use tonic::transport::Channel;
 use crate::consolidation::{all_facts, batch, episode, provenance, rule};
 use crate::helpers::{Backend, TestServer, reason};
 use crate::on_both_stores;
+
+/// Runs of the rules named, each started on its own task at once, to race.
+pub(crate) fn spawn_runs(
+    client: &ConsolidationServiceClient<Channel>,
+    rules: &[&str],
+) -> Vec<tokio::task::JoinHandle<Result<tonic::Response<RunRuleResponse>, tonic::Status>>> {
+    rules
+        .iter()
+        .map(|id| {
+            let mut client = client.clone();
+            let rule_id = (*id).to_owned();
+            tokio::spawn(async move {
+                client
+                    .run_rule(RunRuleRequest {
+                        rule_id,
+                        dry_run: false,
+                        max_episodes: 0,
+                    })
+                    .await
+            })
+        })
+        .collect()
+}
 
 fn payload(subject: &str, content: &str) -> FactPayload {
     FactPayload {
@@ -223,21 +247,7 @@ async fn runs_of_rules_over_one_subject_keep_one_fact(backend: Backend) {
             ))
             .await
             .expect("append");
-        let runs: Vec<_> = ["r1", "r2", "r3"]
-            .into_iter()
-            .map(|id| {
-                let mut client = server.consolidation();
-                tokio::spawn(async move {
-                    client
-                        .run_rule(RunRuleRequest {
-                            rule_id: id.to_owned(),
-                            dry_run: false,
-                            max_episodes: 0,
-                        })
-                        .await
-                })
-            })
-            .collect();
+        let runs = spawn_runs(&server.consolidation(), &["r1", "r2", "r3"]);
         for run in runs {
             run.await.expect("run task").expect("run");
         }

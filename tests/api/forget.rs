@@ -603,21 +603,7 @@ async fn rule_runs_racing_a_forget_leave_no_fact(backend: Backend) {
             ))
             .await
             .expect("append");
-        let runs: Vec<_> = ["r1", "r2"]
-            .into_iter()
-            .map(|id| {
-                let mut rules = rules.clone();
-                tokio::spawn(async move {
-                    rules
-                        .run_rule(RunRuleRequest {
-                            rule_id: id.to_owned(),
-                            dry_run: false,
-                            max_episodes: 0,
-                        })
-                        .await
-                })
-            })
-            .collect();
+        let runs = crate::consolidation_races::spawn_runs(&rules, &["r1", "r2"]);
         DataServiceClient::new(server.channel.clone())
             .forget_user(ForgetUserRequest {
                 app: "app".into(),
