@@ -19,10 +19,13 @@
 //! 2. sessions' rows, in id order, before anything of theirs (episodes,
 //!    working memory): appends and their groups, evictions, ends, deletes,
 //!    cleanups and forgets all lock the session first;
-//! 3. then the rows a statement changes: memory heads in key order before
-//!    anything of their keys (a group of sets; a forget, those of the
-//!    user's runs), facts as their deltas resolve them (under their
-//!    owner's lock).
+//! 3. a purge's records of what its keys lose (`memory_purges`), in key
+//!    order, so that purges sharing a key take turns (a forget skips those
+//!    held);
+//! 4. then the rows a statement changes: memory heads in key order before
+//!    anything of their keys (a group of sets; a purge, those of the keys
+//!    it recorded; a forget, those of the user's runs), facts as their
+//!    deltas resolve them (under their owner's lock).
 //!
 //! The embedding worker, in the background, waits for no one: it skips
 //! rows another transaction holds (`SKIP LOCKED`) and tries those items

@@ -53,10 +53,13 @@ macro_rules! keys_ever {
 }
 
 /// Records, before a purge deletes them, the oldest version each target
-/// key loses (merged with what earlier purges took). Parameters as
-/// `purge_victim!`, and $9 now. In key order, so that purges of one scope
-/// that share keys take their rows in one order (in the order of a hash
-/// table, which differs with the keys that share it, two deadlocked).
+/// key loses (merged with what earlier purges took), and returns the keys.
+/// Parameters as `purge_victim!`, and $9 now. In key order, so that purges
+/// of one scope that share keys take their rows in one order (in the order
+/// of a hash table, which differs with the keys that share it, two
+/// deadlocked). The purge then deletes from these keys alone: a key that
+/// gains its first victim after this statement looked is left whole to the
+/// next purge, rather than losing a version no record covers.
 pub(super) static RECORD_PURGES: Sql = Sql::new(concat!(
     "INSERT INTO memory_purges (tenant, scope_type, scope, key, first_revision, first_time, \
      purge_time) \
@@ -69,7 +72,8 @@ pub(super) static RECORD_PURGES: Sql = Sql::new(concat!(
          THEN EXCLUDED.first_revision ELSE memory_purges.first_revision END, \
        first_time = CASE WHEN EXCLUDED.first_time < memory_purges.first_time \
          THEN EXCLUDED.first_time ELSE memory_purges.first_time END, \
-       purge_time = EXCLUDED.purge_time"
+       purge_time = EXCLUDED.purge_time \
+     RETURNING key"
 ));
 
 /// $6 key.
@@ -230,20 +234,21 @@ pub(super) async fn list_at(
     .await
 }
 
-/// Records what a purge is about to take; see [`RECORD_PURGES`].
+/// Records what a purge is about to take, and returns the keys it takes
+/// from; see [`RECORD_PURGES`].
 pub(super) async fn record_purges(
     conn: &mut impl Run,
     tenant: &Tenant,
     purge: &Purge<'_>,
     now: chrono::DateTime<chrono::Utc>,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let at: &[Param<'_>] = params![now];
-    conn.exec(
+    conn.all(
         &RECORD_PURGES,
         &[&purge_params(tenant, purge)[..], at].concat(),
+        |row| row.text(0),
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// What a fork copied: the keys and the newest revision it wrote.

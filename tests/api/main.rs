@@ -22,6 +22,7 @@ mod metrics;
 mod outage;
 mod pool;
 mod properties;
+mod purge_races;
 mod races;
 mod retention;
 mod rls;

@@ -30,7 +30,7 @@ use crate::store::memory::{
     version_in,
 };
 use crate::store::past;
-use crate::store::sql::{Param, Run, Sql, params};
+use crate::store::sql::{Cols, Param, Run, Sql, params};
 
 /// Builds the write statement around one of the head updates. Parameters:
 /// $1 tenant, $2 scope_type, $3 scope, $4 key, $5 now, $6 expected version,
@@ -101,14 +101,28 @@ const DELETE_IF_VERSION: &str = write_statement!(
      RETURNING version"
 );
 
+/// Locks, in key order, the heads of the keys a purge takes from ($1–$3
+/// the scope, $4 the keys [`past::record_purges`] returned) before it
+/// deletes any version, as a group of sets and `ForgetUser` take heads
+/// before versions, and returns the keys held. A purge that locked each
+/// head as it emptied it deadlocked with both; one that locked the emptied
+/// heads alone, with a set that moved a head between its statements; one
+/// that went on to a head made again after this statement (an earlier
+/// purge had emptied the key), with a set holding it.
+static LOCK_RECORDED: Sql = Sql::new(
+    "SELECT key FROM memory_heads WHERE tenant = $1 AND scope_type = $2 AND scope = $3 \
+     AND key = ANY($4) ORDER BY key FOR UPDATE",
+);
+
 /// The purge, in one statement: the versions, the heads left without one
 /// (a rule that takes a key's head takes all of it) unless a write moved
-/// the head meanwhile, and one change per key ($9 time).
+/// the head meanwhile, and one change per key ($9 time). Only the keys
+/// recorded whose heads the purge holds ($10, see [`LOCK_RECORDED`]).
 static PURGE: Sql = Sql::new(concat!(
     "WITH victims AS ( \
        DELETE FROM memory_versions v USING memory_heads h \
        WHERE v.tenant = h.tenant AND v.scope_type = h.scope_type AND v.scope = h.scope \
-       AND v.key = h.key AND ",
+       AND v.key = h.key AND h.key = ANY($10) AND ",
     purge_victim!(),
     " RETURNING v.key, v.version, h.version AS head_version \
      ), emptied AS ( \
@@ -577,15 +591,25 @@ impl MemoryWrites for PgStore {
     ) -> Result<PurgeOutcome> {
         let victims = purge_params(tenant, purge);
         let mut tx = self.scoped(tenant).await?;
-        if !purge.dry_run {
-            past::record_purges(&mut tx, tenant, purge, record.timestamp).await?;
-        }
         let deleted = if purge.dry_run {
             tx.all(&PURGE_COUNTS, &victims, purged_row).await?
         } else {
-            let at: &[Param<'_>] = params![record.timestamp];
-            tx.all(&PURGE, &[&victims[..], at].concat(), purged_row)
-                .await?
+            // Purges that share a key take turns at its record; then its
+            // head, then its versions (the order of `store::mod`).
+            let keys = past::record_purges(&mut tx, tenant, purge, record.timestamp).await?;
+            if keys.is_empty() {
+                Vec::new()
+            } else {
+                let recorded: &[Param<'_>] = params![&keys[..]];
+                let held = tx
+                    .all(&LOCK_RECORDED, &[&victims[..3], recorded].concat(), |row| {
+                        row.text(0)
+                    })
+                    .await?;
+                let at: &[Param<'_>] = params![record.timestamp, &held[..]];
+                tx.all(&PURGE, &[&victims[..], at].concat(), purged_row)
+                    .await?
+            }
         };
         let outcome = PurgeOutcome::new(purge, &deleted, record);
         if let Some(record) = &outcome.record {
