@@ -141,11 +141,12 @@ impl<S: SessionStore + Feeds> Sessions<S> {
     }
 
     /// Tells "no such session" from "not yours" after a conditional write
-    /// matched nothing.
-    async fn missing(&self, ctx: &CallerContext, id: &Id) -> Error {
+    /// matched nothing. A session the owner admits was made again after the
+    /// write looked (a delete and a create raced it): there was none then.
+    async fn missing(&self, ctx: &CallerContext, id: &Id, owner: &Owner) -> Error {
         match self.store.get_session(&ctx.tenant, id).await {
-            Ok(Some(_)) => owner_mismatch(id.as_str()),
-            Ok(None) => session_not_found(id.as_str()),
+            Ok(Some(session)) if !owner.admits(&session) => owner_mismatch(id.as_str()),
+            Ok(_) => session_not_found(id.as_str()),
             Err(err) => err,
         }
     }
@@ -199,7 +200,7 @@ impl<S: SessionStore + Feeds> Sessions<S> {
     pub async fn delete(&self, ctx: &CallerContext, id: &Id, owner: &Owner) -> Result<i64> {
         match self.store.delete_session(&ctx.tenant, id, owner).await? {
             Some(episodes) => Ok(episodes),
-            None => Err(self.missing(ctx, id).await),
+            None => Err(self.missing(ctx, id, owner).await),
         }
     }
 
@@ -216,7 +217,7 @@ impl<S: SessionStore + Feeds> Sessions<S> {
             .await?
         {
             Some(ended) => Ok(ended),
-            None => Err(self.missing(ctx, id).await),
+            None => Err(self.missing(ctx, id, owner).await),
         }
     }
 

@@ -9,8 +9,8 @@ use engram::api::convert::json_to_proto;
 use engram::proto::session_service_client::SessionServiceClient;
 use engram::proto::{
     AppendEpisodeRequest, CleanupSessionsRequest, CreateSessionRequest, DeleteRequest,
-    GetStatsRequest, HistoryRequest, ListEpisodesRequest, ListRequest, ListSessionsRequest,
-    NewEpisode, ScopeType, SearchRequest, SetRequest,
+    DeleteSessionRequest, GetStatsRequest, HistoryRequest, ListEpisodesRequest, ListRequest,
+    ListSessionsRequest, NewEpisode, ScopeType, SearchRequest, SetRequest,
 };
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
@@ -441,6 +441,81 @@ async fn an_eviction_takes_its_sessions_in_id_order() {
     left.sort();
     assert_eq!(left, ["m", "new"]);
     assert!(limited.terminate().await.success());
+}
+
+/// A `DeleteSession` that finds its session deleted by another call, and
+/// made again by its owner before the delete asks why it matched nothing,
+/// answers that there was no session then (`SESSION_NOT_FOUND`), not that
+/// it belongs to someone else: the call named no owner. Here the test's
+/// own transaction deletes the session and makes it again while the call
+/// waits for the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_made_again_under_a_delete_is_not_anothers() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    server
+        .sessions()
+        .create_session(CreateSessionRequest {
+            session_id: "s".into(),
+            app: "app".into(),
+            user: "alice".into(),
+            metadata: None,
+        })
+        .await
+        .expect("create");
+    let mut db = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let mut other = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect the other calls");
+    let mut again = other.begin().await.expect("begin");
+    for sql in [
+        "CREATE TEMP TABLE made ON COMMIT DROP AS SELECT * FROM sessions WHERE id = 's'",
+        "DELETE FROM sessions WHERE id = 's'",
+    ] {
+        sqlx::query(sql)
+            .execute(&mut *again)
+            .await
+            .expect("delete the session");
+    }
+    let mut sessions = server.sessions();
+    let deleting = tokio::spawn(async move {
+        sessions
+            .delete_session(DeleteSessionRequest {
+                session_id: "s".into(),
+                ..DeleteSessionRequest::default()
+            })
+            .await
+    });
+    until_reads(
+        &mut db,
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        1,
+        "the delete waits for the row",
+    )
+    .await;
+    sqlx::query("INSERT INTO sessions SELECT * FROM made")
+        .execute(&mut *again)
+        .await
+        .expect("make the session again");
+    again.commit().await.expect("commit");
+    let err = deleting
+        .await
+        .expect("deleter")
+        .expect_err("no session when the delete looked");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::NotFound, "SESSION_NOT_FOUND".into())
+    );
+    server
+        .sessions()
+        .get_session(engram::proto::GetSessionRequest {
+            session_id: "s".into(),
+            ..engram::proto::GetSessionRequest::default()
+        })
+        .await
+        .expect("the session made again stays");
 }
 
 on_both_stores!(
