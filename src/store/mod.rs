@@ -24,8 +24,9 @@
 //!    held);
 //! 4. then the rows a statement changes: memory heads in key order before
 //!    anything of their keys (a group of sets; a purge, those of the keys
-//!    it recorded; a forget, those of the user's runs), facts as their
-//!    deltas resolve them (under their owner's lock).
+//!    it recorded, against deletion only; a forget, those of the user's
+//!    runs), facts as their deltas resolve them (under their owner's
+//!    lock).
 //!
 //! The embedding worker, in the background, waits for no one: it skips
 //! rows another transaction holds (`SKIP LOCKED`) and tries those items

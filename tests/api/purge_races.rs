@@ -1,7 +1,8 @@
 //! Purges against the writers that share their rows, on Postgres (SQLite
 //! has one writer, so nothing interleaves there). Each test's own
 //! transaction holds, at a chosen moment, what a racing call would hold,
-//! and checks what the purge holds or decides meanwhile.
+//! and checks what the purge holds or decides meanwhile, and what the
+//! racing call can still do.
 
 use engram::api::convert::json_to_proto;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
@@ -191,4 +192,64 @@ async fn a_purge_deletes_only_what_it_recorded() {
         (err.code(), reason(&err)),
         (Code::NotFound, "VERSION_PURGED".into())
     );
+}
+
+/// A purge holds the heads of its keys only against deleting them (as a
+/// forget would): a set of one of its keys goes on while the purge waits.
+/// Here the purge waits for an old version of another key, which the
+/// test's own transaction holds as the embedding worker might.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    for value in ["one", "two"] {
+        set(&server, "j", value).await;
+        set(&server, "k", value).await;
+    }
+    let mut db = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let mut other = PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect the other writer");
+    let mut holder = other.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM memory_versions WHERE key = 'j' AND version = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .expect("hold j's first version");
+    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+    let purging = tokio::spawn(async move {
+        admin
+            .purge_scope(PurgeScopeRequest {
+                scope_type: NS,
+                scope: "p".into(),
+                keep: Some(1),
+                include_deleted: false,
+                dry_run: false,
+            })
+            .await
+    });
+    until_reads(&mut db, LOCK_WAITS, 1, "the purge waits for j's version").await;
+    let during = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        set(&server, "k", "three"),
+    )
+    .await
+    .expect("the set does not wait for the purge");
+    assert_eq!(during.version, 3);
+    holder.rollback().await.expect("roll back");
+    let purged = purging
+        .await
+        .expect("purger")
+        .expect("the purge goes on")
+        .into_inner();
+    assert_eq!((purged.versions_deleted, purged.keys_affected), (2, 2));
+    let current = server
+        .memory()
+        .get(get("k", None))
+        .await
+        .expect("k")
+        .into_inner()
+        .entry
+        .expect("an entry");
+    assert_eq!(current.version, 3);
 }

@@ -103,15 +103,16 @@ const DELETE_IF_VERSION: &str = write_statement!(
 
 /// Locks, in key order, the heads of the keys a purge takes from ($1–$3
 /// the scope, $4 the keys [`past::record_purges`] returned) before it
-/// deletes any version, as a group of sets and `ForgetUser` take heads
-/// before versions, and returns the keys held. A purge that locked each
-/// head as it emptied it deadlocked with both; one that locked the emptied
-/// heads alone, with a set that moved a head between its statements; one
+/// deletes any version, as `ForgetUser` and a group of sets take heads
+/// before versions, and returns the keys held. `FOR KEY SHARE`: a set,
+/// which updates a head but not its key, goes on meanwhile, and a forget,
+/// which deletes heads, waits for the purge (or the purge for it). A purge
+/// that locked each head as it emptied it deadlocked with forgets; one
 /// that went on to a head made again after this statement (an earlier
 /// purge had emptied the key), with a set holding it.
 static LOCK_RECORDED: Sql = Sql::new(
     "SELECT key FROM memory_heads WHERE tenant = $1 AND scope_type = $2 AND scope = $3 \
-     AND key = ANY($4) ORDER BY key FOR UPDATE",
+     AND key = ANY($4) ORDER BY key FOR KEY SHARE",
 );
 
 /// The purge, in one statement: the versions, the heads left without one
