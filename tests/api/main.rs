@@ -16,6 +16,7 @@ mod history_memory;
 mod hostile_input;
 mod large_answers;
 mod limits;
+mod maintenance_races;
 mod memory_admin;
 mod memory_api;
 mod metrics;
