@@ -832,3 +832,33 @@ pub async fn until_reads(db: &mut sqlx::PgConnection, count: &'static str, want:
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// How many of the test database's backends wait for a lock; see
+/// [`until_reads`].
+pub const LOCK_WAITS: &str = "SELECT count(*) FROM pg_stat_activity \
+     WHERE datname = current_database() AND wait_event_type = 'Lock'";
+
+/// A connection to `url` inside a transaction that has run `sql`, so it
+/// holds what `sql` locked (as a racing call would) until the test ends it
+/// with `COMMIT` or `ROLLBACK`.
+pub async fn holding(url: &str, sql: &'static str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect the holder");
+    for statement in ["BEGIN", sql] {
+        sqlx::query(statement)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|err| panic!("{statement}: {err}"));
+    }
+    conn
+}
+
+/// Ends a [`holding`] transaction with `end` (`COMMIT` or `ROLLBACK`).
+pub async fn release(mut holder: sqlx::PgConnection, end: &'static str) {
+    sqlx::query(end)
+        .execute(&mut holder)
+        .await
+        .unwrap_or_else(|err| panic!("{end}: {err}"));
+}

@@ -12,13 +12,11 @@ use engram::proto::{
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
 use tonic::Code;
+use tonic::Response;
 
-use crate::helpers::{Backend, TestServer, reason, until_reads};
+use crate::helpers::{Backend, LOCK_WAITS, TestServer, holding, reason, release, until_reads};
 
 const NS: i32 = ScopeType::Namespace as i32;
-
-const LOCK_WAITS: &str = "SELECT count(*) FROM pg_stat_activity \
-     WHERE datname = current_database() AND wait_event_type = 'Lock'";
 
 async fn set(server: &TestServer, key: &str, value: &str) -> MemoryEntry {
     server
@@ -35,6 +33,27 @@ async fn set(server: &TestServer, key: &str, value: &str) -> MemoryEntry {
         .into_inner()
         .entry
         .expect("an entry")
+}
+
+async fn connect(server: &TestServer) -> PgConnection {
+    PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect")
+}
+
+/// `PurgeScope` of the test's scope keeping one version of each key.
+async fn purge_keeping_one(
+    mut admin: MemoryAdminServiceClient<tonic::transport::Channel>,
+) -> Result<Response<engram::proto::PurgeScopeResponse>, tonic::Status> {
+    admin
+        .purge_scope(PurgeScopeRequest {
+            scope_type: NS,
+            scope: "p".into(),
+            keep: Some(1),
+            include_deleted: false,
+            dry_run: false,
+        })
+        .await
 }
 
 fn get(key: &str, as_of: Option<AsOf>) -> GetRequest {
@@ -58,17 +77,12 @@ async fn a_purge_takes_a_keys_head_before_its_versions() {
     for value in ["one", "two"] {
         set(&server, "k", value).await;
     }
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
-    let mut other = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the forget");
-    let mut forget = other.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM memory_heads WHERE key = 'k' FOR UPDATE")
-        .execute(&mut *forget)
-        .await
-        .expect("hold the head");
+    let mut db = connect(&server).await;
+    let mut forget = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_heads WHERE key = 'k' FOR UPDATE",
+    )
+    .await;
     let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
     let purging = tokio::spawn(async move {
         admin
@@ -83,10 +97,10 @@ async fn a_purge_takes_a_keys_head_before_its_versions() {
     });
     until_reads(&mut db, LOCK_WAITS, 1, "the purge waits for the head").await;
     sqlx::query("SELECT 1 FROM memory_versions WHERE key = 'k' FOR UPDATE NOWAIT")
-        .execute(&mut *forget)
+        .execute(&mut forget)
         .await
         .expect("the purge holds no version while it waits for the head");
-    forget.rollback().await.expect("roll back");
+    release(forget, "ROLLBACK").await;
     let purged = purging
         .await
         .expect("purger")
@@ -128,32 +142,17 @@ async fn a_purge_deletes_only_what_it_recorded() {
         .expect("purge j once");
     set(&server, "j", "j3").await;
     let first = set(&server, "k", "k1").await;
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
-    let mut other = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the other purge");
-    let mut holder = other.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM memory_purges WHERE key = 'j' FOR UPDATE")
-        .execute(&mut *holder)
-        .await
-        .expect("hold j's record");
-    let purging = tokio::spawn(async move {
-        admin
-            .purge_scope(PurgeScopeRequest {
-                scope_type: NS,
-                scope: "p".into(),
-                keep: Some(1),
-                include_deleted: false,
-                dry_run: false,
-            })
-            .await
-    });
+    let mut db = connect(&server).await;
+    let holder = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_purges WHERE key = 'j' FOR UPDATE",
+    )
+    .await;
+    let purging = tokio::spawn(purge_keeping_one(admin));
     until_reads(&mut db, LOCK_WAITS, 1, "the purge waits to record j").await;
     // `k` gains its first victim after the purge looked.
     set(&server, "k", "k2").await;
-    holder.rollback().await.expect("roll back");
+    release(holder, "ROLLBACK").await;
     let purged = purging
         .await
         .expect("purger")
@@ -173,14 +172,7 @@ async fn a_purge_deletes_only_what_it_recorded() {
         .expect("an entry");
     assert_eq!(then.version, 1);
     // The next purge takes it, and says so at that time.
-    MemoryAdminServiceClient::new(server.channel.clone())
-        .purge_scope(PurgeScopeRequest {
-            scope_type: NS,
-            scope: "p".into(),
-            keep: Some(1),
-            include_deleted: false,
-            dry_run: false,
-        })
+    purge_keeping_one(MemoryAdminServiceClient::new(server.channel.clone()))
         .await
         .expect("purge again");
     let err = server
@@ -205,29 +197,14 @@ async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
         set(&server, "j", value).await;
         set(&server, "k", value).await;
     }
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
-    let mut other = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the other writer");
-    let mut holder = other.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM memory_versions WHERE key = 'j' AND version = 1 FOR UPDATE")
-        .execute(&mut *holder)
-        .await
-        .expect("hold j's first version");
-    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
-    let purging = tokio::spawn(async move {
-        admin
-            .purge_scope(PurgeScopeRequest {
-                scope_type: NS,
-                scope: "p".into(),
-                keep: Some(1),
-                include_deleted: false,
-                dry_run: false,
-            })
-            .await
-    });
+    let mut db = connect(&server).await;
+    let holder = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_versions WHERE key = 'j' AND version = 1 FOR UPDATE",
+    )
+    .await;
+    let admin = MemoryAdminServiceClient::new(server.channel.clone());
+    let purging = tokio::spawn(purge_keeping_one(admin));
     until_reads(&mut db, LOCK_WAITS, 1, "the purge waits for j's version").await;
     let during = tokio::time::timeout(
         std::time::Duration::from_secs(30),
@@ -236,7 +213,7 @@ async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
     .await
     .expect("the set does not wait for the purge");
     assert_eq!(during.version, 3);
-    holder.rollback().await.expect("roll back");
+    release(holder, "ROLLBACK").await;
     let purged = purging
         .await
         .expect("purger")

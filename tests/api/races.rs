@@ -16,7 +16,9 @@ use serde_json::json;
 use sqlx::{Connection, PgConnection};
 use tonic::Code;
 
-use crate::helpers::{Backend, ChildServer, TestServer, connect, reason, until_reads};
+use crate::helpers::{
+    Backend, ChildServer, LOCK_WAITS, TestServer, connect, holding, reason, release, until_reads,
+};
 use crate::on_both_stores;
 
 const WRITERS: usize = 32;
@@ -465,19 +467,15 @@ async fn a_session_made_again_under_a_delete_is_not_anothers() {
     let mut db = PgConnection::connect(&server.db.url)
         .await
         .expect("connect");
-    let mut other = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the other calls");
-    let mut again = other.begin().await.expect("begin");
-    for sql in [
+    let mut again = holding(
+        &server.db.url,
         "CREATE TEMP TABLE made ON COMMIT DROP AS SELECT * FROM sessions WHERE id = 's'",
-        "DELETE FROM sessions WHERE id = 's'",
-    ] {
-        sqlx::query(sql)
-            .execute(&mut *again)
-            .await
-            .expect("delete the session");
-    }
+    )
+    .await;
+    sqlx::query("DELETE FROM sessions WHERE id = 's'")
+        .execute(&mut again)
+        .await
+        .expect("delete the session");
     let mut sessions = server.sessions();
     let deleting = tokio::spawn(async move {
         sessions
@@ -487,19 +485,12 @@ async fn a_session_made_again_under_a_delete_is_not_anothers() {
             })
             .await
     });
-    until_reads(
-        &mut db,
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        1,
-        "the delete waits for the row",
-    )
-    .await;
+    until_reads(&mut db, LOCK_WAITS, 1, "the delete waits for the row").await;
     sqlx::query("INSERT INTO sessions SELECT * FROM made")
-        .execute(&mut *again)
+        .execute(&mut again)
         .await
         .expect("make the session again");
-    again.commit().await.expect("commit");
+    release(again, "COMMIT").await;
     let err = deleting
         .await
         .expect("deleter")
