@@ -32,7 +32,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::consolidation::{episode, rule};
-use crate::helpers::{Backend, Metadata, TestServer, reason};
+use crate::helpers::{Backend, Metadata, TestServer, holding, reason, release};
 use crate::on_both_stores;
 
 const ACME_ADMIN: &str = "acme-admin-token";
@@ -675,14 +675,11 @@ async fn a_set_racing_a_forget_leaves_its_key_whole() {
     let mut db = PgConnection::connect(&server.db.url)
         .await
         .expect("connect");
-    let mut other = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the other writer");
-    let mut holder = other.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM memory_purges WHERE key = 'k' FOR UPDATE")
-        .execute(&mut *holder)
-        .await
-        .expect("hold the purge record");
+    let holder = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_purges WHERE key = 'k' FOR UPDATE",
+    )
+    .await;
     let mut data = DataServiceClient::new(server.channel.clone());
     let forgetting = tokio::spawn(async move {
         data.forget_user(ForgetUserRequest {
@@ -719,7 +716,7 @@ async fn a_set_racing_a_forget_leaves_its_key_whole() {
         memory.set(set("during")),
     )
     .await;
-    holder.rollback().await.expect("roll back");
+    release(holder, "ROLLBACK").await;
     during
         .expect("the set waited for the forget, which held the key's versions while it waited")
         .expect("the set during the forget");

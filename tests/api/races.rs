@@ -403,29 +403,19 @@ async fn an_eviction_takes_its_sessions_in_id_order() {
     let mut db = PgConnection::connect(&server.db.url)
         .await
         .expect("connect");
-    let mut appends = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the appends");
-    let mut group = appends.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM sessions WHERE id = 'a' FOR UPDATE")
-        .execute(&mut *group)
-        .await
-        .expect("hold a");
-    let mut sessions = SessionServiceClient::new(connect(limited.grpc_addr).await);
-    let creating = tokio::spawn(async move { sessions.create_session(create("new")).await });
-    until_reads(
-        &mut db,
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        1,
-        "the eviction waits for a",
+    let mut group = holding(
+        &server.db.url,
+        "SELECT 1 FROM sessions WHERE id = 'a' FOR UPDATE",
     )
     .await;
+    let mut sessions = SessionServiceClient::new(connect(limited.grpc_addr).await);
+    let creating = tokio::spawn(async move { sessions.create_session(create("new")).await });
+    until_reads(&mut db, LOCK_WAITS, 1, "the eviction waits for a").await;
     sqlx::query("SELECT 1 FROM sessions WHERE id = 'z' FOR UPDATE NOWAIT")
-        .execute(&mut *group)
+        .execute(&mut group)
         .await
         .expect("the eviction holds z no longer while it waits for a");
-    group.rollback().await.expect("roll back");
+    release(group, "ROLLBACK").await;
     creating
         .await
         .expect("creator")
