@@ -16,7 +16,8 @@
 //! forget deadlocked with it and one of them failed. Between the two it
 //! holds the writers of the facts it deletes, as applying deltas does;
 //! after them, the heads of the memory keys it deletes, as sets and
-//! purges take them before their versions.
+//! purges take them before their versions, and once the rest is deleted
+//! the heads of keys committed while it waited for those.
 
 use super::sql::{Cols, Dialect, Param, Run, Sql, params};
 use crate::context::Tenant;
@@ -102,6 +103,17 @@ static LOCK_HEADS: Sql = Sql::new(concat!(
     "SELECT scope, key FROM memory_heads WHERE tenant = $1 AND ",
     user_runs!(),
     " ORDER BY scope_type, scope, key FOR UPDATE"
+));
+
+/// The heads of the user's runs again, once the rest is deleted: a key
+/// whose call committed while the forget waited for [`LOCK_HEADS`] (the
+/// audit record of a purge that held the heads before it, a set of a new
+/// key) is gone from that statement's snapshot but is the user's all the
+/// same. Those another call holds are left to it, as at the start.
+static LOCK_LATER_HEADS: Sql = Sql::new(concat!(
+    "SELECT scope, key FROM memory_heads WHERE tenant = $1 AND ",
+    user_runs!(),
+    " ORDER BY scope_type, scope, key FOR UPDATE SKIP LOCKED"
 ));
 
 static COUNT_SESSIONS: Sql = Sql::new(
@@ -227,11 +239,11 @@ static MEMORY_DELETES: [Sql; 5] = [
     )),
 ];
 
-/// Postgres: the versions and heads of the keys the forget locked at its
-/// start ([`LOCK_HEADS`]; $2 their scopes, $3 their keys), and the records
-/// of the user's scopes but those another call holds. A key made while the
-/// forget ran is a call racing it, and the forget leaves the key whole to
-/// it rather than wait for it: such a call may hold the key's rows while it
+/// Postgres: the versions and heads of the keys the forget locked
+/// ([`LOCK_HEADS`], [`LOCK_LATER_HEADS`]; $2 their scopes, $3 their keys),
+/// and the records of the user's scopes but those another call holds. A
+/// key a call racing the forget holds is left whole to it rather than
+/// waited for: such a call may hold the key's rows while it
 /// waits for a head the forget holds (a deadlock, and one of the two
 /// failed), and a later statement seeing only part of the key deleted its
 /// head and left a version behind, on which every later set of the key
@@ -290,7 +302,7 @@ pub(super) async fn forget_in<C: Run>(
             .all(&LOCK_HEADS, params, |row| Ok((row.text(0)?, row.text(1)?)))
             .await?;
     }
-    let counts = ForgetCounts {
+    let mut counts = ForgetCounts {
         sessions: conn.count(&COUNT_SESSIONS, params).await?,
         episodes: conn.count(&COUNT_EPISODES, params).await?,
         facts: conn.count(&COUNT_FACTS, params).await?,
@@ -304,9 +316,19 @@ pub(super) async fn forget_in<C: Run>(
         }
         match C::DIALECT {
             Dialect::Postgres => {
+                held.extend(
+                    conn.all(&LOCK_LATER_HEADS, params, |row| {
+                        Ok((row.text(0)?, row.text(1)?))
+                    })
+                    .await?,
+                );
+                held.sort_unstable();
+                held.dedup();
                 let (scopes, keys): (Vec<String>, Vec<String>) = held.into_iter().unzip();
                 let held = params![tenant.as_str(), scopes.as_slice(), keys.as_slice()];
-                conn.exec(&HELD_VERSIONS, held).await?;
+                // What was deleted: the count before took no lock.
+                counts.memory_versions =
+                    i64::try_from(conn.exec(&HELD_VERSIONS, held).await?).unwrap_or(i64::MAX);
                 for sql in &MEMORY_RECORDS_PG {
                     conn.exec(sql, params).await?;
                 }

@@ -21,7 +21,8 @@
 //!    cleanups and forgets all lock the session first;
 //! 3. a purge's records of what its keys lose (`memory_purges`), in key
 //!    order, so that purges sharing a key take turns (a forget skips those
-//!    held);
+//!    held, and a purge that then finds a key's head deleted drops its
+//!    record);
 //! 4. then the rows a statement changes: memory heads in key order before
 //!    anything of their keys (a group of sets; a purge, those of the keys
 //!    it recorded, against deletion only; a forget, those of the user's

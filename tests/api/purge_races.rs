@@ -5,9 +5,11 @@
 //! racing call can still do.
 
 use engram::api::convert::json_to_proto;
+use engram::proto::data_service_client::DataServiceClient;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::{
-    AsOf, GetRequest, MemoryEntry, PurgeRequest, PurgeScopeRequest, ScopeType, SetRequest, as_of,
+    AsOf, ForgetUserRequest, GetRequest, MemoryEntry, PurgeRequest, PurgeScopeRequest, ScopeType,
+    SetRequest, as_of,
 };
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
@@ -229,4 +231,284 @@ async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
         .entry
         .expect("an entry");
     assert_eq!(current.version, 3);
+}
+
+const EXECUTION: i32 = ScopeType::Execution as i32;
+
+/// A set in the test's run `s1`, of user `alice` in app `bot`.
+async fn set_run(server: &TestServer, key: &str, value: &str) -> MemoryEntry {
+    server
+        .memory()
+        .set(SetRequest {
+            scope_type: EXECUTION,
+            scope: "s1".into(),
+            key: key.into(),
+            value: Some(json_to_proto(&json!(value))),
+            ..SetRequest::default()
+        })
+        .await
+        .expect("set in the run")
+        .into_inner()
+        .entry
+        .expect("an entry")
+}
+
+/// `Purge` of key `k` in the run, keeping `keep` versions.
+async fn purge_run(
+    mut admin: MemoryAdminServiceClient<tonic::transport::Channel>,
+    keep: i64,
+) -> Result<Response<engram::proto::PurgeResponse>, tonic::Status> {
+    admin
+        .purge(PurgeRequest {
+            scope_type: EXECUTION,
+            scope: "s1".into(),
+            key: "k".into(),
+            keep: Some(keep),
+            dry_run: false,
+        })
+        .await
+}
+
+/// A Postgres server with the session `s1` of user `alice` in app `bot`,
+/// whose run scope the tests write.
+async fn run_of_alice() -> TestServer {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    server
+        .sessions()
+        .create_session(engram::proto::CreateSessionRequest {
+            session_id: "s1".into(),
+            app: "bot".into(),
+            user: "alice".into(),
+            metadata: None,
+        })
+        .await
+        .expect("create the run's session");
+    server
+}
+
+/// `ForgetUser` of `alice`, in a task.
+fn forget_alice(
+    server: &TestServer,
+) -> tokio::task::JoinHandle<Result<Response<engram::proto::ForgetUserResponse>, tonic::Status>> {
+    let mut data = DataServiceClient::new(server.channel.clone());
+    tokio::spawn(async move {
+        data.forget_user(ForgetUserRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            ..ForgetUserRequest::default()
+        })
+        .await
+    })
+}
+
+/// What the database still holds of the run: its purge records and its
+/// keys' changes.
+async fn left_of_the_run(db: &mut PgConnection) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM memory_purges WHERE scope = 's1'), \
+         (SELECT count(*) FROM memory_changes WHERE scope = 's1')",
+    )
+    .fetch_one(db)
+    .await
+    .expect("count what is left")
+}
+
+/// `ForgetUser` deletes a user's runs' keys with their purge records, but
+/// leaves a record another call holds (or has not committed) to that call
+/// rather than wait for it. A purge records a key, then waits for its head:
+/// when a forget took the head meanwhile, the purge found the key gone,
+/// deleted nothing, and its record (the key's name and times) outlived the
+/// forget. A read at a past point then said the forgotten key's versions
+/// had been purged, and `ListScopes` at that point showed the run. Now the
+/// purge drops such a record. Here the forget waits, holding the run's
+/// heads, for a version of another key that the test's own transaction
+/// holds, while the purge records `k`; `purged_before` gives `k` a record
+/// from an earlier purge, which the purge then holds.
+async fn a_purge_under_a_forget_leaves_no_record(purged_before: bool) {
+    let server = run_of_alice().await;
+    let first = set_run(&server, "k", "one").await;
+    set_run(&server, "k", "two").await;
+    set_run(&server, "other", "x").await;
+    let admin = MemoryAdminServiceClient::new(server.channel.clone());
+    if purged_before {
+        purge_run(admin.clone(), 1).await.expect("purge version 1");
+    }
+    let mut db = connect(&server).await;
+    let holder = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_versions WHERE key = 'other' FOR UPDATE",
+    )
+    .await;
+    let forgetting = forget_alice(&server);
+    until_reads(&mut db, LOCK_WAITS, 1, "the forget waits for `other`").await;
+    let purging = tokio::spawn(purge_run(admin, 0));
+    until_reads(&mut db, LOCK_WAITS, 2, "the purge waits for k's head").await;
+    release(holder, "ROLLBACK").await;
+    let forgot = forgetting
+        .await
+        .expect("forgetter")
+        .expect("the forget goes on")
+        .into_inner();
+    // `k`'s two versions and `other`'s, or `k`'s second, `other`'s and
+    // the earlier purge's audit record.
+    assert_eq!(forgot.memory_versions, 3);
+    let purged = purging
+        .await
+        .expect("purger")
+        .expect("the purge goes on")
+        .into_inner();
+    assert_eq!((purged.versions_deleted, purged.keys_affected), (0, 0));
+    assert_eq!(left_of_the_run(&mut db).await, (0, 0));
+    let at_first = Some(AsOf {
+        point: Some(as_of::Point::Time(first.create_time.expect("a time"))),
+    });
+    let err = server
+        .memory()
+        .get(GetRequest {
+            scope_type: EXECUTION,
+            scope: "s1".into(),
+            ..get("k", at_first)
+        })
+        .await
+        .expect_err("forgotten");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::NotFound, "KEY_NOT_FOUND".into())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_under_a_forget_leaves_no_new_record() {
+    a_purge_under_a_forget_leaves_no_record(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_under_a_forget_leaves_no_record_it_held() {
+    a_purge_under_a_forget_leaves_no_record(true).await;
+}
+
+/// A forget locks the heads of the user's runs, and deletes those keys. A
+/// purge that held the heads first (against deletion) commits its audit
+/// record, a new key of the run, while the forget waits: that key was not
+/// in the snapshot the forget's lock read, and outlived the forget. Now
+/// the forget takes the run's heads again once the rest is deleted. Here
+/// the purge waits, holding the heads, for an old version of `other` that
+/// the test's own transaction holds, and the forget waits for the purge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forget_takes_the_audit_of_a_purge_it_waited_for() {
+    let server = run_of_alice().await;
+    for value in ["one", "two"] {
+        set_run(&server, "k", value).await;
+        set_run(&server, "other", value).await;
+    }
+    let mut db = connect(&server).await;
+    let holder = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_versions WHERE key = 'other' AND version = 1 FOR UPDATE",
+    )
+    .await;
+    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+    let purging = tokio::spawn(async move {
+        admin
+            .purge_scope(PurgeScopeRequest {
+                scope_type: EXECUTION,
+                scope: "s1".into(),
+                keep: Some(1),
+                include_deleted: false,
+                dry_run: false,
+            })
+            .await
+    });
+    until_reads(&mut db, LOCK_WAITS, 1, "the purge waits for `other`").await;
+    let forgetting = forget_alice(&server);
+    until_reads(&mut db, LOCK_WAITS, 2, "the forget waits for the purge").await;
+    release(holder, "ROLLBACK").await;
+    let purged = purging
+        .await
+        .expect("purger")
+        .expect("the purge goes on")
+        .into_inner();
+    assert_eq!((purged.versions_deleted, purged.keys_affected), (2, 2));
+    let forgot = forgetting
+        .await
+        .expect("forgetter")
+        .expect("the forget goes on")
+        .into_inner();
+    // The two keys' last versions and the purge's audit record.
+    assert_eq!(forgot.memory_versions, 3);
+    let listed = server
+        .memory()
+        .list(engram::proto::ListRequest {
+            scope_type: EXECUTION,
+            scope: "s1".into(),
+            ..engram::proto::ListRequest::default()
+        })
+        .await
+        .expect("list the run")
+        .into_inner();
+    assert_eq!(listed.entries, []);
+    let heads: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_heads WHERE scope = 's1'")
+        .fetch_one(&mut db)
+        .await
+        .expect("count the run's heads");
+    assert_eq!(heads, 0, "the audit record's key is left");
+    assert_eq!(left_of_the_run(&mut db).await, (0, 0));
+}
+
+/// The other way a purge finds a recorded key gone: another purge emptied
+/// it between the two statements, and the record is theirs together. It
+/// stays: a read at a past point says the versions were purged. Here the
+/// test's transaction holds the key's head, so the first purge waits after
+/// recording, and the second waits for the first's record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_after_another_emptied_its_key_keeps_the_record() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let first = set(&server, "k", "one").await;
+    set(&server, "k", "two").await;
+    let mut db = connect(&server).await;
+    let holder = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_heads WHERE key = 'k' FOR UPDATE",
+    )
+    .await;
+    let empty = |admin: MemoryAdminServiceClient<tonic::transport::Channel>| async move {
+        let mut admin = admin;
+        admin
+            .purge(PurgeRequest {
+                scope_type: NS,
+                scope: "p".into(),
+                key: "k".into(),
+                keep: Some(0),
+                dry_run: false,
+            })
+            .await
+    };
+    let admin = MemoryAdminServiceClient::new(server.channel.clone());
+    let one = tokio::spawn(empty(admin.clone()));
+    until_reads(&mut db, LOCK_WAITS, 1, "the first purge waits for the head").await;
+    let two = tokio::spawn(empty(admin));
+    until_reads(&mut db, LOCK_WAITS, 2, "the second waits for the record").await;
+    release(holder, "ROLLBACK").await;
+    let mut deleted = Vec::new();
+    for purge in [one, two] {
+        let purged = purge
+            .await
+            .expect("purger")
+            .expect("the purge goes on")
+            .into_inner();
+        deleted.push(purged.versions_deleted);
+    }
+    assert_eq!(deleted, [2, 0]);
+    let at_first = Some(AsOf {
+        point: Some(as_of::Point::Time(first.create_time.expect("a time"))),
+    });
+    let err = server
+        .memory()
+        .get(get("k", at_first))
+        .await
+        .expect_err("purged");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::NotFound, "VERSION_PURGED".into())
+    );
 }
