@@ -20,12 +20,23 @@ use crate::helpers::{Backend, LOCK_WAITS, TestServer, holding, reason, release, 
 
 const NS: i32 = ScopeType::Namespace as i32;
 
-async fn set(server: &TestServer, key: &str, value: &str) -> MemoryEntry {
+/// The test's namespace, and its run: the session `s1` of user `alice` in
+/// app `bot` ([`run_of_alice`]).
+type Scope = (i32, &'static str);
+const NAMESPACE: Scope = (NS, "p");
+const RUN: Scope = (ScopeType::Execution as i32, "s1");
+
+async fn set_in(
+    server: &TestServer,
+    (scope_type, scope): Scope,
+    key: &str,
+    value: &str,
+) -> MemoryEntry {
     server
         .memory()
         .set(SetRequest {
-            scope_type: NS,
-            scope: "p".into(),
+            scope_type,
+            scope: scope.into(),
             key: key.into(),
             value: Some(json_to_proto(&json!(value))),
             ..SetRequest::default()
@@ -35,6 +46,40 @@ async fn set(server: &TestServer, key: &str, value: &str) -> MemoryEntry {
         .into_inner()
         .entry
         .expect("an entry")
+}
+
+async fn set(server: &TestServer, key: &str, value: &str) -> MemoryEntry {
+    set_in(server, NAMESPACE, key, value).await
+}
+
+/// `Purge` of one key, keeping `keep` versions.
+async fn purge_key(
+    mut admin: MemoryAdminServiceClient<tonic::transport::Channel>,
+    (scope_type, scope): Scope,
+    key: &'static str,
+    keep: i64,
+) -> Result<Response<engram::proto::PurgeResponse>, tonic::Status> {
+    admin
+        .purge(PurgeRequest {
+            scope_type,
+            scope: scope.into(),
+            key: key.into(),
+            keep: Some(keep),
+            dry_run: false,
+        })
+        .await
+}
+
+/// What a call spawned as a task answered.
+async fn done<T>(
+    task: tokio::task::JoinHandle<Result<Response<T>, tonic::Status>>,
+    what: &str,
+) -> T {
+    match task.await {
+        Ok(Ok(answer)) => answer.into_inner(),
+        Ok(Err(status)) => panic!("{what}: {status}"),
+        Err(err) => panic!("{what}: the task failed: {err}"),
+    }
 }
 
 async fn connect(server: &TestServer) -> PgConnection {
@@ -68,6 +113,31 @@ fn get(key: &str, as_of: Option<AsOf>) -> GetRequest {
     }
 }
 
+/// Why a read of `entry`'s key at the time `entry` was written finds
+/// nothing.
+async fn missing_at(
+    server: &TestServer,
+    (scope_type, scope): Scope,
+    entry: &MemoryEntry,
+) -> (Code, String) {
+    let err = server
+        .memory()
+        .get(GetRequest {
+            scope_type,
+            scope: scope.into(),
+            ..get(&entry.key, at_time_of(entry))
+        })
+        .await
+        .expect_err("nothing at that time");
+    (err.code(), reason(&err))
+}
+
+fn at_time_of(entry: &MemoryEntry) -> Option<AsOf> {
+    Some(AsOf {
+        point: Some(as_of::Point::Time(entry.create_time.expect("a time"))),
+    })
+}
+
 /// `ForgetUser`, like a group of sets, locks a key's head before its
 /// versions. A purge that empties a key used to delete the versions first
 /// and then wait for the head: with a forget holding the head and waiting
@@ -85,29 +155,15 @@ async fn a_purge_takes_a_keys_head_before_its_versions() {
         "SELECT 1 FROM memory_heads WHERE key = 'k' FOR UPDATE",
     )
     .await;
-    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
-    let purging = tokio::spawn(async move {
-        admin
-            .purge(PurgeRequest {
-                scope_type: NS,
-                scope: "p".into(),
-                key: "k".into(),
-                keep: Some(0),
-                dry_run: false,
-            })
-            .await
-    });
+    let admin = MemoryAdminServiceClient::new(server.channel.clone());
+    let purging = tokio::spawn(purge_key(admin, NAMESPACE, "k", 0));
     until_reads(&mut db, LOCK_WAITS, 1, "the purge waits for the head").await;
     sqlx::query("SELECT 1 FROM memory_versions WHERE key = 'k' FOR UPDATE NOWAIT")
         .execute(&mut forget)
         .await
         .expect("the purge holds no version while it waits for the head");
     release(forget, "ROLLBACK").await;
-    let purged = purging
-        .await
-        .expect("purger")
-        .expect("the purge goes on")
-        .into_inner();
+    let purged = done(purging, "the purge goes on").await;
     assert_eq!((purged.versions_deleted, purged.keys_affected), (2, 1));
     let err = server
         .memory()
@@ -131,15 +187,8 @@ async fn a_purge_deletes_only_what_it_recorded() {
     for value in ["j1", "j2"] {
         set(&server, "j", value).await;
     }
-    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
-    admin
-        .purge(PurgeRequest {
-            scope_type: NS,
-            scope: "p".into(),
-            key: "j".into(),
-            keep: Some(1),
-            dry_run: false,
-        })
+    let admin = MemoryAdminServiceClient::new(server.channel.clone());
+    purge_key(admin.clone(), NAMESPACE, "j", 1)
         .await
         .expect("purge j once");
     set(&server, "j", "j3").await;
@@ -155,18 +204,11 @@ async fn a_purge_deletes_only_what_it_recorded() {
     // `k` gains its first victim after the purge looked.
     set(&server, "k", "k2").await;
     release(holder, "ROLLBACK").await;
-    let purged = purging
-        .await
-        .expect("purger")
-        .expect("the purge goes on")
-        .into_inner();
+    let purged = done(purging, "the purge goes on").await;
     assert_eq!((purged.versions_deleted, purged.keys_affected), (1, 1));
-    let at_first = Some(AsOf {
-        point: Some(as_of::Point::Time(first.create_time.expect("a time"))),
-    });
     let then = server
         .memory()
-        .get(get("k", at_first))
+        .get(get("k", at_time_of(&first)))
         .await
         .expect("k's first version is there at its time")
         .into_inner()
@@ -177,13 +219,8 @@ async fn a_purge_deletes_only_what_it_recorded() {
     purge_keeping_one(MemoryAdminServiceClient::new(server.channel.clone()))
         .await
         .expect("purge again");
-    let err = server
-        .memory()
-        .get(get("k", at_first))
-        .await
-        .expect_err("purged");
     assert_eq!(
-        (err.code(), reason(&err)),
+        missing_at(&server, NAMESPACE, &first).await,
         (Code::NotFound, "VERSION_PURGED".into())
     );
 }
@@ -216,11 +253,7 @@ async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
     .expect("the set does not wait for the purge");
     assert_eq!(during.version, 3);
     release(holder, "ROLLBACK").await;
-    let purged = purging
-        .await
-        .expect("purger")
-        .expect("the purge goes on")
-        .into_inner();
+    let purged = done(purging, "the purge goes on").await;
     assert_eq!((purged.versions_deleted, purged.keys_affected), (2, 2));
     let current = server
         .memory()
@@ -231,42 +264,6 @@ async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
         .entry
         .expect("an entry");
     assert_eq!(current.version, 3);
-}
-
-const EXECUTION: i32 = ScopeType::Execution as i32;
-
-/// A set in the test's run `s1`, of user `alice` in app `bot`.
-async fn set_run(server: &TestServer, key: &str, value: &str) -> MemoryEntry {
-    server
-        .memory()
-        .set(SetRequest {
-            scope_type: EXECUTION,
-            scope: "s1".into(),
-            key: key.into(),
-            value: Some(json_to_proto(&json!(value))),
-            ..SetRequest::default()
-        })
-        .await
-        .expect("set in the run")
-        .into_inner()
-        .entry
-        .expect("an entry")
-}
-
-/// `Purge` of key `k` in the run, keeping `keep` versions.
-async fn purge_run(
-    mut admin: MemoryAdminServiceClient<tonic::transport::Channel>,
-    keep: i64,
-) -> Result<Response<engram::proto::PurgeResponse>, tonic::Status> {
-    admin
-        .purge(PurgeRequest {
-            scope_type: EXECUTION,
-            scope: "s1".into(),
-            key: "k".into(),
-            keep: Some(keep),
-            dry_run: false,
-        })
-        .await
 }
 
 /// A Postgres server with the session `s1` of user `alice` in app `bot`,
@@ -326,12 +323,14 @@ async fn left_of_the_run(db: &mut PgConnection) -> (i64, i64) {
 /// from an earlier purge, which the purge then holds.
 async fn a_purge_under_a_forget_leaves_no_record(purged_before: bool) {
     let server = run_of_alice().await;
-    let first = set_run(&server, "k", "one").await;
-    set_run(&server, "k", "two").await;
-    set_run(&server, "other", "x").await;
+    let first = set_in(&server, RUN, "k", "one").await;
+    set_in(&server, RUN, "k", "two").await;
+    set_in(&server, RUN, "other", "x").await;
     let admin = MemoryAdminServiceClient::new(server.channel.clone());
     if purged_before {
-        purge_run(admin.clone(), 1).await.expect("purge version 1");
+        purge_key(admin.clone(), RUN, "k", 1)
+            .await
+            .expect("purge version 1");
     }
     let mut db = connect(&server).await;
     let holder = holding(
@@ -341,38 +340,18 @@ async fn a_purge_under_a_forget_leaves_no_record(purged_before: bool) {
     .await;
     let forgetting = forget_alice(&server);
     until_reads(&mut db, LOCK_WAITS, 1, "the forget waits for `other`").await;
-    let purging = tokio::spawn(purge_run(admin, 0));
+    let purging = tokio::spawn(purge_key(admin, RUN, "k", 0));
     until_reads(&mut db, LOCK_WAITS, 2, "the purge waits for k's head").await;
     release(holder, "ROLLBACK").await;
-    let forgot = forgetting
-        .await
-        .expect("forgetter")
-        .expect("the forget goes on")
-        .into_inner();
+    let forgot = done(forgetting, "the forget goes on").await;
     // `k`'s two versions and `other`'s, or `k`'s second, `other`'s and
     // the earlier purge's audit record.
     assert_eq!(forgot.memory_versions, 3);
-    let purged = purging
-        .await
-        .expect("purger")
-        .expect("the purge goes on")
-        .into_inner();
+    let purged = done(purging, "the purge goes on").await;
     assert_eq!((purged.versions_deleted, purged.keys_affected), (0, 0));
     assert_eq!(left_of_the_run(&mut db).await, (0, 0));
-    let at_first = Some(AsOf {
-        point: Some(as_of::Point::Time(first.create_time.expect("a time"))),
-    });
-    let err = server
-        .memory()
-        .get(GetRequest {
-            scope_type: EXECUTION,
-            scope: "s1".into(),
-            ..get("k", at_first)
-        })
-        .await
-        .expect_err("forgotten");
     assert_eq!(
-        (err.code(), reason(&err)),
+        missing_at(&server, RUN, &first).await,
         (Code::NotFound, "KEY_NOT_FOUND".into())
     );
 }
@@ -398,8 +377,8 @@ async fn a_purge_under_a_forget_leaves_no_record_it_held() {
 async fn a_forget_takes_the_audit_of_a_purge_it_waited_for() {
     let server = run_of_alice().await;
     for value in ["one", "two"] {
-        set_run(&server, "k", value).await;
-        set_run(&server, "other", value).await;
+        set_in(&server, RUN, "k", value).await;
+        set_in(&server, RUN, "other", value).await;
     }
     let mut db = connect(&server).await;
     let holder = holding(
@@ -411,7 +390,7 @@ async fn a_forget_takes_the_audit_of_a_purge_it_waited_for() {
     let purging = tokio::spawn(async move {
         admin
             .purge_scope(PurgeScopeRequest {
-                scope_type: EXECUTION,
+                scope_type: RUN.0,
                 scope: "s1".into(),
                 keep: Some(1),
                 include_deleted: false,
@@ -423,23 +402,15 @@ async fn a_forget_takes_the_audit_of_a_purge_it_waited_for() {
     let forgetting = forget_alice(&server);
     until_reads(&mut db, LOCK_WAITS, 2, "the forget waits for the purge").await;
     release(holder, "ROLLBACK").await;
-    let purged = purging
-        .await
-        .expect("purger")
-        .expect("the purge goes on")
-        .into_inner();
+    let purged = done(purging, "the purge goes on").await;
     assert_eq!((purged.versions_deleted, purged.keys_affected), (2, 2));
-    let forgot = forgetting
-        .await
-        .expect("forgetter")
-        .expect("the forget goes on")
-        .into_inner();
+    let forgot = done(forgetting, "the forget goes on").await;
     // The two keys' last versions and the purge's audit record.
     assert_eq!(forgot.memory_versions, 3);
     let listed = server
         .memory()
         .list(engram::proto::ListRequest {
-            scope_type: EXECUTION,
+            scope_type: RUN.0,
             scope: "s1".into(),
             ..engram::proto::ListRequest::default()
         })
@@ -471,44 +442,20 @@ async fn a_purge_after_another_emptied_its_key_keeps_the_record() {
         "SELECT 1 FROM memory_heads WHERE key = 'k' FOR UPDATE",
     )
     .await;
-    let empty = |admin: MemoryAdminServiceClient<tonic::transport::Channel>| async move {
-        let mut admin = admin;
-        admin
-            .purge(PurgeRequest {
-                scope_type: NS,
-                scope: "p".into(),
-                key: "k".into(),
-                keep: Some(0),
-                dry_run: false,
-            })
-            .await
-    };
     let admin = MemoryAdminServiceClient::new(server.channel.clone());
-    let one = tokio::spawn(empty(admin.clone()));
+    let one = tokio::spawn(purge_key(admin.clone(), NAMESPACE, "k", 0));
     until_reads(&mut db, LOCK_WAITS, 1, "the first purge waits for the head").await;
-    let two = tokio::spawn(empty(admin));
+    let two = tokio::spawn(purge_key(admin, NAMESPACE, "k", 0));
     until_reads(&mut db, LOCK_WAITS, 2, "the second waits for the record").await;
     release(holder, "ROLLBACK").await;
     let mut deleted = Vec::new();
     for purge in [one, two] {
-        let purged = purge
-            .await
-            .expect("purger")
-            .expect("the purge goes on")
-            .into_inner();
+        let purged = done(purge, "the purge goes on").await;
         deleted.push(purged.versions_deleted);
     }
     assert_eq!(deleted, [2, 0]);
-    let at_first = Some(AsOf {
-        point: Some(as_of::Point::Time(first.create_time.expect("a time"))),
-    });
-    let err = server
-        .memory()
-        .get(get("k", at_first))
-        .await
-        .expect_err("purged");
     assert_eq!(
-        (err.code(), reason(&err)),
+        missing_at(&server, NAMESPACE, &first).await,
         (Code::NotFound, "VERSION_PURGED".into())
     );
 }
