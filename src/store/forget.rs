@@ -152,7 +152,7 @@ static COUNT_VERSIONS: Sql = Sql::new(concat!(
 ));
 
 /// The deletes, in order, before memory's and [`LAST_DELETES`].
-static DELETES: [Sql; 7] = [
+static DELETES: [Sql; 8] = [
     Sql::new(concat!(
         "DELETE FROM embedding_outbox WHERE tenant = $1 AND ((source = 3 AND scope IN ",
         user_sessions!(),
@@ -185,6 +185,13 @@ static DELETES: [Sql; 7] = [
         "DELETE FROM working_memory WHERE tenant = $1 AND cardinality($4::text[]) >= 0 \
          AND session_id IN ",
         user_sessions!()
+    )),
+    // A run's retention policy goes with the run: it would apply to a run
+    // made again under the same id. Its runs update it in statements of
+    // their own, so this waits for one at most.
+    Sql::new(concat!(
+        "DELETE FROM memory_retention WHERE tenant = $1 AND ",
+        user_runs!()
     )),
     Sql::new(
         "DELETE FROM episodes WHERE tenant = $1 AND app = $2 AND user_id = $3 \

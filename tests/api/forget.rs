@@ -20,9 +20,9 @@ use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
     AppendEpisodeRequest, CacheContentRequest, ChangeKind, CreateRuleRequest, CreateTaskRequest,
     ExportRequest, FactKind, ForgetUserRequest, ForgetUserResponse, GetCompactionLogRequest,
-    GetRequest, GetSessionRequest, ListFactsRequest, RecordProcedureRequest, RememberRequest,
-    RunRuleRequest, ScopeType, SearchRequest, SetGoalRequest, SetRequest, TailEpisodesRequest,
-    WatchRequest,
+    GetRequest, GetRetentionRequest, GetSessionRequest, ListFactsRequest, RecordProcedureRequest,
+    RememberRequest, RetentionPolicy, RunRuleRequest, ScopeType, SearchRequest, SetGoalRequest,
+    SetRequest, SetRetentionRequest, TailEpisodesRequest, WatchRequest,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -209,6 +209,20 @@ async fn forgets_a_user_and_nobody_else(backend: Backend) {
     acme.set_run("s1", "plan").await;
     acme.set_run("run-9", "plan").await;
     acme.set_run("run-other", "plan").await;
+    for run in ["run-9", "run-other"] {
+        acme.admin()
+            .set_retention(SetRetentionRequest {
+                scope_type: EXECUTION,
+                scope: run.into(),
+                policy: Some(RetentionPolicy {
+                    keep_versions: Some(5),
+                    ..RetentionPolicy::default()
+                }),
+                dry_run: false,
+            })
+            .await
+            .expect("a run's retention");
+    }
 
     // Others: bob in bot, alice in another app, alice in another tenant.
     acme.append("bot", "bob", "s3", "b1", "bob likes zanzibar")
@@ -436,6 +450,24 @@ async fn forgets_a_user_and_nobody_else(backend: Backend) {
         })
         .await;
     assert!(kept.is_ok());
+    // A run's retention policy goes with it.
+    for (run, kept) in [("run-9", false), ("run-other", true)] {
+        let policy = acme
+            .admin()
+            .get_retention(GetRetentionRequest {
+                scope_type: EXECUTION,
+                scope: run.into(),
+            })
+            .await;
+        match policy {
+            Ok(_) => assert!(kept, "{run}'s policy outlived the forget"),
+            Err(err) => assert_eq!(
+                (kept, reason(&err)),
+                (false, "RETENTION_NOT_FOUND".into()),
+                "{run}"
+            ),
+        }
+    }
 
     // The skeleton: who (hashed), when, counts; no name.
     let log = acme
