@@ -3,7 +3,8 @@ and chromium-driver) driven by Selenium, against a seeded `engram serve` on
 each store. Checks what a person would see: scopes and key counts, values,
 versions, diff markers, tombstones, an episode appended through gRPC
 appearing in the open session page without a reload, tokens and tenants,
-and the content security policy. Screenshots go to
+the content security policy, and markup stored in values, episodes and
+facts shown as text (on the pages and in the live tail), never run. Screenshots go to
 target/console-screenshots.
 """
 
@@ -359,3 +360,43 @@ def test_a_fact_leads_to_the_episodes_it_came_from(server: Server, browser: webd
 
     browser.get(f"{server.ui}/episode?id=no-such-episode")
     assert "EPISODE_NOT_FOUND" in browser.page_source or "does not exist" in browser.page_source
+
+
+# Markup an agent or a user stored: shown as text on every page, never run.
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"
+
+
+def shown_as_text(browser: webdriver.Chrome, page: str, literal: bool = True) -> None:
+    text = browser.find_element(By.TAG_NAME, "main").text
+    if literal:
+        assert "<img src=x onerror=" in text and "<script>" in text, f"{page}: {text}"
+    made = browser.execute_script(
+        "return document.querySelectorAll(\"img[src='x']\").length"
+        " + [...document.scripts].filter(s => s.text.includes('pwned')).length"
+    )
+    assert made == 0, f"{page}: the stored markup became elements"
+    assert "pwned" not in browser.title, page
+
+
+def test_stored_markup_is_shown_as_text(server: Server, browser: webdriver.Chrome) -> None:
+    admin = server.tokens["admin"]
+    grpc(server, admin, "memory", "set", "note", json.dumps(f"zebra {HOSTILE}"), "--scope", "xss")
+    grpc(server, admin, "episodes", "append", "chat-x", f"zebra {HOSTILE}", "--app", "bot", "--user", "mallory")
+    grpc(server, admin, "working", "remember", f"mallory wrote {HOSTILE}", "--session", "chat-x")
+
+    sign_in(browser, server, admin)
+    for path in ["/key?type=namespace&scope=xss&key=note", "/session?id=chat-x", "/facts?app=bot&user=mallory"]:
+        browser.get(f"{server.ui}{path}")
+        shown_as_text(browser, path)
+    # Snippets are made from the words search reads, markup left out.
+    browser.get(f"{server.ui}/search?q=zebra")
+    hits = [hit.text for hit in browser.find_elements(By.CSS_SELECTOR, "ol.hits li")]
+    assert len(hits) == 2 and all("zebra" in hit for hit in hits), hits
+    shown_as_text(browser, "search", literal=False)
+
+    # The live tail puts rows the server rendered into the open page.
+    browser.get(f"{server.ui}/session?id=chat-x")
+    wait(browser, 10).until(lambda b: b.find_element(By.ID, "live").text.startswith("Live"))
+    grpc(server, admin, "episodes", "append", "chat-x", f"tailed {HOSTILE}")
+    wait(browser, 20).until(lambda b: "tailed" in b.find_element(By.ID, "episodes").text)
+    shown_as_text(browser, "the live tail")
