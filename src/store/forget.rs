@@ -278,6 +278,11 @@ static LAST_DELETES: [Sql; 2] = [
     ),
 ];
 
+/// A locked head's scope and key.
+fn scope_key(row: &impl Cols) -> Result<(String, String)> {
+    Ok((row.text(0)?, row.text(1)?))
+}
+
 /// Counts what forgetting the user deletes and, unless it is a dry run,
 /// deletes it, inside the caller's transaction.
 pub(super) async fn forget_in<C: Run>(
@@ -305,9 +310,7 @@ pub(super) async fn forget_in<C: Run>(
         )
         .await?;
         conn.exec(&LOCK_SESSIONS, params).await?;
-        held = conn
-            .all(&LOCK_HEADS, params, |row| Ok((row.text(0)?, row.text(1)?)))
-            .await?;
+        held = conn.all(&LOCK_HEADS, params, scope_key).await?;
     }
     let mut counts = ForgetCounts {
         sessions: conn.count(&COUNT_SESSIONS, params).await?,
@@ -323,12 +326,7 @@ pub(super) async fn forget_in<C: Run>(
         }
         match C::DIALECT {
             Dialect::Postgres => {
-                held.extend(
-                    conn.all(&LOCK_LATER_HEADS, params, |row| {
-                        Ok((row.text(0)?, row.text(1)?))
-                    })
-                    .await?,
-                );
+                held.extend(conn.all(&LOCK_LATER_HEADS, params, scope_key).await?);
                 held.sort_unstable();
                 held.dedup();
                 let (scopes, keys): (Vec<String>, Vec<String>) = held.into_iter().unzip();

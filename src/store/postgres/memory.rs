@@ -115,15 +115,17 @@ static LOCK_RECORDED: Sql = Sql::new(
      AND key = ANY($4) ORDER BY key FOR KEY SHARE",
 );
 
-/// Drops the records of keys a purge recorded but could not hold ($4)
-/// whose changes are gone too: a `ForgetUser` deleted the key between the
-/// purge's two statements, and it leaves a record another call holds (or
-/// one not yet committed) to that call. A key emptied meanwhile by another
-/// purge keeps its record, which that purge's change shows: reads at a
-/// past point answer that its versions were purged.
+/// Drops the records of keys a purge of a run recorded but could not hold
+/// ($4) whose changes are gone too: a `ForgetUser` deleted the key between
+/// the purge's two statements, and it leaves a record another call holds
+/// (or one not yet committed) to that call. A key emptied meanwhile by
+/// another purge keeps its record, which that purge's change shows: reads
+/// at a past point answer that its versions were purged. Forgets delete
+/// runs only (`scope_type` 3), so a purge of a large namespace never looks
+/// through its changes here.
 static DROP_FORGOTTEN: Sql = Sql::new(
     "DELETE FROM memory_purges p WHERE p.tenant = $1 AND p.scope_type = $2 AND p.scope = $3 \
-     AND p.key = ANY($4) AND NOT EXISTS (SELECT 1 FROM memory_changes c \
+     AND p.scope_type = 3 AND p.key = ANY($4) AND NOT EXISTS (SELECT 1 FROM memory_changes c \
        WHERE c.tenant = p.tenant AND c.scope_type = p.scope_type AND c.scope = p.scope \
        AND c.key = p.key)",
 );
@@ -621,8 +623,9 @@ impl MemoryWrites for PgStore {
                     })
                     .await?;
                 if held.len() < keys.len() {
+                    let kept: std::collections::HashSet<&String> = held.iter().collect();
                     let lost: Vec<String> =
-                        keys.into_iter().filter(|k| !held.contains(k)).collect();
+                        keys.iter().filter(|k| !kept.contains(k)).cloned().collect();
                     let lost: &[Param<'_>] = params![&lost[..]];
                     tx.exec(&DROP_FORGOTTEN, &[&victims[..3], lost].concat())
                         .await?;
