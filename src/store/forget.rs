@@ -220,16 +220,6 @@ macro_rules! memory_record {
     };
 }
 
-macro_rules! memory_records {
-    ($held:literal) => {
-        [
-            memory_record!("memory_changes", "revision", $held),
-            memory_record!("memory_request_ids", "tenant, request_id", $held),
-            memory_record!("memory_purges", "tenant, scope_type, scope, key", $held),
-        ]
-    };
-}
-
 /// SQLite: memory's rows, after the sessions'. Versions before heads: the
 /// search triggers find a version's index row through its key's.
 static MEMORY_DELETES: [Sql; 5] = [
@@ -263,7 +253,22 @@ static HELD_HEADS: Sql = Sql::new(
     "DELETE FROM memory_heads WHERE tenant = $1 AND scope_type = 3 \
      AND (scope, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))",
 );
-static MEMORY_RECORDS_PG: [Sql; 3] = memory_records!(" FOR UPDATE SKIP LOCKED");
+/// The changes are not skipped but waited for: the one call that holds
+/// them is a purge that found a key emptied by another and keeps that
+/// purge's record, which it holds; once it commits, the record goes too.
+static MEMORY_RECORDS_PG: [Sql; 3] = [
+    memory_record!("memory_changes", "revision", ""),
+    memory_record!(
+        "memory_request_ids",
+        "tenant, request_id",
+        " FOR UPDATE SKIP LOCKED"
+    ),
+    memory_record!(
+        "memory_purges",
+        "tenant, scope_type, scope, key",
+        " FOR UPDATE SKIP LOCKED"
+    ),
+];
 
 /// The last deletes: what the ones before find the user's rows through.
 static LAST_DELETES: [Sql; 2] = [

@@ -21,13 +21,17 @@
 //!    cleanups and forgets all lock the session first;
 //! 3. a purge's records of what its keys lose (`memory_purges`), in key
 //!    order, so that purges sharing a key take turns (a forget skips those
-//!    held, and a purge that then finds a key's head deleted drops its
-//!    record);
+//!    held);
 //! 4. then the rows a statement changes: memory heads in key order before
 //!    anything of their keys (a group of sets; a purge, those of the keys
 //!    it recorded, against deletion only; a forget, those of the user's
 //!    runs), facts as their deltas resolve them (under their owner's
-//!    lock).
+//!    lock);
+//! 5. after its heads, the changes of the keys a purge of a run recorded
+//!    but found gone (`FOR KEY SHARE`): a key another purge emptied keeps
+//!    its record, and a forget deleting the run's changes waits for the
+//!    purge and then deletes that record too; a key a forget deleted has
+//!    no changes left, and the purge drops its record itself.
 //!
 //! The embedding worker, in the background, waits for no one: it skips
 //! rows another transaction holds (`SKIP LOCKED`) and tries those items

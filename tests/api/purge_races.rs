@@ -366,6 +366,36 @@ async fn a_purge_under_a_forget_leaves_no_record_it_held() {
     a_purge_under_a_forget_leaves_no_record(true).await;
 }
 
+/// A purge that finds a recorded key emptied by another purge (its head
+/// gone, the other's change there) keeps the record, and holds that change
+/// until it commits. A forget used to skip both, the record because the
+/// purge held it, and left it behind. Now it waits for the changes, and
+/// then deletes the record. Here the test's own transaction is that purge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forget_waits_for_a_purge_keeping_a_record() {
+    let server = run_of_alice().await;
+    let first = set_in(&server, RUN, "k", "one").await;
+    set_in(&server, RUN, "k", "two").await;
+    let admin = MemoryAdminServiceClient::new(server.channel.clone());
+    purge_key(admin, RUN, "k", 0).await.expect("empty k");
+    let mut db = connect(&server).await;
+    let purge = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_purges p JOIN memory_changes c USING (tenant, scope_type, scope, key) \
+         WHERE p.key = 'k' FOR UPDATE OF p FOR KEY SHARE OF c",
+    )
+    .await;
+    let forgetting = forget_alice(&server);
+    until_reads(&mut db, LOCK_WAITS, 1, "the forget waits for k's changes").await;
+    release(purge, "COMMIT").await;
+    done(forgetting, "the forget goes on").await;
+    assert_eq!(left_of_the_run(&mut db).await, (0, 0));
+    assert_eq!(
+        missing_at(&server, RUN, &first).await,
+        (Code::NotFound, "KEY_NOT_FOUND".into())
+    );
+}
+
 /// A forget locks the heads of the user's runs, and deletes those keys. A
 /// purge that held the heads first (against deletion) commits its audit
 /// record, a new key of the run, while the forget waits: that key was not
@@ -426,16 +456,17 @@ async fn a_forget_takes_the_audit_of_a_purge_it_waited_for() {
     assert_eq!(left_of_the_run(&mut db).await, (0, 0));
 }
 
-/// The other way a purge finds a recorded key gone: another purge emptied
-/// it between the two statements, and the record is theirs together. It
-/// stays: a read at a past point says the versions were purged. Here the
-/// test's transaction holds the key's head, so the first purge waits after
-/// recording, and the second waits for the first's record.
+/// The other way a purge of a run finds a recorded key gone: another purge
+/// emptied it between the two statements, and the record is theirs
+/// together. It stays: a read at a past point says the versions were
+/// purged. Here the test's transaction holds the key's head, so the first
+/// purge waits after recording, and the second waits for the first's
+/// record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_after_another_emptied_its_key_keeps_the_record() {
-    let server = TestServer::spawn(Backend::Postgres).await;
-    let first = set(&server, "k", "one").await;
-    set(&server, "k", "two").await;
+    let server = run_of_alice().await;
+    let first = set_in(&server, RUN, "k", "one").await;
+    set_in(&server, RUN, "k", "two").await;
     let mut db = connect(&server).await;
     let holder = holding(
         &server.db.url,
@@ -443,9 +474,9 @@ async fn a_purge_after_another_emptied_its_key_keeps_the_record() {
     )
     .await;
     let admin = MemoryAdminServiceClient::new(server.channel.clone());
-    let one = tokio::spawn(purge_key(admin.clone(), NAMESPACE, "k", 0));
+    let one = tokio::spawn(purge_key(admin.clone(), RUN, "k", 0));
     until_reads(&mut db, LOCK_WAITS, 1, "the first purge waits for the head").await;
-    let two = tokio::spawn(purge_key(admin, NAMESPACE, "k", 0));
+    let two = tokio::spawn(purge_key(admin, RUN, "k", 0));
     until_reads(&mut db, LOCK_WAITS, 2, "the second waits for the record").await;
     release(holder, "ROLLBACK").await;
     let mut deleted = Vec::new();
@@ -455,7 +486,7 @@ async fn a_purge_after_another_emptied_its_key_keeps_the_record() {
     }
     assert_eq!(deleted, [2, 0]);
     assert_eq!(
-        missing_at(&server, NAMESPACE, &first).await,
+        missing_at(&server, RUN, &first).await,
         (Code::NotFound, "VERSION_PURGED".into())
     );
 }

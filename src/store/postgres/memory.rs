@@ -9,6 +9,8 @@
 //! and then written back. Idempotent writes add the request record in the
 //! same transaction.
 
+use std::collections::HashSet;
+
 use futures::FutureExt;
 use sqlx::{Executor, Postgres, Row};
 
@@ -20,7 +22,7 @@ use crate::memory::audit::AuditRecord;
 use crate::memory::ports::{
     Compacted, Fence, Fork, Forked, Mutation, Purge, PurgeOutcome, Write, Written,
 };
-use crate::memory::{Entry, Key, Scope};
+use crate::memory::{Entry, Key, Scope, ScopeType};
 use crate::search::vector;
 use crate::store::HeadUpdate;
 use crate::store::group::{commit_failed, shared_steps};
@@ -115,19 +117,26 @@ static LOCK_RECORDED: Sql = Sql::new(
      AND key = ANY($4) ORDER BY key FOR KEY SHARE",
 );
 
-/// Drops the records of keys a purge of a run recorded but could not hold
-/// ($4) whose changes are gone too: a `ForgetUser` deleted the key between
-/// the purge's two statements, and it leaves a record another call holds
-/// (or one not yet committed) to that call. A key emptied meanwhile by
-/// another purge keeps its record, which that purge's change shows: reads
-/// at a past point answer that its versions were purged. Forgets delete
-/// runs only (`scope_type` 3), so a purge of a large namespace never looks
-/// through its changes here.
+/// The keys among those a purge of a run recorded but could not hold ($4)
+/// that still have changes, which it holds until it commits. A head can
+/// go two ways between the purge's statements: another purge emptied the
+/// key (its change shows it, and the record stays, so reads at a past
+/// point answer that the versions were purged), or a `ForgetUser` deleted
+/// the key with its changes, and left the record to the purge holding it
+/// (a forget skips those, since the purge may wait for a head the forget
+/// holds). Held, the changes keep a forget from deleting them until the
+/// purge has committed the record it keeps; a forget deleting them now
+/// is waited for. Forgets delete runs only (`scope_type` 3), so a purge of
+/// a namespace never looks through its changes here.
+static CHANGED: Sql = Sql::new(
+    "SELECT key FROM memory_changes WHERE tenant = $1 AND scope_type = $2 AND scope = $3 \
+     AND scope_type = 3 AND key = ANY($4) FOR KEY SHARE",
+);
+
+/// The records of the keys ($4) a forget took from under the purge.
 static DROP_FORGOTTEN: Sql = Sql::new(
-    "DELETE FROM memory_purges p WHERE p.tenant = $1 AND p.scope_type = $2 AND p.scope = $3 \
-     AND p.scope_type = 3 AND p.key = ANY($4) AND NOT EXISTS (SELECT 1 FROM memory_changes c \
-       WHERE c.tenant = p.tenant AND c.scope_type = p.scope_type AND c.scope = p.scope \
-       AND c.key = p.key)",
+    "DELETE FROM memory_purges WHERE tenant = $1 AND scope_type = $2 AND scope = $3 \
+     AND key = ANY($4)",
 );
 
 /// The purge, in one statement: the versions, the heads left without one
@@ -156,6 +165,39 @@ static PURGE: Sql = Sql::new(concat!(
 ));
 
 impl PgStore {
+    /// Drops the records of the `recorded` keys of a run a purge did not
+    /// get to hold whose changes are gone ([`CHANGED`]); `scope` is the
+    /// purge's first three parameters.
+    async fn drop_forgotten(
+        tx: &mut impl Run,
+        scope: &[Param<'_>],
+        recorded: &[String],
+        held: &[String],
+    ) -> Result<()> {
+        let held: HashSet<&String> = held.iter().collect();
+        let lost: Vec<String> = recorded
+            .iter()
+            .filter(|key| !held.contains(key))
+            .cloned()
+            .collect();
+        let lost_keys: &[Param<'_>] = params![&lost[..]];
+        let changed: HashSet<String> = tx
+            .all(&CHANGED, &[scope, lost_keys].concat(), |row| row.text(0))
+            .await?
+            .into_iter()
+            .collect();
+        let forgotten: Vec<String> = lost
+            .into_iter()
+            .filter(|key| !changed.contains(key))
+            .collect();
+        if !forgotten.is_empty() {
+            let forgotten: &[Param<'_>] = params![&forgotten[..]];
+            tx.exec(&DROP_FORGOTTEN, &[scope, forgotten].concat())
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Runs the write statement; `None` when its condition refused the
     /// write. `search` is the version's vector when the server built it
     /// ([`PgStore::memory_vector`]).
@@ -622,13 +664,8 @@ impl MemoryWrites for PgStore {
                         row.text(0)
                     })
                     .await?;
-                if held.len() < keys.len() {
-                    let kept: std::collections::HashSet<&String> = held.iter().collect();
-                    let lost: Vec<String> =
-                        keys.iter().filter(|k| !kept.contains(k)).cloned().collect();
-                    let lost: &[Param<'_>] = params![&lost[..]];
-                    tx.exec(&DROP_FORGOTTEN, &[&victims[..3], lost].concat())
-                        .await?;
+                if held.len() < keys.len() && purge.scope.scope_type == ScopeType::Execution {
+                    Self::drop_forgotten(&mut tx, &victims[..3], &keys, &held).await?;
                 }
                 let at: &[Param<'_>] = params![record.timestamp, &held[..]];
                 tx.all(&PURGE, &[&victims[..], at].concat(), purged_row)
