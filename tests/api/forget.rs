@@ -672,7 +672,7 @@ async fn rule_runs_racing_a_forget_leave_no_fact(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_racing_a_forget_leaves_its_key_whole() {
     use sqlx::{Connection, PgConnection};
-    let server = TestServer::spawn(Backend::Postgres).await;
+    let server = crate::purge_races::run_of_alice().await;
     let mut memory = server.memory();
     let set = |value: &str| SetRequest {
         scope_type: EXECUTION,
@@ -681,16 +681,6 @@ async fn a_set_racing_a_forget_leaves_its_key_whole() {
         value: Some(json_to_proto(&json!(value))),
         ..SetRequest::default()
     };
-    server
-        .sessions()
-        .create_session(engram::proto::CreateSessionRequest {
-            session_id: "s1".into(),
-            app: "bot".into(),
-            user: "alice".into(),
-            metadata: None,
-        })
-        .await
-        .expect("create");
     for value in ["one", "two"] {
         memory.set(set(value)).await.expect("set");
     }

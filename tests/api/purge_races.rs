@@ -268,7 +268,7 @@ async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
 
 /// A Postgres server with the session `s1` of user `alice` in app `bot`,
 /// whose run scope the tests write.
-async fn run_of_alice() -> TestServer {
+pub(crate) async fn run_of_alice() -> TestServer {
     let server = TestServer::spawn(Backend::Postgres).await;
     server
         .sessions()
