@@ -25,7 +25,8 @@
 //! 4. then the rows a statement changes: memory heads in key order before
 //!    anything of their keys (a group of sets; a purge, those of the keys
 //!    it recorded, against deletion only; a forget, those of the user's
-//!    runs), facts as their deltas resolve them (under their owner's
+//!    runs; a compaction, its sources' and its target's, against writes
+//!    only), facts as their deltas resolve them (under their owner's
 //!    lock);
 //! 5. after its heads, the changes of the keys a purge of a run recorded
 //!    but found gone (`FOR KEY SHARE`): a key another purge emptied keeps

@@ -6,6 +6,7 @@ mod auth;
 mod bench;
 mod binary;
 mod cli;
+mod compaction_races;
 mod console;
 mod consolidation;
 mod consolidation_races;

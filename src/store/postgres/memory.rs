@@ -9,7 +9,7 @@
 //! and then written back. Idempotent writes add the request record in the
 //! same transaction.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use futures::FutureExt;
 use sqlx::{Executor, Postgres, Row};
@@ -163,6 +163,20 @@ static PURGE: Sql = Sql::new(concat!(
      ) \
      SELECT key, n, newest FROM counted ORDER BY key"
 ));
+
+/// Locks the heads a compaction reads and writes ($4: the sources and the
+/// target) in key order, as every writer of several heads takes them
+/// (`store::mod`, step 4), and returns their versions for the fences. `FOR
+/// NO KEY UPDATE`: no write of these keys slips in before the summary
+/// commits (a set's or delete's head update takes the same lock), while a
+/// purge, which holds its keys' heads against deletion only, goes on. In
+/// the order of the request, and `FOR UPDATE`, a compaction of `[b, a]`
+/// deadlocked with a purge, a forget or a group of sets holding `a` and
+/// waiting for `b`, and Postgres failed one of them.
+static LOCK_COMPACTED: Sql = Sql::new(
+    "SELECT key, version FROM memory_heads WHERE tenant = $1 AND scope_type = $2 AND scope = $3 \
+     AND key = ANY($4) ORDER BY key FOR NO KEY UPDATE",
+);
 
 impl PgStore {
     /// Drops the records of the `recorded` keys of a run a purge did not
@@ -739,18 +753,23 @@ impl MemoryWrites for PgStore {
     ) -> Result<Compacted> {
         let search = self.memory_vector(write);
         let mut tx = self.scoped(tenant).await?;
+        let mut keys: Vec<String> = fences.iter().map(|f| f.key.as_str().to_owned()).collect();
+        keys.push(write.key.as_str().to_owned());
+        let scope = params![
+            tenant.as_str(),
+            write.scope.scope_type.as_i16(),
+            write.scope.name.as_str(),
+            &keys[..],
+        ];
+        let heads: HashMap<String, i64> = tx
+            .all(&LOCK_COMPACTED, scope, |row| {
+                Ok((row.text(0)?, row.int(1)?))
+            })
+            .await?
+            .into_iter()
+            .collect();
         for fence in fences {
-            // Lock each source's head so no write slips in before commit.
-            let now: Option<i64> = sqlx::query_scalar(
-                "SELECT version FROM memory_heads \
-                 WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4 FOR UPDATE",
-            )
-            .bind(tenant.as_str())
-            .bind(write.scope.scope_type.as_i16())
-            .bind(write.scope.name.as_str())
-            .bind(fence.key.as_str())
-            .fetch_optional(&mut tx)
-            .await?;
+            let now = heads.get(fence.key.as_str()).copied();
             if let Some(moved) = fence_moved(fence, now) {
                 return Ok(moved);
             }
