@@ -144,9 +144,20 @@ fn connection_lost(err: &sqlx::Error) -> bool {
 /// Whether a store error is a unique key's violation: a row written by
 /// another transaction between a read that found none and the insert.
 pub(crate) fn unique_violation(err: &Error) -> bool {
+    database_error(err, |db| db.is_unique_violation())
+}
+
+/// Whether a store error is Postgres breaking a deadlock (`40P01`): this
+/// transaction and another each waited for a row the other held, and this
+/// one was rolled back.
+pub(crate) fn deadlock(err: &Error) -> bool {
+    database_error(err, |db| db.code().as_deref() == Some("40P01"))
+}
+
+fn database_error(err: &Error, is: impl Fn(&dyn sqlx::error::DatabaseError) -> bool) -> bool {
     matches!(err, Error::Internal { source }
     if source.downcast_ref::<sqlx::Error>().is_some_and(|err| {
-        matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+        matches!(err, sqlx::Error::Database(db) if is(db.as_ref()))
     }))
 }
 

@@ -5,10 +5,13 @@
 
 use std::collections::HashMap;
 
-use engram::proto::{CreateSessionRequest, ExportRequest};
+use engram::api::convert::json_to_proto;
+use engram::proto::{CreateSessionRequest, ExportRequest, GetRequest, ScopeType, SetRequest};
+use serde_json::json;
+use sqlx::Connection;
 use tonic::Code;
 
-use crate::helpers::{Backend, TestServer, reason};
+use crate::helpers::{Backend, LOCK_WAITS, TestServer, holding, reason, release, until_reads};
 use crate::on_both_stores;
 use crate::transfer::{export, header, import, records, seed, session_line};
 
@@ -115,3 +118,85 @@ on_both_stores!(
     imports_of_one_file_at_once,
     an_import_racing_writes_of_its_records,
 );
+
+/// Version 2 of `key` in namespace `i`, as a file's line.
+fn memory_line(key: &str) -> String {
+    json!({"kind": "memory_version", "scope_type": "namespace", "scope": "i", "key": key,
+           "version": 2, "value": "imported", "deleted": false,
+           "create_time": "2026-11-23T10:00:00Z"})
+    .to_string()
+}
+
+/// Writers take memory heads in key order, and so does an import of an
+/// export, whose memory lines are in key order; a file in another order
+/// takes them in its own. Here the import has moved `e` and waits for
+/// `a`, which the test's own transaction holds (as a group of sets would)
+/// before it goes on to `e`. Postgres breaks the deadlock by failing the
+/// import, which used to answer `INTERNAL`; it is refused as raced
+/// (`ABORTED`, `SOURCE_CHANGED`: import again), with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_deadlocked_by_a_writer_is_refused_as_raced() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    for key in ["a", "e"] {
+        server
+            .memory()
+            .set(SetRequest {
+                scope_type: ScopeType::Namespace as i32,
+                scope: "i".into(),
+                key: key.into(),
+                value: Some(json_to_proto(&json!("stored"))),
+                ..SetRequest::default()
+            })
+            .await
+            .expect("set");
+    }
+    let lines = vec![header(2), memory_line("e"), memory_line("a")];
+    let mut db = sqlx::PgConnection::connect(&server.db.url)
+        .await
+        .expect("connect");
+    let mut writer = holding(
+        &server.db.url,
+        "SELECT 1 FROM memory_heads WHERE key = 'a' FOR NO KEY UPDATE",
+    )
+    .await;
+    // The writer looks for a deadlock long after the import does, so the
+    // import is the one Postgres fails.
+    sqlx::query("SET deadlock_timeout = '60s'")
+        .execute(&mut writer)
+        .await
+        .expect("set the writer's deadlock_timeout");
+    let channel = server.channel.clone();
+    let importing = tokio::spawn(async move { import(&channel, &lines).await });
+    until_reads(&mut db, LOCK_WAITS, 1, "the import waits for a").await;
+    sqlx::query("UPDATE memory_heads SET update_time = update_time WHERE key = 'e'")
+        .execute(&mut writer)
+        .await
+        .expect("the writer takes e once the import is refused");
+    release(writer, "ROLLBACK").await;
+    let err = importing
+        .await
+        .expect("the import's task")
+        .expect_err("the import is refused");
+    assert_eq!(
+        (err.code(), reason(&err)),
+        (Code::Aborted, "SOURCE_CHANGED".to_owned()),
+        "{err:?}"
+    );
+    for key in ["a", "e"] {
+        let entry = server
+            .memory()
+            .get(GetRequest {
+                scope_type: ScopeType::Namespace as i32,
+                scope: "i".into(),
+                key: key.into(),
+                version: 0,
+                as_of: None,
+            })
+            .await
+            .expect("get")
+            .into_inner()
+            .entry
+            .expect("an entry");
+        assert_eq!(entry.version, 1, "{key} as it was");
+    }
+}

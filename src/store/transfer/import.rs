@@ -248,8 +248,16 @@ pub(super) async fn apply_in<C: Run>(
             let kind = record.kind();
             let applied = match apply(conn, tenant, *line, record).await {
                 // Another writer stored the record's key after the read
-                // that found it free (not another import: see ONE_IMPORT).
-                Err(err) if crate::store::unique_violation(&err) => {
+                // that found it free (not another import: see ONE_IMPORT),
+                // or holds it and waits for a key the import wrote before:
+                // writers take keys in key order, and so does an import of
+                // an export, but a file whose memory lines go in another
+                // order takes them in its own, and Postgres breaks the
+                // deadlock by failing one of the two (a group of sets runs
+                // its writes again one by one).
+                Err(err)
+                    if crate::store::unique_violation(&err) || crate::store::deadlock(&err) =>
+                {
                     return Err(Error::Conflict {
                         reason: Reason::SourceChanged,
                         message: format!(
