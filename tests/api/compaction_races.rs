@@ -14,7 +14,6 @@ use engram::api::convert::json_to_proto;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::{CompactRequest, CompactResponse, GetRequest, ScopeType, SetRequest};
 use serde_json::json;
-use sqlx::{Connection, PgConnection};
 use tokio::task::JoinHandle;
 
 use crate::helpers::{Backend, LOCK_WAITS, TestServer, holding, release, until_reads};
@@ -76,9 +75,7 @@ fn compacted(answer: Result<Result<CompactResponse, tonic::Status>, tokio::task:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_does_not_wait_for_a_purge_of_its_keys() {
     let server = two_keys().await;
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
+    let mut db = server.db_connection("the test").await;
     let mut purge = holding(
         &server.db.url,
         "SELECT 1 FROM memory_heads WHERE key = 'a' FOR KEY SHARE",
@@ -106,9 +103,7 @@ async fn a_compaction_does_not_wait_for_a_purge_of_its_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_takes_its_heads_in_key_order() {
     let server = two_keys().await;
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
+    let mut db = server.db_connection("the test").await;
     let mut forget = holding(
         &server.db.url,
         "SELECT 1 FROM memory_heads WHERE key = 'a' FOR UPDATE",

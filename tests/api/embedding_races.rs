@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use engram::proto::{SearchMode, SearchRequest, SearchSource};
 use serde_json::json;
-use sqlx::{Connection, PgConnection};
+use sqlx::Connection;
 
 use crate::helpers::{Backend, until_reads};
 use crate::search::{append, episode, set};
@@ -29,12 +29,8 @@ const HOLD_VERSION: &str = hold_version!();
 async fn the_embedding_worker_waits_for_no_row_another_writer_holds() {
     let (fake, addr) = start_fake().await;
     let server = server_with(Backend::Postgres, addr).await;
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
-    let mut writer = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the other writer");
+    let mut db = server.db_connection("the test").await;
+    let mut writer = server.db_connection("the other writer").await;
     let mut memory = server.memory();
     // Holds the next call with `word` in the embedder until released,
     // once that call has arrived.
@@ -160,12 +156,8 @@ async fn the_embedding_worker_waits_for_no_row_another_writer_holds() {
 async fn the_embedding_worker_writes_a_place_once_a_batch() {
     let (fake, addr) = start_fake().await;
     let server = server_with(Backend::Postgres, addr).await;
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
-    let mut evictor = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect the evictor");
+    let mut db = server.db_connection("the test").await;
+    let mut evictor = server.db_connection("the evictor").await;
     let mut episodes = server.episodes();
     let write = |session: &str, id: &str, text: &str| {
         append(

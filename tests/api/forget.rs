@@ -671,7 +671,6 @@ async fn rule_runs_racing_a_forget_leave_no_fact(backend: Backend) {
 /// set runs meanwhile, and three sets follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_racing_a_forget_leaves_its_key_whole() {
-    use sqlx::{Connection, PgConnection};
     let server = crate::purge_races::run_of_alice().await;
     let mut memory = server.memory();
     let set = |value: &str| SetRequest {
@@ -694,9 +693,7 @@ async fn a_set_racing_a_forget_leaves_its_key_whole() {
         })
         .await
         .expect("purge version 1");
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
+    let mut db = server.db_connection("the test").await;
     let holder = holding(
         &server.db.url,
         "SELECT 1 FROM memory_purges WHERE key = 'k' FOR UPDATE",

@@ -292,6 +292,16 @@ impl TestServer {
         self.server.as_ref().expect("running").http_addr
     }
 
+    /// A connection of the test's own to the server's Postgres database,
+    /// to read what it stored or to wait for its locks; `what` names it in
+    /// a failure.
+    pub async fn db_connection(&self, what: &str) -> sqlx::PgConnection {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&self.db.url)
+            .await
+            .unwrap_or_else(|err| panic!("connect {what}: {err}"))
+    }
+
     pub fn memory(&self) -> MemoryServiceClient<Channel> {
         MemoryServiceClient::new(self.channel.clone())
     }

@@ -12,7 +12,7 @@ use engram::proto::{
     SetRequest, as_of,
 };
 use serde_json::json;
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 use tonic::Code;
 use tonic::Response;
 
@@ -82,12 +82,6 @@ async fn done<T>(
     }
 }
 
-async fn connect(server: &TestServer) -> PgConnection {
-    PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect")
-}
-
 /// `PurgeScope` of the test's scope keeping one version of each key.
 async fn purge_keeping_one(
     mut admin: MemoryAdminServiceClient<tonic::transport::Channel>,
@@ -149,7 +143,7 @@ async fn a_purge_takes_a_keys_head_before_its_versions() {
     for value in ["one", "two"] {
         set(&server, "k", value).await;
     }
-    let mut db = connect(&server).await;
+    let mut db = server.db_connection("the test").await;
     let mut forget = holding(
         &server.db.url,
         "SELECT 1 FROM memory_heads WHERE key = 'k' FOR UPDATE",
@@ -193,7 +187,7 @@ async fn a_purge_deletes_only_what_it_recorded() {
         .expect("purge j once");
     set(&server, "j", "j3").await;
     let first = set(&server, "k", "k1").await;
-    let mut db = connect(&server).await;
+    let mut db = server.db_connection("the test").await;
     let holder = holding(
         &server.db.url,
         "SELECT 1 FROM memory_purges WHERE key = 'j' FOR UPDATE",
@@ -236,7 +230,7 @@ async fn a_set_goes_on_while_a_purge_of_its_key_waits() {
         set(&server, "j", value).await;
         set(&server, "k", value).await;
     }
-    let mut db = connect(&server).await;
+    let mut db = server.db_connection("the test").await;
     let holder = holding(
         &server.db.url,
         "SELECT 1 FROM memory_versions WHERE key = 'j' AND version = 1 FOR UPDATE",
@@ -332,7 +326,7 @@ async fn a_purge_under_a_forget_leaves_no_record(purged_before: bool) {
             .await
             .expect("purge version 1");
     }
-    let mut db = connect(&server).await;
+    let mut db = server.db_connection("the test").await;
     let holder = holding(
         &server.db.url,
         "SELECT 1 FROM memory_versions WHERE key = 'other' FOR UPDATE",
@@ -378,7 +372,7 @@ async fn a_forget_waits_for_a_purge_keeping_a_record() {
     set_in(&server, RUN, "k", "two").await;
     let admin = MemoryAdminServiceClient::new(server.channel.clone());
     purge_key(admin, RUN, "k", 0).await.expect("empty k");
-    let mut db = connect(&server).await;
+    let mut db = server.db_connection("the test").await;
     let purge = holding(
         &server.db.url,
         "SELECT 1 FROM memory_purges p JOIN memory_changes c USING (tenant, scope_type, scope, key) \
@@ -410,7 +404,7 @@ async fn a_forget_takes_the_audit_of_a_purge_it_waited_for() {
         set_in(&server, RUN, "k", value).await;
         set_in(&server, RUN, "other", value).await;
     }
-    let mut db = connect(&server).await;
+    let mut db = server.db_connection("the test").await;
     let holder = holding(
         &server.db.url,
         "SELECT 1 FROM memory_versions WHERE key = 'other' AND version = 1 FOR UPDATE",
@@ -467,7 +461,7 @@ async fn a_purge_after_another_emptied_its_key_keeps_the_record() {
     let server = run_of_alice().await;
     let first = set_in(&server, RUN, "k", "one").await;
     set_in(&server, RUN, "k", "two").await;
-    let mut db = connect(&server).await;
+    let mut db = server.db_connection("the test").await;
     let holder = holding(
         &server.db.url,
         "SELECT 1 FROM memory_heads WHERE key = 'k' FOR UPDATE",

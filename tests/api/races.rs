@@ -13,7 +13,6 @@ use engram::proto::{
     ListSessionsRequest, NewEpisode, ScopeType, SearchRequest, SetRequest,
 };
 use serde_json::json;
-use sqlx::{Connection, PgConnection};
 use tonic::Code;
 
 use crate::helpers::{
@@ -400,9 +399,7 @@ async fn an_eviction_takes_its_sessions_in_id_order() {
         None,
     )
     .await;
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
+    let mut db = server.db_connection("the test").await;
     let mut group = holding(
         &server.db.url,
         "SELECT 1 FROM sessions WHERE id = 'a' FOR UPDATE",
@@ -454,9 +451,7 @@ async fn a_session_made_again_under_a_delete_is_not_anothers() {
         })
         .await
         .expect("create");
-    let mut db = PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
+    let mut db = server.db_connection("the test").await;
     let mut again = holding(
         &server.db.url,
         "CREATE TEMP TABLE made ON COMMIT DROP AS SELECT * FROM sessions WHERE id = 's'",

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use engram::api::convert::json_to_proto;
 use engram::proto::{CreateSessionRequest, ExportRequest, GetRequest, ScopeType, SetRequest};
 use serde_json::json;
-use sqlx::Connection;
 use tonic::Code;
 
 use crate::helpers::{Backend, LOCK_WAITS, TestServer, holding, reason, release, until_reads};
@@ -151,9 +150,7 @@ async fn an_import_deadlocked_by_a_writer_is_refused_as_raced() {
             .expect("set");
     }
     let lines = vec![header(2), memory_line("e"), memory_line("a")];
-    let mut db = sqlx::PgConnection::connect(&server.db.url)
-        .await
-        .expect("connect");
+    let mut db = server.db_connection("the test").await;
     let mut writer = holding(
         &server.db.url,
         "SELECT 1 FROM memory_heads WHERE key = 'a' FOR NO KEY UPDATE",
