@@ -280,10 +280,28 @@ pub(super) async fn fork_in(
         fork.at.revision,
         fork.at.time,
     ];
+    let copied = copy_at(conn, fork, target, source).await?;
+    // Checked once the copy has read the source: a purge committed before
+    // any of its statements shows here (its record commits with what it
+    // deletes), and one committed after them took nothing the copy read.
+    // Checked before the copy, a purge committed in between left the copy
+    // without the keys whose values at the point it took (all of them, or
+    // some), and the fork succeeded with what remained.
     let purged = conn.all(&FORK_PURGED, source, |row| row.text(0)).await?;
     if !purged.is_empty() {
         return Ok(Err(Forked::Purged(purged)));
     }
+    Ok(copied)
+}
+
+/// The copy of [`fork_in`]: the source's live keys at the point
+/// (`source`: its parameters) into the empty target.
+async fn copy_at(
+    conn: &mut impl Run,
+    fork: &Fork<'_>,
+    target: &[Param<'_>],
+    source: &[Param<'_>],
+) -> Result<std::result::Result<Copied, Forked>> {
     let keys = conn.count(&FORK_COUNT, source).await?;
     if keys == 0 {
         return Ok(Ok(Copied {

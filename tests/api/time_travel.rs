@@ -10,8 +10,8 @@ use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::{
     AsOf, ChangeKind, DeleteRequest, ForkScopeRequest, GetCompactionLogRequest, GetRequest,
-    HistoryRequest, ListRequest, ListScopesRequest, MemoryEntry, PurgeRequest, ScopeType,
-    SetRequest, WatchRequest, WatchResponse, as_of,
+    HistoryRequest, ListRequest, ListScopesRequest, MemoryEntry, PurgeRequest, PurgeScopeRequest,
+    ScopeType, SetRequest, WatchRequest, WatchResponse, as_of,
 };
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
@@ -609,9 +609,95 @@ async fn writes_into_a_forks_target_while_it_copies(backend: Backend) {
     }
 }
 
+/// Purges of a fork's source while it copies. A fork at a past point
+/// reads the source in several statements, on Postgres each at its own
+/// snapshot. It either copies every key as it was at the point or is
+/// refused with nothing written: the values at the point purged
+/// (`VERSION_PURGED`), or raced (`SOURCE_CHANGED`). It used to look for
+/// purged values before copying, and a purge committed in between made it
+/// succeed with the keys the purge had left: some, or none.
+async fn purges_of_a_forks_source_while_it_copies(backend: Backend) {
+    const ROUNDS: usize = 100;
+    const KEYS: usize = 4;
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.memory();
+    let keys: Vec<String> = (0..KEYS).map(|k| format!("k{k}")).collect();
+    for round in 0..ROUNDS {
+        let source = format!("p{round}");
+        for key in &keys {
+            set(&mut client, &source, key, json!("then")).await;
+        }
+        let point = client
+            .get(get_at(&source, &keys[KEYS - 1], None))
+            .await
+            .expect("get")
+            .into_inner()
+            .entry
+            .and_then(|entry| entry.create_time)
+            .expect("the time of the values");
+        for key in &keys {
+            set(&mut client, &source, key, json!("now")).await;
+        }
+        let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+        let purged = source.clone();
+        let purging = tokio::spawn(async move {
+            // Later each round, so that some purges commit while a fork
+            // reads.
+            for _ in 0..(round % 8) * 4 {
+                tokio::task::yield_now().await;
+            }
+            admin
+                .purge_scope(PurgeScopeRequest {
+                    scope_type: NS,
+                    scope: purged,
+                    keep: Some(1),
+                    include_deleted: false,
+                    dry_run: false,
+                })
+                .await
+                .expect("purge");
+        });
+        let forks: Vec<_> = (0..2)
+            .map(|f| {
+                let target = format!("t{round}-{f}");
+                let request = fork(&source, &target, at_time(point));
+                let mut client = server.memory();
+                (
+                    target,
+                    tokio::spawn(async move { client.fork_scope(request).await }),
+                )
+            })
+            .collect();
+        purging.await.expect("purger");
+        for (target, forking) in forks {
+            let forked = forking.await.expect("fork task");
+            let (copied, _) = listed(&mut client, list_at(&target, None)).await;
+            match forked {
+                Ok(done) => {
+                    let then: Vec<_> = keys.iter().map(|k| tuple(k, 1, json!("then"))).collect();
+                    assert_eq!(copied, then, "{target}: the source at the point, whole");
+                    assert_eq!(done.into_inner().keys_copied, KEYS as i64);
+                }
+                Err(err) => {
+                    assert!(
+                        matches!(
+                            (err.code(), reason(&err).as_str()),
+                            (Code::FailedPrecondition, "VERSION_PURGED")
+                                | (Code::Aborted, "SOURCE_CHANGED")
+                        ),
+                        "{err:?}"
+                    );
+                    assert_eq!(copied, [], "{target}: nothing copied");
+                }
+            }
+        }
+    }
+}
+
 on_both_stores!(
     reads_at_a_point,
     forks,
     fork_under_concurrent_writes,
-    writes_into_a_forks_target_while_it_copies
+    writes_into_a_forks_target_while_it_copies,
+    purges_of_a_forks_source_while_it_copies
 );
