@@ -384,9 +384,13 @@ fn within_bounds(weight: usize, entry: &Entry) -> Result<usize> {
 
 /// The text a summarizer sees for a value: strings as they are, anything
 /// else as compact JSON.
+/// A source's text for the summarizer: a string as it is, any other value
+/// as compact JSON with its keys in order. Not the text the store kept:
+/// Postgres gives jsonb's (its own spacing and key order), so the same
+/// value was summarised differently on the two stores.
 fn text_of(value: &Value) -> String {
     match value.json() {
         serde_json::Value::String(text) => text.clone(),
-        _ => value.encoded().to_owned(),
+        json => json.to_string(),
     }
 }
