@@ -34,6 +34,12 @@
 //!    purge and then deletes that record too; a key a forget deleted has
 //!    no changes left, and the purge drops its record itself.
 //!
+//! One writer takes its rows in an order it is given: an import, in its
+//! file's (`transfer::import`). An export's file is in the order above;
+//! a file in another order can deadlock with writers of its keys, and
+//! the import is then refused as raced (`SOURCE_CHANGED`), while a group
+//! of sets that Postgres failed instead runs its writes again one by one.
+//!
 //! The embedding worker, in the background, waits for no one: it skips
 //! rows another transaction holds (`SKIP LOCKED`) and tries those items
 //! again later, and it writes each row once a transaction (a row it wrote
