@@ -382,8 +382,6 @@ fn within_bounds(weight: usize, entry: &Entry) -> Result<usize> {
     Ok(total)
 }
 
-/// The text a summarizer sees for a value: strings as they are, anything
-/// else as compact JSON.
 /// A source's text for the summarizer: a string as it is, any other value
 /// as compact JSON with its keys in order. Not the text the store kept:
 /// Postgres gives jsonb's (its own spacing and key order), so the same

@@ -755,14 +755,14 @@ impl MemoryWrites for PgStore {
         let mut tx = self.scoped(tenant).await?;
         let mut keys: Vec<String> = fences.iter().map(|f| f.key.as_str().to_owned()).collect();
         keys.push(write.key.as_str().to_owned());
-        let scope = params![
+        let asked = params![
             tenant.as_str(),
             write.scope.scope_type.as_i16(),
             write.scope.name.as_str(),
             &keys[..],
         ];
         let heads: HashMap<String, i64> = tx
-            .all(&LOCK_COMPACTED, scope, |row| {
+            .all(&LOCK_COMPACTED, asked, |row| {
                 Ok((row.text(0)?, row.int(1)?))
             })
             .await?
