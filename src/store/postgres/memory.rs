@@ -169,7 +169,8 @@ static PURGE: Sql = Sql::new(concat!(
 /// (`store::mod`, step 4), and returns their versions for the fences. `FOR
 /// NO KEY UPDATE`: no write of these keys slips in before the summary
 /// commits (a set's or delete's head update takes the same lock), while a
-/// purge, which holds its keys' heads against deletion only, goes on. In
+/// purge, which holds its keys' heads against deletion only, goes on (it
+/// waits only to delete the head of a key it empties). In
 /// the order of the request, and `FOR UPDATE`, a compaction of `[b, a]`
 /// deadlocked with a purge, a forget or a group of sets holding `a` and
 /// waiting for `b`, and Postgres failed one of them.
