@@ -9,7 +9,7 @@
 //! SQLite's single writer runs one transaction at a time. On Postgres the
 //! writers that take more than one lock take them in one order, so that
 //! two never each hold what the other waits for (Postgres then fails one
-//! of them, which a client would see as `INTERNAL`):
+//! of them; see [`TRANSACTION_CONFLICTS`]):
 //!
 //! 1. advisory locks, in this order: an import of the tenant
 //!    (`transfer::import`), a user being forgotten (`forget`), the tenant's
@@ -39,6 +39,13 @@
 //! a file in another order can deadlock with writers of its keys, and
 //! the import is then refused as raced (`SOURCE_CHANGED`), while a group
 //! of sets that Postgres failed instead runs its writes again one by one.
+//!
+//! A row that does not exist yet cannot be taken in order: a compaction
+//! into a new key holds its sources and then creates the key, so a group
+//! of sets that created the key first and waits for a source deadlocks
+//! with it (`compaction_races.rs`). Whichever Postgres fails, nothing is
+//! lost: the sets run again one by one, and a compaction answers
+//! `TRANSACTION_CONFLICT`, as any call Postgres fails for another does.
 //!
 //! The embedding worker, in the background, waits for no one: it skips
 //! rows another transaction holds (`SKIP LOCKED`) and tries those items
@@ -153,12 +160,27 @@ pub(crate) fn unique_violation(err: &Error) -> bool {
     database_error(err, |db| db.is_unique_violation())
 }
 
-/// Whether a store error is Postgres breaking a deadlock (`40P01`): this
-/// transaction and another each waited for a row the other held, and this
-/// one was rolled back.
-pub(crate) fn deadlock(err: &Error) -> bool {
-    database_error(err, |db| db.code().as_deref() == Some("40P01"))
+/// Whether a store error is a transaction Postgres rolled back for the
+/// sake of another (see [`TRANSACTION_CONFLICTS`]).
+pub(crate) fn conflicted(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Conflict {
+            reason: Reason::TransactionConflict,
+            ..
+        }
+    )
 }
+
+/// The SQLSTATEs of a transaction rolled back because of another one, not
+/// because of anything wrong with it: a deadlock (`40P01`: this transaction
+/// and another each waited for a row the other held) and a serialization
+/// failure (`40001`). Writers take rows in one order (the lock order
+/// above), so neither should happen; where one still does (a row that does
+/// not exist yet cannot be locked in order), the caller hears `ABORTED`,
+/// retry, and not `INTERNAL`, which would say Engram has a bug it cannot
+/// name.
+const TRANSACTION_CONFLICTS: [&str; 2] = ["40P01", "40001"];
 
 fn database_error(err: &Error, is: impl Fn(&dyn sqlx::error::DatabaseError) -> bool) -> bool {
     matches!(err, Error::Internal { source }
@@ -168,7 +190,8 @@ fn database_error(err: &Error, is: impl Fn(&dyn sqlx::error::DatabaseError) -> b
 }
 
 /// Database errors are classified once: connection trouble is `Unavailable`
-/// (retryable), everything else `Internal`. Neither shows SQL to a client.
+/// (retryable), a transaction rolled back for another `Conflict` (retry),
+/// everything else `Internal`. Neither shows SQL to a client.
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
         // Also retryable: a pool with no connection to spare, insufficient
@@ -182,8 +205,19 @@ impl From<sqlx::Error> for Error {
                     .is_some_and(|code| code.starts_with("53") || code == "5" || code == "6"),
                 _ => false,
             };
+        let conflicted = matches!(&err, sqlx::Error::Database(db)
+            if db.code().is_some_and(|code| TRANSACTION_CONFLICTS.contains(&code.as_ref())));
         if unavailable {
             Error::Unavailable { source: err.into() }
+        } else if conflicted {
+            // The detail (which rows, which other process) is for the log.
+            tracing::warn!(error = %err, "a transaction was rolled back for a concurrent one");
+            Error::Conflict {
+                reason: Reason::TransactionConflict,
+                message: "the call conflicted with a concurrent call and its transaction was \
+                          rolled back; retry"
+                    .to_owned(),
+            }
         } else {
             Error::internal(err)
         }

@@ -8,7 +8,11 @@
 //! `b`. Postgres failed one of the two with a deadlock, which its caller
 //! saw as `INTERNAL` (a script racing compactions, retention runs and
 //! purges against forgets saw 3 to 4 in 100 rounds). Each test's own
-//! transaction holds `a` as one of those callers would.
+//! transaction holds a head as one of those callers would.
+//!
+//! A head that does not exist yet cannot be taken in order, so a
+//! compaction into a new key can still deadlock with a group of sets that
+//! creates that key; the last test shows what its caller hears then.
 
 use engram::api::convert::json_to_proto;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
@@ -16,7 +20,8 @@ use engram::proto::{CompactRequest, CompactResponse, GetRequest, ScopeType, SetR
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use crate::helpers::{Backend, LOCK_WAITS, TestServer, holding, release, until_reads};
+use crate::helpers::{Backend, LOCK_WAITS, TestServer, holding, reason, release, until_reads};
+use tonic::Code;
 
 const NS: i32 = ScopeType::Namespace as i32;
 
@@ -132,4 +137,80 @@ async fn a_compaction_takes_its_heads_in_key_order() {
         .entry
         .expect("an entry");
     assert_eq!(summary.version, 1);
+}
+
+/// A group of sets has created `t` and waits for `b`, which a compaction
+/// of `b` into `t` holds while it waits to create `t`. Postgres breaks the
+/// deadlock by failing one of the two: here the compaction, since the
+/// test's transaction looks for the deadlock long after it. Its caller
+/// hears `ABORTED`, `TRANSACTION_CONFLICT` (retry), not `INTERNAL`, and
+/// nothing of it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_failed_by_a_deadlock_is_aborted_with_nothing_written() {
+    let server = two_keys().await;
+    let mut db = server.db_connection("the test").await;
+    let mut sets = holding(
+        &server.db.url,
+        "INSERT INTO memory_heads (tenant, scope_type, scope, key, version, deleted, update_time) \
+         VALUES ('default', 1, 'c', 't', 1, false, now())",
+    )
+    .await;
+    sqlx::query("SET deadlock_timeout = '60s'")
+        .execute(&mut sets)
+        .await
+        .expect("set the holder's deadlock_timeout");
+    let mut admin = MemoryAdminServiceClient::new(server.channel.clone());
+    let compacting = tokio::spawn(async move {
+        admin
+            .compact(CompactRequest {
+                scope_type: NS,
+                scope: "c".into(),
+                key: "b".into(),
+                target_key: "t".into(),
+                ..CompactRequest::default()
+            })
+            .await
+    });
+    until_reads(&mut db, LOCK_WAITS, 1, "the compaction waits to create t").await;
+    sqlx::query("SELECT 1 FROM memory_heads WHERE key = 'b' FOR NO KEY UPDATE")
+        .execute(&mut sets)
+        .await
+        .expect("the sets take b once the compaction is failed");
+    release(sets, "ROLLBACK").await;
+    let err = compacting
+        .await
+        .expect("the compaction's task")
+        .expect_err("the compaction is failed");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::Aborted, "TRANSACTION_CONFLICT"),
+        "{err:?}"
+    );
+    assert!(err.message().contains("retry"), "{}", err.message());
+    let mut memory = server.memory();
+    let absent = memory
+        .get(GetRequest {
+            scope_type: NS,
+            scope: "c".into(),
+            key: "t".into(),
+            version: 0,
+            as_of: None,
+        })
+        .await
+        .expect_err("no summary");
+    assert_eq!(absent.code(), Code::NotFound);
+    let source = memory
+        .get(GetRequest {
+            scope_type: NS,
+            scope: "c".into(),
+            key: "b".into(),
+            version: 0,
+            as_of: None,
+        })
+        .await
+        .expect("get b")
+        .into_inner()
+        .entry
+        .expect("b");
+    assert_eq!(source.version, 1);
 }

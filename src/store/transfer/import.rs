@@ -256,7 +256,7 @@ pub(super) async fn apply_in<C: Run>(
                 // deadlock by failing one of the two (a group of sets runs
                 // its writes again one by one).
                 Err(err)
-                    if crate::store::unique_violation(&err) || crate::store::deadlock(&err) =>
+                    if crate::store::unique_violation(&err) || crate::store::conflicted(&err) =>
                 {
                     return Err(Error::Conflict {
                         reason: Reason::SourceChanged,
