@@ -160,6 +160,13 @@ pub(crate) fn unique_violation(err: &Error) -> bool {
     database_error(err, |db| db.is_unique_violation())
 }
 
+/// Whether a store error is Postgres ending a session whose transaction
+/// stayed idle past `idle_in_transaction_session_timeout` (`25P03`). Only
+/// an export's snapshot waits between statements, on its client.
+pub(crate) fn idle_too_long(err: &Error) -> bool {
+    database_error(err, |db| db.code().as_deref() == Some("25P03"))
+}
+
 /// Whether a store error is a transaction Postgres rolled back for the
 /// sake of another (see [`TRANSACTION_CONFLICTS`]).
 pub(crate) fn conflicted(err: &Error) -> bool {

@@ -35,6 +35,7 @@ mod search_reading;
 mod search_vectors;
 mod semantic;
 mod sessions_api;
+mod slow_export;
 mod store_conformance;
 mod summarizer_http;
 mod tail;

@@ -19,10 +19,10 @@
 use chrono::{DateTime, Utc};
 
 use super::memory::MemoryWrites;
-use super::sql::{Backend, Run, Transaction, params};
+use super::sql::{Backend, Cols, Run, Sql, Transaction, params};
 use crate::context::Tenant;
 use crate::data::{After, DataStore, ExportPage, ImportCounts, Part, Selection};
-use crate::error::Result;
+use crate::error::{Error, Reason, Result};
 use crate::ports::{Feed, Feeds};
 
 // ---- the columns each record is read from, for `concat!` ----
@@ -96,6 +96,41 @@ mod export;
 mod import;
 mod rows;
 
+/// The limit Postgres (not Engram) puts on a transaction waiting between
+/// statements, in milliseconds (0: none).
+static IDLE_LIMIT: Sql = Sql::new(
+    "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'",
+);
+
+/// What an export's client hears when Postgres ended the export's
+/// snapshot because the client took longer than
+/// `idle_in_transaction_session_timeout` to read: the same as a `Watch`
+/// consumer that reads too slowly, with the setting named, and not
+/// `INTERNAL`. The setting is the operator's (it keeps forgotten
+/// transactions from holding back vacuum), so the export keeps to it
+/// rather than turning it off for itself.
+async fn too_slow<B: Backend>(store: &B, tenant: &Tenant) -> Error {
+    let limit = match store.reader(tenant).await {
+        Ok(mut conn) => conn.first(&IDLE_LIMIT, params![], |row| row.int(0)).await,
+        Err(err) => Err(err),
+    };
+    let limit = limit.ok().flatten().unwrap_or(0);
+    tracing::warn!(
+        idle_in_transaction_session_timeout_ms = limit,
+        "an export's client read too slowly, and Postgres ended its snapshot"
+    );
+    Error::ResourceExhausted {
+        reason: Reason::ConsumerTooSlow,
+        message: format!(
+            "the client read the export too slowly: Postgres ended its snapshot after waiting \
+             {limit} ms for it (idle_in_transaction_session_timeout); export again reading \
+             faster, or raise that setting for Engram's database role"
+        ),
+        limit: "idle_in_transaction_session_timeout",
+        value: limit,
+    }
+}
+
 use export::export_page;
 use import::{DISCARD, PRUNE_IMPORTS, STAGE, apply_in};
 
@@ -123,7 +158,10 @@ impl<B: Backend + MemoryWrites + Feeds> DataStore for B {
         part: Part,
         after: &After,
     ) -> Result<ExportPage> {
-        export_page(snapshot, tenant, selection, part, after).await
+        match export_page(snapshot, tenant, selection, part, after).await {
+            Err(err) if crate::store::idle_too_long(&err) => Err(too_slow(self, tenant).await),
+            page => page,
+        }
     }
 
     async fn export_done(&self, snapshot: B::Tx) -> Result<()> {
