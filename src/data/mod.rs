@@ -92,7 +92,8 @@ pub trait DataStore: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Snapshot>> + Send;
 
     /// One page of a part of an export, in the part's order, starting
-    /// after `after`.
+    /// after `after`, of at most `rows` rows (the last page's
+    /// [`ExportPage::next_rows`]; none at the part's start).
     fn export_page(
         &self,
         snapshot: &mut Self::Snapshot,
@@ -100,6 +101,7 @@ pub trait DataStore: Clone + Send + Sync + 'static {
         selection: &Selection,
         part: Part,
         after: &After,
+        rows: Option<i64>,
     ) -> impl Future<Output = Result<ExportPage>> + Send;
 
     /// Ends an export's snapshot once its last page is read.

@@ -99,6 +99,9 @@ pub enum After {
 pub struct ExportPage {
     pub records: Vec<crate::data::records::Record>,
     pub next: Option<After>,
+    /// How many rows the part's next page asks for (the store's choice,
+    /// from how many this one held).
+    pub next_rows: i64,
 }
 
 /// What an import wrote and found in place, by record kind.
@@ -173,8 +176,10 @@ fn chunks(lines: Vec<String>, budget: usize) -> Vec<Vec<String>> {
 /// Where an export stream is.
 enum Position<T> {
     Header,
-    /// In a part, reading through the export's snapshot.
-    Part(usize, After, T),
+    /// In a part, reading through the export's snapshot: the part, where
+    /// its next page starts and how many rows it asks for (none at the
+    /// part's start).
+    Part(usize, After, Option<i64>, T),
 }
 
 impl<S: DataStore> Data<S> {
@@ -199,7 +204,7 @@ impl<S: DataStore> Data<S> {
             let tenant = tenant.clone();
             let selection = selection.clone();
             async move {
-                let (mut at, mut after, mut reading) = match position {
+                let (mut at, mut after, mut rows, mut reading) = match position {
                     None => return Ok::<_, Error>(None),
                     Some(Position::Header) => {
                         let turn = exports
@@ -209,27 +214,27 @@ impl<S: DataStore> Data<S> {
                         let snapshot = store.export_snapshot(&tenant).await?;
                         let header = Header::new(tenant.as_str(), selection.describe(), now);
                         let line = encode(&Record::Header(header))?;
-                        let next = Position::Part(0, After::Start, (turn, snapshot));
+                        let next = Position::Part(0, After::Start, None, (turn, snapshot));
                         return Ok(Some((vec![vec![line]], Some(next))));
                     }
-                    Some(Position::Part(at, after, reading)) => (at, after, reading),
+                    Some(Position::Part(at, after, rows, reading)) => (at, after, rows, reading),
                 };
                 // Skips empty parts, so every chunk sent carries lines.
                 while let Some(&part) = selection.parts().get(at) {
                     let page = store
-                        .export_page(&mut reading.1, &tenant, &selection, part, &after)
+                        .export_page(&mut reading.1, &tenant, &selection, part, &after, rows)
                         .await?;
                     let lines = page
                         .records
                         .iter()
                         .map(encode)
                         .collect::<Result<Vec<_>>>()?;
-                    (at, after) = match page.next {
-                        Some(next) => (at, next),
-                        None => (at + 1, After::Start),
+                    (at, after, rows) = match page.next {
+                        Some(next) => (at, next, Some(page.next_rows)),
+                        None => (at + 1, After::Start, None),
                     };
                     if !lines.is_empty() {
-                        let next = Position::Part(at, after, reading);
+                        let next = Position::Part(at, after, rows, reading);
                         return Ok(Some((chunks(lines, EXPORT_CHUNK_BYTES), Some(next))));
                     }
                 }

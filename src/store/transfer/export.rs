@@ -11,8 +11,17 @@ use crate::error::Result;
 use crate::paging;
 use crate::store::sql::{Cols, Param, Run, Sql, params};
 
-/// Rows of a part read per page.
-const PAGE: i64 = 500;
+/// Rows a page of a part asks for at most.
+const MOST_ROWS: i64 = 500;
+
+/// Rows the first page of a part asks for. A page also ends at about
+/// 2 MiB of records, and on Postgres the rows a statement produced past
+/// that are still sent and drained unread: a page of 500 values of
+/// 128 KiB sent 64 MB to keep 2 of them. So a part starts small and asks
+/// for twice what its last page held, up to [`MOST_ROWS`]: rows of a few
+/// hundred bytes soon come 500 at a time, and large ones about as many
+/// as a page holds.
+const FIRST_ROWS: i64 = 64;
 
 // ---- what a selection chooses, for `concat!` (parameters $1..$6) ----
 
@@ -217,6 +226,13 @@ fn named(after: &After) -> (&str, &str) {
     }
 }
 
+/// How many rows the page after one that asked for `limit` and `held`
+/// records asks for: twice what a page cut by its bytes held, else twice
+/// what it asked for, within 2 and [`MOST_ROWS`].
+fn next_rows(limit: i64, held: i64, cut: bool) -> i64 {
+    if cut { 2 * held } else { 2 * limit }.clamp(2, MOST_ROWS)
+}
+
 /// One page of a part, and where the next one starts (none after the last).
 pub(super) async fn export_page(
     conn: &mut impl Run,
@@ -224,13 +240,15 @@ pub(super) async fn export_page(
     selection: &Selection,
     part: Part,
     after: &After,
+    rows: Option<i64>,
 ) -> Result<ExportPage> {
+    let limit = rows.unwrap_or(FIRST_ROWS).clamp(1, MOST_ROWS);
     let chosen = selection_params(tenant, selection);
     let id_after = match after {
         After::Id(id) => id.as_str(),
         _ => "",
     };
-    let at_id: &[Param<'_>] = params![id_after, PAGE];
+    let at_id: &[Param<'_>] = params![id_after, limit];
     let with_id = [&chosen[..], at_id].concat();
     let (records, next, cut) = match part {
         Part::Executions => {
@@ -254,7 +272,7 @@ pub(super) async fn export_page(
                 } => (*scope_type, scope.as_str(), key.as_str(), *version),
                 _ => (0, "", "", 0),
             };
-            let at: &[Param<'_>] = params![scope_type, scope, key, version, PAGE];
+            let at: &[Param<'_>] = params![scope_type, scope, key, version, limit];
             let rows = conn
                 .all_weighed(&EXPORT_MEMORY, &[&chosen[..], at].concat(), |row| {
                     Ok((row.small(0)?, memory_row(row)?))
@@ -280,7 +298,7 @@ pub(super) async fn export_page(
                 After::Cursor(cursor) => *cursor,
                 _ => 0,
             };
-            let at: &[Param<'_>] = params![cursor, PAGE];
+            let at: &[Param<'_>] = params![cursor, limit];
             let rows = conn
                 .all_weighed(&EXPORT_EPISODES, &[&chosen[..], at].concat(), episode_row)
                 .await?;
@@ -300,7 +318,7 @@ pub(super) async fn export_page(
         }
         Part::Tasks => {
             let (session, number) = numbered(after);
-            let at: &[Param<'_>] = params![session, number, PAGE];
+            let at: &[Param<'_>] = params![session, number, limit];
             let rows = conn
                 .all_weighed(&EXPORT_TASKS, &[&chosen[..], at].concat(), task_row)
                 .await?;
@@ -312,7 +330,7 @@ pub(super) async fn export_page(
         }
         Part::CachedFiles => {
             let (session, path) = named(after);
-            let at: &[Param<'_>] = params![session, path, PAGE];
+            let at: &[Param<'_>] = params![session, path, limit];
             let rows = conn
                 .all_weighed(&EXPORT_CACHE, &[&chosen[..], at].concat(), cached_row)
                 .await?;
@@ -336,7 +354,7 @@ pub(super) async fn export_page(
         }
         Part::FactVersions => {
             let (fact, version) = numbered(after);
-            let at: &[Param<'_>] = params![fact, version, PAGE];
+            let at: &[Param<'_>] = params![fact, version, limit];
             let rows = conn
                 .all_weighed(
                     &EXPORT_FACT_VERSIONS,
@@ -356,7 +374,7 @@ pub(super) async fn export_page(
         }
         Part::FactSources => {
             let (fact, episode) = named(after);
-            let at: &[Param<'_>] = params![fact, episode, PAGE];
+            let at: &[Param<'_>] = params![fact, episode, limit];
             let rows = conn
                 .all(&EXPORT_FACT_SOURCES, &[&chosen[..], at].concat(), |row| {
                     Ok(FactSource {
@@ -386,9 +404,38 @@ pub(super) async fn export_page(
     };
     // A page is followed by another when it was full: of records, or of
     // the bytes a page of large ones holds.
-    let full = cut || records.len() as i64 == PAGE;
+    let held = records.len() as i64;
+    let full = cut || held == limit;
     Ok(ExportPage {
         records,
         next: next.filter(|_| full),
+        next_rows: next_rows(limit, held, cut),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FIRST_ROWS, MOST_ROWS, next_rows};
+
+    #[test]
+    fn pages_of_small_rows_grow_to_the_most() {
+        let mut rows = FIRST_ROWS;
+        let mut asked = vec![rows];
+        while rows < MOST_ROWS {
+            rows = next_rows(rows, rows, false);
+            asked.push(rows);
+        }
+        assert_eq!(asked, [64, 128, 256, 500]);
+        assert_eq!(next_rows(MOST_ROWS, MOST_ROWS, false), MOST_ROWS);
+    }
+
+    #[test]
+    fn pages_cut_by_their_bytes_ask_for_about_what_they_held() {
+        // 128 KiB values: a page of 2 MiB holds 16.
+        assert_eq!(next_rows(64, 16, true), 32);
+        assert_eq!(next_rows(32, 16, true), 32);
+        // Values of a megabyte: one or two a page.
+        assert_eq!(next_rows(64, 1, true), 2);
+        assert_eq!(next_rows(2, 2, true), 4);
+    }
 }

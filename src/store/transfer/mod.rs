@@ -157,8 +157,9 @@ impl<B: Backend + MemoryWrites + Feeds> DataStore for B {
         selection: &Selection,
         part: Part,
         after: &After,
+        rows: Option<i64>,
     ) -> Result<ExportPage> {
-        match export_page(snapshot, tenant, selection, part, after).await {
+        match export_page(snapshot, tenant, selection, part, after, rows).await {
             Err(err) if crate::store::idle_too_long(&err) => Err(too_slow(self, tenant).await),
             page => page,
         }
