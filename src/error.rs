@@ -55,6 +55,7 @@ pub enum Reason {
     ImportConflict,
     SourcesTooLarge,
     DatabaseUnavailable,
+    DatabaseTimeout,
     Internal,
 }
 
@@ -110,6 +111,7 @@ impl Reason {
             Reason::ImportConflict => "IMPORT_CONFLICT",
             Reason::SourcesTooLarge => "SOURCES_TOO_LARGE",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
+            Reason::DatabaseTimeout => "DATABASE_TIMEOUT",
             Reason::Internal => "INTERNAL",
         }
     }
@@ -164,8 +166,9 @@ pub enum Error {
     /// Another writer got there first; re-read and retry.
     #[error("{message}")]
     Conflict { reason: Reason, message: String },
-    /// A service Engram depends on (other than the database) failed; the
-    /// call changed nothing and may be retried.
+    /// A service Engram depends on failed (the summarizer, the embedder),
+    /// or the database gave up on the call's statement (its timeouts);
+    /// the call changed nothing and may be retried.
     #[error("{message}")]
     DependencyUnavailable { reason: Reason, message: String },
     /// The database cannot be reached; the call may be retried.

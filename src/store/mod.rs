@@ -189,6 +189,14 @@ pub(crate) fn conflicted(err: &Error) -> bool {
 /// name.
 const TRANSACTION_CONFLICTS: [&str; 2] = ["40P01", "40001"];
 
+/// The SQLSTATEs of a statement the database gave up on: canceled
+/// (`57014`: `statement_timeout`, or an operator's `pg_cancel_backend`) or
+/// refused a lock it waited for too long (`55P03`: `lock_timeout`). Both
+/// are the operator's settings, not Engram's (it sets neither), and the
+/// caller hears which, with nothing of the transaction written, not
+/// `INTERNAL`.
+const DATABASE_TIMEOUTS: [&str; 2] = ["57014", "55P03"];
+
 fn database_error(err: &Error, is: impl Fn(&dyn sqlx::error::DatabaseError) -> bool) -> bool {
     matches!(err, Error::Internal { source }
     if source.downcast_ref::<sqlx::Error>().is_some_and(|err| {
@@ -197,7 +205,8 @@ fn database_error(err: &Error, is: impl Fn(&dyn sqlx::error::DatabaseError) -> b
 }
 
 /// Database errors are classified once: connection trouble is `Unavailable`
-/// (retryable), a transaction rolled back for another `Conflict` (retry),
+/// (retryable), a statement the database gave up on `DependencyUnavailable`
+/// (retry), a transaction rolled back for another `Conflict` (retry),
 /// everything else `Internal`. Neither shows SQL to a client.
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
@@ -212,11 +221,23 @@ impl From<sqlx::Error> for Error {
                     .is_some_and(|code| code.starts_with("53") || code == "5" || code == "6"),
                 _ => false,
             };
-        let conflicted = matches!(&err, sqlx::Error::Database(db)
-            if db.code().is_some_and(|code| TRANSACTION_CONFLICTS.contains(&code.as_ref())));
+        let code = match &err {
+            sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
+            _ => None,
+        };
+        let is = |codes: &[&str]| code.as_deref().is_some_and(|code| codes.contains(&code));
         if unavailable {
             Error::Unavailable { source: err.into() }
-        } else if conflicted {
+        } else if is(&DATABASE_TIMEOUTS) {
+            tracing::warn!(error = %err, "the database gave up on a statement");
+            Error::DependencyUnavailable {
+                reason: Reason::DatabaseTimeout,
+                message: "the database gave up on the call's statement (its statement_timeout \
+                          or lock_timeout, or an operator's cancel) and its transaction was \
+                          rolled back; retry, or raise the setting for Engram's database role"
+                    .to_owned(),
+            }
+        } else if is(&TRANSACTION_CONFLICTS) {
             // The detail (which rows, which other process) is for the log.
             tracing::warn!(error = %err, "a transaction was rolled back for a concurrent one");
             Error::Conflict {

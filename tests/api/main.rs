@@ -21,6 +21,7 @@ mod maintenance_races;
 mod memory_admin;
 mod memory_api;
 mod metrics;
+mod operator_timeouts;
 mod outage;
 mod pool;
 mod properties;
@@ -35,7 +36,7 @@ mod search_reading;
 mod search_vectors;
 mod semantic;
 mod sessions_api;
-mod slow_export;
+
 mod store_conformance;
 mod summarizer_http;
 mod tail;
