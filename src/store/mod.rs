@@ -210,25 +210,22 @@ fn database_error(err: &Error, is: impl Fn(&dyn sqlx::error::DatabaseError) -> b
 /// everything else `Internal`. Neither shows SQL to a client.
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
-        // Also retryable: a pool with no connection to spare, insufficient
-        // resources (53), SQLite's SQLITE_BUSY / SQLITE_LOCKED past the busy
-        // timeout.
-        let unavailable = connection_lost(&err)
-            || match &err {
-                sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
-                sqlx::Error::Database(db) => db
-                    .code()
-                    .is_some_and(|code| code.starts_with("53") || code == "5" || code == "6"),
-                _ => false,
-            };
         let code = match &err {
             sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
             _ => None,
         };
-        let is = |codes: &[&str]| code.as_deref().is_some_and(|code| codes.contains(&code));
+        let code = code.as_deref().unwrap_or("");
+        // Also retryable: a pool with no connection to spare, insufficient
+        // resources (53), SQLite's SQLITE_BUSY / SQLITE_LOCKED past the busy
+        // timeout.
+        let unavailable = connection_lost(&err)
+            || matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
+            || code.starts_with("53")
+            || code == "5"
+            || code == "6";
         if unavailable {
             Error::Unavailable { source: err.into() }
-        } else if is(&DATABASE_TIMEOUTS) {
+        } else if DATABASE_TIMEOUTS.contains(&code) {
             tracing::warn!(error = %err, "the database gave up on a statement");
             Error::DependencyUnavailable {
                 reason: Reason::DatabaseTimeout,
@@ -237,7 +234,7 @@ impl From<sqlx::Error> for Error {
                           rolled back; retry, or raise the setting for Engram's database role"
                     .to_owned(),
             }
-        } else if is(&TRANSACTION_CONFLICTS) {
+        } else if TRANSACTION_CONFLICTS.contains(&code) {
             // The detail (which rows, which other process) is for the log.
             tracing::warn!(error = %err, "a transaction was rolled back for a concurrent one");
             Error::Conflict {

@@ -17,7 +17,7 @@ const MOST_ROWS: i64 = 500;
 /// Rows the first page of a part asks for. A page also ends at about
 /// 2 MiB of records, and on Postgres the rows a statement produced past
 /// that are still sent and drained unread: a page of 500 values of
-/// 128 KiB sent 64 MB to keep 2 of them. So a part starts small and asks
+/// 128 KiB sent 64 MB to keep 16 of them. So a part starts small and asks
 /// for twice what its last page held, up to [`MOST_ROWS`]: rows of a few
 /// hundred bytes soon come 500 at a time, and large ones about as many
 /// as a page holds.
