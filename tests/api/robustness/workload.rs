@@ -405,26 +405,32 @@ pub const IMPORT_VERSIONS: usize = 2;
 
 /// An import file (format version 2) whose every record is named by `id`.
 pub fn import_lines(id: &str) -> Vec<String> {
-    const T0: &str = "2026-11-23T10:00:00Z";
+    // An hour ago, not a fixed day: the import's changes carry the file's
+    // times, and once those passed the change feed's retention (7 days)
+    // the server's prune took them, with every revision before them, and
+    // the final watch from revision 0 was refused as pruned forever.
+    let t0 = (chrono::Utc::now() - chrono::Duration::hours(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let t0 = t0.as_str();
     let mut records = vec![
         json!({"kind": "header", "format": "engram.export", "version": 2,
-        "tenant": "elsewhere", "selection": "tenant", "export_time": T0}),
+        "tenant": "elsewhere", "selection": "tenant", "export_time": t0}),
     ];
     for key in IMPORT_KEYS {
         records.push(
             json!({"kind": "memory_version", "scope_type": "namespace", "scope": id,
-            "key": key, "version": 1, "value": key, "deleted": false, "create_time": T0}),
+            "key": key, "version": 1, "value": key, "deleted": false, "create_time": t0}),
         );
     }
     records.push(json!({"kind": "fact", "id": id, "app": APP, "user": USER,
         "fact_kind": "semantic", "subject": id, "predicate": "imported",
-        "version": IMPORT_VERSIONS, "deleted": false, "create_time": T0, "update_time": T0}));
+        "version": IMPORT_VERSIONS, "deleted": false, "create_time": t0, "update_time": t0}));
     for version in 1..=IMPORT_VERSIONS {
         records.push(
             json!({"kind": "fact_version", "fact_id": id, "version": version,
             "deleted": false, "subject": id, "predicate": "imported", "object": "",
             "content": format!("{id} {version}"), "confidence": 1.0, "source": "remember",
-            "source_episode_ids": [], "channels": [], "create_time": T0}),
+            "source_episode_ids": [], "channels": [], "create_time": t0}),
         );
     }
     records.push(json!({"kind": "fact_source", "fact_id": id, "episode_id": id}));
