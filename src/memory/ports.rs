@@ -524,7 +524,9 @@ pub trait MemoryStore: Clone + Send + Sync + 'static {
     /// changes are gone), if it ever was.
     fn pruned_through(&self) -> impl Future<Output = Result<Option<i64>>> + Send;
 
-    /// Forgets changes written before `before`; returns how many.
+    /// Forgets changes written before `before` that no kept change
+    /// precedes (the feed loses a prefix, whatever order its times are
+    /// in); returns how many.
     fn prune_changes(&self, before: DateTime<Utc>) -> impl Future<Output = Result<u64>> + Send;
 
     /// Forgets idempotency records written before `before`; returns how many.

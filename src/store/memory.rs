@@ -193,8 +193,16 @@ static CHANGES: Sql = Sql::new(
 
 static PRUNED_THROUGH: Sql = Sql::new("SELECT pruned_through FROM memory_feed");
 
-static NEWEST_EXPIRED: Sql =
-    Sql::new("SELECT max(revision) FROM memory_changes WHERE create_time < $1");
+/// The newest revision that expired before $1 with nothing kept below it:
+/// the feed is pruned as a prefix. Times need not follow revisions (an
+/// import's changes carry the file's times; replicas' clocks differ), and
+/// pruning past a change that is kept would refuse every watcher behind it
+/// as pruned while what it missed is still there.
+static NEWEST_EXPIRED: Sql = Sql::new(
+    "SELECT max(revision) FROM memory_changes WHERE create_time < $1 \
+     AND revision < coalesce((SELECT min(revision) FROM memory_changes \
+       WHERE create_time >= $1), 9223372036854775807)",
+);
 
 /// Up to $1, the newest revision that expired at $2, and no further, so the
 /// watermark below covers every row deleted.

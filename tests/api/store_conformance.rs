@@ -5,7 +5,7 @@
 //! style of quickwit's metastore test suite. Memory cases are here, the
 //! other areas in the modules below.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use engram::context::Tenant;
 use engram::memory::ports::{Head, ListQuery, Mutation, RequestStamp, ScopeFilter, Write, Written};
 use engram::memory::{
@@ -45,6 +45,19 @@ impl<S: Store> Writer<'_, S> {
         expected_version: Option<i64>,
         request: Option<RequestStamp<'_>>,
     ) -> Written {
+        self.write_at(key_name, mutation, expected_version, request, Utc::now())
+            .await
+    }
+
+    /// [`Writer::write`] with the time the server would stamp it with.
+    pub(crate) async fn write_at(
+        &self,
+        key_name: &str,
+        mutation: Mutation<'_>,
+        expected_version: Option<i64>,
+        request: Option<RequestStamp<'_>>,
+        now: DateTime<Utc>,
+    ) -> Written {
         let key = key(key_name);
         let provenance = Provenance {
             execution_id: "exec-1".to_owned(),
@@ -60,7 +73,7 @@ impl<S: Store> Writer<'_, S> {
                     expected_version,
                     request,
                     provenance: &provenance,
-                    now: Utc::now(),
+                    now,
                     change: match mutation {
                         Mutation::Set(_) => ChangeKind::Set,
                         Mutation::Delete => ChangeKind::Delete,

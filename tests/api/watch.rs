@@ -457,6 +457,57 @@ async fn pruned_revisions_are_out_of_range(backend: Backend) {
     assert_eq!(err.code(), Code::InvalidArgument);
 }
 
+/// An import's changes carry the file's times. Imported from a month ago
+/// behind a change made now, they are pruned with the changes before them
+/// when those expire, not before: the server's prune once took them at
+/// once with everything before them, and a watcher from then on heard
+/// REVISION_PRUNED though what it had missed was still there.
+async fn an_old_import_does_not_prune_the_feed_before_it(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut memory = server.memory();
+    memory
+        .set(set("imported", "before", json!("now")))
+        .await
+        .expect("set");
+    let month_ago = (chrono::Utc::now() - chrono::Duration::days(30))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let lines = [
+        crate::transfer::header(2),
+        json!({"kind": "memory_version", "scope_type": "namespace", "scope": "imported",
+               "key": "old", "version": 1, "value": "a month old", "deleted": false,
+               "create_time": month_ago})
+        .to_string(),
+    ];
+    crate::transfer::import(&server.channel, &lines)
+        .await
+        .expect("import");
+    // What the server's prune does with the default retention of 7 days.
+    let week_ago = chrono::Utc::now() - chrono::Duration::days(7);
+    let pruned = match backend {
+        Backend::Sqlite => server.db.sqlite_store().await.prune_changes(week_ago).await,
+        Backend::Postgres => server.db.pg_store().await.prune_changes(week_ago).await,
+    }
+    .expect("prune");
+    assert_eq!(pruned, 0, "the import's change is behind one that is kept");
+    let mut stream = memory
+        .watch(watch("imported", "", Some(0)))
+        .await
+        .expect("the feed from its start is all there")
+        .into_inner();
+    let before = next(&mut stream).await.expect("a change");
+    let old = next(&mut stream).await.expect("a change");
+    assert_eq!((before.key.as_str(), old.key.as_str()), ("before", "old"));
+    assert!(before.revision < old.revision);
+    let old_time = old.create_time.expect("a time");
+    assert_eq!(
+        chrono::DateTime::from_timestamp(old_time.seconds, 0)
+            .expect("a time")
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        month_ago,
+        "an imported change keeps the time its version was written"
+    );
+}
+
 /// A change carries the value of the version it wrote and of no other: a
 /// key purged whole and written again numbers its versions from 1 anew, and
 /// a watcher replaying the feed sees the first version 1 without a value
@@ -582,6 +633,7 @@ on_both_stores!(
     a_stream_behind_pruning_is_ended_not_skipped,
     slow_consumers_and_shutdown_say_where_to_resume,
     pruned_revisions_are_out_of_range,
+    an_old_import_does_not_prune_the_feed_before_it,
     a_replayed_set_carries_its_own_value_or_none,
 );
 

@@ -356,6 +356,62 @@ async fn changes_in_order_bounded_and_pruned<S: Store>(store: S, _db: &TestDb) {
     );
 }
 
+/// The feed is pruned as a prefix: a change that expired behind one that
+/// is kept stays, as does the watermark, however the times are ordered (an
+/// import's changes carry the file's times). Pruning past the kept change
+/// would refuse a watcher behind it though nothing it missed is gone.
+async fn the_feed_is_pruned_as_a_prefix<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    let now = Utc::now();
+    let month_ago = now - chrono::Duration::days(30);
+    let week_ago = now - chrono::Duration::days(7);
+    let mut revisions = Vec::new();
+    for (name, at) in [
+        ("a", month_ago),
+        ("b", month_ago),
+        ("c", now),
+        ("d", month_ago),
+    ] {
+        let v = value(json!(name));
+        w.write_at(name, Mutation::Set(&v), None, None, at).await;
+        let horizon = store.settled(Feed::Changes).await.expect("settled");
+        let feed = store
+            .changes(&w.tenant, &w.scope, &KeyPrefix::default(), 0, horizon, 100)
+            .await
+            .expect("changes");
+        revisions.push(feed.changes.last().expect("the change").revision);
+    }
+    let [_, b, c, d] = revisions[..] else {
+        panic!("four changes: {revisions:?}")
+    };
+    assert_eq!(
+        store.prune_changes(week_ago).await.expect("prune"),
+        2,
+        "a and b expired with nothing kept before them"
+    );
+    assert_eq!(store.pruned_through().await.expect("pruned"), Some(b));
+    let horizon = store.settled(Feed::Changes).await.expect("settled");
+    let kept = store
+        .changes(&w.tenant, &w.scope, &KeyPrefix::default(), b, horizon, 100)
+        .await
+        .expect("changes");
+    assert_eq!(
+        kept.changes.iter().map(|c| c.revision).collect::<Vec<_>>(),
+        vec![c, d],
+        "d expired, but c before it is kept"
+    );
+    assert_eq!(kept.pruned_through, Some(b));
+    assert_eq!(store.prune_changes(week_ago).await.expect("prune"), 0);
+    assert_eq!(
+        store
+            .prune_changes(now + chrono::Duration::seconds(1))
+            .await
+            .expect("prune"),
+        2
+    );
+    assert_eq!(store.pruned_through().await.expect("pruned"), Some(d));
+}
+
 /// The first flow seen for an execution wins; blanks are filled later.
 async fn executions_keep_their_first_flow<S: Store>(store: S, _db: &TestDb) {
     let tenant = Tenant::new("t1");
@@ -591,6 +647,7 @@ store_suite!(
     purge_scope_spares_tombstones_and_the_audit_trail,
     compaction_is_fenced_by_its_sources,
     changes_in_order_bounded_and_pruned,
+    the_feed_is_pruned_as_a_prefix,
     executions_keep_their_first_flow,
     reindex_backfills_known_flows,
     unconditional_writes_always_land,
