@@ -8,7 +8,7 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Backend, Cols, Param, Run, Sql, Transaction, params, select};
+use super::sql::{Backend, Cols, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, params, select};
 use super::{past, retention};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
@@ -22,6 +22,7 @@ use crate::memory::{
     Change, ChangeKind, ChangePage, Entry, Key, KeyPrefix, Provenance, Scope, ScopeName,
     ScopeSummary, ScopeType, Value,
 };
+use crate::paging::Weighed;
 
 /// The columns [`entry_row`] reads, in order, for `concat!`.
 macro_rules! version_columns {
@@ -52,29 +53,66 @@ static HEAD: Sql = Sql::new(
      WHERE tenant = $1 AND scope_type = $2 AND scope = $3 AND key = $4",
 );
 
-macro_rules! list {
-    ($order:literal) => {
+/// Versions in `$order` from `$from` (which ends in `ORDER BY $order
+/// LIMIT`), sent in full up to [`SENT_WHOLE_BYTES`] of stored values
+/// (parameter `$bytes`): the columns of [`entry_row`], then whether the
+/// row came past that, without its value ([`sent_whole_row`]).
+macro_rules! sent_whole {
+    ($order:literal, $bytes:literal, $($from:tt)+) => {
         Sql::new(concat!(
-            "SELECT ",
-            version_columns!(),
-            " FROM memory_heads h \
-             JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
-             WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND NOT h.deleted \
-             AND h.key >= $4 AND h.key < $5 \
-             AND ($7 OR substr(h.key, 1, 12) <> '_compaction/') AND ",
+            "SELECT key, version, CASE WHEN past THEN NULL ELSE value::text END, deleted, \
+             execution_id, flow_id, flow_name, create_time, past \
+             FROM (SELECT v.key, v.version, v.value, v.deleted, v.execution_id, v.flow_id, \
+               v.flow_name, v.create_time, coalesce(sum(pg_column_size(v.value)) OVER (ORDER BY ",
             $order,
-            " LIMIT $8"
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
+            $bytes,
+            " AS past ",
+            $($from)+,
+            ") page ORDER BY ",
+            $order
         ))
     };
 }
 
-static LIST_ASCENDING: Sql = list!("h.key > $6 ORDER BY h.key");
+/// $1 tenant, $2 scope type, $3 scope, $4 and $5 the key range, $6 the
+/// last key of the previous page, $7 whether reserved keys count, $8
+/// limit, $9 [`SENT_WHOLE_BYTES`]. The range is given for the versions
+/// too: Postgres may merge-join the two in key order, and without it read
+/// the versions from the scope's first key (18 ms for a page past 100,000
+/// keys, against 0.2 ms).
+macro_rules! list {
+    ($order:literal, $after:literal) => {
+        sent_whole!(
+            $order,
+            "$9",
+            concat!(
+                "FROM memory_heads h \
+                 JOIN memory_versions v USING (tenant, scope_type, scope, key, version) \
+                 WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND NOT h.deleted \
+                 AND h.key >= $4 AND h.key < $5 \
+                 AND ($7 OR substr(h.key, 1, 12) <> '_compaction/') AND h.key ",
+                $after,
+                " $6 AND v.key >= $4 AND v.key < $5 AND v.key ",
+                $after,
+                " $6 ORDER BY ",
+                $order,
+                " LIMIT $8"
+            )
+        )
+    };
+}
 
-static LIST_DESCENDING: Sql = list!("h.key < $6 ORDER BY h.key DESC");
+static LIST_ASCENDING: Sql = list!("key", ">");
 
-static HISTORY: Sql = select!(
-    version_columns!(),
-    " FROM memory_versions v WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+static LIST_DESCENDING: Sql = list!("key DESC", "<");
+
+/// $1 tenant, $2 scope type, $3 scope, $4 key, $5 the first version, $6
+/// limit, $7 [`SENT_WHOLE_BYTES`].
+static HISTORY: Sql = sent_whole!(
+    "version",
+    "$7",
+    "FROM memory_versions v WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
      AND v.key = $4 AND v.version >= $5 ORDER BY v.version LIMIT $6"
 );
 
@@ -274,6 +312,15 @@ pub(super) fn entry_row(row: &impl Cols, scope: &Scope) -> Result<Entry> {
         },
         create_time: row.time(7)?,
     })
+}
+
+/// A row of a statement that cuts by bytes itself ([`sent_whole`]): the
+/// entry, or `None` once the statement sent it without its value.
+fn sent_whole_row(row: &impl Cols, scope: &Scope) -> Result<Option<Entry>> {
+    if row.boolean(8)? {
+        return Ok(None);
+    }
+    entry_row(row, scope).map(Some)
 }
 
 fn change_row(row: &impl Cols) -> Result<Change> {
@@ -628,21 +675,33 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
             (&LIST_ASCENDING, query.after.unwrap_or("").to_owned())
         };
         let mut conn = self.reader(tenant).await?;
-        conn.all_weighed(
-            sql,
-            params![
+        let mut read = Weighed::default();
+        loop {
+            // Read on after the last item an earlier part held.
+            let after = read
+                .items
+                .last()
+                .map_or_else(|| bound.clone(), |e: &Entry| e.key.as_str().to_owned());
+            let params = params![
                 tenant.as_str(),
                 query.scope.scope_type.as_i16(),
                 query.scope.name.as_str(),
                 low.as_str(),
                 high.as_str(),
-                bound.as_str(),
+                after.as_str(),
                 query.include_reserved,
-                query.limit,
-            ],
-            |row| entry_row(row, query.scope),
-        )
-        .await
+                query.limit - read.items.len() as i64,
+                SENT_WHOLE_BYTES,
+            ];
+            let cut = conn
+                .weigh_into(sql, params, &mut read, |row| {
+                    sent_whole_row(row, query.scope)
+                })
+                .await?;
+            if !cut || read.full {
+                return Ok(read.items);
+            }
+        }
     }
 
     async fn history(
@@ -654,19 +713,28 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         limit: i64,
     ) -> Result<Vec<Entry>> {
         let mut conn = self.reader(tenant).await?;
-        conn.all_weighed(
-            &HISTORY,
-            params![
+        let mut read = Weighed::default();
+        loop {
+            let params = params![
                 tenant.as_str(),
                 scope.scope_type.as_i16(),
                 scope.name.as_str(),
                 key.as_str(),
-                from_version,
-                limit,
-            ],
-            |row| entry_row(row, scope),
-        )
-        .await
+                read.items
+                    .last()
+                    .map_or(from_version, |e: &Entry| e.version + 1),
+                limit - read.items.len() as i64,
+                SENT_WHOLE_BYTES,
+            ];
+            let cut = conn
+                .weigh_into(&HISTORY, params, &mut read, |row| {
+                    sent_whole_row(row, scope)
+                })
+                .await?;
+            if !cut || read.full {
+                return Ok(read.items);
+            }
+        }
     }
 
     async fn list_scopes(

@@ -42,10 +42,12 @@ impl Sql {
     }
 
     /// The text SQLite runs: as written, less the casts, with arrays read
-    /// as JSON arrays.
+    /// as JSON arrays and a value's stored size (`pg_column_size`) its
+    /// length.
     pub fn sqlite(&'static self) -> &'static str {
-        self.sqlite
-            .get_or_init(|| without_casts(&json_arrays(self.text)))
+        self.sqlite.get_or_init(|| {
+            without_casts(&json_arrays(self.text)).replace("pg_column_size(", "length(")
+        })
     }
 }
 
@@ -216,6 +218,20 @@ pub trait Run: Send {
         params: &[Param<'_>],
         decode: impl Fn(&Self::Row) -> Result<T> + Send,
     ) -> impl Future<Output = Result<Vec<T>>> + Send;
+
+    /// [`Run::all_weighed`] into `read`, which may hold what an earlier
+    /// part of the page read, for a statement that also cuts by bytes
+    /// itself ([`SENT_WHOLE_BYTES`]): a row `decode` answers `None` for
+    /// came past that cut, without its value, and reading stops there.
+    /// Returns whether it did: then more rows follow though `read` may not
+    /// be full, and the caller reads on after the last item.
+    fn weigh_into<T: Send + crate::paging::Weigh>(
+        &mut self,
+        sql: &'static Sql,
+        params: &[Param<'_>],
+        read: &mut crate::paging::Weighed<T>,
+        decode: impl Fn(&Self::Row) -> Result<Option<T>> + Send,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// [`Run::all_weighed`] for a statement built at run time: search's
     /// hits, which come back best first.
@@ -434,6 +450,18 @@ macro_rules! run_by_driver {
                     .await
             }
 
+            async fn weigh_into<T: Send + $crate::paging::Weigh>(
+                &mut self,
+                sql: &'static Sql,
+                params: &[Param<'_>],
+                read: &mut $crate::paging::Weighed<T>,
+                decode: impl Fn(&$row) -> Result<Option<T>> + Send,
+            ) -> Result<bool> {
+                let args = $arguments(params)?;
+                let rows = sqlx::query_with(sql.$text(), args).fetch(self);
+                $crate::store::sql::weigh_into(rows, read, decode).await
+            }
+
             async fn built_weighed<T: Send + $crate::paging::Weigh>(
                 &mut self,
                 sql: String,
@@ -452,18 +480,43 @@ pub(super) use run_by_driver;
 /// The rows of a stream decoded, up to the first that paging would cut
 /// (see [`Run::all_weighed`]); the stream is dropped there.
 pub(super) async fn weighed<R, T: crate::paging::Weigh>(
-    mut rows: impl futures::Stream<Item = std::result::Result<R, sqlx::Error>> + Unpin,
+    rows: impl futures::Stream<Item = std::result::Result<R, sqlx::Error>> + Unpin,
     decode: impl Fn(&R) -> Result<T>,
 ) -> Result<Vec<T>> {
-    use futures::TryStreamExt as _;
     let mut read = crate::paging::Weighed::default();
-    while let Some(row) = rows.try_next().await? {
-        read.push(decode(&row)?);
-        if read.full {
-            break;
+    weigh_into(rows, &mut read, move |row| decode(row).map(Some)).await?;
+    Ok(read.items)
+}
+
+/// About how many bytes of stored values a statement that cuts by bytes
+/// itself sends in full (see [`Run::weigh_into`]): a page's worth.
+///
+/// Dropping a stream does not stop Postgres: it sends every row the
+/// statement was asked for, and the driver reads and discards the rest
+/// before the connection runs anything else. A page of a hundred values of
+/// a megabyte that paging cuts after two still moved a hundred megabytes.
+/// Such a statement sums `pg_column_size` of the values before each row (a
+/// running window sum, read off the stored form without detoasting it) and
+/// sends a row past this many bytes without its value. Stored sizes are
+/// compressed sizes: values that compress well are still sent in full.
+pub(super) const SENT_WHOLE_BYTES: i64 = crate::paging::PAGE_BYTES as i64;
+
+/// [`Run::weigh_into`] over a stream of rows.
+pub(super) async fn weigh_into<R, T: crate::paging::Weigh>(
+    mut rows: impl futures::Stream<Item = std::result::Result<R, sqlx::Error>> + Unpin,
+    read: &mut crate::paging::Weighed<T>,
+    decode: impl Fn(&R) -> Result<Option<T>>,
+) -> Result<bool> {
+    use futures::TryStreamExt as _;
+    while !read.full
+        && let Some(row) = rows.try_next().await?
+    {
+        match decode(&row)? {
+            Some(item) => read.push(item),
+            None => return Ok(true),
         }
     }
-    Ok(read.items)
+    Ok(false)
 }
 
 #[cfg(test)]

@@ -72,6 +72,16 @@ macro_rules! run_on_held_connection {
                 (**self).all_weighed(sql, params, decode).await
             }
 
+            async fn weigh_into<T: Send + crate::paging::Weigh>(
+                &mut self,
+                sql: &'static Sql,
+                params: &[Param<'_>],
+                read: &mut crate::paging::Weighed<T>,
+                decode: impl Fn(&SqliteRow) -> Result<Option<T>> + Send,
+            ) -> Result<bool> {
+                (**self).weigh_into(sql, params, read, decode).await
+            }
+
             async fn built_weighed<T: Send + crate::paging::Weigh>(
                 &mut self,
                 sql: String,

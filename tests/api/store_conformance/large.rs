@@ -110,6 +110,87 @@ async fn histories_of_large_versions_stop_at_a_page<S: Store>(store: S, _db: &Te
     assert_eq!(versions, (1..=read.len() as i64).collect::<Vec<_>>());
 }
 
+/// About [`BIG`] bytes of JSON, weighed as numbers (9 bytes each and
+/// framing) but stored larger: a random 17-digit fraction takes more as a
+/// Postgres `numeric` (and as SQLite's text), and does not compress. The
+/// statement's own cut by stored bytes then comes before paging's.
+fn stored_larger_than_weighed(seed: u64) -> serde_json::Value {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let numbers: Vec<f64> = (0..BIG / 13)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mantissa = 1.0 + (state >> 11) as f64 / (1u64 << 53) as f64;
+            mantissa * 1e-5
+        })
+        .collect();
+    json!(numbers)
+}
+
+/// Where the statement stops sending values before paging would cut, the
+/// store reads on in parts after the last item held: a page still holds
+/// what paging carries, and the pages together hold every key once, in
+/// order.
+async fn lists_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &TestDb) {
+    let w = writer(&store, "t1");
+    for i in 0..80 {
+        w.set(&format!("k{i:03}"), stored_larger_than_weighed(i))
+            .await;
+    }
+    let mut listed: Vec<String> = Vec::new();
+    let mut pages = 0;
+    loop {
+        let after = listed.last().cloned();
+        let page = store
+            .list(
+                &w.tenant,
+                &ListQuery {
+                    scope: &w.scope,
+                    prefix: &KeyPrefix::default(),
+                    after: after.as_deref(),
+                    limit: 101,
+                    include_reserved: false,
+                    descending: false,
+                },
+            )
+            .await
+            .expect("list");
+        if page.is_empty() {
+            break;
+        }
+        pages += 1;
+        let weighed = engram::paging::fitting(&page);
+        assert!(
+            weighed + 1 >= page.len() && page.len() > 1 || page.len() + listed.len() == 80,
+            "page {pages}: {} items read, paging keeps {weighed}",
+            page.len()
+        );
+        assert!(page.iter().all(|e| e.value.is_some()), "every value read");
+        // Paging keeps what fits; the next page starts after it.
+        listed.extend(page[..weighed].iter().map(|e| e.key.as_str().to_owned()));
+    }
+    let expected: Vec<String> = (0..80).map(|i| format!("k{i:03}")).collect();
+    assert_eq!(listed, expected);
+    assert!(pages > 2, "{pages} pages of 80 values of 64 KiB");
+
+    let key = engram::memory::Key::parse("key", "h").expect("key");
+    for i in 0..60 {
+        w.set("h", stored_larger_than_weighed(1000 + i)).await;
+    }
+    let read = store
+        .history(&w.tenant, &w.scope, &key, 1, 500)
+        .await
+        .expect("history");
+    a_page("history", read.len());
+    assert!(
+        engram::paging::fitting(&read) + 1 >= read.len(),
+        "a history read ends where paging cuts"
+    );
+    let versions: Vec<i64> = read.iter().map(|e| e.version).collect();
+    assert_eq!(versions, (1..=read.len() as i64).collect::<Vec<_>>());
+}
+
 /// `Recent` reads of sessions of large episodes, together and alone, each
 /// read a page's worth of its newest.
 async fn recents_of_large_episodes_stop_at_a_page<S: Store>(store: S, _db: &TestDb) {
@@ -353,6 +434,7 @@ store_suite!(
     single_threaded;
     lists_of_large_values_stop_at_a_page,
     histories_of_large_versions_stop_at_a_page,
+    lists_cut_by_stored_bytes_read_on_in_parts,
     recents_of_large_episodes_stop_at_a_page,
     search_hits_of_large_items_stop_at_a_page,
     fact_versions_of_large_content_stop_at_a_page,
