@@ -42,6 +42,11 @@ const MOST_POSITIONS: usize = 255;
 /// 1`): past it the vector is left to Postgres.
 const LAST_POSITION: u32 = 16_383;
 
+/// The most bytes of distinct lexemes a vector holds (`MAXSTRPOS`): past
+/// it Postgres refuses the vector, and its functions build one of the
+/// item's leading text instead (migration 0033), so it is left to them.
+const MOST_LEXEME_BYTES: usize = (1 << 20) - 1;
+
 /// Each word kept, as its lexeme and position, in the order read.
 type Words = Vec<(String, u32)>;
 
@@ -188,8 +193,13 @@ fn send(words: &[(String, u32)], weighted_to: u32) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(4 + words.len() * 12);
     out.extend_from_slice(&[0; 4]);
     let mut lexemes: i32 = 0;
+    let mut lexeme_bytes = 0;
     for group in words.chunk_by(|a, b| a.0 == b.0) {
         if group.len() > MOST_POSITIONS || group.iter().any(|(_, at)| *at >= LAST_POSITION) {
+            return None;
+        }
+        lexeme_bytes += group[0].0.len();
+        if lexeme_bytes > MOST_LEXEME_BYTES {
             return None;
         }
         out.extend_from_slice(group[0].0.as_bytes());
@@ -344,6 +354,26 @@ mod tests {
             json!({}),
         );
         assert_eq!(last, Some(vec![entry("w1", &[16_382])]));
+    }
+
+    /// More than a megabyte of distinct lexemes is past what a vector
+    /// holds: Postgres's functions build that one (of the leading text).
+    #[test]
+    fn a_megabyte_of_distinct_words_is_left_to_postgres() {
+        let words = |n: u32| {
+            let mut text = String::new();
+            for i in 0..n {
+                let mut word: String = (0..4)
+                    .map(|d| char::from(b'a' + (i / 26u32.pow(d) % 26) as u8))
+                    .collect();
+                word.push_str(&"q".repeat(116));
+                text.push_str(&word);
+                text.push(' ');
+            }
+            json!(text)
+        };
+        assert_eq!(vector(words(9_000), json!({})), None);
+        assert!(vector(words(8_000), json!({})).is_some());
     }
 
     /// A JSON number is read as the text serde_json prints, which is what

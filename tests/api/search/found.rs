@@ -262,7 +262,68 @@ async fn following_episodes_bring_the_answer(backend: Backend) {
     assert_eq!(bad_fields(&status), vec!["following_episodes".to_owned()]);
 }
 
+/// About 900 KB of text: `lead`, then distinct made-up words, more of
+/// them than one Postgres search vector holds (1 MB of distinct words).
+fn too_wordy(lead: &str) -> String {
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut text = format!("{lead}\n");
+    while text.len() < 900_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        text.extend((0..9).map(|i| char::from(b'a' + ((state >> (i * 5)) % 26) as u8)));
+        text.push(' ');
+    }
+    text
+}
+
+/// An item with more distinct words than a search vector holds was
+/// refused as an internal error on Postgres (a base64 blob, a long log of
+/// ids, numbers printed in full). It is stored, and found by its key and
+/// its leading words. (A fact's content is at most 64 KiB.)
+async fn items_too_wordy_for_one_vector_are_stored_and_found(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut memory = server.memory();
+    memory
+        .set(set("ops", "dump", json!(too_wordy("zebracorn manifest"))))
+        .await
+        .expect("a value of many words is stored");
+    // Numbers with large exponents, which jsonb prints in full.
+    let tiny: Vec<f64> = (0..4000)
+        .map(|i| (1.0 + f64::from(i) / 4096.0) * 1e-300)
+        .collect();
+    memory
+        .set(set("ops", "tinynumbers", json!(tiny)))
+        .await
+        .expect("numbers printed in full are stored");
+    server
+        .episodes()
+        .append_episodes(append(
+            "s1",
+            "alice",
+            vec![episode(
+                "e1",
+                "tool_result",
+                "",
+                json!(too_wordy("quokkafest transcript")),
+            )],
+        ))
+        .await
+        .expect("an episode of many words is appended");
+
+    for (words, found) in [
+        ("zebracorn", "memory:ops/dump@1"),
+        ("dump", "memory:ops/dump@1"),
+        ("tinynumbers", "memory:ops/tinynumbers@1"),
+        ("quokkafest", "episode:e1"),
+    ] {
+        let hits = search(&server, query(words)).await;
+        assert_eq!(names(&hits), vec![found.to_owned()], "{words}");
+    }
+}
+
 on_both_stores!(
+    items_too_wordy_for_one_vector_are_stored_and_found,
     finds_live_items_of_every_source,
     ranking_and_query_syntax,
     cjk_words_are_found_inside_runs,
