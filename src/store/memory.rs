@@ -77,10 +77,7 @@ macro_rules! sent_whole {
 
 /// $1 tenant, $2 scope type, $3 scope, $4 and $5 the key range, $6 the
 /// last key of the previous page, $7 whether reserved keys count, $8
-/// limit, $9 [`SENT_WHOLE_BYTES`]. The range is given for the versions
-/// too: Postgres may merge-join the two in key order, and without it read
-/// the versions from the scope's first key (18 ms for a page past 100,000
-/// keys, against 0.2 ms).
+/// limit, $9 [`SENT_WHOLE_BYTES`].
 macro_rules! list {
     ($order:literal, $after:literal) => {
         sent_whole!(
@@ -92,8 +89,6 @@ macro_rules! list {
                  WHERE h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND NOT h.deleted \
                  AND h.key >= $4 AND h.key < $5 \
                  AND ($7 OR substr(h.key, 1, 12) <> '_compaction/') AND h.key ",
-                $after,
-                " $6 AND v.key >= $4 AND v.key < $5 AND v.key ",
                 $after,
                 " $6 ORDER BY ",
                 $order,
@@ -215,10 +210,14 @@ static UNKNOWN_FLOWS: Sql = Sql::new(
 static CHANGES: Sql = Sql::new(
     "WITH feed AS (SELECT max(pruned_through) AS pruned FROM memory_feed) \
      SELECT page.revision, page.kind, page.key, page.version, page.versions_deleted, \
-       page.value, page.create_time, feed.pruned \
+       CASE WHEN page.past THEN NULL ELSE page.value::text END, page.create_time, feed.pruned, \
+       page.past \
      FROM feed LEFT JOIN ( \
-       SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, \
-         CASE WHEN c.kind IN (1, 4) THEN v.value::text END AS value, c.create_time \
+       SELECT c.revision, c.kind, c.key, c.version, c.versions_deleted, c.create_time, \
+         CASE WHEN c.kind IN (1, 4) THEN v.value END AS value, \
+         coalesce(sum(CASE WHEN c.kind IN (1, 4) THEN pg_column_size(v.value) END) \
+           OVER (ORDER BY c.revision ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) \
+           > $9 AS past \
        FROM memory_changes c LEFT JOIN memory_versions v ON v.tenant = c.tenant \
          AND v.scope_type = c.scope_type AND v.scope = c.scope AND v.key = c.key \
          AND v.version = c.version AND v.revision = c.revision \
@@ -915,37 +914,60 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         let mut conn = self.reader(tenant).await?;
         // Only as far as a page carries (the feed then reads on from the
         // last change read): a page of values of a megabyte is not held
-        // whole.
-        let rows = conn
-            .all_weighed(
-                &CHANGES,
-                params![
-                    tenant.as_str(),
-                    scope.scope_type.as_i16(),
-                    scope.name.as_str(),
-                    after,
-                    up_to,
-                    low.as_str(),
-                    high.as_str(),
-                    limit,
-                ],
-                |row| {
-                    let change = match row.opt_int(0)? {
-                        Some(_) => Some(change_row(row)?),
-                        None => None,
-                    };
-                    Ok(FeedRow {
-                        pruned_through: row.opt_int(7)?,
-                        change,
-                    })
-                },
-            )
-            .await?;
-        let pruned_through = match rows.first() {
-            Some(row) => row.pruned_through,
-            None => return Err(Error::internal("the change feed page returned no row")),
-        };
-        let changes = rows.into_iter().filter_map(|row| row.change).collect();
+        // whole, nor sent (see `SENT_WHOLE_BYTES`).
+        let mut read = Weighed::default();
+        let mut pruned_through = None;
+        loop {
+            // A part after the first reads on after the last change held;
+            // the first row of a part always comes whole.
+            let from = read
+                .items
+                .last()
+                .and_then(|row: &FeedRow| row.change.as_ref())
+                .map_or(after, |last| last.revision);
+            let cut = conn
+                .weigh_into(
+                    &CHANGES,
+                    params![
+                        tenant.as_str(),
+                        scope.scope_type.as_i16(),
+                        scope.name.as_str(),
+                        from,
+                        up_to,
+                        low.as_str(),
+                        high.as_str(),
+                        limit - read.items.len() as i64,
+                        SENT_WHOLE_BYTES,
+                    ],
+                    &mut read,
+                    |row| {
+                        let change = match row.opt_int(0)? {
+                            Some(_) if row.boolean(8)? => return Ok(None),
+                            Some(_) => Some(change_row(row)?),
+                            None => None,
+                        };
+                        Ok(Some(FeedRow {
+                            pruned_through: row.opt_int(7)?,
+                            change,
+                        }))
+                    },
+                )
+                .await?;
+            // The feed's mark as the newest part read it: pruning that came
+            // between two parts refuses the page rather than skip a change.
+            let Some(newest) = read.items.last() else {
+                return Err(Error::internal("the change feed page returned no row"));
+            };
+            pruned_through = pruned_through.max(newest.pruned_through);
+            if !cut || read.full {
+                break;
+            }
+        }
+        let changes = read
+            .items
+            .into_iter()
+            .filter_map(|row| row.change)
+            .collect();
         Ok(ChangePage {
             changes,
             pruned_through,

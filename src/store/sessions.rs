@@ -7,9 +7,10 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Backend, Cols, Dialect, Run, Sql, Transaction, params, select};
+use super::sql::{Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, params, select};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::paging::Weighed;
 use crate::sessions::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
 use crate::sessions::{
     Episode, EpisodeType, Id, NewEpisode, Owner, RecentQuery, Session, SessionFilter, SessionStats,
@@ -202,9 +203,36 @@ static STATS: Sql = Sql::new(
      FROM sessions WHERE tenant = $1",
 );
 
-static LIST_EPISODES: Sql = select!(
-    episode_columns!(),
-    " FROM episodes WHERE tenant = $1 AND session_id = $2 AND seq > $3 \
+/// Episodes in `$order` from `$from` (which ends in `ORDER BY $order
+/// LIMIT`), sent in full up to [`SENT_WHOLE_BYTES`] of stored content and
+/// metadata (parameter `$bytes`): the columns of [`episode_row`], then
+/// whether the row came past that, without either ([`sent_whole_row`]).
+macro_rules! sent_whole {
+    ($order:literal, $bytes:literal, $from:literal) => {
+        Sql::new(concat!(
+            "SELECT id, session_id, seq, cursor, app, user_id, agent, type, \
+             CASE WHEN past THEN NULL ELSE content::text END, \
+             CASE WHEN past THEN NULL ELSE metadata::text END, source_node, timestamp, \
+             create_time, past FROM (SELECT id, session_id, seq, cursor, app, user_id, agent, \
+             type, content, metadata, source_node, timestamp, create_time, \
+             coalesce(sum(pg_column_size(content) + pg_column_size(metadata)) OVER (ORDER BY ",
+            $order,
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
+            $bytes,
+            " AS past ",
+            $from,
+            ") page ORDER BY ",
+            $order
+        ))
+    };
+}
+
+/// $1 tenant, $2 session, $3 the seq to read after, $4 types (none: any),
+/// $5 limit, $6 [`SENT_WHOLE_BYTES`].
+static LIST_EPISODES: Sql = sent_whole!(
+    "seq",
+    "$6",
+    "FROM episodes WHERE tenant = $1 AND session_id = $2 AND seq > $3 \
      AND (cardinality($4::text[]) = 0 OR type = ANY($4::text[])) ORDER BY seq LIMIT $5"
 );
 
@@ -213,9 +241,13 @@ static LATEST: Sql = select!(
     " FROM episodes WHERE tenant = $1 ORDER BY cursor DESC LIMIT $2"
 );
 
-static EPISODES_AFTER: Sql = select!(
-    episode_columns!(),
-    " FROM episodes WHERE tenant = $1 AND cursor > $2 AND cursor <= $3 \
+/// $1 tenant, $2 the cursor to read after, $3 the settled horizon, $4
+/// session, $5 user, $6 app (each null: any), $7 types (none: any), $8
+/// limit, $9 [`SENT_WHOLE_BYTES`].
+static EPISODES_AFTER: Sql = sent_whole!(
+    "cursor",
+    "$9",
+    "FROM episodes WHERE tenant = $1 AND cursor > $2 AND cursor <= $3 \
      AND ($4::text IS NULL OR session_id = $4) AND ($5::text IS NULL OR user_id = $5) \
      AND ($6::text IS NULL OR app = $6) \
      AND (cardinality($7::text[]) = 0 OR type = ANY($7::text[])) \
@@ -256,6 +288,15 @@ pub(super) fn episode_row(row: &impl Cols) -> Result<Episode> {
         timestamp: row.time(11)?,
         create_time: row.time(12)?,
     })
+}
+
+/// A row of a statement that cuts by bytes itself ([`sent_whole`]): the
+/// episode, or `None` once the statement sent it without its content.
+fn sent_whole_row(row: &impl Cols) -> Result<Option<Episode>> {
+    if row.boolean(13)? {
+        return Ok(None);
+    }
+    episode_row(row).map(Some)
 }
 
 /// A session as both backends read it (columns as `session_columns!`).
@@ -650,18 +691,25 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
     ) -> Result<Vec<Episode>> {
         let types = type_names(query.types);
         let mut conn = self.reader(tenant).await?;
-        conn.all_weighed(
-            &LIST_EPISODES,
-            params![
+        let mut read = Weighed::default();
+        loop {
+            let params = params![
                 tenant.as_str(),
                 query.session_id.as_str(),
-                query.after_seq,
+                read.items
+                    .last()
+                    .map_or(query.after_seq, |e: &Episode| e.seq),
                 &types[..],
-                query.limit,
-            ],
-            episode_row,
-        )
-        .await
+                query.limit - read.items.len() as i64,
+                SENT_WHOLE_BYTES,
+            ];
+            let cut = conn
+                .weigh_into(&LIST_EPISODES, params, &mut read, sent_whole_row)
+                .await?;
+            if !cut || read.full {
+                return Ok(read.items);
+            }
+        }
     }
 
     async fn get_episode(&self, tenant: &Tenant, id: &Id) -> Result<Option<Episode>> {
@@ -690,20 +738,25 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
     ) -> Result<Vec<Episode>> {
         let types = type_names(&filter.types);
         let mut conn = self.reader(tenant).await?;
-        conn.all_weighed(
-            &EPISODES_AFTER,
-            params![
+        let mut read = Weighed::default();
+        loop {
+            let params = params![
                 tenant.as_str(),
-                after,
+                read.items.last().map_or(after, |e: &Episode| e.cursor),
                 up_to,
                 filter.session_id.as_ref().map(|s| s.as_str()),
                 filter.user.as_ref().map(|u| u.as_str()),
                 filter.app.as_ref().map(|a| a.as_str()),
                 &types[..],
-                limit,
-            ],
-            episode_row,
-        )
-        .await
+                limit - read.items.len() as i64,
+                SENT_WHOLE_BYTES,
+            ];
+            let cut = conn
+                .weigh_into(&EPISODES_AFTER, params, &mut read, sent_whole_row)
+                .await?;
+            if !cut || read.full {
+                return Ok(read.items);
+            }
+        }
     }
 }

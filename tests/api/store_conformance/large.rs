@@ -129,10 +129,11 @@ fn stored_larger_than_weighed(seed: u64) -> serde_json::Value {
 }
 
 /// Where the statement stops sending values before paging would cut, the
-/// store reads on in parts after the last item held: a page still holds
-/// what paging carries, and the pages together hold every key once, in
-/// order.
-async fn lists_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &TestDb) {
+/// store reads on in parts after the last item held: a page of a list, a
+/// history, the change feed, a session's episodes or the tail still holds
+/// what paging carries, and the
+/// pages together hold every item once, in order.
+async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &TestDb) {
     let w = writer(&store, "t1");
     for i in 0..80 {
         w.set(&format!("k{i:03}"), stored_larger_than_weighed(i))
@@ -189,6 +190,108 @@ async fn lists_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &Te
     );
     let versions: Vec<i64> = read.iter().map(|e| e.version).collect();
     assert_eq!(versions, (1..=read.len() as i64).collect::<Vec<_>>());
+
+    // The change feed the same way: pages end where paging would cut, and
+    // together hold every change once, in order, each with its value.
+    let horizon = store
+        .settled(engram::ports::Feed::Changes)
+        .await
+        .expect("settled");
+    let mut revisions = Vec::new();
+    let mut after = 0;
+    let mut pages = 0;
+    while after < horizon {
+        let page = store
+            .changes(
+                &w.tenant,
+                &w.scope,
+                &KeyPrefix::default(),
+                after,
+                horizon,
+                500,
+            )
+            .await
+            .expect("changes")
+            .changes;
+        pages += 1;
+        assert!(page.len() > 1, "page {pages}: {} changes", page.len());
+        let weighed = engram::paging::fitting(&page);
+        assert!(weighed + 1 >= page.len(), "a page ends where paging cuts");
+        assert!(page.iter().all(|c| c.value.is_some()), "every value read");
+        revisions.extend(page[..weighed].iter().map(|c| c.revision));
+        after = *revisions.last().expect("a change");
+        if revisions.len() == 140 {
+            break;
+        }
+    }
+    assert_eq!(revisions.len(), 140, "80 keys and 60 versions");
+    assert!(revisions.windows(2).all(|p| p[0] < p[1]), "in order, once");
+
+    // Episodes too: a session's list and the tail.
+    let l = log(&store, "t1");
+    l.create("s", "app", "alice", 0).await;
+    let s = id("s");
+    for i in 0..70 {
+        let name = format!("e{i:02}");
+        l.append(
+            "s",
+            &[episode(
+                &s,
+                Some(&name),
+                None,
+                None,
+                stored_larger_than_weighed(2000 + i),
+            )],
+        )
+        .await;
+    }
+    let mut seqs: Vec<i64> = Vec::new();
+    loop {
+        let page = store
+            .list_episodes(
+                &l.tenant,
+                &engram::sessions::ports::EpisodeQuery {
+                    session_id: &s,
+                    types: &[],
+                    after_seq: seqs.last().copied().unwrap_or(0),
+                    limit: 101,
+                },
+            )
+            .await
+            .expect("list episodes");
+        if page.is_empty() {
+            break;
+        }
+        let weighed = engram::paging::fitting(&page);
+        assert!(weighed + 1 >= page.len(), "a page ends where paging cuts");
+        seqs.extend(page[..weighed].iter().map(|e| e.seq));
+    }
+    assert_eq!(seqs, (1..=70).collect::<Vec<i64>>());
+    let up_to = store
+        .settled(engram::ports::Feed::Episodes)
+        .await
+        .expect("settled");
+    let mut tailed: Vec<String> = Vec::new();
+    let mut cursor = 0;
+    while tailed.len() < 70 {
+        let page = store
+            .episodes_after(
+                &l.tenant,
+                &engram::sessions::TailFilter::default(),
+                cursor,
+                up_to,
+                500,
+            )
+            .await
+            .expect("tail");
+        assert!(page.len() > 1, "{} episodes after {cursor}", page.len());
+        let weighed = engram::paging::fitting(&page);
+        assert!(weighed + 1 >= page.len(), "a page ends where paging cuts");
+        cursor = page[weighed - 1].cursor;
+        tailed.extend(page[..weighed].iter().map(|e| e.id.clone()));
+    }
+    let expected: Vec<String> = (0..70).map(|i| format!("e{i:02}")).collect();
+    assert_eq!(tailed, expected);
 }
 
 /// `Recent` reads of sessions of large episodes, together and alone, each
@@ -434,7 +537,7 @@ store_suite!(
     single_threaded;
     lists_of_large_values_stop_at_a_page,
     histories_of_large_versions_stop_at_a_page,
-    lists_cut_by_stored_bytes_read_on_in_parts,
+    reads_cut_by_stored_bytes_read_on_in_parts,
     recents_of_large_episodes_stop_at_a_page,
     search_hits_of_large_items_stop_at_a_page,
     fact_versions_of_large_content_stop_at_a_page,
