@@ -11,11 +11,12 @@
 //! purged one was (`memory_purges`), the answer is "purged".
 
 use super::memory::{entry_row, purge_params, purge_victim, version_columns};
-use super::sql::{Cols, Param, Run, Sql, params, select};
+use super::sql::{Cols, Param, Run, SENT_WHOLE_BYTES, Sql, params, select};
 use crate::context::Tenant;
 use crate::error::Result;
 use crate::memory::ports::{Fork, Forked, ListQuery, Past, Point, Purge};
 use crate::memory::{Key, Scope};
+use crate::paging::Weighed;
 
 /// The newest version number of `k.key` in scope ($1, $2, $3) written by
 /// the point ($4 revision, $5 time), for `concat!`.
@@ -91,12 +92,19 @@ static PURGED_AT: Sql = Sql::new(
 );
 
 /// $6 and $7 the key range, $8 the last key of the previous page, $9
-/// whether reserved keys count, $10 limit. The key is repeated last for
-/// the purged rows, which have no version.
+/// whether reserved keys count, $10 limit, $11
+/// [`SENT_WHOLE_BYTES`](super::sql::SENT_WHOLE_BYTES). The columns of
+/// `entry_row`, then the key again for the purged rows, which have no
+/// version, then whether the row came past the bytes sent whole, without
+/// its value (as `List` at the head does).
 static LIST_AT: Sql = Sql::new(concat!(
-    "SELECT ",
-    version_columns!(),
-    ", a.key FROM (SELECT k.key, ",
+    "SELECT key, version, CASE WHEN past THEN NULL ELSE value::text END, deleted, \
+     execution_id, flow_id, flow_name, create_time, listed, past \
+     FROM (SELECT v.key, v.version, v.value, v.deleted, v.execution_id, v.flow_id, \
+       v.flow_name, v.create_time, a.key AS listed, \
+       coalesce(sum(pg_column_size(v.value)) OVER (ORDER BY a.key \
+         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > $11 AS past \
+     FROM (SELECT k.key, ",
     version_at!(),
     " AS version, ",
     purged_at!(),
@@ -106,7 +114,7 @@ static LIST_AT: Sql = Sql::new(concat!(
      LEFT JOIN memory_versions v ON v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
        AND v.key = a.key AND v.version = a.version \
      WHERE (a.version IS NULL AND a.purged) OR (a.version IS NOT NULL AND NOT v.deleted) \
-     ORDER BY a.key LIMIT $10"
+     ORDER BY a.key LIMIT $10) page ORDER BY listed"
 ));
 
 /// The live, unreserved keys of the source scope ($1, $2, $3) at the point
@@ -210,9 +218,15 @@ pub(super) async fn list_at(
     at: Point,
 ) -> Result<Vec<Past>> {
     let (low, high) = query.prefix.range();
-    conn.all_weighed(
-        &LIST_AT,
-        params![
+    let mut read = Weighed::default();
+    loop {
+        // Read on after the last key an earlier part held.
+        let after = match read.items.last() {
+            Some(Past::Entry(entry)) => entry.key.as_str().to_owned(),
+            Some(Past::Purged(key)) => key.as_str().to_owned(),
+            None => query.after.unwrap_or("").to_owned(),
+        };
+        let params = params![
             tenant.as_str(),
             query.scope.scope_type.as_i16(),
             query.scope.name.as_str(),
@@ -220,18 +234,26 @@ pub(super) async fn list_at(
             at.time,
             low.as_str(),
             high.as_str(),
-            query.after.unwrap_or(""),
+            after.as_str(),
             query.include_reserved,
-            query.limit,
-        ],
-        |row| {
-            if row.opt_int(1)?.is_none() {
-                return Ok(Past::Purged(Key::from_store(row.text(8)?)));
-            }
-            Ok(Past::Entry(entry_row(row, query.scope)?))
-        },
-    )
-    .await
+            query.limit - read.items.len() as i64,
+            SENT_WHOLE_BYTES,
+        ];
+        let cut = conn
+            .weigh_into(&LIST_AT, params, &mut read, |row| {
+                if row.opt_int(1)?.is_none() {
+                    return Ok(Some(Past::Purged(Key::from_store(row.text(8)?))));
+                }
+                if row.boolean(9)? {
+                    return Ok(None);
+                }
+                Ok(Some(Past::Entry(entry_row(row, query.scope)?)))
+            })
+            .await?;
+        if !cut || read.full {
+            return Ok(read.items);
+        }
+    }
 }
 
 /// Records what a purge is about to take, and returns the keys it takes

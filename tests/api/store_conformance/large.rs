@@ -129,8 +129,9 @@ fn stored_larger_than_weighed(seed: u64) -> serde_json::Value {
 }
 
 /// Where the statement stops sending values before paging would cut, the
-/// store reads on in parts after the last item held: a page of a list, a
-/// history, the change feed, a session's episodes or the tail still holds
+/// store reads on in parts after the last item held: a page of a list (now
+/// or at a point), a history, the change feed, a session's episodes or the
+/// tail still holds
 /// what paging carries, and the
 /// pages together hold every item once, in order.
 async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &TestDb) {
@@ -174,6 +175,52 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &Te
     let expected: Vec<String> = (0..80).map(|i| format!("k{i:03}")).collect();
     assert_eq!(listed, expected);
     assert!(pages > 2, "{pages} pages of 80 values of 64 KiB");
+
+    // And at a point (`as_of`): the same keys, the same way.
+    let at = engram::memory::ports::Point {
+        revision: store
+            .settled(engram::ports::Feed::Changes)
+            .await
+            .expect("settled"),
+        time: chrono::Utc::now(),
+    };
+    let mut listed_at: Vec<String> = Vec::new();
+    loop {
+        let after = listed_at.last().cloned();
+        let page = store
+            .list_at(
+                &w.tenant,
+                &ListQuery {
+                    scope: &w.scope,
+                    prefix: &KeyPrefix::default(),
+                    after: after.as_deref(),
+                    limit: 101,
+                    include_reserved: false,
+                    descending: false,
+                },
+                at,
+            )
+            .await
+            .expect("list at");
+        if page.is_empty() {
+            break;
+        }
+        let weighed = engram::paging::fitting(&page);
+        assert!(
+            weighed + 1 >= page.len(),
+            "a page at a point ends where paging cuts"
+        );
+        for past in &page[..weighed] {
+            match past {
+                engram::memory::ports::Past::Entry(entry) => {
+                    assert!(entry.value.is_some(), "every value read");
+                    listed_at.push(entry.key.as_str().to_owned());
+                }
+                engram::memory::ports::Past::Purged(key) => panic!("{key:?} purged"),
+            }
+        }
+    }
+    assert_eq!(listed_at, expected);
 
     let key = engram::memory::Key::parse("key", "h").expect("key");
     for i in 0..60 {
