@@ -93,7 +93,7 @@ static PURGED_AT: Sql = Sql::new(
 
 /// $6 and $7 the key range, $8 the last key of the previous page, $9
 /// whether reserved keys count, $10 limit, $11
-/// [`SENT_WHOLE_BYTES`](super::sql::SENT_WHOLE_BYTES). The columns of
+/// [`SENT_WHOLE_BYTES`]. The columns of
 /// `entry_row`, then the key again for the purged rows, which have no
 /// version, then whether the row came past the bytes sent whole, without
 /// its value (as `List` at the head does).
