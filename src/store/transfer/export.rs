@@ -9,19 +9,59 @@ use crate::data::records::{FactSource, Record};
 use crate::data::{After, ExportPage, Part, Selection};
 use crate::error::Result;
 use crate::paging;
-use crate::store::sql::{Cols, Param, Run, Sql, params};
+use crate::store::sql::{Cols, Param, Run, SENT_WHOLE_BYTES, Sql, params};
 
 /// Rows a page of a part asks for at most.
 const MOST_ROWS: i64 = 500;
 
 /// Rows the first page of a part asks for. A page also ends at about
-/// 2 MiB of records, and on Postgres the rows a statement produced past
-/// that are still sent and drained unread: a page of 500 values of
-/// 128 KiB sent 64 MB to keep 16 of them. So a part starts small and asks
-/// for twice what its last page held, up to [`MOST_ROWS`]: rows of a few
-/// hundred bytes soon come 500 at a time, and large ones about as many
+/// 2 MiB of records, and the statements of parts with large columns stop
+/// sending those past about that ([`by_bytes`]), but Postgres still reads
+/// and sends the rest of the rows asked for. So a part starts small and
+/// asks for twice what its last page held, up to [`MOST_ROWS`]: rows of a
+/// few hundred bytes soon come 500 at a time, and large ones about as many
 /// as a page holds.
 const FIRST_ROWS: i64 = 64;
+
+/// A page of a part from `$from` (which ends in `ORDER BY $order LIMIT`),
+/// its rows sent whole while the stored sizes (`$size`, summed) of the
+/// rows before them come to at most `$bytes` ([`SENT_WHOLE_BYTES`]): the
+/// columns `$columns`, whose large ones are [`past`] (sent as null after
+/// that), then whether the row came past it.
+///
+/// Postgres sends every row a statement was asked for, even once the
+/// driver has dropped the stream, and the rest is drained unread before
+/// the next statement: the first page of a part of values of a megabyte
+/// asked for [`FIRST_ROWS`] and sent 64 MB to keep three. Past what the
+/// sockets hold, the statement also stays active, blocked on sending,
+/// while the export waits on a slow client, so `statement_timeout` rather
+/// than `idle_in_transaction_session_timeout` ends it.
+macro_rules! by_bytes {
+    ($columns:expr, $size:literal, $order:literal, $bytes:literal, $from:expr) => {
+        Sql::new(concat!(
+            "SELECT ",
+            $columns,
+            ", past FROM (SELECT *, coalesce(sum(",
+            $size,
+            ") OVER (ORDER BY ",
+            $order,
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
+            $bytes,
+            " AS past ",
+            $from,
+            ") page ORDER BY ",
+            $order
+        ))
+    };
+}
+
+/// A large column of a [`by_bytes`] page: null once the row came past
+/// the page's bytes.
+macro_rules! past {
+    ($column:literal) => {
+        concat!("CASE WHEN past THEN NULL ELSE ", $column, " END")
+    };
+}
 
 // ---- what a selection chooses, for `concat!` (parameters $1..$6) ----
 
@@ -109,14 +149,24 @@ static EXPORT_EXECUTIONS: Sql = Sql::new(concat!(
     " AND execution_id > $7 ORDER BY execution_id LIMIT $8"
 ));
 
-static EXPORT_MEMORY: Sql = Sql::new(concat!(
-    "SELECT ",
-    memory_columns!(),
-    " FROM memory_versions WHERE tenant = $1 AND ",
-    chosen_memory!(),
-    " AND (tenant, scope_type, scope, key, version) > ($1, $7, $8, $9, $10) \
-     ORDER BY scope_type, scope, key, version LIMIT $11"
-));
+/// $7..$10 the last version of the previous page, $11 limit, $12
+/// [`SENT_WHOLE_BYTES`].
+static EXPORT_MEMORY: Sql = by_bytes!(
+    concat!(
+        "scope_type, scope, key, version, ",
+        past!("value::text"),
+        ", deleted, execution_id, flow_id, flow_name, create_time"
+    ),
+    "pg_column_size(value)",
+    "scope_type, scope, key, version",
+    "$12",
+    concat!(
+        "FROM memory_versions WHERE tenant = $1 AND ",
+        chosen_memory!(),
+        " AND (tenant, scope_type, scope, key, version) > ($1, $7, $8, $9, $10) \
+         ORDER BY scope_type, scope, key, version LIMIT $11"
+    )
+);
 
 static EXPORT_SESSIONS: Sql = Sql::new(concat!(
     "SELECT ",
@@ -126,46 +176,98 @@ static EXPORT_SESSIONS: Sql = Sql::new(concat!(
     " AND id > $7 ORDER BY id LIMIT $8"
 ));
 
-static EXPORT_EPISODES: Sql = Sql::new(concat!(
-    "SELECT ",
-    episode_columns!(),
-    " FROM episodes WHERE tenant = $1 AND ",
-    chosen_sessions!("session_id"),
-    " AND cursor > $7 ORDER BY cursor LIMIT $8"
-));
+/// $7 the last cursor of the previous page, $8 limit, $9
+/// [`SENT_WHOLE_BYTES`].
+static EXPORT_EPISODES: Sql = by_bytes!(
+    concat!(
+        "session_id, seq, id, app, user_id, agent, type, ",
+        past!("content::text"),
+        ", ",
+        past!("metadata::text"),
+        ", source_node, timestamp, create_time, fingerprint, cursor"
+    ),
+    "pg_column_size(content) + pg_column_size(metadata)",
+    "cursor",
+    "$9",
+    concat!(
+        "FROM episodes WHERE tenant = $1 AND ",
+        chosen_sessions!("session_id"),
+        " AND cursor > $7 ORDER BY cursor LIMIT $8"
+    )
+);
 
-static EXPORT_WORKING: Sql = Sql::new(concat!(
-    "SELECT ",
-    working_columns!(),
-    " FROM working_memory WHERE tenant = $1 AND ",
-    chosen_working!(),
-    " AND session_id > $7 ORDER BY session_id LIMIT $8"
-));
+/// $7 the last session of the previous page, $8 limit, $9
+/// [`SENT_WHOLE_BYTES`].
+static EXPORT_WORKING: Sql = by_bytes!(
+    concat!("session_id, ", past!("goal"), ", next_task, update_time"),
+    "pg_column_size(goal)",
+    "session_id",
+    "$9",
+    concat!(
+        "FROM working_memory WHERE tenant = $1 AND ",
+        chosen_working!(),
+        " AND session_id > $7 ORDER BY session_id LIMIT $8"
+    )
+);
 
-static EXPORT_TASKS: Sql = Sql::new(concat!(
-    "SELECT ",
-    task_columns!(),
-    " FROM working_tasks WHERE tenant = $1 AND ",
-    chosen_working!(),
-    " AND (session_id, number) > ($7, $8) ORDER BY session_id, number LIMIT $9"
-));
+/// $7 and $8 the last task of the previous page, $9 limit, $10
+/// [`SENT_WHOLE_BYTES`].
+static EXPORT_TASKS: Sql = by_bytes!(
+    concat!(
+        "session_id, number, ",
+        past!("subject"),
+        ", ",
+        past!("description"),
+        ", status, create_time, update_time"
+    ),
+    "pg_column_size(subject) + pg_column_size(description)",
+    "session_id, number",
+    "$10",
+    concat!(
+        "FROM working_tasks WHERE tenant = $1 AND ",
+        chosen_working!(),
+        " AND (session_id, number) > ($7, $8) ORDER BY session_id, number LIMIT $9"
+    )
+);
 
-static EXPORT_CACHE: Sql = Sql::new(concat!(
-    "SELECT ",
-    cached_columns!(),
-    " FROM working_cache WHERE tenant = $1 AND ",
-    chosen_working!(),
-    " AND (session_id, path) > ($7, $8) ORDER BY session_id, path LIMIT $9"
-));
+/// $7 and $8 the last file of the previous page, $9 limit, $10
+/// [`SENT_WHOLE_BYTES`].
+static EXPORT_CACHE: Sql = by_bytes!(
+    concat!(
+        "session_id, path, ",
+        past!("content"),
+        ", bytes, update_time"
+    ),
+    "pg_column_size(content)",
+    "session_id, path",
+    "$10",
+    concat!(
+        "FROM working_cache WHERE tenant = $1 AND ",
+        chosen_working!(),
+        " AND (session_id, path) > ($7, $8) ORDER BY session_id, path LIMIT $9"
+    )
+);
 
-static EXPORT_FACT_VERSIONS: Sql = Sql::new(concat!(
-    "SELECT ",
-    fact_version_columns!(),
-    " FROM fact_versions WHERE tenant = $1 AND fact_id IN (SELECT id FROM facts \
-     WHERE tenant = $1 AND ",
-    chosen_facts!(),
-    ") AND (fact_id, version) > ($7, $8) ORDER BY fact_id, version LIMIT $9"
-));
+/// $7 and $8 the last version of the previous page, $9 limit, $10
+/// [`SENT_WHOLE_BYTES`].
+static EXPORT_FACT_VERSIONS: Sql = by_bytes!(
+    concat!(
+        "fact_id, version, deleted, subject, predicate, object, ",
+        past!("content::text"),
+        ", confidence, source, ",
+        past!("source_episode_ids::text"),
+        ", channels::text, create_time"
+    ),
+    "pg_column_size(content) + pg_column_size(source_episode_ids)",
+    "fact_id, version",
+    "$10",
+    concat!(
+        "FROM fact_versions WHERE tenant = $1 AND fact_id IN (SELECT id FROM facts \
+         WHERE tenant = $1 AND ",
+        chosen_facts!(),
+        ") AND (fact_id, version) > ($7, $8) ORDER BY fact_id, version LIMIT $9"
+    )
+);
 
 static EXPORT_FACT_SOURCES: Sql = Sql::new(concat!(
     "SELECT fact_id, episode_id FROM fact_sources WHERE tenant = $1 AND fact_id IN \
@@ -233,6 +335,29 @@ fn next_rows(limit: i64, held: i64, cut: bool) -> i64 {
     if cut { 2 * held } else { 2 * limit }.clamp(2, MOST_ROWS)
 }
 
+/// The records of a [`by_bytes`] page (`past`: the index of its flag
+/// column), read up to paging's cut or the first row the statement sent
+/// past its bytes, and whether either cut the page.
+async fn by_bytes<R: Run, T: Send + paging::Weigh>(
+    conn: &mut R,
+    sql: &'static Sql,
+    params: &[&[Param<'_>]],
+    past: usize,
+    decode: impl Fn(&R::Row) -> Result<T> + Send + Sync,
+) -> Result<(Vec<T>, bool)> {
+    let mut read = paging::Weighed::default();
+    let cut = conn
+        .weigh_into(sql, &params.concat(), &mut read, |row| {
+            if row.boolean(past)? {
+                return Ok(None);
+            }
+            decode(row).map(Some)
+        })
+        .await?;
+    let cut = cut || read.full;
+    Ok((read.items, cut))
+}
+
 /// One page of a part, and where the next one starts (none after the last).
 pub(super) async fn export_page(
     conn: &mut impl Run,
@@ -272,13 +397,12 @@ pub(super) async fn export_page(
                 } => (*scope_type, scope.as_str(), key.as_str(), *version),
                 _ => (0, "", "", 0),
             };
-            let at: &[Param<'_>] = params![scope_type, scope, key, version, limit];
-            let rows = conn
-                .all_weighed(&EXPORT_MEMORY, &[&chosen[..], at].concat(), |row| {
-                    Ok((row.small(0)?, memory_row(row)?))
-                })
-                .await?;
-            let cut = paging::filled(&rows);
+            let at: &[Param<'_>] =
+                params![scope_type, scope, key, version, limit, SENT_WHOLE_BYTES];
+            let (rows, cut) = by_bytes(conn, &EXPORT_MEMORY, &[&chosen[..], at], 10, |row| {
+                Ok((row.small(0)?, memory_row(row)?))
+            })
+            .await?;
             let next = rows.last().map(|(scope_type, v)| After::Key {
                 scope_type: *scope_type,
                 scope: v.scope.clone(),
@@ -298,31 +422,32 @@ pub(super) async fn export_page(
                 After::Cursor(cursor) => *cursor,
                 _ => 0,
             };
-            let at: &[Param<'_>] = params![cursor, limit];
-            let rows = conn
-                .all_weighed(&EXPORT_EPISODES, &[&chosen[..], at].concat(), episode_row)
-                .await?;
-            let cut = paging::filled(&rows);
+            let at: &[Param<'_>] = params![cursor, limit, SENT_WHOLE_BYTES];
+            let (rows, cut) =
+                by_bytes(conn, &EXPORT_EPISODES, &[&chosen[..], at], 14, episode_row).await?;
             let next = rows.last().map(|(cursor, _)| After::Cursor(*cursor));
             let records = rows.into_iter().map(|(_, e)| Record::Episode(e));
             (records.collect(), next, cut)
         }
         Part::Working => {
-            let rows = conn
-                .all_weighed(&EXPORT_WORKING, &with_id, working_row)
-                .await?;
-            let cut = paging::filled(&rows);
+            let bytes: &[Param<'_>] = params![SENT_WHOLE_BYTES];
+            let (rows, cut) = by_bytes(
+                conn,
+                &EXPORT_WORKING,
+                &[&with_id[..], bytes],
+                4,
+                working_row,
+            )
+            .await?;
             let next = rows.last().map(|w| After::Id(w.session_id.clone()));
             let records = rows.into_iter().map(Record::WorkingMemory);
             (records.collect(), next, cut)
         }
         Part::Tasks => {
             let (session, number) = numbered(after);
-            let at: &[Param<'_>] = params![session, number, limit];
-            let rows = conn
-                .all_weighed(&EXPORT_TASKS, &[&chosen[..], at].concat(), task_row)
-                .await?;
-            let cut = paging::filled(&rows);
+            let at: &[Param<'_>] = params![session, number, limit, SENT_WHOLE_BYTES];
+            let (rows, cut) =
+                by_bytes(conn, &EXPORT_TASKS, &[&chosen[..], at], 7, task_row).await?;
             let next = rows
                 .last()
                 .map(|t| After::Numbered(t.session_id.clone(), t.number));
@@ -330,11 +455,9 @@ pub(super) async fn export_page(
         }
         Part::CachedFiles => {
             let (session, path) = named(after);
-            let at: &[Param<'_>] = params![session, path, limit];
-            let rows = conn
-                .all_weighed(&EXPORT_CACHE, &[&chosen[..], at].concat(), cached_row)
-                .await?;
-            let cut = paging::filled(&rows);
+            let at: &[Param<'_>] = params![session, path, limit, SENT_WHOLE_BYTES];
+            let (rows, cut) =
+                by_bytes(conn, &EXPORT_CACHE, &[&chosen[..], at], 5, cached_row).await?;
             let next = rows
                 .last()
                 .map(|c| After::Named(c.session_id.clone(), c.path.clone()));
@@ -354,15 +477,15 @@ pub(super) async fn export_page(
         }
         Part::FactVersions => {
             let (fact, version) = numbered(after);
-            let at: &[Param<'_>] = params![fact, version, limit];
-            let rows = conn
-                .all_weighed(
-                    &EXPORT_FACT_VERSIONS,
-                    &[&chosen[..], at].concat(),
-                    fact_version_row,
-                )
-                .await?;
-            let cut = paging::filled(&rows);
+            let at: &[Param<'_>] = params![fact, version, limit, SENT_WHOLE_BYTES];
+            let (rows, cut) = by_bytes(
+                conn,
+                &EXPORT_FACT_VERSIONS,
+                &[&chosen[..], at],
+                12,
+                fact_version_row,
+            )
+            .await?;
             let next = rows
                 .last()
                 .map(|v| After::Numbered(v.fact_id.clone(), v.version));

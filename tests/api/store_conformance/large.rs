@@ -134,7 +134,7 @@ fn stored_larger_than_weighed(seed: u64) -> serde_json::Value {
 /// tail still holds
 /// what paging carries, and the
 /// pages together hold every item once, in order.
-async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &TestDb) {
+async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &TestDb) {
     let w = writer(&store, "t1");
     for i in 0..80 {
         w.set(&format!("k{i:03}"), stored_larger_than_weighed(i))
@@ -339,6 +339,91 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, _db: &Te
     }
     let expected: Vec<String> = (0..70).map(|i| format!("e{i:02}")).collect();
     assert_eq!(tailed, expected);
+
+    // And an export's pages: each ends where the statement stopped sending
+    // values, or where paging cut, and the next starts after it.
+    let mut snapshot = store.export_snapshot(&w.tenant).await.expect("snapshot");
+    let (versions, cut) = export_part(&store, &mut snapshot, &w.tenant, Part::Memory, |r| {
+        let engram::data::records::Record::MemoryVersion(v) = r else {
+            panic!("{r:?} in the memory part");
+        };
+        v
+    })
+    .await;
+    // SQLite stores these values as text, larger than they weigh, so its
+    // statement cuts first. Postgres compresses them below their weight:
+    // paging cuts first there, and the statement's cut bounds what is sent
+    // after that.
+    let statement_first = db.backend == crate::helpers::Backend::Sqlite;
+    assert!(
+        cut > 0 || !statement_first,
+        "no memory page ended at the statement's cut"
+    );
+    for v in &versions {
+        assert!(v.value.is_array(), "{}@{}: its value", v.key, v.version);
+    }
+    let versions: Vec<(&str, i64)> = versions
+        .iter()
+        .map(|v| (v.key.as_str(), v.version))
+        .collect();
+    let keys: Vec<String> = (0..80).map(|i| format!("k{i:03}")).collect();
+    let expected: Vec<(&str, i64)> = (1..=60)
+        .map(|v| ("h", v))
+        .chain(keys.iter().map(|k| (k.as_str(), 1)))
+        .collect();
+    assert_eq!(versions, expected);
+    let (episodes, cut) = export_part(&store, &mut snapshot, &w.tenant, Part::Episodes, |r| {
+        let engram::data::records::Record::Episode(e) = r else {
+            panic!("{r:?} in the episodes part");
+        };
+        e
+    })
+    .await;
+    assert!(
+        cut > 0 || !statement_first,
+        "no episodes page ended at the statement's cut"
+    );
+    assert!(
+        episodes.iter().all(|e| e.content.is_array()),
+        "every content read"
+    );
+    let ids: Vec<&str> = episodes.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, tailed);
+    store.export_done(snapshot).await.expect("done");
+}
+
+/// Every page of an export's part, each record as `pick` takes it; and the
+/// number of pages after the first that ended before paging would have
+/// cut them (at the statement's own cut by stored bytes).
+async fn export_part<S: Store, T: engram::paging::Weigh>(
+    store: &S,
+    snapshot: &mut S::Snapshot,
+    tenant: &Tenant,
+    part: Part,
+    pick: impl Fn(engram::data::records::Record) -> T,
+) -> (Vec<T>, usize) {
+    let (mut after, mut rows, mut read, mut cut) = (After::Start, None, Vec::new(), 0);
+    loop {
+        let page = store
+            .export_page(snapshot, tenant, &Selection::Tenant, part, &after, rows)
+            .await
+            .expect("export page");
+        let records: Vec<T> = page.records.into_iter().map(&pick).collect();
+        // Not full by count (of the rows a later page asked for), nor past
+        // a page's bytes, yet followed by more.
+        let held = records.len();
+        if page.next.is_some()
+            && rows.is_some_and(|asked| (held as i64) < asked)
+            && engram::paging::fitting(&records) == held
+        {
+            cut += 1;
+        }
+        read.extend(records);
+        match page.next {
+            Some(next) => (after, rows) = (next, Some(page.next_rows)),
+            None => return (read, cut),
+        }
+    }
 }
 
 /// `Recent` reads of sessions of large episodes, together and alone, each
