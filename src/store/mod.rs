@@ -40,6 +40,9 @@
 //! the import is then refused as raced (`SOURCE_CHANGED`), while a group
 //! of sets that Postgres failed instead runs its writes again one by one.
 //!
+//! A fork creates its target's keys in key order, as a group of sets does
+//! (`time_travel::a_fork_creates_its_keys_in_the_order_sets_do`).
+//!
 //! A row that does not exist yet cannot be taken in order: a compaction
 //! into a new key holds its sources and then creates the key, so a group
 //! of sets that created the key first and waits for a source deadlocks

@@ -151,12 +151,17 @@ static SCOPE_KEYS: Sql = Sql::new(
 );
 
 /// $6, $7 the target scope, $8 now. Taken first, so the transaction holds
-/// its id before it takes revisions (see migration 0003).
+/// its id before it takes revisions (see migration 0003). The heads are
+/// created in key order, the order a group of sets creates its keys in:
+/// an insert of a key another transaction is inserting waits for it, so
+/// in the plan's order (a hash join's, say) a fork and a group of sets
+/// creating two of its keys could each wait for the other (a deadlock,
+/// and one of them failed).
 static FORK_HEADS: Sql = Sql::new(concat!(
     "INSERT INTO memory_heads (tenant, scope_type, scope, key, version, deleted, update_time) \
      SELECT $1, $6, $7, s.key, 1, false, $8 FROM ",
     fork_state!(),
-    " WHERE true ON CONFLICT DO NOTHING"
+    " WHERE true ORDER BY s.key ON CONFLICT DO NOTHING"
 ));
 
 /// One change per key of the target ($1, $2, $3) at $4 now.

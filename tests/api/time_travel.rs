@@ -18,7 +18,9 @@ use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::helpers::{Backend, TestServer, bad_fields, reason};
+use crate::helpers::{
+    Backend, LOCK_WAITS, TestServer, bad_fields, holding, reason, release, until_reads,
+};
 use crate::on_both_stores;
 
 const NS: i32 = ScopeType::Namespace as i32;
@@ -701,3 +703,85 @@ on_both_stores!(
     writes_into_a_forks_target_while_it_copies,
     purges_of_a_forks_source_while_it_copies
 );
+
+/// A fork of a large scope creates its target's keys while another
+/// transaction creates two of them, in key order, as a group of sets does.
+/// On Postgres the fork's statement read a large source by a hash join, in
+/// the order its versions were written, and created the target's keys in
+/// that order: each waited for a key the other had created, and Postgres
+/// failed one of them (the fork's refusal then `TRANSACTION_CONFLICT`).
+/// The fork now creates them in key order too, and the two wait in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_creates_its_keys_in_the_order_sets_do() {
+    const KEYS: usize = 2000;
+    const WRITERS: usize = 16;
+    let server = TestServer::spawn(Backend::Postgres).await;
+    // The source's keys written from the last to the first, so that their
+    // versions lie in the table in the opposite of key order.
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let mut client = server.memory();
+        writers.push(tokio::spawn(async move {
+            for k in (0..KEYS).rev().filter(|k| k % WRITERS == writer) {
+                set(&mut client, "src", &format!("k{k:04}"), json!(k)).await;
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let mut db = server.db_connection("the test").await;
+    sqlx::query("ANALYZE memory_heads, memory_versions")
+        .execute(&mut db)
+        .await
+        .expect("analyze");
+
+    // At the source's last revision: a fork at none waits first for the
+    // transactions running to end, the writer below among them.
+    let revision: i64 = sqlx::query_scalar("SELECT max(revision) FROM memory_changes")
+        .fetch_one(&mut db)
+        .await
+        .expect("the last revision");
+    // The fork waits to create the target's keys; a writer then waits to
+    // create its k0500 (a table lock holds both, and takes no transaction
+    // id, which the fork would wait for first).
+    let table = holding(&server.db.url, "LOCK TABLE memory_heads IN EXCLUSIVE MODE").await;
+    let mut client = server.memory();
+    let forking = tokio::spawn(async move {
+        client
+            .fork_scope(fork("src", "t", at_revision(revision)))
+            .await
+    });
+    until_reads(&mut db, LOCK_WAITS, 1, "the fork waits for the table").await;
+    let url = server.db.url.clone();
+    let writing = tokio::spawn(async move {
+        holding(
+            &url,
+            "INSERT INTO memory_heads VALUES ('default', 1, 't', 'k0500', 1, false, now()) \
+             ON CONFLICT DO NOTHING",
+        )
+        .await
+    });
+    until_reads(&mut db, LOCK_WAITS, 2, "the writer waits for the table").await;
+    // The writer's one row goes in before the fork's statement has joined
+    // the source: the fork then waits for the writer at k0500.
+    release(table, "COMMIT").await;
+    let mut writer = writing.await.expect("writer");
+    until_reads(&mut db, LOCK_WAITS, 1, "the fork waits for the writer").await;
+    // The writer's next key, after k0500: the fork, creating keys in key
+    // order, has not reached it.
+    sqlx::query(
+        "INSERT INTO memory_heads VALUES ('default', 1, 't', 'k1500', 1, false, now()) \
+         ON CONFLICT DO NOTHING",
+    )
+    .execute(&mut writer)
+    .await
+    .expect("the writer's second key, without a deadlock");
+    release(writer, "ROLLBACK").await;
+    let forked = forking.await.expect("fork task").expect("fork");
+    assert_eq!(forked.into_inner().keys_copied, KEYS as i64);
+    let mut request = list_at("t", None);
+    request.page_size = 1000;
+    let (entries, _) = listed(&mut server.memory(), request).await;
+    assert_eq!(entries.len(), 1000, "a first page of the copy");
+}
