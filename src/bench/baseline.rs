@@ -299,6 +299,7 @@ fn pgbench_script(workload: Workload, vector: &str, run: &str) -> String {
                     (2, "('bench-u' || :u)"),
                     (5, "'{}'::text[]"),
                     (6, "20"),
+                    (7, &pg_statements::recent_row_bytes(20).to_string()),
                 ],
             )
         ),

@@ -100,6 +100,11 @@ pub(crate) mod pg_statements {
     pub(crate) fn recent_sql(session: bool, agent: bool) -> &'static str {
         super::sessions::recent_sql(session, agent).postgres()
     }
+
+    /// The bytes parameter of [`recent_sql`] for a read of `limit`.
+    pub(crate) fn recent_row_bytes(limit: i64) -> i64 {
+        super::sessions::recent_row_bytes(limit)
+    }
 }
 pub use sqlite::{SqliteStore, SqliteSynchronous};
 

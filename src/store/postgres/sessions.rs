@@ -35,9 +35,9 @@ use crate::sessions::ports::{Append, Appended};
 use crate::sessions::{Episode, NewEpisode, RecentQuery, Session, session_changed};
 use crate::store::group::shared_steps;
 use crate::store::sessions::{
-    AppendEpisodes, RecentEpisodes, episode_columns, episode_ids, episode_row, filled,
-    insert_session_in, missing_session, recent_alone, recent_level, session_in, session_row,
-    sort_out, stored_episodes, type_names,
+    AppendEpisodes, RecentEpisodes, episode_ids, episode_row, filled, insert_session_in,
+    missing_session, recent_alone, recent_columns, recent_level, recent_row_bytes, recent_whole,
+    session_in, session_row, sort_out, stored_episodes, stored_size, type_names,
 };
 
 /// How often an append is retried when a concurrent append to another
@@ -556,14 +556,16 @@ async fn evict_past_limit(
 /// one statement: each query's newest episodes through the same index
 /// scan it would run alone (`LATERAL`), tagged with the query's place.
 /// Types travel comma-joined (a type name is lowercase letters, digits
-/// and `_`), empty for any type.
+/// and `_`), empty for any type. An episode larger than its query's
+/// [`recent_row_bytes`] comes without its content and metadata, as
+/// `recent_alone`'s first statement sends it.
 macro_rules! recent_many {
     ($level:literal) => {
         concat!(
             "SELECT e.*, q.ord FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], \
-             $6::bigint[]) WITH ORDINALITY AS q(u, s, a, t, n, ord) \
+             $6::bigint[], $7::bigint[]) WITH ORDINALITY AS q(u, s, a, t, n, w, ord) \
              CROSS JOIN LATERAL (SELECT ",
-            episode_columns!(),
+            recent_columns!("q.w"),
             " FROM episodes WHERE tenant = $1 AND ",
             $level,
             " AND (q.t = '' OR type = ANY(string_to_array(q.t, ','))) \
@@ -663,23 +665,51 @@ impl PgStore {
             }))
             .bind(texts(|q| type_names(&q.types).join(",")))
             .bind(queries.iter().map(|q| q.limit).collect::<Vec<i64>>())
+            .bind(
+                queries
+                    .iter()
+                    .map(|q| recent_row_bytes(q.limit))
+                    .collect::<Vec<i64>>(),
+            )
             .fetch(&mut conn);
         // Each query's episodes only as far as its answer carries, as
         // `recent_alone` reads them: the rows past that are passed over
         // undecoded, so a thousand episodes of a megabyte are not all held.
+        // A query that came to an episode sent without its content is read
+        // again alone, by the statement that sends what a page holds.
         let mut found: Vec<Weighed<Episode>> = queries.iter().map(|_| Weighed::default()).collect();
+        let mut again = vec![false; queries.len()];
         while let Some(row) = rows.try_next().await? {
-            let ord: i64 = row.try_get(13)?;
-            let slot = slot_of(&mut found, ord)
+            let ord: i64 = row.try_get(14)?;
+            let at = usize::try_from(ord - 1)
+                .ok()
+                .filter(|at| *at < found.len())
                 .ok_or_else(|| Error::internal("a row for no query asked"))?;
-            if !slot.full {
+            let slot = &mut found[at];
+            if slot.full {
+                continue;
+            }
+            if row.try_get::<bool, _>(13)? {
+                again[at] = true;
+                slot.full = true;
+            } else {
                 slot.push(episode_row(&row)?);
-                if slot.full && found.iter().all(|slot| slot.full) {
-                    break;
-                }
+            }
+            if slot.full && found.iter().all(|slot| slot.full) {
+                break;
             }
         }
-        Ok(found.into_iter().map(|slot| slot.items).collect())
+        drop(rows);
+        drop(conn);
+        let mut answers = Vec::with_capacity(queries.len());
+        for ((query, slot), again) in queries.iter().zip(found).zip(again) {
+            answers.push(if again {
+                recent_whole(self, tenant, query).await?
+            } else {
+                slot.items
+            });
+        }
+        Ok(answers)
     }
 }
 

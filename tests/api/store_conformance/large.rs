@@ -390,6 +390,30 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &Tes
     let ids: Vec<&str> = episodes.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, tailed);
     store.export_done(snapshot).await.expect("done");
+
+    // `Recent`, whose statements leave out the rows past twice a page's
+    // stored bytes, still reads what paging carries: the newest, up to
+    // the first that does not fit. Alone, and two read together (one
+    // statement on Postgres).
+    let newest: Vec<String> = (0..70).rev().map(|i| format!("e{i:02}")).collect();
+    let asked = query("alice", Some("s"), None, vec![], 1000);
+    let mut together = pin!(futures::future::join_all([
+        store.recent(&l.tenant, &asked),
+        store.recent(&l.tenant, &asked),
+    ]));
+    assert!(futures::poll!(together.as_mut()).is_pending());
+    let mut answers = together.await;
+    answers.push(store.recent(&l.tenant, &asked).await);
+    for found in answers {
+        let found = found.expect("recent");
+        assert!(
+            engram::paging::filled(&found),
+            "{} of 70 episodes read, short of a page",
+            found.len()
+        );
+        let ids: Vec<&str> = found.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, newest[..found.len()]);
+    }
 }
 
 /// Every page of an export's part, each record as `pick` takes it; and the
