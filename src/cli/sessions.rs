@@ -82,7 +82,7 @@ enum SessionCommand {
         #[arg(long)]
         delete_episodes: bool,
     },
-    /// Delete the sessions idle for longer than --max-age (e.g. 24h, 30m, 7d)
+    /// Delete the sessions idle for longer than --max-age (e.g. 24h, 30m, 7d): nothing appended and nothing written to their working memory
     Cleanup {
         /// How long a session must have been idle (90s, 30m, 24h, 7d)
         #[arg(long, value_parser = parse_age)]

@@ -270,35 +270,45 @@ static END_WORKING_MEMORY: [Sql; 3] = [
 static DELETE_EPISODES: Sql =
     Sql::new("DELETE FROM episodes WHERE tenant = $1 AND session_id = $2");
 
-/// The sessions idle since before $2: a session's last activity is not
-/// before its creation, so they are among those created before $2, which
-/// `sessions_create` finds (there is no index on the last activity, so
-/// that appends update the session row in place: migration 0018). A
-/// session whose append another replica stamped a little before its
-/// creation (clocks apart) waits for a later cleanup.
+/// The sessions idle since before $2, for `concat!`. A session's last
+/// activity is the later of its own (creation, appends: `update_time`)
+/// and its working memory's (a goal, a task created or changed, a file
+/// cached). It is not before its creation, so they are among those created
+/// before $2, which `sessions_create` finds (there is no index on the last
+/// activity, so that appends update the session row in place: migration
+/// 0018). A session whose append another replica stamped a little before
+/// its creation (clocks apart) waits for a later cleanup.
 macro_rules! idle {
-    ($verb:literal) => {
-        Sql::new(concat!(
-            $verb,
-            " FROM sessions WHERE tenant = $1 AND create_time < $2 AND update_time < $2"
-        ))
+    () => {
+        "sessions.tenant = $1 AND sessions.create_time < $2 AND sessions.update_time < $2 \
+         AND NOT EXISTS (SELECT 1 FROM working_memory w WHERE w.tenant = $1 \
+           AND w.session_id = sessions.id AND w.update_time >= $2) \
+         AND NOT EXISTS (SELECT 1 FROM working_tasks t WHERE t.tenant = $1 \
+           AND t.session_id = sessions.id AND t.update_time >= $2)"
     };
 }
 
-static COUNT_IDLE: Sql = idle!("SELECT count(*)");
+static COUNT_IDLE: Sql = Sql::new(concat!("SELECT count(*) FROM sessions WHERE ", idle!()));
 
-static DELETE_IDLE: Sql = idle!("DELETE");
+static DELETE_IDLE: Sql = Sql::new(concat!("DELETE FROM sessions WHERE ", idle!()));
 
-/// The same on Postgres, the sessions' rows locked first in id order, as
-/// a group of appends and a forget take them: deleted in the order a scan
-/// met them, a cleanup and a group each held a session the other waited
-/// for (a deadlock, and one of them failed). A session appended to
-/// meanwhile is read again once its append commits, and then is not idle.
-static DELETE_IDLE_PG: Sql = Sql::new(
-    "WITH held AS (SELECT id FROM sessions \
-       WHERE tenant = $1 AND create_time < $2 AND update_time < $2 ORDER BY id FOR UPDATE) \
-     DELETE FROM sessions s USING held WHERE s.tenant = $1 AND s.id = held.id",
-);
+/// The same on Postgres in two statements. First the idle sessions' rows
+/// are locked in id order, as a group of appends and a forget take them:
+/// deleted in the order a scan met them, a cleanup and a group each held
+/// a session the other waited for (a deadlock, and one of them failed).
+/// Then those still idle go ($3 the locked ids), read at the second
+/// statement's own snapshot: a session appended to, or its working memory
+/// written, while the first waited for its lock is not idle then.
+static LOCK_IDLE_PG: Sql = Sql::new(concat!(
+    "SELECT id FROM sessions WHERE ",
+    idle!(),
+    " ORDER BY id FOR UPDATE OF sessions"
+));
+
+static DELETE_IDLE_PG: Sql = Sql::new(concat!(
+    "DELETE FROM sessions WHERE id = ANY($3::text[]) AND ",
+    idle!()
+));
 
 static STATS: Sql = Sql::new(
     "SELECT count(*), coalesce(sum(episode_count), 0)::bigint, \
@@ -795,12 +805,23 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
                 .count(&COUNT_IDLE, params![tenant.as_str(), before])
                 .await;
         }
-        let mut conn = self.writer(tenant).await?;
-        let sql = match <B::Conn as Run>::DIALECT {
-            Dialect::Postgres => &DELETE_IDLE_PG,
-            Dialect::Sqlite => &DELETE_IDLE,
-        };
-        Ok(conn.exec(sql, params![tenant.as_str(), before]).await? as i64)
+        if <B::Conn as Run>::DIALECT == Dialect::Sqlite {
+            let mut conn = self.writer(tenant).await?;
+            return Ok(conn
+                .exec(&DELETE_IDLE, params![tenant.as_str(), before])
+                .await? as i64);
+        }
+        let mut tx = self.begin(tenant).await?;
+        let held = tx
+            .all(&LOCK_IDLE_PG, params![tenant.as_str(), before], |row| {
+                row.text(0)
+            })
+            .await?;
+        let deleted = tx
+            .exec(&DELETE_IDLE_PG, params![tenant.as_str(), before, &held[..]])
+            .await?;
+        tx.commit().await?;
+        Ok(deleted as i64)
     }
 
     async fn session_stats(&self, tenant: &Tenant) -> Result<SessionStats> {

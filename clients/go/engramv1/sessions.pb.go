@@ -883,7 +883,9 @@ func (x *EndSessionResponse) GetEpisodesDeleted() int64 {
 // CleanupSessionsRequest deletes idle sessions.
 type CleanupSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sessions idle for longer than this are deleted. Required, positive.
+	// Sessions idle for longer than this are deleted: nothing appended to
+	// them and nothing written to their working memory (goal, tasks, cache)
+	// in that time. Required, positive.
 	MaxAge *durationpb.Duration `protobuf:"bytes,1,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
 	// Count what would be deleted, delete nothing.
 	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`

@@ -271,7 +271,75 @@ async fn facts_are_counted_by_owner_and_kind<S: Store>(store: S, _db: &TestDb) {
     }
 }
 
+/// Working memory is a session's activity too: `CleanupSessions` leaves a
+/// session whose goal, tasks or cache were written since its cutoff, and
+/// takes one whose working memory is as old as the rest of it.
+async fn working_memory_keeps_a_session_from_cleanup<S: Store>(store: S, _db: &TestDb) {
+    use engram::sessions::Id;
+    let tenant = Tenant::new("t1");
+    let ids = ["bare", "cached", "goal", "stale", "task"];
+    sessions(&store, &tenant, &ids).await;
+    let (then, cutoff) = (now(), now() + chrono::Duration::hours(1));
+    let since = cutoff + chrono::Duration::seconds(1);
+    store
+        .set_goal(&tenant, "stale", "old news", then)
+        .await
+        .expect("set");
+    store
+        .set_goal(&tenant, "goal", "ship it", since)
+        .await
+        .expect("set");
+    let task = store
+        .create_task(&tenant, "task", "a task", "", then, 0)
+        .await
+        .expect("create")
+        .expect("no limit");
+    let started = TaskChange {
+        status: Some(TaskStatus::InProgress),
+        ..TaskChange::default()
+    };
+    let number = task.id.trim_start_matches('t').parse().expect("number");
+    store
+        .update_task(&tenant, "task", number, &started, since)
+        .await
+        .expect("update")
+        .expect("the task");
+    let put = CachePut {
+        session_id: "cached",
+        path: "notes.md",
+        content: "hello",
+        now: since,
+        max_files: 0,
+        max_bytes: 0,
+    };
+    store.cache_content(&tenant, &put).await.expect("cache");
+
+    assert_eq!(
+        store
+            .cleanup_sessions(&tenant, cutoff, true)
+            .await
+            .expect("dry run"),
+        2
+    );
+    assert_eq!(
+        store
+            .cleanup_sessions(&tenant, cutoff, false)
+            .await
+            .expect("cleanup"),
+        2
+    );
+    for id in ids {
+        let kept = store
+            .get_session(&tenant, &Id::parse("id", id).expect("id"))
+            .await
+            .expect("get")
+            .is_some();
+        assert_eq!(kept, !matches!(id, "bare" | "stale"), "{id}");
+    }
+}
+
 store_suite!(
+    working_memory_keeps_a_session_from_cleanup,
     a_goal_per_session,
     tasks_are_numbered_and_limited,
     racing_task_creators_get_dense_ids,

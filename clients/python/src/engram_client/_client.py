@@ -566,7 +566,8 @@ class Sessions:
         }
 
     def cleanup(self, max_age: timedelta, *, dry_run: bool = False) -> int:
-        """Deletes the sessions idle for longer than ``max_age``, with their
+        """Deletes the sessions idle for longer than ``max_age`` (nothing
+        appended, nothing written to their working memory), with their
         episodes; returns how many went (or would, with ``dry_run``)."""
         request = _requests.cleanup_sessions(max_age, dry_run)
         response = self._client.call(self._client.stubs.sessions.CleanupSessions, request)

@@ -463,7 +463,10 @@ class CleanupSessionsRequest(_message.Message):
     """Count what would be deleted, delete nothing."""
     @_builtins.property
     def max_age(self) -> _duration_pb2.Duration:
-        """Sessions idle for longer than this are deleted. Required, positive."""
+        """Sessions idle for longer than this are deleted: nothing appended to
+        them and nothing written to their working memory (goal, tasks, cache)
+        in that time. Required, positive.
+        """
 
     def __init__(
         self,
