@@ -8,7 +8,9 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Backend, Cols, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, params, select};
+use super::sql::{
+    Backend, Cols, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params, select,
+};
 use super::{past, retention};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
@@ -59,19 +61,16 @@ static HEAD: Sql = Sql::new(
 /// row came past that, without its value ([`sent_whole_row`]).
 macro_rules! sent_whole {
     ($order:literal, $bytes:literal, $($from:tt)+) => {
-        Sql::new(concat!(
-            "SELECT key, version, CASE WHEN past THEN NULL ELSE value::text END, deleted, \
-             execution_id, flow_id, flow_name, create_time, past \
-             FROM (SELECT v.key, v.version, v.value, v.deleted, v.execution_id, v.flow_id, \
-               v.flow_name, v.create_time, coalesce(sum(pg_column_size(v.value)) OVER (ORDER BY ",
+        page_by_bytes!(
+            "key, version, CASE WHEN past THEN NULL ELSE value::text END, deleted, \
+             execution_id, flow_id, flow_name, create_time",
+            "v.key, v.version, v.value, v.deleted, v.execution_id, v.flow_id, v.flow_name, \
+             v.create_time",
+            "pg_column_size(v.value)",
             $order,
-            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
             $bytes,
-            " AS past ",
-            $($from)+,
-            ") page ORDER BY ",
-            $order
-        ))
+            $($from)+
+        )
     };
 }
 

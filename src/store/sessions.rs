@@ -7,7 +7,9 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, params, select};
+use super::sql::{
+    Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params, select,
+};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::paging::Weighed;
@@ -323,21 +325,18 @@ static STATS: Sql = Sql::new(
 /// whether the row came past that, without either ([`sent_whole_row`]).
 macro_rules! sent_whole {
     ($order:literal, $bytes:literal, $from:literal) => {
-        Sql::new(concat!(
-            "SELECT id, session_id, seq, cursor, app, user_id, agent, type, \
+        page_by_bytes!(
+            "id, session_id, seq, cursor, app, user_id, agent, type, \
              CASE WHEN past THEN NULL ELSE content::text END, \
              CASE WHEN past THEN NULL ELSE metadata::text END, source_node, timestamp, \
-             create_time, past FROM (SELECT id, session_id, seq, cursor, app, user_id, agent, \
-             type, content, metadata, source_node, timestamp, create_time, \
-             coalesce(sum(pg_column_size(content) + pg_column_size(metadata)) OVER (ORDER BY ",
+             create_time",
+            "id, session_id, seq, cursor, app, user_id, agent, type, content, metadata, \
+             source_node, timestamp, create_time",
+            stored_size!(),
             $order,
-            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
             $bytes,
-            " AS past ",
-            $from,
-            ") page ORDER BY ",
-            $order
-        ))
+            $from
+        )
     };
 }
 

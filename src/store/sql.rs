@@ -300,6 +300,35 @@ macro_rules! select {
 }
 pub(super) use select;
 
+/// Rows in `$order` from `$from` (which ends in `ORDER BY $order LIMIT`),
+/// each followed by `past`: whether the stored sizes (`$size`, summed) of
+/// the rows before it come to more than `$bytes` ([`SENT_WHOLE_BYTES`]).
+/// `$inner` are the columns read from `$from` (large ones as stored, not
+/// yet read), `$columns` those sent, whose large ones are `CASE WHEN past
+/// THEN NULL ELSE … END`: a statement of pages that stops sending values
+/// past a page's bytes itself (see [`Run::weigh_into`]).
+macro_rules! page_by_bytes {
+    ($columns:expr, $inner:expr, $size:expr, $order:literal, $bytes:literal, $from:expr) => {
+        $crate::store::sql::Sql::new(concat!(
+            "SELECT ",
+            $columns,
+            ", past FROM (SELECT ",
+            $inner,
+            ", coalesce(sum(",
+            $size,
+            ") OVER (ORDER BY ",
+            $order,
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
+            $bytes,
+            " AS past ",
+            $from,
+            ") page ORDER BY ",
+            $order
+        ))
+    };
+}
+pub(super) use page_by_bytes;
+
 /// A transaction of either backend; dropped uncommitted, it rolls back.
 pub trait Transaction: Run {
     fn commit(self) -> impl Future<Output = Result<()>> + Send;

@@ -9,7 +9,7 @@ use crate::data::records::{FactSource, Record};
 use crate::data::{After, ExportPage, Part, Selection};
 use crate::error::Result;
 use crate::paging;
-use crate::store::sql::{Cols, Param, Run, SENT_WHOLE_BYTES, Sql, params};
+use crate::store::sql::{Cols, Param, Run, SENT_WHOLE_BYTES, Sql, page_by_bytes, params};
 
 /// Rows a page of a part asks for at most.
 const MOST_ROWS: i64 = 500;
@@ -38,20 +38,7 @@ const FIRST_ROWS: i64 = 64;
 /// than `idle_in_transaction_session_timeout` ends it.
 macro_rules! by_bytes {
     ($columns:expr, $size:literal, $order:literal, $bytes:literal, $from:expr) => {
-        Sql::new(concat!(
-            "SELECT ",
-            $columns,
-            ", past FROM (SELECT *, coalesce(sum(",
-            $size,
-            ") OVER (ORDER BY ",
-            $order,
-            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
-            $bytes,
-            " AS past ",
-            $from,
-            ") page ORDER BY ",
-            $order
-        ))
+        page_by_bytes!($columns, "*", $size, $order, $bytes, $from)
     };
 }
 
