@@ -182,15 +182,21 @@ impl<S: MemoryStore> MemoryAdmin<S> {
                     .head(&ctx.tenant, scope, key)
                     .await?
                     .ok_or_else(|| super::key_not_found_error(key))?;
+                // All the versions a compaction may take in one read,
+                // which is one statement unless the stored values pass a
+                // page's bytes (near the sources' own bound of about a
+                // page): in reads of 500, a purge committed between two of
+                // them left the sources with a gap.
+                let limit = MAX_HISTORY_VERSIONS as i64 + 1;
                 let mut next = 1;
                 loop {
                     let batch = self
                         .store
-                        .history(&ctx.tenant, scope, key, next, 500)
+                        .history(&ctx.tenant, scope, key, next, limit)
                         .await?;
                     let Some(last) = batch.last() else { break };
                     next = last.version + 1;
-                    let full = batch.len() == 500;
+                    let full = batch.len() as i64 == limit;
                     for entry in batch {
                         if !entry.deleted && entry.version <= head.version {
                             weight = within_bounds(weight, &entry)?;
