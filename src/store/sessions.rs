@@ -68,7 +68,7 @@ static EPISODE: Sql = select!(
 pub(super) const RECENT_BYTES: i64 = 2 * crate::paging::PAGE_BYTES as i64;
 
 /// The most stored bytes an episode of a `Recent` read of `limit` comes
-/// with whole from its first statement ([`recent`]): all `limit` of that
+/// with whole from its first statement ([`RECENT`]): all `limit` of that
 /// size stay within [`RECENT_BYTES`].
 pub(super) fn recent_row_bytes(limit: i64) -> i64 {
     RECENT_BYTES / limit.max(1)
@@ -109,7 +109,7 @@ pub(super) use recent_columns;
 /// DESC, cursor DESC LIMIT`), those after [`RECENT_BYTES`] of stored
 /// content and metadata (parameter `$bytes`) left out, by a running sum:
 /// the second statement of a `Recent` read whose first came to an episode
-/// too large to send whole ([`recent`]). The sum costs Postgres about a
+/// too large to send whole ([`RECENT`]). The sum costs Postgres about a
 /// microsecond a row: as the first statement, it took the bench's `recent`
 /// (20 small episodes a read) from 50–61 to 71–79 µs of Postgres CPU a
 /// read and 7–15% fewer reads a second, so it is kept to the reads that

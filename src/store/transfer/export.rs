@@ -26,7 +26,7 @@ const FIRST_ROWS: i64 = 64;
 /// A page of a part from `$from` (which ends in `ORDER BY $order LIMIT`),
 /// its rows sent whole while the stored sizes (`$size`, summed) of the
 /// rows before them come to at most `$bytes` ([`SENT_WHOLE_BYTES`]): the
-/// columns `$columns`, whose large ones are [`past`] (sent as null after
+/// columns `$columns`, whose large ones are `past!` (sent as null after
 /// that), then whether the row came past it.
 ///
 /// Postgres sends every row a statement was asked for, even once the
