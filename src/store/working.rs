@@ -12,9 +12,12 @@
 
 use chrono::{DateTime, Utc};
 
-use super::sql::{Backend, Cols, Dialect, Run, Sql, Transaction, params};
+use super::sql::{
+    Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params,
+};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::paging::Weighed;
 use crate::sessions::{session_ended, session_not_found};
 use crate::working::ports::{CachePut, WorkingStore};
 use crate::working::{CachedFile, Task, TaskChange, TaskStatus};
@@ -79,10 +82,20 @@ static UPDATE_TASK: Sql = Sql::new(
      RETURNING number, subject, description, status, create_time, update_time",
 );
 
-static TASKS: Sql = Sql::new(
-    "SELECT number, subject, description, status, create_time, update_time \
-     FROM working_tasks WHERE tenant = $1 AND session_id = $2 AND number > $3 \
-     ORDER BY number LIMIT $4",
+/// $1 tenant, $2 session, $3 the number to read after, $4 limit, $5
+/// [`SENT_WHOLE_BYTES`]: a task's text past that comes without its
+/// subject and description (a description holds up to 64 KiB, and a page
+/// up to a thousand tasks), and the store reads on after the last task it
+/// kept.
+static TASKS: Sql = page_by_bytes!(
+    "number, CASE WHEN past THEN NULL ELSE subject END, \
+     CASE WHEN past THEN NULL ELSE description END, status, create_time, update_time",
+    "number, subject, description, status, create_time, update_time",
+    "pg_column_size(subject) + pg_column_size(description)",
+    "number",
+    "$5",
+    "FROM working_tasks WHERE tenant = $1 AND session_id = $2 AND number > $3 \
+     ORDER BY number LIMIT $4"
 );
 
 static TOUCH_CACHE: Sql = Sql::new(
@@ -225,12 +238,29 @@ impl<B: Backend> WorkingStore for B {
         limit: i64,
     ) -> Result<Vec<Task>> {
         let mut conn = self.reader(tenant).await?;
-        conn.all_weighed(
-            &TASKS,
-            params![tenant.as_str(), session_id, after, limit],
-            task_row,
-        )
-        .await
+        let mut read = Weighed::default();
+        loop {
+            // Read on after the last task an earlier part held.
+            let after = read.items.last().map_or(after, |(number, _)| *number);
+            let params = params![
+                tenant.as_str(),
+                session_id,
+                after,
+                limit - read.items.len() as i64,
+                SENT_WHOLE_BYTES,
+            ];
+            let cut = conn
+                .weigh_into(&TASKS, params, &mut read, |row| {
+                    if row.boolean(6)? {
+                        return Ok(None);
+                    }
+                    Ok(Some((row.int(0)?, task_row(row)?)))
+                })
+                .await?;
+            if !cut || read.full {
+                return Ok(read.items.into_iter().map(|(_, task)| task).collect());
+            }
+        }
     }
 
     async fn cache_content(
