@@ -11,7 +11,9 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 
 use super::sessions::{episode_columns, episode_row};
-use super::sql::{Backend, Cols, Dialect, Run, Sql, Transaction, params, select};
+use super::sql::{
+    Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params, select,
+};
 use crate::consolidation::ports::{
     ConsolidationStore, FactFilter, FactTx, Locked, RuleTx, RunLock,
 };
@@ -20,6 +22,7 @@ use crate::consolidation::{
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::paging::Weighed;
 use crate::sessions::Episode;
 
 macro_rules! rule_columns {
@@ -69,26 +72,42 @@ static PENDING: Sql = Sql::new(
 );
 
 /// Live facts by owner and kind, after (or before) an id. Parameters: $1
-/// tenant, $2 app, $3 user, $4 kind (each NULL: any), $5 the bound, $6 limit.
+/// tenant, $2 app, $3 user, $4 kind (each NULL: any), $5 the bound, $6
+/// limit, $7 [`SENT_WHOLE_BYTES`]: the columns of [`fact_row`], a fact
+/// past that without its content and source episodes, then whether it
+/// came past (column 16), and the store reads on after the last fact it
+/// kept.
 macro_rules! facts {
-    ($order:literal) => {
-        Sql::new(concat!(
-            "SELECT ",
-            fact_columns!(),
-            " FROM facts f JOIN fact_versions v \
-             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
-             WHERE f.tenant = $1 AND NOT f.deleted \
-             AND ($2::text IS NULL OR f.app = $2) AND ($3::text IS NULL OR f.user_id = $3) \
-             AND ($4::smallint IS NULL OR f.kind = $4) AND ",
+    ($order:literal, $bound:literal) => {
+        page_by_bytes!(
+            "id, app, user_id, kind, fact_time, version, deleted, subject, predicate, object, \
+             CASE WHEN past THEN NULL ELSE content::text END, confidence, source, \
+             CASE WHEN past THEN NULL ELSE source_episode_ids::text END, channels::text, \
+             create_time",
+            "f.id, f.app, f.user_id, f.kind, f.create_time AS fact_time, v.version, v.deleted, \
+             v.subject, v.predicate, v.object, v.content, v.confidence, v.source, \
+             v.source_episode_ids, v.channels, v.create_time",
+            "pg_column_size(v.content) + pg_column_size(v.source_episode_ids)",
             $order,
-            " LIMIT $6"
-        ))
+            "$7",
+            concat!(
+                "FROM facts f JOIN fact_versions v \
+                 ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
+                 WHERE f.tenant = $1 AND NOT f.deleted \
+                 AND ($2::text IS NULL OR f.app = $2) AND ($3::text IS NULL OR f.user_id = $3) \
+                 AND ($4::smallint IS NULL OR f.kind = $4) AND f.id ",
+                $bound,
+                " $5 ORDER BY f.",
+                $order,
+                " LIMIT $6"
+            )
+        )
     };
 }
 
-static FACTS_ASCENDING: Sql = facts!("f.id > $5 ORDER BY f.id");
+static FACTS_ASCENDING: Sql = facts!("id", ">");
 
-static FACTS_DESCENDING: Sql = facts!("f.id < $5 ORDER BY f.id DESC");
+static FACTS_DESCENDING: Sql = facts!("id DESC", "<");
 
 /// A fact at its current version (`part` 0), then a page of its versions
 /// after `$3` (`part` 1), oldest first: one statement, so one moment of
@@ -808,19 +827,34 @@ impl<B: Backend> ConsolidationStore for B {
             (&FACTS_ASCENDING, after.unwrap_or(""))
         };
         let mut conn = self.reader(tenant).await?;
-        conn.all_weighed(
-            sql,
-            params![
+        let mut read = Weighed::default();
+        loop {
+            // Read on after the last fact an earlier part held.
+            let after = read
+                .items
+                .last()
+                .map_or_else(|| after.to_owned(), |f: &Fact| f.id.clone());
+            let params = params![
                 tenant.as_str(),
                 filter.app.as_deref(),
                 filter.user.as_deref(),
                 filter.kind.map(|k| k.as_i16()),
-                after,
-                limit,
-            ],
-            fact_row,
-        )
-        .await
+                after.as_str(),
+                limit - read.items.len() as i64,
+                SENT_WHOLE_BYTES,
+            ];
+            let cut = conn
+                .weigh_into(sql, params, &mut read, |row| {
+                    if row.boolean(16)? {
+                        return Ok(None);
+                    }
+                    fact_row(row).map(Some)
+                })
+                .await?;
+            if !cut || read.full {
+                return Ok(read.items);
+            }
+        }
     }
 
     async fn get_fact(

@@ -164,7 +164,7 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &Tes
         pages += 1;
         let weighed = engram::paging::fitting(&page);
         assert!(
-            weighed + 1 >= page.len() && page.len() > 1 || page.len() + listed.len() == 80,
+            engram::paging::more(&page, 101) || page.len() + listed.len() == 80,
             "page {pages}: {} items read, paging keeps {weighed}",
             page.len()
         );
@@ -207,7 +207,7 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &Tes
         }
         let weighed = engram::paging::fitting(&page);
         assert!(
-            weighed + 1 >= page.len(),
+            engram::paging::more(&page, 101) || page.len() + listed_at.len() == 80,
             "a page at a point ends where paging cuts"
         );
         for past in &page[..weighed] {
@@ -310,7 +310,10 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &Tes
             break;
         }
         let weighed = engram::paging::fitting(&page);
-        assert!(weighed + 1 >= page.len(), "a page ends where paging cuts");
+        assert!(
+            engram::paging::more(&page, 101) || page.len() + seqs.len() == 70,
+            "a page ends where paging cuts"
+        );
         seqs.extend(page[..weighed].iter().map(|e| e.seq));
     }
     assert_eq!(seqs, (1..=70).collect::<Vec<i64>>());
@@ -413,6 +416,47 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &Tes
         );
         let ids: Vec<&str> = found.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, newest[..found.len()]);
+    }
+
+    // And the list of facts, each page ending where paging cuts, oldest
+    // first and newest first.
+    let mut inserted = Vec::new();
+    for i in 0..60 {
+        let mut fact = payload(&format!("subject {i:02}"), "long");
+        fact.content = stored_larger_than_weighed(3000 + i);
+        inserted.push(insert(&store, &l.tenant, &fact, &["e00"]).await);
+    }
+    inserted.sort();
+    for newest_first in [false, true] {
+        let filter = engram::consolidation::ports::FactFilter {
+            newest_first,
+            ..Default::default()
+        };
+        let mut listed: Vec<String> = Vec::new();
+        loop {
+            let page = store
+                .list_facts(&l.tenant, &filter, listed.last().map(String::as_str), 101)
+                .await
+                .expect("list facts");
+            if page.is_empty() {
+                break;
+            }
+            let weighed = engram::paging::fitting(&page);
+            // Full, by its count or by paging's bytes, unless it is the
+            // last: a read that stopped at the statement's own cut reads on.
+            assert!(
+                engram::paging::more(&page, 101) || page.len() + listed.len() == 60,
+                "a page of {} facts, paging keeps {weighed}",
+                page.len()
+            );
+            assert!(page.iter().all(|f| f.current.content.is_array()));
+            listed.extend(page[..weighed].iter().map(|f| f.id.clone()));
+        }
+        let mut expected = inserted.clone();
+        if newest_first {
+            expected.reverse();
+        }
+        assert_eq!(listed, expected, "newest first: {newest_first}");
     }
 }
 
