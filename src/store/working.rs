@@ -4,11 +4,13 @@
 //! callers (on Postgres the row lock queues them; on SQLite the single
 //! writer does).
 //!
-//! A write that adds to a session's working memory (a goal, a task, a
-//! cached file) first holds the session open ([`hold_open`]), so that an
-//! `EndSession` or a delete racing it either waits for it and then clears
-//! what it wrote, or goes first and the write is refused: never a goal or
-//! a task left on an ended session, nor a deadlock with a delete.
+//! A write to a session's working memory (a goal, a task created or
+//! changed, a cached file) first holds the session open ([`hold_open`]),
+//! so that an `EndSession`, a delete or a cleanup racing it either waits
+//! for it and then clears what it wrote (a cleanup then finds the session
+//! active), or goes first and the write is refused: never a goal or a task
+//! left on an ended session, a change answered for and then deleted, nor a
+//! deadlock with a delete.
 
 use chrono::{DateTime, Utc};
 
@@ -213,21 +215,27 @@ impl<B: Backend> WorkingStore for B {
         change: &TaskChange,
         now: DateTime<Utc>,
     ) -> Result<Option<Task>> {
-        let mut conn = self.writer(tenant).await?;
-        conn.first(
-            &UPDATE_TASK,
-            params![
-                tenant.as_str(),
-                session_id,
-                number,
-                change.status.map(TaskStatus::as_i16),
-                change.subject.as_deref(),
-                change.description.as_deref(),
-                now,
-            ],
-            task_row,
-        )
-        .await
+        // Held open as well: a cleanup that found the session idle would
+        // otherwise delete the task this call answers for.
+        let mut tx = self.begin(tenant).await?;
+        hold_open(&mut tx, tenant, session_id).await?;
+        let task = tx
+            .first(
+                &UPDATE_TASK,
+                params![
+                    tenant.as_str(),
+                    session_id,
+                    number,
+                    change.status.map(TaskStatus::as_i16),
+                    change.subject.as_deref(),
+                    change.description.as_deref(),
+                    now,
+                ],
+                task_row,
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(task)
     }
 
     async fn list_tasks(

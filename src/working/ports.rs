@@ -21,6 +21,10 @@ pub struct CachePut<'a> {
     pub max_bytes: i64,
 }
 
+/// Every write (a goal, a task created or changed, a cached file) fails
+/// with `SESSION_NOT_FOUND` or `SESSION_ENDED` when the session is gone or
+/// has ended, and keeps it from going, ending or being cleaned up until it
+/// is done.
 pub trait WorkingStore: Clone + Send + Sync + 'static {
     fn set_goal(
         &self,

@@ -5,16 +5,18 @@ use engram::api::convert::json_to_proto;
 use engram::proto::consolidation_service_client::ConsolidationServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
-    AppendEpisodesRequest, CacheContentRequest, CallToolRequest, CreateTaskRequest,
-    DeleteSessionRequest, EndSessionRequest, GetSnapshotRequest, ListFactsRequest,
-    ListTasksRequest, ListToolsRequest, NewEpisode, RecordProcedureRequest, RememberRequest,
-    RenderMemoryBlockRequest, SetGoalRequest, TaskStatus, UpdateTaskRequest,
+    AppendEpisodesRequest, CacheContentRequest, CallToolRequest, CleanupSessionsRequest,
+    CreateTaskRequest, DeleteSessionRequest, EndSessionRequest, GetSnapshotRequest,
+    ListFactsRequest, ListTasksRequest, ListToolsRequest, NewEpisode, RecordProcedureRequest,
+    RememberRequest, RenderMemoryBlockRequest, SetGoalRequest, TaskStatus, UpdateTaskRequest,
 };
 use serde_json::{Value, json};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::helpers::{Backend, TestServer, error_metadata, reason};
+use crate::helpers::{
+    Backend, LOCK_WAITS, TestServer, error_metadata, holding, reason, release, until_reads,
+};
 use crate::on_both_stores;
 
 type Client = WorkingMemoryServiceClient<Channel>;
@@ -960,6 +962,82 @@ async fn working_writes_race_the_session_end(backend: Backend) {
             "{id} (deleted: {deleted})"
         );
     }
+}
+
+/// A task changed while `CleanupSessions` takes its idle session: the
+/// change holds the session open as the other working-memory writes do,
+/// so the cleanup waits for it and then finds the session active. Without
+/// that, the cleanup found the session idle while the change waited for
+/// the task's row, then deleted the task the change had just answered for.
+/// Here the test's own transaction holds the task's row until both wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_changed_under_a_cleanup_keeps_its_session() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let at = At("idle", "agent", "u");
+    let task = create_task(&mut working(&server), at, "before").await;
+    // The session and its working memory an hour old: idle for a cleanup
+    // of what is older than a minute.
+    let mut db = server.db_connection("the test").await;
+    for aged in [
+        "UPDATE sessions SET create_time = create_time - interval '1 hour', \
+         update_time = update_time - interval '1 hour'",
+        "UPDATE working_memory SET update_time = update_time - interval '1 hour'",
+        "UPDATE working_tasks SET update_time = update_time - interval '1 hour'",
+    ] {
+        sqlx::query(aged)
+            .execute(&mut db)
+            .await
+            .expect("age the session");
+    }
+    let row = holding(&server.db.url, "SELECT 1 FROM working_tasks FOR UPDATE").await;
+    let mut client = working(&server);
+    let (session_id, app, user) = at.parts();
+    let request = UpdateTaskRequest {
+        session_id,
+        app,
+        user,
+        task_id: task.clone(),
+        subject: Some("after".into()),
+        ..UpdateTaskRequest::default()
+    };
+    let changing = tokio::spawn(async move { client.update_task(request).await });
+    until_reads(&mut db, LOCK_WAITS, 1, "the change waits for the task").await;
+    let mut sessions = server.sessions();
+    let cleaning = tokio::spawn(async move {
+        sessions
+            .cleanup_sessions(CleanupSessionsRequest {
+                max_age: Some(prost_types::Duration {
+                    seconds: 60,
+                    nanos: 0,
+                }),
+                dry_run: false,
+            })
+            .await
+    });
+    until_reads(&mut db, LOCK_WAITS, 2, "the cleanup waits too").await;
+    release(row, "ROLLBACK").await;
+    let changed = changing
+        .await
+        .expect("changer")
+        .expect("the change")
+        .into_inner()
+        .task
+        .expect("task");
+    assert_eq!(changed.subject, "after");
+    let cleaned = cleaning.await.expect("cleaner").expect("the cleanup");
+    assert_eq!(cleaned.into_inner().sessions_deleted, 0);
+    let snapshot = working(&server)
+        .get_snapshot(GetSnapshotRequest {
+            session_id: "idle".into(),
+            app: "agent".into(),
+            user: "u".into(),
+            ..GetSnapshotRequest::default()
+        })
+        .await
+        .expect("snapshot")
+        .into_inner();
+    let subjects: Vec<_> = snapshot.tasks.iter().map(|t| t.subject.as_str()).collect();
+    assert_eq!(subjects, ["after"]);
 }
 
 on_both_stores!(
