@@ -109,29 +109,30 @@ static FACTS_ASCENDING: Sql = facts!("id", ">");
 
 static FACTS_DESCENDING: Sql = facts!("id DESC", "<");
 
-/// A fact at its current version (`part` 0), then a page of its versions
-/// after `$3` (`part` 1), oldest first: one statement, so one moment of
-/// the fact.
-static FACT_PAGE: Sql = Sql::new(concat!(
-    "SELECT * FROM (SELECT ",
-    fact_columns!(),
-    ", CAST(0 AS BIGINT) AS part FROM facts f JOIN fact_versions v \
-     ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
-     WHERE f.tenant = $1 AND f.id = $2) AS current \
-     UNION ALL SELECT * FROM (SELECT ",
-    fact_columns!(),
-    ", CAST(1 AS BIGINT) AS part FROM fact_versions v \
-     JOIN facts f ON f.tenant = v.tenant AND f.id = v.fact_id \
-     WHERE v.tenant = $1 AND v.fact_id = $2 AND v.version > $3 \
-     ORDER BY v.version LIMIT $4) AS page \
-     ORDER BY 17, 6"
-));
-
 static FACT: Sql = select!(
     fact_columns!(),
     " FROM facts f JOIN fact_versions v \
      ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
      WHERE f.tenant = $1 AND f.id = $2"
+);
+
+/// A page of a fact's versions after `$3` and up to `$4` (the version it
+/// was read at: versions are never changed, so the page is of that moment
+/// of the fact), oldest first, at most `$5`, sent whole up to `$6`
+/// ([`SENT_WHOLE_BYTES`]): the columns of [`version_row`], then whether
+/// the version came past that, without its content and source episodes
+/// (column 11).
+static FACT_VERSIONS: Sql = page_by_bytes!(
+    "version, deleted, subject, predicate, object, \
+     CASE WHEN past THEN NULL ELSE content::text END, confidence, source, \
+     CASE WHEN past THEN NULL ELSE source_episode_ids::text END, channels::text, create_time",
+    "version, deleted, subject, predicate, object, content, confidence, source, \
+     source_episode_ids, channels, create_time",
+    "pg_column_size(content) + pg_column_size(source_episode_ids)",
+    "version",
+    "$6",
+    "FROM fact_versions WHERE tenant = $1 AND fact_id = $2 AND version > $3 AND version <= $4 \
+     ORDER BY version LIMIT $5"
 );
 
 static FACT_VECTORS: Sql = Sql::new(
@@ -288,23 +289,6 @@ fn version_row(row: &impl Cols, at: usize) -> Result<FactVersion> {
         channels: string_list(&row.text(at + 9)?)?,
         create_time: row.time(at + 10)?,
     })
-}
-
-/// A row of [`FACT_PAGE`]: the fact, then its versions.
-enum FactRead {
-    Fact(Fact),
-    Version(FactVersion),
-}
-
-/// The page's budget is its versions': the fact comes with every page,
-/// on top, as it does in the answer.
-impl crate::paging::Weigh for FactRead {
-    fn weight(&self) -> usize {
-        match self {
-            FactRead::Fact(_) => 0,
-            FactRead::Version(version) => version.weight(),
-        }
-    }
 }
 
 pub(super) fn fact_row(row: &impl Cols) -> Result<Fact> {
@@ -865,29 +849,36 @@ impl<B: Backend> ConsolidationStore for B {
         limit: i64,
     ) -> Result<Option<(Fact, Vec<FactVersion>)>> {
         let mut conn = self.reader(tenant).await?;
-        let read = conn
-            .all_weighed(
-                &FACT_PAGE,
-                params![tenant.as_str(), id, after, limit],
-                |row| {
-                    Ok(match row.int(16)? {
-                        0 => FactRead::Fact(fact_row(row)?),
-                        _ => FactRead::Version(version_row(row, 5)?),
-                    })
-                },
-            )
-            .await?;
-        let mut read = read.into_iter();
-        let Some(FactRead::Fact(fact)) = read.next() else {
+        let Some(fact) = conn
+            .first(&FACT, params![tenant.as_str(), id], fact_row)
+            .await?
+        else {
             return Ok(None);
         };
-        let versions = read
-            .map(|row| match row {
-                FactRead::Version(version) => Ok(version),
-                FactRead::Fact(_) => Err(Error::internal("a fact read twice in its page")),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Some((fact, versions)))
+        let mut read = Weighed::default();
+        loop {
+            // Read on after the last version an earlier part held.
+            let after = read.items.last().map_or(after, |v: &FactVersion| v.version);
+            let params = params![
+                tenant.as_str(),
+                id,
+                after,
+                fact.current.version,
+                limit - read.items.len() as i64,
+                SENT_WHOLE_BYTES,
+            ];
+            let cut = conn
+                .weigh_into(&FACT_VERSIONS, params, &mut read, |row| {
+                    if row.boolean(11)? {
+                        return Ok(None);
+                    }
+                    version_row(row, 0).map(Some)
+                })
+                .await?;
+            if !cut || read.full {
+                return Ok(Some((fact, read.items)));
+            }
+        }
     }
 }
 

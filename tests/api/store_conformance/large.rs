@@ -458,6 +458,41 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &Tes
         }
         assert_eq!(listed, expected, "newest first: {newest_first}");
     }
+
+    // And a fact's versions, each page ending where paging cuts.
+    let mut fact = payload("alice", "long");
+    fact.content = stored_larger_than_weighed(4000);
+    let id = insert(&store, &l.tenant, &fact, &[]).await;
+    let mut tx = store.begin(&l.tenant).await.expect("begin");
+    for n in 2..=60 {
+        fact.content = stored_larger_than_weighed(4000 + n);
+        tx.write_version(&l.tenant, &id, Some(&fact), &provenance(&[]), now())
+            .await
+            .expect("update");
+    }
+    tx.commit().await.expect("commit");
+    let mut read: Vec<i64> = Vec::new();
+    loop {
+        let after = read.last().copied().unwrap_or(0);
+        let (current, page) = store
+            .get_fact(&l.tenant, &id, after, 101)
+            .await
+            .expect("get")
+            .expect("the fact");
+        assert_eq!(current.current.version, 60);
+        if page.is_empty() {
+            break;
+        }
+        let weighed = engram::paging::fitting(&page);
+        assert!(
+            engram::paging::more(&page, 101) || page.len() + read.len() == 60,
+            "a page of {} versions, paging keeps {weighed}",
+            page.len()
+        );
+        assert!(page.iter().all(|v| v.content.is_array()));
+        read.extend(page[..weighed].iter().map(|v| v.version));
+    }
+    assert_eq!(read, (1..=60).collect::<Vec<_>>());
 }
 
 /// Every page of an export's part, each record as `pick` takes it; and the
@@ -621,6 +656,39 @@ async fn fact_versions_of_large_content_stop_at_a_page<S: Store>(store: S, _db: 
         }
     }
     assert_eq!(read, (1..=VERSIONS).collect::<Vec<_>>());
+
+    // A first version weighing more than a page comes alone, and the page
+    // still leads on to the versions after it.
+    let mut huge = payload("alice", "huge");
+    huge.content = json!(vec![1.5; engram::paging::PAGE_BYTES / 7]);
+    let fact = insert(&store, &tenant, &huge, &[]).await;
+    let mut tx = store.begin(&tenant).await.expect("begin");
+    for n in 2..=3 {
+        tx.write_version(&tenant, &fact, Some(&big(n)), &provenance(&[]), now())
+            .await
+            .expect("update");
+    }
+    tx.commit().await.expect("commit");
+    assert_eq!(every_version(&store, &tenant, &fact).await, [1, 2, 3]);
+}
+
+/// Every version of `fact`, paged as `GetFact` pages them: its pages of a
+/// thousand, each cut where paging cuts it, the next after the token.
+async fn every_version<S: Store>(store: &S, tenant: &Tenant, fact: &str) -> Vec<i64> {
+    let (mut read, mut after) = (Vec::new(), 0);
+    loop {
+        let (_, mut versions) = store
+            .get_fact(tenant, fact, after, 1001)
+            .await
+            .expect("get")
+            .expect("the fact");
+        let token = engram::paging::next_token(&mut versions, 1000, |v| v.version.to_string());
+        read.extend(versions.iter().map(|v| v.version));
+        if token.is_empty() {
+            return read;
+        }
+        after = token.parse().expect("a version");
+    }
 }
 
 /// An export reads its parts a page's worth of large records at a time,
