@@ -9,7 +9,8 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use super::sql::{
-    Backend, Cols, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params, select,
+    Backend, Cols, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, page_by_row,
+    params, row_share, select,
 };
 use super::{past, retention};
 use crate::context::Tenant;
@@ -61,7 +62,10 @@ static HEAD: Sql = Sql::new(
 /// row came past that, without its value ([`sent_whole_row`]).
 macro_rules! sent_whole {
     ($order:literal, $bytes:literal, $($from:tt)+) => {
-        page_by_bytes!(
+        sent_whole!(page_by_bytes, $order, $bytes, $($from)+)
+    };
+    ($page:ident, $order:literal, $bytes:literal, $($from:tt)+) => {
+        $page!(
             "key, version, CASE WHEN past THEN NULL ELSE value::text END, deleted, \
              execution_id, flow_id, flow_name, create_time",
             "v.key, v.version, v.value, v.deleted, v.execution_id, v.flow_id, v.flow_name, \
@@ -101,14 +105,22 @@ static LIST_ASCENDING: Sql = list!("key", ">");
 
 static LIST_DESCENDING: Sql = list!("key DESC", "<");
 
-/// $1 tenant, $2 scope type, $3 scope, $4 key, $5 the first version, $6
-/// limit, $7 [`SENT_WHOLE_BYTES`].
-static HISTORY: Sql = sent_whole!(
-    "version",
-    "$7",
-    "FROM memory_versions v WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
-     AND v.key = $4 AND v.version >= $5 ORDER BY v.version LIMIT $6"
-);
+/// The versions of a history, for `concat!`: $1 tenant, $2 scope type, $3
+/// scope, $4 key, $5 the first version, $6 limit.
+macro_rules! history_from {
+    () => {
+        "FROM memory_versions v WHERE v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
+         AND v.key = $4 AND v.version >= $5 ORDER BY v.version LIMIT $6"
+    };
+}
+
+/// A history's first statement, each version sent whole up to its share
+/// ($7, [`row_share`]) of twice a page's bytes.
+static HISTORY_BY_ROW: Sql = sent_whole!(page_by_row, "version", "$7", history_from!());
+
+/// The rest of a history after a version past its share: $7
+/// [`SENT_WHOLE_BYTES`] in all.
+static HISTORY: Sql = sent_whole!("version", "$7", history_from!());
 
 /// Flow filters of the scope listings ($6 flow_id, $7 flow_name, either
 /// blank) on the scope `k`, for `concat!`.
@@ -712,6 +724,9 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
     ) -> Result<Vec<Entry>> {
         let mut conn = self.reader(tenant).await?;
         let mut read = Weighed::default();
+        // First by each version's share, then, past a version larger than
+        // its share, by the running sum from that version on.
+        let mut part = (&HISTORY_BY_ROW, row_share(limit));
         loop {
             let params = params![
                 tenant.as_str(),
@@ -722,16 +737,15 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
                     .last()
                     .map_or(from_version, |e: &Entry| e.version + 1),
                 limit - read.items.len() as i64,
-                SENT_WHOLE_BYTES,
+                part.1,
             ];
             let cut = conn
-                .weigh_into(&HISTORY, params, &mut read, |row| {
-                    sent_whole_row(row, scope)
-                })
+                .weigh_into(part.0, params, &mut read, |row| sent_whole_row(row, scope))
                 .await?;
             if !cut || read.full {
                 return Ok(read.items);
             }
+            part = (&HISTORY, SENT_WHOLE_BYTES);
         }
     }
 

@@ -329,6 +329,34 @@ macro_rules! page_by_bytes {
 }
 pub(super) use page_by_bytes;
 
+/// [`page_by_bytes!`] with `past` decided by each row alone: whether its
+/// own stored size passes `$bytes` ([`row_share`]). Every row of such a
+/// statement within its share, all of them together stay within twice a
+/// page's bytes, and Postgres sums nothing: the first statement of a read
+/// of many small rows (a `History` of ten thousand versions spent a fifth
+/// of its Postgres time in [`page_by_bytes!`]'s window). A row past its
+/// share ends the read as a row past the cut does, and the read goes on by
+/// [`page_by_bytes!`]'s statement, which sends that row whole.
+macro_rules! page_by_row {
+    ($columns:expr, $inner:expr, $size:expr, $order:literal, $bytes:literal, $from:expr) => {
+        $crate::store::sql::Sql::new(concat!(
+            "SELECT ",
+            $columns,
+            ", past FROM (SELECT ",
+            $inner,
+            ", coalesce(",
+            $size,
+            ", 0) > ",
+            $bytes,
+            " AS past ",
+            $from,
+            ") page ORDER BY ",
+            $order
+        ))
+    };
+}
+pub(super) use page_by_row;
+
 /// A transaction of either backend; dropped uncommitted, it rolls back.
 pub trait Transaction: Run {
     fn commit(self) -> impl Future<Output = Result<()>> + Send;
@@ -529,6 +557,13 @@ pub(super) async fn weighed<R, T: crate::paging::Weigh>(
 /// sends a row past this many bytes without its value. Stored sizes are
 /// compressed sizes: values that compress well are still sent in full.
 pub(super) const SENT_WHOLE_BYTES: i64 = crate::paging::PAGE_BYTES as i64;
+
+/// The most stored bytes a row of a statement of `limit` rows by
+/// [`page_by_row!`] comes with whole: all `limit` of that size stay within
+/// twice [`SENT_WHOLE_BYTES`].
+pub(super) fn row_share(limit: i64) -> i64 {
+    2 * SENT_WHOLE_BYTES / limit.max(1)
+}
 
 /// [`Run::weigh_into`] over a stream of rows.
 pub(super) async fn weigh_into<R, T: crate::paging::Weigh>(

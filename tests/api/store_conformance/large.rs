@@ -493,6 +493,29 @@ async fn reads_cut_by_stored_bytes_read_on_in_parts<S: Store>(store: S, db: &Tes
         read.extend(page[..weighed].iter().map(|v| v.version));
     }
     assert_eq!(read, (1..=60).collect::<Vec<_>>());
+
+    // A history of small versions, then large ones: its first statement
+    // sends each version whole up to its share of the read and stops at
+    // the first large one; the read goes on from there by the running sum.
+    let key = engram::memory::Key::parse("key", "mixed").expect("key");
+    for i in 0..20 {
+        w.set("mixed", json!(i)).await;
+    }
+    for i in 0..60 {
+        w.set("mixed", stored_larger_than_weighed(5000 + i)).await;
+    }
+    let read = store
+        .history(&w.tenant, &w.scope, &key, 1, 1000)
+        .await
+        .expect("history");
+    assert!(
+        engram::paging::filled(&read),
+        "a history of {} versions, short of a page",
+        read.len()
+    );
+    assert!(read.iter().all(|e| e.value.is_some()), "every value read");
+    let versions: Vec<i64> = read.iter().map(|e| e.version).collect();
+    assert_eq!(versions, (1..=read.len() as i64).collect::<Vec<_>>());
 }
 
 /// Every page of an export's part, each record as `pick` takes it; and the
