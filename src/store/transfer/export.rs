@@ -16,11 +16,11 @@ const MOST_ROWS: i64 = 500;
 
 /// Rows the first page of a part asks for. A page also ends at about
 /// 2 MiB of records, and the statements of parts with large columns stop
-/// sending those past about that ([`by_bytes`]), but Postgres still reads
-/// and sends the rest of the rows asked for. So a part starts small and
-/// asks for twice what its last page held, up to [`MOST_ROWS`]: rows of a
-/// few hundred bytes soon come 500 at a time, and large ones about as many
-/// as a page holds.
+/// sending those past about that (`part_by_bytes!`, [`read_part`]), but
+/// Postgres still reads and sends the rest of the rows asked for. So a
+/// part starts small and asks for twice what its last page held, up to
+/// [`MOST_ROWS`]: rows of a few hundred bytes soon come 500 at a time, and
+/// large ones about as many as a page holds.
 const FIRST_ROWS: i64 = 64;
 
 /// A page of a part from `$from` (which ends in `ORDER BY $order LIMIT`),
@@ -36,13 +36,13 @@ const FIRST_ROWS: i64 = 64;
 /// sockets hold, the statement also stays active, blocked on sending,
 /// while the export waits on a slow client, so `statement_timeout` rather
 /// than `idle_in_transaction_session_timeout` ends it.
-macro_rules! by_bytes {
+macro_rules! part_by_bytes {
     ($columns:expr, $size:literal, $order:literal, $bytes:literal, $from:expr) => {
         page_by_bytes!($columns, "*", $size, $order, $bytes, $from)
     };
 }
 
-/// A large column of a [`by_bytes`] page: null once the row came past
+/// A large column of a `part_by_bytes!` page: null once the row came past
 /// the page's bytes.
 macro_rules! past {
     ($column:literal) => {
@@ -138,7 +138,7 @@ static EXPORT_EXECUTIONS: Sql = Sql::new(concat!(
 
 /// $7..$10 the last version of the previous page, $11 limit, $12
 /// [`SENT_WHOLE_BYTES`].
-static EXPORT_MEMORY: Sql = by_bytes!(
+static EXPORT_MEMORY: Sql = part_by_bytes!(
     concat!(
         "scope_type, scope, key, version, ",
         past!("value::text"),
@@ -165,7 +165,7 @@ static EXPORT_SESSIONS: Sql = Sql::new(concat!(
 
 /// $7 the last cursor of the previous page, $8 limit, $9
 /// [`SENT_WHOLE_BYTES`].
-static EXPORT_EPISODES: Sql = by_bytes!(
+static EXPORT_EPISODES: Sql = part_by_bytes!(
     concat!(
         "session_id, seq, id, app, user_id, agent, type, ",
         past!("content::text"),
@@ -185,7 +185,7 @@ static EXPORT_EPISODES: Sql = by_bytes!(
 
 /// $7 the last session of the previous page, $8 limit, $9
 /// [`SENT_WHOLE_BYTES`].
-static EXPORT_WORKING: Sql = by_bytes!(
+static EXPORT_WORKING: Sql = part_by_bytes!(
     concat!("session_id, ", past!("goal"), ", next_task, update_time"),
     "pg_column_size(goal)",
     "session_id",
@@ -199,7 +199,7 @@ static EXPORT_WORKING: Sql = by_bytes!(
 
 /// $7 and $8 the last task of the previous page, $9 limit, $10
 /// [`SENT_WHOLE_BYTES`].
-static EXPORT_TASKS: Sql = by_bytes!(
+static EXPORT_TASKS: Sql = part_by_bytes!(
     concat!(
         "session_id, number, ",
         past!("subject"),
@@ -219,7 +219,7 @@ static EXPORT_TASKS: Sql = by_bytes!(
 
 /// $7 and $8 the last file of the previous page, $9 limit, $10
 /// [`SENT_WHOLE_BYTES`].
-static EXPORT_CACHE: Sql = by_bytes!(
+static EXPORT_CACHE: Sql = part_by_bytes!(
     concat!(
         "session_id, path, ",
         past!("content"),
@@ -237,7 +237,7 @@ static EXPORT_CACHE: Sql = by_bytes!(
 
 /// $7 and $8 the last version of the previous page, $9 limit, $10
 /// [`SENT_WHOLE_BYTES`].
-static EXPORT_FACT_VERSIONS: Sql = by_bytes!(
+static EXPORT_FACT_VERSIONS: Sql = part_by_bytes!(
     concat!(
         "fact_id, version, deleted, subject, predicate, object, ",
         past!("content::text"),
@@ -322,10 +322,10 @@ fn next_rows(limit: i64, held: i64, cut: bool) -> i64 {
     if cut { 2 * held } else { 2 * limit }.clamp(2, MOST_ROWS)
 }
 
-/// The records of a [`by_bytes`] page (`past`: the index of its flag
+/// The records of a `part_by_bytes!` page (`past`: the index of its flag
 /// column), read up to paging's cut or the first row the statement sent
 /// past its bytes, and whether either cut the page.
-async fn by_bytes<R: Run, T: Send + paging::Weigh>(
+async fn read_part<R: Run, T: Send + paging::Weigh>(
     conn: &mut R,
     sql: &'static Sql,
     params: &[&[Param<'_>]],
@@ -386,7 +386,7 @@ pub(super) async fn export_page(
             };
             let at: &[Param<'_>] =
                 params![scope_type, scope, key, version, limit, SENT_WHOLE_BYTES];
-            let (rows, cut) = by_bytes(conn, &EXPORT_MEMORY, &[&chosen[..], at], 10, |row| {
+            let (rows, cut) = read_part(conn, &EXPORT_MEMORY, &[&chosen[..], at], 10, |row| {
                 Ok((row.small(0)?, memory_row(row)?))
             })
             .await?;
@@ -411,14 +411,14 @@ pub(super) async fn export_page(
             };
             let at: &[Param<'_>] = params![cursor, limit, SENT_WHOLE_BYTES];
             let (rows, cut) =
-                by_bytes(conn, &EXPORT_EPISODES, &[&chosen[..], at], 14, episode_row).await?;
+                read_part(conn, &EXPORT_EPISODES, &[&chosen[..], at], 14, episode_row).await?;
             let next = rows.last().map(|(cursor, _)| After::Cursor(*cursor));
             let records = rows.into_iter().map(|(_, e)| Record::Episode(e));
             (records.collect(), next, cut)
         }
         Part::Working => {
             let bytes: &[Param<'_>] = params![SENT_WHOLE_BYTES];
-            let (rows, cut) = by_bytes(
+            let (rows, cut) = read_part(
                 conn,
                 &EXPORT_WORKING,
                 &[&with_id[..], bytes],
@@ -434,7 +434,7 @@ pub(super) async fn export_page(
             let (session, number) = numbered(after);
             let at: &[Param<'_>] = params![session, number, limit, SENT_WHOLE_BYTES];
             let (rows, cut) =
-                by_bytes(conn, &EXPORT_TASKS, &[&chosen[..], at], 7, task_row).await?;
+                read_part(conn, &EXPORT_TASKS, &[&chosen[..], at], 7, task_row).await?;
             let next = rows
                 .last()
                 .map(|t| After::Numbered(t.session_id.clone(), t.number));
@@ -444,7 +444,7 @@ pub(super) async fn export_page(
             let (session, path) = named(after);
             let at: &[Param<'_>] = params![session, path, limit, SENT_WHOLE_BYTES];
             let (rows, cut) =
-                by_bytes(conn, &EXPORT_CACHE, &[&chosen[..], at], 5, cached_row).await?;
+                read_part(conn, &EXPORT_CACHE, &[&chosen[..], at], 5, cached_row).await?;
             let next = rows
                 .last()
                 .map(|c| After::Named(c.session_id.clone(), c.path.clone()));
@@ -465,7 +465,7 @@ pub(super) async fn export_page(
         Part::FactVersions => {
             let (fact, version) = numbered(after);
             let at: &[Param<'_>] = params![fact, version, limit, SENT_WHOLE_BYTES];
-            let (rows, cut) = by_bytes(
+            let (rows, cut) = read_part(
                 conn,
                 &EXPORT_FACT_VERSIONS,
                 &[&chosen[..], at],
