@@ -25,7 +25,7 @@ pub enum Workload {
     Get,
     /// Get version 1 of one of the 10k keys
     GetVersion,
-    /// List a page of 50 keys
+    /// List the first page of 50 keys under one of ten prefixes of 1,000 keys
     List,
     /// Stream every version of a key with --history-versions versions
     History,
@@ -365,7 +365,9 @@ pub async fn run(
                                     .list(proto::ListRequest {
                                         scope_type,
                                         scope,
-                                        key_prefix: format!("k{}", n % 10),
+                                        // One of ten prefixes of a
+                                        // thousand keys each (k00…k09).
+                                        key_prefix: format!("k0{}", n % 10),
                                         page_size: 50,
                                         ..proto::ListRequest::default()
                                     })

@@ -300,10 +300,10 @@ macro_rules! select {
 }
 pub(super) use select;
 
-/// Rows in `$order` from `$from` (which ends in `ORDER BY $order LIMIT`),
-/// each followed by `past`: whether the stored sizes (`$size`, summed) of
-/// the rows before it come to more than `$bytes` ([`SENT_WHOLE_BYTES`]).
-/// `$inner` are the columns read from `$from` (large ones as stored, not
+/// Rows in `$order` from `$from` (which ends in `ORDER BY $order`, limited
+/// there or before), each followed by `past`: whether the stored sizes
+/// (`$size`, summed) of the rows before it come to more than `$bytes`
+/// ([`SENT_WHOLE_BYTES`]). `$inner` are the columns read from `$from` (large ones as stored, not
 /// yet read), `$columns` those sent, whose large ones are `CASE WHEN past
 /// THEN NULL ELSE … END`: a statement of pages that stops sending values
 /// past a page's bytes itself (see [`Run::weigh_into`]).
