@@ -91,12 +91,36 @@ static PURGED_AT: Sql = Sql::new(
      AND p.scope = $3 AND p.key = $6 AND p.first_revision <= $4 AND p.first_time <= $5",
 );
 
-/// $6 and $7 the key range, $8 the last key of the previous page, $9
-/// whether reserved keys count, $10 limit, $11
-/// [`SENT_WHOLE_BYTES`]. The columns of
-/// `entry_row`, then the key again for the purged rows, which have no
-/// version, then whether the row came past the bytes sent whole, without
-/// its value (as `List` at the head does).
+/// The first $10 keys of the scope that have a version or lost one to a
+/// purge, after $8 within $6 and $7 ($9: whether reserved keys count), for
+/// `concat!`. Each table gives its first $10 and their union is cut to
+/// $10 again: those are the first $10 of both, and no statement reads
+/// further. (A union of the whole range made every page read, and look up
+/// the version at the point of, each key from the page's start to the
+/// range's end: 44 ms a page of a scope of 10,000 keys, 335 ms past the
+/// 150,000th key of 200,000.)
+macro_rules! keys_next {
+    () => {
+        concat!(
+            "(SELECT key FROM (SELECT key FROM (SELECT key FROM memory_heads WHERE tenant = $1 \
+               AND scope_type = $2 AND scope = $3 AND key >= $6 AND key < $7 AND key > $8 \
+               AND ($9 OR substr(key, 1, 12) <> '_compaction/') ORDER BY key LIMIT $10) hk \
+             UNION SELECT key FROM (SELECT key FROM memory_purges WHERE tenant = $1 \
+               AND scope_type = $2 AND scope = $3 AND key >= $6 AND key < $7 AND key > $8 \
+               AND ($9 OR substr(key, 1, 12) <> '_compaction/') ORDER BY key LIMIT $10) pk) u \
+             ORDER BY key LIMIT $10) k"
+        )
+    };
+}
+
+/// $6 and $7 the key range, $8 the last key read, $9 whether reserved
+/// keys count, $10 how many keys to look at ([`keys_next!`]), $11
+/// [`SENT_WHOLE_BYTES`]. Of those keys, the ones listed at the point: the
+/// columns of `entry_row`, then the key again for the purged rows, which
+/// have no version, then whether the row came past the bytes sent whole,
+/// without its value (as `List` at the head does). A key deleted at the
+/// point is looked at but not listed, so fewer rows may come than keys
+/// were looked at; [`KEYS_NEXT_END`] says where the next look starts.
 static LIST_AT: Sql = Sql::new(concat!(
     "SELECT key, version, CASE WHEN past THEN NULL ELSE value::text END, deleted, \
      execution_id, flow_id, flow_name, create_time, listed, past \
@@ -109,13 +133,17 @@ static LIST_AT: Sql = Sql::new(concat!(
     " AS version, ",
     purged_at!(),
     " AS purged FROM ",
-    keys_ever!(" AND key >= $6 AND key < $7 AND key > $8"),
-    " WHERE ($9 OR substr(k.key, 1, 12) <> '_compaction/')) a \
+    keys_next!(),
+    ") a \
      LEFT JOIN memory_versions v ON v.tenant = $1 AND v.scope_type = $2 AND v.scope = $3 \
        AND v.key = a.key AND v.version = a.version \
      WHERE (a.version IS NULL AND a.purged) OR (a.version IS NOT NULL AND NOT v.deleted) \
-     ORDER BY a.key LIMIT $10) page ORDER BY listed"
+     ORDER BY a.key) page ORDER BY listed"
 ));
+
+/// The last of the keys [`LIST_AT`] looked at ($1 to $10 as there), and
+/// how many there were: fewer than $10 when the range ends among them.
+static KEYS_NEXT_END: Sql = Sql::new(concat!("SELECT max(k.key), count(*) FROM ", keys_next!()));
 
 /// The live, unreserved keys of the source scope ($1, $2, $3) at the point
 /// ($4, $5) and their versions then, for `concat!`.
@@ -224,13 +252,10 @@ pub(super) async fn list_at(
 ) -> Result<Vec<Past>> {
     let (low, high) = query.prefix.range();
     let mut read = Weighed::default();
+    let mut after = query.after.unwrap_or("").to_owned();
     loop {
-        // Read on after the last key an earlier part held.
-        let after = match read.items.last() {
-            Some(Past::Entry(entry)) => entry.key.as_str().to_owned(),
-            Some(Past::Purged(key)) => key.as_str().to_owned(),
-            None => query.after.unwrap_or("").to_owned(),
-        };
+        let wanted = query.limit - read.items.len() as i64;
+        let held = read.items.len();
         let params = params![
             tenant.as_str(),
             query.scope.scope_type.as_i16(),
@@ -241,7 +266,7 @@ pub(super) async fn list_at(
             high.as_str(),
             after.as_str(),
             query.include_reserved,
-            query.limit - read.items.len() as i64,
+            wanted,
             SENT_WHOLE_BYTES,
         ];
         let cut = conn
@@ -255,9 +280,28 @@ pub(super) async fn list_at(
                 Ok(Some(Past::Entry(entry_row(row, query.scope)?)))
             })
             .await?;
-        if !cut || read.full {
+        if read.full || read.items.len() - held == wanted as usize {
             return Ok(read.items);
         }
+        after = match (cut, read.items.last()) {
+            // Read on after the last key held.
+            (true, Some(Past::Entry(entry))) => entry.key.as_str().to_owned(),
+            (true, Some(Past::Purged(key))) => key.as_str().to_owned(),
+            // Some of the keys looked at were deleted at the point: look
+            // on after the last of them, unless the range ended there.
+            _ => {
+                let params = &params[..10];
+                let end = conn
+                    .row(&KEYS_NEXT_END, params)
+                    .await?
+                    .map(|row| Ok::<_, crate::error::Error>((row.opt_text(0)?, row.int(1)?)))
+                    .transpose()?;
+                match end {
+                    Some((Some(last), looked)) if looked == wanted => last,
+                    _ => return Ok(read.items),
+                }
+            }
+        };
     }
 }
 

@@ -696,7 +696,58 @@ async fn purges_of_a_forks_source_while_it_copies(backend: Backend) {
     }
 }
 
+/// Pages at a point over runs of keys that were not live then (deleted
+/// before it, or made after it), longer than a page: each statement looks
+/// at a page's worth of keys, and the pages skip the runs, full but the
+/// last, in key order.
+async fn pages_at_a_point_pass_runs_of_keys_not_live_then(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.memory();
+    for k in 0..30 {
+        set(&mut client, "runs", &format!("k{k:02}"), json!(k)).await;
+    }
+    for k in 5..25 {
+        delete(&mut client, "runs", &format!("k{k:02}")).await;
+    }
+    let point = changes(server.channel.clone(), "runs", 50).await[49].revision;
+    // After the point: a deleted key made again, and a run of new keys.
+    set(&mut client, "runs", "k10", json!("again")).await;
+    for k in 0..12 {
+        set(&mut client, "runs", &format!("k25-{k:02}"), json!(k)).await;
+    }
+    let mut request = list_at("runs", at_revision(point));
+    request.page_size = 3;
+    let mut pages = Vec::new();
+    loop {
+        let page = client
+            .list(request.clone())
+            .await
+            .expect("list")
+            .into_inner();
+        pages.push(
+            page.entries
+                .iter()
+                .map(|e| e.key.clone())
+                .collect::<Vec<_>>(),
+        );
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        request.page_token = page.next_page_token;
+    }
+    assert_eq!(
+        pages,
+        [
+            vec!["k00", "k01", "k02"],
+            vec!["k03", "k04", "k25"],
+            vec!["k26", "k27", "k28"],
+            vec!["k29"],
+        ]
+    );
+}
+
 on_both_stores!(
+    pages_at_a_point_pass_runs_of_keys_not_live_then,
     reads_at_a_point,
     forks,
     fork_under_concurrent_writes,
