@@ -301,25 +301,20 @@ macro_rules! select {
 pub(super) use select;
 
 /// Rows in `$order` from `$from` (which ends in `ORDER BY $order`, limited
-/// there or before), each followed by `past`: whether the stored sizes
-/// (`$size`, summed) of the rows before it come to more than `$bytes`
-/// ([`SENT_WHOLE_BYTES`]). `$inner` are the columns read from `$from` (large ones as stored, not
+/// there or before), each followed by `past`, the condition `$past`:
+/// `$inner` are the columns read from `$from` (large ones as stored, not
 /// yet read), `$columns` those sent, whose large ones are `CASE WHEN past
-/// THEN NULL ELSE … END`: a statement of pages that stops sending values
-/// past a page's bytes itself (see [`Run::weigh_into`]).
-macro_rules! page_by_bytes {
-    ($columns:expr, $inner:expr, $size:expr, $order:literal, $bytes:literal, $from:expr) => {
+/// THEN NULL ELSE … END`. The shape of [`page_by_bytes!`] and
+/// [`page_by_row!`].
+macro_rules! page_marked {
+    ($columns:expr, $inner:expr, $past:expr, $order:literal, $from:expr) => {
         $crate::store::sql::Sql::new(concat!(
             "SELECT ",
             $columns,
             ", past FROM (SELECT ",
             $inner,
-            ", coalesce(sum(",
-            $size,
-            ") OVER (ORDER BY ",
-            $order,
-            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
-            $bytes,
+            ", ",
+            $past,
             " AS past ",
             $from,
             ") page ORDER BY ",
@@ -327,10 +322,34 @@ macro_rules! page_by_bytes {
         ))
     };
 }
+pub(super) use page_marked;
+
+/// [`page_marked!`] with `past` whether the stored sizes (`$size`, summed)
+/// of the rows before it come to more than `$bytes`
+/// ([`SENT_WHOLE_BYTES`]): a statement of pages that stops sending values
+/// past a page's bytes itself (see [`Run::weigh_into`]).
+macro_rules! page_by_bytes {
+    ($columns:expr, $inner:expr, $size:expr, $order:literal, $bytes:literal, $from:expr) => {
+        $crate::store::sql::page_marked!(
+            $columns,
+            $inner,
+            concat!(
+                "coalesce(sum(",
+                $size,
+                ") OVER (ORDER BY ",
+                $order,
+                " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) > ",
+                $bytes
+            ),
+            $order,
+            $from
+        )
+    };
+}
 pub(super) use page_by_bytes;
 
-/// [`page_by_bytes!`] with `past` decided by each row alone: whether its
-/// own stored size passes `$bytes` ([`row_share`]). Every row of such a
+/// [`page_marked!`] with `past` decided by each row alone: whether its own
+/// stored size passes `$bytes` ([`row_share`]). Every row of such a
 /// statement within its share, all of them together stay within twice a
 /// page's bytes, and Postgres sums nothing: the first statement of a read
 /// of many small rows (a `History` of ten thousand versions spent a fifth
@@ -339,20 +358,13 @@ pub(super) use page_by_bytes;
 /// [`page_by_bytes!`]'s statement, which sends that row whole.
 macro_rules! page_by_row {
     ($columns:expr, $inner:expr, $size:expr, $order:literal, $bytes:literal, $from:expr) => {
-        $crate::store::sql::Sql::new(concat!(
-            "SELECT ",
+        $crate::store::sql::page_marked!(
             $columns,
-            ", past FROM (SELECT ",
             $inner,
-            ", coalesce(",
-            $size,
-            ", 0) > ",
-            $bytes,
-            " AS past ",
-            $from,
-            ") page ORDER BY ",
-            $order
-        ))
+            concat!("coalesce(", $size, ", 0) > ", $bytes),
+            $order,
+            $from
+        )
     };
 }
 pub(super) use page_by_row;
