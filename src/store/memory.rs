@@ -177,6 +177,7 @@ macro_rules! flow_filters {
              WHERE tenant = $1 AND scope_type = 3 AND flow_name <> '' AND flow_name = $7)))"
     };
 }
+pub(super) use flow_filters;
 
 /// $1 tenant, $2 scope type (0: any), $3 and $4 the last scope of the
 /// previous page, $5 limit, $6 and $7 flow filters.
@@ -188,28 +189,6 @@ static SCOPES: Sql = Sql::new(concat!(
      AND ",
     flow_filters!(),
     " GROUP BY k.scope_type, k.scope ORDER BY k.scope_type, k.scope LIMIT $5"
-));
-
-/// As [`SCOPES`] at a point ($8 revision, $9 time): the keys live then, and
-/// those whose value then was purged since.
-static SCOPES_AT: Sql = Sql::new(concat!(
-    "SELECT a.scope_type, a.scope, \
-     count(*) FILTER (WHERE NOT a.deleted AND substr(a.key, 1, 12) <> '_compaction/'), \
-     count(*) FILTER (WHERE a.deleted IS NULL AND a.purged) \
-     FROM (SELECT k.scope_type, k.scope, k.key, \
-       (SELECT v.deleted FROM memory_versions v WHERE v.tenant = $1 \
-        AND v.scope_type = k.scope_type AND v.scope = k.scope AND v.key = k.key \
-        AND v.revision <= $8 AND v.create_time <= $9 ORDER BY v.version DESC LIMIT 1) AS deleted, \
-       EXISTS (SELECT 1 FROM memory_purges p WHERE p.tenant = $1 \
-        AND p.scope_type = k.scope_type AND p.scope = k.scope AND p.key = k.key \
-        AND p.first_revision <= $8 AND p.first_time <= $9) AS purged \
-       FROM (SELECT scope_type, scope, key FROM memory_heads WHERE tenant = $1 \
-         UNION SELECT scope_type, scope, key FROM memory_purges WHERE tenant = $1) k \
-       WHERE ($2 = 0 OR k.scope_type = $2) AND (k.scope_type, k.scope) > ($3, $4) AND ",
-    flow_filters!(),
-    ") a GROUP BY a.scope_type, a.scope \
-     HAVING count(a.deleted) > 0 OR count(*) FILTER (WHERE a.purged) > 0 \
-     ORDER BY a.scope_type, a.scope LIMIT $5"
 ));
 
 static REGISTER_EXECUTION: Sql = Sql::new(
@@ -392,7 +371,7 @@ fn change_row(row: &impl Cols) -> Result<Change> {
     })
 }
 
-fn scope_summary(row: &impl Cols) -> Result<ScopeSummary> {
+pub(super) fn scope_summary(row: &impl Cols) -> Result<ScopeSummary> {
     Ok(ScopeSummary {
         scope: scope_at(row, 0)?,
         entry_count: row.int(2)?,
@@ -804,7 +783,10 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
         limit: i64,
     ) -> Result<Vec<ScopeSummary>> {
         let mut conn = self.reader(tenant).await?;
-        let params: &[Param<'_>] = params![
+        if let Some(at) = filter.at {
+            return past::list_scopes_at(&mut conn, tenant, &filter, after, limit, at).await;
+        }
+        let params = params![
             tenant.as_str(),
             filter.scope_type.map_or(0, ScopeType::as_i16),
             after.map_or(0, |scope| scope.scope_type.as_i16()),
@@ -813,14 +795,7 @@ impl<B: Backend + MemoryWrites> MemoryStore for B {
             filter.flow_id.unwrap_or(""),
             filter.flow_name.unwrap_or(""),
         ];
-        match filter.at {
-            None => conn.all(&SCOPES, params, scope_summary).await,
-            Some(at) => {
-                let point: &[Param<'_>] = params![at.revision, at.time];
-                let params = &[params, point].concat();
-                conn.all(&SCOPES_AT, params, scope_summary).await
-            }
-        }
+        conn.all(&SCOPES, params, scope_summary).await
     }
 
     async fn get_at(

@@ -12,9 +12,9 @@ use engram::memory::{Key, Scope, ScopeName, ScopeType as Type};
 use engram::ports::{Database, Store};
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::{
-    CompactRequest, DeleteRequest, GetCompactionLogRequest, GetRequest, HistoryRequest,
+    AsOf, CompactRequest, DeleteRequest, GetCompactionLogRequest, GetRequest, HistoryRequest,
     ListRequest, ListScopesRequest, PurgeRequest, PurgeScopeRequest, ReindexRequest, ScopeType,
-    SetRequest, SourceMode,
+    SetRequest, SourceMode, as_of,
 };
 use engram::summarizer::{Summarizer, SummarizerError, Summary, SummaryRequest};
 use futures::future::BoxFuture;
@@ -717,32 +717,40 @@ async fn reindex_backfills_flow_tags(backend: Backend) {
         "idempotent; exec-b stays unknown"
     );
 
-    // ListScopes can now find every execution scope of the flow.
-    for request in [
-        ListScopesRequest {
-            flow_name: "research".to_owned(),
-            ..ListScopesRequest::default()
-        },
-        ListScopesRequest {
-            scope_type: ScopeType::Execution as i32,
-            flow_id: "flow-1".to_owned(),
-            ..ListScopesRequest::default()
-        },
-    ] {
-        let scopes = server
-            .memory()
-            .list_scopes(request)
-            .await
-            .expect("scopes")
-            .into_inner();
-        assert_eq!(
-            scopes
-                .scopes
-                .iter()
-                .map(|s| s.scope.as_str())
-                .collect::<Vec<_>>(),
-            vec!["exec-a"]
-        );
+    // ListScopes can now find every execution scope of the flow, now and
+    // at a point (which reads the scopes another way).
+    let now = Some(AsOf {
+        point: Some(as_of::Point::Time(std::time::SystemTime::now().into())),
+    });
+    for as_of in [None, now] {
+        for request in [
+            ListScopesRequest {
+                flow_name: "research".to_owned(),
+                as_of,
+                ..ListScopesRequest::default()
+            },
+            ListScopesRequest {
+                scope_type: ScopeType::Execution as i32,
+                flow_id: "flow-1".to_owned(),
+                as_of,
+                ..ListScopesRequest::default()
+            },
+        ] {
+            let scopes = server
+                .memory()
+                .list_scopes(request)
+                .await
+                .expect("scopes")
+                .into_inner();
+            assert_eq!(
+                scopes
+                    .scopes
+                    .iter()
+                    .map(|s| s.scope.as_str())
+                    .collect::<Vec<_>>(),
+                vec!["exec-a"]
+            );
+        }
     }
     let none = server
         .memory()

@@ -746,7 +746,70 @@ async fn pages_at_a_point_pass_runs_of_keys_not_live_then(backend: Backend) {
     );
 }
 
+/// `ListScopes` at a point pages over runs of scopes that held nothing
+/// then (made after it), longer than a page, and lists a scope whose only
+/// key was a tombstone then (0 entries) and one whose value then was
+/// purged since.
+async fn scope_pages_at_a_point_pass_runs_of_scopes_not_live_then(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut client = server.memory();
+    for scope in ["a0", "a1", "a2", "a3", "c0", "c1", "c2"] {
+        set(&mut client, scope, "k", json!(scope)).await;
+    }
+    delete(&mut client, "a2", "k").await;
+    // The point: a mark written after everything above returned.
+    set(&mut client, "m", "mark", json!(true)).await;
+    let point = changes(server.channel.clone(), "m", 1).await[0].revision;
+    for b in 0..10 {
+        set(&mut client, &format!("b{b}"), "k", json!(b)).await;
+    }
+    set(&mut client, "c1", "k", json!("later")).await;
+    MemoryAdminServiceClient::new(server.channel.clone())
+        .purge(PurgeRequest {
+            scope_type: NS,
+            scope: "c1".into(),
+            key: "k".into(),
+            keep: Some(1),
+            dry_run: false,
+        })
+        .await
+        .expect("purge c1's value at the point");
+    let mut request = ListScopesRequest {
+        as_of: at_revision(point),
+        page_size: 3,
+        ..ListScopesRequest::default()
+    };
+    let mut pages = Vec::new();
+    loop {
+        let page = client
+            .list_scopes(request.clone())
+            .await
+            .expect("scopes")
+            .into_inner();
+        pages.push(
+            page.scopes
+                .iter()
+                .map(|s| (s.scope.clone(), s.entry_count, s.purged_count))
+                .collect::<Vec<_>>(),
+        );
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        request.page_token = page.next_page_token;
+    }
+    let row = |scope: &str, entries: i64, purged: i64| (scope.to_owned(), entries, purged);
+    assert_eq!(
+        pages,
+        [
+            vec![row("a0", 1, 0), row("a1", 1, 0), row("a2", 0, 0)],
+            vec![row("a3", 1, 0), row("c0", 1, 0), row("c1", 0, 1)],
+            vec![row("c2", 1, 0), row("m", 1, 0)],
+        ]
+    );
+}
+
 on_both_stores!(
+    scope_pages_at_a_point_pass_runs_of_scopes_not_live_then,
     pages_at_a_point_pass_runs_of_keys_not_live_then,
     reads_at_a_point,
     forks,
