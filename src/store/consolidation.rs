@@ -76,10 +76,12 @@ static PENDING: Sql = Sql::new(
 /// limit, $7 [`SENT_WHOLE_BYTES`]: the columns of [`fact_row`], a fact
 /// past that without its content and source episodes, then whether it
 /// came past (column 16), and the store reads on after the last fact it
-/// kept.
+/// kept. `$from` is `facts_joined!` or `facts_first!` (below); a leading
+/// `planned_each_call;` goes to [`page_by_bytes!`].
 macro_rules! facts {
-    ($order:literal, $bound:literal) => {
+    ($($new:ident;)? $order:literal, $from:expr) => {
         page_by_bytes!(
+            $($new;)?
             "id, app, user_id, kind, fact_time, version, deleted, subject, predicate, object, \
              CASE WHEN past THEN NULL ELSE content::text END, confidence, source, \
              CASE WHEN past THEN NULL ELSE source_episode_ids::text END, channels::text, \
@@ -90,24 +92,114 @@ macro_rules! facts {
             "pg_column_size(v.content) + pg_column_size(v.source_episode_ids)",
             $order,
             "$7",
-            concat!(
-                "FROM facts f JOIN fact_versions v \
-                 ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version \
-                 WHERE f.tenant = $1 AND NOT f.deleted \
-                 AND ($2::text IS NULL OR f.app = $2) AND ($3::text IS NULL OR f.user_id = $3) \
-                 AND ($4::smallint IS NULL OR f.kind = $4) AND f.id ",
-                $bound,
-                " $5 ORDER BY f.",
-                $order,
-                " LIMIT $6"
-            )
+            $from
         )
     };
 }
 
-static FACTS_ASCENDING: Sql = facts!("id", ">");
+/// The facts a listing may show, of the owner `$owner` (one of
+/// `owner_or_any!` and `owner_exact!`), after (or before, `$bound`) the id
+/// $5, for `concat!`.
+macro_rules! facts_where {
+    ($owner:expr, $bound:literal) => {
+        concat!(
+            "f.tenant = $1 AND NOT f.deleted AND ",
+            $owner,
+            " AND ($4::smallint IS NULL OR f.kind = $4) AND f.id ",
+            $bound,
+            " $5"
+        )
+    };
+}
 
-static FACTS_DESCENDING: Sql = facts!("id DESC", "<");
+/// The app $2 and the user $3, either NULL: any.
+macro_rules! owner_or_any {
+    () => {
+        "($2::text IS NULL OR f.app = $2) AND ($3::text IS NULL OR f.user_id = $3)"
+    };
+}
+
+/// The app $2 and the user $3, both given: read in id order from
+/// `facts_owner_id` (migration 0034). Written with `IS NULL OR`, neither
+/// backend could use an index for them, and both walked the tenant's facts
+/// in id order for the owner's: 37 ms on Postgres and 19 ms on SQLite for
+/// an owner with none among 200,000 facts, 0.05 ms now.
+macro_rules! owner_exact {
+    () => {
+        "f.app = $2 AND f.user_id = $3"
+    };
+}
+
+/// On SQLite: the facts joined to their current versions, then the page.
+macro_rules! facts_joined {
+    ($order:literal, $bound:literal, $owner:expr) => {
+        concat!(
+            "FROM facts f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version WHERE ",
+            facts_where!($owner, $bound),
+            " ORDER BY f.",
+            $order,
+            " LIMIT $6"
+        )
+    };
+}
+
+/// On Postgres: the page's facts first, then their versions, as `List`
+/// takes a page's heads (`list_pg!` in memory.rs). Joined before the
+/// limit, a page after the 150,000th of 200,000 facts was planned as a
+/// merge join that read the versions from the tenant's first fact, 38 ms
+/// against 0.47 ms.
+macro_rules! facts_first {
+    ($order:literal, $bound:literal, $owner:expr) => {
+        concat!(
+            "FROM (SELECT tenant, id, app, user_id, kind, create_time, version FROM facts f WHERE ",
+            facts_where!($owner, $bound),
+            " ORDER BY f.",
+            $order,
+            " LIMIT $6) f JOIN fact_versions v \
+             ON v.tenant = f.tenant AND v.fact_id = f.id AND v.version = f.version ORDER BY f.",
+            $order,
+            " LIMIT $6"
+        )
+    };
+}
+
+/// The statements of a listing of facts in one order, by backend and by
+/// the owner a call names.
+struct FactPages {
+    /// SQLite, an app or a user or neither.
+    sqlite: Sql,
+    /// SQLite, an app and a user.
+    sqlite_owner: Sql,
+    /// Postgres, neither an app nor a user: the walk in id order.
+    postgres: Sql,
+    /// Postgres, an app and a user.
+    postgres_owner: Sql,
+    /// Postgres, an app or a user, not both: planned for each call
+    /// ([`Sql::planned_each_call`]), since no generic plan suits both an
+    /// app of most facts and one of few.
+    postgres_either: Sql,
+}
+
+macro_rules! fact_pages {
+    ($order:literal, $bound:literal) => {
+        FactPages {
+            sqlite: facts!($order, facts_joined!($order, $bound, owner_or_any!())),
+            sqlite_owner: facts!($order, facts_joined!($order, $bound, owner_exact!())),
+            postgres: facts!($order, facts_first!($order, $bound, owner_or_any!())),
+            postgres_owner: facts!($order, facts_first!($order, $bound, owner_exact!())),
+            postgres_either: facts!(
+                planned_each_call;
+                $order,
+                facts_first!($order, $bound, owner_or_any!())
+            ),
+        }
+    };
+}
+
+static FACTS_ASCENDING: FactPages = fact_pages!("id", ">");
+
+static FACTS_DESCENDING: FactPages = fact_pages!("id DESC", "<");
 
 static FACT: Sql = select!(
     fact_columns!(),
@@ -805,10 +897,24 @@ impl<B: Backend> ConsolidationStore for B {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Fact>> {
-        let (sql, after) = if filter.newest_first {
-            (&FACTS_DESCENDING, after.unwrap_or("\u{10ffff}"))
-        } else {
-            (&FACTS_ASCENDING, after.unwrap_or(""))
+        let pages = match filter.newest_first {
+            true => &FACTS_DESCENDING,
+            false => &FACTS_ASCENDING,
+        };
+        let sql = match (
+            <B::Conn as Run>::DIALECT,
+            filter.app.is_some(),
+            filter.user.is_some(),
+        ) {
+            (Dialect::Sqlite, true, true) => &pages.sqlite_owner,
+            (Dialect::Sqlite, _, _) => &pages.sqlite,
+            (Dialect::Postgres, true, true) => &pages.postgres_owner,
+            (Dialect::Postgres, false, false) => &pages.postgres,
+            (Dialect::Postgres, _, _) => &pages.postgres_either,
+        };
+        let after = match filter.newest_first {
+            true => after.unwrap_or("\u{10ffff}"),
+            false => after.unwrap_or(""),
         };
         let mut conn = self.reader(tenant).await?;
         let mut read = Weighed::default();

@@ -26,6 +26,7 @@ use crate::error::Result;
 pub struct Sql {
     text: &'static str,
     sqlite: OnceLock<String>,
+    planned_each_call: bool,
 }
 
 impl Sql {
@@ -33,7 +34,30 @@ impl Sql {
         Sql {
             text,
             sqlite: OnceLock::new(),
+            planned_each_call: false,
         }
+    }
+
+    /// A statement Postgres plans for each call's values instead of keeping
+    /// a plan on the connection: one whose optional filters ask for
+    /// different indexes. A kept statement goes to Postgres's generic plan
+    /// after five calls when that plan looks no dearer than theirs, and a
+    /// generic plan cannot know which filters a call leaves blank: it may
+    /// walk a whole tenant in the order of the page for a filter that an
+    /// index answers at once. Planning costs about 0.2 ms, so only listings
+    /// that are not hot paths are written this way. SQLite plans each
+    /// statement once whatever its values, so it keeps them all.
+    pub const fn planned_each_call(text: &'static str) -> Sql {
+        Sql {
+            text,
+            sqlite: OnceLock::new(),
+            planned_each_call: true,
+        }
+    }
+
+    /// Whether the connection keeps the statement prepared.
+    pub fn kept(&self, dialect: Dialect) -> bool {
+        dialect == Dialect::Sqlite || !self.planned_each_call
     }
 
     /// The text Postgres runs: as written.
@@ -305,10 +329,14 @@ pub(super) use select;
 /// `$inner` are the columns read from `$from` (large ones as stored, not
 /// yet read), `$columns` those sent, whose large ones are `CASE WHEN past
 /// THEN NULL ELSE … END`. The shape of [`page_by_bytes!`] and
-/// [`page_by_row!`].
+/// [`page_by_row!`]. A leading `planned_each_call;` makes the statement
+/// with [`Sql::planned_each_call`] instead of [`Sql::new`].
 macro_rules! page_marked {
     ($columns:expr, $inner:expr, $past:expr, $order:literal, $from:expr) => {
-        $crate::store::sql::Sql::new(concat!(
+        $crate::store::sql::page_marked!(new; $columns, $inner, $past, $order, $from)
+    };
+    ($new:ident; $columns:expr, $inner:expr, $past:expr, $order:literal, $from:expr) => {
+        $crate::store::sql::Sql::$new(concat!(
             "SELECT ",
             $columns,
             ", past FROM (SELECT ",
@@ -330,7 +358,11 @@ pub(super) use page_marked;
 /// past a page's bytes itself (see [`Run::weigh_into`]).
 macro_rules! page_by_bytes {
     ($columns:expr, $inner:expr, $size:expr, $order:literal, $bytes:literal, $from:expr) => {
+        $crate::store::sql::page_by_bytes!(new; $columns, $inner, $size, $order, $bytes, $from)
+    };
+    ($new:ident; $columns:expr, $inner:expr, $size:expr, $order:literal, $bytes:literal, $from:expr) => {
         $crate::store::sql::page_marked!(
+            $new;
             $columns,
             $inner,
             concat!(
@@ -490,7 +522,10 @@ macro_rules! run_by_driver {
 
             async fn rows(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<Vec<$row>> {
                 let args = $arguments(params)?;
-                Ok(sqlx::query_with(sql.$text(), args).fetch_all(self).await?)
+                Ok(sqlx::query_with(sql.$text(), args)
+                    .persistent(sql.kept($dialect))
+                    .fetch_all(self)
+                    .await?)
             }
 
             async fn rows_built(&mut self, sql: String, params: &[Param<'_>]) -> Result<Vec<$row>> {
@@ -503,6 +538,7 @@ macro_rules! run_by_driver {
             async fn exec(&mut self, sql: &'static Sql, params: &[Param<'_>]) -> Result<u64> {
                 let args = $arguments(params)?;
                 Ok(sqlx::query_with(sql.$text(), args)
+                    .persistent(sql.kept($dialect))
                     .execute(self)
                     .await?
                     .rows_affected())
@@ -515,8 +551,10 @@ macro_rules! run_by_driver {
                 decode: impl Fn(&$row) -> Result<T> + Send,
             ) -> Result<Vec<T>> {
                 let args = $arguments(params)?;
-                $crate::store::sql::weighed(sqlx::query_with(sql.$text(), args).fetch(self), decode)
-                    .await
+                let rows = sqlx::query_with(sql.$text(), args)
+                    .persistent(sql.kept($dialect))
+                    .fetch(self);
+                $crate::store::sql::weighed(rows, decode).await
             }
 
             async fn weigh_into<T: Send + $crate::paging::Weigh>(
@@ -527,7 +565,9 @@ macro_rules! run_by_driver {
                 decode: impl Fn(&$row) -> Result<Option<T>> + Send,
             ) -> Result<bool> {
                 let args = $arguments(params)?;
-                let rows = sqlx::query_with(sql.$text(), args).fetch(self);
+                let rows = sqlx::query_with(sql.$text(), args)
+                    .persistent(sql.kept($dialect))
+                    .fetch(self);
                 $crate::store::sql::weigh_into(rows, read, decode).await
             }
 

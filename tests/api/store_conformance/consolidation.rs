@@ -474,6 +474,58 @@ async fn fact_lists_filter_and_page<S: Store>(store: S, _db: &TestDb) {
             .expect("list")),
         vec![c]
     );
+
+    // By app and user together (read from `facts_owner_id`), among other
+    // owners' facts, in both orders and across pages.
+    let other = Tenant::new("t2");
+    let mut owned = Vec::new();
+    for n in 0..5 {
+        owned.push(insert(&store, &other, &payload(&format!("s{n}"), "x"), &[]).await);
+        let mut bob = payload(&format!("b{n}"), "y");
+        bob.user = "bob".to_owned();
+        insert(&store, &other, &bob, &[]).await;
+        let mut elsewhere = payload(&format!("e{n}"), "z");
+        elsewhere.app = "other".to_owned();
+        insert(&store, &other, &elsewhere, &[]).await;
+    }
+    let alice = || FactFilter {
+        app: Some("app".to_owned()),
+        user: Some("alice".to_owned()),
+        ..FactFilter::default()
+    };
+    let list = |filter: FactFilter, after: Option<String>, limit: i64| {
+        let (store, other) = (&store, &other);
+        async move {
+            ids(store
+                .list_facts(other, &filter, after.as_deref(), limit)
+                .await
+                .expect("list"))
+        }
+    };
+    assert_eq!(list(alice(), None, 3).await, owned[..3]);
+    assert_eq!(list(alice(), Some(owned[2].clone()), 3).await, owned[3..]);
+    let newest = || FactFilter {
+        newest_first: true,
+        ..alice()
+    };
+    assert_eq!(
+        list(newest(), None, 2).await,
+        [owned[4].clone(), owned[3].clone()]
+    );
+    assert_eq!(
+        list(newest(), Some(owned[3].clone()), 10).await,
+        [owned[2].clone(), owned[1].clone(), owned[0].clone()]
+    );
+    let semantic = FactFilter {
+        kind: Some(FactKind::Semantic),
+        ..alice()
+    };
+    assert_eq!(list(semantic, None, 10).await, owned);
+    let procedural = FactFilter {
+        kind: Some(FactKind::Procedural),
+        ..alice()
+    };
+    assert!(list(procedural, None, 10).await.is_empty());
 }
 
 /// Nothing of a rolled-back transaction remains.

@@ -1,0 +1,12 @@
+-- One owner's facts in id order, for `ListFacts` by app and user and the
+-- memory block's newest facts. `facts_owner` orders an owner's facts by
+-- kind first, so a page of an owner's facts of every kind had either to
+-- sort all of them or to walk the tenant's facts in id order and keep the
+-- owner's; Postgres's generic plan took the walk, which reads every fact
+-- of the tenant for an owner with few (37 ms for an owner with none among
+-- 200,000 facts, against 0.05 ms through this index).
+--
+-- The index is built while the facts' writes wait; reads go on. To
+-- upgrade without that pause, build it first while serving:
+--   CREATE INDEX CONCURRENTLY facts_owner_id ON facts (tenant, app, user_id, id);
+CREATE INDEX IF NOT EXISTS facts_owner_id ON facts (tenant, app, user_id, id);
