@@ -622,6 +622,43 @@ async fn session_lists_page_and_filter<S: Store>(store: S, _db: &TestDb) {
         .expect("list");
     assert_eq!(listed.len(), 2);
     assert!(listed.iter().all(|s| s.user == "alice"));
+
+    // Each filter reads its own index: by user (and app), by app alone,
+    // and pages within them. Ids rise with creation, so newest first is
+    // the ids' reverse order, even where two share a creation time.
+    let (s3, _) = l.create("s3", "other", "alice", 0).await;
+    l.create("s4", "other", "carol", 0).await;
+    let list = |filter: SessionFilter, before: Option<&engram::sessions::Session>| {
+        let (store, tenant) = (&store, &l.tenant);
+        let before = before.map(|s| (s.create_time, s.id.clone()));
+        async move {
+            store
+                .list_sessions(
+                    tenant,
+                    &filter,
+                    before.as_ref().map(|(time, id)| (*time, id.as_str())),
+                    2,
+                )
+                .await
+                .expect("list")
+                .into_iter()
+                .map(|s| s.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(list(alice.clone(), None).await, ["s3", "s2"]);
+    assert_eq!(list(alice.clone(), Some(&s3)).await, ["s2", "s0"]);
+    let alice_in_app = SessionFilter {
+        app: Some(name("app", "app")),
+        user: Some(name("user", "alice")),
+    };
+    assert_eq!(list(alice_in_app, None).await, ["s2", "s0"]);
+    let other_app = SessionFilter {
+        app: Some(name("app", "other")),
+        user: None,
+    };
+    assert_eq!(list(other_app.clone(), None).await, ["s4", "s3"]);
+    assert!(list(other_app, Some(&s3)).await.is_empty());
 }
 
 store_suite!(
