@@ -290,20 +290,44 @@ static PRUNED_TO: Sql = Sql::new(
 
 static PRUNE_REQUEST_IDS: Sql = Sql::new("DELETE FROM memory_request_ids WHERE create_time < $1");
 
+/// The purge's key $4 among the rows of `$table`, or every key when $4 is
+/// NULL, for `concat!`: a range of the table's index either way. Written `$4 IS
+/// NULL OR h.key = $4`, SQLite read no index for it, and a purge of one
+/// key read every head and version of its scope: 263–279 ms for a key of
+/// a scope of 200,000, 7–9 ms in a scope of 20. Every key sorts below `~`
+/// (keys are ASCII letters and digits, `.`, `_`, `/` and `-`).
+macro_rules! purge_keys {
+    ($table:literal) => {
+        concat!(
+            $table,
+            ".key >= coalesce($4::text, '') AND ",
+            $table,
+            ".key <= coalesce($4::text, '~')"
+        )
+    };
+}
+pub(super) use purge_keys;
+
 /// Whether version `v` of the key whose head is `h` goes in a purge (see
 /// [`Purge`]), for `concat!`. Parameters: $1 tenant, $2 scope_type, $3
 /// scope, $4 key (or NULL: every key), $5 whether tombstoned keys count for
 /// `keep`, $6 versions to keep (or NULL), $7 older-than time (or NULL), $8
 /// tombstones-before time (or NULL). A key's versions are a contiguous
 /// range ending at its head, and each rule takes the oldest first, so what
-/// is left stays one.
+/// is left stays one. The key is a range of the heads' and the versions'
+/// indexes ([`purge_keys!`]), so either table may lead.
 macro_rules! purge_victim {
     () => {
-        "h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 \
-         AND ($4::text IS NULL OR h.key = $4) AND substr(h.key, 1, 12) <> '_compaction/' \
+        concat!(
+            "h.tenant = $1 AND h.scope_type = $2 AND h.scope = $3 AND ",
+            $crate::store::memory::purge_keys!("h"),
+            " AND ",
+            $crate::store::memory::purge_keys!("v"),
+            " AND substr(h.key, 1, 12) <> '_compaction/' \
          AND (($6::bigint IS NOT NULL AND ($5 OR NOT h.deleted) AND v.version <= h.version - $6) \
            OR ($7::timestamptz IS NOT NULL AND v.create_time < $7 AND v.version < h.version) \
            OR ($8::timestamptz IS NOT NULL AND h.deleted AND h.update_time < $8))"
+        )
     };
 }
 pub(super) use purge_victim;

@@ -27,7 +27,7 @@ mod statistics;
 use super::group::{Group, commit_failed, shared_steps};
 use super::memory::{
     AuditWrite, MemoryWrites, OwnedWrite, PURGE_COUNTS, current_in, fence_moved, head_in, key_at,
-    lock_ordered, purge_params, purge_victim, purged_row, version_in,
+    lock_ordered, purge_keys, purge_params, purge_victim, purged_row, version_in,
 };
 use super::past;
 use super::sql::{Cols, Run, Sql, params};
@@ -483,7 +483,9 @@ static PURGE_CHANGES: Sql = Sql::new(concat!(
 
 static PURGE_VERSIONS: Sql = Sql::new(concat!(
     "DELETE FROM memory_versions AS v WHERE v.tenant = $1 AND v.scope_type = $2 \
-     AND v.scope = $3 AND EXISTS (SELECT 1 FROM memory_heads h \
+     AND v.scope = $3 AND ",
+    purge_keys!("v"),
+    " AND EXISTS (SELECT 1 FROM memory_heads h \
      WHERE h.tenant = v.tenant AND h.scope_type = v.scope_type AND h.scope = v.scope \
      AND h.key = v.key AND ",
     purge_victim!(),
@@ -492,12 +494,13 @@ static PURGE_VERSIONS: Sql = Sql::new(concat!(
 
 /// Heads of the purged scope (or key) left without a version: $1 tenant,
 /// $2 scope_type, $3 scope, $4 key or NULL.
-static PURGE_HEADS: Sql = Sql::new(
+static PURGE_HEADS: Sql = Sql::new(concat!(
     "DELETE FROM memory_heads AS h WHERE h.tenant = $1 AND h.scope_type = $2 \
-     AND h.scope = $3 AND ($4 IS NULL OR h.key = $4) \
-     AND NOT EXISTS (SELECT 1 FROM memory_versions v WHERE v.tenant = h.tenant \
-     AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)",
-);
+     AND h.scope = $3 AND ",
+    purge_keys!("h"),
+    " AND NOT EXISTS (SELECT 1 FROM memory_versions v WHERE v.tenant = h.tenant \
+     AND v.scope_type = h.scope_type AND v.scope = h.scope AND v.key = h.key)"
+));
 
 /// Runs one step of a group in the writer's open transaction (one job, or
 /// several that share statements): each job's outcome and the feed

@@ -126,11 +126,14 @@ async fn purge_keeps_the_newest_and_audits<S: Store>(store: S, _db: &TestDb) {
 }
 
 /// Purging every version removes the key: it reads as absent and starts
-/// again at version 1.
+/// again at version 1. The keys beside it, before and after it in key
+/// order, keep every version.
 async fn purge_all_versions_removes_the_key<S: Store>(store: S, _db: &TestDb) {
     let w = writer(&store, "t1");
-    w.set("k", json!(1)).await;
-    w.set("k", json!(2)).await;
+    for neighbour in ["a", "k", "k2", "z"] {
+        w.set(neighbour, json!(1)).await;
+        w.set(neighbour, json!(2)).await;
+    }
     let k = key("k");
     let purge = Purge::keeping(&w.scope, Some(&k), None, false, false);
     let done = store
@@ -147,6 +150,13 @@ async fn purge_all_versions_removes_the_key<S: Store>(store: S, _db: &TestDb) {
         None
     );
     assert_eq!(w.set("k", json!(3)).await.version, 1);
+    for neighbour in ["a", "k2", "z"] {
+        let versions = store
+            .history(&w.tenant, &w.scope, &key(neighbour), 1, 10)
+            .await
+            .expect("history");
+        assert_eq!(versions.len(), 2, "{neighbour} keeps its versions");
+    }
 }
 
 /// A scope purge reaches live keys, tombstoned ones only when asked, and
