@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{Console, cookie_token, page, refused};
+use super::{Console, Posted, cookie_token, page, refused};
 use crate::cli::plural;
 use crate::proto;
 use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
@@ -88,7 +88,7 @@ pub struct PurgeForm {
 pub async fn purge(
     State(console): State<Console>,
     headers: HeaderMap,
-    axum::Form(form): axum::Form<PurgeForm>,
+    Posted(form): Posted<PurgeForm>,
 ) -> Response {
     let conn = or_page!(poster(&console, &headers, &form.csrf));
     let confirmed = form.confirm.as_deref() == Some("yes");
@@ -152,7 +152,7 @@ pub struct DeleteSessionForm {
 pub async fn delete_session(
     State(console): State<Console>,
     headers: HeaderMap,
-    axum::Form(form): axum::Form<DeleteSessionForm>,
+    Posted(form): Posted<DeleteSessionForm>,
 ) -> Response {
     let conn = or_page!(poster(&console, &headers, &form.csrf));
     match SessionServiceClient::new(conn)

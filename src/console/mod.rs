@@ -13,12 +13,14 @@
 //! `SameSite=Strict` cookie scoped to `/ui`. Every response carries a
 //! content security policy that allows only this origin's script and style.
 
-use axum::extract::Request;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::{DOCTYPE, Markup, html};
+use serde::de::DeserializeOwned;
 use tonic::Status;
 
 use crate::auth::Authenticator;
@@ -294,7 +296,7 @@ async fn login_form(axum::extract::State(console): axum::extract::State<Console>
 
 async fn login(
     axum::extract::State(console): axum::extract::State<Console>,
-    axum::Form(form): axum::Form<LoginForm>,
+    Posted(form): Posted<LoginForm>,
 ) -> Response {
     let token = form.token.trim();
     let header = format!("Bearer {token}");
@@ -346,6 +348,52 @@ pub(crate) fn page(title: &str, content: Markup) -> Response {
         }
     };
     Html(markup.into_string()).into_response()
+}
+
+/// A page's query string read as `T`. One that does not read (a field
+/// missing, a number that is not one) is answered as a refused call is,
+/// with the console's page, `INVALID_ARGUMENT` and what was wrong, instead
+/// of axum's plain-text rejection.
+pub(crate) struct Params<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Params(value)),
+            Err(rejection) => Err(malformed(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// A posted form read as `T`, refused as [`Params`] is.
+pub(crate) struct Posted<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Posted<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        match axum::Form::<T>::from_request(request, state).await {
+            Ok(axum::Form(value)) => Ok(Posted(value)),
+            Err(rejection) => Err(malformed(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// The page for a request the console cannot read: its status (400, or
+/// 415 for a form of another type) with the reason a refused call shows.
+fn malformed(status: StatusCode, text: String) -> Response {
+    let body = page(
+        "Refused",
+        html! {
+            h1 { "The request was malformed" }
+            p.error role="alert" {
+                code { "InvalidArgument" } " " code { "INVALID_ARGUMENT" } ": " (text)
+            }
+        },
+    );
+    (status, body).into_response()
 }
 
 /// A page for a refused call: the status, the reason and the message, as

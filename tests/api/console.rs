@@ -180,6 +180,54 @@ async fn a_scope_type_the_console_does_not_know_is_refused_by_name() {
     }
 }
 
+/// A query string or form the console cannot read is answered with its
+/// refusal page, naming what was wrong, as a refused call is: not with the
+/// web framework's plain-text rejection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_console_cannot_read_is_refused_on_its_page() {
+    use http_body_util::{BodyExt, Full};
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let addr = server.http_addr();
+    for (path, field) in [
+        ("/ui/scope?scope=ops", "missing field `type`"),
+        ("/ui/key?type=namespace&scope=ops", "missing field `key`"),
+        ("/ui/session", "missing field `id`"),
+    ] {
+        let (status, refused) = console_page(addr, path, None).await;
+        assert_eq!(status, 400, "{path}");
+        assert!(refused.starts_with("<!DOCTYPE html>"), "{path}: {refused}");
+        assert!(
+            refused.contains("<code>INVALID_ARGUMENT</code>"),
+            "{path}: {refused}"
+        );
+        assert!(refused.contains(field), "{path}: {refused}");
+    }
+
+    // A form posted as JSON is of a type the console does not read.
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(connection);
+    let request = hyper::Request::post("/ui/scope/purge")
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(hyper::body::Bytes::from_static(b"{}")))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    assert_eq!(response.status().as_u16(), 415);
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("<code>INVALID_ARGUMENT</code>"), "{body}");
+    assert!(body.contains("application/x-www-form-urlencoded"), "{body}");
+}
+
 /// A key with more versions than the page shows: the page shows the
 /// newest, a tombstone too, and the diff is between the newest two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

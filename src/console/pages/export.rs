@@ -1,13 +1,13 @@
 //! An export of the tenant, a scope, a session or a user, as a download.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::Deserialize;
 
 use super::scope_type;
-use crate::console::{Console, refused};
+use crate::console::{Console, Params, refused};
 use crate::proto;
 
 #[derive(Deserialize, Default)]
@@ -25,7 +25,7 @@ pub struct ExportQuery {
 pub async fn export(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<ExportQuery>,
+    Params(query): Params<ExportQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let named = if query.session.is_empty() {

@@ -1,6 +1,6 @@
 //! Consolidation: the rules, the facts and a fact's versions and lineage.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use maud::{Markup, html};
@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{AppUserQuery, PAGE, link, next_link, preview};
 use crate::cli::{plural, time, value_json};
-use crate::console::{Console, page, refused};
+use crate::console::{Console, Params, page, refused};
 use crate::proto;
 use crate::proto::consolidation_service_client::ConsolidationServiceClient;
 
@@ -22,7 +22,7 @@ pub struct RulesQuery {
 pub async fn rules(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<RulesQuery>,
+    Params(query): Params<RulesQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let listed = call!(
@@ -70,7 +70,7 @@ pub async fn rules(
 pub async fn facts(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<AppUserQuery>,
+    Params(query): Params<AppUserQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let form = html! {
@@ -135,7 +135,7 @@ pub struct FactQuery {
 pub async fn fact(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<FactQuery>,
+    Params(query): Params<FactQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let got = call!(

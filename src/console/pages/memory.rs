@@ -1,7 +1,7 @@
 //! Memory: the scopes, a scope's keys, a key's versions, the compaction
 //! log.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::StreamExt;
@@ -12,7 +12,7 @@ use super::{MAX_VERSIONS, PAGE, SCOPE_TYPES, link, next_link, preview, scope_typ
 use crate::cli::memory::scope_type_name;
 use crate::cli::{time, value_json};
 use crate::console::actions::{csrf_field, csrf_token};
-use crate::console::{Console, page, refused};
+use crate::console::{Console, Params, page, refused};
 use crate::proto;
 use crate::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use crate::proto::memory_service_client::MemoryServiceClient;
@@ -29,7 +29,7 @@ pub struct ScopesQuery {
 pub async fn scopes(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<ScopesQuery>,
+    Params(query): Params<ScopesQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let mut client = MemoryServiceClient::new(conn);
@@ -95,7 +95,7 @@ pub struct ScopeQuery {
 pub async fn scope(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<ScopeQuery>,
+    Params(query): Params<ScopeQuery>,
 ) -> Response {
     let crate::console::Visitor { conn, admin } = visitor!(console, headers);
     let csrf = csrf_token(&console, &headers);
@@ -179,7 +179,7 @@ pub struct KeyQuery {
 pub async fn key(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<KeyQuery>,
+    Params(query): Params<KeyQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let scope_type = or_page!(scope_type(&query.r#type));
@@ -398,7 +398,7 @@ pub struct LogQuery {
 pub async fn log(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<LogQuery>,
+    Params(query): Params<LogQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let logged = call!(MemoryAdminServiceClient::new(conn).get_compaction_log(

@@ -1,6 +1,6 @@
 //! Search across memory, facts and episodes.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use clap::ValueEnum;
@@ -11,7 +11,7 @@ use super::link;
 use super::sessions::episode_href;
 use crate::cli::memory::scope_type_name;
 use crate::cli::search::SourceArg;
-use crate::console::{Console, page, refused};
+use crate::console::{Console, Params, page, refused};
 use crate::proto;
 use crate::proto::search_service_client::SearchServiceClient;
 
@@ -33,7 +33,7 @@ pub struct SearchQuery {
 pub async fn search(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<SearchQuery>,
+    Params(query): Params<SearchQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     if query.q.trim().is_empty() {

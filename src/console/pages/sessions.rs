@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::{AppUserQuery, IdQuery, PAGE, link, next_link, preview};
 use crate::cli::{time, value_json};
 use crate::console::actions::{csrf_field, csrf_token};
-use crate::console::{Console, page, refused};
+use crate::console::{Console, Params, page, refused};
 use crate::proto;
 use crate::proto::episode_service_client::EpisodeServiceClient;
 use crate::proto::session_service_client::SessionServiceClient;
@@ -25,7 +25,7 @@ use crate::proto::working_memory_service_client::WorkingMemoryServiceClient;
 pub async fn sessions(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<AppUserQuery>,
+    Params(query): Params<AppUserQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let listed = call!(
@@ -106,7 +106,7 @@ fn episode_row(e: &proto::Episode) -> Markup {
 pub async fn session(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<SessionQuery>,
+    Params(query): Params<SessionQuery>,
 ) -> Response {
     let crate::console::Visitor { conn, admin } = visitor!(console, headers);
     let csrf = csrf_token(&console, &headers);
@@ -193,7 +193,7 @@ pub struct TailQuery {
 pub async fn tail(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<TailQuery>,
+    Params(query): Params<TailQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let resume = headers
@@ -288,7 +288,7 @@ fn evicted_note(evicted: i64) -> Markup {
 pub async fn episode(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(query): Query<IdQuery>,
+    Params(query): Params<IdQuery>,
 ) -> Response {
     let conn = visitor!(console, headers).conn;
     let got = call!(
