@@ -205,6 +205,35 @@ async fn postgres_confines_each_transaction_to_its_tenant() {
         );
     }
 
+    // A call's rows live together: every key of a tenant table leads with
+    // the tenant, as sharding by tenant needs (README, "Past one
+    // Postgres"), but for the two tables keyed by a database-wide position.
+    let keys = sqlx::query(
+        "SELECT c.conrelid::regclass::text, c.contype::text, a.attname::text \
+         FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid \
+           AND a.attnum = c.conkey[1] \
+         WHERE c.contype IN ('p', 'f') AND c.connamespace = 'public'::regnamespace \
+         AND EXISTS (SELECT 1 FROM pg_attribute t WHERE t.attrelid = c.conrelid \
+           AND t.attname = 'tenant') \
+         ORDER BY 1, 2",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .expect("catalog");
+    let mut global = Vec::new();
+    for row in &keys {
+        let (table, kind, first): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        if first != "tenant" {
+            global.push(format!("{table} {kind} {first}"));
+        }
+    }
+    assert_eq!(
+        global,
+        ["embedding_outbox p id", "memory_changes p revision"],
+        "keys that do not lead with the tenant"
+    );
+    assert!(keys.len() > 20, "{} keys read", keys.len());
+
     server.shutdown();
     server.wait().await.expect("stops");
 }
