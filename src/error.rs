@@ -56,6 +56,7 @@ pub enum Reason {
     SourcesTooLarge,
     DatabaseUnavailable,
     DatabaseTimeout,
+    DatabaseFull,
     Internal,
 }
 
@@ -112,6 +113,7 @@ impl Reason {
             Reason::SourcesTooLarge => "SOURCES_TOO_LARGE",
             Reason::DatabaseUnavailable => "DATABASE_UNAVAILABLE",
             Reason::DatabaseTimeout => "DATABASE_TIMEOUT",
+            Reason::DatabaseFull => "DATABASE_FULL",
             Reason::Internal => "INTERNAL",
         }
     }
@@ -186,6 +188,19 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error and every source under it, for the log: an `Internal` error
+/// alone says only "internal error".
+pub fn report(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
 
 /// Refuses a text field of more than `most` bytes (`VALUE_TOO_LARGE`).
 pub fn refuse_over(field: &str, value: &str, most: usize) -> Result<()> {
@@ -269,5 +284,18 @@ impl Error {
             Error::Unavailable { .. } => Reason::DatabaseUnavailable,
             Error::Internal { .. } => Reason::Internal,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, report};
+
+    #[test]
+    fn a_report_names_every_source_under_the_error() {
+        let io = std::io::Error::other("database or disk is full");
+        let err = Error::internal(io);
+        assert_eq!(err.to_string(), "internal error");
+        assert_eq!(report(&err), "internal error: database or disk is full");
     }
 }

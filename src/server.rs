@@ -684,7 +684,7 @@ async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: 
         let writes = match store.search_writes().await {
             Ok(writes) => writes,
             Err(err) => {
-                tracing::warn!(error = %err, "cannot read the search tables' write count");
+                tracing::warn!(error = %crate::error::report(&err), "cannot read the search tables' write count");
                 continue;
             }
         };
@@ -705,7 +705,7 @@ async fn merge_search_pending<S: Store>(store: S, interval: Duration, shutdown: 
                 }
             }
             Err(err) => {
-                tracing::warn!(error = %err, "cannot merge the search indexes' pending lists")
+                tracing::warn!(error = %crate::error::report(&err), "cannot merge the search indexes' pending lists")
             }
         }
     }
@@ -722,7 +722,9 @@ async fn analyze_grown<S: Store>(store: S, interval: Duration, shutdown: Cancell
         match store.analyze_grown().await {
             Ok(0) => {}
             Ok(tables) => tracing::debug!(tables, "analyzed the tables that doubled"),
-            Err(err) => tracing::warn!(error = %err, "cannot analyze the tables that doubled"),
+            Err(err) => {
+                tracing::warn!(error = %crate::error::report(&err), "cannot analyze the tables that doubled")
+            }
         }
     }
 }
@@ -773,7 +775,9 @@ async fn watch_database<S: Store>(
             match store.prune_request_ids(before).await {
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned expired request ids"),
-                Err(err) => tracing::warn!(error = %err, "cannot prune expired request ids"),
+                Err(err) => {
+                    tracing::warn!(error = %crate::error::report(&err), "cannot prune expired request ids")
+                }
             }
             let before = chrono::Utc::now()
                 - chrono::Duration::from_std(config.change_retention)
@@ -781,13 +785,17 @@ async fn watch_database<S: Store>(
             match store.prune_changes(before).await {
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned old changes"),
-                Err(err) => tracing::warn!(error = %err, "cannot prune old changes"),
+                Err(err) => {
+                    tracing::warn!(error = %crate::error::report(&err), "cannot prune old changes")
+                }
             }
             let before = chrono::Utc::now() - crate::data::STALE_IMPORT_AFTER;
             match store.prune_imports(before).await {
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned lines of unfinished imports"),
-                Err(err) => tracing::warn!(error = %err, "cannot prune unfinished imports"),
+                Err(err) => {
+                    tracing::warn!(error = %crate::error::report(&err), "cannot prune unfinished imports")
+                }
             }
         }
     }

@@ -120,14 +120,16 @@ pub fn to_status(err: Error) -> Status {
             value,
             ..
         } => {
-            let details = ErrorDetails::with_error_info(
-                reason,
-                ERROR_DOMAIN,
-                [
+            // A full database names no setting of Engram's.
+            let metadata: std::collections::HashMap<String, String> = match limit {
+                "" => Default::default(),
+                limit => [
                     ("limit".to_owned(), limit.to_owned()),
                     ("value".to_owned(), value.to_string()),
-                ],
-            );
+                ]
+                .into(),
+            };
+            let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
             Status::with_error_details(Code::ResourceExhausted, message, details)
         }
         Error::AlreadyExists { message, .. } => {
@@ -149,7 +151,7 @@ pub fn to_status(err: Error) -> Status {
             Status::with_error_details(Code::Unavailable, message, details)
         }
         Error::Unavailable { source } => {
-            tracing::warn!(error = %source, "database unavailable");
+            tracing::warn!(error = %crate::error::report(&*source), "database unavailable");
             let mut details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, []);
             details.set_retry_info(Some(std::time::Duration::from_secs(1)));
             Status::with_error_details(
@@ -160,7 +162,7 @@ pub fn to_status(err: Error) -> Status {
         }
         Error::Internal { source } => {
             let correlation_id = uuid::Uuid::new_v4().to_string();
-            tracing::error!(%correlation_id, error = %source, "internal error");
+            tracing::error!(%correlation_id, error = %crate::error::report(&*source), "internal error");
             let details = ErrorDetails::with_error_info(
                 reason,
                 ERROR_DOMAIN,

@@ -28,7 +28,7 @@ pub async fn run<S: Store>(
     let mut ticks = Ticks::new(interval, shutdown.clone());
     while ticks.next().await {
         if let Err(err) = pass(&consolidation, &shutdown).await {
-            tracing::warn!(error = %err, "scheduled consolidation failed, retrying next tick");
+            tracing::warn!(error = %crate::error::report(&err), "scheduled consolidation failed, retrying next tick");
         }
     }
 }

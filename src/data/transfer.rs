@@ -269,7 +269,7 @@ impl<S: DataStore> Data<S> {
                 .discard_import(&ctx.tenant, import_id.as_str(), stale)
                 .await
             {
-                tracing::warn!(error = %err, "could not discard a failed import's staged lines");
+                tracing::warn!(error = %crate::error::report(&err), "could not discard a failed import's staged lines");
             }
         }
         outcome

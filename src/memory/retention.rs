@@ -168,7 +168,7 @@ pub async fn run<S: MemoryStore>(store: S, interval: Duration, shutdown: Cancell
     let mut ticks = Ticks::new(interval.min(LOOK_EVERY), shutdown.clone());
     while ticks.next().await {
         if let Err(err) = pass(&store, interval, &shutdown).await {
-            tracing::warn!(error = %err, "retention failed, retrying next tick");
+            tracing::warn!(error = %crate::error::report(&err), "retention failed, retrying next tick");
         }
     }
 }
@@ -201,7 +201,7 @@ async fn pass<S: MemoryStore>(
             Err(err) => tracing::warn!(
                 tenant = tenant.as_str(),
                 scope = retention.scope.name.as_str(),
-                error = %err,
+                error = %crate::error::report(&err),
                 "retention failed; it runs again next interval"
             ),
         }

@@ -153,7 +153,7 @@ impl<S: SearchStore + EmbeddingStore + SessionStore> Search<S> {
                     // The default mode keeps answering, by words, while the
                     // embedder is away; an explicit semantic search fails.
                     Err(err @ Error::DependencyUnavailable { .. }) => {
-                        tracing::warn!(error = %err, "hybrid search fell back to lexical");
+                        tracing::warn!(error = %crate::error::report(&err), "hybrid search fell back to lexical");
                         lexical
                     }
                     Err(err) => return Err(err),

@@ -113,7 +113,7 @@ impl<S: EmbeddingStore> Worker<S> {
                     let due = Utc::now() + backoff(attempts);
                     crate::metrics::global().embedder_failed();
                     tracing::warn!(
-                        error = %err,
+                        error = %crate::error::report(&err),
                         items = pending.len(),
                         attempts,
                         %due,

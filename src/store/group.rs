@@ -174,11 +174,31 @@ pub(super) fn shared_steps<K: PartialEq>(
 }
 
 /// The outcomes of a group whose commit failed: unknown (it may have
-/// committed), so every call hears so, and none is retried here.
+/// committed), so every call hears so, and none is retried here. A full
+/// database is the exception: it refused the commit, so nothing was
+/// written, and every call hears that as it is.
 pub(super) fn commit_failed<T>(err: &Error, n: usize) -> Vec<Result<T>> {
     (0..n)
         .map(|_| {
-            let source = format!("the commit of a group of writes failed: {err}").into();
+            if let Error::ResourceExhausted {
+                reason: crate::error::Reason::DatabaseFull,
+                message,
+                limit,
+                value,
+            } = err
+            {
+                return Err(Error::ResourceExhausted {
+                    reason: crate::error::Reason::DatabaseFull,
+                    message: message.clone(),
+                    limit,
+                    value: *value,
+                });
+            }
+            let source = format!(
+                "the commit of a group of writes failed: {}",
+                crate::error::report(err)
+            )
+            .into();
             Err(match err {
                 Error::Unavailable { .. } => Error::Unavailable { source },
                 _ => Error::Internal { source },

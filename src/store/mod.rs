@@ -205,6 +205,14 @@ const TRANSACTION_CONFLICTS: [&str; 2] = ["40P01", "40001"];
 /// `INTERNAL`.
 const DATABASE_TIMEOUTS: [&str; 2] = ["57014", "55P03"];
 
+/// The codes of a database whose storage is full: Postgres's `disk_full`
+/// (`53100`, a table or index that cannot grow) and SQLite's `SQLITE_FULL`
+/// (`13`, the file or its write-ahead log). The statement or transaction
+/// failed whole, and reads go on: the caller hears `RESOURCE_EXHAUSTED`,
+/// which a retry does not cure, not `UNAVAILABLE` or `INTERNAL`, and the
+/// log says why.
+const DATABASE_FULL: [&str; 2] = ["53100", "13"];
+
 fn database_error(err: &Error, is: impl Fn(&dyn sqlx::error::DatabaseError) -> bool) -> bool {
     matches!(err, Error::Internal { source }
     if source.downcast_ref::<sqlx::Error>().is_some_and(|err| {
@@ -226,6 +234,17 @@ impl From<sqlx::Error> for Error {
         // Also retryable: a pool with no connection to spare, insufficient
         // resources (53), SQLite's SQLITE_BUSY / SQLITE_LOCKED past the busy
         // timeout.
+        if DATABASE_FULL.contains(&code) {
+            tracing::error!(error = %err, "the database's storage is full");
+            return Error::ResourceExhausted {
+                reason: Reason::DatabaseFull,
+                message: "the database's storage is full and the call wrote nothing; free \
+                          space for the database, or purge what it need not keep, and retry"
+                    .to_owned(),
+                limit: "",
+                value: 0,
+            };
+        }
         let unavailable = connection_lost(&err)
             || matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
             || code.starts_with("53")

@@ -91,6 +91,19 @@ impl TestDb {
         }
     }
 
+    /// A fresh SQLite file in a directory of its own under `parent` (on a
+    /// filesystem a test means to fill, say).
+    pub fn sqlite_in(parent: &std::path::Path) -> TestDb {
+        let dir = tempfile::tempdir_in(parent).expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("engram.db").display());
+        TestDb {
+            backend: Backend::Sqlite,
+            url,
+            _dir: Some(dir),
+            pg_name: None,
+        }
+    }
+
     /// A fresh Postgres database whose text is classified by `locale`
     /// (its `LC_CTYPE` and `LC_COLLATE`), which the operating system must
     /// have (`scripts/test` makes `tr_TR.UTF-8` with `localedef`).

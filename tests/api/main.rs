@@ -10,6 +10,7 @@ mod compaction_races;
 mod console;
 mod consolidation;
 mod consolidation_races;
+mod database_full;
 mod embedding_races;
 mod forget;
 mod helpers;

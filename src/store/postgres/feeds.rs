@@ -238,7 +238,7 @@ async fn wait_settled(pool: &Pool, settles: &Settles, feed: Feed, fence: &str) -
                 Err(err) if insufficient_privilege(&err) => {
                     if !settles.refused.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
-                            error = %err,
+                            error = %crate::error::report(&err),
                             "cannot see which transactions run in this database; \
                              watches and tails now wait for every long transaction on the cluster"
                         );
@@ -368,16 +368,20 @@ async fn run_horizon(
             match PgListener::connect_with(&listen).await {
                 Ok(mut fresh) => match fresh.listen(channel).await {
                     Ok(()) => listener = Some(fresh),
-                    Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
+                    Err(err) => {
+                        tracing::warn!(error = %crate::error::report(&err), "cannot LISTEN for changes, polling")
+                    }
                 },
-                Err(err) => tracing::warn!(error = %err, "cannot LISTEN for changes, polling"),
+                Err(err) => {
+                    tracing::warn!(error = %crate::error::report(&err), "cannot LISTEN for changes, polling")
+                }
             }
         }
         match &mut listener {
             Some(active) => {
                 tokio::select! {
                     received = active.try_recv() => if let Err(err) = received {
-                        tracing::warn!(error = %err, "change listener lost, reconnecting");
+                        tracing::warn!(error = %crate::error::report(&err), "change listener lost, reconnecting");
                         listener = None;
                     },
                     () = tokio::time::sleep(HORIZON_POLL) => {}
@@ -403,7 +407,9 @@ async fn run_horizon(
                 sender.send_replace(horizon);
             }
             Ok(_) => {}
-            Err(err) => tracing::warn!(error = %err, "cannot advance the change horizon"),
+            Err(err) => {
+                tracing::warn!(error = %crate::error::report(&err), "cannot advance the change horizon")
+            }
         }
     }
 }

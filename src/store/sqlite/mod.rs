@@ -200,6 +200,21 @@ pub struct SqliteStore {
     appends: Option<Group<super::sessions::OwnedAppend, crate::sessions::ports::Appended>>,
 }
 
+/// Whether a pooled connection comes back still counting a transaction,
+/// which it can never leave: the next `BEGIN` on it fails. sqlx counts a
+/// transaction until its `COMMIT` or `ROLLBACK` succeeds, but SQLite rolls
+/// a transaction back by itself on some errors (a full disk at `COMMIT`,
+/// `SQLITE_FULL`), after which its `ROLLBACK` fails too. Such a connection
+/// is closed and another opened in its place; before this, a full disk
+/// left the writer refusing every write until the server restarted, even
+/// once space was freed. (The pool sends a ping on release, which the
+/// connection's thread runs after the rollback queued before it, so the
+/// count read here is the one that rollback left.)
+fn stuck_in_transaction(conn: &sqlx::SqliteConnection) -> bool {
+    use sqlx::Connection;
+    conn.is_in_transaction()
+}
+
 impl SqliteStore {
     /// A pool on a SQLite file whose connections are set up as the
     /// store's are (the FTS5 function and tokenizer that its triggers and
@@ -241,13 +256,19 @@ impl SqliteStore {
                 .acquire_timeout(options.acquire_timeout)
                 .after_connect(|conn, _| Box::pin(fts::register(conn)))
         };
-        let writer = pool(1).connect_with(connect.clone()).await?;
+        let writer = pool(1)
+            .before_acquire(|conn, _| {
+                let stuck = stuck_in_transaction(conn);
+                Box::pin(async move { Ok(!stuck) })
+            })
+            .connect_with(connect.clone())
+            .await?;
         let analyzed = Arc::new(statistics::Analyzed::new());
         let reader = pool(options.max_connections.max(1))
             .before_acquire({
                 let analyzed = analyzed.clone();
-                move |_, meta| {
-                    let current = !analyzed.is_older(meta.age);
+                move |conn, meta| {
+                    let current = !analyzed.is_older(meta.age) && !stuck_in_transaction(conn);
                     Box::pin(async move { Ok(current) })
                 }
             })
