@@ -162,6 +162,19 @@ fn connection_lost(err: &sqlx::Error) -> bool {
     }
 }
 
+/// Whether an error says the database refused a write as read-only
+/// (`25006`): Engram's own reads never write, so its database is a
+/// standby (after a failover, while the address still names the old
+/// primary) or was set `default_transaction_read_only` by an operator. The
+/// call hears `UNAVAILABLE` (retry), and the Postgres pool reopens its
+/// connections.
+fn read_only_server(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some(READ_ONLY))
+}
+
+/// Postgres's `read_only_sql_transaction`.
+const READ_ONLY: &str = "25006";
+
 /// Whether a store error is a unique key's violation: a row written by
 /// another transaction between a read that found none and the insert.
 pub(crate) fn unique_violation(err: &Error) -> bool {
@@ -246,6 +259,7 @@ impl From<sqlx::Error> for Error {
             };
         }
         let unavailable = connection_lost(&err)
+            || read_only_server(&err)
             || matches!(err, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
             || code.starts_with("53")
             || code == "5"

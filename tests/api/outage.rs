@@ -158,3 +158,76 @@ pub async fn http_status(addr: std::net::SocketAddr, path: &str) -> u16 {
         .and_then(|code| code.parse().ok())
         .expect("status line")
 }
+
+fn get_k() -> GetRequest {
+    GetRequest {
+        scope_type: ScopeType::Namespace as i32,
+        scope: "outage".to_owned(),
+        key: "k".to_owned(),
+        version: 0,
+        as_of: None,
+    }
+}
+
+/// After a failover the database's address may still lead to the old
+/// primary, now a read-only standby (here: the database made read-only
+/// and every connection to it ended, as a demotion's restart ends them).
+/// Writes there answer `UNAVAILABLE` (retry), not `INTERNAL`, reads go
+/// on, and once the address leads to a writable server again the very
+/// next write succeeds: the pool reopens its connections instead of
+/// keeping the read-only ones until their lifetime ends (30 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_after_a_failover_to_a_read_only_server_retry_then_resume() {
+    let server = TestServer::spawn(Backend::Postgres).await;
+    let mut memory = server.memory();
+    memory.set(set(1)).await.expect("write before");
+
+    let mut owner = server.db_connection("the owner").await;
+    let demote = [
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', \
+         current_database()); END $$",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    ];
+    for statement in demote {
+        sqlx::query(statement)
+            .execute(&mut owner)
+            .await
+            .expect("demote");
+    }
+    // The ended connections fail a call or two while the pool notices;
+    // then it reads through new, read-only sessions.
+    let mut read = None;
+    for _ in 0..10 {
+        match memory.get(get_k()).await {
+            Ok(reply) => {
+                read = Some(reply.into_inner());
+                break;
+            }
+            Err(err) => assert_eq!(err.code(), Code::Unavailable, "{err:?}"),
+        }
+    }
+    let read = read.expect("reads go on against a read-only server");
+    assert_eq!(read.entry.expect("entry").version, 1);
+    let err = memory.set(set(2)).await.expect_err("a read-only server");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::Unavailable, "DATABASE_UNAVAILABLE"),
+        "{err:?}"
+    );
+
+    sqlx::query(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I RESET default_transaction_read_only', \
+         current_database()); END $$",
+    )
+    .execute(&mut owner)
+    .await
+    .expect("promote");
+    let written = memory
+        .set(set(3))
+        .await
+        .expect("the first write once the server is writable")
+        .into_inner();
+    assert_eq!(written.entry.expect("entry").version, 2);
+    server.stop().await;
+}

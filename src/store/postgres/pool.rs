@@ -87,6 +87,13 @@ struct Shared {
     leased: AtomicU32,
     returned: Notify,
     closed: AtomicBool,
+    /// Bumped whenever a statement met a read-only server (`25006`): after
+    /// a failover, pooled connections may still talk to the old primary,
+    /// now a standby, and would refuse every write until their lifetime
+    /// ran out. A connection opened in an older generation is closed
+    /// instead of being used again, so the next ones resolve the
+    /// database's address anew.
+    generation: AtomicU64,
 }
 
 struct Idle {
@@ -109,6 +116,7 @@ struct Conn {
     tenant: Option<Box<str>>,
     born: Instant,
     epoch: u64,
+    generation: u64,
     _counted: Counted,
 }
 
@@ -151,6 +159,7 @@ impl Pool {
             leased: AtomicU32::new(0),
             returned: Notify::new(),
             closed: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
         }));
         let first = pool.open_connection(Kind::Tenant).await?;
         pool.put(first);
@@ -160,6 +169,27 @@ impl Pool {
     /// The most connections open at once: the tenants' and the server's own.
     pub(super) fn max(&self) -> u32 {
         self.0.max + SYSTEM_CONNECTIONS as u32
+    }
+
+    /// Notes an error ([`observe`]); one that says the server is
+    /// read-only retires every connection open now (see
+    /// `Shared::generation`).
+    fn observe(&self, err: &sqlx::Error) {
+        observe(err);
+        if super::super::read_only_server(err) {
+            let retired = self.0.generation.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                generation = retired,
+                "the database refused a statement as read-only (a standby after a failover?); \
+                 reopening every pooled connection"
+            );
+        }
+    }
+
+    /// Whether a connection was opened before the server last turned out
+    /// read-only.
+    fn retired(&self, conn: &Conn) -> bool {
+        conn.generation != self.0.generation.load(Ordering::Relaxed)
     }
 
     pub(super) fn open(&self) -> u32 {
@@ -185,7 +215,7 @@ impl Pool {
                 .bind(tenant.as_str())
                 .execute(&mut conn.raw)
                 .await
-                .inspect_err(observe)?;
+                .inspect_err(|err| self.observe(err))?;
             conn.tenant = Some(tenant.as_str().into());
         }
         Ok(lease)
@@ -215,7 +245,7 @@ impl Pool {
             .raw
             .execute(statement)
             .await
-            .inspect_err(observe)?;
+            .inspect_err(|err| self.observe(err))?;
         Ok(lease)
     }
 
@@ -297,7 +327,10 @@ impl Pool {
                 let conn = self.open_connection(kind).await?;
                 return Ok(self.lease(conn, permit));
             };
-            if conn.born.elapsed() > MAX_LIFETIME || since.elapsed() > IDLE_TIMEOUT {
+            if conn.born.elapsed() > MAX_LIFETIME
+                || since.elapsed() > IDLE_TIMEOUT
+                || self.retired(&conn)
+            {
                 close(conn);
                 continue;
             }
@@ -353,6 +386,7 @@ impl Pool {
             tenant,
             born: Instant::now(),
             epoch: EPOCH.load(Ordering::Relaxed),
+            generation: self.0.generation.load(Ordering::Relaxed),
             _counted: Counted(Arc::clone(&self.0.open)),
         })
     }
@@ -368,9 +402,12 @@ impl Pool {
     }
 
     /// Takes a connection back into the idle list of its kind (or closes it
-    /// when it is old or the pool is closing).
+    /// when it is old or retired, or the pool is closing).
     fn put(&self, conn: Conn) {
-        if conn.born.elapsed() > MAX_LIFETIME || self.0.closed.load(Ordering::SeqCst) {
+        if conn.born.elapsed() > MAX_LIFETIME
+            || self.retired(&conn)
+            || self.0.closed.load(Ordering::SeqCst)
+        {
             close(conn);
             return;
         }
@@ -453,6 +490,16 @@ impl Lease {
         &mut self.conn_mut().raw
     }
 
+    /// The connection and its pool, borrowed apart: what a statement
+    /// runs on, and where its errors are noted.
+    fn parts(&mut self) -> (&mut PgConnection, &Pool) {
+        let conn = self
+            .conn
+            .as_mut()
+            .expect("a lease holds its connection until it is dropped");
+        (&mut conn.raw, &self.pool)
+    }
+
     /// Commits the transaction this lease began.
     pub(super) async fn commit(self) -> Result<()> {
         self.end("COMMIT").await
@@ -465,11 +512,10 @@ impl Lease {
     }
 
     async fn end(mut self, statement: &'static str) -> Result<()> {
-        self.conn_mut()
-            .raw
-            .execute(statement)
+        let (raw, pool) = self.parts();
+        raw.execute(statement)
             .await
-            .inspect_err(observe)?;
+            .inspect_err(|err| pool.observe(err))?;
         self.in_transaction = false;
         Ok(())
     }
@@ -572,7 +618,12 @@ impl<'c> Executor<'c> for &'c mut Lease {
         E: 'q + Execute<'q, Postgres>,
     {
         match Checked::of(query) {
-            Ok(query) => self.raw().fetch_many(query).inspect_err(observe).boxed(),
+            Ok(query) => {
+                let (raw, pool) = self.parts();
+                raw.fetch_many(query)
+                    .inspect_err(|err| pool.observe(err))
+                    .boxed()
+            }
             Err(err) => futures::stream::once(async move { Err(err) }).boxed(),
         }
     }
@@ -586,11 +637,12 @@ impl<'c> Executor<'c> for &'c mut Lease {
         E: 'q + Execute<'q, Postgres>,
     {
         match Checked::of(query) {
-            Ok(query) => self
-                .raw()
-                .fetch_optional(query)
-                .inspect_err(observe)
-                .boxed(),
+            Ok(query) => {
+                let (raw, pool) = self.parts();
+                raw.fetch_optional(query)
+                    .inspect_err(|err| pool.observe(err))
+                    .boxed()
+            }
             Err(err) => futures::future::ready(Err(err)).boxed(),
         }
     }
