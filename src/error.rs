@@ -195,8 +195,12 @@ pub fn report(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        // sqlx's database error shows its source's text as its own.
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
         source = cause.source();
     }
     text
@@ -297,5 +301,24 @@ mod tests {
         let err = Error::internal(io);
         assert_eq!(err.to_string(), "internal error");
         assert_eq!(report(&err), "internal error: database or disk is full");
+        let wrapped = Error::internal(Wrapper(std::io::Error::other("locked")));
+        assert_eq!(report(&wrapped), "internal error: locked");
+    }
+
+    /// An error that shows its source's text as its own, as sqlx's
+    /// database error does.
+    #[derive(Debug)]
+    struct Wrapper(std::io::Error);
+
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.0.fmt(f)
+        }
+    }
+
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
     }
 }

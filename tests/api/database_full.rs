@@ -12,7 +12,10 @@
 //! write failed until the server restarted. Only this test may use that
 //! filesystem. On Postgres a table that cannot grow raises `disk_full`
 //! (`53100`); a real one needs a tablespace on the database server's own
-//! disk, so the test raises that error from a trigger instead.
+//! disk, so the test raises that error from a trigger instead. (By hand,
+//! on 2026-11-30, a database in a tablespace on a 24 MiB tmpfs answered
+//! the same: `DATABASE_FULL` once it filled, reads on, and the next write
+//! stored once the filesystem grew.)
 
 use std::collections::BTreeMap;
 use std::io::Write;
