@@ -93,3 +93,8 @@ upgrades do not change it), else made now.
 {{- include "engram.env" . }}
 {{- end }}
 {{- end -}}
+
+{{/* The embedded store's claim: the one given, or the chart's own. */}}
+{{- define "engram.dataClaim" -}}
+{{- default (printf "%s-data" (include "engram.fullname" .)) .Values.persistence.existingClaim -}}
+{{- end -}}
