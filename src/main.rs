@@ -30,6 +30,9 @@ enum Command {
     /// or under another model), with progress on stderr. Needs the database
     /// and the embedder settings the server has; servers may keep running
     Reembed(ConfigArgs),
+    /// Copy the embedded SQLite store (--database-url) to a new file
+    /// (--to), consistent and checked, while a server may keep serving it
+    Backup(BackupArgs),
     /// Scoped memory on a running server: scopes, list, get, set, delete,
     /// history, rollback, fork, purge, purge-scope, compact, retention, retention-get,
     /// retention-apply, log, reindex, watch. Exit codes: 0 ok,
@@ -94,6 +97,7 @@ async fn main() -> ExitCode {
         Command::Serve(args) => serve(args).await,
         Command::Migrate(args) => migrate(args).await,
         Command::Reembed(args) => reembed(args).await,
+        Command::Backup(args) => backup(args).await,
         Command::Memory(command) => return client_exit(command.run().await),
         Command::Sessions(command) => return client_exit(command.run().await),
         Command::Episodes(command) => return client_exit(command.run().await),
@@ -157,6 +161,31 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let _telemetry = engram::telemetry::init(config.log_format)?;
     engram::server::migrate(&config, args.grant_to.as_deref()).await?;
     tracing::info!(database = %config.database_url, grant_to = ?args.grant_to, "migrations applied");
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+struct BackupArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+
+    /// The new file to write the copy to (it must not exist); start a
+    /// server on it with --database-url sqlite://FILE to restore
+    #[arg(long, value_name = "FILE")]
+    to: std::path::PathBuf,
+}
+
+async fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config)?;
+    let started = std::time::Instant::now();
+    let copied = engram::server::backup(&config, &args.to).await?;
+    eprintln!(
+        "engram backup: {} copied to {} ({:.1} MiB in {:.1} s, checked)",
+        config.database_url,
+        args.to.display(),
+        copied.bytes as f64 / (1024.0 * 1024.0),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -94,7 +94,6 @@ impl RunningServer {
     }
 }
 
-/// Opens the store the URL names and runs the migrations.
 /// Opens the store the URL names and runs the migrations; on Postgres,
 /// then grants `grant_to` the use of the tables.
 pub async fn migrate(config: &Config, grant_to: Option<&str>) -> anyhow::Result<()> {
@@ -119,6 +118,20 @@ pub async fn migrate(config: &Config, grant_to: Option<&str>) -> anyhow::Result<
         }
     }
     Ok(())
+}
+
+/// Copies the embedded store to a new file `to` while it may be serving
+/// (see [`crate::store::sqlite_backup`]). A Postgres database is backed
+/// up by Postgres's own means.
+pub async fn backup(config: &Config, to: &std::path::Path) -> anyhow::Result<crate::store::Copied> {
+    if backend(config)? == Backend::Postgres {
+        anyhow::bail!(
+            "backup copies the embedded SQLite store; back up Postgres with its own tools \
+             (pg_dump, base backups, or the managed service's snapshots), or use `engram \
+             export` for a portable copy of a tenant"
+        );
+    }
+    Ok(crate::store::sqlite_backup(config.database_url.expose(), to).await?)
 }
 
 /// Embeds the live items with no vector of the configured embedder's model

@@ -106,6 +106,7 @@ pub(crate) mod pg_statements {
         super::sessions::recent_row_bytes(limit)
     }
 }
+pub use sqlite::backup::{Copied, backup as sqlite_backup};
 pub use sqlite::{SqliteStore, SqliteSynchronous};
 
 /// Settings shared by both backends.

@@ -91,6 +91,17 @@ impl TestDb {
         }
     }
 
+    /// The SQLite file at `path`, made by the test (a backup, say), which
+    /// the test removes.
+    pub fn sqlite_file(path: &std::path::Path) -> TestDb {
+        TestDb {
+            backend: Backend::Sqlite,
+            url: format!("sqlite://{}", path.display()),
+            _dir: None,
+            pg_name: None,
+        }
+    }
+
     /// A fresh SQLite file in a directory of its own under `parent` (on a
     /// filesystem a test means to fill, say).
     pub fn sqlite_in(parent: &std::path::Path) -> TestDb {

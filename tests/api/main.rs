@@ -3,6 +3,7 @@
 //! ENGRAM_TEST_DATABASE_URL points at a server) and a real server on port 0.
 
 mod auth;
+mod backup;
 mod bench;
 mod binary;
 mod cli;

@@ -18,6 +18,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
 use tokio::sync::watch;
 
+pub mod backup;
 mod fts;
 mod run;
 mod search;
