@@ -189,13 +189,16 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// An error and every source under it, for the log: an `Internal` error
-/// alone says only "internal error".
-pub fn report(err: &(dyn std::error::Error + 'static)) -> String {
+/// An error and every source under it, `: `-separated, for the log (an
+/// `Internal` error alone says only "internal error") and the CLI (tonic
+/// says only "transport error"). Not anyhow's `{:#}`: sqlx's and hyper's
+/// errors repeat their cause's words, which it then prints twice ("tcp
+/// connect error: tcp connect error: Connection refused"), so a cause
+/// whose words end the text so far is left out.
+pub fn report(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
-        // sqlx's database error shows its source's text as its own.
         let cause_text = cause.to_string();
         if !text.ends_with(&cause_text) {
             text.push_str(": ");

@@ -268,29 +268,14 @@ pub async fn connect_channel(client: &ConnectArgs) -> CliResult<Channel> {
             .map_err(|err| CliError::usage(format!("bad TLS settings: {err}")))?;
     }
     endpoint.connect().await.map_err(|err| CliError {
-        message: format!("cannot reach the server at {server}: {}", causes(&err)),
+        // tonic says only "transport error"; the cause a person can act
+        // on ("Connection refused", a certificate not trusted) is below.
+        message: format!(
+            "cannot reach the server at {server}: {}",
+            crate::error::report(&err)
+        ),
         code: exit::UNAVAILABLE,
     })
-}
-
-/// An error with the errors under it, `: `-separated: tonic says only
-/// "transport error", and the cause a person can act on ("Connection
-/// refused", a certificate not trusted) is further down. Not anyhow's
-/// `{:#}`: hyper's errors repeat their cause's words, which it then
-/// printed twice ("tcp connect error: tcp connect error: Connection
-/// refused"); a cause whose words end the text so far is left out.
-fn causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut under = err.source();
-    while let Some(cause) = under {
-        let said = cause.to_string();
-        if !text.ends_with(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        under = cause.source();
-    }
-    text
 }
 
 /// A progress line on stderr for long operations, only when a person is
