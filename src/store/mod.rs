@@ -107,7 +107,7 @@ pub(crate) mod pg_statements {
     }
 }
 pub use sqlite::backup::{Copied, backup as sqlite_backup};
-pub use sqlite::{SqliteStore, SqliteSynchronous};
+pub use sqlite::{SqliteStore, SqliteSynchronous, WAL_LIMIT_BYTES};
 
 /// Settings shared by both backends.
 #[derive(Debug, Clone)]

@@ -38,6 +38,7 @@ mod search_reading;
 mod search_vectors;
 mod semantic;
 mod sessions_api;
+mod sqlite_wal;
 
 mod store_conformance;
 mod summarizer_http;

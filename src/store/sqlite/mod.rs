@@ -201,6 +201,14 @@ pub struct SqliteStore {
     appends: Option<Group<super::sessions::OwnedAppend, crate::sessions::ports::Appended>>,
 }
 
+/// The size the write-ahead log is cut back to when it starts over after a
+/// checkpoint. SQLite reuses the file rather than truncate it, so without
+/// a limit one large transaction (an import, a purge, a fork) left it at
+/// its largest for as long as the server ran: 139 MB beside a 171 MB
+/// database after importing 120,000 versions, where a checkpoint cycle
+/// needs about 4 MB (1,000 pages).
+pub const WAL_LIMIT_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Whether a pooled connection comes back still counting a transaction,
 /// which it can never leave: the next `BEGIN` on it fails. sqlx counts a
 /// transaction until its `COMMIT` or `ROLLBACK` succeeds, but SQLite rolls
@@ -249,7 +257,8 @@ impl SqliteStore {
             })
             .busy_timeout(options.acquire_timeout)
             .foreign_keys(true)
-            .pragma("analysis_limit", statistics::ANALYSIS_LIMIT.to_string());
+            .pragma("analysis_limit", statistics::ANALYSIS_LIMIT.to_string())
+            .pragma("journal_size_limit", WAL_LIMIT_BYTES.to_string());
         // Every connection gets the FTS5 function search scores with.
         let pool = |max: u32| {
             SqlitePoolOptions::new()
