@@ -83,7 +83,9 @@ pub(crate) fn get(key: &str) -> GetRequest {
     }
 }
 
-fn append(id: &str) -> AppendEpisodeRequest {
+/// An append of episode `id` to session `s1` of app `app` and user `u`,
+/// made by the first.
+pub(crate) fn append(id: &str) -> AppendEpisodeRequest {
     AppendEpisodeRequest {
         session_id: "s1".into(),
         app: "app".into(),

@@ -22,13 +22,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use engram::api::convert::{json_from_proto, json_to_proto};
-use engram::proto::{
-    AppendEpisodeRequest, GetRequest, HistoryRequest, NewEpisode, ScopeType, SetRequest,
-};
+use engram::proto::{GetRequest, HistoryRequest, ScopeType, SetRequest};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
+use crate::auth::append;
 use crate::helpers::{Backend, TestDb, TestServer, reason};
 
 /// Concurrent writers, each on a key of its own, so that the server
@@ -73,21 +72,6 @@ fn set(key: &str, value: &Value) -> SetRequest {
         key: key.to_owned(),
         value: Some(json_to_proto(value)),
         ..SetRequest::default()
-    }
-}
-
-fn append(id: &str) -> AppendEpisodeRequest {
-    AppendEpisodeRequest {
-        session_id: "s1".into(),
-        app: "app".into(),
-        user: "u".into(),
-        episode: Some(NewEpisode {
-            id: id.into(),
-            r#type: "user_message".into(),
-            content: Some(json_to_proto(&json!(id))),
-            ..NewEpisode::default()
-        }),
-        require_session: false,
     }
 }
 
