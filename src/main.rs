@@ -169,20 +169,51 @@ struct BackupArgs {
     #[command(flatten)]
     config: ConfigArgs,
 
-    /// The new file to write the copy to (it must not exist); start a
-    /// server on it with --database-url sqlite://FILE to restore
+    /// The new file to write the copy to (it must not exist), or `-` for
+    /// standard output (made in the temporary directory first); start a
+    /// server on the copy with --database-url sqlite://FILE to restore
     #[arg(long, value_name = "FILE")]
     to: std::path::PathBuf,
 }
 
 async fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
     let config = Config::load(args.config)?;
     let started = std::time::Instant::now();
-    let copied = engram::server::backup(&config, &args.to).await?;
+    let to_stdout = args.to.as_os_str() == "-";
+    anyhow::ensure!(
+        !(to_stdout && std::io::stdout().is_terminal()),
+        "refusing to write a database to a terminal: redirect standard output to a file"
+    );
+    // `-` streams a copy made beside the other temporary files: the way
+    // out of a container whose image has no shell, cat or tar
+    // (`kubectl exec … -- engram backup --to - > engram.db`).
+    let path = match to_stdout {
+        true => std::env::temp_dir().join(format!("engram-backup-{}.db", uuid::Uuid::new_v4())),
+        false => args.to.clone(),
+    };
+    let copied = engram::server::backup(&config, &path).await;
+    let copied = match (copied, to_stdout) {
+        (Ok(copied), true) => {
+            let streamed = std::fs::File::open(&path).and_then(|mut file| {
+                let mut out = std::io::stdout().lock();
+                std::io::copy(&mut file, &mut out)?;
+                out.flush()
+            });
+            let _ = std::fs::remove_file(&path);
+            streamed
+                .map(|()| copied)
+                .map_err(|err| anyhow::anyhow!("cannot write the copy to standard output: {err}"))
+        }
+        (copied, _) => copied,
+    }?;
     eprintln!(
         "engram backup: {} copied to {} ({:.1} MiB in {:.1} s, checked)",
         config.database_url,
-        args.to.display(),
+        match to_stdout {
+            true => "standard output".to_owned(),
+            false => args.to.display().to_string(),
+        },
         copied.bytes as f64 / (1024.0 * 1024.0),
         started.elapsed().as_secs_f64()
     );

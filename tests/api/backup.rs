@@ -29,18 +29,22 @@ fn set(key: &str, value: i64) -> SetRequest {
 
 /// `engram backup` of `url` to `to`: whether it succeeded, and its stderr.
 async fn backup(url: &str, to: &Path) -> (bool, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+    let out = run_backup(url, to).await;
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn run_backup(url: &str, to: &Path) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_engram"))
         .args(["backup", "--database-url", url, "--to"])
         .arg(to)
         .env_remove("ENGRAM_DATABASE_URL")
         .env_remove("ENGRAM_CONFIG")
         .output()
         .await
-        .expect("run engram backup");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .expect("run engram backup")
 }
 
 /// Each key's newest acknowledged version.
@@ -142,6 +146,19 @@ async fn a_backup_taken_while_writes_go_on_holds_every_write_acknowledged_before
         .set(set("after", 1))
         .await
         .expect("the copy takes writes");
+
+    // To standard output, the way out of a container with no shell.
+    let out = run_backup(&server.db.url, Path::new("-")).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let streamed = dir.path().join("streamed.db");
+    std::fs::write(&streamed, &out.stdout).expect("keep the streamed copy");
+    let restored = TestServer::start(TestDb::sqlite_file(&streamed), |_| {}).await;
+    let hits = search(&restored, memory_query("deployment")).await;
+    assert_eq!(hits.len(), 1, "the streamed copy works: {hits:?}");
 
     // Nothing is written over, and Postgres is not this tool's.
     let (ok, stderr) = backup(&server.db.url, &copy).await;
