@@ -30,8 +30,9 @@ enum Command {
     /// or under another model), with progress on stderr. Needs the database
     /// and the embedder settings the server has; servers may keep running
     Reembed(ConfigArgs),
-    /// Copy the embedded SQLite store (--database-url) to a new file
-    /// (--to), consistent and checked, while a server may keep serving it
+    /// Copy the embedded SQLite store (--database-url) to a new file (--to;
+    /// `-` for standard output), consistent and checked, while a server may
+    /// keep serving it
     Backup(BackupArgs),
     /// Scoped memory on a running server: scopes, list, get, set, delete,
     /// history, rollback, fork, purge, purge-scope, compact, retention, retention-get,
