@@ -10,11 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use engram::api::convert::{json_from_proto, json_to_proto};
-use engram::proto::{GetRequest, HistoryRequest, ScopeType, SetRequest};
+use engram::proto::{GetRequest, ScopeType, SetRequest};
 use serde_json::json;
-use tokio_stream::StreamExt;
 
-use crate::helpers::{Backend, TestDb, TestServer};
+use crate::helpers::{Backend, TestDb, TestServer, history_entries};
 use crate::search::{memory_query, search};
 
 fn set(key: &str, value: i64) -> SetRequest {
@@ -114,19 +113,8 @@ async fn a_backup_taken_while_writes_go_on_holds_every_write_acknowledged_before
     let restored = TestServer::start(TestDb::sqlite_file(&copy), |_| {}).await;
     let mut memory = restored.memory();
     for (key, version) in &before {
-        let mut stream = memory
-            .history(HistoryRequest {
-                scope_type: ScopeType::Namespace as i32,
-                scope: "backed".to_owned(),
-                key: key.clone(),
-                from_version: 0,
-            })
-            .await
-            .expect("history")
-            .into_inner();
         let mut versions = Vec::new();
-        while let Some(reply) = stream.next().await {
-            let entry = reply.expect("a version").entry.expect("entry");
+        for entry in history_entries(&mut memory, ScopeType::Namespace, "backed", key).await {
             let value = json_from_proto(entry.value.expect("value")).expect("JSON");
             assert!(value.is_i64(), "{key}: {value}");
             versions.push(entry.version);

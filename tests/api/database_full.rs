@@ -22,13 +22,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use engram::api::convert::{json_from_proto, json_to_proto};
-use engram::proto::{GetRequest, HistoryRequest, ScopeType, SetRequest};
+use engram::proto::{GetRequest, ScopeType, SetRequest};
 use serde_json::{Value, json};
-use tokio_stream::StreamExt;
 use tonic::Code;
 
 use crate::auth::append;
-use crate::helpers::{Backend, TestDb, TestServer, reason};
+use crate::helpers::{Backend, TestDb, TestServer, history_entries, reason};
 
 /// Concurrent writers, each on a key of its own, so that the server
 /// commits their sets in groups.
@@ -125,21 +124,13 @@ async fn write_until_full(server: &TestServer, acknowledged: &mut Acknowledged) 
 async fn assert_kept(server: &TestServer, acknowledged: &Acknowledged) {
     let mut memory = server.memory();
     for (key, values) in acknowledged {
-        let mut stream = memory
-            .history(HistoryRequest {
-                scope_type: ScopeType::Namespace as i32,
-                scope: "full".to_owned(),
-                key: key.clone(),
-                from_version: 0,
-            })
-            .await
-            .expect("history")
-            .into_inner();
-        let mut stored = Vec::new();
-        while let Some(reply) = stream.next().await {
-            let entry = reply.expect("a version").entry.expect("entry");
-            stored.push(json_from_proto(entry.value.expect("value")).expect("JSON"));
-        }
+        let mut stored: Vec<Value> =
+            history_entries(&mut memory, ScopeType::Namespace, "full", key)
+                .await
+                .into_iter()
+                .map(|entry| json_from_proto(entry.value.expect("value")).expect("JSON"))
+                .collect();
+        stored.reverse();
         assert!(
             stored == *values,
             "{key}: {} versions stored, {} acknowledged",

@@ -373,6 +373,31 @@ impl Drop for TestServer {
 }
 
 /// A GET with a real HTTP/1.1 client; the status and the JSON body.
+/// Every kept version of a key, newest first, as `History` streams them.
+pub async fn history_entries(
+    memory: &mut MemoryServiceClient<Channel>,
+    scope_type: engram::proto::ScopeType,
+    scope: &str,
+    key: &str,
+) -> Vec<engram::proto::MemoryEntry> {
+    use tokio_stream::StreamExt;
+    let mut stream = memory
+        .history(engram::proto::HistoryRequest {
+            scope_type: scope_type as i32,
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            from_version: 0,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("history of {scope}/{key}: {status:?}"))
+        .into_inner();
+    let mut entries = Vec::new();
+    while let Some(reply) = stream.next().await {
+        entries.push(reply.expect("a version").entry.expect("entry"));
+    }
+    entries
+}
+
 pub async fn http_get_json(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
     http_get_json_as(addr, path, None).await
 }
