@@ -4,7 +4,8 @@
 // The generated stubs for every service live in the engramv1 package and
 // are fields of Client. This package adds what every caller needs: bearer
 // tokens and caller context on every call, errors that carry the server's
-// stable reason (see AsError), and tail and watch iterators that resume
+// stable reason (see AsError), retries of idempotent calls after
+// UNAVAILABLE (see WithRetries), and tail and watch iterators that resume
 // from the last cursor or revision after a disconnect (see Client.Tail and
 // Client.Watch).
 package engram
@@ -38,10 +39,12 @@ type CallerContext struct {
 }
 
 type options struct {
-	token   string
-	tls     *tls.Config
-	caller  CallerContext
-	dialing []grpc.DialOption
+	token        string
+	tls          *tls.Config
+	caller       CallerContext
+	dialing      []grpc.DialOption
+	retries      int
+	observeRetry func(Retry)
 }
 
 // Option configures a Client.
@@ -78,7 +81,7 @@ type Client struct {
 
 // New connects to target ("host:port"); the connection is made lazily.
 func New(target string, opts ...Option) (*Client, error) {
-	var o options
+	o := options{retries: DefaultRetries}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -110,7 +113,7 @@ func New(target string, opts ...Option) (*Client, error) {
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
 			cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 			return invoker(withMetadata(ctx), method, req, reply, cc, callOpts...)
-		}),
+		}, retrying(&o)),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc,
 			cc *grpc.ClientConn, method string, streamer grpc.Streamer,
 			callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -217,14 +220,16 @@ func (c *Client) Import(ctx context.Context, r io.Reader) (*engramv1.ImportRespo
 func (c *Client) Close() error { return c.conn.Close() }
 
 // Error is a failed call with the details the server attached: the stable
-// Reason (VERSION_MISMATCH, KEY_NOT_FOUND, ...), the ErrorInfo metadata and
-// the invalid request fields.
+// Reason (VERSION_MISMATCH, KEY_NOT_FOUND, ...), the ErrorInfo metadata,
+// the invalid request fields, and how long the server asks a retry to wait
+// (RetryInfo; 0 when it did not say).
 type Error struct {
-	Code     codes.Code
-	Message  string
-	Reason   string
-	Metadata map[string]string
-	Fields   map[string]string
+	Code       codes.Code
+	Message    string
+	Reason     string
+	Metadata   map[string]string
+	Fields     map[string]string
+	RetryDelay time.Duration
 }
 
 func (e *Error) Error() string {
@@ -259,6 +264,8 @@ func AsError(err error) (*Error, bool) {
 			for _, violation := range d.GetFieldViolations() {
 				out.Fields[violation.GetField()] = violation.GetDescription()
 			}
+		case *errdetails.RetryInfo:
+			out.RetryDelay = d.GetRetryDelay().AsDuration()
 		}
 	}
 	return out, true

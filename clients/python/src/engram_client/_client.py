@@ -100,6 +100,15 @@ class Engram(_requests.CallerContext):
     token. Caller context (execution, flow)
     is set once and sent with every call. With ``wait_for_ready`` calls wait
     (up to ``timeout``) for an unreachable server instead of failing fast.
+
+    A call that fails with UNAVAILABLE (a database failover, a server
+    restart) is tried again up to ``retries`` times (0 turns this off)
+    within its ``timeout`` when repeating it is harmless: a read, or a
+    write that carries its idempotency key (``request_id`` for
+    ``memory.set`` and ``memory.delete``, the episodes' ``id`` for
+    ``episodes.append``, the session id for ``sessions.get_or_create``).
+    Other writes raise :class:`Unavailable` at once, since the first try
+    may have been written.
     """
 
     def _connect(self, target: str, tls: grpc.ChannelCredentials | None) -> None:
@@ -117,16 +126,23 @@ class Engram(_requests.CallerContext):
         self.working = Working(self)
 
     def call(self, method: Callable[..., Resp], request: Message) -> Resp:
-        """Calls a unary RPC, raising EngramError on failure."""
-        try:
-            return method(
-                request,
-                metadata=self.metadata(),
-                timeout=self.timeout,
-                wait_for_ready=self.wait_for_ready,
-            )
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        """Calls a unary RPC, raising EngramError on failure; an idempotent
+        one is retried after UNAVAILABLE (see ``retries``)."""
+        attempts = _requests.Attempts(request, self.retries, self.timeout)
+        while True:
+            try:
+                return method(
+                    request,
+                    metadata=self.metadata(),
+                    timeout=attempts.timeout(),
+                    wait_for_ready=self.wait_for_ready,
+                )
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+            delay = attempts.wait(failure)
+            if delay is None:
+                raise failure
+            time.sleep(delay)
 
     def pages(self, method: Callable[..., Page], request: Callable[[str], Message]) -> Iterator[Page]:
         """Every page of a paged RPC, each asked for with ``request(token)``,

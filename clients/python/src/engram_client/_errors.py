@@ -15,8 +15,10 @@ class EngramError(Exception):
 
     ``code`` is the gRPC status code, ``reason`` the stable machine-readable
     reason (``VERSION_MISMATCH``, ``KEY_NOT_FOUND``, ...), ``metadata`` the
-    ErrorInfo metadata (e.g. ``current_version``) and ``fields`` the invalid
-    request fields with their descriptions.
+    ErrorInfo metadata (e.g. ``current_version``), ``fields`` the invalid
+    request fields with their descriptions, and ``retry_delay`` how long
+    the server asks a retry to wait (``google.rpc.RetryInfo``, in seconds),
+    if it said.
     """
 
     def __init__(
@@ -26,6 +28,7 @@ class EngramError(Exception):
         reason: str = "",
         metadata: dict[str, str] | None = None,
         fields: dict[str, str] | None = None,
+        retry_delay: float | None = None,
     ) -> None:
         super().__init__(f"{code.name}: {message}" + (f" ({reason})" if reason else ""))
         self.code = code
@@ -33,6 +36,7 @@ class EngramError(Exception):
         self.reason = reason
         self.metadata = metadata or {}
         self.fields = fields or {}
+        self.retry_delay = retry_delay
 
 
 class InvalidArgument(EngramError):
@@ -106,6 +110,7 @@ def from_rpc_error(error: grpc.RpcError) -> EngramError:
         code, message = error.code(), error.details() or message
         trailers = tuple(error.trailing_metadata() or ())
     reason, metadata, fields = "", {}, {}
+    retry_delay: float | None = None
     for key, value in trailers:
         if key != _DETAILS_KEY or not isinstance(value, bytes):
             continue
@@ -113,14 +118,17 @@ def from_rpc_error(error: grpc.RpcError) -> EngramError:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             bad = error_details_pb2.BadRequest()
+            retry = error_details_pb2.RetryInfo()
             if detail.Unpack(info):
                 reason = info.reason
                 metadata = dict(info.metadata)
             elif detail.Unpack(bad):
                 fields = {v.field: v.description for v in bad.field_violations}
+            elif detail.Unpack(retry):
+                retry_delay = retry.retry_delay.ToTimedelta().total_seconds()
     if reason in _HINTS:
         message = f"{message}; {_HINTS[reason]}"
-    return _BY_CODE.get(code, EngramError)(code, message, reason, metadata, fields)
+    return _BY_CODE.get(code, EngramError)(code, message, reason, metadata, fields, retry_delay)
 
 
 def _absent(error: NotFound) -> bool:

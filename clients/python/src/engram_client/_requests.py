@@ -8,6 +8,9 @@ ask for, and how a broken live stream decides to resume, is here.
 from __future__ import annotations
 
 import builtins
+import logging
+import random
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -15,8 +18,11 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import grpc
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
 from ._errors import EngramError, ResourceExhausted, Unavailable
+
+log = logging.getLogger("engram_client")
 from .v1 import (
     consolidation_pb2,
     data_pb2,
@@ -114,6 +120,109 @@ def credentials(
     return None
 
 
+#: Requests that only read: retrying one can change nothing.
+_READS: tuple[type[Message], ...] = (
+    memory_pb2.GetRequest,
+    memory_pb2.ListRequest,
+    memory_pb2.ListScopesRequest,
+    memory_admin_pb2.GetCompactionLogRequest,
+    memory_admin_pb2.GetRetentionRequest,
+    search_pb2.SearchRequest,
+    sessions_pb2.GetSessionRequest,
+    sessions_pb2.ListSessionsRequest,
+    sessions_pb2.GetStatsRequest,
+    episodes_pb2.ListEpisodesRequest,
+    episodes_pb2.GetEpisodeRequest,
+    episodes_pb2.RecentRequest,
+    episodes_pb2.BuildContextRequest,
+    consolidation_pb2.GetRuleRequest,
+    consolidation_pb2.ListRulesRequest,
+    consolidation_pb2.GetFactRequest,
+    consolidation_pb2.ListFactsRequest,
+    working_memory_pb2.ListTasksRequest,
+    working_memory_pb2.GetSnapshotRequest,
+    working_memory_pb2.RenderMemoryBlockRequest,
+    working_memory_pb2.ListToolsRequest,
+)
+
+
+def idempotent(request: Message) -> bool:
+    """Whether sending ``request`` twice has the effect of sending it once:
+    a read, or a write that carries its idempotency key (a ``request_id``;
+    every episode's ``id``; the session's id for GetOrCreateSession). Only
+    these are retried after UNAVAILABLE, whose write may or may not have
+    happened (a commit whose reply was lost)."""
+    if isinstance(request, _READS):
+        return True
+    if isinstance(request, (memory_pb2.SetRequest, memory_pb2.DeleteRequest)):
+        return bool(request.request_id)
+    if isinstance(request, episodes_pb2.AppendEpisodeRequest):
+        return bool(request.episode.id)
+    if isinstance(request, episodes_pb2.AppendEpisodesRequest):
+        return bool(request.episodes) and all(episode.id for episode in request.episodes)
+    if isinstance(request, sessions_pb2.GetOrCreateSessionRequest):
+        return bool(request.session_id)
+    return False
+
+
+#: The wait before a retry the server gave no delay for: the first, and
+#: the most; each doubles the last, less up to half at random.
+RETRY_BACKOFF = (0.1, 2.0)
+
+
+class Attempts:
+    """The tries of one unary call: the deadline they share (``timeout``
+    after the first), and whether and when to try again after a failure.
+
+    A call is retried only on UNAVAILABLE (the database or the server is
+    briefly out of reach: a failover, a restart) and only when it is
+    :func:`idempotent`, up to ``retries`` times, waiting what the server's
+    ``RetryInfo`` asks or else a growing backoff, and never past the
+    deadline. Each retry is logged (logger ``engram_client``, INFO).
+
+    Written here rather than as a gRPC service-config retry policy: such a
+    policy is per method, so it cannot retry a ``Set`` that carries a
+    ``request_id`` and refuse one that does not, and it ignores RetryInfo.
+    """
+
+    def __init__(self, request: Message, retries: int, timeout: float | None) -> None:
+        self._retryable = retries > 0 and idempotent(request)
+        self._left = retries
+        self._tried = 0
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._backoff = RETRY_BACKOFF[0]
+        self._name = type(request).__name__.removesuffix("Request")
+
+    def timeout(self) -> float | None:
+        """What is left of the call's deadline for the next try."""
+        if self._deadline is None:
+            return None
+        return max(self._deadline - time.monotonic(), 0.0)
+
+    def wait(self, error: EngramError) -> float | None:
+        """How long to wait before trying again after ``error``; None to
+        give up and raise it."""
+        self._tried += 1
+        if not self._retryable or self._left <= 0 or not isinstance(error, Unavailable):
+            return None
+        delay = error.retry_delay
+        if delay is None:
+            delay = self._backoff * random.uniform(0.5, 1.0)
+            self._backoff = min(self._backoff * 2, RETRY_BACKOFF[1])
+        left = self.timeout()
+        if left is not None and delay >= left:
+            return None
+        self._left -= 1
+        log.info(
+            "retrying %s in %.2fs after try %d failed: %s",
+            self._name,
+            delay,
+            self._tried,
+            error,
+        )
+        return delay
+
+
 @dataclass(frozen=True)
 class Settings:
     """What a client was made from, so that an integration can make the
@@ -144,7 +253,10 @@ class CallerContext:
         flow_name: str | None = None,
         timeout: float | None = 30.0,
         wait_for_ready: bool = False,
+        retries: int = 3,
     ) -> None:
+        if retries < 0:
+            raise ValueError("retries must be 0 or more")
         #: What this client was made from.
         self.settings = Settings(
             target,
@@ -159,6 +271,7 @@ class CallerContext:
                 "flow_name": flow_name,
                 "timeout": timeout,
                 "wait_for_ready": wait_for_ready,
+                "retries": retries,
             },
         )
         self._token = token
@@ -166,6 +279,7 @@ class CallerContext:
         self.set_context(execution_id=execution_id, flow_id=flow_id, flow_name=flow_name)
         self.wait_for_ready = wait_for_ready
         self.timeout = timeout
+        self.retries = retries
         self._connect(target, credentials(secure, root_certificates, private_key, certificate_chain))
 
     def _connect(self, target: str, tls: grpc.ChannelCredentials | None) -> None:

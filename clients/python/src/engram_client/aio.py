@@ -122,16 +122,23 @@ class AsyncEngram(_requests.CallerContext):
         self.working = AsyncWorking(self)
 
     async def call(self, method: Callable[..., Awaitable[Resp]], request: Message) -> Resp:
-        """Calls a unary RPC, raising EngramError on failure."""
-        try:
-            return await method(
-                request,
-                metadata=self.metadata(),
-                timeout=self.timeout,
-                wait_for_ready=self.wait_for_ready,
-            )
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        """Calls a unary RPC, raising EngramError on failure; an idempotent
+        one is retried after UNAVAILABLE (see :class:`engram_client.Engram`)."""
+        attempts = _requests.Attempts(request, self.retries, self.timeout)
+        while True:
+            try:
+                return await method(
+                    request,
+                    metadata=self.metadata(),
+                    timeout=attempts.timeout(),
+                    wait_for_ready=self.wait_for_ready,
+                )
+            except grpc.RpcError as error:
+                failure = from_rpc_error(error)
+            delay = attempts.wait(failure)
+            if delay is None:
+                raise failure
+            await asyncio.sleep(delay)
 
     async def pages(
         self, method: Callable[..., Awaitable[Page]], request: Callable[[str], Message]

@@ -1,0 +1,130 @@
+package engram
+
+// Retries of unary calls after UNAVAILABLE. Written as an interceptor
+// rather than as a gRPC service-config retry policy: such a policy is per
+// method, so it cannot retry a Set that carries a request id and refuse
+// one that does not, and it ignores the server's RetryInfo.
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"engram.dev/engram/clients/go/engramv1"
+)
+
+// DefaultRetries is how many times a Client retries an idempotent call
+// that failed with UNAVAILABLE, unless WithRetries says otherwise.
+const DefaultRetries = 3
+
+// The wait before a retry the server gave no delay for: the first, and the
+// most; each doubles the last, less up to half at random.
+const (
+	firstBackoff = 100 * time.Millisecond
+	maxBackoff   = 2 * time.Second
+)
+
+// Retry is one retry a Client is about to make: the method, the number of
+// the try that failed, how long it waits, and the failure.
+type Retry struct {
+	Method  string
+	Attempt int
+	Delay   time.Duration
+	Err     error
+}
+
+// WithRetries sets how many times an idempotent unary call (see
+// Idempotent) is tried again after UNAVAILABLE: a database failover or a
+// server restart. 0 turns retries off. Each retry waits what the server's
+// RetryInfo asks, or else a backoff growing from 100 ms to 2 s, and none
+// starts past the context's deadline.
+func WithRetries(n int) Option {
+	return func(o *options) { o.retries = max(n, 0) }
+}
+
+// WithRetryObserver calls observe before each retry, to log or count them.
+func WithRetryObserver(observe func(Retry)) Option {
+	return func(o *options) { o.observeRetry = observe }
+}
+
+// Idempotent reports whether sending request twice has the effect of
+// sending it once: a read, or a write that carries its idempotency key (a
+// request id for Set and Delete, every episode's id for AppendEpisode and
+// AppendEpisodes, the session id for GetOrCreateSession). Only these are
+// retried after UNAVAILABLE, whose write may or may not have happened (a
+// commit whose reply was lost).
+func Idempotent(request proto.Message) bool {
+	switch r := request.(type) {
+	case *engramv1.GetRequest, *engramv1.ListRequest, *engramv1.ListScopesRequest,
+		*engramv1.GetCompactionLogRequest, *engramv1.GetRetentionRequest,
+		*engramv1.SearchRequest,
+		*engramv1.GetSessionRequest, *engramv1.ListSessionsRequest, *engramv1.GetStatsRequest,
+		*engramv1.ListEpisodesRequest, *engramv1.GetEpisodeRequest, *engramv1.RecentRequest,
+		*engramv1.BuildContextRequest,
+		*engramv1.GetRuleRequest, *engramv1.ListRulesRequest,
+		*engramv1.GetFactRequest, *engramv1.ListFactsRequest,
+		*engramv1.ListTasksRequest, *engramv1.GetSnapshotRequest,
+		*engramv1.RenderMemoryBlockRequest, *engramv1.ListToolsRequest:
+		return true
+	case *engramv1.SetRequest:
+		return r.GetRequestId() != ""
+	case *engramv1.DeleteRequest:
+		return r.GetRequestId() != ""
+	case *engramv1.AppendEpisodeRequest:
+		return r.GetEpisode().GetId() != ""
+	case *engramv1.AppendEpisodesRequest:
+		for _, episode := range r.GetEpisodes() {
+			if episode.GetId() == "" {
+				return false
+			}
+		}
+		return len(r.GetEpisodes()) > 0
+	case *engramv1.GetOrCreateSessionRequest:
+		return r.GetSessionId() != ""
+	}
+	return false
+}
+
+// retrying is the interceptor that retries idempotent calls.
+func retrying(o *options) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any,
+		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		message, _ := req.(proto.Message)
+		if o.retries == 0 || !Idempotent(message) {
+			return invoker(ctx, method, req, reply, cc, callOpts...)
+		}
+		backoff := firstBackoff
+		for attempt := 1; ; attempt++ {
+			err := invoker(ctx, method, req, reply, cc, callOpts...)
+			if err == nil || attempt > o.retries || ctx.Err() != nil {
+				return err
+			}
+			failure, ok := AsError(err)
+			if !ok || failure.Code != codes.Unavailable {
+				return err
+			}
+			delay := failure.RetryDelay
+			if delay <= 0 {
+				delay = backoff/2 + rand.N(backoff/2+1)
+				backoff = min(backoff*2, maxBackoff)
+			}
+			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= delay {
+				return err
+			}
+			if o.observeRetry != nil {
+				o.observeRetry(Retry{Method: method, Attempt: attempt, Delay: delay, Err: err})
+			}
+			timer := time.NewTimer(delay)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package engram_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	engram "engram.dev/engram/clients/go"
+	"engram.dev/engram/clients/go/engramv1"
+)
+
+// writeLock holds a SQLite database's write lock from another process (the
+// sqlite3 shell), so the server's writes wait, then answer UNAVAILABLE.
+type writeLock struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func lockWrites(t *testing.T, database string) *writeLock {
+	t.Helper()
+	shell, err := exec.LookPath("sqlite3")
+	if err != nil {
+		t.Fatal("the sqlite3 shell is missing: apt-get install sqlite3")
+	}
+	cmd := exec.Command(shell, database)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lock := &writeLock{cmd: cmd, stdin: stdin}
+	t.Cleanup(lock.release)
+	if _, err := io.WriteString(stdin, "BEGIN IMMEDIATE;\nSELECT 'locked';\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "locked" {
+		t.Fatalf("sqlite3 did not take the lock: %q, %v", line, err)
+	}
+	return lock
+}
+
+func (l *writeLock) release() {
+	if l.cmd.ProcessState != nil {
+		return
+	}
+	_, _ = io.WriteString(l.stdin, "ROLLBACK;\n")
+	_ = l.stdin.Close()
+	_ = l.cmd.Wait()
+}
+
+func TestRetriesThroughAnOutage(t *testing.T) {
+	dir := t.TempDir()
+	srv := start(t, dir, "127.0.0.1:0", "ENGRAM_DB_ACQUIRE_TIMEOUT_MS=300")
+	retries := make(chan engram.Retry, 16)
+	client := connect(t, srv.addr, engram.WithRetryObserver(func(r engram.Retry) { retries <- r }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	set := func(c *engram.Client, ctx context.Context, v any, requestID string) (*engramv1.SetResponse, error) {
+		return c.Memory.Set(ctx, &engramv1.SetRequest{
+			ScopeType: ns, Scope: "retries", Key: "plan", Value: value(t, v), RequestId: requestID,
+		})
+	}
+
+	// A write with its request id waits out the outage and lands once.
+	lock := lockWrites(t, filepath.Join(dir, "engram.db"))
+	type outcome struct {
+		response *engramv1.SetResponse
+		err      error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		response, err := set(client, ctx, "a", "plan-1")
+		done <- outcome{response, err}
+	}()
+	var first engram.Retry
+	select {
+	case first = <-retries:
+	case <-ctx.Done():
+		t.Fatal("the client never retried")
+	}
+	lock.release()
+	landed := <-done
+	if landed.err != nil {
+		t.Fatalf("retried write: %v", landed.err)
+	}
+	if got := landed.response.GetEntry().GetVersion(); got != 1 {
+		t.Fatalf("version %d, want 1", got)
+	}
+	if first.Method != "/engram.v1.MemoryService/Set" || first.Attempt != 1 || first.Delay != time.Second {
+		t.Fatalf("retry %+v: want Set's first try, waiting the server's second", first)
+	}
+	if engram.Reason(first.Err) != "DATABASE_UNAVAILABLE" {
+		t.Fatalf("retried after %v", first.Err)
+	}
+
+	// A write without one is not retried: the first try may have landed.
+	lock = lockWrites(t, filepath.Join(dir, "engram.db"))
+	_, err := set(client, ctx, "b", "")
+	failure, ok := engram.AsError(err)
+	if !ok || failure.Code != codes.Unavailable || failure.RetryDelay != time.Second {
+		t.Fatalf("unkeyed write during the outage: %v", err)
+	}
+	_, err = client.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+		App: "rt", User: "ann", SessionId: "rt-1",
+		Episode: &engramv1.NewEpisode{Content: value(t, "hello")},
+	})
+	if status, _ := engram.AsError(err); status == nil || status.Code != codes.Unavailable {
+		t.Fatalf("append without an id during the outage: %v", err)
+	}
+
+	// Retries end at their count, and at the deadline.
+	once := connect(t, srv.addr, engram.WithRetries(1),
+		engram.WithRetryObserver(func(r engram.Retry) { retries <- r }))
+	if _, err := set(once, ctx, "c", "plan-2"); engram.Reason(err) != "DATABASE_UNAVAILABLE" {
+		t.Fatalf("write past its retries: %v", err)
+	}
+	near, cancelNear := context.WithTimeout(ctx, 900*time.Millisecond)
+	defer cancelNear()
+	if _, err := set(client, near, "d", "plan-3"); engram.Reason(err) != "DATABASE_UNAVAILABLE" {
+		t.Fatalf("write whose deadline is nearer than the retry: %v", err)
+	}
+	none := connect(t, srv.addr, engram.WithRetries(0),
+		engram.WithRetryObserver(func(r engram.Retry) { retries <- r }))
+	if _, err := set(none, ctx, "e", "plan-4"); engram.Reason(err) != "DATABASE_UNAVAILABLE" {
+		t.Fatalf("write with retries off: %v", err)
+	}
+	lock.release()
+	if n := len(retries); n != 1 {
+		t.Fatalf("%d retries after the first write, want 1 (WithRetries(1))", n)
+	}
+
+	// Nothing of the refused writes was kept.
+	history, err := client.Memory.History(ctx, &engramv1.HistoryRequest{ScopeType: ns, Scope: "retries", Key: "plan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var versions []int64
+	for {
+		page, err := history.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		versions = append(versions, page.GetEntry().GetVersion())
+	}
+	if len(versions) != 1 || versions[0] != 1 {
+		t.Fatalf("versions %v, want [1]", versions)
+	}
+}
+
+func TestWhatIsRetried(t *testing.T) {
+	episode := func(id string) *engramv1.NewEpisode { return &engramv1.NewEpisode{Id: id} }
+	for _, c := range []struct {
+		request proto.Message
+		retried bool
+	}{
+		{&engramv1.GetRequest{Key: "k"}, true},
+		{&engramv1.SearchRequest{Query: "q"}, true},
+		{&engramv1.SetRequest{Key: "k"}, false},
+		{&engramv1.SetRequest{Key: "k", RequestId: "r"}, true},
+		{&engramv1.DeleteRequest{Key: "k"}, false},
+		{&engramv1.DeleteRequest{Key: "k", RequestId: "r"}, true},
+		{&engramv1.AppendEpisodeRequest{Episode: episode("")}, false},
+		{&engramv1.AppendEpisodeRequest{Episode: episode("e")}, true},
+		{&engramv1.AppendEpisodesRequest{}, false},
+		{&engramv1.AppendEpisodesRequest{Episodes: []*engramv1.NewEpisode{episode("e"), episode("")}}, false},
+		{&engramv1.AppendEpisodesRequest{Episodes: []*engramv1.NewEpisode{episode("e"), episode("f")}}, true},
+		{&engramv1.GetOrCreateSessionRequest{App: "a", User: "u"}, false},
+		{&engramv1.GetOrCreateSessionRequest{App: "a", User: "u", SessionId: "s"}, true},
+		{&engramv1.CreateSessionRequest{App: "a", User: "u", SessionId: "s"}, false},
+		{&engramv1.RollbackRequest{Key: "k"}, false},
+		{nil, false},
+	} {
+		if got := engram.Idempotent(c.request); got != c.retried {
+			t.Errorf("Idempotent(%T %v) = %v, want %v", c.request, c.request, got, c.retried)
+		}
+	}
+}

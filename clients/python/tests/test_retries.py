@@ -1,0 +1,300 @@
+"""Retries through a real outage of a real server's database.
+
+The database refuses writes (SQLite: another process holds its write
+lock; Postgres: it fails over to read-only, as after a failover to a
+standby) or every connection (Postgres), the server answers UNAVAILABLE
+with a RetryInfo of one second, and the test ends the outage once the
+client has logged its first retry: the call then lands, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import sqlite3
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conftest import Server, start_server
+from engram_client import Engram, Unavailable
+from engram_client._requests import idempotent
+from engram_client.aio import AsyncEngram
+from engram_client.v1 import episodes_pb2, memory_pb2, sessions_pb2
+
+#: A write waits this long for SQLite's lock before UNAVAILABLE.
+ACQUIRE_MS = "300"
+
+
+class Outage:
+    """Makes the server's database refuse writes, or (Postgres) every
+    connection, until :meth:`end`."""
+
+    def __init__(self, database_url: str) -> None:
+        self.url = database_url
+        self._lock: sqlite3.Connection | None = None
+        self._ending: list[str] = []
+
+    @property
+    def sqlite(self) -> bool:
+        return self.url.startswith("sqlite://")
+
+    def _psql(self, *statements: str) -> None:
+        """Runs statements on the cluster's `postgres` database, about the
+        server's database."""
+        name = self.url.rsplit("/", 1)[1]
+        admin = self.url.rsplit("/", 1)[0] + "/postgres"
+        psql = shutil.which("psql", path=os.environ.get("PG_BINDIR")) or "psql"
+        for statement in statements:
+            subprocess.run(
+                [psql, admin, "-qAtc", statement.replace("{db}", name)],
+                check=True,
+                capture_output=True,
+            )
+
+    def _end_sessions(self) -> None:
+        self._psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+        )
+
+    def writes(self) -> None:
+        if self.sqlite:
+            self._lock = sqlite3.connect(self.url.removeprefix("sqlite://"), isolation_level=None)
+            self._lock.execute("BEGIN IMMEDIATE")
+            return
+        self._psql('ALTER DATABASE "{db}" SET default_transaction_read_only = on')
+        self._end_sessions()
+        self._ending = ['ALTER DATABASE "{db}" RESET default_transaction_read_only']
+
+    def connections(self) -> None:
+        assert not self.sqlite, "SQLite's readers cannot be shut out"
+        self._psql('ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+        self._end_sessions()
+        self._ending = ['ALTER DATABASE "{db}" ALLOW_CONNECTIONS true']
+
+    def end(self) -> None:
+        if self._lock is not None:
+            self._lock.execute("ROLLBACK")
+            self._lock.close()
+            self._lock = None
+        self._psql(*self._ending)
+        self._ending = []
+
+
+class RetryLog(logging.Handler):
+    """The client's retry lines, and an event set by the first."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.first = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        self.first.set()
+
+
+@pytest.fixture
+def slow_lock_server(database_url: str) -> Iterator[Server]:
+    running = start_server(database_url, env={"ENGRAM_DB_ACQUIRE_TIMEOUT_MS": ACQUIRE_MS})
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def retry_log() -> Iterator[RetryLog]:
+    handler = RetryLog()
+    logger = logging.getLogger("engram_client")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def through_outage(outage: Outage, retry_log: RetryLog, call: Any) -> Any:
+    """Runs ``call`` while the outage lasts, ends it at the first retry,
+    and returns what the call returned."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except Exception as error:  # handed to the test's thread
+            result["error"] = error
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    try:
+        assert retry_log.first.wait(30), "the client never retried"
+    finally:
+        outage.end()
+        caller.join(30)
+    assert not caller.is_alive()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def test_a_write_with_its_request_id_lands_once_through_an_outage(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    outage = Outage(slow_lock_server.database_url)
+    with Engram(slow_lock_server.address, timeout=30) as client:
+        client.memory.configure("retries")
+        outage.writes()
+        entry = through_outage(
+            outage, retry_log, lambda: client.memory.set("plan", "a", request_id="plan-1")
+        )
+        assert (entry.version, entry.value) == (1, "a")
+        assert "retrying Set in 1.00s after try 1 failed" in retry_log.lines[0]
+        assert "DATABASE_UNAVAILABLE" in retry_log.lines[0]
+        assert [e.version for e in client.memory.history("plan")] == [1]
+        # The same request again is answered from the first write.
+        assert client.memory.set("plan", "a", request_id="plan-1").version == 1
+
+
+def test_an_append_with_ids_lands_once_through_an_outage(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    outage = Outage(slow_lock_server.database_url)
+    with Engram(slow_lock_server.address, timeout=30) as client:
+        outage.writes()
+        episode = through_outage(
+            outage,
+            retry_log,
+            lambda: client.episodes.append("rt-1", "hello", id="ep-1", app="rt", user="ann"),
+        )
+        assert (episode.id, episode.seq) == ("ep-1", 1)
+        assert [e.id for e in client.episodes.list("rt-1")] == ["ep-1"]
+
+
+def test_a_write_without_its_key_is_not_retried(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    outage = Outage(slow_lock_server.database_url)
+    with Engram(slow_lock_server.address, timeout=30) as client:
+        client.memory.configure("retries")
+        outage.writes()
+        try:
+            with pytest.raises(Unavailable) as refused:
+                client.memory.set("plan", "a")
+            with pytest.raises(Unavailable):
+                client.episodes.append("rt-2", "hello", app="rt", user="ann")
+        finally:
+            outage.end()
+        assert refused.value.reason == "DATABASE_UNAVAILABLE"
+        assert refused.value.retry_delay == 1.0
+        assert retry_log.lines == []
+        # Nothing of the refused write was kept.
+        assert client.memory.set("plan", "b").version == 1
+
+
+def test_retries_end_at_their_count_and_at_the_deadline(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    outage = Outage(slow_lock_server.database_url)
+    outage.writes()
+    try:
+        with Engram(slow_lock_server.address, timeout=30, retries=1) as client:
+            client.memory.configure("retries")
+            with pytest.raises(Unavailable):
+                client.memory.set("plan", "a", request_id="plan-2")
+            assert len(retry_log.lines) == 1
+        # A deadline too near for the server's one-second wait: no retry.
+        with Engram(slow_lock_server.address, timeout=0.9) as client:
+            client.memory.configure("retries")
+            with pytest.raises(Unavailable):
+                client.memory.set("plan", "a", request_id="plan-3")
+            assert len(retry_log.lines) == 1
+        with Engram(slow_lock_server.address, timeout=30, retries=0) as client:
+            client.memory.configure("retries")
+            with pytest.raises(Unavailable):
+                client.memory.set("plan", "a", request_id="plan-4")
+            assert len(retry_log.lines) == 1
+    finally:
+        outage.end()
+    with pytest.raises(ValueError):
+        Engram(slow_lock_server.address, retries=-1)
+
+
+def test_reads_are_retried_while_the_database_is_out_of_reach(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    outage = Outage(slow_lock_server.database_url)
+    if outage.sqlite:
+        pytest.skip("SQLite's readers cannot be shut out")
+    with Engram(slow_lock_server.address, timeout=30) as client:
+        client.memory.configure("retries")
+        client.memory.set("plan", "a")
+        outage.connections()
+        assert through_outage(outage, retry_log, lambda: client.memory.get("plan")) == "a"
+        assert "retrying Get" in retry_log.lines[0]
+
+
+def test_the_asyncio_client_retries_the_same_way(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    outage = Outage(slow_lock_server.database_url)
+
+    async def run() -> None:
+        async with AsyncEngram(slow_lock_server.address, timeout=30) as client:
+            client.memory.configure("retries-aio")
+            outage.writes()
+            write = asyncio.ensure_future(client.memory.set("plan", "a", request_id="aio-1"))
+            try:
+                assert await asyncio.to_thread(retry_log.first.wait, 30), "no retry"
+            finally:
+                outage.end()
+            entry = await write
+            assert entry.version == 1
+            outage.writes()
+            try:
+                with pytest.raises(Unavailable):
+                    await client.memory.set("plan", "b")
+            finally:
+                outage.end()
+            assert len(retry_log.lines) == 1
+            assert [e.version async for e in client.memory.history("plan")] == [1]
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("request_", "retried"),
+    [
+        (memory_pb2.GetRequest(key="k"), True),
+        (memory_pb2.SetRequest(key="k"), False),
+        (memory_pb2.SetRequest(key="k", request_id="r"), True),
+        (memory_pb2.DeleteRequest(key="k"), False),
+        (memory_pb2.DeleteRequest(key="k", request_id="r"), True),
+        (episodes_pb2.AppendEpisodeRequest(episode=episodes_pb2.NewEpisode()), False),
+        (episodes_pb2.AppendEpisodeRequest(episode=episodes_pb2.NewEpisode(id="e")), True),
+        (episodes_pb2.AppendEpisodesRequest(), False),
+        (
+            episodes_pb2.AppendEpisodesRequest(
+                episodes=[episodes_pb2.NewEpisode(id="e"), episodes_pb2.NewEpisode()]
+            ),
+            False,
+        ),
+        (
+            episodes_pb2.AppendEpisodesRequest(
+                episodes=[episodes_pb2.NewEpisode(id="e"), episodes_pb2.NewEpisode(id="f")]
+            ),
+            True,
+        ),
+        (sessions_pb2.GetOrCreateSessionRequest(app="a", user="u"), False),
+        (sessions_pb2.GetOrCreateSessionRequest(app="a", user="u", session_id="s"), True),
+        (sessions_pb2.CreateSessionRequest(app="a", user="u", session_id="s"), False),
+        (memory_pb2.RollbackRequest(key="k"), False),
+    ],
+)
+def test_what_is_retried(request_: Any, retried: bool) -> None:
+    assert idempotent(request_) is retried
