@@ -227,6 +227,10 @@ settings! {
     /// How long a shutdown waits for in-flight calls and open streams before
     /// closing them, in seconds
     shutdown_grace_secs: u64 = "10", env "ENGRAM_SHUTDOWN_GRACE_SECS";
+    /// How long, after SIGTERM, the server goes on serving while reporting
+    /// not ready, so load balancers stop sending calls before the listeners
+    /// close, in seconds (a second signal ends the wait)
+    shutdown_delay_secs: u64 = "0", env "ENGRAM_SHUTDOWN_DELAY_SECS";
     /// Base URL of an OpenAI-compatible API used by Compact, e.g.
     /// `https://api.openai.com/v1`; unset uses the built-in extractive summarizer
     summarizer_url: String, env "ENGRAM_SUMMARIZER_URL";
@@ -426,6 +430,8 @@ pub struct Config {
     pub health_check_interval: Duration,
     pub request_id_ttl: Duration,
     pub shutdown_grace: Duration,
+    /// How long `engram serve` drains after SIGTERM before shutting down.
+    pub shutdown_delay: Duration,
     pub watch_stall_timeout: Duration,
     pub watch_buffer: usize,
     pub change_retention: Duration,
@@ -606,6 +612,7 @@ impl Config {
             health_check_interval: millis(v.health_check_interval_ms),
             request_id_ttl: Duration::from_secs(v.request_id_ttl_secs),
             shutdown_grace: Duration::from_secs(v.shutdown_grace_secs),
+            shutdown_delay: Duration::from_secs(v.shutdown_delay_secs),
             watch_stall_timeout: millis(v.watch_stall_timeout_ms),
             watch_buffer: v.watch_buffer.max(1),
             change_retention: Duration::from_secs(v.change_retention_secs),

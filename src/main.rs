@@ -138,8 +138,23 @@ async fn serve(args: ConfigArgs) -> anyhow::Result<()> {
     let config = Config::load(args)?;
     let _telemetry = engram::telemetry::init(config.log_format)?;
     let mut signal = ShutdownSignal::install()?;
+    let delay = config.shutdown_delay;
     let server = engram::server::start(config).await?;
     signal.recv().await;
+    if !delay.is_zero() {
+        // Kubernetes takes a pod out of its Service's endpoints while it
+        // signals it; until every node and client has seen that, calls
+        // still arrive, and a closed listener would refuse them.
+        tracing::info!(
+            ?delay,
+            "draining: not ready, still serving until the delay ends or a second signal"
+        );
+        server.drain();
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = signal.recv() => {}
+        }
+    }
     tracing::info!("shutting down");
     server.shutdown();
     server.wait().await

@@ -77,11 +77,20 @@ fn health_services() -> [&'static str; 9] {
 pub struct RunningServer {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    draining: CancellationToken,
     shutdown: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl RunningServer {
+    /// Stops being ready but goes on serving: health turns NOT_SERVING and
+    /// `/readyz` answers 503, so load balancers and clients resolving the
+    /// service stop sending new calls, while the listeners still accept and
+    /// every call is still served. [`RunningServer::shutdown`] then stops.
+    pub fn drain(&self) {
+        self.draining.cancel();
+    }
+
     /// Starts a graceful shutdown: health turns NOT_SERVING, the listeners
     /// stop accepting, in-flight calls finish.
     pub fn shutdown(&self) {
@@ -268,12 +277,10 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     let http_addr = http_listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
+    // Shutdown drains too: once it starts nothing is ready.
+    let draining = shutdown.child_token();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    for service in health_services() {
-        health_reporter
-            .set_service_status(service, ServingStatus::Serving)
-            .await;
-    }
+    report(&health_reporter, ServingStatus::Serving).await;
     // For liveness probes: SERVING while the process runs, whatever the
     // database does (restarting a pod never brings a database back).
     health_reporter
@@ -281,13 +288,18 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         .await;
     let ready = Arc::new(AtomicBool::new(true));
 
+    let readiness = Readiness {
+        database: ready,
+        draining: draining.clone(),
+    };
+
     let services = Services::build(&store, &config, &shutdown)?;
     spawn_background(
         &store,
         &config,
         &services,
         health_reporter,
-        &ready,
+        &readiness,
         &shutdown,
     );
     let serving = serve(
@@ -295,7 +307,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
         &config,
         services,
         health_service,
-        ready,
+        readiness,
         (grpc_listener, http_listener),
         shutdown.clone(),
     )?;
@@ -316,6 +328,7 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     Ok(RunningServer {
         grpc_addr,
         http_addr,
+        draining,
         shutdown,
         task: tokio::spawn(serving),
     })
@@ -400,13 +413,13 @@ fn spawn_background<S: Store>(
     config: &Config,
     services: &Services<S>,
     health: HealthReporter,
-    ready: &Arc<AtomicBool>,
+    readiness: &Readiness,
     shutdown: &CancellationToken,
 ) {
     tokio::spawn(watch_database(
         store.clone(),
         health,
-        ready.clone(),
+        readiness.clone(),
         config.clone(),
         shutdown.clone(),
     ));
@@ -472,7 +485,7 @@ fn serve<S: Store>(
     health_service: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
-    ready: Arc<AtomicBool>,
+    readiness: Readiness,
     (grpc_listener, http_listener): (TcpListener, TcpListener),
     shutdown: CancellationToken,
 ) -> anyhow::Result<impl Future<Output = anyhow::Result<()>> + Send + 'static> {
@@ -616,7 +629,7 @@ fn serve<S: Store>(
         };
     let http = axum::serve(
         http_listener,
-        http_router(ready, store.clone(), turns)
+        http_router(readiness, store.clone(), turns)
             .merge(crate::api::http::router(endpoints))
             .merge(mcp.unwrap_or_default())
             .merge(console.unwrap_or_default()),
@@ -647,10 +660,19 @@ fn serve<S: Store>(
     })
 }
 
+/// Whether the server should be sent calls: the database reachable (kept
+/// by [`watch_database`]), and no drain or shutdown begun.
+#[derive(Clone)]
+struct Readiness {
+    database: Arc<AtomicBool>,
+    draining: CancellationToken,
+}
+
 /// `/healthz` answers while the process runs; `/readyz` only while the
-/// database is reachable; `/metrics` in the Prometheus text format. None
-/// needs a token: probes and scrapers reach them on the cluster network.
-fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S, turns: Turns) -> axum::Router {
+/// database is reachable and the server is not draining; `/metrics` in the
+/// Prometheus text format. None needs a token: probes and scrapers reach
+/// them on the cluster network.
+fn http_router<S: Store>(readiness: Readiness, store: S, turns: Turns) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
     axum::Router::new()
@@ -665,14 +687,14 @@ fn http_router<S: Store>(ready: Arc<AtomicBool>, store: S, turns: Turns) -> axum
         .route(
             "/readyz",
             get(move || {
-                let ready = ready.load(Ordering::Relaxed);
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ready\n")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n")
-                    }
-                }
+                let answer = if readiness.draining.is_cancelled() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+                } else if readiness.database.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ready\n")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n")
+                };
+                async move { answer }
             }),
         )
 }
@@ -744,26 +766,35 @@ async fn analyze_grown<S: Store>(store: S, interval: Duration, shutdown: Cancell
 
 /// Pings the database on an interval and reports the result to the health
 /// service: NOT_SERVING while it is unreachable, SERVING again when it comes
-/// back, NOT_SERVING for good once shutdown starts. Also prunes expired
-/// idempotency records, old changes and the lines of unfinished imports
-/// every [`PRUNE_EVERY`].
+/// back, NOT_SERVING for good once a drain (or shutdown) starts. Also
+/// prunes expired idempotency records, old changes and the lines of
+/// unfinished imports every [`PRUNE_EVERY`].
 async fn watch_database<S: Store>(
     store: S,
     reporter: HealthReporter,
-    ready: Arc<AtomicBool>,
+    readiness: Readiness,
     config: Config,
     shutdown: CancellationToken,
 ) {
     let mut ticks = crate::ticks::Ticks::new(config.health_check_interval, shutdown);
     let ping_timeout = config.health_check_interval.max(Duration::from_secs(1));
     let mut serving = true;
+    let mut drained = false;
     let mut last_prune: Option<Instant> = None;
-    while ticks.next().await {
+    loop {
+        tokio::select! {
+            more = ticks.next() => if !more { break },
+            () = readiness.draining.cancelled(), if !drained => {
+                drained = true;
+                report(&reporter, ServingStatus::NotServing).await;
+                continue;
+            }
+        }
         let ping = tokio::time::timeout(ping_timeout, store.ping()).await;
         let healthy = matches!(ping, Ok(Ok(())));
         if healthy != serving {
             serving = healthy;
-            ready.store(healthy, Ordering::Relaxed);
+            readiness.database.store(healthy, Ordering::Relaxed);
             let status = if healthy {
                 tracing::info!("database reachable again, serving");
                 ServingStatus::Serving
@@ -776,8 +807,8 @@ async fn watch_database<S: Store>(
                 tracing::warn!(%error, "database unreachable, not serving");
                 ServingStatus::NotServing
             };
-            for service in health_services() {
-                reporter.set_service_status(service, status).await;
+            if !drained {
+                report(&reporter, status).await;
             }
         }
         if healthy && last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
@@ -812,10 +843,13 @@ async fn watch_database<S: Store>(
             }
         }
     }
-    ready.store(false, Ordering::Relaxed);
+    readiness.database.store(false, Ordering::Relaxed);
+    report(&reporter, ServingStatus::NotServing).await;
+}
+
+/// Sets every service the health service reports on (not liveness).
+async fn report(reporter: &HealthReporter, status: ServingStatus) {
     for service in health_services() {
-        reporter
-            .set_service_status(service, ServingStatus::NotServing)
-            .await;
+        reporter.set_service_status(service, status).await;
     }
 }

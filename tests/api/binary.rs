@@ -108,6 +108,66 @@ async fn serve_creates_the_embedded_store_and_stops_on_sigterm() {
     assert!(again.terminate().await.success());
 }
 
+/// With a shutdown delay, SIGTERM first takes the server out of rotation
+/// (health NOT_SERVING, `/readyz` 503) while it goes on accepting
+/// connections and serving calls, since Kubernetes signals a pod while its
+/// endpoints are still being removed; a second signal ends the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_delay_drains_before_it_stops() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    use crate::outage::{http_status, wait_for};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Longer than the test may take: only the second signal ends it.
+    let delay = [("ENGRAM_SHUTDOWN_DELAY_SECS", "3600")];
+    let server = ChildServer::spawn(&[], &delay, Some(dir.path())).await;
+    let mut health = HealthClient::new(connect(server.grpc_addr).await);
+    let mut updates = health
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("health watch")
+        .into_inner();
+    wait_for(&mut updates, ServingStatus::Serving).await;
+    assert_eq!(http_status(server.http_addr(), "/readyz").await, 200);
+
+    server.send_term();
+    wait_for(&mut updates, ServingStatus::NotServing).await;
+    assert_eq!(http_status(server.http_addr(), "/readyz").await, 503);
+    assert_eq!(http_status(server.http_addr(), "/healthz").await, 200);
+    let alive = health
+        .check(HealthCheckRequest {
+            service: engram::server::LIVENESS.to_owned(),
+        })
+        .await
+        .expect("check liveness")
+        .into_inner();
+    assert_eq!(alive.status, ServingStatus::Serving as i32);
+    // A connection made now is accepted, and its calls served.
+    let mut late = MemoryServiceClient::new(connect(server.grpc_addr).await);
+    let written = late
+        .set(SetRequest {
+            scope_type: ScopeType::Namespace as i32,
+            scope: "draining".to_owned(),
+            key: "k".to_owned(),
+            value: Some(json_to_proto(&json!("still served"))),
+            ..SetRequest::default()
+        })
+        .await
+        .expect("a call while draining")
+        .into_inner();
+    assert_eq!(written.entry.expect("entry").version, 1);
+
+    let lines = server.stderr.clone();
+    let status = server.terminate().await;
+    assert!(status.success(), "exit status {status}");
+    let lines = lines.lock().expect("lines").join("\n");
+    assert!(lines.contains("draining"), "{lines}");
+    assert!(lines.contains("engram stopped"), "{lines}");
+}
+
 /// A Postgres database in an encoding other than UTF8 is refused before
 /// any migration runs, by `engram migrate` and by `serve` with and
 /// without migrating, saying why and what to do. (It failed deep in

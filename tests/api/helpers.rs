@@ -859,12 +859,17 @@ impl ChildServer {
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    pub async fn terminate(mut self) -> std::process::ExitStatus {
+    /// Sends the server SIGTERM, as Kubernetes does to stop a pod.
+    pub fn send_term(&self) {
         let killed = std::process::Command::new("kill")
             .args(["-TERM", &self.pid().to_string()])
             .status()
             .expect("run kill");
         assert!(killed.success());
+    }
+
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        self.send_term();
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
             .expect("engram exits after SIGTERM")

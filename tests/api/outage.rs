@@ -26,7 +26,7 @@ fn set(value: i64) -> SetRequest {
 }
 
 /// Reads the health Watch stream until it reports `want`.
-async fn wait_for(
+pub async fn wait_for(
     updates: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
     want: ServingStatus,
 ) {
