@@ -337,6 +337,10 @@ settings! {
     /// Calls one connection may have in progress at once (HTTP/2 streams, live
     /// streams included)
     max_streams_per_connection: u32 = "256", env "ENGRAM_MAX_STREAMS_PER_CONNECTION";
+    /// How long a client connection may last before the server asks the client
+    /// to reconnect (HTTP/2 GOAWAY; calls and streams on it run to their end), so
+    /// calls spread over replicas started since, in seconds; 0: no limit
+    max_connection_age_secs: u64 = "0", env "ENGRAM_MAX_CONNECTION_AGE_SECS";
     /// Serve gRPC over TLS with this PEM certificate chain (with --tls-key-file);
     /// reloaded when the file changes
     tls_cert_file: PathBuf, env "ENGRAM_TLS_CERT_FILE";
@@ -471,6 +475,8 @@ pub struct Config {
     /// `None`: no limit.
     pub request_timeout: Option<Duration>,
     pub max_streams_per_connection: u32,
+    /// `None`: connections last as long as their clients keep them.
+    pub max_connection_age: Option<Duration>,
     pub max_message_bytes: usize,
     /// TLS on the gRPC port; `None`: plaintext.
     pub tls: Option<TlsFiles>,
@@ -647,6 +653,8 @@ impl Config {
             }),
             request_timeout: (v.request_timeout_ms > 0).then(|| millis(v.request_timeout_ms)),
             max_streams_per_connection: v.max_streams_per_connection.max(1),
+            max_connection_age: (v.max_connection_age_secs > 0)
+                .then(|| Duration::from_secs(v.max_connection_age_secs)),
             // A value at the limit must fit in a message; leave room for the rest.
             max_message_bytes: v
                 .max_message_bytes

@@ -531,6 +531,13 @@ fn serve<S: Store>(
     if let Some(timeout) = config.request_timeout {
         builder = builder.timeout(timeout);
     }
+    // A client keeps one connection, and a ClusterIP Service picks the pod
+    // once per connection: without an age, replicas added by scaling get no
+    // calls from clients already connected. tonic's grace (a forced close
+    // after it) is left off: it would skip the GOAWAY and cut live tails.
+    if let Some(age) = config.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
     let mut routes = tonic::service::Routes::builder();
     routes
         .add_service(health_service)

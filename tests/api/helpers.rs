@@ -585,6 +585,15 @@ pub struct Proxy {
     upstream: SocketAddr,
     running: Mutex<CancellationToken>,
     stalled: tokio::sync::watch::Sender<bool>,
+    connections: tokio::sync::watch::Sender<Connections>,
+}
+
+/// How many connections a [`Proxy`] has accepted, and how many of them
+/// have ended (either side closed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Connections {
+    pub accepted: usize,
+    pub ended: usize,
 }
 
 impl Proxy {
@@ -592,19 +601,38 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let (stalled, _) = tokio::sync::watch::channel(false);
-        let running = Self::serve(listener, upstream, stalled.clone());
+        let (connections, _) = tokio::sync::watch::channel(Connections::default());
+        let running = Self::serve(listener, upstream, stalled.clone(), connections.clone());
         Proxy {
             addr,
             upstream,
             running: Mutex::new(running),
             stalled,
+            connections,
         }
+    }
+
+    /// The connections so far.
+    pub fn connections(&self) -> Connections {
+        *self.connections.borrow()
+    }
+
+    /// Waits (at most 30 seconds) until the connections are as `wanted`
+    /// says, and returns them.
+    pub async fn until_connections(&self, wanted: impl Fn(&Connections) -> bool) -> Connections {
+        let mut seen = self.connections.subscribe();
+        let reached = tokio::time::timeout(Duration::from_secs(30), seen.wait_for(wanted))
+            .await
+            .expect("the proxy's connections never got there")
+            .expect("the proxy is gone");
+        *reached
     }
 
     fn serve(
         listener: TcpListener,
         upstream: SocketAddr,
         stalled: tokio::sync::watch::Sender<bool>,
+        connections: tokio::sync::watch::Sender<Connections>,
     ) -> CancellationToken {
         let running = CancellationToken::new();
         let stop = running.clone();
@@ -619,17 +647,19 @@ impl Proxy {
                 };
                 let stop = stop.clone();
                 let stalled = stalled.clone();
+                let connections = connections.clone();
+                connections.send_modify(|c| c.accepted += 1);
                 tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (client_read, client_write) = client.into_split();
-                    let (server_read, server_write) = server.into_split();
-                    tokio::select! {
-                        _ = stop.cancelled() => {}
-                        _ = Self::pump(client_read, server_write, stalled.subscribe()) => {}
-                        _ = Self::pump(server_read, client_write, stalled.subscribe()) => {}
+                    if let Ok(server) = TcpStream::connect(upstream).await {
+                        let (client_read, client_write) = client.into_split();
+                        let (server_read, server_write) = server.into_split();
+                        tokio::select! {
+                            _ = stop.cancelled() => {}
+                            _ = Self::pump(client_read, server_write, stalled.subscribe()) => {}
+                            _ = Self::pump(server_read, client_write, stalled.subscribe()) => {}
+                        }
                     }
+                    connections.send_modify(|c| c.ended += 1);
                 });
             }
         });
@@ -666,8 +696,12 @@ impl Proxy {
         let listener = TcpListener::bind(self.addr)
             .await
             .expect("listen again on the proxy port");
-        *self.running.lock().expect("proxy") =
-            Self::serve(listener, self.upstream, self.stalled.clone());
+        *self.running.lock().expect("proxy") = Self::serve(
+            listener,
+            self.upstream,
+            self.stalled.clone(),
+            self.connections.clone(),
+        );
     }
 
     pub fn stall(&self) {

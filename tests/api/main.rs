@@ -8,6 +8,7 @@ mod bench;
 mod binary;
 mod cli;
 mod compaction_races;
+mod connection_age;
 mod console;
 mod consolidation;
 mod consolidation_races;
