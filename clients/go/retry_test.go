@@ -193,3 +193,26 @@ func TestWhatIsRetried(t *testing.T) {
 		}
 	}
 }
+
+// The chart has the server end each connection after a while (a GOAWAY);
+// the connection is replaced on its own, so no call fails, with retries off
+// and writes unkeyed. Writes for three seconds over one-second-old
+// connections.
+func TestCallsGoOnWhileTheServerAgesConnectionsOut(t *testing.T) {
+	srv := start(t, t.TempDir(), "127.0.0.1:0", "ENGRAM_MAX_CONNECTION_AGE_SECS=1")
+	client := connect(t, srv.addr, engram.WithRetries(0))
+	ctx := context.Background()
+	var written int64
+	for ends := time.Now().Add(3 * time.Second); time.Now().Before(ends); {
+		written++
+		response, err := client.Memory.Set(ctx, &engramv1.SetRequest{
+			ScopeType: ns, Scope: "aged", Key: "k", Value: value(t, written),
+		})
+		if err != nil {
+			t.Fatalf("write %d: %v", written, err)
+		}
+		if got := response.GetEntry().GetVersion(); got != written {
+			t.Fatalf("version %d, want %d", got, written)
+		}
+	}
+}

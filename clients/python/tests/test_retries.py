@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -298,3 +299,22 @@ def test_the_asyncio_client_retries_the_same_way(
 )
 def test_what_is_retried(request_: Any, retried: bool) -> None:
     assert idempotent(request_) is retried
+
+
+def test_calls_go_on_while_the_server_ages_connections_out(database_url: str) -> None:
+    """The chart has the server end each connection after a while (a
+    GOAWAY); the channel reconnects on its own, so no call fails, retries
+    off and writes unkeyed. Writes for three seconds over one-second-old
+    connections."""
+    server = start_server(database_url, env={"ENGRAM_MAX_CONNECTION_AGE_SECS": "1"})
+    try:
+        with Engram(server.address, timeout=30, retries=0) as client:
+            client.memory.configure("aged")
+            written = 0
+            ends = time.monotonic() + 3
+            while time.monotonic() < ends:
+                written += 1
+                assert client.memory.set("k", written).version == written
+            assert client.memory.get("k") == written
+    finally:
+        server.stop()
