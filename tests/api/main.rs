@@ -27,6 +27,7 @@ mod metrics;
 mod operator_timeouts;
 mod outage;
 mod pool;
+mod postgres_tls;
 mod properties;
 mod purge_races;
 mod races;

@@ -72,6 +72,32 @@ upgrades do not change it), else made now.
 {{- else }}
   value: sqlite:///data/engram.db
 {{- end }}
+{{- include "engram.databaseCAEnv" . }}
+{{- end -}}
+
+{{/* Where the database's CA certificate is mounted, when one is given. */}}
+{{- define "engram.databaseCAEnv" -}}
+{{- if .Values.database.caSecret }}
+- name: PGSSLROOTCERT
+  value: /etc/engram/database-ca/{{ .Values.database.caKey }}
+{{- end }}
+{{- end -}}
+
+{{/* The database CA's volume mount and volume, for the pods and the Job. */}}
+{{- define "engram.databaseCAMount" -}}
+{{- if .Values.database.caSecret }}
+- name: database-ca
+  mountPath: /etc/engram/database-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "engram.databaseCAVolume" -}}
+{{- if .Values.database.caSecret }}
+- name: database-ca
+  secret:
+    secretName: {{ .Values.database.caSecret }}
+{{- end }}
 {{- end -}}
 
 {{- define "engram.migrationSecret" -}}
@@ -89,6 +115,7 @@ upgrades do not change it), else made now.
     secretKeyRef:
       name: {{ $secret }}
       key: {{ .Values.database.migration.key }}
+{{- include "engram.databaseCAEnv" . }}
 {{- else }}
 {{- include "engram.env" . }}
 {{- end }}

@@ -116,6 +116,46 @@ static ARABIC_READING: Sql = Sql::new(
      to_tsvector('simple', $3) = to_tsvector('simple', $4)",
 );
 
+/// Checks that the certificate and key files the URL (or libpq's
+/// `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`) names can be read, so a wrong
+/// path (a Secret mounted elsewhere) is refused naming the file: sqlx reads
+/// them only when it connects, and says just "No such file or directory".
+/// A value that is a PEM text itself, as sqlx also takes, is not a path.
+fn readable_tls_files(url: &str) -> Result<()> {
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let mut named: Vec<(&str, String)> = form_urlencoded::parse(query.as_bytes())
+        .filter_map(|(key, value)| {
+            let name = match &*key {
+                "sslrootcert" | "ssl-root-cert" | "ssl-ca" => "sslrootcert",
+                "sslcert" | "ssl-cert" => "sslcert",
+                "sslkey" | "ssl-key" => "sslkey",
+                _ => return None,
+            };
+            Some((name, value.into_owned()))
+        })
+        .collect();
+    for (name, variable) in [
+        ("sslrootcert", "PGSSLROOTCERT"),
+        ("sslcert", "PGSSLCERT"),
+        ("sslkey", "PGSSLKEY"),
+    ] {
+        if !named.iter().any(|(given, _)| *given == name)
+            && let Ok(value) = std::env::var(variable)
+        {
+            named.push((variable, value));
+        }
+    }
+    for (name, path) in named {
+        if path.trim_start().starts_with("-----BEGIN") {
+            continue;
+        }
+        if let Err(err) = std::fs::File::open(&path) {
+            return Err(Error::internal(format!("cannot read {name} {path}: {err}")));
+        }
+    }
+    Ok(())
+}
+
 impl PgStore {
     /// The options every connection of the store opens with: the URL's
     /// (and libpq's `PG*` variables'), named `engram`, with JIT off unless
@@ -128,6 +168,7 @@ impl PgStore {
         let connect = PgConnectOptions::from_str(url)
             .map_err(|err| Error::internal(format!("invalid postgres URL: {err}")))?
             .application_name("engram");
+        readable_tls_files(url)?;
         if connect.get_options().is_some_and(|set| set.contains("jit")) {
             return Ok(connect);
         }
