@@ -31,6 +31,10 @@ ENV ENGRAM_GRPC_ADDR=0.0.0.0:50051 \
     ENGRAM_DATABASE_URL=sqlite:///data/engram.db
 USER 65532:65532
 EXPOSE 50051 9090
+# /readyz on loopback: unhealthy while the database is unreachable or the
+# server shuts down. (Kubernetes ignores this and uses the chart's probes.)
+HEALTHCHECK --interval=10s --timeout=6s --start-period=60s --retries=3 \
+  CMD ["/usr/local/bin/engram", "health"]
 VOLUME ["/data"]
 ENTRYPOINT ["/usr/local/bin/engram"]
 CMD ["serve"]

@@ -87,6 +87,10 @@ enum Command {
     /// Bearer tokens for the tokens file: new (a random token and its
     /// line), hash (the line's hash of a token on stdin)
     Token(engram::cli::token::TokenCommand),
+    /// Ask the server on this machine whether it is ready (its HTTP port's
+    /// /readyz; --live: /healthz): exit 0 if so, 1 if not, for a
+    /// container's HEALTHCHECK
+    Health(engram::cli::health::HealthCommand),
 }
 
 #[tokio::main]
@@ -113,6 +117,7 @@ async fn main() -> ExitCode {
         Command::Export(command) => return client_exit(command.run().await),
         Command::Import(command) => return client_exit(command.run().await),
         Command::Token(command) => return client_exit(command.run()),
+        Command::Health(command) => return client_exit(command.run().await),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

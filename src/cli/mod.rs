@@ -16,6 +16,7 @@ use crate::api::convert::json_from_proto;
 pub mod consolidation;
 pub mod data;
 mod follow;
+pub mod health;
 pub mod mcp;
 pub mod memory;
 pub mod search;

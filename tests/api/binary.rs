@@ -160,12 +160,67 @@ async fn sigterm_with_a_delay_drains_before_it_stops() {
         .into_inner();
     assert_eq!(written.entry.expect("entry").version, 1);
 
+    drop(updates);
     let lines = server.stderr.clone();
     let status = server.terminate().await;
     assert!(status.success(), "exit status {status}");
     let lines = lines.lock().expect("lines").join("\n");
     assert!(lines.contains("draining"), "{lines}");
     assert!(lines.contains("engram stopped"), "{lines}");
+}
+
+/// `engram health`, a container's HEALTHCHECK: exit 0 while the server is
+/// ready, 1 once it drains (`--live` still 0) and when nothing answers; a
+/// wildcard address, as the image sets, is asked on loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_answers_for_a_container_healthcheck() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    use crate::outage::wait_for;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let delay = [("ENGRAM_SHUTDOWN_DELAY_SECS", "3600")];
+    let server = ChildServer::spawn(&[], &delay, Some(dir.path())).await;
+    let http = server.http_addr();
+    let wildcard = format!("0.0.0.0:{}", http.port());
+    let health = |args: &[&str]| {
+        let out = engram(&[&["health"], args].concat());
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        )
+    };
+    let address = http.to_string();
+    assert_eq!(health(&["--http-addr", &address]).0, Some(0));
+    assert_eq!(health(&["--http-addr", &address]).1, "ready");
+    assert_eq!(health(&["--http-addr", &wildcard]).1, "ready");
+    assert_eq!(health(&["--http-addr", &address, "--live"]).1, "ok");
+
+    let mut updates = HealthClient::new(connect(server.grpc_addr).await)
+        .watch(HealthCheckRequest::default())
+        .await
+        .expect("health watch")
+        .into_inner();
+    server.send_term();
+    wait_for(&mut updates, ServingStatus::NotServing).await;
+    let (code, _, stderr) = health(&["--http-addr", &address]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("not ready (503): shutting down"),
+        "{stderr}"
+    );
+    assert_eq!(health(&["--http-addr", &address, "--live"]).0, Some(0));
+
+    // A health watch is a stream that never ends: closed, shutdown need
+    // not wait out its grace for it.
+    drop(updates);
+    assert!(server.terminate().await.success());
+    let (code, _, stderr) = health(&["--http-addr", &address]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot ask"), "{stderr}");
 }
 
 /// A Postgres database in an encoding other than UTF8 is refused before
