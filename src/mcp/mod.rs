@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
@@ -179,6 +180,63 @@ impl Engram {
         Ok(definitions.into_iter().map(working_tool).collect())
     }
 
+    /// Runs one of the routed tools. One that met UNAVAILABLE (a database
+    /// failover, say) is run again, up to [`RETRIES`] times, when that is
+    /// harmless: a read-only tool, or a write that carries its idempotency
+    /// key (`request_id`; an append's `id`). Other writes answer the error
+    /// at once, since the first try may have been stored. The clients'
+    /// rule (`engram_client`, the Go client's `Idempotent`), here so that
+    /// an assistant's call rides out the failover as a program's does.
+    async fn call_routed(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let retryable = self.harmless_to_repeat(&request);
+        let mut backoff = RETRY_BACKOFF.0;
+        let mut tried = 0;
+        loop {
+            let call = ToolCallContext::new(self, request.clone(), context.clone());
+            let reply = self.tools.call(call).await?;
+            tried += 1;
+            let Some(delay) = retryable
+                .then(|| unavailable(&reply, &mut backoff))
+                .flatten()
+                .filter(|_| tried <= RETRIES)
+            else {
+                return Ok(reply);
+            };
+            tracing::info!(tool = %request.name, ?delay, tried, "retrying a tool call that met UNAVAILABLE");
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = context.ct.cancelled() => return Ok(reply),
+            }
+        }
+    }
+
+    /// Whether running `request` twice has the effect of running it once.
+    fn harmless_to_repeat(&self, request: &CallToolRequestParams) -> bool {
+        let read_only = self
+            .tools
+            .get(&request.name)
+            .and_then(|tool| tool.annotations.as_ref()?.read_only_hint);
+        if read_only == Some(true) {
+            return true;
+        }
+        let keyed = |field: &str| {
+            request
+                .arguments
+                .as_ref()
+                .and_then(|arguments| arguments.get(field)?.as_str())
+                .is_some_and(|key| !key.is_empty())
+        };
+        match request.name.as_ref() {
+            "memory_set" | "memory_delete" => keyed("request_id"),
+            "episode_append" => keyed("id"),
+            _ => false,
+        }
+    }
+
     /// Runs a working-memory action through `CallTool`.
     async fn call_working(&self, name: String, arguments: Option<JsonObject>) -> CallToolResult {
         let mut arguments = arguments.unwrap_or_default();
@@ -289,8 +347,45 @@ impl From<Status> for Failed {
             .get_details_error_info()
             .map(|info| info.reason)
             .unwrap_or_else(|| code.to_owned());
-        Failed::of(code, &reason, status.message())
+        let mut failed = Failed::of(code, &reason, status.message());
+        // How long the server asks a retry to wait (its RetryInfo).
+        let delay = status
+            .get_details_retry_info()
+            .and_then(|info| info.retry_delay);
+        if let (Some(delay), Some(Value::Object(content))) =
+            (delay, &mut failed.0.structured_content)
+            && let Some(Value::Object(error)) = content.get_mut("error")
+        {
+            error.insert("retry_delay_ms".into(), json!(delay.as_millis()));
+        }
+        failed
     }
+}
+
+/// How many times a tool call that met UNAVAILABLE is tried again when
+/// repeating it is harmless (see [`Engram::call_routed`]).
+const RETRIES: u32 = 3;
+
+/// The wait before a retry the server gave no delay for: the first, and
+/// the most; each doubles the last.
+const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// The wait an UNAVAILABLE result asks for: its `retry_delay_ms`, or
+/// `backoff` (then doubled); `None` for any other result.
+fn unavailable(result: &CallToolResponse, backoff: &mut Duration) -> Option<Duration> {
+    let CallToolResponse::Complete(result) = result else {
+        return None;
+    };
+    let error = result.structured_content.as_ref()?.get("error")?;
+    if result.is_error != Some(true) || error.get("code")? != "UNAVAILABLE" {
+        return None;
+    }
+    if let Some(ms) = error.get("retry_delay_ms").and_then(Value::as_u64) {
+        return Some(Duration::from_millis(ms));
+    }
+    let delay = *backoff;
+    *backoff = (*backoff * 2).min(RETRY_BACKOFF.1);
+    Some(delay)
 }
 
 impl IntoCallToolResult for Failed {
@@ -412,10 +507,7 @@ impl ServerHandler for Engram {
             return Ok(refused.0.into());
         }
         if self.tools.has_route(&request.name) {
-            return self
-                .tools
-                .call(ToolCallContext::new(self, request, context))
-                .await;
+            return self.call_routed(request, context).await;
         }
         let name = request.name.into_owned();
         // Any other name goes to the server's working-memory tools, which

@@ -61,21 +61,55 @@ def new_token(tenant: str, admin: bool) -> tuple[str, str]:
     return made["token"], made["line"]
 
 
+def start(store: str, directory: str, env: dict[str, str] | None = None) -> Server:
+    """A server on a fresh store with three tokens: `admin` and `user` of
+    tenant acme, `other` of globex."""
+    tokens: dict[str, str] = {}
+    lines = []
+    for name, tenant, admin in [("admin", "acme", True), ("user", "acme", False), ("other", "globex", False)]:
+        tokens[name], line = new_token(tenant, admin)
+        lines.append(line)
+    tokens_file = Path(directory) / "tokens"
+    tokens_file.write_text("\n".join(lines) + "\n")
+    running = start_server(
+        database_url(store, directory), env={"ENGRAM_TOKENS_FILE": str(tokens_file), **(env or {})}
+    )
+    return Server(running, tokens)
+
+
 @pytest.fixture(scope="module", params=STORES)
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     with tempfile.TemporaryDirectory() as directory:
-        tokens: dict[str, str] = {}
-        lines = []
-        for name, tenant, admin in [("admin", "acme", True), ("user", "acme", False), ("other", "globex", False)]:
-            tokens[name], line = new_token(tenant, admin)
-            lines.append(line)
-        tokens_file = Path(directory) / "tokens"
-        tokens_file.write_text("\n".join(lines) + "\n")
-        running = start_server(
-            database_url(request.param, directory), env={"ENGRAM_TOKENS_FILE": str(tokens_file)}
+        started = start(request.param, directory)
+        yield started
+        started.running.stop()
+
+
+@contextlib.asynccontextmanager
+async def session(transport: str, server: Server, token: str = "admin") -> AsyncIterator[ClientSession]:
+    """An initialized MCP session with that token, over `stdio` (spawning
+    `engram mcp`) or `http` (the server's /mcp)."""
+    secret = server.tokens[token]
+    if transport == "stdio":
+        parameters = StdioServerParameters(
+            command=ENGRAM_BIN,
+            args=["mcp", "--server", f"http://{server.grpc}", "--token", secret],
         )
-        yield Server(running, tokens)
-        running.stop()
+        async with stdio_client(parameters) as (read, write, *_):
+            async with ClientSession(read, write) as mcp_session:
+                await mcp_session.initialize()
+                yield mcp_session
+    else:
+        headers = {"authorization": f"Bearer {secret}"}
+        async with httpx2.AsyncClient(headers=headers) as client:
+            async with streamable_http_client(f"http://{server.http}/mcp", http_client=client) as (
+                read,
+                write,
+                *_,
+            ):
+                async with ClientSession(read, write) as mcp_session:
+                    await mcp_session.initialize()
+                    yield mcp_session
 
 
 Connect = Callable[..., contextlib.AbstractAsyncContextManager[ClientSession]]
@@ -86,31 +120,10 @@ def connect(request: pytest.FixtureRequest, server: Server) -> Connect:
     """`async with connect("admin") as session:` an initialized MCP session
     with that token, over this test's transport."""
 
-    @contextlib.asynccontextmanager
-    async def session(token: str = "admin") -> AsyncIterator[ClientSession]:
-        secret = server.tokens[token]
-        if request.param == "stdio":
-            parameters = StdioServerParameters(
-                command=ENGRAM_BIN,
-                args=["mcp", "--server", f"http://{server.grpc}", "--token", secret],
-            )
-            async with stdio_client(parameters) as (read, write, *_):
-                async with ClientSession(read, write) as mcp_session:
-                    await mcp_session.initialize()
-                    yield mcp_session
-        else:
-            headers = {"authorization": f"Bearer {secret}"}
-            async with httpx2.AsyncClient(headers=headers) as client:
-                async with streamable_http_client(f"http://{server.http}/mcp", http_client=client) as (
-                    read,
-                    write,
-                    *_,
-                ):
-                    async with ClientSession(read, write) as mcp_session:
-                        await mcp_session.initialize()
-                        yield mcp_session
+    def connected(token: str = "admin") -> contextlib.AbstractAsyncContextManager[ClientSession]:
+        return session(request.param, server, token)
 
-    return session
+    return connected
 
 
 def unique(prefix: str) -> str:

@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shutil
-import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import Server, start_server
+from engram_server import Outage
 from engram_client import Engram, Unavailable
 from engram_client._requests import idempotent
 from engram_client.aio import AsyncEngram
@@ -30,62 +27,6 @@ from engram_client.v1 import episodes_pb2, memory_pb2, sessions_pb2
 
 #: A write waits this long for SQLite's lock before UNAVAILABLE.
 ACQUIRE_MS = "300"
-
-
-class Outage:
-    """Makes the server's database refuse writes, or (Postgres) every
-    connection, until :meth:`end`."""
-
-    def __init__(self, database_url: str) -> None:
-        self.url = database_url
-        self._lock: sqlite3.Connection | None = None
-        self._ending: list[str] = []
-
-    @property
-    def sqlite(self) -> bool:
-        return self.url.startswith("sqlite://")
-
-    def _psql(self, *statements: str) -> None:
-        """Runs statements on the cluster's `postgres` database, about the
-        server's database."""
-        name = self.url.rsplit("/", 1)[1]
-        admin = self.url.rsplit("/", 1)[0] + "/postgres"
-        psql = shutil.which("psql", path=os.environ.get("PG_BINDIR")) or "psql"
-        for statement in statements:
-            subprocess.run(
-                [psql, admin, "-qAtc", statement.replace("{db}", name)],
-                check=True,
-                capture_output=True,
-            )
-
-    def _end_sessions(self) -> None:
-        self._psql(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = '{db}' AND pid <> pg_backend_pid()"
-        )
-
-    def writes(self) -> None:
-        if self.sqlite:
-            self._lock = sqlite3.connect(self.url.removeprefix("sqlite://"), isolation_level=None)
-            self._lock.execute("BEGIN IMMEDIATE")
-            return
-        self._psql('ALTER DATABASE "{db}" SET default_transaction_read_only = on')
-        self._end_sessions()
-        self._ending = ['ALTER DATABASE "{db}" RESET default_transaction_read_only']
-
-    def connections(self) -> None:
-        assert not self.sqlite, "SQLite's readers cannot be shut out"
-        self._psql('ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
-        self._end_sessions()
-        self._ending = ['ALTER DATABASE "{db}" ALLOW_CONNECTIONS true']
-
-    def end(self) -> None:
-        if self._lock is not None:
-            self._lock.execute("ROLLBACK")
-            self._lock.close()
-            self._lock = None
-        self._psql(*self._ending)
-        self._ending = []
 
 
 class RetryLog(logging.Handler):

@@ -1,0 +1,80 @@
+"""A tool call through a database outage: the MCP server runs a
+read-only tool, or a write carrying its idempotency key, again after
+UNAVAILABLE (the server asks for a second), and answers any other write's
+UNAVAILABLE at once, with the delay the server asked for.
+
+The database refuses writes while the test holds SQLite's write lock (or
+Postgres is failed over to read-only); the test ends the outage once the
+server's metrics show the first refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import time
+
+import httpx2
+import pytest
+
+from conftest import Server, error, session, start, structured, unique
+from engram_server import STORES, Outage
+
+pytestmark = pytest.mark.anyio
+
+
+async def refusals(server: Server, method: str) -> int:
+    """How many calls of `method` the server has answered UNAVAILABLE."""
+    async with httpx2.AsyncClient() as client:
+        text = (await client.get(f"http://{server.http}/metrics")).text
+    pattern = re.compile(
+        r'^grpc_server_handled_total\{[^}]*grpc_method="' + method + r'"[^}]*grpc_code="UNAVAILABLE"\} (\d+)$',
+        re.MULTILINE,
+    )
+    return sum(int(n) for n in pattern.findall(text))
+
+
+async def until_refused(server: Server, method: str, before: int) -> None:
+    """Waits (at most 30 s) for the server to refuse one more call of `method`."""
+    deadline = time.monotonic() + 30
+    while await refusals(server, method) <= before:
+        assert time.monotonic() < deadline, f"the server never refused {method}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_keyed_write_rides_out_an_outage_and_an_unkeyed_one_does_not(
+    transport: str, store: str
+) -> None:
+    scope = {"scope_type": "namespace", "scope": unique("outage")}
+    with tempfile.TemporaryDirectory() as directory:
+        server = start(store, directory, {"ENGRAM_DB_ACQUIRE_TIMEOUT_MS": "300"})
+        outage = Outage(server.running.database_url)
+        try:
+            async with session(transport, server) as mcp:
+                before = await refusals(server, "Set")
+                outage.writes()
+                try:
+                    keyed = asyncio.ensure_future(
+                        mcp.call_tool("memory_set", {**scope, "key": "k", "value": "a", "request_id": "r-1"})
+                    )
+                    await until_refused(server, "Set", before)
+                finally:
+                    outage.end()
+                assert structured(await keyed)["entry"]["version"] == 1
+
+                outage.writes()
+                try:
+                    refused = await mcp.call_tool("memory_set", {**scope, "key": "k", "value": "b"})
+                finally:
+                    outage.end()
+                assert error(refused)["code"] == "UNAVAILABLE"
+                assert error(refused)["reason"] == "DATABASE_UNAVAILABLE"
+                assert (refused.structured_content or {})["error"]["retry_delay_ms"] == 1000
+
+                history = structured(await mcp.call_tool("memory_history", {**scope, "key": "k"}))
+                assert [v["version"] for v in history["versions"]] == [1], "each write stored once"
+        finally:
+            server.running.stop()
