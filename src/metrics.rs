@@ -155,6 +155,33 @@ fn grpc_labels(method: &str) -> String {
     )
 }
 
+/// A status code (as [`crate::api::edge::code_name`] spells it, and
+/// `engram_rpc_total` shows it) as go-grpc-prometheus labels it: Go's
+/// `codes.Code` names (`OK`, `NotFound`, `Unavailable`, `Canceled`), which
+/// the dashboards and alert rules written for `grpc_server_handled_total`
+/// match on.
+fn go_code_name(code: &str) -> &str {
+    match code {
+        "CANCELLED" => "Canceled",
+        "UNKNOWN" => "Unknown",
+        "INVALID_ARGUMENT" => "InvalidArgument",
+        "DEADLINE_EXCEEDED" => "DeadlineExceeded",
+        "NOT_FOUND" => "NotFound",
+        "ALREADY_EXISTS" => "AlreadyExists",
+        "PERMISSION_DENIED" => "PermissionDenied",
+        "RESOURCE_EXHAUSTED" => "ResourceExhausted",
+        "FAILED_PRECONDITION" => "FailedPrecondition",
+        "ABORTED" => "Aborted",
+        "OUT_OF_RANGE" => "OutOfRange",
+        "UNIMPLEMENTED" => "Unimplemented",
+        "INTERNAL" => "Internal",
+        "UNAVAILABLE" => "Unavailable",
+        "DATA_LOSS" => "DataLoss",
+        "UNAUTHENTICATED" => "Unauthenticated",
+        other => other,
+    }
+}
+
 /// One method's calls as the gRPC ecosystem counts them.
 #[derive(Default)]
 struct GrpcMethod {
@@ -546,6 +573,7 @@ impl Registry {
         );
         for (labels, calls) in &labelled {
             for (code, n) in &calls.handled {
+                let code = go_code_name(code);
                 let _ = writeln!(
                     out,
                     "grpc_server_handled_total{{{labels},grpc_code=\"{code}\"}} {n}"
@@ -637,7 +665,7 @@ mod tests {
             "grpc_server_handled_total{grpc_service=\"m\",grpc_method=\"A\",grpc_type=\"unary\",grpc_code=\"OK\"} 2",
             "grpc_server_handling_seconds_bucket{grpc_service=\"m\",grpc_method=\"A\",grpc_type=\"unary\",le=\"0.005\"} 2",
             "grpc_server_handling_seconds_count{grpc_service=\"m\",grpc_method=\"A\",grpc_type=\"unary\"} 3",
-            "grpc_server_handled_total{grpc_service=\"engram.v1.MemoryService\",grpc_method=\"Watch\",grpc_type=\"server_stream\",grpc_code=\"CANCELLED\"} 1",
+            "grpc_server_handled_total{grpc_service=\"engram.v1.MemoryService\",grpc_method=\"Watch\",grpc_type=\"server_stream\",grpc_code=\"Canceled\"} 1",
             "grpc_server_handling_seconds_count{grpc_service=\"engram.v1.MemoryService\",grpc_method=\"Watch\",grpc_type=\"server_stream\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");

@@ -54,7 +54,7 @@ const SET_LATENCY: &str =
 const WATCHES: &str = r#"engram_live_streams{method="/engram.v1.MemoryService/Watch"}"#;
 const GRPC_SET_STARTED: &str = r#"grpc_server_started_total{grpc_service="engram.v1.MemoryService",grpc_method="Set",grpc_type="unary"}"#;
 const GRPC_SET_OK: &str = r#"grpc_server_handled_total{grpc_service="engram.v1.MemoryService",grpc_method="Set",grpc_type="unary",grpc_code="OK"}"#;
-const GRPC_GET_MISSING: &str = r#"grpc_server_handled_total{grpc_service="engram.v1.MemoryService",grpc_method="Get",grpc_type="unary",grpc_code="NOT_FOUND"}"#;
+const GRPC_GET_MISSING: &str = r#"grpc_server_handled_total{grpc_service="engram.v1.MemoryService",grpc_method="Get",grpc_type="unary",grpc_code="NotFound"}"#;
 const GRPC_SET_SECONDS: &str = r#"grpc_server_handling_seconds_count{grpc_service="engram.v1.MemoryService",grpc_method="Set",grpc_type="unary"}"#;
 const GRPC_WATCH_STARTED: &str = r#"grpc_server_started_total{grpc_service="engram.v1.MemoryService",grpc_method="Watch",grpc_type="server_stream"}"#;
 const EPISODES_EVICTED: &str = r#"engram_evictions_total{kind="episode"}"#;

@@ -29,7 +29,7 @@ async def refusals(server: Server, method: str) -> int:
     async with httpx2.AsyncClient() as client:
         text = (await client.get(f"http://{server.http}/metrics")).text
     pattern = re.compile(
-        r'^grpc_server_handled_total\{[^}]*grpc_method="' + method + r'"[^}]*grpc_code="UNAVAILABLE"\} (\d+)$',
+        r'^grpc_server_handled_total\{[^}]*grpc_method="' + method + r'"[^}]*grpc_code="Unavailable"\} (\d+)$',
         re.MULTILINE,
     )
     return sum(int(n) for n in pattern.findall(text))
