@@ -11,7 +11,7 @@
 //! bounded (methods come from the protos, codes from gRPC), so a map under
 //! a mutex held for a few nanoseconds per call is enough.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -124,22 +124,43 @@ pub struct PoolStatus {
 
 /// The server streams among the methods served; every other one is unary
 /// (the reflection service's one bidirectional stream aside).
-const SERVER_STREAMS: [&str; 4] = [
-    "/engram.v1.MemoryService/History",
-    "/engram.v1.MemoryService/Watch",
-    "/engram.v1.EpisodeService/TailEpisodes",
-    "/grpc.health.v1.Health/Watch",
-];
-
-/// `grpc_type` of a method path.
-fn grpc_type(method: &str) -> &'static str {
-    if SERVER_STREAMS.contains(&method) {
-        "server_stream"
-    } else if method.ends_with("/ServerReflectionInfo") {
-        "bidi_stream"
-    } else {
-        "unary"
+/// The `grpc_type` of every method the server serves (Engram's, health,
+/// reflection), read from their protos' descriptors, so a streaming RPC
+/// added later is labelled by what it is.
+static METHOD_TYPES: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| {
+    use prost::Message;
+    let sets = [
+        crate::proto::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+    ];
+    let mut types = HashMap::new();
+    for set in sets {
+        let Ok(set) = prost_types::FileDescriptorSet::decode(set) else {
+            continue;
+        };
+        for file in set.file {
+            for service in &file.service {
+                for method in &service.method {
+                    let kind = match (method.client_streaming(), method.server_streaming()) {
+                        (false, false) => "unary",
+                        (false, true) => "server_stream",
+                        (true, false) => "client_stream",
+                        (true, true) => "bidi_stream",
+                    };
+                    let path = format!("/{}.{}/{}", file.package(), service.name(), method.name());
+                    types.insert(path, kind);
+                }
+            }
+        }
     }
+    types
+});
+
+/// `grpc_type` of a method path; `unary` for one the server does not have.
+fn grpc_type(method: &str) -> &'static str {
+    METHOD_TYPES.get(method).copied().unwrap_or("unary")
 }
 
 /// The `grpc_service`, `grpc_method` and `grpc_type` labels of a method
@@ -681,5 +702,29 @@ mod tests {
         assert!(!text.contains(
             "engram_rpc_duration_seconds_count{method=\"/engram.v1.MemoryService/Watch\"}"
         ));
+    }
+
+    #[test]
+    fn every_method_is_typed_from_its_descriptor() {
+        for (method, kind) in [
+            ("/engram.v1.MemoryService/Set", "unary"),
+            ("/engram.v1.MemoryService/History", "server_stream"),
+            ("/engram.v1.MemoryService/Watch", "server_stream"),
+            ("/engram.v1.EpisodeService/TailEpisodes", "server_stream"),
+            ("/engram.v1.DataService/Export", "server_stream"),
+            ("/engram.v1.DataService/Import", "client_stream"),
+            ("/grpc.health.v1.Health/Check", "unary"),
+            ("/grpc.health.v1.Health/Watch", "server_stream"),
+            (
+                "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                "bidi_stream",
+            ),
+            (
+                "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                "bidi_stream",
+            ),
+        ] {
+            assert_eq!(grpc_type(method), kind, "{method}");
+        }
     }
 }
