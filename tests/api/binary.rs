@@ -118,7 +118,7 @@ async fn sigterm_with_a_delay_drains_before_it_stops() {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
 
-    use crate::outage::{http_status, wait_for};
+    use crate::outage::{assert_not_ready_but_alive, http_status, wait_for};
 
     let dir = tempfile::tempdir().expect("temp dir");
     // Longer than the test may take: only the second signal ends it.
@@ -135,16 +135,7 @@ async fn sigterm_with_a_delay_drains_before_it_stops() {
 
     server.send_term();
     wait_for(&mut updates, ServingStatus::NotServing).await;
-    assert_eq!(http_status(server.http_addr(), "/readyz").await, 503);
-    assert_eq!(http_status(server.http_addr(), "/healthz").await, 200);
-    let alive = health
-        .check(HealthCheckRequest {
-            service: engram::server::LIVENESS.to_owned(),
-        })
-        .await
-        .expect("check liveness")
-        .into_inner();
-    assert_eq!(alive.status, ServingStatus::Serving as i32);
+    assert_not_ready_but_alive(&mut health, server.http_addr()).await;
     // A connection made now is accepted, and its calls served.
     let mut late = MemoryServiceClient::new(connect(server.grpc_addr).await);
     let written = late

@@ -76,27 +76,7 @@ async fn health_and_calls_follow_the_database() {
 
     proxy.cut();
     wait_for(&mut updates, ServingStatus::NotServing).await;
-    let overall = health
-        .check(HealthCheckRequest::default())
-        .await
-        .expect("check")
-        .into_inner();
-    assert_eq!(overall.status, ServingStatus::NotServing as i32);
-    let readyz = http_status(server.http_addr(), "/readyz").await;
-    assert_eq!(readyz, 503);
-    assert_eq!(http_status(server.http_addr(), "/healthz").await, 200);
-    let alive = health
-        .check(HealthCheckRequest {
-            service: engram::server::LIVENESS.to_owned(),
-        })
-        .await
-        .expect("check liveness")
-        .into_inner();
-    assert_eq!(
-        alive.status,
-        ServingStatus::Serving as i32,
-        "a liveness probe does not restart a pod for the database"
-    );
+    assert_not_ready_but_alive(&mut health, server.http_addr()).await;
 
     // Calls fail, quickly and with the reason, instead of hanging.
     let started = std::time::Instant::now();
@@ -140,6 +120,35 @@ async fn health_and_calls_follow_the_database() {
     );
     drop(updates);
     server.stop().await;
+}
+
+/// What probes see of a server that must not be sent calls but must not
+/// be restarted either: health NOT_SERVING, `/readyz` 503, `/healthz` 200,
+/// and the liveness service SERVING.
+pub async fn assert_not_ready_but_alive(
+    health: &mut HealthClient<tonic::transport::Channel>,
+    http: std::net::SocketAddr,
+) {
+    let overall = health
+        .check(HealthCheckRequest::default())
+        .await
+        .expect("check")
+        .into_inner();
+    assert_eq!(overall.status, ServingStatus::NotServing as i32);
+    assert_eq!(http_status(http, "/readyz").await, 503);
+    assert_eq!(http_status(http, "/healthz").await, 200);
+    let alive = health
+        .check(HealthCheckRequest {
+            service: engram::server::LIVENESS.to_owned(),
+        })
+        .await
+        .expect("check liveness")
+        .into_inner();
+    assert_eq!(
+        alive.status,
+        ServingStatus::Serving as i32,
+        "a liveness probe does not restart the pod"
+    );
 }
 
 /// A minimal HTTP/1.1 GET, returning the status code.
