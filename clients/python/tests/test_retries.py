@@ -259,3 +259,27 @@ def test_calls_go_on_while_the_server_ages_connections_out(database_url: str) ->
             assert client.memory.get("k") == written
     finally:
         server.stop()
+
+
+def test_the_integrations_writes_ride_out_an_outage(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    """The LangGraph store and checkpointer (and ADK's services) key their
+    writes, so the client retries them: a put through an outage is stored
+    once."""
+    from engram_client.langgraph import EngramStore
+
+    outage = Outage(slow_lock_server.database_url)
+    store = EngramStore(slow_lock_server.address, root="retries-lg", timeout=30)
+    try:
+        outage.writes()
+        through_outage(outage, retry_log, lambda: store.put(("users", "ann"), "m1", {"text": "tea"}))
+        assert "retrying Set" in retry_log.lines[0]
+        item = store.get(("users", "ann"), "m1")
+        assert item is not None and item.value == {"text": "tea"}
+        with Engram(slow_lock_server.address) as client:
+            client.memory.configure("retries-lg/users/ann")
+            history = [e.version for e in client.memory.history("m1")]
+        assert history == [1], "stored once"
+    finally:
+        store.close()

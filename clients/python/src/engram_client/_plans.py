@@ -12,6 +12,7 @@ exists once, so the sync and async methods cannot drift apart.
 from __future__ import annotations
 
 import builtins
+import uuid
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -90,6 +91,18 @@ def _scope(name: str) -> _requests.Scope:
     return _requests.Scope(name, memory_pb2.SCOPE_TYPE_NAMESPACE)
 
 
+def _write(op: Write) -> memory_pb2.SetRequest:
+    """A write's request, with a request id of its own: the client then
+    retries it through a database failover, and a retry whose first try
+    was stored answers with that first result instead of writing again."""
+    return _scope(op.scope).set(op.key, op.value, 0 if op.create else None, uuid.uuid4().hex)
+
+
+def _remove(op: Remove) -> memory_pb2.DeleteRequest:
+    """A removal's request, keyed as :func:`_write`'s."""
+    return _scope(op.scope).delete(op.key, None, uuid.uuid4().hex)
+
+
 def run(client: Engram, plan: Plan[T]) -> T:
     """Carries out a plan with the blocking client."""
     result: Any = None
@@ -143,13 +156,12 @@ def _sync(client: Engram, op: Op) -> Any:
             return None
     if isinstance(op, Write):
         try:
-            request = _scope(op.scope).set(op.key, op.value, 0 if op.create else None, None)
-            return Entry.from_proto(client.call(stubs.memory.Set, request).entry)
+            return Entry.from_proto(client.call(stubs.memory.Set, _write(op)).entry)
         except Conflict:
             return None
     if isinstance(op, Remove):
         try:
-            client.call(stubs.memory.Delete, _scope(op.scope).delete(op.key, None))
+            client.call(stubs.memory.Delete, _remove(op))
         except NotFound:
             pass
         return None
@@ -184,14 +196,13 @@ async def _async(client: AsyncEngram, op: Op) -> Any:
             return None
         return Entry.from_proto(response.entry)
     if isinstance(op, Write):
-        request = _scope(op.scope).set(op.key, op.value, 0 if op.create else None, None)
         try:
-            return Entry.from_proto((await client.call(stubs.memory.Set, request)).entry)
+            return Entry.from_proto((await client.call(stubs.memory.Set, _write(op))).entry)
         except Conflict:
             return None
     if isinstance(op, Remove):
         try:
-            await client.call(stubs.memory.Delete, _scope(op.scope).delete(op.key, None))
+            await client.call(stubs.memory.Delete, _remove(op))
         except NotFound:
             pass
         return None

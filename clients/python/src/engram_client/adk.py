@@ -129,7 +129,9 @@ class EngramSessionService(BaseSessionService):
         for key, value in delta.items():
             where = _state_key(app_name, user_id, session_id, key)
             if where is not None:
-                await client.call(client.stubs.memory.Set, scope.set(where, value, None, None))
+                # Keyed, so the client retries it through a failover.
+                request = scope.set(where, value, None, uuid.uuid4().hex)
+                await client.call(client.stubs.memory.Set, request)
 
     async def _entries(self, app_name: str, prefix: str) -> list[tuple[str, Any]]:
         """Each state entry under ``prefix``: the rest of its key, its value."""
@@ -262,7 +264,8 @@ class EngramSessionService(BaseSessionService):
         scope = _state_scope(app_name)
         prefix = f"session/{escape(session_id)}/"
         for key, _ in await self._entries(app_name, prefix):
-            await client.call(client.stubs.memory.Delete, scope.delete(prefix + key, None))
+            request = scope.delete(prefix + key, None, uuid.uuid4().hex)
+            await client.call(client.stubs.memory.Delete, request)
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
