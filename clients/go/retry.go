@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"engram.dev/engram/clients/go/engramv1"
@@ -40,8 +41,8 @@ type Retry struct {
 // WithRetries sets how many times an idempotent unary call (see
 // Idempotent) is tried again after UNAVAILABLE: a database failover or a
 // server restart. 0 turns retries off. Each retry waits what the server's
-// RetryInfo asks, or else a backoff growing from 100 ms to 2 s, and none
-// starts past the context's deadline.
+// RetryInfo asks, or else a backoff growing from 100 ms to 2 s, then waits
+// for the server to be reachable; none starts past the context's deadline.
 func WithRetries(n int) Option {
 	return func(o *options) { o.retries = max(n, 0) }
 }
@@ -98,10 +99,28 @@ func retrying(o *options) grpc.UnaryClientInterceptor {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		backoff := firstBackoff
+		// The failure the last retry was made after: a retry that reached
+		// the deadline waiting for an unreachable server answers with it,
+		// which says why it waited, rather than with DeadlineExceeded.
+		var retried error
+		giveUp := func(err error) error {
+			if retried != nil && status.Code(err) == codes.DeadlineExceeded {
+				return retried
+			}
+			return err
+		}
 		for attempt := 1; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if err == nil || attempt > o.retries || ctx.Err() != nil {
-				return err
+			if attempt == 1 {
+				// A retry waits for the server to be reachable (a pod
+				// restarting), within the context's deadline.
+				callOpts = append(callOpts[:len(callOpts):len(callOpts)], grpc.WaitForReady(true))
+			}
+			if err == nil {
+				return nil
+			}
+			if attempt > o.retries || ctx.Err() != nil {
+				return giveUp(err)
 			}
 			failure, ok := AsError(err)
 			if !ok || failure.Code != codes.Unavailable {
@@ -115,6 +134,7 @@ func retrying(o *options) grpc.UnaryClientInterceptor {
 			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= delay {
 				return err
 			}
+			retried = err
 			if o.observeRetry != nil {
 				o.observeRetry(Retry{Method: method, Attempt: attempt, Delay: delay, Err: err})
 			}

@@ -216,3 +216,62 @@ func TestCallsGoOnWhileTheServerAgesConnectionsOut(t *testing.T) {
 		}
 	}
 }
+
+// A read whose first try finds no server (a pod restarting) is retried
+// once the server listens again on the same address, within the deadline.
+func TestARetryWaitsForARestartingServer(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, "127.0.0.1:0")
+	addr := first.addr
+	retries := make(chan engram.Retry, 16)
+	client := connect(t, addr, engram.WithRetryObserver(func(r engram.Retry) { retries <- r }))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	get := &engramv1.GetRequest{ScopeType: ns, Scope: "restart", Key: "k"}
+	if _, err := client.Memory.Set(ctx, &engramv1.SetRequest{
+		ScopeType: ns, Scope: "restart", Key: "k", Value: value(t, "kept"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	first.stop()
+
+	type outcome struct {
+		response *engramv1.GetResponse
+		err      error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		response, err := client.Memory.Get(ctx, get)
+		done <- outcome{response, err}
+	}()
+	select {
+	case <-retries:
+	case <-ctx.Done():
+		t.Fatal("the client never retried")
+	}
+	start(t, dir, addr)
+	read := <-done
+	if read.err != nil {
+		t.Fatalf("a read across the restart: %v", read.err)
+	}
+	if got := read.response.GetEntry().GetValue().GetStringValue(); got != "kept" {
+		t.Fatalf("read %q", got)
+	}
+	if n := len(retries); n != 0 {
+		t.Fatalf("%d more retries: the retry should have waited for the server", n)
+	}
+}
+
+// A retry waits for the server only until the deadline, and the call then
+// says why it waited (Unavailable), not only that time ran out.
+func TestAServerThatStaysAwayIsReportedUnavailable(t *testing.T) {
+	gone := start(t, t.TempDir(), "127.0.0.1:0")
+	gone.stop()
+	client := connect(t, gone.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := client.Memory.Get(ctx, &engramv1.GetRequest{ScopeType: ns, Scope: "gone", Key: "k"})
+	if failure, ok := engram.AsError(err); !ok || failure.Code != codes.Unavailable {
+		t.Fatalf("a read of a server that stays away: %v", err)
+	}
+}

@@ -283,3 +283,47 @@ def test_the_integrations_writes_ride_out_an_outage(
         assert history == [1], "stored once"
     finally:
         store.close()
+
+
+def test_a_retry_waits_for_a_restarting_server(database_url: str, retry_log: RetryLog) -> None:
+    """A read whose first try finds no server (a pod restarting) is retried
+    once the server listens again on the same address, within the
+    deadline; the first try fails fast, as without retries."""
+    first = start_server(database_url)
+    address = first.address
+    with Engram(address) as client:
+        client.memory.configure("restart")
+        client.memory.set("k", "kept")
+    first.stop()
+    second: list[Server] = []
+    try:
+        with Engram(address, timeout=60) as client:
+            client.memory.configure("restart")
+
+            def restart() -> None:
+                assert retry_log.first.wait(30), "the client never retried"
+                second.append(start_server(database_url, grpc_addr=address))
+
+            restarter = threading.Thread(target=restart)
+            restarter.start()
+            assert client.memory.get("k") == "kept"
+            restarter.join(30)
+            assert "retrying Get" in retry_log.lines[0]
+            assert len(retry_log.lines) == 1, "one retry, which waited for the server"
+    finally:
+        for server in second:
+            server.stop()
+
+
+def test_a_server_that_stays_away_is_reported_unavailable(
+    database_url: str, retry_log: RetryLog
+) -> None:
+    """A retry waits for the server only until the deadline, and the call
+    then says why it waited (UNAVAILABLE), not only that time ran out."""
+    gone = start_server(database_url)
+    gone.stop()
+    with Engram(gone.address, timeout=2) as client:
+        client.memory.configure("gone")
+        with pytest.raises(Unavailable):
+            client.memory.get("k")
+    assert len(retry_log.lines) == 1

@@ -135,13 +135,13 @@ class Engram(_requests.CallerContext):
                     request,
                     metadata=self.metadata(),
                     timeout=attempts.timeout(),
-                    wait_for_ready=self.wait_for_ready,
+                    wait_for_ready=self.wait_for_ready or attempts.retrying,
                 )
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
             delay = attempts.wait(failure)
             if delay is None:
-                raise failure
+                raise attempts.final(failure)
             time.sleep(delay)
 
     def pages(self, method: Callable[..., Page], request: Callable[[str], Message]) -> Iterator[Page]:

@@ -178,7 +178,10 @@ class Attempts:
     briefly out of reach: a failover, a restart) and only when it is
     :func:`idempotent`, up to ``retries`` times, waiting what the server's
     ``RetryInfo`` asks or else a growing backoff, and never past the
-    deadline. Each retry is logged (logger ``engram_client``, INFO).
+    deadline. A retry waits for the server to be reachable (gRPC's
+    ``wait_for_ready``), so a call whose first try met a restarting server
+    is answered once it is back, within the deadline. Each retry is logged
+    (logger ``engram_client``, INFO).
 
     Written here rather than as a gRPC service-config retry policy: such a
     policy is per method, so it cannot retry a ``Set`` that carries a
@@ -192,6 +195,14 @@ class Attempts:
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._backoff = RETRY_BACKOFF[0]
         self._name = type(request).__name__.removesuffix("Request")
+        #: The failure the last retry was made after.
+        self._retried: EngramError | None = None
+
+    @property
+    def retrying(self) -> bool:
+        """Whether a try has failed already: the next waits for the server
+        to be reachable rather than failing fast."""
+        return self._tried > 0
 
     def timeout(self) -> float | None:
         """What is left of the call's deadline for the next try."""
@@ -213,6 +224,7 @@ class Attempts:
         if left is not None and delay >= left:
             return None
         self._left -= 1
+        self._retried = error
         log.info(
             "retrying %s in %.2fs after try %d failed: %s",
             self._name,
@@ -221,6 +233,15 @@ class Attempts:
             error,
         )
         return delay
+
+    def final(self, error: EngramError) -> EngramError:
+        """What the call raises when it gives up after ``error``: a retry
+        that reached the deadline waiting for an unreachable server says
+        why it waited (the UNAVAILABLE before it), not just that time ran
+        out."""
+        if self._retried is not None and error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return self._retried
+        return error
 
 
 @dataclass(frozen=True)

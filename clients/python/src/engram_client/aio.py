@@ -131,13 +131,13 @@ class AsyncEngram(_requests.CallerContext):
                     request,
                     metadata=self.metadata(),
                     timeout=attempts.timeout(),
-                    wait_for_ready=self.wait_for_ready,
+                    wait_for_ready=self.wait_for_ready or attempts.retrying,
                 )
             except grpc.RpcError as error:
                 failure = from_rpc_error(error)
             delay = attempts.wait(failure)
             if delay is None:
-                raise failure
+                raise attempts.final(failure)
             await asyncio.sleep(delay)
 
     async def pages(
