@@ -33,7 +33,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "clients" / "python" / "tests"))
 
-from engram_server import ENGRAM_BIN, STORES, database_url, start_server  # noqa: E402
+from engram_server import ENGRAM_BIN, STORES, database_url, start_with_tokens  # noqa: E402
 from engram_server import Server as Running  # noqa: E402
 
 SHOTS = ROOT / "target" / "console-screenshots"
@@ -49,13 +49,6 @@ class Server:
         return f"http://{self.running.http_address}/ui"
 
 
-def new_token(tenant: str, admin: bool) -> tuple[str, str]:
-    args = [ENGRAM_BIN, "token", "new", "--tenant", tenant, "--output", "json"]
-    if admin:
-        args.append("--admin")
-    made = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
-    return made["token"], made["line"]
-
 
 def grpc(server: Server, token: str, *args: str) -> None:
     """Writes through the CLI, as a gRPC client."""
@@ -69,17 +62,13 @@ def grpc(server: Server, token: str, *args: str) -> None:
 @pytest.fixture(scope="module", params=STORES)
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     with tempfile.TemporaryDirectory() as directory:
-        tokens: dict[str, str] = {}
-        lines = []
-        for name, tenant, admin in [("admin", "acme", True), ("user", "acme", False), ("other", "globex", True)]:
-            tokens[name], line = new_token(tenant, admin)
-            lines.append(line)
-        tokens_file = Path(directory) / "tokens"
-        tokens_file.write_text("\n".join(lines) + "\n")
-        running = start_server(
+        roster = [("admin", "acme", True), ("user", "acme", False), ("other", "globex", True)]
+        running, tokens = start_with_tokens(
             database_url(request.param, directory),
+            directory,
+            roster,
             # Three episodes per session, so a live tail sees evictions.
-            env={"ENGRAM_TOKENS_FILE": str(tokens_file), "ENGRAM_MAX_EVENTS_PER_SESSION": "3"},
+            env={"ENGRAM_MAX_EVENTS_PER_SESSION": "3"},
         )
         served = Server(running, tokens)
         admin = tokens["admin"]

@@ -10,8 +10,6 @@ ENGRAM_TEST_DATABASE_URL is set, as scripts/test does) and both transports.
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -29,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 # The server starter is the Python client's test harness.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "tests"))
 
-from engram_server import ENGRAM_BIN, STORES, database_url, start_server  # noqa: E402
+from engram_server import ENGRAM_BIN, STORES, database_url, start_with_tokens  # noqa: E402
 from engram_server import Server as Running  # noqa: E402
 
 
@@ -52,28 +50,11 @@ class Server:
         return self.running.http_address
 
 
-def new_token(tenant: str, admin: bool) -> tuple[str, str]:
-    """A token and its tokens-file line, from `engram token new`."""
-    args = [ENGRAM_BIN, "token", "new", "--tenant", tenant, "--output", "json"]
-    if admin:
-        args.append("--admin")
-    made = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
-    return made["token"], made["line"]
-
-
 def start(store: str, directory: str, env: dict[str, str] | None = None) -> Server:
     """A server on a fresh store with three tokens: `admin` and `user` of
     tenant acme, `other` of globex."""
-    tokens: dict[str, str] = {}
-    lines = []
-    for name, tenant, admin in [("admin", "acme", True), ("user", "acme", False), ("other", "globex", False)]:
-        tokens[name], line = new_token(tenant, admin)
-        lines.append(line)
-    tokens_file = Path(directory) / "tokens"
-    tokens_file.write_text("\n".join(lines) + "\n")
-    running = start_server(
-        database_url(store, directory), env={"ENGRAM_TOKENS_FILE": str(tokens_file), **(env or {})}
-    )
+    roster = [("admin", "acme", True), ("user", "acme", False), ("other", "globex", False)]
+    running, tokens = start_with_tokens(database_url(store, directory), directory, roster, env)
     return Server(running, tokens)
 
 

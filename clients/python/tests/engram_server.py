@@ -54,6 +54,35 @@ def database_url(store: str, directory: str) -> str:
     return url.rsplit("/", 1)[0] + "/" + name
 
 
+def new_token(tenant: str, admin: bool) -> tuple[str, str]:
+    """A token and its tokens-file line, from `engram token new`."""
+    args = [ENGRAM_BIN, "token", "new", "--tenant", tenant, "--output", "json"]
+    if admin:
+        args.append("--admin")
+    made = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+    return made["token"], made["line"]
+
+
+def start_with_tokens(
+    database_url: str,
+    directory: str,
+    roster: list[tuple[str, str, bool]],
+    env: dict[str, str] | None = None,
+) -> tuple[Server, dict[str, str]]:
+    """Runs `engram serve` with a tokens file in ``directory`` holding a
+    token for each (name, tenant, admin) of ``roster``; returns the server
+    and the tokens by name."""
+    tokens: dict[str, str] = {}
+    lines = []
+    for name, tenant, admin in roster:
+        tokens[name], line = new_token(tenant, admin)
+        lines.append(line)
+    tokens_file = Path(directory) / "tokens"
+    tokens_file.write_text("\n".join(lines) + "\n")
+    running = start_server(database_url, env={"ENGRAM_TOKENS_FILE": str(tokens_file), **(env or {})})
+    return running, tokens
+
+
 def start_server(
     database_url: str, grpc_addr: str = "127.0.0.1:0", env: dict[str, str] | None = None
 ) -> Server:
