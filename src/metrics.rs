@@ -288,6 +288,18 @@ fn update<V: Default>(map: &mut BTreeMap<String, V>, method: &str, f: impl FnOnc
     }
 }
 
+/// What the server being scraped reads at the scrape, beside the
+/// process's counters.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerGauges {
+    /// The store's connection pool.
+    pub pool: PoolStatus,
+    /// Searches waiting for a turn (`search::turns`).
+    pub waiting_searches: usize,
+    /// Whether the last health check reached the database.
+    pub database_reachable: bool,
+}
+
 static GLOBAL: LazyLock<Registry> = LazyLock::new(Registry::default);
 
 /// The registry of this process.
@@ -370,9 +382,10 @@ impl Registry {
         *lock(&self.scheduler).entry(outcome.label()).or_insert(0) += 1;
     }
 
-    /// The text exposition format (version 0.0.4), with the store's pool
-    /// and the searches waiting for a turn (`search::turns`) as they are now.
-    pub fn render(&self, pool: PoolStatus, waiting_searches: usize) -> String {
+    /// The text exposition format (version 0.0.4): this process's counters
+    /// and the serving server's gauges as they are now.
+    pub fn render(&self, server: &ServerGauges) -> String {
+        let pool = server.pool;
         let mut out = String::with_capacity(4096);
         self.render_grpc(&mut out);
         header(
@@ -410,6 +423,17 @@ impl Registry {
         }
         header(
             &mut out,
+            "engram_database_reachable",
+            "gauge",
+            "1 while the health check reaches the database, 0 while it does not (readiness fails).",
+        );
+        let _ = writeln!(
+            out,
+            "engram_database_reachable {}",
+            u8::from(server.database_reachable)
+        );
+        header(
+            &mut out,
             "engram_db_pool_connections",
             "gauge",
             "Database connections of this replica, by state.",
@@ -441,7 +465,11 @@ impl Registry {
             "gauge",
             "Searches waiting for their turn (--search-concurrency at once).",
         );
-        let _ = writeln!(out, "engram_search_waiting_calls {waiting_searches}");
+        let _ = writeln!(
+            out,
+            "engram_search_waiting_calls {}",
+            server.waiting_searches
+        );
         self.render_feed_waits(&mut out);
         header(
             &mut out,
@@ -642,9 +670,19 @@ mod tests {
         registry.evicted(Evicted::Episodes, 4);
         registry.scheduler_run(RunOutcome::Busy);
         registry.group(Grouped::Append, 5);
+        let idle = ServerGauges {
+            pool: PoolStatus::default(),
+            waiting_searches: 0,
+            database_reachable: true,
+        };
+        assert!(
+            registry
+                .render(&idle)
+                .contains("\nengram_database_reachable 1\n")
+        );
         assert!(
             !registry
-                .render(PoolStatus::default(), 0)
+                .render(&idle)
                 .contains("engram_embedding_pending_items"),
             "no embedder, no outbox to count"
         );
@@ -654,17 +692,19 @@ mod tests {
         let newer = registry.feed_waiting(Feed::Episodes, Instant::now());
         drop(registry.feed_waiting(Feed::Changes, long_ago));
         drop(newer);
-        let text = registry.render(
-            PoolStatus {
+        let text = registry.render(&ServerGauges {
+            pool: PoolStatus {
                 open: 5,
                 idle: 2,
                 max: 10,
                 queued_writes: 3,
             },
-            2,
-        );
+            waiting_searches: 2,
+            database_reachable: false,
+        });
         for line in [
             "engram_group_queued_calls 3",
+            "engram_database_reachable 0",
             "engram_search_waiting_calls 2",
             "engram_embedding_pending_items 7",
             "engram_feed_wait_seconds{feed=\"changes\"} 0.000",

@@ -682,12 +682,17 @@ struct Readiness {
 fn http_router<S: Store>(readiness: Readiness, store: S, turns: Turns) -> axum::Router {
     use axum::http::StatusCode;
     use axum::routing::get;
+    let database = readiness.database.clone();
     axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/metrics",
             get(move || {
-                let text = crate::metrics::global().render(store.pool_status(), turns.waiting());
+                let text = crate::metrics::global().render(&crate::metrics::ServerGauges {
+                    pool: store.pool_status(),
+                    waiting_searches: turns.waiting(),
+                    database_reachable: database.load(Ordering::Relaxed),
+                });
                 async move { ([("content-type", "text/plain; version=0.0.4")], text) }
             }),
         )

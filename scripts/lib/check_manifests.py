@@ -1,8 +1,9 @@
 """Validates rendered chart manifests without a cluster.
 
 Every object is checked against the Kubernetes OpenAPI schemas of the given
-version (strict: unknown fields are errors); the ServiceMonitor, a CRD those
-schemas lack, against the few fields Prometheus Operator requires. Every pod
+version (strict: unknown fields are errors); the ServiceMonitor and the
+PrometheusRule, CRDs those schemas lack, against the fields Prometheus
+Operator requires (check_alerts.py checks the rules themselves). Every pod
 template must carry the restricted security settings. The chart's values
 files are validated against values.schema.json.
 
@@ -45,6 +46,47 @@ SERVICE_MONITOR = {
         },
     },
 }
+
+PROMETHEUS_RULE = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["alert", "expr"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "alert": {"type": "string"},
+                                        "expr": {"type": "string"},
+                                        "for": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                        "labels": {"type": "object"},
+                                        "annotations": {"type": "object"},
+                                    },
+                                },
+                            }
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+CUSTOM_RESOURCES = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
 
 
 def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -110,8 +152,8 @@ def main() -> int:
         print(f"  {Path(file).name}: {len(objects)} objects ({', '.join(kinds)})")
         for obj in objects:
             where = f"{Path(file).name}: {obj['kind']}/{obj['metadata']['name']}"
-            if obj["kind"] == "ServiceMonitor":
-                for error in jsonschema.Draft7Validator(SERVICE_MONITOR).iter_errors(obj):
+            if obj["kind"] in CUSTOM_RESOURCES:
+                for error in jsonschema.Draft7Validator(CUSTOM_RESOURCES[obj["kind"]]).iter_errors(obj):
                     problems.append(f"{where}: {error.message}")
                 continue
             try:

@@ -107,3 +107,26 @@ ensure_chart_tools() {
     touch "$stamp"
   fi
 }
+
+PROM_TOOLS=$TOOLS_DIR/prometheus
+PROMTOOL=$PROM_TOOLS/promtool
+
+# promtool, which checks and unit-tests the chart's alerts: unpacked from
+# Debian's prometheus package (installing it would start a Prometheus).
+ensure_promtool() {
+  [ -x "$PROMTOOL" ] && return
+  local work
+  work=$(mktemp -d)
+  if ! (cd "$work" && apt-get download -qq -o APT::Sandbox::User=root prometheus 2>/dev/null); then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "promtool is missing: run 'sudo apt-get update', or put promtool at $PROMTOOL" >&2
+      return 1
+    fi
+    apt-get update -qq
+    (cd "$work" && apt-get download -qq -o APT::Sandbox::User=root prometheus)
+  fi
+  dpkg-deb -x "$work"/prometheus_*.deb "$work/x"
+  mkdir -p "$PROM_TOOLS"
+  cp "$work/x/usr/bin/promtool" "$PROMTOOL"
+  rm -rf "$work"
+}

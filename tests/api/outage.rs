@@ -13,7 +13,9 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::helpers::{Backend, Proxy, TestDb, TestServer, pg_socket_addr, pg_url_via, reason};
+use crate::helpers::{
+    Backend, Proxy, TestDb, TestServer, metric, pg_socket_addr, pg_url_via, reason,
+};
 
 fn set(value: i64) -> SetRequest {
     SetRequest {
@@ -65,6 +67,8 @@ async fn health_and_calls_follow_the_database() {
         .expect("check")
         .into_inner();
     assert_eq!(overall.status, ServingStatus::Serving as i32);
+    let reachable = "engram_database_reachable";
+    assert_eq!(metric(server.http_addr(), reachable).await, Some(1.0));
     let mut updates = health
         .watch(HealthCheckRequest {
             service: "engram.v1.MemoryService".to_owned(),
@@ -77,6 +81,11 @@ async fn health_and_calls_follow_the_database() {
     proxy.cut();
     wait_for(&mut updates, ServingStatus::NotServing).await;
     assert_not_ready_but_alive(&mut health, server.http_addr()).await;
+    assert_eq!(
+        metric(server.http_addr(), reachable).await,
+        Some(0.0),
+        "what an alert watches"
+    );
 
     // Calls fail, quickly and with the reason, instead of hanging.
     let started = std::time::Instant::now();
@@ -108,6 +117,7 @@ async fn health_and_calls_follow_the_database() {
     proxy.restore().await;
     wait_for(&mut updates, ServingStatus::Serving).await;
     assert_eq!(http_status(server.http_addr(), "/readyz").await, 200);
+    assert_eq!(metric(server.http_addr(), reachable).await, Some(1.0));
     let entry = memory
         .set(set(3))
         .await
