@@ -1,6 +1,7 @@
 package engram
 
-// Retries of unary calls after UNAVAILABLE. Written as an interceptor
+// Retries of unary calls after UNAVAILABLE, and after failures that wrote
+// nothing. Written as an interceptor
 // rather than as a gRPC service-config retry policy: such a policy is per
 // method, so it cannot retry a Set that carries a request id and refuse
 // one that does not, and it ignores the server's RetryInfo.
@@ -29,6 +30,16 @@ const (
 	maxBackoff   = 2 * time.Second
 )
 
+// nothingWritten holds the reasons the server fails a call with only when
+// nothing of it was written (its transaction was rolled back): a deadlock
+// Postgres broke, a session made again under an append, a statement the
+// database gave up on. Any call, keyed or not, is retried after them.
+var nothingWritten = map[string]bool{
+	"TRANSACTION_CONFLICT": true,
+	"SESSION_CHANGED":      true,
+	"DATABASE_TIMEOUT":     true,
+}
+
 // Retry is one retry a Client is about to make: the method, the number of
 // the try that failed, how long it waits, and the failure.
 type Retry struct {
@@ -40,7 +51,9 @@ type Retry struct {
 
 // WithRetries sets how many times an idempotent unary call (see
 // Idempotent) is tried again after UNAVAILABLE: a database failover or a
-// server restart. 0 turns retries off. Each retry waits what the server's
+// server restart; and any unary call after a failure whose reason says
+// nothing was written (TRANSACTION_CONFLICT, SESSION_CHANGED,
+// DATABASE_TIMEOUT). 0 turns retries off. Each retry waits what the server's
 // RetryInfo asks, or else a backoff growing from 100 ms to 2 s, then waits
 // for the server to be reachable; none starts past the context's deadline.
 func WithRetries(n int) Option {
@@ -90,14 +103,15 @@ func Idempotent(request proto.Message) bool {
 	return false
 }
 
-// retrying is the interceptor that retries idempotent calls.
+// retrying is the interceptor that retries what WithRetries describes.
 func retrying(o *options) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any,
 		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		message, _ := req.(proto.Message)
-		if o.retries == 0 || !Idempotent(message) {
+		if o.retries == 0 {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
+		message, _ := req.(proto.Message)
+		idempotent := Idempotent(message)
 		backoff := firstBackoff
 		// The failure the last retry was made after: a retry that reached
 		// the deadline waiting for an unreachable server answers with it,
@@ -123,7 +137,7 @@ func retrying(o *options) grpc.UnaryClientInterceptor {
 				return giveUp(err)
 			}
 			failure, ok := AsError(err)
-			if !ok || failure.Code != codes.Unavailable {
+			if !ok || !(nothingWritten[failure.Reason] || idempotent && failure.Code == codes.Unavailable) {
 				return err
 			}
 			delay := failure.RetryDelay

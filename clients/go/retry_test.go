@@ -3,7 +3,9 @@ package engram_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -273,5 +275,108 @@ func TestAServerThatStaysAwayIsReportedUnavailable(t *testing.T) {
 	_, err := client.Memory.Get(ctx, &engramv1.GetRequest{ScopeType: ns, Scope: "gone", Key: "k"})
 	if failure, ok := engram.AsError(err); !ok || failure.Code != codes.Unavailable {
 		t.Fatalf("a read of a server that stays away: %v", err)
+	}
+}
+
+// postgresDatabase makes an empty database on the Postgres server of
+// ENGRAM_TEST_DATABASE_URL (scripts/test starts one) and returns its URL;
+// the test is skipped without one.
+func postgresDatabase(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("ENGRAM_TEST_DATABASE_URL")
+	if base == "" {
+		t.Skip("needs Postgres: ENGRAM_TEST_DATABASE_URL (scripts/test sets it)")
+	}
+	name := fmt.Sprintf("engram_go_%d", time.Now().UnixNano())
+	psql(t, base, "CREATE DATABASE "+name)
+	return base[:strings.LastIndex(base, "/")+1] + name
+}
+
+func psql(t *testing.T, url, statement string) {
+	t.Helper()
+	command := "psql"
+	if dir := os.Getenv("PG_BINDIR"); dir != "" {
+		command = filepath.Join(dir, "psql")
+	}
+	if out, err := exec.Command(command, url, "-qAtc", statement).CombinedOutput(); err != nil {
+		t.Fatalf("psql %q: %v: %s", statement, err, out)
+	}
+}
+
+// failNextInsert makes Postgres fail the next insert into table with an
+// error of sqlstate, as a deadlock it broke (40P01) would: a trigger
+// raises it, counting on a sequence, which no rollback undoes. The failed
+// transaction is rolled back whole, as a real one is.
+func failNextInsert(t *testing.T, url, table, sqlstate string) {
+	t.Helper()
+	psql(t, url, fmt.Sprintf(`CREATE SEQUENCE injected_%[1]s;
+		CREATE FUNCTION injected_%[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF nextval('injected_%[1]s') = 1 THEN
+		RAISE EXCEPTION 'injected' USING ERRCODE = '%[2]s'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER injected BEFORE INSERT ON %[1]s
+		FOR EACH ROW EXECUTE FUNCTION injected_%[1]s()`, table, sqlstate))
+	t.Cleanup(func() {
+		psql(t, url, fmt.Sprintf(`DROP TRIGGER injected ON %[1]s;
+			DROP FUNCTION injected_%[1]s(); DROP SEQUENCE injected_%[1]s`, table))
+	})
+}
+
+// A deadlock Postgres broke rolls the call's transaction back, and the
+// server says so (TRANSACTION_CONFLICT): even a write with no idempotency
+// key is then tried again, and lands once.
+func TestAWriteIsRetriedAfterAFailureThatWroteNothing(t *testing.T) {
+	url := postgresDatabase(t)
+	srv := start(t, t.TempDir(), "127.0.0.1:0", "ENGRAM_DATABASE_URL="+url)
+	retries := make(chan engram.Retry, 16)
+	client := connect(t, srv.addr, engram.WithRetryObserver(func(r engram.Retry) { retries <- r }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	appendOne := func(c *engram.Client, content string) (*engramv1.AppendEpisodeResponse, error) {
+		return c.Episodes.AppendEpisode(ctx, &engramv1.AppendEpisodeRequest{
+			SessionId: "conflict-1", App: "rt", User: "ann",
+			Episode: &engramv1.NewEpisode{Type: "message", Content: value(t, content)},
+		})
+	}
+	contents := func() []string {
+		reply, err := client.Episodes.ListEpisodes(ctx, &engramv1.ListEpisodesRequest{SessionId: "conflict-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, episode := range reply.GetEpisodes() {
+			got = append(got, episode.GetContent().GetStringValue())
+		}
+		return got
+	}
+
+	failNextInsert(t, url, "episodes", "40P01")
+	reply, err := appendOne(client, "hello")
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if seq := reply.GetEpisode().GetSeq(); seq != 1 {
+		t.Fatalf("seq %d, want 1", seq)
+	}
+	if len(retries) != 1 {
+		t.Fatalf("%d retries, want 1", len(retries))
+	}
+	retry := <-retries
+	if failure, ok := engram.AsError(retry.Err); !ok || failure.Reason != "TRANSACTION_CONFLICT" ||
+		retry.Method != "/engram.v1.EpisodeService/AppendEpisode" {
+		t.Fatalf("retry %+v", retry)
+	}
+	if got := contents(); len(got) != 1 || got[0] != "hello" {
+		t.Fatalf("episodes %q, want [hello]", got)
+	}
+
+	// With retries off the caller hears it, and nothing was written.
+	psql(t, url, "ALTER SEQUENCE injected_episodes RESTART")
+	_, err = appendOne(connect(t, srv.addr, engram.WithRetries(0)), "again")
+	if failure, ok := engram.AsError(err); !ok || failure.Code != codes.Aborted ||
+		failure.Reason != "TRANSACTION_CONFLICT" {
+		t.Fatalf("append with retries off: %v", err)
+	}
+	if got := contents(); len(got) != 1 {
+		t.Fatalf("episodes %q, want only the first", got)
 	}
 }

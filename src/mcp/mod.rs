@@ -184,9 +184,11 @@ impl Engram {
     /// failover, say) is run again, up to [`RETRIES`] times, when that is
     /// harmless: a read-only tool, or a write that carries its idempotency
     /// key (`request_id`; an append's `id`). Other writes answer the error
-    /// at once, since the first try may have been stored. The clients'
-    /// rule (`engram_client`, the Go client's `Idempotent`), here so that
-    /// an assistant's call rides out the failover as a program's does.
+    /// at once, since the first try may have been stored. Any tool is run
+    /// again after a failure whose reason says nothing was written
+    /// ([`NOTHING_WRITTEN`]). The clients' rule (`engram_client`, the Go
+    /// client's `Idempotent`), here so that an assistant's call rides out
+    /// the failover as a program's does.
     async fn call_routed(
         &self,
         request: CallToolRequestParams,
@@ -199,14 +201,12 @@ impl Engram {
             let call = ToolCallContext::new(self, request.clone(), context.clone());
             let reply = self.tools.call(call).await?;
             tried += 1;
-            let Some(delay) = retryable
-                .then(|| unavailable(&reply, &mut backoff))
-                .flatten()
-                .filter(|_| tried <= RETRIES)
+            let Some(delay) =
+                retry_wait(&reply, retryable, &mut backoff).filter(|_| tried <= RETRIES)
             else {
                 return Ok(reply);
             };
-            tracing::info!(tool = %request.name, ?delay, tried, "retrying a tool call that met UNAVAILABLE");
+            tracing::info!(tool = %request.name, ?delay, tried, "retrying a failed tool call");
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = context.ct.cancelled() => return Ok(reply),
@@ -362,22 +362,43 @@ impl From<Status> for Failed {
     }
 }
 
-/// How many times a tool call that met UNAVAILABLE is tried again when
-/// repeating it is harmless (see [`Engram::call_routed`]).
+/// How many times a tool call is tried again, when it is (see
+/// [`Engram::call_routed`]).
 const RETRIES: u32 = 3;
 
 /// The wait before a retry the server gave no delay for: the first, and
 /// the most; each doubles the last.
 const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 
-/// The wait an UNAVAILABLE result asks for: its `retry_delay_ms`, or
-/// `backoff` (then doubled); `None` for any other result.
-fn unavailable(result: &CallToolResponse, backoff: &mut Duration) -> Option<Duration> {
+/// The reasons the server fails a call with only when nothing of it was
+/// written (its transaction was rolled back), so that any tool may run
+/// again after them: a deadlock Postgres broke, a session made again under
+/// an append, a statement the database gave up on.
+const NOTHING_WRITTEN: [&str; 3] = [
+    "TRANSACTION_CONFLICT",
+    "SESSION_CHANGED",
+    "DATABASE_TIMEOUT",
+];
+
+/// The wait before running a tool again after `result`: after UNAVAILABLE
+/// when running it again is `harmless`, or after a failure that wrote
+/// nothing, its `retry_delay_ms`, or `backoff` (then doubled); `None` for
+/// any other result.
+fn retry_wait(
+    result: &CallToolResponse,
+    harmless: bool,
+    backoff: &mut Duration,
+) -> Option<Duration> {
     let CallToolResponse::Complete(result) = result else {
         return None;
     };
     let error = result.structured_content.as_ref()?.get("error")?;
-    if result.is_error != Some(true) || error.get("code")? != "UNAVAILABLE" {
+    let nothing_written = error
+        .get("reason")
+        .and_then(Value::as_str)
+        .is_some_and(|reason| NOTHING_WRITTEN.contains(&reason));
+    let unavailable = harmless && error.get("code").and_then(Value::as_str) == Some("UNAVAILABLE");
+    if result.is_error != Some(true) || !(nothing_written || unavailable) {
         return None;
     }
     if let Some(ms) = error.get("retry_delay_ms").and_then(Value::as_u64) {

@@ -1,7 +1,8 @@
 """A tool call through a database outage: the MCP server runs a
 read-only tool, or a write carrying its idempotency key, again after
 UNAVAILABLE (the server asks for a second), and answers any other write's
-UNAVAILABLE at once, with the delay the server asked for.
+UNAVAILABLE at once, with the delay the server asked for. Any tool is run
+again after a failure that wrote nothing (a deadlock Postgres broke).
 
 The database refuses writes while the test holds SQLite's write lock (or
 Postgres is failed over to read-only); the test ends the outage once the
@@ -19,7 +20,7 @@ import httpx2
 import pytest
 
 from conftest import Server, error, session, start, structured, unique
-from engram_server import STORES, Outage
+from engram_server import STORES, Injected, Outage
 
 pytestmark = pytest.mark.anyio
 
@@ -77,4 +78,32 @@ async def test_a_keyed_write_rides_out_an_outage_and_an_unkeyed_one_does_not(
                 history = structured(await mcp.call_tool("memory_history", {**scope, "key": "k"}))
                 assert [v["version"] for v in history["versions"]] == [1], "each write stored once"
         finally:
+            server.running.stop()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_unkeyed_append_is_run_again_after_a_deadlock(transport: str) -> None:
+    """Postgres broke a deadlock by rolling the append's transaction back
+    (TRANSACTION_CONFLICT): nothing was written, so the tool runs again,
+    and the episode is stored once."""
+    if "postgres" not in STORES:
+        pytest.skip("a Postgres failure")
+    with tempfile.TemporaryDirectory() as directory:
+        server = start("postgres", directory)
+        injected = Injected(server.running.database_url)
+        session_id = unique("conflict")
+        try:
+            async with session(transport, server) as mcp:
+                injected.fail("episodes", "40P01")
+                appended = structured(
+                    await mcp.call_tool(
+                        "episode_append",
+                        {"session_id": session_id, "app": "rt", "user": "ann", "type": "message", "content": "hello"},
+                    )
+                )
+                assert appended["episode"]["seq"] == 1
+                listed = structured(await mcp.call_tool("episodes_list", {"session_id": session_id}))
+                assert [e["content"] for e in listed["episodes"]] == ["hello"]
+        finally:
+            injected.end()
             server.running.stop()

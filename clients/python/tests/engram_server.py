@@ -167,3 +167,40 @@ class Outage:
             self._lock = None
         self._psql(*self._ending)
         self._ending = []
+
+
+class Injected:
+    """Makes Postgres fail the next ``times`` inserts into a table of the
+    server's database with an error of the given SQLSTATE, as a deadlock
+    Postgres broke (``40P01``) or a statement canceled (``57014``) would:
+    a trigger raises it, counting on a sequence, which no rollback undoes.
+    The failed transaction is rolled back whole, as the real ones are."""
+
+    def __init__(self, database_url: str) -> None:
+        assert not database_url.startswith("sqlite://"), "a trigger of Postgres"
+        self.url = database_url
+        self._tables: list[str] = []
+
+    def _psql(self, statement: str) -> None:
+        psql = shutil.which("psql", path=os.environ.get("PG_BINDIR")) or "psql"
+        subprocess.run([psql, self.url, "-qAtc", statement], check=True, capture_output=True)
+
+    def fail(self, table: str, sqlstate: str, times: int = 1) -> None:
+        self._psql(
+            f"CREATE SEQUENCE injected_{table}; "
+            f"CREATE FUNCTION injected_{table}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN IF nextval('injected_{table}') <= {times} THEN "
+            f"RAISE EXCEPTION 'injected' USING ERRCODE = '{sqlstate}'; END IF; "
+            f"RETURN NEW; END $$; "
+            f"CREATE TRIGGER injected BEFORE INSERT ON {table} "
+            f"FOR EACH ROW EXECUTE FUNCTION injected_{table}()"
+        )
+        self._tables.append(table)
+
+    def end(self) -> None:
+        for table in self._tables:
+            self._psql(
+                f"DROP TRIGGER injected ON {table}; DROP FUNCTION injected_{table}(); "
+                f"DROP SEQUENCE injected_{table}"
+            )
+        self._tables = []

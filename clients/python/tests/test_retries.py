@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from conftest import Server, start_server
-from engram_server import Outage
-from engram_client import Engram, Unavailable
+from engram_server import Injected, Outage
+from engram_client import Conflict, Engram, Unavailable
 from engram_client._requests import idempotent
 from engram_client.aio import AsyncEngram
 from engram_client.v1 import episodes_pb2, memory_pb2, sessions_pb2
@@ -137,6 +137,41 @@ def test_a_write_without_its_key_is_not_retried(
         assert retry_log.lines == []
         # Nothing of the refused write was kept.
         assert client.memory.set("plan", "b").version == 1
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "reason"), [("40P01", "TRANSACTION_CONFLICT"), ("57014", "DATABASE_TIMEOUT")]
+)
+def test_a_write_is_retried_after_a_failure_that_wrote_nothing(
+    database_url: str, retry_log: RetryLog, sqlstate: str, reason: str
+) -> None:
+    """A deadlock Postgres broke, or a statement it canceled, rolls the
+    call's transaction back, and the server says so by its reason: even a
+    write with no idempotency key is then tried again, and lands once."""
+    if database_url.startswith("sqlite://"):
+        pytest.skip("a Postgres failure")
+    running = start_server(database_url)
+    injected = Injected(database_url)
+    try:
+        with Engram(running.address, timeout=30) as client:
+            injected.fail("episodes", sqlstate)
+            episode = client.episodes.append("conflict-1", "hello", app="rt", user="ann")
+            assert episode.seq == 1
+            assert "retrying AppendEpisode in" in retry_log.lines[0]
+            assert reason in retry_log.lines[0]
+            assert [e.content for e in client.episodes.list("conflict-1")] == ["hello"]
+        with Engram(running.address, timeout=30, retries=0) as client:
+            injected.end()
+            injected.fail("episodes", sqlstate)
+            error = Conflict if reason == "TRANSACTION_CONFLICT" else Unavailable
+            with pytest.raises(error) as refused:
+                client.episodes.append("conflict-1", "again", app="rt", user="ann")
+            assert refused.value.reason == reason
+            assert len(retry_log.lines) == 1
+            assert [e.content for e in client.episodes.list("conflict-1")] == ["hello"]
+    finally:
+        injected.end()
+        running.stop()
 
 
 def test_retries_end_at_their_count_and_at_the_deadline(

@@ -108,7 +108,9 @@ class Engram(_requests.CallerContext):
     ``memory.set`` and ``memory.delete``, the episodes' ``id`` for
     ``episodes.append``, the session id for ``sessions.get_or_create``).
     Other writes raise :class:`Unavailable` at once, since the first try
-    may have been written.
+    may have been written. Any call is tried again after a failure whose
+    reason says nothing was written: ``TRANSACTION_CONFLICT``,
+    ``SESSION_CHANGED``, ``DATABASE_TIMEOUT``.
     """
 
     def _connect(self, target: str, tls: grpc.ChannelCredentials | None) -> None:
@@ -126,8 +128,8 @@ class Engram(_requests.CallerContext):
         self.working = Working(self)
 
     def call(self, method: Callable[..., Resp], request: Message) -> Resp:
-        """Calls a unary RPC, raising EngramError on failure; an idempotent
-        one is retried after UNAVAILABLE (see ``retries``)."""
+        """Calls a unary RPC, raising EngramError on failure, after the
+        retries ``retries`` allows."""
         attempts = _requests.Attempts(request, self.retries, self.timeout)
         while True:
             try:

@@ -165,6 +165,13 @@ def idempotent(request: Message) -> bool:
     return False
 
 
+#: The reasons the server fails a call with only when nothing of it was
+#: written (its transaction was rolled back), so that any call, keyed or
+#: not, may be tried again after them: a deadlock Postgres broke, a
+#: session made again under an append, a statement the database gave up on.
+NOTHING_WRITTEN = frozenset({"TRANSACTION_CONFLICT", "SESSION_CHANGED", "DATABASE_TIMEOUT"})
+
+
 #: The wait before a retry the server gave no delay for: the first, and
 #: the most; each doubles the last, less up to half at random.
 RETRY_BACKOFF = (0.1, 2.0)
@@ -174,9 +181,11 @@ class Attempts:
     """The tries of one unary call: the deadline they share (``timeout``
     after the first), and whether and when to try again after a failure.
 
-    A call is retried only on UNAVAILABLE (the database or the server is
-    briefly out of reach: a failover, a restart) and only when it is
-    :func:`idempotent`, up to ``retries`` times, waiting what the server's
+    A call is retried on UNAVAILABLE (the database or the server is
+    briefly out of reach: a failover, a restart) when it is
+    :func:`idempotent`, and after a failure whose reason says nothing was
+    written (:data:`NOTHING_WRITTEN`) whatever it is, up to ``retries``
+    times, waiting what the server's
     ``RetryInfo`` asks or else a growing backoff, and never past the
     deadline. A retry waits for the server to be reachable (gRPC's
     ``wait_for_ready``), so a call whose first try met a restarting server
@@ -189,7 +198,7 @@ class Attempts:
     """
 
     def __init__(self, request: Message, retries: int, timeout: float | None) -> None:
-        self._retryable = retries > 0 and idempotent(request)
+        self._idempotent = idempotent(request)
         self._left = retries
         self._tried = 0
         self._deadline = None if timeout is None else time.monotonic() + timeout
@@ -214,7 +223,7 @@ class Attempts:
         """How long to wait before trying again after ``error``; None to
         give up and raise it."""
         self._tried += 1
-        if not self._retryable or self._left <= 0 or not isinstance(error, Unavailable):
+        if self._left <= 0 or not self._retryable(error):
             return None
         delay = error.retry_delay
         if delay is None:
@@ -233,6 +242,11 @@ class Attempts:
             error,
         )
         return delay
+
+    def _retryable(self, error: EngramError) -> bool:
+        if error.reason in NOTHING_WRITTEN:
+            return True
+        return self._idempotent and isinstance(error, Unavailable)
 
     def final(self, error: EngramError) -> EngramError:
         """What the call raises when it gives up after ``error``: a retry

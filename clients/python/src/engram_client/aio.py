@@ -122,8 +122,8 @@ class AsyncEngram(_requests.CallerContext):
         self.working = AsyncWorking(self)
 
     async def call(self, method: Callable[..., Awaitable[Resp]], request: Message) -> Resp:
-        """Calls a unary RPC, raising EngramError on failure; an idempotent
-        one is retried after UNAVAILABLE (see :class:`engram_client.Engram`)."""
+        """Calls a unary RPC, raising EngramError on failure, after the
+        retries :class:`engram_client.Engram` describes."""
         attempts = _requests.Attempts(request, self.retries, self.timeout)
         while True:
             try:
