@@ -332,6 +332,14 @@ impl Registry {
         }
     }
 
+    /// Exports the open streams of each of `methods`, at 0 until one opens.
+    pub fn expect_streams(&self, methods: &[&str]) {
+        let mut streams = lock(&self.streams);
+        for method in methods {
+            update(&mut streams, method, |_| {});
+        }
+    }
+
     /// A server stream opened (`+1`) or closed (`-1`).
     pub fn stream_delta(&self, method: &str, delta: i64) {
         update(&mut lock(&self.streams), method, |open| *open += delta);
@@ -667,6 +675,7 @@ mod tests {
             Duration::from_secs(30),
         );
         registry.stream_delta("/m/S", 1);
+        registry.expect_streams(&["/m/S", "/m/T"]);
         registry.evicted(Evicted::Episodes, 4);
         registry.scheduler_run(RunOutcome::Busy);
         registry.group(Grouped::Append, 5);
@@ -718,6 +727,7 @@ mod tests {
             "engram_rpc_duration_seconds_bucket{method=\"/m/A\",le=\"+Inf\"} 3",
             "engram_rpc_duration_seconds_count{method=\"/m/A\"} 3",
             "engram_live_streams{method=\"/m/S\"} 1",
+            "engram_live_streams{method=\"/m/T\"} 0",
             "engram_db_pool_connections{state=\"in_use\"} 3",
             "engram_db_pool_max_connections 10",
             "engram_evictions_total{kind=\"episode\"} 4",

@@ -3,7 +3,7 @@
 Every object is checked against the Kubernetes OpenAPI schemas of the given
 version (strict: unknown fields are errors); the ServiceMonitor and the
 PrometheusRule, CRDs those schemas lack, against the fields Prometheus
-Operator requires (check_alerts.py checks the rules themselves). Every pod
+Operator requires (check_monitoring.py checks the rules themselves). Every pod
 template must carry the restricted security settings. The chart's values
 files are validated against values.schema.json.
 

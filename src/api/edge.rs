@@ -35,6 +35,9 @@ pub struct EdgeLayer {
 
 impl EdgeLayer {
     pub fn new(auth: Authenticator) -> Self {
+        // Each live stream's gauge is exported from the start, at 0, so a
+        // dashboard or an alert reads "none open" rather than nothing.
+        metrics::global().expect_streams(&LIVE_STREAMS);
         EdgeLayer { auth }
     }
 }
