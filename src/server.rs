@@ -286,10 +286,8 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     health_reporter
         .set_service_status(LIVENESS, ServingStatus::Serving)
         .await;
-    let ready = Arc::new(AtomicBool::new(true));
-
     let readiness = Readiness {
-        database: ready,
+        database: Arc::new(AtomicBool::new(true)),
         draining: draining.clone(),
     };
 

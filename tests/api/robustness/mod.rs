@@ -6,9 +6,11 @@
 //!
 //! Faults, each scenario on its own and mixed: `kill -9` of a server and a
 //! restart on the same port (both stores); the connection between server
-//! and Postgres cut, or stalled, by a TCP proxy in this process; two
-//! replicas on one Postgres with one killed; clients cancelling calls after
-//! a few milliseconds; a watch consumer that reads slowly.
+//! and Postgres cut, or stalled, by a TCP proxy in this process; Postgres
+//! rolling writing transactions back at random, as it does to break a
+//! deadlock; two replicas on one Postgres with one killed; clients
+//! cancelling calls after a few milliseconds; a watch consumer that reads
+//! slowly.
 //!
 //! The short profile (the test command) runs each scenario for a few
 //! seconds; `ENGRAM_ROBUSTNESS=long` runs each for a minute with more
@@ -68,6 +70,46 @@ enum Fault {
     /// Postgres itself crashed and restarted (`pg_ctl restart -m
     /// immediate`), on a cluster of the scenario's own.
     Restart,
+    /// Postgres rolling writing transactions back at random for a moment
+    /// ([`ROLLBACKS`]).
+    Rollback,
+}
+
+/// Makes Postgres roll back a share of the transactions that write memory,
+/// episodes or facts, as it does to break a deadlock (`40P01`) or after a
+/// serialization failure (`40001`): a trigger on the tables those writes
+/// insert into raises one of the two for a row with the probability
+/// `injected_rollbacks.share` holds (0 while the fault is off). A group of
+/// writes sharing a transaction is failed whole, and the server runs its
+/// writes again one by one, where each may be failed again.
+const ROLLBACKS: &str = "\
+    CREATE TABLE injected_rollbacks (share float8 NOT NULL); \
+    INSERT INTO injected_rollbacks VALUES (0); \
+    GRANT SELECT ON injected_rollbacks TO PUBLIC; \
+    CREATE FUNCTION injected_rollback() RETURNS trigger LANGUAGE plpgsql AS $$ \
+    BEGIN \
+      IF random() < (SELECT share FROM injected_rollbacks) THEN \
+        RAISE EXCEPTION 'injected' \
+          USING ERRCODE = CASE WHEN random() < 0.5 THEN '40P01' ELSE '40001' END; \
+      END IF; \
+      RETURN NEW; \
+    END $$; \
+    CREATE TRIGGER injected_rollback BEFORE INSERT ON memory_versions \
+      FOR EACH ROW EXECUTE FUNCTION injected_rollback(); \
+    CREATE TRIGGER injected_rollback BEFORE INSERT ON episodes \
+      FOR EACH ROW EXECUTE FUNCTION injected_rollback(); \
+    CREATE TRIGGER injected_rollback BEFORE INSERT ON fact_versions \
+      FOR EACH ROW EXECUTE FUNCTION injected_rollback();";
+
+/// Runs `sql` on the database at `url`, straight (not through a proxy).
+async fn execute(url: &str, sql: &'static str) {
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+        .await
+        .expect("connect to the scenario's Postgres");
+    sqlx::raw_sql(sql)
+        .execute(&mut conn)
+        .await
+        .expect("run the fault's statements");
 }
 
 struct Scenario {
@@ -198,6 +240,10 @@ async fn run(name: &str, scenario: Scenario) {
         None => db_url.clone(),
     };
     let servers = Arc::new(Servers::start(url, scenario.replicas).await);
+    if scenario.faults.contains(&Fault::Rollback) {
+        // After the servers' migrations made the tables.
+        execute(&db_url, ROLLBACKS).await;
+    }
     let first = channel(servers.addrs[0]);
     let mut promote = rule(RULE, "metadata.learn:*", true);
     promote.then_emits = vec!["robust".into()];
@@ -264,6 +310,14 @@ async fn run(name: &str, scenario: Scenario) {
                     .await;
                 *injected
                     .entry("postgres restarted (immediate)")
+                    .or_default() += 1;
+            }
+            Fault::Rollback => {
+                execute(&db_url, "UPDATE injected_rollbacks SET share = 0.3").await;
+                tokio::time::sleep(Duration::from_millis(300 + rng.below(500))).await;
+                execute(&db_url, "UPDATE injected_rollbacks SET share = 0").await;
+                *injected
+                    .entry("transactions rolled back at random")
                     .or_default() += 1;
             }
             Fault::Cut | Fault::Stall => {
@@ -529,6 +583,17 @@ async fn postgres_restarted_under_load() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_transactions_rolled_back() {
+    let scenario = Scenario {
+        backend: Backend::Postgres,
+        faults: &[Fault::Rollback],
+        replicas: 1,
+        cancel_percent: 0,
+    };
+    run("postgres, transactions rolled back", scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_replicas_one_killed() {
     let scenario = Scenario {
         backend: Backend::Postgres,
@@ -543,7 +608,13 @@ async fn postgres_two_replicas_one_killed() {
 async fn postgres_everything_at_once() {
     let scenario = Scenario {
         backend: Backend::Postgres,
-        faults: &[Fault::Kill, Fault::Cut, Fault::Stall, Fault::Restart],
+        faults: &[
+            Fault::Kill,
+            Fault::Cut,
+            Fault::Stall,
+            Fault::Restart,
+            Fault::Rollback,
+        ],
         replicas: 2,
         cancel_percent: 10,
     };
