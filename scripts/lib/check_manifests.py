@@ -28,64 +28,60 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-SERVICE_MONITOR = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "spec": {
-            "type": "object",
-            "required": ["selector", "endpoints"],
-            "properties": {
-                "endpoints": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {"type": "object", "required": ["port", "path"]},
-                }
-            },
+def prometheus_operator(spec: dict[str, Any]) -> dict[str, Any]:
+    """A schema of a Prometheus Operator object whose spec is `spec`."""
+    return {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {"apiVersion": {"const": "monitoring.coreos.com/v1"}, "spec": spec},
+    }
+
+
+SERVICE_MONITOR = prometheus_operator(
+    {
+        "type": "object",
+        "required": ["selector", "endpoints"],
+        "properties": {
+            "endpoints": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "object", "required": ["port", "path"]},
+            }
         },
+    }
+)
+
+RULE = {
+    "type": "object",
+    "required": ["alert", "expr"],
+    "additionalProperties": False,
+    "properties": {
+        "alert": {"type": "string"},
+        "expr": {"type": "string"},
+        "for": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+        "labels": {"type": "object"},
+        "annotations": {"type": "object"},
     },
 }
 
-PROMETHEUS_RULE = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "monitoring.coreos.com/v1"},
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["groups"],
-            "properties": {
-                "groups": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "required": ["name", "rules"],
-                        "properties": {
-                            "rules": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "required": ["alert", "expr"],
-                                    "additionalProperties": False,
-                                    "properties": {
-                                        "alert": {"type": "string"},
-                                        "expr": {"type": "string"},
-                                        "for": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
-                                        "labels": {"type": "object"},
-                                        "annotations": {"type": "object"},
-                                    },
-                                },
-                            }
-                        },
-                    },
-                }
-            },
+PROMETHEUS_RULE = prometheus_operator(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["groups"],
+        "properties": {
+            "groups": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["name", "rules"],
+                    "properties": {"rules": {"type": "array", "items": RULE}},
+                },
+            }
         },
-    },
-}
+    }
+)
 CUSTOM_RESOURCES = {"ServiceMonitor": SERVICE_MONITOR, "PrometheusRule": PROMETHEUS_RULE}
 
 

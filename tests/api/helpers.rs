@@ -180,17 +180,21 @@ impl TestDb {
                     .await
                     .expect("execute");
             }
-            Backend::Postgres => {
-                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&self.url)
-                    .await
-                    .expect("connect");
-                sqlx::raw_sql(sql)
-                    .execute(&mut conn)
-                    .await
-                    .expect("execute");
-            }
+            Backend::Postgres => execute_on_postgres(&self.url, sql).await,
         }
     }
+}
+
+/// Runs statements on the Postgres database at `url`, on a connection of
+/// their own.
+pub async fn execute_on_postgres(url: &str, sql: sqlx::AssertSqlSafe<String>) {
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+        .await
+        .expect("connect");
+    sqlx::raw_sql(sql)
+        .execute(&mut conn)
+        .await
+        .expect("execute");
 }
 
 impl Drop for TestDb {

@@ -37,7 +37,9 @@ use self::check::{Final, check};
 use self::history::{Outcome, Recorder};
 use self::workload::{Client, KEYS, RULE, Rng, SCOPE, SENTINEL, channel};
 use crate::consolidation::rule;
-use crate::helpers::{Backend, ChildServer, Proxy, TestDb, pg_socket_addr, pg_url_via};
+use crate::helpers::{
+    Backend, ChildServer, Proxy, TestDb, execute_on_postgres, pg_socket_addr, pg_url_via,
+};
 
 /// How long and how hard a scenario runs.
 struct Profile {
@@ -103,13 +105,7 @@ const ROLLBACKS: &str = "\
 
 /// Runs `sql` on the database at `url`, straight (not through a proxy).
 async fn execute(url: &str, sql: &'static str) {
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
-        .await
-        .expect("connect to the scenario's Postgres");
-    sqlx::raw_sql(sql)
-        .execute(&mut conn)
-        .await
-        .expect("run the fault's statements");
+    execute_on_postgres(url, sqlx::AssertSqlSafe(sql.to_owned())).await;
 }
 
 struct Scenario {
