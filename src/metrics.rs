@@ -7,6 +7,9 @@
 //! `grpc_type`, `grpc_code`, as go-grpc-prometheus and tonic's middleware
 //! crates name them) and as Engram's own `engram_rpc_*`.
 //!
+//! The process's own (CPU, memory, file descriptors) and the build's
+//! version come from [`process`].
+//!
 //! A handful of counters does not need a metrics framework: label sets are
 //! bounded (methods come from the protos, codes from gRPC), so a map under
 //! a mutex held for a few nanoseconds per call is enough.
@@ -18,6 +21,8 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::ports::Feed;
+
+mod process;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -569,6 +574,7 @@ impl Registry {
                 outcome.label()
             );
         }
+        process::render(&mut out);
         out
     }
 }

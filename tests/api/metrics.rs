@@ -1,6 +1,6 @@
 //! `/metrics` scraped with a real HTTP client before and after traffic: the
 //! call counters by method and code, the latency histogram, live streams,
-//! the pool, evictions and scheduler runs all move.
+//! the pool, evictions, scheduler runs and the process's CPU all move.
 //!
 //! The registry is per process and other tests run beside this one, so
 //! counters are checked to have grown by at least what this test did.
@@ -71,6 +71,18 @@ async fn counters_move_with_traffic(backend: Backend) {
         sample(&before, r#"engram_db_pool_max_connections"#) >= 1.0,
         "the pool is described"
     );
+    // The process, as every Prometheus client's process collector names it.
+    let build = format!(
+        "engram_build_info{{version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(sample(&before, &build), 1.0);
+    assert!(sample(&before, "process_resident_memory_bytes") > 1e6);
+    assert!(sample(&before, "process_open_fds") >= 3.0);
+    assert!(sample(&before, "process_max_fds") >= sample(&before, "process_open_fds"));
+    let started = sample(&before, "process_start_time_seconds");
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!(started > now - 3600.0 && started <= now + 1.0, "{started}");
 
     let mut memory = server.memory();
     for i in 0..5 {
@@ -139,6 +151,10 @@ async fn counters_move_with_traffic(backend: Backend) {
 
     let after = scrape(&server).await;
     let grew = |name: &str| sample(&after, name) - sample(&before, name);
+    assert!(
+        grew("process_cpu_seconds_total") > 0.0,
+        "the calls took CPU"
+    );
     assert!(grew(SET_OK) >= 5.0, "Set OK grew by {}", grew(SET_OK));
     assert!(
         grew(SET_LATENCY) >= 5.0,
