@@ -99,10 +99,10 @@ async fn main() -> ExitCode {
         std::env::args_os(),
     ));
     let result = match cli.command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(args).await.map(|()| ExitCode::SUCCESS),
         Command::Migrate(args) => migrate(args).await,
-        Command::Reembed(args) => reembed(args).await,
-        Command::Backup(args) => backup(args).await,
+        Command::Reembed(args) => reembed(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Backup(args) => backup(args).await.map(|()| ExitCode::SUCCESS),
         Command::Memory(command) => return client_exit(command.run().await),
         Command::Sessions(command) => return client_exit(command.run().await),
         Command::Episodes(command) => return client_exit(command.run().await),
@@ -120,7 +120,7 @@ async fn main() -> ExitCode {
         Command::Health(command) => return client_exit(command.run().await),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         // Once logging is set up the error is a log line (JSON for a
         // collector when so configured); before that (a bad setting, say)
         // there is no log, so it is a plain line on stderr. Never both.
@@ -173,16 +173,68 @@ struct MigrateArgs {
     /// Then grant this Postgres role what `engram serve` needs (use of the
     /// tables and sequences, not ownership), so the server can run as a
     /// role that row-level security binds
-    #[arg(long, value_name = "ROLE")]
+    #[arg(long, value_name = "ROLE", conflicts_with = "check")]
     grant_to: Option<String>,
+
+    /// Apply nothing: print which migrations the database has and which
+    /// are pending, and exit 0 when none is (or a later release's are
+    /// applied too), 2 when some are, 1 on an error (a deploy pipeline's
+    /// gate: does this upgrade migrate?)
+    #[arg(long)]
+    check: bool,
 }
 
-async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     let config = Config::load(args.config)?;
     let _telemetry = engram::telemetry::init(config.log_format)?;
+    if args.check {
+        let migrations = engram::server::migrations(&config).await?;
+        print!("{}", describe_migrations(&config, &migrations));
+        return Ok(match migrations.pending.is_empty() {
+            true => ExitCode::SUCCESS,
+            false => ExitCode::from(2),
+        });
+    }
     engram::server::migrate(&config, args.grant_to.as_deref()).await?;
     tracing::info!(database = %config.database_url, grant_to = ?args.grant_to, "migrations applied");
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `engram migrate --check`'s report.
+fn describe_migrations(config: &Config, migrations: &engram::store::Migrations) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "database: {}
+",
+        config.database_url
+    );
+    let _ = match migrations.applied.last() {
+        None => writeln!(out, "applied: none"),
+        Some(newest) => writeln!(
+            out,
+            "applied: {} migrations, the newest {newest:04}",
+            migrations.applied.len()
+        ),
+    };
+    if let Some(newest) = migrations.ahead() {
+        let _ = writeln!(
+            out,
+            "ahead: a later release migrated it (to {newest:04}; this one knows up to {:04}), \
+             and this one serves it as it is",
+            migrations.newest_known
+        );
+    }
+    let _ = match migrations.pending.len() {
+        0 => writeln!(out, "pending: none, the schema is current"),
+        n => writeln!(
+            out,
+            "pending: {n} (`engram migrate` applies them; see the README on how long they take)"
+        ),
+    };
+    for (version, description) in &migrations.pending {
+        let _ = writeln!(out, "  {version:04} {description}");
+    }
+    out
 }
 
 #[derive(Debug, clap::Args)]

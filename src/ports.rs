@@ -71,8 +71,9 @@ pub trait Database: Clone + Send + Sync + 'static {
     /// check what a migration makes of it.
     fn migrate_through(&self, version: Option<i64>) -> impl Future<Output = Result<()>> + Send;
 
-    /// Fails when migrations are pending (for `--migrate=off`).
-    fn check_schema(&self) -> impl Future<Output = Result<()>> + Send;
+    /// What the database holds of this binary's migrations: applied,
+    /// pending, or newer ones (`--migrate=off`, `engram migrate --check`).
+    fn migrations(&self) -> impl Future<Output = Result<crate::store::Migrations>> + Send;
 
     /// A cheap round trip to the database, for health checks.
     fn ping(&self) -> impl Future<Output = Result<()>> + Send;

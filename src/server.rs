@@ -129,6 +129,29 @@ pub async fn migrate(config: &Config, grant_to: Option<&str>) -> anyhow::Result<
     Ok(())
 }
 
+/// What the configured database holds of this binary's migrations,
+/// changing nothing (an SQLite file that does not exist is not made).
+pub async fn migrations(config: &Config) -> anyhow::Result<crate::store::Migrations> {
+    let read = match backend(config)? {
+        Backend::Postgres => {
+            let store = open::<PgStore>(config).await?;
+            let read = store.migrations().await;
+            store.close().await;
+            read
+        }
+        Backend::Sqlite => {
+            if let Some(none) = SqliteStore::migrations_if_missing(config.database_url.expose()) {
+                return Ok(none);
+            }
+            let store = open::<SqliteStore>(config).await?;
+            let read = store.migrations().await;
+            store.close().await;
+            read
+        }
+    };
+    read.map_err(|err| anyhow::anyhow!("cannot read the applied migrations: {err}"))
+}
+
 /// Copies the embedded store to a new file `to` while it may be serving
 /// (see [`crate::store::sqlite_backup`]). A Postgres database is backed
 /// up by Postgres's own means.
@@ -189,8 +212,9 @@ async fn reembed_on<S: Store>(
     match config.migrate {
         MigrateMode::Auto => store.migrate().await.context("cannot apply migrations")?,
         MigrateMode::Off => store
-            .check_schema()
+            .migrations()
             .await
+            .and_then(|migrations| migrations.require_current())
             .map_err(|err| anyhow::anyhow!("{err}"))?,
     }
     let embedded = crate::search::worker::reembed(&store, embedder, batch, progress)
@@ -254,8 +278,9 @@ async fn start_with<S: Store>(store: S, config: Config) -> anyhow::Result<Runnin
     match config.migrate {
         MigrateMode::Auto => store.migrate().await.context("cannot apply migrations")?,
         MigrateMode::Off => store
-            .check_schema()
+            .migrations()
             .await
+            .and_then(|migrations| migrations.require_current())
             .map_err(|err| anyhow::anyhow!("{err}"))?,
     }
 

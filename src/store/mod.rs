@@ -310,16 +310,58 @@ fn from_micros(micros: i64) -> Result<DateTime<Utc>> {
         .ok_or_else(|| Error::internal(format!("timestamp out of range: {micros}")))
 }
 
-/// Checks the applied migrations of a database against the embedded ones.
-fn schema_is_current(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Result<()> {
-    let missing: Vec<String> = migrator
-        .iter()
-        .filter(|m| m.migration_type.is_up_migration() && !applied.contains(&m.version))
-        .map(|m| format!("{} ({})", m.version, m.description))
-        .collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
+/// What a database holds of the migrations embedded in this binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrations {
+    /// The versions applied to the database, oldest first (none before the
+    /// first migration).
+    pub applied: Vec<i64>,
+    /// The embedded migrations not applied yet, `(version, description)`,
+    /// in the order they run.
+    pub pending: Vec<(i64, String)>,
+    /// The newest migration this binary has.
+    pub newest_known: i64,
+}
+
+impl Migrations {
+    fn of(migrator: &sqlx::migrate::Migrator, mut applied: Vec<i64>) -> Migrations {
+        applied.sort_unstable();
+        let ups = migrator
+            .iter()
+            .filter(|m| m.migration_type.is_up_migration());
+        Migrations {
+            pending: ups
+                .clone()
+                .filter(|m| applied.binary_search(&m.version).is_err())
+                .map(|m| (m.version, m.description.to_string()))
+                .collect(),
+            newest_known: ups.map(|m| m.version).max().unwrap_or(0),
+            applied,
+        }
+    }
+
+    /// The newest version applied when the database is ahead of this
+    /// binary: every embedded migration is applied, and so is at least one
+    /// newer (a later release migrated it). Each migration keeps the
+    /// release before it working (a rolling upgrade runs both), so a
+    /// server of the older release may serve such a database; the
+    /// migrator, which refuses migrations it does not know, is then not
+    /// run.
+    pub fn ahead(&self) -> Option<i64> {
+        let newest = self.applied.last().copied()?;
+        (self.pending.is_empty() && newest > self.newest_known).then_some(newest)
+    }
+
+    /// Fails when migrations are pending (for `--migrate=off`).
+    pub fn require_current(&self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let missing: Vec<String> = self
+            .pending
+            .iter()
+            .map(|(version, description)| format!("{version} ({description})"))
+            .collect();
         Err(Error::FailedPrecondition {
             reason: Reason::Internal,
             message: format!(
@@ -331,33 +373,18 @@ fn schema_is_current(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Res
     }
 }
 
-/// Whether a database is ahead of this binary: every embedded migration is
-/// applied, and so is at least one newer (a later release migrated it).
-/// Each migration keeps the release before it working (a rolling upgrade
-/// runs both), so a server of the older release may serve such a
-/// database; the migrator, which refuses migrations it does not know,
-/// is then not run. `Some` with the newest applied version when ahead.
-fn ahead_of(migrator: &sqlx::migrate::Migrator, applied: &[i64]) -> Option<i64> {
-    let ours = migrator
-        .iter()
-        .filter(|m| m.migration_type.is_up_migration())
-        .map(|m| m.version);
-    let newest_ours = ours.clone().max().unwrap_or(0);
-    let newest = applied.iter().copied().max()?;
-    (newest > newest_ours && ours.into_iter().all(|v| applied.contains(&v))).then_some(newest)
-}
-
 /// Applies the pending migrations unless the database is ahead of this
-/// binary ([`ahead_of`]), which it says in a warning.
+/// binary ([`Migrations::ahead`]), which it says in a warning.
 async fn migrate_unless_ahead<F>(
     migrator: &sqlx::migrate::Migrator,
-    applied: &[i64],
+    applied: Vec<i64>,
     run: F,
 ) -> Result<()>
 where
     F: std::future::Future<Output = std::result::Result<(), sqlx::migrate::MigrateError>>,
 {
-    if let Some(newest) = ahead_of(migrator, applied) {
+    let migrations = Migrations::of(migrator, applied);
+    if let Some(newest) = migrations.ahead() {
         tracing::warn!(
             newest,
             "the database schema is newer than this release (a later one migrated it); \
@@ -365,10 +392,10 @@ where
         );
         return Ok(());
     }
-    let pending: Vec<String> = migrator
+    let pending: Vec<String> = migrations
+        .pending
         .iter()
-        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
-        .map(|m| format!("{:04} {}", m.version, m.description))
+        .map(|(version, description)| format!("{version:04} {description}"))
         .collect();
     if !pending.is_empty() {
         // A migration's statements are not logged (they would be, whole,

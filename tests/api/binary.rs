@@ -390,6 +390,13 @@ async fn a_database_migrated_by_a_later_release_is_served(backend: Backend) {
          execution_time) VALUES (99999, 'from a later release', true, {checksum}, 0)"
     ))
     .await;
+    let checked = engram(&["migrate", "--check", "--database-url", &db.url]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(0), "nothing to apply: {stdout}");
+    assert!(
+        stdout.contains("ahead: a later release migrated it (to 99999"),
+        "{stdout}"
+    );
     let migrated = engram(&["migrate", "--database-url", &db.url]);
     let stderr = String::from_utf8_lossy(&migrated.stderr);
     assert!(migrated.status.success(), "{stderr}");
@@ -398,9 +405,85 @@ async fn a_database_migrated_by_a_later_release_is_served(backend: Backend) {
     assert!(server.terminate().await.success());
 }
 
+/// `engram migrate --check` says what an upgrade would apply, applying
+/// nothing: exit 2 while migrations are pending (each listed, in order),
+/// 0 once none is; an SQLite file that does not exist is not made.
+async fn migrate_check_lists_what_is_pending_and_applies_nothing(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let check = || {
+        let out = engram(&["migrate", "--check", "--database-url", &db.url]);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), stdout)
+    };
+    let (code, fresh) = check();
+    assert_eq!(code, Some(2), "{fresh}");
+    assert!(fresh.contains("applied: none"), "{fresh}");
+    let listed: Vec<&str> = fresh
+        .lines()
+        .filter_map(|line| line.strip_prefix("  "))
+        .collect();
+    assert_eq!(listed.first().copied(), Some("0001 memory"), "{fresh}");
+    assert!(
+        fresh.contains(&format!("pending: {} (", listed.len())),
+        "{fresh}"
+    );
+    if backend == Backend::Sqlite {
+        let file = db.url.trim_start_matches("sqlite://");
+        assert!(
+            !std::path::Path::new(file).exists(),
+            "the check made {file}"
+        );
+    }
+
+    // An older release's schema: the first three applied.
+    use engram::ports::Database;
+    match backend {
+        Backend::Sqlite => db.sqlite_store().await.migrate_through(Some(3)).await,
+        Backend::Postgres => db.pg_store().await.migrate_through(Some(3)).await,
+    }
+    .expect("migrate through 0003");
+    let (code, older) = check();
+    assert_eq!(code, Some(2), "{older}");
+    assert!(
+        older.contains("applied: 3 migrations, the newest 0003"),
+        "{older}"
+    );
+    assert!(
+        older.contains(&format!("pending: {} (", listed.len() - 3)),
+        "{older}"
+    );
+    assert!(older.contains("\n  0004 "), "{older}");
+    assert!(!older.contains("\n  0003 "), "{older}");
+    assert_eq!(check(), (Some(2), older), "the check applied nothing");
+
+    assert!(
+        engram(&["migrate", "--database-url", &db.url])
+            .status
+            .success()
+    );
+    let (code, current) = check();
+    assert_eq!(code, Some(0), "{current}");
+    assert!(
+        current.contains("pending: none, the schema is current"),
+        "{current}"
+    );
+    // A database that cannot be reached is an error, not "pending".
+    let (unreachable, _) = {
+        let out = engram(&[
+            "migrate",
+            "--check",
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+        ]);
+        (out.status.code(), out.stderr)
+    };
+    assert_eq!(unreachable, Some(1));
+}
+
 on_both_stores!(
     migrate_then_serve_with_migrations_off,
-    a_database_migrated_by_a_later_release_is_served
+    a_database_migrated_by_a_later_release_is_served,
+    migrate_check_lists_what_is_pending_and_applies_nothing
 );
 
 /// `engram token new` makes a token whose line a server accepts; the CLI

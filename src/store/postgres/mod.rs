@@ -28,7 +28,7 @@ pub(crate) use memory::SET_ANY;
 use super::group::Group;
 use super::memory::OwnedWrite;
 use super::sql::{Cols, Param, Run, Sql};
-use super::{StoreOptions, migrate_unless_ahead, schema_is_current};
+use super::{Migrations, StoreOptions, migrate_unless_ahead};
 use crate::context::Tenant;
 use crate::error::{Error, Reason, Result};
 use crate::memory::ports::Written;
@@ -463,7 +463,7 @@ impl Database for PgStore {
             let applied = applied_migrations(&mut conn).await;
             migrate_unless_ahead(
                 &MIGRATOR,
-                &applied,
+                applied,
                 MIGRATOR.run_direct(None, &mut conn, false),
             )
             .await?;
@@ -472,11 +472,13 @@ impl Database for PgStore {
         Ok(())
     }
 
-    async fn check_schema(&self) -> Result<()> {
+    async fn migrations(&self) -> Result<Migrations> {
         let mut conn = self.pool.system().await?;
         require_utf8(&mut conn).await?;
-        let applied = applied_migrations(&mut conn).await;
-        schema_is_current(&MIGRATOR, &applied)
+        Ok(Migrations::of(
+            &MIGRATOR,
+            applied_migrations(&mut conn).await,
+        ))
     }
 
     async fn ping(&self) -> Result<()> {

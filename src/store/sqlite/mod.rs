@@ -32,7 +32,7 @@ use super::memory::{
 };
 use super::past;
 use super::sql::{Cols, Run, Sql, params};
-use super::{HeadUpdate, StoreOptions, migrate_unless_ahead, schema_is_current, to_micros};
+use super::{HeadUpdate, Migrations, StoreOptions, migrate_unless_ahead, to_micros};
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::memory::audit::AuditRecord;
@@ -236,6 +236,15 @@ impl SqliteStore {
             .after_connect(|conn, _| Box::pin(fts::register(conn)))
             .connect_with(connect)
             .await?)
+    }
+
+    /// When no file is at `url` yet: its migrations, every one pending,
+    /// learnt without making it (`engram migrate --check`). `None` when the
+    /// file exists, or the URL is not one of a file.
+    pub fn migrations_if_missing(url: &str) -> Option<Migrations> {
+        let connect = SqliteConnectOptions::from_str(url).ok()?;
+        let missing = !connect.get_filename().exists();
+        missing.then(|| Migrations::of(&MIGRATOR, Vec::new()))
     }
 
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
@@ -460,7 +469,7 @@ impl Database for SqliteStore {
                 let applied = applied_migrations(&mut conn).await;
                 migrate_unless_ahead(
                     &MIGRATOR,
-                    &applied,
+                    applied,
                     MIGRATOR.run_direct(None, &mut conn, false),
                 )
                 .await?
@@ -471,8 +480,11 @@ impl Database for SqliteStore {
         Ok(())
     }
 
-    async fn check_schema(&self) -> Result<()> {
-        schema_is_current(&MIGRATOR, &applied_migrations(&self.reader).await)
+    async fn migrations(&self) -> Result<Migrations> {
+        Ok(Migrations::of(
+            &MIGRATOR,
+            applied_migrations(&self.reader).await,
+        ))
     }
 
     async fn ping(&self) -> Result<()> {
