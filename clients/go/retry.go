@@ -73,7 +73,7 @@ func WithRetryObserver(observe func(Retry)) Option {
 // commit whose reply was lost).
 func Idempotent(request proto.Message) bool {
 	switch r := request.(type) {
-	case *engramv1.GetRequest, *engramv1.ListRequest, *engramv1.HistoryRequest, *engramv1.ListScopesRequest,
+	case *engramv1.GetRequest, *engramv1.ListRequest, *engramv1.ListScopesRequest,
 		*engramv1.GetCompactionLogRequest, *engramv1.GetRetentionRequest,
 		*engramv1.SearchRequest,
 		*engramv1.GetSessionRequest, *engramv1.ListSessionsRequest, *engramv1.GetStatsRequest,

@@ -174,7 +174,6 @@ func TestWhatIsRetried(t *testing.T) {
 		retried bool
 	}{
 		{&engramv1.GetRequest{Key: "k"}, true},
-		{&engramv1.HistoryRequest{Key: "k"}, true},
 		{&engramv1.SearchRequest{Query: "q"}, true},
 		{&engramv1.SetRequest{Key: "k"}, false},
 		{&engramv1.SetRequest{Key: "k", RequestId: "r"}, true},

@@ -248,7 +248,6 @@ def test_the_asyncio_client_retries_the_same_way(
     ("request_", "retried"),
     [
         (memory_pb2.GetRequest(key="k"), True),
-        (memory_pb2.HistoryRequest(key="k"), True),
         (memory_pb2.SetRequest(key="k"), False),
         (memory_pb2.SetRequest(key="k", request_id="r"), True),
         (memory_pb2.DeleteRequest(key="k"), False),

@@ -124,7 +124,6 @@ def credentials(
 _READS: tuple[type[Message], ...] = (
     memory_pb2.GetRequest,
     memory_pb2.ListRequest,
-    memory_pb2.HistoryRequest,
     memory_pb2.ListScopesRequest,
     memory_admin_pb2.GetCompactionLogRequest,
     memory_admin_pb2.GetRetentionRequest,
