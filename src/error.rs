@@ -61,6 +61,24 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The reasons a call fails with only when nothing of it was written
+    /// (its transaction was rolled back), so that a caller may send any
+    /// call again after them, keyed or not: a deadlock Postgres broke, a
+    /// session made again under an append, a statement the database gave
+    /// up on. The retries of MCP's tools and the CLI's calls read this, as
+    /// the clients' lists do.
+    pub const NOTHING_WRITTEN: [Reason; 3] = [
+        Reason::TransactionConflict,
+        Reason::SessionChanged,
+        Reason::DatabaseTimeout,
+    ];
+
+    /// Whether `reason` (a status's `ErrorInfo` reason) is one of
+    /// [`Reason::NOTHING_WRITTEN`].
+    pub fn wrote_nothing(reason: &str) -> bool {
+        Reason::NOTHING_WRITTEN.iter().any(|r| r.as_str() == reason)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::InvalidArgument => "INVALID_ARGUMENT",

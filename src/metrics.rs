@@ -165,7 +165,14 @@ static METHOD_TYPES: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| 
 
 /// `grpc_type` of a method path; `unary` for one the server does not have.
 fn grpc_type(method: &str) -> &'static str {
-    METHOD_TYPES.get(method).copied().unwrap_or("unary")
+    method_type(method).unwrap_or("unary")
+}
+
+/// The type of the method at `method` (`/engram.v1.MemoryService/Watch`):
+/// `unary`, `server_stream`, `client_stream` or `bidi_stream`, from the
+/// protos' descriptors; `None` for a method no service has.
+pub(crate) fn method_type(method: &str) -> Option<&'static str> {
+    METHOD_TYPES.get(method).copied()
 }
 
 /// The `grpc_service`, `grpc_method` and `grpc_type` labels of a method

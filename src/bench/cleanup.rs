@@ -32,7 +32,7 @@ const WRITTEN_APPS: [&str; 2] = [APPEND_APP, TAIL_APP];
 /// the store in-process on SQLite.
 const BASELINE_APPS: [&str; 2] = [RAW_APP, INPROC_APP];
 
-type Client = SessionServiceClient<crate::cli::Connection>;
+type Client = SessionServiceClient<crate::cli::Authorized>;
 
 /// The bench's sessions as they were before this run appended (each id
 /// with its update time, as text): the ones it may delete when it ends,

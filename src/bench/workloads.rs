@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::cli::{Bearer, Connection};
+use crate::cli::{Authorized, Bearer};
 
 use super::server::Spawned;
 use super::{BenchArgs, Figures, Latency, cpu};
@@ -145,7 +145,7 @@ pub struct Target {
     pub bearer: Bearer,
 }
 
-pub(super) async fn channel(target: &Target) -> anyhow::Result<Connection> {
+pub(super) async fn channel(target: &Target) -> anyhow::Result<Authorized> {
     let address = &target.address;
     let channel = tonic::transport::Endpoint::from_shared(address.to_owned())?
         .tcp_nodelay(true)

@@ -19,6 +19,7 @@ mod follow;
 pub mod health;
 pub mod mcp;
 pub mod memory;
+mod retry;
 pub mod search;
 pub mod sessions;
 pub mod token;
@@ -48,6 +49,20 @@ pub struct ClientArgs {
         help_heading = "Output"
     )]
     json: bool,
+
+    /// How many times a call is tried again after UNAVAILABLE (a database
+    /// failover, a server restart) when repeating it is harmless (a read, or
+    /// a write with its --request-id or --id), or after a failure that wrote
+    /// nothing (TRANSACTION_CONFLICT, SESSION_CHANGED, DATABASE_TIMEOUT);
+    /// each waits what the server asks, or 0.1 to 2 s. 0: never
+    #[arg(
+        long,
+        env = "ENGRAM_RETRIES",
+        default_value_t = 3,
+        global = true,
+        help_heading = "Connection"
+    )]
+    retries: u32,
 }
 
 impl ClientArgs {
@@ -213,7 +228,11 @@ impl CliError {
 pub type CliResult<T = ()> = Result<T, CliError>;
 
 /// A channel to the server that sends the bearer token with every call.
-pub type Connection = InterceptedService<Channel, Bearer>;
+pub type Authorized = InterceptedService<Channel, Bearer>;
+
+/// The CLI's channel: [`Authorized`], and tries again what [`retry`] says
+/// may be.
+pub type Connection = retry::Retrying<Authorized>;
 
 /// Adds `authorization: Bearer <token>` to each call, when there is a token.
 #[derive(Clone)]
@@ -245,9 +264,9 @@ impl Interceptor for Bearer {
 
 pub async fn connect(client: &ClientArgs) -> CliResult<Connection> {
     let bearer = Bearer::new(client.connect.token.as_deref())?;
-    Ok(InterceptedService::new(
-        connect_channel(&client.connect).await?,
-        bearer,
+    Ok(retry::Retrying::new(
+        InterceptedService::new(connect_channel(&client.connect).await?, bearer),
+        client.retries,
     ))
 }
 

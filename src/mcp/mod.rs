@@ -186,7 +186,7 @@ impl Engram {
     /// key (`request_id`; an append's `id`). Other writes answer the error
     /// at once, since the first try may have been stored. Any tool is run
     /// again after a failure whose reason says nothing was written
-    /// ([`NOTHING_WRITTEN`]). The clients' rule (`engram_client`, the Go
+    /// ([`crate::error::Reason::NOTHING_WRITTEN`]). The clients' rule (`engram_client`, the Go
     /// client's `Idempotent`), here so that an assistant's call rides out
     /// the failover as a program's does.
     async fn call_routed(
@@ -370,16 +370,6 @@ const RETRIES: u32 = 3;
 /// the most; each doubles the last.
 const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 
-/// The reasons the server fails a call with only when nothing of it was
-/// written (its transaction was rolled back), so that any tool may run
-/// again after them: a deadlock Postgres broke, a session made again under
-/// an append, a statement the database gave up on.
-const NOTHING_WRITTEN: [&str; 3] = [
-    "TRANSACTION_CONFLICT",
-    "SESSION_CHANGED",
-    "DATABASE_TIMEOUT",
-];
-
 /// The wait before running a tool again after `result`: after UNAVAILABLE
 /// when running it again is `harmless`, or after a failure that wrote
 /// nothing, its `retry_delay_ms`, or `backoff` (then doubled); `None` for
@@ -396,7 +386,7 @@ fn retry_wait(
     let nothing_written = error
         .get("reason")
         .and_then(Value::as_str)
-        .is_some_and(|reason| NOTHING_WRITTEN.contains(&reason));
+        .is_some_and(crate::error::Reason::wrote_nothing);
     let unavailable = harmless && error.get("code").and_then(Value::as_str) == Some("UNAVAILABLE");
     if result.is_error != Some(true) || !(nothing_written || unavailable) {
         return None;

@@ -6,6 +6,7 @@ mod consolidation;
 mod data;
 mod follow;
 mod memory;
+mod retry;
 mod search;
 mod sessions;
 mod working;

@@ -1,0 +1,425 @@
+//! Retries of the CLI's unary calls, under the clients' rule
+//! (`engram_client`, the Go client's `Idempotent`, MCP's tools): after
+//! UNAVAILABLE when repeating the call is harmless (a read; a write that
+//! carries its idempotency key: `--request-id` on `memory set` and
+//! `memory delete`, an episode's `--id`, a session id for get-or-create),
+//! and after a failure whose reason says nothing was written
+//! (`TRANSACTION_CONFLICT`, `SESSION_CHANGED`, `DATABASE_TIMEOUT`) whatever
+//! the call; `--retries` times (3 by default), each waiting what the
+//! server's `RetryInfo` asks or else a backoff from 0.1 to 2 s. So a
+//! script's `engram memory get` rides out a database failover or a server
+//! restart as a program using a client does.
+//!
+//! Written as a layer over the channel rather than around each command's
+//! calls: a unary request's one message is read whole, decoded by its
+//! method to tell whether repeating it is harmless, and sent again from the
+//! same bytes; the answer's status is read from its trailers (or its
+//! headers, for an answer with no message). Streams (`Watch`,
+//! `TailEpisodes`, `Export`, `Import`) pass through untouched: the
+//! commands that follow one resume from its position themselves.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody};
+use prost::Message;
+use tonic::body::Body;
+use tonic::codegen::{Bytes, http};
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+use tower::Service;
+
+use crate::proto;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The wait before a retry the server gave no delay for: the first, and
+/// the most; each doubles the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// The unary methods whose calls only read: repeating one changes
+/// nothing. (`History`, `Watch`, `TailEpisodes` and `Export` are streams.)
+const READS: [&str; 21] = [
+    "MemoryService/Get",
+    "MemoryService/List",
+    "MemoryService/ListScopes",
+    "MemoryAdminService/GetCompactionLog",
+    "MemoryAdminService/GetRetention",
+    "SearchService/Search",
+    "SessionService/GetSession",
+    "SessionService/ListSessions",
+    "SessionService/GetStats",
+    "EpisodeService/ListEpisodes",
+    "EpisodeService/GetEpisode",
+    "EpisodeService/Recent",
+    "EpisodeService/BuildContext",
+    "ConsolidationService/GetRule",
+    "ConsolidationService/ListRules",
+    "ConsolidationService/GetFact",
+    "ConsolidationService/ListFacts",
+    "WorkingMemoryService/ListTasks",
+    "WorkingMemoryService/GetSnapshot",
+    "WorkingMemoryService/RenderMemoryBlock",
+    "WorkingMemoryService/ListTools",
+];
+
+/// Whether sending the request of `method` (`/engram.v1.MemoryService/Set`)
+/// whose message is `message` twice has the effect of sending it once.
+pub fn harmless(method: &str, message: &[u8]) -> bool {
+    let Some(method) = method.strip_prefix("/engram.v1.") else {
+        return false;
+    };
+    if READS.contains(&method) {
+        return true;
+    }
+    match method {
+        "MemoryService/Set" => {
+            proto::SetRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
+        }
+        "MemoryService/Delete" => {
+            proto::DeleteRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
+        }
+        "EpisodeService/AppendEpisode" => proto::AppendEpisodeRequest::decode(message)
+            .is_ok_and(|r| r.episode.is_some_and(|e| !e.id.is_empty())),
+        "EpisodeService/AppendEpisodes" => proto::AppendEpisodesRequest::decode(message)
+            .is_ok_and(|r| !r.episodes.is_empty() && r.episodes.iter().all(|e| !e.id.is_empty())),
+        "SessionService/GetOrCreateSession" => proto::GetOrCreateSessionRequest::decode(message)
+            .is_ok_and(|r| !r.session_id.is_empty()),
+        _ => false,
+    }
+}
+
+/// The wait before trying again after a call that ended `status`, when
+/// it may be tried again; `backoff` is the next wait the server gave none
+/// for (doubled when used).
+fn wait_after(status: &Status, harmless: bool, backoff: &mut Duration) -> Option<Duration> {
+    let nothing_written = status
+        .get_details_error_info()
+        .is_some_and(|info| crate::error::Reason::wrote_nothing(&info.reason));
+    if !(nothing_written || harmless && status.code() == Code::Unavailable) {
+        return None;
+    }
+    if let Some(delay) = status.get_details_retry_info().and_then(|r| r.retry_delay) {
+        return Some(delay);
+    }
+    let delay = *backoff;
+    *backoff = (*backoff * 2).min(BACKOFF.1);
+    Some(delay)
+}
+
+/// What failed, for the line saying a call is tried again: the status's
+/// code and reason.
+fn why(status: &Status) -> String {
+    let reason = status
+        .get_details_error_info()
+        .map(|info| format!(" {}", info.reason))
+        .unwrap_or_default();
+    format!("{}{reason}", crate::api::edge::code_name(status.code()))
+}
+
+/// The layer: the CLI's channel with retries (see the module).
+#[derive(Clone)]
+pub struct Retrying<S> {
+    inner: S,
+    retries: u32,
+}
+
+impl<S> Retrying<S> {
+    pub fn new(inner: S, retries: u32) -> Self {
+        Retrying { inner, retries }
+    }
+}
+
+/// A unary answer read whole: its head, its message (if any) and its
+/// trailers.
+struct Answer {
+    parts: http::response::Parts,
+    data: Bytes,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl Answer {
+    async fn read<B>(response: http::Response<B>) -> Result<Answer, BoxError>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let (parts, body) = response.into_parts();
+        let collected = body.collect().await.map_err(Into::into)?;
+        let trailers = collected.trailers().cloned();
+        Ok(Answer {
+            parts,
+            data: collected.to_bytes(),
+            trailers,
+        })
+    }
+
+    /// Its status: from the trailers, or the headers of an answer that
+    /// has no message.
+    fn status(&self) -> Option<Status> {
+        self.trailers
+            .as_ref()
+            .and_then(Status::from_header_map)
+            .or_else(|| Status::from_header_map(&self.parts.headers))
+    }
+
+    fn into_response(self) -> http::Response<Body> {
+        let mut frames: Vec<Result<Frame<Bytes>, Infallible>> = Vec::with_capacity(2);
+        if !self.data.is_empty() {
+            frames.push(Ok(Frame::data(self.data)));
+        }
+        if let Some(trailers) = self.trailers {
+            frames.push(Ok(Frame::trailers(trailers)));
+        }
+        let body = StreamBody::new(futures::stream::iter(frames));
+        http::Response::from_parts(self.parts, Body::new(body))
+    }
+}
+
+impl<S, B> Service<http::Request<Body>> for Retrying<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError> + Send,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = http::Response<Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let method = request.uri().path().to_owned();
+        if self.retries == 0 || crate::metrics::method_type(&method) != Some("unary") {
+            let call = self.inner.call(request);
+            return Box::pin(async move {
+                call.await
+                    .map(|response| response.map(Body::new))
+                    .map_err(Into::into)
+            });
+        }
+        // The service polled ready is this one; a clone takes its place.
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let retries = self.retries;
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let sent = body.collect().await?.to_bytes();
+            // After the five bytes of gRPC's framing (uncompressed).
+            let harmless = harmless(&method, sent.get(5..).unwrap_or_default());
+            let mut backoff = BACKOFF.0;
+            let mut tried = 0;
+            loop {
+                let request =
+                    http::Request::from_parts(parts.clone(), Body::new(Full::new(sent.clone())));
+                let answered = if tried == 0 {
+                    inner.call(request).await
+                } else {
+                    match std::future::poll_fn(|cx| inner.poll_ready(cx)).await {
+                        Ok(()) => inner.call(request).await,
+                        Err(err) => Err(err),
+                    }
+                };
+                tried += 1;
+                let (delay, outcome, failure) = match answered {
+                    // Not answered (the connection was refused or broke):
+                    // as UNAVAILABLE, whose write may or may not be stored.
+                    Err(err) => {
+                        let delay = harmless.then(|| {
+                            let delay = backoff;
+                            backoff = (backoff * 2).min(BACKOFF.1);
+                            delay
+                        });
+                        let failure = "the server was not reached".to_owned();
+                        (delay, Err(err.into()), failure)
+                    }
+                    Ok(response) => {
+                        let answer = Answer::read(response).await?;
+                        let failed = answer.status().filter(|status| status.code() != Code::Ok);
+                        let delay = failed
+                            .as_ref()
+                            .and_then(|status| wait_after(status, harmless, &mut backoff));
+                        let failure = failed.as_ref().map(why).unwrap_or_default();
+                        (delay, Ok(answer.into_response()), failure)
+                    }
+                };
+                match delay {
+                    Some(delay) if tried <= retries => {
+                        // Said on stderr, as a person or a script's log
+                        // would want to know why the command took longer.
+                        eprintln!(
+                            "engram: {} failed ({failure}); trying again in {:.1} s ({tried} of {retries})",
+                            method.rsplit('/').next().unwrap_or_default(),
+                            delay.as_secs_f64()
+                        );
+                        tokio::time::sleep(delay).await;
+                    }
+                    _ => return outcome,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(message: &impl Message) -> Vec<u8> {
+        message.encode_to_vec()
+    }
+
+    #[test]
+    fn what_is_harmless_to_repeat() {
+        let episode = |id: &str| proto::NewEpisode {
+            id: id.into(),
+            ..proto::NewEpisode::default()
+        };
+        let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+            ("/engram.v1.MemoryService/Get", vec![], true),
+            ("/engram.v1.SearchService/Search", vec![], true),
+            (
+                "/engram.v1.MemoryService/Set",
+                encoded(&proto::SetRequest::default()),
+                false,
+            ),
+            (
+                "/engram.v1.MemoryService/Set",
+                encoded(&proto::SetRequest {
+                    request_id: "r".into(),
+                    ..proto::SetRequest::default()
+                }),
+                true,
+            ),
+            (
+                "/engram.v1.MemoryService/Delete",
+                encoded(&proto::DeleteRequest {
+                    request_id: "r".into(),
+                    ..proto::DeleteRequest::default()
+                }),
+                true,
+            ),
+            (
+                "/engram.v1.EpisodeService/AppendEpisode",
+                encoded(&proto::AppendEpisodeRequest {
+                    episode: Some(episode("")),
+                    ..proto::AppendEpisodeRequest::default()
+                }),
+                false,
+            ),
+            (
+                "/engram.v1.EpisodeService/AppendEpisode",
+                encoded(&proto::AppendEpisodeRequest {
+                    episode: Some(episode("e")),
+                    ..proto::AppendEpisodeRequest::default()
+                }),
+                true,
+            ),
+            (
+                "/engram.v1.EpisodeService/AppendEpisodes",
+                encoded(&proto::AppendEpisodesRequest {
+                    episodes: vec![episode("e"), episode("")],
+                    ..proto::AppendEpisodesRequest::default()
+                }),
+                false,
+            ),
+            (
+                "/engram.v1.EpisodeService/AppendEpisodes",
+                encoded(&proto::AppendEpisodesRequest::default()),
+                false,
+            ),
+            (
+                "/engram.v1.SessionService/GetOrCreateSession",
+                encoded(&proto::GetOrCreateSessionRequest {
+                    session_id: "s".into(),
+                    ..proto::GetOrCreateSessionRequest::default()
+                }),
+                true,
+            ),
+            ("/engram.v1.SessionService/CreateSession", vec![], false),
+            ("/engram.v1.MemoryService/Rollback", vec![], false),
+            ("/engram.v1.MemoryService/Set", vec![0xff, 0xff], false),
+            ("/grpc.health.v1.Health/Check", vec![], false),
+        ];
+        for (method, message, want) in cases {
+            assert_eq!(harmless(method, &message), want, "{method} {message:?}");
+        }
+    }
+
+    #[test]
+    fn what_is_tried_again_and_after_how_long() {
+        use std::collections::HashMap;
+        use tonic_types::ErrorDetails;
+        let failed = |code: Code, reason: &str, retry: Option<Duration>| {
+            let mut details = ErrorDetails::with_error_info(reason, "engram", HashMap::new());
+            if let Some(delay) = retry {
+                details.set_retry_info(Some(delay));
+            }
+            Status::with_error_details(code, "failed", details)
+        };
+        let mut backoff = BACKOFF.0;
+        let unavailable = failed(
+            Code::Unavailable,
+            "DATABASE_UNAVAILABLE",
+            Some(Duration::from_secs(1)),
+        );
+        assert_eq!(
+            wait_after(&unavailable, false, &mut backoff),
+            None,
+            "maybe stored"
+        );
+        assert_eq!(
+            wait_after(&unavailable, true, &mut backoff),
+            Some(Duration::from_secs(1)),
+            "as the server asks"
+        );
+        // Nothing written: any call, after a growing backoff.
+        let conflict = failed(Code::Aborted, "TRANSACTION_CONFLICT", None);
+        let waits: Vec<_> = (0..7)
+            .map(|_| wait_after(&conflict, false, &mut backoff))
+            .collect();
+        let ms = |n| Some(Duration::from_millis(n));
+        assert_eq!(
+            waits,
+            [
+                ms(100),
+                ms(200),
+                ms(400),
+                ms(800),
+                ms(1600),
+                ms(2000),
+                ms(2000)
+            ]
+        );
+        let timeout = failed(Code::Unavailable, "DATABASE_TIMEOUT", None);
+        assert!(wait_after(&timeout, false, &mut backoff).is_some());
+        for (code, reason) in [
+            (Code::Aborted, "VERSION_MISMATCH"),
+            (Code::NotFound, "KEY_NOT_FOUND"),
+            (Code::Internal, "INTERNAL"),
+        ] {
+            let refused = failed(code, reason, None);
+            assert_eq!(wait_after(&refused, true, &mut backoff), None, "{reason}");
+        }
+    }
+
+    #[test]
+    fn every_read_is_a_method_of_the_protos() {
+        for read in READS {
+            let method = format!("/engram.v1.{read}");
+            assert_eq!(
+                crate::metrics::method_type(&method),
+                Some("unary"),
+                "{method}"
+            );
+        }
+    }
+}

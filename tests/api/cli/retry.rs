@@ -1,0 +1,125 @@
+//! The CLI rides out an outage as the clients do: a write with its
+//! `--request-id` is tried again after UNAVAILABLE and lands once; an
+//! unkeyed write fails at once (exit 5), since its first try may have been
+//! stored; `--retries 0` turns retries off. The outage: the test holds the
+//! SQLite file's write lock, so the server's writes wait 300 ms and answer
+//! UNAVAILABLE (`DATABASE_UNAVAILABLE`, a `RetryInfo` of one second); the
+//! test ends it once the server's metrics show the first refusal. The
+//! server is a process of its own, so no other test's refusals count.
+
+use sqlx::{Connection, Executor};
+
+use crate::helpers::{ChildServer, metric_until};
+
+const SET_REFUSED: &str = r#"grpc_server_handled_total{grpc_service="engram.v1.MemoryService",grpc_method="Set",grpc_type="unary",grpc_code="Unavailable"}"#;
+
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn memory(server: &ChildServer, args: &[&str]) -> Ran {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .arg("memory")
+        .args(["--server", &format!("http://{}", server.grpc_addr)])
+        .args(["--output", "json"])
+        .args(args)
+        .args(["--scope", "retries", "--scope-type", "namespace"])
+        .env_remove("ENGRAM_RETRIES")
+        .output()
+        .await
+        .expect("run engram memory");
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Holds the file's write lock until dropped (or rolled back).
+async fn lock_writes(url: &str) -> sqlx::SqliteConnection {
+    let mut lock = sqlx::SqliteConnection::connect(url).await.expect("connect");
+    lock.execute("BEGIN IMMEDIATE")
+        .await
+        .expect("take the write lock");
+    lock
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_write_rides_out_an_outage_and_an_unkeyed_one_does_not() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("engram.db").display());
+    let server = ChildServer::spawn(
+        &[],
+        &[
+            ("ENGRAM_DATABASE_URL", &url),
+            ("ENGRAM_DB_ACQUIRE_TIMEOUT_MS", "300"),
+        ],
+        None,
+    )
+    .await;
+    let http = server.http_addr();
+
+    // A write with its request id waits the outage out and lands once.
+    let mut lock = lock_writes(&url).await;
+    let keyed = {
+        let server = &server;
+        async move { memory(server, &["set", "plan", "a", "--request-id", "plan-1"]).await }
+    };
+    let ending = async {
+        metric_until(http, SET_REFUSED, |n| n >= 1.0).await;
+        lock.execute("ROLLBACK").await.expect("release the lock");
+    };
+    let (landed, ()) = tokio::join!(keyed, ending);
+    assert_eq!(landed.code, Some(0), "{}", landed.stderr);
+    let entry: serde_json::Value = serde_json::from_str(&landed.stdout).expect("json");
+    assert_eq!(entry["version"], 1, "{entry}");
+    assert!(
+        landed.stderr.contains(
+            "engram: Set failed (UNAVAILABLE DATABASE_UNAVAILABLE); trying again in 1.0 s (1 of 3)"
+        ),
+        "{}",
+        landed.stderr
+    );
+
+    // An unkeyed write is refused at once; so is a keyed one with retries
+    // off. Neither is stored.
+    let _lock = lock_writes(&url).await;
+    let unkeyed = memory(&server, &["set", "plan", "b"]).await;
+    assert_eq!(
+        unkeyed.code,
+        Some(5),
+        "exit 5, unavailable: {}",
+        unkeyed.stderr
+    );
+    assert!(
+        !unkeyed.stderr.contains("trying again"),
+        "{}",
+        unkeyed.stderr
+    );
+    let off = memory(
+        &server,
+        &[
+            "set",
+            "plan",
+            "c",
+            "--request-id",
+            "plan-2",
+            "--retries",
+            "0",
+        ],
+    )
+    .await;
+    assert_eq!(off.code, Some(5), "{}", off.stderr);
+    assert!(!off.stderr.contains("trying again"), "{}", off.stderr);
+    drop(_lock);
+
+    let history = memory(&server, &["history", "plan"]).await;
+    assert_eq!(history.code, Some(0), "{}", history.stderr);
+    assert_eq!(history.stdout.lines().count(), 1, "{}", history.stdout);
+    // The same request again is answered from the first write.
+    let again = memory(&server, &["set", "plan", "a", "--request-id", "plan-1"]).await;
+    let entry: serde_json::Value = serde_json::from_str(&again.stdout).expect("json");
+    assert_eq!(entry["version"], 1, "{entry}");
+}
