@@ -171,15 +171,7 @@ impl TestDb {
     pub async fn execute(&self, sql: String) {
         let sql = sqlx::AssertSqlSafe(sql);
         match self.backend {
-            Backend::Sqlite => {
-                let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&self.url)
-                    .await
-                    .expect("connect");
-                sqlx::raw_sql(sql)
-                    .execute(&mut conn)
-                    .await
-                    .expect("execute");
-            }
+            Backend::Sqlite => execute_on::<sqlx::SqliteConnection>(&self.url, sql).await,
             Backend::Postgres => execute_on_postgres(&self.url, sql).await,
         }
     }
@@ -188,9 +180,17 @@ impl TestDb {
 /// Runs statements on the Postgres database at `url`, on a connection of
 /// their own.
 pub async fn execute_on_postgres(url: &str, sql: sqlx::AssertSqlSafe<String>) {
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
-        .await
-        .expect("connect");
+    execute_on::<sqlx::PgConnection>(url, sql).await;
+}
+
+/// Runs statements on the database at `url` over a connection `C` of
+/// their own.
+async fn execute_on<C>(url: &str, sql: sqlx::AssertSqlSafe<String>)
+where
+    C: sqlx::Connection,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = C::Database>,
+{
+    let mut conn = C::connect(url).await.expect("connect");
     sqlx::raw_sql(sql)
         .execute(&mut conn)
         .await
