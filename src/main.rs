@@ -11,7 +11,7 @@ use engram::config::{Config, ConfigArgs};
     version,
     about = "Durable memory for AI agents, served over gRPC",
     after_help = "Client flags (--server, --token, --ca-cert, --client-cert, --client-key, \
-                  --output, --json) may also come before the command group: \
+                  --retries, --output, --json) may also come before the command group: \
                   engram --server http://engram:50051 memory get KEY --scope S"
 )]
 struct Cli {
@@ -405,7 +405,14 @@ mod tests {
     /// nothing but the shared flags under their headings.
     #[test]
     fn every_command_is_well_formed_and_its_help_reads_cleanly() {
-        const CONNECTION: [&str; 5] = ["server", "token", "ca-cert", "client-cert", "client-key"];
+        const CONNECTION: [&str; 6] = [
+            "server",
+            "token",
+            "ca-cert",
+            "client-cert",
+            "client-key",
+            "retries",
+        ];
         const OUTPUT: [&str; 2] = ["output", "json"];
         Cli::command().debug_assert();
         let mut helps = Vec::new();

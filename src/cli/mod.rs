@@ -460,8 +460,9 @@ pub fn value_json(value: Option<prost_types::Value>) -> serde_json::Value {
 
 /// The client flags a command's subtree takes anywhere (`global` there),
 /// with whether each takes a value.
-const CLIENT_FLAGS: [(&str, bool); 7] = [
+const CLIENT_FLAGS: [(&str, bool); 8] = [
     ("--server", true),
+    ("--retries", true),
     ("--token", true),
     ("--ca-cert", true),
     ("--client-cert", true),
@@ -533,6 +534,10 @@ mod tests {
             (
                 "engram --output json --ca-cert ca.pem search x",
                 "engram search --output json --ca-cert ca.pem x",
+            ),
+            (
+                "engram --retries 0 episodes recent s",
+                "engram episodes --retries 0 recent s",
             ),
             // Nothing to move, or something clap must report.
             (
