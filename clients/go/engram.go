@@ -5,9 +5,10 @@
 // are fields of Client. This package adds what every caller needs: bearer
 // tokens and caller context on every call, errors that carry the server's
 // stable reason (see AsError), retries of idempotent calls after
-// UNAVAILABLE (see WithRetries), and tail and watch iterators that resume
-// from the last cursor or revision after a disconnect (see Client.Tail and
-// Client.Watch).
+// UNAVAILABLE (see WithRetries), a key's history read on after a broken
+// stream (see Client.AllVersions), and tail and watch iterators that
+// resume from the last cursor or revision after a disconnect (see
+// Client.Tail and Client.Watch).
 package engram
 
 import (
@@ -69,6 +70,7 @@ func WithDialOptions(dialing ...grpc.DialOption) Option {
 // Client is a connection to an Engram server with a stub per service.
 type Client struct {
 	conn          *grpc.ClientConn
+	options       *options
 	Memory        engramv1.MemoryServiceClient
 	MemoryAdmin   engramv1.MemoryAdminServiceClient
 	Sessions      engramv1.SessionServiceClient
@@ -126,6 +128,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	}
 	return &Client{
 		conn:          conn,
+		options:       &o,
 		Memory:        engramv1.NewMemoryServiceClient(conn),
 		MemoryAdmin:   engramv1.NewMemoryAdminServiceClient(conn),
 		Sessions:      engramv1.NewSessionServiceClient(conn),

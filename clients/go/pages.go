@@ -2,6 +2,8 @@ package engram
 
 import (
 	"context"
+	"errors"
+	"io"
 	"iter"
 
 	"google.golang.org/grpc"
@@ -118,4 +120,43 @@ func (c *Client) AllTasks(ctx context.Context, request *engramv1.ListTasksReques
 func (c *Client) AllRules(ctx context.Context, request *engramv1.ListRulesRequest) iter.Seq2[*engramv1.ConsolidationRule, error] {
 	return pages(ctx, request, func(r *engramv1.ListRulesRequest, t string) { r.PageToken = t },
 		c.Consolidation.ListRules, (*engramv1.ListRulesResponse).GetRules)
+}
+
+// AllVersions yields every version of a key a History request asks for,
+// oldest first, tombstones included. A stream that breaks (a database
+// failover, a server restart) is asked again from the version after the
+// last one yielded, as WithRetries retries a read (counting breaks in a
+// row), so no version is missed or repeated. The request is copied, never
+// changed; breaking out of the loop ends the stream.
+func (c *Client) AllVersions(ctx context.Context, request *engramv1.HistoryRequest) iter.Seq2[*engramv1.MemoryEntry, error] {
+	return func(yield func(*engramv1.MemoryEntry, error) bool) {
+		next, ok := proto.Clone(request).(*engramv1.HistoryRequest)
+		if !ok {
+			return // proto.Clone returns the request's own type
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		tries := newRetrier(c.options, engramv1.MemoryService_History_FullMethodName, next)
+		for {
+			// After a failure, wait for the server to be reachable again.
+			stream, err := c.Memory.History(ctx, next, grpc.WaitForReady(tries.failed > 0))
+			for err == nil {
+				var response *engramv1.HistoryResponse
+				if response, err = stream.Recv(); err == nil {
+					next.FromVersion = response.GetEntry().GetVersion() + 1
+					tries.progressed()
+					if !yield(response.GetEntry(), nil) {
+						return
+					}
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if !tries.again(ctx, err) {
+				yield(nil, tries.final(err))
+				return
+			}
+		}
+	}
 }

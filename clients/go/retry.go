@@ -73,7 +73,7 @@ func WithRetryObserver(observe func(Retry)) Option {
 // commit whose reply was lost).
 func Idempotent(request proto.Message) bool {
 	switch r := request.(type) {
-	case *engramv1.GetRequest, *engramv1.ListRequest, *engramv1.ListScopesRequest,
+	case *engramv1.GetRequest, *engramv1.ListRequest, *engramv1.HistoryRequest, *engramv1.ListScopesRequest,
 		*engramv1.GetCompactionLogRequest, *engramv1.GetRetentionRequest,
 		*engramv1.SearchRequest,
 		*engramv1.GetSessionRequest, *engramv1.ListSessionsRequest, *engramv1.GetStatsRequest,
@@ -103,6 +103,74 @@ func Idempotent(request proto.Message) bool {
 	return false
 }
 
+// retrier holds the tries of one call: whether a failure is tried again
+// (the rule of WithRetries), and the wait before it.
+type retrier struct {
+	o          *options
+	method     string
+	idempotent bool
+	backoff    time.Duration
+	// failed counts the tries that failed since the call began (for a
+	// resumed stream: since it last delivered).
+	failed int
+	// retried is the failure the last retry was made after: a retry that
+	// reached the deadline waiting for an unreachable server answers with
+	// it, which says why it waited, rather than with DeadlineExceeded.
+	retried error
+}
+
+func newRetrier(o *options, method string, request proto.Message) *retrier {
+	return &retrier{o: o, method: method, idempotent: Idempotent(request), backoff: firstBackoff}
+}
+
+// again reports whether to try again after err; when it does, it has
+// waited the delay first. A retry should wait for the server to be
+// reachable (grpc.WaitForReady), within the context's deadline.
+func (r *retrier) again(ctx context.Context, err error) bool {
+	r.failed++
+	if r.failed > r.o.retries || ctx.Err() != nil {
+		return false
+	}
+	failure, ok := AsError(err)
+	if !ok || !(nothingWritten[failure.Reason] || r.idempotent && failure.Code == codes.Unavailable) {
+		return false
+	}
+	delay := failure.RetryDelay
+	if delay <= 0 {
+		delay = r.backoff/2 + rand.N(r.backoff/2+1)
+		r.backoff = min(r.backoff*2, maxBackoff)
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= delay {
+		return false
+	}
+	r.retried = err
+	if r.o.observeRetry != nil {
+		r.o.observeRetry(Retry{Method: r.method, Attempt: r.failed, Delay: delay, Err: err})
+	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// progressed says a resumed stream delivered: its next failure is tried
+// again as the first would be (WithRetries counts breaks in a row).
+func (r *retrier) progressed() {
+	r.failed, r.backoff, r.retried = 0, firstBackoff, nil
+}
+
+// final is what the call returns after giving up on err.
+func (r *retrier) final(err error) error {
+	if r.retried != nil && status.Code(err) == codes.DeadlineExceeded {
+		return r.retried
+	}
+	return err
+}
+
 // retrying is the interceptor that retries what WithRetries describes.
 func retrying(o *options) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any,
@@ -111,53 +179,19 @@ func retrying(o *options) grpc.UnaryClientInterceptor {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		message, _ := req.(proto.Message)
-		idempotent := Idempotent(message)
-		backoff := firstBackoff
-		// The failure the last retry was made after: a retry that reached
-		// the deadline waiting for an unreachable server answers with it,
-		// which says why it waited, rather than with DeadlineExceeded.
-		var retried error
-		giveUp := func(err error) error {
-			if retried != nil && status.Code(err) == codes.DeadlineExceeded {
-				return retried
-			}
-			return err
-		}
-		for attempt := 1; ; attempt++ {
+		tries := newRetrier(o, method, message)
+		for {
 			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if attempt == 1 {
+			if err == nil {
+				return nil
+			}
+			if tries.failed == 0 {
 				// A retry waits for the server to be reachable (a pod
 				// restarting), within the context's deadline.
 				callOpts = append(callOpts[:len(callOpts):len(callOpts)], grpc.WaitForReady(true))
 			}
-			if err == nil {
-				return nil
-			}
-			if attempt > o.retries || ctx.Err() != nil {
-				return giveUp(err)
-			}
-			failure, ok := AsError(err)
-			if !ok || !(nothingWritten[failure.Reason] || idempotent && failure.Code == codes.Unavailable) {
-				return err
-			}
-			delay := failure.RetryDelay
-			if delay <= 0 {
-				delay = backoff/2 + rand.N(backoff/2+1)
-				backoff = min(backoff*2, maxBackoff)
-			}
-			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= delay {
-				return err
-			}
-			retried = err
-			if o.observeRetry != nil {
-				o.observeRetry(Retry{Method: method, Attempt: attempt, Delay: delay, Err: err})
-			}
-			timer := time.NewTimer(delay)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				timer.Stop()
-				return err
+			if !tries.again(ctx, err) {
+				return tries.final(err)
 			}
 		}
 	}

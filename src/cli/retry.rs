@@ -14,9 +14,11 @@
 //! calls: a unary request's one message is read whole, decoded by its
 //! method to tell whether repeating it is harmless, and sent again from the
 //! same bytes; the answer's status is read from its trailers (or its
-//! headers, for an answer with no message). Streams (`Watch`,
-//! `TailEpisodes`, `Export`, `Import`) pass through untouched: the
-//! commands that follow one resume from its position themselves.
+//! headers, for an answer with no message). Streams pass through
+//! untouched: the commands that read one resume it from its position
+//! themselves (`memory history` under this rule through [`Resumes`];
+//! `watch` and `episodes tail` reconnect until told not to), and `Export`
+//! and `Import` are not repeated, an export being one snapshot.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -42,7 +44,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 
 /// The unary methods whose calls only read: repeating one changes
-/// nothing. (`History`, `Watch`, `TailEpisodes` and `Export` are streams.)
+/// nothing. (`History`, `Watch`, `TailEpisodes` and `Export` are streams;
+/// see the module for what becomes of them.)
 const READS: [&str; 21] = [
     "MemoryService/Get",
     "MemoryService/List",
@@ -106,9 +109,14 @@ fn wait_after(status: &Status, harmless: bool, backoff: &mut Duration) -> Option
     if let Some(delay) = status.get_details_retry_info().and_then(|r| r.retry_delay) {
         return Some(delay);
     }
+    Some(grown(backoff))
+}
+
+/// The wait `backoff` holds, doubling it for the next time.
+fn grown(backoff: &mut Duration) -> Duration {
     let delay = *backoff;
     *backoff = (*backoff * 2).min(BACKOFF.1);
-    Some(delay)
+    delay
 }
 
 /// What failed, for the line saying a call is tried again: the status's
@@ -121,6 +129,66 @@ fn why(status: &Status) -> String {
     format!("{}{reason}", crate::api::edge::code_name(status.code()))
 }
 
+/// Says on stderr that a call is tried again, and why: a person or a
+/// script's log would want to know why the command took longer.
+fn announce(method: &str, failure: &str, delay: Duration, tried: u32, retries: u32) {
+    eprintln!(
+        "engram: {} failed ({failure}); trying again in {:.1} s ({tried} of {retries})",
+        method.rsplit('/').next().unwrap_or_default(),
+        delay.as_secs_f64()
+    );
+}
+
+/// The tries of a stream that a command reads on after a break, from the
+/// position after the last message it printed (`memory history`): asked
+/// again under the layer's rule for a read, `--retries` breaks in a row.
+pub struct Resumes {
+    retries: u32,
+    failed: u32,
+    backoff: Duration,
+}
+
+impl Resumes {
+    pub fn new(retries: u32) -> Self {
+        Resumes {
+            retries,
+            failed: 0,
+            backoff: BACKOFF.0,
+        }
+    }
+
+    /// Whether to open the stream of `method` again after it ended with
+    /// `status`; when so, the wait is said and waited first. A stream
+    /// whose connection broke (the server went away mid-stream: tonic
+    /// says UNKNOWN, with the transport's error as its source, where a
+    /// status the server sent has none) is read on as after UNAVAILABLE.
+    pub async fn again(&mut self, method: &str, status: &Status) -> bool {
+        self.failed += 1;
+        if self.failed > self.retries {
+            return false;
+        }
+        let broken = status.code() == Code::Unknown && std::error::Error::source(status).is_some();
+        let (delay, failure) = if broken {
+            let failure = format!("the connection broke: {}", status.message());
+            (grown(&mut self.backoff), failure)
+        } else {
+            match wait_after(status, true, &mut self.backoff) {
+                Some(delay) => (delay, why(status)),
+                None => return false,
+            }
+        };
+        announce(method, &failure, delay, self.failed, self.retries);
+        tokio::time::sleep(delay).await;
+        true
+    }
+
+    /// The stream delivered: its next break counts as the first.
+    pub fn progressed(&mut self) {
+        self.failed = 0;
+        self.backoff = BACKOFF.0;
+    }
+}
+
 /// The layer: the CLI's channel with retries (see the module).
 #[derive(Clone)]
 pub struct Retrying<S> {
@@ -131,6 +199,11 @@ pub struct Retrying<S> {
 impl<S> Retrying<S> {
     pub fn new(inner: S, retries: u32) -> Self {
         Retrying { inner, retries }
+    }
+
+    /// `--retries`: how many times a call is tried again.
+    pub fn retries(&self) -> u32 {
+        self.retries
     }
 }
 
@@ -233,11 +306,7 @@ where
                     // Not answered (the connection was refused or broke):
                     // as UNAVAILABLE, whose write may or may not be stored.
                     Err(err) => {
-                        let delay = harmless.then(|| {
-                            let delay = backoff;
-                            backoff = (backoff * 2).min(BACKOFF.1);
-                            delay
-                        });
+                        let delay = harmless.then(|| grown(&mut backoff));
                         let failure = "the server was not reached".to_owned();
                         (delay, Err(err.into()), failure)
                     }
@@ -253,13 +322,7 @@ where
                 };
                 match delay {
                     Some(delay) if tried <= retries => {
-                        // Said on stderr, as a person or a script's log
-                        // would want to know why the command took longer.
-                        eprintln!(
-                            "engram: {} failed ({failure}); trying again in {:.1} s ({tried} of {retries})",
-                            method.rsplit('/').next().unwrap_or_default(),
-                            delay.as_secs_f64()
-                        );
+                        announce(&method, &failure, delay, tried, retries);
                         tokio::time::sleep(delay).await;
                     }
                     _ => return outcome,

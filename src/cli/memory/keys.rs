@@ -7,12 +7,14 @@ use super::show::{entry_json, scope_type_name};
 use super::{ScopeArgs, ScopeTypeArg, point};
 use crate::api::convert::json_to_proto;
 use crate::cli::follow::Follow;
+use crate::cli::retry::Resumes;
 use crate::cli::{
     CliResult, Connection, Output, all_pages, given_or_stdin, parse_value, plural, print_json,
     time, value_json,
 };
 use crate::proto;
 use crate::proto::memory_service_client::MemoryServiceClient;
+use tonic::Status;
 
 #[derive(Debug, clap::Subcommand)]
 pub(super) enum KeyCommand {
@@ -114,7 +116,9 @@ pub(super) enum KeyCommand {
         #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         to_version: i64,
     },
-    /// Print every version of a key, oldest first, tombstones included
+    /// Print every version of a key, oldest first, tombstones included; a
+    /// stream that breaks is read on from the version after the last one
+    /// printed (see --retries)
     History {
         /// The key, e.g. preferences/editor
         key: String,
@@ -147,6 +151,7 @@ pub(super) enum KeyCommand {
 }
 
 pub(super) async fn run(channel: Connection, output: Output, command: KeyCommand) -> CliResult {
+    let retries = channel.retries();
     let mut memory = MemoryServiceClient::new(channel);
     match command {
         KeyCommand::Scopes {
@@ -383,22 +388,34 @@ pub(super) async fn run(channel: Connection, output: Output, command: KeyCommand
             from_version,
         } => {
             let (scope_type, scope) = scope.proto();
-            let mut stream = memory
-                .history(proto::HistoryRequest {
-                    scope_type,
-                    scope,
-                    key,
-                    from_version,
-                })
-                .await?
-                .into_inner();
+            let mut request = proto::HistoryRequest {
+                scope_type,
+                scope,
+                key,
+                from_version,
+            };
             // Streamed as it arrives: JSON Lines in json mode, so a long
-            // history never has to fit in memory.
-            while let Some(item) = stream.message().await? {
-                let entry = item.entry.unwrap_or_default();
-                match output {
-                    Output::Json => outln!("{}", entry_json(&entry)),
-                    Output::Text => outln!("{}", entry_line(&entry)),
+            // history never has to fit in memory. A broken stream is asked
+            // again from the version after the last one printed.
+            let mut resumes = Resumes::new(retries);
+            loop {
+                let read = async {
+                    let mut stream = memory.history(request.clone()).await?.into_inner();
+                    while let Some(item) = stream.message().await? {
+                        let entry = item.entry.unwrap_or_default();
+                        request.from_version = entry.version + 1;
+                        resumes.progressed();
+                        match output {
+                            Output::Json => outln!("{}", entry_json(&entry)),
+                            Output::Text => outln!("{}", entry_line(&entry)),
+                        }
+                    }
+                    Ok::<_, Status>(())
+                };
+                match read.await {
+                    Ok(()) => break,
+                    Err(status) if resumes.again("History", &status).await => {}
+                    Err(status) => return Err(status.into()),
                 }
             }
         }

@@ -6,8 +6,16 @@
 //! UNAVAILABLE (`DATABASE_UNAVAILABLE`, a `RetryInfo` of one second); the
 //! test ends it once the server's metrics show the first refusal. The
 //! server is a process of its own, so no other test's refusals count.
+//!
+//! `memory history` reads on after its stream breaks, from the version
+//! after the last one it printed.
 
+use engram::api::convert::json_to_proto;
+use engram::proto;
+use engram::proto::memory_service_client::MemoryServiceClient;
+use serde_json::json;
 use sqlx::{Connection, Executor};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 use crate::helpers::{ChildServer, metric_until};
 
@@ -122,4 +130,105 @@ async fn a_keyed_write_rides_out_an_outage_and_an_unkeyed_one_does_not() {
     let again = memory(&server, &["set", "plan", "a", "--request-id", "plan-1"]).await;
     let entry: serde_json::Value = serde_json::from_str(&again.stdout).expect("json");
     assert_eq!(entry["version"], 1, "{entry}");
+}
+
+/// A history of 40 versions of about 900 KB each: far more than HTTP/2's
+/// flow control lets a server send ahead of a reader, and the CLI reads no
+/// further while its stdout is not read. (The padding is punctuation,
+/// which the search index has no words in, so the writes are quick.) The test reads the first line,
+/// kills the server, starts another on the same address and reads on: the
+/// stream broke, and the CLI asked again from the version after the last
+/// one it printed, so each version is printed once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_reads_on_after_its_stream_breaks() {
+    const VERSIONS: i64 = 40;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("engram.db").display());
+    let mut first = ChildServer::spawn(&[], &[("ENGRAM_DATABASE_URL", &url)], None).await;
+    let addr = first.grpc_addr;
+    let mut writer = MemoryServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let padding = ".".repeat(900_000);
+    for i in 1..=VERSIONS {
+        writer
+            .set(proto::SetRequest {
+                scope_type: proto::ScopeType::Namespace as i32,
+                scope: "retries".into(),
+                key: "big".into(),
+                value: Some(json_to_proto(&json!({"i": i, "padding": padding}))),
+                ..Default::default()
+            })
+            .await
+            .expect("set");
+    }
+    drop(writer);
+
+    let mut history = tokio::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args([
+            "memory",
+            "--server",
+            &format!("http://{addr}"),
+            "--output",
+            "json",
+        ])
+        .args([
+            "history",
+            "big",
+            "--scope",
+            "retries",
+            "--scope-type",
+            "namespace",
+        ])
+        .env_remove("ENGRAM_RETRIES")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run engram memory history");
+    let mut stdout = tokio::io::BufReader::new(history.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).await.expect("the first line");
+    let mut versions = vec![serde_json::from_str::<serde_json::Value>(&line).expect("json")];
+
+    first.child.kill().await.expect("kill the server");
+    let _second = ChildServer::spawn(
+        &[],
+        &[
+            ("ENGRAM_DATABASE_URL", &url),
+            ("ENGRAM_GRPC_ADDR", &addr.to_string()),
+        ],
+        None,
+    )
+    .await;
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).await.expect("the rest");
+    let mut stderr = String::new();
+    history
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .await
+        .expect("stderr");
+    let status = history.wait().await.expect("exit");
+    assert!(status.success(), "{status}: {stderr}");
+    for line in rest.lines() {
+        versions.push(serde_json::from_str(line).expect("json"));
+    }
+    let read: Vec<i64> = versions
+        .iter()
+        .map(|entry| entry["version"].as_i64().expect("version"))
+        .collect();
+    assert_eq!(read, (1..=VERSIONS).collect::<Vec<_>>(), "{stderr}");
+    assert!(
+        versions
+            .iter()
+            .all(|entry| entry["value"]["i"].as_f64() == entry["version"].as_f64()),
+        "each version holds its own value"
+    );
+    assert!(
+        stderr.contains("engram: History failed (the connection broke: "),
+        "the stream broke and was asked again: {stderr}"
+    );
 }

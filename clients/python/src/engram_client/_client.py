@@ -110,7 +110,9 @@ class Engram(_requests.CallerContext):
     Other writes raise :class:`Unavailable` at once, since the first try
     may have been written. Any call is tried again after a failure whose
     reason says nothing was written: ``TRANSACTION_CONFLICT``,
-    ``SESSION_CHANGED``, ``DATABASE_TIMEOUT``.
+    ``SESSION_CHANGED``, ``DATABASE_TIMEOUT``. A key's history, a
+    stream, is read on after it breaks from the version after the last
+    one yielded (:meth:`Memory.history`).
     """
 
     def _connect(self, target: str, tls: grpc.ChannelCredentials | None) -> None:
@@ -170,6 +172,33 @@ class Engram(_requests.CallerContext):
             yield from method(request, metadata=self.metadata(), wait_for_ready=ready)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    def resumed(
+        self,
+        method: Callable[..., Iterable[Resp]],
+        request: Callable[[int], Message],
+        start: int,
+        after: Callable[[Resp], int],
+    ) -> Iterator[Resp]:
+        """Calls a server-streaming read that starts where ``request(n)``
+        says. A failure a read is retried after (see :class:`Engram`) asks
+        again from ``after(r)`` of the last response ``r`` yielded, so none
+        is missed or repeated; ``retries`` counts breaks in a row."""
+        position = start
+        attempts = _requests.Attempts(request(position), self.retries, None)
+        while True:
+            ready = self.wait_for_ready or attempts.retrying
+            try:
+                for response in self.stream(method, request(position), wait_for_ready=ready):
+                    position = after(response)
+                    attempts.progressed()
+                    yield response
+                return
+            except EngramError as failure:
+                delay = attempts.wait(failure)
+                if delay is None:
+                    raise attempts.final(failure) from None
+            time.sleep(delay)
 
     def forget_user(
         self,
@@ -360,9 +389,17 @@ class Memory:
         return Fork.from_proto(self._client.call(self._client.stubs.memory.ForkScope, request))
 
     def history(self, key: str, *, from_version: int = 0) -> Iterator[Entry]:
-        """Every version of a key, oldest first, tombstones included."""
-        request = self._scope.history(key, from_version)
-        for response in self._client.stream(self._client.stubs.memory.History, request):
+        """Every version of a key, oldest first, tombstones included. A
+        stream that breaks (a failover, a server restart) is read again
+        from the version after the last one yielded, as a read is retried."""
+        request = functools.partial(self._scope.history, key)
+        stream = self._client.resumed(
+            self._client.stubs.memory.History,
+            request,
+            from_version,
+            lambda response: response.entry.version + 1,
+        )
+        for response in stream:
             yield Entry.from_proto(response.entry)
 
     def delete(

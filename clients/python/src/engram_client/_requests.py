@@ -124,6 +124,7 @@ def credentials(
 _READS: tuple[type[Message], ...] = (
     memory_pb2.GetRequest,
     memory_pb2.ListRequest,
+    memory_pb2.HistoryRequest,
     memory_pb2.ListScopesRequest,
     memory_admin_pb2.GetCompactionLogRequest,
     memory_admin_pb2.GetRetentionRequest,
@@ -199,6 +200,7 @@ class Attempts:
 
     def __init__(self, request: Message, retries: int, timeout: float | None) -> None:
         self._idempotent = idempotent(request)
+        self._retries = retries
         self._left = retries
         self._tried = 0
         self._deadline = None if timeout is None else time.monotonic() + timeout
@@ -212,6 +214,12 @@ class Attempts:
         """Whether a try has failed already: the next waits for the server
         to be reachable rather than failing fast."""
         return self._tried > 0
+
+    def progressed(self) -> None:
+        """A resumed stream delivered: its next failure is retried as if
+        it were the first (the retries count breaks in a row)."""
+        self._left, self._tried, self._backoff = self._retries, 0, RETRY_BACKOFF[0]
+        self._retried = None
 
     def timeout(self) -> float | None:
         """What is left of the call's deadline for the next try."""

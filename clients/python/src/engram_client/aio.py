@@ -167,6 +167,31 @@ class AsyncEngram(_requests.CallerContext):
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
 
+    async def resumed(
+        self,
+        method: Callable[..., AsyncIterable[Resp]],
+        request: Callable[[int], Message],
+        start: int,
+        after: Callable[[Resp], int],
+    ) -> AsyncIterator[Resp]:
+        """A server-streaming read resumed after a break (see
+        :meth:`engram_client.Engram.resumed`)."""
+        position = start
+        attempts = _requests.Attempts(request(position), self.retries, None)
+        while True:
+            ready = self.wait_for_ready or attempts.retrying
+            try:
+                async for response in self.stream(method, request(position), wait_for_ready=ready):
+                    position = after(response)
+                    attempts.progressed()
+                    yield response
+                return
+            except EngramError as failure:
+                delay = attempts.wait(failure)
+                if delay is None:
+                    raise attempts.final(failure) from None
+            await asyncio.sleep(delay)
+
     async def forget_user(
         self,
         app: str,
@@ -343,9 +368,16 @@ class AsyncMemory:
                 yield Entry.from_proto(entry)
 
     async def history(self, key: str, *, from_version: int = 0) -> AsyncIterator[Entry]:
-        """Every version of a key, oldest first, tombstones included."""
-        request = self._scope.history(key, from_version)
-        async for response in self._client.stream(self._client.stubs.memory.History, request):
+        """Every version of a key, oldest first, tombstones included; a
+        broken stream resumes (see :meth:`Memory.history`)."""
+        request = functools.partial(self._scope.history, key)
+        stream = self._client.resumed(
+            self._client.stubs.memory.History,
+            request,
+            from_version,
+            lambda response: response.entry.version + 1,
+        )
+        async for response in stream:
             yield Entry.from_proto(response.entry)
 
     async def delete(
