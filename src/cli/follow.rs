@@ -13,7 +13,7 @@ use tonic::codec::Streaming;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-use super::CliResult;
+use super::{CliResult, retry};
 
 /// The first pause before reconnecting, and the longest.
 const DELAY: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
@@ -33,16 +33,14 @@ pub(crate) struct Follow {
 
 /// Whether opening the stream again can mend `status`: the server is
 /// unavailable (shutting down, restarting, unreachable), it shed this
-/// consumer as too slow, or the connection broke under the call (a status
-/// the client made of a transport error, which carries that error as its
-/// source; one the server sent carries none).
+/// consumer as too slow, or the connection broke under the call
+/// ([`retry::broken`]).
 fn mendable(status: &Status) -> bool {
     let reason = status.get_details_error_info().map(|info| info.reason);
     match status.code() {
         Code::Unavailable => true,
         Code::ResourceExhausted => reason.as_deref() == Some("CONSUMER_TOO_SLOW"),
-        Code::Unknown | Code::Internal => std::error::Error::source(status).is_some(),
-        _ => false,
+        _ => retry::broken(status),
     }
 }
 

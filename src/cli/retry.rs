@@ -112,6 +112,15 @@ fn wait_after(status: &Status, harmless: bool, backoff: &mut Duration) -> Option
     Some(grown(backoff))
 }
 
+/// Whether the connection broke under the call (the server went away
+/// mid-stream): a status the client made of a transport error, UNKNOWN or
+/// INTERNAL, which carries that error as its source, where a status the
+/// server sent carries none.
+pub fn broken(status: &Status) -> bool {
+    matches!(status.code(), Code::Unknown | Code::Internal)
+        && std::error::Error::source(status).is_some()
+}
+
 /// The wait `backoff` holds, doubling it for the next time.
 fn grown(backoff: &mut Duration) -> Duration {
     let delay = *backoff;
@@ -159,16 +168,14 @@ impl Resumes {
 
     /// Whether to open the stream of `method` again after it ended with
     /// `status`; when so, the wait is said and waited first. A stream
-    /// whose connection broke (the server went away mid-stream: tonic
-    /// says UNKNOWN, with the transport's error as its source, where a
-    /// status the server sent has none) is read on as after UNAVAILABLE.
+    /// whose connection broke ([`broken`]) is read on as after
+    /// UNAVAILABLE.
     pub async fn again(&mut self, method: &str, status: &Status) -> bool {
         self.failed += 1;
         if self.failed > self.retries {
             return false;
         }
-        let broken = status.code() == Code::Unknown && std::error::Error::source(status).is_some();
-        let (delay, failure) = if broken {
+        let (delay, failure) = if broken(status) {
             let failure = format!("the connection broke: {}", status.message());
             (grown(&mut self.backoff), failure)
         } else {
