@@ -256,8 +256,8 @@ func TestExportAndImport(t *testing.T) {
 	}
 	var file strings.Builder
 	written, err := source.ExportTo(ctx, &engramv1.ExportRequest{}, &file)
-	if err != nil || written != 5 {
-		t.Fatalf("export: %d lines, %v\n%s", written, err, file.String())
+	if err != nil || written != 6 || !strings.HasSuffix(file.String(), `{"kind":"end","lines":5}`+"\n") {
+		t.Fatalf("export: %d lines (the header, 4 records, the end line), %v\n%s", written, err, file.String())
 	}
 	done, err := target.Import(ctx, strings.NewReader(file.String()))
 	if err != nil || done.GetImported()["memory_version"] != 2 || done.GetImported()["episode"] != 1 {

@@ -46,7 +46,9 @@ pub struct ExportCommand {
     #[arg(long, requires = "user")]
     app: Option<String>,
 
-    /// Write to this file instead of standard output
+    /// Write to this file instead of standard output: to FILE.partial
+    /// until the export is whole, then moved over FILE, so a failed export
+    /// leaves FILE as it was
     #[arg(long)]
     file: Option<std::path::PathBuf>,
 }
@@ -65,12 +67,11 @@ impl ExportCommand {
             app: self.app.unwrap_or_default(),
             user: self.user.unwrap_or_default(),
         };
-        let mut out: Box<dyn Write> = match &self.file {
-            Some(path) => Box::new(std::io::BufWriter::new(
-                std::fs::File::create(path).map_err(|err| {
-                    CliError::usage(format!("cannot create {}: {err}", path.display()))
-                })?,
-            )),
+        let partial = self.file.as_deref().map(Partial::create).transpose()?;
+        let mut out: Box<dyn Write> = match &partial {
+            Some(partial) => Box::new(std::io::BufWriter::new(partial.file.try_clone().map_err(
+                |err| CliError::usage(format!("cannot write {}: {err}", partial.path.display())),
+            )?)),
             None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
         };
         let mut stream = DataServiceClient::new(channel)
@@ -91,10 +92,66 @@ impl ExportCommand {
             progress.update(&format!("exported {total} lines"));
         }
         out.flush().map_err(write_failed)?;
+        drop(out);
+        if let Some(partial) = partial {
+            partial.finish()?;
+        }
         progress.finish();
         counts.remove("header");
+        counts.remove("end");
         eprintln!("exported {}", summary(&counts));
         Ok(())
+    }
+}
+
+/// The file an export is written to until it is whole: `NAME.partial`
+/// beside `--file`, moved over it once the end line is written and
+/// removed if the export fails, so that a failed export leaves the file
+/// that was there as it was (a nightly backup's last good copy) rather
+/// than a truncated one.
+struct Partial {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    target: std::path::PathBuf,
+    done: bool,
+}
+
+impl Partial {
+    fn create(target: &std::path::Path) -> Result<Partial, CliError> {
+        let mut name = target.file_name().unwrap_or_default().to_owned();
+        name.push(".partial");
+        let path = target.with_file_name(name);
+        let file = std::fs::File::create(&path)
+            .map_err(|err| CliError::usage(format!("cannot create {}: {err}", path.display())))?;
+        Ok(Partial {
+            file,
+            path,
+            target: target.to_owned(),
+            done: false,
+        })
+    }
+
+    /// Makes the file durable, then puts it in place.
+    fn finish(mut self) -> CliResult {
+        self.file.sync_all().map_err(write_failed)?;
+        std::fs::rename(&self.path, &self.target).map_err(|err| CliError {
+            message: format!(
+                "cannot move {} to {}: {err}",
+                self.path.display(),
+                self.target.display()
+            ),
+            code: super::exit::FAILURE,
+        })?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

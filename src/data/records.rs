@@ -27,7 +27,10 @@ use crate::working::TaskStatus;
 pub const FORMAT: &str = "engram.export";
 
 /// The format version this server writes; it reads every version from 1.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+
+/// The first format version whose files end with an [`End`] line.
+pub const ENDED_FROM: u32 = 3;
 
 /// One line of an export.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,6 +52,9 @@ pub enum Record {
     /// An episode a fact written earlier was derived from (version 2).
     FactSource(FactSource),
     Rule(Rule),
+    /// The last line (version 3): what came before it, so that a file cut
+    /// short (an export that broke, a partial copy) is refused whole.
+    End(End),
 }
 
 /// The first line: what the file is and what it holds.
@@ -64,6 +70,14 @@ pub struct Header {
     /// `user APP/USER`.
     pub selection: String,
     pub export_time: DateTime<Utc>,
+}
+
+/// The last line of a version 3 file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct End {
+    /// The lines before it, the header included (blank lines not).
+    pub lines: i64,
 }
 
 /// An execution's flow, as the registry keeps it.
@@ -333,6 +347,7 @@ impl Record {
             Record::FactVersion(_) => "fact_version",
             Record::FactSource(_) => "fact_source",
             Record::Rule(_) => "rule",
+            Record::End(_) => "end",
         }
     }
 
@@ -388,7 +403,7 @@ impl Record {
             ],
             Record::CachedFile(c) => vec![named("update_time", &c.update_time)],
             Record::FactVersion(v) => vec![named("create_time", &v.create_time)],
-            Record::FactSource(_) => Vec::new(),
+            Record::FactSource(_) | Record::End(_) => Vec::new(),
             Record::Rule(r) => {
                 let mut times = vec![named("create_time", &r.create_time)];
                 times.extend(r.last_run_time.iter().map(|t| named("last_run_time", t)));
@@ -487,6 +502,7 @@ impl Record {
                 }
                 counts(&[("episodes_promoted", r.episodes_promoted)])
             }
+            Record::End(e) => counts(&[("lines", e.lines)]),
         }
     }
 }

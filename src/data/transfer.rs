@@ -14,7 +14,7 @@ use chrono::{DateTime, Duration, Utc};
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::records::{Header, Record};
+use super::records::{ENDED_FROM, End, Header, Record};
 use super::{Data, DataStore};
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result};
@@ -178,12 +178,13 @@ enum Position<T> {
     Header,
     /// In a part, reading through the export's snapshot: the part, where
     /// its next page starts and how many rows it asks for (none at the
-    /// part's start).
-    Part(usize, After, Option<i64>, T),
+    /// part's start), and the lines sent so far.
+    Part(usize, After, Option<i64>, T, i64),
 }
 
 impl<S: DataStore> Data<S> {
-    /// The export as a stream of chunks of lines, the header first; every
+    /// The export as a stream of chunks of lines, the header first and an
+    /// [`End`] line last; every
     /// page is read from one snapshot, taken when the header is sent, so
     /// the file is the tenant at one moment however long the export runs.
     /// A chunk holds about [`EXPORT_CHUNK_BYTES`] of lines (a page of big
@@ -204,7 +205,7 @@ impl<S: DataStore> Data<S> {
             let tenant = tenant.clone();
             let selection = selection.clone();
             async move {
-                let (mut at, mut after, mut rows, mut reading) = match position {
+                let (mut at, mut after, mut rows, mut reading, mut sent) = match position {
                     None => return Ok::<_, Error>(None),
                     Some(Position::Header) => {
                         let turn = exports
@@ -214,10 +215,12 @@ impl<S: DataStore> Data<S> {
                         let snapshot = store.export_snapshot(&tenant).await?;
                         let header = Header::new(tenant.as_str(), selection.describe(), now);
                         let line = encode(&Record::Header(header))?;
-                        let next = Position::Part(0, After::Start, None, (turn, snapshot));
+                        let next = Position::Part(0, After::Start, None, (turn, snapshot), 1);
                         return Ok(Some((vec![vec![line]], Some(next))));
                     }
-                    Some(Position::Part(at, after, rows, reading)) => (at, after, rows, reading),
+                    Some(Position::Part(at, after, rows, reading, sent)) => {
+                        (at, after, rows, reading, sent)
+                    }
                 };
                 // Skips empty parts, so every chunk sent carries lines.
                 while let Some(&part) = selection.parts().get(at) {
@@ -234,13 +237,15 @@ impl<S: DataStore> Data<S> {
                         None => (at + 1, After::Start, None),
                     };
                     if !lines.is_empty() {
-                        let next = Position::Part(at, after, rows, reading);
+                        sent += i64::try_from(lines.len()).unwrap_or(i64::MAX);
+                        let next = Position::Part(at, after, rows, reading, sent);
                         return Ok(Some((chunks(lines, EXPORT_CHUNK_BYTES), Some(next))));
                     }
                 }
                 let (_turn, snapshot) = reading;
                 store.export_done(snapshot).await?;
-                Ok(None)
+                let end = encode(&Record::End(End { lines: sent }))?;
+                Ok(Some((vec![vec![end]], None)))
             }
         })
         .map_ok(|chunks| futures::stream::iter(chunks.into_iter().map(Ok)))
@@ -309,7 +314,11 @@ impl<S: DataStore> Data<S> {
             .await?;
         let mut lines = std::pin::pin!(lines);
         let mut number = 0i64;
-        let mut header = false;
+        // The header's format version, once read.
+        let mut header = None;
+        // The lines read (blank ones not), and whether the end line was.
+        let mut records = 0i64;
+        let mut ended = false;
         while let Some(chunk) = lines.next().await {
             let mut staged = Vec::new();
             for text in chunk? {
@@ -319,16 +328,41 @@ impl<S: DataStore> Data<S> {
                 }
                 let record = parse_line(number, &text)?;
                 self.check_size(number, &record)?;
-                let is_header = matches!(record, Record::Header(_));
-                if is_header == header {
-                    let why = if header {
-                        "a second header: import one export at a time"
-                    } else {
-                        "the first line must be the export's header"
-                    };
-                    return Err(malformed(number, "kind", why));
+                if ended {
+                    return Err(malformed(
+                        number,
+                        "kind",
+                        "a line after the end line: import one export at a time",
+                    ));
                 }
-                header = true;
+                match (&record, header) {
+                    (Record::Header(h), None) => header = Some(h.version),
+                    (Record::Header(_), Some(_)) => {
+                        let why = "a second header: import one export at a time";
+                        return Err(malformed(number, "kind", why));
+                    }
+                    (_, None) => {
+                        let why = "the first line must be the export's header";
+                        return Err(malformed(number, "kind", why));
+                    }
+                    (Record::End(end), Some(_)) => {
+                        if end.lines != records {
+                            return Err(malformed(
+                                number,
+                                "lines",
+                                format!(
+                                    "says {} lines came before it, but {records} did: \
+                                     the file was cut or changed; export it again",
+                                    end.lines
+                                ),
+                            ));
+                        }
+                        ended = true;
+                        continue;
+                    }
+                    (_, Some(_)) => {}
+                }
+                records += 1;
                 staged.push((number, encode(&record)?));
             }
             if !staged.is_empty() {
@@ -337,11 +371,19 @@ impl<S: DataStore> Data<S> {
                     .await?;
             }
         }
-        if !header {
+        let Some(version) = header else {
             return Err(malformed(
                 number.max(1),
                 "kind",
                 "the file is empty: an export starts with its header line",
+            ));
+        };
+        if version >= ENDED_FROM && !ended {
+            return Err(malformed(
+                number + 1,
+                "kind",
+                "the file ends before its end line: it was cut short (an export \
+                 that broke, or a partial copy); export it again",
             ));
         }
         let mut counts = self.store.apply_import(&ctx.tenant, import_id).await?;

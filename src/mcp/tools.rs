@@ -272,9 +272,10 @@ impl Engram {
 
     #[tool(
         description = "Export memory, sessions, episodes, working memory, facts and rules \
-                       as JSON records (the engram.export format, header first): the whole \
-                       tenant, or one scope, session or app user. Returns at most `limit` \
-                       records (and about 2 MiB of them) and says whether there were more.",
+                       as JSON records (the engram.export format, header first, an `end` record \
+                       last): the whole tenant, or one scope, session or app user. Returns at \
+                       most `limit` records (and about 2 MiB of them) and says whether there \
+                       were more; a truncated export has no `end` record and does not import.",
         annotations(read_only_hint = true)
     )]
     async fn data_export(&self, Parameters(args): Parameters<ExportArgs>) -> Reply {
@@ -321,7 +322,8 @@ impl Engram {
     }
 
     #[tool(
-        description = "Admin: restore exported records (header first) into this tenant, all \
+        description = "Admin: restore exported records (header first, `end` last, as \
+                       data_export gives them) into this tenant, all \
                        or nothing. Records already stored and identical are left unchanged; \
                        a record that differs refuses the whole import.",
         annotations(destructive_hint = false)

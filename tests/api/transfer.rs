@@ -181,12 +181,15 @@ pub(crate) async fn export(channel: &Channel, request: ExportRequest) -> Vec<Str
 }
 
 /// The records of an export, without the header (which names the tenant
-/// and the time).
+/// and the time) and the end line (checked to count the lines before it).
 pub(crate) fn records(lines: &[String]) -> Vec<Value> {
     let header: Value = serde_json::from_str(&lines[0]).expect("header");
     assert_eq!(header["kind"], "header");
     assert_eq!(header["format"], "engram.export");
-    assert_eq!(header["version"], 2);
+    assert_eq!(header["version"], 3);
+    let (end, lines) = lines.split_last().expect("an end line");
+    let end: Value = serde_json::from_str(end).expect("end");
+    assert_eq!(end, json!({"kind": "end", "lines": lines.len()}));
     lines[1..]
         .iter()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
@@ -407,9 +410,10 @@ async fn a_failed_import_leaves_nothing(backend: Backend) {
         }
     };
 
-    // A malformed line near the end: named, and nothing is imported.
+    // A malformed line near the end (the last before the end line):
+    // named, and nothing is imported.
     let mut broken = lines.clone();
-    let at = broken.len() - 1;
+    let at = broken.len() - 2;
     broken[at] = broken[at].replace("\"kind\":\"rule\"", "\"kind\":\"rule\",\"colour\":1");
     let err = import(&target.channel, &broken)
         .await
@@ -434,6 +438,48 @@ async fn a_failed_import_leaves_nothing(backend: Backend) {
         "{}",
         err.message()
     );
+
+    // A file cut short at a line's end (an export that broke, a partial
+    // copy) has no end line: refused, naming where it should be, and
+    // nothing is imported.
+    for kept in [lines.len() - 1, lines.len() / 2] {
+        let err = import(&target.channel, &lines[..kept])
+            .await
+            .expect_err("cut short");
+        assert_eq!(bad_fields(&err), [format!("line {}.kind", kept + 1)]);
+        assert!(
+            err.message().contains("the file ends before its end line"),
+            "{}",
+            err.message()
+        );
+        assert!(!session_exists("s1").await);
+    }
+    // An end line that miscounts (a line taken out), or lines after it.
+    let mut miscounted = lines.clone();
+    miscounted.remove(2);
+    let err = import(&target.channel, &miscounted)
+        .await
+        .expect_err("miscounted");
+    assert_eq!(
+        bad_fields(&err),
+        [format!("line {}.lines", miscounted.len())]
+    );
+    assert!(
+        err.message().contains(&format!(
+            "says {} lines came before it, but {} did",
+            lines.len() - 1,
+            lines.len() - 2
+        )),
+        "{}",
+        err.message()
+    );
+    let mut twice = lines.clone();
+    twice.push(lines[2].clone());
+    let err = import(&target.channel, &twice)
+        .await
+        .expect_err("after the end");
+    assert_eq!(bad_fields(&err), [format!("line {}.kind", twice.len())]);
+    assert!(!session_exists("s1").await);
 
     let mut no_header = lines.clone();
     no_header.remove(0);

@@ -250,7 +250,8 @@ async def test_export_and_import(connect: Connect) -> None:
         )
         exported = structured(await session.call_tool("data_export", {"session_id": sid}))
         records = exported["records"]
-        assert [r["kind"] for r in records] == ["header", "session", "episode"]
+        assert [r["kind"] for r in records] == ["header", "session", "episode", "end"]
+        assert records[3]["lines"] == 3
         assert (exported["truncated"], records[2]["content"]) == (False, "keep me")
         short = structured(await session.call_tool("data_export", {"session_id": sid, "limit": 1}))
         assert (len(short["records"]), short["truncated"]) == (1, True)
@@ -273,6 +274,9 @@ async def test_export_and_import(connect: Connect) -> None:
     async with connect("admin") as session:
         again = structured(await session.call_tool("data_import", {"records": records}))
         assert (again["imported"], again["unchanged"]) == ({}, {"session": 1, "episode": 1})
+        # What a truncated export gives lacks its end line: refused whole.
+        cut = error(await session.call_tool("data_import", {"records": records[:3]}))
+        assert cut["reason"] == "IMPORT_MALFORMED", cut
         changed = [dict(r, content="edited") if r["kind"] == "episode" else r for r in records]
         conflict = error(await session.call_tool("data_import", {"records": changed}))
         assert conflict["reason"] == "IMPORT_CONFLICT"

@@ -68,7 +68,7 @@ def test_export_and_import(server: Server) -> None:
         async with AsyncEngram(server.address) as client:
             await client.episodes.append("ex-aio-1", "hi", app="ex-aio", user="erin")
             lines = [line async for line in client.export(app="ex-aio", user="erin")]
-            assert len(lines) == 3  # header, session, episode
+            assert len(lines) == 4  # header, session, episode, end
             again = await client.import_lines(lines)
             assert (again.imported, again.unchanged) == ({}, {"session": 1, "episode": 1})
 

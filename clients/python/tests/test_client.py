@@ -151,9 +151,13 @@ def test_export_and_import(server: Server, tmp_path: Path) -> None:
                 "session",
                 "episode",
                 "episode",
+                "end",
             ]
+            with pytest.raises(InvalidArgument) as cut:
+                target.import_lines(session[:-1])  # cut short: no end line
+            assert (cut.value.reason, list(cut.value.fields)) == ("IMPORT_MALFORMED", ["line 5.kind"])
             done = target.import_lines(session)
-            assert (done.imported, done.lines) == ({"session": 1, "episode": 2}, 4)
+            assert (done.imported, done.lines) == ({"session": 1, "episode": 2}, 5)
             assert target.import_lines(scope).imported == {"memory_version": 2}
             assert target.import_lines(scope).unchanged == {"memory_version": 2}
             assert list(target.export(session_id="ex-s1"))[1:] == session[1:]

@@ -389,7 +389,7 @@ async fn apply(
 ) -> Result<Option<Applied>> {
     let t = tenant.as_str();
     let applied = match record {
-        Record::Header(_) => return Ok(None),
+        Record::Header(_) | Record::End(_) => return Ok(None),
         Record::Execution(e) => {
             let stored = conn
                 .first(

@@ -104,3 +104,49 @@ async fn export_and_import_commands_move_a_tenant() {
         "{stderr}"
     );
 }
+
+/// An export to `--file` that fails leaves the file that was there as it
+/// was (a backup's last good copy), and no `.partial` beside it; one that
+/// succeeds replaces it whole, its last line the end line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_export_leaves_the_file_as_it_was() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let address = format!("http://{}", server.grpc_addr());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("backup.jsonl");
+    std::fs::write(&file, "the last good export\n").expect("write");
+    let export = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+            .args(["export", "--server", &address, "--file"])
+            .arg(&file)
+            .args(args)
+            .output()
+            .expect("run engram export")
+    };
+
+    // The server refuses the selection once the export is under way.
+    let failed = export(&["--scope", "not a scope"]);
+    assert!(!failed.status.success());
+    assert!(
+        String::from_utf8_lossy(&failed.stderr).contains("scope"),
+        "{}",
+        String::from_utf8_lossy(&failed.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        "the last good export\n"
+    );
+    assert!(!dir.path().join("backup.jsonl.partial").exists());
+
+    let done = export(&[]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let written = std::fs::read_to_string(&file).expect("read");
+    let lines: Vec<&str> = written.lines().collect();
+    let end: Value = serde_json::from_str(lines[lines.len() - 1]).expect("json");
+    assert_eq!(end, json!({"kind": "end", "lines": lines.len() - 1}));
+    assert!(!dir.path().join("backup.jsonl.partial").exists());
+}
