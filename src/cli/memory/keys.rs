@@ -2,6 +2,7 @@
 //! reading, writing and forking keys, their history and the change feed.
 
 use serde_json::json;
+use tonic::Status;
 
 use super::show::{entry_json, scope_type_name};
 use super::{ScopeArgs, ScopeTypeArg, point};
@@ -14,7 +15,6 @@ use crate::cli::{
 };
 use crate::proto;
 use crate::proto::memory_service_client::MemoryServiceClient;
-use tonic::Status;
 
 #[derive(Debug, clap::Subcommand)]
 pub(super) enum KeyCommand {
