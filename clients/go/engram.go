@@ -152,8 +152,10 @@ func (c *Client) Search(ctx context.Context, request *engramv1.SearchRequest) ([
 }
 
 // ExportTo writes the tenant, or the part the request chooses (a scope, a
-// session, an app's user), to w as JSON Lines, the header first, as the
-// server streams it; it returns the number of lines written.
+// session, an app's user), to w as JSON Lines, the header first and an end
+// line last, as the server streams it; it returns the number of lines
+// written. An export that fails part way has written no end line, so what
+// w holds is refused by Import rather than imported as the whole.
 func (c *Client) ExportTo(ctx context.Context, request *engramv1.ExportRequest, w io.Writer) (int, error) {
 	stream, err := c.Data.Export(ctx, request)
 	if err != nil {

@@ -225,8 +225,10 @@ class Engram(_requests.CallerContext):
         user: str = "",
     ) -> Iterator[str]:
         """The tenant (or one scope, one session, or ``app``'s ``user``) as
-        JSON Lines, the header first, streamed as the server reads it.
-        Write each line with a newline to get an export file."""
+        JSON Lines, the header first and an ``end`` line last, streamed as
+        the server reads it. Write each line with a newline to get an
+        export file; one cut short (the stream broke) lacks its end line,
+        and an import refuses it."""
         request = _requests.export(scope_type, scope, session_id, app, user)
         for chunk in self.stream(self.stubs.data.Export, request):
             yield from chunk.lines
@@ -234,7 +236,9 @@ class Engram(_requests.CallerContext):
     def import_lines(self, lines: Iterable[str]) -> Imported:
         """Restores an export (its lines, e.g. an open file) into this
         token's tenant, all or nothing (an admin token). Records stored and
-        identical are left unchanged, so importing twice is harmless."""
+        identical are left unchanged, so importing twice is harmless; a
+        file cut short (no end line) raises :class:`InvalidArgument`,
+        reason ``IMPORT_MALFORMED``."""
         try:
             response = self.stubs.data.Import(
                 _requests.import_batches(lines),
