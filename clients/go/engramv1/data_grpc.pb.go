@@ -48,9 +48,10 @@ type DataServiceClient interface {
 	// nothing.
 	ForgetUser(ctx context.Context, in *ForgetUserRequest, opts ...grpc.CallOption) (*ForgetUserResponse, error)
 	// Export streams the caller's tenant, or a part of it, as JSON Lines
-	// (format "engram.export", version 2; the README's model section lists
-	// every record kind and its fields). The first line is a header; then,
-	// in this order:
+	// (format "engram.export", version 3; the README's model section lists
+	// every record kind and its fields). The first line is a header, the
+	// last an `end` line counting the lines before it (so a file cut short
+	// is refused by Import); between them, in this order:
 	// executions (the flow registry), memory versions with tombstones,
 	// provenance and the `_compaction/` audit records (per key in version
 	// order), sessions, episodes (in the order they were appended),
@@ -75,13 +76,16 @@ type DataServiceClient interface {
 	// refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
 	// line) and stages it, and once the stream ends applies every staged
 	// line in one transaction: all of the import becomes visible or none of
-	// it. A record that exists already and is identical is left unchanged,
+	// it. A file of version 3 must end with its `end` line, whose count
+	// matches the lines before it: one cut short (an export that broke, a
+	// partial copy) is refused as malformed, naming the line where the end
+	// line should be. A record that exists already and is identical is left unchanged,
 	// so importing a file twice changes nothing; one that exists and differs
 	// refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
 	// naming the line. Memory versions get new change-feed revisions and
 	// episodes new cursors, issued in the file's order; a key's versions
 	// must follow its newest stored version without a gap. Files of format
-	// versions 1 and 2 are read; a task, cached file, fact version or fact
+	// versions 1 to 3 are read; a task, cached file, fact version or fact
 	// source whose owner is neither stored nor earlier in the file, a fact
 	// version past its fact's current one and a fact whose current version
 	// no line holds refuse the import with FAILED_PRECONDITION, reason
@@ -173,9 +177,10 @@ type DataServiceServer interface {
 	// nothing.
 	ForgetUser(context.Context, *ForgetUserRequest) (*ForgetUserResponse, error)
 	// Export streams the caller's tenant, or a part of it, as JSON Lines
-	// (format "engram.export", version 2; the README's model section lists
-	// every record kind and its fields). The first line is a header; then,
-	// in this order:
+	// (format "engram.export", version 3; the README's model section lists
+	// every record kind and its fields). The first line is a header, the
+	// last an `end` line counting the lines before it (so a file cut short
+	// is refused by Import); between them, in this order:
 	// executions (the flow registry), memory versions with tombstones,
 	// provenance and the `_compaction/` audit records (per key in version
 	// order), sessions, episodes (in the order they were appended),
@@ -200,13 +205,16 @@ type DataServiceServer interface {
 	// refused with INVALID_ARGUMENT, reason IMPORT_MALFORMED, naming the
 	// line) and stages it, and once the stream ends applies every staged
 	// line in one transaction: all of the import becomes visible or none of
-	// it. A record that exists already and is identical is left unchanged,
+	// it. A file of version 3 must end with its `end` line, whose count
+	// matches the lines before it: one cut short (an export that broke, a
+	// partial copy) is refused as malformed, naming the line where the end
+	// line should be. A record that exists already and is identical is left unchanged,
 	// so importing a file twice changes nothing; one that exists and differs
 	// refuses the whole import with ALREADY_EXISTS, reason IMPORT_CONFLICT,
 	// naming the line. Memory versions get new change-feed revisions and
 	// episodes new cursors, issued in the file's order; a key's versions
 	// must follow its newest stored version without a gap. Files of format
-	// versions 1 and 2 are read; a task, cached file, fact version or fact
+	// versions 1 to 3 are read; a task, cached file, fact version or fact
 	// source whose owner is neither stored nor earlier in the file, a fact
 	// version past its fact's current one and a fact whose current version
 	// no line holds refuse the import with FAILED_PRECONDITION, reason
