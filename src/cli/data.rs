@@ -205,10 +205,21 @@ pub struct ImportCommand {
 
     /// The export file; `-` reads standard input
     file: String,
+
+    /// Import nothing and call no server: read the file as an import
+    /// would (every line's JSON and fields, the header first, the end
+    /// line and its count) and print its records by kind; exit 0 when an
+    /// import could read it whole, 1 naming the first bad line. Whether
+    /// its records agree with a store's is only known by importing
+    #[arg(long)]
+    check: bool,
 }
 
 impl ImportCommand {
     pub async fn run(self) -> CliResult {
+        if self.check {
+            return self.check_file();
+        }
         let channel = connect(&self.client).await?;
         let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if self.file == "-" {
             Box::new(tokio::io::stdin())
@@ -255,6 +266,49 @@ impl ImportCommand {
                 outln!("unchanged {}", summary(&done.unchanged));
                 outln!("{} read", plural(done.lines, "line", "lines"));
             }
+        }
+        Ok(())
+    }
+}
+
+impl ImportCommand {
+    /// `--check`: the file read as an import reads it, offline.
+    fn check_file(&self) -> CliResult {
+        let input: Box<dyn std::io::BufRead> = if self.file == "-" {
+            Box::new(std::io::stdin().lock())
+        } else {
+            let file = std::fs::File::open(&self.file)
+                .map_err(|err| CliError::usage(format!("cannot open {}: {err}", self.file)))?;
+            Box::new(std::io::BufReader::new(file))
+        };
+        let bad = |err: crate::error::Error| CliError {
+            message: format!("{}: {err}", self.file),
+            code: super::exit::FAILURE,
+        };
+        let mut file = crate::data::Lines::default();
+        let mut counts: HashMap<String, i64> = HashMap::new();
+        for line in std::io::BufRead::lines(input) {
+            let line =
+                line.map_err(|err| CliError::usage(format!("cannot read {}: {err}", self.file)))?;
+            if let Some((_, record)) = file.read(&line).map_err(bad)? {
+                *counts.entry(record.kind().to_owned()).or_default() += 1;
+            }
+        }
+        let read = file.finish().map_err(bad)?;
+        counts.remove("header");
+        match self.client.output() {
+            Output::Json => print_json(&json!({
+                "lines": read.lines,
+                "version": read.version,
+                "records": counts,
+            })),
+            Output::Text => outln!(
+                "{}: whole, format version {}, {}: {}",
+                self.file,
+                read.version,
+                plural(read.lines, "line", "lines"),
+                summary(&counts)
+            ),
         }
         Ok(())
     }

@@ -10,7 +10,8 @@ pub mod records;
 mod transfer;
 
 pub use transfer::{
-    After, ExportPage, ImportCounts, Part, STALE_AFTER as STALE_IMPORT_AFTER, Selection, parse_line,
+    After, ExportPage, ImportCounts, Lines, Part, Read, STALE_AFTER as STALE_IMPORT_AFTER,
+    Selection, parse_line,
 };
 
 use std::collections::BTreeMap;

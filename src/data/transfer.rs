@@ -313,56 +313,14 @@ impl<S: DataStore> Data<S> {
             .discard_import(&ctx.tenant, import_id, now - STALE_AFTER)
             .await?;
         let mut lines = std::pin::pin!(lines);
-        let mut number = 0i64;
-        // The header's format version, once read.
-        let mut header = None;
-        // The lines read (blank ones not), and whether the end line was.
-        let mut records = 0i64;
-        let mut ended = false;
+        let mut file = Lines::default();
         while let Some(chunk) = lines.next().await {
             let mut staged = Vec::new();
             for text in chunk? {
-                number += 1;
-                if text.trim().is_empty() {
+                let Some((number, record)) = file.read(&text)? else {
                     continue;
-                }
-                let record = parse_line(number, &text)?;
+                };
                 self.check_size(number, &record)?;
-                if ended {
-                    return Err(malformed(
-                        number,
-                        "kind",
-                        "a line after the end line: import one export at a time",
-                    ));
-                }
-                match (&record, header) {
-                    (Record::Header(h), None) => header = Some(h.version),
-                    (Record::Header(_), Some(_)) => {
-                        let why = "a second header: import one export at a time";
-                        return Err(malformed(number, "kind", why));
-                    }
-                    (_, None) => {
-                        let why = "the first line must be the export's header";
-                        return Err(malformed(number, "kind", why));
-                    }
-                    (Record::End(end), Some(_)) => {
-                        if end.lines != records {
-                            return Err(malformed(
-                                number,
-                                "lines",
-                                format!(
-                                    "says {} lines came before it, but {records} did: \
-                                     the file was cut or changed; export it again",
-                                    end.lines
-                                ),
-                            ));
-                        }
-                        ended = true;
-                        continue;
-                    }
-                    (_, Some(_)) => {}
-                }
-                records += 1;
                 staged.push((number, encode(&record)?));
             }
             if !staged.is_empty() {
@@ -371,24 +329,109 @@ impl<S: DataStore> Data<S> {
                     .await?;
             }
         }
-        let Some(version) = header else {
+        let read = file.finish()?;
+        let mut counts = self.store.apply_import(&ctx.tenant, import_id).await?;
+        counts.lines = read.lines;
+        Ok(counts)
+    }
+}
+
+/// An export's lines read in order as an import reads them, whatever
+/// store they go to (and with none: `engram import --check`): each line
+/// parsed and checked ([`parse_line`]), the header first and once, and in
+/// a file of version 3 or later the end line last, counting the lines
+/// before it.
+#[derive(Debug, Default)]
+pub struct Lines {
+    /// The lines read so far, blank ones included (line numbers are the
+    /// file's).
+    number: i64,
+    /// The header's format version, once read.
+    version: Option<u32>,
+    /// The records read (blank lines and the end line not).
+    records: i64,
+    ended: bool,
+}
+
+/// What [`Lines::finish`] found: a file an import can read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    /// Lines read, the header, the end line and blank lines included.
+    pub lines: i64,
+    /// The header's format version.
+    pub version: u32,
+}
+
+impl Lines {
+    /// The next line's record, with its line number: `None` for a blank
+    /// line and for the end line, which is checked, not imported.
+    pub fn read(&mut self, text: &str) -> Result<Option<(i64, Record)>> {
+        self.number += 1;
+        let number = self.number;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        let record = parse_line(number, text)?;
+        if self.ended {
             return Err(malformed(
-                number.max(1),
+                number,
+                "kind",
+                "a line after the end line: import one export at a time",
+            ));
+        }
+        match (&record, self.version) {
+            (Record::Header(h), None) => self.version = Some(h.version),
+            (Record::Header(_), Some(_)) => {
+                let why = "a second header: import one export at a time";
+                return Err(malformed(number, "kind", why));
+            }
+            (_, None) => {
+                let why = "the first line must be the export's header";
+                return Err(malformed(number, "kind", why));
+            }
+            (Record::End(end), Some(_)) => {
+                if end.lines != self.records {
+                    return Err(malformed(
+                        number,
+                        "lines",
+                        format!(
+                            "says {} lines came before it, but {} did: the file was cut or \
+                             changed; export it again",
+                            end.lines, self.records
+                        ),
+                    ));
+                }
+                self.ended = true;
+                return Ok(None);
+            }
+            (_, Some(_)) => {}
+        }
+        self.records += 1;
+        Ok(Some((number, record)))
+    }
+
+    /// After the last line: refuses a file with no header, and one of
+    /// version 3 or later that ends before its end line.
+    pub fn finish(&self) -> Result<Read> {
+        let Some(version) = self.version else {
+            return Err(malformed(
+                self.number.max(1),
                 "kind",
                 "the file is empty: an export starts with its header line",
             ));
         };
-        if version >= ENDED_FROM && !ended {
+        if version >= ENDED_FROM && !self.ended {
             return Err(malformed(
-                number + 1,
+                self.number + 1,
                 "kind",
                 "the file ends before its end line: it was cut short (an export \
                  that broke, or a partial copy); export it again",
             ));
         }
-        let mut counts = self.store.apply_import(&ctx.tenant, import_id).await?;
-        counts.lines = number;
-        Ok(counts)
+        Ok(Read {
+            lines: self.number,
+            version,
+        })
     }
 }
 

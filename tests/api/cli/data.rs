@@ -150,3 +150,85 @@ async fn a_failed_export_leaves_the_file_as_it_was() {
     assert_eq!(end, json!({"kind": "end", "lines": lines.len() - 1}));
     assert!(!dir.path().join("backup.jsonl.partial").exists());
 }
+
+/// `engram import --check` reads a file as an import would, with no
+/// server: a whole export passes with its counts, one cut short (its end
+/// line gone) or miscounted fails naming the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_check_reads_a_file_offline() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let memory = Cli {
+        server: format!("http://{}", server.grpc_addr()),
+        group: "memory",
+    };
+    memory.json(&["set", "k", r#"{"v": 1}"#, "--scope", "team"]);
+    memory.json(&["set", "k", r#"{"v": 2}"#, "--scope", "team"]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("team.jsonl");
+    let exported = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
+        .args([
+            "export",
+            "--server",
+            &memory.server,
+            "--scope",
+            "team",
+            "--file",
+        ])
+        .arg(&file)
+        .output()
+        .expect("run engram export");
+    assert!(exported.status.success());
+    drop(server);
+
+    // No server is called: the one named is not there.
+    let check = |file: &std::path::Path, json: bool| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_engram"));
+        command.args(["import", "--check", "--server", "http://127.0.0.1:9"]);
+        if json {
+            command.args(["--output", "json"]);
+        }
+        command
+            .arg(file)
+            .output()
+            .expect("run engram import --check")
+    };
+    let whole = check(&file, false);
+    assert!(
+        whole.status.success(),
+        "{}",
+        String::from_utf8_lossy(&whole.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&whole.stdout),
+        format!(
+            "{}: whole, format version 3, 4 lines: 2 records (memory_version 2)\n",
+            file.display()
+        )
+    );
+    let json_out: Value = serde_json::from_slice(&check(&file, true).stdout).expect("json");
+    assert_eq!(
+        json_out,
+        json!({"lines": 4, "version": 3, "records": {"memory_version": 2}})
+    );
+
+    let text = std::fs::read_to_string(&file).expect("read");
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = dir.path().join("cut.jsonl");
+    std::fs::write(&cut, lines[..3].join("\n") + "\n").expect("write");
+    let refused = check(&cut, false);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("line 4.kind: the file ends before its end line"),
+        "{said}"
+    );
+    let miscounted = dir.path().join("miscounted.jsonl");
+    std::fs::write(&miscounted, [lines[0], lines[1], lines[3]].join("\n")).expect("write");
+    let refused = check(&miscounted, false);
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("line 3.lines: says 3 lines came before it, but 2 did"),
+        "{said}"
+    );
+}
