@@ -68,10 +68,8 @@ impl ExportCommand {
             user: self.user.unwrap_or_default(),
         };
         let partial = self.file.as_deref().map(Partial::create).transpose()?;
-        let mut out: Box<dyn Write> = match &partial {
-            Some(partial) => Box::new(std::io::BufWriter::new(partial.file.try_clone().map_err(
-                |err| CliError::usage(format!("cannot write {}: {err}", partial.path.display())),
-            )?)),
+        let mut out: Box<dyn Write + '_> = match &partial {
+            Some(partial) => Box::new(std::io::BufWriter::new(&partial.file)),
             None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
         };
         let mut stream = DataServiceClient::new(channel)
