@@ -8,6 +8,7 @@ package engram
 
 import (
 	"context"
+	crand "crypto/rand"
 	"math/rand/v2"
 	"time"
 
@@ -68,7 +69,8 @@ func WithRetryObserver(observe func(Retry)) Option {
 // Idempotent reports whether sending request twice has the effect of
 // sending it once: a read, or a write that carries its idempotency key (a
 // request id for Set and Delete, every episode's id for AppendEpisode and
-// AppendEpisodes, the session id for GetOrCreateSession). Only these are
+// AppendEpisodes, the request id for CreateSession, and the request or
+// session id for GetOrCreateSession). Only these are
 // retried after UNAVAILABLE, whose write may or may not have happened (a
 // commit whose reply was lost).
 func Idempotent(request proto.Message) bool {
@@ -97,10 +99,36 @@ func Idempotent(request proto.Message) bool {
 			}
 		}
 		return len(r.GetEpisodes()) > 0
+	case *engramv1.CreateSessionRequest:
+		return r.GetRequestId() != ""
 	case *engramv1.GetOrCreateSessionRequest:
-		return r.GetSessionId() != ""
+		return r.GetSessionId() != "" || r.GetRequestId() != ""
 	}
 	return false
+}
+
+// withRequestID returns a copy of a CreateSession or GetOrCreateSession
+// request that has no request id, given a random one; nil for any other
+// request. A session creation so keyed is retried like any keyed write:
+// a retry after a lost reply is answered with the session the first try
+// made, not with ALREADY_EXISTS, a second session, or created false. The
+// caller's message is left as it was.
+func withRequestID(request proto.Message) proto.Message {
+	switch r := request.(type) {
+	case *engramv1.CreateSessionRequest:
+		if r.GetRequestId() == "" {
+			keyed := proto.CloneOf(r)
+			keyed.RequestId = crand.Text()
+			return keyed
+		}
+	case *engramv1.GetOrCreateSessionRequest:
+		if r.GetRequestId() == "" {
+			keyed := proto.CloneOf(r)
+			keyed.RequestId = crand.Text()
+			return keyed
+		}
+	}
+	return nil
 }
 
 // retrier holds the tries of one call: whether a failure is tried again
@@ -179,6 +207,9 @@ func retrying(o *options) grpc.UnaryClientInterceptor {
 			return invoker(ctx, method, req, reply, cc, callOpts...)
 		}
 		message, _ := req.(proto.Message)
+		if keyed := withRequestID(message); keyed != nil {
+			req, message = keyed, keyed
+		}
 		tries := newRetrier(o, method, message)
 		for {
 			err := invoker(ctx, method, req, reply, cc, callOpts...)

@@ -168,6 +168,68 @@ func TestRetriesThroughAnOutage(t *testing.T) {
 	}
 }
 
+// A session creation gets a request id from the client when it has none,
+// so it is retried through an outage like any keyed write, and the retry
+// finds what a try that landed made: one session.
+func TestASessionIsCreatedOnceThroughAnOutage(t *testing.T) {
+	dir := t.TempDir()
+	srv := start(t, dir, "127.0.0.1:0", "ENGRAM_DB_ACQUIRE_TIMEOUT_MS=300")
+	retries := make(chan engram.Retry, 16)
+	client := connect(t, srv.addr, engram.WithRetryObserver(func(r engram.Retry) { retries <- r }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	lock := lockWrites(t, filepath.Join(dir, "engram.db"))
+	request := &engramv1.CreateSessionRequest{App: "rt", User: "cy"}
+	type outcome struct {
+		response *engramv1.CreateSessionResponse
+		err      error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		response, err := client.Sessions.CreateSession(ctx, request)
+		done <- outcome{response, err}
+	}()
+	select {
+	case retry := <-retries:
+		if retry.Method != "/engram.v1.SessionService/CreateSession" {
+			t.Fatalf("retried %s", retry.Method)
+		}
+	case <-ctx.Done():
+		t.Fatal("the client never retried")
+	}
+	lock.release()
+	landed := <-done
+	if landed.err != nil {
+		t.Fatalf("retried creation: %v", landed.err)
+	}
+	if request.GetRequestId() != "" {
+		t.Fatalf("the caller's request was changed: %v", request)
+	}
+	listed, err := client.Sessions.ListSessions(ctx, &engramv1.ListSessionsRequest{User: "cy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listed.GetSessions(); len(got) != 1 || got[0].GetId() != landed.response.GetSession().GetId() {
+		t.Fatalf("sessions %v, want the one created", got)
+	}
+
+	// What a retry after a lost reply sends, the same request id again,
+	// is answered with the first session, as created.
+	keyed := &engramv1.GetOrCreateSessionRequest{App: "rt", User: "cy", RequestId: "create-cy"}
+	first, err := client.Sessions.GetOrCreateSession(ctx, keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := client.Sessions.GetOrCreateSession(ctx, keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.GetCreated() || again.GetSession().GetId() != first.GetSession().GetId() {
+		t.Fatalf("repeat %v, want %v as created", again, first)
+	}
+}
+
 func TestWhatIsRetried(t *testing.T) {
 	episode := func(id string) *engramv1.NewEpisode { return &engramv1.NewEpisode{Id: id} }
 	for _, c := range []struct {
@@ -187,7 +249,9 @@ func TestWhatIsRetried(t *testing.T) {
 		{&engramv1.AppendEpisodesRequest{Episodes: []*engramv1.NewEpisode{episode("e"), episode("f")}}, true},
 		{&engramv1.GetOrCreateSessionRequest{App: "a", User: "u"}, false},
 		{&engramv1.GetOrCreateSessionRequest{App: "a", User: "u", SessionId: "s"}, true},
+		{&engramv1.GetOrCreateSessionRequest{App: "a", User: "u", RequestId: "r"}, true},
 		{&engramv1.CreateSessionRequest{App: "a", User: "u", SessionId: "s"}, false},
+		{&engramv1.CreateSessionRequest{App: "a", User: "u", RequestId: "r"}, true},
 		{&engramv1.RollbackRequest{Key: "k"}, false},
 		{nil, false},
 	} {

@@ -8,7 +8,8 @@ use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
 use super::convert::{
-    entry_to_proto, json_from_proto, optional_timestamp, scope_type_from_proto, scope_type_to_proto,
+    entry_to_proto, json_from_proto, optional_timestamp, request_id, scope_type_from_proto,
+    scope_type_to_proto,
 };
 use super::error::to_status;
 use super::feed::{self, FeedOptions, FeedStream};
@@ -19,8 +20,6 @@ use crate::memory::{AsOf, Key, KeyPrefix, Memory, Scope, ScopeName, ScopeSelecto
 use crate::ports::Store;
 use crate::proto;
 use crate::proto::memory_service_server::MemoryService;
-
-const MAX_REQUEST_ID_LEN: usize = 128;
 
 pub struct MemoryApi<S> {
     memory: Memory<S>,
@@ -98,20 +97,6 @@ fn expected_version(n: Option<i64>) -> Result<Option<i64>> {
         )),
         other => Ok(other),
     }
-}
-
-fn request_id(id: String) -> Result<Option<String>> {
-    if id.is_empty() {
-        return Ok(None);
-    }
-    if id.len() > MAX_REQUEST_ID_LEN || !id.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(Error::invalid(
-            Reason::InvalidRequestId,
-            "request_id",
-            format!("must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters without spaces"),
-        ));
-    }
-    Ok(Some(id))
 }
 
 /// The fields Set and Delete share, parsed.

@@ -4,7 +4,7 @@
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
-use super::convert::{duration_from_proto, object_from_proto, session_to_proto};
+use super::convert::{duration_from_proto, object_from_proto, request_id, session_to_proto};
 use super::error::to_status;
 use crate::error::{Error, Reason, Result};
 use crate::ports::Store;
@@ -45,12 +45,14 @@ fn create_request(
     user: String,
     id: String,
     metadata: Option<prost_types::Struct>,
+    request: String,
 ) -> Result<CreateRequest> {
     Ok(CreateRequest {
         app: Name::parse("app", app)?,
         user: Name::parse("user", user)?,
         id: Id::parse_optional("session_id", id)?,
         metadata: object_from_proto("metadata", metadata)?,
+        request_id: request_id(request)?,
     })
 }
 
@@ -62,8 +64,14 @@ impl<S: Store> SessionService for SessionApi<S> {
     ) -> Result<Response<proto::CreateSessionResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
-        let create =
-            create_request(req.app, req.user, req.session_id, req.metadata).map_err(to_status)?;
+        let create = create_request(
+            req.app,
+            req.user,
+            req.session_id,
+            req.metadata,
+            req.request_id,
+        )
+        .map_err(to_status)?;
         let (session, _) = self
             .sessions
             .create(&ctx, create, CreateMode::Create)
@@ -80,8 +88,14 @@ impl<S: Store> SessionService for SessionApi<S> {
     ) -> Result<Response<proto::GetOrCreateSessionResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
-        let create =
-            create_request(req.app, req.user, req.session_id, req.metadata).map_err(to_status)?;
+        let create = create_request(
+            req.app,
+            req.user,
+            req.session_id,
+            req.metadata,
+            req.request_id,
+        )
+        .map_err(to_status)?;
         let (session, created) = self
             .sessions
             .create(&ctx, create, CreateMode::GetOrCreate)

@@ -90,8 +90,11 @@ pub fn harmless(method: &str, message: &[u8]) -> bool {
             .is_ok_and(|r| r.episode.is_some_and(|e| !e.id.is_empty())),
         "EpisodeService/AppendEpisodes" => proto::AppendEpisodesRequest::decode(message)
             .is_ok_and(|r| !r.episodes.is_empty() && r.episodes.iter().all(|e| !e.id.is_empty())),
+        "SessionService/CreateSession" => {
+            proto::CreateSessionRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
+        }
         "SessionService/GetOrCreateSession" => proto::GetOrCreateSessionRequest::decode(message)
-            .is_ok_and(|r| !r.session_id.is_empty()),
+            .is_ok_and(|r| !r.session_id.is_empty() || !r.request_id.is_empty()),
         _ => false,
     }
 }

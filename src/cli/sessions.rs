@@ -52,6 +52,11 @@ enum SessionCommand {
         /// Return the session if it exists already (for this app and user)
         #[arg(long)]
         if_missing: bool,
+        /// An id that makes repeating this command safe: a repeat is answered
+        /// with the session the first one created (default: a new random id,
+        /// so this command's own retries are safe)
+        #[arg(long)]
+        request_id: Option<String>,
     },
     /// Print a session
     Get {
@@ -179,8 +184,11 @@ impl SessionsCommand {
                 id,
                 metadata,
                 if_missing,
+                request_id,
             } => {
                 let metadata = metadata_arg(metadata)?;
+                let request_id =
+                    request_id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
                 let session = if if_missing {
                     sessions
                         .get_or_create_session(proto::GetOrCreateSessionRequest {
@@ -188,6 +196,7 @@ impl SessionsCommand {
                             user,
                             session_id: id,
                             metadata,
+                            request_id,
                         })
                         .await?
                         .into_inner()
@@ -199,6 +208,7 @@ impl SessionsCommand {
                             user,
                             session_id: id,
                             metadata,
+                            request_id,
                         })
                         .await?
                         .into_inner()

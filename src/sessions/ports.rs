@@ -26,6 +26,21 @@ pub struct NewSession<'a> {
     pub now: DateTime<Utc>,
     /// The tenant's session limit (0: none); see [`NewSession::to_evict`].
     pub max_sessions: i64,
+    /// The request's idempotency key, kept with the session it creates.
+    pub request_id: Option<&'a str>,
+}
+
+/// What [`SessionStore::create_session`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Creation {
+    /// Stored the new session.
+    Created(Session),
+    /// Found a session under the id, created by another request.
+    Found(Session),
+    /// Found the session an earlier request with the same `request_id`
+    /// created (under whatever id it had); the caller checks that the
+    /// requests agree.
+    Repeated(Session),
 }
 
 impl NewSession<'_> {
@@ -110,13 +125,13 @@ impl NewEpisode {
 /// The persistence of sessions and episodes. Every method is scoped to one
 /// tenant.
 pub trait SessionStore: Clone + Send + Sync + 'static {
-    /// Stores a new session unless the id is taken; the flag says whether
-    /// it was created (`false`: the session already stored under that id).
+    /// Stores a new session unless its request id created one already or
+    /// its id is taken (see [`Creation`]).
     fn create_session(
         &self,
         tenant: &Tenant,
         session: &NewSession<'_>,
-    ) -> impl Future<Output = Result<(Session, bool)>> + Send;
+    ) -> impl Future<Output = Result<Creation>> + Send;
 
     fn get_session(
         &self,
@@ -234,6 +249,7 @@ mod tests {
             metadata: "{}",
             now: chrono::Utc::now(),
             max_sessions,
+            request_id: None,
         };
         assert_eq!(at(0).to_evict(5), 0);
         assert_eq!(at(100).to_evict(99), 0);

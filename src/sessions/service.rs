@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::conversation::{AGENT_RESPONSE, USER_MESSAGE, render_conversation};
-use super::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
+use super::ports::{Append, Appended, Creation, EpisodeQuery, NewSession, SessionStore};
 use super::types::{
     AppendTo, Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery,
     Session, SessionFilter, SessionLimits, SessionStats, TailFilter, episode_not_found,
@@ -44,6 +44,22 @@ pub struct CreateRequest {
     /// `None`: a UUIDv7.
     pub id: Option<Id>,
     pub metadata: Map<String, Value>,
+    /// The idempotency key: a repeat of the request is answered with the
+    /// session the first one created.
+    pub request_id: Option<String>,
+}
+
+impl CreateRequest {
+    /// Whether `first`, the session an earlier request with this one's
+    /// request id created, answers this request too: the same owner, and
+    /// the same id when this one names one. (Metadata is not compared: it
+    /// comes back from the database re-encoded, and a retry sends what
+    /// the first try sent.)
+    fn repeats(&self, first: &Session) -> bool {
+        first.app == self.app.as_str()
+            && first.user == self.user.as_str()
+            && self.id.as_ref().is_none_or(|id| first.id == id.as_str())
+    }
 }
 
 /// Where a tail starts: its filter, the cursor after which episodes are
@@ -89,8 +105,8 @@ impl<S: SessionStore + Feeds> Sessions<S> {
         request: CreateRequest,
         mode: CreateMode,
     ) -> Result<(Session, bool)> {
-        let id = request.id.unwrap_or_else(Id::generate);
-        let metadata = Value::Object(request.metadata).to_string();
+        let id = request.id.clone().unwrap_or_else(Id::generate);
+        let metadata = Value::Object(request.metadata.clone()).to_string();
         if metadata.len() > self.limits.max_episode_bytes {
             return Err(Error::invalid(
                 Reason::ValueTooLarge,
@@ -109,10 +125,25 @@ impl<S: SessionStore + Feeds> Sessions<S> {
             metadata: &metadata,
             now: now_micros(),
             max_sessions: self.limits.max_sessions,
+            request_id: request.request_id.as_deref(),
         };
-        let (session, created) = self.store.create_session(&ctx.tenant, &session).await?;
+        let session = match self.store.create_session(&ctx.tenant, &session).await? {
+            Creation::Created(session) => return Ok((session, true)),
+            Creation::Repeated(first) if request.repeats(&first) => return Ok((first, true)),
+            Creation::Repeated(_) => {
+                return Err(Error::invalid(
+                    Reason::RequestIdReused,
+                    "request_id",
+                    format!(
+                        "{:?} already created a session for a different request; use a new \
+                         id for a new request",
+                        request.request_id.as_deref().unwrap_or("")
+                    ),
+                ));
+            }
+            Creation::Found(session) => session,
+        };
         match mode {
-            _ if created => Ok((session, true)),
             CreateMode::Create => Err(Error::AlreadyExists {
                 reason: Reason::SessionExists,
                 message: format!("session {:?} already exists", session.id),

@@ -8,12 +8,13 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use super::sql::{
-    Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params, select,
+    Backend, Cols, Dialect, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params,
+    select,
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::paging::Weighed;
-use crate::sessions::ports::{Append, Appended, EpisodeQuery, NewSession, SessionStore};
+use crate::sessions::ports::{Append, Appended, Creation, EpisodeQuery, NewSession, SessionStore};
 use crate::sessions::{
     Episode, EpisodeType, Id, NewEpisode, Owner, RecentQuery, Session, SessionFilter, SessionStats,
     TailFilter, session_changed,
@@ -36,6 +37,9 @@ macro_rules! session_columns {
     };
 }
 pub(super) use session_columns;
+
+/// How many columns [`session_columns`] names.
+const SESSION_COLUMNS: usize = 10;
 
 /// Reads one session. Parameters: $1 tenant, $2 id.
 pub(super) static SESSION: Sql = select!(
@@ -194,12 +198,39 @@ pub(super) fn recent_sql(session: bool, agent: bool) -> &'static Sql {
     &RECENT[recent_level(session, agent)]
 }
 
+/// No row when the id is taken. Parameters: $1 tenant, $2 id, $3 app, $4
+/// user, $5 metadata, $6 now.
 static INSERT_SESSION: Sql = Sql::new(concat!(
     "INSERT INTO sessions (tenant, id, app, user_id, metadata, create_time, update_time) \
      VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6) ON CONFLICT (tenant, id) DO NOTHING \
      RETURNING ",
     session_columns!()
 ));
+
+/// [`INSERT_SESSION`] keeping the request id that creates the session
+/// ($7): no row either when a concurrent repeat of the request stored it.
+/// (Apart, so that writes without one name no column a schema before
+/// migration 0035 / 0025 lacks.)
+static INSERT_KEYED_SESSION: Sql = Sql::new(concat!(
+    "INSERT INTO sessions \
+     (tenant, id, app, user_id, metadata, create_time, update_time, create_request_id) \
+     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6, $7) ON CONFLICT DO NOTHING \
+     RETURNING ",
+    session_columns!()
+));
+
+/// The session a keyed creation finds: the one its request id created if
+/// any (`repeated` 1), else the one stored under its id. One statement,
+/// so one snapshot: a concurrent repeat's session, committed meanwhile, is
+/// never taken for another request's. Parameters: $1 tenant, $2 request
+/// id, $3 id.
+static SESSION_OF_REQUEST: Sql = select!(
+    session_columns!(),
+    ", (CASE WHEN create_request_id = $2 THEN 1 ELSE 0 END)::bigint AS repeated \
+     FROM sessions \
+     WHERE tenant = $1 AND (create_request_id = $2 OR id = $3) \
+     ORDER BY repeated DESC LIMIT 1"
+);
 
 static LOCK_SESSION_CREATORS: Sql =
     Sql::new("SELECT pg_advisory_xact_lock(hashtextextended('engram.sessions/' || $1, 0))");
@@ -523,19 +554,21 @@ pub(super) async fn insert_session_in<T: Run>(
             crate::metrics::global().evicted(crate::metrics::Evicted::Sessions, evicted as u64);
         }
     }
-    tx.first(
-        &INSERT_SESSION,
-        params![
-            tenant.as_str(),
-            session.id.as_str(),
-            session.app.as_str(),
-            session.user.as_str(),
-            session.metadata,
-            session.now,
-        ],
-        session_row,
-    )
-    .await
+    let row: &[Param<'_>] = params![
+        tenant.as_str(),
+        session.id.as_str(),
+        session.app.as_str(),
+        session.user.as_str(),
+        session.metadata,
+        session.now,
+    ];
+    match session.request_id {
+        None => tx.first(&INSERT_SESSION, row, session_row).await,
+        Some(request) => {
+            let keyed = &[row, params![request]].concat();
+            tx.first(&INSERT_KEYED_SESSION, keyed, session_row).await
+        }
+    }
 }
 
 /// An append's episodes sorted out against those already stored under
@@ -595,6 +628,7 @@ pub(super) fn missing_session<'a>(append: &'a Append<'_>) -> Option<NewSession<'
         metadata: "{}",
         now: append.now,
         max_sessions: append.max_sessions,
+        request_id: None,
     })
 }
 
@@ -715,21 +749,33 @@ async fn recent_read<B: Backend>(
 }
 
 impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
-    async fn create_session(
-        &self,
-        tenant: &Tenant,
-        session: &NewSession<'_>,
-    ) -> Result<(Session, bool)> {
+    async fn create_session(&self, tenant: &Tenant, session: &NewSession<'_>) -> Result<Creation> {
         for _ in 0..CREATE_ATTEMPTS {
             let mut tx = self.begin(tenant).await?;
-            if let Some(existing) = session_in(&mut tx, tenant, session.id.as_str()).await? {
-                return Ok((existing, false));
+            let stored = match session.request_id {
+                Some(request) => {
+                    tx.first(
+                        &SESSION_OF_REQUEST,
+                        params![tenant.as_str(), request, session.id.as_str()],
+                        |row| Ok((session_row(row)?, row.int(SESSION_COLUMNS)? == 1)),
+                    )
+                    .await?
+                }
+                None => session_in(&mut tx, tenant, session.id.as_str())
+                    .await?
+                    .map(|found| (found, false)),
+            };
+            match stored {
+                Some((first, true)) => return Ok(Creation::Repeated(first)),
+                Some((found, false)) => return Ok(Creation::Found(found)),
+                None => {}
             }
             if let Some(created) = insert_session_in(&mut tx, tenant, session).await? {
                 tx.commit().await?;
-                return Ok((created, true));
+                return Ok(Creation::Created(created));
             }
-            // Taken between the read and the insert: read it again.
+            // Taken between the reads and the insert (the id, or the
+            // request id by a concurrent repeat): read them again.
         }
         Err(session_changed(session.id.as_str()))
     }

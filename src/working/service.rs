@@ -118,6 +118,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
                     user: user.clone(),
                     id: Some(id.clone()),
                     metadata: serde_json::Map::new(),
+                    request_id: None,
                 };
                 self.sessions
                     .create(ctx, request, CreateMode::GetOrCreate)

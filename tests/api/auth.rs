@@ -11,8 +11,9 @@ use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::session_service_client::SessionServiceClient;
 use engram::proto::{
-    AppendEpisodeRequest, DeleteSessionRequest, GetRequest, ListRequest, ListSessionsRequest,
-    NewEpisode, PurgeScopeRequest, ScopeType, SetRequest, TailEpisodesRequest, WatchRequest,
+    AppendEpisodeRequest, CreateSessionRequest, DeleteSessionRequest, GetRequest, ListRequest,
+    ListSessionsRequest, NewEpisode, PurgeScopeRequest, ScopeType, SetRequest, TailEpisodesRequest,
+    WatchRequest,
 };
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -291,6 +292,32 @@ async fn tenants_see_only_their_own(backend: Backend) {
     assert_eq!((status, &body["reason"]), (401, &json!("TOKEN_MISSING")));
     let (status, _) = http_get_json_as(server.http_addr(), "/memory/events", Some("nope")).await;
     assert_eq!(status, 401);
+
+    // A request id names a creation within its tenant only: the same id
+    // creates a session in each, and neither answers with the other's.
+    let create = || CreateSessionRequest {
+        app: "bot".into(),
+        user: "u".into(),
+        request_id: "create-1".into(),
+        ..CreateSessionRequest::default()
+    };
+    let mut made = Vec::new();
+    for token in [ACME, GLOBEX, ACME, GLOBEX] {
+        let session = sessions(&server, Some(token))
+            .create_session(create())
+            .await
+            .expect("create")
+            .into_inner()
+            .session
+            .expect("session");
+        made.push(session.id);
+    }
+    assert_ne!(made[0], made[1], "each tenant has its own session");
+    assert_eq!(
+        made[2..],
+        made[..2],
+        "each repeat answers with its tenant's"
+    );
 }
 
 async fn admin_calls_need_the_admin_role(backend: Backend) {

@@ -878,6 +878,7 @@ async fn json_values_are_refused_by_their_own_field(backend: Backend) {
             user: "alice".into(),
             session_id: "s1".into(),
             metadata: None,
+            request_id: String::new(),
         })
         .await
         .expect("session");
@@ -902,6 +903,7 @@ async fn json_values_are_refused_by_their_own_field(backend: Backend) {
             user: "alice".into(),
             session_id: "s2".into(),
             metadata: holding_nan(),
+            request_id: String::new(),
         })
         .await
         .expect_err("NaN metadata");

@@ -71,6 +71,7 @@ async fn make_runs(server: &TestServer) {
                 app: "app".into(),
                 user: "alice".into(),
                 metadata: None,
+                request_id: String::new(),
             })
             .await;
     }

@@ -271,6 +271,7 @@ pub(crate) async fn run_of_alice() -> TestServer {
             app: "bot".into(),
             user: "alice".into(),
             metadata: None,
+            request_id: String::new(),
         })
         .await
         .expect("create the run's session");

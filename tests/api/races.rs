@@ -380,6 +380,7 @@ async fn an_eviction_takes_its_sessions_in_id_order() {
         app: "app".into(),
         user: "alice".into(),
         metadata: None,
+        request_id: String::new(),
     };
     for id in ["z", "a", "m"] {
         server
@@ -448,6 +449,7 @@ async fn a_session_made_again_under_a_delete_is_not_anothers() {
             app: "app".into(),
             user: "alice".into(),
             metadata: None,
+            request_id: String::new(),
         })
         .await
         .expect("create");

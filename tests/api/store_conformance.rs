@@ -510,7 +510,7 @@ async fn scopes_with_live_counts<S: Store>(store: S, _db: &TestDb) {
 /// as activity, and nothing of one tenant is visible to another.
 async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S, _db: &TestDb) {
     use engram::ports::Feed;
-    use engram::sessions::ports::{Append, Appended, NewSession};
+    use engram::sessions::ports::{Append, Appended, Creation, NewSession};
     use engram::sessions::{
         EpisodeInput, Id, Name, NewEpisode, Owner, RecentQuery, SessionFilter, TailFilter,
     };
@@ -531,13 +531,16 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S, _db: &Tes
             metadata: "{}",
             now: at,
             max_sessions: 0,
+            request_id: None,
         };
-        let (session, created) = store
+        match store
             .create_session(tenant, &session)
             .await
-            .expect("create");
-        assert!(created);
-        session
+            .expect("create")
+        {
+            Creation::Created(session) => session,
+            other => panic!("not created: {other:?}"),
+        }
     };
     let idle = create(&t1, "idle", hours_ago(2)).await;
     assert_eq!(idle.create_time, hours_ago(2));

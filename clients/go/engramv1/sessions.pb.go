@@ -163,7 +163,15 @@ type CreateSessionRequest struct {
 	// control characters); empty makes a UUIDv7.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Free-form JSON attributes to keep with the session.
-	Metadata      *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// An id chosen by the client (a UUID is a good choice; 1 to 128
+	// printable ASCII characters) that makes retrying the call safe: a repeat
+	// of the same request with the same id is answered with the session the
+	// first one created, as created, and creates nothing. Reusing an id for a
+	// different request (another app, user or session id) is
+	// INVALID_ARGUMENT (reason REQUEST_ID_REUSED). The id is kept with the
+	// session, so a repeat after the session was deleted creates it again.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +234,13 @@ func (x *CreateSessionRequest) GetMetadata() *structpb.Struct {
 	return nil
 }
 
+func (x *CreateSessionRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // CreateSessionResponse carries the new session.
 type CreateSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -279,11 +294,20 @@ type GetOrCreateSessionRequest struct {
 	App string `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	// The user the session belongs to.
 	User string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
-	// The session id; empty always creates a new session with a UUIDv7.
+	// The session id; empty creates a new session with a UUIDv7 (unless the
+	// `request_id` already created one).
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// JSON attributes to keep when the session is created (ignored when it
 	// exists).
-	Metadata      *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// An id chosen by the client (a UUID is a good choice; 1 to 128
+	// printable ASCII characters) that makes retrying the call safe: a repeat
+	// of the same request with the same id is answered with the session the
+	// first one created, as created, and creates nothing. Reusing an id for a
+	// different request (another app, user or session id) is
+	// INVALID_ARGUMENT (reason REQUEST_ID_REUSED). The id is kept with the
+	// session, so a repeat after the session was deleted creates it again.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -346,12 +370,19 @@ func (x *GetOrCreateSessionRequest) GetMetadata() *structpb.Struct {
 	return nil
 }
 
+func (x *GetOrCreateSessionRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // GetOrCreateSessionResponse carries the session found or created.
 type GetOrCreateSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session.
 	Session *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	// True when this call created it.
+	// True when this call created it, or the first try of its `request_id`.
 	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1120,21 +1151,25 @@ const file_engram_v1_sessions_proto_rawDesc = "" +
 	"\repisode_count\x18\b \x01(\x03R\fepisodeCount\x12\x19\n" +
 	"\blast_seq\x18\t \x01(\x03R\alastSeq\x12)\n" +
 	"\x10episodes_evicted\x18\n" +
-	" \x01(\x03R\x0fepisodesEvicted\"\x90\x01\n" +
+	" \x01(\x03R\x0fepisodesEvicted\"\xaf\x01\n" +
 	"\x14CreateSessionRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x123\n" +
-	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"E\n" +
+	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"E\n" +
 	"\x15CreateSessionResponse\x12,\n" +
-	"\asession\x18\x01 \x01(\v2\x12.engram.v1.SessionR\asession\"\x95\x01\n" +
+	"\asession\x18\x01 \x01(\v2\x12.engram.v1.SessionR\asession\"\xb4\x01\n" +
 	"\x19GetOrCreateSessionRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x123\n" +
-	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"d\n" +
+	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"d\n" +
 	"\x1aGetOrCreateSessionResponse\x12,\n" +
 	"\asession\x18\x01 \x01(\v2\x12.engram.v1.SessionR\asession\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"X\n" +

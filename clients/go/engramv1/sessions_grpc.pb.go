@@ -44,14 +44,17 @@ const (
 // checks them; when it leaves them empty, it does not.
 type SessionServiceClient interface {
 	// CreateSession creates a session. A taken id is ALREADY_EXISTS (reason
-	// SESSION_EXISTS). When the tenant is at its session limit
-	// (ENGRAM_MAX_SESSIONS), the oldest 10% of its sessions are evicted first.
+	// SESSION_EXISTS), except to a repeat of the request that created it
+	// (same `request_id`), which is answered with that session. When the
+	// tenant is at its session limit (ENGRAM_MAX_SESSIONS), the oldest 10% of
+	// its sessions are evicted first.
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
 	// GetOrCreateSession returns the session with the given id, creating it
 	// for `app` and `user` when it does not exist yet. An existing id owned by
 	// another app or user is FAILED_PRECONDITION (reason
 	// SESSION_OWNER_MISMATCH); an id deleted again by others after each try
-	// to read it is ABORTED (reason SESSION_CHANGED).
+	// to read it is ABORTED (reason SESSION_CHANGED). A repeat of the request
+	// that created a session (same `request_id`) answers `created` true again.
 	GetOrCreateSession(ctx context.Context, in *GetOrCreateSessionRequest, opts ...grpc.CallOption) (*GetOrCreateSessionResponse, error)
 	// GetSession reads one session. An unknown id is NOT_FOUND (reason
 	// SESSION_NOT_FOUND).
@@ -178,14 +181,17 @@ func (c *sessionServiceClient) GetStats(ctx context.Context, in *GetStatsRequest
 // checks them; when it leaves them empty, it does not.
 type SessionServiceServer interface {
 	// CreateSession creates a session. A taken id is ALREADY_EXISTS (reason
-	// SESSION_EXISTS). When the tenant is at its session limit
-	// (ENGRAM_MAX_SESSIONS), the oldest 10% of its sessions are evicted first.
+	// SESSION_EXISTS), except to a repeat of the request that created it
+	// (same `request_id`), which is answered with that session. When the
+	// tenant is at its session limit (ENGRAM_MAX_SESSIONS), the oldest 10% of
+	// its sessions are evicted first.
 	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
 	// GetOrCreateSession returns the session with the given id, creating it
 	// for `app` and `user` when it does not exist yet. An existing id owned by
 	// another app or user is FAILED_PRECONDITION (reason
 	// SESSION_OWNER_MISMATCH); an id deleted again by others after each try
-	// to read it is ABORTED (reason SESSION_CHANGED).
+	// to read it is ABORTED (reason SESSION_CHANGED). A repeat of the request
+	// that created a session (same `request_id`) answers `created` true again.
 	GetOrCreateSession(context.Context, *GetOrCreateSessionRequest) (*GetOrCreateSessionResponse, error)
 	// GetSession reads one session. An unknown id is NOT_FOUND (reason
 	// SESSION_NOT_FOUND).

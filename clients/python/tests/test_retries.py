@@ -118,6 +118,30 @@ def test_an_append_with_ids_lands_once_through_an_outage(
         assert [e.id for e in client.episodes.list("rt-1")] == ["ep-1"]
 
 
+def test_a_session_is_created_once_through_an_outage(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    """Creating a session carries a request id of its own, so the client
+    retries it like any keyed write, and the retry finds what a try that
+    landed made: one session, reported as created."""
+    outage = Outage(slow_lock_server.database_url)
+    with Engram(slow_lock_server.address, timeout=30) as client:
+        outage.writes()
+        session = through_outage(outage, retry_log, lambda: client.sessions.create("rt", "cy"))
+        assert "retrying CreateSession" in retry_log.lines[0]
+        assert [s.id for s in client.sessions.list(user="cy")] == [session.id]
+        # What a retry after a lost reply sends: the same request again.
+        again = client.sessions.create("rt", "cy", request_id="create-cy")
+        assert client.sessions.create("rt", "cy", request_id="create-cy") == again
+        found, created = client.sessions.get_or_create(
+            "rt", "cy", again.id, request_id="create-cy"
+        )
+        assert (found, created) == (again, True)
+        found, created = client.sessions.get_or_create("rt", "cy", again.id)
+        assert (found, created) == (again, False)
+        assert len(list(client.sessions.list(user="cy"))) == 2
+
+
 def test_a_write_without_its_key_is_not_retried(
     slow_lock_server: Server, retry_log: RetryLog
 ) -> None:
@@ -270,7 +294,9 @@ def test_the_asyncio_client_retries_the_same_way(
         ),
         (sessions_pb2.GetOrCreateSessionRequest(app="a", user="u"), False),
         (sessions_pb2.GetOrCreateSessionRequest(app="a", user="u", session_id="s"), True),
+        (sessions_pb2.GetOrCreateSessionRequest(app="a", user="u", request_id="r"), True),
         (sessions_pb2.CreateSessionRequest(app="a", user="u", session_id="s"), False),
+        (sessions_pb2.CreateSessionRequest(app="a", user="u", request_id="r"), True),
         (memory_pb2.RollbackRequest(key="k"), False),
     ],
 )

@@ -5,6 +5,47 @@ use serde_json::{Value, json};
 use super::Cli;
 use crate::helpers::{Backend, TestServer};
 
+/// A creation rerun with its request id (a job run again) answers with
+/// the session the first run made; without one, a new session each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_creation_rerun_with_its_request_id_makes_nothing() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let sessions = Cli {
+        server: format!("http://{}", server.grpc_addr()),
+        group: "sessions",
+    };
+    let keyed = [
+        "create",
+        "--app",
+        "agent",
+        "--user",
+        "u2",
+        "--request-id",
+        "job-1",
+    ];
+    let first = sessions.json(&keyed);
+    assert_eq!(sessions.json(&keyed)["id"], first["id"]);
+    let other = sessions.json(&["create", "--app", "agent", "--user", "u2"]);
+    assert_ne!(other["id"], first["id"]);
+    let reused = sessions.run(&[
+        "create",
+        "--app",
+        "agent",
+        "--user",
+        "u3",
+        "--request-id",
+        "job-1",
+    ]);
+    assert_eq!(reused.code, 2, "another request under the id is bad input");
+    assert!(
+        reused.stderr.contains("REQUEST_ID_REUSED"),
+        "{}",
+        reused.stderr
+    );
+    let stats = sessions.json(&["stats"]);
+    assert_eq!(stats["total_sessions"], json!(2));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_and_episode_commands_against_a_server() {
     let server = TestServer::spawn(Backend::Sqlite).await;

@@ -23,6 +23,7 @@ fn create(app: &str, user: &str, id: &str) -> CreateSessionRequest {
         user: user.to_owned(),
         session_id: id.to_owned(),
         metadata: None,
+        request_id: String::new(),
     }
 }
 

@@ -3,8 +3,9 @@
 
 use engram::api::convert::json_to_proto;
 use engram::proto::{
-    CleanupSessionsRequest, DeleteSessionRequest, EndSessionRequest, GetOrCreateSessionRequest,
-    GetSessionRequest, GetStatsRequest, ListSessionsRequest, RecentRequest,
+    CleanupSessionsRequest, CreateSessionRequest, DeleteSessionRequest, EndSessionRequest,
+    GetOrCreateSessionRequest, GetSessionRequest, GetStatsRequest, ListSessionsRequest,
+    RecentRequest,
 };
 use serde_json::json;
 use tonic::Code;
@@ -55,6 +56,7 @@ async fn ids_and_owners(backend: Backend) {
             user: "user123".into(),
             session_id: "custom-id".into(),
             metadata: None,
+            request_id: String::new(),
         })
         .await
         .expect("get existing")
@@ -69,6 +71,7 @@ async fn ids_and_owners(backend: Backend) {
             metadata: Some(prost_types::Struct {
                 fields: [("channel".to_owned(), json_to_proto(&json!("web")))].into(),
             }),
+            request_id: String::new(),
         })
         .await
         .expect("create missing")
@@ -85,6 +88,7 @@ async fn ids_and_owners(backend: Backend) {
                 user: user.into(),
                 session_id: "custom-id".into(),
                 metadata: None,
+                request_id: String::new(),
             })
             .await
             .expect_err("owner mismatch");
@@ -405,7 +409,185 @@ async fn end_delete_cleanup_and_stats(backend: Backend) {
     }
 }
 
+/// A creation repeated with its request id (a retry after a reply that
+/// was lost) is answered with the session the first one created, as
+/// created: no second session, no ALREADY_EXISTS, no `created` false.
+async fn creation_is_safe_to_repeat(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut sessions = server.sessions();
+    let create = |user: &str, id: &str, request: &str| CreateSessionRequest {
+        request_id: request.to_owned(),
+        ..super::create("bot", user, id)
+    };
+    let get_or_create = |user: &str, id: &str, request: &str| GetOrCreateSessionRequest {
+        app: "bot".into(),
+        user: user.into(),
+        session_id: id.into(),
+        metadata: None,
+        request_id: request.into(),
+    };
+
+    // Without an id: the repeat finds the session the first try made.
+    let first = sessions
+        .create_session(create("ann", "", "r-1"))
+        .await
+        .expect("create")
+        .into_inner()
+        .session
+        .expect("session");
+    let again = sessions
+        .create_session(create("ann", "", "r-1"))
+        .await
+        .expect("the repeat")
+        .into_inner()
+        .session
+        .expect("session");
+    assert_eq!(again, first);
+    let repeated = sessions
+        .get_or_create_session(get_or_create("ann", "", "r-1"))
+        .await
+        .expect("the repeat as GetOrCreate")
+        .into_inner();
+    assert!(repeated.created, "the first try created it");
+    assert_eq!(repeated.session.as_ref(), Some(&first));
+    // Naming the id the first try was given is the same request too.
+    let named = sessions
+        .get_or_create_session(get_or_create("ann", &first.id, "r-1"))
+        .await
+        .expect("the repeat naming the id")
+        .into_inner();
+    assert!(named.created);
+
+    // With an id: the repeat is not ALREADY_EXISTS, and GetOrCreate's
+    // repeat says created; other requests for the id still find it made.
+    sessions
+        .create_session(create("ann", "chat-7", "r-2"))
+        .await
+        .expect("create chat-7");
+    sessions
+        .create_session(create("ann", "chat-7", "r-2"))
+        .await
+        .expect("the repeat of chat-7");
+    let taken = sessions
+        .create_session(create("ann", "chat-7", "r-3"))
+        .await
+        .expect_err("another request for a taken id");
+    assert_eq!(
+        (taken.code(), reason(&taken).as_str()),
+        (Code::AlreadyExists, "SESSION_EXISTS")
+    );
+    for (request, created) in [("r-2", true), ("", false), ("r-4", false)] {
+        let found = sessions
+            .get_or_create_session(get_or_create("ann", "chat-7", request))
+            .await
+            .expect("get or create chat-7")
+            .into_inner();
+        assert_eq!(found.created, created, "request id {request:?}");
+        assert_eq!(found.session.map(|s| s.id).as_deref(), Some("chat-7"));
+    }
+    let listed = sessions
+        .list_sessions(ListSessionsRequest {
+            user: "ann".into(),
+            ..ListSessionsRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let mut ids: Vec<String> = listed.sessions.into_iter().map(|s| s.id).collect();
+    ids.sort();
+    let mut wanted = vec!["chat-7".to_owned(), first.id.clone()];
+    wanted.sort();
+    assert_eq!(ids, wanted, "no session was made twice");
+
+    // An id reused for another request is refused, whichever call.
+    for request in [create("bob", "", "r-1"), create("ann", "chat-8", "r-2")] {
+        let err = sessions
+            .create_session(request.clone())
+            .await
+            .expect_err("reused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{request:?}");
+        assert_eq!(reason(&err), "REQUEST_ID_REUSED");
+        assert_eq!(bad_fields(&err), vec!["request_id".to_owned()]);
+    }
+    let err = sessions
+        .get_or_create_session(get_or_create("bob", "chat-7", "r-2"))
+        .await
+        .expect_err("reused by GetOrCreate");
+    assert_eq!(reason(&err), "REQUEST_ID_REUSED");
+
+    // Bad ids are refused before anything is looked up.
+    for bad in ["has space", &"r".repeat(129), "tab\there"] {
+        let err = sessions
+            .create_session(create("ann", "", bad))
+            .await
+            .expect_err("bad request id");
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(reason(&err), "INVALID_REQUEST_ID");
+        assert_eq!(bad_fields(&err), vec!["request_id".to_owned()]);
+    }
+
+    // The id lives with the session: once it is deleted, a repeat makes
+    // it again.
+    server
+        .sessions()
+        .delete_session(DeleteSessionRequest {
+            session_id: "chat-7".into(),
+            ..DeleteSessionRequest::default()
+        })
+        .await
+        .expect("delete");
+    let remade = sessions
+        .get_or_create_session(get_or_create("ann", "chat-7", "r-2"))
+        .await
+        .expect("made again")
+        .into_inner();
+    assert!(remade.created);
+}
+
+/// Many tries of one creation at once (a client's retry racing its
+/// first try, or a duplicated message): one session, and every answer is
+/// that session, as created.
+async fn racing_repeats_create_one_session(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    for id in ["", "raced"] {
+        let request = GetOrCreateSessionRequest {
+            app: "bot".into(),
+            user: format!("racer-{id}"),
+            session_id: id.into(),
+            metadata: None,
+            request_id: format!("race-{id}"),
+        };
+        let tries = (0..16).map(|_| {
+            let mut sessions = server.sessions();
+            let request = request.clone();
+            tokio::spawn(async move { sessions.get_or_create_session(request).await })
+        });
+        let answers: Vec<_> = futures::future::join_all(tries)
+            .await
+            .into_iter()
+            .map(|joined| joined.expect("joined").expect("answered").into_inner())
+            .collect();
+        let first = answers[0].session.clone().expect("session");
+        for answer in &answers {
+            assert!(answer.created, "{answer:?}");
+            assert_eq!(answer.session.as_ref(), Some(&first));
+        }
+        let listed = server
+            .sessions()
+            .list_sessions(ListSessionsRequest {
+                user: request.user.clone(),
+                ..ListSessionsRequest::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        assert_eq!(listed.sessions.len(), 1, "one session for {id:?}");
+    }
+}
+
 on_both_stores!(
+    creation_is_safe_to_repeat,
+    racing_repeats_create_one_session,
     ids_and_owners,
     listing_and_paging,
     end_delete_cleanup_and_stats,

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use engram::context::Tenant;
 use engram::ports::Store;
-use engram::sessions::ports::{Append, Appended, NewSession};
+use engram::sessions::ports::{Append, Appended, Creation, NewSession};
 use engram::sessions::{
     Episode, EpisodeInput, EpisodeType, Id, Name, NewEpisode, Owner, RecentQuery, Session,
 };
@@ -96,7 +96,8 @@ impl<S: Store> Log<'_, S> {
         max_sessions: i64,
     ) -> (Session, bool) {
         let (session_id, app, user) = (id(session), name("app", app), name("user", user));
-        self.store
+        let creation = self
+            .store
             .create_session(
                 &self.tenant,
                 &NewSession {
@@ -106,10 +107,16 @@ impl<S: Store> Log<'_, S> {
                     metadata: r#"{"k":"v"}"#,
                     now: now(),
                     max_sessions,
+                    request_id: None,
                 },
             )
             .await
-            .expect("create")
+            .expect("create");
+        match creation {
+            Creation::Created(session) => (session, true),
+            Creation::Found(session) => (session, false),
+            Creation::Repeated(session) => panic!("no request id, yet repeated: {session:?}"),
+        }
     }
 
     pub(crate) async fn append_as(

@@ -572,15 +572,26 @@ class Sessions:
         user: str,
         session_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
     ) -> Session:
-        request = _requests.create_session(app, user, session_id, metadata)
+        """Creates a session (``session_id``, or a server-made UUIDv7). A
+        taken id raises AlreadyExists. ``request_id`` (default: a new random
+        one) makes a retry after a lost reply answer with the session the
+        first try made; pass your own to repeat the call safely later."""
+        request = _requests.create_session(app, user, session_id, metadata, request_id)
         response = self._client.call(self._client.stubs.sessions.CreateSession, request)
         return Session.from_proto(response.session)
 
-    def get_or_create(self, app: str, user: str, session_id: str) -> tuple[Session, bool]:
+    def get_or_create(
+        self, app: str, user: str, session_id: str, *, request_id: str | None = None
+    ) -> tuple[Session, bool]:
+        """The session ``session_id`` of ``app`` and ``user``, created when
+        missing, and whether this call created it (also when a retry of it
+        finds what its first try created: see ``create``)."""
         response = self._client.call(
             self._client.stubs.sessions.GetOrCreateSession,
-            sessions_pb2.GetOrCreateSessionRequest(app=app, user=user, session_id=session_id),
+            _requests.get_or_create_session(app, user, session_id, request_id),
         )
         return Session.from_proto(response.session), response.created
 

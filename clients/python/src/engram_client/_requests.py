@@ -11,6 +11,7 @@ import builtins
 import logging
 import random
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -150,7 +151,8 @@ _READS: tuple[type[Message], ...] = (
 def idempotent(request: Message) -> bool:
     """Whether sending ``request`` twice has the effect of sending it once:
     a read, or a write that carries its idempotency key (a ``request_id``;
-    every episode's ``id``; the session's id for GetOrCreateSession). Only
+    every episode's ``id``; a session creation's ``request_id``, or its id
+    for GetOrCreateSession). Only
     these are retried after UNAVAILABLE, whose write may or may not have
     happened (a commit whose reply was lost)."""
     if isinstance(request, _READS):
@@ -161,8 +163,10 @@ def idempotent(request: Message) -> bool:
         return bool(request.episode.id)
     if isinstance(request, episodes_pb2.AppendEpisodesRequest):
         return bool(request.episodes) and all(episode.id for episode in request.episodes)
+    if isinstance(request, sessions_pb2.CreateSessionRequest):
+        return bool(request.request_id)
     if isinstance(request, sessions_pb2.GetOrCreateSessionRequest):
-        return bool(request.session_id)
+        return bool(request.session_id or request.request_id)
     return False
 
 
@@ -624,12 +628,36 @@ def import_batches(lines: Iterable[str]) -> Iterator[data_pb2.ImportRequest]:
 
 
 def create_session(
-    app: str, user: str, session_id: str | None, metadata: dict[str, Any] | None
+    app: str,
+    user: str,
+    session_id: str | None,
+    metadata: dict[str, Any] | None,
+    request_id: str | None,
 ) -> sessions_pb2.CreateSessionRequest:
-    request = sessions_pb2.CreateSessionRequest(app=app, user=user, session_id=session_id or "")
+    """A CreateSession with its idempotency key: ``request_id``, or a new
+    random one, so that retrying it after a lost reply finds the session
+    the first try made instead of making another."""
+    request = sessions_pb2.CreateSessionRequest(
+        app=app, user=user, session_id=session_id or "", request_id=request_id or _new_key()
+    )
     if metadata is not None:
         json_format.ParseDict(metadata, request.metadata)
     return request
+
+
+def get_or_create_session(
+    app: str, user: str, session_id: str | None, request_id: str | None
+) -> sessions_pb2.GetOrCreateSessionRequest:
+    """A GetOrCreateSession with its idempotency key (as
+    :func:`create_session`), so that a retry of a try that created the
+    session still answers ``created``."""
+    return sessions_pb2.GetOrCreateSessionRequest(
+        app=app, user=user, session_id=session_id or "", request_id=request_id or _new_key()
+    )
+
+
+def _new_key() -> str:
+    return uuid.uuid4().hex
 
 
 def new_episode(

@@ -27,7 +27,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65ngram/v1/sessions.proto\x12\tengram.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x02\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\repisode_count\x18\x08 \x01(\x03\x12\x10\n\x08last_seq\x18\t \x01(\x03\x12\x18\n\x10\x65pisodes_evicted\x18\n \x01(\x03\"p\n\x14\x43reateSessionRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"<\n\x15\x43reateSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\"u\n\x19GetOrCreateSessionRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"R\n\x1aGetOrCreateSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"B\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\"9\n\x12GetSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\"W\n\x13ListSessionsRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"U\n\x14ListSessionsResponse\x12$\n\x08sessions\x18\x01 \x03(\x0b\x32\x12.engram.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\"1\n\x15\x44\x65leteSessionResponse\x12\x18\n\x10\x65pisodes_deleted\x18\x01 \x01(\x03\"[\n\x11\x45ndSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x17\n\x0f\x64\x65lete_episodes\x18\x04 \x01(\x08\"S\n\x12\x45ndSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\x12\x18\n\x10\x65pisodes_deleted\x18\x02 \x01(\x03\"U\n\x16\x43leanupSessionsRequest\x12*\n\x07max_age\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\"3\n\x17\x43leanupSessionsResponse\x12\x18\n\x10sessions_deleted\x18\x01 \x01(\x03\"\x11\n\x0fGetStatsRequest\"\x98\x01\n\x10GetStatsResponse\x12\x16\n\x0etotal_sessions\x18\x01 \x01(\x03\x12\x16\n\x0etotal_episodes\x18\x02 \x01(\x03\x12 \n\x18\x61vg_episodes_per_session\x18\x03 \x01(\x01\x12\x18\n\x10sessions_evicted\x18\x04 \x01(\x03\x12\x18\n\x10\x65pisodes_evicted\x18\x05 \x01(\x03\x32\xa1\x05\n\x0eSessionService\x12R\n\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12\x61\n\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12I\n\nGetSession\x12\x1c.engram.v1.GetSessionRequest\x1a\x1d.engram.v1.GetSessionResponse\x12O\n\x0cListSessions\x12\x1e.engram.v1.ListSessionsRequest\x1a\x1f.engram.v1.ListSessionsResponse\x12R\n\rDeleteSession\x12\x1f.engram.v1.DeleteSessionRequest\x1a .engram.v1.DeleteSessionResponse\x12I\n\nEndSession\x12\x1c.engram.v1.EndSessionRequest\x1a\x1d.engram.v1.EndSessionResponse\x12X\n\x0f\x43leanupSessions\x12!.engram.v1.CleanupSessionsRequest\x1a\".engram.v1.CleanupSessionsResponse\x12\x43\n\x08GetStats\x12\x1a.engram.v1.GetStatsRequest\x1a\x1b.engram.v1.GetStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65ngram/v1/sessions.proto\x12\tengram.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x02\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\repisode_count\x18\x08 \x01(\x03\x12\x10\n\x08last_seq\x18\t \x01(\x03\x12\x18\n\x10\x65pisodes_evicted\x18\n \x01(\x03\"\x84\x01\n\x14\x43reateSessionRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"<\n\x15\x43reateSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\"\x89\x01\n\x19GetOrCreateSessionRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"R\n\x1aGetOrCreateSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"B\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\"9\n\x12GetSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\"W\n\x13ListSessionsRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"U\n\x14ListSessionsResponse\x12$\n\x08sessions\x18\x01 \x03(\x0b\x32\x12.engram.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\"1\n\x15\x44\x65leteSessionResponse\x12\x18\n\x10\x65pisodes_deleted\x18\x01 \x01(\x03\"[\n\x11\x45ndSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x17\n\x0f\x64\x65lete_episodes\x18\x04 \x01(\x08\"S\n\x12\x45ndSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.engram.v1.Session\x12\x18\n\x10\x65pisodes_deleted\x18\x02 \x01(\x03\"U\n\x16\x43leanupSessionsRequest\x12*\n\x07max_age\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\"3\n\x17\x43leanupSessionsResponse\x12\x18\n\x10sessions_deleted\x18\x01 \x01(\x03\"\x11\n\x0fGetStatsRequest\"\x98\x01\n\x10GetStatsResponse\x12\x16\n\x0etotal_sessions\x18\x01 \x01(\x03\x12\x16\n\x0etotal_episodes\x18\x02 \x01(\x03\x12 \n\x18\x61vg_episodes_per_session\x18\x03 \x01(\x01\x12\x18\n\x10sessions_evicted\x18\x04 \x01(\x03\x12\x18\n\x10\x65pisodes_evicted\x18\x05 \x01(\x03\x32\xa1\x05\n\x0eSessionService\x12R\n\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12\x61\n\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12I\n\nGetSession\x12\x1c.engram.v1.GetSessionRequest\x1a\x1d.engram.v1.GetSessionResponse\x12O\n\x0cListSessions\x12\x1e.engram.v1.ListSessionsRequest\x1a\x1f.engram.v1.ListSessionsResponse\x12R\n\rDeleteSession\x12\x1f.engram.v1.DeleteSessionRequest\x1a .engram.v1.DeleteSessionResponse\x12I\n\nEndSession\x12\x1c.engram.v1.EndSessionRequest\x1a\x1d.engram.v1.EndSessionResponse\x12X\n\x0f\x43leanupSessions\x12!.engram.v1.CleanupSessionsRequest\x1a\".engram.v1.CleanupSessionsResponse\x12\x43\n\x08GetStats\x12\x1a.engram.v1.GetStatsRequest\x1a\x1b.engram.v1.GetStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,38 +36,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SESSION']._serialized_start=135
   _globals['_SESSION']._serialized_end=437
-  _globals['_CREATESESSIONREQUEST']._serialized_start=439
-  _globals['_CREATESESSIONREQUEST']._serialized_end=551
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=553
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=613
-  _globals['_GETORCREATESESSIONREQUEST']._serialized_start=615
-  _globals['_GETORCREATESESSIONREQUEST']._serialized_end=732
-  _globals['_GETORCREATESESSIONRESPONSE']._serialized_start=734
-  _globals['_GETORCREATESESSIONRESPONSE']._serialized_end=816
-  _globals['_GETSESSIONREQUEST']._serialized_start=818
-  _globals['_GETSESSIONREQUEST']._serialized_end=884
-  _globals['_GETSESSIONRESPONSE']._serialized_start=886
-  _globals['_GETSESSIONRESPONSE']._serialized_end=943
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=945
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1032
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1034
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1119
-  _globals['_DELETESESSIONREQUEST']._serialized_start=1121
-  _globals['_DELETESESSIONREQUEST']._serialized_end=1190
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=1192
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=1241
-  _globals['_ENDSESSIONREQUEST']._serialized_start=1243
-  _globals['_ENDSESSIONREQUEST']._serialized_end=1334
-  _globals['_ENDSESSIONRESPONSE']._serialized_start=1336
-  _globals['_ENDSESSIONRESPONSE']._serialized_end=1419
-  _globals['_CLEANUPSESSIONSREQUEST']._serialized_start=1421
-  _globals['_CLEANUPSESSIONSREQUEST']._serialized_end=1506
-  _globals['_CLEANUPSESSIONSRESPONSE']._serialized_start=1508
-  _globals['_CLEANUPSESSIONSRESPONSE']._serialized_end=1559
-  _globals['_GETSTATSREQUEST']._serialized_start=1561
-  _globals['_GETSTATSREQUEST']._serialized_end=1578
-  _globals['_GETSTATSRESPONSE']._serialized_start=1581
-  _globals['_GETSTATSRESPONSE']._serialized_end=1733
-  _globals['_SESSIONSERVICE']._serialized_start=1736
-  _globals['_SESSIONSERVICE']._serialized_end=2409
+  _globals['_CREATESESSIONREQUEST']._serialized_start=440
+  _globals['_CREATESESSIONREQUEST']._serialized_end=572
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=574
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=634
+  _globals['_GETORCREATESESSIONREQUEST']._serialized_start=637
+  _globals['_GETORCREATESESSIONREQUEST']._serialized_end=774
+  _globals['_GETORCREATESESSIONRESPONSE']._serialized_start=776
+  _globals['_GETORCREATESESSIONRESPONSE']._serialized_end=858
+  _globals['_GETSESSIONREQUEST']._serialized_start=860
+  _globals['_GETSESSIONREQUEST']._serialized_end=926
+  _globals['_GETSESSIONRESPONSE']._serialized_start=928
+  _globals['_GETSESSIONRESPONSE']._serialized_end=985
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=987
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=1074
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1076
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1161
+  _globals['_DELETESESSIONREQUEST']._serialized_start=1163
+  _globals['_DELETESESSIONREQUEST']._serialized_end=1232
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=1234
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=1283
+  _globals['_ENDSESSIONREQUEST']._serialized_start=1285
+  _globals['_ENDSESSIONREQUEST']._serialized_end=1376
+  _globals['_ENDSESSIONRESPONSE']._serialized_start=1378
+  _globals['_ENDSESSIONRESPONSE']._serialized_end=1461
+  _globals['_CLEANUPSESSIONSREQUEST']._serialized_start=1463
+  _globals['_CLEANUPSESSIONSREQUEST']._serialized_end=1548
+  _globals['_CLEANUPSESSIONSRESPONSE']._serialized_start=1550
+  _globals['_CLEANUPSESSIONSRESPONSE']._serialized_end=1601
+  _globals['_GETSTATSREQUEST']._serialized_start=1603
+  _globals['_GETSTATSREQUEST']._serialized_end=1620
+  _globals['_GETSTATSRESPONSE']._serialized_start=1623
+  _globals['_GETSTATSRESPONSE']._serialized_end=1775
+  _globals['_SESSIONSERVICE']._serialized_start=1778
+  _globals['_SESSIONSERVICE']._serialized_end=2451
 # @@protoc_insertion_point(module_scope)

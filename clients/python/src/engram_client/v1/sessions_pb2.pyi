@@ -97,6 +97,7 @@ class CreateSessionRequest(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     app: _builtins.str
     """The app the session belongs to: 1 to 256 characters, no whitespace or
     control characters.
@@ -106,6 +107,15 @@ class CreateSessionRequest(_message.Message):
     session_id: _builtins.str
     """The id to give the session (at most 128 characters, no whitespace or
     control characters); empty makes a UUIDv7.
+    """
+    request_id: _builtins.str
+    """An id chosen by the client (a UUID is a good choice; 1 to 128
+    printable ASCII characters) that makes retrying the call safe: a repeat
+    of the same request with the same id is answered with the session the
+    first one created, as created, and creates nothing. Reusing an id for a
+    different request (another app, user or session id) is
+    INVALID_ARGUMENT (reason REQUEST_ID_REUSED). The id is kept with the
+    session, so a repeat after the session was deleted creates it again.
     """
     @_builtins.property
     def metadata(self) -> _struct_pb2.Struct:
@@ -118,10 +128,11 @@ class CreateSessionRequest(_message.Message):
         user: _builtins.str = ...,
         session_id: _builtins.str = ...,
         metadata: _struct_pb2.Struct | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "metadata", b"metadata", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -161,12 +172,24 @@ class GetOrCreateSessionRequest(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     app: _builtins.str
     """The app the session belongs to."""
     user: _builtins.str
     """The user the session belongs to."""
     session_id: _builtins.str
-    """The session id; empty always creates a new session with a UUIDv7."""
+    """The session id; empty creates a new session with a UUIDv7 (unless the
+    `request_id` already created one).
+    """
+    request_id: _builtins.str
+    """An id chosen by the client (a UUID is a good choice; 1 to 128
+    printable ASCII characters) that makes retrying the call safe: a repeat
+    of the same request with the same id is answered with the session the
+    first one created, as created, and creates nothing. Reusing an id for a
+    different request (another app, user or session id) is
+    INVALID_ARGUMENT (reason REQUEST_ID_REUSED). The id is kept with the
+    session, so a repeat after the session was deleted creates it again.
+    """
     @_builtins.property
     def metadata(self) -> _struct_pb2.Struct:
         """JSON attributes to keep when the session is created (ignored when it
@@ -180,10 +203,11 @@ class GetOrCreateSessionRequest(_message.Message):
         user: _builtins.str = ...,
         session_id: _builtins.str = ...,
         metadata: _struct_pb2.Struct | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "metadata", b"metadata", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -198,7 +222,7 @@ class GetOrCreateSessionResponse(_message.Message):
     SESSION_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
-    """True when this call created it."""
+    """True when this call created it, or the first try of its `request_id`."""
     @_builtins.property
     def session(self) -> Global___Session:
         """The session."""

@@ -99,8 +99,10 @@ class SessionServiceServicer:
 
     def CreateSession(self, request, context):
         """CreateSession creates a session. A taken id is ALREADY_EXISTS (reason
-        SESSION_EXISTS). When the tenant is at its session limit
-        (ENGRAM_MAX_SESSIONS), the oldest 10% of its sessions are evicted first.
+        SESSION_EXISTS), except to a repeat of the request that created it
+        (same `request_id`), which is answered with that session. When the
+        tenant is at its session limit (ENGRAM_MAX_SESSIONS), the oldest 10% of
+        its sessions are evicted first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,7 +113,8 @@ class SessionServiceServicer:
         for `app` and `user` when it does not exist yet. An existing id owned by
         another app or user is FAILED_PRECONDITION (reason
         SESSION_OWNER_MISMATCH); an id deleted again by others after each try
-        to read it is ABORTED (reason SESSION_CHANGED).
+        to read it is ABORTED (reason SESSION_CHANGED). A repeat of the request
+        that created a session (same `request_id`) answers `created` true again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

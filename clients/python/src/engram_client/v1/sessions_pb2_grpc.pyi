@@ -44,15 +44,18 @@ class SessionServiceStub:
     def __new__(cls, channel: _aio.Channel) -> SessionServiceAsyncStub: ...
     CreateSession: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.CreateSessionRequest, _sessions_pb2.CreateSessionResponse]
     """CreateSession creates a session. A taken id is ALREADY_EXISTS (reason
-    SESSION_EXISTS). When the tenant is at its session limit
-    (ENGRAM_MAX_SESSIONS), the oldest 10% of its sessions are evicted first.
+    SESSION_EXISTS), except to a repeat of the request that created it
+    (same `request_id`), which is answered with that session. When the
+    tenant is at its session limit (ENGRAM_MAX_SESSIONS), the oldest 10% of
+    its sessions are evicted first.
     """
     GetOrCreateSession: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetOrCreateSessionRequest, _sessions_pb2.GetOrCreateSessionResponse]
     """GetOrCreateSession returns the session with the given id, creating it
     for `app` and `user` when it does not exist yet. An existing id owned by
     another app or user is FAILED_PRECONDITION (reason
     SESSION_OWNER_MISMATCH); an id deleted again by others after each try
-    to read it is ABORTED (reason SESSION_CHANGED).
+    to read it is ABORTED (reason SESSION_CHANGED). A repeat of the request
+    that created a session (same `request_id`) answers `created` true again.
     """
     GetSession: _grpc.UnaryUnaryMultiCallable[_sessions_pb2.GetSessionRequest, _sessions_pb2.GetSessionResponse]
     """GetSession reads one session. An unknown id is NOT_FOUND (reason
@@ -96,15 +99,18 @@ class SessionServiceAsyncStub(SessionServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateSession: _aio.UnaryUnaryMultiCallable[_sessions_pb2.CreateSessionRequest, _sessions_pb2.CreateSessionResponse]  # type: ignore[assignment]
     """CreateSession creates a session. A taken id is ALREADY_EXISTS (reason
-    SESSION_EXISTS). When the tenant is at its session limit
-    (ENGRAM_MAX_SESSIONS), the oldest 10% of its sessions are evicted first.
+    SESSION_EXISTS), except to a repeat of the request that created it
+    (same `request_id`), which is answered with that session. When the
+    tenant is at its session limit (ENGRAM_MAX_SESSIONS), the oldest 10% of
+    its sessions are evicted first.
     """
     GetOrCreateSession: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetOrCreateSessionRequest, _sessions_pb2.GetOrCreateSessionResponse]  # type: ignore[assignment]
     """GetOrCreateSession returns the session with the given id, creating it
     for `app` and `user` when it does not exist yet. An existing id owned by
     another app or user is FAILED_PRECONDITION (reason
     SESSION_OWNER_MISMATCH); an id deleted again by others after each try
-    to read it is ABORTED (reason SESSION_CHANGED).
+    to read it is ABORTED (reason SESSION_CHANGED). A repeat of the request
+    that created a session (same `request_id`) answers `created` true again.
     """
     GetSession: _aio.UnaryUnaryMultiCallable[_sessions_pb2.GetSessionRequest, _sessions_pb2.GetSessionResponse]  # type: ignore[assignment]
     """GetSession reads one session. An unknown id is NOT_FOUND (reason
@@ -151,8 +157,10 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_sessions_pb2.CreateSessionResponse, _abc.Awaitable[_sessions_pb2.CreateSessionResponse]]:
         """CreateSession creates a session. A taken id is ALREADY_EXISTS (reason
-        SESSION_EXISTS). When the tenant is at its session limit
-        (ENGRAM_MAX_SESSIONS), the oldest 10% of its sessions are evicted first.
+        SESSION_EXISTS), except to a repeat of the request that created it
+        (same `request_id`), which is answered with that session. When the
+        tenant is at its session limit (ENGRAM_MAX_SESSIONS), the oldest 10% of
+        its sessions are evicted first.
         """
 
     @_abc_1.abstractmethod
@@ -165,7 +173,8 @@ class SessionServiceServicer(metaclass=_abc_1.ABCMeta):
         for `app` and `user` when it does not exist yet. An existing id owned by
         another app or user is FAILED_PRECONDITION (reason
         SESSION_OWNER_MISMATCH); an id deleted again by others after each try
-        to read it is ABORTED (reason SESSION_CHANGED).
+        to read it is ABORTED (reason SESSION_CHANGED). A repeat of the request
+        that created a session (same `request_id`) answers `created` true again.
         """
 
     @_abc_1.abstractmethod
