@@ -230,8 +230,12 @@ def test_a_scope_and_a_session_export_as_json_lines(server: Server, browser: web
     records = [json.loads(line) for line in get(server, path, server.tokens["admin"]).splitlines()]
     assert records[0]["kind"] == "header" and records[0]["selection"] == "scope namespace/team"
     assert {r["key"] for r in records[1:] if r["kind"] == "memory_version"} >= {"style"}
+    # The download is whole: it ends with the end line, counting the lines
+    # before it, which an import checks.
+    assert records[-1] == {"kind": "end", "lines": len(records) - 1}
     session = [json.loads(line) for line in get(server, "/export?session=chat-1", server.tokens["admin"]).splitlines()]
     assert [r["kind"] for r in session[:3]] == ["header", "session", "episode"]
+    assert session[-1] == {"kind": "end", "lines": len(session) - 1}
 
 
 def test_tenants_tokens_and_headers(server: Server, browser: webdriver.Chrome) -> None:
