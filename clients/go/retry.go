@@ -67,7 +67,10 @@ func WithRetryObserver(observe func(Retry)) Option {
 }
 
 // Idempotent reports whether sending request twice has the effect of
-// sending it once: a read, or a write that carries its idempotency key (a
+// sending it once: a read, a write that sets state to what it carries (a
+// session's goal, a task's fields, a cached file, a session's end, a
+// scope's retention, the reindex), or a write that carries its idempotency
+// key (a
 // request id for Set and Delete, every episode's id for AppendEpisode and
 // AppendEpisodes, the request id for CreateSession, and the request or
 // session id for GetOrCreateSession). Only these are
@@ -85,6 +88,12 @@ func Idempotent(request proto.Message) bool {
 		*engramv1.GetFactRequest, *engramv1.ListFactsRequest,
 		*engramv1.ListTasksRequest, *engramv1.GetSnapshotRequest,
 		*engramv1.RenderMemoryBlockRequest, *engramv1.ListToolsRequest:
+		return true
+	case *engramv1.SetGoalRequest, *engramv1.UpdateTaskRequest, *engramv1.CacheContentRequest,
+		*engramv1.EndSessionRequest, *engramv1.SetRetentionRequest, *engramv1.ReindexRequest:
+		// Writes that set state to what they carry: a repeat leaves it as
+		// the first left it (its reply describes the repeat: nothing more
+		// evicted or deleted).
 		return true
 	case *engramv1.SetRequest:
 		return r.GetRequestId() != ""

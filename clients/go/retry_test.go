@@ -66,6 +66,32 @@ func (l *writeLock) release() {
 	_ = l.cmd.Wait()
 }
 
+// throughOutage runs call in the background, waits for its first retry
+// (reported to retries), then ends the outage with end and returns what
+// call returned and that retry.
+func throughOutage[T any](ctx context.Context, t *testing.T, retries <-chan engram.Retry,
+	call func() (T, error), end func()) (T, engram.Retry, error) {
+	t.Helper()
+	type outcome struct {
+		response T
+		err      error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		response, err := call()
+		done <- outcome{response, err}
+	}()
+	var first engram.Retry
+	select {
+	case first = <-retries:
+	case <-ctx.Done():
+		t.Fatal("the client never retried")
+	}
+	end()
+	landed := <-done
+	return landed.response, first, landed.err
+}
+
 func TestRetriesThroughAnOutage(t *testing.T) {
 	dir := t.TempDir()
 	srv := start(t, dir, "127.0.0.1:0", "ENGRAM_DB_ACQUIRE_TIMEOUT_MS=300")
@@ -81,27 +107,13 @@ func TestRetriesThroughAnOutage(t *testing.T) {
 
 	// A write with its request id waits out the outage and lands once.
 	lock := lockWrites(t, filepath.Join(dir, "engram.db"))
-	type outcome struct {
-		response *engramv1.SetResponse
-		err      error
+	landed, first, err := throughOutage(ctx, t, retries, func() (*engramv1.SetResponse, error) {
+		return set(client, ctx, "a", "plan-1")
+	}, lock.release)
+	if err != nil {
+		t.Fatalf("retried write: %v", err)
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		response, err := set(client, ctx, "a", "plan-1")
-		done <- outcome{response, err}
-	}()
-	var first engram.Retry
-	select {
-	case first = <-retries:
-	case <-ctx.Done():
-		t.Fatal("the client never retried")
-	}
-	lock.release()
-	landed := <-done
-	if landed.err != nil {
-		t.Fatalf("retried write: %v", landed.err)
-	}
-	if got := landed.response.GetEntry().GetVersion(); got != 1 {
+	if got := landed.GetEntry().GetVersion(); got != 1 {
 		t.Fatalf("version %d, want 1", got)
 	}
 	if first.Method != "/engram.v1.MemoryService/Set" || first.Attempt != 1 || first.Delay != time.Second {
@@ -113,7 +125,7 @@ func TestRetriesThroughAnOutage(t *testing.T) {
 
 	// A write without one is not retried: the first try may have landed.
 	lock = lockWrites(t, filepath.Join(dir, "engram.db"))
-	_, err := set(client, ctx, "b", "")
+	_, err = set(client, ctx, "b", "")
 	failure, ok := engram.AsError(err)
 	if !ok || failure.Code != codes.Unavailable || failure.RetryDelay != time.Second {
 		t.Fatalf("unkeyed write during the outage: %v", err)
@@ -181,27 +193,14 @@ func TestASessionIsCreatedOnceThroughAnOutage(t *testing.T) {
 
 	lock := lockWrites(t, filepath.Join(dir, "engram.db"))
 	request := &engramv1.CreateSessionRequest{App: "rt", User: "cy"}
-	type outcome struct {
-		response *engramv1.CreateSessionResponse
-		err      error
+	landed, retry, err := throughOutage(ctx, t, retries, func() (*engramv1.CreateSessionResponse, error) {
+		return client.Sessions.CreateSession(ctx, request)
+	}, lock.release)
+	if err != nil {
+		t.Fatalf("retried creation: %v", err)
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		response, err := client.Sessions.CreateSession(ctx, request)
-		done <- outcome{response, err}
-	}()
-	select {
-	case retry := <-retries:
-		if retry.Method != "/engram.v1.SessionService/CreateSession" {
-			t.Fatalf("retried %s", retry.Method)
-		}
-	case <-ctx.Done():
-		t.Fatal("the client never retried")
-	}
-	lock.release()
-	landed := <-done
-	if landed.err != nil {
-		t.Fatalf("retried creation: %v", landed.err)
+	if retry.Method != "/engram.v1.SessionService/CreateSession" {
+		t.Fatalf("retried %s", retry.Method)
 	}
 	if request.GetRequestId() != "" {
 		t.Fatalf("the caller's request was changed: %v", request)
@@ -210,7 +209,7 @@ func TestASessionIsCreatedOnceThroughAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := listed.GetSessions(); len(got) != 1 || got[0].GetId() != landed.response.GetSession().GetId() {
+	if got := listed.GetSessions(); len(got) != 1 || got[0].GetId() != landed.GetSession().GetId() {
 		t.Fatalf("sessions %v, want the one created", got)
 	}
 
@@ -253,6 +252,15 @@ func TestWhatIsRetried(t *testing.T) {
 		{&engramv1.CreateSessionRequest{App: "a", User: "u", SessionId: "s"}, false},
 		{&engramv1.CreateSessionRequest{App: "a", User: "u", RequestId: "r"}, true},
 		{&engramv1.RollbackRequest{Key: "k"}, false},
+		{&engramv1.SetGoalRequest{Goal: "g"}, true},
+		{&engramv1.UpdateTaskRequest{TaskId: "t1"}, true},
+		{&engramv1.CacheContentRequest{Path: "p"}, true},
+		{&engramv1.CreateTaskRequest{Subject: "s"}, false},
+		{&engramv1.RememberRequest{Content: "c"}, false},
+		{&engramv1.EndSessionRequest{SessionId: "s"}, true},
+		{&engramv1.DeleteSessionRequest{SessionId: "s"}, false},
+		{&engramv1.SetRetentionRequest{Scope: "s"}, true},
+		{&engramv1.ReindexRequest{Apply: true}, true},
 		{nil, false},
 	} {
 		if got := engram.Idempotent(c.request); got != c.retried {
@@ -302,26 +310,13 @@ func TestARetryWaitsForARestartingServer(t *testing.T) {
 	}
 	first.stop()
 
-	type outcome struct {
-		response *engramv1.GetResponse
-		err      error
+	read, _, err := throughOutage(ctx, t, retries, func() (*engramv1.GetResponse, error) {
+		return client.Memory.Get(ctx, get)
+	}, func() { start(t, dir, addr) })
+	if err != nil {
+		t.Fatalf("a read across the restart: %v", err)
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		response, err := client.Memory.Get(ctx, get)
-		done <- outcome{response, err}
-	}()
-	select {
-	case <-retries:
-	case <-ctx.Done():
-		t.Fatal("the client never retried")
-	}
-	start(t, dir, addr)
-	read := <-done
-	if read.err != nil {
-		t.Fatalf("a read across the restart: %v", read.err)
-	}
-	if got := read.response.GetEntry().GetValue().GetStringValue(); got != "kept" {
+	if got := read.GetEntry().GetValue().GetStringValue(); got != "kept" {
 		t.Fatalf("read %q", got)
 	}
 	if n := len(retries); n != 0 {

@@ -51,7 +51,8 @@ pub struct ClientArgs {
     json: bool,
 
     /// How many times a call is tried again after UNAVAILABLE (a database
-    /// failover, a server restart) when repeating it is harmless (a read, or
+    /// failover, a server restart) when repeating it is harmless (a read, a
+    /// write that sets what it carries, such as a goal or a task's status, or
     /// a write with its --request-id or --id), or after a failure that wrote
     /// nothing (TRANSACTION_CONFLICT, SESSION_CHANGED, DATABASE_TIMEOUT);
     /// each waits what the server asks, or 0.1 to 2 s. 0: never

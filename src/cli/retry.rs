@@ -1,8 +1,11 @@
 //! Retries of the CLI's unary calls, under the clients' rule
 //! (`engram_client`, the Go client's `Idempotent`, MCP's tools): after
 //! UNAVAILABLE when repeating the call is harmless (a read; a write that
-//! carries its idempotency key: `--request-id` on `memory set` and
-//! `memory delete`, an episode's `--id`, a session id for get-or-create),
+//! sets state to what it carries: a goal, a task's fields, a cached file, a
+//! session's end, a retention policy, the reindex; a write that carries its
+//! idempotency key: `--request-id` on `memory set`, `memory delete` and
+//! `sessions create` (which makes one up when not given), an episode's
+//! `--id`, a session id for get-or-create),
 //! and after a failure whose reason says nothing was written
 //! (`TRANSACTION_CONFLICT`, `SESSION_CHANGED`, `DATABASE_TIMEOUT`) whatever
 //! the call; `--retries` times (3 by default), each waiting what the
@@ -70,13 +73,25 @@ const READS: [&str; 21] = [
     "WorkingMemoryService/ListTools",
 ];
 
+/// The unary methods that set state to what they carry, so that a repeat
+/// leaves it as the first left it. (A repeat's reply describes the repeat:
+/// a cached file evicts nothing more, an end deletes no more episodes.)
+const SETTERS: [&str; 6] = [
+    "WorkingMemoryService/SetGoal",
+    "WorkingMemoryService/UpdateTask",
+    "WorkingMemoryService/CacheContent",
+    "SessionService/EndSession",
+    "MemoryAdminService/SetRetention",
+    "MemoryAdminService/Reindex",
+];
+
 /// Whether sending the request of `method` (`/engram.v1.MemoryService/Set`)
 /// whose message is `message` twice has the effect of sending it once.
 pub fn harmless(method: &str, message: &[u8]) -> bool {
     let Some(method) = method.strip_prefix("/engram.v1.") else {
         return false;
     };
-    if READS.contains(&method) {
+    if READS.contains(&method) || SETTERS.contains(&method) {
         return true;
     }
     match method {
@@ -418,6 +433,28 @@ mod tests {
                 true,
             ),
             ("/engram.v1.SessionService/CreateSession", vec![], false),
+            (
+                "/engram.v1.SessionService/CreateSession",
+                encoded(&proto::CreateSessionRequest {
+                    request_id: "r".into(),
+                    ..proto::CreateSessionRequest::default()
+                }),
+                true,
+            ),
+            (
+                "/engram.v1.SessionService/GetOrCreateSession",
+                encoded(&proto::GetOrCreateSessionRequest {
+                    request_id: "r".into(),
+                    ..proto::GetOrCreateSessionRequest::default()
+                }),
+                true,
+            ),
+            ("/engram.v1.WorkingMemoryService/SetGoal", vec![], true),
+            ("/engram.v1.WorkingMemoryService/UpdateTask", vec![], true),
+            ("/engram.v1.SessionService/EndSession", vec![], true),
+            ("/engram.v1.WorkingMemoryService/CreateTask", vec![], false),
+            ("/engram.v1.WorkingMemoryService/Remember", vec![], false),
+            ("/engram.v1.SessionService/DeleteSession", vec![], false),
             ("/engram.v1.MemoryService/Rollback", vec![], false),
             ("/engram.v1.MemoryService/Set", vec![0xff, 0xff], false),
             ("/grpc.health.v1.Health/Check", vec![], false),
@@ -485,8 +522,8 @@ mod tests {
     }
 
     #[test]
-    fn every_read_is_a_method_of_the_protos() {
-        for read in READS {
+    fn every_read_and_setter_is_a_method_of_the_protos() {
+        for read in READS.iter().chain(&SETTERS) {
             let method = format!("/engram.v1.{read}");
             assert_eq!(
                 crate::metrics::method_type(&method),

@@ -182,8 +182,10 @@ impl Engram {
 
     /// Runs one of the routed tools. One that met UNAVAILABLE (a database
     /// failover, say) is run again, up to [`RETRIES`] times, when that is
-    /// harmless: a read-only tool, or a write that carries its idempotency
-    /// key (`request_id`; an append's `id`). Other writes answer the error
+    /// harmless: a read-only tool, a write that sets state to what it carries
+    /// (a goal, a task's status, a retention policy, the reindex), or a
+    /// write that carries its idempotency key (`request_id`; an append's
+    /// `id`). Other writes answer the error
     /// at once, since the first try may have been stored. Any tool is run
     /// again after a failure whose reason says nothing was written
     /// ([`crate::error::Reason::NOTHING_WRITTEN`]). The clients' rule (`engram_client`, the Go
@@ -195,26 +197,15 @@ impl Engram {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let retryable = self.harmless_to_repeat(&request);
-        let mut backoff = RETRY_BACKOFF.0;
-        let mut tried = 0;
-        loop {
+        retrying(&request.name, retryable, &context, || {
             let call = ToolCallContext::new(self, request.clone(), context.clone());
-            let reply = self.tools.call(call).await?;
-            tried += 1;
-            let Some(delay) =
-                retry_wait(&reply, retryable, &mut backoff).filter(|_| tried <= RETRIES)
-            else {
-                return Ok(reply);
-            };
-            tracing::info!(tool = %request.name, ?delay, tried, "retrying a failed tool call");
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = context.ct.cancelled() => return Ok(reply),
-            }
-        }
+            self.tools.call(call)
+        })
+        .await
     }
 
-    /// Whether running `request` twice has the effect of running it once.
+    /// Whether running `request` twice has the effect of running it once
+    /// (a routed tool's, or a working-memory action's).
     fn harmless_to_repeat(&self, request: &CallToolRequestParams) -> bool {
         let read_only = self
             .tools
@@ -233,6 +224,10 @@ impl Engram {
         match request.name.as_ref() {
             "memory_set" | "memory_delete" => keyed("request_id"),
             "episode_append" => keyed("id"),
+            // The tools that set state to what they carry, so that a repeat
+            // leaves it as the first left it.
+            "memory.set_goal" | "TaskUpdate" | "memory.task_update" | "memory_retention"
+            | "memory_reindex" => true,
             _ => false,
         }
     }
@@ -369,6 +364,36 @@ const RETRIES: u32 = 3;
 /// The wait before a retry the server gave no delay for: the first, and
 /// the most; each doubles the last.
 const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// Runs a tool call (`run`, once per try) and runs it again while
+/// [`retry_wait`] says to, up to [`RETRIES`] times, unless the call is
+/// cancelled meanwhile; see [`Engram::call_routed`].
+async fn retrying<F, Fut>(
+    name: &str,
+    harmless: bool,
+    context: &RequestContext<RoleServer>,
+    mut run: F,
+) -> Result<CallToolResponse, ErrorData>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<CallToolResponse, ErrorData>>,
+{
+    let mut backoff = RETRY_BACKOFF.0;
+    let mut tried = 0;
+    loop {
+        let reply = run().await?;
+        tried += 1;
+        let Some(delay) = retry_wait(&reply, harmless, &mut backoff).filter(|_| tried <= RETRIES)
+        else {
+            return Ok(reply);
+        };
+        tracing::info!(tool = %name, ?delay, tried, "retrying a failed tool call");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = context.ct.cancelled() => return Ok(reply),
+        }
+    }
+}
 
 /// The wait before running a tool again after `result`: after UNAVAILABLE
 /// when running it again is `harmless`, or after a failure that wrote
@@ -520,6 +545,7 @@ impl ServerHandler for Engram {
         if self.tools.has_route(&request.name) {
             return self.call_routed(request, context).await;
         }
+        let retryable = self.harmless_to_repeat(&request);
         let name = request.name.into_owned();
         // Any other name goes to the server's working-memory tools, which
         // would first ask for a session: a name that is none of them is
@@ -534,7 +560,13 @@ impl ServerHandler for Engram {
                 None,
             ));
         }
-        Ok(self.call_working(name, request.arguments).await.into())
+        retrying(&name, retryable, &context, || async {
+            Ok(self
+                .call_working(name.clone(), request.arguments.clone())
+                .await
+                .into())
+        })
+        .await
     }
 
     async fn list_resource_templates(

@@ -397,7 +397,7 @@ impl Engram {
                        max_age_seconds, tombstone_grace_seconds; none of them removes the \
                        policy). The server applies it at once and then on an interval, \
                        audited. dry_run previews what it would delete now.",
-        annotations(destructive_hint = true)
+        annotations(destructive_hint = true, idempotent_hint = true)
     )]
     async fn memory_retention(&self, Parameters(args): Parameters<RetentionArgs>) -> Reply {
         let (scope_type, scope) = args.scope.proto();

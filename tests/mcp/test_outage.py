@@ -107,3 +107,68 @@ async def test_an_unkeyed_append_is_run_again_after_a_deadlock(transport: str) -
         finally:
             injected.end()
             server.running.stop()
+
+
+@pytest.mark.parametrize("store", STORES)
+async def test_a_working_memory_setter_rides_out_an_outage(store: str) -> None:
+    """Setting the goal or a task's status leaves the state as one run
+    would, so the tool runs again after UNAVAILABLE with no key; creating a
+    task does not (a second run would add a second task)."""
+    owner = {"session_id": unique("goal"), "app": "rt", "user": "ann"}
+    with tempfile.TemporaryDirectory() as directory:
+        server = start(store, directory, {"ENGRAM_DB_ACQUIRE_TIMEOUT_MS": "300"})
+        outage = Outage(server.running.database_url)
+        try:
+            async with session("stdio", server) as mcp:
+                task = structured(await mcp.call_tool("TaskCreate", {**owner, "subject": "read the logs"}))
+                before = await refusals(server, "CallTool")
+                outage.writes()
+                try:
+                    goal = asyncio.ensure_future(mcp.call_tool("memory.set_goal", {**owner, "goal": "fix the deploy"}))
+                    await until_refused(server, "CallTool", before)
+                finally:
+                    outage.end()
+                assert structured(await goal) == {"goal": "fix the deploy"}
+
+                before = await refusals(server, "CallTool")
+                outage.writes()
+                try:
+                    update = {**owner, "taskId": task["taskId"], "status": "completed"}
+                    updated = asyncio.ensure_future(mcp.call_tool("TaskUpdate", update))
+                    await until_refused(server, "CallTool", before)
+                finally:
+                    outage.end()
+                assert structured(await updated)["status"] == "completed"
+
+                outage.writes()
+                try:
+                    refused = await mcp.call_tool("TaskCreate", {**owner, "subject": "again"})
+                finally:
+                    outage.end()
+                assert error(refused)["code"] == "UNAVAILABLE"
+        finally:
+            server.running.stop()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_working_memory_action_is_run_again_after_a_deadlock(transport: str) -> None:
+    """The working-memory actions go through the same rule as the other
+    tools: a task whose creation Postgres rolled back to break a deadlock
+    (nothing written) is created on the next run, once."""
+    if "postgres" not in STORES:
+        pytest.skip("a Postgres failure")
+    owner = {"session_id": unique("deadlock"), "app": "rt", "user": "ann"}
+    with tempfile.TemporaryDirectory() as directory:
+        server = start("postgres", directory)
+        injected = Injected(server.running.database_url)
+        try:
+            async with session(transport, server) as mcp:
+                await mcp.call_tool("memory.set_goal", {**owner, "goal": "fix the deploy"})
+                injected.fail("working_tasks", "40P01")
+                task = structured(await mcp.call_tool("TaskCreate", {**owner, "subject": "read the logs"}))
+                assert task["taskId"] == "t1"
+                rendered = structured(await mcp.call_tool("memory_render", owner))
+                assert rendered["memory_block"].count("read the logs") == 1
+        finally:
+            injected.end()
+            server.running.stop()

@@ -23,7 +23,7 @@ from engram_server import Injected, Outage
 from engram_client import Conflict, Engram, Unavailable
 from engram_client._requests import idempotent
 from engram_client.aio import AsyncEngram
-from engram_client.v1 import episodes_pb2, memory_pb2, sessions_pb2
+from engram_client.v1 import episodes_pb2, memory_admin_pb2, memory_pb2, sessions_pb2, working_memory_pb2
 
 #: A write waits this long for SQLite's lock before UNAVAILABLE.
 ACQUIRE_MS = "300"
@@ -140,6 +140,28 @@ def test_a_session_is_created_once_through_an_outage(
         found, created = client.sessions.get_or_create("rt", "cy", again.id)
         assert (found, created) == (again, False)
         assert len(list(client.sessions.list(user="cy"))) == 2
+
+
+def test_a_goal_is_set_through_an_outage_and_a_task_is_not_created_twice(
+    slow_lock_server: Server, retry_log: RetryLog
+) -> None:
+    """Setting a goal leaves the state as one call would, so it is retried
+    with no key; creating a task is not (a retry could add a second)."""
+    outage = Outage(slow_lock_server.database_url)
+    with Engram(slow_lock_server.address, timeout=30) as client:
+        client.working.set_goal("wm-1", "draft", app="rt", user="ann")
+        outage.writes()
+        goal = through_outage(outage, retry_log, lambda: client.working.set_goal("wm-1", "ship it"))
+        assert goal == "ship it"
+        assert "retrying SetGoal" in retry_log.lines[0]
+        outage.writes()
+        try:
+            with pytest.raises(Unavailable):
+                client.working.create_task("wm-1", "read the logs")
+        finally:
+            outage.end()
+        snapshot = client.working.snapshot("wm-1")
+        assert (snapshot.goal, snapshot.tasks) == ("ship it", [])
 
 
 def test_a_write_without_its_key_is_not_retried(
@@ -298,6 +320,15 @@ def test_the_asyncio_client_retries_the_same_way(
         (sessions_pb2.CreateSessionRequest(app="a", user="u", session_id="s"), False),
         (sessions_pb2.CreateSessionRequest(app="a", user="u", request_id="r"), True),
         (memory_pb2.RollbackRequest(key="k"), False),
+        (working_memory_pb2.SetGoalRequest(goal="g"), True),
+        (working_memory_pb2.UpdateTaskRequest(task_id="t1"), True),
+        (working_memory_pb2.CacheContentRequest(path="p"), True),
+        (working_memory_pb2.CreateTaskRequest(subject="s"), False),
+        (working_memory_pb2.RememberRequest(content="c"), False),
+        (sessions_pb2.EndSessionRequest(session_id="s"), True),
+        (sessions_pb2.DeleteSessionRequest(session_id="s"), False),
+        (memory_admin_pb2.SetRetentionRequest(scope="s"), True),
+        (memory_admin_pb2.ReindexRequest(apply=True), True),
     ],
 )
 def test_what_is_retried(request_: Any, retried: bool) -> None:

@@ -148,14 +148,30 @@ _READS: tuple[type[Message], ...] = (
 )
 
 
+#: Writes that set state to what they carry, so that a repeat leaves it as
+#: the first left it: a session's goal, a task's fields, a cached file, a
+#: session's end, a scope's retention policy, the reindex. (A repeat's
+#: reply describes the repeat: a cached file that evicted others the first
+#: time evicts nothing, an end that deleted episodes deletes none.)
+_SETTERS: tuple[type[Message], ...] = (
+    working_memory_pb2.SetGoalRequest,
+    working_memory_pb2.UpdateTaskRequest,
+    working_memory_pb2.CacheContentRequest,
+    sessions_pb2.EndSessionRequest,
+    memory_admin_pb2.SetRetentionRequest,
+    memory_admin_pb2.ReindexRequest,
+)
+
+
 def idempotent(request: Message) -> bool:
     """Whether sending ``request`` twice has the effect of sending it once:
-    a read, or a write that carries its idempotency key (a ``request_id``;
+    a read, a write that sets state to what it carries (``_SETTERS``), or a
+    write that carries its idempotency key (a ``request_id``;
     every episode's ``id``; a session creation's ``request_id``, or its id
     for GetOrCreateSession). Only
     these are retried after UNAVAILABLE, whose write may or may not have
     happened (a commit whose reply was lost)."""
-    if isinstance(request, _READS):
+    if isinstance(request, _READS + _SETTERS):
         return True
     if isinstance(request, (memory_pb2.SetRequest, memory_pb2.DeleteRequest)):
         return bool(request.request_id)
