@@ -72,8 +72,9 @@ func WithRetryObserver(observe func(Retry)) Option {
 // scope's retention, the reindex), or a write that carries its idempotency
 // key (a
 // request id for Set and Delete, every episode's id for AppendEpisode and
-// AppendEpisodes, the request id for CreateSession, and the request or
-// session id for GetOrCreateSession). Only these are
+// AppendEpisodes, the request id for CreateSession, CreateTask, Remember
+// and RecordProcedure, and the request or session id for
+// GetOrCreateSession). Only these are
 // retried after UNAVAILABLE, whose write may or may not have happened (a
 // commit whose reply was lost).
 func Idempotent(request proto.Message) bool {
@@ -110,34 +111,54 @@ func Idempotent(request proto.Message) bool {
 		return len(r.GetEpisodes()) > 0
 	case *engramv1.CreateSessionRequest:
 		return r.GetRequestId() != ""
+	case *engramv1.CreateTaskRequest:
+		return r.GetRequestId() != ""
+	case *engramv1.RememberRequest:
+		return r.GetRequestId() != ""
+	case *engramv1.RecordProcedureRequest:
+		return r.GetRequestId() != ""
 	case *engramv1.GetOrCreateSessionRequest:
 		return r.GetSessionId() != "" || r.GetRequestId() != ""
 	}
 	return false
 }
 
-// withRequestID returns a copy of a CreateSession or GetOrCreateSession
-// request that has no request id, given a random one; nil for any other
-// request. A session creation so keyed is retried like any keyed write:
-// a retry after a lost reply is answered with the session the first try
-// made, not with ALREADY_EXISTS, a second session, or created false. The
+// withRequestID returns a copy of a request that creates something (a
+// session, a task, a fact) and has no request id, given a random one; nil
+// for any other request. A creation so keyed is retried like any keyed
+// write: a retry after a lost reply is answered with what the first try
+// made, not with ALREADY_EXISTS, a second one, or created false. The
 // caller's message is left as it was.
 func withRequestID(request proto.Message) proto.Message {
+	var keyed interface {
+		proto.Message
+		GetRequestId() string
+	}
+	var set func(string)
 	switch r := request.(type) {
 	case *engramv1.CreateSessionRequest:
-		if r.GetRequestId() == "" {
-			keyed := proto.CloneOf(r)
-			keyed.RequestId = crand.Text()
-			return keyed
-		}
+		c := proto.CloneOf(r)
+		keyed, set = c, func(id string) { c.RequestId = id }
 	case *engramv1.GetOrCreateSessionRequest:
-		if r.GetRequestId() == "" {
-			keyed := proto.CloneOf(r)
-			keyed.RequestId = crand.Text()
-			return keyed
-		}
+		c := proto.CloneOf(r)
+		keyed, set = c, func(id string) { c.RequestId = id }
+	case *engramv1.CreateTaskRequest:
+		c := proto.CloneOf(r)
+		keyed, set = c, func(id string) { c.RequestId = id }
+	case *engramv1.RememberRequest:
+		c := proto.CloneOf(r)
+		keyed, set = c, func(id string) { c.RequestId = id }
+	case *engramv1.RecordProcedureRequest:
+		c := proto.CloneOf(r)
+		keyed, set = c, func(id string) { c.RequestId = id }
+	default:
+		return nil
 	}
-	return nil
+	if keyed.GetRequestId() != "" {
+		return nil
+	}
+	set(crand.Text())
+	return keyed
 }
 
 // retrier holds the tries of one call: whether a failure is tried again

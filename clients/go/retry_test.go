@@ -180,10 +180,10 @@ func TestRetriesThroughAnOutage(t *testing.T) {
 	}
 }
 
-// A session creation gets a request id from the client when it has none,
-// so it is retried through an outage like any keyed write, and the retry
-// finds what a try that landed made: one session.
-func TestASessionIsCreatedOnceThroughAnOutage(t *testing.T) {
+// A creation (a session, a task) gets a request id from the client when
+// it has none, so it is retried through an outage like any keyed write,
+// and the retry finds what a try that landed made: one of each.
+func TestCreationsLandOnceThroughAnOutage(t *testing.T) {
 	dir := t.TempDir()
 	srv := start(t, dir, "127.0.0.1:0", "ENGRAM_DB_ACQUIRE_TIMEOUT_MS=300")
 	retries := make(chan engram.Retry, 16)
@@ -211,6 +211,24 @@ func TestASessionIsCreatedOnceThroughAnOutage(t *testing.T) {
 	}
 	if got := listed.GetSessions(); len(got) != 1 || got[0].GetId() != landed.GetSession().GetId() {
 		t.Fatalf("sessions %v, want the one created", got)
+	}
+
+	// A task is keyed the same way: created once through an outage.
+	lock = lockWrites(t, filepath.Join(dir, "engram.db"))
+	created, _, err := throughOutage(ctx, t, retries, func() (*engramv1.CreateTaskResponse, error) {
+		return client.WorkingMemory.CreateTask(ctx, &engramv1.CreateTaskRequest{
+			SessionId: landed.GetSession().GetId(), Subject: "read the logs",
+		})
+	}, lock.release)
+	if err != nil {
+		t.Fatalf("retried task: %v", err)
+	}
+	tasks, err := client.WorkingMemory.ListTasks(ctx, &engramv1.ListTasksRequest{SessionId: landed.GetSession().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tasks.GetTasks(); len(got) != 1 || got[0].GetId() != created.GetTask().GetId() {
+		t.Fatalf("tasks %v, want the one created", got)
 	}
 
 	// What a retry after a lost reply sends, the same request id again,
@@ -257,6 +275,9 @@ func TestWhatIsRetried(t *testing.T) {
 		{&engramv1.CacheContentRequest{Path: "p"}, true},
 		{&engramv1.CreateTaskRequest{Subject: "s"}, false},
 		{&engramv1.RememberRequest{Content: "c"}, false},
+		{&engramv1.CreateTaskRequest{Subject: "s", RequestId: "r"}, true},
+		{&engramv1.RememberRequest{Content: "c", RequestId: "r"}, true},
+		{&engramv1.RecordProcedureRequest{Content: "c", RequestId: "r"}, true},
 		{&engramv1.EndSessionRequest{SessionId: "s"}, true},
 		{&engramv1.DeleteSessionRequest{SessionId: "s"}, false},
 		{&engramv1.SetRetentionRequest{Scope: "s"}, true},

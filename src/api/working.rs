@@ -4,7 +4,9 @@ use tonic::{Request, Response, Status};
 
 use super::consolidation::fact_to_proto;
 use super::context::caller_context;
-use super::convert::{episode_to_proto, json_at, json_to_proto, object_to_proto, timestamp};
+use super::convert::{
+    episode_to_proto, json_at, json_to_proto, object_to_proto, request_id, timestamp,
+};
 use super::error::to_status;
 use super::sessions::{owner, session_id};
 use crate::context::CallerContext;
@@ -125,13 +127,20 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
     ) -> Result<Response<proto::CreateTaskResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
+        let request_id = request_id(req.request_id).map_err(to_status)?;
         let session = self
             .session(&ctx, (req.session_id, req.app, req.user), true)
             .await
             .map_err(to_status)?;
         let task = self
             .working
-            .create_task(&ctx, &session, &req.subject, &req.description)
+            .create_task(
+                &ctx,
+                &session,
+                &req.subject,
+                &req.description,
+                request_id.as_deref(),
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::CreateTaskResponse {
@@ -193,6 +202,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
     ) -> Result<Response<proto::RememberResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
+        let request_id = request_id(req.request_id).map_err(to_status)?;
         let session = self
             .session(&ctx, (req.session_id, req.app, req.user), false)
             .await
@@ -204,6 +214,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
                 &session,
                 &req.content,
                 (req.subject, req.predicate, req.object),
+                request_id.as_deref(),
             )
             .await
             .map_err(to_status)?;
@@ -219,9 +230,16 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
         let app = Name::parse("app", req.app).map_err(to_status)?;
+        let request_id = request_id(req.request_id).map_err(to_status)?;
         let fact = self
             .working
-            .record_procedure(&ctx, &app, &req.content, (req.subject, req.predicate))
+            .record_procedure(
+                &ctx,
+                &app,
+                &req.content,
+                (req.subject, req.predicate),
+                request_id.as_deref(),
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::RecordProcedureResponse {

@@ -3,8 +3,9 @@
 //! UNAVAILABLE when repeating the call is harmless (a read; a write that
 //! sets state to what it carries: a goal, a task's fields, a cached file, a
 //! session's end, a retention policy, the reindex; a write that carries its
-//! idempotency key: `--request-id` on `memory set`, `memory delete` and
-//! `sessions create` (which makes one up when not given), an episode's
+//! idempotency key: `--request-id` on `memory set` and `memory delete`,
+//! and on `sessions create`, `working task-create`, `working remember` and
+//! `working procedure` (which make one up when not given), an episode's
 //! `--id`, a session id for get-or-create),
 //! and after a failure whose reason says nothing was written
 //! (`TRANSACTION_CONFLICT`, `SESSION_CHANGED`, `DATABASE_TIMEOUT`) whatever
@@ -107,6 +108,15 @@ pub fn harmless(method: &str, message: &[u8]) -> bool {
             .is_ok_and(|r| !r.episodes.is_empty() && r.episodes.iter().all(|e| !e.id.is_empty())),
         "SessionService/CreateSession" => {
             proto::CreateSessionRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
+        }
+        "WorkingMemoryService/CreateTask" => {
+            proto::CreateTaskRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
+        }
+        "WorkingMemoryService/Remember" => {
+            proto::RememberRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
+        }
+        "WorkingMemoryService/RecordProcedure" => {
+            proto::RecordProcedureRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
         }
         "SessionService/GetOrCreateSession" => proto::GetOrCreateSessionRequest::decode(message)
             .is_ok_and(|r| !r.session_id.is_empty() || !r.request_id.is_empty()),
@@ -453,6 +463,22 @@ mod tests {
             ("/engram.v1.WorkingMemoryService/UpdateTask", vec![], true),
             ("/engram.v1.SessionService/EndSession", vec![], true),
             ("/engram.v1.WorkingMemoryService/CreateTask", vec![], false),
+            (
+                "/engram.v1.WorkingMemoryService/CreateTask",
+                encoded(&proto::CreateTaskRequest {
+                    request_id: "r".into(),
+                    ..proto::CreateTaskRequest::default()
+                }),
+                true,
+            ),
+            (
+                "/engram.v1.WorkingMemoryService/Remember",
+                encoded(&proto::RememberRequest {
+                    request_id: "r".into(),
+                    ..proto::RememberRequest::default()
+                }),
+                true,
+            ),
             ("/engram.v1.WorkingMemoryService/Remember", vec![], false),
             ("/engram.v1.SessionService/DeleteSession", vec![], false),
             ("/engram.v1.MemoryService/Rollback", vec![], false),

@@ -33,6 +33,25 @@ pub struct OwnerArgs {
     user: String,
 }
 
+/// `--request-id` of a command that creates something (a session, a task,
+/// a fact): what makes repeating it safe.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RequestIdArg {
+    /// An id that makes repeating this command safe: a repeat is answered
+    /// with what the first one created (default: a new random id, so this
+    /// command's own retries are safe)
+    #[arg(long)]
+    request_id: Option<String>,
+}
+
+impl RequestIdArg {
+    /// The id given, or a new random one.
+    pub fn or_random(self) -> String {
+        self.request_id
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 enum SessionCommand {
     /// Create a session (prints it); --id is optional, a UUIDv7 otherwise
@@ -52,11 +71,8 @@ enum SessionCommand {
         /// Return the session if it exists already (for this app and user)
         #[arg(long)]
         if_missing: bool,
-        /// An id that makes repeating this command safe: a repeat is answered
-        /// with the session the first one created (default: a new random id,
-        /// so this command's own retries are safe)
-        #[arg(long)]
-        request_id: Option<String>,
+        #[command(flatten)]
+        request_id: RequestIdArg,
     },
     /// Print a session
     Get {
@@ -187,8 +203,7 @@ impl SessionsCommand {
                 request_id,
             } => {
                 let metadata = metadata_arg(metadata)?;
-                let request_id =
-                    request_id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+                let request_id = request_id.or_random();
                 let session = if if_missing {
                     sessions
                         .get_or_create_session(proto::GetOrCreateSessionRequest {

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::consolidation::{fact_json, fact_line};
-use super::sessions::{episode_json, episode_line};
+use super::sessions::{RequestIdArg, episode_json, episode_line};
 use super::{
     CliError, CliResult, ClientArgs, Output, connect, given_or_stdin, parse_value, plural,
     print_json, time, value_json,
@@ -67,6 +67,8 @@ enum Command {
         /// More about the task
         #[arg(long, default_value = "", hide_default_value = true)]
         description: String,
+        #[command(flatten)]
+        request_id: RequestIdArg,
     },
     /// Change a task: its status, subject or description (what is not
     /// given stays)
@@ -91,6 +93,8 @@ enum Command {
         content: String,
         #[command(flatten)]
         triple: Triple,
+        #[command(flatten)]
+        request_id: RequestIdArg,
     },
     /// Record a procedure for an app (--app)
     Procedure {
@@ -102,6 +106,8 @@ enum Command {
         /// The relation
         #[arg(long, default_value = "", hide_default_value = true)]
         predicate: String,
+        #[command(flatten)]
+        request_id: RequestIdArg,
     },
     /// Cache content (a file's text) under a path
     Cache {
@@ -265,6 +271,7 @@ impl WorkingCommand {
             Command::TaskCreate {
                 subject,
                 description,
+                request_id,
             } => {
                 let task = working
                     .create_task(proto::CreateTaskRequest {
@@ -273,6 +280,7 @@ impl WorkingCommand {
                         user,
                         subject,
                         description,
+                        request_id: request_id.or_random(),
                     })
                     .await?
                     .into_inner()
@@ -331,7 +339,11 @@ impl WorkingCommand {
                 let text = values.iter().map(task_line).collect::<Vec<_>>().join("\n");
                 print(json!({ "tasks": values }), text);
             }
-            Command::Remember { content, triple } => {
+            Command::Remember {
+                content,
+                triple,
+                request_id,
+            } => {
                 let fact = working
                     .remember(proto::RememberRequest {
                         session_id,
@@ -341,6 +353,7 @@ impl WorkingCommand {
                         subject: triple.subject,
                         predicate: triple.predicate,
                         object: triple.object,
+                        request_id: request_id.or_random(),
                     })
                     .await?
                     .into_inner()
@@ -356,6 +369,7 @@ impl WorkingCommand {
                 content,
                 subject,
                 predicate,
+                request_id,
             } => {
                 let fact = working
                     .record_procedure(proto::RecordProcedureRequest {
@@ -363,6 +377,7 @@ impl WorkingCommand {
                         content: given_or_stdin(content, false)?,
                         subject,
                         predicate,
+                        request_id: request_id.or_random(),
                     })
                     .await?
                     .into_inner()

@@ -222,6 +222,25 @@ pub trait FactTx: Send {
         id: &str,
     ) -> impl Future<Output = Result<bool>> + Send;
 
+    /// The id of the fact of an owner and kind that `request_id` created
+    /// (see [`FactTx::keep_request`]).
+    fn fact_of_request(
+        &mut self,
+        tenant: &Tenant,
+        owner: (&str, &str),
+        kind: FactKind,
+        request_id: &str,
+    ) -> impl Future<Output = Result<Option<String>>> + Send;
+
+    /// Keeps the request id that created fact `id`, so that a repeat of the
+    /// request finds it.
+    fn keep_request(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        request_id: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// A fact at its newest version (live or tombstoned).
     fn fact(
         &mut self,

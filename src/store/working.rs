@@ -15,13 +15,13 @@
 use chrono::{DateTime, Utc};
 
 use super::sql::{
-    Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params,
+    Backend, Cols, Dialect, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params,
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
 use crate::paging::Weighed;
 use crate::sessions::{session_ended, session_not_found};
-use crate::working::ports::{CachePut, WorkingStore};
+use crate::working::ports::{CachePut, NewTask, WorkingStore};
 use crate::working::{CachedFile, Task, TaskChange, TaskStatus};
 
 /// The session's end time, its row held until the transaction ends: on
@@ -75,6 +75,22 @@ static INSERT_TASK: Sql = Sql::new(
     "INSERT INTO working_tasks (tenant, session_id, number, subject, description, status, \
      create_time, update_time) VALUES ($1, $2, $3, $4, $5, 1, $6, $6) \
      RETURNING number, subject, description, status, create_time, update_time",
+);
+
+/// [`INSERT_TASK`] keeping the request id that creates the task ($7).
+/// (Apart, so that writes without one name no column a schema before
+/// migration 0036 / 0026 lacks.)
+static INSERT_KEYED_TASK: Sql = Sql::new(
+    "INSERT INTO working_tasks (tenant, session_id, number, subject, description, status, \
+     create_time, update_time, create_request_id) VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7) \
+     RETURNING number, subject, description, status, create_time, update_time",
+);
+
+/// The task a request id created in a session. Parameters: $1 tenant, $2
+/// session, $3 request id.
+static TASK_OF_REQUEST: Sql = Sql::new(
+    "SELECT number, subject, description, status, create_time, update_time \
+     FROM working_tasks WHERE tenant = $1 AND session_id = $2 AND create_request_id = $3",
 );
 
 static UPDATE_TASK: Sql = Sql::new(
@@ -165,43 +181,51 @@ impl<B: Backend> WorkingStore for B {
             .unwrap_or_default())
     }
 
-    async fn create_task(
-        &self,
-        tenant: &Tenant,
-        session_id: &str,
-        subject: &str,
-        description: &str,
-        now: DateTime<Utc>,
-        max_tasks: i64,
-    ) -> Result<Option<Task>> {
+    async fn create_task(&self, tenant: &Tenant, task: &NewTask<'_>) -> Result<Option<Task>> {
+        let session_id = task.session_id;
         let mut tx = self.begin(tenant).await?;
         hold_open(&mut tx, tenant, session_id).await?;
-        // The counter row is the lock: creators of one session queue here.
+        // The counter row is the lock: creators of one session queue here,
+        // so a repeat finds the task of a concurrent first try committed.
         let number = tx
-            .row(&NEXT_TASK, params![tenant.as_str(), session_id, now])
+            .row(&NEXT_TASK, params![tenant.as_str(), session_id, task.now])
             .await?
             .ok_or_else(|| Error::internal("the task counter was not returned"))?
             .int(0)?;
+        if let Some(request) = task.request_id {
+            let first = tx
+                .row(
+                    &TASK_OF_REQUEST,
+                    params![tenant.as_str(), session_id, request],
+                )
+                .await?;
+            if let Some(first) = first {
+                // Nothing written: the counter's bump is rolled back.
+                return task_row(&first).map(Some);
+            }
+        }
         let count = tx
             .count(&COUNT_TASKS, params![tenant.as_str(), session_id])
             .await?;
-        if max_tasks > 0 && count >= max_tasks {
+        if task.max_tasks > 0 && count >= task.max_tasks {
             return Ok(None);
         }
-        let row = tx
-            .row(
-                &INSERT_TASK,
-                params![
-                    tenant.as_str(),
-                    session_id,
-                    number,
-                    subject,
-                    description,
-                    now
-                ],
-            )
-            .await?
-            .ok_or_else(|| Error::internal("an inserted task was not returned"))?;
+        let row: &[Param<'_>] = params![
+            tenant.as_str(),
+            session_id,
+            number,
+            task.subject,
+            task.description,
+            task.now
+        ];
+        let inserted = match task.request_id {
+            None => tx.row(&INSERT_TASK, row).await?,
+            Some(request) => {
+                let keyed = &[row, params![request]].concat();
+                tx.row(&INSERT_KEYED_TASK, keyed).await?
+            }
+        };
+        let row = inserted.ok_or_else(|| Error::internal("an inserted task was not returned"))?;
         let task = task_row(&row)?;
         tx.commit().await?;
         Ok(Some(task))

@@ -21,6 +21,19 @@ pub struct CachePut<'a> {
     pub max_bytes: i64,
 }
 
+/// A task to add and the limit it must respect.
+#[derive(Debug, Clone)]
+pub struct NewTask<'a> {
+    pub session_id: &'a str,
+    pub subject: &'a str,
+    pub description: &'a str,
+    pub now: DateTime<Utc>,
+    /// Most tasks the session may hold (0: no limit).
+    pub max_tasks: i64,
+    /// The request's idempotency key, kept with the task it creates.
+    pub request_id: Option<&'a str>,
+}
+
 /// Every write (a goal, a task created or changed, a cached file) fails
 /// with `SESSION_NOT_FOUND` or `SESSION_ENDED` when the session is gone or
 /// has ended, and keeps it from going, ending or being cleaned up until it
@@ -41,16 +54,14 @@ pub trait WorkingStore: Clone + Send + Sync + 'static {
         session_id: &str,
     ) -> impl Future<Output = Result<String>> + Send;
 
-    /// Adds a task with the session's next id; `None` (nothing written)
-    /// when the session already holds `max_tasks` (0: no limit).
+    /// Adds a task with the session's next id, or answers with the task its
+    /// request id added to the session before (as it is now, nothing
+    /// written); `None` (nothing written) when the session already holds
+    /// `max_tasks`.
     fn create_task(
         &self,
         tenant: &Tenant,
-        session_id: &str,
-        subject: &str,
-        description: &str,
-        now: DateTime<Utc>,
-        max_tasks: i64,
+        task: &NewTask<'_>,
     ) -> impl Future<Output = Result<Option<Task>>> + Send;
 
     /// `None` when there is no such task.

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::ports::{CachePut, WorkingStore};
+use super::ports::{CachePut, NewTask, WorkingStore};
 use super::types::{
     CachedFile, Task, TaskChange, WorkingLimits, limit_exceeded, task_not_found, task_number,
 };
@@ -153,18 +153,21 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         session: &Session,
         subject: &str,
         description: &str,
+        request_id: Option<&str>,
     ) -> Result<Task> {
         text("subject", subject, true)?;
         text("description", description, false)?;
+        let (subject, description) = (self.redact(subject.trim()), self.redact(description));
+        let task = NewTask {
+            session_id: &session.id,
+            subject: &subject,
+            description: &description,
+            now: now_micros(),
+            max_tasks: self.limits.max_tasks_per_session,
+            request_id,
+        };
         self.store
-            .create_task(
-                &ctx.tenant,
-                &session.id,
-                &self.redact(subject.trim()),
-                &self.redact(description),
-                now_micros(),
-                self.limits.max_tasks_per_session,
-            )
+            .create_task(&ctx.tenant, &task)
             .await?
             .ok_or_else(|| {
                 limit_exceeded(
@@ -228,11 +231,25 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         ctx: &CallerContext,
         payload: FactPayload,
         limit: (&'static str, i64),
+        request_id: Option<&str>,
     ) -> Result<Fact> {
         let mut tx = self.store.begin(&ctx.tenant).await?;
+        let owner = (payload.app.as_str(), payload.user.as_str());
+        // Holds the owner's fact writers until the transaction ends, so a
+        // repeat finds the fact of a concurrent first try committed.
         let count = tx
-            .count_owned_facts(&ctx.tenant, (&payload.app, &payload.user), payload.kind)
+            .count_owned_facts(&ctx.tenant, owner, payload.kind)
             .await?;
+        if let Some(request) = request_id {
+            let first = tx
+                .fact_of_request(&ctx.tenant, owner, payload.kind, request)
+                .await?;
+            if let Some(id) = first {
+                let fact = tx.fact(&ctx.tenant, &id).await?;
+                tx.rollback().await?;
+                return fact.ok_or_else(|| Error::internal("a remembered fact was not read back"));
+            }
+        }
         if limit.1 > 0 && count >= limit.1 {
             return Err(limit_exceeded(
                 limit.0,
@@ -250,6 +267,9 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         let id = uuid::Uuid::now_v7().to_string();
         tx.insert_fact(&ctx.tenant, &id, &payload, &provenance, now)
             .await?;
+        if let Some(request) = request_id {
+            tx.keep_request(&ctx.tenant, &id, request).await?;
+        }
         let fact = tx.fact(&ctx.tenant, &id).await?;
         tx.commit().await?;
         fact.ok_or_else(|| Error::internal("a remembered fact was not read back"))
@@ -262,6 +282,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         session: &Session,
         content: &str,
         key: (String, String, String),
+        request_id: Option<&str>,
     ) -> Result<Fact> {
         text("content", content, true)?;
         for (field, part) in [
@@ -285,6 +306,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
             ctx,
             payload,
             ("max_facts_per_user", self.limits.max_facts_per_user),
+            request_id,
         )
         .await
     }
@@ -296,6 +318,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         app: &Name,
         content: &str,
         key: (String, String),
+        request_id: Option<&str>,
     ) -> Result<Fact> {
         text("content", content, true)?;
         for (field, part) in [("subject", &key.0), ("predicate", &key.1)] {
@@ -315,6 +338,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
             ctx,
             payload,
             ("max_facts_per_user", self.limits.max_facts_per_user),
+            request_id,
         )
         .await
     }

@@ -205,7 +205,7 @@ async fn dispatch<S: Store>(
             let subject = string_arg(&args, "subject", true)?.unwrap_or_default();
             let description = string_arg(&args, "description", false)?.unwrap_or_default();
             let task = working
-                .create_task(ctx, session, &subject, &description)
+                .create_task(ctx, session, &subject, &description, None)
                 .await?;
             Ok(json!({"taskId": task.id, "subject": task.subject, "status": task.status.name()}))
         }
@@ -230,7 +230,7 @@ async fn dispatch<S: Store>(
             refuse_unknown(&args, &["content"])?;
             let content = string_arg(&args, "content", true)?.unwrap_or_default();
             let fact = working
-                .remember(ctx, session, &content, Default::default())
+                .remember(ctx, session, &content, Default::default(), None)
                 .await?;
             Ok(json!({"factId": fact.id, "remembered": fact.current.content}))
         }

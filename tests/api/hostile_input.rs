@@ -613,6 +613,7 @@ async fn hostile_values_found_so_far_are_client_errors(backend: Backend) {
         subject,
         predicate: "prefers".into(),
         object: "dark mode".into(),
+        request_id: String::new(),
     };
     // An incompressible subject past an index entry's size.
     let long: String = (0..1500u32)

@@ -494,6 +494,7 @@ async fn tasks_come_in_pages(backend: Backend) {
                 user: "alice".into(),
                 subject: format!("task {n} {}", "s".repeat(60 * 1024)),
                 description: "d".repeat(60 * 1024),
+                request_id: String::new(),
             })
             .await
             .expect("a task of 120 KiB");

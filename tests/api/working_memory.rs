@@ -59,6 +59,7 @@ async fn create_task(client: &mut Client, at: At<'_>, subject: &str) -> String {
             user,
             subject: subject.to_owned(),
             description: String::new(),
+            request_id: String::new(),
         })
         .await
         .expect("create task")
@@ -1040,7 +1041,213 @@ async fn a_task_changed_under_a_cleanup_keeps_its_session() {
     assert_eq!(subjects, ["after"]);
 }
 
+/// A task, a remembered fact or a procedure created again with its
+/// request id (a retry after a reply that was lost) is answered with what
+/// the first call made, adds nothing, and takes no room under a limit.
+async fn creations_are_safe_to_repeat(backend: Backend) {
+    let server = TestServer::spawn_with(backend, |s| {
+        s.max_tasks_per_session = Some(2);
+        s.max_facts_per_user = Some(1);
+    })
+    .await;
+    let mut client = working(&server);
+    let task = |session: &str, subject: &str, request: &str| CreateTaskRequest {
+        session_id: session.into(),
+        app: "agent".into(),
+        user: "u".into(),
+        subject: subject.into(),
+        request_id: request.into(),
+        ..CreateTaskRequest::default()
+    };
+    let created = |reply: tonic::Response<engram::proto::CreateTaskResponse>| {
+        reply.into_inner().task.expect("task")
+    };
+
+    let first = created(
+        client
+            .create_task(task("s", "read the logs", "k1"))
+            .await
+            .expect("create"),
+    );
+    let again = created(
+        client
+            .create_task(task("s", "read the logs", "k1"))
+            .await
+            .expect("repeat"),
+    );
+    assert_eq!((first.id.as_str(), &again), ("t1", &first));
+    // The repeat took no id: the next task is t2, and the session is full.
+    let second = created(
+        client
+            .create_task(task("s", "fix it", ""))
+            .await
+            .expect("second"),
+    );
+    assert_eq!(second.id, "t2");
+    let repeated_at_the_limit = created(
+        client
+            .create_task(task("s", "read the logs", "k1"))
+            .await
+            .expect("at the limit"),
+    );
+    assert_eq!(repeated_at_the_limit.id, "t1");
+    let full = client
+        .create_task(task("s", "one more", "k2"))
+        .await
+        .expect_err("a new task past the limit");
+    assert_eq!(full.code(), Code::ResourceExhausted);
+    // Request ids are the session's: another session's k1 is its own.
+    let elsewhere = created(
+        client
+            .create_task(task("s2", "read the logs", "k1"))
+            .await
+            .expect("s2"),
+    );
+    assert_eq!(elsewhere.id, "t1");
+    let tasks = client
+        .list_tasks(ListTasksRequest {
+            session_id: "s".into(),
+            ..ListTasksRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .tasks;
+    assert_eq!(
+        tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["t1", "t2"]
+    );
+
+    // Remember: the repeat is the first fact, even at the fact limit.
+    let fact = |content: &str, request: &str| RememberRequest {
+        session_id: "s".into(),
+        content: content.into(),
+        request_id: request.into(),
+        ..RememberRequest::default()
+    };
+    let stored = client
+        .remember(fact("prefers tea", "f1"))
+        .await
+        .expect("remember");
+    let stored = stored.into_inner().fact.expect("fact");
+    let repeat = client
+        .remember(fact("prefers tea", "f1"))
+        .await
+        .expect("repeat");
+    assert_eq!(
+        repeat.into_inner().fact.map(|f| f.id),
+        Some(stored.id.clone())
+    );
+    let full = client
+        .remember(fact("prefers coffee", "f2"))
+        .await
+        .expect_err("a new fact past the limit");
+    assert_eq!(full.code(), Code::ResourceExhausted);
+    let procedure = |request: &str| RecordProcedureRequest {
+        app: "agent".into(),
+        content: "deploy with argo".into(),
+        request_id: request.into(),
+        ..RecordProcedureRequest::default()
+    };
+    let recorded = client
+        .record_procedure(procedure("p1"))
+        .await
+        .expect("record");
+    let recorded = recorded.into_inner().fact.expect("fact").id;
+    let again = client
+        .record_procedure(procedure("p1"))
+        .await
+        .expect("repeat");
+    assert_eq!(again.into_inner().fact.map(|f| f.id), Some(recorded));
+    let facts = ConsolidationServiceClient::new(server.channel.clone())
+        .list_facts(ListFactsRequest {
+            app: "agent".into(),
+            page_size: 100,
+            ..ListFactsRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .facts;
+    assert_eq!(facts.len(), 2, "one fact and one procedure: {facts:?}");
+
+    // A bad id is refused before anything is written.
+    let err = client
+        .create_task(task("s3", "x", "has space"))
+        .await
+        .expect_err("bad request id");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "INVALID_REQUEST_ID")
+    );
+    let err = client
+        .remember(fact("x", &"r".repeat(129)))
+        .await
+        .expect_err("too long");
+    assert_eq!(reason(&err), "INVALID_REQUEST_ID");
+}
+
+/// Many tries of one creation at once (a retry racing its first try): one
+/// task and one fact, and every answer is that one.
+async fn racing_repeats_create_once(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let at = At("raced", "agent", "u");
+    set_goal(&mut working(&server), at, "race").await;
+    let tries = (0..12).map(|_| {
+        let mut client = working(&server);
+        tokio::spawn(async move {
+            let task = client
+                .create_task(CreateTaskRequest {
+                    session_id: "raced".into(),
+                    subject: "once".into(),
+                    request_id: "task-1".into(),
+                    ..CreateTaskRequest::default()
+                })
+                .await
+                .expect("create")
+                .into_inner()
+                .task
+                .expect("task")
+                .id;
+            let fact = client
+                .remember(RememberRequest {
+                    session_id: "raced".into(),
+                    content: "once".into(),
+                    request_id: "fact-1".into(),
+                    ..RememberRequest::default()
+                })
+                .await
+                .expect("remember")
+                .into_inner()
+                .fact
+                .expect("fact")
+                .id;
+            (task, fact)
+        })
+    });
+    let answers: Vec<(String, String)> = futures::future::join_all(tries)
+        .await
+        .into_iter()
+        .map(|joined| joined.expect("joined"))
+        .collect();
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
+    assert_eq!(answers[0].0, "t1");
+    let facts = ConsolidationServiceClient::new(server.channel.clone())
+        .list_facts(ListFactsRequest {
+            app: "agent".into(),
+            user: "u".into(),
+            ..ListFactsRequest::default()
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .facts;
+    assert_eq!(facts.len(), 1);
+}
+
 on_both_stores!(
+    creations_are_safe_to_repeat,
+    racing_repeats_create_once,
     working_writes_race_the_session_end,
     racing_remembers_stop_at_the_fact_limit,
     the_block_for_a_query,

@@ -379,7 +379,13 @@ type CreateTaskRequest struct {
 	// A brief title. Required.
 	Subject string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
 	// What needs to be done.
-	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// An id chosen by the client (a UUID is a good choice; 1 to 128
+	// printable ASCII characters) that makes retrying the call safe: a
+	// repeat in the same session with the same id is answered with the task
+	// the first one created, as it is now, and adds nothing (not even past
+	// the task limit).
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,6 +451,13 @@ func (x *CreateTaskRequest) GetSubject() string {
 func (x *CreateTaskRequest) GetDescription() string {
 	if x != nil {
 		return x.Description
+	}
+	return ""
+}
+
+func (x *CreateTaskRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -796,7 +809,13 @@ type RememberRequest struct {
 	// Optional structure: the relation.
 	Predicate string `protobuf:"bytes,6,opt,name=predicate,proto3" json:"predicate,omitempty"`
 	// Optional structure: the value.
-	Object        string `protobuf:"bytes,7,opt,name=object,proto3" json:"object,omitempty"`
+	Object string `protobuf:"bytes,7,opt,name=object,proto3" json:"object,omitempty"`
+	// An id chosen by the client (a UUID is a good choice; 1 to 128
+	// printable ASCII characters) that makes retrying the call safe: a
+	// repeat for the same owner with the same id is answered with the fact
+	// the first one stored, as it is now (deleted, if it was since), and
+	// stores nothing (not even past the fact limit).
+	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -880,6 +899,13 @@ func (x *RememberRequest) GetObject() string {
 	return ""
 }
 
+func (x *RememberRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // RememberResponse carries the stored fact.
 type RememberResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -936,7 +962,13 @@ type RecordProcedureRequest struct {
 	// Optional: what it is about.
 	Subject string `protobuf:"bytes,3,opt,name=subject,proto3" json:"subject,omitempty"`
 	// Optional: the relation.
-	Predicate     string `protobuf:"bytes,4,opt,name=predicate,proto3" json:"predicate,omitempty"`
+	Predicate string `protobuf:"bytes,4,opt,name=predicate,proto3" json:"predicate,omitempty"`
+	// An id chosen by the client (a UUID is a good choice; 1 to 128
+	// printable ASCII characters) that makes retrying the call safe: a
+	// repeat for the same owner with the same id is answered with the fact
+	// the first one stored, as it is now (deleted, if it was since), and
+	// stores nothing (not even past the fact limit).
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -995,6 +1027,13 @@ func (x *RecordProcedureRequest) GetSubject() string {
 func (x *RecordProcedureRequest) GetPredicate() string {
 	if x != nil {
 		return x.Predicate
+	}
+	return ""
+}
+
+func (x *RecordProcedureRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -1833,14 +1872,16 @@ const file_engram_v1_working_memory_proto_rawDesc = "" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x12\n" +
 	"\x04goal\x18\x04 \x01(\tR\x04goal\"%\n" +
 	"\x0fSetGoalResponse\x12\x12\n" +
-	"\x04goal\x18\x01 \x01(\tR\x04goal\"\x94\x01\n" +
+	"\x04goal\x18\x01 \x01(\tR\x04goal\"\xb3\x01\n" +
 	"\x11CreateTaskRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x18\n" +
 	"\asubject\x18\x04 \x01(\tR\asubject\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\"9\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"9\n" +
 	"\x12CreateTaskResponse\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.engram.v1.TaskR\x04task\"\x82\x02\n" +
 	"\x11UpdateTaskRequest\x12\x1d\n" +
@@ -1867,7 +1908,7 @@ const file_engram_v1_working_memory_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\"b\n" +
 	"\x11ListTasksResponse\x12%\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x0f.engram.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc0\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdf\x01\n" +
 	"\x0fRememberRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1876,14 +1917,18 @@ const file_engram_v1_working_memory_proto_rawDesc = "" +
 	"\acontent\x18\x04 \x01(\tR\acontent\x12\x18\n" +
 	"\asubject\x18\x05 \x01(\tR\asubject\x12\x1c\n" +
 	"\tpredicate\x18\x06 \x01(\tR\tpredicate\x12\x16\n" +
-	"\x06object\x18\a \x01(\tR\x06object\"7\n" +
+	"\x06object\x18\a \x01(\tR\x06object\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\"7\n" +
 	"\x10RememberResponse\x12#\n" +
-	"\x04fact\x18\x01 \x01(\v2\x0f.engram.v1.FactR\x04fact\"|\n" +
+	"\x04fact\x18\x01 \x01(\v2\x0f.engram.v1.FactR\x04fact\"\x9b\x01\n" +
 	"\x16RecordProcedureRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x18\n" +
 	"\asubject\x18\x03 \x01(\tR\asubject\x12\x1c\n" +
-	"\tpredicate\x18\x04 \x01(\tR\tpredicate\">\n" +
+	"\tpredicate\x18\x04 \x01(\tR\tpredicate\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\">\n" +
 	"\x17RecordProcedureResponse\x12#\n" +
 	"\x04fact\x18\x01 \x01(\v2\x0f.engram.v1.FactR\x04fact\"\x88\x01\n" +
 	"\x13CacheContentRequest\x12\x1d\n" +

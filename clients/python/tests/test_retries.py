@@ -142,11 +142,12 @@ def test_a_session_is_created_once_through_an_outage(
         assert len(list(client.sessions.list(user="cy"))) == 2
 
 
-def test_a_goal_is_set_through_an_outage_and_a_task_is_not_created_twice(
+def test_working_memory_rides_out_an_outage_and_creates_once(
     slow_lock_server: Server, retry_log: RetryLog
 ) -> None:
     """Setting a goal leaves the state as one call would, so it is retried
-    with no key; creating a task is not (a retry could add a second)."""
+    with no key; a task and a remembered fact carry a request id of their
+    own, so a retry adds no second one."""
     outage = Outage(slow_lock_server.database_url)
     with Engram(slow_lock_server.address, timeout=30) as client:
         client.working.set_goal("wm-1", "draft", app="rt", user="ann")
@@ -155,13 +156,16 @@ def test_a_goal_is_set_through_an_outage_and_a_task_is_not_created_twice(
         assert goal == "ship it"
         assert "retrying SetGoal" in retry_log.lines[0]
         outage.writes()
-        try:
-            with pytest.raises(Unavailable):
-                client.working.create_task("wm-1", "read the logs")
-        finally:
-            outage.end()
+        task = through_outage(outage, retry_log, lambda: client.working.create_task("wm-1", "read the logs"))
+        outage.writes()
+        fact = through_outage(outage, retry_log, lambda: client.working.remember("wm-1", "prefers tea"))
         snapshot = client.working.snapshot("wm-1")
-        assert (snapshot.goal, snapshot.tasks) == ("ship it", [])
+        assert (snapshot.goal, [t.id for t in snapshot.tasks]) == ("ship it", [task.id])
+        assert [f.id for f in snapshot.facts] == [fact.id]
+        # What a retry after a lost reply sends: the same request id again.
+        again = client.working.create_task("wm-1", "read the logs", request_id="task-7")
+        assert client.working.create_task("wm-1", "read the logs", request_id="task-7") == again
+        assert len(client.working.snapshot("wm-1").tasks) == 2
 
 
 def test_a_write_without_its_key_is_not_retried(
@@ -325,6 +329,9 @@ def test_the_asyncio_client_retries_the_same_way(
         (working_memory_pb2.CacheContentRequest(path="p"), True),
         (working_memory_pb2.CreateTaskRequest(subject="s"), False),
         (working_memory_pb2.RememberRequest(content="c"), False),
+        (working_memory_pb2.CreateTaskRequest(subject="s", request_id="r"), True),
+        (working_memory_pb2.RememberRequest(content="c", request_id="r"), True),
+        (working_memory_pb2.RecordProcedureRequest(content="c", request_id="r"), True),
         (sessions_pb2.EndSessionRequest(session_id="s"), True),
         (sessions_pb2.DeleteSessionRequest(session_id="s"), False),
         (memory_admin_pb2.SetRetentionRequest(scope="s"), True),

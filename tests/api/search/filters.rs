@@ -73,6 +73,7 @@ async fn filters_narrow_each_source(backend: Backend) {
             content: "package widgets in boxes".to_owned(),
             subject: "packing".to_owned(),
             predicate: "how".to_owned(),
+            request_id: String::new(),
         })
         .await
         .expect("procedure");

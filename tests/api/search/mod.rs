@@ -115,6 +115,7 @@ pub(crate) fn remember(session: &str, user: &str, subject: &str, content: &str) 
         subject: subject.to_owned(),
         predicate: "uses".to_owned(),
         object: String::new(),
+        request_id: String::new(),
     }
 }
 

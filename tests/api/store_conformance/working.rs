@@ -1,16 +1,34 @@
 //! Working memory: the goal, tasks with dense ids and a limit, the content
 //! cache within its limits, and counts of facts.
 
+use chrono::{DateTime, Utc};
 use engram::consolidation::ports::FactTx;
 use engram::consolidation::{FactKind, FactPayload, Provenance};
 use engram::context::Tenant;
 use engram::ports::Store;
-use engram::working::ports::CachePut;
+use engram::working::ports::{CachePut, NewTask};
 use engram::working::{TaskChange, TaskStatus};
 use serde_json::json;
 
 use super::fixtures::{Log, now};
 use crate::helpers::TestDb;
+
+/// A task without a request id.
+fn new_task<'a>(
+    session_id: &'a str,
+    subject: &'a str,
+    now: DateTime<Utc>,
+    max_tasks: i64,
+) -> NewTask<'a> {
+    NewTask {
+        session_id,
+        subject,
+        description: "",
+        now,
+        max_tasks,
+        request_id: None,
+    }
+}
 
 /// Working memory belongs to a session: these exist first.
 async fn sessions<S: Store>(store: &S, tenant: &Tenant, ids: &[&str]) {
@@ -54,7 +72,7 @@ async fn tasks_are_numbered_and_limited<S: Store>(store: S, _db: &TestDb) {
     sessions(&store, &tenant, &["s1", "s2"]).await;
     for n in 1..=3 {
         let task = store
-            .create_task(&tenant, "s1", &format!("task {n}"), "", now(), 3)
+            .create_task(&tenant, &new_task("s1", &format!("task {n}"), now(), 3))
             .await
             .expect("create")
             .expect("under the limit");
@@ -65,13 +83,13 @@ async fn tasks_are_numbered_and_limited<S: Store>(store: S, _db: &TestDb) {
     }
     assert_eq!(
         store
-            .create_task(&tenant, "s1", "one more", "", now(), 3)
+            .create_task(&tenant, &new_task("s1", "one more", now(), 3))
             .await
             .expect("create"),
         None
     );
     let other = store
-        .create_task(&tenant, "s2", "elsewhere", "", now(), 3)
+        .create_task(&tenant, &new_task("s2", "elsewhere", now(), 3))
         .await
         .expect("create")
         .expect("task");
@@ -135,7 +153,10 @@ async fn racing_task_creators_get_dense_ids<S: Store>(store: S, _db: &TestDb) {
             let store = store.clone();
             tokio::spawn(async move {
                 store
-                    .create_task(&Tenant::new("t1"), "s1", &format!("task {n}"), "", now(), 0)
+                    .create_task(
+                        &Tenant::new("t1"),
+                        &new_task("s1", &format!("task {n}"), now(), 0),
+                    )
                     .await
                     .expect("create")
                     .expect("no limit")
@@ -290,7 +311,7 @@ async fn working_memory_keeps_a_session_from_cleanup<S: Store>(store: S, _db: &T
         .await
         .expect("set");
     let task = store
-        .create_task(&tenant, "task", "a task", "", then, 0)
+        .create_task(&tenant, &new_task("task", "a task", then, 0))
         .await
         .expect("create")
         .expect("no limit");

@@ -912,12 +912,21 @@ class Working:
         return self._client.call(self._stub.SetGoal, request).goal
 
     def create_task(
-        self, session_id: str, subject: str, description: str = "", *, app: str = "", user: str = ""
+        self,
+        session_id: str,
+        subject: str,
+        description: str = "",
+        *,
+        app: str = "",
+        user: str = "",
+        request_id: str | None = None,
     ) -> Task:
         """Adds a pending task (ids ``t1``, ``t2``, … per session);
-        ``ResourceExhausted`` (``LIMIT_EXCEEDED``) past the task limit."""
-        request = working_memory_pb2.CreateTaskRequest(
-            session_id=session_id, app=app, user=user, subject=subject, description=description
+        ``ResourceExhausted`` (``LIMIT_EXCEEDED``) past the task limit.
+        ``request_id`` (default: a new random one) makes a retry after a
+        lost reply answer with the task the first try added."""
+        request = _requests.create_task(
+            session_id, subject, description, app=app, user=user, request_id=request_id
         )
         return Task.from_proto(self._client.call(self._stub.CreateTask, request).task)
 
@@ -961,9 +970,12 @@ class Working:
         object: str = "",
         app: str = "",
         user: str = "",
+        request_id: str | None = None,
     ) -> Fact:
         """Stores a fact about the session's user for its app; it outlives
-        the session and shows in every later session's MEMORY block."""
+        the session and shows in every later session's MEMORY block.
+        ``request_id`` (default: a new random one) makes a retry after a
+        lost reply answer with the fact the first try stored."""
         request = _requests.remember(
             session_id,
             content,
@@ -972,16 +984,24 @@ class Working:
             subject=subject,
             predicate=predicate,
             object=object,
+            request_id=request_id,
         )
         return Fact.from_proto(self._client.call(self._stub.Remember, request).fact)
 
     def record_procedure(
-        self, app: str, content: str, *, subject: str = "", predicate: str = ""
+        self,
+        app: str,
+        content: str,
+        *,
+        subject: str = "",
+        predicate: str = "",
+        request_id: str | None = None,
     ) -> Fact:
         """Stores how the app's agents do something (a procedural fact, no
-        user): every session of the app sees it."""
-        request = working_memory_pb2.RecordProcedureRequest(
-            app=app, content=content, subject=subject, predicate=predicate
+        user): every session of the app sees it. ``request_id`` as for
+        ``remember``."""
+        request = _requests.record_procedure(
+            app, content, subject=subject, predicate=predicate, request_id=request_id
         )
         return Fact.from_proto(self._client.call(self._stub.RecordProcedure, request).fact)
 

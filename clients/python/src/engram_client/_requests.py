@@ -167,8 +167,8 @@ def idempotent(request: Message) -> bool:
     """Whether sending ``request`` twice has the effect of sending it once:
     a read, a write that sets state to what it carries (``_SETTERS``), or a
     write that carries its idempotency key (a ``request_id``;
-    every episode's ``id``; a session creation's ``request_id``, or its id
-    for GetOrCreateSession). Only
+    every episode's ``id``; the ``request_id`` of a session, task or fact
+    creation, or a session's id for GetOrCreateSession). Only
     these are retried after UNAVAILABLE, whose write may or may not have
     happened (a commit whose reply was lost)."""
     if isinstance(request, _READS + _SETTERS):
@@ -179,7 +179,15 @@ def idempotent(request: Message) -> bool:
         return bool(request.episode.id)
     if isinstance(request, episodes_pb2.AppendEpisodesRequest):
         return bool(request.episodes) and all(episode.id for episode in request.episodes)
-    if isinstance(request, sessions_pb2.CreateSessionRequest):
+    if isinstance(
+        request,
+        (
+            sessions_pb2.CreateSessionRequest,
+            working_memory_pb2.CreateTaskRequest,
+            working_memory_pb2.RememberRequest,
+            working_memory_pb2.RecordProcedureRequest,
+        ),
+    ):
         return bool(request.request_id)
     if isinstance(request, sessions_pb2.GetOrCreateSessionRequest):
         return bool(request.session_id or request.request_id)
@@ -861,6 +869,27 @@ def update_task(
     return request
 
 
+def create_task(
+    session_id: str,
+    subject: str,
+    description: str,
+    *,
+    app: str,
+    user: str,
+    request_id: str | None,
+) -> working_memory_pb2.CreateTaskRequest:
+    """A CreateTask with its idempotency key (``request_id``, or a new
+    random one), so that a retry after a lost reply adds no second task."""
+    return working_memory_pb2.CreateTaskRequest(
+        session_id=session_id,
+        app=app,
+        user=user,
+        subject=subject,
+        description=description,
+        request_id=request_id or _new_key(),
+    )
+
+
 def remember(
     session_id: str,
     content: str,
@@ -870,7 +899,9 @@ def remember(
     subject: str,
     predicate: str,
     object: str,
+    request_id: str | None,
 ) -> working_memory_pb2.RememberRequest:
+    """A Remember with its idempotency key (as :func:`create_task`)."""
     return working_memory_pb2.RememberRequest(
         session_id=session_id,
         app=app,
@@ -879,6 +910,20 @@ def remember(
         subject=subject,
         predicate=predicate,
         object=object,
+        request_id=request_id or _new_key(),
+    )
+
+
+def record_procedure(
+    app: str, content: str, *, subject: str, predicate: str, request_id: str | None
+) -> working_memory_pb2.RecordProcedureRequest:
+    """A RecordProcedure with its idempotency key (as :func:`create_task`)."""
+    return working_memory_pb2.RecordProcedureRequest(
+        app=app,
+        content=content,
+        subject=subject,
+        predicate=predicate,
+        request_id=request_id or _new_key(),
     )
 
 

@@ -858,10 +858,17 @@ class AsyncWorking:
         return (await self._client.call(self._stub.SetGoal, request)).goal
 
     async def create_task(
-        self, session_id: str, subject: str, description: str = "", *, app: str = "", user: str = ""
+        self,
+        session_id: str,
+        subject: str,
+        description: str = "",
+        *,
+        app: str = "",
+        user: str = "",
+        request_id: str | None = None,
     ) -> Task:
-        request = working_memory_pb2.CreateTaskRequest(
-            session_id=session_id, app=app, user=user, subject=subject, description=description
+        request = _requests.create_task(
+            session_id, subject, description, app=app, user=user, request_id=request_id
         )
         return Task.from_proto((await self._client.call(self._stub.CreateTask, request)).task)
 
@@ -905,6 +912,7 @@ class AsyncWorking:
         object: str = "",
         app: str = "",
         user: str = "",
+        request_id: str | None = None,
     ) -> Fact:
         request = _requests.remember(
             session_id,
@@ -914,14 +922,21 @@ class AsyncWorking:
             subject=subject,
             predicate=predicate,
             object=object,
+            request_id=request_id,
         )
         return Fact.from_proto((await self._client.call(self._stub.Remember, request)).fact)
 
     async def record_procedure(
-        self, app: str, content: str, *, subject: str = "", predicate: str = ""
+        self,
+        app: str,
+        content: str,
+        *,
+        subject: str = "",
+        predicate: str = "",
+        request_id: str | None = None,
     ) -> Fact:
-        request = working_memory_pb2.RecordProcedureRequest(
-            app=app, content=content, subject=subject, predicate=predicate
+        request = _requests.record_procedure(
+            app, content, subject=subject, predicate=predicate, request_id=request_id
         )
         return Fact.from_proto((await self._client.call(self._stub.RecordProcedure, request)).fact)
 

@@ -28,15 +28,15 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65ngram/v1/working_memory.proto\x12\tengram.v1\x1a\x1d\x65ngram/v1/consolidation.proto\x1a\x18\x65ngram/v1/episodes.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x01\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07subject\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12%\n\x06status\x18\x04 \x01(\x0e\x32\x15.engram.v1.TaskStatus\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"k\n\nCachedFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\x12/\n\x0bupdate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"M\n\x0eSetGoalRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0c\n\x04goal\x18\x04 \x01(\t\"\x1f\n\x0fSetGoalResponse\x12\x0c\n\x04goal\x18\x01 \x01(\t\"h\n\x11\x43reateTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\"3\n\x12\x43reateTaskResponse\x12\x1d\n\x04task\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Task\"\xc6\x01\n\x11UpdateTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0f\n\x07task_id\x18\x04 \x01(\t\x12%\n\x06status\x18\x05 \x01(\x0e\x32\x15.engram.v1.TaskStatus\x12\x14\n\x07subject\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0b\x64\x65scription\x18\x07 \x01(\tH\x01\x88\x01\x01\x42\n\n\x08_subjectB\x0e\n\x0c_description\"3\n\x12UpdateTaskResponse\x12\x1d\n\x04task\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Task\"h\n\x10ListTasksRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"L\n\x11ListTasksResponse\x12\x1e\n\x05tasks\x18\x01 \x03(\x0b\x32\x0f.engram.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x85\x01\n\x0fRememberRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x0f\n\x07subject\x18\x05 \x01(\t\x12\x11\n\tpredicate\x18\x06 \x01(\t\x12\x0e\n\x06object\x18\x07 \x01(\t\"1\n\x10RememberResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact\"Z\n\x16RecordProcedureRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x11\n\tpredicate\x18\x04 \x01(\t\"8\n\x17RecordProcedureResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact\"c\n\x13\x43\x61\x63heContentRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\"L\n\x14\x43\x61\x63heContentResponse\x12#\n\x04\x66ile\x18\x01 \x01(\x0b\x32\x15.engram.v1.CachedFile\x12\x0f\n\x07\x65victed\x18\x02 \x03(\t\"j\n\x12GetSnapshotRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x11\n\tmax_facts\x18\x04 \x01(\x05\x12\x12\n\nmax_events\x18\x05 \x01(\x05\"\xd2\x01\n\x13GetSnapshotResponse\x12\x0c\n\x04goal\x18\x01 \x01(\t\x12\x1e\n\x05tasks\x18\x02 \x03(\x0b\x32\x0f.engram.v1.Task\x12\x1e\n\x05\x66\x61\x63ts\x18\x03 \x03(\x0b\x32\x0f.engram.v1.Fact\x12#\n\nprocedures\x18\x04 \x03(\x0b\x32\x0f.engram.v1.Fact\x12\"\n\x06recent\x18\x05 \x03(\x0b\x32\x12.engram.v1.Episode\x12$\n\x05\x63\x61\x63he\x18\x06 \x03(\x0b\x32\x15.engram.v1.CachedFile\"\x7f\n\x18RenderMemoryBlockRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x11\n\tmax_facts\x18\x04 \x01(\x05\x12\x12\n\nmax_events\x18\x05 \x01(\x05\x12\r\n\x05query\x18\x06 \x01(\t\"G\n\x19RenderMemoryBlockResponse\x12\x14\n\x0cmemory_block\x18\x01 \x01(\t\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\"\x12\n\x10ListToolsRequest\"q\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61liases\x18\x02 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12+\n\nparameters\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"=\n\x11ListToolsResponse\x12(\n\x05tools\x18\x01 \x03(\x0b\x32\x19.engram.v1.ToolDefinition\"y\n\x0f\x43\x61llToolRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12)\n\targuments\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\"M\n\x10\x43\x61llToolResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08is_error\x18\x02 \x01(\x08*\x93\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_PENDING\x10\x01\x12\x1b\n\x17TASK_STATUS_IN_PROGRESS\x10\x02\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x03\x12\x17\n\x13TASK_STATUS_BLOCKED\x10\x04\x32\xe1\x06\n\x14WorkingMemoryService\x12@\n\x07SetGoal\x12\x19.engram.v1.SetGoalRequest\x1a\x1a.engram.v1.SetGoalResponse\x12I\n\nCreateTask\x12\x1c.engram.v1.CreateTaskRequest\x1a\x1d.engram.v1.CreateTaskResponse\x12I\n\nUpdateTask\x12\x1c.engram.v1.UpdateTaskRequest\x1a\x1d.engram.v1.UpdateTaskResponse\x12\x46\n\tListTasks\x12\x1b.engram.v1.ListTasksRequest\x1a\x1c.engram.v1.ListTasksResponse\x12\x43\n\x08Remember\x12\x1a.engram.v1.RememberRequest\x1a\x1b.engram.v1.RememberResponse\x12X\n\x0fRecordProcedure\x12!.engram.v1.RecordProcedureRequest\x1a\".engram.v1.RecordProcedureResponse\x12O\n\x0c\x43\x61\x63heContent\x12\x1e.engram.v1.CacheContentRequest\x1a\x1f.engram.v1.CacheContentResponse\x12L\n\x0bGetSnapshot\x12\x1d.engram.v1.GetSnapshotRequest\x1a\x1e.engram.v1.GetSnapshotResponse\x12^\n\x11RenderMemoryBlock\x12#.engram.v1.RenderMemoryBlockRequest\x1a$.engram.v1.RenderMemoryBlockResponse\x12\x46\n\tListTools\x12\x1b.engram.v1.ListToolsRequest\x1a\x1c.engram.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.engram.v1.CallToolRequest\x1a\x1b.engram.v1.CallToolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65ngram/v1/working_memory.proto\x12\tengram.v1\x1a\x1d\x65ngram/v1/consolidation.proto\x1a\x18\x65ngram/v1/episodes.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x01\n\x04Task\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07subject\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12%\n\x06status\x18\x04 \x01(\x0e\x32\x15.engram.v1.TaskStatus\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"k\n\nCachedFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\x12/\n\x0bupdate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"M\n\x0eSetGoalRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0c\n\x04goal\x18\x04 \x01(\t\"\x1f\n\x0fSetGoalResponse\x12\x0c\n\x04goal\x18\x01 \x01(\t\"|\n\x11\x43reateTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"3\n\x12\x43reateTaskResponse\x12\x1d\n\x04task\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Task\"\xc6\x01\n\x11UpdateTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0f\n\x07task_id\x18\x04 \x01(\t\x12%\n\x06status\x18\x05 \x01(\x0e\x32\x15.engram.v1.TaskStatus\x12\x14\n\x07subject\x18\x06 \x01(\tH\x00\x88\x01\x01\x12\x18\n\x0b\x64\x65scription\x18\x07 \x01(\tH\x01\x88\x01\x01\x42\n\n\x08_subjectB\x0e\n\x0c_description\"3\n\x12UpdateTaskResponse\x12\x1d\n\x04task\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Task\"h\n\x10ListTasksRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"L\n\x11ListTasksResponse\x12\x1e\n\x05tasks\x18\x01 \x03(\x0b\x32\x0f.engram.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x99\x01\n\x0fRememberRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x0f\n\x07subject\x18\x05 \x01(\t\x12\x11\n\tpredicate\x18\x06 \x01(\t\x12\x0e\n\x06object\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\"1\n\x10RememberResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact\"n\n\x16RecordProcedureRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x11\n\tpredicate\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"8\n\x17RecordProcedureResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact\"c\n\x13\x43\x61\x63heContentRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\"L\n\x14\x43\x61\x63heContentResponse\x12#\n\x04\x66ile\x18\x01 \x01(\x0b\x32\x15.engram.v1.CachedFile\x12\x0f\n\x07\x65victed\x18\x02 \x03(\t\"j\n\x12GetSnapshotRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x11\n\tmax_facts\x18\x04 \x01(\x05\x12\x12\n\nmax_events\x18\x05 \x01(\x05\"\xd2\x01\n\x13GetSnapshotResponse\x12\x0c\n\x04goal\x18\x01 \x01(\t\x12\x1e\n\x05tasks\x18\x02 \x03(\x0b\x32\x0f.engram.v1.Task\x12\x1e\n\x05\x66\x61\x63ts\x18\x03 \x03(\x0b\x32\x0f.engram.v1.Fact\x12#\n\nprocedures\x18\x04 \x03(\x0b\x32\x0f.engram.v1.Fact\x12\"\n\x06recent\x18\x05 \x03(\x0b\x32\x12.engram.v1.Episode\x12$\n\x05\x63\x61\x63he\x18\x06 \x03(\x0b\x32\x15.engram.v1.CachedFile\"\x7f\n\x18RenderMemoryBlockRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x11\n\tmax_facts\x18\x04 \x01(\x05\x12\x12\n\nmax_events\x18\x05 \x01(\x05\x12\r\n\x05query\x18\x06 \x01(\t\"G\n\x19RenderMemoryBlockResponse\x12\x14\n\x0cmemory_block\x18\x01 \x01(\t\x12\x14\n\x0cinstructions\x18\x02 \x01(\t\"\x12\n\x10ListToolsRequest\"q\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61liases\x18\x02 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12+\n\nparameters\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"=\n\x11ListToolsResponse\x12(\n\x05tools\x18\x01 \x03(\x0b\x32\x19.engram.v1.ToolDefinition\"y\n\x0f\x43\x61llToolRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12)\n\targuments\x18\x05 \x01(\x0b\x32\x16.google.protobuf.Value\"M\n\x10\x43\x61llToolResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08is_error\x18\x02 \x01(\x08*\x93\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_PENDING\x10\x01\x12\x1b\n\x17TASK_STATUS_IN_PROGRESS\x10\x02\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x03\x12\x17\n\x13TASK_STATUS_BLOCKED\x10\x04\x32\xe1\x06\n\x14WorkingMemoryService\x12@\n\x07SetGoal\x12\x19.engram.v1.SetGoalRequest\x1a\x1a.engram.v1.SetGoalResponse\x12I\n\nCreateTask\x12\x1c.engram.v1.CreateTaskRequest\x1a\x1d.engram.v1.CreateTaskResponse\x12I\n\nUpdateTask\x12\x1c.engram.v1.UpdateTaskRequest\x1a\x1d.engram.v1.UpdateTaskResponse\x12\x46\n\tListTasks\x12\x1b.engram.v1.ListTasksRequest\x1a\x1c.engram.v1.ListTasksResponse\x12\x43\n\x08Remember\x12\x1a.engram.v1.RememberRequest\x1a\x1b.engram.v1.RememberResponse\x12X\n\x0fRecordProcedure\x12!.engram.v1.RecordProcedureRequest\x1a\".engram.v1.RecordProcedureResponse\x12O\n\x0c\x43\x61\x63heContent\x12\x1e.engram.v1.CacheContentRequest\x1a\x1f.engram.v1.CacheContentResponse\x12L\n\x0bGetSnapshot\x12\x1d.engram.v1.GetSnapshotRequest\x1a\x1e.engram.v1.GetSnapshotResponse\x12^\n\x11RenderMemoryBlock\x12#.engram.v1.RenderMemoryBlockRequest\x1a$.engram.v1.RenderMemoryBlockResponse\x12\x46\n\tListTools\x12\x1b.engram.v1.ListToolsRequest\x1a\x1c.engram.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.engram.v1.CallToolRequest\x1a\x1b.engram.v1.CallToolResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.working_memory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASKSTATUS']._serialized_start=2619
-  _globals['_TASKSTATUS']._serialized_end=2766
+  _globals['_TASKSTATUS']._serialized_start=2679
+  _globals['_TASKSTATUS']._serialized_end=2826
   _globals['_TASK']._serialized_start=166
   _globals['_TASK']._serialized_end=359
   _globals['_CACHEDFILE']._serialized_start=361
@@ -46,47 +46,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SETGOALRESPONSE']._serialized_start=549
   _globals['_SETGOALRESPONSE']._serialized_end=580
   _globals['_CREATETASKREQUEST']._serialized_start=582
-  _globals['_CREATETASKREQUEST']._serialized_end=686
-  _globals['_CREATETASKRESPONSE']._serialized_start=688
-  _globals['_CREATETASKRESPONSE']._serialized_end=739
-  _globals['_UPDATETASKREQUEST']._serialized_start=742
-  _globals['_UPDATETASKREQUEST']._serialized_end=940
-  _globals['_UPDATETASKRESPONSE']._serialized_start=942
-  _globals['_UPDATETASKRESPONSE']._serialized_end=993
-  _globals['_LISTTASKSREQUEST']._serialized_start=995
-  _globals['_LISTTASKSREQUEST']._serialized_end=1099
-  _globals['_LISTTASKSRESPONSE']._serialized_start=1101
-  _globals['_LISTTASKSRESPONSE']._serialized_end=1177
-  _globals['_REMEMBERREQUEST']._serialized_start=1180
-  _globals['_REMEMBERREQUEST']._serialized_end=1313
-  _globals['_REMEMBERRESPONSE']._serialized_start=1315
-  _globals['_REMEMBERRESPONSE']._serialized_end=1364
-  _globals['_RECORDPROCEDUREREQUEST']._serialized_start=1366
-  _globals['_RECORDPROCEDUREREQUEST']._serialized_end=1456
-  _globals['_RECORDPROCEDURERESPONSE']._serialized_start=1458
-  _globals['_RECORDPROCEDURERESPONSE']._serialized_end=1514
-  _globals['_CACHECONTENTREQUEST']._serialized_start=1516
-  _globals['_CACHECONTENTREQUEST']._serialized_end=1615
-  _globals['_CACHECONTENTRESPONSE']._serialized_start=1617
-  _globals['_CACHECONTENTRESPONSE']._serialized_end=1693
-  _globals['_GETSNAPSHOTREQUEST']._serialized_start=1695
-  _globals['_GETSNAPSHOTREQUEST']._serialized_end=1801
-  _globals['_GETSNAPSHOTRESPONSE']._serialized_start=1804
-  _globals['_GETSNAPSHOTRESPONSE']._serialized_end=2014
-  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_start=2016
-  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_end=2143
-  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_start=2145
-  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_end=2216
-  _globals['_LISTTOOLSREQUEST']._serialized_start=2218
-  _globals['_LISTTOOLSREQUEST']._serialized_end=2236
-  _globals['_TOOLDEFINITION']._serialized_start=2238
-  _globals['_TOOLDEFINITION']._serialized_end=2351
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=2353
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=2414
-  _globals['_CALLTOOLREQUEST']._serialized_start=2416
-  _globals['_CALLTOOLREQUEST']._serialized_end=2537
-  _globals['_CALLTOOLRESPONSE']._serialized_start=2539
-  _globals['_CALLTOOLRESPONSE']._serialized_end=2616
-  _globals['_WORKINGMEMORYSERVICE']._serialized_start=2769
-  _globals['_WORKINGMEMORYSERVICE']._serialized_end=3634
+  _globals['_CREATETASKREQUEST']._serialized_end=706
+  _globals['_CREATETASKRESPONSE']._serialized_start=708
+  _globals['_CREATETASKRESPONSE']._serialized_end=759
+  _globals['_UPDATETASKREQUEST']._serialized_start=762
+  _globals['_UPDATETASKREQUEST']._serialized_end=960
+  _globals['_UPDATETASKRESPONSE']._serialized_start=962
+  _globals['_UPDATETASKRESPONSE']._serialized_end=1013
+  _globals['_LISTTASKSREQUEST']._serialized_start=1015
+  _globals['_LISTTASKSREQUEST']._serialized_end=1119
+  _globals['_LISTTASKSRESPONSE']._serialized_start=1121
+  _globals['_LISTTASKSRESPONSE']._serialized_end=1197
+  _globals['_REMEMBERREQUEST']._serialized_start=1200
+  _globals['_REMEMBERREQUEST']._serialized_end=1353
+  _globals['_REMEMBERRESPONSE']._serialized_start=1355
+  _globals['_REMEMBERRESPONSE']._serialized_end=1404
+  _globals['_RECORDPROCEDUREREQUEST']._serialized_start=1406
+  _globals['_RECORDPROCEDUREREQUEST']._serialized_end=1516
+  _globals['_RECORDPROCEDURERESPONSE']._serialized_start=1518
+  _globals['_RECORDPROCEDURERESPONSE']._serialized_end=1574
+  _globals['_CACHECONTENTREQUEST']._serialized_start=1576
+  _globals['_CACHECONTENTREQUEST']._serialized_end=1675
+  _globals['_CACHECONTENTRESPONSE']._serialized_start=1677
+  _globals['_CACHECONTENTRESPONSE']._serialized_end=1753
+  _globals['_GETSNAPSHOTREQUEST']._serialized_start=1755
+  _globals['_GETSNAPSHOTREQUEST']._serialized_end=1861
+  _globals['_GETSNAPSHOTRESPONSE']._serialized_start=1864
+  _globals['_GETSNAPSHOTRESPONSE']._serialized_end=2074
+  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_start=2076
+  _globals['_RENDERMEMORYBLOCKREQUEST']._serialized_end=2203
+  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_start=2205
+  _globals['_RENDERMEMORYBLOCKRESPONSE']._serialized_end=2276
+  _globals['_LISTTOOLSREQUEST']._serialized_start=2278
+  _globals['_LISTTOOLSREQUEST']._serialized_end=2296
+  _globals['_TOOLDEFINITION']._serialized_start=2298
+  _globals['_TOOLDEFINITION']._serialized_end=2411
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=2413
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=2474
+  _globals['_CALLTOOLREQUEST']._serialized_start=2476
+  _globals['_CALLTOOLREQUEST']._serialized_end=2597
+  _globals['_CALLTOOLRESPONSE']._serialized_start=2599
+  _globals['_CALLTOOLRESPONSE']._serialized_end=2676
+  _globals['_WORKINGMEMORYSERVICE']._serialized_start=2829
+  _globals['_WORKINGMEMORYSERVICE']._serialized_end=3694
 # @@protoc_insertion_point(module_scope)

@@ -204,6 +204,7 @@ class CreateTaskRequest(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     SUBJECT_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session."""
     app: _builtins.str
@@ -214,6 +215,13 @@ class CreateTaskRequest(_message.Message):
     """A brief title. Required."""
     description: _builtins.str
     """What needs to be done."""
+    request_id: _builtins.str
+    """An id chosen by the client (a UUID is a good choice; 1 to 128
+    printable ASCII characters) that makes retrying the call safe: a
+    repeat in the same session with the same id is answered with the task
+    the first one created, as it is now, and adds nothing (not even past
+    the task limit).
+    """
     def __init__(
         self,
         *,
@@ -222,10 +230,11 @@ class CreateTaskRequest(_message.Message):
         user: _builtins.str = ...,
         subject: _builtins.str = ...,
         description: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "description", b"description", "session_id", b"session_id", "subject", b"subject", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "description", b"description", "request_id", b"request_id", "session_id", b"session_id", "subject", b"subject", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,6 +424,7 @@ class RememberRequest(_message.Message):
     SUBJECT_FIELD_NUMBER: _builtins.int
     PREDICATE_FIELD_NUMBER: _builtins.int
     OBJECT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session (its app and user own the fact)."""
     app: _builtins.str
@@ -429,6 +439,13 @@ class RememberRequest(_message.Message):
     """Optional structure: the relation."""
     object: _builtins.str
     """Optional structure: the value."""
+    request_id: _builtins.str
+    """An id chosen by the client (a UUID is a good choice; 1 to 128
+    printable ASCII characters) that makes retrying the call safe: a
+    repeat for the same owner with the same id is answered with the fact
+    the first one stored, as it is now (deleted, if it was since), and
+    stores nothing (not even past the fact limit).
+    """
     def __init__(
         self,
         *,
@@ -439,10 +456,11 @@ class RememberRequest(_message.Message):
         subject: _builtins.str = ...,
         predicate: _builtins.str = ...,
         object: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "content", b"content", "object", b"object", "predicate", b"predicate", "session_id", b"session_id", "subject", b"subject", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "content", b"content", "object", b"object", "predicate", b"predicate", "request_id", b"request_id", "session_id", b"session_id", "subject", b"subject", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -482,6 +500,7 @@ class RecordProcedureRequest(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     SUBJECT_FIELD_NUMBER: _builtins.int
     PREDICATE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     app: _builtins.str
     """The app the procedure belongs to. Required."""
     content: _builtins.str
@@ -490,6 +509,13 @@ class RecordProcedureRequest(_message.Message):
     """Optional: what it is about."""
     predicate: _builtins.str
     """Optional: the relation."""
+    request_id: _builtins.str
+    """An id chosen by the client (a UUID is a good choice; 1 to 128
+    printable ASCII characters) that makes retrying the call safe: a
+    repeat for the same owner with the same id is answered with the fact
+    the first one stored, as it is now (deleted, if it was since), and
+    stores nothing (not even past the fact limit).
+    """
     def __init__(
         self,
         *,
@@ -497,10 +523,11 @@ class RecordProcedureRequest(_message.Message):
         content: _builtins.str = ...,
         subject: _builtins.str = ...,
         predicate: _builtins.str = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "content", b"content", "predicate", b"predicate", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "content", b"content", "predicate", b"predicate", "request_id", b"request_id", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
