@@ -5,6 +5,37 @@ use serde_json::json;
 use super::Cli;
 use crate::helpers::{Backend, TestServer};
 
+/// A creation rerun with its request id (a job run again) answers with
+/// what the first run made; without one, each run makes another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creations_rerun_with_their_request_id_make_nothing() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let cli = Cli {
+        server: format!("http://{}", server.grpc_addr()),
+        group: "working",
+    };
+    let at = ["--session", "job", "--app", "coder", "--user", "alice"];
+    let with = |args: &[&'static str]| [args, &at[..]].concat();
+    let keyed = with(&["task-create", "Trace it", "--request-id", "job-1-task"]);
+    assert_eq!(cli.json(&keyed)["id"], json!("t1"));
+    assert_eq!(cli.json(&keyed)["id"], json!("t1"));
+    assert_eq!(
+        cli.json(&with(&["task-create", "Trace it"]))["id"],
+        json!("t2")
+    );
+    let fact = with(&["remember", "runs on Fridays", "--request-id", "job-1-fact"]);
+    let first = cli.json(&fact);
+    assert_eq!(cli.json(&fact)["fact_id"], first["fact_id"]);
+    let snapshot = cli.json(&with(&["snapshot"]));
+    assert_eq!(
+        (
+            snapshot["tasks"].as_array().map(Vec::len),
+            snapshot["facts"].as_array().map(Vec::len)
+        ),
+        (Some(2), Some(1))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn working_memory_commands_against_a_server() {
     let server = TestServer::spawn(Backend::Sqlite).await;
