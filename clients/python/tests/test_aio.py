@@ -262,6 +262,34 @@ def test_sessions_episodes_and_search(server: Server) -> None:
     asyncio.run(run())
 
 
+def test_creations_repeated_with_their_request_id_make_nothing(server: Server) -> None:
+    """What a retry after a lost reply sends, the same request id again, is
+    answered with what the first call made, through the asyncio wrappers."""
+
+    async def run() -> None:
+        async with AsyncEngram(server.address) as client:
+            session = await client.sessions.create("support", "rex", request_id="s-1")
+            assert await client.sessions.create("support", "rex", request_id="s-1") == session
+            found, created = await client.sessions.get_or_create(
+                "support", "rex", session.id, request_id="s-1"
+            )
+            assert (found, created) == (session, True)
+            task = await client.working.create_task(session.id, "read the logs", request_id="t-1")
+            again = await client.working.create_task(session.id, "read the logs", request_id="t-1")
+            assert again == task
+            fact = await client.working.remember(session.id, "prefers tea", request_id="f-1")
+            assert (await client.working.remember(session.id, "prefers tea", request_id="f-1")).id == fact.id
+            procedure = await client.working.record_procedure("support", "page on-call", request_id="p-1")
+            repeat = await client.working.record_procedure("support", "page on-call", request_id="p-1")
+            assert repeat.id == procedure.id
+            # Without one, each call is its own (a random id each).
+            other = await client.working.create_task(session.id, "read the logs")
+            assert other.id != task.id
+            assert [t.id for t in await client.working.tasks(session.id)] == [task.id, other.id]
+
+    asyncio.run(run())
+
+
 def test_lists_read_every_page(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engram_client._requests, "PAGE", 2)
 
