@@ -245,6 +245,30 @@ pub fn refuse_over(field: &str, value: &str, most: usize) -> Result<()> {
 pub const NUL_REFUSED: &str = "contains the NUL character (U+0000), which cannot be stored";
 
 /// Refuses a text field holding the NUL character ([`NUL_REFUSED`]).
+/// A request id used before for a different request (its fingerprint, what
+/// that request asked for, differs): `INVALID_ARGUMENT`, reason
+/// `REQUEST_ID_REUSED`.
+pub fn request_id_reused(id: &str) -> Error {
+    Error::invalid(
+        Reason::RequestIdReused,
+        "request_id",
+        format!("{id:?} was already used for a different request; use a new id for a new request"),
+    )
+}
+
+/// The SHA-256 of `parts`, each ended by a NUL: what a request asked for,
+/// kept with its request id so that the id reused for another request is
+/// told from a repeat.
+pub fn fingerprint(parts: &[&str]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    hasher.finalize().into()
+}
+
 pub fn refuse_nul(field: &str, value: &str) -> Result<()> {
     if value.contains('\0') {
         return Err(Error::invalid(Reason::InvalidArgument, field, NUL_REFUSED));

@@ -16,5 +16,8 @@
 -- after adding the column (`ALTER TABLE sessions ADD COLUMN IF NOT EXISTS
 -- create_request_id text COLLATE "C"`, which takes no time).
 ALTER TABLE sessions ADD COLUMN IF NOT EXISTS create_request_id text COLLATE "C";
+-- What that request asked for (SHA-256 of its fields), so that the id
+-- reused for another request is told from a repeat.
+ALTER TABLE sessions ADD COLUMN IF NOT EXISTS create_fingerprint bytea;
 CREATE UNIQUE INDEX IF NOT EXISTS sessions_request ON sessions (tenant, create_request_id)
     WHERE create_request_id IS NOT NULL;

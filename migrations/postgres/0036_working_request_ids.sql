@@ -17,6 +17,10 @@
 --       ON facts (tenant, app, user_id, kind, create_request_id) WHERE create_request_id IS NOT NULL;
 ALTER TABLE working_tasks ADD COLUMN IF NOT EXISTS create_request_id text COLLATE "C";
 ALTER TABLE facts ADD COLUMN IF NOT EXISTS create_request_id text COLLATE "C";
+-- What that request asked for (SHA-256 of its fields), so that the id
+-- reused for another request is told from a repeat.
+ALTER TABLE working_tasks ADD COLUMN IF NOT EXISTS create_fingerprint bytea;
+ALTER TABLE facts ADD COLUMN IF NOT EXISTS create_fingerprint bytea;
 CREATE UNIQUE INDEX IF NOT EXISTS working_tasks_request
     ON working_tasks (tenant, session_id, create_request_id) WHERE create_request_id IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS facts_request

@@ -5,6 +5,8 @@
 -- one hold NULL and are in neither index.
 ALTER TABLE working_tasks ADD COLUMN create_request_id TEXT;
 ALTER TABLE facts ADD COLUMN create_request_id TEXT;
+ALTER TABLE working_tasks ADD COLUMN create_fingerprint BLOB;
+ALTER TABLE facts ADD COLUMN create_fingerprint BLOB;
 CREATE UNIQUE INDEX working_tasks_request
     ON working_tasks (tenant, session_id, create_request_id) WHERE create_request_id IS NOT NULL;
 CREATE UNIQUE INDEX facts_request

@@ -13,6 +13,7 @@ use super::classify::FactKey;
 use super::types::{Fact, FactKind, FactPayload, FactVersion, Provenance, Rule};
 use crate::context::Tenant;
 use crate::error::Result;
+use crate::memory::ports::RequestStamp;
 use crate::sessions::Episode;
 
 /// Which facts a listing returns.
@@ -222,23 +223,23 @@ pub trait FactTx: Send {
         id: &str,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// The id of the fact of an owner and kind that `request_id` created
-    /// (see [`FactTx::keep_request`]).
+    /// The id of the fact of an owner and kind that `request_id` created,
+    /// with the fingerprint kept (see [`FactTx::keep_request`]).
     fn fact_of_request(
         &mut self,
         tenant: &Tenant,
         owner: (&str, &str),
         kind: FactKind,
         request_id: &str,
-    ) -> impl Future<Output = Result<Option<String>>> + Send;
+    ) -> impl Future<Output = Result<Option<(String, Vec<u8>)>>> + Send;
 
-    /// Keeps the request id that created fact `id`, so that a repeat of the
-    /// request finds it.
+    /// Keeps the request (its id and fingerprint) that created fact `id`,
+    /// so that a repeat of the request finds it.
     fn keep_request(
         &mut self,
         tenant: &Tenant,
         id: &str,
-        request_id: &str,
+        request: &RequestStamp<'_>,
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// A fact at its newest version (live or tombstoned).

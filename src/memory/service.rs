@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use futures::{Stream, TryStreamExt};
-use sha2::{Digest, Sha256};
 
 use super::audit::{AuditRecord, Operation};
 use super::ports::{
@@ -307,13 +306,8 @@ impl<S: MemoryStore + Feeds> Memory<S> {
                     .map(|stamp| stamp.fingerprint[..] == fingerprint[..])
                     != Some(true)
                 {
-                    return Err(Error::invalid(
-                        Reason::RequestIdReused,
-                        "request_id",
-                        format!(
-                            "{:?} was already used for a different request; use a new id for a new request",
-                            write.request.map_or("", |stamp| stamp.id)
-                        ),
+                    return Err(crate::error::request_id_reused(
+                        write.request.map_or("", |stamp| stamp.id),
                     ));
                 }
                 // The version it wrote may have been purged since: the
@@ -800,24 +794,19 @@ fn fingerprint(
     mutation: &Mutation<'_>,
     expected: Option<i64>,
 ) -> [u8; 32] {
-    let mut hasher = Sha256::new();
     let (op, value) = match mutation {
         Mutation::Set(value) => ("set", value.encoded()),
         Mutation::Delete => ("delete", ""),
     };
     let expected = expected.map_or_else(|| "-".to_owned(), |v| v.to_string());
-    for part in [
+    crate::error::fingerprint(&[
         op,
         scope.scope_type.as_str(),
         scope.name.as_str(),
         key.as_str(),
         &expected,
         value,
-    ] {
-        hasher.update(part.as_bytes());
-        hasher.update([0]);
-    }
-    hasher.finalize().into()
+    ])
 }
 
 /// The current time at the precision the stores keep (microseconds), so a

@@ -14,6 +14,7 @@ use super::types::{
 };
 use crate::context::Tenant;
 use crate::error::Result;
+use crate::memory::ports::RequestStamp;
 
 /// A session to create.
 #[derive(Debug, Clone)]
@@ -26,8 +27,9 @@ pub struct NewSession<'a> {
     pub now: DateTime<Utc>,
     /// The tenant's session limit (0: none); see [`NewSession::to_evict`].
     pub max_sessions: i64,
-    /// The request's idempotency key, kept with the session it creates.
-    pub request_id: Option<&'a str>,
+    /// The request's idempotency key and fingerprint, kept with the
+    /// session it creates.
+    pub request: Option<RequestStamp<'a>>,
 }
 
 /// What [`SessionStore::create_session`] did.
@@ -38,8 +40,8 @@ pub enum Creation {
     /// Found a session under the id, created by another request.
     Found(Session),
     /// Found the session an earlier request with the same `request_id`
-    /// created (under whatever id it had); the caller checks that the
-    /// requests agree.
+    /// and fingerprint created. (One with another fingerprint is
+    /// `REQUEST_ID_REUSED`.)
     Repeated(Session),
 }
 
@@ -249,7 +251,7 @@ mod tests {
             metadata: "{}",
             now: chrono::Utc::now(),
             max_sessions,
-            request_id: None,
+            request: None,
         };
         assert_eq!(at(0).to_evict(5), 0);
         assert_eq!(at(100).to_evict(99), 0);

@@ -16,6 +16,7 @@ use super::types::{
 use crate::context::CallerContext;
 use crate::error::{Error, Reason, Result, TIME_RANGE};
 use crate::memory::now_micros;
+use crate::memory::ports::RequestStamp;
 use crate::paging::{self, ListPage};
 use crate::ports::{Feed, Feeds};
 
@@ -50,15 +51,15 @@ pub struct CreateRequest {
 }
 
 impl CreateRequest {
-    /// Whether `first`, the session an earlier request with this one's
-    /// request id created, answers this request too: the same owner, and
-    /// the same id when this one names one. (Metadata is not compared: it
-    /// comes back from the database re-encoded, and a retry sends what
-    /// the first try sent.)
-    fn repeats(&self, first: &Session) -> bool {
-        first.app == self.app.as_str()
-            && first.user == self.user.as_str()
-            && self.id.as_ref().is_none_or(|id| first.id == id.as_str())
+    /// What the request asks for: its owner, the id it names (if any) and
+    /// its `metadata`, encoded as received (a map, so in key order).
+    fn fingerprint(&self, metadata: &str) -> [u8; 32] {
+        crate::error::fingerprint(&[
+            self.app.as_str(),
+            self.user.as_str(),
+            self.id.as_ref().map_or("", Id::as_str),
+            metadata,
+        ])
     }
 }
 
@@ -102,11 +103,11 @@ impl<S: SessionStore + Feeds> Sessions<S> {
     pub async fn create(
         &self,
         ctx: &CallerContext,
-        request: CreateRequest,
+        mut request: CreateRequest,
         mode: CreateMode,
     ) -> Result<(Session, bool)> {
         let id = request.id.clone().unwrap_or_else(Id::generate);
-        let metadata = Value::Object(request.metadata.clone()).to_string();
+        let metadata = Value::Object(std::mem::take(&mut request.metadata)).to_string();
         if metadata.len() > self.limits.max_episode_bytes {
             return Err(Error::invalid(
                 Reason::ValueTooLarge,
@@ -125,21 +126,14 @@ impl<S: SessionStore + Feeds> Sessions<S> {
             metadata: &metadata,
             now: now_micros(),
             max_sessions: self.limits.max_sessions,
-            request_id: request.request_id.as_deref(),
+            request: request.request_id.as_deref().map(|id| RequestStamp {
+                id,
+                fingerprint: request.fingerprint(&metadata),
+            }),
         };
         let session = match self.store.create_session(&ctx.tenant, &session).await? {
-            Creation::Created(session) => return Ok((session, true)),
-            Creation::Repeated(first) if request.repeats(&first) => return Ok((first, true)),
-            Creation::Repeated(_) => {
-                return Err(Error::invalid(
-                    Reason::RequestIdReused,
-                    "request_id",
-                    format!(
-                        "{:?} already created a session for a different request; use a new \
-                         id for a new request",
-                        request.request_id.as_deref().unwrap_or("")
-                    ),
-                ));
+            Creation::Created(session) | Creation::Repeated(session) => {
+                return Ok((session, true));
             }
             Creation::Found(session) => session,
         };

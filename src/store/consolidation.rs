@@ -22,6 +22,7 @@ use crate::consolidation::{
 };
 use crate::context::Tenant;
 use crate::error::{Error, Result};
+use crate::memory::ports::RequestStamp;
 use crate::paging::Weighed;
 use crate::sessions::Episode;
 
@@ -240,17 +241,20 @@ static INSERT_FACT: Sql = Sql::new(
      deleted, create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, false, $8, $8)",
 );
 
-/// The fact a request id created for an owner and kind. Parameters: $1
-/// tenant, $2 app, $3 user, $4 kind, $5 request id.
+/// The fact a request id created for an owner and kind, with the request's
+/// fingerprint. Parameters: $1 tenant, $2 app, $3 user, $4 kind, $5
+/// request id.
 static FACT_OF_REQUEST: Sql = Sql::new(
-    "SELECT id FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 AND kind = $4 \
-     AND create_request_id = $5",
+    "SELECT id, create_fingerprint FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 \
+     AND kind = $4 AND create_request_id = $5",
 );
 
-/// Keeps the request id that created a fact. Parameters: $1 tenant, $2
-/// id, $3 request id.
-static KEEP_FACT_REQUEST: Sql =
-    Sql::new("UPDATE facts SET create_request_id = $3 WHERE tenant = $1 AND id = $2");
+/// Keeps the request that created a fact. Parameters: $1 tenant, $2 id,
+/// $3 request id, $4 its fingerprint.
+static KEEP_FACT_REQUEST: Sql = Sql::new(
+    "UPDATE facts SET create_request_id = $3, create_fingerprint = $4 \
+     WHERE tenant = $1 AND id = $2",
+);
 
 static BUMP_FACT: Sql = Sql::new(
     "UPDATE facts SET version = version + 1, deleted = $3, \
@@ -729,17 +733,23 @@ impl<T: Transaction> FactTx for FactsTx<T> {
         (app, user): (&str, &str),
         kind: FactKind,
         request_id: &str,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<(String, Vec<u8>)>> {
         let owner = params![tenant.as_str(), app, user, kind.as_i16(), request_id];
         self.0
-            .first(&FACT_OF_REQUEST, owner, |row| row.text(0))
+            .first(&FACT_OF_REQUEST, owner, |row| {
+                Ok((row.text(0)?, row.bytes(1)?))
+            })
             .await
     }
 
-    async fn keep_request(&mut self, tenant: &Tenant, id: &str, request_id: &str) -> Result<()> {
-        self.0
-            .exec(&KEEP_FACT_REQUEST, params![tenant.as_str(), id, request_id])
-            .await?;
+    async fn keep_request(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        request: &RequestStamp<'_>,
+    ) -> Result<()> {
+        let kept = params![tenant.as_str(), id, request.id, &request.fingerprint[..]];
+        self.0.exec(&KEEP_FACT_REQUEST, kept).await?;
         Ok(())
     }
 

@@ -12,7 +12,7 @@ use super::sql::{
     select,
 };
 use crate::context::Tenant;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, request_id_reused};
 use crate::paging::Weighed;
 use crate::sessions::ports::{Append, Appended, Creation, EpisodeQuery, NewSession, SessionStore};
 use crate::sessions::{
@@ -208,26 +208,29 @@ static INSERT_SESSION: Sql = Sql::new(concat!(
 ));
 
 /// [`INSERT_SESSION`] keeping the request id that creates the session
-/// ($7): no row either when a concurrent repeat of the request stored it.
+/// ($7) and its fingerprint ($8): no row either when a concurrent repeat
+/// of the request stored it.
 /// (Apart, so that writes without one name no column a schema before
 /// migration 0035 / 0025 lacks.)
 static INSERT_KEYED_SESSION: Sql = Sql::new(concat!(
     "INSERT INTO sessions \
-     (tenant, id, app, user_id, metadata, create_time, update_time, create_request_id) \
-     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6, $7) ON CONFLICT DO NOTHING \
+     (tenant, id, app, user_id, metadata, create_time, update_time, create_request_id, \
+     create_fingerprint) \
+     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $6, $7, $8) ON CONFLICT DO NOTHING \
      RETURNING ",
     session_columns!()
 ));
 
 /// The session a keyed creation finds: the one its request id created if
-/// any (`repeated` 1), else the one stored under its id. One statement,
+/// any (`repeated` 1, with the fingerprint kept), else the one stored
+/// under its id. One statement,
 /// so one snapshot: a concurrent repeat's session, committed meanwhile, is
 /// never taken for another request's. Parameters: $1 tenant, $2 request
 /// id, $3 id.
 static SESSION_OF_REQUEST: Sql = select!(
     session_columns!(),
-    ", (CASE WHEN create_request_id = $2 THEN 1 ELSE 0 END)::bigint AS repeated \
-     FROM sessions \
+    ", (CASE WHEN create_request_id = $2 THEN 1 ELSE 0 END)::bigint AS repeated, \
+     create_fingerprint FROM sessions \
      WHERE tenant = $1 AND (create_request_id = $2 OR id = $3) \
      ORDER BY repeated DESC LIMIT 1"
 );
@@ -562,10 +565,10 @@ pub(super) async fn insert_session_in<T: Run>(
         session.metadata,
         session.now,
     ];
-    match session.request_id {
+    match &session.request {
         None => tx.first(&INSERT_SESSION, row, session_row).await,
         Some(request) => {
-            let keyed = &[row, params![request]].concat();
+            let keyed = &[row, params![request.id, &request.fingerprint[..]]].concat();
             tx.first(&INSERT_KEYED_SESSION, keyed, session_row).await
         }
     }
@@ -628,7 +631,7 @@ pub(super) fn missing_session<'a>(append: &'a Append<'_>) -> Option<NewSession<'
         metadata: "{}",
         now: append.now,
         max_sessions: append.max_sessions,
-        request_id: None,
+        request: None,
     })
 }
 
@@ -752,23 +755,35 @@ impl<B: Backend + AppendEpisodes + RecentEpisodes> SessionStore for B {
     async fn create_session(&self, tenant: &Tenant, session: &NewSession<'_>) -> Result<Creation> {
         for _ in 0..CREATE_ATTEMPTS {
             let mut tx = self.begin(tenant).await?;
-            let stored = match session.request_id {
+            let stored = match &session.request {
                 Some(request) => {
                     tx.first(
                         &SESSION_OF_REQUEST,
-                        params![tenant.as_str(), request, session.id.as_str()],
-                        |row| Ok((session_row(row)?, row.int(SESSION_COLUMNS)? == 1)),
+                        params![tenant.as_str(), request.id, session.id.as_str()],
+                        |row| {
+                            let repeated = row.int(SESSION_COLUMNS)? == 1;
+                            let kept = match repeated {
+                                true => row.bytes(SESSION_COLUMNS + 1)?,
+                                false => Vec::new(),
+                            };
+                            Ok((session_row(row)?, repeated, kept))
+                        },
                     )
                     .await?
                 }
                 None => session_in(&mut tx, tenant, session.id.as_str())
                     .await?
-                    .map(|found| (found, false)),
+                    .map(|found| (found, false, Vec::new())),
             };
-            match stored {
-                Some((first, true)) => return Ok(Creation::Repeated(first)),
-                Some((found, false)) => return Ok(Creation::Found(found)),
-                None => {}
+            match (stored, &session.request) {
+                (Some((first, true, kept)), Some(request)) => {
+                    return match kept[..] == request.fingerprint[..] {
+                        true => Ok(Creation::Repeated(first)),
+                        false => Err(request_id_reused(request.id)),
+                    };
+                }
+                (Some((found, _, _)), _) => return Ok(Creation::Found(found)),
+                (None, _) => {}
             }
             if let Some(created) = insert_session_in(&mut tx, tenant, session).await? {
                 tx.commit().await?;

@@ -18,7 +18,7 @@ use super::sql::{
     Backend, Cols, Dialect, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params,
 };
 use crate::context::Tenant;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, request_id_reused};
 use crate::paging::Weighed;
 use crate::sessions::{session_ended, session_not_found};
 use crate::working::ports::{CachePut, NewTask, WorkingStore};
@@ -77,19 +77,21 @@ static INSERT_TASK: Sql = Sql::new(
      RETURNING number, subject, description, status, create_time, update_time",
 );
 
-/// [`INSERT_TASK`] keeping the request id that creates the task ($7).
+/// [`INSERT_TASK`] keeping the request id that creates the task ($7) and
+/// its fingerprint ($8).
 /// (Apart, so that writes without one name no column a schema before
 /// migration 0036 / 0026 lacks.)
 static INSERT_KEYED_TASK: Sql = Sql::new(
     "INSERT INTO working_tasks (tenant, session_id, number, subject, description, status, \
-     create_time, update_time, create_request_id) VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7) \
+     create_time, update_time, create_request_id, create_fingerprint) \
+     VALUES ($1, $2, $3, $4, $5, 1, $6, $6, $7, $8) \
      RETURNING number, subject, description, status, create_time, update_time",
 );
 
 /// The task a request id created in a session. Parameters: $1 tenant, $2
 /// session, $3 request id.
 static TASK_OF_REQUEST: Sql = Sql::new(
-    "SELECT number, subject, description, status, create_time, update_time \
+    "SELECT number, subject, description, status, create_time, update_time, create_fingerprint \
      FROM working_tasks WHERE tenant = $1 AND session_id = $2 AND create_request_id = $3",
 );
 
@@ -192,15 +194,18 @@ impl<B: Backend> WorkingStore for B {
             .await?
             .ok_or_else(|| Error::internal("the task counter was not returned"))?
             .int(0)?;
-        if let Some(request) = task.request_id {
+        if let Some(request) = &task.request {
             let first = tx
                 .row(
                     &TASK_OF_REQUEST,
-                    params![tenant.as_str(), session_id, request],
+                    params![tenant.as_str(), session_id, request.id],
                 )
                 .await?;
             if let Some(first) = first {
                 // Nothing written: the counter's bump is rolled back.
+                if first.bytes(6)?[..] != request.fingerprint[..] {
+                    return Err(request_id_reused(request.id));
+                }
                 return task_row(&first).map(Some);
             }
         }
@@ -218,10 +223,10 @@ impl<B: Backend> WorkingStore for B {
             task.description,
             task.now
         ];
-        let inserted = match task.request_id {
+        let inserted = match &task.request {
             None => tx.row(&INSERT_TASK, row).await?,
             Some(request) => {
-                let keyed = &[row, params![request]].concat();
+                let keyed = &[row, params![request.id, &request.fingerprint[..]]].concat();
                 tx.row(&INSERT_KEYED_TASK, keyed).await?
             }
         };

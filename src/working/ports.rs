@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use super::types::{CachedFile, Task, TaskChange};
 use crate::context::Tenant;
 use crate::error::Result;
+use crate::memory::ports::RequestStamp;
 
 /// A cache write and the limits it must respect.
 #[derive(Debug, Clone)]
@@ -30,8 +31,9 @@ pub struct NewTask<'a> {
     pub now: DateTime<Utc>,
     /// Most tasks the session may hold (0: no limit).
     pub max_tasks: i64,
-    /// The request's idempotency key, kept with the task it creates.
-    pub request_id: Option<&'a str>,
+    /// The request's idempotency key and fingerprint, kept with the task
+    /// it creates.
+    pub request: Option<RequestStamp<'a>>,
 }
 
 /// Every write (a goal, a task created or changed, a cached file) fails
@@ -56,7 +58,8 @@ pub trait WorkingStore: Clone + Send + Sync + 'static {
 
     /// Adds a task with the session's next id, or answers with the task its
     /// request id added to the session before (as it is now, nothing
-    /// written); `None` (nothing written) when the session already holds
+    /// written; `REQUEST_ID_REUSED` when that request's fingerprint
+    /// differs); `None` (nothing written) when the session already holds
     /// `max_tasks`.
     fn create_task(
         &self,

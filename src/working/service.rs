@@ -10,8 +10,11 @@ use super::types::{
 use crate::consolidation::ports::{ConsolidationStore, FactFilter, FactTx};
 use crate::consolidation::{Fact, FactKind, FactPayload, Provenance, check_triple_part};
 use crate::context::CallerContext;
-use crate::error::{Error, Reason, Result, refuse_nul, refuse_over};
+use crate::error::{
+    Error, Reason, Result, fingerprint, refuse_nul, refuse_over, request_id_reused,
+};
 use crate::memory::now_micros;
+use crate::memory::ports::RequestStamp;
 use crate::paging::{self, ListPage};
 use crate::ports::Feeds;
 use crate::redact::Redactor;
@@ -157,6 +160,10 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
     ) -> Result<Task> {
         text("subject", subject, true)?;
         text("description", description, false)?;
+        let request = request_id.map(|id| RequestStamp {
+            id,
+            fingerprint: fingerprint(&[subject, description]),
+        });
         let (subject, description) = (self.redact(subject.trim()), self.redact(description));
         let task = NewTask {
             session_id: &session.id,
@@ -164,7 +171,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
             description: &description,
             now: now_micros(),
             max_tasks: self.limits.max_tasks_per_session,
-            request_id,
+            request,
         };
         self.store
             .create_task(&ctx.tenant, &task)
@@ -231,7 +238,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         ctx: &CallerContext,
         payload: FactPayload,
         limit: (&'static str, i64),
-        request_id: Option<&str>,
+        request: Option<RequestStamp<'_>>,
     ) -> Result<Fact> {
         let mut tx = self.store.begin(&ctx.tenant).await?;
         let owner = (payload.app.as_str(), payload.user.as_str());
@@ -240,11 +247,14 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         let count = tx
             .count_owned_facts(&ctx.tenant, owner, payload.kind)
             .await?;
-        if let Some(request) = request_id {
+        if let Some(request) = &request {
             let first = tx
-                .fact_of_request(&ctx.tenant, owner, payload.kind, request)
+                .fact_of_request(&ctx.tenant, owner, payload.kind, request.id)
                 .await?;
-            if let Some(id) = first {
+            if let Some((id, kept)) = first {
+                if kept[..] != request.fingerprint[..] {
+                    return Err(request_id_reused(request.id));
+                }
                 let fact = tx.fact(&ctx.tenant, &id).await?;
                 tx.rollback().await?;
                 return fact.ok_or_else(|| Error::internal("a remembered fact was not read back"));
@@ -267,7 +277,7 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
         let id = uuid::Uuid::now_v7().to_string();
         tx.insert_fact(&ctx.tenant, &id, &payload, &provenance, now)
             .await?;
-        if let Some(request) = request_id {
+        if let Some(request) = &request {
             tx.keep_request(&ctx.tenant, &id, request).await?;
         }
         let fact = tx.fact(&ctx.tenant, &id).await?;
@@ -302,11 +312,15 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
             content: Value::String(self.redact(content.trim())),
             channels: vec!["semantic".to_owned()],
         };
+        let request = request_id.map(|id| RequestStamp {
+            id,
+            fingerprint: fingerprint(&["semantic", content, &key.0, &key.1, &key.2]),
+        });
         self.store_fact(
             ctx,
             payload,
             ("max_facts_per_user", self.limits.max_facts_per_user),
-            request_id,
+            request,
         )
         .await
     }
@@ -334,11 +348,15 @@ impl<S: WorkingStore + SessionStore + ConsolidationStore + SearchStore + Embeddi
             content: Value::String(self.redact(content.trim())),
             channels: vec!["procedural".to_owned()],
         };
+        let request = request_id.map(|id| RequestStamp {
+            id,
+            fingerprint: fingerprint(&["procedural", content, &key.0, &key.1]),
+        });
         self.store_fact(
             ctx,
             payload,
             ("max_facts_per_user", self.limits.max_facts_per_user),
-            request_id,
+            request,
         )
         .await
     }

@@ -531,7 +531,7 @@ async fn sessions_cleanup_by_idle_time_and_tenants<S: Store>(store: S, _db: &Tes
             metadata: "{}",
             now: at,
             max_sessions: 0,
-            request_id: None,
+            request: None,
         };
         match store
             .create_session(tenant, &session)

@@ -1171,6 +1171,29 @@ async fn creations_are_safe_to_repeat(backend: Backend) {
         .facts;
     assert_eq!(facts.len(), 2, "one fact and one procedure: {facts:?}");
 
+    // The id reused for another request is refused, whatever it is now.
+    for (request, what) in [
+        (task("s", "another task", "k1"), "another subject"),
+        (
+            CreateTaskRequest {
+                description: "more".into(),
+                ..task("s", "read the logs", "k1")
+            },
+            "another description",
+        ),
+    ] {
+        let err = client.create_task(request).await.expect_err(what);
+        assert_eq!(reason(&err), "REQUEST_ID_REUSED", "{what}");
+    }
+    let err = client
+        .remember(fact("prefers coffee", "f1"))
+        .await
+        .expect_err("another fact under f1");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "REQUEST_ID_REUSED")
+    );
+
     // A bad id is refused before anything is written.
     let err = client
         .create_task(task("s3", "x", "has space"))

@@ -384,7 +384,8 @@ type CreateTaskRequest struct {
 	// printable ASCII characters) that makes retrying the call safe: a
 	// repeat in the same session with the same id is answered with the task
 	// the first one created, as it is now, and adds nothing (not even past
-	// the task limit).
+	// the task limit). Reusing an id for a different task (another subject
+	// or description) is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
 	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -814,7 +815,9 @@ type RememberRequest struct {
 	// printable ASCII characters) that makes retrying the call safe: a
 	// repeat for the same owner with the same id is answered with the fact
 	// the first one stored, as it is now (deleted, if it was since), and
-	// stores nothing (not even past the fact limit).
+	// stores nothing (not even past the fact limit). Reusing an id for a
+	// different fact (other text) is INVALID_ARGUMENT (reason
+	// REQUEST_ID_REUSED).
 	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -967,7 +970,9 @@ type RecordProcedureRequest struct {
 	// printable ASCII characters) that makes retrying the call safe: a
 	// repeat for the same owner with the same id is answered with the fact
 	// the first one stored, as it is now (deleted, if it was since), and
-	// stores nothing (not even past the fact limit).
+	// stores nothing (not even past the fact limit). Reusing an id for a
+	// different fact (other text) is INVALID_ARGUMENT (reason
+	// REQUEST_ID_REUSED).
 	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -270,9 +270,8 @@ def test_creations_repeated_with_their_request_id_make_nothing(server: Server) -
         async with AsyncEngram(server.address) as client:
             session = await client.sessions.create("support", "rex", request_id="s-1")
             assert await client.sessions.create("support", "rex", request_id="s-1") == session
-            found, created = await client.sessions.get_or_create(
-                "support", "rex", session.id, request_id="s-1"
-            )
+            # The same request as GetOrCreate: as created.
+            found, created = await client.sessions.get_or_create("support", "rex", "", request_id="s-1")
             assert (found, created) == (session, True)
             task = await client.working.create_task(session.id, "read the logs", request_id="t-1")
             again = await client.working.create_task(session.id, "read the logs", request_id="t-1")

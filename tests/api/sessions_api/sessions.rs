@@ -450,13 +450,13 @@ async fn creation_is_safe_to_repeat(backend: Backend) {
         .into_inner();
     assert!(repeated.created, "the first try created it");
     assert_eq!(repeated.session.as_ref(), Some(&first));
-    // Naming the id the first try was given is the same request too.
+    // Naming the id the first try was given is another request: the
+    // first named none.
     let named = sessions
         .get_or_create_session(get_or_create("ann", &first.id, "r-1"))
         .await
-        .expect("the repeat naming the id")
-        .into_inner();
-    assert!(named.created);
+        .expect_err("another request naming the id");
+    assert_eq!(reason(&named), "REQUEST_ID_REUSED");
 
     // With an id: the repeat is not ALREADY_EXISTS, and GetOrCreate's
     // repeat says created; other requests for the id still find it made.
@@ -500,7 +500,18 @@ async fn creation_is_safe_to_repeat(backend: Backend) {
     assert_eq!(ids, wanted, "no session was made twice");
 
     // An id reused for another request is refused, whichever call.
-    for request in [create("bob", "", "r-1"), create("ann", "chat-8", "r-2")] {
+    let with_metadata = CreateSessionRequest {
+        metadata: Some(prost_types::Struct {
+            fields: [("channel".to_owned(), json_to_proto(&json!("web")))].into(),
+        }),
+        ..create("ann", "chat-7", "r-2")
+    };
+    for request in [
+        create("bob", "", "r-1"),
+        create("ann", "chat-8", "r-2"),
+        create("ann", "", "r-2"),
+        with_metadata,
+    ] {
         let err = sessions
             .create_session(request.clone())
             .await

@@ -107,7 +107,7 @@ impl<S: Store> Log<'_, S> {
                     metadata: r#"{"k":"v"}"#,
                     now: now(),
                     max_sessions,
-                    request_id: None,
+                    request: None,
                 },
             )
             .await

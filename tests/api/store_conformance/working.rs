@@ -26,7 +26,7 @@ fn new_task<'a>(
         description: "",
         now,
         max_tasks,
-        request_id: None,
+        request: None,
     }
 }
 

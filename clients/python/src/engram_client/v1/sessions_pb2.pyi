@@ -113,7 +113,7 @@ class CreateSessionRequest(_message.Message):
     printable ASCII characters) that makes retrying the call safe: a repeat
     of the same request with the same id is answered with the session the
     first one created, as created, and creates nothing. Reusing an id for a
-    different request (another app, user or session id) is
+    different request (another app, user, session id or metadata) is
     INVALID_ARGUMENT (reason REQUEST_ID_REUSED). The id is kept with the
     session, so a repeat after the session was deleted creates it again.
     """
@@ -186,7 +186,7 @@ class GetOrCreateSessionRequest(_message.Message):
     printable ASCII characters) that makes retrying the call safe: a repeat
     of the same request with the same id is answered with the session the
     first one created, as created, and creates nothing. Reusing an id for a
-    different request (another app, user or session id) is
+    different request (another app, user, session id or metadata) is
     INVALID_ARGUMENT (reason REQUEST_ID_REUSED). The id is kept with the
     session, so a repeat after the session was deleted creates it again.
     """

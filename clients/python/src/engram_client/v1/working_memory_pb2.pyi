@@ -220,7 +220,8 @@ class CreateTaskRequest(_message.Message):
     printable ASCII characters) that makes retrying the call safe: a
     repeat in the same session with the same id is answered with the task
     the first one created, as it is now, and adds nothing (not even past
-    the task limit).
+    the task limit). Reusing an id for a different task (another subject
+    or description) is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
     """
     def __init__(
         self,
@@ -444,7 +445,9 @@ class RememberRequest(_message.Message):
     printable ASCII characters) that makes retrying the call safe: a
     repeat for the same owner with the same id is answered with the fact
     the first one stored, as it is now (deleted, if it was since), and
-    stores nothing (not even past the fact limit).
+    stores nothing (not even past the fact limit). Reusing an id for a
+    different fact (other text) is INVALID_ARGUMENT (reason
+    REQUEST_ID_REUSED).
     """
     def __init__(
         self,
@@ -514,7 +517,9 @@ class RecordProcedureRequest(_message.Message):
     printable ASCII characters) that makes retrying the call safe: a
     repeat for the same owner with the same id is answered with the fact
     the first one stored, as it is now (deleted, if it was since), and
-    stores nothing (not even past the fact limit).
+    stores nothing (not even past the fact limit). Reusing an id for a
+    different fact (other text) is INVALID_ARGUMENT (reason
+    REQUEST_ID_REUSED).
     """
     def __init__(
         self,
