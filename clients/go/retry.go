@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"engram.dev/engram/clients/go/engramv1"
 )
@@ -130,34 +131,18 @@ func Idempotent(request proto.Message) bool {
 // made, not with ALREADY_EXISTS, a second one, or created false. The
 // caller's message is left as it was.
 func withRequestID(request proto.Message) proto.Message {
-	var keyed interface {
-		proto.Message
-		GetRequestId() string
-	}
-	var set func(string)
-	switch r := request.(type) {
-	case *engramv1.CreateSessionRequest:
-		c := proto.CloneOf(r)
-		keyed, set = c, func(id string) { c.RequestId = id }
-	case *engramv1.GetOrCreateSessionRequest:
-		c := proto.CloneOf(r)
-		keyed, set = c, func(id string) { c.RequestId = id }
-	case *engramv1.CreateTaskRequest:
-		c := proto.CloneOf(r)
-		keyed, set = c, func(id string) { c.RequestId = id }
-	case *engramv1.RememberRequest:
-		c := proto.CloneOf(r)
-		keyed, set = c, func(id string) { c.RequestId = id }
-	case *engramv1.RecordProcedureRequest:
-		c := proto.CloneOf(r)
-		keyed, set = c, func(id string) { c.RequestId = id }
+	switch request.(type) {
+	case *engramv1.CreateSessionRequest, *engramv1.GetOrCreateSessionRequest,
+		*engramv1.CreateTaskRequest, *engramv1.RememberRequest, *engramv1.RecordProcedureRequest:
 	default:
 		return nil
 	}
-	if keyed.GetRequestId() != "" {
+	field := request.ProtoReflect().Descriptor().Fields().ByName("request_id")
+	if field == nil || request.ProtoReflect().Get(field).String() != "" {
 		return nil
 	}
-	set(crand.Text())
+	keyed := proto.Clone(request)
+	keyed.ProtoReflect().Set(field, protoreflect.ValueOfString(crand.Text()))
 	return keyed
 }
 
