@@ -244,7 +244,6 @@ pub fn refuse_over(field: &str, value: &str, most: usize) -> Result<()> {
 /// both stores refuse it alike).
 pub const NUL_REFUSED: &str = "contains the NUL character (U+0000), which cannot be stored";
 
-/// Refuses a text field holding the NUL character ([`NUL_REFUSED`]).
 /// A request id used before for a different request (its fingerprint, what
 /// that request asked for, differs): `INVALID_ARGUMENT`, reason
 /// `REQUEST_ID_REUSED`.
@@ -269,6 +268,7 @@ pub fn fingerprint(parts: &[&str]) -> [u8; 32] {
     hasher.finalize().into()
 }
 
+/// Refuses a text field holding the NUL character ([`NUL_REFUSED`]).
 pub fn refuse_nul(field: &str, value: &str) -> Result<()> {
     if value.contains('\0') {
         return Err(Error::invalid(Reason::InvalidArgument, field, NUL_REFUSED));

@@ -73,8 +73,9 @@ func WithRetryObserver(observe func(Retry)) Option {
 // scope's retention, the reindex), or a write that carries its idempotency
 // key (a
 // request id for Set and Delete, every episode's id for AppendEpisode and
-// AppendEpisodes, the request id for CreateSession, CreateTask, Remember
-// and RecordProcedure, and the request or session id for
+// AppendEpisodes, the request id for CreateSession, CreateTask, Remember,
+// RecordProcedure and CallTool (whose TaskUpdate and memory.set_goal need
+// none), and the request or session id for
 // GetOrCreateSession). Only these are
 // retried after UNAVAILABLE, whose write may or may not have happened (a
 // commit whose reply was lost).
@@ -118,6 +119,12 @@ func Idempotent(request proto.Message) bool {
 		return r.GetRequestId() != ""
 	case *engramv1.RecordProcedureRequest:
 		return r.GetRequestId() != ""
+	case *engramv1.CallToolRequest:
+		switch r.GetName() {
+		case "TaskUpdate", "memory.task_update", "memory.set_goal":
+			return true // the tools that set what they carry
+		}
+		return r.GetRequestId() != ""
 	case *engramv1.GetOrCreateSessionRequest:
 		return r.GetSessionId() != "" || r.GetRequestId() != ""
 	}
@@ -125,7 +132,8 @@ func Idempotent(request proto.Message) bool {
 }
 
 // withRequestID returns a copy of a request that creates something (a
-// session, a task, a fact) and has no request id, given a random one; nil
+// session, a task, a fact; a tool call, which may) and has no request id,
+// given a random one; nil
 // for any other request. A creation so keyed is retried like any keyed
 // write: a retry after a lost reply is answered with what the first try
 // made, not with ALREADY_EXISTS, a second one, or created false. The
@@ -133,7 +141,8 @@ func Idempotent(request proto.Message) bool {
 func withRequestID(request proto.Message) proto.Message {
 	switch request.(type) {
 	case *engramv1.CreateSessionRequest, *engramv1.GetOrCreateSessionRequest,
-		*engramv1.CreateTaskRequest, *engramv1.RememberRequest, *engramv1.RecordProcedureRequest:
+		*engramv1.CreateTaskRequest, *engramv1.RememberRequest, *engramv1.RecordProcedureRequest,
+		*engramv1.CallToolRequest:
 	default:
 		return nil
 	}

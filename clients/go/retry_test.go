@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	engram "engram.dev/engram/clients/go"
 	"engram.dev/engram/clients/go/engramv1"
@@ -231,6 +232,31 @@ func TestCreationsLandOnceThroughAnOutage(t *testing.T) {
 		t.Fatalf("tasks %v, want the one created", got)
 	}
 
+	// So is an LLM's TaskCreate forwarded through CallTool.
+	lock = lockWrites(t, filepath.Join(dir, "engram.db"))
+	arguments, err := structpb.NewValue(map[string]any{"subject": "fix the parser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	called, retry, err := throughOutage(ctx, t, retries, func() (*engramv1.CallToolResponse, error) {
+		return client.WorkingMemory.CallTool(ctx, &engramv1.CallToolRequest{
+			SessionId: landed.GetSession().GetId(), Name: "TaskCreate", Arguments: arguments,
+		})
+	}, lock.release)
+	if err != nil || called.GetIsError() {
+		t.Fatalf("retried tool call: %v %v", called, err)
+	}
+	if retry.Method != "/engram.v1.WorkingMemoryService/CallTool" {
+		t.Fatalf("retried %s", retry.Method)
+	}
+	tasks, err = client.WorkingMemory.ListTasks(ctx, &engramv1.ListTasksRequest{SessionId: landed.GetSession().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tasks.GetTasks(); len(got) != 2 || got[1].GetId() != called.GetResult().GetFields()["taskId"].GetStringValue() {
+		t.Fatalf("tasks %v, want the one called for second", got)
+	}
+
 	// What a retry after a lost reply sends, the same request id again,
 	// is answered with the first session, as created.
 	keyed := &engramv1.GetOrCreateSessionRequest{App: "rt", User: "cy", RequestId: "create-cy"}
@@ -278,6 +304,10 @@ func TestWhatIsRetried(t *testing.T) {
 		{&engramv1.CreateTaskRequest{Subject: "s", RequestId: "r"}, true},
 		{&engramv1.RememberRequest{Content: "c", RequestId: "r"}, true},
 		{&engramv1.RecordProcedureRequest{Content: "c", RequestId: "r"}, true},
+		{&engramv1.CallToolRequest{Name: "TaskCreate"}, false},
+		{&engramv1.CallToolRequest{Name: "Remember", RequestId: "call_1"}, true},
+		{&engramv1.CallToolRequest{Name: "memory.set_goal"}, true},
+		{&engramv1.CallToolRequest{Name: "TaskUpdate"}, true},
 		{&engramv1.EndSessionRequest{SessionId: "s"}, true},
 		{&engramv1.DeleteSessionRequest{SessionId: "s"}, false},
 		{&engramv1.SetRetentionRequest{Scope: "s"}, true},

@@ -336,6 +336,7 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
     ) -> Result<Response<proto::CallToolResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
         let req = request.into_inner();
+        let request_id = request_id(req.request_id).map_err(to_status)?;
         let arguments = match req.arguments {
             Some(value) => json_at("arguments", value).map_err(to_status)?,
             None => serde_json::Value::Null,
@@ -344,9 +345,16 @@ impl<S: Store> WorkingMemoryService for WorkingMemoryApi<S> {
             .session(&ctx, (req.session_id, req.app, req.user), true)
             .await
             .map_err(to_status)?;
-        let (result, is_error) = tools::call(&self.working, &ctx, &session, &req.name, arguments)
-            .await
-            .map_err(to_status)?;
+        let (result, is_error) = tools::call(
+            &self.working,
+            &ctx,
+            &session,
+            &req.name,
+            arguments,
+            request_id.as_deref(),
+        )
+        .await
+        .map_err(to_status)?;
         let result = match json_to_proto(&result).kind {
             Some(prost_types::value::Kind::StructValue(object)) => Some(object),
             _ => None,

@@ -86,6 +86,10 @@ const SETTERS: [&str; 6] = [
     "MemoryAdminService/Reindex",
 ];
 
+/// The LLM tools (names and aliases) that set what they carry, so that
+/// `CallTool` of one is harmless to repeat with no `request_id`.
+const SETTING_TOOLS: [&str; 3] = ["TaskUpdate", "memory.task_update", "memory.set_goal"];
+
 /// Whether sending the request of `method` (`/engram.v1.MemoryService/Set`)
 /// whose message is `message` twice has the effect of sending it once.
 pub fn harmless(method: &str, message: &[u8]) -> bool {
@@ -118,6 +122,8 @@ pub fn harmless(method: &str, message: &[u8]) -> bool {
         "WorkingMemoryService/RecordProcedure" => {
             proto::RecordProcedureRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
         }
+        "WorkingMemoryService/CallTool" => proto::CallToolRequest::decode(message)
+            .is_ok_and(|r| !r.request_id.is_empty() || SETTING_TOOLS.contains(&r.name.as_str())),
         "SessionService/GetOrCreateSession" => proto::GetOrCreateSessionRequest::decode(message)
             .is_ok_and(|r| !r.session_id.is_empty() || !r.request_id.is_empty()),
         _ => false,
@@ -480,6 +486,31 @@ mod tests {
                 true,
             ),
             ("/engram.v1.WorkingMemoryService/Remember", vec![], false),
+            (
+                "/engram.v1.WorkingMemoryService/CallTool",
+                encoded(&proto::CallToolRequest {
+                    name: "TaskCreate".into(),
+                    ..proto::CallToolRequest::default()
+                }),
+                false,
+            ),
+            (
+                "/engram.v1.WorkingMemoryService/CallTool",
+                encoded(&proto::CallToolRequest {
+                    name: "TaskCreate".into(),
+                    request_id: "call_1".into(),
+                    ..proto::CallToolRequest::default()
+                }),
+                true,
+            ),
+            (
+                "/engram.v1.WorkingMemoryService/CallTool",
+                encoded(&proto::CallToolRequest {
+                    name: "memory.task_update".into(),
+                    ..proto::CallToolRequest::default()
+                }),
+                true,
+            ),
             ("/engram.v1.SessionService/DeleteSession", vec![], false),
             ("/engram.v1.MemoryService/Rollback", vec![], false),
             ("/engram.v1.MemoryService/Set", vec![0xff, 0xff], false),

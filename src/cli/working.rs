@@ -141,11 +141,14 @@ enum Command {
     /// List the LLM-callable tools with their JSON schemas
     Tools,
     /// Run a tool call as an LLM would emit it: NAME and JSON ARGUMENTS
+    /// (--request-id: the tool call's own id, e.g. call_..., is a good one)
     Call {
         /// The tool's name, as `tools` lists it
         name: String,
         /// The call's arguments as a JSON object
         arguments: String,
+        #[command(flatten)]
+        request_id: RequestIdArg,
     },
 }
 
@@ -488,7 +491,11 @@ impl WorkingCommand {
                     .join("\n");
                 print(json!({ "tools": values }), text);
             }
-            Command::Call { name, arguments } => {
+            Command::Call {
+                name,
+                arguments,
+                request_id,
+            } => {
                 let done = working
                     .call_tool(proto::CallToolRequest {
                         session_id,
@@ -496,6 +503,7 @@ impl WorkingCommand {
                         user,
                         name,
                         arguments: Some(json_to_proto(&parse_value(&arguments))),
+                        request_id: request_id.or_random(),
                     })
                     .await?
                     .into_inner();

@@ -205,7 +205,7 @@ impl Engram {
     }
 
     /// Whether running `request` twice has the effect of running it once
-    /// (a routed tool's, or a working-memory action's).
+    /// (a routed tool's; the working-memory actions are keyed instead).
     fn harmless_to_repeat(&self, request: &CallToolRequestParams) -> bool {
         let read_only = self
             .tools
@@ -225,15 +225,21 @@ impl Engram {
             "memory_set" | "memory_delete" => keyed("request_id"),
             "episode_append" => keyed("id"),
             // The tools that set state to what they carry, so that a repeat
-            // leaves it as the first left it.
-            "memory.set_goal" | "TaskUpdate" | "memory.task_update" | "memory_retention"
-            | "memory_reindex" => true,
+            // leaves it as the first left it. (The working-memory actions
+            // are all keyed: see `call_tool`.)
+            "memory_retention" | "memory_reindex" => true,
             _ => false,
         }
     }
 
-    /// Runs a working-memory action through `CallTool`.
-    async fn call_working(&self, name: String, arguments: Option<JsonObject>) -> CallToolResult {
+    /// Runs a working-memory action through `CallTool`, keyed by
+    /// `request_id`.
+    async fn call_working(
+        &self,
+        name: String,
+        arguments: Option<JsonObject>,
+        request_id: &str,
+    ) -> CallToolResult {
         let mut arguments = arguments.unwrap_or_default();
         let mut take = |field: &str| match arguments.remove(field) {
             Some(Value::String(text)) => Ok(text),
@@ -257,6 +263,7 @@ impl Engram {
                 user,
                 name,
                 arguments: Some(arguments),
+                request_id: request_id.to_owned(),
             })
             .await;
         match called {
@@ -545,7 +552,6 @@ impl ServerHandler for Engram {
         if self.tools.has_route(&request.name) {
             return self.call_routed(request, context).await;
         }
-        let retryable = self.harmless_to_repeat(&request);
         let name = request.name.into_owned();
         // Any other name goes to the server's working-memory tools, which
         // would first ask for a session: a name that is none of them is
@@ -560,9 +566,14 @@ impl ServerHandler for Engram {
                 None,
             ));
         }
-        retrying(&name, retryable, &context, || async {
+        // One key for every try of this call: TaskCreate and Remember
+        // then create one task or fact however many tries it takes, and
+        // TaskUpdate and memory.set_goal set what they carry, so each
+        // action is run again after UNAVAILABLE.
+        let request_id = format!("mcp-{}", uuid::Uuid::now_v7());
+        retrying(&name, true, &context, || async {
             Ok(self
-                .call_working(name.clone(), request.arguments.clone())
+                .call_working(name.clone(), request.arguments.clone(), &request_id)
                 .await
                 .into())
         })

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use super::service::WorkingMemory;
 use super::types::{TaskChange, TaskStatus};
 use crate::context::CallerContext;
-use crate::error::{Error, Result};
+use crate::error::{Error, Reason, Result};
 use crate::ports::Store;
 use crate::sessions::Session;
 
@@ -143,15 +143,19 @@ pub(crate) fn shown_name(name: &str) -> String {
 
 /// Runs a tool call. Errors the LLM made (unknown tool, bad arguments,
 /// unknown task, a limit) come back as `{"error": ...}` with `true`; errors
-/// of the service itself (the database) are `Err`.
+/// of the service itself (the database) and of the caller that forwarded
+/// the call (its `request_id` reused) are `Err`. `request_id` keys the
+/// creating actions (TaskCreate, Remember), so that forwarding a call
+/// twice creates one task or fact; the others set what they carry.
 pub async fn call<S: Store>(
     working: &WorkingMemory<S>,
     ctx: &CallerContext,
     session: &Session,
     name: &str,
     raw: Value,
+    request_id: Option<&str>,
 ) -> Result<(Value, bool)> {
-    match dispatch(working, ctx, session, name, raw).await {
+    match dispatch(working, ctx, session, name, raw, request_id).await {
         Ok(result) => Ok((result, false)),
         Err(Outcome::Tool(ToolError(message))) => Ok((json!({ "error": message }), true)),
         Err(Outcome::Service(err)) => Err(err),
@@ -172,6 +176,11 @@ impl From<ToolError> for Outcome {
 impl From<Error> for Outcome {
     fn from(err: Error) -> Self {
         match err {
+            // The forwarding program's mistake, not the model's.
+            Error::InvalidArgument {
+                reason: Reason::RequestIdReused,
+                ..
+            } => Outcome::Service(err),
             Error::InvalidArgument { .. }
             | Error::NotFound { .. }
             | Error::ResourceExhausted { .. } => Outcome::Tool(err.into()),
@@ -186,6 +195,7 @@ async fn dispatch<S: Store>(
     session: &Session,
     name: &str,
     raw: Value,
+    request_id: Option<&str>,
 ) -> Result<Value, Outcome> {
     let tool = definitions()
         .into_iter()
@@ -205,7 +215,7 @@ async fn dispatch<S: Store>(
             let subject = string_arg(&args, "subject", true)?.unwrap_or_default();
             let description = string_arg(&args, "description", false)?.unwrap_or_default();
             let task = working
-                .create_task(ctx, session, &subject, &description, None)
+                .create_task(ctx, session, &subject, &description, request_id)
                 .await?;
             Ok(json!({"taskId": task.id, "subject": task.subject, "status": task.status.name()}))
         }
@@ -230,7 +240,7 @@ async fn dispatch<S: Store>(
             refuse_unknown(&args, &["content"])?;
             let content = string_arg(&args, "content", true)?.unwrap_or_default();
             let fact = working
-                .remember(ctx, session, &content, Default::default(), None)
+                .remember(ctx, session, &content, Default::default(), request_id)
                 .await?;
             Ok(json!({"factId": fact.id, "remembered": fact.current.content}))
         }

@@ -664,7 +664,7 @@ async fn hostile_values_found_so_far_are_client_errors(backend: Backend) {
             app: "app".into(),
             user: "alice".into(),
             name: "工".repeat(6000),
-            arguments: None,
+            ..engram::proto::CallToolRequest::default()
         })
         .await
         .expect("a tool error is a result")

@@ -131,6 +131,7 @@ async fn call(client: &mut Client, at: At<'_>, name: &str, arguments: Value) -> 
             user,
             name: name.to_owned(),
             arguments: Some(json_to_proto(&arguments)),
+            ..CallToolRequest::default()
         })
         .await
         .expect("call tool")
@@ -1210,6 +1211,112 @@ async fn creations_are_safe_to_repeat(backend: Backend) {
     assert_eq!(reason(&err), "INVALID_REQUEST_ID");
 }
 
+/// An LLM tool call forwarded again under its id (the runtime's retry, a
+/// replayed step) is answered with what the first one made: one task, one
+/// fact. The id reused for other arguments is the forwarding program's
+/// mistake, a status, not a result for the model.
+async fn tool_calls_are_keyed_by_their_id(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut client = working(&server);
+    let at = At("tools-keyed", "agent", "u");
+    let (session_id, app, user) = at.parts();
+    let forward = |name: &str, arguments: Value, request_id: &str| CallToolRequest {
+        session_id: session_id.clone(),
+        app: app.clone(),
+        user: user.clone(),
+        name: name.into(),
+        arguments: Some(json_to_proto(&arguments)),
+        request_id: request_id.into(),
+    };
+    let result = |reply: tonic::Response<engram::proto::CallToolResponse>| {
+        let reply = reply.into_inner();
+        assert!(!reply.is_error, "{reply:?}");
+        engram::api::convert::json_from_proto(prost_types::Value {
+            kind: reply.result.map(prost_types::value::Kind::StructValue),
+        })
+        .expect("a JSON result")
+    };
+
+    let create = json!({"subject": "Trace the failing path"});
+    let mut made = Vec::new();
+    for _ in 0..2 {
+        let reply = client
+            .call_tool(forward("TaskCreate", create.clone(), "call_7f3a"))
+            .await
+            .expect("TaskCreate");
+        made.push(result(reply));
+    }
+    assert_eq!(made[0], made[1]);
+    assert_eq!(made[0]["taskId"], "t1");
+    // The alias is the same tool, and the same call.
+    let alias = client
+        .call_tool(forward("memory.task_create", create.clone(), "call_7f3a"))
+        .await
+        .expect("alias");
+    assert_eq!(result(alias), made[0]);
+    let (next, _) = call(&mut client, at, "TaskCreate", json!({"subject": "Fix it"})).await;
+    assert_eq!(next["taskId"], "t2");
+
+    let remember = json!({"content": "deploys go through argo"});
+    let first = client
+        .call_tool(forward("Remember", remember.clone(), "toolu_01"))
+        .await
+        .expect("Remember");
+    let first = result(first);
+    let again = client
+        .call_tool(forward("Remember", remember, "toolu_01"))
+        .await
+        .expect("Remember again");
+    assert_eq!(result(again), first);
+    let snapshot = client
+        .get_snapshot(GetSnapshotRequest {
+            session_id: "tools-keyed".into(),
+            app: "agent".into(),
+            user: "u".into(),
+            ..GetSnapshotRequest::default()
+        })
+        .await
+        .expect("snapshot")
+        .into_inner();
+    assert_eq!(
+        (snapshot.tasks.len(), snapshot.facts.len()),
+        (2, 1),
+        "{snapshot:?}"
+    );
+
+    // Another call under a used id, or a bad id: a status with its reason.
+    let err = client
+        .call_tool(forward(
+            "TaskCreate",
+            json!({"subject": "Something else"}),
+            "call_7f3a",
+        ))
+        .await
+        .expect_err("the id reused");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "REQUEST_ID_REUSED")
+    );
+    let err = client
+        .call_tool(forward("TaskCreate", create, "call 1"))
+        .await
+        .expect_err("a bad id");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "INVALID_REQUEST_ID")
+    );
+    // The setters need no key, and take one without complaint.
+    let moved = client
+        .call_tool(forward(
+            "TaskUpdate",
+            json!({"taskId": "t1", "status": "completed"}),
+            "call_8",
+        ))
+        .await
+        .expect("TaskUpdate");
+    assert_eq!(result(moved)["status"], "completed");
+}
+
 /// Many tries of one creation at once (a retry racing its first try): one
 /// task and one fact, and every answer is that one.
 async fn racing_repeats_create_once(backend: Backend) {
@@ -1270,6 +1377,7 @@ async fn racing_repeats_create_once(backend: Backend) {
 
 on_both_stores!(
     creations_are_safe_to_repeat,
+    tool_calls_are_keyed_by_their_id,
     racing_repeats_create_once,
     working_writes_race_the_session_end,
     racing_remembers_stop_at_the_fact_limit,

@@ -110,10 +110,10 @@ async def test_an_unkeyed_append_is_run_again_after_a_deadlock(transport: str) -
 
 
 @pytest.mark.parametrize("store", STORES)
-async def test_a_working_memory_setter_rides_out_an_outage(store: str) -> None:
+async def test_a_working_memory_action_rides_out_an_outage(store: str) -> None:
     """Setting the goal or a task's status leaves the state as one run
-    would, so the tool runs again after UNAVAILABLE with no key; creating a
-    task does not (a second run would add a second task)."""
+    would, and creating a task is keyed for the call, so each runs again
+    after UNAVAILABLE, and the task is created once."""
     owner = {"session_id": unique("goal"), "app": "rt", "user": "ann"}
     with tempfile.TemporaryDirectory() as directory:
         server = start(store, directory, {"ENGRAM_DB_ACQUIRE_TIMEOUT_MS": "300"})
@@ -140,12 +140,19 @@ async def test_a_working_memory_setter_rides_out_an_outage(store: str) -> None:
                     outage.end()
                 assert structured(await updated)["status"] == "completed"
 
+                # A creation's CallTool carries a key made for the call, so
+                # it runs again too, and the task is created once.
+                before = await refusals(server, "CallTool")
                 outage.writes()
                 try:
-                    refused = await mcp.call_tool("TaskCreate", {**owner, "subject": "again"})
+                    again = asyncio.ensure_future(mcp.call_tool("TaskCreate", {**owner, "subject": "again"}))
+                    await until_refused(server, "CallTool", before)
                 finally:
                     outage.end()
-                assert error(refused)["code"] == "UNAVAILABLE"
+                assert structured(await again)["taskId"] == "t2"
+                rendered = structured(await mcp.call_tool("memory_render", owner))
+                assert rendered["memory_block"].count("again") == 1
+                assert "## Todos (2)" in rendered["memory_block"]
         finally:
             server.running.stop()
 

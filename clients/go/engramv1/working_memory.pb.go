@@ -1724,7 +1724,16 @@ type CallToolRequest struct {
 	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	// The arguments: a JSON object, or a string holding one (as
 	// chat-completions APIs deliver them).
-	Arguments     *structpb.Value `protobuf:"bytes,5,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	Arguments *structpb.Value `protobuf:"bytes,5,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// An id that makes retrying the call safe (1 to 128 printable ASCII
+	// characters); the tool call's own id is a good one (OpenAI's `call_…`,
+	// Anthropic's `toolu_…`). For TaskCreate and Remember it is the
+	// `request_id` of CreateTask and Remember: a repeat is answered with the
+	// task or fact the first call made and adds nothing, and reusing it for
+	// other arguments is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
+	// TaskUpdate and memory.set_goal set what they carry, so a repeat
+	// leaves what the first left, with or without one.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1792,6 +1801,13 @@ func (x *CallToolRequest) GetArguments() *structpb.Value {
 		return x.Arguments
 	}
 	return nil
+}
+
+func (x *CallToolRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // CallToolResponse is the tool result for the LLM.
@@ -1984,14 +2000,16 @@ const file_engram_v1_working_memory_proto_rawDesc = "" +
 	"parameters\x18\x04 \x01(\v2\x17.google.protobuf.StructR\n" +
 	"parameters\"D\n" +
 	"\x11ListToolsResponse\x12/\n" +
-	"\x05tools\x18\x01 \x03(\v2\x19.engram.v1.ToolDefinitionR\x05tools\"\xa0\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x19.engram.v1.ToolDefinitionR\x05tools\"\xbf\x01\n" +
 	"\x0fCallToolRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x124\n" +
-	"\targuments\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\targuments\"^\n" +
+	"\targuments\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\targuments\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"^\n" +
 	"\x10CallToolResponse\x12/\n" +
 	"\x06result\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x19\n" +
 	"\bis_error\x18\x02 \x01(\bR\aisError*\x93\x01\n" +

@@ -217,6 +217,10 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             )
             assert not done.is_error and done.result["status"] == "completed"
             assert [t.status for t in await client.working.tasks("chat-1")] == ["completed"]
+            call = ("chat-1", "TaskCreate", {"subject": "write it up"})
+            forwarded = await client.working.call_tool(*call, request_id="call_9")
+            assert await client.working.call_tool(*call, request_id="call_9") == forwarded
+            assert [t.id for t in await client.working.tasks("chat-1")] == ["t1", "t2"]
             made = deltas.Provenance(["e1"], rule_id="triage")
             applied = await client.facts.apply([deltas.add("support", "alice", "alice's deploy fails", made)])
             assert applied.facts_added == 1

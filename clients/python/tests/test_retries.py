@@ -157,13 +157,25 @@ def test_working_memory_rides_out_an_outage_and_creates_once(
         task = through_outage(outage, retry_log, lambda: client.working.create_task("wm-1", "read the logs"))
         outage.writes()
         fact = through_outage(outage, retry_log, lambda: client.working.remember("wm-1", "prefers tea"))
+        outage.writes()
+        called = through_outage(
+            outage, retry_log, lambda: client.working.call_tool("wm-1", "TaskCreate", {"subject": "fix it"})
+        )
         snapshot = client.working.snapshot("wm-1")
-        assert (snapshot.goal, [t.id for t in snapshot.tasks]) == ("ship it", [task.id])
+        assert (snapshot.goal, [t.id for t in snapshot.tasks]) == (
+            "ship it",
+            [task.id, called.result["taskId"]],
+        )
         assert [f.id for f in snapshot.facts] == [fact.id]
         # What a retry after a lost reply sends: the same request id again.
         again = client.working.create_task("wm-1", "read the logs", request_id="task-7")
         assert client.working.create_task("wm-1", "read the logs", request_id="task-7") == again
-        assert len(client.working.snapshot("wm-1").tasks) == 2
+        # A runtime forwarding the LLM's tool call twice, under its call id.
+        call = ("wm-1", "Remember", {"content": "deploys on fridays"})
+        first = client.working.call_tool(*call, request_id="call_abc123")
+        assert client.working.call_tool(*call, request_id="call_abc123") == first
+        snapshot = client.working.snapshot("wm-1")
+        assert (len(snapshot.tasks), len(snapshot.facts)) == (3, 2)
 
 
 def test_a_write_without_its_key_is_not_retried(
@@ -330,6 +342,10 @@ def test_the_asyncio_client_retries_the_same_way(
         (working_memory_pb2.CreateTaskRequest(subject="s", request_id="r"), True),
         (working_memory_pb2.RememberRequest(content="c", request_id="r"), True),
         (working_memory_pb2.RecordProcedureRequest(content="c", request_id="r"), True),
+        (working_memory_pb2.CallToolRequest(name="TaskCreate"), False),
+        (working_memory_pb2.CallToolRequest(name="Remember", request_id="call_1"), True),
+        (working_memory_pb2.CallToolRequest(name="memory.set_goal"), True),
+        (working_memory_pb2.CallToolRequest(name="memory.task_update"), True),
         (sessions_pb2.EndSessionRequest(session_id="s"), True),
         (sessions_pb2.DeleteSessionRequest(session_id="s"), False),
         (memory_admin_pb2.SetRetentionRequest(scope="s"), True),

@@ -26,13 +26,23 @@ async fn creations_rerun_with_their_request_id_make_nothing() {
     let fact = with(&["remember", "runs on Fridays", "--request-id", "job-1-fact"]);
     let first = cli.json(&fact);
     assert_eq!(cli.json(&fact)["fact_id"], first["fact_id"]);
+    // A tool call forwarded again under its call id.
+    let call = with(&[
+        "call",
+        "TaskCreate",
+        r#"{"subject": "Write a test"}"#,
+        "--request-id",
+        "call_7f3a",
+    ]);
+    assert_eq!(cli.json(&call)["result"]["taskId"], json!("t3"));
+    assert_eq!(cli.json(&call)["result"]["taskId"], json!("t3"));
     let snapshot = cli.json(&with(&["snapshot"]));
     assert_eq!(
         (
             snapshot["tasks"].as_array().map(Vec::len),
             snapshot["facts"].as_array().map(Vec::len)
         ),
-        (Some(2), Some(1))
+        (Some(3), Some(1))
     );
 }
 

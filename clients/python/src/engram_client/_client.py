@@ -1056,11 +1056,24 @@ class Working:
         return [Tool.from_proto(t) for t in response.tools]
 
     def call_tool(
-        self, session_id: str, name: str, arguments: Any = None, *, app: str = "", user: str = ""
+        self,
+        session_id: str,
+        name: str,
+        arguments: Any = None,
+        *,
+        app: str = "",
+        user: str = "",
+        request_id: str | None = None,
     ) -> ToolResult:
         """Runs one tool call as the LLM emitted it (``arguments`` a dict or
-        its JSON text) and returns what to hand back to the LLM."""
-        request = _requests.call_tool(session_id, name, arguments, app=app, user=user)
+        its JSON text) and returns what to hand back to the LLM.
+        ``request_id`` (the tool call's own id, ``call_…`` or ``toolu_…``, is
+        a good one; a new random one when not given) makes forwarding the
+        call again safe: TaskCreate and Remember then answer with the task or
+        fact the first call made."""
+        request = _requests.call_tool(
+            session_id, name, arguments, app=app, user=user, request_id=request_id
+        )
         return ToolResult.from_proto(self._client.call(self._stub.CallTool, request))
 
 

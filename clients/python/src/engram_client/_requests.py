@@ -163,12 +163,17 @@ _SETTERS: tuple[type[Message], ...] = (
 )
 
 
+#: The LLM tools (names and aliases) that set what they carry, so that a
+#: CallTool of one is harmless to repeat even with no ``request_id``.
+_SETTING_TOOLS = frozenset({"TaskUpdate", "memory.task_update", "memory.set_goal"})
+
+
 def idempotent(request: Message) -> bool:
     """Whether sending ``request`` twice has the effect of sending it once:
     a read, a write that sets state to what it carries (``_SETTERS``), or a
     write that carries its idempotency key (a ``request_id``;
     every episode's ``id``; the ``request_id`` of a session, task or fact
-    creation, or a session's id for GetOrCreateSession). Only
+    creation or of a tool call, or a session's id for GetOrCreateSession). Only
     these are retried after UNAVAILABLE, whose write may or may not have
     happened (a commit whose reply was lost)."""
     if isinstance(request, _READS + _SETTERS):
@@ -189,6 +194,8 @@ def idempotent(request: Message) -> bool:
         ),
     ):
         return bool(request.request_id)
+    if isinstance(request, working_memory_pb2.CallToolRequest):
+        return bool(request.request_id) or request.name in _SETTING_TOOLS
     if isinstance(request, sessions_pb2.GetOrCreateSessionRequest):
         return bool(request.session_id or request.request_id)
     return False
@@ -936,14 +943,18 @@ def snapshot(
 
 
 def call_tool(
-    session_id: str, name: str, arguments: Any, *, app: str, user: str
+    session_id: str, name: str, arguments: Any, *, app: str, user: str, request_id: str | None
 ) -> working_memory_pb2.CallToolRequest:
     """A tool call as the LLM emitted it: ``arguments`` a dict, or the JSON
     text of one as model APIs hand it over (the server parses it, and
-    answers text that is not JSON as an error for the model to read)."""
+    answers text that is not JSON as an error for the model to read); keyed
+    by ``request_id`` (the tool call's own id is a good one), or a new
+    random one."""
     if isinstance(arguments, bytes):
         arguments = arguments.decode()
-    request = working_memory_pb2.CallToolRequest(session_id=session_id, app=app, user=user, name=name)
+    request = working_memory_pb2.CallToolRequest(
+        session_id=session_id, app=app, user=user, name=name, request_id=request_id or _new_key()
+    )
     if arguments is not None:
         request.arguments.CopyFrom(to_value(arguments))
     return request

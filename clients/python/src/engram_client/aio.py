@@ -985,9 +985,18 @@ class AsyncWorking:
         return [Tool.from_proto(t) for t in response.tools]
 
     async def call_tool(
-        self, session_id: str, name: str, arguments: Any = None, *, app: str = "", user: str = ""
+        self,
+        session_id: str,
+        name: str,
+        arguments: Any = None,
+        *,
+        app: str = "",
+        user: str = "",
+        request_id: str | None = None,
     ) -> ToolResult:
-        request = _requests.call_tool(session_id, name, arguments, app=app, user=user)
+        request = _requests.call_tool(
+            session_id, name, arguments, app=app, user=user, request_id=request_id
+        )
         return ToolResult.from_proto(await self._client.call(self._stub.CallTool, request))
 
 

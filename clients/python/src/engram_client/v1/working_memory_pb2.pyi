@@ -891,6 +891,7 @@ class CallToolRequest(_message.Message):
     USER_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     ARGUMENTS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session the call acts on."""
     app: _builtins.str
@@ -899,6 +900,16 @@ class CallToolRequest(_message.Message):
     """The session's user."""
     name: _builtins.str
     """The tool name or an alias, as the LLM emitted it."""
+    request_id: _builtins.str
+    """An id that makes retrying the call safe (1 to 128 printable ASCII
+    characters); the tool call's own id is a good one (OpenAI's `call_…`,
+    Anthropic's `toolu_…`). For TaskCreate and Remember it is the
+    `request_id` of CreateTask and Remember: a repeat is answered with the
+    task or fact the first call made and adds nothing, and reusing it for
+    other arguments is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
+    TaskUpdate and memory.set_goal set what they carry, so a repeat
+    leaves what the first left, with or without one.
+    """
     @_builtins.property
     def arguments(self) -> _struct_pb2.Value:
         """The arguments: a JSON object, or a string holding one (as
@@ -913,10 +924,11 @@ class CallToolRequest(_message.Message):
         user: _builtins.str = ...,
         name: _builtins.str = ...,
         arguments: _struct_pb2.Value | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "arguments", b"arguments", "name", b"name", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "arguments", b"arguments", "name", b"name", "request_id", b"request_id", "session_id", b"session_id", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
