@@ -222,7 +222,8 @@ settings! {
     sqlite_synchronous: SqliteSynchronous = "full", env "ENGRAM_SQLITE_SYNCHRONOUS";
     /// How often the database is checked for the health service, in milliseconds
     health_check_interval_ms: u64 = "1000", env "ENGRAM_HEALTH_CHECK_INTERVAL_MS";
-    /// How long a request_id is remembered for idempotent retries, in seconds
+    /// How long the request_id of a Set or Delete is remembered for idempotent
+    /// retries, in seconds (a creation's is kept with what it created)
     request_id_ttl_secs: u64 = "86400", env "ENGRAM_REQUEST_ID_TTL_SECS";
     /// How long a shutdown waits for in-flight calls and open streams before
     /// closing them, in seconds

@@ -73,7 +73,7 @@ func WithRetryObserver(observe func(Retry)) Option {
 // scope's retention, the reindex), or a write that carries its idempotency
 // key (a
 // request id for Set and Delete, every episode's id for AppendEpisode and
-// AppendEpisodes, the request id for CreateSession, CreateTask, Remember,
+// AppendEpisodes, the request id for CreateSession, CreateRule, CreateTask, Remember,
 // RecordProcedure and CallTool (whose TaskUpdate and memory.set_goal need
 // none), and the request or session id for
 // GetOrCreateSession). Only these are
@@ -113,6 +113,8 @@ func Idempotent(request proto.Message) bool {
 		return len(r.GetEpisodes()) > 0
 	case *engramv1.CreateSessionRequest:
 		return r.GetRequestId() != ""
+	case *engramv1.CreateRuleRequest:
+		return r.GetRequestId() != ""
 	case *engramv1.CreateTaskRequest:
 		return r.GetRequestId() != ""
 	case *engramv1.RememberRequest:
@@ -132,7 +134,7 @@ func Idempotent(request proto.Message) bool {
 }
 
 // withRequestID returns a copy of a request that creates something (a
-// session, a task, a fact; a tool call, which may) and has no request id,
+// session, a rule, a task, a fact; a tool call, which may) and has no request id,
 // given a random one; nil
 // for any other request. A creation so keyed is retried like any keyed
 // write: a retry after a lost reply is answered with what the first try
@@ -141,7 +143,7 @@ func Idempotent(request proto.Message) bool {
 func withRequestID(request proto.Message) proto.Message {
 	switch request.(type) {
 	case *engramv1.CreateSessionRequest, *engramv1.GetOrCreateSessionRequest,
-		*engramv1.CreateTaskRequest, *engramv1.RememberRequest, *engramv1.RecordProcedureRequest,
+		*engramv1.CreateRuleRequest, *engramv1.CreateTaskRequest, *engramv1.RememberRequest, *engramv1.RecordProcedureRequest,
 		*engramv1.CallToolRequest:
 	default:
 		return nil

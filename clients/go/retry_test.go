@@ -257,6 +257,18 @@ func TestCreationsLandOnceThroughAnOutage(t *testing.T) {
 		t.Fatalf("tasks %v, want the one called for second", got)
 	}
 
+	// A rule too.
+	lock = lockWrites(t, filepath.Join(dir, "engram.db"))
+	rule := &engramv1.ConsolidationRule{
+		Id: "triage", Filter: "type = error", Cadence: &engramv1.ConsolidationRule_EveryNEpisodes{EveryNEpisodes: 5},
+	}
+	made, _, err := throughOutage(ctx, t, retries, func() (*engramv1.CreateRuleResponse, error) {
+		return client.Consolidation.CreateRule(ctx, &engramv1.CreateRuleRequest{Rule: rule})
+	}, lock.release)
+	if err != nil || made.GetRule().GetId() != "triage" {
+		t.Fatalf("retried rule: %v %v", made, err)
+	}
+
 	// What a retry after a lost reply sends, the same request id again,
 	// is answered with the first session, as created.
 	keyed := &engramv1.GetOrCreateSessionRequest{App: "rt", User: "cy", RequestId: "create-cy"}
@@ -304,6 +316,8 @@ func TestWhatIsRetried(t *testing.T) {
 		{&engramv1.CreateTaskRequest{Subject: "s", RequestId: "r"}, true},
 		{&engramv1.RememberRequest{Content: "c", RequestId: "r"}, true},
 		{&engramv1.RecordProcedureRequest{Content: "c", RequestId: "r"}, true},
+		{&engramv1.CreateRuleRequest{}, false},
+		{&engramv1.CreateRuleRequest{RequestId: "r"}, true},
 		{&engramv1.CallToolRequest{Name: "TaskCreate"}, false},
 		{&engramv1.CallToolRequest{Name: "Remember", RequestId: "call_1"}, true},
 		{&engramv1.CallToolRequest{Name: "memory.set_goal"}, true},

@@ -4,7 +4,7 @@
 use tonic::{Request, Response, Status};
 
 use super::context::caller_context;
-use super::convert::{json_at, json_to_proto, optional_timestamp, timestamp};
+use super::convert::{json_at, json_to_proto, optional_timestamp, request_id, timestamp};
 use super::error::to_status;
 use crate::consolidation::FactFilter;
 use crate::consolidation::{
@@ -255,15 +255,16 @@ impl<S: Store> ConsolidationService for ConsolidationApi<S> {
         request: Request<proto::CreateRuleRequest>,
     ) -> Result<Response<proto::CreateRuleResponse>, Status> {
         let ctx = caller_context(&request).map_err(to_status)?;
-        let rule = request
-            .into_inner()
+        let req = request.into_inner();
+        let request_id = request_id(req.request_id).map_err(to_status)?;
+        let rule = req
             .rule
             .ok_or_else(|| Error::invalid(Reason::InvalidArgument, "rule", "is required"))
             .and_then(rule_from_proto)
             .map_err(to_status)?;
         let rule = self
             .consolidation
-            .create_rule(&ctx, rule)
+            .create_rule(&ctx, rule, request_id.as_deref())
             .await
             .map_err(to_status)?;
         Ok(Response::new(proto::CreateRuleResponse {

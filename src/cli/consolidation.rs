@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use super::sessions::RequestIdArg;
 use super::{
     CliResult, ClientArgs, Output, all_pages, connect, plural, print_json, print_table, time,
     value_json,
@@ -75,6 +76,8 @@ enum RuleCommand {
         /// Leave it to RunRule: the scheduler will not run it
         #[arg(long)]
         disabled: bool,
+        #[command(flatten)]
+        request_id: RequestIdArg,
     },
     /// List the rules (every page)
     List,
@@ -260,6 +263,7 @@ impl RulesCommand {
                 kind,
                 confidence,
                 disabled,
+                request_id,
             } => {
                 let cadence = match (every_n_episodes, cron) {
                     (Some(n), _) => Some(Cadence::EveryNEpisodes(n)),
@@ -278,6 +282,7 @@ impl RulesCommand {
                             enabled: !disabled,
                             ..proto::ConsolidationRule::default()
                         }),
+                        request_id: request_id.or_random(),
                     })
                     .await?
                     .into_inner()

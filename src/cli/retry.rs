@@ -110,6 +110,9 @@ pub fn harmless(method: &str, message: &[u8]) -> bool {
             .is_ok_and(|r| r.episode.is_some_and(|e| !e.id.is_empty())),
         "EpisodeService/AppendEpisodes" => proto::AppendEpisodesRequest::decode(message)
             .is_ok_and(|r| !r.episodes.is_empty() && r.episodes.iter().all(|e| !e.id.is_empty())),
+        "ConsolidationService/CreateRule" => {
+            proto::CreateRuleRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
+        }
         "SessionService/CreateSession" => {
             proto::CreateSessionRequest::decode(message).is_ok_and(|r| !r.request_id.is_empty())
         }
@@ -449,6 +452,15 @@ mod tests {
                 true,
             ),
             ("/engram.v1.SessionService/CreateSession", vec![], false),
+            ("/engram.v1.ConsolidationService/CreateRule", vec![], false),
+            (
+                "/engram.v1.ConsolidationService/CreateRule",
+                encoded(&proto::CreateRuleRequest {
+                    request_id: "r".into(),
+                    ..proto::CreateRuleRequest::default()
+                }),
+                true,
+            ),
             (
                 "/engram.v1.SessionService/CreateSession",
                 encoded(&proto::CreateSessionRequest {

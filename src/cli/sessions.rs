@@ -34,7 +34,7 @@ pub struct OwnerArgs {
 }
 
 /// `--request-id` of a command that creates something (a session, a task,
-/// a fact): what makes repeating it safe.
+/// a fact, a rule; a tool call): what makes repeating it safe.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RequestIdArg {
     /// An id that makes repeating this command safe: a repeat is answered

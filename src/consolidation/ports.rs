@@ -74,6 +74,18 @@ pub enum Locked {
     Missing,
 }
 
+/// What [`ConsolidationStore::create_rule`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleCreation {
+    /// Stored the new rule.
+    Created,
+    /// The id is taken by a rule another request made (nothing written).
+    Taken,
+    /// The id is the rule an earlier request with the same `request_id`
+    /// and fingerprint made, as it is now.
+    Repeated(Rule),
+}
+
 /// The persistence of rules and facts. Every method is scoped to one tenant.
 pub trait ConsolidationStore: Clone + Send + Sync + 'static {
     /// The transaction runs, applies and fact deletes happen in.
@@ -83,12 +95,17 @@ pub trait ConsolidationStore: Clone + Send + Sync + 'static {
     /// [`FactTx::commit`], it is rolled back.
     fn begin(&self, tenant: &Tenant) -> impl Future<Output = Result<Self::Tx>> + Send;
 
-    /// Stores a new rule; `false` when the id is taken (nothing written).
+    /// Stores a new rule, keyed by `request` when given (a request id is
+    /// unique in its tenant). When the rule's id or the request id is
+    /// taken nothing is written, and the rule an earlier request with the
+    /// same request id made is told from another's (the request id with
+    /// another fingerprint is `REQUEST_ID_REUSED`).
     fn create_rule(
         &self,
         tenant: &Tenant,
         rule: &Rule,
-    ) -> impl Future<Output = Result<bool>> + Send;
+        request: Option<RequestStamp<'_>>,
+    ) -> impl Future<Output = Result<RuleCreation>> + Send;
 
     fn get_rule(
         &self,

@@ -5,13 +5,16 @@ use std::sync::Arc;
 
 use super::cron::Schedule;
 use super::filter;
-use super::ports::{ConsolidationStore, Dedup, FactFilter, FactTx, Locked, RunLock, RunRequest};
+use super::ports::{
+    ConsolidationStore, Dedup, FactFilter, FactTx, Locked, RuleCreation, RunLock, RunRequest,
+};
 use super::types::{
     Applied, Cadence, Delta, Fact, FactKind, FactVersion, Provenance, Rule, RunOutcome,
 };
 use crate::context::CallerContext;
-use crate::error::{Error, Reason, Result};
+use crate::error::{Error, Reason, Result, fingerprint};
 use crate::memory::now_micros;
+use crate::memory::ports::RequestStamp;
 use crate::paging::{self, ListPage};
 use crate::ports::{Feed, Feeds};
 use crate::search::embedder::Embedder;
@@ -57,6 +60,27 @@ fn fact_not_found(id: &str) -> Error {
         message: format!("fact {id:?} does not exist"),
         metadata: vec![("fact_id", id.to_owned())],
     }
+}
+
+/// What a rule's creation asked for (its definition, defaults filled),
+/// kept with its request id so that the id reused for another rule is
+/// told from a repeat.
+fn rule_fingerprint(rule: &Rule) -> [u8; 32] {
+    let cadence = match &rule.cadence {
+        Cadence::EveryNEpisodes(n) => format!("every {n}"),
+        Cadence::Cron(text) => format!("cron {text}"),
+    };
+    let (kind, confidence) = (rule.kind.as_i16().to_string(), rule.confidence.to_string());
+    let mut parts = vec![
+        rule.id.as_str(),
+        rule.filter.as_str(),
+        &cadence,
+        &kind,
+        &confidence,
+        if rule.enabled { "enabled" } else { "disabled" },
+    ];
+    parts.extend(rule.then_emits.iter().map(String::as_str));
+    fingerprint(&parts)
 }
 
 /// Checks a new rule's definition and fills its defaults.
@@ -206,12 +230,24 @@ impl<S: ConsolidationStore + Feeds> Consolidation<S> {
         self
     }
 
-    pub async fn create_rule(&self, ctx: &CallerContext, new: NewRule) -> Result<Rule> {
+    /// Creates a rule; with a `request_id`, a repeat of the request (a
+    /// retry after a reply that was lost) is answered with the rule the
+    /// first one made, as it is now, instead of `RULE_EXISTS`.
+    pub async fn create_rule(
+        &self,
+        ctx: &CallerContext,
+        new: NewRule,
+        request_id: Option<&str>,
+    ) -> Result<Rule> {
         let rule = validate_rule(new, now_micros())?;
-        if self.store.create_rule(&ctx.tenant, &rule).await? {
-            Ok(rule)
-        } else {
-            Err(super::rule_exists(&rule.id))
+        let request = request_id.map(|id| RequestStamp {
+            id,
+            fingerprint: rule_fingerprint(&rule),
+        });
+        match self.store.create_rule(&ctx.tenant, &rule, request).await? {
+            RuleCreation::Created => Ok(rule),
+            RuleCreation::Repeated(first) => Ok(first),
+            RuleCreation::Taken => Err(super::rule_exists(&rule.id)),
         }
     }
 

@@ -12,16 +12,17 @@ use chrono::{DateTime, Utc};
 
 use super::sessions::{episode_columns, episode_row};
 use super::sql::{
-    Backend, Cols, Dialect, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params, select,
+    Backend, Cols, Dialect, Param, Run, SENT_WHOLE_BYTES, Sql, Transaction, page_by_bytes, params,
+    select,
 };
 use crate::consolidation::ports::{
-    ConsolidationStore, FactFilter, FactTx, Locked, RuleTx, RunLock,
+    ConsolidationStore, FactFilter, FactTx, Locked, RuleCreation, RuleTx, RunLock,
 };
 use crate::consolidation::{
     Cadence, Fact, FactKey, FactKind, FactPayload, FactVersion, Provenance, Rule,
 };
 use crate::context::Tenant;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, request_id_reused};
 use crate::memory::ports::RequestStamp;
 use crate::paging::Weighed;
 use crate::sessions::Episode;
@@ -48,6 +49,36 @@ static CREATE_RULE: Sql = Sql::new(
      VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11) \
      ON CONFLICT (tenant, id) DO NOTHING",
 );
+
+/// A rule created with a request id; what [`CREATE_RULE`] writes, and the
+/// request's id and fingerprint. Nothing is written when the rule's id or
+/// the request id is taken (no conflict target: either unique index).
+static CREATE_KEYED_RULE: Sql = Sql::new(
+    "INSERT INTO consolidation_rules (tenant, id, filter, every_n_episodes, cron, \
+     then_emits, kind, confidence, enabled, watermark, create_time, create_request_id, \
+     create_fingerprint) \
+     VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13) \
+     ON CONFLICT DO NOTHING",
+);
+
+/// How many columns [`rule_columns`] names.
+const RULE_COLUMNS: usize = 12;
+
+/// The rule request `$3` made, else the rule with id `$2`: the rule,
+/// whether request `$3` made it (1 or 0), and that request's fingerprint
+/// (read only when it did: NULL for a rule made unkeyed).
+static RULE_OF_REQUEST: Sql = select!(
+    rule_columns!(),
+    ", (CASE WHEN create_request_id = $3 THEN 1 ELSE 0 END)::bigint AS repeated, \
+     create_fingerprint FROM consolidation_rules \
+     WHERE tenant = $1 AND (create_request_id = $3 OR id = $2) \
+     ORDER BY repeated DESC LIMIT 1"
+);
+
+/// How many times a keyed creation that found nothing to insert looks for
+/// what took it, which may be deleted in between (then the insert is
+/// tried again).
+const CREATE_ATTEMPTS: usize = 3;
 
 static RULE: Sql = select!(
     rule_columns!(),
@@ -855,32 +886,69 @@ impl<B: Backend> ConsolidationStore for B {
         Ok(FactsTx(Backend::begin(self, tenant).await?))
     }
 
-    async fn create_rule(&self, tenant: &Tenant, rule: &Rule) -> Result<bool> {
+    async fn create_rule(
+        &self,
+        tenant: &Tenant,
+        rule: &Rule,
+        request: Option<RequestStamp<'_>>,
+    ) -> Result<RuleCreation> {
         let (every, cron) = match &rule.cadence {
             Cadence::EveryNEpisodes(n) => (Some(*n), None),
             Cadence::Cron(text) => (None, Some(text.as_str())),
         };
         let then_emits = string_list_json(&rule.then_emits);
+        let row: &[Param<'_>] = params![
+            tenant.as_str(),
+            &rule.id,
+            &rule.filter,
+            every,
+            cron,
+            then_emits.as_str(),
+            rule.kind.as_i16(),
+            rule.confidence,
+            rule.enabled,
+            rule.watermark,
+            rule.create_time,
+        ];
         let mut conn = self.writer(tenant).await?;
-        let created = conn
-            .exec(
-                &CREATE_RULE,
-                params![
-                    tenant.as_str(),
-                    &rule.id,
-                    &rule.filter,
-                    every,
-                    cron,
-                    then_emits.as_str(),
-                    rule.kind.as_i16(),
-                    rule.confidence,
-                    rule.enabled,
-                    rule.watermark,
-                    rule.create_time,
-                ],
-            )
-            .await?;
-        Ok(created > 0)
+        let Some(request) = request else {
+            return Ok(match conn.exec(&CREATE_RULE, row).await? {
+                0 => RuleCreation::Taken,
+                _ => RuleCreation::Created,
+            });
+        };
+        let keyed = &[row, params![request.id, &request.fingerprint[..]]].concat();
+        for _ in 0..CREATE_ATTEMPTS {
+            if conn.exec(&CREATE_KEYED_RULE, keyed).await? > 0 {
+                return Ok(RuleCreation::Created);
+            }
+            // The id or the request id is taken: by this request's first
+            // try, or by another request. (A concurrent first try's insert
+            // was waited for, so it is seen.)
+            let found = conn
+                .first(
+                    &RULE_OF_REQUEST,
+                    params![tenant.as_str(), &rule.id, request.id],
+                    |row| {
+                        let kept = match row.int(RULE_COLUMNS)? {
+                            1 => Some(row.bytes(RULE_COLUMNS + 1)?),
+                            _ => None,
+                        };
+                        Ok((rule_row(row, 0)?, kept))
+                    },
+                )
+                .await?;
+            match found {
+                Some((first, Some(kept))) if kept[..] == request.fingerprint[..] => {
+                    return Ok(RuleCreation::Repeated(first));
+                }
+                Some((_, Some(_))) => return Err(request_id_reused(request.id)),
+                Some((_, None)) => return Ok(RuleCreation::Taken),
+                // Deleted since the insert found it: try again.
+                None => {}
+            }
+        }
+        Ok(RuleCreation::Taken)
     }
 
     async fn get_rule(&self, tenant: &Tenant, id: &str) -> Result<Option<Rule>> {

@@ -166,6 +166,7 @@ async fn classification_with_lineage(backend: Backend) {
     rules
         .create_rule(CreateRuleRequest {
             rule: Some(rule("prefs", "type = observation", false)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create rule");
@@ -437,7 +438,10 @@ async fn classification_with_lineage(backend: Backend) {
 async fn rules_and_filters_at_the_edge(backend: Backend) {
     let server = TestServer::spawn(backend).await;
     let mut rules = server.consolidation();
-    let create = |r: ConsolidationRule| CreateRuleRequest { rule: Some(r) };
+    let create = |r: ConsolidationRule| CreateRuleRequest {
+        rule: Some(r),
+        ..CreateRuleRequest::default()
+    };
 
     let err = rules
         .create_rule(create(rule("bad", "type = ", false)))
@@ -685,6 +689,7 @@ async fn concurrent_runs_promote_once(backend: Backend) {
         .consolidation()
         .create_rule(CreateRuleRequest {
             rule: Some(rule("all", "", false)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create");
@@ -748,6 +753,7 @@ async fn a_run_sees_the_appends_before_it(backend: Backend) {
     rules
         .create_rule(CreateRuleRequest {
             rule: Some(rule("all", "", false)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create");
@@ -766,7 +772,131 @@ async fn a_run_sees_the_appends_before_it(backend: Backend) {
     }
 }
 
+/// A rule created again with its request id (a retry after a reply that
+/// was lost, a deploy script run twice) is answered with the rule the
+/// first call made, as it is now; racing repeats store it once; another
+/// rule under the id is refused, and a repeat without the id is
+/// `RULE_EXISTS` as before.
+async fn rule_creation_is_safe_to_repeat(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut rules = server.consolidation();
+    let keyed = |r: ConsolidationRule, request_id: &str| CreateRuleRequest {
+        rule: Some(r),
+        request_id: request_id.into(),
+    };
+    let racing = (0..12).map(|_| {
+        let mut rules = server.consolidation();
+        tokio::spawn(async move {
+            rules
+                .create_rule(keyed(
+                    rule("triage", "type = observation", true),
+                    "deploy-7",
+                ))
+                .await
+                .map(|reply| reply.into_inner().rule)
+        })
+    });
+    let answers: Vec<_> = futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .map(|joined| joined.expect("joined").expect("every try succeeds"))
+        .collect();
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
+    let first = answers[0].clone().expect("the rule");
+    assert_eq!(
+        (first.id.as_str(), first.filter.as_str(), first.enabled),
+        ("triage", "type = observation", true)
+    );
+
+    // As it is now: a run moved its watermark since.
+    server
+        .episodes()
+        .append_episodes(AppendEpisodesRequest {
+            session_id: "s".into(),
+            app: "app".into(),
+            user: "u".into(),
+            episodes: vec![episode("e1", "observation", json!({}))],
+            ..AppendEpisodesRequest::default()
+        })
+        .await
+        .expect("append");
+    rules
+        .run_rule(RunRuleRequest {
+            rule_id: "triage".into(),
+            ..RunRuleRequest::default()
+        })
+        .await
+        .expect("run");
+    let now = rules
+        .get_rule(GetRuleRequest {
+            rule_id: "triage".into(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .rule;
+    let repeated = rules
+        .create_rule(keyed(
+            rule("triage", "type = observation", true),
+            "deploy-7",
+        ))
+        .await
+        .expect("repeat")
+        .into_inner()
+        .rule;
+    assert_eq!(repeated, now);
+    assert!(repeated.is_some_and(|r| r.watermark > 0));
+
+    // Another rule (or another definition) under the id is refused.
+    for (other, what) in [
+        (rule("other", "type = observation", true), "another id"),
+        (rule("triage", "type = error", true), "another filter"),
+        (rule("triage", "type = observation", false), "disabled"),
+    ] {
+        let err = rules
+            .create_rule(keyed(other, "deploy-7"))
+            .await
+            .expect_err(what);
+        assert_eq!(
+            (err.code(), reason(&err).as_str()),
+            (Code::InvalidArgument, "REQUEST_ID_REUSED"),
+            "{what}"
+        );
+    }
+    // The id taken by another request, or by none: RULE_EXISTS.
+    for request_id in ["deploy-8", ""] {
+        let err = rules
+            .create_rule(keyed(
+                rule("triage", "type = observation", true),
+                request_id,
+            ))
+            .await
+            .expect_err("taken");
+        assert_eq!(
+            (err.code(), reason(&err).as_str()),
+            (Code::AlreadyExists, "RULE_EXISTS"),
+            "{request_id:?}"
+        );
+    }
+    let err = rules
+        .create_rule(keyed(rule("x", "", true), "has space"))
+        .await
+        .expect_err("a bad id");
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (Code::InvalidArgument, "INVALID_REQUEST_ID")
+    );
+    let listed = rules
+        .list_rules(ListRulesRequest::default())
+        .await
+        .expect("list")
+        .into_inner()
+        .rules;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+}
+
 on_both_stores!(
+    rule_creation_is_safe_to_repeat,
     classification_with_lineage,
     rules_and_filters_at_the_edge,
     concurrent_runs_promote_once,
@@ -824,6 +954,7 @@ async fn two_schedulers_promote_once() {
     one.consolidation()
         .create_rule(CreateRuleRequest {
             rule: Some(rule("all", "", true)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create");
@@ -860,6 +991,7 @@ async fn a_crash_mid_run_loses_and_repeats_nothing() {
     main.consolidation()
         .create_rule(CreateRuleRequest {
             rule: Some(rule("all", "", true)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create");

@@ -231,6 +231,7 @@ async fn runs_of_rules_over_one_subject_keep_one_fact(backend: Backend) {
         client
             .create_rule(CreateRuleRequest {
                 rule: Some(rule(id, "metadata.learn = true", false)),
+                ..CreateRuleRequest::default()
             })
             .await
             .expect("create rule");

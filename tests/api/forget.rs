@@ -242,6 +242,7 @@ async fn forgets_a_user_and_nobody_else(backend: Backend) {
     rules
         .create_rule(CreateRuleRequest {
             rule: Some(procedural),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("rule");
@@ -615,6 +616,7 @@ async fn rule_runs_racing_a_forget_leave_no_fact(backend: Backend) {
         rules
             .create_rule(CreateRuleRequest {
                 rule: Some(rule(id, "metadata.learn = true", false)),
+                ..CreateRuleRequest::default()
             })
             .await
             .expect("create rule");

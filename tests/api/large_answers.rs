@@ -438,6 +438,7 @@ async fn a_rule_over_large_episodes_runs_in_steps(backend: Backend) {
     rules
         .create_rule(CreateRuleRequest {
             rule: Some(rule("all", "", false)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create");

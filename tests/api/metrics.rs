@@ -127,6 +127,7 @@ async fn counters_move_with_traffic(backend: Backend) {
                 enabled: true,
                 ..ConsolidationRule::default()
             }),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("rule");

@@ -748,6 +748,7 @@ async fn consolidation_merges_near_duplicate_facts(backend: Backend) {
     rules
         .create_rule(CreateRuleRequest {
             rule: Some(rule("all", "", false)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create rule");

@@ -154,6 +154,7 @@ pub(crate) async fn seed(server: &TestServer) {
     rules
         .create_rule(CreateRuleRequest {
             rule: Some(rule("learn", "metadata.learn:*", true)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("rule");
@@ -1279,6 +1280,7 @@ async fn a_rule_keeps_the_reading_it_was_stored_with(backend: Backend) {
     let err = rules
         .create_rule(CreateRuleRequest {
             rule: Some(rule("new", mixed, false)),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect_err("ambiguous");
@@ -1299,6 +1301,7 @@ async fn a_rule_keeps_the_reading_it_was_stored_with(backend: Backend) {
         rules
             .create_rule(CreateRuleRequest {
                 rule: Some(rule(id, spelt, false)),
+                ..CreateRuleRequest::default()
             })
             .await
             .expect("parenthesised");

@@ -1074,7 +1074,14 @@ func (x *Fact) GetCreateTime() *timestamppb.Timestamp {
 type CreateRuleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The rule; the output-only fields are ignored.
-	Rule          *ConsolidationRule `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Rule *ConsolidationRule `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	// An id chosen by the client (a UUID is a good choice; 1 to 128
+	// printable ASCII characters) that makes retrying the call safe: a
+	// repeat with the same id is answered with the rule the first one
+	// created, as it is now, instead of ALREADY_EXISTS (reason
+	// RULE_EXISTS). Reusing it for another rule (another id or definition)
+	// is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1114,6 +1121,13 @@ func (x *CreateRuleRequest) GetRule() *ConsolidationRule {
 		return x.Rule
 	}
 	return nil
+}
+
+func (x *CreateRuleRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // CreateRuleResponse carries the stored rule.
@@ -2208,9 +2222,11 @@ const file_engram_v1_consolidation_proto_rawDesc = "" +
 	"\x04kind\x18\x04 \x01(\x0e2\x13.engram.v1.FactKindR\x04kind\x120\n" +
 	"\acurrent\x18\x05 \x01(\v2\x16.engram.v1.FactVersionR\acurrent\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"E\n" +
+	"createTime\"d\n" +
 	"\x11CreateRuleRequest\x120\n" +
-	"\x04rule\x18\x01 \x01(\v2\x1c.engram.v1.ConsolidationRuleR\x04rule\"F\n" +
+	"\x04rule\x18\x01 \x01(\v2\x1c.engram.v1.ConsolidationRuleR\x04rule\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"F\n" +
 	"\x12CreateRuleResponse\x120\n" +
 	"\x04rule\x18\x01 \x01(\v2\x1c.engram.v1.ConsolidationRuleR\x04rule\")\n" +
 	"\x0eGetRuleRequest\x12\x17\n" +

@@ -24,6 +24,7 @@ from engram_client import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    Rule,
     Unauthenticated,
     deltas,
 )
@@ -445,6 +446,17 @@ def test_consolidation_rules(server: Server) -> None:
         with pytest.raises(AlreadyExists) as taken:
             client.rules.create("prefs", every_n_episodes=5)
         assert taken.value.reason == "RULE_EXISTS"
+        # A script that creates its rules under its own request ids can run
+        # again: each repeat is answered with the rule as it is now.
+        def setup(filter: str) -> Rule:
+            return client.rules.create("triage", filter, every_n_episodes=10, request_id="setup-triage")
+
+        triage = setup("type = error")
+        assert setup("type = error") == triage
+        with pytest.raises(InvalidArgument) as reused:
+            setup("type = observation")
+        assert reused.value.reason == "REQUEST_ID_REUSED"
+        client.rules.delete("triage")
         with pytest.raises(InvalidArgument) as bad:
             client.rules.create("bad", "type = ", every_n_episodes=1)
         assert bad.value.reason == "INVALID_FILTER"

@@ -23,7 +23,14 @@ from engram_server import Injected, Outage
 from engram_client import Conflict, Engram, Unavailable
 from engram_client._requests import idempotent
 from engram_client.aio import AsyncEngram
-from engram_client.v1 import episodes_pb2, memory_admin_pb2, memory_pb2, sessions_pb2, working_memory_pb2
+from engram_client.v1 import (
+    consolidation_pb2,
+    episodes_pb2,
+    memory_admin_pb2,
+    memory_pb2,
+    sessions_pb2,
+    working_memory_pb2,
+)
 
 #: A write waits this long for SQLite's lock before UNAVAILABLE.
 ACQUIRE_MS = "300"
@@ -342,6 +349,8 @@ def test_the_asyncio_client_retries_the_same_way(
         (working_memory_pb2.CreateTaskRequest(subject="s", request_id="r"), True),
         (working_memory_pb2.RememberRequest(content="c", request_id="r"), True),
         (working_memory_pb2.RecordProcedureRequest(content="c", request_id="r"), True),
+        (consolidation_pb2.CreateRuleRequest(), False),
+        (consolidation_pb2.CreateRuleRequest(request_id="r"), True),
         (working_memory_pb2.CallToolRequest(name="TaskCreate"), False),
         (working_memory_pb2.CallToolRequest(name="Remember", request_id="call_1"), True),
         (working_memory_pb2.CallToolRequest(name="memory.set_goal"), True),

@@ -65,6 +65,23 @@ async fn rule_and_fact_commands_against_a_server() {
         (&created["every_n_episodes"], &created["enabled"]),
         (&json!(10), &json!(false))
     );
+    // A setup script's create, run again with its request id, answers with
+    // the rule; without one, the id is taken.
+    let keyed = [
+        "create",
+        "r2",
+        "--cron",
+        "@daily",
+        "--disabled",
+        "--request-id",
+        "setup-r2",
+    ];
+    assert_eq!(rules.json(&keyed)["id"], json!("r2"));
+    assert_eq!(rules.json(&keyed)["cron"], json!("@daily"));
+    let taken = rules.run(&["create", "r2", "--cron", "@daily", "--disabled"]);
+    assert_eq!(taken.code, 4, "a taken id is a conflict: {}", taken.stderr);
+    assert!(taken.stderr.contains("RULE_EXISTS"), "{}", taken.stderr);
+    rules.json(&["delete", "r2"]);
     let dry = rules.json(&["run", "r1", "--dry-run"]);
     let kinds: Vec<&str> = dry["deltas"]
         .as_array()

@@ -246,6 +246,7 @@ async fn run(name: &str, scenario: Scenario) {
     ConsolidationServiceClient::new(first.clone())
         .create_rule(CreateRuleRequest {
             rule: Some(promote),
+            ..CreateRuleRequest::default()
         })
         .await
         .expect("create the rule");

@@ -2,9 +2,10 @@
 //! after a watermark, advance), fact versions with lineage, and
 //! transactions that commit or roll back as one.
 
-use engram::consolidation::ports::{FactFilter, FactTx, Locked, RuleTx, RunLock};
+use engram::consolidation::ports::{FactFilter, FactTx, Locked, RuleCreation, RuleTx, RunLock};
 use engram::consolidation::{Cadence, FactKind, FactPayload, Provenance, Rule};
 use engram::context::Tenant;
+use engram::memory::ports::RequestStamp;
 use engram::ports::Store;
 use engram::sessions::NewEpisode;
 use serde_json::json;
@@ -66,38 +67,101 @@ pub(super) async fn insert<S: Store>(
     id
 }
 
+/// A rule created with a request id: its repeat (same id, same
+/// fingerprint) finds the rule as it is now, and writes nothing; the
+/// request id under another fingerprint (another rule) is refused; another
+/// request, keyed or not, finds the id taken; a deleted rule is created
+/// again.
+async fn keyed_rules_are_repeated_once<S: Store>(store: S, _db: &TestDb) {
+    let tenant = Tenant::new("t1");
+    let stamp = |id, byte| RequestStamp {
+        id,
+        fingerprint: [byte; 32],
+    };
+    let first = rule("r1");
+    let created = store
+        .create_rule(&tenant, &first, Some(stamp("req-1", 1)))
+        .await
+        .expect("create");
+    assert_eq!(created, RuleCreation::Created);
+    let mut later = rule("r1");
+    later.create_time = now() + chrono::Duration::seconds(5);
+    match store
+        .create_rule(&tenant, &later, Some(stamp("req-1", 1)))
+        .await
+        .expect("repeat")
+    {
+        RuleCreation::Repeated(found) => assert_eq!(found, first),
+        other => panic!("a repeat answered {other:?}"),
+    }
+    let err = store
+        .create_rule(&tenant, &first, Some(stamp("req-1", 2)))
+        .await
+        .expect_err("another fingerprint");
+    assert!(err.to_string().contains("req-1"), "{err}");
+    for request in [Some(stamp("req-2", 1)), None] {
+        let taken = store
+            .create_rule(&tenant, &first, request)
+            .await
+            .expect("taken");
+        assert_eq!(taken, RuleCreation::Taken, "{request:?}");
+    }
+    // A rule made unkeyed is taken for any request id.
+    store
+        .create_rule(&tenant, &rule("r2"), None)
+        .await
+        .expect("unkeyed");
+    let taken = store
+        .create_rule(&tenant, &rule("r2"), Some(stamp("req-3", 1)))
+        .await
+        .expect("taken");
+    assert_eq!(taken, RuleCreation::Taken);
+    // The request id names one rule in its tenant: another rule under it
+    // (the service's fingerprint covers the rule's id) is refused.
+    store
+        .create_rule(&tenant, &rule("r9"), Some(stamp("req-1", 9)))
+        .await
+        .expect_err("another rule under req-1");
+    assert_eq!(
+        store.get_rule(&tenant, "r9").await.expect("get"),
+        None,
+        "nothing written"
+    );
+    // Request ids are the tenant's own.
+    let elsewhere = store
+        .create_rule(&Tenant::new("t2"), &first, Some(stamp("req-1", 2)))
+        .await
+        .expect("another tenant");
+    assert_eq!(elsewhere, RuleCreation::Created);
+    assert!(store.delete_rule(&tenant, "r1").await.expect("delete"));
+    let again = store
+        .create_rule(&tenant, &first, Some(stamp("req-1", 1)))
+        .await
+        .expect("after the delete");
+    assert_eq!(again, RuleCreation::Created);
+}
+
 /// Rules are stored once per id and tenant, read, listed in id order and
 /// deleted; the scheduler sees every tenant's enabled ones.
 async fn rules_are_stored_listed_and_deleted<S: Store>(store: S, _db: &TestDb) {
     let tenant = Tenant::new("t1");
-    assert!(
-        store
-            .create_rule(&tenant, &rule("r2"))
-            .await
-            .expect("create")
-    );
-    assert!(
-        store
-            .create_rule(&tenant, &rule("r1"))
-            .await
-            .expect("create")
-    );
-    assert!(
-        !store
-            .create_rule(&tenant, &rule("r1"))
-            .await
-            .expect("create again")
-    );
+    let create = |tenant: &str, rule: Rule| {
+        let (store, tenant) = (&store, Tenant::new(tenant));
+        async move {
+            store
+                .create_rule(&tenant, &rule, None)
+                .await
+                .expect("create")
+        }
+    };
+    assert_eq!(create("t1", rule("r2")).await, RuleCreation::Created);
+    assert_eq!(create("t1", rule("r1")).await, RuleCreation::Created);
+    assert_eq!(create("t1", rule("r1")).await, RuleCreation::Taken);
     let mut off = rule("r3");
     off.enabled = false;
     off.cadence = Cadence::Cron("0 * * * *".to_owned());
-    assert!(store.create_rule(&tenant, &off).await.expect("create"));
-    assert!(
-        store
-            .create_rule(&Tenant::new("t2"), &rule("r1"))
-            .await
-            .expect("other tenant")
-    );
+    assert_eq!(create("t1", off.clone()).await, RuleCreation::Created);
+    assert_eq!(create("t2", rule("r1")).await, RuleCreation::Created);
 
     let read = store
         .get_rule(&tenant, "r3")
@@ -166,7 +230,7 @@ async fn append_episodes<S: Store>(store: &S, tenant: &Tenant, n: usize) -> Vec<
 async fn a_run_moves_the_watermark_once<S: Store>(store: S, _db: &TestDb) {
     let tenant = Tenant::new("t1");
     store
-        .create_rule(&tenant, &rule("r1"))
+        .create_rule(&tenant, &rule("r1"), None)
         .await
         .expect("create");
     let cursors = append_episodes(&store, &tenant, 5).await;
@@ -264,7 +328,7 @@ async fn a_run_moves_the_watermark_once<S: Store>(store: S, _db: &TestDb) {
 async fn one_run_of_a_rule_at_a_time<S: Store>(store: S, db: &TestDb) {
     let tenant = Tenant::new("t1");
     store
-        .create_rule(&tenant, &rule("r1"))
+        .create_rule(&tenant, &rule("r1"), None)
         .await
         .expect("create");
     if db.backend == Backend::Sqlite {
@@ -577,6 +641,7 @@ async fn a_rolled_back_apply_leaves_nothing<S: Store>(store: S, _db: &TestDb) {
 
 store_suite!(
     rules_are_stored_listed_and_deleted,
+    keyed_rules_are_repeated_once,
     a_run_moves_the_watermark_once,
     one_run_of_a_rule_at_a_time,
     facts_keep_versions_and_lineage,

@@ -849,11 +849,15 @@ class Rules:
         kind: FactKind | None = None,
         confidence: float = 0.0,
         enabled: bool = True,
+        request_id: str | None = None,
     ) -> Rule:
         """Stores a rule; its first run reads every episode kept. Exactly one
         of ``every_n_episodes`` and ``cron`` (``*/5 * * * *``, ``@daily``);
         a bad filter is ``InvalidArgument`` (``INVALID_FILTER``), a taken id
-        ``AlreadyExists`` (``RULE_EXISTS``)."""
+        ``AlreadyExists`` (``RULE_EXISTS``). ``request_id`` (a new random one
+        when not given) makes repeating the call safe: a repeat is answered
+        with the rule the first call made, as it is now; give your own to
+        make a script that creates its rules safe to run again."""
         request = _requests.rule(
             rule_id,
             filter,
@@ -863,6 +867,7 @@ class Rules:
             kind=kind,
             confidence=confidence,
             enabled=enabled,
+            request_id=request_id,
         )
         return Rule.from_proto(self._client.call(self._stub.CreateRule, request).rule)
 

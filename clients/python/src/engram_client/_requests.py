@@ -172,8 +172,8 @@ def idempotent(request: Message) -> bool:
     """Whether sending ``request`` twice has the effect of sending it once:
     a read, a write that sets state to what it carries (``_SETTERS``), or a
     write that carries its idempotency key (a ``request_id``;
-    every episode's ``id``; the ``request_id`` of a session, task or fact
-    creation or of a tool call, or a session's id for GetOrCreateSession). Only
+    every episode's ``id``; the ``request_id`` of a session, rule, task or
+    fact creation or of a tool call, or a session's id for GetOrCreateSession). Only
     these are retried after UNAVAILABLE, whose write may or may not have
     happened (a commit whose reply was lost)."""
     if isinstance(request, _READS + _SETTERS):
@@ -188,6 +188,7 @@ def idempotent(request: Message) -> bool:
         request,
         (
             sessions_pb2.CreateSessionRequest,
+            consolidation_pb2.CreateRuleRequest,
             working_memory_pb2.CreateTaskRequest,
             working_memory_pb2.RememberRequest,
             working_memory_pb2.RecordProcedureRequest,
@@ -793,7 +794,10 @@ def rule(
     kind: FactKind | None,
     confidence: float,
     enabled: bool,
+    request_id: str | None,
 ) -> consolidation_pb2.CreateRuleRequest:
+    """A CreateRule with its idempotency key (``request_id``, or a new
+    random one)."""
     # The cadence is a oneof: setting both would keep the second silently.
     if every_n_episodes is not None and cron is not None:
         raise ValueError("a rule runs on every_n_episodes or on cron, not both")
@@ -809,7 +813,7 @@ def rule(
         made.every_n_episodes = every_n_episodes
     if cron is not None:
         made.cron = cron
-    return consolidation_pb2.CreateRuleRequest(rule=made)
+    return consolidation_pb2.CreateRuleRequest(rule=made, request_id=request_id or _new_key())
 
 
 def list_rules(token: str) -> consolidation_pb2.ListRulesRequest:

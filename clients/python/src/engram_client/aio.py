@@ -811,6 +811,7 @@ class AsyncRules:
         kind: FactKind | None = None,
         confidence: float = 0.0,
         enabled: bool = True,
+        request_id: str | None = None,
     ) -> Rule:
         request = _requests.rule(
             rule_id,
@@ -821,6 +822,7 @@ class AsyncRules:
             kind=kind,
             confidence=confidence,
             enabled=enabled,
+            request_id=request_id,
         )
         return Rule.from_proto((await self._client.call(self._stub.CreateRule, request)).rule)
 

@@ -26,15 +26,15 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/v1/consolidation.proto\x12\tengram.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x02\n\x11\x43onsolidationRule\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\x12\x1a\n\x10\x65very_n_episodes\x18\x03 \x01(\x03H\x00\x12\x0e\n\x04\x63ron\x18\x04 \x01(\tH\x00\x12\x12\n\nthen_emits\x18\x05 \x03(\t\x12!\n\x04kind\x18\x06 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12\x0f\n\x07\x65nabled\x18\x08 \x01(\x08\x12\x11\n\twatermark\x18\t \x01(\x03\x12\x19\n\x11\x65pisodes_promoted\x18\n \x01(\x03\x12/\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rlast_run_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\t\n\x07\x63\x61\x64\x65nce\"\x84\x01\n\x0f\x44\x65ltaProvenance\x12\x1a\n\x12source_episode_ids\x18\x01 \x03(\t\x12\x30\n\x0cpromotion_ts\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07rule_id\x18\x03 \x01(\t\x12\x12\n\nconfidence\x18\x04 \x01(\x01\"\xba\x01\n\x0b\x46\x61\x63tPayload\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x11\n\tpredicate\x18\x05 \x01(\t\x12\x0e\n\x06object\x18\x06 \x01(\t\x12\'\n\x07\x63ontent\x18\x07 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x08\x63hannels\x18\x08 \x03(\t\"h\n\x08\x41\x64\x64\x44\x65lta\x12,\n\x0c\x66\x61\x63t_payload\x18\x01 \x01(\x0b\x32\x16.engram.v1.FactPayload\x12.\n\nprovenance\x18\x02 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\"}\n\x0bUpdateDelta\x12,\n\x0c\x66\x61\x63t_payload\x18\x01 \x01(\x0b\x32\x16.engram.v1.FactPayload\x12\x10\n\x08replaces\x18\x02 \x03(\t\x12.\n\nprovenance\x18\x03 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\"j\n\x0b\x44\x65leteDelta\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08replaces\x18\x03 \x03(\t\x12.\n\nprovenance\x18\x04 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\";\n\tNoopDelta\x12.\n\nprovenance\x18\x01 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\"\xb4\x01\n\x0bMemoryDelta\x12\"\n\x03\x61\x64\x64\x18\x01 \x01(\x0b\x32\x13.engram.v1.AddDeltaH\x00\x12(\n\x06update\x18\x02 \x01(\x0b\x32\x16.engram.v1.UpdateDeltaH\x00\x12(\n\x06\x64\x65lete\x18\x03 \x01(\x0b\x32\x16.engram.v1.DeleteDeltaH\x00\x12$\n\x04noop\x18\x04 \x01(\x0b\x32\x14.engram.v1.NoopDeltaH\x00\x42\x07\n\x05\x64\x65lta\"5\n\x07Lineage\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x1a\n\x12source_episode_ids\x18\x02 \x03(\t\"\x88\x02\n\x0b\x46\x61\x63tVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x11\n\tpredicate\x18\x04 \x01(\t\x12\x0e\n\x06object\x18\x05 \x01(\t\x12\'\n\x07\x63ontent\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12#\n\x07lineage\x18\x08 \x01(\x0b\x32\x12.engram.v1.Lineage\x12\x10\n\x08\x63hannels\x18\t \x03(\t\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xaa\x01\n\x04\x46\x61\x63t\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12!\n\x04kind\x18\x04 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\'\n\x07\x63urrent\x18\x05 \x01(\x0b\x32\x16.engram.v1.FactVersion\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"?\n\x11\x43reateRuleRequest\x12*\n\x04rule\x18\x01 \x01(\x0b\x32\x1c.engram.v1.ConsolidationRule\"@\n\x12\x43reateRuleResponse\x12*\n\x04rule\x18\x01 \x01(\x0b\x32\x1c.engram.v1.ConsolidationRule\"!\n\x0eGetRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"=\n\x0fGetRuleResponse\x12*\n\x04rule\x18\x01 \x01(\x0b\x32\x1c.engram.v1.ConsolidationRule\"9\n\x10ListRulesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"Y\n\x11ListRulesResponse\x12+\n\x05rules\x18\x01 \x03(\x0b\x32\x1c.engram.v1.ConsolidationRule\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse\"H\n\x0eRunRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\x14\n\x0cmax_episodes\x18\x03 \x01(\x05\"\xe3\x01\n\x0fRunRuleResponse\x12&\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32\x16.engram.v1.MemoryDelta\x12\x18\n\x10\x65pisodes_scanned\x18\x02 \x01(\x03\x12\x18\n\x10\x65pisodes_matched\x18\x03 \x01(\x03\x12\x11\n\twatermark\x18\x04 \x01(\x03\x12\x0c\n\x04more\x18\x05 \x01(\x08\x12\x13\n\x0b\x66\x61\x63ts_added\x18\x06 \x01(\x03\x12\x15\n\rfacts_updated\x18\x07 \x01(\x03\x12\x15\n\rfacts_deleted\x18\x08 \x01(\x03\x12\x10\n\x08\x66\x61\x63t_ids\x18\t \x03(\t\"<\n\x12\x41pplyDeltasRequest\x12&\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32\x16.engram.v1.MemoryDelta\"j\n\x13\x41pplyDeltasResponse\x12\x13\n\x0b\x66\x61\x63ts_added\x18\x01 \x01(\x03\x12\x15\n\rfacts_updated\x18\x02 \x01(\x03\x12\x15\n\rfacts_deleted\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x61\x63t_ids\x18\x04 \x03(\t\"w\n\x10ListFactsRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"L\n\x11ListFactsResponse\x12\x1e\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32\x0f.engram.v1.Fact\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"H\n\x0eGetFactRequest\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"s\n\x0fGetFactResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact\x12(\n\x08versions\x18\x02 \x03(\x0b\x32\x16.engram.v1.FactVersion\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"$\n\x11\x44\x65leteFactRequest\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\"3\n\x12\x44\x65leteFactResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact*W\n\x08\x46\x61\x63tKind\x12\x19\n\x15\x46\x41\x43T_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46\x41\x43T_KIND_SEMANTIC\x10\x01\x12\x18\n\x14\x46\x41\x43T_KIND_PROCEDURAL\x10\x02\x32\x9b\x05\n\x14\x43onsolidationService\x12I\n\nCreateRule\x12\x1c.engram.v1.CreateRuleRequest\x1a\x1d.engram.v1.CreateRuleResponse\x12@\n\x07GetRule\x12\x19.engram.v1.GetRuleRequest\x1a\x1a.engram.v1.GetRuleResponse\x12\x46\n\tListRules\x12\x1b.engram.v1.ListRulesRequest\x1a\x1c.engram.v1.ListRulesResponse\x12I\n\nDeleteRule\x12\x1c.engram.v1.DeleteRuleRequest\x1a\x1d.engram.v1.DeleteRuleResponse\x12@\n\x07RunRule\x12\x19.engram.v1.RunRuleRequest\x1a\x1a.engram.v1.RunRuleResponse\x12L\n\x0b\x41pplyDeltas\x12\x1d.engram.v1.ApplyDeltasRequest\x1a\x1e.engram.v1.ApplyDeltasResponse\x12\x46\n\tListFacts\x12\x1b.engram.v1.ListFactsRequest\x1a\x1c.engram.v1.ListFactsResponse\x12@\n\x07GetFact\x12\x19.engram.v1.GetFactRequest\x1a\x1a.engram.v1.GetFactResponse\x12I\n\nDeleteFact\x12\x1c.engram.v1.DeleteFactRequest\x1a\x1d.engram.v1.DeleteFactResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/v1/consolidation.proto\x12\tengram.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x02\n\x11\x43onsolidationRule\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x02 \x01(\t\x12\x1a\n\x10\x65very_n_episodes\x18\x03 \x01(\x03H\x00\x12\x0e\n\x04\x63ron\x18\x04 \x01(\tH\x00\x12\x12\n\nthen_emits\x18\x05 \x03(\t\x12!\n\x04kind\x18\x06 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12\x0f\n\x07\x65nabled\x18\x08 \x01(\x08\x12\x11\n\twatermark\x18\t \x01(\x03\x12\x19\n\x11\x65pisodes_promoted\x18\n \x01(\x03\x12/\n\x0b\x63reate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rlast_run_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\t\n\x07\x63\x61\x64\x65nce\"\x84\x01\n\x0f\x44\x65ltaProvenance\x12\x1a\n\x12source_episode_ids\x18\x01 \x03(\t\x12\x30\n\x0cpromotion_ts\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07rule_id\x18\x03 \x01(\t\x12\x12\n\nconfidence\x18\x04 \x01(\x01\"\xba\x01\n\x0b\x46\x61\x63tPayload\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\x0f\n\x07subject\x18\x04 \x01(\t\x12\x11\n\tpredicate\x18\x05 \x01(\t\x12\x0e\n\x06object\x18\x06 \x01(\t\x12\'\n\x07\x63ontent\x18\x07 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x10\n\x08\x63hannels\x18\x08 \x03(\t\"h\n\x08\x41\x64\x64\x44\x65lta\x12,\n\x0c\x66\x61\x63t_payload\x18\x01 \x01(\x0b\x32\x16.engram.v1.FactPayload\x12.\n\nprovenance\x18\x02 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\"}\n\x0bUpdateDelta\x12,\n\x0c\x66\x61\x63t_payload\x18\x01 \x01(\x0b\x32\x16.engram.v1.FactPayload\x12\x10\n\x08replaces\x18\x02 \x03(\t\x12.\n\nprovenance\x18\x03 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\"j\n\x0b\x44\x65leteDelta\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x10\n\x08replaces\x18\x03 \x03(\t\x12.\n\nprovenance\x18\x04 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\";\n\tNoopDelta\x12.\n\nprovenance\x18\x01 \x01(\x0b\x32\x1a.engram.v1.DeltaProvenance\"\xb4\x01\n\x0bMemoryDelta\x12\"\n\x03\x61\x64\x64\x18\x01 \x01(\x0b\x32\x13.engram.v1.AddDeltaH\x00\x12(\n\x06update\x18\x02 \x01(\x0b\x32\x16.engram.v1.UpdateDeltaH\x00\x12(\n\x06\x64\x65lete\x18\x03 \x01(\x0b\x32\x16.engram.v1.DeleteDeltaH\x00\x12$\n\x04noop\x18\x04 \x01(\x0b\x32\x14.engram.v1.NoopDeltaH\x00\x42\x07\n\x05\x64\x65lta\"5\n\x07Lineage\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x1a\n\x12source_episode_ids\x18\x02 \x03(\t\"\x88\x02\n\x0b\x46\x61\x63tVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x08\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x11\n\tpredicate\x18\x04 \x01(\t\x12\x0e\n\x06object\x18\x05 \x01(\t\x12\'\n\x07\x63ontent\x18\x06 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x12\n\nconfidence\x18\x07 \x01(\x01\x12#\n\x07lineage\x18\x08 \x01(\x0b\x32\x12.engram.v1.Lineage\x12\x10\n\x08\x63hannels\x18\t \x03(\t\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xaa\x01\n\x04\x46\x61\x63t\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03\x61pp\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12!\n\x04kind\x18\x04 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\'\n\x07\x63urrent\x18\x05 \x01(\x0b\x32\x16.engram.v1.FactVersion\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"S\n\x11\x43reateRuleRequest\x12*\n\x04rule\x18\x01 \x01(\x0b\x32\x1c.engram.v1.ConsolidationRule\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"@\n\x12\x43reateRuleResponse\x12*\n\x04rule\x18\x01 \x01(\x0b\x32\x1c.engram.v1.ConsolidationRule\"!\n\x0eGetRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"=\n\x0fGetRuleResponse\x12*\n\x04rule\x18\x01 \x01(\x0b\x32\x1c.engram.v1.ConsolidationRule\"9\n\x10ListRulesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"Y\n\x11ListRulesResponse\x12+\n\x05rules\x18\x01 \x03(\x0b\x32\x1c.engram.v1.ConsolidationRule\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse\"H\n\x0eRunRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\x14\n\x0cmax_episodes\x18\x03 \x01(\x05\"\xe3\x01\n\x0fRunRuleResponse\x12&\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32\x16.engram.v1.MemoryDelta\x12\x18\n\x10\x65pisodes_scanned\x18\x02 \x01(\x03\x12\x18\n\x10\x65pisodes_matched\x18\x03 \x01(\x03\x12\x11\n\twatermark\x18\x04 \x01(\x03\x12\x0c\n\x04more\x18\x05 \x01(\x08\x12\x13\n\x0b\x66\x61\x63ts_added\x18\x06 \x01(\x03\x12\x15\n\rfacts_updated\x18\x07 \x01(\x03\x12\x15\n\rfacts_deleted\x18\x08 \x01(\x03\x12\x10\n\x08\x66\x61\x63t_ids\x18\t \x03(\t\"<\n\x12\x41pplyDeltasRequest\x12&\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32\x16.engram.v1.MemoryDelta\"j\n\x13\x41pplyDeltasResponse\x12\x13\n\x0b\x66\x61\x63ts_added\x18\x01 \x01(\x03\x12\x15\n\rfacts_updated\x18\x02 \x01(\x03\x12\x15\n\rfacts_deleted\x18\x03 \x01(\x03\x12\x10\n\x08\x66\x61\x63t_ids\x18\x04 \x03(\t\"w\n\x10ListFactsRequest\x12\x0b\n\x03\x61pp\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.engram.v1.FactKind\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"L\n\x11ListFactsResponse\x12\x1e\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32\x0f.engram.v1.Fact\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"H\n\x0eGetFactRequest\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"s\n\x0fGetFactResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact\x12(\n\x08versions\x18\x02 \x03(\x0b\x32\x16.engram.v1.FactVersion\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\"$\n\x11\x44\x65leteFactRequest\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\"3\n\x12\x44\x65leteFactResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.engram.v1.Fact*W\n\x08\x46\x61\x63tKind\x12\x19\n\x15\x46\x41\x43T_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46\x41\x43T_KIND_SEMANTIC\x10\x01\x12\x18\n\x14\x46\x41\x43T_KIND_PROCEDURAL\x10\x02\x32\x9b\x05\n\x14\x43onsolidationService\x12I\n\nCreateRule\x12\x1c.engram.v1.CreateRuleRequest\x1a\x1d.engram.v1.CreateRuleResponse\x12@\n\x07GetRule\x12\x19.engram.v1.GetRuleRequest\x1a\x1a.engram.v1.GetRuleResponse\x12\x46\n\tListRules\x12\x1b.engram.v1.ListRulesRequest\x1a\x1c.engram.v1.ListRulesResponse\x12I\n\nDeleteRule\x12\x1c.engram.v1.DeleteRuleRequest\x1a\x1d.engram.v1.DeleteRuleResponse\x12@\n\x07RunRule\x12\x19.engram.v1.RunRuleRequest\x1a\x1a.engram.v1.RunRuleResponse\x12L\n\x0b\x41pplyDeltas\x12\x1d.engram.v1.ApplyDeltasRequest\x1a\x1e.engram.v1.ApplyDeltasResponse\x12\x46\n\tListFacts\x12\x1b.engram.v1.ListFactsRequest\x1a\x1c.engram.v1.ListFactsResponse\x12@\n\x07GetFact\x12\x19.engram.v1.GetFactRequest\x1a\x1a.engram.v1.GetFactResponse\x12I\n\nDeleteFact\x12\x1c.engram.v1.DeleteFactRequest\x1a\x1d.engram.v1.DeleteFactResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.consolidation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FACTKIND']._serialized_start=3248
-  _globals['_FACTKIND']._serialized_end=3335
+  _globals['_FACTKIND']._serialized_start=3268
+  _globals['_FACTKIND']._serialized_end=3355
   _globals['_CONSOLIDATIONRULE']._serialized_start=108
   _globals['_CONSOLIDATIONRULE']._serialized_end=448
   _globals['_DELTAPROVENANCE']._serialized_start=451
@@ -58,41 +58,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FACT']._serialized_start=1682
   _globals['_FACT']._serialized_end=1852
   _globals['_CREATERULEREQUEST']._serialized_start=1854
-  _globals['_CREATERULEREQUEST']._serialized_end=1917
-  _globals['_CREATERULERESPONSE']._serialized_start=1919
-  _globals['_CREATERULERESPONSE']._serialized_end=1983
-  _globals['_GETRULEREQUEST']._serialized_start=1985
-  _globals['_GETRULEREQUEST']._serialized_end=2018
-  _globals['_GETRULERESPONSE']._serialized_start=2020
-  _globals['_GETRULERESPONSE']._serialized_end=2081
-  _globals['_LISTRULESREQUEST']._serialized_start=2083
-  _globals['_LISTRULESREQUEST']._serialized_end=2140
-  _globals['_LISTRULESRESPONSE']._serialized_start=2142
-  _globals['_LISTRULESRESPONSE']._serialized_end=2231
-  _globals['_DELETERULEREQUEST']._serialized_start=2233
-  _globals['_DELETERULEREQUEST']._serialized_end=2269
-  _globals['_DELETERULERESPONSE']._serialized_start=2271
-  _globals['_DELETERULERESPONSE']._serialized_end=2291
-  _globals['_RUNRULEREQUEST']._serialized_start=2293
-  _globals['_RUNRULEREQUEST']._serialized_end=2365
-  _globals['_RUNRULERESPONSE']._serialized_start=2368
-  _globals['_RUNRULERESPONSE']._serialized_end=2595
-  _globals['_APPLYDELTASREQUEST']._serialized_start=2597
-  _globals['_APPLYDELTASREQUEST']._serialized_end=2657
-  _globals['_APPLYDELTASRESPONSE']._serialized_start=2659
-  _globals['_APPLYDELTASRESPONSE']._serialized_end=2765
-  _globals['_LISTFACTSREQUEST']._serialized_start=2767
-  _globals['_LISTFACTSREQUEST']._serialized_end=2886
-  _globals['_LISTFACTSRESPONSE']._serialized_start=2888
-  _globals['_LISTFACTSRESPONSE']._serialized_end=2964
-  _globals['_GETFACTREQUEST']._serialized_start=2966
-  _globals['_GETFACTREQUEST']._serialized_end=3038
-  _globals['_GETFACTRESPONSE']._serialized_start=3040
-  _globals['_GETFACTRESPONSE']._serialized_end=3155
-  _globals['_DELETEFACTREQUEST']._serialized_start=3157
-  _globals['_DELETEFACTREQUEST']._serialized_end=3193
-  _globals['_DELETEFACTRESPONSE']._serialized_start=3195
-  _globals['_DELETEFACTRESPONSE']._serialized_end=3246
-  _globals['_CONSOLIDATIONSERVICE']._serialized_start=3338
-  _globals['_CONSOLIDATIONSERVICE']._serialized_end=4005
+  _globals['_CREATERULEREQUEST']._serialized_end=1937
+  _globals['_CREATERULERESPONSE']._serialized_start=1939
+  _globals['_CREATERULERESPONSE']._serialized_end=2003
+  _globals['_GETRULEREQUEST']._serialized_start=2005
+  _globals['_GETRULEREQUEST']._serialized_end=2038
+  _globals['_GETRULERESPONSE']._serialized_start=2040
+  _globals['_GETRULERESPONSE']._serialized_end=2101
+  _globals['_LISTRULESREQUEST']._serialized_start=2103
+  _globals['_LISTRULESREQUEST']._serialized_end=2160
+  _globals['_LISTRULESRESPONSE']._serialized_start=2162
+  _globals['_LISTRULESRESPONSE']._serialized_end=2251
+  _globals['_DELETERULEREQUEST']._serialized_start=2253
+  _globals['_DELETERULEREQUEST']._serialized_end=2289
+  _globals['_DELETERULERESPONSE']._serialized_start=2291
+  _globals['_DELETERULERESPONSE']._serialized_end=2311
+  _globals['_RUNRULEREQUEST']._serialized_start=2313
+  _globals['_RUNRULEREQUEST']._serialized_end=2385
+  _globals['_RUNRULERESPONSE']._serialized_start=2388
+  _globals['_RUNRULERESPONSE']._serialized_end=2615
+  _globals['_APPLYDELTASREQUEST']._serialized_start=2617
+  _globals['_APPLYDELTASREQUEST']._serialized_end=2677
+  _globals['_APPLYDELTASRESPONSE']._serialized_start=2679
+  _globals['_APPLYDELTASRESPONSE']._serialized_end=2785
+  _globals['_LISTFACTSREQUEST']._serialized_start=2787
+  _globals['_LISTFACTSREQUEST']._serialized_end=2906
+  _globals['_LISTFACTSRESPONSE']._serialized_start=2908
+  _globals['_LISTFACTSRESPONSE']._serialized_end=2984
+  _globals['_GETFACTREQUEST']._serialized_start=2986
+  _globals['_GETFACTREQUEST']._serialized_end=3058
+  _globals['_GETFACTRESPONSE']._serialized_start=3060
+  _globals['_GETFACTRESPONSE']._serialized_end=3175
+  _globals['_DELETEFACTREQUEST']._serialized_start=3177
+  _globals['_DELETEFACTREQUEST']._serialized_end=3213
+  _globals['_DELETEFACTRESPONSE']._serialized_start=3215
+  _globals['_DELETEFACTRESPONSE']._serialized_end=3266
+  _globals['_CONSOLIDATIONSERVICE']._serialized_start=3358
+  _globals['_CONSOLIDATIONSERVICE']._serialized_end=4025
 # @@protoc_insertion_point(module_scope)

@@ -535,6 +535,15 @@ class CreateRuleRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RULE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """An id chosen by the client (a UUID is a good choice; 1 to 128
+    printable ASCII characters) that makes retrying the call safe: a
+    repeat with the same id is answered with the rule the first one
+    created, as it is now, instead of ALREADY_EXISTS (reason
+    RULE_EXISTS). Reusing it for another rule (another id or definition)
+    is INVALID_ARGUMENT (reason REQUEST_ID_REUSED).
+    """
     @_builtins.property
     def rule(self) -> Global___ConsolidationRule:
         """The rule; the output-only fields are ignored."""
@@ -543,10 +552,11 @@ class CreateRuleRequest(_message.Message):
         self,
         *,
         rule: Global___ConsolidationRule | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["rule", b"rule"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rule", b"rule"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "rule", b"rule"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
