@@ -182,14 +182,27 @@ struct MigrateArgs {
     /// gate: does this upgrade migrate?)
     #[arg(long)]
     check: bool,
+
+    /// With --check: the report as text for people, or as one JSON
+    /// document for scripts
+    #[arg(long, value_enum, default_value_t = engram::cli::Output::Text, requires = "check")]
+    output: engram::cli::Output,
+
+    /// The same as --output json
+    #[arg(long, conflicts_with = "output", requires = "check")]
+    json: bool,
 }
 
 async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
+    let json = args.json || args.output == engram::cli::Output::Json;
     let config = Config::load(args.config)?;
     let _telemetry = engram::telemetry::init(config.log_format)?;
     if args.check {
         let migrations = engram::server::migrations(&config).await?;
-        print!("{}", describe_migrations(&config, &migrations));
+        match json {
+            true => engram::cli::print_json(&migrations_json(&config, &migrations)),
+            false => print!("{}", describe_migrations(&config, &migrations)),
+        }
         return Ok(match migrations.pending.is_empty() {
             true => ExitCode::SUCCESS,
             false => ExitCode::from(2),
@@ -198,6 +211,26 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     engram::server::migrate(&config, args.grant_to.as_deref()).await?;
     tracing::info!(database = %config.database_url, grant_to = ?args.grant_to, "migrations applied");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `engram migrate --check --json`'s report: what the text says, by
+/// field (`ahead` and `newest_applied` null when they do not apply).
+fn migrations_json(config: &Config, migrations: &engram::store::Migrations) -> serde_json::Value {
+    let pending: Vec<serde_json::Value> = migrations
+        .pending
+        .iter()
+        .map(|(version, description)| {
+            serde_json::json!({"version": version, "description": description})
+        })
+        .collect();
+    serde_json::json!({
+        "database": config.database_url.to_string(),
+        "applied": migrations.applied.len(),
+        "newest_applied": migrations.applied.last(),
+        "newest_known": migrations.newest_known,
+        "ahead": migrations.ahead(),
+        "pending": pending,
+    })
 }
 
 /// `engram migrate --check`'s report.

@@ -455,6 +455,29 @@ async fn migrate_check_lists_what_is_pending_and_applies_nothing(backend: Backen
     assert!(older.contains("\n  0004 "), "{older}");
     assert!(!older.contains("\n  0003 "), "{older}");
     assert_eq!(check(), (Some(2), older), "the check applied nothing");
+    // The same report for a script, with the same exit code.
+    let out = engram(&["migrate", "--check", "--json", "--database-url", &db.url]);
+    assert_eq!(out.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (
+            &report["applied"],
+            &report["newest_applied"],
+            &report["ahead"]
+        ),
+        (&json!(3), &json!(3), &json!(null)),
+        "{report}"
+    );
+    let pending = report["pending"].as_array().expect("pending");
+    assert_eq!(pending.len(), listed.len() - 3, "{report}");
+    assert_eq!(pending[0]["version"], json!(4), "{report}");
+    assert_eq!(
+        report["newest_known"],
+        pending[pending.len() - 1]["version"],
+        "{report}"
+    );
+    let refused = engram(&["migrate", "--json", "--database-url", &db.url]);
+    assert_eq!(refused.status.code(), Some(2), "--json without --check");
 
     assert!(
         engram(&["migrate", "--database-url", &db.url])
