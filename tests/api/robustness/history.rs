@@ -61,6 +61,12 @@ pub enum Call {
         limit: i64,
     },
     RunRule,
+    /// `CreateTask` in a session, keyed by `request_id`, which is also the
+    /// task's subject (so a task in the final state names its creation).
+    CreateTask {
+        session: String,
+        request_id: String,
+    },
     /// `Import` of a file of its own, everything in it named by `id`: two
     /// keys of the scope `id` and a fact `id` of two versions and a
     /// source. It must land whole or not at all.
@@ -93,6 +99,7 @@ impl Call {
             Call::Recent { .. } => "recent",
             Call::RunRule => "run-rule",
             Call::Import { .. } => "import",
+            Call::CreateTask { .. } => "create-task",
         }
     }
 }
@@ -125,6 +132,10 @@ pub enum Outcome {
     Recent(Vec<Recented>),
     /// Done, with nothing to check (purge, run rule).
     Done,
+    /// A task created (or found by its request id): its id.
+    Created {
+        task: String,
+    },
     /// Refused for certain: the call changed nothing.
     Refused {
         code: Code,

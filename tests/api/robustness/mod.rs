@@ -78,7 +78,7 @@ enum Fault {
 }
 
 /// Makes Postgres roll back a share of the transactions that write memory,
-/// episodes or facts, as it does to break a deadlock (`40P01`) or after a
+/// episodes, facts or tasks, as it does to break a deadlock (`40P01`) or after a
 /// serialization failure (`40001`): a trigger on the tables those writes
 /// insert into raises one of the two for a row with the probability
 /// `injected_rollbacks.share` holds (0 while the fault is off). A group of
@@ -101,6 +101,8 @@ const ROLLBACKS: &str = "\
     CREATE TRIGGER injected_rollback BEFORE INSERT ON episodes \
       FOR EACH ROW EXECUTE FUNCTION injected_rollback(); \
     CREATE TRIGGER injected_rollback BEFORE INSERT ON fact_versions \
+      FOR EACH ROW EXECUTE FUNCTION injected_rollback(); \
+    CREATE TRIGGER injected_rollback BEFORE INSERT ON working_tasks \
       FOR EACH ROW EXECUTE FUNCTION injected_rollback();";
 
 /// Runs `sql` on the database at `url`, straight (not through a proxy).
@@ -438,6 +440,11 @@ async fn run(name: &str, scenario: Scenario) {
             imports.insert(id, held);
         }
     }
+    let mut tasks = BTreeMap::new();
+    for session in workload::SESSIONS {
+        let held = retry("listing tasks", || workload::tasks(&first, session)).await;
+        tasks.insert(session.to_owned(), held);
+    }
     let (feed, _) = workload::watch(servers.addrs[0], None).await;
     let (episodes, _) = workload::tail(servers.addrs[0]).await;
     let end = Final {
@@ -449,6 +456,7 @@ async fn run(name: &str, scenario: Scenario) {
         promoted,
         searched,
         imports,
+        tasks,
     };
 
     let ops = recorder.ops();

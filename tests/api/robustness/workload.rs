@@ -16,11 +16,12 @@ use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::memory_service_client::MemoryServiceClient;
 use engram::proto::search_hit::Item;
 use engram::proto::search_service_client::SearchServiceClient;
+use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
-    AppendEpisodeRequest, AsOf, DeleteRequest, GetFactRequest, GetRequest, HistoryRequest,
-    ImportRequest, ListEpisodesRequest, ListRequest, MemoryEntry, PurgeRequest, RecentRequest,
-    RunRuleRequest, ScopeType, SearchMode, SearchRequest, SearchSource, SetRequest,
-    TailEpisodesRequest, WatchRequest,
+    AppendEpisodeRequest, AsOf, CreateTaskRequest, DeleteRequest, GetFactRequest, GetRequest,
+    HistoryRequest, ImportRequest, ListEpisodesRequest, ListRequest, ListTasksRequest, MemoryEntry,
+    PurgeRequest, RecentRequest, RunRuleRequest, ScopeType, SearchMode, SearchRequest,
+    SearchSource, SetRequest, TailEpisodesRequest, WatchRequest,
 };
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -181,10 +182,14 @@ impl Client {
                 71..=74 => Call::List,
                 75..=78 => Call::History { key },
                 79..=80 => Call::Purge { key, keep: 3 },
-                81..=96 => Call::Append {
+                81..=94 => Call::Append {
                     session: SESSIONS[rng.below(SESSIONS.len() as u64) as usize].to_owned(),
                     id: format!("e-{}-{written}", self.id),
                     value,
+                },
+                95..=96 => Call::CreateTask {
+                    session: SESSIONS[rng.below(SESSIONS.len() as u64) as usize].to_owned(),
+                    request_id: format!("t-{}-{written}", self.id),
                 },
                 97 => Call::Import {
                     id: format!("imp-{}-{written}", self.id),
@@ -194,6 +199,7 @@ impl Client {
             let retried = matches!(
                 call,
                 Call::Append { .. }
+                    | Call::CreateTask { .. }
                     | Call::Set {
                         request_id: Some(_),
                         ..
@@ -382,6 +388,25 @@ impl Client {
                     .import(tokio_stream::iter(messages))
                     .await?;
                 Outcome::Done
+            }
+            Call::CreateTask {
+                session,
+                request_id,
+            } => {
+                let task = WorkingMemoryServiceClient::new(self.channel.clone())
+                    .create_task(CreateTaskRequest {
+                        session_id: session.clone(),
+                        app: APP.into(),
+                        user: USER.into(),
+                        subject: request_id.clone(),
+                        request_id: request_id.clone(),
+                        ..CreateTaskRequest::default()
+                    })
+                    .await?
+                    .into_inner()
+                    .task
+                    .unwrap_or_default();
+                Outcome::Created { task: task.id }
             }
             Call::RunRule => {
                 ConsolidationServiceClient::new(self.channel.clone())
@@ -628,6 +653,33 @@ pub async fn append(
         .into_inner();
     let episode = response.episode.unwrap_or_default();
     Ok((episode.seq, response.replayed))
+}
+
+/// Every task of a session: (id, subject), in id order.
+pub async fn tasks(
+    channel: &Channel,
+    session: &str,
+) -> Result<Vec<(String, String)>, tonic::Status> {
+    let mut working = WorkingMemoryServiceClient::new(channel.clone());
+    let mut tasks = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = working
+            .list_tasks(ListTasksRequest {
+                session_id: session.into(),
+                app: APP.into(),
+                user: USER.into(),
+                page_size: 1000,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        tasks.extend(page.tasks.into_iter().map(|t| (t.id, t.subject)));
+        if page.next_page_token.is_empty() {
+            return Ok(tasks);
+        }
+        page_token = page.next_page_token;
+    }
 }
 
 /// One change as a watch delivered it: revision, kind, key, version.

@@ -1,6 +1,7 @@
 //! The checker: validates a whole recorded history against what the
 //! server finally holds, and names each anomaly with the fewest operations
-//! that show it. Here: memory, search, as-of reads and imports.
+//! that show it. Here: memory, search, as-of reads and imports; the feeds
+//! and episodes in `episodes`, keyed creations in `tasks`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,8 +13,10 @@ use super::workload::{Change, IMPORT_KEYS, IMPORT_VERSIONS, KEYS, Tailed};
 mod episodes;
 #[cfg(test)]
 mod planted;
+mod tasks;
 
 use episodes::{episodes, feed};
+use tasks::tasks;
 
 /// What the server holds once the faults are over and everything caught
 /// up.
@@ -36,6 +39,9 @@ pub struct Final {
     /// What the server holds of each import's file: how many of its keys
     /// and of its fact's versions.
     pub imports: BTreeMap<String, (usize, usize)>,
+    /// Each session's tasks: (id, subject), the subject a creation's
+    /// request id.
+    pub tasks: BTreeMap<String, Vec<(String, String)>>,
 }
 
 /// An anomaly and the operations that show it.
@@ -70,6 +76,7 @@ pub fn check(ops: &[Op], end: &Final) -> Vec<Anomaly> {
     feed("tail", &end.episodes, &end.tailed, |e| e.0, &mut found);
     episodes(ops, end, &mut found);
     imports(ops, end, &mut found);
+    tasks(ops, end, &mut found);
     let matched = end.episodes.len() as i64;
     if end.promoted != matched {
         found.push(anomaly(

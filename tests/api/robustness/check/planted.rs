@@ -44,6 +44,7 @@ fn quiet_end(histories: BTreeMap<String, Vec<(i64, Option<i64>)>>) -> Final {
         tailed: vec![],
         promoted: 0,
         imports: BTreeMap::new(),
+        tasks: BTreeMap::new(),
     }
 }
 
@@ -325,4 +326,38 @@ fn the_checker_finds_planted_anomalies() {
     assert!(import(Outcome::Done, (1, 2))[0].contains("landed in part"));
     assert!(import(Outcome::Done, (0, 0))[0].contains("acknowledged and is missing"));
     assert!(import(refused(), (2, 2))[0].contains("refused and landed"));
+
+    // Keyed creations: one task per request id, kept as acknowledged.
+    let create = |outcome: Outcome| {
+        let call = Call::CreateTask {
+            session: "s0".into(),
+            request_id: "t-1".into(),
+        };
+        op(0, 10, call, outcome)
+    };
+    let created = || Outcome::Created { task: "t1".into() };
+    let tasked = |ops: &[Op], held: &[(&str, &str, &str)]| {
+        let mut end = quiet_end(BTreeMap::new());
+        for (session, id, subject) in held {
+            end.tasks
+                .entry((*session).to_owned())
+                .or_default()
+                .push(((*id).to_owned(), (*subject).to_owned()));
+        }
+        check(ops, &end)
+            .into_iter()
+            .map(|a| a.what)
+            .collect::<Vec<_>>()
+    };
+    let once = [("s0", "t1", "t-1")];
+    assert!(tasked(&[create(unknown()), create(created())], &once).is_empty());
+    assert!(tasked(&[create(unknown())], &[]).is_empty());
+    assert!(tasked(&[create(refused())], &[]).is_empty());
+    let twice = [("s0", "t1", "t-1"), ("s0", "t2", "t-1")];
+    assert!(tasked(&[create(unknown()), create(created())], &twice)[0].contains("created 2 tasks"));
+    assert!(tasked(&[create(created())], &[])[0].contains("acknowledged as s0/t1"));
+    let other_answer = Outcome::Created { task: "t2".into() };
+    assert!(tasked(&[create(created()), create(other_answer)], &once)[0].contains("as s0/t2"));
+    assert!(tasked(&[create(refused())], &once)[0].contains("refused on every try"));
+    assert!(tasked(&[], &once)[0].contains("never asked for"));
 }
