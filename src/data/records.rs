@@ -27,7 +27,7 @@ use crate::working::TaskStatus;
 pub const FORMAT: &str = "engram.export";
 
 /// The format version this server writes; it reads every version from 1.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The first format version whose files end with an [`End`] line.
 pub const ENDED_FROM: u32 = 3;
@@ -72,7 +72,7 @@ pub struct Header {
     pub export_time: DateTime<Utc>,
 }
 
-/// The last line of a version 3 file.
+/// The last line of a file from version 3 on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct End {
@@ -111,6 +111,46 @@ pub struct MemoryVersion {
     pub create_time: DateTime<Utc>,
 }
 
+/// The request a creation was keyed by (version 4): its `request_id` and
+/// the fingerprint of what it asked for (hex), so that a retried creation
+/// is still recognised after the import, as a retried append is by its
+/// episode's fingerprint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreatedBy {
+    pub request_id: String,
+    pub fingerprint: String,
+}
+
+impl CreatedBy {
+    /// The request columns of a row (`create_request_id`,
+    /// `create_fingerprint`), when it was made keyed.
+    pub fn of(request_id: Option<String>, fingerprint: Option<Vec<u8>>) -> Option<CreatedBy> {
+        Some(CreatedBy {
+            request_id: request_id?,
+            fingerprint: to_hex(&fingerprint?),
+        })
+    }
+
+    fn check(&self) -> Result<()> {
+        let id = &self.request_id;
+        if id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(invalid(
+                "request.request_id",
+                "must be 1 to 128 printable ASCII characters without spaces",
+            ));
+        }
+        hex("request.fingerprint", &self.fingerprint)?;
+        if self.fingerprint.len() != 64 {
+            return Err(invalid(
+                "request.fingerprint",
+                "must be a SHA-256 (64 hexadecimal digits)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A session with its counters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,6 +165,9 @@ pub struct Session {
     pub last_seq: i64,
     pub episode_count: i64,
     pub episodes_evicted: i64,
+    /// The `CreateSession` that made it, when keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<CreatedBy>,
 }
 
 /// An episode of a session.
@@ -180,6 +223,9 @@ pub struct Task {
     pub status: String,
     pub create_time: DateTime<Utc>,
     pub update_time: DateTime<Utc>,
+    /// The `CreateTask` that made it, when keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<CreatedBy>,
 }
 
 /// A cached file: a `cached_file` line, or one of a version 1 working
@@ -221,6 +267,9 @@ pub struct Fact {
     /// file each is a `fact_source` line of its own instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
+    /// The `Remember` or `RecordProcedure` that made it, when keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<CreatedBy>,
 }
 
 /// An episode a fact was derived from (version 2).
@@ -272,6 +321,9 @@ pub struct Rule {
     pub episodes_promoted: i64,
     pub create_time: DateTime<Utc>,
     pub last_run_time: Option<DateTime<Utc>>,
+    /// The `CreateRule` that made it, when keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<CreatedBy>,
 }
 
 /// What the heavy records weigh in memory, about (their JSON values
@@ -435,7 +487,8 @@ impl Record {
                     ("last_seq", s.last_seq),
                     ("episode_count", s.episode_count),
                     ("episodes_evicted", s.episodes_evicted),
-                ])
+                ])?;
+                s.request.as_ref().map_or(Ok(()), CreatedBy::check)
             }
             Record::Episode(e) => {
                 Id::parse("session_id", e.session_id.as_str())?;
@@ -500,7 +553,8 @@ impl Record {
                 if let Some(id) = &r.watermark_episode {
                     Id::parse("watermark_episode", id.as_str())?;
                 }
-                counts(&[("episodes_promoted", r.episodes_promoted)])
+                counts(&[("episodes_promoted", r.episodes_promoted)])?;
+                r.request.as_ref().map_or(Ok(()), CreatedBy::check)
             }
             Record::End(e) => counts(&[("lines", e.lines)]),
         }
@@ -635,7 +689,7 @@ impl Fact {
         for (n, id) in self.sources.iter().enumerate() {
             Id::parse(&format!("sources[{n}]"), id.as_str())?;
         }
-        Ok(())
+        self.request.as_ref().map_or(Ok(()), CreatedBy::check)
     }
 }
 
@@ -656,7 +710,7 @@ impl Task {
         owner(&format!("{prefix}session_id"), &self.session_id, inside)?;
         positive(&format!("{prefix}number"), self.number)?;
         TaskStatus::parse(&format!("{prefix}status"), &self.status)?;
-        Ok(())
+        self.request.as_ref().map_or(Ok(()), CreatedBy::check)
     }
 }
 

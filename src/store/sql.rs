@@ -137,6 +137,7 @@ pub enum Param<'a> {
     Time(DateTime<Utc>),
     OptTime(Option<DateTime<Utc>>),
     Bytes(&'a [u8]),
+    OptBytes(Option<&'a [u8]>),
     /// A `text[]` on Postgres, a JSON array on SQLite (read with
     /// `json_each`): statements taking one are per dialect.
     TextList(&'a [String]),
@@ -167,6 +168,7 @@ param_from! {
     Option<DateTime<Utc>> => OptTime,
     &'a [String] => TextList,
     &'a [u8] => Bytes,
+    Option<&'a [u8]> => OptBytes,
 }
 
 /// The parameters of a statement, in order: `params![tenant, id, now]`.
@@ -189,6 +191,7 @@ pub trait Cols {
     fn time(&self, at: usize) -> Result<DateTime<Utc>>;
     fn opt_time(&self, at: usize) -> Result<Option<DateTime<Utc>>>;
     fn bytes(&self, at: usize) -> Result<Vec<u8>>;
+    fn opt_bytes(&self, at: usize) -> Result<Option<Vec<u8>>>;
 }
 
 /// Which SQL a connection speaks, for the few statements that differ.
@@ -452,6 +455,7 @@ macro_rules! bind_params {
                     Param::Time(v) => args.add($time(v)),
                     Param::OptTime(v) => args.add(v.map($time)),
                     Param::Bytes(v) => args.add(v),
+                    Param::OptBytes(v) => args.add(v),
                     Param::TextList(v) => args.add($list(v)),
                 }
                 .map_err(crate::error::Error::internal)?;
@@ -504,6 +508,10 @@ macro_rules! cols_by_driver {
             }
 
             fn bytes(&self, at: usize) -> Result<Vec<u8>> {
+                Ok(sqlx::Row::try_get(self, at)?)
+            }
+
+            fn opt_bytes(&self, at: usize) -> Result<Option<Vec<u8>>> {
                 Ok(sqlx::Row::try_get(self, at)?)
             }
         }

@@ -14,10 +14,10 @@ use engram::proto::data_service_client::DataServiceClient;
 use engram::proto::memory_admin_service_client::MemoryAdminServiceClient;
 use engram::proto::working_memory_service_client::WorkingMemoryServiceClient;
 use engram::proto::{
-    AppendEpisodeRequest, CacheContentRequest, CreateRuleRequest, CreateTaskRequest, DeleteRequest,
-    EndSessionRequest, ExportRequest, GetRequest, GetSessionRequest, ImportRequest, ImportResponse,
-    PurgeRequest, RememberRequest, RunRuleRequest, ScopeType, SetGoalRequest, SetRequest,
-    TailEpisodesRequest, WatchRequest,
+    AppendEpisodeRequest, CacheContentRequest, CreateRuleRequest, CreateSessionRequest,
+    CreateTaskRequest, DeleteRequest, EndSessionRequest, ExportRequest, GetRequest,
+    GetSessionRequest, ImportRequest, ImportResponse, PurgeRequest, RememberRequest,
+    RunRuleRequest, ScopeType, SetGoalRequest, SetRequest, TailEpisodesRequest, WatchRequest,
 };
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
@@ -187,7 +187,7 @@ pub(crate) fn records(lines: &[String]) -> Vec<Value> {
     let header: Value = serde_json::from_str(&lines[0]).expect("header");
     assert_eq!(header["kind"], "header");
     assert_eq!(header["format"], "engram.export");
-    assert_eq!(header["version"], 3);
+    assert_eq!(header["version"], 4);
     let (end, lines) = lines.split_last().expect("an end line");
     let end: Value = serde_json::from_str(end).expect("end");
     assert_eq!(end, json!({"kind": "end", "lines": lines.len()}));
@@ -1308,7 +1308,177 @@ async fn a_rule_keeps_the_reading_it_was_stored_with(backend: Backend) {
     }
 }
 
+/// The keyed creations of one store, made in another: a session, a task,
+/// a fact and a rule, each under a request id.
+async fn keyed_creations(server: &TestServer) -> (String, String, String, String) {
+    let session = server
+        .sessions()
+        .create_session(CreateSessionRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            session_id: "k1".into(),
+            request_id: "req-session".into(),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .expect("session")
+        .into_inner();
+    let mut working = WorkingMemoryServiceClient::new(server.channel.clone());
+    let task = working
+        .create_task(CreateTaskRequest {
+            session_id: "k1".into(),
+            app: "bot".into(),
+            user: "alice".into(),
+            subject: "write notes".into(),
+            request_id: "req-task".into(),
+            ..CreateTaskRequest::default()
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    let fact = working
+        .remember(RememberRequest {
+            session_id: "k1".into(),
+            app: "bot".into(),
+            user: "alice".into(),
+            content: "alice deploys on fridays".into(),
+            request_id: "req-fact".into(),
+            ..RememberRequest::default()
+        })
+        .await
+        .expect("remember")
+        .into_inner();
+    let rule = ConsolidationServiceClient::new(server.channel.clone())
+        .create_rule(CreateRuleRequest {
+            rule: Some(rule("learn", "metadata.learn:*", false)),
+            request_id: "req-rule".into(),
+        })
+        .await
+        .expect("rule")
+        .into_inner();
+    (
+        session.session.map(|s| s.id).unwrap_or_default(),
+        task.task.map(|t| t.id).unwrap_or_default(),
+        fact.fact.map(|f| f.id).unwrap_or_default(),
+        rule.rule.map(|r| r.id).unwrap_or_default(),
+    )
+}
+
+/// A creation's request id moves with what it created (format version
+/// 4), so a retry of the creation after the move finds it instead of
+/// making another; an id the importing store holds already for something
+/// else stays the store's; a file of version 3, which has none, imports
+/// into a store that has them as unchanged.
+async fn request_ids_move_with_what_they_created(backend: Backend) {
+    let source = TestServer::spawn(backend).await;
+    let made = keyed_creations(&source).await;
+    let lines = export(&source.channel, ExportRequest::default()).await;
+    let exported = records(&lines);
+    let request_of = |kind: &str| {
+        exported
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .map(|r| r["request"]["request_id"].clone())
+    };
+    for (kind, id) in [
+        ("session", "req-session"),
+        ("task", "req-task"),
+        ("fact", "req-fact"),
+        ("rule", "req-rule"),
+    ] {
+        assert_eq!(request_of(kind), Some(json!(id)), "{kind}");
+    }
+
+    let target = TestServer::spawn(the_other(backend)).await;
+    import(&target.channel, &lines).await.expect("import");
+    assert_eq!(
+        records(&export(&target.channel, ExportRequest::default()).await),
+        exported
+    );
+    // Each creation retried against the new store finds what it made.
+    assert_eq!(keyed_creations(&target).await, made);
+    assert_eq!(
+        records(&export(&target.channel, ExportRequest::default()).await),
+        exported,
+        "the retries made nothing"
+    );
+
+    // A file of version 3 says nothing of request ids: unchanged.
+    let old: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            let mut record: Value = serde_json::from_str(line).expect("a line");
+            if let Some(record) = record.as_object_mut() {
+                record.remove("request");
+                if record["kind"] == "header" {
+                    record.insert("version".into(), json!(3));
+                }
+            }
+            record.to_string()
+        })
+        .collect();
+    let again = import(&target.channel, &old).await.expect("version 3");
+    assert!(again.imported.is_empty(), "{:?}", again.imported);
+    // Into a fresh store it imports without them.
+    let fresh = TestServer::spawn(backend).await;
+    import(&fresh.channel, &old)
+        .await
+        .expect("version 3, fresh");
+    let plain = records(&export(&fresh.channel, ExportRequest::default()).await);
+    assert!(
+        plain.iter().all(|r| r.get("request").is_none()),
+        "{plain:?}"
+    );
+
+    // A store whose own session holds the id keeps it for that one.
+    let busy = TestServer::spawn(backend).await;
+    busy.sessions()
+        .create_session(CreateSessionRequest {
+            app: "bot".into(),
+            user: "carol".into(),
+            request_id: "req-session".into(),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .expect("the store's own");
+    import(&busy.channel, &lines)
+        .await
+        .expect("import beside it");
+    let held = records(&export(&busy.channel, ExportRequest::default()).await);
+    let k1 = held
+        .iter()
+        .find(|r| r["kind"] == "session" && r["id"] == "k1")
+        .expect("k1 imported");
+    assert!(k1.get("request").is_none(), "{k1}");
+    let err = busy
+        .sessions()
+        .create_session(CreateSessionRequest {
+            app: "bot".into(),
+            user: "alice".into(),
+            session_id: "k1".into(),
+            request_id: "req-session".into(),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .expect_err("the id is the store's own session's");
+    assert_eq!(reason(&err), "REQUEST_ID_REUSED");
+
+    // A malformed request is refused, naming its field.
+    let mut bad = lines.clone();
+    let at = bad
+        .iter()
+        .position(|l| l.contains("\"kind\":\"rule\""))
+        .expect("the rule line");
+    bad[at] = bad[at].replace("req-rule", "req rule");
+    let err = import(&fresh.channel, &bad)
+        .await
+        .expect_err("a bad request id");
+    assert_eq!(reason(&err), "IMPORT_MALFORMED", "{err:?}");
+    assert!(err.message().contains("request.request_id"), "{err:?}");
+}
+
 on_both_stores!(
+    request_ids_move_with_what_they_created,
     a_rule_keeps_the_reading_it_was_stored_with,
     an_import_agrees_with_what_the_store_derives,
     items_have_lines_of_their_own,

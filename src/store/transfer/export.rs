@@ -205,7 +205,7 @@ static EXPORT_TASKS: Sql = part_by_bytes!(
         past!("subject"),
         ", ",
         past!("description"),
-        ", status, create_time, update_time"
+        ", status, create_time, update_time, create_request_id, create_fingerprint"
     ),
     "pg_column_size(subject) + pg_column_size(description)",
     "session_id, number",
@@ -434,7 +434,7 @@ pub(super) async fn export_page(
             let (session, number) = numbered(after);
             let at: &[Param<'_>] = params![session, number, limit, SENT_WHOLE_BYTES];
             let (rows, cut) =
-                read_part(conn, &EXPORT_TASKS, &[&chosen[..], at], 7, task_row).await?;
+                read_part(conn, &EXPORT_TASKS, &[&chosen[..], at], 9, task_row).await?;
             let next = rows
                 .last()
                 .map(|t| After::Numbered(t.session_id.clone(), t.number));

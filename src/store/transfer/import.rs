@@ -85,6 +85,26 @@ static RULE: Sql = select!(
     " FROM consolidation_rules WHERE tenant = $1 AND id = $2"
 );
 
+// Whether a request id is held already, where it must be unique: a
+// session's and a rule's in the tenant, a task's in its session, a fact's
+// per owner and kind.
+
+static SESSION_REQUEST_HELD: Sql =
+    Sql::new("SELECT 1 FROM sessions WHERE tenant = $1 AND create_request_id = $2");
+
+static TASK_REQUEST_HELD: Sql = Sql::new(
+    "SELECT 1 FROM working_tasks WHERE tenant = $1 AND session_id = $2 \
+     AND create_request_id = $3",
+);
+
+static FACT_REQUEST_HELD: Sql = Sql::new(
+    "SELECT 1 FROM facts WHERE tenant = $1 AND app = $2 AND user_id = $3 AND kind = $4 \
+     AND create_request_id = $5",
+);
+
+static RULE_REQUEST_HELD: Sql =
+    Sql::new("SELECT 1 FROM consolidation_rules WHERE tenant = $1 AND create_request_id = $2");
+
 // ---- the import's writes ----
 
 /// Gives the Postgres transaction its id before it takes a revision or a
@@ -130,8 +150,9 @@ static INSERT_VERSION: Sql = Sql::new(
 
 static INSERT_SESSION: Sql = Sql::new(
     "INSERT INTO sessions (tenant, id, app, user_id, metadata, create_time, update_time, \
-     end_time, last_seq, episode_count, episodes_evicted) \
-     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11)",
+     end_time, last_seq, episode_count, episodes_evicted, create_request_id, \
+     create_fingerprint) \
+     VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12, $13)",
 );
 
 static INSERT_EPISODE: Sql = Sql::new(
@@ -147,7 +168,8 @@ static INSERT_WORKING: Sql = Sql::new(
 
 static INSERT_TASK: Sql = Sql::new(
     "INSERT INTO working_tasks (tenant, session_id, number, subject, description, status, \
-     create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+     create_time, update_time, create_request_id, create_fingerprint) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 );
 
 static INSERT_CACHE: Sql = Sql::new(
@@ -157,7 +179,8 @@ static INSERT_CACHE: Sql = Sql::new(
 
 static INSERT_FACT: Sql = Sql::new(
     "INSERT INTO facts (tenant, id, app, user_id, kind, subject, predicate, version, deleted, \
-     create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+     create_time, update_time, create_request_id, create_fingerprint) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 );
 
 static INSERT_FACT_VERSION: Sql = Sql::new(
@@ -172,9 +195,11 @@ static INSERT_FACT_SOURCE: Sql =
 /// A rule, its watermark the cursor of the episode named ($10; 0 for none).
 static INSERT_RULE: Sql = Sql::new(
     "INSERT INTO consolidation_rules (tenant, id, filter, every_n_episodes, cron, then_emits, \
-     kind, confidence, enabled, watermark, episodes_promoted, create_time, last_run_time) \
+     kind, confidence, enabled, watermark, episodes_promoted, create_time, last_run_time, \
+     create_request_id, create_fingerprint) \
      VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, \
-     coalesce((SELECT cursor FROM episodes WHERE tenant = $1 AND id = $10), 0), $11, $12, $13)",
+     coalesce((SELECT cursor FROM episodes WHERE tenant = $1 AND id = $10), 0), $11, $12, $13, \
+     $14, $15)",
 );
 
 // ---- staging ----
@@ -420,11 +445,14 @@ async fn apply(
         Record::Session(s) => {
             let stored = conn
                 .first(&SESSION, params![t, s.id.as_str()], session_row)
-                .await?;
+                .await?
+                .map(|stored| as_told(stored, &s));
             if let Some(done) = compare(stored, &s, line, || format!("session {:?}", s.id))? {
                 return Ok(Some(done));
             }
             let metadata = s.metadata.to_string();
+            let (request_id, fingerprint) =
+                request_free(conn, &SESSION_REQUEST_HELD, params![t], s.request()).await?;
             conn.exec(
                 &INSERT_SESSION,
                 params![
@@ -438,7 +466,9 @@ async fn apply(
                     s.end_time,
                     s.last_seq,
                     s.episode_count,
-                    s.episodes_evicted
+                    s.episodes_evicted,
+                    request_id,
+                    fingerprint.as_deref()
                 ],
             )
             .await?;
@@ -574,7 +604,8 @@ async fn apply(
             let s = task.session_id.as_str();
             let stored = conn
                 .first(&TASK, params![t, s, task.number], task_row)
-                .await?;
+                .await?
+                .map(|stored| as_told(stored, &task));
             let what = || format!("task {} of session {s:?}", task.number);
             if let Some(done) = compare(stored, &task, line, what)? {
                 return Ok(Some(done));
@@ -618,11 +649,15 @@ async fn apply(
                 Some(head) if f.versions.is_empty() => Some(sources_of(conn, tenant, head).await?),
                 Some(head) => Some(fact_of(conn, tenant, head).await?),
                 None => None,
-            };
+            }
+            .map(|stored| as_told(stored, &f));
             if let Some(done) = compare(stored, &f, line, || format!("fact {:?}", f.id))? {
                 return Ok(Some(done));
             }
             let kind = records::fact_kind("fact_kind", &f.fact_kind)?;
+            let owner = params![t, f.app.as_str(), f.user.as_str(), kind.as_i16()];
+            let (request_id, fingerprint) =
+                request_free(conn, &FACT_REQUEST_HELD, owner, f.request()).await?;
             conn.exec(
                 &INSERT_FACT,
                 params![
@@ -636,7 +671,9 @@ async fn apply(
                     f.version,
                     f.deleted,
                     f.create_time,
-                    f.update_time
+                    f.update_time,
+                    request_id,
+                    fingerprint.as_deref()
                 ],
             )
             .await?;
@@ -717,12 +754,15 @@ async fn apply(
             {
                 Some((rule, watermark)) => Some(rule_of(conn, tenant, rule, watermark).await?),
                 None => None,
-            };
+            }
+            .map(|stored| as_told(stored, &r));
             if let Some(done) = compare(stored, &r, line, || format!("rule {:?}", r.id))? {
                 return Ok(Some(done));
             }
             let kind = records::fact_kind("fact_kind", &r.fact_kind)?;
             let then_emits = serde_json::to_string(&r.then_emits).map_err(Error::internal)?;
+            let (request_id, fingerprint) =
+                request_free(conn, &RULE_REQUEST_HELD, params![t], r.request()).await?;
             conn.exec(
                 &INSERT_RULE,
                 params![
@@ -738,7 +778,9 @@ async fn apply(
                     r.watermark_episode.as_deref().unwrap_or(""),
                     r.episodes_promoted,
                     r.create_time,
-                    r.last_run_time
+                    r.last_run_time,
+                    request_id,
+                    fingerprint.as_deref()
                 ],
             )
             .await?;
@@ -795,6 +837,9 @@ async fn insert_task(
     task: &records::Task,
 ) -> Result<()> {
     let status = crate::working::TaskStatus::parse("status", &task.status)?;
+    let held_in = params![tenant.as_str(), session];
+    let (request_id, fingerprint) =
+        request_free(conn, &TASK_REQUEST_HELD, held_in, task.request()).await?;
     conn.exec(
         &INSERT_TASK,
         params![
@@ -805,11 +850,72 @@ async fn insert_task(
             task.description.as_str(),
             status.as_i16(),
             task.create_time,
-            task.update_time
+            task.update_time,
+            request_id,
+            fingerprint.as_deref()
         ],
     )
     .await?;
     Ok(())
+}
+
+/// A record a creation made, which may have kept its request.
+trait Created {
+    fn request(&self) -> Option<&records::CreatedBy>;
+    fn request_mut(&mut self) -> &mut Option<records::CreatedBy>;
+}
+
+macro_rules! created {
+    ($($record:ty),*) => {$(
+        impl Created for $record {
+            fn request(&self) -> Option<&records::CreatedBy> {
+                self.request.as_ref()
+            }
+            fn request_mut(&mut self) -> &mut Option<records::CreatedBy> {
+                &mut self.request
+            }
+        }
+    )*};
+}
+
+created!(
+    records::Session,
+    records::Task,
+    records::Fact,
+    records::Rule
+);
+
+/// A stored record as the file can tell of it: a request on one side only
+/// (a file before version 4, or a creation made unkeyed, or imported from
+/// such a file) is nothing the two disagree on.
+fn as_told<T: Created>(mut stored: T, imported: &T) -> T {
+    if stored.request().is_none() || imported.request().is_none() {
+        *stored.request_mut() = imported.request().cloned();
+    }
+    stored
+}
+
+/// The request an imported record keeps: the file's, unless its id is
+/// held already where it must be unique (`held`, with `at` the parameters
+/// before the id), where the store's own answers a repeat of it.
+async fn request_free<'r>(
+    conn: &mut impl Run,
+    held: &'static Sql,
+    at: &[crate::store::sql::Param<'_>],
+    request: Option<&'r records::CreatedBy>,
+) -> Result<(Option<&'r str>, Option<Vec<u8>>)> {
+    let Some(request) = request else {
+        return Ok((None, None));
+    };
+    let id = request.request_id.as_str();
+    let taken = conn
+        .first(held, &[at, params![id]].concat(), |_| Ok(()))
+        .await?
+        .is_some();
+    Ok(match taken {
+        true => (None, None),
+        false => (Some(id), Some(records::unhex(&request.fingerprint))),
+    })
 }
 
 async fn insert_cached(

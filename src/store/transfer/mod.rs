@@ -43,7 +43,7 @@ macro_rules! memory_columns {
 macro_rules! session_columns {
     () => {
         "id, app, user_id, metadata::text, create_time, update_time, end_time, last_seq, \
-         episode_count, episodes_evicted"
+         episode_count, episodes_evicted, create_request_id, create_fingerprint"
     };
 }
 
@@ -62,7 +62,8 @@ macro_rules! working_columns {
 
 macro_rules! task_columns {
     () => {
-        "session_id, number, subject, description, status, create_time, update_time"
+        "session_id, number, subject, description, status, create_time, update_time, \
+         create_request_id, create_fingerprint"
     };
 }
 
@@ -81,14 +82,16 @@ macro_rules! fact_version_columns {
 
 macro_rules! fact_columns {
     () => {
-        "id, app, user_id, kind, subject, predicate, version, deleted, create_time, update_time"
+        "id, app, user_id, kind, subject, predicate, version, deleted, create_time, update_time, \
+         create_request_id, create_fingerprint"
     };
 }
 
 macro_rules! rule_columns {
     () => {
         "id, filter, every_n_episodes, cron, then_emits::text, kind, confidence, enabled, \
-         watermark, episodes_promoted, create_time, last_run_time"
+         watermark, episodes_promoted, create_time, last_run_time, create_request_id, \
+         create_fingerprint"
     };
 }
 

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use crate::context::Tenant;
 use crate::data::records::{
-    self, Cached, Episode, Execution, Fact, FactVersion, MemoryVersion, Rule, Session, Task,
-    WorkingMemory,
+    self, Cached, CreatedBy, Episode, Execution, Fact, FactVersion, MemoryVersion, Rule, Session,
+    Task, WorkingMemory,
 };
 use crate::error::{Error, Result};
 use crate::memory::ScopeType;
@@ -39,6 +39,12 @@ static WATERMARK_EPISODE: Sql = Sql::new(
 );
 
 // ---- rows to records ----
+
+/// The request a row was created by (its `create_request_id` and
+/// `create_fingerprint` at `at` and after), when keyed.
+fn created_by(row: &impl Cols, at: usize) -> Result<Option<CreatedBy>> {
+    Ok(CreatedBy::of(row.opt_text(at)?, row.opt_bytes(at + 1)?))
+}
 
 fn json(text: String) -> Result<Value> {
     serde_json::from_str(&text).map_err(Error::internal)
@@ -86,6 +92,7 @@ pub(super) fn session_row(row: &impl Cols) -> Result<Session> {
         last_seq: row.int(7)?,
         episode_count: row.int(8)?,
         episodes_evicted: row.int(9)?,
+        request: created_by(row, 10)?,
     })
 }
 
@@ -134,6 +141,7 @@ pub(super) fn task_row(row: &impl Cols) -> Result<Task> {
         status: status.name().to_owned(),
         create_time: row.time(5)?,
         update_time: row.time(6)?,
+        request: created_by(row, 7)?,
     })
 }
 
@@ -159,6 +167,8 @@ pub(super) async fn working_of(
     working.cache = conn.all(&CACHE, at, cached_row).await?;
     for task in &mut working.tasks {
         task.session_id.clear();
+        // A version 1 file predates request ids: it says nothing of them.
+        task.request = None;
     }
     for cached in &mut working.cache {
         cached.session_id.clear();
@@ -183,6 +193,7 @@ pub(super) fn fact_row(row: &impl Cols) -> Result<Fact> {
         update_time: row.time(9)?,
         versions: Vec::new(),
         sources: Vec::new(),
+        request: created_by(row, 10)?,
     })
 }
 
@@ -245,6 +256,7 @@ pub(super) fn rule_row(row: &impl Cols) -> Result<(Rule, i64)> {
             episodes_promoted: row.int(9)?,
             create_time: row.time(10)?,
             last_run_time: row.opt_time(11)?,
+            request: created_by(row, 12)?,
         },
         row.int(8)?,
     ))

@@ -201,14 +201,14 @@ async fn import_check_reads_a_file_offline() {
     assert_eq!(
         String::from_utf8_lossy(&whole.stdout),
         format!(
-            "{}: whole, format version 3, 4 lines: 2 records (memory_version 2)\n",
+            "{}: whole, format version 4, 4 lines: 2 records (memory_version 2)\n",
             file.display()
         )
     );
     let json_out: Value = serde_json::from_slice(&check(&file, true).stdout).expect("json");
     assert_eq!(
         json_out,
-        json!({"lines": 4, "version": 3, "records": {"memory_version": 2}})
+        json!({"lines": 4, "version": 4, "records": {"memory_version": 2}})
     );
 
     let text = std::fs::read_to_string(&file).expect("read");
