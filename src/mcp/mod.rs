@@ -183,9 +183,10 @@ impl Engram {
     /// Runs one of the routed tools. One that met UNAVAILABLE (a database
     /// failover, say) is run again, up to [`RETRIES`] times, when that is
     /// harmless: a read-only tool, a write that sets state to what it carries
-    /// (a goal, a task's status, a retention policy, the reindex), or a
-    /// write that carries its idempotency key (`request_id`; an append's
-    /// `id`). Other writes answer the error
+    /// (a retention policy, the reindex), or a write that carries its
+    /// idempotency key (`request_id`; an append's `id`), which
+    /// [`keyed_for_its_tries`] gives `memory_set`, `memory_delete` and
+    /// `episode_append` when the model did not. Other writes answer the error
     /// at once, since the first try may have been stored. Any tool is run
     /// again after a failure whose reason says nothing was written
     /// ([`crate::error::Reason::NOTHING_WRITTEN`]). The clients' rule (`engram_client`, the Go
@@ -196,6 +197,7 @@ impl Engram {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let request = keyed_for_its_tries(request);
         let retryable = self.harmless_to_repeat(&request);
         retrying(&request.name, retryable, &context, || {
             let call = ToolCallContext::new(self, request.clone(), context.clone());
@@ -277,6 +279,30 @@ impl Engram {
             Err(status) => Failed::from(status).0,
         }
     }
+}
+
+/// A write whose call takes an idempotency key, given one made for this
+/// tool call when the model gave none: a `request_id` for `memory_set`
+/// and `memory_delete`, an episode `id` for `episode_append`. Its tries
+/// then write once, so it is run again after UNAVAILABLE like a write the
+/// model keyed; two calls of the tool stay two writes, as the model meant.
+fn keyed_for_its_tries(mut request: CallToolRequestParams) -> CallToolRequestParams {
+    let (field, key) = match request.name.as_ref() {
+        "memory_set" | "memory_delete" => ("request_id", format!("mcp-{}", uuid::Uuid::now_v7())),
+        "episode_append" => ("id", uuid::Uuid::now_v7().to_string()),
+        _ => return request,
+    };
+    let arguments = request.arguments.get_or_insert_with(JsonObject::new);
+    let given = match arguments.get(field) {
+        None | Some(Value::Null) => false,
+        Some(Value::String(key)) => !key.is_empty(),
+        // Not a string: the tool refuses it as it would have.
+        Some(_) => true,
+    };
+    if !given {
+        arguments.insert(field.to_owned(), Value::String(key));
+    }
+    request
 }
 
 /// A working-memory action as an MCP tool: the server's schema with
@@ -670,6 +696,43 @@ impl ServerHandler for Engram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_that_take_a_key_are_given_one_for_their_tries() {
+        let key_of = |name: &'static str, arguments: Value| {
+            let Value::Object(arguments) = arguments else {
+                panic!("an object");
+            };
+            let request = CallToolRequestParams::new(name).with_arguments(arguments);
+            keyed_for_its_tries(request).arguments.unwrap_or_default()
+        };
+        let made = key_of("memory_set", json!({"key": "k"}));
+        assert!(
+            made["request_id"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("mcp-"))
+        );
+        let made = key_of("memory_delete", json!({"key": "k", "request_id": ""}));
+        assert!(
+            made["request_id"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("mcp-"))
+        );
+        let kept = key_of("memory_set", json!({"key": "k", "request_id": "r-1"}));
+        assert_eq!(kept["request_id"], "r-1");
+        let made = key_of("episode_append", json!({"content": "x", "id": null}));
+        assert!(made["id"].as_str().is_some_and(|id| id.len() == 36));
+        // A wrong type is the tool's to refuse; an unkeyable write is left.
+        assert_eq!(
+            key_of("memory_set", json!({"request_id": 7}))["request_id"],
+            7
+        );
+        assert!(
+            key_of("memory_rollback", json!({"key": "k"}))
+                .get("request_id")
+                .is_none()
+        );
+    }
 
     #[test]
     fn resource_uris_parse_with_slashes_and_escapes() {

@@ -1,7 +1,8 @@
 """A tool call through a database outage: the MCP server runs a
-read-only tool, or a write carrying its idempotency key, again after
-UNAVAILABLE (the server asks for a second), and answers any other write's
-UNAVAILABLE at once, with the delay the server asked for. Any tool is run
+read-only tool, or a write carrying its idempotency key (the model's, or
+one the MCP server made for the call), again after UNAVAILABLE (the
+server asks for a second), and answers any other write's UNAVAILABLE at
+once, with the delay the server asked for. Any tool is run
 again after a failure that wrote nothing (a deadlock Postgres broke).
 
 The database refuses writes while the test holds SQLite's write lock (or
@@ -46,29 +47,33 @@ async def until_refused(server: Server, method: str, before: int) -> None:
 
 @pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_a_keyed_write_rides_out_an_outage_and_an_unkeyed_one_does_not(
+async def test_a_keyed_write_rides_out_an_outage_and_an_unkeyable_one_does_not(
     transport: str, store: str
 ) -> None:
+    """memory_set with the model's request_id, and one without (the MCP
+    server keys it for its tries), wait out the outage and are stored
+    once each; memory_rollback, whose call takes no key, answers at once."""
     scope = {"scope_type": "namespace", "scope": unique("outage")}
     with tempfile.TemporaryDirectory() as directory:
         server = start(store, directory, {"ENGRAM_DB_ACQUIRE_TIMEOUT_MS": "300"})
         outage = Outage(server.running.database_url)
         try:
             async with session(transport, server) as mcp:
-                before = await refusals(server, "Set")
-                outage.writes()
-                try:
-                    keyed = asyncio.ensure_future(
-                        mcp.call_tool("memory_set", {**scope, "key": "k", "value": "a", "request_id": "r-1"})
-                    )
-                    await until_refused(server, "Set", before)
-                finally:
-                    outage.end()
-                assert structured(await keyed)["entry"]["version"] == 1
+                for value, keyed in (("a", {"request_id": "r-1"}), ("b", {})):
+                    before = await refusals(server, "Set")
+                    outage.writes()
+                    try:
+                        write = asyncio.ensure_future(
+                            mcp.call_tool("memory_set", {**scope, "key": "k", "value": value, **keyed})
+                        )
+                        await until_refused(server, "Set", before)
+                    finally:
+                        outage.end()
+                    assert structured(await write)["entry"]["value"] == value
 
                 outage.writes()
                 try:
-                    refused = await mcp.call_tool("memory_set", {**scope, "key": "k", "value": "b"})
+                    refused = await mcp.call_tool("memory_rollback", {**scope, "key": "k", "to_version": 1})
                 finally:
                     outage.end()
                 assert error(refused)["code"] == "UNAVAILABLE"
@@ -76,7 +81,7 @@ async def test_a_keyed_write_rides_out_an_outage_and_an_unkeyed_one_does_not(
                 assert (refused.structured_content or {})["error"]["retry_delay_ms"] == 1000
 
                 history = structured(await mcp.call_tool("memory_history", {**scope, "key": "k"}))
-                assert [v["version"] for v in history["versions"]] == [1], "each write stored once"
+                assert [v["version"] for v in history["versions"]] == [1, 2], "each write stored once"
         finally:
             server.running.stop()
 
