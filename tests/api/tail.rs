@@ -261,9 +261,82 @@ async fn filters_start_now_and_shutdown(backend: Backend) {
     );
 }
 
+/// A tail of one session (or user) catching up over a long stretch of
+/// other sessions' episodes (past the 2,000 cursors where the server plans
+/// the read for its values) gets exactly that session's episodes, in
+/// cursor order, then the live ones.
+async fn a_narrow_tail_catches_up_over_a_long_stretch(backend: Backend) {
+    let server = TestServer::spawn(backend).await;
+    let mut episodes = server.episodes();
+    let mut wanted = Vec::new();
+    for batch in 0..30 {
+        let mut new: Vec<NewEpisode> = (0..100)
+            .map(|n| NewEpisode {
+                id: format!("other-{batch}-{n}"),
+                r#type: "observation".into(),
+                content: Some(json_to_proto(&json!(n))),
+                ..NewEpisode::default()
+            })
+            .collect();
+        // Every tenth batch, the watched session's episode among them.
+        if batch % 10 == 0 {
+            let id = format!("mine-{batch}");
+            episodes
+                .append_episode(append("a1", "carol", "watched", "observation", &id))
+                .await
+                .expect("append mine");
+            wanted.push(id);
+        }
+        episodes
+            .append_episodes(engram::proto::AppendEpisodesRequest {
+                session_id: format!("busy-{}", batch % 3),
+                app: "a1".into(),
+                user: "dave".into(),
+                episodes: std::mem::take(&mut new),
+                ..engram::proto::AppendEpisodesRequest::default()
+            })
+            .await
+            .expect("append others");
+    }
+    let mut client = EpisodeServiceClient::new(connect(server.grpc_addr()).await);
+    let by_session = TailEpisodesRequest {
+        session_id: "watched".into(),
+        cursor: Some(0),
+        ..TailEpisodesRequest::default()
+    };
+    let by_user = TailEpisodesRequest {
+        user: "carol".into(),
+        cursor: Some(0),
+        ..TailEpisodesRequest::default()
+    };
+    for (request, live_in) in [(by_session, "watched"), (by_user, "elsewhere")] {
+        let mut stream = client
+            .tail_episodes(request.clone())
+            .await
+            .expect("tail")
+            .into_inner();
+        let mut seen = Vec::new();
+        while seen.len() < wanted.len() {
+            seen.push(next(&mut stream).await.expect("episode"));
+        }
+        let ids: Vec<&str> = seen.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, wanted, "{request:?}");
+        assert!(seen.windows(2).all(|w| w[0].cursor < w[1].cursor));
+        // Then the live ones (the user's in another of their sessions).
+        let live = format!("live-{live_in}");
+        episodes
+            .append_episode(append("a1", "carol", live_in, "observation", &live))
+            .await
+            .expect("append live");
+        assert_eq!(next(&mut stream).await.expect("live").id, live);
+        wanted.push(live);
+    }
+}
+
 on_both_stores!(
     every_episode_once_in_cursor_order,
-    filters_start_now_and_shutdown
+    filters_start_now_and_shutdown,
+    a_narrow_tail_catches_up_over_a_long_stretch
 );
 
 /// Two server processes on one Postgres: appends through one reach a tail
