@@ -5,7 +5,7 @@ The store conformance suite and the API tests check cases someone thought
 of; these check the sequences nobody did. Each test keeps a plain Python
 model of one part of the API (memory with purges, rollbacks and retention;
 sessions with owners, replays, eviction and ends; working memory with its
-task, fact and cache limits), applies the same random operations to it and
+task, fact and cache limits and creations repeated by their request ids), applies the same random operations to it and
 to the server, and compares every answer. Seeds are fixed, so a failure
 names the operation that diverged and replays exactly.
 
@@ -297,6 +297,9 @@ def test_working_memory_follows_its_model(engram: Engram) -> None:
     numbered = dict.fromkeys(OWNERS, 0)
     facts: dict[tuple[str, str], list[str]] = {}
     cache: dict[str, list[tuple[str, int]]] = {s: [] for s in OWNERS}  # oldest first
+    # Creations made with a request id: the id → (what was made, what was asked).
+    keyed_tasks: dict[str, dict[str, tuple[str, str]]] = {s: {} for s in OWNERS}
+    keyed_facts: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
     for session, (app, user) in OWNERS.items():
         assert engram.call(
             engram.sessions.CreateSession, sessions_pb2.CreateSessionRequest(session_id=session, app=app, user=user)
@@ -307,8 +310,29 @@ def test_working_memory_follows_its_model(engram: Engram) -> None:
         app, user = OWNERS[session]
         at = {"session_id": session, "app": app, "user": user}
         op = rng.randrange(8)
-        if op <= 1:
-            got = engram.call(engram.working.CreateTask, working_memory_pb2.CreateTaskRequest(**at, subject=f"task {n}"))
+        if op == 1 and keyed_tasks[session] and rng.random() < 0.6:
+            # A repeat of a keyed creation (a retry after a lost reply):
+            # the task as it is now, nothing added, even at the limit; the
+            # id with another subject is refused.
+            request_id, (task_id, subject) = rng.choice(sorted(keyed_tasks[session].items()))
+            reused = rng.random() < 0.2
+            asked = f"{subject} (other)" if reused else subject
+            got = engram.call(
+                engram.working.CreateTask,
+                working_memory_pb2.CreateTaskRequest(**at, subject=asked, request_id=request_id),
+            )
+            if reused:
+                assert got.code == "INVALID_ARGUMENT", f"op {n}: {request_id} reused in {session}"
+                continue
+            stored = next(t for t in tasks[session] if t[0] == task_id)
+            seen = [got.answer["task"]["id"], got.answer["task"]["subject"], got.answer["task"]["status"]]
+            assert got.ok and seen == stored, f"op {n}: repeat of {request_id} in {session}"
+        elif op <= 1:
+            request_id = f"task-{n}" if rng.random() < 0.5 else ""
+            got = engram.call(
+                engram.working.CreateTask,
+                working_memory_pb2.CreateTaskRequest(**at, subject=f"task {n}", request_id=request_id),
+            )
             if len(tasks[session]) >= MAX_TASKS:
                 assert got.code == "RESOURCE_EXHAUSTED", f"op {n}: a task past the limit"
                 continue
@@ -316,6 +340,8 @@ def test_working_memory_follows_its_model(engram: Engram) -> None:
             task_id = f"t{numbered[session]}"
             assert got.ok and got.answer["task"]["id"] == task_id, f"op {n}: create in {session}"
             tasks[session].append([task_id, f"task {n}", "TASK_STATUS_PENDING"])
+            if request_id:
+                keyed_tasks[session][request_id] = (task_id, f"task {n}")
         elif op == 2:
             task_id = rng.choice([t[0] for t in tasks[session]] + ["t99"])
             status = rng.choice(list(STATUS))
@@ -330,14 +356,32 @@ def test_working_memory_follows_its_model(engram: Engram) -> None:
             listed = engram.call(engram.working.ListTasks, working_memory_pb2.ListTasksRequest(**at, page_size=100))
             seen = [[t["id"], t["subject"], t["status"]] for t in listed.answer.get("tasks", [])]
             assert seen == tasks[session], f"op {n}: tasks of {session}"
+        elif op == 4 and keyed_facts.get((app, user)) and rng.random() < 0.4:
+            # A repeat of a keyed Remember: the fact as it is now (deleted
+            # since, perhaps), nothing added.
+            request_id, (fact_id, content) = rng.choice(sorted(keyed_facts[(app, user)].items()))
+            got = engram.call(
+                engram.working.Remember,
+                working_memory_pb2.RememberRequest(**at, content=content, request_id=request_id),
+            )
+            assert got.ok and got.answer["fact"]["id"] == fact_id, f"op {n}: repeat of {request_id}"
+            deleted = got.answer["fact"]["current"].get("deleted", False)
+            assert deleted == (fact_id not in facts.get((app, user), [])), f"op {n}: {fact_id} as it is now"
         elif op == 4:
-            got = engram.call(engram.working.Remember, working_memory_pb2.RememberRequest(**at, content=f"fact {n}"))
+            request_id = f"fact-{n}" if rng.random() < 0.5 else ""
+            got = engram.call(
+                engram.working.Remember,
+                working_memory_pb2.RememberRequest(**at, content=f"fact {n}", request_id=request_id),
+            )
             live = facts.setdefault((app, user), [])
             if len(live) >= MAX_FACTS:
                 assert got.code == "RESOURCE_EXHAUSTED", f"op {n}: a fact past the limit"
             else:
                 assert got.ok, f"op {n}: remember"
                 live.append(got.answer["fact"]["id"])
+                if request_id:
+                    keyed = keyed_facts.setdefault((app, user), {})
+                    keyed[request_id] = (got.answer["fact"]["id"], f"fact {n}")
         elif op == 5:
             live = facts.setdefault((app, user), [])
             if live:
