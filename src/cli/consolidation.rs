@@ -424,6 +424,16 @@ enum FactCommand {
         /// The fact's id
         id: String,
     },
+    /// Apply deltas (add, update, delete, noop) read from FILE, or from
+    /// standard input with `-`, in the JSON `rules run --json` prints them
+    /// in (the array, or the object holding it as `deltas`); each needs
+    /// its provenance. A dry run's deltas applied here do not move the
+    /// rule's watermark: a later run of the rule promotes those episodes
+    /// again
+    Apply {
+        /// The file of deltas, or `-`
+        file: String,
+    },
 }
 
 fn version_json(version: &proto::FactVersion) -> serde_json::Value {
@@ -517,6 +527,33 @@ impl FactsCommand {
                         "facts": all.iter().map(fact_json).collect::<Vec<_>>(),
                     })),
                     Output::Text => all.iter().for_each(|f| outln!("{}", fact_line(f))),
+                }
+            }
+            FactCommand::Apply { file } => {
+                let text = match file.as_str() {
+                    "-" => super::given_or_stdin(file, true)?,
+                    path => std::fs::read_to_string(path).map_err(|err| {
+                        super::CliError::usage(format!("cannot read {path}: {err}"))
+                    })?,
+                };
+                let deltas = super::deltas::parse(&text)?;
+                let applied = facts
+                    .apply_deltas(proto::ApplyDeltasRequest { deltas })
+                    .await?
+                    .into_inner();
+                match output {
+                    Output::Json => print_json(&json!({
+                        "facts_added": applied.facts_added,
+                        "facts_updated": applied.facts_updated,
+                        "facts_deleted": applied.facts_deleted,
+                        "fact_ids": applied.fact_ids,
+                    })),
+                    Output::Text => outln!(
+                        "{} added, {} updated, {} deleted",
+                        applied.facts_added,
+                        applied.facts_updated,
+                        applied.facts_deleted
+                    ),
                 }
             }
             FactCommand::Get { id } => {

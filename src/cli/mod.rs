@@ -15,8 +15,10 @@ use crate::api::convert::json_from_proto;
 
 pub mod consolidation;
 pub mod data;
+mod deltas;
 mod follow;
 pub mod health;
+mod load;
 pub mod mcp;
 pub mod memory;
 mod retry;

@@ -412,6 +412,24 @@ enum EpisodeCommand {
         #[arg(long)]
         require_session: bool,
     },
+    /// Append a file of JSON Lines to a session's log, in batches: one
+    /// episode per line, `{"content": …}` with optional `id`, `type`
+    /// (default observation), `metadata`, `agent` and `timestamp` (RFC
+    /// 3339). A line without an id is given one derived from the session,
+    /// its line number and its text, so running the same file again (after
+    /// a failure, say) adds only what is missing. `-` reads standard input
+    Load {
+        /// The session to append to
+        session_id: String,
+        /// The file of episodes, or `-`
+        file: String,
+        #[command(flatten)]
+        owner: OwnerArgs,
+        /// Append only to a session that exists: a missing one is not created
+        /// (exit code 3), even with --app and --user
+        #[arg(long)]
+        require_session: bool,
+    },
     /// Print a session's log in seq order (every page)
     List {
         /// The session whose log to print
@@ -534,8 +552,27 @@ impl EpisodesCommand {
     pub async fn run(self) -> CliResult {
         let channel = connect(&self.client).await?;
         let output = self.client.output();
-        let mut episodes = EpisodeServiceClient::new(channel);
+        let mut episodes = EpisodeServiceClient::new(channel.clone());
         match self.command {
+            EpisodeCommand::Load {
+                session_id,
+                file,
+                owner,
+                require_session,
+            } => {
+                let text = match file.as_str() {
+                    "-" => given_or_stdin(file, true)?,
+                    path => std::fs::read_to_string(path)
+                        .map_err(|err| CliError::usage(format!("cannot read {path}: {err}")))?,
+                };
+                let target = super::load::Target {
+                    session_id,
+                    app: owner.app,
+                    user: owner.user,
+                    require_session,
+                };
+                super::load::load(channel, target, &text, output).await?;
+            }
             EpisodeCommand::Append {
                 session_id,
                 content,

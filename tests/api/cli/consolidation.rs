@@ -129,6 +129,45 @@ async fn rule_and_fact_commands_against_a_server() {
     assert_eq!(facts.json(&["list"])["facts"], json!([]));
     let gone = facts.run(&["delete", &id]);
     assert_eq!(gone.code, 3);
+
+    // Deltas in the shape `rules run --json` prints, applied from a file
+    // (here the dry run's own output, its add and update promoting e3's
+    // and e2's again) and from standard input.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("deltas.json");
+    std::fs::write(&file, dry.to_string()).expect("write the deltas");
+    let applied = facts.json(&["apply", file.to_str().expect("a path")]);
+    // The add makes a fact of e1, which the update then supersedes.
+    assert_eq!(
+        (&applied["facts_added"], &applied["facts_updated"]),
+        (&json!(1), &json!(1)),
+        "{applied}"
+    );
+    let ids = applied["fact_ids"].as_array().expect("ids").clone();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0], ids[1], "one fact, added then updated");
+    let delete = json!([{
+        "kind": "delete", "app": "app", "user": "alice", "replaces": ids,
+        "provenance": {"source_episode_ids": ["e3"], "rule_id": "cleanup", "confidence": 1.0,
+                       "promotion_ts": "2026-12-01T08:00:00Z"},
+    }]);
+    let deleted = facts.json_from_stdin(&["apply", "-"], &delete.to_string());
+    assert_eq!(deleted["facts_deleted"], json!(1));
+    assert_eq!(facts.json(&["list"])["facts"], json!([]));
+    let malformed = facts.run(&[
+        "apply",
+        file.with_extension("none").to_str().expect("a path"),
+    ]);
+    assert_eq!(malformed.code, 2, "{}", malformed.stderr);
+    let wrong = facts.run_with_stdin(&["apply", "-"], r#"[{"kind": "add"}]"#);
+    assert_eq!(wrong.code, 2);
+    assert!(
+        wrong
+            .stderr
+            .contains("delta 0: missing field `fact_payload`"),
+        "{}",
+        wrong.stderr
+    );
     assert_eq!(
         rules.json(&["list"])["rules"].as_array().map(Vec::len),
         Some(1)

@@ -47,9 +47,8 @@ impl Cli {
         }
     }
 
-    /// Runs the command with `input` on its standard input; it must
-    /// succeed, and its JSON output is parsed.
-    fn json_from_stdin(&self, args: &[&str], input: &str) -> Value {
+    /// Runs the command (JSON output) with `input` on its standard input.
+    fn run_with_stdin(&self, args: &[&str], input: &str) -> Run {
         use std::io::Write;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_engram"))
             .arg(self.group)
@@ -66,14 +65,23 @@ impl Cli {
         stdin.write_all(input.as_bytes()).expect("write stdin");
         drop(stdin);
         let out = child.wait_with_output().expect("wait for engram");
-        assert!(
-            out.status.success(),
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs the command with `input` on its standard input; it must
+    /// succeed, and its JSON output is parsed.
+    fn json_from_stdin(&self, args: &[&str], input: &str) -> Value {
+        let run = self.run_with_stdin(args, input);
+        assert_eq!(
+            run.code, 0,
             "engram {} {args:?} failed: {}",
-            self.group,
-            String::from_utf8_lossy(&out.stderr)
+            self.group, run.stderr
         );
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&out.stdout)))
+        serde_json::from_str(&run.stdout).unwrap_or_else(|err| panic!("{err}: {}", run.stdout))
     }
 
     /// Runs a command that must succeed and parses its JSON output.

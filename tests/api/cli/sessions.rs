@@ -238,3 +238,66 @@ async fn session_and_episode_commands_against_a_server() {
     );
     assert_eq!(sessions.run(&["get", "fg"]).code, 3);
 }
+
+/// `episodes load` appends a file of JSON Lines in batches (1,200 lines:
+/// three calls), and running it again adds nothing: every line has an id,
+/// its own or one derived from the line, so the rerun is a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_loads_from_a_file_and_loads_again_as_a_replay() {
+    let server = TestServer::spawn(Backend::Sqlite).await;
+    let episodes = Cli {
+        server: format!("http://{}", server.grpc_addr()),
+        group: "episodes",
+    };
+    let mut lines = vec![
+        json!({"id": "first", "type": "user_message", "content": "What is 2+2?",
+               "metadata": {"intent": "noop"}})
+        .to_string(),
+    ];
+    lines.extend((1..1200).map(|n| json!({"content": {"turn": n}, "agent": "coder"}).to_string()));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("log.jsonl");
+    std::fs::write(&file, lines.join("\n")).expect("write the log");
+    let path = file.to_str().expect("a path");
+    let at = ["--app", "agent", "--user", "u1"];
+    let load = |args: &[&str]| episodes.json(&[&["load", "chat-log"], args, &at[..]].concat());
+
+    let loaded = load(&[path]);
+    assert_eq!(
+        (&loaded["added"], &loaded["replayed"]),
+        (&json!(1200), &json!(0)),
+        "{loaded}"
+    );
+    let again = load(&[path]);
+    assert_eq!(
+        (&again["added"], &again["replayed"]),
+        (&json!(0), &json!(1200)),
+        "{again}"
+    );
+    // One more line, from standard input: only it is added.
+    let more = episodes.json_from_stdin(
+        &[&["load", "chat-log", "-"], &at[..]].concat(),
+        &json!({"content": "the end"}).to_string(),
+    );
+    assert_eq!((&more["added"], &more["replayed"]), (&json!(1), &json!(0)));
+    let listed = episodes.json(&["list", "chat-log"]);
+    let log = listed["episodes"].as_array().expect("episodes");
+    assert_eq!(log.len(), 1201);
+    assert_eq!(
+        (&log[0]["id"], &log[0]["type"], &log[0]["seq"]),
+        (&json!("first"), &json!("user_message"), &json!(1))
+    );
+    assert_eq!(log[1199]["content"], json!({"turn": 1199}));
+    assert_eq!(log[1200]["content"], json!("the end"));
+
+    // A line that does not fit is named, and nothing is sent.
+    std::fs::write(&file, "{\"content\": 1}\n{\"contnet\": 2}\n").expect("write");
+    let refused = episodes.run(&[&["load", "typo", path], &at[..]].concat());
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("line 2: unknown field `contnet`"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(episodes.run(&["list", "typo"]).code, 3, "no session made");
+}
