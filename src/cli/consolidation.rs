@@ -530,12 +530,7 @@ impl FactsCommand {
                 }
             }
             FactCommand::Apply { file } => {
-                let text = match file.as_str() {
-                    "-" => super::given_or_stdin(file, true)?,
-                    path => std::fs::read_to_string(path).map_err(|err| {
-                        super::CliError::usage(format!("cannot read {path}: {err}"))
-                    })?,
-                };
+                let text = super::file_or_stdin(file)?;
                 let deltas = super::deltas::parse(&text)?;
                 let applied = facts
                     .apply_deltas(proto::ApplyDeltasRequest { deltas })

@@ -435,6 +435,16 @@ pub fn given_or_stdin(text: String, exact: bool) -> Result<String, CliError> {
     Ok(read)
 }
 
+/// The text of a file named on the command line, or of standard input
+/// when it is `-`, whole.
+pub fn file_or_stdin(file: String) -> Result<String, CliError> {
+    match file.as_str() {
+        "-" => given_or_stdin(file, true),
+        path => std::fs::read_to_string(path)
+            .map_err(|err| CliError::usage(format!("cannot read {path}: {err}"))),
+    }
+}
+
 /// A value from the command line: JSON when it parses, else a string.
 /// Text that opens like a JSON object or array but does not parse is
 /// most likely a typo, so stderr says it was taken as a string.

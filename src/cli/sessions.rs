@@ -560,11 +560,7 @@ impl EpisodesCommand {
                 owner,
                 require_session,
             } => {
-                let text = match file.as_str() {
-                    "-" => given_or_stdin(file, true)?,
-                    path => std::fs::read_to_string(path)
-                        .map_err(|err| CliError::usage(format!("cannot read {path}: {err}")))?,
-                };
+                let text = super::file_or_stdin(file)?;
                 let target = super::load::Target {
                     session_id,
                     app: owner.app,
