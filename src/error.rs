@@ -244,6 +244,23 @@ pub fn refuse_over(field: &str, value: &str, most: usize) -> Result<()> {
 /// both stores refuse it alike).
 pub const NUL_REFUSED: &str = "contains the NUL character (U+0000), which cannot be stored";
 
+/// The longest idempotency key (`request_id`) a request may carry.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// Refuses a request id that is not 1 to [`MAX_REQUEST_ID_LEN`] printable
+/// ASCII characters (`INVALID_REQUEST_ID`, naming `field`): a request's,
+/// or one an import file carries.
+pub fn check_request_id(field: &str, id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_REQUEST_ID_LEN || !id.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(Error::invalid(
+            Reason::InvalidRequestId,
+            field,
+            format!("must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters without spaces"),
+        ));
+    }
+    Ok(())
+}
+
 /// A request id used before for a different request (its fingerprint, what
 /// that request asked for, differs): `INVALID_ARGUMENT`, reason
 /// `REQUEST_ID_REUSED`.

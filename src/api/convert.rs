@@ -12,9 +12,6 @@ use crate::sessions::{Episode, Session};
 /// an f64 holds them exactly.
 const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 
-/// The longest idempotency key (`request_id`) a request may carry.
-const MAX_REQUEST_ID_LEN: usize = 128;
-
 /// Postgres stores JSON as `jsonb`, which has no NUL character.
 const NUL: &str = crate::error::NUL_REFUSED;
 
@@ -24,13 +21,7 @@ pub fn request_id(id: String) -> Result<Option<String>> {
     if id.is_empty() {
         return Ok(None);
     }
-    if id.len() > MAX_REQUEST_ID_LEN || !id.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(Error::invalid(
-            Reason::InvalidRequestId,
-            "request_id",
-            format!("must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters without spaces"),
-        ));
-    }
+    crate::error::check_request_id("request_id", &id)?;
     Ok(Some(id))
 }
 

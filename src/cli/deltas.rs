@@ -5,12 +5,12 @@
 //! be reviewed and then applied. The server checks each one as
 //! `ApplyDeltas` does; here only the shape is read.
 
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use serde::Deserialize;
 
 use super::CliError;
 use super::consolidation::KindArg;
-use crate::api::convert::json_to_proto;
+use crate::api::convert::{json_to_proto, timestamp};
 use crate::proto;
 use crate::proto::memory_delta::Delta;
 
@@ -168,12 +168,8 @@ impl Provenance {
             None | Some("") => None,
             Some(text) => {
                 let at = DateTime::parse_from_rfc3339(text)
-                    .map_err(|err| format!("provenance.promotion_ts {text:?}: {err}"))?
-                    .with_timezone(&Utc);
-                Some(prost_types::Timestamp {
-                    seconds: at.timestamp(),
-                    nanos: at.timestamp_subsec_nanos() as i32,
-                })
+                    .map_err(|err| format!("provenance.promotion_ts {text:?}: {err}"))?;
+                Some(timestamp(at.to_utc()))
             }
         };
         Ok(proto::DeltaProvenance {

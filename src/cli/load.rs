@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use std::collections::HashSet;
 
 use super::{CliError, CliResult, Connection, Output, Progress, print_json};
-use crate::api::convert::{json_to_proto, object_to_proto};
+use crate::api::convert::{json_to_proto, object_to_proto, timestamp};
 use crate::proto;
 use crate::proto::episode_service_client::EpisodeServiceClient;
 use crate::proto::session_service_client::SessionServiceClient;
@@ -75,10 +75,7 @@ fn episodes(session: &str, text: &str) -> Result<Vec<(usize, proto::NewEpisode)>
             .timestamp
             .map(|text| {
                 chrono::DateTime::parse_from_rfc3339(&text)
-                    .map(|at| prost_types::Timestamp {
-                        seconds: at.timestamp(),
-                        nanos: at.timestamp_subsec_nanos() as i32,
-                    })
+                    .map(|at| timestamp(at.to_utc()))
                     .map_err(|err| CliError::usage(format!("line {number}: timestamp: {err}")))
             })
             .transpose()?;

@@ -133,13 +133,7 @@ impl CreatedBy {
     }
 
     fn check(&self) -> Result<()> {
-        let id = &self.request_id;
-        if id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_graphic()) {
-            return Err(invalid(
-                "request.request_id",
-                "must be 1 to 128 printable ASCII characters without spaces",
-            ));
-        }
+        crate::error::check_request_id("request.request_id", &self.request_id)?;
         hex("request.fingerprint", &self.fingerprint)?;
         if self.fingerprint.len() != 64 {
             return Err(invalid(

@@ -225,7 +225,9 @@ def test_sessions_episodes_and_search(server: Server) -> None:
             applied = await client.facts.apply([deltas.add("support", "alice", "alice's deploy fails", made)])
             assert applied.facts_added == 1
             await client.facts.delete(applied.fact_ids[0])
-            rule = await client.rules.create("vault", "content:vault", every_n_episodes=10)
+            rule = await client.rules.create("vault", "content:vault", every_n_episodes=10, request_id="setup-vault")
+            again = await client.rules.create("vault", "content:vault", every_n_episodes=10, request_id="setup-vault")
+            assert again == rule, "a repeat under its request id is the rule, not RULE_EXISTS"
             assert [r.id async for r in client.rules.list()] == [rule.id]
             assert (await client.rules.run("vault", dry_run=True)).episodes_matched == 0
             await client.rules.delete("vault")
